@@ -1,0 +1,127 @@
+// Args; see args.h.
+#include "cli/args.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "stratum/error.h"
+
+namespace stratum {
+
+Args::Args(std::string command, const std::vector<std::string>& argv, std::vector<FlagSpec> specs,
+           int max_positional)
+    : command_(std::move(command)), specs_(std::move(specs)) {
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    const std::string& arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      help_ = true;
+      continue;
+    }
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
+      STRATUM_CHECK(static_cast<int>(positional_.size()) < max_positional, "[cli] unexpected argument '", arg,
+                    "' for 'stratum ", command_, "'; flags start with '--' (see 'stratum ", command_, " --help')");
+      positional_.push_back(arg);
+      continue;
+    }
+    std::string name = arg.substr(2), val;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      val = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    const FlagSpec* s = spec(name);
+    STRATUM_CHECK(s != nullptr, "[cli] unknown flag '--", name, "' for 'stratum ", command_, "' (see 'stratum ",
+                  command_, " --help')");
+    STRATUM_CHECK(value(name) == nullptr, "[cli] flag '--", name, "' given twice");
+    if (s->value_name.empty()) {
+      STRATUM_CHECK(!inline_value, "[cli] flag '--", name, "' is a switch and takes no value");
+      val = "1";
+    } else if (!inline_value) {
+      STRATUM_CHECK(i + 1 < argv.size(), "[cli] flag '--", name, "' needs a value (", s->value_name, ")");
+      val = argv[++i];
+    }
+    values_.emplace_back(name, val);
+  }
+}
+
+const FlagSpec* Args::spec(const std::string& name) const {
+  for (const auto& s : specs_)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+const std::string* Args::value(const std::string& name) const {
+  for (const auto& [k, v] : values_)
+    if (k == name) return &v;
+  return nullptr;
+}
+
+std::string Args::help_text(const std::string& synopsis) const {
+  std::string out = "usage: " + synopsis + "\n";
+  for (const auto& s : specs_) {
+    std::string left = "  --" + s.name + (s.value_name.empty() ? "" : " " + s.value_name);
+    if (left.size() < 28) left.resize(28, ' ');
+    else left += "  ";
+    out += left + s.help + "\n";
+  }
+  return out;
+}
+
+bool Args::has(const std::string& name) const { return value(name) != nullptr; }
+
+std::string Args::str(const std::string& name, const std::string& fallback) const {
+  const std::string* v = value(name);
+  return v ? *v : fallback;
+}
+
+bool Args::flag(const std::string& name) const { return value(name) != nullptr; }
+
+std::int64_t Args::integer(const std::string& name, std::int64_t fallback, std::int64_t min, std::int64_t max) const {
+  const std::string* v = value(name);
+  if (!v) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  const long long parsed = std::strtoll(v->c_str(), &end, 10);
+  STRATUM_CHECK(!v->empty() && end && *end == '\0' && errno == 0, "[cli] --", name, " expects an integer, got '",
+                *v, "'");
+  STRATUM_CHECK(parsed >= min && parsed <= max, "[cli] --", name, " must be in ", min, "..", max, ", got ", parsed);
+  return parsed;
+}
+
+double Args::number(const std::string& name, double fallback) const {
+  const std::string* v = value(name);
+  if (!v) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  const double parsed = std::strtod(v->c_str(), &end);
+  STRATUM_CHECK(!v->empty() && end && *end == '\0' && errno == 0 && std::isfinite(parsed), "[cli] --", name,
+                " expects a number, got '", *v, "'");
+  return parsed;
+}
+
+std::uint64_t Args::size_bytes(const std::string& name, std::uint64_t fallback) const {
+  const std::string* v = value(name);
+  if (!v) return fallback;
+  std::string digits = *v;
+  std::uint64_t scale = 1;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'K': case 'k': scale = 1ull << 10; break;
+      case 'M': case 'm': scale = 1ull << 20; break;
+      case 'G': case 'g': scale = 1ull << 30; break;
+      case 'T': case 't': scale = 1ull << 40; break;
+      default: break;
+    }
+    if (scale != 1) digits.pop_back();
+  }
+  errno = 0;
+  char* end = nullptr;
+  const double parsed = std::strtod(digits.c_str(), &end);
+  STRATUM_CHECK(!digits.empty() && end && *end == '\0' && errno == 0 && parsed >= 0 && parsed < 1e18, "[cli] --",
+                name, " expects a size like 512M or 4G, got '", *v, "'");
+  return static_cast<std::uint64_t>(parsed * static_cast<double>(scale));
+}
+
+}  // namespace stratum

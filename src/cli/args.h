@@ -1,0 +1,47 @@
+// Command-line flags for `stratum` subcommands: "--name value" or "--name=value", boolean
+// switches, and positional arguments. Every flag must be declared; unknown flags, missing
+// values and malformed numbers are one-line errors. Does not print help by itself.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stratum {
+
+struct FlagSpec {
+  std::string name;  // without "--"
+  std::string value_name;  // empty = boolean switch
+  std::string help;
+};
+
+class Args {
+ public:
+  // argv excludes the program and subcommand names.
+  Args(std::string command, const std::vector<std::string>& argv, std::vector<FlagSpec> specs,
+       int max_positional = 0);
+
+  bool help_requested() const { return help_; }
+  std::string help_text(const std::string& synopsis) const;
+
+  bool has(const std::string& name) const;
+  std::string str(const std::string& name, const std::string& fallback = "") const;
+  std::int64_t integer(const std::string& name, std::int64_t fallback, std::int64_t min, std::int64_t max) const;
+  double number(const std::string& name, double fallback) const;
+  bool flag(const std::string& name) const;
+  // Sizes like 512M, 2G, 4096 (bytes); K/M/G/T are powers of 1024.
+  std::uint64_t size_bytes(const std::string& name, std::uint64_t fallback) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  const FlagSpec* spec(const std::string& name) const;
+  const std::string* value(const std::string& name) const;
+
+  std::string command_;
+  std::vector<FlagSpec> specs_;
+  std::vector<std::pair<std::string, std::string>> values_;
+  std::vector<std::string> positional_;
+  bool help_ = false;
+};
+
+}  // namespace stratum

@@ -1,0 +1,83 @@
+// `stratum info DIR|FILE`: describes a model directory, a safetensors file or a token file.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/file_util.h"
+#include "data/token_file.h"
+#include "formats/safetensors.h"
+#include "model/model_io.h"
+#include "model/param_layout.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+namespace {
+void describe_safetensors(const std::string& path) {
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  std::map<std::string, std::pair<std::size_t, std::uint64_t>> by_dtype;  // dtype -> (tensors, elements)
+  std::uint64_t total_elements = 0;
+  for (const auto& t : file.tensors()) {
+    auto& entry = by_dtype[dtype_name(t.dtype)];
+    ++entry.first;
+    entry.second += static_cast<std::uint64_t>(t.numel());
+    total_elements += static_cast<std::uint64_t>(t.numel());
+  }
+  std::printf("safetensors %s: %zu tensors, %.2fM elements, %.1f MiB\n", path.c_str(), file.tensors().size(),
+              total_elements / 1e6, file.file_size_bytes() / (1024.0 * 1024.0));
+  for (const auto& [dtype, entry] : by_dtype)
+    std::printf("  %-5s %zu tensors, %.2fM elements\n", dtype.c_str(), entry.first, entry.second / 1e6);
+  const std::size_t shown = std::min<std::size_t>(file.tensors().size(), 8);
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto& t = file.tensors()[i];
+    std::string shape;
+    for (std::size_t d = 0; d < t.shape.size(); ++d) shape += (d ? "," : "") + std::to_string(t.shape[d]);
+    std::printf("  %s %s [%s]\n", t.name.c_str(), dtype_name(t.dtype), shape.c_str());
+  }
+  if (shown < file.tensors().size()) std::printf("  ... %zu more\n", file.tensors().size() - shown);
+  for (const auto& [k, v] : file.metadata()) std::printf("  metadata %s = %s\n", k.c_str(), v.c_str());
+}
+
+void describe_model_dir(const std::string& dir) {
+  const GptConfig cfg = model_read_config(dir);
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  const double params = static_cast<double>(layout.num_params());
+  std::printf("GPT-2 model %s: %s, %.2fM parameters\n", dir.c_str(), cfg.describe().c_str(), params / 1e6);
+  std::printf("  training state fp32: params %.1f MiB + grads %.1f MiB + AdamW %.1f MiB = %.1f MiB\n",
+              params * 4 / 1048576.0, params * 4 / 1048576.0, params * 8 / 1048576.0, params * 16 / 1048576.0);
+  std::printf("  segments: %d (embed, %d blocks of %.1f MiB, head)\n", layout.segment_count(), cfg.n_layer,
+              layout.segments()[layout.layer_segment(0)].size_bytes() / 1048576.0);
+  const bool tok = file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt");
+  std::printf("  tokenizer: %s\n", tok ? "vocab.json + merges.txt" : "none (pass --tokenizer to generate)");
+  if (file_exists(dir + "/model.safetensors")) describe_safetensors(dir + "/model.safetensors");
+  else std::printf("  no model.safetensors\n");
+}
+
+void describe_token_file(const std::string& path) {
+  const TokenFileData data = token_file_read(path);
+  const auto [lo, hi] = std::minmax_element(data.tokens.begin(), data.tokens.end());
+  std::printf("token file %s: %s, %zu tokens, ids %d..%d\n", path.c_str(), token_file_format_name(data.format).c_str(),
+              data.tokens.size(), *lo, *hi);
+}
+}  // namespace
+
+int cmd_info(const std::vector<std::string>& argv) {
+  Args args("info", argv, {}, 16);
+  if (args.help_requested() || args.positional().empty()) {
+    std::fputs("usage: stratum info DIR|FILE...\n  describes a Hugging Face model directory, a .safetensors file "
+               "or a token file (.bin / llm.c shard)\n", stdout);
+    return args.help_requested() ? 0 : 2;
+  }
+  for (const auto& path : args.positional()) {
+    if (dir_exists(path)) describe_model_dir(path);
+    else if (!file_exists(path)) STRATUM_FAIL("[info] '", path, "' does not exist");
+    else if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) describe_safetensors(path);
+    else if (token_file_is_token_file(path)) describe_token_file(path);
+    else STRATUM_FAIL("[info] '", path, "' is not a model directory, .safetensors file or token file (.bin / llm.c shard)");
+  }
+  return 0;
+}
+
+}  // namespace stratum

@@ -1,0 +1,42 @@
+// `stratum prepare`: text -> GPT-2 BPE token file (raw uint16 .bin or llm.c shard).
+#include <algorithm>
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/file_util.h"
+#include "data/bpe_tokenizer.h"
+#include "data/token_file.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+int cmd_prepare(const std::vector<std::string>& argv) {
+  Args args("prepare", argv,
+            {{"input", "FILE", "UTF-8 text corpus (required)"},
+             {"tokenizer", "DIR", "encoder.json + vocab.bpe, or vocab.json + merges.txt (required)"},
+             {"out", "FILE", "token file to write (required)"},
+             {"format", "NAME", "raw (nanoGPT uint16 .bin, default) | llmc (llm.c shard)"}});
+  if (args.help_requested()) {
+    std::fputs(args.help_text("stratum prepare --input corpus.txt --tokenizer DIR --out train.bin").c_str(), stdout);
+    return 0;
+  }
+  const std::string input = args.str("input"), tokenizer_dir = args.str("tokenizer"), out = args.str("out");
+  STRATUM_CHECK(!input.empty() && !tokenizer_dir.empty() && !out.empty(),
+                "[cli] 'stratum prepare' needs --input FILE --tokenizer DIR --out FILE");
+  const std::string format = args.str("format", "raw");
+  STRATUM_CHECK(format == "raw" || format == "llmc", "[cli] --format must be 'raw' or 'llmc', got '", format, "'");
+  const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_dir);
+  const std::string text = file_read_all(input);
+  STRATUM_CHECK(!text.empty(), "[prepare] '", input, "' is empty; nothing to tokenize");
+  const std::vector<std::int32_t> tokens = tokenizer.encode(text);
+  if (format == "raw") token_file_write_raw_u16(out, tokens);
+  else token_file_write_llmc(out, tokens);
+  const auto max_id = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
+  std::fprintf(stderr, "[stratum] %s: %zu bytes -> %zu tokens (%.2f bytes/token, max id %d) -> %s\n",
+               input.c_str(), text.size(), tokens.size(),
+               tokens.empty() ? 0.0 : static_cast<double>(text.size()) / tokens.size(), max_id, out.c_str());
+  return 0;
+}
+
+}  // namespace stratum

@@ -1,0 +1,87 @@
+// `stratum train`: flags -> TrainOptions -> train_run.
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "stratum/error.h"
+#include "train/trainer.h"
+
+namespace stratum {
+
+int cmd_train(const std::vector<std::string>& argv) {
+  Args args("train", argv,
+            {{"model", "HF_DIR", "start from a Hugging Face GPT-2 directory (config.json + model.safetensors)"},
+             {"layers", "L", "new model: transformer blocks (default 4)"},
+             {"heads", "H", "new model: attention heads (default 4)"},
+             {"embd", "C", "new model: channels (default 256)"},
+             {"ctx", "N", "new model: context length (default 256)"},
+             {"vocab", "V", "new model: vocabulary size (default 50257)"},
+             {"data", "FILE", "training data: text (with --tokenizer), .bin uint16 tokens or llm.c shard"},
+             {"val-data", "FILE", "validation data (default: hold out the last 5% when --eval-every > 0)"},
+             {"tokenizer", "DIR", "GPT-2 BPE files (encoder.json + vocab.bpe or vocab.json + merges.txt)"},
+             {"batch", "B", "sequences per step (default 4)"},
+             {"seq", "T", "tokens per sequence (default 64)"},
+             {"steps", "S", "optimizer steps (default 100)"},
+             {"lr", "X", "peak learning rate (default 6e-4)"},
+             {"lr-schedule", "NAME", "constant | cosine (default cosine)"},
+             {"warmup", "N", "linear warmup steps (default 0)"},
+             {"min-lr", "X", "final learning rate of the cosine schedule (default 0)"},
+             {"beta1", "X", "AdamW beta1 (default 0.9)"},
+             {"beta2", "X", "AdamW beta2 (default 0.95)"},
+             {"eps", "X", "AdamW epsilon (default 1e-8)"},
+             {"weight-decay", "X", "AdamW decoupled weight decay on weights and embeddings (default 0.1)"},
+             {"grad-clip", "X", "clip the global gradient norm to X; 0 = off (default 1.0)"},
+             {"seed", "N", "initialisation and shuffling seed (default 1337)"},
+             {"shuffle", "", "visit batches in a seeded random order each epoch"},
+             {"log", "FILE.jsonl", "write one JSON object per step"},
+             {"save", "DIR", "write a Hugging Face GPT-2 directory at the end (and every --save-every)"},
+             {"save-every", "N", "also save every N steps (default 0 = end only)"},
+             {"eval-every", "N", "validation loss every N steps (default 0 = off)"},
+             {"eval-batches", "N", "batches per validation (default 4)"},
+             {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"},
+             {"quiet", "", "no progress bar"}});
+  if (args.help_requested()) {
+    std::fputs(args.help_text("stratum train [--model HF_DIR | --layers L --heads H --embd C --ctx N --vocab V] "
+                              "--data FILE [flags]").c_str(), stdout);
+    return 0;
+  }
+  TrainOptions o;
+  o.model_dir = args.str("model");
+  const bool shape_flags = args.has("layers") || args.has("heads") || args.has("embd") || args.has("ctx") ||
+                           args.has("vocab");
+  STRATUM_CHECK(o.model_dir.empty() || !shape_flags,
+                "[cli] --model takes the shape from config.json; drop --layers/--heads/--embd/--ctx/--vocab");
+  o.config.n_layer = static_cast<int>(args.integer("layers", 4, 1, 1024));
+  o.config.n_head = static_cast<int>(args.integer("heads", 4, 1, 4096));
+  o.config.n_embd = static_cast<int>(args.integer("embd", 256, 1, 65536));
+  o.config.n_ctx = static_cast<int>(args.integer("ctx", 256, 1, 1 << 20));
+  o.config.vocab_size = static_cast<int>(args.integer("vocab", 50257, 1, 1 << 24));
+  o.data_path = args.str("data");
+  o.val_data_path = args.str("val-data");
+  o.tokenizer_dir = args.str("tokenizer");
+  o.batch = static_cast<int>(args.integer("batch", 4, 1, 65536));
+  o.seq = static_cast<int>(args.integer("seq", 64, 1, 1 << 20));
+  o.steps = static_cast<long>(args.integer("steps", 100, 1, 1000000000));
+  o.lr.max_lr = args.number("lr", 6e-4);
+  o.lr.kind = lr_schedule_parse(args.str("lr-schedule", "cosine"));
+  o.lr.warmup_steps = static_cast<long>(args.integer("warmup", 0, 0, 1000000000));
+  o.lr.min_lr = args.number("min-lr", 0.0);
+  o.beta1 = args.number("beta1", 0.9);
+  o.beta2 = args.number("beta2", 0.95);
+  o.eps = args.number("eps", 1e-8);
+  o.weight_decay = args.number("weight-decay", 0.1);
+  o.grad_clip = args.number("grad-clip", 1.0);
+  o.seed = static_cast<std::uint64_t>(args.integer("seed", 1337, 0, INT64_MAX));
+  o.shuffle = args.flag("shuffle");
+  o.log_path = args.str("log");
+  o.save_dir = args.str("save");
+  o.save_every = static_cast<long>(args.integer("save-every", 0, 0, 1000000000));
+  o.eval_every = static_cast<long>(args.integer("eval-every", 0, 0, 1000000000));
+  o.eval_batches = static_cast<int>(args.integer("eval-batches", 4, 1, 1000000));
+  o.threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
+  o.quiet = args.flag("quiet");
+  train_run(o);
+  return 0;
+}
+
+}  // namespace stratum

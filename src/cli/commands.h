@@ -1,0 +1,16 @@
+// Entry points of the `stratum` subcommands; each parses its flags and returns the exit code.
+// Errors are thrown as stratum::Error and reported by main(). Does not print usage for the
+// whole program (main.cpp does).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace stratum {
+
+int cmd_train(const std::vector<std::string>& args);
+int cmd_generate(const std::vector<std::string>& args);
+int cmd_prepare(const std::vector<std::string>& args);
+int cmd_info(const std::vector<std::string>& args);
+
+}  // namespace stratum

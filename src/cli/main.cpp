@@ -1,0 +1,68 @@
+// `stratum` entry point: dispatches to subcommands, turns errors into one line + exit code.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "stratum/error.h"
+
+namespace {
+const char* kUsage =
+    "usage: stratum <command> [flags]    (stratum <command> --help for its flags)\n"
+    "  train     train or fine-tune a GPT-2 model\n"
+    "  generate  sample text from a model\n"
+    "  prepare   tokenize a text corpus into a token file\n"
+    "  info      describe a model directory, safetensors file or token file\n"
+    "  version   print the version\n";
+
+// OpenBLAS reads OPENBLAS_CORETYPE when it is loaded; a forced core type (this environment sets
+// Haswell) halves GEMM speed on newer CPUs. Re-exec once without it so OpenBLAS picks the
+// kernels for the CPU it runs on. STRATUM_KEEP_OPENBLAS_CORETYPE=1 keeps the user's choice.
+void drop_forced_openblas_coretype(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr || std::getenv("STRATUM_KEEP_OPENBLAS_CORETYPE") != nullptr) return;
+  ::unsetenv("OPENBLAS_CORETYPE");
+  ::execv("/proc/self/exe", argv);  // returns only on failure; then run with the variable unset
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  drop_forced_openblas_coretype(argv);
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (command == "train") return stratum::cmd_train(args);
+    if (command == "generate") return stratum::cmd_generate(args);
+    if (command == "prepare") return stratum::cmd_prepare(args);
+    if (command == "info") return stratum::cmd_info(args);
+    if (command == "version" || command == "--version") {
+      std::printf("stratum %s\n", STRATUM_VERSION);
+      return 0;
+    }
+    if (command == "help" || command == "--help" || command == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "stratum: [cli] unknown command '%s'\n%s", command.c_str(), kUsage);
+    return 2;
+  } catch (const stratum::BugError& e) {
+    std::fprintf(stderr, "\nstratum: %s (please report this)\n", e.what());
+    return 70;
+  } catch (const stratum::Error& e) {
+    std::fprintf(stderr, "\nstratum: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "\nstratum: [core.memory] out of memory; reduce --batch, --seq or the model size\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nstratum: [internal] %s\n", e.what());
+    return 70;
+  }
+}

@@ -1,0 +1,36 @@
+// Owning, move-only, zero-initialised byte buffer aligned to 4 KiB (the O_DIRECT / page size).
+// Does not grow, copy or track tiers: the store (src/store) decides where buffers live.
+#pragma once
+
+#include <cstddef>
+
+namespace stratum {
+
+class AlignedBuffer {
+ public:
+  static constexpr std::size_t kAlignmentBytes = 4096;
+
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(std::size_t size_bytes);  // rounds capacity up to 4 KiB, zero-fills
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  AlignedBuffer(AlignedBuffer&& other) noexcept;
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
+  ~AlignedBuffer();
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  float* as_f32() { return static_cast<float*>(data_); }
+  const float* as_f32() const { return static_cast<const float*>(data_); }
+  std::size_t size_bytes() const { return size_bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t size_bytes_ = 0;
+};
+
+inline std::size_t align_up(std::size_t value, std::size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+}  // namespace stratum

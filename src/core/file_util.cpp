@@ -1,0 +1,126 @@
+// Whole-file reads and crash-safe whole-file writes; see file_util.h.
+#include "core/file_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "stratum/error.h"
+
+namespace stratum {
+
+namespace {
+std::string errno_text() { return std::strerror(errno); }
+
+std::string parent_dir(const std::string& path) {
+  auto parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_;
+};
+}  // namespace
+
+std::string file_read_all(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  STRATUM_CHECK(fd.get() >= 0, "[file] cannot open '", path, "': ", errno_text());
+  struct stat st {};
+  STRATUM_CHECK(::fstat(fd.get(), &st) == 0, "[file] cannot stat '", path, "': ", errno_text());
+  STRATUM_CHECK(!S_ISDIR(st.st_mode), "[file] '", path, "' is a directory, expected a file");
+  std::string out;
+  out.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::read(fd.get(), out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    STRATUM_CHECK(n >= 0, "[file] read error on '", path, "': ", errno_text());
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+std::uint64_t file_size_bytes(const std::string& path) {
+  struct stat st {};
+  STRATUM_CHECK(::stat(path.c_str(), &st) == 0, "[file] cannot stat '", path, "': ", errno_text());
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool dir_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void dir_fsync(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  STRATUM_CHECK(fd.get() >= 0, "[file] cannot open directory '", path, "': ", errno_text());
+  STRATUM_CHECK(::fsync(fd.get()) == 0, "[file] fsync of directory '", path, "' failed: ", errno_text());
+}
+
+void dir_create(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  STRATUM_CHECK(!ec && dir_exists(path), "[file] cannot create directory '", path,
+                "': ", ec ? ec.message() : "exists and is not a directory");
+}
+
+void file_write_atomic(const std::string& path,
+                       const std::function<void(const ByteSink&)>& writer) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  STRATUM_CHECK(fd.get() >= 0, "[file] cannot create '", tmp, "': ", errno_text(),
+                " (is the directory writable?)");
+  try {
+    writer([&](const void* data, std::size_t size) {
+      const char* p = static_cast<const char*>(data);
+      while (size > 0) {
+        ssize_t n = ::write(fd.get(), p, size);
+        if (n < 0 && errno == EINTR) continue;
+        STRATUM_CHECK(n > 0, "[file] write to '", tmp, "' failed: ", errno_text());
+        p += n;
+        size -= static_cast<std::size_t>(n);
+      }
+    });
+    STRATUM_CHECK(::fsync(fd.get()) == 0, "[file] fsync of '", tmp, "' failed: ", errno_text());
+    int raw = fd.release();
+    STRATUM_CHECK(::close(raw) == 0, "[file] close of '", tmp, "' failed: ", errno_text());
+    STRATUM_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "[file] cannot rename '", tmp,
+                  "' to '", path, "': ", errno_text());
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  dir_fsync(parent_dir(path));
+}
+
+void file_write_atomic(const std::string& path, const std::string& contents) {
+  file_write_atomic(path, [&](const ByteSink& sink) { sink(contents.data(), contents.size()); });
+}
+
+}  // namespace stratum

@@ -1,0 +1,34 @@
+// Whole-file reads and crash-safe whole-file writes (temporary name, fsync, rename, fsync dir).
+// Does not do streaming or async I/O.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace stratum {
+
+// Reads the whole file; throws stratum::Error naming the path on failure.
+std::string file_read_all(const std::string& path);
+
+// Size in bytes of a regular file; throws if it does not exist.
+std::uint64_t file_size_bytes(const std::string& path);
+
+bool file_exists(const std::string& path);
+bool dir_exists(const std::string& path);
+
+// Writes `path` atomically: `writer` is called with a callback that appends bytes to
+// "<path>.tmp.<pid>"; the file is fsynced, renamed over `path` and the directory fsynced.
+// On any error the temporary is removed and `path` is left as it was.
+using ByteSink = std::function<void(const void* data, std::size_t size_bytes)>;
+void file_write_atomic(const std::string& path, const std::function<void(const ByteSink&)>& writer);
+void file_write_atomic(const std::string& path, const std::string& contents);
+
+// fsync a directory (after renames inside it).
+void dir_fsync(const std::string& path);
+
+// Creates a directory and its parents if missing; throws naming the path on failure.
+void dir_create(const std::string& path);
+
+}  // namespace stratum

@@ -1,0 +1,20 @@
+// Turns a --data argument into tokens: a token file is read as is, anything else is treated as
+// UTF-8 text and encoded with the BPE tokenizer. Checks every id against the vocabulary.
+// Does not batch (see data_loader.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stratum {
+
+// tokenizer_dir may be empty when path is a token file. vocab_size > 0 enables the id check.
+std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std::string& tokenizer_dir,
+                                             int vocab_size);
+
+// The tokenizer directory to use: `explicit_dir` if set, else `model_dir` when it holds
+// vocab.json + merges.txt (or encoder.json + vocab.bpe), else empty.
+std::string corpus_find_tokenizer(const std::string& explicit_dir, const std::string& model_dir);
+
+}  // namespace stratum

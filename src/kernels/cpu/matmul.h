@@ -1,0 +1,35 @@
+// Dense matrix products for the CPU backend, through OpenBLAS sgemm.
+// Weights use Hugging Face GPT-2's Conv1D layout (in, out): y = x @ W + b. Does not own memory.
+// GEMM results depend on the BLAS thread count (fixed per process), not on data placement.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/thread_pool.h"
+
+namespace stratum {
+
+// Pins the BLAS library to `num_threads` threads (call once at start-up) and reports its name.
+void blas_set_threads(int num_threads);
+std::string blas_describe();  // e.g. "OpenBLAS 0.3.21 (Cooperlake, 2 threads)"
+
+// Row-major C (M,N) = alpha * op(A) @ op(B) + beta * C, op = transpose when trans_* is true.
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+           const float* B, int ldb, float beta, float* C, int ldc);
+
+// out (M,N) = inp (M,K) @ w (K,N) + bias (N); bias may be null.
+void matmul_forward(ThreadPool& pool, float* out, const float* inp, const float* w, const float* bias,
+                    int M, int K, int N);
+
+// Backward of matmul_forward for dout (M,N):
+//   dinp (M,K) = dout @ w^T      (skipped when dinp is null)
+//   dw   (K,N) = inp^T @ dout    (+= when accumulate)
+//   dbias (N)  = sum over rows of dout (+= when accumulate; skipped when null)
+void matmul_backward(ThreadPool& pool, float* dinp, float* dw, float* dbias, const float* dout,
+                     const float* inp, const float* w, int M, int K, int N, bool accumulate);
+
+// dst (N) (= or +=) column sums of src (M,N), each column summed over rows in order.
+void column_sum(ThreadPool& pool, float* dst, const float* src, int M, int N, bool accumulate);
+
+}  // namespace stratum

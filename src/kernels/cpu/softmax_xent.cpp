@@ -1,0 +1,57 @@
+// Softmax cross-entropy rows in parallel; per-row sums use the fixed lane order of simd.h.
+#include "kernels/cpu/softmax_xent.h"
+
+#include <cmath>
+
+#include "kernels/cpu/simd.h"
+
+namespace stratum {
+
+namespace {
+STRATUM_SIMD_CLONES
+float row_sum_exp(const float* x, int V, float mx) {
+  float acc[simd::kLanes] = {};
+  int i = 0;
+  for (; i + simd::kLanes <= V; i += simd::kLanes)
+    for (int l = 0; l < simd::kLanes; ++l) acc[l] += simd::exp_f32(x[i + l] - mx);
+  for (int l = 0; i < V; ++i, ++l) acc[l] += simd::exp_f32(x[i] - mx);
+  return simd::lanes_sum(acc);
+}
+
+STRATUM_SIMD_CLONES
+void softmax_xent_rows(float* losses, float* dlogits, const float* logits, const std::int32_t* targets,
+                       std::size_t r0, std::size_t r1, int V, float dloss) {
+  for (std::size_t r = r0; r < r1; ++r) {
+    const float* x = logits + r * V;
+    const float mx = simd::max_f32(x, V);
+    const float sum = row_sum_exp(x, V, mx);
+    const float log_sum = std::log(sum);
+    const int target = targets[r];
+    losses[r] = (mx + log_sum) - x[target];
+    if (dlogits != nullptr) {
+      float* d = dlogits + r * V;
+      const float inv = 1.0f / sum;
+      for (int i = 0; i < V; ++i) d[i] = simd::exp_f32(x[i] - mx) * inv * dloss;
+      d[target] -= dloss;
+    }
+  }
+}
+}  // namespace
+
+void softmax_xent(ThreadPool& pool, float* losses, float* dlogits, const float* logits,
+                  const std::int32_t* targets, int N, int V, float dloss) {
+  pool.parallel_for(static_cast<std::size_t>(N), [&](std::size_t r0, std::size_t r1) {
+    softmax_xent_rows(losses, dlogits, logits, targets, r0, r1, V, dloss);
+  });
+}
+
+void softmax_row(float* probs, const float* logits, int V, float temperature) {
+  const float inv_t = 1.0f / temperature;
+  for (int i = 0; i < V; ++i) probs[i] = logits[i] * inv_t;
+  const float mx = simd::max_f32(probs, V);
+  const float sum = row_sum_exp(probs, V, mx);
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < V; ++i) probs[i] = simd::exp_f32(probs[i] - mx) * inv;
+}
+
+}  // namespace stratum

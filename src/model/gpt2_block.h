@@ -1,0 +1,74 @@
+// One GPT-2 transformer block, forward and backward (with recompute of the block's internals from
+// its input), plus the embedding and the final LayerNorm + tied LM head + cross-entropy.
+// Operates on borrowed pointers into segments; does not know where segments live.
+#pragma once
+
+#include <cstdint>
+
+#include "core/aligned_buffer.h"
+#include "core/thread_pool.h"
+#include "model/model_config.h"
+#include "model/param_layout.h"
+
+namespace stratum {
+
+// Pointers into one block segment (params or grads: same layout).
+struct Gpt2BlockTensors {
+  float* ln1_w;        // (C)
+  float* ln1_b;        // (C)
+  float* attn_w;       // (C, 3C)
+  float* attn_b;       // (3C)
+  float* attn_proj_w;  // (C, C)
+  float* attn_proj_b;  // (C)
+  float* ln2_w;        // (C)
+  float* ln2_b;        // (C)
+  float* fc_w;         // (C, 4C)
+  float* fc_b;         // (4C)
+  float* mlp_proj_w;   // (4C, C)
+  float* mlp_proj_b;   // (C)
+};
+Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* base);
+
+// Activation scratch for one block at up to B*T rows (reused by every block), fp32, RAM.
+class Gpt2Scratch {
+ public:
+  Gpt2Scratch(const GptConfig& config, int max_batch, int max_seq);
+  std::size_t size_bytes() const { return buffer_.size_bytes(); }
+
+  // forward internals
+  float* ln1;       // (B,T,C)
+  float* ln1_mean;  // (B,T)
+  float* ln1_rstd;  // (B,T)
+  float* qkv;       // (B,T,3C)
+  float* att;       // (B,H,T,T)
+  float* atty;      // (B,T,C)
+  float* res2;      // (B,T,C)
+  float* ln2;       // (B,T,C)
+  float* ln2_mean;  // (B,T)
+  float* ln2_rstd;  // (B,T)
+  float* fch;       // (B,T,4C)
+  float* fch_gelu;  // (B,T,4C)
+  float* tmp;       // (B,T,C) projections before the residual add
+  // backward
+  float* dres2;     // (B,T,C)
+  float* dfch;      // (B,T,4C) (also holds d fch_gelu)
+  float* dln;       // (B,T,C)
+  float* datty;     // (B,T,C)
+  float* dqkv;      // (B,T,3C)
+  float* datt_row;  // (B*H, T)
+
+ private:
+  AlignedBuffer buffer_;
+};
+
+// out (B,T,C) = block(x (B,T,C)).
+void gpt2_block_forward(ThreadPool& pool, const GptConfig& cfg, const Gpt2BlockTensors& p, const float* x,
+                        float* out, Gpt2Scratch& s, int B, int T);
+
+// Recomputes the block's forward from x, then writes dx (B,T,C) and the block's parameter
+// gradients into g (overwriting them) for the upstream gradient dout (B,T,C).
+void gpt2_block_backward(ThreadPool& pool, const GptConfig& cfg, const Gpt2BlockTensors& p,
+                         const Gpt2BlockTensors& g, const float* x, const float* dout, float* dx,
+                         Gpt2Scratch& s, int B, int T);
+
+}  // namespace stratum

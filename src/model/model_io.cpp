@@ -1,0 +1,185 @@
+// Loading, saving and initialising GPT-2 weights; see model_io.h.
+#include "model/model_io.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "core/file_util.h"
+#include "core/rng.h"
+#include "formats/hf_config.h"
+#include "formats/safetensors.h"
+#include "stratum/error.h"
+
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+namespace stratum {
+
+GptConfig model_read_config(const std::string& dir) {
+  STRATUM_CHECK(dir_exists(dir), "[model] model directory '", dir, "' does not exist");
+  const std::string path = dir + "/config.json";
+  STRATUM_CHECK(file_exists(path), "[model] '", dir, "' has no config.json: expected a Hugging Face GPT-2 directory");
+  return hf_config_read_gpt2(path);
+}
+
+namespace {
+bool ignorable_tensor(const std::string& name) {
+  auto ends_with = [&](const char* suffix) {
+    const std::size_t n = std::strlen(suffix);
+    return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
+  };
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || name == "lm_head.weight";
+}
+}  // namespace
+
+void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store) {
+  const std::string path = dir + "/model.safetensors";
+  STRATUM_CHECK(file_exists(path), "[model] '", dir, "' has no model.safetensors");
+  SafetensorsFile file = SafetensorsFile::open(path);
+  std::vector<std::vector<bool>> seen(layout.segment_count());
+  for (int s = 0; s < layout.segment_count(); ++s) seen[s].assign(layout.segments()[s].tensors.size(), false);
+  for (const auto& info : file.tensors()) {
+    int s = 0, t = 0;
+    if (!layout.find(info.name, &s, &t)) {
+      if (ignorable_tensor(info.name)) continue;
+      STRATUM_FAIL("[model] ", path, ": unexpected tensor '", info.name,
+                   "' (not part of a GPT-2 model with this config.json)");
+    }
+    const TensorSlot& slot = layout.segments()[s].tensors[t];
+    STRATUM_CHECK(info.shape == slot.shape, "[model] ", path, ": tensor '", info.name, "' has shape ",
+                  [&] {
+                    std::string out = "[";
+                    for (std::size_t i = 0; i < info.shape.size(); ++i)
+                      out += (i ? "," : "") + std::to_string(info.shape[i]);
+                    return out + "]";
+                  }(),
+                  ", but config.json implies ", [&] {
+                    std::string out = "[";
+                    for (std::size_t i = 0; i < slot.shape.size(); ++i)
+                      out += (i ? "," : "") + std::to_string(slot.shape[i]);
+                    return out + "]";
+                  }());
+    STRATUM_CHECK(!seen[s][t], "[model] ", path, ": tensor '", info.name, "' appears twice (with and without prefix)");
+    SegmentHold params(store, s, SegmentKind::Params, Access::Update);
+    file.read_f32(info, params.data() + slot.offset_floats);
+    seen[s][t] = true;
+  }
+  for (int s = 0; s < layout.segment_count(); ++s)
+    for (std::size_t t = 0; t < seen[s].size(); ++t)
+      STRATUM_CHECK(seen[s][t], "[model] ", path, ": tensor '", layout.segments()[s].tensors[t].name,
+                    "' is missing (expected it with or without the 'transformer.' prefix)");
+}
+
+void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store, std::uint64_t seed) {
+  Rng rng(seed);
+  const double residual_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    SegmentHold params(store, s, SegmentKind::Params, Access::Overwrite);
+    for (const auto& t : layout.segments()[s].tensors) {
+      float* p = params.data() + t.offset_floats;
+      const bool is_ln = t.name.find("ln_") != std::string::npos;
+      const bool is_weight = t.name.size() >= 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
+      if (is_ln) {
+        std::fill(p, p + t.numel, is_weight ? 1.0f : 0.0f);
+      } else if (!is_weight) {
+        std::fill(p, p + t.numel, 0.0f);
+      } else {
+        const bool residual = t.name.find("c_proj.weight") != std::string::npos;
+        const double std = residual ? residual_std : 0.02;
+        for (std::size_t i = 0; i < t.numel; ++i) p[i] = static_cast<float>(rng.normal() * std);
+      }
+    }
+  }
+}
+
+namespace {
+void copy_file(const std::string& from, const std::string& to) {
+  file_write_atomic(to, file_read_all(from));
+}
+
+// Moves `tmp` into place at `dir` atomically; afterwards `tmp` holds the old directory (if any).
+void dir_swap_in(const std::string& tmp, const std::string& dir) {
+  if (!dir_exists(dir)) {
+    STRATUM_CHECK(::rename(tmp.c_str(), dir.c_str()) == 0, "[model.save] cannot rename '", tmp, "' to '", dir,
+                  "': ", std::strerror(errno));
+    return;
+  }
+  if (::syscall(SYS_renameat2, AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) return;
+  // File systems without RENAME_EXCHANGE: move the old one aside first (a crash in between
+  // leaves the old model intact under the ".old" name).
+  const std::string old = tmp + ".old";
+  STRATUM_CHECK(::rename(dir.c_str(), old.c_str()) == 0, "[model.save] cannot move '", dir, "' aside: ",
+                std::strerror(errno));
+  STRATUM_CHECK(::rename(tmp.c_str(), dir.c_str()) == 0, "[model.save] cannot rename '", tmp, "' to '", dir,
+                "': ", std::strerror(errno), " (the previous model is at '", old, "')");
+  std::filesystem::rename(old, tmp);
+}
+}  // namespace
+
+void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
+                const std::string& tokenizer_dir) {
+  std::string dir = dir_in;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const std::string parent = std::filesystem::path(dir).parent_path().empty()
+                                 ? std::string(".")
+                                 : std::filesystem::path(dir).parent_path().string();
+  STRATUM_CHECK(dir_exists(parent), "[model.save] parent directory '", parent, "' of '", dir,
+                "' does not exist; create it first");
+  STRATUM_CHECK(::access(parent.c_str(), W_OK) == 0, "[model.save] cannot write to '", parent,
+                "': permission denied; choose another --save directory");
+  const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
+  std::error_code ec;
+  std::filesystem::remove_all(tmp, ec);
+  dir_create(tmp);
+  try {
+    hf_config_write_gpt2(tmp + "/config.json", cfg);
+    std::vector<std::unique_ptr<SegmentHold>> holds;
+    std::vector<SafetensorsWriteEntry> entries;
+    for (int s = 0; s < layout.segment_count(); ++s) {
+      holds.push_back(std::make_unique<SegmentHold>(store, s, SegmentKind::Params, Access::Read));
+      for (const auto& t : layout.segments()[s].tensors)
+        entries.push_back({"transformer." + t.name, DType::F32, t.shape, holds.back()->data() + t.offset_floats});
+    }
+    safetensors_write(tmp + "/model.safetensors", entries, {{"format", "pt"}});
+    holds.clear();
+    if (!tokenizer_dir.empty()) {
+      const bool hf_names = file_exists(tokenizer_dir + "/vocab.json");
+      copy_file(tokenizer_dir + (hf_names ? "/vocab.json" : "/encoder.json"), tmp + "/vocab.json");
+      copy_file(tokenizer_dir + (hf_names ? "/merges.txt" : "/vocab.bpe"), tmp + "/merges.txt");
+    }
+    dir_fsync(tmp);
+    dir_swap_in(tmp, dir);
+    dir_fsync(parent);
+  } catch (...) {
+    std::filesystem::remove_all(tmp, ec);
+    throw;
+  }
+  std::filesystem::remove_all(tmp, ec);
+}
+
+std::uint64_t model_params_hash(const ParamLayout& layout, SegmentStore& store) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    SegmentHold params(store, s, SegmentKind::Params, Access::Read);
+    for (const auto& t : layout.segments()[s].tensors) {
+      const auto* bytes = reinterpret_cast<const unsigned char*>(params.data() + t.offset_floats);
+      for (std::size_t i = 0; i < t.numel * sizeof(float); ++i) {
+        h ^= bytes[i];
+        h *= 1099511628211ull;
+      }
+    }
+  }
+  return h;
+}
+
+}  // namespace stratum

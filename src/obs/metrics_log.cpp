@@ -1,0 +1,40 @@
+// MetricsLog; see metrics_log.h.
+#include "obs/metrics_log.h"
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "stratum/error.h"
+
+namespace stratum {
+
+MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "w");
+  STRATUM_CHECK(file_ != nullptr, "[log] cannot open --log file '", path, "' for writing: ", std::strerror(errno));
+}
+
+MetricsLog::MetricsLog(MetricsLog&& other) noexcept
+    : file_(std::exchange(other.file_, nullptr)), path_(std::move(other.path_)) {}
+
+MetricsLog& MetricsLog::operator=(MetricsLog&& other) noexcept {
+  if (this != &other) {
+    if (file_) std::fclose(file_);
+    file_ = std::exchange(other.file_, nullptr);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+  if (!file_) return;
+  const std::string line = record.dump() + "\n";
+  const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
+  STRATUM_CHECK(ok, "[log] write to '", path_, "' failed: ", std::strerror(errno), " (disk full?)");
+}
+
+}  // namespace stratum

@@ -1,0 +1,63 @@
+// Runs a training or inference pass block by block over segments held by a SegmentStore.
+// Note [step schedule]: forward visits embed, layer.0 .. layer.L-1, head (keeping only each
+// block's input, the "boundary activations"); the head computes loss and its backward in row
+// chunks; backward visits layer.L-1 .. layer.0, recomputing each block's internals from its
+// boundary input; the embedding backward runs last; the optimizer then visits every segment.
+// Every segment use is bracketed by acquire/release (Note [acquire/release]) so a tiered store
+// can stream segments without the model code knowing. Does not choose placement or own segments.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/adamw.h"
+#include "model/gpt2_block.h"
+#include "model/gpt2_head.h"
+#include "model/model_config.h"
+#include "model/param_layout.h"
+#include "store/segment_store.h"
+
+namespace stratum {
+
+class Executor {
+ public:
+  Executor(ThreadPool& pool, const GptConfig& config, const ParamLayout& layout, SegmentStore& store, int max_batch,
+           int max_seq);
+
+  // Forward + backward for inputs/targets (B,T); writes every parameter's gradient into the
+  // store's Grads segments (overwriting) and returns the mean cross-entropy.
+  float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
+  // Forward only: mean cross-entropy.
+  float loss(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
+  // Logits (V) of the last position of tokens (1, T), T <= max_seq.
+  void logits_last(const std::int32_t* tokens, int T, float* logits);
+
+  // Sum of squared gradients over all parameters (double, fixed order).
+  double grad_sum_squares();
+  // AdamW on every segment; weight decay applies to tensors with weight_decay set.
+  void optimizer_step(const AdamWHyper& hyper, double weight_decay, float grad_scale);
+
+  // Bytes of activation memory (boundary activations + scratch) this executor holds.
+  std::size_t activation_bytes() const;
+
+ private:
+  void check_shape(int B, int T) const;
+  void forward_blocks(const std::int32_t* inputs, int B, int T);
+  float* act(int i) { return acts_.as_f32() + static_cast<std::size_t>(i) * act_stride_; }
+
+  ThreadPool& pool_;
+  GptConfig cfg_;
+  const ParamLayout& layout_;
+  SegmentStore& store_;
+  int max_batch_, max_seq_;
+  std::size_t act_stride_;   // max_batch * max_seq * C floats
+  AlignedBuffer acts_;       // (L+1) x (B,T,C): input of each block, then the final output
+  AlignedBuffer dacts_;      // 2 x (B,T,C): gradient ping-pong for the backward
+  Gpt2Scratch scratch_;
+  Gpt2HeadScratch head_scratch_;
+};
+
+}  // namespace stratum

@@ -1,0 +1,169 @@
+// The training loop; see trainer.h.
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "data/corpus.h"
+#include "data/data_loader.h"
+#include "kernels/cpu/matmul.h"
+#include "model/model_io.h"
+#include "model/param_layout.h"
+#include "obs/metrics_log.h"
+#include "obs/progress_bar.h"
+#include "store/segment_store.h"
+#include "stratum/error.h"
+#include "train/executor.h"
+
+namespace stratum {
+
+namespace {
+void options_check(const TrainOptions& o) {
+  STRATUM_CHECK(!o.data_path.empty(), "[train] --data FILE is required (a text file, .bin token file or llm.c shard)");
+  STRATUM_CHECK(o.batch >= 1 && o.batch <= 65536, "[train] --batch must be in 1..65536, got ", o.batch);
+  STRATUM_CHECK(o.seq >= 1, "[train] --seq must be >= 1, got ", o.seq);
+  STRATUM_CHECK(o.steps >= 1, "[train] --steps must be >= 1, got ", o.steps);
+  STRATUM_CHECK(o.lr.max_lr >= 0 && std::isfinite(o.lr.max_lr), "[train] --lr must be a finite number >= 0");
+  STRATUM_CHECK(o.lr.min_lr >= 0 && o.lr.min_lr <= o.lr.max_lr, "[train] --min-lr must be in [0, --lr], got ",
+                o.lr.min_lr);
+  STRATUM_CHECK(o.lr.warmup_steps >= 0, "[train] --warmup must be >= 0");
+  STRATUM_CHECK(o.beta1 >= 0 && o.beta1 < 1, "[train] --beta1 must be in [0, 1), got ", o.beta1);
+  STRATUM_CHECK(o.beta2 >= 0 && o.beta2 < 1, "[train] --beta2 must be in [0, 1), got ", o.beta2);
+  STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
+  STRATUM_CHECK(o.weight_decay >= 0, "[train] --weight-decay must be >= 0, got ", o.weight_decay);
+  STRATUM_CHECK(o.grad_clip >= 0, "[train] --grad-clip must be >= 0 (0 = off), got ", o.grad_clip);
+  STRATUM_CHECK(o.save_every >= 0 && o.eval_every >= 0, "[train] --save-every and --eval-every must be >= 0");
+  STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
+  STRATUM_CHECK(o.eval_batches >= 1, "[train] --eval-batches must be >= 1");
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string mib(std::size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+}  // namespace
+
+TrainResult train_run(const TrainOptions& o) {
+  options_check(o);
+  const GptConfig cfg = o.model_dir.empty() ? o.config : model_read_config(o.model_dir);
+  cfg.validate();
+  STRATUM_CHECK(o.seq <= cfg.n_ctx, "[train] --seq ", o.seq, " is longer than the model context n_ctx=", cfg.n_ctx,
+                "; use --seq <= ", cfg.n_ctx);
+  const int threads = o.threads > 0 ? o.threads : default_thread_count();
+  ThreadPool pool(threads);
+  blas_set_threads(threads);
+
+  const std::string tokenizer_dir = corpus_find_tokenizer(o.tokenizer_dir, o.model_dir);
+  std::vector<std::int32_t> train_tokens = corpus_load_tokens(o.data_path, tokenizer_dir, cfg.vocab_size);
+  std::vector<std::int32_t> val_tokens;
+  if (!o.val_data_path.empty()) {
+    val_tokens = corpus_load_tokens(o.val_data_path, tokenizer_dir, cfg.vocab_size);
+  } else if (o.eval_every > 0) {
+    const std::size_t holdout = std::max<std::size_t>(train_tokens.size() / 20,
+                                                      static_cast<std::size_t>(o.batch) * o.seq + 1);
+    STRATUM_CHECK(train_tokens.size() > 2 * holdout, "[train] the data (", train_tokens.size(),
+                  " tokens) is too small to hold out a validation split of ", holdout,
+                  " tokens; give --val-data or more data");
+    val_tokens.assign(train_tokens.end() - static_cast<std::ptrdiff_t>(holdout), train_tokens.end());
+    train_tokens.resize(train_tokens.size() - holdout);
+  }
+  const std::size_t train_token_count = train_tokens.size();
+  DataLoader loader(std::move(train_tokens), o.batch, o.seq, o.shuffle, o.seed);
+  std::unique_ptr<DataLoader> val_loader;
+  if (!val_tokens.empty()) val_loader = std::make_unique<DataLoader>(std::move(val_tokens), o.batch, o.seq, false, 0);
+
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  RamSegmentStore store(layout);
+  if (o.model_dir.empty()) model_init_random(cfg, layout, store, o.seed);
+  else model_load_weights(o.model_dir, layout, store);
+  Executor exec(pool, cfg, layout, store, o.batch, o.seq);
+
+  MetricsLog log = o.log_path.empty() ? MetricsLog() : MetricsLog(o.log_path);
+  LrSchedule sched = o.lr;
+  sched.total_steps = o.steps;
+  const std::size_t param_bytes = layout.num_params() * sizeof(float);
+  std::fprintf(stderr,
+               "[stratum] model %s, %.2fM parameters | data %zu tokens (%lld batches/epoch)%s | B=%d T=%d | %d "
+               "threads, %s\n"
+               "[stratum] memory: params %s, grads %s, AdamW moments %s, activations %s\n",
+               cfg.describe().c_str(), static_cast<double>(layout.num_params()) / 1e6, train_token_count,
+               static_cast<long long>(loader.batches_per_epoch()), val_loader ? ", validation held out" : "",
+               o.batch, o.seq, threads, blas_describe().c_str(), mib(param_bytes).c_str(), mib(param_bytes).c_str(),
+               mib(2 * param_bytes).c_str(), mib(exec.activation_bytes()).c_str());
+
+  const int BT = o.batch * o.seq;
+  std::vector<std::int32_t> inputs(BT), targets(BT);
+  auto evaluate = [&]() {
+    double total = 0.0;
+    for (int k = 0; k < o.eval_batches; ++k) {
+      val_loader->batch(k, inputs.data(), targets.data());
+      total += exec.loss(inputs.data(), targets.data(), o.batch, o.seq);
+    }
+    return static_cast<float>(total / o.eval_batches);
+  };
+
+  ProgressBar progress(o.steps, o.quiet);
+  TrainResult result;
+  std::vector<double> step_ms;
+  double timed_s = 0.0;
+  for (long step = 0; step < o.steps; ++step) {
+    loader.batch(step, inputs.data(), targets.data());
+    const auto t0 = std::chrono::steady_clock::now();
+    const float loss = exec.forward_backward(inputs.data(), targets.data(), o.batch, o.seq);
+    STRATUM_CHECK(std::isfinite(loss), "[train] loss became ", loss, " at step ", step + 1,
+                  "; lower --lr or enable --grad-clip");
+    const float grad_norm = static_cast<float>(std::sqrt(exec.grad_sum_squares()));
+    float grad_scale = 1.0f;
+    if (o.grad_clip > 0) grad_scale = std::min(1.0f, static_cast<float>(o.grad_clip) / (grad_norm + 1e-6f));
+    const double lr = sched.lr_at(step);
+    exec.optimizer_step(AdamWHyper{lr, o.beta1, o.beta2, o.eps, step + 1}, o.weight_decay, grad_scale);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    step_ms.push_back(ms);
+    if (step > 0 || o.steps == 1) timed_s += ms / 1000.0;
+    const long timed_steps = o.steps == 1 ? 1 : step;
+    const double tokens_per_s = BT / (ms / 1000.0);
+    const double avg_s = timed_steps > 0 ? timed_s / timed_steps : ms / 1000.0;
+    result.final_loss = loss;
+
+    nlohmann::json record = {{"step", step + 1}, {"loss", loss},     {"lr", lr},
+                             {"grad_norm", grad_norm}, {"step_ms", ms}, {"tokens_per_s", tokens_per_s}};
+    const bool last = step + 1 == o.steps;
+    if (val_loader && ((step + 1) % o.eval_every == 0 || last)) {
+      result.final_val_loss = evaluate();
+      record["val_loss"] = result.final_val_loss;
+      char line[128];
+      std::snprintf(line, sizeof line, "[stratum] step %ld: val_loss %.4f", step + 1, result.final_val_loss);
+      progress.message(line);
+    }
+    log.write(record);
+    progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o.steps - step - 1), "");
+    if (!o.save_dir.empty() && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || last)) {
+      model_save(o.save_dir, cfg, layout, store, tokenizer_dir);
+      if (!last) progress.message("[stratum] saved " + o.save_dir + " at step " + std::to_string(step + 1));
+    }
+  }
+  progress.finish();
+  result.step_ms_median = median(step_ms);
+  const long timed_steps = o.steps == 1 ? 1 : o.steps - 1;
+  result.tokens_per_s = timed_s > 0 ? static_cast<double>(BT) * timed_steps / timed_s : 0.0;
+  result.params_hash = model_params_hash(layout, store);
+  std::fprintf(stderr, "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, params hash %016llx%s%s\n",
+               o.steps, result.final_loss, result.tokens_per_s, result.step_ms_median,
+               static_cast<unsigned long long>(result.params_hash), o.save_dir.empty() ? "" : ", saved to ",
+               o.save_dir.c_str());
+  return result;
+}
+
+}  // namespace stratum

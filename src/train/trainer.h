@@ -1,0 +1,47 @@
+// `stratum train`: builds the model (from a Hugging Face directory or from flags), loads the
+// data, and runs the training loop (forward/backward via Executor, global-norm clipping,
+// AdamW, LR schedule), logging, evaluating and saving as asked. Does not parse flags.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/model_config.h"
+#include "train/lr_schedule.h"
+
+namespace stratum {
+
+struct TrainOptions {
+  std::string model_dir;      // start from this HF directory; empty = new model from `config`
+  GptConfig config;           // used when model_dir is empty
+  std::string data_path;      // text (needs a tokenizer), raw uint16 .bin, or llm.c shard
+  std::string val_data_path;  // optional; else with eval_every > 0 the last 5% of data is held out
+  std::string tokenizer_dir;  // encoder.json+vocab.bpe or vocab.json+merges.txt; default: model_dir's
+  int batch = 4;
+  int seq = 64;
+  long steps = 100;
+  LrSchedule lr;              // total_steps is set from `steps`
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  double grad_clip = 1.0;     // 0 = off
+  std::uint64_t seed = 1337;  // initialisation and shuffling
+  bool shuffle = false;
+  std::string log_path;
+  std::string save_dir;
+  long save_every = 0;        // 0 = only at the end (when save_dir is set)
+  long eval_every = 0;        // 0 = no validation
+  int eval_batches = 4;
+  int threads = 0;            // 0 = default_thread_count()
+  bool quiet = false;         // no progress bar
+};
+
+struct TrainResult {
+  float final_loss = 0.0f;
+  float final_val_loss = -1.0f;  // < 0 when never evaluated
+  std::uint64_t params_hash = 0;
+  double tokens_per_s = 0.0;     // over all steps after the first
+  double step_ms_median = 0.0;
+};
+
+TrainResult train_run(const TrainOptions& options);
+
+}  // namespace stratum
