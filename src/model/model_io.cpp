@@ -168,13 +168,16 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
 }
 
 std::uint64_t model_params_hash(const ParamLayout& layout, SegmentStore& store) {
+  // FNV-1a over 32-bit words (the float bit patterns), in layout order.
   std::uint64_t h = 1469598103934665603ull;
   for (int s = 0; s < layout.segment_count(); ++s) {
     SegmentHold params(store, s, SegmentKind::Params, Access::Read);
     for (const auto& t : layout.segments()[s].tensors) {
-      const auto* bytes = reinterpret_cast<const unsigned char*>(params.data() + t.offset_floats);
-      for (std::size_t i = 0; i < t.numel * sizeof(float); ++i) {
-        h ^= bytes[i];
+      const float* p = params.data() + t.offset_floats;
+      for (std::size_t i = 0; i < t.numel; ++i) {
+        std::uint32_t bits;
+        std::memcpy(&bits, p + i, sizeof bits);
+        h ^= bits;
         h *= 1099511628211ull;
       }
     }

@@ -1,0 +1,182 @@
+// llm.c shard and raw uint16 token files; see token_file.h.
+#include "data/token_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+
+#include "core/file_util.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+static_assert(std::endian::native == std::endian::little,
+              "token files are little-endian; big-endian hosts are not supported");
+
+namespace {
+
+constexpr std::int32_t kLlmcMagic = 20240520;
+constexpr std::size_t kLlmcHeaderInts = 256;
+constexpr std::size_t kLlmcHeaderBytes = kLlmcHeaderInts * sizeof(std::int32_t);
+constexpr std::size_t kStagingBytes = 1 << 20;  // bounded buffer for one-pass conversion
+
+std::string where(const std::string& path) { return "[data.tokens] '" + path + "'"; }
+
+class Fd {  // owns one file descriptor
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// pread exactly size_bytes at offset; retries short reads and EINTR.
+void read_exact(const std::string& path, int fd, std::uint64_t offset, void* dst, std::size_t size_bytes) {
+  char* out = static_cast<char*>(dst);
+  std::size_t done = 0;
+  while (done < size_bytes) {
+    const ssize_t n = ::pread(fd, out + done, size_bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    STRATUM_CHECK(n >= 0, where(path), ": read failed at offset ", offset + done, ": ", std::strerror(errno));
+    STRATUM_CHECK(n > 0, where(path), ": unexpected end of file at offset ", offset + done,
+                  " (was it truncated while being read?)");
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// Reads count little-endian Elem values starting at offset into tokens (already sized).
+template <class Elem>
+void tokens_read(const std::string& path, int fd, std::uint64_t offset, std::vector<std::int32_t>& tokens) {
+  const std::size_t chunk = kStagingBytes / sizeof(Elem);
+  std::vector<Elem> staging(std::min(chunk, tokens.size()));  // (chunk,) raw token ids
+  for (std::size_t first = 0; first < tokens.size(); first += chunk) {
+    const std::size_t count = std::min(chunk, tokens.size() - first);
+    read_exact(path, fd, offset + first * sizeof(Elem), staging.data(), count * sizeof(Elem));
+    for (std::size_t i = 0; i < count; ++i) {
+      if constexpr (sizeof(Elem) == 4) {
+        STRATUM_CHECK(staging[i] <= static_cast<Elem>(INT32_MAX), where(path), ": token ", first + i,
+                      " has id ", staging[i], ", above the supported maximum ", INT32_MAX);
+      }
+      tokens[first + i] = static_cast<std::int32_t>(staging[i]);
+    }
+  }
+}
+
+void tokens_check_u16(const std::string& path, const std::vector<std::int32_t>& tokens) {
+  STRATUM_CHECK(!tokens.empty(), where(path), ": refusing to write a token file with zero tokens");
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    STRATUM_CHECK(tokens[i] >= 0 && tokens[i] <= 65535, where(path), ": token ", i, " has id ", tokens[i],
+                  "; uint16 token files hold ids 0..65535");
+  }
+}
+
+void tokens_sink_u16(const ByteSink& sink, const std::vector<std::int32_t>& tokens) {
+  std::vector<std::uint16_t> staging(std::min(kStagingBytes / 2, tokens.size()));  // (chunk,) uint16 ids
+  for (std::size_t first = 0; first < tokens.size(); first += staging.size()) {
+    const std::size_t count = std::min(staging.size(), tokens.size() - first);
+    for (std::size_t i = 0; i < count; ++i) staging[i] = static_cast<std::uint16_t>(tokens[first + i]);
+    sink(staging.data(), count * sizeof(std::uint16_t));
+  }
+}
+
+}  // namespace
+
+bool token_file_is_token_file(const std::string& path) {
+  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0) return true;
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return false;
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  std::int32_t magic = 0;
+  return ::pread(fd.get(), &magic, sizeof(magic), 0) == static_cast<ssize_t>(sizeof(magic)) &&
+         magic == kLlmcMagic;
+}
+
+TokenFileData token_file_read(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  STRATUM_CHECK(fd.get() >= 0, where(path), ": cannot open: ", std::strerror(errno),
+                errno == ENOENT ? " (check the path, or run 'stratum prepare' to make token files)" : "");
+  struct stat st {};
+  STRATUM_CHECK(::fstat(fd.get(), &st) == 0, where(path), ": cannot stat: ", std::strerror(errno));
+  STRATUM_CHECK(S_ISREG(st.st_mode), where(path), " is not a regular file");
+  const auto size_bytes = static_cast<std::uint64_t>(st.st_size);
+  STRATUM_CHECK(size_bytes > 0, where(path), " is empty; expected token ids");
+
+  std::int32_t magic = 0;
+  if (size_bytes >= sizeof(magic)) read_exact(path, fd.get(), 0, &magic, sizeof(magic));
+  TokenFileData out;
+  if (magic != kLlmcMagic) {
+    STRATUM_CHECK(size_bytes % 2 == 0, where(path), " has ", size_bytes,
+                  " bytes, an odd count; a raw uint16 token file has an even size (wrong format?)");
+    out.format = TokenFileFormat::RawU16;
+    out.tokens.resize(static_cast<std::size_t>(size_bytes / 2));
+    tokens_read<std::uint16_t>(path, fd.get(), 0, out.tokens);
+    return out;
+  }
+
+  out.format = TokenFileFormat::LlmcShard;
+  STRATUM_CHECK(size_bytes >= kLlmcHeaderBytes, where(path), ": llm.c shard header is truncated: file has ",
+                size_bytes, " bytes, the header needs ", kLlmcHeaderBytes);
+  std::int32_t header[kLlmcHeaderInts];
+  read_exact(path, fd.get(), 0, header, kLlmcHeaderBytes);
+  const std::int32_t version = header[1];
+  STRATUM_CHECK(version == 1 || version == 2, where(path), ": unsupported llm.c shard version ", version,
+                "; expected 1 (uint16 tokens) or 2 (uint32 tokens)");
+  const std::int32_t ntok = header[2];
+  STRATUM_CHECK(ntok > 0, where(path), ": llm.c shard header says ", ntok, " tokens; expected at least 1");
+  const std::uint64_t elem_bytes = version == 1 ? 2 : 4;
+  const std::uint64_t want_bytes = static_cast<std::uint64_t>(ntok) * elem_bytes;
+  const std::uint64_t have_bytes = size_bytes - kLlmcHeaderBytes;
+  STRATUM_CHECK(have_bytes >= want_bytes, where(path), ": llm.c shard is truncated: header says ", ntok,
+                " tokens (", want_bytes, " bytes) but only ", have_bytes, " bytes follow the header");
+  STRATUM_CHECK(have_bytes == want_bytes, where(path), ": llm.c shard has ", have_bytes - want_bytes,
+                " unexpected bytes after the ", ntok, " tokens its header declares");
+  out.tokens.resize(static_cast<std::size_t>(ntok));
+  if (version == 1) {
+    tokens_read<std::uint16_t>(path, fd.get(), kLlmcHeaderBytes, out.tokens);
+  } else {
+    tokens_read<std::uint32_t>(path, fd.get(), kLlmcHeaderBytes, out.tokens);
+  }
+  return out;
+}
+
+void token_file_write_raw_u16(const std::string& path, const std::vector<std::int32_t>& tokens) {
+  tokens_check_u16(path, tokens);
+  file_write_atomic(path, [&](const ByteSink& sink) { tokens_sink_u16(sink, tokens); });
+}
+
+void token_file_write_llmc(const std::string& path, const std::vector<std::int32_t>& tokens) {
+  tokens_check_u16(path, tokens);
+  STRATUM_CHECK(tokens.size() <= static_cast<std::size_t>(INT32_MAX), where(path), ": ", tokens.size(),
+                " tokens do not fit an llm.c shard (at most ", INT32_MAX, ")");
+  std::int32_t header[kLlmcHeaderInts] = {};
+  header[0] = kLlmcMagic;
+  header[1] = 1;
+  header[2] = static_cast<std::int32_t>(tokens.size());
+  file_write_atomic(path, [&](const ByteSink& sink) {
+    sink(header, kLlmcHeaderBytes);
+    tokens_sink_u16(sink, tokens);
+  });
+}
+
+std::string token_file_format_name(TokenFileFormat format) {
+  switch (format) {
+    case TokenFileFormat::RawU16: return "raw-u16";
+    case TokenFileFormat::LlmcShard: return "llmc-shard";
+  }
+  STRATUM_ASSERT(false && "unknown TokenFileFormat");
+  return "";
+}
+
+}  // namespace stratum

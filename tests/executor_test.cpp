@@ -1,0 +1,137 @@
+// Executor + GPT-2 model vs PyTorch golden files: loss and every gradient for one batch of the
+// tiny model, loading HF files with and without the "transformer." prefix.
+#include "train/executor.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "data/token_file.h"
+#include "integration_util.h"
+#include "kernels/cpu/matmul.h"
+#include "model/model_io.h"
+#include "stratum/error.h"
+
+namespace stratum {
+namespace {
+
+using testing::golden_f32;
+using testing::source_path;
+
+const std::string kTiny = "tests/golden/tiny_gpt2";
+
+TEST(Executor, LossAndGradientsMatchPyTorch) {
+  const std::string dir = source_path(kTiny);
+  const GptConfig cfg = model_read_config(dir);
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  RamSegmentStore store(layout);
+  model_load_weights(dir, layout, store);
+  ThreadPool pool(2);
+  blas_set_threads(2);
+  const int B = 4, T = 32;
+  Executor exec(pool, cfg, layout, store, B, T);
+  const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
+  std::vector<std::int32_t> inputs(tokens.begin(), tokens.begin() + B * T);
+  std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.begin() + B * T + 1);
+
+  const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference.safetensors");
+  const float loss = exec.forward_backward(inputs.data(), targets.data(), B, T);
+  EXPECT_NEAR(loss, golden_f32(ref, "loss")[0], 1e-5);
+  EXPECT_NEAR(exec.loss(inputs.data(), targets.data(), B, T), loss, 0.0) << "eval loss must equal training loss";
+
+  int checked = 0;
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    SegmentHold grads(store, s, SegmentKind::Grads, Access::Read);
+    for (const auto& t : layout.segments()[s].tensors) {
+      const auto expected = golden_f32(ref, "grad.transformer." + t.name);
+      ASSERT_EQ(expected.size(), t.numel) << t.name;
+      double max_err = 0.0, max_ref = 0.0;
+      for (std::size_t i = 0; i < t.numel; ++i) {
+        max_err = std::max(max_err, std::abs(static_cast<double>(grads.data()[t.offset_floats + i]) - expected[i]));
+        max_ref = std::max(max_ref, std::abs(static_cast<double>(expected[i])));
+      }
+      EXPECT_LE(max_err, 1e-6 + 1e-4 * max_ref) << t.name << " max |ref| " << max_ref;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2 + 12 * cfg.n_layer + 2);
+}
+
+TEST(Executor, LoadsNamesWithoutPrefixAndIgnoresBuffers) {
+  const std::string dir = source_path(kTiny);
+  const GptConfig cfg = model_read_config(dir);
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  RamSegmentStore a(layout), b(layout);
+  model_load_weights(dir, layout, a);
+  testing::TempDir tmp;
+  std::filesystem::copy_file(dir + "/config.json", tmp.file("config.json"));
+  std::filesystem::copy_file(dir + "/model_with_buffers.safetensors", tmp.file("model.safetensors"));
+  model_load_weights(tmp.path(), layout, b);
+  EXPECT_EQ(model_params_hash(layout, a), model_params_hash(layout, b));
+}
+
+TEST(Executor, SaveThenLoadIsBitIdentical) {
+  const std::string dir = source_path(kTiny);
+  const GptConfig cfg = model_read_config(dir);
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  RamSegmentStore a(layout), b(layout);
+  model_init_random(cfg, layout, a, 42);
+  testing::TempDir tmp;
+  const std::string out = tmp.file("saved");
+  model_save(out, cfg, layout, a, "");
+  EXPECT_EQ(model_read_config(out).n_embd, cfg.n_embd);
+  model_load_weights(out, layout, b);
+  EXPECT_EQ(model_params_hash(layout, a), model_params_hash(layout, b));
+  // HF layout: every name carries "transformer.", no lm_head (tied).
+  const SafetensorsFile file = SafetensorsFile::open(out + "/model.safetensors");
+  EXPECT_NE(file.find("transformer.wte.weight"), nullptr);
+  EXPECT_NE(file.find("transformer.h.1.mlp.c_proj.weight"), nullptr);
+  EXPECT_EQ(file.find("lm_head.weight"), nullptr);
+  // Saving again over an existing model replaces it whole and leaves no temporaries.
+  model_init_random(cfg, layout, a, 43);
+  model_save(out, cfg, layout, a, "");
+  model_load_weights(out, layout, b);
+  EXPECT_EQ(model_params_hash(layout, a), model_params_hash(layout, b));
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path())) {
+    (void)e;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1);
+}
+
+TEST(Executor, SaveFailureKeepsPreviousModel) {
+  const std::string dir = source_path(kTiny);
+  const GptConfig cfg = model_read_config(dir);
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  RamSegmentStore a(layout);
+  model_init_random(cfg, layout, a, 1);
+  testing::TempDir tmp;
+  // Target is an existing regular file: the swap must fail and leave the file untouched.
+  const std::string target = tmp.file("model");
+  file_write_atomic(target, std::string("precious"));
+  EXPECT_THROW(model_save(target, cfg, layout, a, ""), Error);
+  EXPECT_EQ(file_read_all(target), "precious");
+  // Missing parent directory: clear error, nothing created.
+  EXPECT_THROW(model_save(tmp.file("no/such/dir"), cfg, layout, a, ""), Error);
+  EXPECT_FALSE(dir_exists(tmp.file("no")));
+}
+
+TEST(Executor, RandomInitIsSeeded) {
+  GptConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_head = 2;
+  cfg.n_embd = 16;
+  cfg.n_ctx = 8;
+  cfg.vocab_size = 50;
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  RamSegmentStore a(layout), b(layout), c(layout);
+  model_init_random(cfg, layout, a, 7);
+  model_init_random(cfg, layout, b, 7);
+  model_init_random(cfg, layout, c, 8);
+  EXPECT_EQ(model_params_hash(layout, a), model_params_hash(layout, b));
+  EXPECT_NE(model_params_hash(layout, a), model_params_hash(layout, c));
+}
+
+}  // namespace
+}  // namespace stratum

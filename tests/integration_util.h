@@ -1,0 +1,69 @@
+// Helpers shared by the integration tests: temp directories, running the stratum binary,
+// reading golden safetensors into vectors.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/file_util.h"
+#include "formats/safetensors.h"
+
+namespace stratum::testing {
+
+inline std::string source_path(const std::string& rel) { return std::string(STRATUM_SOURCE_DIR) + "/" + rel; }
+
+inline std::string shared_data(const std::string& name) {
+  const char* env = std::getenv("STRATUM_SHARED_DATA");
+  return (env ? std::string(env) : source_path("../shared/data")) + "/" + name;
+}
+
+// A fresh directory under /tmp, removed at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/stratum_test_XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;  // 128 + signal when killed by a signal
+  std::string output;  // stdout
+  std::string errors;  // stderr
+};
+
+// Runs the stratum binary with `args` (shell-quoted by the caller where needed).
+inline CommandResult run_stratum(const std::string& args) {
+  TempDir dir;
+  const std::string cmd = std::string(STRATUM_BINARY) + " " + args + " >" + dir.file("out") + " 2>" + dir.file("err");
+  const int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.output = file_read_all(dir.file("out"));
+  r.errors = file_read_all(dir.file("err"));
+  return r;
+}
+
+inline std::vector<float> golden_f32(const SafetensorsFile& file, const std::string& name) {
+  const SafetensorsTensorInfo* t = file.find(name);
+  if (t == nullptr) throw std::runtime_error("golden tensor missing: " + name);
+  std::vector<float> out(static_cast<std::size_t>(t->numel()));
+  file.read_f32(*t, out.data());
+  return out;
+}
+
+}  // namespace stratum::testing

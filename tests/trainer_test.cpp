@@ -1,0 +1,146 @@
+// Whole training runs: the PyTorch loss curve (through the CLI, as a user runs it), the final
+// parameters after AdamW, run-to-run bit-exactness, validation and saving.
+#include "train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/token_file.h"
+#include "integration_util.h"
+#include "model/model_io.h"
+#include "store/segment_store.h"
+
+namespace stratum {
+namespace {
+
+using testing::golden_f32;
+using testing::source_path;
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::string flags_from_args(const nlohmann::json& a) {
+  std::string f;
+  for (const char* k : {"batch", "seq", "steps", "warmup"}) f += std::string(" --") + k + " " + std::to_string(a[k].get<long>());
+  for (const char* k : {"lr", "min_lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"}) {
+    std::string name = k;
+    for (auto& c : name) c = c == '_' ? '-' : c;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", a[k].get<double>());
+    f += " --" + name + " " + buf;
+  }
+  return f + " --lr-schedule " + a["lr_schedule"].get<std::string>();
+}
+
+// Trains the golden tiny model with the exact PyTorch hyper-parameters through the CLI and checks
+// the logged loss / grad-norm / lr curves and the final parameters.
+void check_golden_run(const std::string& args_file, const std::string& reference_file) {
+  const std::string dir = source_path("tests/golden/tiny_gpt2");
+  std::ifstream in(dir + "/" + args_file);
+  const nlohmann::json args = nlohmann::json::parse(in);
+  testing::TempDir tmp;
+  const auto r = testing::run_stratum("train --model " + dir + " --data " + dir + "/tokens.bin" +
+                                      flags_from_args(args) + " --threads 2 --quiet --log " + tmp.file("log.jsonl") +
+                                      " --save " + tmp.file("out"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const SafetensorsFile ref = SafetensorsFile::open(dir + "/" + reference_file);
+  const auto losses = golden_f32(ref, "train_losses");
+  const auto norms = golden_f32(ref, "train_grad_norms");
+  const auto lrs = golden_f32(ref, "train_lrs");
+  const auto log = read_jsonl(tmp.file("log.jsonl"));
+  ASSERT_EQ(log.size(), losses.size());
+  for (std::size_t i = 0; i < log.size(); ++i) {
+    EXPECT_EQ(log[i]["step"].get<long>(), static_cast<long>(i + 1));
+    EXPECT_NEAR(log[i]["loss"].get<double>(), losses[i], 1e-4) << "step " << i + 1;
+    EXPECT_NEAR(log[i]["grad_norm"].get<double>(), norms[i], 1e-4 * (1 + norms[i])) << "step " << i + 1;
+    EXPECT_NEAR(log[i]["lr"].get<double>(), lrs[i], 1e-9) << "step " << i + 1;
+    for (const char* key : {"step_ms", "tokens_per_s"}) EXPECT_GT(log[i][key].get<double>(), 0.0) << key;
+  }
+  // Final parameters after the AdamW steps, read back from the saved HF directory.
+  const GptConfig cfg = model_read_config(tmp.file("out"));
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  RamSegmentStore store(layout);
+  model_load_weights(tmp.file("out"), layout, store);
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    SegmentHold params(store, s, SegmentKind::Params, Access::Read);
+    for (const auto& t : layout.segments()[s].tensors) {
+      const auto expected = golden_f32(ref, "final.transformer." + t.name);
+      double max_err = 0.0;
+      for (std::size_t i = 0; i < t.numel; ++i)
+        max_err = std::max(max_err, std::abs(static_cast<double>(params.data()[t.offset_floats + i]) - expected[i]));
+      EXPECT_LE(max_err, 2e-5) << t.name;
+    }
+  }
+}
+
+TEST(Trainer, LossCurveMatchesPyTorchCosineSchedule) { check_golden_run("train_args.json", "reference.safetensors"); }
+
+TEST(Trainer, LossCurveMatchesPyTorchWithClippingAndWrap) {
+  check_golden_run("train_args_clip.json", "reference_clip.safetensors");
+}
+
+TrainOptions small_run(const std::string& data) {
+  TrainOptions o;
+  o.config.n_layer = 2;
+  o.config.n_head = 2;
+  o.config.n_embd = 32;
+  o.config.n_ctx = 32;
+  o.config.vocab_size = 101;
+  o.data_path = data;
+  o.batch = 2;
+  o.seq = 16;
+  o.steps = 6;
+  o.lr.max_lr = 1e-2;
+  o.lr.warmup_steps = 2;
+  o.quiet = true;
+  o.threads = 2;
+  return o;
+}
+
+TEST(Trainer, SameSeedSameBitsDifferentSeedDifferentBits) {
+  const std::string data = source_path("tests/golden/tiny_gpt2/tokens.bin");
+  TrainOptions o = small_run(data);
+  const auto a = train_run(o);
+  const auto b = train_run(o);
+  EXPECT_EQ(a.params_hash, b.params_hash);
+  EXPECT_EQ(a.final_loss, b.final_loss);
+  o.shuffle = true;
+  const auto c = train_run(o);
+  const auto d = train_run(o);
+  EXPECT_EQ(c.params_hash, d.params_hash);
+  EXPECT_NE(a.params_hash, c.params_hash) << "shuffled order must differ from sequential";
+  o.seed = 99;
+  EXPECT_NE(train_run(o).params_hash, c.params_hash);
+}
+
+TEST(Trainer, LossDecreasesAndValidationRuns) {
+  TrainOptions o = small_run(source_path("tests/golden/tiny_gpt2/tokens.bin"));
+  // A corpus with structure: repeat a short pattern so the model can learn it.
+  testing::TempDir tmp;
+  std::vector<std::int32_t> tokens;
+  for (int i = 0; i < 4000; ++i) tokens.push_back((i * 7) % 13);
+  token_file_write_raw_u16(tmp.file("pattern.bin"), tokens);
+  o.data_path = tmp.file("pattern.bin");
+  o.steps = 40;
+  o.eval_every = 20;
+  o.log_path = tmp.file("log.jsonl");
+  const auto r = train_run(o);
+  const auto log = read_jsonl(o.log_path);
+  ASSERT_EQ(log.size(), 40u);
+  EXPECT_LT(r.final_loss, 0.5 * log[0]["loss"].get<double>());
+  EXPECT_TRUE(log[19].contains("val_loss"));
+  EXPECT_TRUE(log[39].contains("val_loss"));
+  EXPECT_FALSE(log[10].contains("val_loss"));
+  EXPECT_GE(r.final_val_loss, 0.0f);
+  EXPECT_LT(r.final_val_loss, log[0]["loss"].get<double>());
+}
+
+}  // namespace
+}  // namespace stratum
