@@ -27,6 +27,10 @@ void drop_forced_openblas_coretype(char** argv) {
   ::unsetenv("OPENBLAS_CORETYPE");
   ::execv("/proc/self/exe", argv);  // returns only on failure; then run with the variable unset
 }
+// A progress bar may be mid-line on a terminal: start the error on a fresh line.
+void end_progress_line() {
+  if (::isatty(STDERR_FILENO) == 1) std::fputs("\n", stderr);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,19 +54,21 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    std::fprintf(stderr, "stratum: [cli] unknown command '%s'\n%s", command.c_str(), kUsage);
+    std::fprintf(stderr, "stratum: [cli] unknown command '%s'; run 'stratum --help' for the list\n", command.c_str());
     return 2;
   } catch (const stratum::BugError& e) {
-    std::fprintf(stderr, "\nstratum: %s (please report this)\n", e.what());
+    end_progress_line();
+    std::fprintf(stderr, "stratum: %s (please report this)\n", e.what());
     return 70;
   } catch (const stratum::Error& e) {
-    std::fprintf(stderr, "\nstratum: %s\n", e.what());
+    end_progress_line();
+    std::fprintf(stderr, "stratum: %s\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "\nstratum: [core.memory] out of memory; reduce --batch, --seq or the model size\n");
+    std::fprintf(stderr, "stratum: [core.memory] out of memory; reduce --batch, --seq or the model size\n");
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "\nstratum: [internal] %s\n", e.what());
+    std::fprintf(stderr, "stratum: [internal] %s\n", e.what());
     return 70;
   }
 }

@@ -1,0 +1,161 @@
+// The `stratum` command as a user runs it: bad flags and bad files each give one clear line and
+// a non-zero exit (never a crash), and prepare/info/generate work end to end.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "data/token_file.h"
+#include "integration_util.h"
+
+namespace stratum {
+namespace {
+
+using testing::run_stratum;
+using testing::shared_data;
+using testing::source_path;
+
+const std::string kTiny = source_path("tests/golden/tiny_gpt2");
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+struct BadCase {
+  std::string name;
+  std::string args;
+  std::string expect_in_error;
+};
+
+TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
+  testing::TempDir tmp;
+  // Fixtures: truncated safetensors, config missing a field, invalid tokenizer JSON, empty corpus,
+  // token ids beyond the tiny model's vocabulary.
+  const std::string truncated = tmp.file("truncated");
+  std::filesystem::create_directory(truncated);
+  std::filesystem::copy_file(kTiny + "/config.json", truncated + "/config.json");
+  const std::string good = file_read_all(kTiny + "/model.safetensors");
+  write_text(truncated + "/model.safetensors", good.substr(0, good.size() / 2));
+  const std::string noconfig = tmp.file("noconfig");
+  std::filesystem::create_directory(noconfig);
+  write_text(noconfig + "/config.json", R"({"model_type": "gpt2", "n_layer": 2, "n_head": 4})");
+  std::filesystem::copy_file(kTiny + "/model.safetensors", noconfig + "/model.safetensors");
+  const std::string badtok = tmp.file("badtok");
+  std::filesystem::create_directory(badtok);
+  write_text(badtok + "/encoder.json", "{not json");
+  write_text(badtok + "/vocab.bpe", "#version: 0.2\n");
+  write_text(tmp.file("empty.txt"), "");
+  write_text(tmp.file("text.txt"), "hello world\n");
+  token_file_write_raw_u16(tmp.file("big_ids.bin"), {1, 2, 3, 500, 4, 5});
+  write_text(tmp.file("odd.bin"), "abc");
+
+  const std::string data = " --data " + kTiny + "/tokens.bin";
+  const std::vector<BadCase> cases = {
+      {"no command", "", "usage"},
+      {"unknown command", "frobnicate", "unknown command"},
+      {"unknown flag", "train --bogus 1" + data, "unknown flag '--bogus'"},
+      {"missing value", "train --steps", "needs a value"},
+      {"bad integer", "train --steps ten" + data, "expects an integer"},
+      {"bad number", "train --lr fast" + data, "expects a number"},
+      {"negative steps", "train --steps -3" + data, "--steps must be in"},
+      {"bad schedule", "train --lr-schedule linear" + data, "--lr-schedule"},
+      {"no data", "train --steps 1", "--data FILE is required"},
+      {"missing data file", "train --data " + tmp.file("nope.bin"), "does not exist"},
+      {"empty corpus", "train --data " + tmp.file("empty.txt") + " --tokenizer " + shared_data(""), "empty"},
+      {"text without tokenizer", "train --data " + tmp.file("text.txt"), "--tokenizer"},
+      {"odd-sized token file", "train --data " + tmp.file("odd.bin"), "[data.tokens]"},
+      {"token id >= vocab", "train --model " + kTiny + " --data " + tmp.file("big_ids.bin"), "outside the model's vocabulary"},
+      {"seq longer than context", "train --model " + kTiny + data + " --seq 65", "longer than the model context"},
+      {"model and shape flags", "train --model " + kTiny + " --layers 2" + data, "drop --layers"},
+      {"heads do not divide embd", "train --embd 30 --heads 4" + data, "divisible"},
+      {"missing model dir", "train --model " + tmp.file("nomodel") + data, "does not exist"},
+      {"truncated safetensors", "train --model " + truncated + data, "[safetensors]"},
+      {"config missing field", "train --model " + noconfig + data, "n_embd"},
+      {"tokenizer not JSON", "prepare --input " + tmp.file("text.txt") + " --tokenizer " + badtok + " --out " +
+                                 tmp.file("x.bin"), "[tokenizer]"},
+      {"prepare missing flags", "prepare --input " + tmp.file("text.txt"), "needs --input"},
+      {"generate without model", "generate --prompt hi", "--model DIR is required"},
+      {"generate prompt too long", "generate --model " + kTiny + " --tokenizer " + shared_data("") +
+                                       " --prompt \"$(printf 'word %.0s' $(seq 100))\"", "longer than the model context"},
+      {"generate negative temperature", "generate --model " + kTiny + " --temperature -1", "--temperature"},
+      {"info missing path", "info " + tmp.file("nothing"), "does not exist"},
+      {"save-every without save", "train --save-every 2" + data, "--save-every needs --save"},
+      {"unwritable log", "train --steps 1 --log /proc/nope/log.jsonl" + data, "[log]"},
+  };
+  for (const auto& c : cases) {
+    const auto r = run_stratum(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.name;
+    EXPECT_LT(r.exit_code, 64) << c.name << ": crashed or reported a bug: " << r.errors;
+    EXPECT_NE(r.errors.find(c.expect_in_error), std::string::npos)
+        << c.name << ": expected '" << c.expect_in_error << "' in: " << r.errors;
+    // The error itself is a single line starting with "stratum: [component]" (usage text aside).
+    const auto pos = r.errors.find("stratum: [");
+    if (c.expect_in_error != "usage") {
+      ASSERT_NE(pos, std::string::npos) << c.name << ": " << r.errors;
+      const std::string rest = r.errors.substr(pos);
+      EXPECT_EQ(rest.find('\n'), rest.size() - 1) << c.name << ": error is not one line: " << rest;
+    }
+  }
+}
+
+TEST(Cli, HelpAndVersion) {
+  EXPECT_EQ(run_stratum("--help").exit_code, 0);
+  const auto r = run_stratum("train --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--grad-clip"), std::string::npos);
+  EXPECT_NE(run_stratum("version").output.find("stratum "), std::string::npos);
+}
+
+TEST(Cli, PrepareInfoTrainGenerateEndToEnd) {
+  testing::TempDir tmp;
+  // 20 KB of Tiny Shakespeare, tokenized with the GPT-2 BPE, as both token formats.
+  const std::string text = file_read_all(shared_data("tinyshakespeare.txt")).substr(0, 20000);
+  write_text(tmp.file("corpus.txt"), text);
+  auto r = run_stratum("prepare --input " + tmp.file("corpus.txt") + " --tokenizer " + shared_data("") + " --out " +
+                       tmp.file("train.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  r = run_stratum("prepare --format llmc --input " + tmp.file("corpus.txt") + " --tokenizer " + shared_data("") +
+                  " --out " + tmp.file("train.shard"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(token_file_read(tmp.file("train.bin")).tokens, token_file_read(tmp.file("train.shard")).tokens);
+  r = run_stratum("info " + tmp.file("train.shard"));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("llmc-shard"), std::string::npos) << r.output;
+
+  // Train the same model from the text file (tokenized on the fly), the .bin and the shard:
+  // identical tokens => identical parameters (the hash is printed).
+  const std::string model = " --layers 1 --heads 2 --embd 32 --ctx 64 --batch 2 --seq 32 --steps 5 --quiet --threads 2";
+  auto hash_of = [](const std::string& errors) {
+    const auto pos = errors.find("params hash ");
+    return pos == std::string::npos ? std::string() : errors.substr(pos + 12, 16);
+  };
+  r = run_stratum("train" + model + " --data " + tmp.file("train.bin") + " --save " + tmp.file("model") +
+                  " --tokenizer " + shared_data(""));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string hash = hash_of(r.errors);
+  ASSERT_EQ(hash.size(), 16u);
+  r = run_stratum("train" + model + " --data " + tmp.file("train.shard"));
+  EXPECT_EQ(hash_of(r.errors), hash);
+  r = run_stratum("train" + model + " --data " + tmp.file("corpus.txt") + " --tokenizer " + shared_data(""));
+  EXPECT_EQ(hash_of(r.errors), hash);
+
+  r = run_stratum("info " + tmp.file("model"));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("vocab.json + merges.txt"), std::string::npos) << r.output;
+
+  // Generation: greedy is deterministic; sampling is deterministic per seed; text streams out.
+  const std::string gen = "generate --model " + tmp.file("model") + " --prompt 'ROMEO:' --max-tokens 12 --no-stop";
+  const auto g1 = run_stratum(gen + " --temperature 0");
+  const auto g2 = run_stratum(gen + " --temperature 0");
+  ASSERT_EQ(g1.exit_code, 0) << g1.errors;
+  EXPECT_EQ(g1.output, g2.output);
+  EXPECT_EQ(g1.output.rfind("ROMEO:", 0), 0u);
+  EXPECT_GT(g1.output.size(), std::string("ROMEO:\n").size());
+  EXPECT_NE(g1.errors.find("generated 12 tokens"), std::string::npos) << g1.errors;
+  const auto s1 = run_stratum(gen + " --temperature 1 --top-k 20 --seed 5");
+  const auto s2 = run_stratum(gen + " --temperature 1 --top-k 20 --seed 5");
+  EXPECT_EQ(s1.output, s2.output);
+}
+
+}  // namespace
+}  // namespace stratum
