@@ -159,3 +159,28 @@ TEST(Cli, PrepareInfoTrainGenerateEndToEnd) {
 
 }  // namespace
 }  // namespace stratum
+
+namespace stratum {
+namespace {
+
+// OPENBLAS_CORETYPE forced to an older core must not change the GEMM kernels stratum uses.
+TEST(Cli, ForcedOpenblasCoretypeIsDropped) {
+  const std::string run = std::string(" ") + STRATUM_BINARY + " train --layers 1 --heads 1 --embd 16 --ctx 8 --vocab 101 "
+                          "--batch 1 --seq 8 --steps 1 --quiet --data " + kTiny + "/tokens.bin";
+  testing::TempDir tmp;
+  auto core_of = [&](const std::string& env) {
+    const std::string cmd = env + run + " 2>" + tmp.file("err") + " >/dev/null";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    const std::string err = file_read_all(tmp.file("err"));
+    const auto pos = err.find("OpenBLAS");
+    return pos == std::string::npos ? std::string("?") : err.substr(pos, err.find(',', pos) - pos);
+  };
+  const std::string native = core_of("env -u OPENBLAS_CORETYPE");
+  EXPECT_NE(native, "?");
+  EXPECT_EQ(core_of("env OPENBLAS_CORETYPE=Prescott"), native);
+  // The escape hatch keeps the user's choice.
+  EXPECT_NE(core_of("env OPENBLAS_CORETYPE=Prescott STRATUM_KEEP_OPENBLAS_CORETYPE=1"), native);
+}
+
+}  // namespace
+}  // namespace stratum
