@@ -42,11 +42,13 @@ inline float exp_f32(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  std::int32_t e = static_cast<std::int32_t>(n) + 127;
-  std::uint32_t bits = static_cast<std::uint32_t>(e) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  // 2^n as two exact power-of-two factors, so n = 128 (x > 127.5 ln 2) and n = -126 stay finite.
+  const std::int32_t ni = static_cast<std::int32_t>(n);
+  const std::int32_t n1 = ni >> 1;
+  const std::int32_t n2 = ni - n1;
+  const float scale1 = bits_to_float(static_cast<std::uint32_t>(n1 + 127) << 23);
+  const float scale2 = bits_to_float(static_cast<std::uint32_t>(n2 + 127) << 23);
+  return p * scale1 * scale2;
 }
 
 // tanh(x) = 1 - 2 / (exp(2x) + 1); absolute error ~1e-7, saturates to +-1.
