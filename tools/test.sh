@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The README's second command (and what CI runs): installs dependencies, builds Stratum and its
-# GoogleTest suite in Release, and runs every test with ctest.
+# GoogleTest suite in Release and runs every test with ctest, then runs the same suite again
+# built with AddressSanitizer + UndefinedBehaviorSanitizer (tools/sanitize.sh).
+# STRATUM_SKIP_SANITIZERS=1 skips the second pass (for quick local runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATUM_BUILD_TESTS=ON >/dev/null
 cmake --build build
 ctest --test-dir build --output-on-failure -j2 --timeout 900
+if [[ "${STRATUM_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  echo "[test] again under AddressSanitizer + UndefinedBehaviorSanitizer"
+  bash tools/sanitize.sh
+fi
