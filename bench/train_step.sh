@@ -18,14 +18,18 @@ done
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
 ours=$(env -u OPENBLAS_CORETYPE ./build/train_step_bench --steps "$steps" --threads 2 "${args[@]}")
 echo "$ours"
+keep=$(env -u OPENBLAS_CORETYPE ./build/train_step_bench --steps "$steps" --threads 2 --keep-activations 1 "${args[@]}")
+echo "$keep"
 theirs=$(env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/pytorch_train_step.py --steps "$steps" --threads 2 "${args[@]}")
 echo "$theirs"
-/usr/bin/python3 - "$ours" "$theirs" <<'PY'
+/usr/bin/python3 - "$ours" "$keep" "$theirs" <<'PY'
 import json, sys
-a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-print(f"stratum  {a['ms_per_step_median']:9.1f} ms/step {a['tokens_per_s']:8.1f} tok/s  peak RSS {a['peak_rss_mib']:7.1f} MiB  "
-      f"MFU {100*a['mfu_vs_sgemm']:.1f}% of measured sgemm {a['sgemm_gflops']:.0f} GFLOP/s")
-print(f"pytorch  {b['ms_per_step_median']:9.1f} ms/step {b['tokens_per_s']:8.1f} tok/s  peak RSS {b['peak_rss_mib']:7.1f} MiB")
-print(f"ratio    tokens/s stratum/pytorch = {a['tokens_per_s']/b['tokens_per_s']:.2f}x   "
-      f"peak RSS stratum/pytorch = {a['peak_rss_mib']/b['peak_rss_mib']:.2f}x")
+runs = [json.loads(s) for s in sys.argv[1:]]
+b = runs[-1]
+for a in runs[:-1]:
+    name = "stratum/" + a["activations"]
+    print(f"{name:18s} {a['ms_per_step_median']:9.1f} ms/step {a['tokens_per_s']:8.1f} tok/s  peak RSS {a['peak_rss_mib']:7.1f} MiB  "
+          f"MFU {100*a['mfu_vs_sgemm']:.1f}% of measured sgemm {a['sgemm_gflops']:.0f} GFLOP/s  "
+          f"ratio vs pytorch: tokens/s {a['tokens_per_s']/b['tokens_per_s']:.2f}x, peak RSS {a['peak_rss_mib']/b['peak_rss_mib']:.2f}x")
+print(f"{'pytorch':18s} {b['ms_per_step_median']:9.1f} ms/step {b['tokens_per_s']:8.1f} tok/s  peak RSS {b['peak_rss_mib']:7.1f} MiB")
 PY

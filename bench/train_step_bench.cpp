@@ -67,6 +67,7 @@ int main(int argc, char** argv) try {
   const int steps = static_cast<int>(arg(argc, argv, "--steps", 5));
   const int warmup = static_cast<int>(arg(argc, argv, "--warmup-steps", 1));
   const int threads = static_cast<int>(arg(argc, argv, "--threads", 2));
+  const bool keep = arg(argc, argv, "--keep-activations", 0) != 0;
   cfg.validate();
 
   stratum::ThreadPool pool(threads);
@@ -76,7 +77,7 @@ int main(int argc, char** argv) try {
   const stratum::ParamLayout layout = stratum::ParamLayout::gpt2(cfg);
   stratum::RamSegmentStore store(layout);
   stratum::model_init_random(cfg, layout, store, 1337);
-  stratum::Executor exec(pool, cfg, layout, store, B, T);
+  stratum::Executor exec(pool, cfg, layout, store, B, T, keep);
   stratum::Rng rng(7);
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
   std::vector<double> ms;
@@ -106,9 +107,9 @@ int main(int argc, char** argv) try {
   for (double v : ms) all += (all.empty() ? "" : ",") + std::to_string(v);
   std::printf("{\"impl\":\"stratum\",\"ms_per_step_median\":%.1f,\"tokens_per_s\":%.1f,\"peak_rss_mib\":%.1f,"
               "\"model_gflops\":%.1f,\"sgemm_gflops\":%.1f,\"mfu_vs_sgemm\":%.3f,\"threads\":%d,\"blas\":\"%s\","
-              "\"config\":\"L%d C%d H%d V%d B%d T%d\",\"steps\":%d,\"final_loss\":%.4f,\"ms_per_step_all\":[%s]}\n",
+              "\"activations\":\"%s\",\"config\":\"L%d C%d H%d V%d B%d T%d\",\"steps\":%d,\"final_loss\":%.4f,\"ms_per_step_all\":[%s]}\n",
               median_ms, tokens / (median_ms / 1000.0), usage.ru_maxrss / 1024.0, achieved_gflops, gemm_gflops,
-              achieved_gflops / gemm_gflops, threads, stratum::blas_describe().c_str(), cfg.n_layer, cfg.n_embd,
+              achieved_gflops / gemm_gflops, threads, stratum::blas_describe().c_str(), keep ? "keep" : "recompute", cfg.n_layer, cfg.n_embd,
               cfg.n_head, cfg.vocab_size, B, T, steps, loss, all.c_str());
   return 0;
 } catch (const stratum::Error& e) {

@@ -116,6 +116,8 @@ TEST(Trainer, SameSeedSameBitsDifferentSeedDifferentBits) {
   const auto d = train_run(o);
   EXPECT_EQ(c.params_hash, d.params_hash);
   EXPECT_NE(a.params_hash, c.params_hash) << "shuffled order must differ from sequential";
+  o.keep_activations = true;
+  EXPECT_EQ(train_run(o).params_hash, c.params_hash) << "keeping activations must give the recompute bits";
   o.seed = 99;
   EXPECT_NE(train_run(o).params_hash, c.params_hash);
 }

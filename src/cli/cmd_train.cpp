@@ -38,6 +38,8 @@ int cmd_train(const std::vector<std::string>& argv) {
              {"save-every", "N", "also save every N steps (default 0 = end only)"},
              {"eval-every", "N", "validation loss every N steps (default 0 = off)"},
              {"eval-batches", "N", "batches per validation (default 4)"},
+             {"activations", "MODE", "recompute (keep block inputs only, default) | keep (every block's "
+                                     "internals: faster, more memory, same bits)"},
              {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"},
              {"quiet", "", "no progress bar"}});
   if (args.help_requested()) {
@@ -78,6 +80,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.save_every = static_cast<long>(args.integer("save-every", 0, 0, 1000000000));
   o.eval_every = static_cast<long>(args.integer("eval-every", 0, 0, 1000000000));
   o.eval_batches = static_cast<int>(args.integer("eval-batches", 4, 1, 1000000));
+  const std::string activations = args.str("activations", "recompute");
+  STRATUM_CHECK(activations == "recompute" || activations == "keep",
+                "[cli] --activations must be 'recompute' or 'keep', got '", activations, "'");
+  o.keep_activations = activations == "keep";
   o.threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
   o.quiet = args.flag("quiet");
   train_run(o);

@@ -29,18 +29,19 @@ struct Gpt2BlockTensors {
 };
 Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* base);
 
-// Activation scratch for one block at up to B*T rows (reused by every block), fp32, RAM.
-class Gpt2Scratch {
+// Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs. The
+// executor keeps one (recompute mode: refilled by recomputing from the block input) or one per
+// block (keep mode).
+class Gpt2Activations {
  public:
-  Gpt2Scratch(const GptConfig& config, int max_batch, int max_seq);
+  Gpt2Activations(const GptConfig& config, int max_batch, int max_seq);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
-  // forward internals
   float* ln1;       // (B,T,C)
   float* ln1_mean;  // (B,T)
   float* ln1_rstd;  // (B,T)
   float* qkv;       // (B,T,3C)
-  float* att;       // (B,H,T,T)
+  float* att;       // (B,H,T,T) softmax probabilities
   float* atty;      // (B,T,C)
   float* res2;      // (B,T,C)
   float* ln2;       // (B,T,C)
@@ -48,8 +49,18 @@ class Gpt2Scratch {
   float* ln2_rstd;  // (B,T)
   float* fch;       // (B,T,4C)
   float* fch_gelu;  // (B,T,4C)
+
+ private:
+  AlignedBuffer buffer_;
+};
+
+// Temporaries shared by every block (forward projections, backward gradients), fp32, RAM.
+class Gpt2Workspace {
+ public:
+  Gpt2Workspace(const GptConfig& config, int max_batch, int max_seq);
+  std::size_t size_bytes() const { return buffer_.size_bytes(); }
+
   float* tmp;       // (B,T,C) projections before the residual add
-  // backward
   float* dres2;     // (B,T,C)
   float* dfch;      // (B,T,4C) (also holds d fch_gelu)
   float* dln;       // (B,T,C)
@@ -61,14 +72,16 @@ class Gpt2Scratch {
   AlignedBuffer buffer_;
 };
 
-// out (B,T,C) = block(x (B,T,C)).
+// out (B,T,C) = block(x (B,T,C)); fills a with the block's internals.
 void gpt2_block_forward(ThreadPool& pool, const GptConfig& cfg, const Gpt2BlockTensors& p, const float* x,
-                        float* out, Gpt2Scratch& s, int B, int T);
+                        float* out, Gpt2Activations& a, Gpt2Workspace& w, int B, int T);
 
-// Recomputes the block's forward from x, then writes dx (B,T,C) and the block's parameter
-// gradients into g (overwriting them) for the upstream gradient dout (B,T,C).
+// Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
+// upstream gradient dout (B,T,C). With recompute, first refills a by re-running the forward
+// from x (bit-identical to the original forward); otherwise a must still hold this block's
+// forward internals.
 void gpt2_block_backward(ThreadPool& pool, const GptConfig& cfg, const Gpt2BlockTensors& p,
                          const Gpt2BlockTensors& g, const float* x, const float* dout, float* dx,
-                         Gpt2Scratch& s, int B, int T);
+                         Gpt2Activations& a, Gpt2Workspace& w, int B, int T, bool recompute);
 
 }  // namespace stratum

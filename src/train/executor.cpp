@@ -10,7 +10,7 @@
 namespace stratum {
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const ParamLayout& layout, SegmentStore& store,
-                   int max_batch, int max_seq)
+                   int max_batch, int max_seq, bool keep_activations)
     : pool_(pool),
       cfg_(config),
       layout_(layout),
@@ -20,14 +20,19 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const ParamLayout&
       act_stride_(align_up(static_cast<std::size_t>(max_batch) * max_seq * config.n_embd, 16)),
       acts_(static_cast<std::size_t>(config.n_layer + 1) * act_stride_ * sizeof(float)),
       dacts_(2 * act_stride_ * sizeof(float)),
-      scratch_(config, max_batch, max_seq),
+      keep_activations_(keep_activations),
+      workspace_(config, max_batch, max_seq),
       head_scratch_(config, max_batch * max_seq) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");
+  const int copies = keep_activations ? config.n_layer : 1;
+  block_acts_.reserve(static_cast<std::size_t>(copies));
+  for (int i = 0; i < copies; ++i) block_acts_.emplace_back(config, max_batch, max_seq);
 }
 
 std::size_t Executor::activation_bytes() const {
-  return acts_.size_bytes() + dacts_.size_bytes() + scratch_.size_bytes() + head_scratch_.size_bytes();
+  return acts_.size_bytes() + dacts_.size_bytes() + block_acts_.size() * block_acts_[0].size_bytes() +
+         workspace_.size_bytes() + head_scratch_.size_bytes();
 }
 
 void Executor::check_shape(int B, int T) const {
@@ -45,7 +50,8 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const int s = layout_.layer_segment(l);
     SegmentHold params(store_, s, SegmentKind::Params, Access::Read);
-    gpt2_block_forward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()), act(l), act(l + 1), scratch_, B, T);
+    gpt2_block_forward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()), act(l), act(l + 1),
+                       block_acts(l), workspace_, B, T);
   }
 }
 
@@ -82,7 +88,8 @@ float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t*
     SegmentHold params(store_, s, SegmentKind::Params, Access::Read);
     SegmentHold grads(store_, s, SegmentKind::Grads, Access::Overwrite);
     gpt2_block_backward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()),
-                        gpt2_block_tensors(segs[s], grads.data()), act(l), dcur, dnext, scratch_, B, T);
+                        gpt2_block_tensors(segs[s], grads.data()), act(l), dcur, dnext, block_acts(l), workspace_, B, T,
+                        !keep_activations_);
     std::swap(dcur, dnext);
   }
   {

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -24,8 +23,10 @@ namespace stratum {
 
 class Executor {
  public:
+  // keep_activations: keep every block's forward internals until its backward instead of
+  // recomputing them from the block input (faster, L times the activation memory; same bits).
   Executor(ThreadPool& pool, const GptConfig& config, const ParamLayout& layout, SegmentStore& store, int max_batch,
-           int max_seq);
+           int max_seq, bool keep_activations = false);
 
   // Forward + backward for inputs/targets (B,T); writes every parameter's gradient into the
   // store's Grads segments (overwriting) and returns the mean cross-entropy.
@@ -47,6 +48,7 @@ class Executor {
   void check_shape(int B, int T) const;
   void forward_blocks(const std::int32_t* inputs, int B, int T);
   float* act(int i) { return acts_.as_f32() + static_cast<std::size_t>(i) * act_stride_; }
+  Gpt2Activations& block_acts(int layer) { return block_acts_[keep_activations_ ? layer : 0]; }
 
   ThreadPool& pool_;
   GptConfig cfg_;
@@ -56,7 +58,9 @@ class Executor {
   std::size_t act_stride_;   // max_batch * max_seq * C floats
   AlignedBuffer acts_;       // (L+1) x (B,T,C): input of each block, then the final output
   AlignedBuffer dacts_;      // 2 x (B,T,C): gradient ping-pong for the backward
-  Gpt2Scratch scratch_;
+  bool keep_activations_;
+  std::vector<Gpt2Activations> block_acts_;  // 1 (recompute) or n_layer (keep)
+  Gpt2Workspace workspace_;
   Gpt2HeadScratch head_scratch_;
 };
 

@@ -88,7 +88,7 @@ TrainResult train_run(const TrainOptions& o) {
   RamSegmentStore store(layout);
   if (o.model_dir.empty()) model_init_random(cfg, layout, store, o.seed);
   else model_load_weights(o.model_dir, layout, store);
-  Executor exec(pool, cfg, layout, store, o.batch, o.seq);
+  Executor exec(pool, cfg, layout, store, o.batch, o.seq, o.keep_activations);
 
   MetricsLog log = o.log_path.empty() ? MetricsLog() : MetricsLog(o.log_path);
   LrSchedule sched = o.lr;
@@ -97,11 +97,12 @@ TrainResult train_run(const TrainOptions& o) {
   std::fprintf(stderr,
                "[stratum] model %s, %.2fM parameters | data %zu tokens (%lld batches/epoch)%s | B=%d T=%d | %d "
                "threads, %s\n"
-               "[stratum] memory: params %s, grads %s, AdamW moments %s, activations %s\n",
+               "[stratum] memory: params %s, grads %s, AdamW moments %s, activations %s (%s)\n",
                cfg.describe().c_str(), static_cast<double>(layout.num_params()) / 1e6, train_token_count,
                static_cast<long long>(loader.batches_per_epoch()), val_loader ? ", validation held out" : "",
                o.batch, o.seq, threads, blas_describe().c_str(), mib(param_bytes).c_str(), mib(param_bytes).c_str(),
-               mib(2 * param_bytes).c_str(), mib(exec.activation_bytes()).c_str());
+               mib(2 * param_bytes).c_str(), mib(exec.activation_bytes()).c_str(),
+               o.keep_activations ? "kept per block" : "block inputs kept, internals recomputed");
 
   const int BT = o.batch * o.seq;
   std::vector<std::int32_t> inputs(BT), targets(BT);

@@ -30,6 +30,7 @@ struct TrainOptions {
   long save_every = 0;        // 0 = only at the end (when save_dir is set)
   long eval_every = 0;        // 0 = no validation
   int eval_batches = 4;
+  bool keep_activations = false;  // keep each block's internals instead of recomputing (same bits)
   int threads = 0;            // 0 = default_thread_count()
   bool quiet = false;         // no progress bar
 };
