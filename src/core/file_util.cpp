@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/file_descriptor.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -21,28 +22,10 @@ std::string parent_dir(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_;
-};
 }  // namespace
 
 std::string file_read_all(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   STRATUM_CHECK(fd.get() >= 0, "[file] cannot open '", path, "': ", errno_text());
   struct stat st {};
   STRATUM_CHECK(::fstat(fd.get(), &st) == 0, "[file] cannot stat '", path, "': ", errno_text());
@@ -78,7 +61,7 @@ bool dir_exists(const std::string& path) {
 }
 
 void dir_fsync(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   STRATUM_CHECK(fd.get() >= 0, "[file] cannot open directory '", path, "': ", errno_text());
   STRATUM_CHECK(::fsync(fd.get()) == 0, "[file] fsync of directory '", path, "' failed: ", errno_text());
 }
@@ -93,7 +76,7 @@ void dir_create(const std::string& path) {
 void file_write_atomic(const std::string& path,
                        const std::function<void(const ByteSink&)>& writer) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   STRATUM_CHECK(fd.get() >= 0, "[file] cannot create '", tmp, "': ", errno_text(),
                 " (is the directory writable?)");
   try {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/file_util.h"
+#include "core/file_descriptor.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -27,19 +28,6 @@ constexpr std::size_t kStagingBytes = 1 << 20;  // bounded buffer for one-pass c
 
 std::string where(const std::string& path) { return "[data.tokens] '" + path + "'"; }
 
-class Fd {  // owns one file descriptor
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // pread exactly size_bytes at offset; retries short reads and EINTR.
 void read_exact(const std::string& path, int fd, std::uint64_t offset, void* dst, std::size_t size_bytes) {
@@ -94,7 +82,7 @@ void tokens_sink_u16(const ByteSink& sink, const std::vector<std::int32_t>& toke
 
 bool token_file_is_token_file(const std::string& path) {
   if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0) return true;
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return false;
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
@@ -104,7 +92,7 @@ bool token_file_is_token_file(const std::string& path) {
 }
 
 TokenFileData token_file_read(const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   STRATUM_CHECK(fd.get() >= 0, where(path), ": cannot open: ", std::strerror(errno),
                 errno == ENOENT ? " (check the path, or run 'stratum prepare' to make token files)" : "");
   struct stat st {};

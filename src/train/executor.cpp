@@ -100,31 +100,30 @@ float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t*
   return loss;
 }
 
-float Executor::loss(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
-  check_shape(B, T);
+float Executor::head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits) {
   const auto& segs = layout_.segments();
-  forward_blocks(inputs, B, T);
   SegmentHold head_p(store_, layout_.head_segment(), SegmentKind::Params, Access::Read);
   SegmentHold embed_p(store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
   const auto& head_seg = segs[layout_.head_segment()];
   Gpt2HeadParams hp{head_p.data() + head_seg.tensors[kLnFW].offset_floats,
                     head_p.data() + head_seg.tensors[kLnFB].offset_floats,
                     embed_p.data() + segs[layout_.embed_segment()].tensors[kWte].offset_floats};
-  return gpt2_head_loss(pool_, cfg_, hp, nullptr, act(cfg_.n_layer), targets, B * T, head_scratch_);
+  if (logits == nullptr) return gpt2_head_loss(pool_, cfg_, hp, nullptr, act(cfg_.n_layer), targets, BT, head_scratch_);
+  const float* row = act(cfg_.n_layer) + static_cast<std::size_t>(logits_row) * cfg_.n_embd;
+  gpt2_head_logits_row(pool_, cfg_, hp, row, logits, head_scratch_);
+  return 0.0f;
+}
+
+float Executor::loss(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
+  check_shape(B, T);
+  forward_blocks(inputs, B, T);
+  return head_inference(targets, B * T, 0, nullptr);
 }
 
 void Executor::logits_last(const std::int32_t* tokens, int T, float* logits) {
   check_shape(1, T);
-  const auto& segs = layout_.segments();
   forward_blocks(tokens, 1, T);
-  SegmentHold head_p(store_, layout_.head_segment(), SegmentKind::Params, Access::Read);
-  SegmentHold embed_p(store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
-  const auto& head_seg = segs[layout_.head_segment()];
-  Gpt2HeadParams hp{head_p.data() + head_seg.tensors[kLnFW].offset_floats,
-                    head_p.data() + head_seg.tensors[kLnFB].offset_floats,
-                    embed_p.data() + segs[layout_.embed_segment()].tensors[kWte].offset_floats};
-  const float* last = act(cfg_.n_layer) + static_cast<std::size_t>(T - 1) * cfg_.n_embd;
-  gpt2_head_logits_row(pool_, cfg_, hp, last, logits, head_scratch_);
+  head_inference(nullptr, T, T - 1, logits);
 }
 
 double Executor::grad_sum_squares() {

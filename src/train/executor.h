@@ -47,6 +47,9 @@ class Executor {
  private:
   void check_shape(int B, int T) const;
   void forward_blocks(const std::int32_t* inputs, int B, int T);
+  // Head on the last forward's output: mean loss over targets (BT rows) when logits is null,
+  // else the logits (V) of row logits_row.
+  float head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits);
   float* act(int i) { return acts_.as_f32() + static_cast<std::size_t>(i) * act_stride_; }
   Gpt2Activations& block_acts(int layer) { return block_acts_[keep_activations_ ? layer : 0]; }
 
