@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's second command (and what CI runs): installs dependencies, builds Stratum and its
 # GoogleTest suite in Release and runs every test with ctest, then runs the same suite again
-# built with AddressSanitizer + UndefinedBehaviorSanitizer (tools/sanitize.sh).
-# STRATUM_SKIP_SANITIZERS=1 skips the second pass (for quick local runs).
+# built with AddressSanitizer + UndefinedBehaviorSanitizer (tools/sanitize.sh), and runs every
+# libFuzzer target for 15 s (tools/fuzz.sh). STRATUM_SKIP_SANITIZERS=1 / STRATUM_SKIP_FUZZ=1 skip
+# those passes (for quick local runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -12,4 +13,8 @@ ctest --test-dir build --output-on-failure -j2 --timeout 900
 if [[ "${STRATUM_SKIP_SANITIZERS:-0}" != 1 ]]; then
   echo "[test] again under AddressSanitizer + UndefinedBehaviorSanitizer"
   bash tools/sanitize.sh
+fi
+if [[ "${STRATUM_SKIP_FUZZ:-0}" != 1 ]]; then
+  echo "[test] fuzzing every parser for 15 s"
+  bash tools/fuzz.sh 15
 fi

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
+#include "formats/json_brief.h"
 #include "stratum/error.h"
 
 #ifndef STRATUM_VERSION
@@ -22,10 +23,10 @@ std::string where(const std::string& path) { return "[hf_config] '" + path + "'"
 int int_field(const std::string& path, const nlohmann::json& root, const char* key) {
   STRATUM_CHECK(root.contains(key), where(path), ": missing required field '", key, "'");
   const auto& v = root.at(key);
-  STRATUM_CHECK(v.is_number_integer(), where(path), ": field '", key, "' must be an integer, got ", v.dump());
+  STRATUM_CHECK(v.is_number_integer(), where(path), ": field '", key, "' must be an integer, got ", json_brief(v));
   STRATUM_CHECK(v.get<std::int64_t>() >= INT_MIN && v.get<std::int64_t>() <= INT_MAX &&
                     !(v.is_number_unsigned() && v.get<std::uint64_t>() > INT_MAX),
-                where(path), ": field '", key, "' = ", v.dump(), " is out of range");
+                where(path), ": field '", key, "' = ", json_brief(v), " is out of range");
   return v.get<int>();
 }
 
@@ -34,8 +35,8 @@ void option_refuse(const std::string& path, const nlohmann::json& root, const ch
                    bool unsupported, const char* why) {
   if (!root.contains(key) || root.at(key).is_null()) return;
   const auto& v = root.at(key);
-  STRATUM_CHECK(v.is_boolean(), where(path), ": field '", key, "' must be true or false, got ", v.dump());
-  STRATUM_CHECK(v.get<bool>() != unsupported, where(path), ": ", key, " = ", v.dump(),
+  STRATUM_CHECK(v.is_boolean(), where(path), ": field '", key, "' must be true or false, got ", json_brief(v));
+  STRATUM_CHECK(v.get<bool>() != unsupported, where(path), ": ", key, " = ", json_brief(v),
                 " is not supported (", why, ")");
 }
 
@@ -64,8 +65,8 @@ GptConfig hf_config_read_gpt2(const std::string& path) {
 
   if (root.contains("model_type")) {
     const auto& type = root.at("model_type");
-    STRATUM_CHECK(type.is_string(), where(path), ": model_type must be a string, got ", type.dump());
-    STRATUM_CHECK(type.get<std::string>() == "gpt2", where(path), ": model_type ", type.dump(),
+    STRATUM_CHECK(type.is_string(), where(path), ": model_type must be a string, got ", json_brief(type));
+    STRATUM_CHECK(type.get<std::string>() == "gpt2", where(path), ": model_type ", json_brief(type),
                   " is not supported; only GPT-2 (model_type \"gpt2\") is supported in this version");
   }
   GptConfig cfg;
@@ -79,20 +80,21 @@ GptConfig hf_config_read_gpt2(const std::string& path) {
 
   if (root.contains("layer_norm_epsilon")) {
     const auto& eps = root.at("layer_norm_epsilon");
-    STRATUM_CHECK(eps.is_number(), where(path), ": layer_norm_epsilon must be a number, got ", eps.dump());
+    STRATUM_CHECK(eps.is_number(), where(path), ": layer_norm_epsilon must be a number, got ", json_brief(eps));
     cfg.layer_norm_eps = static_cast<float>(eps.get<double>());
   }
   if (root.contains("activation_function")) {
     const auto& act = root.at("activation_function");
     STRATUM_CHECK(act.is_string() && (act.get<std::string>() == "gelu_new" ||
                                       act.get<std::string>() == "gelu_pytorch_tanh"),
-                  where(path), ": activation_function ", act.dump(),
+                  where(path), ": activation_function ", json_brief(act),
                   " is not supported; expected \"gelu_new\" or \"gelu_pytorch_tanh\" (GELU, tanh form)");
   }
   if (root.contains("n_inner") && !root.at("n_inner").is_null()) {
     const int n_inner = int_field(path, root, "n_inner");
-    STRATUM_CHECK(n_inner == 4 * cfg.n_embd, where(path), ": n_inner = ", n_inner,
-                  " is not supported; Stratum's GPT-2 MLP width is 4 * n_embd = ", 4 * cfg.n_embd);
+    const std::int64_t mlp_width = 4 * static_cast<std::int64_t>(cfg.n_embd);  // n_embd is not validated yet
+    STRATUM_CHECK(n_inner == mlp_width, where(path), ": n_inner = ", n_inner,
+                  " is not supported; Stratum's GPT-2 MLP width is 4 * n_embd = ", mlp_width);
   }
   option_refuse(path, root, "tie_word_embeddings", false, "the LM head is tied to wte");
   option_refuse(path, root, "scale_attn_weights", false, "attention scores are scaled by 1/sqrt(head_dim)");

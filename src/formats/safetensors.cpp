@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/file_util.h"
+#include "formats/json_brief.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -113,14 +114,14 @@ ParsedEntry entry_parse(const std::string& path, const std::string& name, const 
   ParsedEntry e;
   e.info.name = name;
   const auto& dtype = v.at("dtype");
-  STRATUM_CHECK(dtype.is_string(), at, ": dtype must be a string, got ", dtype.dump());
+  STRATUM_CHECK(dtype.is_string(), at, ": dtype must be a string, got ", json_brief(dtype));
   STRATUM_CHECK(dtype_parse(dtype.get<std::string>(), &e.info.dtype), at, " has unknown dtype ",
-                dtype.dump(), "; expected one of ", dtype_list());
+                json_brief(dtype), "; expected one of ", dtype_list());
   const auto& shape = v.at("shape");
-  STRATUM_CHECK(shape.is_array(), at, ": shape must be an array of integers, got ", shape.dump());
+  STRATUM_CHECK(shape.is_array(), at, ": shape must be an array of integers, got ", json_brief(shape));
   for (const auto& d : shape) {
-    STRATUM_CHECK(d.is_number_integer(), at, ": shape entries must be integers, got ", shape.dump());
-    STRATUM_CHECK(d.is_number_unsigned(), at, " has a negative dimension in shape ", shape.dump());
+    STRATUM_CHECK(d.is_number_integer(), at, ": shape entries must be integers, got ", json_brief(shape));
+    STRATUM_CHECK(d.is_number_unsigned(), at, " has a negative dimension in shape ", json_brief(shape));
     const auto dim = d.get<std::uint64_t>();
     STRATUM_CHECK(dim <= static_cast<std::uint64_t>(INT64_MAX), at, ": dimension ", dim, " is too large");
     e.info.shape.push_back(static_cast<std::int64_t>(dim));
@@ -128,18 +129,18 @@ ParsedEntry entry_parse(const std::string& path, const std::string& name, const 
   const auto& offs = v.at("data_offsets");
   STRATUM_CHECK(offs.is_array() && offs.size() == 2 && offs[0].is_number_unsigned() &&
                     offs[1].is_number_unsigned(),
-                at, ": data_offsets must be [begin, end] with non-negative integers, got ", offs.dump());
+                at, ": data_offsets must be [begin, end] with non-negative integers, got ", json_brief(offs));
   e.begin = offs[0].get<std::uint64_t>();
   e.end = offs[1].get<std::uint64_t>();
   STRATUM_CHECK(e.begin <= e.end, at, ": data_offsets begin ", e.begin, " is greater than end ", e.end);
   STRATUM_CHECK(e.end <= data_area_bytes, at, ": data_offsets end ", e.end,
                 " is beyond the data area (", data_area_bytes, " bytes); the file is truncated or corrupt");
   std::uint64_t expect_bytes = 0;
-  STRATUM_CHECK(shape_size_bytes(e.info.shape, e.info.dtype, &expect_bytes), at, ": shape ", shape.dump(),
+  STRATUM_CHECK(shape_size_bytes(e.info.shape, e.info.dtype, &expect_bytes), at, ": shape ", json_brief(shape),
                 " overflows the element count");
   e.info.size_bytes = e.end - e.begin;
   STRATUM_CHECK(e.info.size_bytes == expect_bytes, at, ": data_offsets span ", e.info.size_bytes,
-                " bytes but shape ", shape.dump(), " of ", dtype_name(e.info.dtype), " needs ",
+                " bytes but shape ", json_brief(shape), " of ", dtype_name(e.info.dtype), " needs ",
                 expect_bytes, " bytes");
   e.info.file_offset_bytes = data_start + e.begin;
   return e;
@@ -259,7 +260,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                     value.type_name());
       for (const auto& [key, text] : value.items()) {
         STRATUM_CHECK(text.is_string(), where(path), ": __metadata__ value for '", key,
-                      "' must be a string, got ", text.dump());
+                      "' must be a string, got ", json_brief(text));
         f.metadata_[key] = text.get<std::string>();
       }
       continue;

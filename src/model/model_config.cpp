@@ -1,6 +1,8 @@
 // GptConfig validation and description.
 #include "model/model_config.h"
 
+#include <cmath>
+
 #include "stratum/error.h"
 
 namespace stratum {
@@ -14,7 +16,8 @@ void GptConfig::validate() const {
   STRATUM_CHECK(n_ctx >= 1 && n_ctx <= 1 << 20, "[model.config] n_ctx must be in 1..1048576, got ", n_ctx);
   STRATUM_CHECK(vocab_size >= 1 && vocab_size <= 1 << 24,
                 "[model.config] vocab_size must be in 1..16777216, got ", vocab_size);
-  STRATUM_CHECK(layer_norm_eps > 0.0f, "[model.config] layer_norm_epsilon must be > 0, got ", layer_norm_eps);
+  STRATUM_CHECK(layer_norm_eps > 0.0f && std::isfinite(layer_norm_eps),
+                "[model.config] layer_norm_epsilon must be a finite number > 0, got ", layer_norm_eps);
 }
 
 std::string GptConfig::describe() const {

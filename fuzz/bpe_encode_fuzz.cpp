@@ -1,0 +1,77 @@
+// libFuzzer target for BpeTokenizer::encode: loads the real GPT-2 tokenizer once (encoder.json +
+// vocab.bpe from $STRATUM_SHARED_DATA, else <source dir>/../shared/data), encodes the input as
+// arbitrary bytes and checks decode(encode(x)) == x (Note [bpe invalid utf-8]).
+// Pass: the round trip holds. Fail: encode or decode throws (encode is documented never to fail),
+// the round trip differs, or a sanitizer report. Does not fuzz loading (see bpe_load_fuzz.cpp).
+// Run with tools/fuzz.sh.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "data/bpe_tokenizer.h"
+#include "stratum/error.h"
+
+namespace {
+
+[[noreturn]] void fuzz_fail(const std::string& what) {
+  std::fprintf(stderr, "[fuzz.bpe_encode] %s\n", what.c_str());
+  std::abort();
+}
+
+std::string shared_data_dir() {
+  const char* env = std::getenv("STRATUM_SHARED_DATA");
+  return env != nullptr && *env != '\0' ? env : STRATUM_SOURCE_DIR "/../shared/data";
+}
+
+// The tokenizer every input is encoded with; loaded by LLVMFuzzerInitialize.
+std::unique_ptr<const stratum::BpeTokenizer>& tokenizer() {
+  static std::unique_ptr<const stratum::BpeTokenizer> owned;
+  return owned;
+}
+
+std::string escaped(std::string_view s) {
+  std::string out;
+  for (const char c : s.substr(0, 64)) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "\\x%02X", static_cast<unsigned char>(c));
+    out += hex;
+  }
+  return out + (s.size() > 64 ? "..." : "");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  const std::string dir = shared_data_dir();
+  try {
+    tokenizer() = std::make_unique<const stratum::BpeTokenizer>(stratum::BpeTokenizer::load(dir));
+  } catch (const stratum::Error& e) {
+    std::fprintf(stderr, "[fuzz.bpe_encode] cannot load the GPT-2 tokenizer from '%s' (set "
+                 "STRATUM_SHARED_DATA to the folder with encoder.json + vocab.bpe): %s\n",
+                 dir.c_str(), e.what());
+    std::exit(2);
+  }
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const stratum::BpeTokenizer& tok = *tokenizer();
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  std::vector<std::int32_t> ids;
+  std::string back;
+  try {
+    ids = tok.encode(text);
+    back = tok.decode(ids);
+  } catch (const std::exception& e) {
+    fuzz_fail(std::string("encode/decode threw on input ") + escaped(text) + ": " + e.what());
+  }
+  if (ids.size() > size) fuzz_fail("more tokens than input bytes");
+  if (back != text)
+    fuzz_fail("decode(encode(x)) != x: x = " + escaped(text) + ", got " + escaped(back));
+  return 0;
+}

@@ -1,0 +1,78 @@
+// libFuzzer target for the token file reader: writes the input to a per-process temporary file
+// (named *.tok so detection goes by content, not by the ".bin" extension), calls
+// token_file_is_token_file and token_file_read, and checks an accepted file against its bytes:
+// raw uint16 streams decode to size/2 little-endian ids, llm.c shards to the header's count.
+// Pass: success or stratum::Error. Fail: any other exception, a BugError, a wrong decoding, or a
+// sanitizer report. Does not fuzz the writers. Run with tools/fuzz.sh.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "data/token_file.h"
+#include "fuzz_file.h"
+#include "stratum/error.h"
+
+namespace {
+
+constexpr std::int32_t kLlmcMagic = 20240520;
+constexpr std::size_t kLlmcHeaderBytes = 256 * 4;
+
+using stratum::fuzz::FuzzFile;
+
+[[noreturn]] void fuzz_fail(const std::string& what) {
+  std::fprintf(stderr, "[fuzz.token_file] %s\n", what.c_str());
+  std::abort();
+}
+
+std::int32_t int32_at(const std::uint8_t* data, std::size_t offset) {
+  std::int32_t v;
+  std::memcpy(&v, data + offset, sizeof v);
+  return v;
+}
+
+// An accepted file must decode to exactly the ids its bytes hold.
+void tokens_check(const std::uint8_t* data, std::size_t size, const stratum::TokenFileData& got,
+                  bool is_shard) {
+  if (got.tokens.empty()) fuzz_fail("accepted a file with zero tokens");
+  if (is_shard != (got.format == stratum::TokenFileFormat::LlmcShard))
+    fuzz_fail("format " + stratum::token_file_format_name(got.format) + " contradicts the magic");
+  std::size_t first = 0, width = 2;
+  if (is_shard) {
+    first = kLlmcHeaderBytes;
+    width = int32_at(data, 4) == 1 ? 2 : 4;
+    if (got.tokens.size() != static_cast<std::size_t>(int32_at(data, 8)))
+      fuzz_fail("token count differs from the shard header");
+  }
+  if (first + got.tokens.size() * width != size) fuzz_fail("token count does not cover the file");
+  for (std::size_t i = 0; i < got.tokens.size(); ++i) {
+    std::uint32_t id = 0;
+    std::memcpy(&id, data + first + i * width, width);  // little-endian host
+    if (got.tokens[i] < 0 || static_cast<std::uint32_t>(got.tokens[i]) != id)
+      fuzz_fail("token " + std::to_string(i) + " decoded as " + std::to_string(got.tokens[i]) +
+                ", the file holds " + std::to_string(id));
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static FuzzFile file("tokens.tok");
+  const std::string& path = file.write(data, size);
+  const bool is_shard = size >= 4 && int32_at(data, 0) == kLlmcMagic;
+  if (stratum::token_file_is_token_file(path) != is_shard)
+    fuzz_fail("token_file_is_token_file disagrees with the magic");
+  try {
+    tokens_check(data, size, stratum::token_file_read(path), is_shard);
+  } catch (const stratum::BugError& e) {
+    fuzz_fail(std::string("internal assertion: ") + e.what());
+  } catch (const stratum::Error&) {
+    // Rejected input: the expected outcome for most fuzz inputs.
+  }
+  return 0;
+}

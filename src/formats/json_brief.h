@@ -1,0 +1,20 @@
+// A short, non-recursive description of a JSON value for error messages: scalars as JSON
+// (cut to 60 characters), arrays/objects as their type and size. Never calls dump() on a
+// container, so a hostile, deeply nested value cannot overflow the stack (found by fuzzing).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace stratum {
+
+inline std::string json_brief(const nlohmann::json& v) {
+  if (v.is_array()) return "an array of " + std::to_string(v.size()) + " element(s)";
+  if (v.is_object()) return "an object with " + std::to_string(v.size()) + " key(s)";
+  std::string text = v.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+}  // namespace stratum
