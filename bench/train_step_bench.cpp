@@ -56,6 +56,7 @@ long arg(int argc, char** argv, const char* name, long fallback) {
 }  // namespace
 
 int main(int argc, char** argv) try {
+  stratum::blas_prepare_process(argv);
   stratum::GptConfig cfg;
   cfg.n_layer = static_cast<int>(arg(argc, argv, "--layers", 12));
   cfg.n_embd = static_cast<int>(arg(argc, argv, "--embd", 768));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "kernels/cpu/matmul.h"
 #include "stratum/error.h"
 
 namespace {
@@ -19,14 +20,6 @@ const char* kUsage =
     "  info      describe a model directory, safetensors file or token file\n"
     "  version   print the version\n";
 
-// OpenBLAS reads OPENBLAS_CORETYPE when it is loaded; a forced core type (this environment sets
-// Haswell) halves GEMM speed on newer CPUs. Re-exec once without it so OpenBLAS picks the
-// kernels for the CPU it runs on. STRATUM_KEEP_OPENBLAS_CORETYPE=1 keeps the user's choice.
-void drop_forced_openblas_coretype(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") == nullptr || std::getenv("STRATUM_KEEP_OPENBLAS_CORETYPE") != nullptr) return;
-  ::unsetenv("OPENBLAS_CORETYPE");
-  ::execv("/proc/self/exe", argv);  // returns only on failure; then run with the variable unset
-}
 // A progress bar may be mid-line on a terminal: start the error on a fresh line.
 void end_progress_line() {
   if (::isatty(STDERR_FILENO) == 1) std::fputs("\n", stderr);
@@ -34,7 +27,7 @@ void end_progress_line() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  drop_forced_openblas_coretype(argv);
+  stratum::blas_prepare_process(argv);
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return 2;

@@ -2,8 +2,10 @@
 #include "kernels/cpu/matmul.h"
 
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -18,6 +20,22 @@ int openblas_get_num_threads(void);
 }
 
 namespace stratum {
+
+void blas_prepare_process(char** argv) {
+  if (std::getenv("STRATUM_BLAS_ENV_READY") != nullptr) return;
+  bool changed = false;
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr && std::getenv("STRATUM_KEEP_OPENBLAS_CORETYPE") == nullptr) {
+    ::unsetenv("OPENBLAS_CORETYPE");
+    changed = true;
+  }
+  if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr) {
+    ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+    changed = true;
+  }
+  if (!changed) return;
+  ::setenv("STRATUM_BLAS_ENV_READY", "1", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+}
 
 void blas_set_threads(int num_threads) { openblas_set_num_threads(num_threads); }
 

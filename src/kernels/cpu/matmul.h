@@ -10,6 +10,16 @@
 
 namespace stratum {
 
+// Call first thing in main(): OpenBLAS reads its environment once, when it is loaded, so this
+// re-executes the process (once, via /proc/self/exe) when the environment needs changing:
+//  - OPENBLAS_CORETYPE is dropped: a forced older core type (this environment sets Haswell)
+//    halves GEMM speed on newer CPUs. STRATUM_KEEP_OPENBLAS_CORETYPE=1 keeps it.
+//  - OPENBLAS_THREAD_TIMEOUT defaults to 4 (2^4 cycles): idle OpenBLAS workers sleep at once
+//    instead of spinning for 2^28 cycles against our own kernel threads (+8-11% step speed on
+//    GPT-2 small, docs/benchmarks.md). A value the user set is kept.
+// Neither changes results: the GEMM work partition depends only on the thread count.
+void blas_prepare_process(char** argv);
+
 // Pins the BLAS library to `num_threads` threads (call once at start-up) and reports its name.
 void blas_set_threads(int num_threads);
 std::string blas_describe();  // e.g. "OpenBLAS 0.3.21 (Cooperlake, 2 threads)"
