@@ -31,14 +31,15 @@ struct AttFwd {
 AttFwd att_forward(ThreadPool& pool, const std::vector<float>& qkv, Shape s) {
   const float nan = std::numeric_limits<float>::quiet_NaN();  // every element must be written
   AttFwd r{std::vector<float>(s.out(), nan), std::vector<float>(s.att(), nan)};
-  attention_forward(pool, r.out.data(), r.att.data(), qkv.data(), s.B, s.T, s.C, s.H);
+  std::vector<float> scratch(attention_scratch_floats(s.B, s.T, s.C, s.H), nan);
+  attention_forward(pool, r.out.data(), r.att.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.H);
   return r;
 }
 
 std::vector<float> att_backward(ThreadPool& pool, const std::vector<float>& dout, const std::vector<float>& qkv,
                                 const std::vector<float>& att, Shape s) {
   std::vector<float> dqkv(s.qkv(), std::numeric_limits<float>::quiet_NaN());  // overwritten
-  std::vector<float> scratch(static_cast<std::size_t>(s.B) * s.H * s.T, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> scratch(attention_scratch_floats(s.B, s.T, s.C, s.H), std::numeric_limits<float>::quiet_NaN());
   attention_backward(pool, dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.H);
   return dqkv;
 }

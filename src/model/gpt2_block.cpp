@@ -45,7 +45,7 @@ Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_se
 Gpt2Workspace::Gpt2Workspace(const GptConfig& cfg, int max_batch, int max_seq) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   buffer_ = carve({{&tmp, BT * C}, {&dres2, BT * C}, {&dfch, BT * 4 * C}, {&dln, BT * C}, {&datty, BT * C},
-                   {&dqkv, BT * 3 * C}, {&datt_row, static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq}});
+                   {&dqkv, BT * 3 * C}, {&attn_scratch, attention_scratch_floats(max_batch, max_seq, cfg.n_embd, cfg.n_head)}});
 }
 
 void gpt2_block_forward(ThreadPool& pool, const GptConfig& cfg, const Gpt2BlockTensors& p, const float* x,
@@ -54,7 +54,7 @@ void gpt2_block_forward(ThreadPool& pool, const GptConfig& cfg, const Gpt2BlockT
   const float eps = cfg.layer_norm_eps;
   layernorm_forward(pool, s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, eps);
   matmul_forward(pool, s.qkv, s.ln1, p.attn_w, p.attn_b, BT, C, 3 * C);
-  attention_forward(pool, s.atty, s.att, s.qkv, B, T, C, H);
+  attention_forward(pool, s.atty, s.att, w.attn_scratch, s.qkv, B, T, C, H);
   matmul_forward(pool, w.tmp, s.atty, p.attn_proj_w, p.attn_proj_b, BT, C, C);
   add_f32(pool, s.res2, x, w.tmp, static_cast<std::size_t>(BT) * C);
   layernorm_forward(pool, s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, BT, C, eps);
@@ -81,7 +81,7 @@ void gpt2_block_backward(ThreadPool& pool, const GptConfig& cfg, const Gpt2Block
 
   // Attention: res2 = x + attn_proj(attention(c_attn(ln1(x))))
   matmul_backward(pool, w.datty, g.attn_proj_w, g.attn_proj_b, w.dres2, s.atty, p.attn_proj_w, BT, C, C, false);
-  attention_backward(pool, w.dqkv, w.datt_row, w.datty, s.qkv, s.att, B, T, C, H);
+  attention_backward(pool, w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, C, H);
   matmul_backward(pool, w.dln, g.attn_w, g.attn_b, w.dqkv, s.ln1, p.attn_w, BT, C, 3 * C, false);
   std::memcpy(dx, w.dres2, rows_c * sizeof(float));
   layernorm_backward(pool, dx, g.ln1_w, g.ln1_b, w.dln, x, p.ln1_w, s.ln1_mean, s.ln1_rstd, BT, C, false);

@@ -66,7 +66,7 @@ class Gpt2Workspace {
   float* dln;       // (B,T,C)
   float* datty;     // (B,T,C)
   float* dqkv;      // (B,T,3C)
-  float* datt_row;  // (B*H, T)
+  float* attn_scratch;  // attention_scratch_floats(B, T, C, H)
 
  private:
   AlignedBuffer buffer_;

@@ -12,7 +12,7 @@
 
 namespace stratum {
 
-inline constexpr int kHeadRows = 128;
+inline constexpr int kHeadRows = 256;
 
 class Gpt2HeadScratch {
  public:

@@ -7,11 +7,17 @@
 
 namespace stratum {
 
+// Floats of scratch both directions need: each head's K (forward) or V (backward) transposed to
+// (hd, T), so score rows are computed as contiguous, vectorised sums over the head dimension,
+// plus one (T) row per (batch, head) for the backward.
+std::size_t attention_scratch_floats(int B, int T, int C, int H);
+
 // qkv (B,T,3C) -> out (B,T,C); att (B,H,T,T) receives the softmax probabilities (row t is
 // valid for t2 <= t, zero above) for the backward.
-void attention_forward(ThreadPool& pool, float* out, float* att, const float* qkv, int B, int T, int C, int H);
+void attention_forward(ThreadPool& pool, float* out, float* att, float* scratch, const float* qkv, int B, int T,
+                       int C, int H);
 
-// dqkv (B,T,3C) = gradient w.r.t. qkv given dout (B,T,C) (overwrites). scratch: (B*H, T) floats.
+// dqkv (B,T,3C) = gradient w.r.t. qkv given dout (B,T,C) (overwrites).
 void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int H);
 
