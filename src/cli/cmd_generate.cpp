@@ -41,6 +41,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
     std::fflush(stdout);
   });
   std::fputs("\n", stdout);
+  std::fflush(stdout);
   std::fprintf(stderr, "[stratum] generated %zu tokens at %.1f tokens/s\n", r.tokens.size(), r.tokens_per_s);
   return 0;
 }
