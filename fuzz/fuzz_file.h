@@ -3,6 +3,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -44,5 +45,20 @@ class FuzzFile {
  private:
   std::string path_;
 };
+
+// Note [fuzz stack limit]
+// nlohmann::json::dump() recurses once per nesting level, and the parsers once called it to quote
+// a bad value in an error message. With the usual 8 MiB stack only inputs of ~100 KB overflow, far
+// beyond what the fuzzer generates; capping the stack at 128 KiB (the main thread's stack grows
+// on demand up to RLIMIT_STACK) makes a few-KB input of deep nesting crash. Parsing itself is
+// iterative and needs far less. Call from LLVMFuzzerInitialize.
+inline void fuzz_cap_stack() {
+  constexpr rlim_t kStackLimitBytes = 128 << 10;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur > kStackLimitBytes) {
+    limit.rlim_cur = kStackLimitBytes;
+    ::setrlimit(RLIMIT_STACK, &limit);
+  }
+}
 
 }  // namespace stratum::fuzz

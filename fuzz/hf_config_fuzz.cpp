@@ -1,7 +1,7 @@
 // libFuzzer target for the Hugging Face GPT-2 config.json reader: writes the input to a
 // per-process temporary file and calls hf_config_read_gpt2 on it. An accepted config must pass
 // GptConfig::validate() and have a finite layer_norm_epsilon. Caps its stack at 128 KiB (see
-// Note [fuzz stack limit] in safetensors_fuzz.cpp).
+// Note [fuzz stack limit] in fuzz_file.h).
 // Pass: success or stratum::Error. Fail: any other exception, a BugError, an accepted config
 // that breaks the checks above, or a sanitizer report. Does not fuzz the writer. Run with
 // tools/fuzz.sh.
@@ -31,14 +31,9 @@ using stratum::fuzz::FuzzFile;
 
 }  // namespace
 
-// Caps the stack: see Note [fuzz stack limit] in safetensors_fuzz.cpp.
+// Caps the stack: see Note [fuzz stack limit] in fuzz_file.h.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  constexpr rlim_t kStackLimitBytes = 128 << 10;
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur > kStackLimitBytes) {
-    limit.rlim_cur = kStackLimitBytes;
-    ::setrlimit(RLIMIT_STACK, &limit);
-  }
+  stratum::fuzz::fuzz_cap_stack();
   return 0;
 }
 

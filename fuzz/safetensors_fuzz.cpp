@@ -54,19 +54,9 @@ void tensor_read_all(const stratum::SafetensorsFile& st, const stratum::Safetens
 
 }  // namespace
 
-// Note [fuzz stack limit]
-// nlohmann::json::dump() recurses once per nesting level, and the parsers call it to quote a bad
-// value in an error message. With the usual 8 MiB stack only inputs of ~100 KB overflow, far
-// beyond what the fuzzer generates; capping the stack at 128 KiB (the main thread's stack grows
-// on demand up to RLIMIT_STACK) makes a few-KB input of deep nesting crash. Parsing itself is
-// iterative and needs far less.
+// Caps the stack: see Note [fuzz stack limit] in fuzz_file.h.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  constexpr rlim_t kStackLimitBytes = 128 << 10;
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur > kStackLimitBytes) {
-    limit.rlim_cur = kStackLimitBytes;
-    ::setrlimit(RLIMIT_STACK, &limit);
-  }
+  stratum::fuzz::fuzz_cap_stack();
   return 0;
 }
 

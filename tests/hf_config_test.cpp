@@ -9,23 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
+#include "integration_util.h"
 #include "stratum/error.h"
 
 namespace stratum {
 namespace {
 
-class TempDir {  // a fresh directory, removed with its contents at scope exit
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "stratum_hf_XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 void text_write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
