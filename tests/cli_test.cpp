@@ -40,6 +40,27 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
   std::filesystem::create_directory(noconfig);
   write_text(noconfig + "/config.json", R"({"model_type": "gpt2", "n_layer": 2, "n_head": 4})");
   std::filesystem::copy_file(kTiny + "/model.safetensors", noconfig + "/model.safetensors");
+  // config.json promises C=64 but the weights are C=32; and a copy whose wpe is stored as I32.
+  const std::string wrongshape = tmp.file("wrongshape");
+  std::filesystem::create_directory(wrongshape);
+  write_text(wrongshape + "/config.json",
+             R"({"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 64, "vocab_size": 101})");
+  std::filesystem::copy_file(kTiny + "/model.safetensors", wrongshape + "/model.safetensors");
+  const std::string wrongdtype = tmp.file("wrongdtype");
+  std::filesystem::create_directory(wrongdtype);
+  std::filesystem::copy_file(kTiny + "/config.json", wrongdtype + "/config.json");
+  {
+    const SafetensorsFile src = SafetensorsFile::open(kTiny + "/model.safetensors");
+    std::vector<std::vector<char>> bytes;
+    std::vector<SafetensorsWriteEntry> entries;
+    for (const auto& t : src.tensors()) {
+      bytes.emplace_back(t.size_bytes);
+      src.read_raw(t, bytes.back().data());
+      entries.push_back({t.name, t.name == "transformer.wpe.weight" ? DType::I32 : t.dtype, t.shape,
+                         bytes.back().data()});
+    }
+    safetensors_write(wrongdtype + "/model.safetensors", entries);
+  }
   const std::string badtok = tmp.file("badtok");
   std::filesystem::create_directory(badtok);
   write_text(badtok + "/encoder.json", "{not json");
@@ -71,6 +92,8 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"missing model dir", "train --model " + tmp.file("nomodel") + data, "does not exist"},
       {"truncated safetensors", "train --model " + truncated + data, "[safetensors]"},
       {"config missing field", "train --model " + noconfig + data, "n_embd"},
+      {"weights shape mismatch", "train --model " + wrongshape + data, "but config.json implies"},
+      {"weights of integer dtype", "train --model " + wrongdtype + data, "[safetensors]"},
       {"tokenizer not JSON", "prepare --input " + tmp.file("text.txt") + " --tokenizer " + badtok + " --out " +
                                  tmp.file("x.bin"), "[tokenizer]"},
       {"prepare missing flags", "prepare --input " + tmp.file("text.txt"), "needs --input"},
