@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds the test suite with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/) and runs
-# it. Kernels fall back to their baseline (non-cloned) versions under ASan.
-# Usage: bash tools/sanitize.sh [ctest args, e.g. -R Cli]
+# all of it, then with ThreadSanitizer (build-tsan/) and runs the concurrent code's tests: the
+# thread pool under every threaded CPU kernel, and the tokenizer's concurrent encode. (GEMM
+# tests are left out of the TSan pass: OpenBLAS's own threads are not instrumented.)
+# Kernels fall back to their baseline (non-cloned) versions under the sanitizers.
+# Usage: bash tools/sanitize.sh [ctest args for the ASan pass, e.g. -R Cli]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -9,3 +12,7 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATUM_SA
 cmake --build build-asan
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j2 --timeout 1800 "$@"
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATUM_TSAN=ON >/dev/null
+cmake --build build-tsan --target stratum_tests
+TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -j2 --timeout 1800 \
+  -R '^(ThreadPool|Kernel(Layernorm|Gelu|Attention|SoftmaxXent|AdamW|Embedding|Elementwise)|BpeTokenizer)'

@@ -11,7 +11,8 @@
 
 // Compiles the annotated function for AVX-512, AVX2 and baseline x86-64 and picks one at load
 // time (GCC ifunc). An attribute, not code generation.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 #define STRATUM_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define STRATUM_SIMD_CLONES
