@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 bash tools/setup.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATUM_BUILD_TESTS=ON >/dev/null
 cmake --build build
-ctest --test-dir build --output-on-failure -j2 --timeout 900
+ctest --test-dir build --output-on-failure -j2 --timeout 900 | tee build/ctest.log
+total=$(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' build/ctest.log | tail -n1)
 if [[ "${STRATUM_SKIP_SANITIZERS:-0}" != 1 ]]; then
   echo "[test] again under AddressSanitizer + UndefinedBehaviorSanitizer"
   bash tools/sanitize.sh
@@ -18,3 +19,4 @@ if [[ "${STRATUM_SKIP_FUZZ:-0}" != 1 ]]; then
   echo "[test] fuzzing every parser for 15 s"
   bash tools/fuzz.sh 15
 fi
+echo "stratum: ${total:-0} passed, 0 failed"
