@@ -33,4 +33,16 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
 
 AlignedBuffer::~AlignedBuffer() { std::free(data_); }
 
+AlignedBuffer aligned_buffer_carve(std::initializer_list<std::pair<float**, std::size_t>> slices) {
+  std::size_t total = 0;
+  for (const auto& s : slices) total += align_up(s.second, 16);
+  AlignedBuffer buffer(total * sizeof(float));
+  float* cursor = buffer.as_f32();
+  for (const auto& s : slices) {
+    *s.first = cursor;
+    cursor += align_up(s.second, 16);
+  }
+  return buffer;
+}
+
 }  // namespace stratum

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
+#include <utility>
 
 namespace stratum {
 
@@ -28,6 +30,10 @@ class AlignedBuffer {
   void* data_ = nullptr;
   std::size_t size_bytes_ = 0;
 };
+
+// One zeroed buffer carved into float slices of the given sizes (each 64-byte aligned); every
+// slice's pointer is written through its float**. The caller owns the returned buffer.
+AlignedBuffer aligned_buffer_carve(std::initializer_list<std::pair<float**, std::size_t>> slices);
 
 inline std::size_t align_up(std::size_t value, std::size_t alignment) {
   return (value + alignment - 1) / alignment * alignment;

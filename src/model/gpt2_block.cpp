@@ -2,8 +2,6 @@
 #include "model/gpt2_block.h"
 
 #include <cstring>
-#include <initializer_list>
-#include <utility>
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
@@ -19,32 +17,17 @@ Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* base) {
                           at(kLn2W), at(kLn2B),       at(kFcW),   at(kFcB),   at(kMlpProjW),  at(kMlpProjB)};
 }
 
-namespace {
-// Carves one zeroed buffer into 64-byte-aligned float slices of the given sizes.
-AlignedBuffer carve(std::initializer_list<std::pair<float**, std::size_t>> slices) {
-  std::size_t total = 0;
-  for (const auto& s : slices) total += align_up(s.second, 16);
-  AlignedBuffer buffer(total * sizeof(float));
-  float* cursor = buffer.as_f32();
-  for (const auto& s : slices) {
-    *s.first = cursor;
-    cursor += align_up(s.second, 16);
-  }
-  return buffer;
-}
-}  // namespace
-
 Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t att = static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * max_seq;
-  buffer_ = carve({{&ln1, BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att, att},
+  buffer_ = aligned_buffer_carve({{&ln1, BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att, att},
                    {&atty, BT * C}, {&res2, BT * C}, {&ln2, BT * C}, {&ln2_mean, BT}, {&ln2_rstd, BT},
                    {&fch, BT * 4 * C}, {&fch_gelu, BT * 4 * C}});
 }
 
 Gpt2Workspace::Gpt2Workspace(const GptConfig& cfg, int max_batch, int max_seq) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
-  buffer_ = carve({{&tmp, BT * C}, {&dres2, BT * C}, {&dfch, BT * 4 * C}, {&dln, BT * C}, {&datty, BT * C},
+  buffer_ = aligned_buffer_carve({{&tmp, BT * C}, {&dres2, BT * C}, {&dfch, BT * 4 * C}, {&dln, BT * C}, {&datty, BT * C},
                    {&dqkv, BT * 3 * C}, {&attn_scratch, attention_scratch_floats(max_batch, max_seq, cfg.n_embd, cfg.n_head)}});
 }
 

@@ -12,16 +12,8 @@ namespace stratum {
 
 Gpt2HeadScratch::Gpt2HeadScratch(const GptConfig& cfg, int max_rows) {
   const std::size_t R = static_cast<std::size_t>(max_rows), C = cfg.n_embd, V = cfg.vocab_size;
-  const std::size_t sizes[] = {R * C, R, R, kHeadRows * V, R, R * C};
-  float** slots[] = {&lnf, &mean, &rstd, &logits, &losses, &dlnf};
-  std::size_t total = 0;
-  for (std::size_t n : sizes) total += align_up(n, 16);
-  buffer_ = AlignedBuffer(total * sizeof(float));
-  float* cursor = buffer_.as_f32();
-  for (std::size_t i = 0; i < 6; ++i) {
-    *slots[i] = cursor;
-    cursor += align_up(sizes[i], 16);
-  }
+  buffer_ = aligned_buffer_carve({{&lnf, R * C}, {&mean, R}, {&rstd, R}, {&logits, kHeadRows * V}, {&losses, R},
+                                  {&dlnf, R * C}});
 }
 
 float gpt2_head_loss(ThreadPool& pool, const GptConfig& cfg, const Gpt2HeadParams& p, const Gpt2HeadGrads* g,
