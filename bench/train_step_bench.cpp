@@ -76,9 +76,9 @@ int main(int argc, char** argv) try {
   const double gemm_gflops = measure_sgemm_gflops(B * T, cfg.n_embd);
 
   const stratum::ParamLayout layout = stratum::ParamLayout::gpt2(cfg);
-  stratum::RamSegmentStore store(layout);
+  stratum::RamSegmentStore store(layout, stratum::Executor::activation_unit_floats(cfg, B, T));
   stratum::model_init_random(cfg, layout, store, 1337);
-  stratum::Executor exec(pool, cfg, layout, store, B, T, keep);
+  stratum::Executor exec(pool, cfg, store, B, T, keep);
   stratum::Rng rng(7);
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
   std::vector<double> ms;

@@ -24,12 +24,12 @@ TEST(Executor, LossAndGradientsMatchPyTorch) {
   const std::string dir = source_path(kTiny);
   const GptConfig cfg = model_read_config(dir);
   const ParamLayout layout = ParamLayout::gpt2(cfg);
-  RamSegmentStore store(layout);
+  const int B = 4, T = 32;
+  RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, B, T));
   model_load_weights(dir, layout, store);
   ThreadPool pool(2);
   blas_set_threads(2);
-  const int B = 4, T = 32;
-  Executor exec(pool, cfg, layout, store, B, T);
+  Executor exec(pool, cfg, store, B, T);
   const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
   std::vector<std::int32_t> inputs(tokens.begin(), tokens.begin() + B * T);
   std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.begin() + B * T + 1);
@@ -131,6 +131,38 @@ TEST(Executor, RandomInitIsSeeded) {
   model_init_random(cfg, layout, c, 8);
   EXPECT_EQ(model_params_hash(layout, a), model_params_hash(layout, b));
   EXPECT_NE(model_params_hash(layout, a), model_params_hash(layout, c));
+}
+
+}  // namespace
+}  // namespace stratum
+
+namespace stratum {
+namespace {
+
+// Note [optimizer overlap]: queueing each segment's AdamW on the worker during the backward
+// gives the same bits as running all updates after it.
+TEST(Executor, OverlappedOptimizerMatchesSequential) {
+  const std::string dir = source_path(kTiny);
+  const GptConfig cfg = model_read_config(dir);
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  const int B = 4, T = 32;
+  const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
+  std::uint64_t hashes[2];
+  for (int overlap = 0; overlap < 2; ++overlap) {
+    const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T));
+    RamSegmentStore store(units);
+    model_load_weights(dir, layout, store);
+    ThreadPool pool(2);
+    Executor exec(pool, cfg, units, B, T, false, overlap == 1);
+    exec.attach(store);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<std::int32_t> inputs(tokens.begin() + step, tokens.begin() + step + B * T);
+      std::vector<std::int32_t> targets(tokens.begin() + step + 1, tokens.begin() + step + B * T + 1);
+      exec.train_step(inputs.data(), targets.data(), B, T, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1, 0.0);
+    }
+    hashes[overlap] = model_params_hash(layout, store);
+  }
+  EXPECT_EQ(hashes[0], hashes[1]);
 }
 
 }  // namespace

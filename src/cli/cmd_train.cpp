@@ -1,5 +1,6 @@
 // `stratum train`: flags -> TrainOptions -> train_run.
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -40,6 +41,11 @@ int cmd_train(const std::vector<std::string>& argv) {
              {"eval-batches", "N", "batches per validation (default 4)"},
              {"activations", "MODE", "recompute (keep block inputs only, default) | keep (every block's "
                                      "internals: faster, more memory, same bits)"},
+             {"mem-budget", "SIZE", "bound all engine memory (params, grads, moments, activations) to SIZE, e.g. "
+                                    "512M or 4G; what does not fit is streamed from --offload-dir (default: all in RAM)"},
+             {"offload-dir", "DIR", "directory on a fast disk (NVMe) for state that does not fit --mem-budget"},
+             {"prefetch", "K", "with --mem-budget: blocks loaded ahead of the one computing (default 2)"},
+             {"io", "BACKEND", "with --mem-budget: auto (io_uring, else threads) | uring | threads (default auto)"},
              {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"},
              {"quiet", "", "no progress bar"}});
   if (args.help_requested()) {
@@ -85,6 +91,18 @@ int cmd_train(const std::vector<std::string>& argv) {
                 "[cli] --activations must be 'recompute' or 'keep', got '", activations, "'");
   o.keep_activations = activations == "keep";
   o.threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
+  o.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;
+  STRATUM_CHECK(!args.has("mem-budget") || o.mem_budget_bytes > 0, "[cli] --mem-budget must be > 0, e.g. 512M");
+  o.offload_dir = args.str("offload-dir");
+  STRATUM_CHECK(o.mem_budget_bytes > 0 || o.offload_dir.empty(),
+                "[cli] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
+  STRATUM_CHECK(o.mem_budget_bytes == 0 || !o.offload_dir.empty(),
+                "[cli] --mem-budget needs --offload-dir DIR (a directory on a fast disk for what does not fit)");
+  STRATUM_CHECK(o.mem_budget_bytes > 0 || !(args.has("prefetch") || args.has("io")),
+                "[cli] --prefetch and --io only apply with --mem-budget SIZE");
+  o.prefetch = static_cast<int>(args.integer("prefetch", 2, 0, 64));
+  o.io_backend = io_backend_parse(args.str("io", "auto"));
+  if (const char* fault = std::getenv("STRATUM_IO_FAULT")) o.io_fault = IoFaultPlan::parse(fault);
   o.quiet = args.flag("quiet");
   train_run(o);
   return 0;

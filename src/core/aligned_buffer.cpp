@@ -1,6 +1,8 @@
 // AlignedBuffer: 4 KiB-aligned owning allocation; see aligned_buffer.h.
 #include "core/aligned_buffer.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,13 +12,33 @@
 
 namespace stratum {
 
+namespace {
+// Large buffers come straight from mmap (zeroed by the kernel, returned to it by munmap), so
+// freeing one lowers RSS at once: the store's budget accounting relies on that. Small ones use
+// the heap.
+constexpr std::size_t kMmapMinBytes = std::size_t{1} << 20;
+
+void buffer_free(void* data, std::size_t size_bytes) {
+  if (data == nullptr) return;
+  const std::size_t capacity = align_up(size_bytes, AlignedBuffer::kAlignmentBytes);
+  if (capacity >= kMmapMinBytes) ::munmap(data, capacity);
+  else std::free(data);
+}
+}  // namespace
+
 AlignedBuffer::AlignedBuffer(std::size_t size_bytes) : size_bytes_(size_bytes) {
   if (size_bytes == 0) return;
   const std::size_t capacity = align_up(size_bytes, kAlignmentBytes);
-  data_ = std::aligned_alloc(kAlignmentBytes, capacity);
+  if (capacity >= kMmapMinBytes) {
+    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    data_ = p == MAP_FAILED ? nullptr : p;
+  } else {
+    data_ = std::aligned_alloc(kAlignmentBytes, capacity);
+    if (data_ != nullptr) std::memset(data_, 0, capacity);
+  }
+  if (data_ == nullptr) size_bytes_ = 0;
   STRATUM_CHECK(data_ != nullptr, "[core.memory] cannot allocate ", capacity,
-                " bytes: out of memory (reduce --batch/--seq or the model size)");
-  std::memset(data_, 0, capacity);
+                " bytes: out of memory (reduce --batch/--seq or the model size, or set --mem-budget)");
 }
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
@@ -24,14 +46,14 @@ AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
   if (this != &other) {
-    std::free(data_);
+    buffer_free(data_, size_bytes_);
     data_ = std::exchange(other.data_, nullptr);
     size_bytes_ = std::exchange(other.size_bytes_, 0);
   }
   return *this;
 }
 
-AlignedBuffer::~AlignedBuffer() { std::free(data_); }
+AlignedBuffer::~AlignedBuffer() { buffer_free(data_, size_bytes_); }
 
 AlignedBuffer aligned_buffer_carve(std::initializer_list<std::pair<float**, std::size_t>> slices) {
   std::size_t total = 0;

@@ -375,7 +375,7 @@ void safetensors_write(const std::string& path, const std::vector<SafetensorsWri
     std::uint64_t size = 0;
     STRATUM_CHECK(shape_size_bytes(e.shape, e.dtype, &size), at, ": shape ", shape_text(e.shape),
                   " is negative or overflows");
-    STRATUM_CHECK(e.data != nullptr || size == 0, at, ": data pointer is null for ", size, " bytes");
+    STRATUM_CHECK(e.data != nullptr || e.data_fn || size == 0, at, ": data pointer is null for ", size, " bytes");
     STRATUM_CHECK(!__builtin_add_overflow(offset, size, &offset), at, ": total size overflows");
     header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape},
                       {"data_offsets", {offset - size, offset}}};
@@ -397,7 +397,9 @@ void safetensors_write(const std::string& path, const std::vector<SafetensorsWri
     sink(len_le, 8);
     sink(text.data(), text.size());
     for (std::size_t i = 0; i < entries.size(); ++i) {
-      if (sizes_bytes[i] > 0) sink(entries[i].data, static_cast<std::size_t>(sizes_bytes[i]));
+      if (sizes_bytes[i] == 0) continue;
+      const void* data = entries[i].data != nullptr ? entries[i].data : entries[i].data_fn();
+      sink(data, static_cast<std::size_t>(sizes_bytes[i]));
     }
   });
 }

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -74,6 +75,9 @@ struct SafetensorsWriteEntry {
   DType dtype = DType::F32;
   std::vector<std::int64_t> shape;
   const void* data = nullptr;  // numel * dtype size bytes, borrowed for the duration of the call
+  // Alternative to `data` for data that is not all in memory at once: called right before the
+  // tensor's bytes are written, in entry order; the pointer must stay valid until the next call.
+  std::function<const void*()> data_fn = nullptr;
 };
 
 // Writes atomically via file_write_atomic (a failed write leaves any previous file untouched).

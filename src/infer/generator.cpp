@@ -73,9 +73,9 @@ GenerateResult generate_run(const GenerateOptions& o, const std::function<void(c
   ThreadPool pool(threads);
   blas_set_threads(threads);
   const ParamLayout layout = ParamLayout::gpt2(cfg);
-  RamSegmentStore store(layout);
+  RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, 1, cfg.n_ctx));
   model_load_weights(o.model_dir, layout, store);
-  Executor exec(pool, cfg, layout, store, 1, cfg.n_ctx);
+  Executor exec(pool, cfg, store, 1, cfg.n_ctx);
 
   Rng rng(o.seed);
   std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));

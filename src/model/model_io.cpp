@@ -143,15 +143,26 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
   dir_create(tmp);
   try {
     hf_config_write_gpt2(tmp + "/config.json", cfg);
-    std::vector<std::unique_ptr<SegmentHold>> holds;
+    // One segment held at a time, so saving works under a memory budget.
+    std::unique_ptr<SegmentHold> hold;
+    int held_segment = -1;
     std::vector<SafetensorsWriteEntry> entries;
     for (int s = 0; s < layout.segment_count(); ++s) {
-      holds.push_back(std::make_unique<SegmentHold>(store, s, SegmentKind::Params, Access::Read));
-      for (const auto& t : layout.segments()[s].tensors)
-        entries.push_back({"transformer." + t.name, DType::F32, t.shape, holds.back()->data() + t.offset_floats});
+      for (const auto& t : layout.segments()[s].tensors) {
+        SafetensorsWriteEntry e{"transformer." + t.name, DType::F32, t.shape, nullptr, {}};
+        e.data_fn = [&, s, offset = t.offset_floats]() -> const void* {
+          if (held_segment != s) {
+            hold.reset();
+            hold = std::make_unique<SegmentHold>(store, s, SegmentKind::Params, Access::Read);
+            held_segment = s;
+          }
+          return hold->data() + offset;
+        };
+        entries.push_back(std::move(e));
+      }
     }
     safetensors_write(tmp + "/model.safetensors", entries, {{"format", "pt"}});
-    holds.clear();
+    hold.reset();
     if (!tokenizer_dir.empty()) {
       const bool hf_names = file_exists(tokenizer_dir + "/vocab.json");
       copy_file(tokenizer_dir + (hf_names ? "/vocab.json" : "/encoder.json"), tmp + "/vocab.json");

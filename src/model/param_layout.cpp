@@ -11,6 +11,7 @@ const char* segment_kind_name(SegmentKind kind) {
     case SegmentKind::Grads: return "grads";
     case SegmentKind::AdamM: return "adam_m";
     case SegmentKind::AdamV: return "adam_v";
+    case SegmentKind::Activations: return "acts";
   }
   return "?";
 }

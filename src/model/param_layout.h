@@ -16,8 +16,10 @@
 
 namespace stratum {
 
-enum class SegmentKind { Params = 0, Grads = 1, AdamM = 2, AdamV = 3 };
-inline constexpr int kSegmentKindCount = 4;
+// Activations: the block input of a layer segment (the final blocks' output for "head"), kept
+// from forward to backward; "embed" has none. Sized by the batch, not by the layout.
+enum class SegmentKind { Params = 0, Grads = 1, AdamM = 2, AdamV = 3, Activations = 4 };
+inline constexpr int kSegmentKindCount = 5;
 const char* segment_kind_name(SegmentKind kind);
 
 struct TensorSlot {

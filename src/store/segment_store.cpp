@@ -5,27 +5,34 @@
 
 namespace stratum {
 
-RamSegmentStore::RamSegmentStore(const ParamLayout& layout)
-    : layout_(layout),
-      buffers_(static_cast<std::size_t>(layout.segment_count()) * kSegmentKindCount),
+RamSegmentStore::RamSegmentStore(UnitTable units)
+    : SegmentStore(std::move(units)), buffers_(static_cast<std::size_t>(this->units().count())),
       holds_(buffers_.size(), 0) {}
 
-float* RamSegmentStore::acquire(int segment, SegmentKind kind, Access) {
-  STRATUM_ASSERT(segment >= 0 && segment < layout_.segment_count());
-  const std::size_t index = static_cast<std::size_t>(segment) * kSegmentKindCount + static_cast<int>(kind);
-  AlignedBuffer& buffer = buffers_[index];
+float* RamSegmentStore::acquire_unit(int unit, Access) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  STRATUM_ASSERT(unit >= 0 && unit < units().count());
+  AlignedBuffer& buffer = buffers_[unit];
   if (buffer.data() == nullptr) {
-    buffer = AlignedBuffer(layout_.segments()[segment].size_bytes());
-    resident_bytes_ += buffer.size_bytes();
+    buffer = AlignedBuffer(units().bytes(unit));
+    held_bytes_ += buffer.size_bytes();
   }
-  ++holds_[index];
+  ++holds_[unit];
   return buffer.as_f32();
 }
 
-void RamSegmentStore::release(int segment, SegmentKind kind) {
-  const std::size_t index = static_cast<std::size_t>(segment) * kSegmentKindCount + static_cast<int>(kind);
-  STRATUM_ASSERT(holds_[index] > 0);
-  --holds_[index];
+void RamSegmentStore::release_unit(int unit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  STRATUM_ASSERT(holds_[unit] > 0);
+  --holds_[unit];
+}
+
+StoreStats RamSegmentStore::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  StoreStats s;
+  s.held_bytes = held_bytes_;
+  s.peak_held_bytes = held_bytes_;
+  return s;
 }
 
 }  // namespace stratum

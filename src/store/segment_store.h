@@ -1,62 +1,99 @@
-// The segment store: where each (segment, kind) buffer lives and how the executor gets at it.
-// Note [acquire/release]: the executor brackets every use of a segment with acquire() and
-// release(), in the step's schedule order, and says whether it reads, overwrites or updates
-// it. A store that keeps everything in RAM (RamSegmentStore) ignores the bracketing; a tiered
-// store uses it to load, evict and write back. Kernels never see anything but the pointer.
-// Does not decide placement or do I/O itself.
+// The segment store: where each store unit (a segment's params, grads, moment chunks or
+// boundary activations; see unit_table.h) lives and how the executor gets at it.
+// Note [acquire/release]: the executor brackets every use of a unit with acquire() and
+// release() and says whether it reads, overwrites or updates it. A store that keeps everything
+// in RAM (RamSegmentStore) ignores the bracketing; the tiered store (tiered_segment_store.h) uses
+// it, plus the step schedule, to load, evict and write back. Kernels never see anything but the
+// pointer. acquire/release may be called from two threads at once (the training thread and the
+// optimizer worker). Does not decide placement or do I/O itself.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "core/aligned_buffer.h"
 #include "model/param_layout.h"
+#include "store/step_schedule.h"
+#include "store/unit_table.h"
 
 namespace stratum {
 
-enum class Access { Read, Overwrite, Update };
+// Cumulative traffic and memory figures of a store.
+struct StoreStats {
+  std::uint64_t read_bytes = 0;     // offload tier -> RAM
+  std::uint64_t write_bytes = 0;    // RAM -> offload tier
+  double stall_ms = 0.0;            // time the training thread waited in acquire() for I/O or space
+  std::size_t held_bytes = 0;       // RAM the store holds now
+  std::size_t peak_held_bytes = 0;  // highest held_bytes since the last stats_reset_peak()
+  std::size_t budget_bytes = 0;     // RAM the store may hold; 0 = unbounded
+};
 
 class SegmentStore {
  public:
+  explicit SegmentStore(UnitTable units) : units_(std::move(units)) {}
   virtual ~SegmentStore() = default;
-  // Returns the segment's buffer (layout.segments()[segment].size_bytes() bytes, 4 KiB aligned),
-  // valid until the matching release(). A segment never written reads as zeros.
-  virtual float* acquire(int segment, SegmentKind kind, Access access) = 0;
-  virtual void release(int segment, SegmentKind kind) = 0;
-  // Bytes currently held in RAM by the store.
-  virtual std::size_t resident_bytes() const = 0;
-};
+  const UnitTable& units() const { return units_; }
 
-// Everything in RAM; buffers are allocated (zeroed) the first time a (segment, kind) is acquired,
-// so inference never allocates gradients or moments.
-class RamSegmentStore final : public SegmentStore {
- public:
-  explicit RamSegmentStore(const ParamLayout& layout);
-  float* acquire(int segment, SegmentKind kind, Access access) override;
-  void release(int segment, SegmentKind kind) override;
-  std::size_t resident_bytes() const override { return resident_bytes_; }
+  // Returns the unit's buffer (units().bytes() bytes, 4 KiB aligned), valid until the matching
+  // release(). A unit never written reads as zeros.
+  float* acquire(int segment, SegmentKind kind, Access access, int chunk = 0) {
+    return acquire_unit(units_.index(segment, kind, chunk), access);
+  }
+  void release(int segment, SegmentKind kind, int chunk = 0) { release_unit(units_.index(segment, kind, chunk)); }
+  virtual float* acquire_unit(int unit, Access access) = 0;
+  virtual void release_unit(int unit) = 0;
+
+  // The step's access order (borrowed; may be null) and the group the training thread is about
+  // to run: a tiered store prefetches what the next groups need. No-ops in RAM.
+  virtual void schedule_set(const StepSchedule* /*schedule*/) {}
+  virtual void schedule_at(int /*group*/) {}
+  // A consumer running behind the schedule position (the optimizer worker) still needs the unit:
+  // while pinned it is never treated as dead (Note [schedule eviction]). delta is +1 or -1.
+  virtual void unit_pin(int /*unit*/, int /*delta*/) {}
+
+  virtual StoreStats stats() const = 0;
+  virtual void stats_reset_peak() = 0;
 
  private:
-  const ParamLayout& layout_;
-  std::vector<AlignedBuffer> buffers_;  // [segment * kSegmentKindCount + kind]
-  std::vector<int> holds_;              // acquire count per buffer, checked on release
-  std::size_t resident_bytes_ = 0;
+  UnitTable units_;
+};
+
+// Everything in RAM; buffers are allocated (zeroed) the first time a unit is acquired, so
+// inference never allocates gradients or moments.
+class RamSegmentStore final : public SegmentStore {
+ public:
+  explicit RamSegmentStore(UnitTable units);
+  // act_floats: size of a boundary-activation unit (Executor::activation_unit_floats); 0 for a
+  // store that only holds weights.
+  explicit RamSegmentStore(const ParamLayout& layout, std::size_t act_floats = 0)
+      : RamSegmentStore(UnitTable(layout, act_floats)) {}
+  float* acquire_unit(int unit, Access access) override;
+  void release_unit(int unit) override;
+  StoreStats stats() const override;
+  void stats_reset_peak() override {}
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<AlignedBuffer> buffers_;  // per unit
+  std::vector<int> holds_;              // acquire count per unit, checked on release
+  std::size_t held_bytes_ = 0;
 };
 
 // RAII bracket around acquire/release.
 class SegmentHold {
  public:
-  SegmentHold(SegmentStore& store, int segment, SegmentKind kind, Access access)
-      : store_(&store), segment_(segment), kind_(kind), data_(store.acquire(segment, kind, access)) {}
+  SegmentHold(SegmentStore& store, int segment, SegmentKind kind, Access access, int chunk = 0)
+      : store_(&store), unit_(store.units().index(segment, kind, chunk)), data_(store.acquire_unit(unit_, access)) {}
   SegmentHold(const SegmentHold&) = delete;
   SegmentHold& operator=(const SegmentHold&) = delete;
-  ~SegmentHold() { store_->release(segment_, kind_); }
+  ~SegmentHold() { store_->release_unit(unit_); }
   float* data() const { return data_; }
 
  private:
   SegmentStore* store_;
-  int segment_;
-  SegmentKind kind_;
+  int unit_;
   float* data_;
 };
 

@@ -1,6 +1,9 @@
-// Executor: the per-step schedule over segments; see executor.h and Note [step schedule].
+// Executor: the per-step schedule over store units; see executor.h, Note [step schedule] and
+// Note [optimizer overlap].
 #include "train/executor.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/elementwise.h"
@@ -9,68 +12,194 @@
 
 namespace stratum {
 
-Executor::Executor(ThreadPool& pool, const GptConfig& config, const ParamLayout& layout, SegmentStore& store,
-                   int max_batch, int max_seq, bool keep_activations)
+std::size_t Executor::activation_unit_floats(const GptConfig& config, int max_batch, int max_seq) {
+  return static_cast<std::size_t>(max_batch) * max_seq * config.n_embd;
+}
+
+Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
+                   bool keep_activations, bool overlap_optimizer)
     : pool_(pool),
       cfg_(config),
-      layout_(layout),
-      store_(store),
+      units_(units),
+      layout_(units.layout()),
       max_batch_(max_batch),
       max_seq_(max_seq),
-      act_stride_(align_up(static_cast<std::size_t>(max_batch) * max_seq * config.n_embd, 16)),
-      acts_(static_cast<std::size_t>(config.n_layer + 1) * act_stride_ * sizeof(float)),
-      dacts_(2 * act_stride_ * sizeof(float)),
+      dacts_(2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
       keep_activations_(keep_activations),
+      overlap_optimizer_(overlap_optimizer),
       workspace_(config, max_batch, max_seq),
-      head_scratch_(config, max_batch * max_seq) {
+      head_scratch_(config, max_batch * max_seq),
+      schedule_(units.count()) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");
+  STRATUM_ASSERT(units.act_floats() >= activation_unit_floats(config, max_batch, max_seq));
   const int copies = keep_activations ? config.n_layer : 1;
   block_acts_.reserve(static_cast<std::size_t>(copies));
   for (int i = 0; i < copies; ++i) block_acts_.emplace_back(config, max_batch, max_seq);
+  grad_squares_.resize(static_cast<std::size_t>(layout_.segment_count()));
+  for (int s = 0; s < layout_.segment_count(); ++s) grad_squares_[s].assign(layout_.segments()[s].tensors.size(), 0.0);
+  schedule_build();
+  if (overlap_optimizer) {
+    worker_pool_ = std::make_unique<ThreadPool>(1);
+    worker_ = std::make_unique<OptimizerWorker>();
+  }
 }
 
-std::size_t Executor::activation_bytes() const {
-  return acts_.size_bytes() + dacts_.size_bytes() + block_acts_.size() * block_acts_[0].size_bytes() +
-         workspace_.size_bytes() + head_scratch_.size_bytes();
+Executor::Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
+                   bool keep_activations)
+    : Executor(pool, config, store.units(), max_batch, max_seq, keep_activations, false) {
+  attach(store);
+}
+
+Executor::~Executor() {
+  if (worker_) {
+    try {
+      worker_->wait_idle();
+    } catch (...) {  // the step that queued the job already failed and reported
+    }
+  }
+  if (store_ != nullptr) store_->schedule_set(nullptr);
+}
+
+void Executor::attach(SegmentStore& store) {
+  STRATUM_ASSERT(store.units().count() == units_.count() && store.units().act_floats() >= units_.act_floats());
+  store_ = &store;
+  store_->schedule_set(&schedule_);
+}
+
+int Executor::act_segment(int layer) const {
+  return layer < cfg_.n_layer ? layout_.layer_segment(layer) : layout_.head_segment();
+}
+
+void Executor::schedule_build() {
+  using A = Access;
+  const int embed = layout_.embed_segment(), head = layout_.head_segment();
+  auto unit = [&](int s, SegmentKind k, int c = 0) { return units_.index(s, k, c); };
+  auto opt_group = [&](int s) {
+    std::vector<UnitUse> uses{{unit(s, SegmentKind::Params), A::Update}, {unit(s, SegmentKind::Grads), A::Read}};
+    for (int c = 0; c < units_.chunk_count(s, SegmentKind::AdamM); ++c) {
+      uses.push_back({unit(s, SegmentKind::AdamM, c), A::Update});
+      uses.push_back({unit(s, SegmentKind::AdamV, c), A::Update});
+    }
+    group_opt_[s] = schedule_.group_add(std::move(uses));
+  };
+  const int L = cfg_.n_layer;
+  group_fwd_.assign(L, 0);
+  group_bwd_.assign(L, 0);
+  group_opt_.assign(layout_.segment_count(), 0);
+  group_embed_fwd_ =
+      schedule_.group_add({{unit(embed, SegmentKind::Params), A::Read}, {unit(act_segment(0), SegmentKind::Activations), A::Overwrite}});
+  for (int l = 0; l < L; ++l) {
+    const int s = layout_.layer_segment(l);
+    group_fwd_[l] = schedule_.group_add({{unit(s, SegmentKind::Params), A::Read},
+                                         {unit(s, SegmentKind::Activations), A::Read},
+                                         {unit(act_segment(l + 1), SegmentKind::Activations), A::Overwrite}});
+  }
+  group_head_ = schedule_.group_add({{unit(head, SegmentKind::Params), A::Read},
+                                     {unit(head, SegmentKind::Grads), A::Overwrite},
+                                     {unit(embed, SegmentKind::Params), A::Read},
+                                     {unit(embed, SegmentKind::Grads), A::Overwrite},
+                                     {unit(head, SegmentKind::Activations), A::Read}});
+  if (overlap_optimizer_) opt_group(head);
+  for (int l = L - 1; l >= 0; --l) {
+    const int s = layout_.layer_segment(l);
+    group_bwd_[l] = schedule_.group_add({{unit(s, SegmentKind::Params), A::Read},
+                                         {unit(s, SegmentKind::Grads), A::Overwrite},
+                                         {unit(s, SegmentKind::Activations), A::Read}});
+    if (overlap_optimizer_) opt_group(s);
+  }
+  group_embed_bwd_ = schedule_.group_add({{unit(embed, SegmentKind::Grads), A::Update}});
+  if (overlap_optimizer_) opt_group(embed);
+  else
+    for (int s = 0; s < layout_.segment_count(); ++s) opt_group(s);
+}
+
+std::size_t Executor::set_bytes(std::initializer_list<int> units) const {
+  std::size_t total = 0;
+  for (int u : units) total += units_.bytes(u);
+  return total;
+}
+
+std::size_t Executor::min_store_bytes() const {
+  using K = SegmentKind;
+  const int embed = layout_.embed_segment(), head = layout_.head_segment();
+  auto u = [&](int s, K k, int c = 0) { return units_.index(s, k, c); };
+  auto opt_set = [&](int s) {  // chunk 0 is the largest moment chunk
+    return set_bytes({u(s, K::Params), u(s, K::Grads), u(s, K::AdamM), u(s, K::AdamV)});
+  };
+  // Sets the training thread holds alone (forward, head: the worker is idle then) and sets it
+  // holds while the worker may run one segment's update (backward).
+  std::size_t alone = set_bytes({u(embed, K::Params), u(act_segment(0), K::Activations)});
+  alone = std::max(alone, set_bytes({u(head, K::Params), u(head, K::Grads), u(embed, K::Params), u(embed, K::Grads),
+                                     u(head, K::Activations)}));
+  std::size_t backward = set_bytes({u(embed, K::Grads)});
+  std::size_t layer_opt = opt_set(head);
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const int s = layout_.layer_segment(l);
+    alone = std::max(alone, set_bytes({u(s, K::Params), u(s, K::Activations), u(act_segment(l + 1), K::Activations)}));
+    backward = std::max(backward, set_bytes({u(s, K::Params), u(s, K::Grads), u(s, K::Activations)}));
+    layer_opt = std::max(layer_opt, opt_set(s));
+  }
+  // The embedding's update runs last, with the training thread waiting.
+  if (overlap_optimizer_) return std::max({alone, backward + layer_opt, opt_set(embed)});
+  return std::max({alone, backward, layer_opt, opt_set(embed)});
+}
+
+std::size_t Executor::fixed_bytes() const {
+  return dacts_.size_bytes() + block_acts_.size() * block_acts_[0].size_bytes() + workspace_.size_bytes() +
+         head_scratch_.size_bytes();
 }
 
 void Executor::check_shape(int B, int T) const {
+  STRATUM_ASSERT(store_ != nullptr);
   STRATUM_ASSERT(B >= 1 && B <= max_batch_ && T >= 1 && T <= max_seq_);
 }
 
 void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
   const auto& segs = layout_.segments();
   {
-    SegmentHold embed(store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
+    at(group_embed_fwd_);
+    SegmentHold embed(*store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
+    SegmentHold out(*store_, act_segment(0), SegmentKind::Activations, Access::Overwrite);
     const auto& seg = segs[layout_.embed_segment()];
-    embedding_forward(pool_, act(0), inputs, embed.data() + seg.tensors[kWte].offset_floats,
+    embedding_forward(pool_, out.data(), inputs, embed.data() + seg.tensors[kWte].offset_floats,
                       embed.data() + seg.tensors[kWpe].offset_floats, B, T, cfg_.n_embd);
   }
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const int s = layout_.layer_segment(l);
-    SegmentHold params(store_, s, SegmentKind::Params, Access::Read);
-    gpt2_block_forward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()), act(l), act(l + 1),
-                       block_acts(l), workspace_, B, T);
+    at(group_fwd_[l]);
+    SegmentHold params(*store_, s, SegmentKind::Params, Access::Read);
+    SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
+    SegmentHold out(*store_, act_segment(l + 1), SegmentKind::Activations, Access::Overwrite);
+    gpt2_block_forward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()), in.data(), out.data(), block_acts(l),
+                       workspace_, B, T);
   }
 }
 
-float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
-  check_shape(B, T);
+void Executor::grad_squares_record(int segment, const float* grads) {
+  const auto& tensors = layout_.segments()[segment].tensors;
+  for (std::size_t t = 0; t < tensors.size(); ++t)
+    grad_squares_[segment][t] = sum_squares(pool_, grads + tensors[t].offset_floats, tensors[t].numel);
+}
+
+float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool overlap,
+                              const AdamWHyper& hyper, double weight_decay) {
   const auto& segs = layout_.segments();
   const int C = cfg_.n_embd;
-  const auto& embed_seg = segs[layout_.embed_segment()];
-  const auto& head_seg = segs[layout_.head_segment()];
-  forward_blocks(inputs, B, T);
-
+  const int embed = layout_.embed_segment(), head = layout_.head_segment();
+  const auto& embed_seg = segs[embed];
+  const auto& head_seg = segs[head];
+  const std::size_t stride = dacts_.size_bytes() / sizeof(float) / 2;
   float* dcur = dacts_.as_f32();
-  float* dnext = dacts_.as_f32() + act_stride_;
+  float* dnext = dacts_.as_f32() + stride;
   float loss = 0.0f;
   {
-    SegmentHold head_p(store_, layout_.head_segment(), SegmentKind::Params, Access::Read);
-    SegmentHold head_g(store_, layout_.head_segment(), SegmentKind::Grads, Access::Overwrite);
-    SegmentHold embed_p(store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
-    SegmentHold embed_g(store_, layout_.embed_segment(), SegmentKind::Grads, Access::Overwrite);
+    at(group_head_);
+    SegmentHold head_p(*store_, head, SegmentKind::Params, Access::Read);
+    SegmentHold head_g(*store_, head, SegmentKind::Grads, Access::Overwrite);
+    SegmentHold embed_p(*store_, embed, SegmentKind::Params, Access::Read);
+    SegmentHold embed_g(*store_, embed, SegmentKind::Grads, Access::Overwrite);
+    SegmentHold in(*store_, head, SegmentKind::Activations, Access::Read);
     // wte's gradient is overwritten by the head's first chunk (Note [head chunks]); wpe's is
     // accumulated by the embedding backward, so it starts from zero.
     std::memset(embed_g.data() + embed_seg.tensors[kWpe].offset_floats, 0,
@@ -81,35 +210,68 @@ float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t*
     Gpt2HeadGrads hg{head_g.data() + head_seg.tensors[kLnFW].offset_floats,
                      head_g.data() + head_seg.tensors[kLnFB].offset_floats,
                      embed_g.data() + embed_seg.tensors[kWte].offset_floats, dcur};
-    loss = gpt2_head_loss(pool_, cfg_, hp, &hg, act(cfg_.n_layer), targets, B * T, head_scratch_);
+    loss = gpt2_head_loss(pool_, cfg_, hp, &hg, in.data(), targets, B * T, head_scratch_);
+    grad_squares_record(head, head_g.data());
   }
+  if (overlap) optimizer_queue(head, hyper, weight_decay);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
-    SegmentHold params(store_, s, SegmentKind::Params, Access::Read);
-    SegmentHold grads(store_, s, SegmentKind::Grads, Access::Overwrite);
-    gpt2_block_backward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()),
-                        gpt2_block_tensors(segs[s], grads.data()), act(l), dcur, dnext, block_acts(l), workspace_, B, T,
-                        !keep_activations_);
+    {
+      at(group_bwd_[l]);
+      SegmentHold params(*store_, s, SegmentKind::Params, Access::Read);
+      SegmentHold grads(*store_, s, SegmentKind::Grads, Access::Overwrite);
+      SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
+      gpt2_block_backward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()),
+                          gpt2_block_tensors(segs[s], grads.data()), in.data(), dcur, dnext, block_acts(l), workspace_,
+                          B, T, !keep_activations_);
+      grad_squares_record(s, grads.data());
+    }
+    if (overlap) optimizer_queue(s, hyper, weight_decay);
     std::swap(dcur, dnext);
   }
   {
-    SegmentHold embed_g(store_, layout_.embed_segment(), SegmentKind::Grads, Access::Update);
+    at(group_embed_bwd_);
+    SegmentHold embed_g(*store_, embed, SegmentKind::Grads, Access::Update);
     embedding_backward(pool_, embed_g.data() + embed_seg.tensors[kWte].offset_floats,
                        embed_g.data() + embed_seg.tensors[kWpe].offset_floats, dcur, inputs, B, T, C);
+    grad_squares_record(embed, embed_g.data());
   }
+  if (overlap) optimizer_queue(embed, hyper, weight_decay);
   return loss;
+}
+
+float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
+  check_shape(B, T);
+  forward_blocks(inputs, B, T);
+  return backward_pass(inputs, targets, B, T, false, AdamWHyper{}, 0.0);
+}
+
+StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
+                                const AdamWHyper& hyper, double weight_decay, double grad_clip) {
+  check_shape(B, T);
+  StepResult r;
+  forward_blocks(inputs, B, T);
+  const bool overlap = worker_ != nullptr && grad_clip <= 0;
+  r.loss = backward_pass(inputs, targets, B, T, overlap, hyper, weight_decay);
+  if (overlap) worker_->wait_idle();
+  r.grad_norm = static_cast<float>(std::sqrt(grad_sum_squares()));
+  if (grad_clip > 0) r.grad_scale = std::min(1.0f, static_cast<float>(grad_clip) / (r.grad_norm + 1e-6f));
+  if (!overlap) optimizer_step(hyper, weight_decay, r.grad_scale);
+  return r;
 }
 
 float Executor::head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits) {
   const auto& segs = layout_.segments();
-  SegmentHold head_p(store_, layout_.head_segment(), SegmentKind::Params, Access::Read);
-  SegmentHold embed_p(store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
+  at(group_head_);
+  SegmentHold head_p(*store_, layout_.head_segment(), SegmentKind::Params, Access::Read);
+  SegmentHold embed_p(*store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
+  SegmentHold in(*store_, layout_.head_segment(), SegmentKind::Activations, Access::Read);
   const auto& head_seg = segs[layout_.head_segment()];
   Gpt2HeadParams hp{head_p.data() + head_seg.tensors[kLnFW].offset_floats,
                     head_p.data() + head_seg.tensors[kLnFB].offset_floats,
                     embed_p.data() + segs[layout_.embed_segment()].tensors[kWte].offset_floats};
-  if (logits == nullptr) return gpt2_head_loss(pool_, cfg_, hp, nullptr, act(cfg_.n_layer), targets, BT, head_scratch_);
-  const float* row = act(cfg_.n_layer) + static_cast<std::size_t>(logits_row) * cfg_.n_embd;
+  if (logits == nullptr) return gpt2_head_loss(pool_, cfg_, hp, nullptr, in.data(), targets, BT, head_scratch_);
+  const float* row = in.data() + static_cast<std::size_t>(logits_row) * cfg_.n_embd;
   gpt2_head_logits_row(pool_, cfg_, hp, row, logits, head_scratch_);
   return 0.0f;
 }
@@ -126,27 +288,54 @@ void Executor::logits_last(const std::int32_t* tokens, int T, float* logits) {
   head_inference(nullptr, T, T - 1, logits);
 }
 
-double Executor::grad_sum_squares() {
+double Executor::grad_sum_squares() const {
   double total = 0.0;
-  for (int s = 0; s < layout_.segment_count(); ++s) {
-    SegmentHold grads(store_, s, SegmentKind::Grads, Access::Read);
-    for (const auto& t : layout_.segments()[s].tensors)
-      total += sum_squares(pool_, grads.data() + t.offset_floats, t.numel);
-  }
+  for (const auto& segment : grad_squares_)
+    for (double t : segment) total += t;
   return total;
 }
 
-void Executor::optimizer_step(const AdamWHyper& hyper, double weight_decay, float grad_scale) {
-  for (int s = 0; s < layout_.segment_count(); ++s) {
-    SegmentHold params(store_, s, SegmentKind::Params, Access::Update);
-    SegmentHold grads(store_, s, SegmentKind::Grads, Access::Read);
-    SegmentHold m(store_, s, SegmentKind::AdamM, Access::Update);
-    SegmentHold v(store_, s, SegmentKind::AdamV, Access::Update);
-    for (const auto& t : layout_.segments()[s].tensors) {
-      const std::size_t o = t.offset_floats;
-      adamw_update(pool_, params.data() + o, m.data() + o, v.data() + o, grads.data() + o, t.numel, hyper,
+void Executor::optimizer_segment(ThreadPool& pool, int s, const AdamWHyper& hyper, double weight_decay,
+                                 float grad_scale) {
+  SegmentHold params(*store_, s, SegmentKind::Params, Access::Update);
+  SegmentHold grads(*store_, s, SegmentKind::Grads, Access::Read);
+  const auto& tensors = layout_.segments()[s].tensors;
+  for (int c = 0; c < units_.chunk_count(s, SegmentKind::AdamM); ++c) {
+    SegmentHold m(*store_, s, SegmentKind::AdamM, Access::Update, c);
+    SegmentHold v(*store_, s, SegmentKind::AdamV, Access::Update, c);
+    const std::size_t lo = units_.chunk_first_float(c);
+    const std::size_t hi = lo + units_.bytes(units_.index(s, SegmentKind::AdamM, c)) / sizeof(float);
+    for (const auto& t : tensors) {
+      const std::size_t a = std::max(lo, t.offset_floats), b = std::min(hi, t.offset_floats + t.numel);
+      if (a >= b) continue;
+      adamw_update(pool, params.data() + a, m.data() + (a - lo), v.data() + (a - lo), grads.data() + a, b - a, hyper,
                    t.weight_decay ? weight_decay : 0.0, grad_scale);
     }
+  }
+}
+
+void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay) {
+  at(group_opt_[segment]);
+  // The worker runs behind the schedule position: pin what it will use so the store does not
+  // take the gradients for dead (their next use in the schedule is the next step's overwrite).
+  for (const UnitUse& use : schedule_.group(group_opt_[segment])) store_->unit_pin(use.unit, +1);
+  worker_->submit([this, segment, hyper, weight_decay] {
+    struct Unpin {
+      Executor* self;
+      int group;
+      ~Unpin() {
+        for (const UnitUse& use : self->schedule_.group(group)) self->store_->unit_pin(use.unit, -1);
+      }
+    } unpin{this, group_opt_[segment]};
+    optimizer_segment(*worker_pool_, segment, hyper, weight_decay, 1.0f);
+  });
+}
+
+void Executor::optimizer_step(const AdamWHyper& hyper, double weight_decay, float grad_scale) {
+  STRATUM_ASSERT(store_ != nullptr);
+  for (int s = 0; s < layout_.segment_count(); ++s) {
+    if (!overlap_optimizer_) at(group_opt_[s]);
+    optimizer_segment(pool_, s, hyper, weight_decay, grad_scale);
   }
 }
 

@@ -1,13 +1,21 @@
-// Runs a training or inference pass block by block over segments held by a SegmentStore.
-// Note [step schedule]: forward visits embed, layer.0 .. layer.L-1, head (keeping only each
-// block's input, the "boundary activations"); the head computes loss and its backward in row
-// chunks; backward visits layer.L-1 .. layer.0, recomputing each block's internals from its
-// boundary input; the embedding backward runs last; the optimizer then visits every segment.
-// Every segment use is bracketed by acquire/release (Note [acquire/release]) so a tiered store
-// can stream segments without the model code knowing. Does not choose placement or own segments.
+// Runs a training or inference pass block by block over units held by a SegmentStore.
+// Note [step schedule]: forward visits embed, layer.0 .. layer.L-1, head, keeping only each
+// block's input (its "acts" unit in the store, so a tiered store can spill it); the head
+// computes loss and its backward in row chunks; backward visits layer.L-1 .. layer.0,
+// recomputing each block's internals from its input; the embedding backward runs last; the
+// optimizer then visits every segment, params and grads whole and moments in chunks
+// (Note [moment chunks]). The same order is written down as a StepSchedule so a tiered store
+// can prefetch and evict by it; the executor calls schedule_at() before each group.
+// Note [optimizer overlap]: without gradient clipping a segment's AdamW update does not depend
+// on any other segment, so it is queued on the optimizer worker as soon as the segment's
+// gradients are final (head after the head, each layer after its backward, embed last) and
+// overlaps the backward of earlier layers. With clipping (exact global norm) every gradient is
+// needed first, so the updates run after the backward. Either way each element gets the same
+// arithmetic, so the bits are the same. Does not choose placement or own the store.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -18,53 +26,96 @@
 #include "model/model_config.h"
 #include "model/param_layout.h"
 #include "store/segment_store.h"
+#include "store/step_schedule.h"
+#include "train/optimizer_worker.h"
 
 namespace stratum {
 
+struct StepResult {
+  float loss = 0.0f;
+  float grad_norm = 0.0f;   // before clipping
+  float grad_scale = 1.0f;  // clipping coefficient applied
+};
+
 class Executor {
  public:
+  // Floats of one boundary-activation unit for batches up to (max_batch, max_seq).
+  static std::size_t activation_unit_floats(const GptConfig& config, int max_batch, int max_seq);
+
   // keep_activations: keep every block's forward internals until its backward instead of
   // recomputing them from the block input (faster, L times the activation memory; same bits).
-  Executor(ThreadPool& pool, const GptConfig& config, const ParamLayout& layout, SegmentStore& store, int max_batch,
-           int max_seq, bool keep_activations = false);
+  // overlap_optimizer: Note [optimizer overlap]; only train_step() without clipping uses it.
+  // The store is attached separately (attach) so its budget can be sized from fixed_bytes().
+  Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
+           bool keep_activations = false, bool overlap_optimizer = false);
+  Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
+           bool keep_activations = false);
+  ~Executor();
+  void attach(SegmentStore& store);
+
+  // Bytes the executor itself holds (gradient ping-pong, block internals, workspace, head scratch).
+  std::size_t fixed_bytes() const;
+  // Smallest store RAM budget that can run a training step: the largest set of units held at
+  // once (with the optimizer overlap, plus what the worker holds).
+  std::size_t min_store_bytes() const;
+  const StepSchedule& schedule() const { return schedule_; }
+
+  // One optimizer step: forward, backward, global-norm clipping (grad_clip > 0) and AdamW.
+  StepResult train_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
+                        const AdamWHyper& hyper, double weight_decay, double grad_clip);
 
   // Forward + backward for inputs/targets (B,T); writes every parameter's gradient into the
-  // store's Grads segments (overwriting) and returns the mean cross-entropy.
+  // store's Grads units (overwriting) and returns the mean cross-entropy.
   float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
   // Forward only: mean cross-entropy.
   float loss(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
   // Logits (V) of the last position of tokens (1, T), T <= max_seq.
   void logits_last(const std::int32_t* tokens, int T, float* logits);
 
-  // Sum of squared gradients over all parameters (double, fixed order).
-  double grad_sum_squares();
+  // Sum of squared gradients of the last forward_backward (double, fixed order; computed while
+  // each segment's gradients were final and in RAM, so this reads nothing).
+  double grad_sum_squares() const;
   // AdamW on every segment; weight decay applies to tensors with weight_decay set.
   void optimizer_step(const AdamWHyper& hyper, double weight_decay, float grad_scale);
 
-  // Bytes of activation memory (boundary activations + scratch) this executor holds.
-  std::size_t activation_bytes() const;
-
  private:
   void check_shape(int B, int T) const;
+  void schedule_build();
   void forward_blocks(const std::int32_t* inputs, int B, int T);
+  float backward_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool overlap,
+                      const AdamWHyper& hyper, double weight_decay);
+  void grad_squares_record(int segment, const float* grads);
+  void optimizer_segment(ThreadPool& pool, int segment, const AdamWHyper& hyper, double weight_decay,
+                         float grad_scale);
+  void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay);
   // Head on the last forward's output: mean loss over targets (BT rows) when logits is null,
   // else the logits (V) of row logits_row.
   float head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits);
-  float* act(int i) { return acts_.as_f32() + static_cast<std::size_t>(i) * act_stride_; }
   Gpt2Activations& block_acts(int layer) { return block_acts_[keep_activations_ ? layer : 0]; }
+  int act_segment(int layer) const;  // the segment whose acts unit holds layer's input
+  std::size_t set_bytes(std::initializer_list<int> units) const;
+  void at(int group) { store_->schedule_at(group); }
 
   ThreadPool& pool_;
   GptConfig cfg_;
+  UnitTable units_;
   const ParamLayout& layout_;
-  SegmentStore& store_;
+  SegmentStore* store_ = nullptr;
   int max_batch_, max_seq_;
-  std::size_t act_stride_;   // max_batch * max_seq * C floats
-  AlignedBuffer acts_;       // (L+1) x (B,T,C): input of each block, then the final output
-  AlignedBuffer dacts_;      // 2 x (B,T,C): gradient ping-pong for the backward
+  AlignedBuffer dacts_;      // 2 x (B,T,C) fp32: gradient ping-pong for the backward
   bool keep_activations_;
+  bool overlap_optimizer_;
   std::vector<Gpt2Activations> block_acts_;  // 1 (recompute) or n_layer (keep)
   Gpt2Workspace workspace_;
   Gpt2HeadScratch head_scratch_;
+  std::vector<std::vector<double>> grad_squares_;  // [segment][tensor] of the last backward
+
+  StepSchedule schedule_;
+  int group_embed_fwd_ = 0, group_head_ = 0, group_embed_bwd_ = 0;
+  std::vector<int> group_fwd_, group_bwd_, group_opt_;  // per layer, per layer, per segment
+
+  std::unique_ptr<ThreadPool> worker_pool_;  // 1 thread: the optimizer worker's kernels
+  std::unique_ptr<OptimizerWorker> worker_;
 };
 
 }  // namespace stratum

@@ -17,6 +17,7 @@
 #include "obs/metrics_log.h"
 #include "obs/progress_bar.h"
 #include "store/segment_store.h"
+#include "store/tiered_segment_store.h"
 #include "stratum/error.h"
 #include "train/executor.h"
 
@@ -55,6 +56,14 @@ std::string mib(std::size_t bytes) {
 }
 }  // namespace
 
+std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip) {
+  ThreadPool pool(1);
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  const UnitTable units(layout, Executor::activation_unit_floats(cfg, batch, seq));
+  const Executor exec(pool, cfg, units, batch, seq, keep_activations, grad_clip <= 0);
+  return exec.fixed_bytes() + exec.min_store_bytes();
+}
+
 TrainResult train_run(const TrainOptions& o) {
   options_check(o);
   const GptConfig cfg = o.model_dir.empty() ? o.config : model_read_config(o.model_dir);
@@ -85,10 +94,35 @@ TrainResult train_run(const TrainOptions& o) {
   if (!val_tokens.empty()) val_loader = std::make_unique<DataLoader>(std::move(val_tokens), o.batch, o.seq, false, 0);
 
   const ParamLayout layout = ParamLayout::gpt2(cfg);
-  RamSegmentStore store(layout);
+  const UnitTable units(layout, Executor::activation_unit_floats(cfg, o.batch, o.seq));
+  // Declared before the executor so it outlives it (the executor's optimizer worker uses it).
+  std::unique_ptr<SegmentStore> store_owner;
+  Executor exec(pool, cfg, units, o.batch, o.seq, o.keep_activations, o.grad_clip <= 0);
+  const std::size_t min_budget = exec.fixed_bytes() + exec.min_store_bytes();
+  std::string store_text = "everything in RAM";
+  if (o.mem_budget_bytes > 0) {
+    STRATUM_CHECK(o.mem_budget_bytes >= min_budget, "[train] --mem-budget ", mib(o.mem_budget_bytes),
+                  " is below the minimum of ", mib(min_budget), " for this model at B=", o.batch, " T=", o.seq,
+                  " (engine buffers ", mib(exec.fixed_bytes()), " + largest working set ", mib(exec.min_store_bytes()),
+                  "); use --mem-budget ", (min_budget + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
+    TieredStoreOptions so;
+    so.budget_bytes = o.mem_budget_bytes - exec.fixed_bytes();
+    so.offload_dir = o.offload_dir;
+    so.prefetch_depth = o.prefetch;
+    so.io.backend = o.io_backend;
+    so.io.fault = o.io_fault;
+    auto tiered = std::make_unique<TieredSegmentStore>(units, so);
+    store_text = "budget " + mib(o.mem_budget_bytes) + " (minimum " + mib(min_budget) + "), offload to " +
+                 o.offload_dir + ": " + tiered->describe();
+    store_owner = std::move(tiered);
+  } else {
+    STRATUM_CHECK(o.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
+    store_owner = std::make_unique<RamSegmentStore>(units);
+  }
+  SegmentStore& store = *store_owner;
+  exec.attach(store);
   if (o.model_dir.empty()) model_init_random(cfg, layout, store, o.seed);
   else model_load_weights(o.model_dir, layout, store);
-  Executor exec(pool, cfg, layout, store, o.batch, o.seq, o.keep_activations);
 
   MetricsLog log = o.log_path.empty() ? MetricsLog() : MetricsLog(o.log_path);
   LrSchedule sched = o.lr;
@@ -97,12 +131,14 @@ TrainResult train_run(const TrainOptions& o) {
   std::fprintf(stderr,
                "[stratum] model %s, %.2fM parameters | data %zu tokens (%lld batches/epoch)%s | B=%d T=%d | %d "
                "threads, %s\n"
-               "[stratum] memory: params %s, grads %s, AdamW moments %s, activations %s (%s)\n",
+               "[stratum] state: params %s, grads %s, AdamW moments %s, boundary activations %s; engine buffers %s "
+               "(%s)\n[stratum] memory: %s\n",
                cfg.describe().c_str(), static_cast<double>(layout.num_params()) / 1e6, train_token_count,
                static_cast<long long>(loader.batches_per_epoch()), val_loader ? ", validation held out" : "",
                o.batch, o.seq, threads, blas_describe().c_str(), mib(param_bytes).c_str(), mib(param_bytes).c_str(),
-               mib(2 * param_bytes).c_str(), mib(exec.activation_bytes()).c_str(),
-               o.keep_activations ? "kept per block" : "block inputs kept, internals recomputed");
+               mib(2 * param_bytes).c_str(), mib(units.act_floats() * sizeof(float) * (cfg.n_layer + 1)).c_str(),
+               mib(exec.fixed_bytes()).c_str(),
+               o.keep_activations ? "block internals kept" : "block internals recomputed", store_text.c_str());
 
   const int BT = o.batch * o.seq;
   std::vector<std::int32_t> inputs(BT), targets(BT);
@@ -118,20 +154,32 @@ TrainResult train_run(const TrainOptions& o) {
   ProgressBar progress(o.steps, o.quiet);
   TrainResult result;
   std::vector<double> step_ms;
+  double total_ms = 0.0;
   double timed_s = 0.0;
+  StoreStats before = store.stats();
   for (long step = 0; step < o.steps; ++step) {
     loader.batch(step, inputs.data(), targets.data());
+    store.stats_reset_peak();
     const auto t0 = std::chrono::steady_clock::now();
-    const float loss = exec.forward_backward(inputs.data(), targets.data(), o.batch, o.seq);
+    const double lr = sched.lr_at(step);
+    const StepResult r = exec.train_step(inputs.data(), targets.data(), o.batch, o.seq,
+                                         AdamWHyper{lr, o.beta1, o.beta2, o.eps, step + 1}, o.weight_decay, o.grad_clip);
+    const float loss = r.loss;
+    const float grad_norm = r.grad_norm;
     STRATUM_CHECK(std::isfinite(loss), "[train] loss became ", loss, " at step ", step + 1,
                   "; lower --lr or enable --grad-clip");
-    const float grad_norm = static_cast<float>(std::sqrt(exec.grad_sum_squares()));
-    float grad_scale = 1.0f;
-    if (o.grad_clip > 0) grad_scale = std::min(1.0f, static_cast<float>(o.grad_clip) / (grad_norm + 1e-6f));
-    const double lr = sched.lr_at(step);
-    exec.optimizer_step(AdamWHyper{lr, o.beta1, o.beta2, o.eps, step + 1}, o.weight_decay, grad_scale);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const StoreStats now = store.stats();
+    const std::uint64_t read = now.read_bytes - before.read_bytes, written = now.write_bytes - before.write_bytes;
+    const double stall = now.stall_ms - before.stall_ms;
+    const std::size_t peak = exec.fixed_bytes() + now.peak_held_bytes;
+    before = now;
+    result.read_bytes += read;
+    result.write_bytes += written;
+    result.stall_ms += stall;
+    result.peak_mem_bytes = std::max(result.peak_mem_bytes, peak);
     step_ms.push_back(ms);
+    total_ms += ms;
     if (step > 0 || o.steps == 1) timed_s += ms / 1000.0;
     const long timed_steps = o.steps == 1 ? 1 : step;
     const double tokens_per_s = BT / (ms / 1000.0);
@@ -139,7 +187,10 @@ TrainResult train_run(const TrainOptions& o) {
     result.final_loss = loss;
 
     nlohmann::json record = {{"step", step + 1}, {"loss", loss},     {"lr", lr},
-                             {"grad_norm", grad_norm}, {"step_ms", ms}, {"tokens_per_s", tokens_per_s}};
+                             {"grad_norm", grad_norm}, {"step_ms", ms}, {"tokens_per_s", tokens_per_s},
+                             {"read_bytes", read}, {"write_bytes", written}, {"stall_ms", stall},
+                             {"peak_mem_bytes", peak}};
+    if (o.mem_budget_bytes > 0) record["mem_budget_bytes"] = o.mem_budget_bytes;
     const bool last = step + 1 == o.steps;
     if (val_loader && ((step + 1) % o.eval_every == 0 || last)) {
       result.final_val_loss = evaluate();
@@ -149,7 +200,14 @@ TrainResult train_run(const TrainOptions& o) {
       progress.message(line);
     }
     log.write(record);
-    progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o.steps - step - 1), "");
+    std::string traffic;
+    if (o.mem_budget_bytes > 0) {
+      char text[160];
+      std::snprintf(text, sizeof text, "read %s write %s stall %.0f ms | RAM %s/%s", mib(read).c_str(),
+                    mib(written).c_str(), stall, mib(peak).c_str(), mib(o.mem_budget_bytes).c_str());
+      traffic = text;
+    }
+    progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o.steps - step - 1), traffic);
     if (!o.save_dir.empty() && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || last)) {
       model_save(o.save_dir, cfg, layout, store, tokenizer_dir);
       if (!last) progress.message("[stratum] saved " + o.save_dir + " at step " + std::to_string(step + 1));
@@ -160,6 +218,14 @@ TrainResult train_run(const TrainOptions& o) {
   const long timed_steps = o.steps == 1 ? 1 : o.steps - 1;
   result.tokens_per_s = timed_s > 0 ? static_cast<double>(BT) * timed_steps / timed_s : 0.0;
   result.params_hash = model_params_hash(layout, store);
+  result.min_budget_bytes = min_budget;
+  if (o.mem_budget_bytes > 0)
+    std::fprintf(stderr,
+                 "[stratum] tier traffic: read %s, written %s, compute stalled %.0f ms (%.1f%% of step time), peak RAM "
+                 "%s of the %s budget\n",
+                 mib(result.read_bytes).c_str(), mib(result.write_bytes).c_str(), result.stall_ms,
+                 100.0 * result.stall_ms / std::max(1.0, total_ms),
+                 mib(result.peak_mem_bytes).c_str(), mib(o.mem_budget_bytes).c_str());
   std::fprintf(stderr, "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, params hash %016llx%s%s\n",
                o.steps, result.final_loss, result.tokens_per_s, result.step_ms_median,
                static_cast<unsigned long long>(result.params_hash), o.save_dir.empty() ? "" : ", saved to ",

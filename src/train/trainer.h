@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "io/io_engine.h"
 #include "model/model_config.h"
 #include "train/lr_schedule.h"
 
@@ -31,6 +32,14 @@ struct TrainOptions {
   long eval_every = 0;        // 0 = no validation
   int eval_batches = 4;
   bool keep_activations = false;  // keep each block's internals instead of recomputing (same bits)
+  // Memory budget for everything the engine allocates (parameters, gradients, moments,
+  // activations, workspace); 0 = everything in RAM. With a budget, what does not fit lives in
+  // files under offload_dir and is streamed (TieredSegmentStore).
+  std::size_t mem_budget_bytes = 0;
+  std::string offload_dir;
+  int prefetch = 2;             // schedule groups (blocks) loaded ahead
+  IoBackend io_backend = IoBackend::Auto;
+  IoFaultPlan io_fault;         // tests only (STRATUM_IO_FAULT)
   int threads = 0;            // 0 = default_thread_count()
   bool quiet = false;         // no progress bar
 };
@@ -41,7 +50,16 @@ struct TrainResult {
   std::uint64_t params_hash = 0;
   double tokens_per_s = 0.0;     // over all steps after the first
   double step_ms_median = 0.0;
+  std::uint64_t read_bytes = 0, write_bytes = 0;  // offload traffic over the run
+  double stall_ms = 0.0;                          // compute waiting on I/O over the run
+  std::size_t peak_mem_bytes = 0;                 // executor + store, highest over the run
+  std::size_t min_budget_bytes = 0;               // smallest --mem-budget this run could use
 };
+
+// Smallest --mem-budget that can train this model at this batch shape (the engine's fixed
+// buffers plus the largest set of units held at once).
+std::size_t train_min_budget_bytes(const GptConfig& config, int batch, int seq, bool keep_activations,
+                                   double grad_clip);
 
 TrainResult train_run(const TrainOptions& options);
 

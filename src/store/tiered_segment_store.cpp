@@ -1,0 +1,394 @@
+// TieredSegmentStore; see tiered_segment_store.h, Note [unit states], Note [schedule eviction].
+#include "store/tiered_segment_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "stratum/error.h"
+
+namespace stratum {
+
+namespace {
+std::string gib(std::size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+void file_preallocate(int fd, std::size_t bytes, const std::string& path) {
+  STRATUM_CHECK(::ftruncate(fd, 0) == 0, "[store] cannot truncate ", path, ": ", std::strerror(errno));
+  if (bytes == 0) return;
+  if (::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0) return;
+  const int err = errno;
+  STRATUM_CHECK(err != ENOSPC, "[store] no space left on the device of ", path, " for ", bytes,
+                " bytes of offloaded state: free space under --offload-dir or choose another directory");
+  STRATUM_CHECK(err == EOPNOTSUPP || err == ENOSYS, "[store] cannot allocate ", bytes, " bytes for ", path, ": ",
+                std::strerror(err));
+  STRATUM_CHECK(::ftruncate(fd, static_cast<off_t>(bytes)) == 0, "[store] cannot size ", path, ": ",
+                std::strerror(errno));
+}
+}  // namespace
+
+TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOptions& options)
+    : SegmentStore(std::move(units_in)),
+      options_(options),
+      entries_(static_cast<std::size_t>(units().count())),
+      training_thread_(std::this_thread::get_id()) {
+  STRATUM_CHECK(options.prefetch_depth >= 0 && options.prefetch_depth <= 64, "[store] --prefetch must be in 0..64, got ",
+                options.prefetch_depth);
+  std::string dir = options.offload_dir;
+  STRATUM_CHECK(!dir.empty(), "[store] --mem-budget needs --offload-dir DIR for what does not fit in the budget");
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  options_.offload_dir = dir;
+  const bool direct = io_direct_supported(dir);  // also checks that dir exists and is writable
+  IoEngineOptions io = options.io;
+  std::string notes;
+  if (!direct) {
+    if (io.backend == IoBackend::Auto) io.backend = IoBackend::Threads;
+    notes += "; " + dir + " refuses O_DIRECT (tmpfs?), so I/O goes through the page cache";
+  }
+
+  struct statvfs fs {};
+  STRATUM_CHECK(::statvfs(dir.c_str(), &fs) == 0, "[store] cannot stat --offload-dir ", dir, ": ", std::strerror(errno));
+  const std::size_t free_bytes = options.free_bytes_override > 0 ? options.free_bytes_override
+                                                                 : static_cast<std::size_t>(fs.f_bavail) * fs.f_frsize;
+  const std::size_t need_bytes = units().total_bytes();
+  STRATUM_CHECK(free_bytes >= need_bytes, "[store] --offload-dir ", dir, " has ", gib(free_bytes),
+                " free but this run needs up to ", gib(need_bytes),
+                " there for offloaded state: free space or choose another directory");
+
+  lock_take(dir);
+  try {
+    engine_ = IoEngine::create(io, &notes);
+    for (int f = 0; f < units().file_count(); ++f) {
+      const std::string path = dir + "/" + units().file_name(f);
+      files_.emplace_back(io_open_file(path, direct));
+      paths_.push_back(path);  // only files this run opened are removed again
+      file_preallocate(files_.back().get(), units().file_bytes(f), path);
+    }
+  } catch (...) {
+    files_remove();
+    throw;
+  }
+  const std::size_t block = engine_->block_bytes();
+  for (int u = 0; u < units().count(); ++u)
+    entries_[u].block_sums.assign((units().bytes(u) + block - 1) / block, 0);
+  char text[256];
+  std::snprintf(text, sizeof text, "%s%s, %zu KiB blocks, queue depth %d, prefetch %d", io_backend_name(engine_->backend()),
+                direct ? ", O_DIRECT" : ", buffered", block / 1024, engine_->queue_depth(), options.prefetch_depth);
+  describe_ = text + notes;
+  totals_.budget_bytes = options.budget_bytes;
+}
+
+TieredSegmentStore::~TieredSegmentStore() {
+  {
+    Lock lock(mutex_);
+    while (!in_flight_.empty()) {
+      const int unit = in_flight_.back();
+      in_flight_.pop_back();
+      std::shared_ptr<IoTicket> ticket = std::move(entries_[unit].ticket);
+      lock.unlock();
+      try {
+        ticket->wait();
+      } catch (...) {  // shutting down: the error was (or will be) reported by whoever needed the data
+      }
+      lock.lock();
+    }
+  }
+  engine_.reset();
+  files_remove();
+}
+
+void TieredSegmentStore::lock_take(const std::string& dir) {
+  // Note: the lock file is removed when the run ends, so a run that opened it just before that
+  // would lock a deleted inode; re-open until the locked file is the one at the path.
+  const std::string lock_path = dir + "/stratum-offload.lock";
+  for (int attempt = 0;; ++attempt) {
+    lock_fd_ = FileDescriptor(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    STRATUM_CHECK(lock_fd_.get() >= 0, "[store] cannot create ", lock_path, ": ", std::strerror(errno));
+    STRATUM_CHECK(::flock(lock_fd_.get(), LOCK_EX | LOCK_NB) == 0, "[store] another stratum run is using --offload-dir ",
+                  dir, "; give each run its own directory");
+    struct stat held {}, at_path {};
+    if (::fstat(lock_fd_.get(), &held) == 0 && ::stat(lock_path.c_str(), &at_path) == 0 &&
+        held.st_ino == at_path.st_ino && held.st_dev == at_path.st_dev)
+      return;
+    STRATUM_CHECK(attempt < 10, "[store] cannot lock --offload-dir ", dir, ": its lock file keeps changing");
+  }
+}
+
+void TieredSegmentStore::files_remove() {
+  files_.clear();
+  for (const std::string& path : paths_) ::unlink(path.c_str());
+  paths_.clear();
+  if (lock_fd_.get() >= 0) ::unlink((options_.offload_dir + "/stratum-offload.lock").c_str());
+  lock_fd_ = FileDescriptor();
+}
+
+std::string TieredSegmentStore::where(int unit) const {
+  return units().name(unit) + " (" + paths_[units().file(unit)] + ")";
+}
+
+long TieredSegmentStore::distance(int unit) const {
+  return schedule_ == nullptr ? StepSchedule::kNever : schedule_->next_use_distance(unit, now_);
+}
+
+bool TieredSegmentStore::dead(int unit) const {
+  return schedule_ != nullptr && entries_[unit].pins == 0 &&
+         schedule_->next_use_access(unit, now_) == Access::Overwrite;
+}
+
+void TieredSegmentStore::unit_pin(int unit, int delta) {
+  Lock lock(mutex_);
+  entries_[unit].pins += delta;
+  STRATUM_ASSERT(entries_[unit].pins >= 0);
+}
+
+AlignedBuffer TieredSegmentStore::buffer_take(std::size_t bytes) {
+  for (auto it = free_buffers_.begin(); it != free_buffers_.end(); ++it) {
+    if (it->size_bytes() != bytes) continue;
+    AlignedBuffer buffer = std::move(*it);
+    free_buffers_.erase(it);
+    return buffer;
+  }
+  STRATUM_ASSERT(held_bytes_ + bytes <= options_.budget_bytes);  // space_make() ran first
+  held_bytes_ += bytes;
+  peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
+  return AlignedBuffer(bytes);
+}
+
+void TieredSegmentStore::buffer_give(AlignedBuffer buffer) { free_buffers_.push_back(std::move(buffer)); }
+
+void TieredSegmentStore::read_start(int unit) {
+  Entry& e = entries_[unit];
+  e.state = State::Loading;
+  IoRequest request{IoOp::Read, files_[units().file(unit)].get(), units().file_offset_bytes(unit), e.buffer.data(),
+                    units().bytes(unit), e.block_sums.data(), where(unit)};
+  e.ticket = engine_->submit(std::move(request));
+  in_flight_.push_back(unit);
+  totals_.read_bytes += units().bytes(unit);
+}
+
+void TieredSegmentStore::write_start(int unit) {
+  Entry& e = entries_[unit];
+  e.state = State::Writing;
+  e.dirty = false;
+  IoRequest request{IoOp::Write, files_[units().file(unit)].get(), units().file_offset_bytes(unit), e.buffer.data(),
+                    units().bytes(unit), e.block_sums.data(), where(unit)};
+  e.ticket = engine_->submit(std::move(request));
+  in_flight_.push_back(unit);
+  totals_.write_bytes += units().bytes(unit);
+}
+
+void TieredSegmentStore::complete(int unit) {
+  Entry& e = entries_[unit];
+  std::shared_ptr<IoTicket> ticket = std::move(e.ticket);
+  in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), unit));
+  released_.notify_all();
+  if (e.state == State::Loading) {
+    try {
+      ticket->wait();
+    } catch (...) {
+      buffer_give(std::move(e.buffer));
+      e.state = State::Absent;
+      throw;
+    }
+    e.state = State::Resident;
+    e.dirty = false;
+    return;
+  }
+  STRATUM_ASSERT(e.state == State::Writing);
+  try {
+    ticket->wait();
+  } catch (...) {
+    e.state = State::Resident;
+    e.dirty = true;
+    throw;
+  }
+  e.on_disk = true;
+  if (e.holds == 0 && !e.wanted) {
+    buffer_give(std::move(e.buffer));
+    e.state = State::Absent;
+  } else {
+    e.state = State::Resident;
+  }
+  e.wanted = false;
+}
+
+void TieredSegmentStore::reap(Lock&) {
+  for (std::size_t i = 0; i < in_flight_.size();) {
+    const int unit = in_flight_[i];
+    if (entries_[unit].ticket->done()) complete(unit);  // erases in_flight_[i]
+    else ++i;
+  }
+}
+
+void TieredSegmentStore::wait_ticket(Lock& lock, int unit) {
+  std::shared_ptr<IoTicket> ticket = entries_[unit].ticket;
+  lock.unlock();
+  try {
+    ticket->wait();
+  } catch (...) {  // rethrown by complete() below, under the lock
+  }
+  lock.lock();
+  reap(lock);
+}
+
+bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, bool block) {
+  STRATUM_CHECK(bytes <= options_.budget_bytes, "[store] bug: one unit (", bytes, " bytes) exceeds the budget");
+  for (;;) {
+    reap(lock);
+    for (const AlignedBuffer& b : free_buffers_)
+      if (b.size_bytes() == bytes) return true;
+    while (held_bytes_ + bytes > options_.budget_bytes && !free_buffers_.empty()) {
+      held_bytes_ -= free_buffers_.back().size_bytes();
+      free_buffers_.pop_back();
+    }
+    if (held_bytes_ + bytes <= options_.budget_bytes) return true;
+
+    std::size_t freeing = 0;  // bytes that come back when the write-backs in flight finish
+    int writing = -1, loading = -1;
+    for (int u : in_flight_) {
+      const Entry& e = entries_[u];
+      if (e.state == State::Writing) {
+        writing = u;
+        if (e.holds == 0 && !e.wanted) freeing += units().bytes(u);
+      } else {
+        loading = u;
+      }
+    }
+    if (held_bytes_ - freeing + bytes > options_.budget_bytes) {
+      int victim = -1;
+      long victim_distance = beyond;
+      for (int u = 0; u < units().count(); ++u) {
+        const Entry& e = entries_[u];
+        if (e.state != State::Resident || e.holds > 0 || e.wanted) continue;
+        const long d = distance(u);
+        if (d > victim_distance) {
+          victim = u;
+          victim_distance = d;
+        }
+      }
+      if (victim >= 0) {
+        Entry& e = entries_[victim];
+        if (e.dirty && !dead(victim)) {
+          write_start(victim);
+        } else {
+          if (e.dirty) e.on_disk = false;  // dead data: the next use overwrites it
+          e.dirty = false;
+          held_bytes_ -= e.buffer.size_bytes();
+          e.buffer = AlignedBuffer();
+          e.state = State::Absent;
+        }
+        continue;
+      }
+    }
+    if (!block) return false;
+    if (writing >= 0 || loading >= 0) {
+      wait_ticket(lock, writing >= 0 ? writing : loading);
+      continue;
+    }
+    const bool training = std::this_thread::get_id() == training_thread_;
+    if ((training ? holds_other_ : holds_training_) > 0) {
+      released_.wait(lock);
+      continue;
+    }
+    STRATUM_FAIL("[store] bug: the RAM budget of ", options_.budget_bytes, " bytes cannot hold the units in use (",
+                 held_bytes_, " bytes held, ", bytes, " more needed); the minimum-budget check should have refused it");
+  }
+}
+
+float* TieredSegmentStore::acquire_unit(int unit, Access access) {
+  STRATUM_ASSERT(unit >= 0 && unit < units().count());
+  Lock lock(mutex_);
+  const bool training = std::this_thread::get_id() == training_thread_;
+  reap(lock);
+  Entry& e = entries_[unit];
+  const bool ready = e.state == State::Resident;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (e.state != State::Resident) {
+    if (e.state == State::Loading || e.state == State::Writing) {
+      e.wanted = true;
+      wait_ticket(lock, unit);
+      continue;
+    }
+    const std::size_t bytes = units().bytes(unit);
+    space_make(lock, bytes, -1, true);
+    if (e.state != State::Absent) continue;  // the other thread got to it while we waited
+    const bool load = access != Access::Overwrite && e.on_disk;
+    e.buffer = buffer_take(bytes);
+    if (load) {
+      read_start(unit);
+      continue;
+    }
+    if (access != Access::Overwrite) std::memset(e.buffer.data(), 0, bytes);  // never written: zeros
+    e.state = State::Resident;
+    e.dirty = false;
+  }
+  e.wanted = false;
+  ++e.holds;
+  ++(training ? holds_training_ : holds_other_);
+  if (access != Access::Read) e.dirty = true;
+  if (!ready && training)
+    totals_.stall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return e.buffer.as_f32();
+}
+
+void TieredSegmentStore::release_unit(int unit) {
+  Lock lock(mutex_);
+  Entry& e = entries_[unit];
+  STRATUM_ASSERT(e.holds > 0);
+  --e.holds;
+  const bool training = std::this_thread::get_id() == training_thread_;
+  --(training ? holds_training_ : holds_other_);
+  released_.notify_all();
+}
+
+void TieredSegmentStore::schedule_set(const StepSchedule* schedule) {
+  Lock lock(mutex_);
+  schedule_ = schedule;
+  now_ = 0;
+}
+
+void TieredSegmentStore::schedule_at(int group) {
+  Lock lock(mutex_);
+  now_ = group;
+  reap(lock);
+  if (schedule_ == nullptr) return;
+  const int groups = schedule_->group_count();
+  for (int d = 1; d <= options_.prefetch_depth && d < groups; ++d) {
+    for (const UnitUse& use : schedule_->group((group + d) % groups)) {
+      if (use.access == Access::Overwrite) continue;
+      Entry& e = entries_[use.unit];
+      if (e.state == State::Writing) e.wanted = true;
+      if (e.state != State::Absent || !e.on_disk) continue;
+      if (!space_make(lock, units().bytes(use.unit), d, false)) return;
+      if (e.state != State::Absent) continue;
+      e.buffer = buffer_take(units().bytes(use.unit));
+      read_start(use.unit);
+    }
+  }
+}
+
+StoreStats TieredSegmentStore::stats() const {
+  Lock lock(mutex_);
+  StoreStats s = totals_;
+  s.held_bytes = held_bytes_;
+  s.peak_held_bytes = peak_held_bytes_;
+  return s;
+}
+
+void TieredSegmentStore::stats_reset_peak() {
+  Lock lock(mutex_);
+  peak_held_bytes_ = held_bytes_;
+}
+
+}  // namespace stratum

@@ -1,0 +1,114 @@
+// Two-tier store: RAM under a byte budget, backed by one file per (segment, kind) in an offload
+// directory, moved by the async I/O engine (src/io). Each unit has a residency state
+// (Note [unit states]); the RAM tier never holds more than its budget (asserted on every
+// allocation); what does not fit is written back and loaded again when the step schedule needs
+// it. Prefetch keeps the next k schedule groups' units in flight; eviction takes the unit whose
+// next use is farthest away (Note [schedule eviction]). Units that were only read are dropped
+// without writing; units whose next use overwrites them (dead gradients, spent activations) are
+// dropped without writing too. Does not choose the budget (the trainer does) or touch kernels.
+//
+// Note [unit states]:
+//   Absent  --acquire/prefetch, on disk-->  Loading --read done-->  Resident
+//   Absent  --acquire Overwrite or never written-->  Resident (zeroed unless Overwrite)
+//   Resident (dirty after a non-Read acquire) --evicted, dirty and live-->  Writing --done--> Absent
+//   Resident (clean or dead) --evicted-->  Absent
+// A unit is only evicted with no holds; Loading and Writing units are never evicted.
+//
+// Note [schedule eviction]: the executor tells the store which schedule group it is about to
+// run (schedule_at). Distances to each unit's next use come from the StepSchedule, so eviction is
+// Belady's rule on a known future rather than LRU, and a prefetch only displaces units needed
+// later than the one it loads.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/file_descriptor.h"
+#include "io/io_engine.h"
+#include "store/segment_store.h"
+
+namespace stratum {
+
+struct TieredStoreOptions {
+  std::size_t budget_bytes = 0;  // RAM tier: every unit buffer the store holds
+  std::string offload_dir;       // must exist and be writable
+  int prefetch_depth = 2;        // schedule groups loaded ahead of the one computing
+  IoEngineOptions io;
+  std::size_t free_bytes_override = 0;  // tests: pretend the disk has this much free space
+};
+
+class TieredSegmentStore final : public SegmentStore {
+ public:
+  // Checks the directory (exists, writable, O_DIRECT, free space for every unit), locks it
+  // against a second run, creates and preallocates the files, starts the I/O engine.
+  TieredSegmentStore(UnitTable units, const TieredStoreOptions& options);
+  ~TieredSegmentStore() override;  // waits for I/O in flight, removes the files
+
+  float* acquire_unit(int unit, Access access) override;
+  void release_unit(int unit) override;
+  void schedule_set(const StepSchedule* schedule) override;
+  void schedule_at(int group) override;
+  void unit_pin(int unit, int delta) override;
+  StoreStats stats() const override;
+  void stats_reset_peak() override;
+
+  // "io_uring, O_DIRECT, 1 MiB blocks, queue depth 8, prefetch 2" and any fallback notes.
+  const std::string& describe() const { return describe_; }
+
+ private:
+  enum class State { Absent, Loading, Resident, Writing };
+  struct Entry {
+    State state = State::Absent;
+    bool dirty = false;      // RAM is newer than the file
+    bool on_disk = false;    // the file holds this unit's data (else it reads as zeros)
+    bool wanted = false;     // someone waits for this unit: keep it after a write-back
+    int holds = 0;
+    int pins = 0;            // unit_pin(): needed by a consumer behind the schedule position
+    AlignedBuffer buffer;
+    std::shared_ptr<IoTicket> ticket;
+    std::vector<std::uint64_t> block_sums;
+  };
+  using Lock = std::unique_lock<std::mutex>;
+
+  void reap(Lock& lock);
+  void complete(int unit);  // a finished ticket's state change
+  void wait_ticket(Lock& lock, int unit);
+  long distance(int unit) const;
+  bool dead(int unit) const;
+  // Makes room for `bytes`; evicts only units whose next use is farther than `beyond`. With
+  // block=false returns false instead of waiting.
+  bool space_make(Lock& lock, std::size_t bytes, long beyond, bool block);
+  AlignedBuffer buffer_take(std::size_t bytes);
+  void buffer_give(AlignedBuffer buffer);
+  void write_start(int unit);
+  void read_start(int unit);
+  std::string where(int unit) const;
+  void lock_take(const std::string& dir);
+  void files_remove();  // the offload files and the lock this run created
+
+  TieredStoreOptions options_;
+  std::string describe_;
+  std::unique_ptr<IoEngine> engine_;
+  FileDescriptor lock_fd_;
+  std::vector<FileDescriptor> files_;
+  std::vector<std::string> paths_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable released_;
+  std::vector<Entry> entries_;
+  std::vector<int> in_flight_;              // units Loading or Writing
+  std::vector<AlignedBuffer> free_buffers_;  // evicted buffers kept for reuse (counted as held)
+  std::size_t held_bytes_ = 0;              // every buffer above, resident or free
+  std::size_t peak_held_bytes_ = 0;
+  const StepSchedule* schedule_ = nullptr;
+  int now_ = 0;
+  std::thread::id training_thread_;
+  int holds_training_ = 0, holds_other_ = 0;  // holds by the training thread / the optimizer worker
+  StoreStats totals_;
+};
+
+}  // namespace stratum

@@ -1,0 +1,78 @@
+// UnitTable; see unit_table.h and Note [moment chunks].
+#include "store/unit_table.h"
+
+#include <algorithm>
+
+#include "core/aligned_buffer.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats)
+    : layout_(&layout), act_floats_(align_up(act_floats, 1024)) {
+  const int segments = layout.segment_count();
+  first_unit_.assign(static_cast<std::size_t>(segments) * kSegmentKindCount, -1);
+  chunks_.assign(first_unit_.size(), 0);
+  for (int s = 0; s < segments; ++s) {
+    const std::size_t seg_floats = layout.segments()[s].size_floats;
+    for (int k = 0; k < kSegmentKindCount; ++k) {
+      const auto kind = static_cast<SegmentKind>(k);
+      std::vector<std::size_t> sizes;  // floats per chunk
+      if (kind == SegmentKind::AdamM || kind == SegmentKind::AdamV) {
+        for (std::size_t first = 0; first < seg_floats; first += kMomentChunkFloats)
+          sizes.push_back(std::min(kMomentChunkFloats, seg_floats - first));
+      } else if (kind == SegmentKind::Activations) {
+        if (s != layout.embed_segment() && act_floats_ > 0) sizes.push_back(act_floats_);
+      } else {
+        sizes.push_back(seg_floats);
+      }
+      if (sizes.empty()) continue;
+      const std::size_t slot = static_cast<std::size_t>(s) * kSegmentKindCount + k;
+      first_unit_[slot] = static_cast<int>(units_.size());
+      chunks_[slot] = static_cast<int>(sizes.size());
+      const int file = static_cast<int>(file_bytes_.size());
+      std::size_t offset = 0;
+      for (std::size_t c = 0; c < sizes.size(); ++c) {
+        units_.push_back({s, kind, static_cast<int>(c), sizes[c] * sizeof(float), file, offset});
+        offset += sizes[c] * sizeof(float);
+      }
+      file_bytes_.push_back(offset);
+      file_names_.push_back(layout.segments()[s].name + "." + segment_kind_name(kind) + ".bin");
+    }
+  }
+}
+
+int UnitTable::find(int segment, SegmentKind kind, int chunk) const {
+  if (segment < 0 || segment >= layout_->segment_count()) return -1;
+  const std::size_t slot = static_cast<std::size_t>(segment) * kSegmentKindCount + static_cast<int>(kind);
+  if (first_unit_[slot] < 0 || chunk < 0 || chunk >= chunks_[slot]) return -1;
+  return first_unit_[slot] + chunk;
+}
+
+int UnitTable::index(int segment, SegmentKind kind, int chunk) const {
+  const int unit = find(segment, kind, chunk);
+  STRATUM_ASSERT(unit >= 0);
+  return unit;
+}
+
+int UnitTable::chunk_count(int segment, SegmentKind kind) const {
+  if (segment < 0 || segment >= layout_->segment_count()) return 0;
+  return chunks_[static_cast<std::size_t>(segment) * kSegmentKindCount + static_cast<int>(kind)];
+}
+
+std::string UnitTable::file_name(int file) const { return file_names_[file]; }
+
+std::string UnitTable::name(int unit) const {
+  const Unit& u = units_[unit];
+  std::string out = layout_->segments()[u.segment].name + "." + segment_kind_name(u.kind);
+  if (u.kind == SegmentKind::AdamM || u.kind == SegmentKind::AdamV) out += "[" + std::to_string(u.chunk) + "]";
+  return out;
+}
+
+std::size_t UnitTable::total_bytes() const {
+  std::size_t total = 0;
+  for (const Unit& u : units_) total += u.bytes;
+  return total;
+}
+
+}  // namespace stratum

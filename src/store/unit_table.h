@@ -1,0 +1,73 @@
+// The units the store moves: one (segment, kind, chunk) each. Params, Grads and Activations are
+// one unit per segment; AdamW moments are split into chunks of kMomentChunkFloats so the
+// optimizer streams them a few MB at a time (Note [moment chunks]). Each (segment, kind) maps to
+// one offload file holding its chunks back to back. Every unit is a multiple of 4 KiB.
+// Does not allocate or move anything (see segment_store.h, tiered_segment_store.h).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "model/param_layout.h"
+
+namespace stratum {
+
+// How a unit is used between acquire and release: Read leaves it unchanged; Overwrite replaces
+// every byte the program will read later (the old contents need not be loaded); Update reads
+// and modifies it.
+enum class Access { Read, Overwrite, Update };
+
+// Note [moment chunks]: the optimizer updates a segment chunk by chunk (params and grads whole,
+// moments in chunks of this many floats). The RAM store chunks the same way, so the arithmetic
+// (elementwise AdamW) and therefore the bits are the same under every budget.
+inline constexpr std::size_t kMomentChunkFloats = std::size_t{1} << 20;  // 4 MiB
+
+class UnitTable {
+ public:
+  // act_floats: size of one boundary activation, e.g. Executor::activation_unit_floats();
+  // 0 = no activation units (a store used only for loading/saving weights).
+  UnitTable(const ParamLayout& layout, std::size_t act_floats);
+
+  const ParamLayout& layout() const { return *layout_; }
+  int count() const { return static_cast<int>(units_.size()); }
+  // Unit index of (segment, kind, chunk); -1 when there is no such unit.
+  int find(int segment, SegmentKind kind, int chunk = 0) const;
+  int index(int segment, SegmentKind kind, int chunk = 0) const;  // asserts it exists
+  int chunk_count(int segment, SegmentKind kind) const;
+  // First float (inside the segment) of a moment chunk.
+  std::size_t chunk_first_float(int chunk) const { return static_cast<std::size_t>(chunk) * kMomentChunkFloats; }
+
+  int segment(int unit) const { return units_[unit].segment; }
+  SegmentKind kind(int unit) const { return units_[unit].kind; }
+  int chunk(int unit) const { return units_[unit].chunk; }
+  std::size_t bytes(int unit) const { return units_[unit].bytes; }
+  // The (segment, kind) file a unit lives in, and its offset there.
+  int file(int unit) const { return units_[unit].file; }
+  std::size_t file_offset_bytes(int unit) const { return units_[unit].file_offset_bytes; }
+  int file_count() const { return static_cast<int>(file_bytes_.size()); }
+  std::size_t file_bytes(int file) const { return file_bytes_[file]; }
+  std::string file_name(int file) const;  // "layer.3.adam_m.bin"
+  std::string name(int unit) const;       // "layer.3.adam_m[2]", "embed.params"
+  std::size_t total_bytes() const;        // every unit
+  std::size_t act_floats() const { return act_floats_; }
+
+ private:
+  struct Unit {
+    int segment;
+    SegmentKind kind;
+    int chunk;
+    std::size_t bytes;
+    int file;
+    std::size_t file_offset_bytes;
+  };
+  const ParamLayout* layout_;
+  std::size_t act_floats_;
+  std::vector<Unit> units_;
+  std::vector<int> first_unit_;   // [segment * kSegmentKindCount + kind] -> first unit, -1 if none
+  std::vector<int> chunks_;       // [segment * kSegmentKindCount + kind] -> chunk count
+  std::vector<std::size_t> file_bytes_;
+  std::vector<std::string> file_names_;
+};
+
+}  // namespace stratum

@@ -1,0 +1,59 @@
+// OptimizerWorker; see optimizer_worker.h.
+#include "train/optimizer_worker.h"
+
+#include <utility>
+
+namespace stratum {
+
+OptimizerWorker::OptimizerWorker() : thread_([this] { loop(); }) {}
+
+OptimizerWorker::~OptimizerWorker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  work_ready_.notify_all();
+  thread_.join();
+}
+
+void OptimizerWorker::submit(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back(std::move(job));
+  }
+  work_ready_.notify_all();
+}
+
+void OptimizerWorker::wait_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [this] { return jobs_.empty() && !running_; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+void OptimizerWorker::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    work_ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stopping and drained
+    std::function<void()> job = std::move(jobs_.front());
+    jobs_.pop_front();
+    const bool skip = error_ != nullptr;
+    running_ = true;
+    lock.unlock();
+    std::exception_ptr error;
+    if (!skip) {
+      try {
+        job();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    job = nullptr;  // destroy captured state outside the lock
+    lock.lock();
+    running_ = false;
+    if (error && !error_) error_ = error;
+    if (jobs_.empty()) idle_.notify_all();
+  }
+}
+
+}  // namespace stratum

@@ -1,0 +1,144 @@
+// Training under a memory budget is bit-identical to training in RAM (Invariant 1), for several
+// budgets (50%, 20% of the training state, the minimum), both I/O backends, prefetch depths 1-3,
+// with exact clipping and with the overlapped optimizer; the budget is never exceeded; budgets
+// below the minimum are refused with the number.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/file_util.h"
+#include "integration_util.h"
+#include "stratum/error.h"
+#include "train/trainer.h"
+
+namespace stratum {
+namespace {
+
+// Big enough that the embedding spans two moment chunks (Note [moment chunks]), small enough
+// that a run takes well under a second.
+GptConfig offload_config() {
+  GptConfig cfg;
+  cfg.n_layer = 3;
+  cfg.n_head = 4;
+  cfg.n_embd = 256;
+  cfg.n_ctx = 32;
+  cfg.vocab_size = 4096;
+  return cfg;
+}
+
+std::string write_tokens(const testing::TempDir& dir) {
+  std::mt19937 gen(5);
+  std::string bytes;
+  for (int i = 0; i < 4000; ++i) {
+    const std::uint16_t t = static_cast<std::uint16_t>(gen() % 4096);
+    bytes.push_back(static_cast<char>(t & 0xff));
+    bytes.push_back(static_cast<char>(t >> 8));
+  }
+  const std::string path = dir.file("tokens.bin");
+  file_write_atomic(path, bytes);
+  return path;
+}
+
+TrainOptions base_options(const std::string& data, double grad_clip) {
+  TrainOptions o;
+  o.config = offload_config();
+  o.data_path = data;
+  o.batch = 2;
+  o.seq = 32;
+  o.steps = 4;
+  o.lr.max_lr = 1e-3;
+  o.grad_clip = grad_clip;
+  o.threads = 2;
+  o.quiet = true;
+  o.shuffle = true;
+  return o;
+}
+
+std::size_t state_bytes(const GptConfig& cfg) {
+  const std::size_t params = static_cast<std::size_t>(cfg.vocab_size + cfg.n_ctx) * cfg.n_embd +
+                             static_cast<std::size_t>(cfg.n_layer) * 12 * cfg.n_embd * cfg.n_embd;
+  return params * 4 * sizeof(float);
+}
+
+void check_matrix(double grad_clip) {
+  testing::TempDir tmp;
+  const std::string data = write_tokens(tmp);
+  TrainOptions ram = base_options(data, grad_clip);
+  const TrainResult reference = train_run(ram);
+  EXPECT_EQ(reference.read_bytes, 0u);
+
+  const std::size_t min_budget = train_min_budget_bytes(ram.config, ram.batch, ram.seq, false, grad_clip);
+  const std::size_t state = state_bytes(ram.config);
+  struct Budget {
+    const char* name;
+    std::size_t bytes;
+  };
+  const std::vector<Budget> budgets = {{"50%", std::max(min_budget, state / 2)},
+                                       {"20%", std::max(min_budget, state / 5)},
+                                       {"minimum", min_budget}};
+  int runs = 0;
+  for (const Budget& budget : budgets) {
+    for (IoBackend backend : {IoBackend::Threads, IoBackend::Uring}) {
+      for (int prefetch = 1; prefetch <= 3; ++prefetch) {
+        SCOPED_TRACE(std::string(budget.name) + " budget " + std::to_string(budget.bytes) + " bytes, " +
+                     io_backend_name(backend) + ", prefetch " + std::to_string(prefetch));
+        TrainOptions o = base_options(data, grad_clip);
+        o.mem_budget_bytes = budget.bytes;
+        o.offload_dir = tmp.path();
+        o.io_backend = backend;
+        o.prefetch = prefetch;
+        const TrainResult r = train_run(o);
+        EXPECT_EQ(r.params_hash, reference.params_hash);
+        EXPECT_EQ(r.final_loss, reference.final_loss);
+        EXPECT_GT(r.read_bytes, 0u) << "the budget must force streaming";
+        EXPECT_GT(r.write_bytes, 0u);
+        EXPECT_LE(r.peak_mem_bytes, budget.bytes) << "budget exceeded";
+        ++runs;
+      }
+    }
+  }
+  EXPECT_EQ(runs, 18);
+}
+
+TEST(OffloadTrain, BitIdenticalToRamUnderBudgetsWithExactClipping) { check_matrix(1.0); }
+
+TEST(OffloadTrain, BitIdenticalToRamWithOverlappedOptimizer) { check_matrix(0.0); }
+
+TEST(OffloadTrain, RefusesBudgetBelowMinimumWithTheNumber) {
+  testing::TempDir tmp;
+  TrainOptions o = base_options(write_tokens(tmp), 1.0);
+  const std::size_t min_budget = train_min_budget_bytes(o.config, o.batch, o.seq, false, 1.0);
+  o.mem_budget_bytes = min_budget - 4096;
+  o.offload_dir = tmp.path();
+  try {
+    train_run(o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("below the minimum"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::to_string((min_budget + (1 << 20) - 1) >> 20) + "M"), std::string::npos) << m;
+  }
+  // Nothing was created in the offload dir.
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path())) entries += e.path().filename() != "tokens.bin";
+  EXPECT_EQ(entries, 0);
+}
+
+TEST(OffloadTrain, OffloadFilesAreRemovedAfterTheRun) {
+  testing::TempDir tmp;
+  const std::string data = write_tokens(tmp);
+  const std::string dir = tmp.file("offload");
+  dir_create(dir);
+  TrainOptions o = base_options(data, 1.0);
+  o.steps = 1;
+  o.mem_budget_bytes = train_min_budget_bytes(o.config, o.batch, o.seq, false, 1.0);
+  o.offload_dir = dir;
+  train_run(o);
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
+}
+
+}  // namespace
+}  // namespace stratum
