@@ -98,7 +98,8 @@ SweepArgs parse_args(int argc, char** argv) {
   }
   STRATUM_CHECK(!args.dir.empty(), "[io_sweep] --dir is required: a directory on the disk to measure");
   for (std::size_t b : args.blocks)
-    STRATUM_CHECK(b % 4096 == 0 && b <= kRequestBytes, "[io_sweep] block sizes must be multiples of 4 KiB up to 16M, got ", b);
+    STRATUM_CHECK(b % 4096 == 0 && b <= kRequestBytes,
+                  "[io_sweep] block sizes must be multiples of 4 KiB up to 16M, got ", b);
   return args;
 }
 
@@ -223,7 +224,8 @@ int sweep(const SweepArgs& args) {
     int depth = 0;
   } best_write, best_read;
   const std::string versus = "x qd" + std::to_string(args.depths.front());
-  std::printf("%6s %6s %11s %8s %10s %8s\n", "block", "depth", "write GB/s", versus.c_str(), "read GB/s", versus.c_str());
+  std::printf("%6s %6s %11s %8s %10s %8s\n", "block", "depth", "write GB/s", versus.c_str(), "read GB/s",
+              versus.c_str());
   for (std::size_t block : args.blocks) {
     double base_write = 0, base_read = 0;
     for (int depth : args.depths) {

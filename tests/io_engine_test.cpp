@@ -357,7 +357,8 @@ bool io_uring_block_for_this_process() {
 }
 
 TEST(IoBackendFallback, WithoutIoUringAutoAndUringUseThreadsAndSaySo) {
-  // In a child process (the death-test fork), so the filter does not outlive this test.
+  // In a child process (a re-executed death test), so the filter does not outlive this test.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(
       {
         if (!io_uring_block_for_this_process()) std::_Exit(3);

@@ -37,7 +37,7 @@ struct IoFaultPlan {
 struct IoEngineOptions {
   IoBackend backend = IoBackend::Auto;          // Auto: io_uring, else threads
   std::size_t block_bytes = std::size_t{1} << 20;  // multiple of 4096
-  int queue_depth = 8;                          // blocks in flight (threads backend: worker count)
+  int queue_depth = 16;                         // blocks in flight (threads backend: worker count); from io_sweep
   IoFaultPlan fault;
 };
 

@@ -19,9 +19,11 @@ long long block_transfer(const IoBlock& block) {
   const IoRequest& request = block.ticket->request();
   std::size_t moved = 0;
   while (moved < block.size_bytes) {
-    const ssize_t n = request.op == IoOp::Read
-        ? ::pread(request.fd, block.data + moved, block.size_bytes - moved, static_cast<off_t>(block.file_offset + moved))
-        : ::pwrite(request.fd, block.data + moved, block.size_bytes - moved, static_cast<off_t>(block.file_offset + moved));
+    unsigned char* data = block.data + moved;
+    const std::size_t size = block.size_bytes - moved;
+    const auto offset = static_cast<off_t>(block.file_offset + moved);
+    const ssize_t n = request.op == IoOp::Read ? ::pread(request.fd, data, size, offset)
+                                               : ::pwrite(request.fd, data, size, offset);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return -errno;
     if (n == 0) break;

@@ -14,7 +14,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/file_descriptor.h"
@@ -53,7 +55,9 @@ std::string uring_missing_opcode(io_uring* ring) {
   io_uring_probe* probe = io_uring_get_probe_ring(ring);
   if (probe == nullptr) return "the kernel cannot report io_uring opcodes (needs Linux 5.6 or later)";
   std::string missing;
-  for (auto [op, name] : {std::pair{IORING_OP_READ, "READ"}, {IORING_OP_WRITE, "WRITE"}, {IORING_OP_POLL_ADD, "POLL_ADD"}})
+  const std::pair<int, const char*> needed[] = {
+      {IORING_OP_READ, "READ"}, {IORING_OP_WRITE, "WRITE"}, {IORING_OP_POLL_ADD, "POLL_ADD"}};
+  for (auto [op, name] : needed)
     if (missing.empty() && !io_uring_opcode_supported(probe, op))
       missing = std::string("the kernel lacks IORING_OP_") + name;
   io_uring_free_probe(probe);
@@ -171,7 +175,8 @@ class UringIoEngine final : public IoEngine {
     }
     Slot& slot = slots_[tag];
     const bool writing = slot.block.ticket->request().op == IoOp::Write;
-    const bool partial_write = writing && result > 0 && slot.moved_bytes + static_cast<std::size_t>(result) < slot.block.size_bytes;
+    const bool partial_write =
+        writing && result > 0 && slot.moved_bytes + static_cast<std::size_t>(result) < slot.block.size_bytes;
     if (result == -EINTR || result == -EAGAIN || partial_write) {  // go on with the rest
       if (result > 0) slot.moved_bytes += static_cast<std::size_t>(result);
       prepare(tag);
