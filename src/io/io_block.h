@@ -15,6 +15,7 @@
 // of an op popped over the queue's lifetime is block n of IoFaultPlan::at_block.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -53,6 +54,21 @@ class IoRequestTicket final : public IoTicket {
   std::exception_ptr error_;            // guarded by mutex_
 };
 
+// Busy time per op (IoEngineStats): a block counts from io_block_start to io_block_finish.
+class IoBusyClock {
+ public:
+  void block_start(IoOp op);
+  void block_finish(IoOp op, std::size_t bytes);
+  IoEngineStats stats() const;
+
+ private:
+  mutable std::mutex mutex_;
+  int in_flight_[2] = {0, 0};
+  std::chrono::steady_clock::time_point since_[2];
+  double busy_ms_[2] = {0.0, 0.0};
+  std::uint64_t bytes_[2] = {0, 0};
+};
+
 // One block of a request, as a backend moves it.
 struct IoBlock {
   std::shared_ptr<IoRequestTicket> ticket;
@@ -61,6 +77,7 @@ struct IoBlock {
   unsigned char* data = nullptr;  // inside the request's buffer
   std::size_t size_bytes = 0;
   IoFaultPlan::Kind fault = IoFaultPlan::Kind::None;
+  IoBusyClock* busy = nullptr;  // the queue's
 };
 
 // FIFO of requests handed out block by block, shared by one engine's submitter and its
@@ -76,6 +93,7 @@ class IoBlockQueue {
   // Wakes every waiting pop; pops still drain what is queued. No pushes after close().
   void close();
   bool closed_and_empty() const;
+  IoEngineStats stats() const { return busy_.stats(); }
 
  private:
   const IoFaultPlan fault_;
@@ -85,6 +103,7 @@ class IoBlockQueue {
   std::size_t front_next_block_ = 0;                      // next block of tickets_.front()
   long blocks_popped_[2] = {0, 0};                        // per IoOp, over the queue's lifetime
   bool closed_ = false;
+  IoBusyClock busy_;
 };
 
 // Before a block moves: a Write block's checksum goes into block_sums. Returns 0 to go ahead, or

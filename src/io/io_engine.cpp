@@ -167,6 +167,7 @@ bool IoBlockQueue::pop(IoBlock* block, bool wait) {
   const long seen = blocks_popped_[static_cast<int>(request.op)]++;
   const bool faulty = fault_.kind != IoFaultPlan::Kind::None && fault_.op == request.op && seen == fault_.at_block;
   block->fault = faulty ? fault_.kind : IoFaultPlan::Kind::None;
+  block->busy = &busy_;
   if (++front_next_block_ == ticket->block_count()) {
     tickets_.pop_front();
     front_next_block_ = 0;
@@ -187,8 +188,37 @@ bool IoBlockQueue::closed_and_empty() const {
   return closed_ && tickets_.empty();
 }
 
+void IoBusyClock::block_start(IoOp op) {
+  const int i = static_cast<int>(op);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (in_flight_[i]++ == 0) since_[i] = std::chrono::steady_clock::now();
+}
+
+void IoBusyClock::block_finish(IoOp op, std::size_t bytes) {
+  const int i = static_cast<int>(op);
+  std::lock_guard<std::mutex> lock(mutex_);
+  bytes_[i] += bytes;
+  if (--in_flight_[i] == 0)
+    busy_ms_[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since_[i]).count();
+}
+
+IoEngineStats IoBusyClock::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  IoEngineStats s;
+  s.read_bytes = bytes_[0];
+  s.write_bytes = bytes_[1];
+  const auto now = std::chrono::steady_clock::now();
+  for (int i = 0; i < 2; ++i) {
+    double busy = busy_ms_[i];
+    if (in_flight_[i] > 0) busy += std::chrono::duration<double, std::milli>(now - since_[i]).count();
+    (i == 0 ? s.read_busy_ms : s.write_busy_ms) = busy;
+  }
+  return s;
+}
+
 int io_block_start(const IoBlock& block) noexcept {
   const IoRequest& request = block.ticket->request();
+  if (block.busy != nullptr) block.busy->block_start(request.op);
   if (block.fault == IoFaultPlan::Kind::NoSpace) return -ENOSPC;
   if (block.fault == IoFaultPlan::Kind::IoError) return -EIO;
   if (request.op == IoOp::Write && request.block_sums != nullptr)
@@ -232,6 +262,7 @@ void io_block_finish(const IoBlock& block, long long result) noexcept {
   } catch (...) {
     error = std::current_exception();  // out of memory while writing the message
   }
+  if (block.busy != nullptr) block.busy->block_finish(block.ticket->request().op, result > 0 ? result : 0);
   block.ticket->block_done(block.index, std::move(error));
 }
 

@@ -63,6 +63,13 @@ struct IoRequest {
   std::string what;               // for errors, e.g. "layer.3.params (/dir/layer.3.params.bin)"
 };
 
+// Per op: bytes moved and the wall time with at least one block of that op in flight, so
+// bytes / busy_ms is the bandwidth the device delivered while it was working.
+struct IoEngineStats {
+  std::uint64_t read_bytes = 0, write_bytes = 0;
+  double read_busy_ms = 0.0, write_busy_ms = 0.0;
+};
+
 class IoEngine {
  public:
   virtual ~IoEngine() = default;
@@ -73,6 +80,7 @@ class IoEngine {
   virtual IoBackend backend() const = 0;
   virtual std::size_t block_bytes() const = 0;
   virtual int queue_depth() const = 0;
+  virtual IoEngineStats stats() const = 0;
 };
 
 // 64-bit checksum of `size_bytes` bytes (multiple of 64 not required); integer-only, so the same

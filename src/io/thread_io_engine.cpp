@@ -56,6 +56,7 @@ class ThreadIoEngine final : public IoEngine {
   IoBackend backend() const override { return IoBackend::Threads; }
   std::size_t block_bytes() const override { return block_bytes_; }
   int queue_depth() const override { return queue_depth_; }
+  IoEngineStats stats() const override { return queue_.stats(); }
 
  private:
   void stop() {

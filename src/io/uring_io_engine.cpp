@@ -102,6 +102,7 @@ class UringIoEngine final : public IoEngine {
   IoBackend backend() const override { return IoBackend::Uring; }
   std::size_t block_bytes() const override { return block_bytes_; }
   int queue_depth() const override { return queue_depth_; }
+  IoEngineStats stats() const override { return queue_.stats(); }
 
  private:
   struct Slot {

@@ -25,6 +25,8 @@ struct StoreStats {
   std::uint64_t read_bytes = 0;     // offload tier -> RAM
   std::uint64_t write_bytes = 0;    // RAM -> offload tier
   double stall_ms = 0.0;            // time the training thread waited in acquire() for I/O or space
+  double read_busy_ms = 0.0;        // wall time with a read in flight (read_bytes / this = bandwidth)
+  double write_busy_ms = 0.0;       // the same for writes
   std::size_t held_bytes = 0;       // RAM the store holds now
   std::size_t peak_held_bytes = 0;  // highest held_bytes since the last stats_reset_peak()
   std::size_t budget_bytes = 0;     // RAM the store may hold; 0 = unbounded

@@ -86,6 +86,7 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
   std::snprintf(text, sizeof text, "%s%s, %zu KiB blocks, queue depth %d, prefetch %d", io_backend_name(engine_->backend()),
                 direct ? ", O_DIRECT" : ", buffered", block / 1024, engine_->queue_depth(), options.prefetch_depth);
   describe_ = text + notes;
+  streaming_ = units().total_bytes() > options.budget_bytes;
   totals_.budget_bytes = options.budget_bytes;
 }
 
@@ -349,6 +350,12 @@ void TieredSegmentStore::release_unit(int unit) {
   --e.holds;
   const bool training = std::this_thread::get_id() == training_thread_;
   --(training ? holds_training_ : holds_other_);
+  // Note [write-behind]: when the units do not all fit, a dirty unit whose next use lies beyond
+  // the prefetch window will be evicted before then anyway; writing it now, while compute runs,
+  // keeps the write off the critical path of the acquire that would otherwise evict it.
+  if (streaming_ && e.holds == 0 && e.state == State::Resident && e.dirty && !dead(unit) &&
+      distance(unit) > options_.prefetch_depth + 1)
+    write_start(unit);
   released_.notify_all();
 }
 
@@ -364,16 +371,27 @@ void TieredSegmentStore::schedule_at(int group) {
   reap(lock);
   if (schedule_ == nullptr) return;
   const int groups = schedule_->group_count();
-  for (int d = 1; d <= options_.prefetch_depth && d < groups; ++d) {
+  // Note [prefetch window]: the current group's and the next prefetch_depth groups' units are
+  // loaded in schedule order as far as the budget allows without evicting anything needed
+  // sooner. Units the window will overwrite get their buffer now too (no read), so the space
+  // is made while compute runs rather than when the acquire comes.
+  for (int d = 0; d <= options_.prefetch_depth && d < groups; ++d) {
     for (const UnitUse& use : schedule_->group((group + d) % groups)) {
-      if (use.access == Access::Overwrite) continue;
       Entry& e = entries_[use.unit];
-      if (e.state == State::Writing) e.wanted = true;
-      if (e.state != State::Absent || !e.on_disk) continue;
+      if (e.state == State::Writing && use.access != Access::Overwrite) e.wanted = true;
+      if (e.state != State::Absent) continue;
+      const bool load = use.access != Access::Overwrite && e.on_disk;
+      if (!load && use.access != Access::Overwrite) continue;  // zeros: nothing to move
       if (!space_make(lock, units().bytes(use.unit), d, false)) return;
       if (e.state != State::Absent) continue;
       e.buffer = buffer_take(units().bytes(use.unit));
-      read_start(use.unit);
+      if (load) {
+        read_start(use.unit);
+      } else {  // its next use overwrites it: what it held is dead
+        e.state = State::Resident;
+        e.dirty = false;
+        e.on_disk = false;
+      }
     }
   }
 }
@@ -381,6 +399,9 @@ void TieredSegmentStore::schedule_at(int group) {
 StoreStats TieredSegmentStore::stats() const {
   Lock lock(mutex_);
   StoreStats s = totals_;
+  const IoEngineStats io = engine_->stats();
+  s.read_busy_ms = io.read_busy_ms;
+  s.write_busy_ms = io.write_busy_ms;
   s.held_bytes = held_bytes_;
   s.peak_held_bytes = peak_held_bytes_;
   return s;

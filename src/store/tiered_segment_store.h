@@ -106,6 +106,7 @@ class TieredSegmentStore final : public SegmentStore {
   std::size_t peak_held_bytes_ = 0;
   const StepSchedule* schedule_ = nullptr;
   int now_ = 0;
+  bool streaming_ = false;  // the units do not all fit the budget (Note [write-behind])
   std::thread::id training_thread_;
   int holds_training_ = 0, holds_other_ = 0;  // holds by the training thread / the optimizer worker
   StoreStats totals_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
 #include <cstring>
 
 #include "kernels/cpu/elementwise.h"
@@ -253,7 +254,11 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   forward_blocks(inputs, B, T);
   const bool overlap = worker_ != nullptr && grad_clip <= 0;
   r.loss = backward_pass(inputs, targets, B, T, overlap, hyper, weight_decay);
-  if (overlap) worker_->wait_idle();
+  if (overlap) {
+    const auto t0 = std::chrono::steady_clock::now();
+    worker_->wait_idle();
+    r.optimizer_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
   r.grad_norm = static_cast<float>(std::sqrt(grad_sum_squares()));
   if (grad_clip > 0) r.grad_scale = std::min(1.0f, static_cast<float>(grad_clip) / (r.grad_norm + 1e-6f));
   if (!overlap) optimizer_step(hyper, weight_decay, r.grad_scale);

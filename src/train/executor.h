@@ -35,6 +35,7 @@ struct StepResult {
   float loss = 0.0f;
   float grad_norm = 0.0f;   // before clipping
   float grad_scale = 1.0f;  // clipping coefficient applied
+  double optimizer_wait_ms = 0.0;  // the training thread waiting for the overlapped updates to finish
 };
 
 class Executor {

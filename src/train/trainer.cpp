@@ -171,7 +171,7 @@ TrainResult train_run(const TrainOptions& o) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const StoreStats now = store.stats();
     const std::uint64_t read = now.read_bytes - before.read_bytes, written = now.write_bytes - before.write_bytes;
-    const double stall = now.stall_ms - before.stall_ms;
+    const double stall = now.stall_ms - before.stall_ms + r.optimizer_wait_ms;
     const std::size_t peak = exec.fixed_bytes() + now.peak_held_bytes;
     before = now;
     result.read_bytes += read;
@@ -219,11 +219,17 @@ TrainResult train_run(const TrainOptions& o) {
   result.tokens_per_s = timed_s > 0 ? static_cast<double>(BT) * timed_steps / timed_s : 0.0;
   result.params_hash = model_params_hash(layout, store);
   result.min_budget_bytes = min_budget;
+  {
+    const StoreStats s = store.stats();
+    if (s.read_busy_ms > 0) result.read_gbps = s.read_bytes / (s.read_busy_ms * 1e6);
+    if (s.write_busy_ms > 0) result.write_gbps = s.write_bytes / (s.write_busy_ms * 1e6);
+  }
   if (o.mem_budget_bytes > 0)
     std::fprintf(stderr,
-                 "[stratum] tier traffic: read %s, written %s, compute stalled %.0f ms (%.1f%% of step time), peak RAM "
-                 "%s of the %s budget\n",
-                 mib(result.read_bytes).c_str(), mib(result.write_bytes).c_str(), result.stall_ms,
+                 "[stratum] tier traffic: read %s (%.2f GB/s while reading), written %s (%.2f GB/s), compute stalled "
+                 "%.0f ms (%.1f%% of step time), peak RAM %s of the %s budget\n",
+                 mib(result.read_bytes).c_str(), result.read_gbps, mib(result.write_bytes).c_str(), result.write_gbps,
+                 result.stall_ms,
                  100.0 * result.stall_ms / std::max(1.0, total_ms),
                  mib(result.peak_mem_bytes).c_str(), mib(o.mem_budget_bytes).c_str());
   std::fprintf(stderr, "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, params hash %016llx%s%s\n",

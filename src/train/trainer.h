@@ -52,6 +52,7 @@ struct TrainResult {
   double step_ms_median = 0.0;
   std::uint64_t read_bytes = 0, write_bytes = 0;  // offload traffic over the run
   double stall_ms = 0.0;                          // compute waiting on I/O over the run
+  double read_gbps = 0.0, write_gbps = 0.0;       // offload bandwidth while the disk was busy
   std::size_t peak_mem_bytes = 0;                 // executor + store, highest over the run
   std::size_t min_budget_bytes = 0;               // smallest --mem-budget this run could use
 };
