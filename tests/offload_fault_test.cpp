@@ -137,7 +137,7 @@ std::string params_hash(const CommandResult& r) {
 // "[stratum] tier traffic: read X MiB, written Y MiB, ..." -> {X, Y}; {-1, -1} if absent.
 std::pair<double, double> tier_traffic_mib(const CommandResult& r) {
   std::smatch m;
-  static const std::regex re(R"(\[stratum\] tier traffic: read ([0-9.]+) MiB, written ([0-9.]+) MiB)");
+  static const std::regex re(R"(\[stratum\] tier traffic: read ([0-9.]+) MiB [^,]*, written ([0-9.]+) MiB)");
   if (!std::regex_search(r.errors, m, re)) return {-1.0, -1.0};
   return {std::stod(m[1].str()), std::stod(m[2].str())};
 }
