@@ -1,6 +1,8 @@
 // The training loop; see trainer.h.
 #include "train/trainer.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -232,8 +234,13 @@ TrainResult train_run(const TrainOptions& o) {
                  result.stall_ms,
                  100.0 * result.stall_ms / std::max(1.0, total_ms),
                  mib(result.peak_mem_bytes).c_str(), mib(o.mem_budget_bytes).c_str());
-  std::fprintf(stderr, "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, params hash %016llx%s%s\n",
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  std::fprintf(stderr,
+               "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, peak RSS %s, params "
+               "hash %016llx%s%s\n",
                o.steps, result.final_loss, result.tokens_per_s, result.step_ms_median,
+               mib(static_cast<std::size_t>(usage.ru_maxrss) * 1024).c_str(),
                static_cast<unsigned long long>(result.params_hash), o.save_dir.empty() ? "" : ", saved to ",
                o.save_dir.c_str());
   return result;

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Offload benchmark: one model trained in RAM and under a memory budget, in the same run.
+
+Default: GPT-2 small (L12 C768 H12, vocab 50257), B=4, T=256, budget = 25% of the training state
+(params + grads + AdamW moments, 16 bytes per parameter). Runs alternate RAM / budget for
+--rounds rounds (the machines are noisy); per configuration it reports the median step time
+(first step of each run excluded), the ratio to RAM, stall per step, bytes read/written per
+step, the read/write bandwidth the disk delivered while busy against the best of a short
+io_sweep on the same directory, and peak RSS against the budget. Prints a table and a JSON line.
+
+Usage: python3 bench/offload_bench.py --dir /path/on/nvme [--steps 5] [--rounds 2]
+           [--budget-frac 0.25] [--grad-clip 1.0] [--prefetch 2] [--io auto] [--no-sweep]
+Needs a Release build in build/ (stratum, io_sweep) and ../shared/data (Tiny Shakespeare + GPT-2 BPE).
+"""
+import argparse, json, os, re, statistics, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STRATUM = os.path.join(ROOT, "build", "stratum")
+SWEEP = os.path.join(ROOT, "build", "io_sweep")
+DATA = os.path.join(ROOT, "..", "shared", "data")
+
+
+def params_of(L, C, V, ctx):
+    return V * C + ctx * C + L * (12 * C * C + 13 * C) + 2 * C
+
+
+def run_train(args, budget, log):
+    cmd = [STRATUM, "train", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
+           "--ctx", "1024", "--data", args.data, "--batch", str(args.batch), "--seq", str(args.seq), "--steps",
+           str(args.steps), "--threads", str(args.threads), "--quiet", "--grad-clip", str(args.grad_clip),
+           "--lr-schedule", "constant", "--log", log]
+    if args.tokenizer:
+        cmd += ["--tokenizer", args.tokenizer]
+    if budget:
+        cmd += ["--mem-budget", f"{budget >> 20}M", "--offload-dir", args.dir, "--prefetch", str(args.prefetch),
+                "--io", args.io]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"offload_bench: {' '.join(cmd)} failed:\n{r.stderr}")
+    steps = [json.loads(line) for line in open(log)]
+    rss = re.search(r"peak RSS ([0-9.]+) MiB", r.stderr)
+    rd = re.search(r"read [0-9.]+ MiB \(([0-9.]+) GB/s", r.stderr)
+    wr = re.search(r"written [0-9.]+ MiB \(([0-9.]+) GB/s", r.stderr)
+    h = re.search(r"params hash ([0-9a-f]+)", r.stderr)
+    return {"steps": steps[1:] if len(steps) > 1 else steps, "rss_mib": float(rss.group(1)),
+            "read_gbps": float(rd.group(1)) if rd else 0.0, "write_gbps": float(wr.group(1)) if wr else 0.0,
+            "hash": h.group(1)}
+
+
+def sweep_best(directory):
+    r = subprocess.run([SWEEP, "--dir", directory, "--file-mib", "1024", "--blocks", "1M,4M", "--depths", "8,16"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"offload_bench: io_sweep failed:\n{r.stderr}")
+    rd = re.search(r"best read:.*?([0-9.]+) GB/s", r.stdout)
+    wr = re.search(r"best write:.*?([0-9.]+) GB/s", r.stdout)
+    return float(rd.group(1)), float(wr.group(1))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dir", required=True, help="offload directory (on the disk to measure)")
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--embd", type=int, default=768)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--budget-frac", type=float, default=0.25)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--prefetch", type=int, default=2)
+    p.add_argument("--io", default="auto")
+    p.add_argument("--data", default=os.path.join(DATA, "tinyshakespeare.txt"))
+    p.add_argument("--tokenizer", default=DATA)
+    p.add_argument("--no-sweep", action="store_true")
+    args = p.parse_args()
+
+    state = 16 * params_of(args.layers, args.embd, 50257, 1024)
+    budget = int(args.budget_frac * state) >> 20 << 20
+    best_read, best_write = (0.0, 0.0) if args.no_sweep else sweep_best(args.dir)
+    print(f"machine: {os.cpu_count()} CPUs, load {open('/proc/loadavg').read().split()[:3]}")
+    print(f"model L{args.layers} C{args.embd} H{args.heads}, B={args.batch} T={args.seq}, training state "
+          f"{state / 2**20:.0f} MiB, budget {budget >> 20} MiB ({100 * budget / state:.0f}%), grad clip "
+          f"{args.grad_clip}, prefetch {args.prefetch}, offload dir {args.dir}")
+    ram, off = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "log.jsonl")
+        for _ in range(args.rounds):
+            ram.append(run_train(args, 0, log))
+            off.append(run_train(args, budget, log))
+    if len({r["hash"] for r in ram + off}) != 1:
+        sys.exit("offload_bench: parameters differ between RAM and budget runs: exactness is broken")
+
+    def med(runs, key):
+        return statistics.median(s[key] for r in runs for s in r["steps"])
+
+    ram_ms, off_ms = med(ram, "step_ms"), med(off, "step_ms")
+    res = {
+        "config": f"L{args.layers} C{args.embd} B{args.batch} T{args.seq}", "budget_mib": budget >> 20,
+        "budget_frac": args.budget_frac, "grad_clip": args.grad_clip, "prefetch": args.prefetch,
+        "ram_step_ms": round(ram_ms, 1), "offload_step_ms": round(off_ms, 1), "ratio": round(off_ms / ram_ms, 3),
+        "stall_ms_per_step": round(med(off, "stall_ms"), 1),
+        "read_mib_per_step": round(med(off, "read_bytes") / 2**20, 1),
+        "write_mib_per_step": round(med(off, "write_bytes") / 2**20, 1),
+        "read_gbps": round(statistics.median(r["read_gbps"] for r in off), 2),
+        "write_gbps": round(statistics.median(r["write_gbps"] for r in off), 2),
+        "sweep_best_read_gbps": best_read, "sweep_best_write_gbps": best_write,
+        "ram_peak_rss_mib": max(r["rss_mib"] for r in ram), "offload_peak_rss_mib": max(r["rss_mib"] for r in off),
+        "offload_peak_engine_mib": round(max(s["peak_mem_bytes"] for r in off for s in r["steps"]) / 2**20, 1),
+    }
+    print(f"in RAM:      {ram_ms:8.1f} ms/step, peak RSS {res['ram_peak_rss_mib']:.0f} MiB")
+    print(f"budget:      {off_ms:8.1f} ms/step = {res['ratio']:.3f}x RAM; stall {res['stall_ms_per_step']:.0f} ms/step; "
+          f"read {res['read_mib_per_step']:.0f} MiB + write {res['write_mib_per_step']:.0f} MiB per step")
+    if best_read:
+        print(f"bandwidth:   read {res['read_gbps']:.2f} GB/s ({100 * res['read_gbps'] / best_read:.0f}% of the sweep's "
+              f"best {best_read:.2f}), write {res['write_gbps']:.2f} GB/s ({100 * res['write_gbps'] / best_write:.0f}% "
+              f"of {best_write:.2f})")
+    print(f"memory:      peak RSS {res['offload_peak_rss_mib']:.0f} MiB vs budget {budget >> 20} MiB "
+          f"(+{res['offload_peak_rss_mib'] - (budget >> 20):.0f} MiB); engine peak {res['offload_peak_engine_mib']:.0f} MiB")
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
