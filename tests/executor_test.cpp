@@ -153,6 +153,7 @@ TEST(Executor, OverlappedOptimizerMatchesSequential) {
     RamSegmentStore store(units);
     model_load_weights(dir, layout, store);
     ThreadPool pool(2);
+    blas_set_threads(1);  // OpenBLAS's own threads are invisible to ThreadSanitizer (tools/sanitize.sh)
     Executor exec(pool, cfg, units, B, T, false, overlap == 1);
     exec.attach(store);
     for (int step = 0; step < 3; ++step) {

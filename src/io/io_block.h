@@ -23,6 +23,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "io/io_engine.h"
 
@@ -50,8 +51,9 @@ class IoRequestTicket final : public IoTicket {
   mutable std::mutex mutex_;
   std::condition_variable all_done_;
   std::size_t blocks_left_;             // guarded by mutex_
-  std::size_t error_block_ = 0;         // guarded by mutex_; valid when error_ is set
-  std::exception_ptr error_;            // guarded by mutex_
+  std::size_t error_block_ = 0;         // guarded by mutex_; valid when failed_
+  bool failed_ = false;                 // guarded by mutex_
+  std::string error_message_;           // guarded by mutex_
 };
 
 // Busy time per op (IoEngineStats): a block counts from io_block_start to io_block_finish.

@@ -123,9 +123,24 @@ IoRequestTicket::IoRequestTicket(IoRequest request, std::size_t block_bytes)
 }
 
 void IoRequestTicket::block_done(std::size_t index, std::exception_ptr error) {
+  // Only the message crosses threads: every wait() throws its own Error, so no exception object
+  // is shared between the I/O thread and the waiters (ThreadSanitizer cannot see libstdc++'s
+  // exception_ptr reference counting).
+  std::string message;
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+      message = "[io] unknown error";
+    }
+    error = nullptr;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
-  if (error && (!error_ || index < error_block_)) {
-    error_ = std::move(error);
+  if (!message.empty() && (!failed_ || index < error_block_)) {
+    failed_ = true;
+    error_message_ = std::move(message);
     error_block_ = index;
   }
   if (--blocks_left_ == 0) all_done_.notify_all();
@@ -134,7 +149,7 @@ void IoRequestTicket::block_done(std::size_t index, std::exception_ptr error) {
 void IoRequestTicket::wait() {
   std::unique_lock<std::mutex> lock(mutex_);
   all_done_.wait(lock, [this] { return blocks_left_ == 0; });
-  if (error_) std::rethrow_exception(error_);
+  if (failed_) throw Error(error_message_);
 }
 
 bool IoRequestTicket::done() const {

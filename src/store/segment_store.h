@@ -51,6 +51,8 @@ class SegmentStore {
   // to run: a tiered store prefetches what the next groups need. No-ops in RAM.
   virtual void schedule_set(const StepSchedule* /*schedule*/) {}
   virtual void schedule_at(int /*group*/) {}
+  // Prefetches again from the current group (after releases made room); any thread may call it.
+  virtual void schedule_refresh() {}
   // A consumer running behind the schedule position (the optimizer worker) still needs the unit:
   // while pinned it is never treated as dead (Note [schedule eviction]). delta is +1 or -1.
   virtual void unit_pin(int /*unit*/, int /*delta*/) {}

@@ -368,8 +368,18 @@ void TieredSegmentStore::schedule_set(const StepSchedule* schedule) {
 void TieredSegmentStore::schedule_at(int group) {
   Lock lock(mutex_);
   now_ = group;
+  prefetch(lock);
+}
+
+void TieredSegmentStore::schedule_refresh() {
+  Lock lock(mutex_);
+  prefetch(lock);
+}
+
+void TieredSegmentStore::prefetch(Lock& lock) {
   reap(lock);
   if (schedule_ == nullptr) return;
+  const int group = now_;
   const int groups = schedule_->group_count();
   // Note [prefetch window]: the current group's and the next prefetch_depth groups' units are
   // loaded in schedule order as far as the budget allows without evicting anything needed

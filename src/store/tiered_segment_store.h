@@ -52,6 +52,7 @@ class TieredSegmentStore final : public SegmentStore {
   void release_unit(int unit) override;
   void schedule_set(const StepSchedule* schedule) override;
   void schedule_at(int group) override;
+  void schedule_refresh() override;
   void unit_pin(int unit, int delta) override;
   StoreStats stats() const override;
   void stats_reset_peak() override;
@@ -86,6 +87,7 @@ class TieredSegmentStore final : public SegmentStore {
   void buffer_give(AlignedBuffer buffer);
   void write_start(int unit);
   void read_start(int unit);
+  void prefetch(Lock& lock);
   std::string where(int unit) const;
   void lock_take(const std::string& dir);
   void files_remove();  // the offload files and the lock this run created

@@ -306,16 +306,19 @@ void Executor::optimizer_segment(ThreadPool& pool, int s, const AdamWHyper& hype
   SegmentHold grads(*store_, s, SegmentKind::Grads, Access::Read);
   const auto& tensors = layout_.segments()[s].tensors;
   for (int c = 0; c < units_.chunk_count(s, SegmentKind::AdamM); ++c) {
-    SegmentHold m(*store_, s, SegmentKind::AdamM, Access::Update, c);
-    SegmentHold v(*store_, s, SegmentKind::AdamV, Access::Update, c);
-    const std::size_t lo = units_.chunk_first_float(c);
-    const std::size_t hi = lo + units_.bytes(units_.index(s, SegmentKind::AdamM, c)) / sizeof(float);
-    for (const auto& t : tensors) {
-      const std::size_t a = std::max(lo, t.offset_floats), b = std::min(hi, t.offset_floats + t.numel);
-      if (a >= b) continue;
-      adamw_update(pool, params.data() + a, m.data() + (a - lo), v.data() + (a - lo), grads.data() + a, b - a, hyper,
-                   t.weight_decay ? weight_decay : 0.0, grad_scale);
+    {
+      SegmentHold m(*store_, s, SegmentKind::AdamM, Access::Update, c);
+      SegmentHold v(*store_, s, SegmentKind::AdamV, Access::Update, c);
+      const std::size_t lo = units_.chunk_first_float(c);
+      const std::size_t hi = lo + units_.bytes(units_.index(s, SegmentKind::AdamM, c)) / sizeof(float);
+      for (const auto& t : tensors) {
+        const std::size_t a = std::max(lo, t.offset_floats), b = std::min(hi, t.offset_floats + t.numel);
+        if (a >= b) continue;
+        adamw_update(pool, params.data() + a, m.data() + (a - lo), v.data() + (a - lo), grads.data() + a, b - a,
+                     hyper, t.weight_decay ? weight_decay : 0.0, grad_scale);
+      }
     }
+    store_->schedule_refresh();  // this chunk's moments were released (written behind): load further ahead
   }
 }
 
