@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "data/token_file.h"
 #include "integration_util.h"
 #include "kernels/cpu/matmul.h"
+#include "core/rng.h"
 #include "model/model_io.h"
 #include "stratum/error.h"
 
@@ -164,6 +166,62 @@ TEST(Executor, OverlappedOptimizerMatchesSequential) {
     hashes[overlap] = model_params_hash(layout, store);
   }
   EXPECT_EQ(hashes[0], hashes[1]);
+}
+
+}  // namespace
+}  // namespace stratum
+
+namespace stratum {
+namespace {
+
+// Note [moment chunks]: updating a segment chunk by chunk (tensors cut at 4 MiB boundaries)
+// gives the same bits as one AdamW call per whole tensor.
+TEST(Executor, ChunkedOptimizerEqualsPerTensorAdamW) {
+  GptConfig cfg;
+  cfg.n_layer = 1;
+  cfg.n_head = 2;
+  cfg.n_embd = 256;
+  cfg.n_ctx = 16;
+  cfg.vocab_size = 8192;  // embed segment: 2.1M floats = 3 moment chunks, wte cut twice
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, 1, 16));
+  ASSERT_EQ(store.units().chunk_count(layout.embed_segment(), SegmentKind::AdamM), 3);
+  model_init_random(cfg, layout, store, 3);
+  ThreadPool pool(2);
+  Executor exec(pool, cfg, store, 1, 16);
+  struct Copy {
+    std::vector<float> p, g, m, v;
+  };
+  std::vector<Copy> ref(static_cast<std::size_t>(layout.segment_count()));
+  Rng rng(9);
+  for (int step = 1; step <= 2; ++step) {
+    for (int s = 0; s < layout.segment_count(); ++s) {
+      const std::size_t n = layout.segments()[s].size_floats;
+      SegmentHold g(store, s, SegmentKind::Grads, Access::Overwrite);
+      for (std::size_t i = 0; i < n; ++i) g.data()[i] = static_cast<float>(rng.normal());
+      if (step == 1) {
+        SegmentHold p(store, s, SegmentKind::Params, Access::Read);
+        ref[s].p.assign(p.data(), p.data() + n);
+        ref[s].m.assign(n, 0.0f);
+        ref[s].v.assign(n, 0.0f);
+      }
+      ref[s].g.assign(g.data(), g.data() + n);
+    }
+    const AdamWHyper hyper{1e-3, 0.9, 0.95, 1e-8, step};
+    exec.optimizer_step(hyper, 0.1, 0.5f);
+    for (int s = 0; s < layout.segment_count(); ++s)
+      for (const auto& t : layout.segments()[s].tensors) {
+        const std::size_t o = t.offset_floats;
+        adamw_update(pool, ref[s].p.data() + o, ref[s].m.data() + o, ref[s].v.data() + o, ref[s].g.data() + o, t.numel,
+                     hyper, t.weight_decay ? 0.1 : 0.0, 0.5f);
+      }
+  }
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    SegmentHold p(store, s, SegmentKind::Params, Access::Read);
+    for (const auto& t : layout.segments()[s].tensors)
+      EXPECT_EQ(std::memcmp(p.data() + t.offset_floats, ref[s].p.data() + t.offset_floats, t.numel * sizeof(float)), 0)
+          << t.name;
+  }
 }
 
 }  // namespace
