@@ -54,6 +54,8 @@ TrainOptions base_options(const std::string& data, double grad_clip) {
   o.threads = 2;
   o.quiet = true;
   o.shuffle = true;
+  o.eval_every = 2;  // validation forwards run under the budget too
+  o.eval_batches = 2;
   return o;
 }
 
@@ -92,6 +94,7 @@ void check_matrix(double grad_clip) {
         const TrainResult r = train_run(o);
         EXPECT_EQ(r.params_hash, reference.params_hash);
         EXPECT_EQ(r.final_loss, reference.final_loss);
+        EXPECT_EQ(r.final_val_loss, reference.final_val_loss);
         EXPECT_GT(r.read_bytes, 0u) << "the budget must force streaming";
         EXPECT_GT(r.write_bytes, 0u);
         EXPECT_LE(r.peak_mem_bytes, budget.bytes) << "budget exceeded";
