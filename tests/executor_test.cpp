@@ -142,30 +142,45 @@ namespace stratum {
 namespace {
 
 // Note [optimizer overlap]: queueing each segment's AdamW on the worker during the backward
-// gives the same bits as running all updates after it.
+// (no clipping) or into the next step's forward (clipping) gives the same bits, losses and
+// validation loss as running all updates after the backward.
 TEST(Executor, OverlappedOptimizerMatchesSequential) {
   const std::string dir = source_path(kTiny);
   const GptConfig cfg = model_read_config(dir);
   const ParamLayout layout = ParamLayout::gpt2(cfg);
   const int B = 4, T = 32;
   const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
-  std::uint64_t hashes[2];
-  for (int overlap = 0; overlap < 2; ++overlap) {
+  struct Run {
+    std::uint64_t hash;
+    std::vector<float> losses;
+  };
+  auto run = [&](OptimizerMode mode, double clip) {
     const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T));
     RamSegmentStore store(units);
     model_load_weights(dir, layout, store);
     ThreadPool pool(2);
     blas_set_threads(1);  // OpenBLAS's own threads are invisible to ThreadSanitizer (tools/sanitize.sh)
-    Executor exec(pool, cfg, units, B, T, false, overlap == 1);
+    Executor exec(pool, cfg, units, B, T, false, mode);
     exec.attach(store);
+    Run r;
     for (int step = 0; step < 3; ++step) {
       std::vector<std::int32_t> inputs(tokens.begin() + step, tokens.begin() + step + B * T);
       std::vector<std::int32_t> targets(tokens.begin() + step + 1, tokens.begin() + step + B * T + 1);
-      exec.train_step(inputs.data(), targets.data(), B, T, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1, 0.0);
+      r.losses.push_back(exec.train_step(inputs.data(), targets.data(), B, T,
+                                         AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1, clip).loss);
+      r.losses.push_back(exec.loss(inputs.data(), targets.data(), B, T));  // waits for pending updates
     }
-    hashes[overlap] = model_params_hash(layout, store);
-  }
-  EXPECT_EQ(hashes[0], hashes[1]);
+    exec.sync();
+    r.hash = model_params_hash(layout, store);
+    return r;
+  };
+  const Run inline_noclip = run(OptimizerMode::Inline, 0.0), overlapped = run(OptimizerMode::Overlapped, 0.0);
+  EXPECT_EQ(inline_noclip.hash, overlapped.hash);
+  EXPECT_EQ(inline_noclip.losses, overlapped.losses);
+  const Run inline_clip = run(OptimizerMode::Inline, 0.5), pipelined = run(OptimizerMode::Pipelined, 0.5);
+  EXPECT_EQ(inline_clip.hash, pipelined.hash);
+  EXPECT_EQ(inline_clip.losses, pipelined.losses);
+  EXPECT_NE(inline_clip.hash, inline_noclip.hash);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -18,7 +19,7 @@ std::size_t Executor::activation_unit_floats(const GptConfig& config, int max_ba
 }
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
-                   bool keep_activations, bool overlap_optimizer)
+                   bool keep_activations, OptimizerMode mode)
     : pool_(pool),
       cfg_(config),
       units_(units),
@@ -27,7 +28,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       max_seq_(max_seq),
       dacts_(2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
       keep_activations_(keep_activations),
-      overlap_optimizer_(overlap_optimizer),
+      mode_(mode),
       workspace_(config, max_batch, max_seq),
       head_scratch_(config, max_batch * max_seq),
       schedule_(units.count()) {
@@ -40,7 +41,8 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   grad_squares_.resize(static_cast<std::size_t>(layout_.segment_count()));
   for (int s = 0; s < layout_.segment_count(); ++s) grad_squares_[s].assign(layout_.segments()[s].tensors.size(), 0.0);
   schedule_build();
-  if (overlap_optimizer) {
+  update_job_.assign(static_cast<std::size_t>(layout_.segment_count()), 0);
+  if (mode != OptimizerMode::Inline) {
     worker_pool_ = std::make_unique<ThreadPool>(1);
     worker_ = std::make_unique<OptimizerWorker>();
   }
@@ -48,7 +50,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
                    bool keep_activations)
-    : Executor(pool, config, store.units(), max_batch, max_seq, keep_activations, false) {
+    : Executor(pool, config, store.units(), max_batch, max_seq, keep_activations, OptimizerMode::Inline) {
   attach(store);
 }
 
@@ -101,16 +103,17 @@ void Executor::schedule_build() {
                                      {unit(embed, SegmentKind::Params), A::Read},
                                      {unit(embed, SegmentKind::Grads), A::Overwrite},
                                      {unit(head, SegmentKind::Activations), A::Read}});
-  if (overlap_optimizer_) opt_group(head);
+  const bool overlap = mode_ == OptimizerMode::Overlapped;
+  if (overlap) opt_group(head);
   for (int l = L - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
     group_bwd_[l] = schedule_.group_add({{unit(s, SegmentKind::Params), A::Read},
                                          {unit(s, SegmentKind::Grads), A::Overwrite},
                                          {unit(s, SegmentKind::Activations), A::Read}});
-    if (overlap_optimizer_) opt_group(s);
+    if (overlap) opt_group(s);
   }
   group_embed_bwd_ = schedule_.group_add({{unit(embed, SegmentKind::Grads), A::Update}});
-  if (overlap_optimizer_) opt_group(embed);
+  if (overlap) opt_group(embed);
   else
     for (int s = 0; s < layout_.segment_count(); ++s) opt_group(s);
 }
@@ -128,22 +131,24 @@ std::size_t Executor::min_store_bytes() const {
   auto opt_set = [&](int s) {  // chunk 0 is the largest moment chunk
     return set_bytes({u(s, K::Params), u(s, K::Grads), u(s, K::AdamM), u(s, K::AdamV)});
   };
-  // Sets the training thread holds alone (forward, head: the worker is idle then) and sets it
-  // holds while the worker may run one segment's update (backward).
-  std::size_t alone = set_bytes({u(embed, K::Params), u(act_segment(0), K::Activations)});
-  alone = std::max(alone, set_bytes({u(head, K::Params), u(head, K::Grads), u(embed, K::Params), u(embed, K::Grads),
-                                     u(head, K::Activations)}));
+  // Sets the training thread holds in the forward, the head (the worker is idle then: the head
+  // waits for every update) and the backward; with a worker, one segment's update may run beside
+  // the forward (Pipelined) or the backward (Overlapped). The embedding's update runs with the
+  // training thread waiting for it.
+  std::size_t forward = set_bytes({u(embed, K::Params), u(act_segment(0), K::Activations)});
+  const std::size_t head_set = set_bytes(
+      {u(head, K::Params), u(head, K::Grads), u(embed, K::Params), u(embed, K::Grads), u(head, K::Activations)});
   std::size_t backward = set_bytes({u(embed, K::Grads)});
   std::size_t layer_opt = opt_set(head);
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const int s = layout_.layer_segment(l);
-    alone = std::max(alone, set_bytes({u(s, K::Params), u(s, K::Activations), u(act_segment(l + 1), K::Activations)}));
+    forward = std::max(forward, set_bytes({u(s, K::Params), u(s, K::Activations), u(act_segment(l + 1), K::Activations)}));
     backward = std::max(backward, set_bytes({u(s, K::Params), u(s, K::Grads), u(s, K::Activations)}));
     layer_opt = std::max(layer_opt, opt_set(s));
   }
-  // The embedding's update runs last, with the training thread waiting.
-  if (overlap_optimizer_) return std::max({alone, backward + layer_opt, opt_set(embed)});
-  return std::max({alone, backward, layer_opt, opt_set(embed)});
+  if (mode_ == OptimizerMode::Pipelined) forward += layer_opt;
+  if (mode_ == OptimizerMode::Overlapped) backward += layer_opt;
+  return std::max({forward, head_set, backward, layer_opt, opt_set(embed)});
 }
 
 std::size_t Executor::fixed_bytes() const {
@@ -159,6 +164,7 @@ void Executor::check_shape(int B, int T) const {
 void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
   const auto& segs = layout_.segments();
   {
+    update_wait(layout_.embed_segment());
     at(group_embed_fwd_);
     SegmentHold embed(*store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
     SegmentHold out(*store_, act_segment(0), SegmentKind::Activations, Access::Overwrite);
@@ -168,6 +174,7 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
   }
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const int s = layout_.layer_segment(l);
+    update_wait(s);
     at(group_fwd_[l]);
     SegmentHold params(*store_, s, SegmentKind::Params, Access::Read);
     SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
@@ -195,6 +202,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
   float* dnext = dacts_.as_f32() + stride;
   float loss = 0.0f;
   {
+    update_wait(head);  // the last queued update: every update is done after this
     at(group_head_);
     SegmentHold head_p(*store_, head, SegmentKind::Params, Access::Read);
     SegmentHold head_g(*store_, head, SegmentKind::Grads, Access::Overwrite);
@@ -214,7 +222,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
     loss = gpt2_head_loss(pool_, cfg_, hp, &hg, in.data(), targets, B * T, head_scratch_);
     grad_squares_record(head, head_g.data());
   }
-  if (overlap) optimizer_queue(head, hyper, weight_decay);
+  if (overlap) optimizer_queue(head, hyper, weight_decay, 1.0f);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
     {
@@ -227,7 +235,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
                           B, T, !keep_activations_);
       grad_squares_record(s, grads.data());
     }
-    if (overlap) optimizer_queue(s, hyper, weight_decay);
+    if (overlap) optimizer_queue(s, hyper, weight_decay, 1.0f);
     std::swap(dcur, dnext);
   }
   {
@@ -237,7 +245,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
                        embed_g.data() + embed_seg.tensors[kWpe].offset_floats, dcur, inputs, B, T, C);
     grad_squares_record(embed, embed_g.data());
   }
-  if (overlap) optimizer_queue(embed, hyper, weight_decay);
+  if (overlap) optimizer_queue(embed, hyper, weight_decay, 1.0f);
   return loss;
 }
 
@@ -250,23 +258,28 @@ float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t*
 StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
                                 const AdamWHyper& hyper, double weight_decay, double grad_clip) {
   check_shape(B, T);
+  STRATUM_ASSERT(mode_ != OptimizerMode::Overlapped || grad_clip <= 0);
   StepResult r;
   forward_blocks(inputs, B, T);
-  const bool overlap = worker_ != nullptr && grad_clip <= 0;
+  const bool overlap = mode_ == OptimizerMode::Overlapped;
   r.loss = backward_pass(inputs, targets, B, T, overlap, hyper, weight_decay);
   if (overlap) {
     const auto t0 = std::chrono::steady_clock::now();
     worker_->wait_idle();
-    r.optimizer_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   r.grad_norm = static_cast<float>(std::sqrt(grad_sum_squares()));
   if (grad_clip > 0) r.grad_scale = std::min(1.0f, static_cast<float>(grad_clip) / (r.grad_norm + 1e-6f));
-  if (!overlap) optimizer_step(hyper, weight_decay, r.grad_scale);
+  if (mode_ == OptimizerMode::Inline) optimizer_step(hyper, weight_decay, r.grad_scale);
+  if (mode_ == OptimizerMode::Pipelined)
+    for (int s = 0; s < layout_.segment_count(); ++s) optimizer_queue(s, hyper, weight_decay, r.grad_scale);
+  r.optimizer_wait_ms = std::exchange(update_wait_ms_, 0.0);
   return r;
 }
 
 float Executor::head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits) {
   const auto& segs = layout_.segments();
+  update_wait(layout_.head_segment());
   at(group_head_);
   SegmentHold head_p(*store_, layout_.head_segment(), SegmentKind::Params, Access::Read);
   SegmentHold embed_p(*store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
@@ -322,12 +335,26 @@ void Executor::optimizer_segment(ThreadPool& pool, int s, const AdamWHyper& hype
   }
 }
 
-void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay) {
+void Executor::update_wait(int segment) {
+  if (update_job_[segment] == 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const long job = std::exchange(update_job_[segment], 0);
+  worker_->wait_done(job);
+  update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Executor::sync() {
+  if (!worker_) return;
+  std::fill(update_job_.begin(), update_job_.end(), 0);
+  worker_->wait_idle();
+}
+
+void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale) {
   at(group_opt_[segment]);
   // The worker runs behind the schedule position: pin what it will use so the store does not
   // take the gradients for dead (their next use in the schedule is the next step's overwrite).
   for (const UnitUse& use : schedule_.group(group_opt_[segment])) store_->unit_pin(use.unit, +1);
-  worker_->submit([this, segment, hyper, weight_decay] {
+  const long job = worker_->submit([this, segment, hyper, weight_decay, grad_scale] {
     struct Unpin {
       Executor* self;
       int group;
@@ -335,14 +362,16 @@ void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weig
         for (const UnitUse& use : self->schedule_.group(group)) self->store_->unit_pin(use.unit, -1);
       }
     } unpin{this, group_opt_[segment]};
-    optimizer_segment(*worker_pool_, segment, hyper, weight_decay, 1.0f);
+    optimizer_segment(*worker_pool_, segment, hyper, weight_decay, grad_scale);
   });
+  if (mode_ == OptimizerMode::Pipelined) update_job_[segment] = job;
 }
 
 void Executor::optimizer_step(const AdamWHyper& hyper, double weight_decay, float grad_scale) {
   STRATUM_ASSERT(store_ != nullptr);
+  sync();
   for (int s = 0; s < layout_.segment_count(); ++s) {
-    if (!overlap_optimizer_) at(group_opt_[s]);
+    if (mode_ != OptimizerMode::Overlapped) at(group_opt_[s]);
     optimizer_segment(pool_, s, hyper, weight_decay, grad_scale);
   }
 }

@@ -6,12 +6,15 @@
 // optimizer then visits every segment, params and grads whole and moments in chunks
 // (Note [moment chunks]). The same order is written down as a StepSchedule so a tiered store
 // can prefetch and evict by it; the executor calls schedule_at() before each group.
-// Note [optimizer overlap]: without gradient clipping a segment's AdamW update does not depend
-// on any other segment, so it is queued on the optimizer worker as soon as the segment's
-// gradients are final (head after the head, each layer after its backward, embed last) and
-// overlaps the backward of earlier layers. With clipping (exact global norm) every gradient is
-// needed first, so the updates run after the backward. Either way each element gets the same
-// arithmetic, so the bits are the same. Does not choose placement or own the store.
+// Note [optimizer overlap]: OptimizerMode says where AdamW runs. Inline: after the backward, on
+// the training thread. Overlapped (no clipping only): a segment's update does not depend on any
+// other segment, so it is queued on the optimizer worker as soon as the segment's gradients are
+// final (head after the head, each layer after its backward, embed last) and overlaps the
+// backward of earlier layers. Pipelined (exact clipping): every gradient is needed for the norm
+// first, so all updates are queued after the backward, in forward order, and run while the next
+// step's forward proceeds; the forward (and the head) wait for a segment's update before
+// reading it, and sync() waits for all. Every element gets the same arithmetic in every mode,
+// so the bits are the same. Does not choose placement or own the store.
 #pragma once
 
 #include <cstdint>
@@ -31,11 +34,13 @@
 
 namespace stratum {
 
+enum class OptimizerMode { Inline, Overlapped, Pipelined };
+
 struct StepResult {
   float loss = 0.0f;
   float grad_norm = 0.0f;   // before clipping
   float grad_scale = 1.0f;  // clipping coefficient applied
-  double optimizer_wait_ms = 0.0;  // the training thread waiting for the overlapped updates to finish
+  double optimizer_wait_ms = 0.0;  // the training thread waiting for updates on the worker to finish
 };
 
 class Executor {
@@ -45,10 +50,10 @@ class Executor {
 
   // keep_activations: keep every block's forward internals until its backward instead of
   // recomputing them from the block input (faster, L times the activation memory; same bits).
-  // overlap_optimizer: Note [optimizer overlap]; only train_step() without clipping uses it.
+  // mode: Note [optimizer overlap]; train_step() with Overlapped needs grad_clip <= 0.
   // The store is attached separately (attach) so its budget can be sized from fixed_bytes().
   Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
-           bool keep_activations = false, bool overlap_optimizer = false);
+           bool keep_activations = false, OptimizerMode mode = OptimizerMode::Inline);
   Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
            bool keep_activations = false);
   ~Executor();
@@ -76,8 +81,12 @@ class Executor {
   // Sum of squared gradients of the last forward_backward (double, fixed order; computed while
   // each segment's gradients were final and in RAM, so this reads nothing).
   double grad_sum_squares() const;
-  // AdamW on every segment; weight decay applies to tensors with weight_decay set.
+  // AdamW on every segment, on the calling thread; weight decay applies to tensors with
+  // weight_decay set.
   void optimizer_step(const AdamWHyper& hyper, double weight_decay, float grad_scale);
+  // Waits until every queued update has been applied (before reading parameters from outside:
+  // saving, hashing); rethrows a failed update's error.
+  void sync();
 
  private:
   void check_shape(int B, int T) const;
@@ -88,7 +97,8 @@ class Executor {
   void grad_squares_record(int segment, const float* grads);
   void optimizer_segment(ThreadPool& pool, int segment, const AdamWHyper& hyper, double weight_decay,
                          float grad_scale);
-  void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay);
+  void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
+  void update_wait(int segment);  // Pipelined: the segment's queued update has been applied
   // Head on the last forward's output: mean loss over targets (BT rows) when logits is null,
   // else the logits (V) of row logits_row.
   float head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits);
@@ -105,7 +115,7 @@ class Executor {
   int max_batch_, max_seq_;
   AlignedBuffer dacts_;      // 2 x (B,T,C) fp32: gradient ping-pong for the backward
   bool keep_activations_;
-  bool overlap_optimizer_;
+  OptimizerMode mode_;
   std::vector<Gpt2Activations> block_acts_;  // 1 (recompute) or n_layer (keep)
   Gpt2Workspace workspace_;
   Gpt2HeadScratch head_scratch_;
@@ -117,6 +127,8 @@ class Executor {
 
   std::unique_ptr<ThreadPool> worker_pool_;  // 1 thread: the optimizer worker's kernels
   std::unique_ptr<OptimizerWorker> worker_;
+  std::vector<long> update_job_;   // per segment: worker job number of its pending update, 0 = none
+  double update_wait_ms_ = 0.0;    // waited in update_wait since the last train_step returned
 };
 
 }  // namespace stratum

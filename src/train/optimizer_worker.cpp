@@ -16,12 +16,21 @@ OptimizerWorker::~OptimizerWorker() {
   thread_.join();
 }
 
-void OptimizerWorker::submit(std::function<void()> job) {
+long OptimizerWorker::submit(std::function<void()> job) {
+  long number = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     jobs_.push_back(std::move(job));
+    number = ++submitted_;
   }
   work_ready_.notify_all();
+  return number;
+}
+
+void OptimizerWorker::wait_done(long job) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [this, job] { return finished_ >= job; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
 void OptimizerWorker::wait_idle() {
@@ -51,8 +60,9 @@ void OptimizerWorker::loop() {
     job = nullptr;  // destroy captured state outside the lock
     lock.lock();
     running_ = false;
+    ++finished_;
     if (error && !error_) error_ = error;
-    if (jobs_.empty()) idle_.notify_all();
+    idle_.notify_all();
   }
 }
 

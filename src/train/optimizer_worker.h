@@ -20,9 +20,12 @@ class OptimizerWorker {
   OptimizerWorker& operator=(const OptimizerWorker&) = delete;
   ~OptimizerWorker();  // finishes queued jobs, then joins
 
-  void submit(std::function<void()> job);
+  // Queues a job; returns its number (1, 2, ...), for wait_done().
+  long submit(std::function<void()> job);
   // Blocks until the queue is empty and no job runs; rethrows the first error (once).
   void wait_idle();
+  // Blocks until jobs 1..job have finished; rethrows the first error (once).
+  void wait_done(long job);
 
  private:
   void loop();
@@ -31,6 +34,7 @@ class OptimizerWorker {
   std::condition_variable work_ready_, idle_;
   std::deque<std::function<void()>> jobs_;
   bool running_ = false, stopping_ = false;
+  long submitted_ = 0, finished_ = 0;
   std::exception_ptr error_;
   std::thread thread_;
 };

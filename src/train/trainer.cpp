@@ -58,11 +58,19 @@ std::string mib(std::size_t bytes) {
 }
 }  // namespace
 
+// Note [optimizer overlap]: without clipping the updates overlap the backward; with clipping and
+// a budget they overlap the next step's forward, where their I/O hides behind compute; in RAM
+// with clipping they run inline (a worker would only compete for the same cores).
+static OptimizerMode train_optimizer_mode(double grad_clip, bool budget) {
+  if (grad_clip <= 0) return OptimizerMode::Overlapped;
+  return budget ? OptimizerMode::Pipelined : OptimizerMode::Inline;
+}
+
 std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip) {
   ThreadPool pool(1);
   const ParamLayout layout = ParamLayout::gpt2(cfg);
   const UnitTable units(layout, Executor::activation_unit_floats(cfg, batch, seq));
-  const Executor exec(pool, cfg, units, batch, seq, keep_activations, grad_clip <= 0);
+  const Executor exec(pool, cfg, units, batch, seq, keep_activations, train_optimizer_mode(grad_clip, true));
   return exec.fixed_bytes() + exec.min_store_bytes();
 }
 
@@ -99,7 +107,8 @@ TrainResult train_run(const TrainOptions& o) {
   const UnitTable units(layout, Executor::activation_unit_floats(cfg, o.batch, o.seq));
   // Declared before the executor so it outlives it (the executor's optimizer worker uses it).
   std::unique_ptr<SegmentStore> store_owner;
-  Executor exec(pool, cfg, units, o.batch, o.seq, o.keep_activations, o.grad_clip <= 0);
+  Executor exec(pool, cfg, units, o.batch, o.seq, o.keep_activations,
+                train_optimizer_mode(o.grad_clip, o.mem_budget_bytes > 0));
   const std::size_t min_budget = exec.fixed_bytes() + exec.min_store_bytes();
   std::string store_text = "everything in RAM";
   if (o.mem_budget_bytes > 0) {
@@ -211,6 +220,7 @@ TrainResult train_run(const TrainOptions& o) {
     }
     progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o.steps - step - 1), traffic);
     if (!o.save_dir.empty() && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || last)) {
+      exec.sync();
       model_save(o.save_dir, cfg, layout, store, tokenizer_dir);
       if (!last) progress.message("[stratum] saved " + o.save_dir + " at step " + std::to_string(step + 1));
     }
@@ -219,6 +229,7 @@ TrainResult train_run(const TrainOptions& o) {
   result.step_ms_median = median(step_ms);
   const long timed_steps = o.steps == 1 ? 1 : o.steps - 1;
   result.tokens_per_s = timed_s > 0 ? static_cast<double>(BT) * timed_steps / timed_s : 0.0;
+  exec.sync();
   result.params_hash = model_params_hash(layout, store);
   result.min_budget_bytes = min_budget;
   {
