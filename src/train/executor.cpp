@@ -90,14 +90,20 @@ void Executor::schedule_build() {
   group_fwd_.assign(L, 0);
   group_bwd_.assign(L, 0);
   group_opt_.assign(layout_.segment_count(), 0);
+  // Pipelined: a segment's update (of the previous step) runs just before its forward, so that is
+  // where the schedule lists it; its prefetch then rides the forward's window.
+  const bool pipelined = mode_ == OptimizerMode::Pipelined;
+  if (pipelined) opt_group(embed);
   group_embed_fwd_ =
       schedule_.group_add({{unit(embed, SegmentKind::Params), A::Read}, {unit(act_segment(0), SegmentKind::Activations), A::Overwrite}});
   for (int l = 0; l < L; ++l) {
     const int s = layout_.layer_segment(l);
+    if (pipelined) opt_group(s);
     group_fwd_[l] = schedule_.group_add({{unit(s, SegmentKind::Params), A::Read},
                                          {unit(s, SegmentKind::Activations), A::Read},
                                          {unit(act_segment(l + 1), SegmentKind::Activations), A::Overwrite}});
   }
+  if (pipelined) opt_group(head);
   group_head_ = schedule_.group_add({{unit(head, SegmentKind::Params), A::Read},
                                      {unit(head, SegmentKind::Grads), A::Overwrite},
                                      {unit(embed, SegmentKind::Params), A::Read},
@@ -114,7 +120,7 @@ void Executor::schedule_build() {
   }
   group_embed_bwd_ = schedule_.group_add({{unit(embed, SegmentKind::Grads), A::Update}});
   if (overlap) opt_group(embed);
-  else
+  if (mode_ == OptimizerMode::Inline)
     for (int s = 0; s < layout_.segment_count(); ++s) opt_group(s);
 }
 
@@ -336,6 +342,7 @@ void Executor::optimizer_segment(ThreadPool& pool, int s, const AdamWHyper& hype
 }
 
 void Executor::update_wait(int segment) {
+  if (mode_ == OptimizerMode::Pipelined) at(group_opt_[segment]);
   if (update_job_[segment] == 0) return;
   const auto t0 = std::chrono::steady_clock::now();
   const long job = std::exchange(update_job_[segment], 0);
@@ -350,7 +357,7 @@ void Executor::sync() {
 }
 
 void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale) {
-  at(group_opt_[segment]);
+  if (mode_ == OptimizerMode::Overlapped) at(group_opt_[segment]);
   // The worker runs behind the schedule position: pin what it will use so the store does not
   // take the gradients for dead (their next use in the schedule is the next step's overwrite).
   for (const UnitUse& use : schedule_.group(group_opt_[segment])) store_->unit_pin(use.unit, +1);
