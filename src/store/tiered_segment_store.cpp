@@ -168,25 +168,15 @@ AlignedBuffer TieredSegmentStore::buffer_take(std::size_t bytes) {
 
 void TieredSegmentStore::buffer_give(AlignedBuffer buffer) { free_buffers_.push_back(std::move(buffer)); }
 
-void TieredSegmentStore::read_start(int unit) {
+void TieredSegmentStore::io_start(int unit, IoOp op) {
   Entry& e = entries_[unit];
-  e.state = State::Loading;
-  IoRequest request{IoOp::Read, files_[units().file(unit)].get(), units().file_offset_bytes(unit), e.buffer.data(),
+  e.state = op == IoOp::Read ? State::Loading : State::Writing;
+  if (op == IoOp::Write) e.dirty = false;  // the buffer is not modified while it is written
+  IoRequest request{op, files_[units().file(unit)].get(), units().file_offset_bytes(unit), e.buffer.data(),
                     units().bytes(unit), e.block_sums.data(), where(unit)};
   e.ticket = engine_->submit(std::move(request));
   in_flight_.push_back(unit);
-  totals_.read_bytes += units().bytes(unit);
-}
-
-void TieredSegmentStore::write_start(int unit) {
-  Entry& e = entries_[unit];
-  e.state = State::Writing;
-  e.dirty = false;
-  IoRequest request{IoOp::Write, files_[units().file(unit)].get(), units().file_offset_bytes(unit), e.buffer.data(),
-                    units().bytes(unit), e.block_sums.data(), where(unit)};
-  e.ticket = engine_->submit(std::move(request));
-  in_flight_.push_back(unit);
-  totals_.write_bytes += units().bytes(unit);
+  (op == IoOp::Read ? totals_.read_bytes : totals_.write_bytes) += units().bytes(unit);
 }
 
 void TieredSegmentStore::complete(int unit) {
@@ -281,7 +271,7 @@ bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, 
       if (victim >= 0) {
         Entry& e = entries_[victim];
         if (e.dirty && !dead(victim)) {
-          write_start(victim);
+          io_start(victim, IoOp::Write);
         } else {
           if (e.dirty) e.on_disk = false;  // dead data: the next use overwrites it
           e.dirty = false;
@@ -327,7 +317,7 @@ float* TieredSegmentStore::acquire_unit(int unit, Access access) {
     const bool load = access != Access::Overwrite && e.on_disk;
     e.buffer = buffer_take(bytes);
     if (load) {
-      read_start(unit);
+      io_start(unit, IoOp::Read);
       continue;
     }
     if (access != Access::Overwrite) std::memset(e.buffer.data(), 0, bytes);  // never written: zeros
@@ -355,7 +345,7 @@ void TieredSegmentStore::release_unit(int unit) {
   // keeps the write off the critical path of the acquire that would otherwise evict it.
   if (streaming_ && e.holds == 0 && e.state == State::Resident && e.dirty && !dead(unit) &&
       distance(unit) > options_.prefetch_depth + 1)
-    write_start(unit);
+    io_start(unit, IoOp::Write);
   released_.notify_all();
 }
 
@@ -396,7 +386,7 @@ void TieredSegmentStore::prefetch(Lock& lock) {
       if (e.state != State::Absent) continue;
       e.buffer = buffer_take(units().bytes(use.unit));
       if (load) {
-        read_start(use.unit);
+        io_start(use.unit, IoOp::Read);
       } else {  // its next use overwrites it: what it held is dead
         e.state = State::Resident;
         e.dirty = false;

@@ -85,8 +85,7 @@ class TieredSegmentStore final : public SegmentStore {
   bool space_make(Lock& lock, std::size_t bytes, long beyond, bool block);
   AlignedBuffer buffer_take(std::size_t bytes);
   void buffer_give(AlignedBuffer buffer);
-  void write_start(int unit);
-  void read_start(int unit);
+  void io_start(int unit, IoOp op);  // Loading or Writing
   void prefetch(Lock& lock);
   std::string where(int unit) const;
   void lock_take(const std::string& dir);
