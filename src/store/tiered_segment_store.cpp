@@ -49,7 +49,7 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
   STRATUM_CHECK(!dir.empty(), "[store] --mem-budget needs --offload-dir DIR for what does not fit in the budget");
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   options_.offload_dir = dir;
-  const bool direct = io_direct_supported(dir);  // also checks that dir exists and is writable
+  const bool direct = io_direct_supported(dir) && options.direct_io;  // also checks dir exists, writable
   IoEngineOptions io = options.io;
   std::string notes;
   if (!direct) {

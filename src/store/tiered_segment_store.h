@@ -39,6 +39,7 @@ struct TieredStoreOptions {
   int prefetch_depth = 2;        // schedule groups loaded ahead of the one computing
   IoEngineOptions io;
   std::size_t free_bytes_override = 0;  // tests: pretend the disk has this much free space
+  bool direct_io = true;                 // false: buffered I/O as on a file system without O_DIRECT
 };
 
 class TieredSegmentStore final : public SegmentStore {
