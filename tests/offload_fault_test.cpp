@@ -268,6 +268,9 @@ TEST(OffloadFault, BadFlagCombinationsAreRefused) {
       {" --prefetch 2", {"--prefetch", "--mem-budget"}},
       {" --io threads", {"--io", "--mem-budget"}},
       {" --mem-budget 0" + dir, {"--mem-budget"}},
+      {budget + dir + " --io-block 5000", {"--io-block", "4K"}},
+      {budget + dir + " --io-depth 0", {"--io-depth"}},
+      {" --io-depth 4", {"--io-depth", "--mem-budget"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.flags);

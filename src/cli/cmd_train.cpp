@@ -46,6 +46,8 @@ int cmd_train(const std::vector<std::string>& argv) {
              {"offload-dir", "DIR", "directory on a fast disk (NVMe) for state that does not fit --mem-budget"},
              {"prefetch", "K", "with --mem-budget: blocks loaded ahead of the one computing (default 2)"},
              {"io", "BACKEND", "with --mem-budget: auto (io_uring, else threads) | uring | threads (default auto)"},
+             {"io-block", "SIZE", "with --mem-budget: I/O block size, a multiple of 4K (default 1M; see bench/io_sweep)"},
+             {"io-depth", "N", "with --mem-budget: I/O blocks in flight (default 16)"},
              {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"},
              {"quiet", "", "no progress bar"}});
   if (args.help_requested()) {
@@ -98,8 +100,13 @@ int cmd_train(const std::vector<std::string>& argv) {
                 "[cli] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
   STRATUM_CHECK(o.mem_budget_bytes == 0 || !o.offload_dir.empty(),
                 "[cli] --mem-budget needs --offload-dir DIR (a directory on a fast disk for what does not fit)");
-  STRATUM_CHECK(o.mem_budget_bytes > 0 || !(args.has("prefetch") || args.has("io")),
-                "[cli] --prefetch and --io only apply with --mem-budget SIZE");
+  STRATUM_CHECK(o.mem_budget_bytes > 0 || !(args.has("prefetch") || args.has("io") || args.has("io-block") ||
+                                              args.has("io-depth")),
+                "[cli] --prefetch, --io, --io-block and --io-depth only apply with --mem-budget SIZE");
+  o.io_block_bytes = args.size_bytes("io-block", std::size_t{1} << 20);
+  STRATUM_CHECK(o.io_block_bytes >= 4096 && o.io_block_bytes % 4096 == 0 && o.io_block_bytes <= (std::size_t{1} << 30),
+                "[cli] --io-block must be a multiple of 4K between 4K and 1G, got ", o.io_block_bytes, " bytes");
+  o.io_queue_depth = static_cast<int>(args.integer("io-depth", 16, 1, 1024));
   o.prefetch = static_cast<int>(args.integer("prefetch", 2, 0, 64));
   o.io_backend = io_backend_parse(args.str("io", "auto"));
   if (const char* fault = std::getenv("STRATUM_IO_FAULT")) o.io_fault = IoFaultPlan::parse(fault);

@@ -121,6 +121,8 @@ TrainResult train_run(const TrainOptions& o) {
     so.offload_dir = o.offload_dir;
     so.prefetch_depth = o.prefetch;
     so.io.backend = o.io_backend;
+    so.io.block_bytes = o.io_block_bytes;
+    so.io.queue_depth = o.io_queue_depth;
     so.io.fault = o.io_fault;
     auto tiered = std::make_unique<TieredSegmentStore>(units, so);
     store_text = "budget " + mib(o.mem_budget_bytes) + " (minimum " + mib(min_budget) + "), offload to " +

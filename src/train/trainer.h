@@ -39,6 +39,8 @@ struct TrainOptions {
   std::string offload_dir;
   int prefetch = 2;             // schedule groups (blocks) loaded ahead
   IoBackend io_backend = IoBackend::Auto;
+  std::size_t io_block_bytes = std::size_t{1} << 20;  // I/O request block size (bench/io_sweep)
+  int io_queue_depth = 16;                            // blocks in flight
   IoFaultPlan io_fault;         // tests only (STRATUM_IO_FAULT)
   int threads = 0;            // 0 = default_thread_count()
   bool quiet = false;         // no progress bar
