@@ -35,6 +35,7 @@ int cmd_train(const std::vector<std::string>& argv) {
              {"seed", "N", "initialisation and shuffling seed (default 1337)"},
              {"shuffle", "", "visit batches in a seeded random order each epoch"},
              {"log", "FILE.jsonl", "write one JSON object per step"},
+             {"trace", "FILE.json", "write a Chrome/Perfetto trace (compute, optimizer worker, I/O reads and writes)"},
              {"save", "DIR", "write a Hugging Face GPT-2 directory at the end (and every --save-every)"},
              {"save-every", "N", "also save every N steps (default 0 = end only)"},
              {"eval-every", "N", "validation loss every N steps (default 0 = off)"},
@@ -84,6 +85,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.seed = static_cast<std::uint64_t>(args.integer("seed", 1337, 0, INT64_MAX));
   o.shuffle = args.flag("shuffle");
   o.log_path = args.str("log");
+  o.trace_path = args.str("trace");
   o.save_dir = args.str("save");
   o.save_every = static_cast<long>(args.integer("save-every", 0, 0, 1000000000));
   o.eval_every = static_cast<long>(args.integer("eval-every", 0, 0, 1000000000));

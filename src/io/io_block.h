@@ -43,6 +43,7 @@ class IoRequestTicket final : public IoTicket {
 
   void wait() override;
   bool done() const override;
+  std::chrono::steady_clock::time_point completed_at() const override;
 
  private:
   const IoRequest request_;
@@ -53,6 +54,7 @@ class IoRequestTicket final : public IoTicket {
   std::size_t blocks_left_;             // guarded by mutex_
   std::size_t error_block_ = 0;         // guarded by mutex_; valid when failed_
   bool failed_ = false;                 // guarded by mutex_
+  std::chrono::steady_clock::time_point completed_at_;  // guarded by mutex_
   std::string error_message_;           // guarded by mutex_
 };
 

@@ -143,7 +143,15 @@ void IoRequestTicket::block_done(std::size_t index, std::exception_ptr error) {
     error_message_ = std::move(message);
     error_block_ = index;
   }
-  if (--blocks_left_ == 0) all_done_.notify_all();
+  if (--blocks_left_ == 0) {
+    completed_at_ = std::chrono::steady_clock::now();
+    all_done_.notify_all();
+  }
+}
+
+std::chrono::steady_clock::time_point IoRequestTicket::completed_at() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_at_;
 }
 
 void IoRequestTicket::wait() {

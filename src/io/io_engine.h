@@ -7,6 +7,7 @@
 // Does not open files, choose offsets or decide what lives where (src/store does).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -48,6 +49,8 @@ class IoTicket {
   virtual ~IoTicket() = default;
   virtual void wait() = 0;
   virtual bool done() const = 0;
+  // When the last block finished (valid once done()).
+  virtual std::chrono::steady_clock::time_point completed_at() const = 0;
 };
 
 struct IoRequest {

@@ -15,6 +15,7 @@
 
 #include "core/aligned_buffer.h"
 #include "model/param_layout.h"
+#include "obs/trace_recorder.h"
 #include "store/step_schedule.h"
 #include "store/unit_table.h"
 
@@ -56,6 +57,9 @@ class SegmentStore {
   // A consumer running behind the schedule position (the optimizer worker) still needs the unit:
   // while pinned it is never treated as dead (Note [schedule eviction]). delta is +1 or -1.
   virtual void unit_pin(int /*unit*/, int /*delta*/) {}
+
+  // Records I/O and stall spans into `trace` (borrowed; null = off).
+  virtual void trace_set(TraceRecorder* /*trace*/) {}
 
   virtual StoreStats stats() const = 0;
   virtual void stats_reset_peak() = 0;

@@ -175,6 +175,7 @@ void TieredSegmentStore::io_start(int unit, IoOp op) {
   IoRequest request{op, files_[units().file(unit)].get(), units().file_offset_bytes(unit), e.buffer.data(),
                     units().bytes(unit), e.block_sums.data(), where(unit)};
   e.ticket = engine_->submit(std::move(request));
+  e.io_started = std::chrono::steady_clock::now();
   in_flight_.push_back(unit);
   (op == IoOp::Read ? totals_.read_bytes : totals_.write_bytes) += units().bytes(unit);
 }
@@ -184,6 +185,9 @@ void TieredSegmentStore::complete(int unit) {
   std::shared_ptr<IoTicket> ticket = std::move(e.ticket);
   in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), unit));
   released_.notify_all();
+  if (trace_ != nullptr)
+    trace_->span(e.state == State::Loading ? TraceRecorder::kRead : TraceRecorder::kWrite, "io", units().name(unit),
+                 e.io_started, ticket->completed_at());
   if (e.state == State::Loading) {
     try {
       ticket->wait();
@@ -328,8 +332,12 @@ float* TieredSegmentStore::acquire_unit(int unit, Access access) {
   ++e.holds;
   ++(training ? holds_training_ : holds_other_);
   if (access != Access::Read) e.dirty = true;
-  if (!ready && training)
-    totals_.stall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!ready && training) {
+    const auto t1 = std::chrono::steady_clock::now();
+    totals_.stall_ms += std::chrono::duration<double, std::milli>(t1 - t0).count();
+    if (trace_ != nullptr && t1 - t0 > std::chrono::microseconds(100))
+      trace_->span(TraceRecorder::kCompute, "stall", "wait for " + units().name(unit), t0, t1);
+  }
   return e.buffer.as_f32();
 }
 

@@ -20,6 +20,7 @@
 // later than the one it loads.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -56,6 +57,7 @@ class TieredSegmentStore final : public SegmentStore {
   void schedule_refresh() override;
   void unit_pin(int unit, int delta) override;
   StoreStats stats() const override;
+  void trace_set(TraceRecorder* trace) override { trace_ = trace; }
   void stats_reset_peak() override;
 
   // "io_uring, O_DIRECT, 1 MiB blocks, queue depth 8, prefetch 2" and any fallback notes.
@@ -72,6 +74,7 @@ class TieredSegmentStore final : public SegmentStore {
     int pins = 0;            // unit_pin(): needed by a consumer behind the schedule position
     AlignedBuffer buffer;
     std::shared_ptr<IoTicket> ticket;
+    std::chrono::steady_clock::time_point io_started;
     std::vector<std::uint64_t> block_sums;
   };
   using Lock = std::unique_lock<std::mutex>;
@@ -112,6 +115,7 @@ class TieredSegmentStore final : public SegmentStore {
   std::thread::id training_thread_;
   int holds_training_ = 0, holds_other_ = 0;  // holds by the training thread / the optimizer worker
   StoreStats totals_;
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace stratum

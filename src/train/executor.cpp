@@ -175,6 +175,7 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
     SegmentHold embed(*store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
     SegmentHold out(*store_, act_segment(0), SegmentKind::Activations, Access::Overwrite);
     const auto& seg = segs[layout_.embed_segment()];
+    TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "embed forward");
     embedding_forward(pool_, out.data(), inputs, embed.data() + seg.tensors[kWte].offset_floats,
                       embed.data() + seg.tensors[kWpe].offset_floats, B, T, cfg_.n_embd);
   }
@@ -185,6 +186,7 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
     SegmentHold params(*store_, s, SegmentKind::Params, Access::Read);
     SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
     SegmentHold out(*store_, act_segment(l + 1), SegmentKind::Activations, Access::Overwrite);
+    TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[s].name + " forward");
     gpt2_block_forward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()), in.data(), out.data(), block_acts(l),
                        workspace_, B, T);
   }
@@ -225,6 +227,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
     Gpt2HeadGrads hg{head_g.data() + head_seg.tensors[kLnFW].offset_floats,
                      head_g.data() + head_seg.tensors[kLnFB].offset_floats,
                      embed_g.data() + embed_seg.tensors[kWte].offset_floats, dcur};
+    TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: loss + backward");
     loss = gpt2_head_loss(pool_, cfg_, hp, &hg, in.data(), targets, B * T, head_scratch_);
     grad_squares_record(head, head_g.data());
   }
@@ -236,6 +239,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
       SegmentHold params(*store_, s, SegmentKind::Params, Access::Read);
       SegmentHold grads(*store_, s, SegmentKind::Grads, Access::Overwrite);
       SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
+      TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[s].name + " backward");
       gpt2_block_backward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()),
                           gpt2_block_tensors(segs[s], grads.data()), in.data(), dcur, dnext, block_acts(l), workspace_,
                           B, T, !keep_activations_);
@@ -247,6 +251,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
   {
     at(group_embed_bwd_);
     SegmentHold embed_g(*store_, embed, SegmentKind::Grads, Access::Update);
+    TraceSpan span(trace_, TraceRecorder::kCompute, "backward", "embed backward");
     embedding_backward(pool_, embed_g.data() + embed_seg.tensors[kWte].offset_floats,
                        embed_g.data() + embed_seg.tensors[kWpe].offset_floats, dcur, inputs, B, T, C);
     grad_squares_record(embed, embed_g.data());
@@ -271,6 +276,7 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   r.loss = backward_pass(inputs, targets, B, T, overlap, hyper, weight_decay);
   if (overlap) {
     const auto t0 = std::chrono::steady_clock::now();
+    TraceSpan span(trace_, TraceRecorder::kCompute, "stall", "wait for the updates");
     worker_->wait_idle();
     update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -294,6 +300,7 @@ float Executor::head_inference(const std::int32_t* targets, int BT, int logits_r
   Gpt2HeadParams hp{head_p.data() + head_seg.tensors[kLnFW].offset_floats,
                     head_p.data() + head_seg.tensors[kLnFB].offset_floats,
                     embed_p.data() + segs[layout_.embed_segment()].tensors[kWte].offset_floats};
+  TraceSpan span(trace_, TraceRecorder::kCompute, "head", logits == nullptr ? "head: loss" : "head: logits");
   if (logits == nullptr) return gpt2_head_loss(pool_, cfg_, hp, nullptr, in.data(), targets, BT, head_scratch_);
   const float* row = in.data() + static_cast<std::size_t>(logits_row) * cfg_.n_embd;
   gpt2_head_logits_row(pool_, cfg_, hp, row, logits, head_scratch_);
@@ -321,6 +328,8 @@ double Executor::grad_sum_squares() const {
 
 void Executor::optimizer_segment(ThreadPool& pool, int s, const AdamWHyper& hyper, double weight_decay,
                                  float grad_scale) {
+  TraceSpan span(trace_, &pool == worker_pool_.get() ? TraceRecorder::kOptimizer : TraceRecorder::kCompute,
+                 "optimizer", layout_.segments()[s].name + " AdamW");
   SegmentHold params(*store_, s, SegmentKind::Params, Access::Update);
   SegmentHold grads(*store_, s, SegmentKind::Grads, Access::Read);
   const auto& tensors = layout_.segments()[s].tensors;
@@ -346,6 +355,7 @@ void Executor::update_wait(int segment) {
   if (update_job_[segment] == 0) return;
   const auto t0 = std::chrono::steady_clock::now();
   const long job = std::exchange(update_job_[segment], 0);
+  TraceSpan span(trace_, TraceRecorder::kCompute, "stall", "wait for " + layout_.segments()[segment].name + " update");
   worker_->wait_done(job);
   update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -28,6 +28,7 @@
 #include "model/gpt2_head.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
+#include "obs/trace_recorder.h"
 #include "store/segment_store.h"
 #include "store/step_schedule.h"
 #include "train/optimizer_worker.h"
@@ -58,6 +59,8 @@ class Executor {
            bool keep_activations = false);
   ~Executor();
   void attach(SegmentStore& store);
+  // Records a span per block forward/backward, head, update and wait into `trace` (null = off).
+  void trace_set(TraceRecorder* trace) { trace_ = trace; }
 
   // Bytes the executor itself holds (gradient ping-pong, block internals, workspace, head scratch).
   std::size_t fixed_bytes() const;
@@ -129,6 +132,7 @@ class Executor {
   std::unique_ptr<OptimizerWorker> worker_;
   std::vector<long> update_job_;   // per segment: worker job number of its pending update, 0 = none
   double update_wait_ms_ = 0.0;    // waited in update_wait since the last train_step returned
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace stratum

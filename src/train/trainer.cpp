@@ -18,6 +18,7 @@
 #include "model/param_layout.h"
 #include "obs/metrics_log.h"
 #include "obs/progress_bar.h"
+#include "obs/trace_recorder.h"
 #include "store/segment_store.h"
 #include "store/tiered_segment_store.h"
 #include "stratum/error.h"
@@ -134,6 +135,26 @@ TrainResult train_run(const TrainOptions& o) {
   }
   SegmentStore& store = *store_owner;
   exec.attach(store);
+  std::unique_ptr<TraceRecorder> trace;
+  if (!o.trace_path.empty()) {
+    trace = std::make_unique<TraceRecorder>();
+    trace->write(o.trace_path);  // an unwritable path fails now, not after the run
+    exec.trace_set(trace.get());
+    store.trace_set(trace.get());
+  }
+  // The trace is written at the end, and also when the run fails (it shows what led up to it).
+  struct TraceFlush {
+    TraceRecorder* trace;
+    const std::string& path;
+    bool done = false;
+    ~TraceFlush() {
+      if (trace == nullptr || done) return;
+      try {
+        trace->write(path);
+      } catch (...) {  // already failing: the first error is the one to report
+      }
+    }
+  } trace_flush{trace.get(), o.trace_path};
   if (o.model_dir.empty()) model_init_random(cfg, layout, store, o.seed);
   else model_load_weights(o.model_dir, layout, store);
 
@@ -234,6 +255,12 @@ TrainResult train_run(const TrainOptions& o) {
   exec.sync();
   result.params_hash = model_params_hash(layout, store);
   result.min_budget_bytes = min_budget;
+  if (trace) {
+    store.trace_set(nullptr);
+    exec.trace_set(nullptr);
+    trace->write(o.trace_path);
+    trace_flush.done = true;
+  }
   {
     const StoreStats s = store.stats();
     if (s.read_busy_ms > 0) result.read_gbps = s.read_bytes / (s.read_busy_ms * 1e6);

@@ -27,6 +27,7 @@ struct TrainOptions {
   std::uint64_t seed = 1337;  // initialisation and shuffling
   bool shuffle = false;
   std::string log_path;
+  std::string trace_path;     // Chrome/Perfetto trace of compute, optimizer and I/O (empty = off)
   std::string save_dir;
   long save_every = 0;        // 0 = only at the end (when save_dir is set)
   long eval_every = 0;        // 0 = no validation

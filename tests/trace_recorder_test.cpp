@@ -1,0 +1,108 @@
+// --trace: the Chrome/Perfetto trace has the four named tracks, block spans on the compute track,
+// AdamW spans on the optimizer worker's, and I/O spans that overlap compute under a budget; an
+// unwritable trace path fails before training with one clear line.
+#include "obs/trace_recorder.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/file_util.h"
+#include "integration_util.h"
+#include "train/trainer.h"
+
+namespace stratum {
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+TEST(TraceRecorder, WritesNamedTracksAndCompleteEvents) {
+  testing::TempDir tmp;
+  TraceRecorder trace;
+  const auto t0 = TraceRecorder::Clock::now();
+  trace.span(TraceRecorder::kCompute, "forward", "layer.0 forward", t0, t0 + std::chrono::milliseconds(2));
+  trace.span(TraceRecorder::kRead, "io", "layer.1.params", t0 + std::chrono::milliseconds(1),
+             t0 + std::chrono::milliseconds(3));
+  trace.write(tmp.file("t.json"));
+  const nlohmann::json doc = read_json(tmp.file("t.json"));
+  std::map<int, std::string> names;
+  std::vector<nlohmann::json> spans;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") names[e["tid"].get<int>()] = e["args"]["name"];
+    if (e["ph"] == "X") spans.push_back(e);
+  }
+  EXPECT_EQ(names.size(), 4u);
+  EXPECT_EQ(names[TraceRecorder::kRead], "I/O reads");
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0]["name"], "layer.0 forward");
+  EXPECT_NEAR(spans[0]["dur"].get<double>(), 2000.0, 1.0);
+  EXPECT_NEAR(spans[1]["ts"].get<double>() - spans[0]["ts"].get<double>(), 1000.0, 1.0);
+}
+
+TEST(TraceRecorder, TrainingUnderABudgetShowsComputeOptimizerAndIoOverlapping) {
+  testing::TempDir tmp;
+  std::mt19937 gen(3);
+  std::string bytes;
+  for (int i = 0; i < 3000; ++i) {
+    const std::uint16_t t = static_cast<std::uint16_t>(gen() % 1024);
+    bytes.push_back(static_cast<char>(t & 0xff));
+    bytes.push_back(static_cast<char>(t >> 8));
+  }
+  file_write_atomic(tmp.file("tokens.bin"), bytes);
+  TrainOptions o;
+  o.config.n_layer = 8;
+  o.config.n_head = 4;
+  o.config.n_embd = 128;
+  o.config.n_ctx = 32;
+  o.config.vocab_size = 1024;
+  o.data_path = tmp.file("tokens.bin");
+  o.batch = 2;
+  o.seq = 32;
+  o.steps = 3;
+  o.threads = 2;
+  o.quiet = true;
+  o.mem_budget_bytes = train_min_budget_bytes(o.config, o.batch, o.seq, false, o.grad_clip);
+  o.offload_dir = tmp.path();
+  o.trace_path = tmp.file("trace.json");
+  train_run(o);
+  const nlohmann::json doc = read_json(o.trace_path);
+  std::map<int, std::vector<std::pair<double, double>>> by_track;
+  std::map<std::string, int> names;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
+    EXPECT_GE(ts, 0.0);
+    EXPECT_GE(dur, 0.0);
+    by_track[e["tid"].get<int>()].push_back({ts, ts + dur});
+    ++names[e["name"].get<std::string>()];
+  }
+  EXPECT_EQ(names["layer.0 forward"], 3);
+  EXPECT_EQ(names["layer.7 backward"], 3);
+  EXPECT_EQ(names["head: loss + backward"], 3);
+  EXPECT_EQ(names["layer.3 AdamW"], 3);
+  for (int track : {TraceRecorder::kCompute, TraceRecorder::kOptimizer, TraceRecorder::kRead, TraceRecorder::kWrite})
+    EXPECT_FALSE(by_track[track].empty()) << "track " << track;
+  // Some read is in flight while a block computes: the overlap the trace is for.
+  int overlaps = 0;
+  for (const auto& r : by_track[TraceRecorder::kRead])
+    for (const auto& c : by_track[TraceRecorder::kCompute]) overlaps += r.first < c.second && c.first < r.second;
+  EXPECT_GT(overlaps, 0);
+}
+
+TEST(TraceRecorder, UnwritablePathFailsBeforeTraining) {
+  const auto r = testing::run_stratum("train --layers 1 --heads 1 --embd 8 --ctx 8 --vocab 128 --data " +
+                                      testing::source_path("tests/golden/tiny_gpt2/tokens.bin") +
+                                      " --steps 1 --seq 8 --batch 1 --quiet --trace /nonexistent-dir/t.json");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("/nonexistent-dir/t.json"), std::string::npos) << r.errors;
+  EXPECT_EQ(r.errors.find("trained"), std::string::npos) << r.errors;
+}
+
+}  // namespace
+}  // namespace stratum
