@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -56,6 +57,21 @@ inline CommandResult run_stratum(const std::string& args) {
   r.output = file_read_all(dir.file("out"));
   r.errors = file_read_all(dir.file("err"));
   return r;
+}
+
+// Writes `count` seeded random token ids < vocab as a raw little-endian uint16 file (nanoGPT .bin)
+// at `path` and returns the path.
+inline std::string write_random_tokens(const std::string& path, int count, int vocab, unsigned seed) {
+  std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  std::string bytes;
+  for (int i = 0; i < count; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const auto t = static_cast<std::uint16_t>((state >> 33) % static_cast<std::uint64_t>(vocab));
+    bytes.push_back(static_cast<char>(t & 0xff));
+    bytes.push_back(static_cast<char>(t >> 8));
+  }
+  file_write_atomic(path, bytes);
+  return path;
 }
 
 inline std::vector<float> golden_f32(const SafetensorsFile& file, const std::string& name) {

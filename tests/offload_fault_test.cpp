@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -43,16 +42,7 @@ std::string quote(const std::string& s) { return "'" + s + "'"; }
 
 // ~4000 little-endian uint16 token ids < 4096.
 std::string write_tokens(const TempDir& dir) {
-  std::mt19937 gen(7);
-  std::string bytes;
-  for (int i = 0; i < 4000; ++i) {
-    const auto t = static_cast<std::uint16_t>(gen() % 4096);
-    bytes.push_back(static_cast<char>(t & 0xff));
-    bytes.push_back(static_cast<char>(t >> 8));
-  }
-  const std::string path = dir.file("tokens.bin");
-  file_write_atomic(path, bytes);
-  return path;
+  return stratum::testing::write_random_tokens(dir.file("tokens.bin"), 4000, 4096, 7);
 }
 
 // `train` on the small model with `steps` steps; the caller appends the budget/offload flags.

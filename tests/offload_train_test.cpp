@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -30,16 +29,7 @@ GptConfig offload_config() {
 }
 
 std::string write_tokens(const testing::TempDir& dir) {
-  std::mt19937 gen(5);
-  std::string bytes;
-  for (int i = 0; i < 4000; ++i) {
-    const std::uint16_t t = static_cast<std::uint16_t>(gen() % 1024);
-    bytes.push_back(static_cast<char>(t & 0xff));
-    bytes.push_back(static_cast<char>(t >> 8));
-  }
-  const std::string path = dir.file("tokens.bin");
-  file_write_atomic(path, bytes);
-  return path;
+  return testing::write_random_tokens(dir.file("tokens.bin"), 4000, 1024, 5);
 }
 
 TrainOptions base_options(const std::string& data, double grad_clip) {

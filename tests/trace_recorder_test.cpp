@@ -8,7 +8,6 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "core/file_util.h"
 #include "integration_util.h"
@@ -47,21 +46,13 @@ TEST(TraceRecorder, WritesNamedTracksAndCompleteEvents) {
 
 TEST(TraceRecorder, TrainingUnderABudgetShowsComputeOptimizerAndIoOverlapping) {
   testing::TempDir tmp;
-  std::mt19937 gen(3);
-  std::string bytes;
-  for (int i = 0; i < 3000; ++i) {
-    const std::uint16_t t = static_cast<std::uint16_t>(gen() % 1024);
-    bytes.push_back(static_cast<char>(t & 0xff));
-    bytes.push_back(static_cast<char>(t >> 8));
-  }
-  file_write_atomic(tmp.file("tokens.bin"), bytes);
   TrainOptions o;
   o.config.n_layer = 8;
   o.config.n_head = 4;
   o.config.n_embd = 128;
   o.config.n_ctx = 32;
   o.config.vocab_size = 1024;
-  o.data_path = tmp.file("tokens.bin");
+  o.data_path = testing::write_random_tokens(tmp.file("tokens.bin"), 3000, 1024, 3);
   o.batch = 2;
   o.seq = 32;
   o.steps = 3;
