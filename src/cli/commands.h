@@ -12,5 +12,6 @@ int cmd_train(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_prepare(const std::vector<std::string>& args);
 int cmd_info(const std::vector<std::string>& args);
+int cmd_report(const std::vector<std::string>& args);
 
 }  // namespace stratum

@@ -18,6 +18,7 @@ const char* kUsage =
     "  generate  sample text from a model\n"
     "  prepare   tokenize a text corpus into a token file\n"
     "  info      describe a model directory, safetensors file or token file\n"
+    "  report    render a training log (--log) as an SVG: loss, tier traffic, step time and stall\n"
     "  version   print the version\n";
 
 // A progress bar may be mid-line on a terminal: start the error on a fresh line.
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     if (command == "generate") return stratum::cmd_generate(args);
     if (command == "prepare") return stratum::cmd_prepare(args);
     if (command == "info") return stratum::cmd_info(args);
+    if (command == "report") return stratum::cmd_report(args);
     if (command == "version" || command == "--version") {
       std::printf("stratum %s\n", STRATUM_VERSION);
       return 0;

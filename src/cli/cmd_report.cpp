@@ -1,0 +1,44 @@
+// `stratum report LOG.jsonl [--out FILE.svg]`: reads a training log and writes report_svg().
+#include <cstdio>
+#include <sstream>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/file_util.h"
+#include "obs/report_svg.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+int cmd_report(const std::vector<std::string>& argv) {
+  Args args("report", argv, {{"out", "FILE.svg", "where to write the SVG (default: the log's path with .svg)"}}, 1);
+  if (args.help_requested()) {
+    std::fputs(args.help_text("stratum report LOG.jsonl [--out FILE.svg]").c_str(), stdout);
+    return 0;
+  }
+  STRATUM_CHECK(args.positional().size() == 1, "[cli] 'stratum report' needs the log file: stratum report LOG.jsonl");
+  const std::string log = args.positional()[0];
+  std::string out = args.str("out");
+  if (out.empty()) {
+    const std::size_t dot = log.rfind('.');
+    const std::size_t slash = log.rfind('/');
+    out = (dot != std::string::npos && (slash == std::string::npos || dot > slash) ? log.substr(0, dot) : log) + ".svg";
+  }
+  std::istringstream in(file_read_all(log));
+  std::vector<nlohmann::json> records;
+  long line_number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      records.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::exception&) {
+      STRATUM_FAIL("[report] ", log, " line ", line_number, " is not JSON; give the --log FILE of a stratum train run");
+    }
+  }
+  file_write_atomic(out, report_svg(records, "stratum train: " + log));
+  std::printf("wrote %s (%zu steps)\n", out.c_str(), records.size());
+  return 0;
+}
+
+}  // namespace stratum

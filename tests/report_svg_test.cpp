@@ -1,0 +1,64 @@
+// stratum report: the SVG has a polyline per series present in the log (loss, validation loss,
+// MiB read/written, step ms, stall ms), escapes text, and bad logs get one clear line.
+#include "obs/report_svg.h"
+
+#include <gtest/gtest.h>
+
+#include "core/file_util.h"
+#include "integration_util.h"
+#include "stratum/error.h"
+
+namespace stratum {
+namespace {
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (std::size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+TEST(ReportSvg, OnePolylinePerSeriesPresent) {
+  std::vector<nlohmann::json> records;
+  for (int step = 1; step <= 10; ++step) {
+    nlohmann::json r = {{"step", step}, {"loss", 10.0 / step}, {"step_ms", 100.0 + step},
+                        {"stall_ms", 5.0}, {"read_bytes", step << 20}, {"write_bytes", step << 19}};
+    if (step % 5 == 0) r["val_loss"] = 11.0 / step;
+    records.push_back(r);
+  }
+  const std::string svg = report_svg(records, "run <a&b>");
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_EQ(count(svg, "<polyline"), 6);
+  EXPECT_NE(svg.find("run &lt;a&amp;b&gt;"), std::string::npos);
+  EXPECT_EQ(svg.find("run <a&b>"), std::string::npos);
+  // A log from an in-RAM run without validation: loss, step ms and zero traffic still plot.
+  for (auto& r : records) r.erase("val_loss");
+  EXPECT_EQ(count(report_svg(records, "t"), "<polyline"), 5);
+}
+
+TEST(ReportSvg, RejectsRecordsWithoutStepOrLoss) {
+  EXPECT_THROW(report_svg({}, "t"), Error);
+  EXPECT_THROW(report_svg({nlohmann::json{{"step", 1}}}, "t"), Error);
+  EXPECT_THROW(report_svg({nlohmann::json{{"step", "1"}, {"loss", 2.0}}}, "t"), Error);
+}
+
+TEST(ReportSvg, CliRendersATrainingLogAndRejectsBadOnes) {
+  testing::TempDir tmp;
+  const std::string dir = testing::source_path("tests/golden/tiny_gpt2");
+  const auto train = testing::run_stratum("train --model " + dir + " --data " + dir +
+                                          "/tokens.bin --batch 2 --seq 16 --steps 4 --quiet --log " +
+                                          tmp.file("run.jsonl"));
+  ASSERT_EQ(train.exit_code, 0) << train.errors;
+  const auto r = testing::run_stratum("report " + tmp.file("run.jsonl"));
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  const std::string svg = file_read_all(tmp.file("run.svg"));  // default: next to the log
+  EXPECT_GE(count(svg, "<polyline"), 4);
+  file_write_atomic(tmp.file("bad.jsonl"), std::string("{\"step\":1,\"loss\":2}\nnot json\n"));
+  const auto bad = testing::run_stratum("report " + tmp.file("bad.jsonl") + " --out " + tmp.file("x.svg"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.errors.find("line 2 is not JSON"), std::string::npos) << bad.errors;
+  EXPECT_FALSE(file_exists(tmp.file("x.svg")));
+}
+
+}  // namespace
+}  // namespace stratum
