@@ -25,6 +25,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/file_descriptor.h"
+#include "core/file_util.h"
 #include "core/rng.h"
 #include "io/io_engine.h"
 #include "stratum/error.h"
@@ -114,17 +115,6 @@ std::string size_text(std::size_t bytes) {
   return bytes % kMiB == 0 ? std::to_string(bytes / kMiB) + "M" : std::to_string(bytes / 1024) + "K";
 }
 
-// Removes the sweep file on every path out of main.
-class FileRemover {
- public:
-  explicit FileRemover(std::string path) : path_(std::move(path)) {}
-  FileRemover(const FileRemover&) = delete;
-  FileRemover& operator=(const FileRemover&) = delete;
-  ~FileRemover() { ::unlink(path_.c_str()); }
-
- private:
-  std::string path_;
-};
 
 // Moves [0, limit_bytes) of the file sequentially in kRequestBytes requests, enough of them
 // outstanding to keep every engine slot busy, stopping early after max_seconds. `sums` has one
@@ -193,7 +183,7 @@ int sweep(const SweepArgs& args) {
   const std::uint64_t file_bytes = static_cast<std::uint64_t>(args.file_mib) * kMiB;
   const std::string path = args.dir + "/io_sweep." + std::to_string(::getpid()) + ".bin";
   stratum::FileDescriptor fd(stratum::io_open_file(path, direct));
-  FileRemover remover(path);
+  const stratum::FileUnlinkGuard remover(path);  // on every path out of main
 
   const std::size_t max_block = *std::max_element(args.blocks.begin(), args.blocks.end());
   const int max_depth = *std::max_element(args.depths.begin(), args.depths.end());

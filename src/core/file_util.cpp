@@ -106,4 +106,6 @@ void file_write_atomic(const std::string& path, const std::string& contents) {
   file_write_atomic(path, [&](const ByteSink& sink) { sink(contents.data(), contents.size()); });
 }
 
+FileUnlinkGuard::~FileUnlinkGuard() { ::unlink(path_.c_str()); }
+
 }  // namespace stratum

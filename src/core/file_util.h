@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 
 namespace stratum {
 
@@ -30,5 +31,17 @@ void dir_fsync(const std::string& path);
 
 // Creates a directory and its parents if missing; throws naming the path on failure.
 void dir_create(const std::string& path);
+
+// Removes the file at `path` when it goes out of scope (scratch and probe files); ignores errors.
+class FileUnlinkGuard {
+ public:
+  explicit FileUnlinkGuard(std::string path) : path_(std::move(path)) {}
+  FileUnlinkGuard(const FileUnlinkGuard&) = delete;
+  FileUnlinkGuard& operator=(const FileUnlinkGuard&) = delete;
+  ~FileUnlinkGuard();
+
+ private:
+  std::string path_;
+};
 
 }  // namespace stratum

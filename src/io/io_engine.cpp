@@ -17,6 +17,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/file_descriptor.h"
+#include "core/file_util.h"
 #include "io/io_block.h"
 #include "io/thread_io_engine.h"
 #include "io/uring_io_engine.h"
@@ -405,19 +406,6 @@ int io_open_file(const std::string& path, bool direct) {
   return fd;
 }
 
-namespace {
-// Removes the probe file on every path out of io_direct_supported.
-class ProbeFile {
- public:
-  explicit ProbeFile(std::string path) : path_(std::move(path)) {}
-  ProbeFile(const ProbeFile&) = delete;
-  ProbeFile& operator=(const ProbeFile&) = delete;
-  ~ProbeFile() { ::unlink(path_.c_str()); }
-
- private:
-  std::string path_;
-};
-}  // namespace
 
 bool io_direct_supported(const std::string& dir) {
   struct stat st {};
@@ -434,7 +422,7 @@ bool io_direct_supported(const std::string& dir) {
   if (fd.get() < 0 && errno == EINVAL) return false;  // the file system refuses O_DIRECT
   STRATUM_CHECK(fd.get() >= 0, "[io] --offload-dir ", dir, " is not writable (", std::strerror(errno),
                 "): choose another or fix its permissions");
-  ProbeFile probe(path);
+  const FileUnlinkGuard probe(path);  // on every path out
   AlignedBuffer buffer(AlignedBuffer::kAlignmentBytes);
   std::memset(buffer.data(), 0x5A, buffer.size_bytes());
   ssize_t moved = ::pwrite(fd.get(), buffer.data(), buffer.size_bytes(), 0);

@@ -40,11 +40,7 @@ class SegmentStore {
   const UnitTable& units() const { return units_; }
 
   // Returns the unit's buffer (units().bytes() bytes, 4 KiB aligned), valid until the matching
-  // release(). A unit never written reads as zeros.
-  float* acquire(int segment, SegmentKind kind, Access access, int chunk = 0) {
-    return acquire_unit(units_.index(segment, kind, chunk), access);
-  }
-  void release(int segment, SegmentKind kind, int chunk = 0) { release_unit(units_.index(segment, kind, chunk)); }
+  // release_unit(). A unit never written reads as zeros. Callers use SegmentHold.
   virtual float* acquire_unit(int unit, Access access) = 0;
   virtual void release_unit(int unit) = 0;
 

@@ -18,6 +18,8 @@
 namespace stratum {
 
 namespace {
+constexpr const char* kLockFileName = "stratum-offload.lock";
+
 std::string gib(std::size_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
@@ -112,7 +114,7 @@ TieredSegmentStore::~TieredSegmentStore() {
 void TieredSegmentStore::lock_take(const std::string& dir) {
   // Note: the lock file is removed when the run ends, so a run that opened it just before that
   // would lock a deleted inode; re-open until the locked file is the one at the path.
-  const std::string lock_path = dir + "/stratum-offload.lock";
+  const std::string lock_path = dir + "/" + kLockFileName;
   for (int attempt = 0;; ++attempt) {
     lock_fd_ = FileDescriptor(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     STRATUM_CHECK(lock_fd_.get() >= 0, "[store] cannot create ", lock_path, ": ", std::strerror(errno));
@@ -130,7 +132,7 @@ void TieredSegmentStore::files_remove() {
   files_.clear();
   for (const std::string& path : paths_) ::unlink(path.c_str());
   paths_.clear();
-  if (lock_fd_.get() >= 0) ::unlink((options_.offload_dir + "/stratum-offload.lock").c_str());
+  if (lock_fd_.get() >= 0) ::unlink((options_.offload_dir + "/" + kLockFileName).c_str());
   lock_fd_ = FileDescriptor();
 }
 
@@ -238,7 +240,9 @@ void TieredSegmentStore::wait_ticket(Lock& lock, int unit) {
 }
 
 bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, bool block) {
-  STRATUM_CHECK(bytes <= options_.budget_bytes, "[store] bug: one unit (", bytes, " bytes) exceeds the budget");
+  if (bytes > options_.budget_bytes)
+    throw BugError(detail::concat("[store] bug: one unit (", bytes, " bytes) exceeds the budget of ",
+                                  options_.budget_bytes, "; the minimum-budget check should have refused it"));
   for (;;) {
     reap(lock);
     for (const AlignedBuffer& b : free_buffers_)
@@ -296,8 +300,9 @@ bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, 
       released_.wait(lock);
       continue;
     }
-    STRATUM_FAIL("[store] bug: the RAM budget of ", options_.budget_bytes, " bytes cannot hold the units in use (",
-                 held_bytes_, " bytes held, ", bytes, " more needed); the minimum-budget check should have refused it");
+    throw BugError(detail::concat("[store] bug: the RAM budget of ", options_.budget_bytes,
+                                  " bytes cannot hold the units in use (", held_bytes_, " bytes held, ", bytes,
+                                  " more needed); the minimum-budget check should have refused it"));
   }
 }
 
