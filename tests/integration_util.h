@@ -8,8 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
 #include "formats/safetensors.h"
@@ -79,6 +82,14 @@ inline std::vector<float> golden_f32(const SafetensorsFile& file, const std::str
   if (t == nullptr) throw std::runtime_error("golden tensor missing: " + name);
   std::vector<float> out(static_cast<std::size_t>(t->numel()));
   file.read_f32(*t, out.data());
+  return out;
+}
+
+// One JSON object per line (a --log file).
+inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
   return out;
 }
 

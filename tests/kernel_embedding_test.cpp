@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -35,11 +36,24 @@ std::vector<std::int32_t> tokens_with_repeats(test::TestRng& rng, EmbShape s) {
   return tokens;
 }
 
+// The table in vocabulary blocks of `block_rows` rows (the last one shorter), as the executor
+// streams it; block_rows >= V is the whole table at once.
 std::vector<float> emb_forward(ThreadPool& pool, const std::vector<std::int32_t>& tokens, const std::vector<float>& wte,
-                               const std::vector<float>& wpe, EmbShape s) {
+                               const std::vector<float>& wpe, EmbShape s, int block_rows = 1 << 30) {
   std::vector<float> out(s.rows() * s.C, std::numeric_limits<float>::quiet_NaN());
-  embedding_forward(pool, out.data(), tokens.data(), wte.data(), wpe.data(), s.B, s.T, s.C);
+  embedding_forward_positions(pool, out.data(), wpe.data(), s.B, s.T, s.C);
+  for (int v0 = 0; v0 < s.V; v0 += block_rows)
+    embedding_forward_block(pool, out.data(), tokens.data(), wte.data() + static_cast<std::size_t>(v0) * s.C, v0,
+                            std::min(block_rows, s.V - v0), s.B, s.T, s.C);
   return out;
+}
+
+void emb_backward(ThreadPool& pool, float* dwte, float* dwpe, const float* dout, const std::vector<std::int32_t>& tokens,
+                  EmbShape s, int block_rows = 1 << 30) {
+  embedding_backward_positions(pool, dwpe, dout, s.B, s.T, s.C);
+  for (int v0 = 0; v0 < s.V; v0 += block_rows)
+    embedding_backward_block(pool, dwte + static_cast<std::size_t>(v0) * s.C, dout, tokens.data(), v0,
+                             std::min(block_rows, s.V - v0), s.B, s.T, s.C);
 }
 
 TEST(KernelEmbedding, ForwardIsTokenRowPlusPositionRow) {
@@ -67,7 +81,7 @@ TEST(KernelEmbedding, BackwardAccumulatesRepeatedTokensInOrder) {
   const auto dwte0 = rng.normal_f32(static_cast<std::size_t>(s.V) * s.C), dwpe0 = rng.normal_f32(static_cast<std::size_t>(s.T) * s.C);
   std::vector<float> dwte = dwte0, dwpe = dwpe0;
   ThreadPool pool(2);
-  embedding_backward(pool, dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B, s.T, s.C);
+  emb_backward(pool, dwte.data(), dwpe.data(), dout.data(), tokens, s);
 
   std::vector<float> want_te = dwte0, want_pe = dwpe0;
   std::vector<double> ref_te(dwte0.begin(), dwte0.end()), ref_pe(dwpe0.begin(), dwpe0.end());
@@ -101,7 +115,7 @@ TEST(KernelEmbedding, GradientsMatchFiniteDifferences) {
   const std::vector<double> weights(w.begin(), w.end());
   ThreadPool pool(2);
   std::vector<float> dwte(wte.size(), 0.0f), dwpe(wpe.size(), 0.0f);
-  embedding_backward(pool, dwte.data(), dwpe.data(), w.data(), tokens.data(), s.B, s.T, s.C);
+  emb_backward(pool, dwte.data(), dwpe.data(), w.data(), tokens, s);
   auto objective = [&] { return test::weighted_sum(emb_forward(pool, tokens, wte, wpe, s), weights); };
   test::expect_grad_matches_fd(wte, dwte, 0.25, 2e-5, "dwte", objective);
   test::expect_grad_matches_fd(wpe, dwpe, 0.25, 2e-5, "dwpe", objective);
@@ -118,10 +132,30 @@ TEST(KernelEmbedding, ThreadCountIndependent) {
       [&](ThreadPool& pool) {
         const auto out = emb_forward(pool, tokens, wte, wpe, s);
         std::vector<float> dwte = wte, dwpe = wpe;  // non-zero starting gradients
-        embedding_backward(pool, dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B, s.T, s.C);
+        emb_backward(pool, dwte.data(), dwpe.data(), dout.data(), tokens, s);
         return test::concat({&out, &dwte, &dwpe});
       },
       "embedding");
+}
+
+// Note [vocab blocks]: streaming the table in blocks of rows gives the same bits as the whole table.
+TEST(KernelEmbedding, VocabularyBlocksGiveTheSameBitsAsOneTable) {
+  const EmbShape s{3, 17, 100, 13};
+  test::TestRng rng(75);
+  const auto tokens = tokens_with_repeats(rng, s);
+  const auto wte = rng.normal_f32(static_cast<std::size_t>(s.V) * s.C), wpe = rng.normal_f32(static_cast<std::size_t>(s.T) * s.C);
+  const auto dout = rng.normal_f32(s.rows() * s.C);
+  ThreadPool pool(2);
+  const auto whole = emb_forward(pool, tokens, wte, wpe, s);
+  std::vector<float> dwte_whole = wte, dwpe_whole = wpe;
+  emb_backward(pool, dwte_whole.data(), dwpe_whole.data(), dout.data(), tokens, s);
+  for (int rows : {1, 4, 5}) {
+    EXPECT_EQ(emb_forward(pool, tokens, wte, wpe, s, rows), whole) << rows << "-row blocks";
+    std::vector<float> dwte = wte, dwpe = wpe;
+    emb_backward(pool, dwte.data(), dwpe.data(), dout.data(), tokens, s, rows);
+    EXPECT_EQ(dwte, dwte_whole) << rows << "-row blocks";
+    EXPECT_EQ(dwpe, dwpe_whole) << rows << "-row blocks";
+  }
 }
 
 }  // namespace

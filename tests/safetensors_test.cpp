@@ -1,12 +1,15 @@
 // Tests for src/formats/safetensors: round trips of every dtype, exact F16/BF16 widening, F64
-// rounding, a malformed-header table, atomic writes, and a byte-mutation smoke fuzz.
+// rounding, element-range reads, piecewise writes, a malformed-header table, atomic writes, and a
+// byte-mutation smoke fuzz.
 #include "formats/safetensors.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -222,6 +225,156 @@ TEST(Safetensors, ReadF32RejectsIntegerAndBoolDtypes) {
   float out[2];
   expect_error([&] { f.read_f32(*f.find("ids"), out); }, "[safetensors] ", {path, "'ids'", "I32"});
   expect_error([&] { f.read_f32(*f.find("mask"), out); }, "[safetensors] ", {path, "'mask'", "BOOL"});
+}
+
+TEST(Safetensors, ReadF32RangeMatchesSlicesOfReadF32) {
+  TempDir dir;
+  std::mt19937 rng(11);
+  std::vector<float> f32(300000);  // larger than one staging chunk
+  for (auto& x : f32) x = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));
+  std::vector<std::uint16_t> bf16(1'500'000);  // (1500, 1000): three staging chunks
+  for (auto& x : bf16) x = static_cast<std::uint16_t>(rng());
+  std::vector<std::uint16_t> f16(5000);
+  for (auto& x : f16) x = static_cast<std::uint16_t>(rng());
+  const double f64[5] = {0.1, -1e300, 1.0 / 3.0, 1e-50, 7.0};
+  const std::string path = dir.file("range.safetensors");
+  safetensors_write(path, {{"f32", DType::F32, {600, 500}, f32.data()},
+                           {"bf16", DType::BF16, {1500, 1000}, bf16.data()},
+                           {"f16", DType::F16, {5000}, f16.data()},
+                           {"f64", DType::F64, {5}, f64}});
+  SafetensorsFile f = SafetensorsFile::open(path);
+  for (const char* name : {"f32", "bf16", "f16", "f64"}) {
+    SCOPED_TRACE(name);
+    const SafetensorsTensorInfo& t = *f.find(name);
+    const std::size_t n = static_cast<std::size_t>(t.numel());
+    std::vector<float> all(n);
+    f.read_f32(t, all.data());
+    const std::pair<std::size_t, std::size_t> ranges[] = {
+        {0, 0}, {0, 1}, {0, n}, {1, n - 1}, {n - 3, 3}, {n, 0}, {2, 1}, {n / 3, n / 2}, {777 % n, std::min<std::size_t>(n - 777 % n, 600'000)}};
+    for (const auto& [first, count] : ranges) {
+      SCOPED_TRACE(::testing::Message() << "first " << first << " count " << count);
+      std::vector<float> got(count + 1, 0.0f);
+      const float sentinel = std::bit_cast<float>(0x7FC0DEADu);
+      got[count] = sentinel;
+      f.read_f32_range(t, first, count, got.data());
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(got[count]), std::bit_cast<std::uint32_t>(sentinel)) << "wrote past count";
+      for (std::size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(all[first + i])) << first + i;
+      }
+    }
+  }
+  // The converted values themselves: BF16 widening is a shift, F32 is a copy.
+  float b[4];
+  f.read_f32_range(*f.find("bf16"), 123'456, 4, b);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(std::bit_cast<std::uint32_t>(b[i]), std::uint32_t{bf16[123'456 + i]} << 16);
+  float a[3];
+  f.read_f32_range(*f.find("f32"), 299'997, 3, a);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(std::bit_cast<std::uint32_t>(a[i]), std::bit_cast<std::uint32_t>(f32[299'997 + i]));
+}
+
+TEST(Safetensors, ReadF32RangeRejectsRangesOutsideTheTensorAndIntegerDtypes) {
+  TempDir dir;
+  const float v[6] = {1, 2, 3, 4, 5, 6};
+  const std::int32_t ids[2] = {1, 2};
+  const std::string path = dir.file("r.safetensors");
+  safetensors_write(path, {{"w", DType::F32, {2, 3}, v}, {"h", DType::BF16, {3}, v}, {"ids", DType::I32, {2}, ids}});
+  SafetensorsFile f = SafetensorsFile::open(path);
+  float out[8];
+  expect_error([&] { f.read_f32_range(*f.find("w"), 4, 3, out); }, "[safetensors] ",
+               {path, "'w'", "[4, 7)", "6 elements"});
+  expect_error([&] { f.read_f32_range(*f.find("w"), 7, 0, out); }, "[safetensors] ", {path, "'w'", "[7, 7)"});
+  expect_error([&] { f.read_f32_range(*f.find("h"), 0, 4, out); }, "[safetensors] ", {path, "'h'", "[0, 4)", "3 elements"});
+  expect_error([&] { f.read_f32_range(*f.find("w"), 2, SIZE_MAX, out); }, "[safetensors] ",
+               {path, "'w'", "from element 2"});
+  expect_error([&] { f.read_f32_range(*f.find("ids"), 0, 1, out); }, "[safetensors] ", {path, "'ids'", "I32", "read_f32"});
+}
+
+TEST(Safetensors, WritePiecesRoundTripBitExactly) {
+  TempDir dir;
+  std::mt19937 rng(5);
+  std::vector<float> wte(7 * 5);  // (V=7, C=5) fp32, held as row blocks of 1, 4 and 2 rows
+  for (auto& x : wte) x = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));  // NaN payloads too
+  std::vector<std::uint16_t> half(9);
+  for (auto& x : half) x = static_cast<std::uint16_t>(rng());
+  const float bias[3] = {0.5f, -0.25f, 8.0f};
+  const std::vector<std::size_t> rows = {1, 4, 2};
+  // data_fn(i) refills one reused buffer with row block i (and poisons the rest), so the round
+  // trip also proves each piece is written before the next call.
+  std::vector<float> staging(5 * 4);  // (4, 5) fp32: the largest block
+  std::vector<std::size_t> calls;
+  SafetensorsWriteEntry pieced{"wte", DType::F32, {7, 5}, nullptr, nullptr, {}};
+  for (std::size_t r : rows) pieced.piece_bytes.push_back(r * 5 * sizeof(float));
+  pieced.data_fn = [&](std::size_t piece) -> const void* {
+    calls.push_back(piece);
+    std::size_t row0 = 0;
+    for (std::size_t p = 0; p < piece; ++p) row0 += rows[p];
+    std::fill(staging.begin(), staging.end(), std::bit_cast<float>(0xFFFFFFFFu));
+    std::copy_n(wte.begin() + static_cast<std::ptrdiff_t>(row0 * 5), rows[piece] * 5, staging.begin());
+    return staging.data();
+  };
+  std::vector<std::size_t> whole_calls;
+  SafetensorsWriteEntry whole{"h", DType::F16, {9}, nullptr, nullptr, {}};
+  whole.data_fn = [&](std::size_t piece) -> const void* {
+    whole_calls.push_back(piece);
+    return half.data();
+  };
+  const std::string path = dir.file("pieces.safetensors");
+  safetensors_write(path, {{"b", DType::F32, {3}, bias}, pieced, whole});
+  EXPECT_EQ(calls, (std::vector<std::size_t>{0, 1, 2}));
+  EXPECT_EQ(whole_calls, (std::vector<std::size_t>{0}));
+
+  SafetensorsFile f = SafetensorsFile::open(path);
+  const SafetensorsTensorInfo& t = *f.find("wte");
+  EXPECT_EQ(t.shape, (std::vector<std::int64_t>{7, 5}));
+  std::vector<float> got(wte.size());
+  f.read_raw(t, got.data());
+  EXPECT_EQ(std::memcmp(got.data(), wte.data(), wte.size() * sizeof(float)), 0);
+  std::vector<std::uint16_t> got_h(half.size());
+  f.read_raw(*f.find("h"), got_h.data());
+  EXPECT_EQ(got_h, half);
+  float got_b[3];
+  f.read_f32(*f.find("b"), got_b);
+  EXPECT_EQ(std::memcmp(got_b, bias, sizeof(bias)), 0);
+}
+
+TEST(Safetensors, WritePiecesNotSummingToTheSizeFailBeforeWriting) {
+  TempDir dir;
+  const float good[2] = {1.0f, 2.0f};
+  const std::string path = dir.file("model.safetensors");
+  safetensors_write(path, {{"w", DType::F32, {2}, good}});
+  const std::string before = file_read_all(path);
+  const std::string fresh = dir.file("fresh.safetensors");
+  std::vector<float> buf(16, 3.0f);
+  int calls = 0;
+  auto entry = [&](std::vector<std::size_t> pieces) {
+    SafetensorsWriteEntry e{"wte", DType::F32, {4, 4}, nullptr, nullptr, std::move(pieces)};  // 64 bytes
+    e.data_fn = [&](std::size_t) -> const void* {
+      ++calls;
+      return buf.data();
+    };
+    return e;
+  };
+  for (const std::string& target : {path, fresh}) {
+    SCOPED_TRACE(target);
+    // The bad entry comes after a good one, so a partial write would be visible.
+    expect_error([&] { safetensors_write(target, {{"w", DType::F32, {2}, good}, entry({16, 32, 8})}); },
+                 "[safetensors] ", {target, "'wte'", "3 pieces sum to 56 bytes", "needs 64 bytes"});
+    expect_error([&] { safetensors_write(target, {{"w", DType::F32, {2}, good}, entry({16, 32, 32})}); },
+                 "[safetensors] ", {target, "'wte'", "sum to 80 bytes", "needs 64 bytes"});
+    expect_error([&] { safetensors_write(target, {entry({SIZE_MAX, 65})}); }, "[safetensors] ",
+                 {target, "'wte'", "more than 2^64"});
+    SafetensorsWriteEntry no_fn{"wte", DType::F32, {4, 4}, buf.data(), nullptr, {32, 32}};
+    expect_error([&] { safetensors_write(target, {no_fn}); }, "[safetensors] ", {target, "'wte'", "needs data_fn"});
+  }
+  EXPECT_EQ(calls, 0) << "data_fn must not be called before the entries are validated";
+  EXPECT_EQ(file_read_all(path), before);
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  std::size_t entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().filename().string(), "model.safetensors");
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1u);
 }
 
 TEST(Safetensors, MoveKeepsTheFileUsable) {

@@ -17,14 +17,8 @@ namespace stratum {
 namespace {
 
 using testing::golden_f32;
+using testing::read_jsonl;
 using testing::source_path;
-
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
 
 std::string flags_from_args(const nlohmann::json& a) {
   std::string f;
@@ -74,7 +68,8 @@ void check_golden_run(const std::string& args_file, const std::string& reference
       const auto expected = golden_f32(ref, "final.transformer." + t.name);
       double max_err = 0.0;
       for (std::size_t i = 0; i < t.numel; ++i)
-        max_err = std::max(max_err, std::abs(static_cast<double>(params.data()[t.offset_floats + i]) - expected[i]));
+        max_err = std::max(max_err, std::abs(static_cast<double>(params.data()[t.offset_floats + i]) -
+                                             expected[t.hf_first() + i]));
       EXPECT_LE(max_err, 2e-5) << t.name;
     }
   }

@@ -124,4 +124,32 @@ std::uint64_t Args::size_bytes(const std::string& name, std::uint64_t fallback) 
   return static_cast<std::uint64_t>(parsed * static_cast<double>(scale));
 }
 
+std::vector<FlagSpec> model_flag_specs() {
+  return {{"model", "HF_DIR", "start from a Hugging Face GPT-2 directory (config.json + model.safetensors)"},
+          {"layers", "L", "new model: transformer blocks (default 4)"},
+          {"heads", "H", "new model: attention heads (default 4)"},
+          {"embd", "C", "new model: channels (default 256)"},
+          {"ctx", "N", "new model: context length (default 256)"},
+          {"vocab", "V", "new model: vocabulary size (default 50257)"}};
+}
+
+std::vector<FlagSpec> concat_specs(std::vector<FlagSpec> a, const std::vector<FlagSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+GptConfig model_flags_config(const Args& args) {
+  const bool shape_flags = args.has("layers") || args.has("heads") || args.has("embd") || args.has("ctx") ||
+                           args.has("vocab");
+  STRATUM_CHECK(!args.has("model") || !shape_flags,
+                "[cli] --model takes the shape from config.json; drop --layers/--heads/--embd/--ctx/--vocab");
+  GptConfig config;
+  config.n_layer = static_cast<int>(args.integer("layers", 4, 1, 1024));
+  config.n_head = static_cast<int>(args.integer("heads", 4, 1, 4096));
+  config.n_embd = static_cast<int>(args.integer("embd", 256, 1, 65536));
+  config.n_ctx = static_cast<int>(args.integer("ctx", 256, 1, 1 << 20));
+  config.vocab_size = static_cast<int>(args.integer("vocab", 50257, 1, 1 << 24));
+  return config;
+}
+
 }  // namespace stratum

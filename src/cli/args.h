@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "model/model_config.h"
+
 namespace stratum {
 
 struct FlagSpec {
@@ -43,5 +45,13 @@ class Args {
   std::vector<std::string> positional_;
   bool help_ = false;
 };
+
+// The flags that describe a model (shared by train and plan): --model HF_DIR or a new model's
+// --layers/--heads/--embd/--ctx/--vocab.
+std::vector<FlagSpec> model_flag_specs();
+std::vector<FlagSpec> concat_specs(std::vector<FlagSpec> a, const std::vector<FlagSpec>& b);
+// The new model's shape from those flags (defaults L4 H4 C256 ctx256 V50257); refuses shape
+// flags together with --model.
+GptConfig model_flags_config(const Args& args);
 
 }  // namespace stratum

@@ -11,13 +11,8 @@ namespace stratum {
 
 int cmd_train(const std::vector<std::string>& argv) {
   Args args("train", argv,
-            {{"model", "HF_DIR", "start from a Hugging Face GPT-2 directory (config.json + model.safetensors)"},
-             {"layers", "L", "new model: transformer blocks (default 4)"},
-             {"heads", "H", "new model: attention heads (default 4)"},
-             {"embd", "C", "new model: channels (default 256)"},
-             {"ctx", "N", "new model: context length (default 256)"},
-             {"vocab", "V", "new model: vocabulary size (default 50257)"},
-             {"data", "FILE", "training data: text (with --tokenizer), .bin uint16 tokens or llm.c shard"},
+            concat_specs(model_flag_specs(),
+                         {{"data", "FILE", "training data: text (with --tokenizer), .bin uint16 tokens or llm.c shard"},
              {"val-data", "FILE", "validation data (default: hold out the last 5% when --eval-every > 0)"},
              {"tokenizer", "DIR", "GPT-2 BPE files (encoder.json + vocab.bpe or vocab.json + merges.txt)"},
              {"batch", "B", "sequences per step (default 4)"},
@@ -45,12 +40,12 @@ int cmd_train(const std::vector<std::string>& argv) {
              {"mem-budget", "SIZE", "bound all engine memory (params, grads, moments, activations) to SIZE, e.g. "
                                     "512M or 4G; what does not fit is streamed from --offload-dir (default: all in RAM)"},
              {"offload-dir", "DIR", "directory on a fast disk (NVMe) for state that does not fit --mem-budget"},
-             {"prefetch", "K", "with --mem-budget: blocks loaded ahead of the one computing (default 2)"},
+             {"prefetch", "K", "with --mem-budget: schedule groups loaded ahead of the one computing (default: the plan's choice, see stratum plan)"},
              {"io", "BACKEND", "with --mem-budget: auto (io_uring, else threads) | uring | threads (default auto)"},
              {"io-block", "SIZE", "with --mem-budget: I/O block size, a multiple of 4K (default 1M; see bench/io_sweep)"},
              {"io-depth", "N", "with --mem-budget: I/O blocks in flight (default 16)"},
              {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"},
-             {"quiet", "", "no progress bar"}});
+             {"quiet", "", "no progress bar"}}));
   if (args.help_requested()) {
     std::fputs(args.help_text("stratum train [--model HF_DIR | --layers L --heads H --embd C --ctx N --vocab V] "
                               "--data FILE [flags]").c_str(), stdout);
@@ -58,15 +53,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   }
   TrainOptions o;
   o.model_dir = args.str("model");
-  const bool shape_flags = args.has("layers") || args.has("heads") || args.has("embd") || args.has("ctx") ||
-                           args.has("vocab");
-  STRATUM_CHECK(o.model_dir.empty() || !shape_flags,
-                "[cli] --model takes the shape from config.json; drop --layers/--heads/--embd/--ctx/--vocab");
-  o.config.n_layer = static_cast<int>(args.integer("layers", 4, 1, 1024));
-  o.config.n_head = static_cast<int>(args.integer("heads", 4, 1, 4096));
-  o.config.n_embd = static_cast<int>(args.integer("embd", 256, 1, 65536));
-  o.config.n_ctx = static_cast<int>(args.integer("ctx", 256, 1, 1 << 20));
-  o.config.vocab_size = static_cast<int>(args.integer("vocab", 50257, 1, 1 << 24));
+  o.config = model_flags_config(args);
   o.data_path = args.str("data");
   o.val_data_path = args.str("val-data");
   o.tokenizer_dir = args.str("tokenizer");
@@ -109,7 +96,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   STRATUM_CHECK(o.io_block_bytes >= 4096 && o.io_block_bytes % 4096 == 0 && o.io_block_bytes <= (std::size_t{1} << 30),
                 "[cli] --io-block must be a multiple of 4K between 4K and 1G, got ", o.io_block_bytes, " bytes");
   o.io_queue_depth = static_cast<int>(args.integer("io-depth", 16, 1, 1024));
-  o.prefetch = static_cast<int>(args.integer("prefetch", 2, 0, 64));
+  o.prefetch = static_cast<int>(args.integer("prefetch", -1, 0, 64));
   o.io_backend = io_backend_parse(args.str("io", "auto"));
   if (const char* fault = std::getenv("STRATUM_IO_FAULT")) o.io_fault = IoFaultPlan::parse(fault);
   o.quiet = args.flag("quiet");

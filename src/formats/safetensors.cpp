@@ -320,11 +320,13 @@ void SafetensorsFile::read_raw(const SafetensorsTensorInfo& t, void* dst) const 
 }
 
 void SafetensorsFile::read_f32(const SafetensorsTensorInfo& t, float* dst) const {
+  read_f32_range(t, 0, static_cast<std::size_t>(t.size_bytes / dtype_size_bytes(t.dtype)), dst);
+}
+
+void SafetensorsFile::read_f32_range(const SafetensorsTensorInfo& t, std::size_t first_elem, std::size_t count,
+                                     float* dst) const {
   switch (t.dtype) {
-    case DType::F32:
-      read_raw(t, dst);
-      return;
-    case DType::F16: case DType::BF16: case DType::F64:
+    case DType::F32: case DType::F16: case DType::BF16: case DType::F64:
       break;
     default:
       STRATUM_FAIL(where(path_), ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
@@ -333,22 +335,35 @@ void SafetensorsFile::read_f32(const SafetensorsTensorInfo& t, float* dst) const
   tensor_check(t);
   const std::size_t elem_bytes = dtype_size_bytes(t.dtype);
   const std::size_t total = static_cast<std::size_t>(t.size_bytes / elem_bytes);
-  const std::size_t chunk = kStagingBytes / elem_bytes;
-  std::vector<unsigned char> staging(std::min(total, chunk) * elem_bytes);  // raw bytes of one chunk
+  if (first_elem > total || count > total - first_elem) {
+    std::size_t end = 0;
+    const std::string range = __builtin_add_overflow(first_elem, count, &end)
+                                  ? std::to_string(count) + " elements from element " + std::to_string(first_elem)
+                                  : "elements [" + std::to_string(first_elem) + ", " + std::to_string(end) + ")";
+    STRATUM_FAIL(where(path_), ": read_f32_range of ", range, " lies outside tensor '", t.name, "' of ", total,
+                 " elements (shape ", shape_text(t.shape), ")");
+  }
   const std::string what = "tensor '" + t.name + "'";
-  for (std::size_t first = 0; first < total; first += chunk) {
-    const std::size_t count = std::min(chunk, total - first);
-    read_at(t.file_offset_bytes + first * elem_bytes, staging.data(), count * elem_bytes, what);
+  const std::uint64_t base = t.file_offset_bytes + first_elem * elem_bytes;
+  if (t.dtype == DType::F32) {
+    read_at(base, dst, count * elem_bytes, what);
+    return;
+  }
+  const std::size_t chunk = kStagingBytes / elem_bytes;
+  std::vector<unsigned char> staging(std::min(count, chunk) * elem_bytes);  // raw bytes of one chunk
+  for (std::size_t first = 0; first < count; first += chunk) {
+    const std::size_t n = std::min(chunk, count - first);
+    read_at(base + first * elem_bytes, staging.data(), n * elem_bytes, what);
     float* out = dst + first;
     if (t.dtype == DType::F64) {
-      for (std::size_t i = 0; i < count; ++i) {
+      for (std::size_t i = 0; i < n; ++i) {
         double d;
         std::memcpy(&d, staging.data() + 8 * i, 8);
         out[i] = static_cast<float>(d);  // IEEE round to nearest even; overflow gives +-inf
       }
     } else {
       const bool half = t.dtype == DType::F16;
-      for (std::size_t i = 0; i < count; ++i) {
+      for (std::size_t i = 0; i < n; ++i) {
         std::uint16_t h;
         std::memcpy(&h, staging.data() + 2 * i, 2);
         out[i] = half ? f16_to_f32(h) : bf16_to_f32(h);
@@ -376,6 +391,15 @@ void safetensors_write(const std::string& path, const std::vector<SafetensorsWri
     STRATUM_CHECK(shape_size_bytes(e.shape, e.dtype, &size), at, ": shape ", shape_text(e.shape),
                   " is negative or overflows");
     STRATUM_CHECK(e.data != nullptr || e.data_fn || size == 0, at, ": data pointer is null for ", size, " bytes");
+    if (!e.piece_bytes.empty()) {
+      STRATUM_CHECK(e.data == nullptr && e.data_fn, at, ": piece_bytes needs data_fn (and no data pointer)");
+      std::uint64_t pieces = 0;
+      bool overflow = false;
+      for (std::size_t b : e.piece_bytes) overflow |= __builtin_add_overflow(pieces, b, &pieces);
+      STRATUM_CHECK(!overflow && pieces == size, at, ": its ", e.piece_bytes.size(), " pieces sum to ",
+                    overflow ? std::string("more than 2^64") : std::to_string(pieces), " bytes but shape ",
+                    shape_text(e.shape), " of ", dtype_name(e.dtype), " needs ", size, " bytes");
+    }
     STRATUM_CHECK(!__builtin_add_overflow(offset, size, &offset), at, ": total size overflows");
     header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape},
                       {"data_offsets", {offset - size, offset}}};
@@ -398,8 +422,14 @@ void safetensors_write(const std::string& path, const std::vector<SafetensorsWri
     sink(text.data(), text.size());
     for (std::size_t i = 0; i < entries.size(); ++i) {
       if (sizes_bytes[i] == 0) continue;
-      const void* data = entries[i].data != nullptr ? entries[i].data : entries[i].data_fn();
-      sink(data, static_cast<std::size_t>(sizes_bytes[i]));
+      const SafetensorsWriteEntry& e = entries[i];
+      if (e.data != nullptr) {
+        sink(e.data, static_cast<std::size_t>(sizes_bytes[i]));
+      } else if (e.piece_bytes.empty()) {
+        sink(e.data_fn(0), static_cast<std::size_t>(sizes_bytes[i]));
+      } else {
+        for (std::size_t p = 0; p < e.piece_bytes.size(); ++p) sink(e.data_fn(p), e.piece_bytes[p]);
+      }
     }
   });
 }

@@ -1,7 +1,9 @@
 // Reads and writes Hugging Face safetensors files: an 8-byte little-endian header length N, N
 // bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then
 // the tensor bytes (offsets relative to the end of the header). open() validates the whole
-// header up front so later reads cannot run off the file; reads use pread on an owned fd.
+// header up front so later reads cannot run off the file; reads use pread on an owned fd and
+// take whole tensors or element ranges. The writer can take a tensor as several pieces (e.g. the
+// row blocks of a tensor held in separate buffers) from a callback.
 // Does not memory-map, does not convert fp32 to lower precisions on write, does not handle
 // sharded checkpoints (model.safetensors.index.json) or big-endian hosts.
 // Format notes: docs/formats.md.
@@ -53,6 +55,10 @@ class SafetensorsFile {
   // Reads numel() floats into dst. F32 is copied; F16 and BF16 are widened exactly; F64 is
   // rounded to the nearest float. Integer and BOOL tensors throw. Uses a bounded staging buffer.
   void read_f32(const SafetensorsTensorInfo& t, float* dst) const;
+  // Reads elements [first_elem, first_elem + count) (flat row-major index) of t into dst
+  // (count floats), converted like read_f32; read_f32 is read_f32_range(t, 0, numel). A range
+  // outside the tensor throws, naming the file, tensor and range.
+  void read_f32_range(const SafetensorsTensorInfo& t, std::size_t first_elem, std::size_t count, float* dst) const;
   // Reads t.size_bytes bytes into dst (pread; retries short reads and EINTR).
   void read_raw(const SafetensorsTensorInfo& t, void* dst) const;
 
@@ -75,9 +81,15 @@ struct SafetensorsWriteEntry {
   DType dtype = DType::F32;
   std::vector<std::int64_t> shape;
   const void* data = nullptr;  // numel * dtype size bytes, borrowed for the duration of the call
-  // Alternative to `data` for data that is not all in memory at once: called right before the
-  // tensor's bytes are written, in entry order; the pointer must stay valid until the next call.
-  std::function<const void*()> data_fn = nullptr;
+  // Alternative to `data` for data that is not all in memory at once: data_fn(piece) is called
+  // right before piece `piece`'s bytes are written, in entry order and then piece order
+  // (0, 1, ...); the pointer must stay valid until the next call or the end of the write.
+  std::function<const void*(std::size_t piece)> data_fn = nullptr;
+  // Splits the tensor's bytes into consecutive pieces, piece i having piece_bytes[i] bytes from
+  // data_fn(i) (e.g. the row blocks of a tensor held in separate buffers). Empty = one piece of
+  // the whole tensor, data_fn(0). Needs data_fn and no `data`; the sizes must sum to the
+  // tensor's size, checked (like every entry) before anything is written.
+  std::vector<std::size_t> piece_bytes = {};
 };
 
 // Writes atomically via file_write_atomic (a failed write leaves any previous file untouched).

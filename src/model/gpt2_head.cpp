@@ -1,52 +1,80 @@
-// Final LayerNorm + tied LM head + cross-entropy in row chunks; see gpt2_head.h.
+// Final LayerNorm + tied LM head + cross-entropy by vocabulary block; see gpt2_head.h.
 #include "model/gpt2_head.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/softmax_xent.h"
+#include "model/param_layout.h"
 
 namespace stratum {
 
 Gpt2HeadScratch::Gpt2HeadScratch(const GptConfig& cfg, int max_rows) {
-  const std::size_t R = static_cast<std::size_t>(max_rows), C = cfg.n_embd, V = cfg.vocab_size;
-  buffer_ = aligned_buffer_carve({{&lnf, R * C}, {&mean, R}, {&rstd, R}, {&logits, kHeadRows * V}, {&losses, R},
-                                  {&dlnf, R * C}});
+  const std::size_t R = static_cast<std::size_t>(max_rows), C = cfg.n_embd;
+  const std::size_t n = static_cast<std::size_t>(vocab_block_rows(cfg));
+  buffer_ = aligned_buffer_carve({{&lnf, R * C}, {&mean, R}, {&rstd, R}, {&logits, kHeadRows * n}, {&run_max, R},
+                                  {&run_sum, R}, {&target_logit, R}, {&lse, R}, {&dlnf, R * C}});
 }
 
-float gpt2_head_loss(ThreadPool& pool, const GptConfig& cfg, const Gpt2HeadParams& p, const Gpt2HeadGrads* g,
-                     const float* x, const std::int32_t* targets, int BT, Gpt2HeadScratch& s) {
-  const int C = cfg.n_embd, V = cfg.vocab_size;
-  layernorm_forward(pool, s.lnf, s.mean, s.rstd, x, p.lnf_w, p.lnf_b, BT, C, cfg.layer_norm_eps);
-  const float dloss = 1.0f / static_cast<float>(BT);
+void gpt2_head_begin(ThreadPool& pool, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,
+                     int BT, Gpt2HeadScratch& s) {
+  layernorm_forward(pool, s.lnf, s.mean, s.rstd, x, lnf_w, lnf_b, BT, cfg.n_embd, cfg.layer_norm_eps);
+  std::fill(s.run_max, s.run_max + BT, -std::numeric_limits<float>::infinity());
+  std::fill(s.run_sum, s.run_sum + BT, 0.0f);
+  std::fill(s.target_logit, s.target_logit + BT, 0.0f);
+}
+
+void gpt2_head_lse_block(ThreadPool& pool, const GptConfig& cfg, const float* wte_rows, int v0, int n,
+                         const std::int32_t* targets, int BT, Gpt2HeadScratch& s) {
+  const int C = cfg.n_embd;
   for (int r0 = 0; r0 < BT; r0 += kHeadRows) {
     const int rows = std::min(kHeadRows, BT - r0);
-    const float* xr = s.lnf + static_cast<std::size_t>(r0) * C;
-    // logits (rows, V) = lnf (rows, C) @ wte^T
-    sgemm(false, true, rows, V, C, 1.0f, xr, C, p.wte, C, 0.0f, s.logits, V);
-    softmax_xent(pool, s.losses + r0, g ? s.logits : nullptr, s.logits, targets + r0, rows, V, dloss);
-    if (g != nullptr) {
-      // dlnf (rows, C) = dlogits @ wte ; dwte (V, C) (+)= dlogits^T @ lnf
-      sgemm(false, false, rows, C, V, 1.0f, s.logits, V, p.wte, C, 0.0f, s.dlnf + static_cast<std::size_t>(r0) * C, C);
-      sgemm(true, false, V, C, rows, 1.0f, s.logits, V, xr, C, r0 == 0 ? 0.0f : 1.0f, g->wte, C);
-    }
+    // logits (rows, n) = lnf (rows, C) @ wte_rows^T
+    sgemm(false, true, rows, n, C, 1.0f, s.lnf + static_cast<std::size_t>(r0) * C, C, wte_rows, C, 0.0f, s.logits, n);
+    xent_chunk_forward(pool, s.run_max + r0, s.run_sum + r0, s.target_logit + r0, s.logits, targets + r0, rows, n, v0);
   }
+}
+
+float gpt2_head_loss_finish(int BT, Gpt2HeadScratch& s) {
   double total = 0.0;
-  for (int r = 0; r < BT; ++r) total += s.losses[r];
-  if (g != nullptr) {
-    std::memset(g->dx, 0, sizeof(float) * static_cast<std::size_t>(BT) * C);
-    layernorm_backward(pool, g->dx, g->lnf_w, g->lnf_b, s.dlnf, x, p.lnf_w, s.mean, s.rstd, BT, C, false);
+  for (int r = 0; r < BT; ++r) {
+    s.lse[r] = s.run_max[r] + std::log(s.run_sum[r]);
+    total += s.lse[r] - s.target_logit[r];
   }
   return static_cast<float>(total / BT);
 }
 
-void gpt2_head_logits_row(ThreadPool& pool, const GptConfig& cfg, const Gpt2HeadParams& p, const float* x,
-                          float* logits, Gpt2HeadScratch& s) {
-  const int C = cfg.n_embd, V = cfg.vocab_size;
-  layernorm_forward(pool, s.lnf, s.mean, s.rstd, x, p.lnf_w, p.lnf_b, 1, C, cfg.layer_norm_eps);
-  sgemm(false, true, 1, V, C, 1.0f, s.lnf, C, p.wte, C, 0.0f, logits, V);
+void gpt2_head_backward_block(ThreadPool& pool, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
+                              int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s) {
+  const int C = cfg.n_embd;
+  const float dloss = 1.0f / static_cast<float>(BT);
+  for (int r0 = 0; r0 < BT; r0 += kHeadRows) {
+    const int rows = std::min(kHeadRows, BT - r0);
+    const float* xr = s.lnf + static_cast<std::size_t>(r0) * C;
+    sgemm(false, true, rows, n, C, 1.0f, xr, C, wte_rows, C, 0.0f, s.logits, n);
+    xent_chunk_backward(pool, s.logits, s.logits, s.lse + r0, targets + r0, rows, n, v0, dloss);
+    // dlnf (rows, C) (+)= dlogits @ wte_rows ; dwte_rows (n, C) (+)= dlogits^T @ lnf
+    sgemm(false, false, rows, C, n, 1.0f, s.logits, n, wte_rows, C, first_block ? 0.0f : 1.0f,
+          s.dlnf + static_cast<std::size_t>(r0) * C, C);
+    sgemm(true, false, n, C, rows, 1.0f, s.logits, n, xr, C, r0 == 0 ? 0.0f : 1.0f, dwte_rows, C);
+  }
+}
+
+void gpt2_head_backward_finish(ThreadPool& pool, const GptConfig& cfg, const float* lnf_w, const float* x, float* dx,
+                               float* dlnf_w, float* dlnf_b, int BT, Gpt2HeadScratch& s) {
+  const int C = cfg.n_embd;
+  std::memset(dx, 0, sizeof(float) * static_cast<std::size_t>(BT) * C);
+  layernorm_backward(pool, dx, dlnf_w, dlnf_b, s.dlnf, x, lnf_w, s.mean, s.rstd, BT, C, false);
+}
+
+void gpt2_head_logits_block(const GptConfig& cfg, const float* wte_rows, int n, float* logits,
+                            const Gpt2HeadScratch& s) {
+  const int C = cfg.n_embd;
+  sgemm(false, true, 1, n, C, 1.0f, s.lnf, C, wte_rows, C, 0.0f, logits, n);
 }
 
 }  // namespace stratum

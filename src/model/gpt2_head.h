@@ -1,7 +1,14 @@
 // GPT-2 output side: final LayerNorm, LM head tied to the token embedding, and mean
-// cross-entropy, computed in fixed chunks of rows so the full (B*T, V) logits never exist.
-// Note [head chunks]: rows are processed in chunks of kHeadRows in order; the tied-embedding
-// gradient is accumulated chunk by chunk in that order, whatever the memory placement.
+// cross-entropy, computed one vocabulary block at a time (Note [vocab blocks] in
+// model/param_layout.h) and, inside a block, kHeadRows rows at a time, so neither the full
+// (B*T, V) logits nor the whole of wte is ever needed at once.
+// Note [head passes]: training runs two passes over the vocabulary blocks. The first
+// (gpt2_head_lse_block) computes each row's log-sum-exp online (Note [online log-sum-exp]) and
+// its target logit; gpt2_head_loss_finish turns them into the loss. The second
+// (gpt2_head_backward_block) recomputes each block's logits, turns them into dlogits with the
+// final log-sum-exp, accumulates dlnf over blocks in block order and writes the block's wte
+// gradient (accumulated over row chunks in row order). Inference needs only the first pass.
+// Every sum runs in a fixed order, so the bits do not depend on where the blocks live.
 #pragma once
 
 #include <cstdint>
@@ -18,37 +25,38 @@ class Gpt2HeadScratch {
  public:
   Gpt2HeadScratch(const GptConfig& config, int max_rows);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
-  float* lnf;       // (BT, C)
-  float* mean;      // (BT)
-  float* rstd;      // (BT)
-  float* logits;    // (kHeadRows, V), reused per chunk (holds dlogits in training)
-  float* losses;    // (BT)
-  float* dlnf;      // (BT, C)
+  float* lnf;           // (BT, C)
+  float* mean;          // (BT)
+  float* rstd;          // (BT)
+  float* logits;        // (kHeadRows, vocab block rows), reused per chunk (holds dlogits in training)
+  float* run_max;       // (BT) online log-sum-exp state
+  float* run_sum;       // (BT)
+  float* target_logit;  // (BT)
+  float* lse;           // (BT) after gpt2_head_loss_finish
+  float* dlnf;          // (BT, C)
 
  private:
   AlignedBuffer buffer_;
 };
 
-struct Gpt2HeadParams {
-  const float* lnf_w;  // (C)
-  const float* lnf_b;  // (C)
-  const float* wte;    // (V, C), segment embed.params
-};
-
-struct Gpt2HeadGrads {
-  float* lnf_w;  // (C), overwritten
-  float* lnf_b;  // (C), overwritten
-  float* wte;    // (V, C): overwritten by the head, then the embedding backward adds to it
-  float* dx;     // (BT, C) gradient w.r.t. the final residual stream, overwritten
-};
-
-// Mean cross-entropy of x (BT, C) (the last block's output) against targets (BT). With grads
-// non-null it also runs the backward for dloss = 1 (the mean). Returns the mean loss.
-float gpt2_head_loss(ThreadPool& pool, const GptConfig& cfg, const Gpt2HeadParams& p, const Gpt2HeadGrads* grads,
-                     const float* x, const std::int32_t* targets, int BT, Gpt2HeadScratch& s);
-
-// logits (V) for one row x (C) (generation).
-void gpt2_head_logits_row(ThreadPool& pool, const GptConfig& cfg, const Gpt2HeadParams& p, const float* x,
-                          float* logits, Gpt2HeadScratch& s);
+// Final LayerNorm of x (BT, C) (the last block's output) into s.lnf, and resets the
+// log-sum-exp state.
+void gpt2_head_begin(ThreadPool& pool, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,
+                     int BT, Gpt2HeadScratch& s);
+// Folds vocabulary rows [v0, v0 + n) (wte_rows: (n, C)) into every row's log-sum-exp.
+void gpt2_head_lse_block(ThreadPool& pool, const GptConfig& cfg, const float* wte_rows, int v0, int n,
+                         const std::int32_t* targets, int BT, Gpt2HeadScratch& s);
+// After every block: the mean cross-entropy (and s.lse for the backward).
+float gpt2_head_loss_finish(int BT, Gpt2HeadScratch& s);
+// Backward of the mean loss for one block: overwrites dwte_rows (n, C) and adds the block's
+// contribution to s.dlnf (overwrites it for the first block).
+void gpt2_head_backward_block(ThreadPool& pool, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
+                              int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s);
+// After every block: dx (BT, C) and the final LayerNorm's gradients (all overwritten).
+void gpt2_head_backward_finish(ThreadPool& pool, const GptConfig& cfg, const float* lnf_w, const float* x, float* dx,
+                               float* dlnf_w, float* dlnf_b, int BT, Gpt2HeadScratch& s);
+// Logits of vocabulary rows [v0, v0 + n) for row 0 of the last gpt2_head_begin (generation).
+void gpt2_head_logits_block(const GptConfig& cfg, const float* wte_rows, int n, float* logits,
+                            const Gpt2HeadScratch& s);
 
 }  // namespace stratum

@@ -33,6 +33,12 @@ GptConfig model_read_config(const std::string& dir) {
 }
 
 namespace {
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
 bool ignorable_tensor(const std::string& name) {
   auto ends_with = [&](const char* suffix) {
     const std::size_t n = std::strlen(suffix);
@@ -49,30 +55,24 @@ void model_load_weights(const std::string& dir, const ParamLayout& layout, Segme
   std::vector<std::vector<bool>> seen(layout.segment_count());
   for (int s = 0; s < layout.segment_count(); ++s) seen[s].assign(layout.segments()[s].tensors.size(), false);
   for (const auto& info : file.tensors()) {
-    int s = 0, t = 0;
-    if (!layout.find(info.name, &s, &t)) {
+    const std::vector<std::pair<int, int>> slots = layout.find(info.name);
+    if (slots.empty()) {
       if (ignorable_tensor(info.name)) continue;
       STRATUM_FAIL("[model] ", path, ": unexpected tensor '", info.name,
                    "' (not part of a GPT-2 model with this config.json)");
     }
-    const TensorSlot& slot = layout.segments()[s].tensors[t];
-    STRATUM_CHECK(info.shape == slot.shape, "[model] ", path, ": tensor '", info.name, "' has shape ",
-                  [&] {
-                    std::string out = "[";
-                    for (std::size_t i = 0; i < info.shape.size(); ++i)
-                      out += (i ? "," : "") + std::to_string(info.shape[i]);
-                    return out + "]";
-                  }(),
-                  ", but config.json implies ", [&] {
-                    std::string out = "[";
-                    for (std::size_t i = 0; i < slot.shape.size(); ++i)
-                      out += (i ? "," : "") + std::to_string(slot.shape[i]);
-                    return out + "]";
-                  }());
-    STRATUM_CHECK(!seen[s][t], "[model] ", path, ": tensor '", info.name, "' appears twice (with and without prefix)");
-    SegmentHold params(store, s, SegmentKind::Params, Access::Update);
-    file.read_f32(info, params.data() + slot.offset_floats);
-    seen[s][t] = true;
+    const TensorSlot& first = layout.segments()[slots[0].first].tensors[slots[0].second];
+    STRATUM_CHECK(info.shape == first.hf_shape, "[model] ", path, ": tensor '", info.name, "' has shape ",
+                  shape_text(info.shape), ", but config.json implies ", shape_text(first.hf_shape));
+    for (const auto& [s, t] : slots) {
+      const TensorSlot& slot = layout.segments()[s].tensors[t];
+      STRATUM_CHECK(!seen[s][t], "[model] ", path, ": tensor '", info.name,
+                    "' appears twice (with and without prefix)");
+      // A slot may hold rows [row0, row0 + rows) of the tensor (Note [vocab blocks]).
+      SegmentHold params(store, s, SegmentKind::Params, Access::Update);
+      file.read_f32_range(info, slot.hf_first(), slot.numel, params.data() + slot.offset_floats);
+      seen[s][t] = true;
+    }
   }
   for (int s = 0; s < layout.segment_count(); ++s)
     for (std::size_t t = 0; t < seen[s].size(); ++t)
@@ -147,14 +147,28 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
     std::unique_ptr<SegmentHold> hold;
     int held_segment = -1;
     std::vector<SafetensorsWriteEntry> entries;
-    for (int s = 0; s < layout.segment_count(); ++s) {
+    // wte, split into vocabulary blocks, is one tensor written piece by piece (first, as
+    // Hugging Face does).
+    std::vector<int> order;
+    for (int k = 0; k < layout.vocab_block_count(); ++k) order.push_back(layout.vocab_segment(k));
+    for (int s = 0; s < layout.segment_count(); ++s)
+      if (layout.segments()[s].role != SegmentRole::Vocab) order.push_back(s);
+    for (int s : order) {
       for (const auto& t : layout.segments()[s].tensors) {
-        SafetensorsWriteEntry e{"transformer." + t.name, DType::F32, t.shape, nullptr, {}};
-        e.data_fn = [&, s, offset = t.offset_floats]() -> const void* {
-          if (held_segment != s) {
+        if (t.row0 != 0) continue;  // written as a piece of the entry of its first slot
+        SafetensorsWriteEntry e{"transformer." + t.name, DType::F32, t.hf_shape, nullptr, {}, {}};
+        std::vector<std::pair<int, std::size_t>> pieces;  // (segment, offset) of each piece
+        for (const auto& [ps, pt] : layout.find(t.name)) {
+          const TensorSlot& slot = layout.segments()[ps].tensors[pt];
+          pieces.emplace_back(ps, slot.offset_floats);
+          e.piece_bytes.push_back(slot.numel * sizeof(float));
+        }
+        e.data_fn = [&, pieces](std::size_t piece) -> const void* {
+          const auto [ps, offset] = pieces[piece];
+          if (held_segment != ps) {
             hold.reset();
-            hold = std::make_unique<SegmentHold>(store, s, SegmentKind::Params, Access::Read);
-            held_segment = s;
+            hold = std::make_unique<SegmentHold>(store, ps, SegmentKind::Params, Access::Read);
+            held_segment = ps;
           }
           return hold->data() + offset;
         };

@@ -1,6 +1,11 @@
 // Where every GPT-2 tensor lives: one flat fp32 segment per transformer block ("layer.i"), one for
-// the embeddings ("embed": wte, wpe; wte doubles as the tied LM head) and one for the final
-// LayerNorm ("head"). Grads and AdamW moments use the same layout in their own segments.
+// the position embedding ("embed": wpe), one for the final LayerNorm ("head") and the token
+// embedding wte (which doubles as the tied LM head) cut into vocabulary blocks of rows ("wte.k").
+// Grads and AdamW moments use the same layout in their own segments.
+// Note [vocab blocks]: wte is the largest tensor (V x C: 154 MB for GPT-2 small), so it is
+// streamed a block of rows at a time: the embedding gathers from one block at a time and the LM
+// head computes its logits, log-sum-exp and gradients per block (model/gpt2_head.h). The block
+// size depends only on (V, C), never on the memory budget, so results are the same everywhere.
 // Note [segment layout]: tensors start on 64-byte boundaries inside a segment and every segment's
 // size is a multiple of 4 KiB, so a segment can be moved with O_DIRECT I/O as one range.
 // Does not own memory (see store/segment_store.h).
@@ -10,6 +15,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/model_config.h"
@@ -17,7 +23,7 @@
 namespace stratum {
 
 // Activations: the block input of a layer segment (the final blocks' output for "head"), kept
-// from forward to backward; "embed" has none. Sized by the batch, not by the layout.
+// from forward to backward; "embed" and the vocabulary blocks have none. Sized by the batch.
 enum class SegmentKind { Params = 0, Grads = 1, AdamM = 2, AdamV = 3, Activations = 4 };
 inline constexpr int kSegmentKindCount = 5;
 const char* segment_kind_name(SegmentKind kind);
@@ -28,10 +34,21 @@ struct TensorSlot {
   std::vector<std::int64_t> shape;  // as stored by Hugging Face (Conv1D weights are (in, out))
   std::size_t numel = 0;
   bool weight_decay = false;        // AdamW decays tensors with >= 2 dims (weights and embeddings)
+  // A slot may hold rows [row0, row0 + shape[0]) of a larger Hugging Face tensor (wte's
+  // vocabulary blocks); hf_shape is the whole tensor's shape (== shape when not split).
+  std::int64_t row0 = 0;
+  std::vector<std::int64_t> hf_shape;
+  // Flat index of the slot's first element in the whole Hugging Face tensor.
+  std::size_t hf_first() const {
+    return shape.empty() ? 0 : static_cast<std::size_t>(row0) * (numel / static_cast<std::size_t>(shape[0]));
+  }
 };
 
+enum class SegmentRole { Embed, Layer, Head, Vocab };
+
 struct SegmentLayout {
-  std::string name;                 // "embed", "layer.3", "head"
+  std::string name;                 // "embed", "layer.3", "head", "wte.2"
+  SegmentRole role = SegmentRole::Layer;
   std::vector<TensorSlot> tensors;  // in a fixed order (see BlockTensor for blocks)
   std::size_t size_floats = 0;      // padded to a multiple of 1024 floats (4 KiB)
   std::size_t size_bytes() const { return size_floats * sizeof(float); }
@@ -42,8 +59,13 @@ enum BlockTensor : int {
   kLn1W, kLn1B, kAttnW, kAttnB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kMlpProjW, kMlpProjB,
   kBlockTensorCount
 };
-enum EmbedTensor : int { kWte, kWpe };
+enum EmbedTensor : int { kWpe };
 enum HeadTensor : int { kLnFW, kLnFB };
+// Rows of one vocabulary block: at most kVocabBlockFloats floats, and at least kMinVocabBlocks
+// blocks (so small models exercise the blocking too).
+inline constexpr std::size_t kVocabBlockFloats = std::size_t{1} << 19;  // 2 MiB
+inline constexpr int kMinVocabBlocks = 4;
+int vocab_block_rows(const GptConfig& config);
 
 class ParamLayout {
  public:
@@ -53,13 +75,23 @@ class ParamLayout {
   int segment_count() const { return static_cast<int>(segments_.size()); }
   int embed_segment() const { return 0; }
   int layer_segment(int layer) const { return 1 + layer; }
-  int head_segment() const { return static_cast<int>(segments_.size()) - 1; }
+  int head_segment() const { return head_segment_; }
+  int vocab_block_count() const { return static_cast<int>(segments_.size()) - head_segment_ - 1; }
+  int vocab_segment(int block) const { return head_segment_ + 1 + block; }
+  int vocab_block_rows() const { return vocab_rows_; }
+  // First vocabulary row and row count of a block.
+  int vocab_row0(int block) const { return block * vocab_rows_; }
+  int vocab_rows(int block) const;
   std::size_t num_params() const;  // real parameters, without padding
-  // Finds a tensor by Hugging Face name (with or without "transformer."); false if unknown.
-  bool find(std::string_view hf_name, int* segment, int* tensor) const;
+  // Every slot holding (part of) a tensor by Hugging Face name (with or without "transformer."),
+  // as (segment, tensor) pairs in row order; empty if unknown.
+  std::vector<std::pair<int, int>> find(std::string_view hf_name) const;
 
  private:
   std::vector<SegmentLayout> segments_;
+  int head_segment_ = 0;
+  int vocab_rows_ = 0;
+  int vocab_size_ = 0;
 };
 
 }  // namespace stratum

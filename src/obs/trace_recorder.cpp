@@ -26,6 +26,11 @@ std::size_t TraceRecorder::event_count() const {
   return events_.size();
 }
 
+std::vector<TraceRecorder::Event> TraceRecorder::events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return events_;
+}
+
 void TraceRecorder::write(const std::string& path) const {
   nlohmann::json events = nlohmann::json::array();
   const std::pair<Track, const char*> tracks[] = {

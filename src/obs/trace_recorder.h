@@ -25,13 +25,16 @@ class TraceRecorder {
   void write(const std::string& path) const;
   std::size_t event_count() const;
 
- private:
   struct Event {
     Track track;
     const char* category;
     std::string name;
     double ts_us, dur_us;
   };
+  // The spans recorded so far (the planner times the executor's phases with them).
+  std::vector<Event> events() const;
+
+ private:
   const Clock::time_point origin_;
   mutable std::mutex mutex_;
   std::vector<Event> events_;

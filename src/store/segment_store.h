@@ -50,6 +50,11 @@ class SegmentStore {
   virtual void schedule_at(int /*group*/) {}
   // Prefetches again from the current group (after releases made room); any thread may call it.
   virtual void schedule_refresh() {}
+  // Starts loading the unit if it is on the offload tier and there is room without evicting
+  // anything needed sooner; never blocks. For a consumer that knows its next units better than
+  // the schedule position does (the optimizer worker runs ahead of it: read-ahead of its next
+  // moment chunks). Any thread may call it. No-op in RAM.
+  virtual void unit_prefetch(int /*unit*/) {}
   // A consumer running behind the schedule position (the optimizer worker) still needs the unit:
   // while pinned it is never treated as dead (Note [schedule eviction]). delta is +1 or -1.
   virtual void unit_pin(int /*unit*/, int /*delta*/) {}

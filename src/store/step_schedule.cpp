@@ -7,7 +7,7 @@
 
 namespace stratum {
 
-int StepSchedule::group_add(std::vector<UnitUse> uses) {
+int StepSchedule::group_add(std::vector<UnitUse> uses, GroupWork work) {
   const int g = static_cast<int>(groups_.size());
   for (const UnitUse& u : uses) {
     STRATUM_ASSERT(u.unit >= 0 && static_cast<std::size_t>(u.unit) < uses_of_unit_.size());
@@ -21,6 +21,7 @@ int StepSchedule::group_add(std::vector<UnitUse> uses) {
     }
   }
   groups_.push_back(std::move(uses));
+  work_.push_back(work);
   return g;
 }
 

@@ -16,14 +16,21 @@ struct UnitUse {
   Access access;
 };
 
+// What a group computes, for the planner's time model (plan/planner.h); the store ignores it.
+enum class GroupWork {
+  EmbedForward, VocabForward, LayerForward, HeadBegin, HeadLse, HeadBackward, HeadEnd, LayerBackward,
+  EmbedBackward, VocabBackward, Optimizer
+};
+
 class StepSchedule {
  public:
   explicit StepSchedule(int unit_count) : uses_of_unit_(static_cast<std::size_t>(unit_count)) {}
 
   // Appends a group and returns its index.
-  int group_add(std::vector<UnitUse> uses);
+  int group_add(std::vector<UnitUse> uses, GroupWork work = GroupWork::LayerForward);
   int group_count() const { return static_cast<int>(groups_.size()); }
   const std::vector<UnitUse>& group(int g) const { return groups_[g]; }
+  GroupWork group_work(int g) const { return work_[g]; }
 
   // Groups from `now` to the unit's next use at or after `now` (0 = used by group `now`),
   // wrapping into the next step; kNever when the schedule never uses it.
@@ -41,6 +48,7 @@ class StepSchedule {
   const Use* next_use(int unit, int now, long* distance) const;
 
   std::vector<std::vector<UnitUse>> groups_;
+  std::vector<GroupWork> work_;
   std::vector<std::vector<Use>> uses_of_unit_;  // per unit, in group order
 };
 

@@ -70,7 +70,11 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
 
   lock_take(dir);
   try {
-    engine_ = IoEngine::create(io, &notes);
+    // Reads and writes on separate engines (queues, ring threads): write-backs never sit in
+    // front of the reads the next blocks wait for.
+    read_engine_ = IoEngine::create(io, &notes);
+    std::string write_notes;  // the same notes again
+    write_engine_ = IoEngine::create(io, &write_notes);
     for (int f = 0; f < units().file_count(); ++f) {
       const std::string path = dir + "/" + units().file_name(f);
       files_.emplace_back(io_open_file(path, direct));
@@ -81,12 +85,12 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
     files_remove();
     throw;
   }
-  const std::size_t block = engine_->block_bytes();
+  const std::size_t block = read_engine_->block_bytes();
   for (int u = 0; u < units().count(); ++u)
     entries_[u].block_sums.assign((units().bytes(u) + block - 1) / block, 0);
   char text[256];
-  std::snprintf(text, sizeof text, "%s%s, %zu KiB blocks, queue depth %d, prefetch %d", io_backend_name(engine_->backend()),
-                direct ? ", O_DIRECT" : ", buffered", block / 1024, engine_->queue_depth(), options.prefetch_depth);
+  std::snprintf(text, sizeof text, "%s%s, %zu KiB blocks, queue depth %d, prefetch %d", io_backend_name(read_engine_->backend()),
+                direct ? ", O_DIRECT" : ", buffered", block / 1024, read_engine_->queue_depth(), options.prefetch_depth);
   describe_ = text + notes;
   streaming_ = units().total_bytes() > options.budget_bytes;
   totals_.budget_bytes = options.budget_bytes;
@@ -107,7 +111,8 @@ TieredSegmentStore::~TieredSegmentStore() {
       lock.lock();
     }
   }
-  engine_.reset();
+  read_engine_.reset();
+  write_engine_.reset();
   files_remove();
 }
 
@@ -155,6 +160,17 @@ void TieredSegmentStore::unit_pin(int unit, int delta) {
   STRATUM_ASSERT(entries_[unit].pins >= 0);
 }
 
+void TieredSegmentStore::unit_prefetch(int unit) {
+  Lock lock(mutex_);
+  reap(lock);
+  Entry& e = entries_[unit];
+  if (e.state != State::Absent || !e.on_disk) return;
+  const std::size_t bytes = units().bytes(unit);
+  if (!space_make(lock, bytes, distance(unit), false) || e.state != State::Absent) return;
+  e.buffer = buffer_take(bytes);
+  io_start(unit, IoOp::Read);
+}
+
 AlignedBuffer TieredSegmentStore::buffer_take(std::size_t bytes) {
   for (auto it = free_buffers_.begin(); it != free_buffers_.end(); ++it) {
     if (it->size_bytes() != bytes) continue;
@@ -176,7 +192,7 @@ void TieredSegmentStore::io_start(int unit, IoOp op) {
   if (op == IoOp::Write) e.dirty = false;  // the buffer is not modified while it is written
   IoRequest request{op, files_[units().file(unit)].get(), units().file_offset_bytes(unit), e.buffer.data(),
                     units().bytes(unit), e.block_sums.data(), where(unit)};
-  e.ticket = engine_->submit(std::move(request));
+  e.ticket = (op == IoOp::Read ? read_engine_ : write_engine_)->submit(std::move(request));
   e.io_started = std::chrono::steady_clock::now();
   in_flight_.push_back(unit);
   (op == IoOp::Read ? totals_.read_bytes : totals_.write_bytes) += units().bytes(unit);
@@ -412,9 +428,8 @@ void TieredSegmentStore::prefetch(Lock& lock) {
 StoreStats TieredSegmentStore::stats() const {
   Lock lock(mutex_);
   StoreStats s = totals_;
-  const IoEngineStats io = engine_->stats();
-  s.read_busy_ms = io.read_busy_ms;
-  s.write_busy_ms = io.write_busy_ms;
+  s.read_busy_ms = read_engine_->stats().read_busy_ms;
+  s.write_busy_ms = write_engine_->stats().write_busy_ms;
   s.held_bytes = held_bytes_;
   s.peak_held_bytes = peak_held_bytes_;
   return s;

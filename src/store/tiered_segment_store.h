@@ -56,6 +56,7 @@ class TieredSegmentStore final : public SegmentStore {
   void schedule_at(int group) override;
   void schedule_refresh() override;
   void unit_pin(int unit, int delta) override;
+  void unit_prefetch(int unit) override;
   StoreStats stats() const override;
   void trace_set(TraceRecorder* trace) override { trace_ = trace; }
   void stats_reset_peak() override;
@@ -97,7 +98,7 @@ class TieredSegmentStore final : public SegmentStore {
 
   TieredStoreOptions options_;
   std::string describe_;
-  std::unique_ptr<IoEngine> engine_;
+  std::unique_ptr<IoEngine> read_engine_, write_engine_;  // separate queues for reads and writes
   FileDescriptor lock_fd_;
   std::vector<FileDescriptor> files_;
   std::vector<std::string> paths_;

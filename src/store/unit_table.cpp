@@ -22,7 +22,8 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats)
         for (std::size_t first = 0; first < seg_floats; first += kMomentChunkFloats)
           sizes.push_back(std::min(kMomentChunkFloats, seg_floats - first));
       } else if (kind == SegmentKind::Activations) {
-        if (s != layout.embed_segment() && act_floats_ > 0) sizes.push_back(act_floats_);
+        const SegmentRole role = layout.segments()[s].role;
+        if ((role == SegmentRole::Layer || role == SegmentRole::Head) && act_floats_ > 0) sizes.push_back(act_floats_);
       } else {
         sizes.push_back(seg_floats);
       }

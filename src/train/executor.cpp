@@ -14,6 +14,20 @@
 
 namespace stratum {
 
+const char* optimizer_mode_name(OptimizerMode mode) {
+  switch (mode) {
+    case OptimizerMode::Inline: return "inline";
+    case OptimizerMode::Overlapped: return "overlapped";
+    case OptimizerMode::Pipelined: return "pipelined";
+  }
+  return "?";
+}
+
+OptimizerMode optimizer_mode_for(double grad_clip, bool budget) {
+  if (grad_clip <= 0) return OptimizerMode::Overlapped;
+  return budget ? OptimizerMode::Pipelined : OptimizerMode::Inline;
+}
+
 std::size_t Executor::activation_unit_floats(const GptConfig& config, int max_batch, int max_seq) {
   return static_cast<std::size_t>(max_batch) * max_seq * config.n_embd;
 }
@@ -76,52 +90,80 @@ int Executor::act_segment(int layer) const {
 
 void Executor::schedule_build() {
   using A = Access;
+  using K = SegmentKind;
   const int embed = layout_.embed_segment(), head = layout_.head_segment();
-  auto unit = [&](int s, SegmentKind k, int c = 0) { return units_.index(s, k, c); };
+  const int nv = layout_.vocab_block_count();
+  auto unit = [&](int s, K k, int c = 0) { return units_.index(s, k, c); };
   auto opt_group = [&](int s) {
-    std::vector<UnitUse> uses{{unit(s, SegmentKind::Params), A::Update}, {unit(s, SegmentKind::Grads), A::Read}};
-    for (int c = 0; c < units_.chunk_count(s, SegmentKind::AdamM); ++c) {
-      uses.push_back({unit(s, SegmentKind::AdamM, c), A::Update});
-      uses.push_back({unit(s, SegmentKind::AdamV, c), A::Update});
+    std::vector<UnitUse> uses{{unit(s, K::Params), A::Update}, {unit(s, K::Grads), A::Read}};
+    for (int c = 0; c < units_.chunk_count(s, K::AdamM); ++c) {
+      uses.push_back({unit(s, K::AdamM, c), A::Update});
+      uses.push_back({unit(s, K::AdamV, c), A::Update});
     }
-    group_opt_[s] = schedule_.group_add(std::move(uses));
+    group_opt_[s] = schedule_.group_add(std::move(uses), GroupWork::Optimizer);
   };
   const int L = cfg_.n_layer;
   group_fwd_.assign(L, 0);
   group_bwd_.assign(L, 0);
+  group_vocab_fwd_.assign(nv, 0);
+  group_head_lse_.assign(nv, 0);
+  group_head_bwd_.assign(nv, 0);
+  group_vocab_bwd_.assign(nv, 0);
   group_opt_.assign(layout_.segment_count(), 0);
+  forward_segments_.clear();
+  forward_segments_.push_back(embed);
+  for (int k = 0; k < nv; ++k) forward_segments_.push_back(layout_.vocab_segment(k));
+  for (int l = 0; l < L; ++l) forward_segments_.push_back(layout_.layer_segment(l));
+  forward_segments_.push_back(head);
   // Pipelined: a segment's update (of the previous step) runs just before its forward, so that is
   // where the schedule lists it; its prefetch then rides the forward's window.
   const bool pipelined = mode_ == OptimizerMode::Pipelined;
   if (pipelined) opt_group(embed);
-  group_embed_fwd_ =
-      schedule_.group_add({{unit(embed, SegmentKind::Params), A::Read}, {unit(act_segment(0), SegmentKind::Activations), A::Overwrite}});
+  group_embed_fwd_ = schedule_.group_add(
+      {{unit(embed, K::Params), A::Read}, {unit(act_segment(0), K::Activations), A::Overwrite}}, GroupWork::EmbedForward);
+  for (int k = 0; k < nv; ++k) {
+    const int v = layout_.vocab_segment(k);
+    if (pipelined) opt_group(v);
+    group_vocab_fwd_[k] = schedule_.group_add({{unit(v, K::Params), A::Read}}, GroupWork::VocabForward);
+  }
   for (int l = 0; l < L; ++l) {
     const int s = layout_.layer_segment(l);
     if (pipelined) opt_group(s);
-    group_fwd_[l] = schedule_.group_add({{unit(s, SegmentKind::Params), A::Read},
-                                         {unit(s, SegmentKind::Activations), A::Read},
-                                         {unit(act_segment(l + 1), SegmentKind::Activations), A::Overwrite}});
+    group_fwd_[l] = schedule_.group_add({{unit(s, K::Params), A::Read},
+                                         {unit(s, K::Activations), A::Read},
+                                         {unit(act_segment(l + 1), K::Activations), A::Overwrite}},
+                                        GroupWork::LayerForward);
   }
   if (pipelined) opt_group(head);
-  group_head_ = schedule_.group_add({{unit(head, SegmentKind::Params), A::Read},
-                                     {unit(head, SegmentKind::Grads), A::Overwrite},
-                                     {unit(embed, SegmentKind::Params), A::Read},
-                                     {unit(embed, SegmentKind::Grads), A::Overwrite},
-                                     {unit(head, SegmentKind::Activations), A::Read}});
+  // Note [head passes]: the log-sum-exp pass, then the backward pass, over the vocabulary blocks.
+  group_head_ = schedule_.group_add({{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}},
+                                    GroupWork::HeadBegin);
+  for (int k = 0; k < nv; ++k) group_head_lse_[k] = schedule_.group_add({{unit(layout_.vocab_segment(k), K::Params), A::Read}}, GroupWork::HeadLse);
+  for (int k = 0; k < nv; ++k) {
+    const int v = layout_.vocab_segment(k);
+    group_head_bwd_[k] =
+        schedule_.group_add({{unit(v, K::Params), A::Read}, {unit(v, K::Grads), A::Overwrite}}, GroupWork::HeadBackward);
+  }
+  group_head_end_ = schedule_.group_add({{unit(head, K::Grads), A::Overwrite}}, GroupWork::HeadEnd);
   const bool overlap = mode_ == OptimizerMode::Overlapped;
   if (overlap) opt_group(head);
   for (int l = L - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
-    group_bwd_[l] = schedule_.group_add({{unit(s, SegmentKind::Params), A::Read},
-                                         {unit(s, SegmentKind::Grads), A::Overwrite},
-                                         {unit(s, SegmentKind::Activations), A::Read}});
+    group_bwd_[l] = schedule_.group_add({{unit(s, K::Params), A::Read},
+                                         {unit(s, K::Grads), A::Overwrite},
+                                         {unit(s, K::Activations), A::Read}},
+                                        GroupWork::LayerBackward);
     if (overlap) opt_group(s);
   }
-  group_embed_bwd_ = schedule_.group_add({{unit(embed, SegmentKind::Grads), A::Update}});
+  group_embed_bwd_ = schedule_.group_add({{unit(embed, K::Grads), A::Overwrite}}, GroupWork::EmbedBackward);
   if (overlap) opt_group(embed);
+  for (int k = 0; k < nv; ++k) {
+    const int v = layout_.vocab_segment(k);
+    group_vocab_bwd_[k] = schedule_.group_add({{unit(v, K::Grads), A::Update}}, GroupWork::VocabBackward);
+    if (overlap) opt_group(v);
+  }
   if (mode_ == OptimizerMode::Inline)
-    for (int s = 0; s < layout_.segment_count(); ++s) opt_group(s);
+    for (int s : forward_segments_) opt_group(s);
 }
 
 std::size_t Executor::set_bytes(std::initializer_list<int> units) const {
@@ -139,22 +181,29 @@ std::size_t Executor::min_store_bytes() const {
   };
   // Sets the training thread holds in the forward, the head (the worker is idle then: the head
   // waits for every update) and the backward; with a worker, one segment's update may run beside
-  // the forward (Pipelined) or the backward (Overlapped). The embedding's update runs with the
-  // training thread waiting for it.
-  std::size_t forward = set_bytes({u(embed, K::Params), u(act_segment(0), K::Activations)});
-  const std::size_t head_set = set_bytes(
-      {u(head, K::Params), u(head, K::Grads), u(embed, K::Params), u(embed, K::Grads), u(head, K::Activations)});
-  std::size_t backward = set_bytes({u(embed, K::Grads)});
-  std::size_t layer_opt = opt_set(head);
+  // the forward (Pipelined) or the backward (Overlapped). Vocabulary blocks are held one at a
+  // time beside what their phase holds throughout.
+  std::size_t vocab_p = 0, vocab_pg = 0, vocab_g = 0;
+  for (int k = 0; k < layout_.vocab_block_count(); ++k) {
+    const int v = layout_.vocab_segment(k);
+    vocab_p = std::max(vocab_p, set_bytes({u(v, K::Params)}));
+    vocab_g = std::max(vocab_g, set_bytes({u(v, K::Grads)}));
+    vocab_pg = std::max(vocab_pg, set_bytes({u(v, K::Params), u(v, K::Grads)}));
+  }
+  std::size_t forward = set_bytes({u(embed, K::Params), u(act_segment(0), K::Activations)}) + vocab_p;
+  const std::size_t head_set =
+      set_bytes({u(head, K::Params), u(head, K::Grads), u(head, K::Activations)}) + vocab_pg;
+  std::size_t backward = set_bytes({u(embed, K::Grads)}) + vocab_g;
+  std::size_t any_opt = 0;
+  for (int s = 0; s < layout_.segment_count(); ++s) any_opt = std::max(any_opt, opt_set(s));
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const int s = layout_.layer_segment(l);
     forward = std::max(forward, set_bytes({u(s, K::Params), u(s, K::Activations), u(act_segment(l + 1), K::Activations)}));
     backward = std::max(backward, set_bytes({u(s, K::Params), u(s, K::Grads), u(s, K::Activations)}));
-    layer_opt = std::max(layer_opt, opt_set(s));
   }
-  if (mode_ == OptimizerMode::Pipelined) forward += layer_opt;
-  if (mode_ == OptimizerMode::Overlapped) backward += layer_opt;
-  return std::max({forward, head_set, backward, layer_opt, opt_set(embed)});
+  if (mode_ == OptimizerMode::Pipelined) forward += any_opt;
+  if (mode_ == OptimizerMode::Overlapped) backward += any_opt;
+  return std::max({forward, head_set, backward, any_opt});
 }
 
 std::size_t Executor::fixed_bytes() const {
@@ -172,12 +221,22 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
   {
     update_wait(layout_.embed_segment());
     at(group_embed_fwd_);
-    SegmentHold embed(*store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
     SegmentHold out(*store_, act_segment(0), SegmentKind::Activations, Access::Overwrite);
-    const auto& seg = segs[layout_.embed_segment()];
-    TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "embed forward");
-    embedding_forward(pool_, out.data(), inputs, embed.data() + seg.tensors[kWte].offset_floats,
-                      embed.data() + seg.tensors[kWpe].offset_floats, B, T, cfg_.n_embd);
+    {
+      SegmentHold embed(*store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
+      TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "embed forward");
+      embedding_forward_positions(pool_, out.data(), embed.data() + segs[layout_.embed_segment()].tensors[kWpe].offset_floats,
+                                  B, T, cfg_.n_embd);
+    }
+    for (int k = 0; k < layout_.vocab_block_count(); ++k) {
+      const int v = layout_.vocab_segment(k);
+      update_wait(v);
+      at(group_vocab_fwd_[k]);
+      SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
+      TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[v].name + " embed forward");
+      embedding_forward_block(pool_, out.data(), inputs, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, T,
+                              cfg_.n_embd);
+    }
   }
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const int s = layout_.layer_segment(l);
@@ -190,6 +249,18 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
     gpt2_block_forward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()), in.data(), out.data(), block_acts(l),
                        workspace_, B, T);
   }
+}
+
+float Executor::head_lse(const std::int32_t* targets, int BT) {
+  for (int k = 0; k < layout_.vocab_block_count(); ++k) {
+    const int v = layout_.vocab_segment(k);
+    at(group_head_lse_[k]);
+    SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
+    TraceSpan span(trace_, TraceRecorder::kCompute, "head", layout_.segments()[v].name + " head log-sum-exp");
+    gpt2_head_lse_block(pool_, cfg_, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), targets, BT,
+                        head_scratch_);
+  }
+  return gpt2_head_loss_finish(BT, head_scratch_);
 }
 
 void Executor::grad_squares_record(int segment, const float* grads) {
@@ -213,22 +284,28 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
     update_wait(head);  // the last queued update: every update is done after this
     at(group_head_);
     SegmentHold head_p(*store_, head, SegmentKind::Params, Access::Read);
-    SegmentHold head_g(*store_, head, SegmentKind::Grads, Access::Overwrite);
-    SegmentHold embed_p(*store_, embed, SegmentKind::Params, Access::Read);
-    SegmentHold embed_g(*store_, embed, SegmentKind::Grads, Access::Overwrite);
     SegmentHold in(*store_, head, SegmentKind::Activations, Access::Read);
-    // wte's gradient is overwritten by the head's first chunk (Note [head chunks]); wpe's is
-    // accumulated by the embedding backward, so it starts from zero.
-    std::memset(embed_g.data() + embed_seg.tensors[kWpe].offset_floats, 0,
-                embed_seg.tensors[kWpe].numel * sizeof(float));
-    Gpt2HeadParams hp{head_p.data() + head_seg.tensors[kLnFW].offset_floats,
-                      head_p.data() + head_seg.tensors[kLnFB].offset_floats,
-                      embed_p.data() + embed_seg.tensors[kWte].offset_floats};
-    Gpt2HeadGrads hg{head_g.data() + head_seg.tensors[kLnFW].offset_floats,
-                     head_g.data() + head_seg.tensors[kLnFB].offset_floats,
-                     embed_g.data() + embed_seg.tensors[kWte].offset_floats, dcur};
-    TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: loss + backward");
-    loss = gpt2_head_loss(pool_, cfg_, hp, &hg, in.data(), targets, B * T, head_scratch_);
+    const float* lnf_w = head_p.data() + head_seg.tensors[kLnFW].offset_floats;
+    {
+      TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final layernorm");
+      gpt2_head_begin(pool_, cfg_, lnf_w, head_p.data() + head_seg.tensors[kLnFB].offset_floats, in.data(), B * T,
+                      head_scratch_);
+    }
+    loss = head_lse(targets, B * T);
+    for (int k = 0; k < layout_.vocab_block_count(); ++k) {
+      const int v = layout_.vocab_segment(k);
+      at(group_head_bwd_[k]);
+      SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
+      SegmentHold dwte(*store_, v, SegmentKind::Grads, Access::Overwrite);
+      TraceSpan span(trace_, TraceRecorder::kCompute, "head", segs[v].name + " head backward");
+      gpt2_head_backward_block(pool_, cfg_, wte.data(), dwte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k),
+                               targets, B * T, k == 0, head_scratch_);
+    }
+    at(group_head_end_);
+    SegmentHold head_g(*store_, head, SegmentKind::Grads, Access::Overwrite);
+    TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final layernorm backward");
+    gpt2_head_backward_finish(pool_, cfg_, lnf_w, in.data(), dcur, head_g.data() + head_seg.tensors[kLnFW].offset_floats,
+                              head_g.data() + head_seg.tensors[kLnFB].offset_floats, B * T, head_scratch_);
     grad_squares_record(head, head_g.data());
   }
   if (overlap) optimizer_queue(head, hyper, weight_decay, 1.0f);
@@ -250,13 +327,25 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
   }
   {
     at(group_embed_bwd_);
-    SegmentHold embed_g(*store_, embed, SegmentKind::Grads, Access::Update);
+    SegmentHold embed_g(*store_, embed, SegmentKind::Grads, Access::Overwrite);
     TraceSpan span(trace_, TraceRecorder::kCompute, "backward", "embed backward");
-    embedding_backward(pool_, embed_g.data() + embed_seg.tensors[kWte].offset_floats,
-                       embed_g.data() + embed_seg.tensors[kWpe].offset_floats, dcur, inputs, B, T, C);
+    float* dwpe = embed_g.data() + embed_seg.tensors[kWpe].offset_floats;
+    std::memset(dwpe, 0, embed_seg.tensors[kWpe].numel * sizeof(float));
+    embedding_backward_positions(pool_, dwpe, dcur, B, T, C);
     grad_squares_record(embed, embed_g.data());
   }
   if (overlap) optimizer_queue(embed, hyper, weight_decay, 1.0f);
+  for (int k = 0; k < layout_.vocab_block_count(); ++k) {
+    const int v = layout_.vocab_segment(k);
+    {
+      at(group_vocab_bwd_[k]);
+      SegmentHold dwte(*store_, v, SegmentKind::Grads, Access::Update);
+      TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[v].name + " embed backward");
+      embedding_backward_block(pool_, dwte.data(), dcur, inputs, layout_.vocab_row0(k), layout_.vocab_rows(k), B, T, C);
+      grad_squares_record(v, dwte.data());
+    }
+    if (overlap) optimizer_queue(v, hyper, weight_decay, 1.0f);
+  }
   return loss;
 }
 
@@ -284,26 +373,33 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   if (grad_clip > 0) r.grad_scale = std::min(1.0f, static_cast<float>(grad_clip) / (r.grad_norm + 1e-6f));
   if (mode_ == OptimizerMode::Inline) optimizer_step(hyper, weight_decay, r.grad_scale);
   if (mode_ == OptimizerMode::Pipelined)
-    for (int s = 0; s < layout_.segment_count(); ++s) optimizer_queue(s, hyper, weight_decay, r.grad_scale);
+    for (int s : forward_segments_) optimizer_queue(s, hyper, weight_decay, r.grad_scale);
   r.optimizer_wait_ms = std::exchange(update_wait_ms_, 0.0);
   return r;
 }
 
 float Executor::head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits) {
   const auto& segs = layout_.segments();
-  update_wait(layout_.head_segment());
+  const int head = layout_.head_segment();
+  update_wait(head);
   at(group_head_);
-  SegmentHold head_p(*store_, layout_.head_segment(), SegmentKind::Params, Access::Read);
-  SegmentHold embed_p(*store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
-  SegmentHold in(*store_, layout_.head_segment(), SegmentKind::Activations, Access::Read);
-  const auto& head_seg = segs[layout_.head_segment()];
-  Gpt2HeadParams hp{head_p.data() + head_seg.tensors[kLnFW].offset_floats,
-                    head_p.data() + head_seg.tensors[kLnFB].offset_floats,
-                    embed_p.data() + segs[layout_.embed_segment()].tensors[kWte].offset_floats};
-  TraceSpan span(trace_, TraceRecorder::kCompute, "head", logits == nullptr ? "head: loss" : "head: logits");
-  if (logits == nullptr) return gpt2_head_loss(pool_, cfg_, hp, nullptr, in.data(), targets, BT, head_scratch_);
-  const float* row = in.data() + static_cast<std::size_t>(logits_row) * cfg_.n_embd;
-  gpt2_head_logits_row(pool_, cfg_, hp, row, logits, head_scratch_);
+  SegmentHold head_p(*store_, head, SegmentKind::Params, Access::Read);
+  SegmentHold in(*store_, head, SegmentKind::Activations, Access::Read);
+  const float* lnf_w = head_p.data() + segs[head].tensors[kLnFW].offset_floats;
+  const float* lnf_b = head_p.data() + segs[head].tensors[kLnFB].offset_floats;
+  if (logits == nullptr) {
+    gpt2_head_begin(pool_, cfg_, lnf_w, lnf_b, in.data(), BT, head_scratch_);
+    return head_lse(targets, BT);
+  }
+  gpt2_head_begin(pool_, cfg_, lnf_w, lnf_b, in.data() + static_cast<std::size_t>(logits_row) * cfg_.n_embd, 1,
+                  head_scratch_);
+  for (int k = 0; k < layout_.vocab_block_count(); ++k) {
+    const int v = layout_.vocab_segment(k);
+    at(group_head_lse_[k]);
+    SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
+    TraceSpan span(trace_, TraceRecorder::kCompute, "head", segs[v].name + " logits");
+    gpt2_head_logits_block(cfg_, wte.data(), layout_.vocab_rows(k), logits + layout_.vocab_row0(k), head_scratch_);
+  }
   return 0.0f;
 }
 
@@ -330,10 +426,23 @@ void Executor::optimizer_segment(ThreadPool& pool, int s, const AdamWHyper& hype
                                  float grad_scale) {
   TraceSpan span(trace_, &pool == worker_pool_.get() ? TraceRecorder::kOptimizer : TraceRecorder::kCompute,
                  "optimizer", layout_.segments()[s].name + " AdamW");
+  // Read-ahead of the moment chunks: the worker may run ahead of the schedule position, where
+  // the store's prefetch window does not reach (no-op when they are resident or in RAM).
+  const int chunks = units_.chunk_count(s, SegmentKind::AdamM);
+  auto read_ahead = [&](int c) {
+    if (c >= chunks) return;
+    store_->unit_prefetch(units_.index(s, SegmentKind::AdamM, c));
+    store_->unit_prefetch(units_.index(s, SegmentKind::AdamV, c));
+  };
+  store_->unit_prefetch(units_.index(s, SegmentKind::Params));
+  store_->unit_prefetch(units_.index(s, SegmentKind::Grads));
+  read_ahead(0);
+  read_ahead(1);
   SegmentHold params(*store_, s, SegmentKind::Params, Access::Update);
   SegmentHold grads(*store_, s, SegmentKind::Grads, Access::Read);
   const auto& tensors = layout_.segments()[s].tensors;
-  for (int c = 0; c < units_.chunk_count(s, SegmentKind::AdamM); ++c) {
+  for (int c = 0; c < chunks; ++c) {
+    read_ahead(c + 2);
     {
       SegmentHold m(*store_, s, SegmentKind::AdamM, Access::Update, c);
       SegmentHold v(*store_, s, SegmentKind::AdamV, Access::Update, c);
@@ -387,7 +496,7 @@ void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weig
 void Executor::optimizer_step(const AdamWHyper& hyper, double weight_decay, float grad_scale) {
   STRATUM_ASSERT(store_ != nullptr);
   sync();
-  for (int s = 0; s < layout_.segment_count(); ++s) {
+  for (int s : forward_segments_) {
     if (mode_ != OptimizerMode::Overlapped) at(group_opt_[s]);
     optimizer_segment(pool_, s, hyper, weight_decay, grad_scale);
   }

@@ -1,10 +1,12 @@
 // Runs a training or inference pass block by block over units held by a SegmentStore.
-// Note [step schedule]: forward visits embed, layer.0 .. layer.L-1, head, keeping only each
-// block's input (its "acts" unit in the store, so a tiered store can spill it); the head
-// computes loss and its backward in row chunks; backward visits layer.L-1 .. layer.0,
-// recomputing each block's internals from its input; the embedding backward runs last; the
-// optimizer then visits every segment, params and grads whole and moments in chunks
-// (Note [moment chunks]). The same order is written down as a StepSchedule so a tiered store
+// Note [step schedule]: forward visits embed (positions, then each vocabulary block wte.k),
+// layer.0 .. layer.L-1, head, keeping only each block's input (its "acts" unit in the store, so
+// a tiered store can spill it); the head computes the loss and its backward one vocabulary block
+// at a time (Note [head passes]); backward visits layer.L-1 .. layer.0, recomputing each block's
+// internals from its input; the embedding backward runs last (positions, then each vocabulary
+// block); the optimizer then visits every segment, params and grads whole and moments in
+// chunks (Note [moment chunks]). Vocabulary blocks are segments of their own, so they stream,
+// update and overlap like layers. The same order is written down as a StepSchedule so a tiered store
 // can prefetch and evict by it; the executor calls schedule_at() before each group.
 // Note [optimizer overlap]: OptimizerMode says where AdamW runs. Inline: after the backward, on
 // the training thread. Overlapped (no clipping only): a segment's update does not depend on any
@@ -36,6 +38,12 @@
 namespace stratum {
 
 enum class OptimizerMode { Inline, Overlapped, Pipelined };
+const char* optimizer_mode_name(OptimizerMode mode);  // "inline", "overlapped", "pipelined"
+
+// The mode training uses: without clipping the updates overlap the backward; with clipping and
+// a budget they overlap the next step's forward, where their I/O hides behind compute; in RAM
+// with clipping they run inline (a worker would only compete for the same cores).
+OptimizerMode optimizer_mode_for(double grad_clip, bool budget);
 
 struct StepResult {
   float loss = 0.0f;
@@ -104,6 +112,9 @@ class Executor {
   void update_wait(int segment);  // Pipelined: the segment's queued update has been applied
   // Head on the last forward's output: mean loss over targets (BT rows) when logits is null,
   // else the logits (V) of row logits_row.
+  // Note [head passes]: the log-sum-exp pass over the vocabulary blocks after gpt2_head_begin;
+  // returns the mean loss.
+  float head_lse(const std::int32_t* targets, int BT);
   float head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits);
   Gpt2Activations& block_acts(int layer) { return block_acts_[keep_activations_ ? layer : 0]; }
   int act_segment(int layer) const;  // the segment whose acts unit holds layer's input
@@ -125,8 +136,11 @@ class Executor {
   std::vector<std::vector<double>> grad_squares_;  // [segment][tensor] of the last backward
 
   StepSchedule schedule_;
-  int group_embed_fwd_ = 0, group_head_ = 0, group_embed_bwd_ = 0;
+  int group_embed_fwd_ = 0, group_head_ = 0, group_head_end_ = 0, group_embed_bwd_ = 0;
   std::vector<int> group_fwd_, group_bwd_, group_opt_;  // per layer, per layer, per segment
+  // per vocabulary block: embedding forward, head log-sum-exp, head backward, embedding backward
+  std::vector<int> group_vocab_fwd_, group_head_lse_, group_head_bwd_, group_vocab_bwd_;
+  std::vector<int> forward_segments_;  // segments in the order the forward first reads them
 
   std::unique_ptr<ThreadPool> worker_pool_;  // 1 thread: the optimizer worker's kernels
   std::unique_ptr<OptimizerWorker> worker_;

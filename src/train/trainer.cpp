@@ -19,6 +19,8 @@
 #include "obs/metrics_log.h"
 #include "obs/progress_bar.h"
 #include "obs/trace_recorder.h"
+#include "plan/calibration.h"
+#include "plan/planner.h"
 #include "store/segment_store.h"
 #include "store/tiered_segment_store.h"
 #include "stratum/error.h"
@@ -59,19 +61,11 @@ std::string mib(std::size_t bytes) {
 }
 }  // namespace
 
-// Note [optimizer overlap]: without clipping the updates overlap the backward; with clipping and
-// a budget they overlap the next step's forward, where their I/O hides behind compute; in RAM
-// with clipping they run inline (a worker would only compete for the same cores).
-static OptimizerMode train_optimizer_mode(double grad_clip, bool budget) {
-  if (grad_clip <= 0) return OptimizerMode::Overlapped;
-  return budget ? OptimizerMode::Pipelined : OptimizerMode::Inline;
-}
-
 std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip) {
   ThreadPool pool(1);
   const ParamLayout layout = ParamLayout::gpt2(cfg);
   const UnitTable units(layout, Executor::activation_unit_floats(cfg, batch, seq));
-  const Executor exec(pool, cfg, units, batch, seq, keep_activations, train_optimizer_mode(grad_clip, true));
+  const Executor exec(pool, cfg, units, batch, seq, keep_activations, optimizer_mode_for(grad_clip, true));
   return exec.fixed_bytes() + exec.min_store_bytes();
 }
 
@@ -109,18 +103,37 @@ TrainResult train_run(const TrainOptions& o) {
   // Declared before the executor so it outlives it (the executor's optimizer worker uses it).
   std::unique_ptr<SegmentStore> store_owner;
   Executor exec(pool, cfg, units, o.batch, o.seq, o.keep_activations,
-                train_optimizer_mode(o.grad_clip, o.mem_budget_bytes > 0));
+                optimizer_mode_for(o.grad_clip, o.mem_budget_bytes > 0));
   const std::size_t min_budget = exec.fixed_bytes() + exec.min_store_bytes();
   std::string store_text = "everything in RAM";
+  std::string plan_line;
+  TrainResult result;
   if (o.mem_budget_bytes > 0) {
     STRATUM_CHECK(o.mem_budget_bytes >= min_budget, "[train] --mem-budget ", mib(o.mem_budget_bytes),
                   " is below the minimum of ", mib(min_budget), " for this model at B=", o.batch, " T=", o.seq,
                   " (engine buffers ", mib(exec.fixed_bytes()), " + largest working set ", mib(exec.min_store_bytes()),
                   "); use --mem-budget ", (min_budget + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
+    // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
+    // unless --prefetch chose one.
+    PlanRequest request{cfg, o.batch, o.seq, o.keep_activations, o.grad_clip, o.mem_budget_bytes, o.prefetch};
+    CalibrationOptions co;
+    co.offload_dir = o.offload_dir;
+    co.threads = threads;
+    const Calibration cal = calibrate(co);
+    const Plan plan = plan_make(request, plan_measure_compute(pool, request), cal.disk_read_gbps, cal.disk_write_gbps);
+    result.predicted_step_ms = plan.step_ms;
+    result.prefetch = plan.prefetch;
+    char plan_text[256];
+    std::snprintf(plan_text, sizeof plan_text,
+                  "[stratum] plan: %s per step read, %s written, predicted step %.0f ms (bottleneck: %s), prefetch %d "
+                  "(%s)\n",
+                  mib(plan.read_bytes).c_str(), mib(plan.write_bytes).c_str(), plan.step_ms, plan.bottleneck.c_str(),
+                  plan.prefetch, o.prefetch >= 0 ? "--prefetch" : "chosen by the plan");
+    plan_line = plan_text;
     TieredStoreOptions so;
     so.budget_bytes = o.mem_budget_bytes - exec.fixed_bytes();
     so.offload_dir = o.offload_dir;
-    so.prefetch_depth = o.prefetch;
+    so.prefetch_depth = plan.prefetch;
     so.io.backend = o.io_backend;
     so.io.block_bytes = o.io_block_bytes;
     so.io.queue_depth = o.io_queue_depth;
@@ -185,8 +198,8 @@ TrainResult train_run(const TrainOptions& o) {
     return static_cast<float>(total / o.eval_batches);
   };
 
+  std::fputs(plan_line.c_str(), stderr);
   ProgressBar progress(o.steps, o.quiet);
-  TrainResult result;
   std::vector<double> step_ms;
   double total_ms = 0.0;
   double timed_s = 0.0;
@@ -224,7 +237,10 @@ TrainResult train_run(const TrainOptions& o) {
                              {"grad_norm", grad_norm}, {"step_ms", ms}, {"tokens_per_s", tokens_per_s},
                              {"read_bytes", read}, {"write_bytes", written}, {"stall_ms", stall},
                              {"peak_mem_bytes", peak}};
-    if (o.mem_budget_bytes > 0) record["mem_budget_bytes"] = o.mem_budget_bytes;
+    if (o.mem_budget_bytes > 0) {
+      record["mem_budget_bytes"] = o.mem_budget_bytes;
+      record["predicted_step_ms"] = result.predicted_step_ms;
+    }
     const bool last = step + 1 == o.steps;
     if (val_loader && ((step + 1) % o.eval_every == 0 || last)) {
       result.final_val_loss = evaluate();
@@ -274,6 +290,10 @@ TrainResult train_run(const TrainOptions& o) {
                  result.stall_ms,
                  100.0 * result.stall_ms / std::max(1.0, total_ms),
                  mib(result.peak_mem_bytes).c_str(), mib(o.mem_budget_bytes).c_str());
+  if (o.mem_budget_bytes > 0)
+    std::fprintf(stderr, "[stratum] plan check: median step %.0f ms, predicted %.0f ms (%+.0f%%)\n",
+                 result.step_ms_median, result.predicted_step_ms,
+                 100.0 * (result.predicted_step_ms - result.step_ms_median) / std::max(1e-9, result.step_ms_median));
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);
   std::fprintf(stderr,

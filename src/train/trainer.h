@@ -38,7 +38,7 @@ struct TrainOptions {
   // files under offload_dir and is streamed (TieredSegmentStore).
   std::size_t mem_budget_bytes = 0;
   std::string offload_dir;
-  int prefetch = 2;             // schedule groups (blocks) loaded ahead
+  int prefetch = -1;            // schedule groups loaded ahead; < 0 = the plan's choice (plan/planner.h)
   IoBackend io_backend = IoBackend::Auto;
   std::size_t io_block_bytes = std::size_t{1} << 20;  // I/O request block size (bench/io_sweep)
   int io_queue_depth = 16;                            // blocks in flight
@@ -58,6 +58,8 @@ struct TrainResult {
   double read_gbps = 0.0, write_gbps = 0.0;       // offload bandwidth while the disk was busy
   std::size_t peak_mem_bytes = 0;                 // executor + store, highest over the run
   std::size_t min_budget_bytes = 0;               // smallest --mem-budget this run could use
+  double predicted_step_ms = 0.0;                 // the plan's prediction (with a budget), else 0
+  int prefetch = 0;                               // the prefetch depth used (with a budget)
 };
 
 // Smallest --mem-budget that can train this model at this batch shape (the engine's fixed

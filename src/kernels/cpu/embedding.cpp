@@ -2,6 +2,7 @@
 #include "kernels/cpu/embedding.h"
 
 #include <cstddef>
+#include <cstring>
 
 #include "kernels/cpu/simd.h"
 
@@ -9,42 +10,63 @@ namespace stratum {
 
 namespace {
 STRATUM_SIMD_CLONES
-void embedding_forward_rows(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
-                            std::size_t r0, std::size_t r1, int T, int C) {
+void embedding_add_rows(float* out, const std::int32_t* tokens, const float* wte_rows, int v0, int n,
+                        std::size_t r0, std::size_t r1, int C) {
   for (std::size_t r = r0; r < r1; ++r) {
-    const float* te = wte + static_cast<std::size_t>(tokens[r]) * C;
-    const float* pe = wpe + (r % T) * static_cast<std::size_t>(C);
+    const int row = tokens[r] - v0;
+    if (row < 0 || row >= n) continue;
+    const float* te = wte_rows + static_cast<std::size_t>(row) * C;
     float* y = out + r * C;
-    for (int c = 0; c < C; ++c) y[c] = te[c] + pe[c];
+    for (int c = 0; c < C; ++c) y[c] = te[c] + y[c];
   }
 }
 
 STRATUM_SIMD_CLONES
-void embedding_backward_cols(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
-                             std::size_t c0, std::size_t c1, int BT, int T, int C) {
+void embedding_backward_cols(float* dwte_rows, const float* dout, const std::int32_t* tokens, int v0, int n,
+                             std::size_t c0, std::size_t c1, int BT, int C) {
+  for (int r = 0; r < BT; ++r) {
+    const int row = tokens[r] - v0;
+    if (row < 0 || row >= n) continue;
+    const float* dy = dout + static_cast<std::size_t>(r) * C;
+    float* dte = dwte_rows + static_cast<std::size_t>(row) * C;
+    for (std::size_t c = c0; c < c1; ++c) dte[c] += dy[c];
+  }
+}
+
+STRATUM_SIMD_CLONES
+void embedding_positions_cols(float* dwpe, const float* dout, std::size_t c0, std::size_t c1, int BT, int T, int C) {
   for (int r = 0; r < BT; ++r) {
     const float* dy = dout + static_cast<std::size_t>(r) * C;
-    float* dte = dwte + static_cast<std::size_t>(tokens[r]) * C;
     float* dpe = dwpe + static_cast<std::size_t>(r % T) * C;
-    for (std::size_t c = c0; c < c1; ++c) {
-      dte[c] += dy[c];
-      dpe[c] += dy[c];
-    }
+    for (std::size_t c = c0; c < c1; ++c) dpe[c] += dy[c];
   }
 }
 }  // namespace
 
-void embedding_forward(ThreadPool& pool, float* out, const std::int32_t* tokens, const float* wte,
-                       const float* wpe, int B, int T, int C) {
+void embedding_forward_positions(ThreadPool& pool, float* out, const float* wpe, int B, int T, int C) {
   pool.parallel_for(static_cast<std::size_t>(B) * T, [&](std::size_t r0, std::size_t r1) {
-    embedding_forward_rows(out, tokens, wte, wpe, r0, r1, T, C);
+    for (std::size_t r = r0; r < r1; ++r)
+      std::memcpy(out + r * C, wpe + (r % T) * static_cast<std::size_t>(C), sizeof(float) * C);
   }, 16);
 }
 
-void embedding_backward(ThreadPool& pool, float* dwte, float* dwpe, const float* dout,
-                        const std::int32_t* tokens, int B, int T, int C) {
+void embedding_forward_block(ThreadPool& pool, float* out, const std::int32_t* tokens, const float* wte_rows, int v0,
+                             int n, int B, int T, int C) {
+  pool.parallel_for(static_cast<std::size_t>(B) * T, [&](std::size_t r0, std::size_t r1) {
+    embedding_add_rows(out, tokens, wte_rows, v0, n, r0, r1, C);
+  }, 16);
+}
+
+void embedding_backward_positions(ThreadPool& pool, float* dwpe, const float* dout, int B, int T, int C) {
   pool.parallel_for(static_cast<std::size_t>(C), [&](std::size_t c0, std::size_t c1) {
-    embedding_backward_cols(dwte, dwpe, dout, tokens, c0, c1, B * T, T, C);
+    embedding_positions_cols(dwpe, dout, c0, c1, B * T, T, C);
+  }, 16);
+}
+
+void embedding_backward_block(ThreadPool& pool, float* dwte_rows, const float* dout, const std::int32_t* tokens,
+                              int v0, int n, int B, int T, int C) {
+  pool.parallel_for(static_cast<std::size_t>(C), [&](std::size_t c0, std::size_t c1) {
+    embedding_backward_cols(dwte_rows, dout, tokens, v0, n, c0, c1, B * T, C);
   }, 16);
 }
 

@@ -1,4 +1,6 @@
-// GPT-2 input embedding: token embedding row + position embedding row. Does not own memory.
+// GPT-2 input embedding: token embedding row + position embedding row. The token table is seen
+// one vocabulary block of rows at a time (Note [vocab blocks] in model/param_layout.h); a
+// single block [0, V) is the whole table. Does not own memory.
 #pragma once
 
 #include <cstdint>
@@ -7,13 +9,20 @@
 
 namespace stratum {
 
-// out (B*T, C) = wte[tokens[b,t]] + wpe[t]
-void embedding_forward(ThreadPool& pool, float* out, const std::int32_t* tokens, const float* wte,
-                       const float* wpe, int B, int T, int C);
+// out (B*T, C) = wpe[t]: the position part, before the token rows are added block by block.
+void embedding_forward_positions(ThreadPool& pool, float* out, const float* wpe, int B, int T, int C);
+// out[b,t] += wte_rows[tokens[b,t] - v0] for the positions whose token lies in [v0, v0 + n)
+// (wte_rows: (n, C)). With out = wpe[t] this is wpe[t] + wte[token], one rounding, the same bits
+// whichever block holds the token.
+void embedding_forward_block(ThreadPool& pool, float* out, const std::int32_t* tokens, const float* wte_rows, int v0,
+                             int n, int B, int T, int C);
 
-// dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += dout[b,t] (both accumulate). Channels are split
-// across threads and positions visited in order, so repeated tokens sum deterministically.
-void embedding_backward(ThreadPool& pool, float* dwte, float* dwpe, const float* dout,
-                        const std::int32_t* tokens, int B, int T, int C);
+// dwpe[t] += dout[b,t] (accumulates, batch rows in order).
+void embedding_backward_positions(ThreadPool& pool, float* dwpe, const float* dout, int B, int T, int C);
+// dwte_rows[tokens[b,t] - v0] += dout[b,t] for tokens in [v0, v0 + n) (accumulates). Channels
+// are split across threads and positions visited in order, so repeated tokens sum
+// deterministically and the same way whatever the blocking.
+void embedding_backward_block(ThreadPool& pool, float* dwte_rows, const float* dout, const std::int32_t* tokens,
+                              int v0, int n, int B, int T, int C);
 
 }  // namespace stratum

@@ -36,7 +36,51 @@ void softmax_xent_rows(float* losses, float* dlogits, const float* logits, const
     }
   }
 }
+STRATUM_SIMD_CLONES
+void xent_chunk_forward_rows(float* run_max, float* run_sum, float* target_logit, const float* logits,
+                             const std::int32_t* targets, std::size_t r0, std::size_t r1, int n, int v0) {
+  for (std::size_t r = r0; r < r1; ++r) {
+    const float* x = logits + r * n;
+    const float mx = simd::max_f32(x, n);
+    if (run_sum[r] == 0.0f) {  // first block (a sum of exps is never 0 afterwards)
+      run_max[r] = mx;
+    } else if (mx > run_max[r]) {
+      run_sum[r] *= std::exp(run_max[r] - mx);
+      run_max[r] = mx;
+    }
+    run_sum[r] += row_sum_exp(x, n, run_max[r]);
+    const int t = targets[r] - v0;
+    if (t >= 0 && t < n) target_logit[r] = x[t];
+  }
+}
+
+STRATUM_SIMD_CLONES
+void xent_chunk_backward_rows(float* dlogits, const float* logits, const float* lse, const std::int32_t* targets,
+                              std::size_t r0, std::size_t r1, int n, int v0, float dloss) {
+  for (std::size_t r = r0; r < r1; ++r) {
+    const float* x = logits + r * n;
+    float* d = dlogits + r * n;
+    const float l = lse[r];
+    for (int i = 0; i < n; ++i) d[i] = simd::exp_f32(x[i] - l) * dloss;
+    const int t = targets[r] - v0;
+    if (t >= 0 && t < n) d[t] -= dloss;
+  }
+}
 }  // namespace
+
+void xent_chunk_forward(ThreadPool& pool, float* run_max, float* run_sum, float* target_logit, const float* logits,
+                        const std::int32_t* targets, int N, int n, int v0) {
+  pool.parallel_for(static_cast<std::size_t>(N), [&](std::size_t r0, std::size_t r1) {
+    xent_chunk_forward_rows(run_max, run_sum, target_logit, logits, targets, r0, r1, n, v0);
+  });
+}
+
+void xent_chunk_backward(ThreadPool& pool, float* dlogits, const float* logits, const float* lse,
+                         const std::int32_t* targets, int N, int n, int v0, float dloss) {
+  pool.parallel_for(static_cast<std::size_t>(N), [&](std::size_t r0, std::size_t r1) {
+    xent_chunk_backward_rows(dlogits, logits, lse, targets, r0, r1, n, v0, dloss);
+  });
+}
 
 void softmax_xent(ThreadPool& pool, float* losses, float* dlogits, const float* logits,
                   const std::int32_t* targets, int N, int V, float dloss) {

@@ -14,6 +14,18 @@ namespace stratum {
 void softmax_xent(ThreadPool& pool, float* losses, float* dlogits, const float* logits,
                   const std::int32_t* targets, int N, int V, float dloss);
 
+// Note [online log-sum-exp]: the LM head sees the vocabulary one block of columns at a time
+// (model/param_layout.h, Note [vocab blocks]). For each row r of logits (N, n), which hold
+// columns [v0, v0 + n) of the full rows, xent_chunk_forward folds the block into a running max
+// and sum of exp(logit - max) (rescaling the sum when the max grows) and records the target's
+// logit when the target lies in the block. After the last block lse = max + log(sum). The
+// blocks are visited in a fixed order, so the result does not depend on memory placement.
+void xent_chunk_forward(ThreadPool& pool, float* run_max, float* run_sum, float* target_logit, const float* logits,
+                        const std::int32_t* targets, int N, int n, int v0);
+// dlogits (N, n) = (exp(logits - lse[r]) - onehot(targets[r] - v0)) * dloss; may alias logits.
+void xent_chunk_backward(ThreadPool& pool, float* dlogits, const float* logits, const float* lse,
+                         const std::int32_t* targets, int N, int n, int v0, float dloss);
+
 // probs (V) = softmax(logits / temperature) for one row (temperature > 0).
 void softmax_row(float* probs, const float* logits, int V, float temperature);
 

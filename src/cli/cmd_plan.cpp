@@ -1,0 +1,77 @@
+// `stratum plan`: flags -> PlanRequest -> calibration + plan_make -> the plan on stdout.
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "model/model_io.h"
+#include "plan/calibration.h"
+#include "plan/planner.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+int cmd_plan(const std::vector<std::string>& argv) {
+  Args args("plan", argv,
+            concat_specs(model_flag_specs(),
+                         {{"batch", "B", "sequences per step (default 4)"},
+                          {"seq", "T", "tokens per sequence (default 64)"},
+                          {"grad-clip", "X", "as for train: 0 = off, which lets updates overlap the backward (default 1.0)"},
+                          {"activations", "MODE", "recompute (default) | keep, as for train"},
+                          {"mem-budget", "SIZE", "the memory budget to plan for, e.g. 512M or 4G (default: all in RAM)"},
+                          {"offload-dir", "DIR", "with --mem-budget: the directory the run would stream through (its disk is measured)"},
+                          {"prefetch", "K", "with --mem-budget: plan with this prefetch depth instead of choosing one"},
+                          {"recalibrate", "", "measure the disk again instead of using the cached numbers"},
+                          {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"}}));
+  if (args.help_requested()) {
+    std::fputs(args.help_text("stratum plan [--model HF_DIR | --layers L --heads H --embd C --ctx N --vocab V] "
+                              "--batch B --seq T [--mem-budget SIZE --offload-dir DIR]")
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  PlanRequest r;
+  r.config = args.has("model") ? model_read_config(args.str("model")) : model_flags_config(args);
+  r.config.validate();
+  r.batch = static_cast<int>(args.integer("batch", 4, 1, 65536));
+  r.seq = static_cast<int>(args.integer("seq", 64, 1, 1 << 20));
+  STRATUM_CHECK(r.seq <= r.config.n_ctx, "[plan] --seq ", r.seq, " is longer than the model context n_ctx=",
+                r.config.n_ctx, "; use --seq <= ", r.config.n_ctx);
+  r.grad_clip = args.number("grad-clip", 1.0);
+  STRATUM_CHECK(r.grad_clip >= 0, "[cli] --grad-clip must be >= 0 (0 = off), got ", r.grad_clip);
+  const std::string activations = args.str("activations", "recompute");
+  STRATUM_CHECK(activations == "recompute" || activations == "keep",
+                "[cli] --activations must be 'recompute' or 'keep', got '", activations, "'");
+  r.keep_activations = activations == "keep";
+  r.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;
+  STRATUM_CHECK(!args.has("mem-budget") || r.mem_budget_bytes > 0, "[cli] --mem-budget must be > 0, e.g. 512M");
+  const std::string offload_dir = args.str("offload-dir");
+  STRATUM_CHECK(r.mem_budget_bytes == 0 || !offload_dir.empty(),
+                "[cli] --mem-budget needs --offload-dir DIR (the plan measures that directory's disk)");
+  STRATUM_CHECK(r.mem_budget_bytes > 0 || (offload_dir.empty() && !args.has("prefetch")),
+                "[cli] --offload-dir and --prefetch only apply with --mem-budget SIZE");
+  r.prefetch = static_cast<int>(args.integer("prefetch", -1, 0, 64));
+  const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
+  ThreadPool pool(threads > 0 ? threads : default_thread_count());
+  blas_set_threads(pool.num_threads());
+
+  Calibration cal;
+  if (r.mem_budget_bytes > 0) {
+    CalibrationOptions co;
+    co.offload_dir = offload_dir;
+    co.threads = pool.num_threads();
+    co.refresh = args.flag("recalibrate");
+    cal = calibrate(co);
+  }
+  const ComputeTiming timing = plan_measure_compute(pool, r);
+  const Plan plan = plan_make(r, timing, cal.disk_read_gbps, cal.disk_write_gbps);
+  std::fputs(plan_describe(plan, r).c_str(), stdout);
+  if (r.mem_budget_bytes > 0)
+    std::printf("calibration: %s, %s%s; compute measured on a one-layer model with %d threads\n", cal.device.c_str(),
+                cal.from_cache ? "cached" : "measured now", cal.note.empty() ? "" : (" (" + cal.note + ")").c_str(),
+                pool.num_threads());
+  return 0;
+}
+
+}  // namespace stratum

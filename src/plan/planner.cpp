@@ -1,0 +1,458 @@
+// The planner; see planner.h, Note [plan model] and Note [plan calibration].
+#include "plan/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <limits>
+
+#include "core/rng.h"
+#include "kernels/cpu/adamw.h"
+#include "model/model_io.h"
+#include "model/param_layout.h"
+#include "obs/trace_recorder.h"
+#include "store/segment_store.h"
+#include "store/step_schedule.h"
+#include "store/unit_table.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+namespace {
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string mib(double bytes) {
+  char text[32];
+  if (bytes >= 10.0 * (1u << 30)) std::snprintf(text, sizeof text, "%.1f GiB", bytes / (1u << 30));
+  else std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1u << 20));
+  return text;
+}
+
+std::size_t segment_floats(const ParamLayout& layout) {
+  std::size_t total = 0;
+  for (const auto& s : layout.segments()) total += s.size_floats;
+  return total;
+}
+}  // namespace
+
+ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
+  GptConfig mini = r.config;
+  mini.n_layer = 1;
+  const int rows = vocab_block_rows(r.config);
+  mini.vocab_size = std::min(r.config.vocab_size, kMinVocabBlocks * rows);  // same block size
+  const ParamLayout layout = ParamLayout::gpt2(mini);
+  const UnitTable units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq));
+  RamSegmentStore store(units);
+  model_init_random(mini, layout, store, 1);
+  Executor exec(pool, mini, units, r.batch, r.seq, r.keep_activations, OptimizerMode::Inline);
+  exec.attach(store);
+  const int BT = r.batch * r.seq;
+  std::vector<std::int32_t> inputs(BT), targets(BT);
+  Rng rng(7);
+  for (int i = 0; i < BT; ++i) {
+    inputs[i] = static_cast<std::int32_t>(rng.next_u64() % static_cast<std::uint64_t>(mini.vocab_size));
+    targets[i] = static_cast<std::int32_t>(rng.next_u64() % static_cast<std::uint64_t>(mini.vocab_size));
+  }
+  // Per category, the median over kTimedSteps steps (after a warm-up step): the machine is noisy.
+  constexpr int kTimedSteps = 3;
+  std::vector<ComputeTiming> steps(kTimedSteps);
+  std::vector<double> adamw(kTimedSteps, 0.0);
+  for (int step = 0; step <= kTimedSteps; ++step) {
+    TraceRecorder trace;
+    exec.trace_set(step > 0 ? &trace : nullptr);
+    exec.train_step(inputs.data(), targets.data(), r.batch, r.seq, AdamWHyper{1e-4, 0.9, 0.95, 1e-8, step + 1}, 0.1,
+                    1.0);
+    exec.trace_set(nullptr);
+    if (step == 0) continue;
+    ComputeTiming& t = steps[step - 1];
+    for (const TraceRecorder::Event& e : trace.events()) {
+      if (e.track != TraceRecorder::kCompute || std::string(e.category) == "stall") continue;
+      const double ms = e.dur_us / 1000.0;
+      const std::string& n = e.name;
+      if (ends_with(n, " AdamW")) adamw[step - 1] += ms;
+      else if (starts_with(n, "layer.") && ends_with(n, " forward")) t.layer_forward_ms += ms;
+      else if (starts_with(n, "layer.") && ends_with(n, " backward")) t.layer_backward_ms += ms;
+      else if (starts_with(n, "wte.") && ends_with(n, " embed forward")) t.vocab_forward_ms += ms;
+      else if (starts_with(n, "wte.") && ends_with(n, " embed backward")) t.vocab_backward_ms += ms;
+      else if (starts_with(n, "wte.") && ends_with(n, " head log-sum-exp")) t.head_lse_ms += ms;
+      else if (starts_with(n, "wte.") && ends_with(n, " head backward")) t.head_backward_ms += ms;
+      else t.other_ms += ms;
+    }
+  }
+  auto med = [&](double ComputeTiming::*field) {
+    std::vector<double> v;
+    for (const ComputeTiming& t : steps) v.push_back(t.*field);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  ComputeTiming t;
+  const double blocks = layout.vocab_block_count();
+  t.layer_forward_ms = med(&ComputeTiming::layer_forward_ms);
+  t.layer_backward_ms = med(&ComputeTiming::layer_backward_ms);
+  t.other_ms = med(&ComputeTiming::other_ms);
+  t.vocab_forward_ms = med(&ComputeTiming::vocab_forward_ms) / blocks;
+  t.vocab_backward_ms = med(&ComputeTiming::vocab_backward_ms) / blocks;
+  t.head_lse_ms = med(&ComputeTiming::head_lse_ms) / blocks;
+  t.head_backward_ms = med(&ComputeTiming::head_backward_ms) / blocks;
+  std::sort(adamw.begin(), adamw.end());
+  const double adamw_ms = adamw[adamw.size() / 2];
+  t.adamw_inline_ns_per_float = adamw_ms * 1e6 / static_cast<double>(segment_floats(layout));
+  // The worker's single thread, on a few moment chunks' worth of floats.
+  ThreadPool one(1);
+  const std::size_t n = 8 * kMomentChunkFloats;  // 128 MiB in all: well beyond the caches
+  AlignedBuffer p(n * sizeof(float)), m(n * sizeof(float)), v(n * sizeof(float)), g(n * sizeof(float));
+  for (AlignedBuffer* b : {&p, &m, &v, &g}) std::fill(b->as_f32(), b->as_f32() + n, 0.5f);  // touch every page
+  double best = std::numeric_limits<double>::infinity();
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    adamw_update(one, p.as_f32(), m.as_f32(), v.as_f32(), g.as_f32(), n, AdamWHyper{1e-4, 0.9, 0.95, 1e-8, rep + 1},
+                 0.1, 1.0f);
+    best = std::min(best, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+  }
+  t.adamw_worker_ns_per_float = best / static_cast<double>(n);
+  return t;
+}
+
+namespace {
+
+// Note [plan model]: the store's policy over the schedule, with sizes only.
+class StoreModel {
+ public:
+  StoreModel(const UnitTable& units, const StepSchedule& schedule, std::size_t capacity)
+      : units_(units), schedule_(schedule), capacity_(capacity), resident_(units.count(), false),
+        dirty_(units.count(), false), on_disk_(units.count(), false), evicted_(units.count(), false),
+        protect_(units.count(), false) {}
+
+  // Runs group g; returns the bytes read for it (writes accumulate in group_written).
+  std::uint64_t run_group(int g, std::vector<std::uint64_t>* unit_read, std::vector<std::uint64_t>* unit_written,
+                          std::uint64_t* written) {
+    std::uint64_t read = 0;
+    const auto& uses = schedule_.group(g);
+    // The optimizer holds params and grads throughout and one moment chunk pair at a time; other
+    // groups hold all their units together.
+    const bool optimizer = schedule_.group_work(g) == GroupWork::Optimizer;
+    std::vector<int> held;
+    for (std::size_t i = 0; i < uses.size(); ++i) {
+      const UnitUse& use = uses[i];
+      if (optimizer && i >= 4 && i % 2 == 0) {  // next moment pair: the previous pair is released
+        for (std::size_t j = i - 2; j < i; ++j) protect_[uses[j].unit] = false;
+      }
+      const int u = use.unit;
+      if (!resident_[u]) {
+        space_make(g, units_.bytes(u), unit_written, written);
+        resident_[u] = true;
+        held_bytes_ += units_.bytes(u);
+        peak_bytes_ = std::max(peak_bytes_, held_bytes_);
+        if (use.access != Access::Overwrite && on_disk_[u]) {
+          read += units_.bytes(u);
+          (*unit_read)[u] += units_.bytes(u);
+        }
+        dirty_[u] = false;
+      }
+      if (use.access != Access::Read) dirty_[u] = true;
+      protect_[u] = true;
+      held.push_back(u);
+    }
+    for (int u : held) protect_[u] = false;
+    return read;
+  }
+  void evictions_reset() { std::fill(evicted_.begin(), evicted_.end(), false); }
+  bool evicted(int u) const { return evicted_[u] || !resident_[u]; }
+  std::size_t peak_bytes() const { return peak_bytes_; }
+
+ private:
+  void space_make(int g, std::size_t bytes, std::vector<std::uint64_t>* unit_written, std::uint64_t* written) {
+    while (held_bytes_ + bytes > capacity_) {
+      int victim = -1;
+      long far = -1;
+      for (int u = 0; u < units_.count(); ++u) {
+        if (!resident_[u] || protect_[u]) continue;
+        // Units the current group already used count from the next group on.
+        long d = schedule_.next_use_distance(u, g);
+        if (d == 0) d = 1 + schedule_.next_use_distance(u, (g + 1) % schedule_.group_count());
+        if (d > far) {
+          far = d;
+          victim = u;
+        }
+      }
+      STRATUM_ASSERT(victim >= 0);  // the minimum-budget check ran first
+      const long d = schedule_.next_use_distance(victim, g);
+      const bool dead = schedule_.next_use_access(victim, d == 0 ? (g + 1) % schedule_.group_count() : g) ==
+                        Access::Overwrite;
+      if (dirty_[victim] && !dead) {
+        *written += units_.bytes(victim);
+        (*unit_written)[victim] += units_.bytes(victim);
+        on_disk_[victim] = true;
+      } else if (dirty_[victim]) {
+        on_disk_[victim] = false;
+      }
+      resident_[victim] = false;
+      dirty_[victim] = false;
+      evicted_[victim] = true;
+      held_bytes_ -= units_.bytes(victim);
+    }
+  }
+
+  const UnitTable& units_;
+  const StepSchedule& schedule_;
+  std::size_t capacity_;
+  std::size_t held_bytes_ = 0, peak_bytes_ = 0;
+  std::vector<bool> resident_, dirty_, on_disk_, evicted_, protect_;
+};
+
+// Compute time of group g on the training thread (0 for updates on the worker).
+double group_compute_ms(GroupWork work, const ComputeTiming& t) {
+  switch (work) {
+    case GroupWork::LayerForward: return t.layer_forward_ms;
+    case GroupWork::LayerBackward: return t.layer_backward_ms;
+    case GroupWork::VocabForward: return t.vocab_forward_ms;
+    case GroupWork::VocabBackward: return t.vocab_backward_ms;
+    case GroupWork::HeadLse: return t.head_lse_ms;
+    case GroupWork::HeadBackward: return t.head_backward_ms;
+    case GroupWork::EmbedForward: case GroupWork::HeadBegin: case GroupWork::HeadEnd: case GroupWork::EmbedBackward:
+      return t.other_ms / 4;
+    case GroupWork::Optimizer: return 0.0;
+  }
+  return 0.0;
+}
+
+struct PipelineResult {
+  double step_ms = 0, optimizer_ms = 0;
+};
+
+// Note [plan model]: the pipeline over two steps' groups; the second step's duration.
+PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, const std::vector<std::uint64_t>& reads,
+                        const std::vector<std::uint64_t>& writes, const ComputeTiming& t, OptimizerMode mode,
+                        int prefetch, double read_gbps, double write_gbps) {
+  const int G = schedule.group_count();
+  std::vector<double> compute_end(static_cast<std::size_t>(2 * G), 0.0);
+  double disk_free = 0, worker_free = 0, previous = 0, step_start = 0, optimizer_ms = 0;
+  for (int i = 0; i < 2 * G; ++i) {
+    const int g = i % G;
+    if (g == 0) step_start = previous;
+    const double read_ms = read_gbps > 0 ? static_cast<double>(reads[g]) / (read_gbps * 1e6) : 0.0;
+    const double window_open = i - prefetch - 1 >= 0 ? compute_end[i - prefetch - 1] : 0.0;
+    const double read_start = std::max(disk_free, window_open);
+    const double read_end = read_start + read_ms;
+    if (read_ms > 0) disk_free = read_end;
+    // The group's write-backs share the device with the reads that follow (one disk).
+    if (write_gbps > 0 && writes[g] > 0)
+      disk_free = std::max(disk_free, previous) + static_cast<double>(writes[g]) / (write_gbps * 1e6);
+    double start = std::max(previous, read_end);
+    double ms = group_compute_ms(schedule.group_work(g), t);
+    if (schedule.group_work(g) == GroupWork::Optimizer) {
+      std::size_t floats = units.bytes(schedule.group(g)[0].unit) / sizeof(float);  // the params unit
+      if (mode == OptimizerMode::Inline) {
+        ms = floats * t.adamw_inline_ns_per_float / 1e6;
+      } else {
+        // The worker: starts when queued (after the group's reads) and when free; the training
+        // thread waits for it only before the segment's next forward (Pipelined) or at the end of
+        // the step (Overlapped).
+        const double worker_ms = floats * t.adamw_worker_ns_per_float / 1e6;
+        worker_free = std::max(worker_free, std::max(previous, read_end)) + worker_ms;
+        if (i >= G) optimizer_ms += worker_ms;
+        if (mode == OptimizerMode::Pipelined) start = std::max(start, worker_free);
+      }
+    }
+    compute_end[i] = start + ms;
+    previous = compute_end[i];
+    if (mode == OptimizerMode::Overlapped && g == G - 1) previous = std::max(previous, worker_free);
+  }
+  return {previous - step_start, optimizer_ms};
+}
+
+const char* segment_group_name(const SegmentLayout& s) {
+  switch (s.role) {
+    case SegmentRole::Embed: return "embed (wpe)";
+    case SegmentRole::Layer: return "layers";
+    case SegmentRole::Head: return "head (ln_f)";
+    case SegmentRole::Vocab: return "wte vocabulary blocks";
+  }
+  return "?";
+}
+}  // namespace
+
+Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, double write_gbps) {
+  const GptConfig& cfg = r.config;
+  cfg.validate();
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  const UnitTable units(layout, Executor::activation_unit_floats(cfg, r.batch, r.seq));
+  ThreadPool pool(1);
+  Plan p;
+  p.mode = optimizer_mode_for(r.grad_clip, r.mem_budget_bytes > 0);
+  const Executor exec(pool, cfg, units, r.batch, r.seq, r.keep_activations, p.mode);
+  const StepSchedule& schedule = exec.schedule();
+  p.engine_bytes = exec.fixed_bytes();
+  p.min_budget_bytes = exec.fixed_bytes() + exec.min_store_bytes();
+  p.read_gbps = read_gbps;
+  p.write_gbps = write_gbps;
+  p.timing = t;
+  for (int u = 0; u < units.count(); ++u) {
+    switch (units.kind(u)) {
+      case SegmentKind::Params: p.params_bytes += units.bytes(u); break;
+      case SegmentKind::Grads: p.grads_bytes += units.bytes(u); break;
+      case SegmentKind::AdamM: case SegmentKind::AdamV: p.moments_bytes += units.bytes(u); break;
+      case SegmentKind::Activations: p.activation_bytes += units.bytes(u); break;
+    }
+  }
+  STRATUM_CHECK(r.mem_budget_bytes == 0 || r.mem_budget_bytes >= p.min_budget_bytes, "[plan] --mem-budget ",
+                mib(static_cast<double>(r.mem_budget_bytes)), " is below the minimum of ",
+                mib(static_cast<double>(p.min_budget_bytes)), " for this model at B=", r.batch, " T=", r.seq,
+                "; use --mem-budget ", (p.min_budget_bytes + (1 << 20) - 1) >> 20, "M or more");
+  const std::size_t total = units.total_bytes();
+  p.streaming = r.mem_budget_bytes > 0 && total > r.mem_budget_bytes - p.engine_bytes;
+  const std::size_t capacity = p.streaming ? r.mem_budget_bytes - p.engine_bytes : total;
+  p.disk_bytes = r.mem_budget_bytes > 0 ? total : 0;
+
+  // Traffic: three steps through the store model; the third is the steady state.
+  StoreModel store(units, schedule, capacity);
+  const int G = schedule.group_count();
+  std::vector<std::uint64_t> group_read(G, 0), group_written(G, 0), unit_read(units.count(), 0),
+      unit_written(units.count(), 0);
+  std::uint64_t written = 0;
+  for (int step = 0; step < 3; ++step) {
+    if (step == 2) {
+      store.evictions_reset();
+      written = 0;
+      std::fill(unit_read.begin(), unit_read.end(), 0);
+      std::fill(unit_written.begin(), unit_written.end(), 0);
+    }
+    for (int g = 0; g < G; ++g) {
+      const std::uint64_t before = written;
+      group_read[g] = store.run_group(g, &unit_read, &unit_written, &written);
+      group_written[g] = written - before;
+    }
+  }
+  for (std::uint64_t b : group_read) p.read_bytes += b;
+  p.write_bytes = p.streaming ? written : 0;
+  if (!p.streaming) {
+    std::fill(group_read.begin(), group_read.end(), 0);
+    std::fill(group_written.begin(), group_written.end(), 0);
+  }
+  p.peak_ram_bytes = p.engine_bytes + (p.streaming ? store.peak_bytes() : total);
+
+  // Where each segment lives.
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    SegmentPlace place{layout.segments()[s].name};
+    for (int k = 0; k < kSegmentKindCount; ++k)
+      for (int c = 0; c < units.chunk_count(s, static_cast<SegmentKind>(k)); ++c) {
+        const int u = units.index(s, static_cast<SegmentKind>(k), c);
+        place.bytes += units.bytes(u);
+        if (!p.streaming || !store.evicted(u)) place.resident_bytes += units.bytes(u);
+        place.read_bytes += unit_read[u];
+        place.write_bytes += p.streaming ? unit_written[u] : 0;
+      }
+    p.segments.push_back(place);
+  }
+
+  // Time.
+  const std::size_t floats = segment_floats(layout);
+  const double adamw_ns = p.mode == OptimizerMode::Inline ? t.adamw_inline_ns_per_float : t.adamw_worker_ns_per_float;
+  p.optimizer_ms = floats * adamw_ns / 1e6;
+  for (int g = 0; g < G; ++g) p.compute_ms += group_compute_ms(schedule.group_work(g), t);
+  p.read_ms = read_gbps > 0 ? p.read_bytes / (read_gbps * 1e6) : 0.0;
+  p.write_ms = write_gbps > 0 ? p.write_bytes / (write_gbps * 1e6) : 0.0;
+  const int nv = layout.vocab_block_count();
+  p.ram_step_ms = t.other_ms + cfg.n_layer * (t.layer_forward_ms + t.layer_backward_ms) +
+                  nv * (t.vocab_forward_ms + t.vocab_backward_ms + t.head_lse_ms + t.head_backward_ms) +
+                  floats * t.adamw_inline_ns_per_float / 1e6;
+  if (!p.streaming) {
+    p.prefetch = 0;
+    const PipelineResult run = pipeline(schedule, units, group_read, group_written, t, p.mode, 0, 0.0, 0.0);
+    p.step_ms = run.step_ms;
+  } else {
+    // The smallest prefetch depth within 2% of the best (deeper windows hold more memory).
+    std::vector<double> by_depth;
+    for (int k = 0; k <= 6; ++k)
+      by_depth.push_back(
+          pipeline(schedule, units, group_read, group_written, t, p.mode, k, read_gbps, write_gbps).step_ms);
+    const double best = *std::min_element(by_depth.begin(), by_depth.end());
+    p.prefetch = r.prefetch >= 0 ? r.prefetch : 6;
+    if (r.prefetch < 0)
+      for (int k = 1; k <= 6; ++k)
+        if (by_depth[k] <= best * 1.02) {
+          p.prefetch = k;
+          break;
+        }
+    p.step_ms = pipeline(schedule, units, group_read, group_written, t, p.mode, p.prefetch, read_gbps, write_gbps).step_ms;
+  }
+  const double cpu_ms = p.mode == OptimizerMode::Inline ? p.compute_ms + p.optimizer_ms : p.compute_ms;
+  struct Candidate {
+    const char* name;
+    double ms;
+  };
+  const Candidate candidates[] = {{"compute", cpu_ms}, {"read", p.read_ms}, {"write", p.write_ms},
+                                  {"optimizer", p.mode == OptimizerMode::Inline ? 0.0 : p.optimizer_ms}};
+  p.bottleneck = std::max_element(std::begin(candidates), std::end(candidates),
+                                  [](const Candidate& a, const Candidate& b) { return a.ms < b.ms; })->name;
+  // Compute is the busiest resource but the pipeline waits on the disk for part of the step:
+  // say so (the reads cannot all be hidden behind the compute next to them).
+  if (p.bottleneck == std::string("compute") && p.step_ms > 1.05 * cpu_ms) p.bottleneck = "read (stalls)";
+  return p;
+}
+
+std::string plan_describe(const Plan& p, const PlanRequest& r) {
+  std::string out;
+  char line[512];
+  auto add = [&](const char* fmt, auto... args) {
+    std::snprintf(line, sizeof line, fmt, args...);
+    out += line;
+  };
+  add("model %s, B=%d T=%d (%d tokens/step), %s activations, optimizer %s\n", r.config.describe().c_str(), r.batch,
+      r.seq, r.batch * r.seq, r.keep_activations ? "kept" : "recomputed", optimizer_mode_name(p.mode));
+  add("state: params %s, grads %s, AdamW moments %s, boundary activations %s; engine buffers %s\n",
+      mib(p.params_bytes).c_str(), mib(p.grads_bytes).c_str(), mib(p.moments_bytes).c_str(),
+      mib(p.activation_bytes).c_str(), mib(p.engine_bytes).c_str());
+  const double total = static_cast<double>(p.params_bytes + p.grads_bytes + p.moments_bytes + p.activation_bytes);
+  add("memory: minimum budget %s; %s\n", mib(p.min_budget_bytes).c_str(),
+      r.mem_budget_bytes == 0 ? "no budget: everything in RAM"
+      : p.streaming ? ("budget " + mib(r.mem_budget_bytes) + " = " +
+                       std::to_string(static_cast<int>(100.0 * r.mem_budget_bytes / (total + p.engine_bytes))) +
+                       "% of the run's memory: streaming, offload files " + mib(p.disk_bytes) + " on disk")
+                          .c_str()
+                    : ("budget " + mib(r.mem_budget_bytes) + " holds everything: nothing streamed").c_str());
+  // Segments grouped by role, in layout order.
+  out += "placement (per step, steady state):\n";
+  for (SegmentRole role : {SegmentRole::Embed, SegmentRole::Vocab, SegmentRole::Layer, SegmentRole::Head}) {
+    std::size_t bytes = 0, resident = 0, count = 0;
+    std::uint64_t read = 0, written = 0;
+    const ParamLayout layout = ParamLayout::gpt2(r.config);
+    for (int s = 0; s < layout.segment_count(); ++s) {
+      if (layout.segments()[s].role != role) continue;
+      const SegmentPlace& place = p.segments[s];
+      bytes += place.bytes;
+      resident += place.resident_bytes;
+      read += place.read_bytes;
+      written += place.write_bytes;
+      ++count;
+    }
+    if (count == 0) continue;
+    const char* name = segment_group_name(layout.segments()[role == SegmentRole::Vocab ? layout.vocab_segment(0)
+                                                             : role == SegmentRole::Layer ? layout.layer_segment(0)
+                                                             : role == SegmentRole::Head  ? layout.head_segment()
+                                                                                          : layout.embed_segment()]);
+    add("  %-22s %4zu x  %10s  %s, read %s + written %s\n", name, count, mib(bytes).c_str(),
+        resident == bytes ? "stays in RAM" : resident == 0 ? "streamed    " : "partly in RAM", mib(read).c_str(),
+        mib(written).c_str());
+  }
+  if (p.streaming) {
+    add("I/O per step: read %s, written %s; offload dir %.2f GB/s read, %.2f GB/s write (calibrated); prefetch %d\n",
+        mib(p.read_bytes).c_str(), mib(p.write_bytes).c_str(), p.read_gbps, p.write_gbps, p.prefetch);
+  }
+  add("peak RAM (engine): %s\n", mib(p.peak_ram_bytes).c_str());
+  add("measured: block forward %.1f ms, backward %.1f ms; per vocabulary block: embedding %.2f ms, head %.1f ms; "
+      "AdamW %.2f ns/float inline, %.2f ns/float on the worker\n",
+      p.timing.layer_forward_ms, p.timing.layer_backward_ms, p.timing.vocab_forward_ms + p.timing.vocab_backward_ms,
+      p.timing.head_lse_ms + p.timing.head_backward_ms, p.timing.adamw_inline_ns_per_float,
+      p.timing.adamw_worker_ns_per_float);
+  add("busy per step: compute %.0f ms, optimizer %.0f ms (%s), reads %.0f ms, writes %.0f ms\n", p.compute_ms,
+      p.optimizer_ms, p.mode == OptimizerMode::Inline ? "inline" : "on the worker", p.read_ms, p.write_ms);
+  add("predicted step: %.0f ms (%.0f tokens/s), %.2fx the in-RAM step of %.0f ms; bottleneck: %s\n", p.step_ms,
+      r.batch * r.seq / (p.step_ms / 1000.0), p.step_ms / p.ram_step_ms, p.ram_step_ms, p.bottleneck.c_str());
+  return out;
+}
+
+}  // namespace stratum

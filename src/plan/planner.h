@@ -1,0 +1,87 @@
+// `stratum plan` and the plan `stratum train --mem-budget` follows: before anything runs, what
+// state a training run holds, where each segment lives, what moves between RAM and the offload
+// dir per step, and how long a step will take and why.
+// Note [plan model]: the plan replays the executor's own StepSchedule (the groups a step runs,
+// with the units each uses) against a model of the tiered store: units are loaded when a group
+// needs them, the unit used farthest in the future is evicted first (dirty ones written unless
+// their next use overwrites them), exactly the store's policy, so the bytes read and written
+// per step come from the same schedule the run will follow. Time comes from a pipeline over the
+// same groups: each group's compute (measured on this machine for these shapes, Note [plan
+// calibration]) starts when the previous group's compute and its own reads are done; reads run
+// one at a time in schedule order on the read queue, each starting once its group is within
+// the prefetch window; updates run on the optimizer worker when the mode has one; writes run on
+// their own queue and only bound the step when they exceed it. The prediction is that
+// pipeline's steady-state step (the third simulated step).
+// Note [plan calibration]: compute times are measured, not modelled from FLOPs: a one-layer
+// model with the run's width, heads, batch, sequence and vocabulary-block size trains three
+// steps in RAM with the trace recorder on; the spans give one block's forward and backward,
+// one vocabulary block's embedding and head work, the rest, and AdamW's cost per float (inline
+// and on the worker's single thread). Disk bandwidth comes from plan/calibration.h (cached per
+// device). Does not run the training itself.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/model_config.h"
+#include "train/executor.h"
+
+namespace stratum {
+
+struct PlanRequest {
+  GptConfig config;
+  int batch = 4, seq = 64;
+  bool keep_activations = false;
+  double grad_clip = 1.0;
+  std::size_t mem_budget_bytes = 0;  // 0 = everything in RAM
+  int prefetch = -1;                 // < 0: the plan chooses
+};
+
+// Measured compute of one step's pieces on this machine (Note [plan calibration]).
+struct ComputeTiming {
+  double layer_forward_ms = 0, layer_backward_ms = 0;  // one transformer block
+  double vocab_forward_ms = 0, vocab_backward_ms = 0;  // one vocabulary block: embedding
+  double head_lse_ms = 0, head_backward_ms = 0;        // one vocabulary block: LM head passes
+  double other_ms = 0;                                 // positions, final layernorm, their backward
+  double adamw_inline_ns_per_float = 0;                // AdamW on the training thread's pool
+  double adamw_worker_ns_per_float = 0;                // AdamW on the optimizer worker (1 thread)
+};
+ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request);
+
+struct SegmentPlace {
+  std::string name;
+  std::size_t bytes = 0;           // params + grads + moments + activations units
+  std::size_t resident_bytes = 0;  // of those, never evicted during a steady-state step
+  std::uint64_t read_bytes = 0, write_bytes = 0;  // per step
+};
+
+struct Plan {
+  std::size_t params_bytes = 0, grads_bytes = 0, moments_bytes = 0, activation_bytes = 0;
+  std::size_t engine_bytes = 0;      // the executor's fixed buffers
+  std::size_t min_budget_bytes = 0;  // smallest --mem-budget that can run
+  std::size_t disk_bytes = 0;        // offload files (0 when everything fits)
+  std::size_t peak_ram_bytes = 0;    // engine buffers + store, at most the budget
+  bool streaming = false;
+  int prefetch = 0;
+  OptimizerMode mode = OptimizerMode::Inline;
+  std::uint64_t read_bytes = 0, write_bytes = 0;  // per step
+  double compute_ms = 0, optimizer_ms = 0, read_ms = 0, write_ms = 0;  // busy time per step
+  double step_ms = 0;      // predicted
+  double ram_step_ms = 0;  // predicted for the same run with everything in RAM
+  std::string bottleneck;  // "compute", "read", "write" or "optimizer"
+  double read_gbps = 0, write_gbps = 0;
+  ComputeTiming timing;  // what the prediction was made from
+  std::vector<SegmentPlace> segments;
+};
+
+// read_gbps/write_gbps: the offload dir's measured bandwidth (unused without a budget).
+// Throws Error when the budget is below the minimum (naming it).
+Plan plan_make(const PlanRequest& request, const ComputeTiming& timing, double read_gbps, double write_gbps);
+
+// The human-readable plan (several lines).
+std::string plan_describe(const Plan& plan, const PlanRequest& request);
+
+}  // namespace stratum
