@@ -9,7 +9,10 @@ step, the read/write bandwidth the disk delivered while busy against the best of
 io_sweep on the same directory, and peak RSS against the budget. Prints a table and a JSON line.
 
 Usage: python3 bench/offload_bench.py --dir /path/on/nvme [--steps 5] [--rounds 2]
-           [--budget-frac 0.25] [--grad-clip 1.0] [--prefetch 2] [--io auto] [--no-sweep]
+           [--budget-frac 0.25,0.10] [--grad-clip 1.0] [--prefetch K] [--io auto] [--no-sweep]
+A budget fraction below the run's minimum budget runs at the minimum (and says so). Without
+--prefetch the runs use the plan's choice; the plan's predicted step time is reported next to
+the measured median.
 Needs a Release build in build/ (stratum, io_sweep) and ../shared/data (Tiny Shakespeare + GPT-2 BPE).
 """
 import argparse, json, os, re, statistics, subprocess, sys, tempfile
@@ -32,8 +35,9 @@ def run_train(args, budget, log):
     if args.tokenizer:
         cmd += ["--tokenizer", args.tokenizer]
     if budget:
-        cmd += ["--mem-budget", f"{budget >> 20}M", "--offload-dir", args.dir, "--prefetch", str(args.prefetch),
-                "--io", args.io]
+        cmd += ["--mem-budget", f"{budget >> 20}M", "--offload-dir", args.dir, "--io", args.io]
+        if args.prefetch is not None:
+            cmd += ["--prefetch", str(args.prefetch)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"offload_bench: {' '.join(cmd)} failed:\n{r.stderr}")
@@ -42,9 +46,22 @@ def run_train(args, budget, log):
     rd = re.search(r"read [0-9.]+ MiB \(([0-9.]+) GB/s", r.stderr)
     wr = re.search(r"written [0-9.]+ MiB \(([0-9.]+) GB/s", r.stderr)
     h = re.search(r"params hash ([0-9a-f]+)", r.stderr)
+    pf = re.search(r"prefetch (\d+) \(", r.stderr)
     return {"steps": steps[1:] if len(steps) > 1 else steps, "rss_mib": float(rss.group(1)),
+            "prefetch": int(pf.group(1)) if pf else None,
             "read_gbps": float(rd.group(1)) if rd else 0.0, "write_gbps": float(wr.group(1)) if wr else 0.0,
             "hash": h.group(1)}
+
+
+def min_budget_mib(args):
+    cmd = [STRATUM, "plan", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
+           "--ctx", "1024", "--batch", str(args.batch), "--seq", str(args.seq), "--grad-clip", str(args.grad_clip),
+           "--threads", str(args.threads), "--mem-budget", "1M", "--offload-dir", args.dir]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    m = re.search(r"use --mem-budget (\d+)M", r.stderr)
+    if not m:
+        sys.exit(f"offload_bench: cannot read the minimum budget from 'stratum plan':\n{r.stderr}")
+    return int(m.group(1))
 
 
 def sweep_best(directory):
@@ -68,9 +85,9 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--budget-frac", type=float, default=0.25)
+    p.add_argument("--budget-frac", default="0.25", help="comma-separated fractions of the training state")
     p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--prefetch", type=int, default=2)
+    p.add_argument("--prefetch", type=int, default=None, help="default: the plan's choice")
     p.add_argument("--io", default="auto")
     p.add_argument("--data", default=os.path.join(DATA, "tinyshakespeare.txt"))
     p.add_argument("--tokenizer", default=DATA)
@@ -78,48 +95,55 @@ def main():
     args = p.parse_args()
 
     state = 16 * params_of(args.layers, args.embd, 50257, 1024)
-    budget = int(args.budget_frac * state) >> 20 << 20
+    floor = min_budget_mib(args) << 20
+    budgets = [max(int(float(f) * state) >> 20 << 20, floor) for f in args.budget_frac.split(",")]
     best_read, best_write = (0.0, 0.0) if args.no_sweep else sweep_best(args.dir)
     print(f"machine: {os.cpu_count()} CPUs, load {open('/proc/loadavg').read().split()[:3]}")
     print(f"model L{args.layers} C{args.embd} H{args.heads}, B={args.batch} T={args.seq}, training state "
-          f"{state / 2**20:.0f} MiB, budget {budget >> 20} MiB ({100 * budget / state:.0f}%), grad clip "
-          f"{args.grad_clip}, prefetch {args.prefetch}, offload dir {args.dir}")
-    ram, off = [], []
+          f"{state / 2**20:.0f} MiB, minimum budget {floor >> 20} MiB, grad clip {args.grad_clip}, offload dir {args.dir}")
+    ram, off = [], [[] for _ in budgets]
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "log.jsonl")
         for _ in range(args.rounds):
             ram.append(run_train(args, 0, log))
-            off.append(run_train(args, budget, log))
-    if len({r["hash"] for r in ram + off}) != 1:
+            for i, budget in enumerate(budgets):
+                off[i].append(run_train(args, budget, log))
+    if len({r["hash"] for r in ram + [x for runs in off for x in runs]}) != 1:
         sys.exit("offload_bench: parameters differ between RAM and budget runs: exactness is broken")
 
     def med(runs, key):
         return statistics.median(s[key] for r in runs for s in r["steps"])
 
-    ram_ms, off_ms = med(ram, "step_ms"), med(off, "step_ms")
-    res = {
-        "config": f"L{args.layers} C{args.embd} B{args.batch} T{args.seq}", "budget_mib": budget >> 20,
-        "budget_frac": args.budget_frac, "grad_clip": args.grad_clip, "prefetch": args.prefetch,
-        "ram_step_ms": round(ram_ms, 1), "offload_step_ms": round(off_ms, 1), "ratio": round(off_ms / ram_ms, 3),
-        "stall_ms_per_step": round(med(off, "stall_ms"), 1),
-        "read_mib_per_step": round(med(off, "read_bytes") / 2**20, 1),
-        "write_mib_per_step": round(med(off, "write_bytes") / 2**20, 1),
-        "read_gbps": round(statistics.median(r["read_gbps"] for r in off), 2),
-        "write_gbps": round(statistics.median(r["write_gbps"] for r in off), 2),
-        "sweep_best_read_gbps": best_read, "sweep_best_write_gbps": best_write,
-        "ram_peak_rss_mib": max(r["rss_mib"] for r in ram), "offload_peak_rss_mib": max(r["rss_mib"] for r in off),
-        "offload_peak_engine_mib": round(max(s["peak_mem_bytes"] for r in off for s in r["steps"]) / 2**20, 1),
-    }
-    print(f"in RAM:      {ram_ms:8.1f} ms/step, peak RSS {res['ram_peak_rss_mib']:.0f} MiB")
-    print(f"budget:      {off_ms:8.1f} ms/step = {res['ratio']:.3f}x RAM; stall {res['stall_ms_per_step']:.0f} ms/step; "
-          f"read {res['read_mib_per_step']:.0f} MiB + write {res['write_mib_per_step']:.0f} MiB per step")
-    if best_read:
-        print(f"bandwidth:   read {res['read_gbps']:.2f} GB/s ({100 * res['read_gbps'] / best_read:.0f}% of the sweep's "
-              f"best {best_read:.2f}), write {res['write_gbps']:.2f} GB/s ({100 * res['write_gbps'] / best_write:.0f}% "
-              f"of {best_write:.2f})")
-    print(f"memory:      peak RSS {res['offload_peak_rss_mib']:.0f} MiB vs budget {budget >> 20} MiB "
-          f"(+{res['offload_peak_rss_mib'] - (budget >> 20):.0f} MiB); engine peak {res['offload_peak_engine_mib']:.0f} MiB")
-    print(json.dumps(res))
+    ram_ms = med(ram, "step_ms")
+    print(f"in RAM:      {ram_ms:8.1f} ms/step, peak RSS {max(r['rss_mib'] for r in ram):.0f} MiB")
+    for budget, runs in zip(budgets, off):
+        off_ms = med(runs, "step_ms")
+        pred = med(runs, "predicted_step_ms")
+        res = {
+            "config": f"L{args.layers} C{args.embd} B{args.batch} T{args.seq}", "budget_mib": budget >> 20,
+            "budget_frac": round(budget / state, 3), "grad_clip": args.grad_clip, "prefetch": runs[0]["prefetch"],
+            "ram_step_ms": round(ram_ms, 1), "offload_step_ms": round(off_ms, 1), "ratio": round(off_ms / ram_ms, 3),
+            "predicted_step_ms": round(pred, 1), "prediction_error": round(pred / off_ms - 1, 3),
+            "stall_ms_per_step": round(med(runs, "stall_ms"), 1),
+            "read_mib_per_step": round(med(runs, "read_bytes") / 2**20, 1),
+            "write_mib_per_step": round(med(runs, "write_bytes") / 2**20, 1),
+            "read_gbps": round(statistics.median(r["read_gbps"] for r in runs), 2),
+            "write_gbps": round(statistics.median(r["write_gbps"] for r in runs), 2),
+            "sweep_best_read_gbps": best_read, "sweep_best_write_gbps": best_write,
+            "ram_peak_rss_mib": max(r["rss_mib"] for r in ram), "offload_peak_rss_mib": max(r["rss_mib"] for r in runs),
+            "offload_peak_engine_mib": round(max(s["peak_mem_bytes"] for r in runs for s in r["steps"]) / 2**20, 1),
+        }
+        print(f"budget {budget >> 20} MiB ({100 * budget / state:.1f}%): {off_ms:8.1f} ms/step = {res['ratio']:.3f}x RAM "
+              f"(plan predicted {pred:.0f} ms, {100 * res['prediction_error']:+.0f}%); stall "
+              f"{res['stall_ms_per_step']:.0f} ms/step; read {res['read_mib_per_step']:.0f} MiB + write "
+              f"{res['write_mib_per_step']:.0f} MiB per step; prefetch {res['prefetch']}")
+        if best_read:
+            print(f"  bandwidth: read {res['read_gbps']:.2f} GB/s ({100 * res['read_gbps'] / best_read:.0f}% of the "
+                  f"sweep's best {best_read:.2f}), write {res['write_gbps']:.2f} GB/s "
+                  f"({100 * res['write_gbps'] / best_write:.0f}% of {best_write:.2f})")
+        print(f"  memory: peak RSS {res['offload_peak_rss_mib']:.0f} MiB vs budget {budget >> 20} MiB "
+              f"(+{res['offload_peak_rss_mib'] - (budget >> 20):.0f} MiB); engine peak {res['offload_peak_engine_mib']:.0f} MiB")
+        print(json.dumps(res))
 
 
 if __name__ == "__main__":

@@ -63,12 +63,12 @@ void check_golden_run(const std::string& args_file, const std::string& reference
   RamSegmentStore store(layout);
   model_load_weights(tmp.file("out"), layout, store);
   for (int s = 0; s < layout.segment_count(); ++s) {
-    SegmentHold params(store, s, SegmentKind::Params, Access::Read);
+    SegmentChunksHold params(store, s, SegmentKind::Params, Access::Read);
     for (const auto& t : layout.segments()[s].tensors) {
       const auto expected = golden_f32(ref, "final.transformer." + t.name);
       double max_err = 0.0;
       for (std::size_t i = 0; i < t.numel; ++i)
-        max_err = std::max(max_err, std::abs(static_cast<double>(params.data()[t.offset_floats + i]) -
+        max_err = std::max(max_err, std::abs(static_cast<double>(params.tensor(t)[i]) -
                                              expected[t.hf_first() + i]));
       EXPECT_LE(max_err, 2e-5) << t.name;
     }

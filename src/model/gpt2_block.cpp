@@ -11,8 +11,11 @@
 
 namespace stratum {
 
-Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* base) {
-  auto at = [&](int i) { return base + layout.tensors[i].offset_floats; };
+Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* const* chunks) {
+  auto at = [&](int i) {
+    const TensorSlot& t = layout.tensors[i];
+    return chunks[t.chunk] + layout.offset_in_chunk(t);
+  };
   return Gpt2BlockTensors{at(kLn1W), at(kLn1B),       at(kAttnW), at(kAttnB), at(kAttnProjW), at(kAttnProjB),
                           at(kLn2W), at(kLn2B),       at(kFcW),   at(kFcB),   at(kMlpProjW),  at(kMlpProjB)};
 }

@@ -27,7 +27,9 @@ struct Gpt2BlockTensors {
   float* mlp_proj_w;   // (4C, C)
   float* mlp_proj_b;   // (C)
 };
-Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* base);
+// One pointer per tensor of a block segment held as chunks (Note [segment chunks]): chunks[c] is
+// chunk c's buffer.
+Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* const* chunks);
 
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs. The
 // executor keeps one (recompute mode: refilled by recomputing from the block input) or one per

@@ -69,8 +69,9 @@ void model_load_weights(const std::string& dir, const ParamLayout& layout, Segme
       STRATUM_CHECK(!seen[s][t], "[model] ", path, ": tensor '", info.name,
                     "' appears twice (with and without prefix)");
       // A slot may hold rows [row0, row0 + rows) of the tensor (Note [vocab blocks]).
-      SegmentHold params(store, s, SegmentKind::Params, Access::Update);
-      file.read_f32_range(info, slot.hf_first(), slot.numel, params.data() + slot.offset_floats);
+      SegmentHold params(store, s, SegmentKind::Params, Access::Update, slot.chunk);
+      file.read_f32_range(info, slot.hf_first(), slot.numel,
+                          params.data() + layout.segments()[s].offset_in_chunk(slot));
       seen[s][t] = true;
     }
   }
@@ -84,9 +85,9 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
   Rng rng(seed);
   const double residual_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
   for (int s = 0; s < layout.segment_count(); ++s) {
-    SegmentHold params(store, s, SegmentKind::Params, Access::Overwrite);
+    SegmentChunksHold params(store, s, SegmentKind::Params, Access::Overwrite);
     for (const auto& t : layout.segments()[s].tensors) {
-      float* p = params.data() + t.offset_floats;
+      float* p = params.tensor(t);
       const bool is_ln = t.name.find("ln_") != std::string::npos;
       const bool is_weight = t.name.size() >= 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
       if (is_ln) {
@@ -143,9 +144,9 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
   dir_create(tmp);
   try {
     hf_config_write_gpt2(tmp + "/config.json", cfg);
-    // One segment held at a time, so saving works under a memory budget.
+    // One chunk held at a time, so saving works under a memory budget.
     std::unique_ptr<SegmentHold> hold;
-    int held_segment = -1;
+    std::pair<int, int> held{-1, -1};  // (segment, chunk)
     std::vector<SafetensorsWriteEntry> entries;
     // wte, split into vocabulary blocks, is one tensor written piece by piece (first, as
     // Hugging Face does).
@@ -157,20 +158,24 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
       for (const auto& t : layout.segments()[s].tensors) {
         if (t.row0 != 0) continue;  // written as a piece of the entry of its first slot
         SafetensorsWriteEntry e{"transformer." + t.name, DType::F32, t.hf_shape, nullptr, {}, {}};
-        std::vector<std::pair<int, std::size_t>> pieces;  // (segment, offset) of each piece
+        struct Piece {
+          int segment, chunk;
+          std::size_t offset;  // in the chunk
+        };
+        std::vector<Piece> pieces;
         for (const auto& [ps, pt] : layout.find(t.name)) {
           const TensorSlot& slot = layout.segments()[ps].tensors[pt];
-          pieces.emplace_back(ps, slot.offset_floats);
+          pieces.push_back({ps, slot.chunk, layout.segments()[ps].offset_in_chunk(slot)});
           e.piece_bytes.push_back(slot.numel * sizeof(float));
         }
         e.data_fn = [&, pieces](std::size_t piece) -> const void* {
-          const auto [ps, offset] = pieces[piece];
-          if (held_segment != ps) {
+          const Piece& p = pieces[piece];
+          if (held != std::make_pair(p.segment, p.chunk)) {
             hold.reset();
-            hold = std::make_unique<SegmentHold>(store, ps, SegmentKind::Params, Access::Read);
-            held_segment = ps;
+            hold = std::make_unique<SegmentHold>(store, p.segment, SegmentKind::Params, Access::Read, p.chunk);
+            held = {p.segment, p.chunk};
           }
-          return hold->data() + offset;
+          return hold->data() + p.offset;
         };
         entries.push_back(std::move(e));
       }
@@ -196,9 +201,9 @@ std::uint64_t model_params_hash(const ParamLayout& layout, SegmentStore& store) 
   // FNV-1a over 32-bit words (the float bit patterns), in layout order.
   std::uint64_t h = 1469598103934665603ull;
   for (int s = 0; s < layout.segment_count(); ++s) {
-    SegmentHold params(store, s, SegmentKind::Params, Access::Read);
+    SegmentChunksHold params(store, s, SegmentKind::Params, Access::Read);
     for (const auto& t : layout.segments()[s].tensors) {
-      const float* p = params.data() + t.offset_floats;
+      const float* p = params.tensor(t);
       for (std::size_t i = 0; i < t.numel; ++i) {
         std::uint32_t bits;
         std::memcpy(&bits, p + i, sizeof bits);

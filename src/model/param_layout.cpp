@@ -24,6 +24,7 @@ class SegmentBuilder {
   SegmentBuilder(std::string name, SegmentRole role) {
     seg_.name = std::move(name);
     seg_.role = role;
+    seg_.chunk_first = {0};
   }
   void add(std::string name, std::vector<std::int64_t> shape, std::int64_t row0 = 0,
            std::vector<std::int64_t> hf_shape = {}) {
@@ -35,6 +36,14 @@ class SegmentBuilder {
     slot.shape = std::move(shape);
     slot.row0 = row0;
     slot.weight_decay = slot.shape.size() >= 2;
+    // Note [segment chunks]: a new chunk (4 KiB aligned) when this tensor would overflow a
+    // chunk that already holds a fair share of kChunkFloats.
+    const std::size_t used = cursor_ - seg_.chunk_first.back();
+    if (used > 0 && used + slot.numel > kChunkFloats && used >= kChunkFloats / 8) {
+      cursor_ = align_up(cursor_, 1024);
+      seg_.chunk_first.push_back(cursor_);
+    }
+    slot.chunk = seg_.chunk_count() - 1;
     slot.offset_floats = cursor_;
     cursor_ = align_up(cursor_ + slot.numel, 16);  // 64-byte alignment
     seg_.tensors.push_back(std::move(slot));

@@ -8,6 +8,12 @@
 // size depends only on (V, C), never on the memory budget, so results are the same everywhere.
 // Note [segment layout]: tensors start on 64-byte boundaries inside a segment and every segment's
 // size is a multiple of 4 KiB, so a segment can be moved with O_DIRECT I/O as one range.
+// Note [segment chunks]: a segment is cut into chunks of whole tensors, each starting on a 4 KiB
+// boundary and about kChunkFloats long (a tensor larger than that is a chunk of its own, small
+// tensors join their neighbours). Every kind (params, grads, moments) is stored and moved chunk by
+// chunk, so the optimizer streams a block's state a chunk at a time (a few MB) and never holds a
+// whole block; the block kernels get one pointer per tensor and do not care. Chunks depend only
+// on the model's shape, and AdamW is elementwise, so they never change a result.
 // Does not own memory (see store/segment_store.h).
 #pragma once
 
@@ -38,6 +44,7 @@ struct TensorSlot {
   // vocabulary blocks); hf_shape is the whole tensor's shape (== shape when not split).
   std::int64_t row0 = 0;
   std::vector<std::int64_t> hf_shape;
+  int chunk = 0;  // the segment chunk holding it (Note [segment chunks])
   // Flat index of the slot's first element in the whole Hugging Face tensor.
   std::size_t hf_first() const {
     return shape.empty() ? 0 : static_cast<std::size_t>(row0) * (numel / static_cast<std::size_t>(shape[0]));
@@ -51,7 +58,14 @@ struct SegmentLayout {
   SegmentRole role = SegmentRole::Layer;
   std::vector<TensorSlot> tensors;  // in a fixed order (see BlockTensor for blocks)
   std::size_t size_floats = 0;      // padded to a multiple of 1024 floats (4 KiB)
+  std::vector<std::size_t> chunk_first;  // first float of each chunk; chunk_first[0] == 0
   std::size_t size_bytes() const { return size_floats * sizeof(float); }
+  int chunk_count() const { return static_cast<int>(chunk_first.size()); }
+  std::size_t chunk_floats(int c) const {
+    return (c + 1 < chunk_count() ? chunk_first[c + 1] : size_floats) - chunk_first[c];
+  }
+  // Where a tensor starts inside its chunk's buffer.
+  std::size_t offset_in_chunk(const TensorSlot& t) const { return t.offset_floats - chunk_first[t.chunk]; }
 };
 
 // Order of tensors inside a block segment.
@@ -63,6 +77,7 @@ enum EmbedTensor : int { kWpe };
 enum HeadTensor : int { kLnFW, kLnFB };
 // Rows of one vocabulary block: at most kVocabBlockFloats floats, and at least kMinVocabBlocks
 // blocks (so small models exercise the blocking too).
+inline constexpr std::size_t kChunkFloats = std::size_t{1} << 20;  // 4 MiB
 inline constexpr std::size_t kVocabBlockFloats = std::size_t{1} << 19;  // 2 MiB
 inline constexpr int kMinVocabBlocks = 4;
 int vocab_block_rows(const GptConfig& config);

@@ -100,9 +100,9 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
   std::sort(adamw.begin(), adamw.end());
   const double adamw_ms = adamw[adamw.size() / 2];
   t.adamw_inline_ns_per_float = adamw_ms * 1e6 / static_cast<double>(segment_floats(layout));
-  // The worker's single thread, on a few moment chunks' worth of floats.
+  // The worker's single thread, on a few chunks' worth of floats.
   ThreadPool one(1);
-  const std::size_t n = 8 * kMomentChunkFloats;  // 128 MiB in all: well beyond the caches
+  const std::size_t n = 8 * kChunkFloats;  // 128 MiB in all: well beyond the caches
   AlignedBuffer p(n * sizeof(float)), m(n * sizeof(float)), v(n * sizeof(float)), g(n * sizeof(float));
   for (AlignedBuffer* b : {&p, &m, &v, &g}) std::fill(b->as_f32(), b->as_f32() + n, 0.5f);  // touch every page
   double best = std::numeric_limits<double>::infinity();
@@ -131,14 +131,14 @@ class StoreModel {
                           std::uint64_t* written) {
     std::uint64_t read = 0;
     const auto& uses = schedule_.group(g);
-    // The optimizer holds params and grads throughout and one moment chunk pair at a time; other
-    // groups hold all their units together.
+    // The optimizer holds one chunk's params, grads and moments at a time (the group lists them
+    // chunk by chunk, four units each); other groups hold all their units together.
     const bool optimizer = schedule_.group_work(g) == GroupWork::Optimizer;
     std::vector<int> held;
     for (std::size_t i = 0; i < uses.size(); ++i) {
       const UnitUse& use = uses[i];
-      if (optimizer && i >= 4 && i % 2 == 0) {  // next moment pair: the previous pair is released
-        for (std::size_t j = i - 2; j < i; ++j) protect_[uses[j].unit] = false;
+      if (optimizer && i >= 4 && i % 4 == 0) {  // next chunk: the previous one is released
+        for (std::size_t j = i - 4; j < i; ++j) protect_[uses[j].unit] = false;
       }
       const int u = use.unit;
       if (!resident_[u]) {
@@ -244,7 +244,9 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
     double start = std::max(previous, read_end);
     double ms = group_compute_ms(schedule.group_work(g), t);
     if (schedule.group_work(g) == GroupWork::Optimizer) {
-      std::size_t floats = units.bytes(schedule.group(g)[0].unit) / sizeof(float);  // the params unit
+      std::size_t floats = 0;  // the params chunks of the segment
+      for (const UnitUse& use : schedule.group(g))
+        if (units.kind(use.unit) == SegmentKind::Params) floats += units.bytes(use.unit) / sizeof(float);
       if (mode == OptimizerMode::Inline) {
         ms = floats * t.adamw_inline_ns_per_float / 1e6;
       } else {
@@ -406,12 +408,12 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
   add("state: params %s, grads %s, AdamW moments %s, boundary activations %s; engine buffers %s\n",
       mib(p.params_bytes).c_str(), mib(p.grads_bytes).c_str(), mib(p.moments_bytes).c_str(),
       mib(p.activation_bytes).c_str(), mib(p.engine_bytes).c_str());
-  const double total = static_cast<double>(p.params_bytes + p.grads_bytes + p.moments_bytes + p.activation_bytes);
   add("memory: minimum budget %s; %s\n", mib(p.min_budget_bytes).c_str(),
       r.mem_budget_bytes == 0 ? "no budget: everything in RAM"
       : p.streaming ? ("budget " + mib(r.mem_budget_bytes) + " = " +
-                       std::to_string(static_cast<int>(100.0 * r.mem_budget_bytes / (total + p.engine_bytes))) +
-                       "% of the run's memory: streaming, offload files " + mib(p.disk_bytes) + " on disk")
+                       std::to_string(static_cast<int>(
+                           0.5 + 100.0 * r.mem_budget_bytes / (p.params_bytes + p.grads_bytes + p.moments_bytes))) +
+                       "% of the training state: streaming, offload files " + mib(p.disk_bytes) + " on disk")
                           .c_str()
                     : ("budget " + mib(r.mem_budget_bytes) + " holds everything: nothing streamed").c_str());
   // Segments grouped by role, in layout order.

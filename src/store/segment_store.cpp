@@ -35,4 +35,28 @@ StoreStats RamSegmentStore::stats() const {
   return s;
 }
 
+SegmentChunksHold::SegmentChunksHold(SegmentStore& store, int segment, SegmentKind kind, Access access)
+    : store_(&store), layout_(&store.units().layout().segments()[segment]) {
+  const int count = store.units().chunk_count(segment, kind);
+  units_.reserve(static_cast<std::size_t>(count));
+  chunks_.reserve(static_cast<std::size_t>(count));
+  try {
+    for (int c = 0; c < count; ++c) {
+      const int unit = store.units().index(segment, kind, c);
+      chunks_.push_back(store.acquire_unit(unit, access));
+      units_.push_back(unit);
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void SegmentChunksHold::release() {
+  while (!units_.empty()) {
+    store_->release_unit(units_.back());
+    units_.pop_back();
+  }
+}
+
 }  // namespace stratum

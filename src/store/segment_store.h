@@ -1,4 +1,4 @@
-// The segment store: where each store unit (a segment's params, grads, moment chunks or
+// The segment store: where each store unit (a chunk of a segment's params, grads or moments, or
 // boundary activations; see unit_table.h) lives and how the executor gets at it.
 // Note [acquire/release]: the executor brackets every use of a unit with acquire() and
 // release() and says whether it reads, overwrites or updates it. A store that keeps everything
@@ -53,7 +53,7 @@ class SegmentStore {
   // Starts loading the unit if it is on the offload tier and there is room without evicting
   // anything needed sooner; never blocks. For a consumer that knows its next units better than
   // the schedule position does (the optimizer worker runs ahead of it: read-ahead of its next
-  // moment chunks). Any thread may call it. No-op in RAM.
+  // chunks). Any thread may call it. No-op in RAM.
   virtual void unit_prefetch(int /*unit*/) {}
   // A consumer running behind the schedule position (the optimizer worker) still needs the unit:
   // while pinned it is never treated as dead (Note [schedule eviction]). delta is +1 or -1.
@@ -104,6 +104,26 @@ class SegmentHold {
   SegmentStore* store_;
   int unit_;
   float* data_;
+};
+
+// RAII bracket around every chunk of one (segment, kind) (Note [segment chunks]), acquired in
+// chunk order with the same access and released in reverse; for compute that needs a whole
+// segment (a block's forward and backward).
+class SegmentChunksHold {
+ public:
+  SegmentChunksHold(SegmentStore& store, int segment, SegmentKind kind, Access access);
+  SegmentChunksHold(const SegmentChunksHold&) = delete;
+  SegmentChunksHold& operator=(const SegmentChunksHold&) = delete;
+  ~SegmentChunksHold() { release(); }
+  float* const* chunks() const { return chunks_.data(); }
+  float* tensor(const TensorSlot& t) const { return chunks_[t.chunk] + layout_->offset_in_chunk(t); }
+
+ private:
+  void release();
+  SegmentStore* store_;
+  const SegmentLayout* layout_;
+  std::vector<int> units_;
+  std::vector<float*> chunks_;
 };
 
 }  // namespace stratum

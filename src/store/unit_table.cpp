@@ -1,4 +1,4 @@
-// UnitTable; see unit_table.h and Note [moment chunks].
+// UnitTable; see unit_table.h and Note [segment chunks].
 #include "store/unit_table.h"
 
 #include <algorithm>
@@ -14,18 +14,14 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats)
   first_unit_.assign(static_cast<std::size_t>(segments) * kSegmentKindCount, -1);
   chunks_.assign(first_unit_.size(), 0);
   for (int s = 0; s < segments; ++s) {
-    const std::size_t seg_floats = layout.segments()[s].size_floats;
     for (int k = 0; k < kSegmentKindCount; ++k) {
       const auto kind = static_cast<SegmentKind>(k);
       std::vector<std::size_t> sizes;  // floats per chunk
-      if (kind == SegmentKind::AdamM || kind == SegmentKind::AdamV) {
-        for (std::size_t first = 0; first < seg_floats; first += kMomentChunkFloats)
-          sizes.push_back(std::min(kMomentChunkFloats, seg_floats - first));
-      } else if (kind == SegmentKind::Activations) {
+      if (kind != SegmentKind::Activations) {
+        for (int c = 0; c < layout.segments()[s].chunk_count(); ++c) sizes.push_back(layout.segments()[s].chunk_floats(c));
+      } else {
         const SegmentRole role = layout.segments()[s].role;
         if ((role == SegmentRole::Layer || role == SegmentRole::Head) && act_floats_ > 0) sizes.push_back(act_floats_);
-      } else {
-        sizes.push_back(seg_floats);
       }
       if (sizes.empty()) continue;
       const std::size_t slot = static_cast<std::size_t>(s) * kSegmentKindCount + k;
@@ -66,7 +62,8 @@ std::string UnitTable::file_name(int file) const { return file_names_[file]; }
 std::string UnitTable::name(int unit) const {
   const Unit& u = units_[unit];
   std::string out = layout_->segments()[u.segment].name + "." + segment_kind_name(u.kind);
-  if (u.kind == SegmentKind::AdamM || u.kind == SegmentKind::AdamV) out += "[" + std::to_string(u.chunk) + "]";
+  if (chunks_[static_cast<std::size_t>(u.segment) * kSegmentKindCount + static_cast<int>(u.kind)] > 1)
+    out += "[" + std::to_string(u.chunk) + "]";
   return out;
 }
 

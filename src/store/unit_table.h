@@ -1,7 +1,8 @@
-// The units the store moves: one (segment, kind, chunk) each. Params, Grads and Activations are
-// one unit per segment; AdamW moments are split into chunks of kMomentChunkFloats so the
-// optimizer streams them a few MB at a time (Note [moment chunks]). Each (segment, kind) maps to
-// one offload file holding its chunks back to back. Every unit is a multiple of 4 KiB.
+// The units the store moves: one (segment, kind, chunk) each. Params, grads and AdamW moments are
+// cut at the segment's chunks (Note [segment chunks] in model/param_layout.h), so the optimizer
+// streams a block's state a few MB at a time and never holds a whole block; boundary activations
+// are one unit per segment. Each (segment, kind) maps to one offload file holding its chunks back
+// to back. Every unit is a multiple of 4 KiB.
 // Does not allocate or move anything (see segment_store.h, tiered_segment_store.h).
 #pragma once
 
@@ -18,11 +19,6 @@ namespace stratum {
 // and modifies it.
 enum class Access { Read, Overwrite, Update };
 
-// Note [moment chunks]: the optimizer updates a segment chunk by chunk (params and grads whole,
-// moments in chunks of this many floats). The RAM store chunks the same way, so the arithmetic
-// (elementwise AdamW) and therefore the bits are the same under every budget.
-inline constexpr std::size_t kMomentChunkFloats = std::size_t{1} << 20;  // 4 MiB
-
 class UnitTable {
  public:
   // act_floats: size of one boundary activation, e.g. Executor::activation_unit_floats();
@@ -35,8 +31,6 @@ class UnitTable {
   int find(int segment, SegmentKind kind, int chunk = 0) const;
   int index(int segment, SegmentKind kind, int chunk = 0) const;  // asserts it exists
   int chunk_count(int segment, SegmentKind kind) const;
-  // First float (inside the segment) of a moment chunk.
-  std::size_t chunk_first_float(int chunk) const { return static_cast<std::size_t>(chunk) * kMomentChunkFloats; }
 
   int segment(int unit) const { return units_[unit].segment; }
   SegmentKind kind(int unit) const { return units_[unit].kind; }

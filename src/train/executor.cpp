@@ -52,6 +52,8 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   const int copies = keep_activations ? config.n_layer : 1;
   block_acts_.reserve(static_cast<std::size_t>(copies));
   for (int i = 0; i < copies; ++i) block_acts_.emplace_back(config, max_batch, max_seq);
+  for (const SegmentLayout& seg : layout_.segments())  // only blocks are held as several chunks
+    STRATUM_ASSERT(seg.role == SegmentRole::Layer || seg.chunk_count() == 1);
   grad_squares_.resize(static_cast<std::size_t>(layout_.segment_count()));
   for (int s = 0; s < layout_.segment_count(); ++s) grad_squares_[s].assign(layout_.segments()[s].tensors.size(), 0.0);
   schedule_build();
@@ -94,13 +96,19 @@ void Executor::schedule_build() {
   const int embed = layout_.embed_segment(), head = layout_.head_segment();
   const int nv = layout_.vocab_block_count();
   auto unit = [&](int s, K k, int c = 0) { return units_.index(s, k, c); };
-  auto opt_group = [&](int s) {
-    std::vector<UnitUse> uses{{unit(s, K::Params), A::Update}, {unit(s, K::Grads), A::Read}};
-    for (int c = 0; c < units_.chunk_count(s, K::AdamM); ++c) {
+  auto opt_group = [&](int s) {  // chunk by chunk: params, grads, both moments
+    std::vector<UnitUse> uses;
+    for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) {
+      uses.push_back({unit(s, K::Params, c), A::Update});
+      uses.push_back({unit(s, K::Grads, c), A::Read});
       uses.push_back({unit(s, K::AdamM, c), A::Update});
       uses.push_back({unit(s, K::AdamV, c), A::Update});
     }
     group_opt_[s] = schedule_.group_add(std::move(uses), GroupWork::Optimizer);
+  };
+  auto chunks = [&](std::vector<UnitUse> uses, int s, K kind, A access) {  // every chunk of (s, kind)
+    for (int c = 0; c < units_.chunk_count(s, kind); ++c) uses.push_back({unit(s, kind, c), access});
+    return uses;
   };
   const int L = cfg_.n_layer;
   group_fwd_.assign(L, 0);
@@ -129,10 +137,10 @@ void Executor::schedule_build() {
   for (int l = 0; l < L; ++l) {
     const int s = layout_.layer_segment(l);
     if (pipelined) opt_group(s);
-    group_fwd_[l] = schedule_.group_add({{unit(s, K::Params), A::Read},
-                                         {unit(s, K::Activations), A::Read},
-                                         {unit(act_segment(l + 1), K::Activations), A::Overwrite}},
-                                        GroupWork::LayerForward);
+    group_fwd_[l] = schedule_.group_add(
+        chunks({{unit(s, K::Activations), A::Read}, {unit(act_segment(l + 1), K::Activations), A::Overwrite}}, s,
+               K::Params, A::Read),
+        GroupWork::LayerForward);
   }
   if (pipelined) opt_group(head);
   // Note [head passes]: the log-sum-exp pass, then the backward pass, over the vocabulary blocks.
@@ -149,10 +157,9 @@ void Executor::schedule_build() {
   if (overlap) opt_group(head);
   for (int l = L - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
-    group_bwd_[l] = schedule_.group_add({{unit(s, K::Params), A::Read},
-                                         {unit(s, K::Grads), A::Overwrite},
-                                         {unit(s, K::Activations), A::Read}},
-                                        GroupWork::LayerBackward);
+    group_bwd_[l] = schedule_.group_add(
+        chunks(chunks({{unit(s, K::Activations), A::Read}}, s, K::Params, A::Read), s, K::Grads, A::Overwrite),
+        GroupWork::LayerBackward);
     if (overlap) opt_group(s);
   }
   group_embed_bwd_ = schedule_.group_add({{unit(embed, K::Grads), A::Overwrite}}, GroupWork::EmbedBackward);
@@ -176,8 +183,16 @@ std::size_t Executor::min_store_bytes() const {
   using K = SegmentKind;
   const int embed = layout_.embed_segment(), head = layout_.head_segment();
   auto u = [&](int s, K k, int c = 0) { return units_.index(s, k, c); };
-  auto opt_set = [&](int s) {  // chunk 0 is the largest moment chunk
-    return set_bytes({u(s, K::Params), u(s, K::Grads), u(s, K::AdamM), u(s, K::AdamV)});
+  auto all = [&](int s, K k) {  // every chunk of (s, k)
+    std::size_t total = 0;
+    for (int c = 0; c < units_.chunk_count(s, k); ++c) total += units_.bytes(u(s, k, c));
+    return total;
+  };
+  auto opt_set = [&](int s) {  // the optimizer holds one chunk of each kind at a time
+    std::size_t most = 0;
+    for (int c = 0; c < units_.chunk_count(s, K::Params); ++c)
+      most = std::max(most, set_bytes({u(s, K::Params, c), u(s, K::Grads, c), u(s, K::AdamM, c), u(s, K::AdamV, c)}));
+    return most;
   };
   // Sets the training thread holds in the forward, the head (the worker is idle then: the head
   // waits for every update) and the backward; with a worker, one segment's update may run beside
@@ -186,20 +201,19 @@ std::size_t Executor::min_store_bytes() const {
   std::size_t vocab_p = 0, vocab_pg = 0, vocab_g = 0;
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
     const int v = layout_.vocab_segment(k);
-    vocab_p = std::max(vocab_p, set_bytes({u(v, K::Params)}));
-    vocab_g = std::max(vocab_g, set_bytes({u(v, K::Grads)}));
-    vocab_pg = std::max(vocab_pg, set_bytes({u(v, K::Params), u(v, K::Grads)}));
+    vocab_p = std::max(vocab_p, all(v, K::Params));
+    vocab_g = std::max(vocab_g, all(v, K::Grads));
+    vocab_pg = std::max(vocab_pg, all(v, K::Params) + all(v, K::Grads));
   }
-  std::size_t forward = set_bytes({u(embed, K::Params), u(act_segment(0), K::Activations)}) + vocab_p;
-  const std::size_t head_set =
-      set_bytes({u(head, K::Params), u(head, K::Grads), u(head, K::Activations)}) + vocab_pg;
-  std::size_t backward = set_bytes({u(embed, K::Grads)}) + vocab_g;
+  std::size_t forward = all(embed, K::Params) + set_bytes({u(act_segment(0), K::Activations)}) + vocab_p;
+  const std::size_t head_set = all(head, K::Params) + all(head, K::Grads) + set_bytes({u(head, K::Activations)}) + vocab_pg;
+  std::size_t backward = all(embed, K::Grads) + vocab_g;
   std::size_t any_opt = 0;
   for (int s = 0; s < layout_.segment_count(); ++s) any_opt = std::max(any_opt, opt_set(s));
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const int s = layout_.layer_segment(l);
-    forward = std::max(forward, set_bytes({u(s, K::Params), u(s, K::Activations), u(act_segment(l + 1), K::Activations)}));
-    backward = std::max(backward, set_bytes({u(s, K::Params), u(s, K::Grads), u(s, K::Activations)}));
+    forward = std::max(forward, all(s, K::Params) + set_bytes({u(s, K::Activations), u(act_segment(l + 1), K::Activations)}));
+    backward = std::max(backward, all(s, K::Params) + all(s, K::Grads) + set_bytes({u(s, K::Activations)}));
   }
   if (mode_ == OptimizerMode::Pipelined) forward += any_opt;
   if (mode_ == OptimizerMode::Overlapped) backward += any_opt;
@@ -242,11 +256,11 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
     const int s = layout_.layer_segment(l);
     update_wait(s);
     at(group_fwd_[l]);
-    SegmentHold params(*store_, s, SegmentKind::Params, Access::Read);
+    SegmentChunksHold params(*store_, s, SegmentKind::Params, Access::Read);
     SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
     SegmentHold out(*store_, act_segment(l + 1), SegmentKind::Activations, Access::Overwrite);
     TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[s].name + " forward");
-    gpt2_block_forward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()), in.data(), out.data(), block_acts(l),
+    gpt2_block_forward(pool_, cfg_, gpt2_block_tensors(segs[s], params.chunks()), in.data(), out.data(), block_acts(l),
                        workspace_, B, T);
   }
 }
@@ -263,10 +277,12 @@ float Executor::head_lse(const std::int32_t* targets, int BT) {
   return gpt2_head_loss_finish(BT, head_scratch_);
 }
 
-void Executor::grad_squares_record(int segment, const float* grads) {
-  const auto& tensors = layout_.segments()[segment].tensors;
-  for (std::size_t t = 0; t < tensors.size(); ++t)
-    grad_squares_[segment][t] = sum_squares(pool_, grads + tensors[t].offset_floats, tensors[t].numel);
+void Executor::grad_squares_record(int segment, float* const* grad_chunks) {
+  const SegmentLayout& seg = layout_.segments()[segment];
+  for (std::size_t t = 0; t < seg.tensors.size(); ++t) {
+    const TensorSlot& slot = seg.tensors[t];
+    grad_squares_[segment][t] = sum_squares(pool_, grad_chunks[slot.chunk] + seg.offset_in_chunk(slot), slot.numel);
+  }
 }
 
 float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool overlap,
@@ -306,21 +322,22 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
     TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final layernorm backward");
     gpt2_head_backward_finish(pool_, cfg_, lnf_w, in.data(), dcur, head_g.data() + head_seg.tensors[kLnFW].offset_floats,
                               head_g.data() + head_seg.tensors[kLnFB].offset_floats, B * T, head_scratch_);
-    grad_squares_record(head, head_g.data());
+    float* const head_grads = head_g.data();
+    grad_squares_record(head, &head_grads);
   }
   if (overlap) optimizer_queue(head, hyper, weight_decay, 1.0f);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
     {
       at(group_bwd_[l]);
-      SegmentHold params(*store_, s, SegmentKind::Params, Access::Read);
-      SegmentHold grads(*store_, s, SegmentKind::Grads, Access::Overwrite);
+      SegmentChunksHold params(*store_, s, SegmentKind::Params, Access::Read);
+      SegmentChunksHold grads(*store_, s, SegmentKind::Grads, Access::Overwrite);
       SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
       TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[s].name + " backward");
-      gpt2_block_backward(pool_, cfg_, gpt2_block_tensors(segs[s], params.data()),
-                          gpt2_block_tensors(segs[s], grads.data()), in.data(), dcur, dnext, block_acts(l), workspace_,
+      gpt2_block_backward(pool_, cfg_, gpt2_block_tensors(segs[s], params.chunks()),
+                          gpt2_block_tensors(segs[s], grads.chunks()), in.data(), dcur, dnext, block_acts(l), workspace_,
                           B, T, !keep_activations_);
-      grad_squares_record(s, grads.data());
+      grad_squares_record(s, grads.chunks());
     }
     if (overlap) optimizer_queue(s, hyper, weight_decay, 1.0f);
     std::swap(dcur, dnext);
@@ -332,7 +349,8 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
     float* dwpe = embed_g.data() + embed_seg.tensors[kWpe].offset_floats;
     std::memset(dwpe, 0, embed_seg.tensors[kWpe].numel * sizeof(float));
     embedding_backward_positions(pool_, dwpe, dcur, B, T, C);
-    grad_squares_record(embed, embed_g.data());
+    float* const embed_grads = embed_g.data();
+    grad_squares_record(embed, &embed_grads);
   }
   if (overlap) optimizer_queue(embed, hyper, weight_decay, 1.0f);
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
@@ -342,7 +360,8 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
       SegmentHold dwte(*store_, v, SegmentKind::Grads, Access::Update);
       TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[v].name + " embed backward");
       embedding_backward_block(pool_, dwte.data(), dcur, inputs, layout_.vocab_row0(k), layout_.vocab_rows(k), B, T, C);
-      grad_squares_record(v, dwte.data());
+      float* const wte_grads = dwte.data();
+      grad_squares_record(v, &wte_grads);
     }
     if (overlap) optimizer_queue(v, hyper, weight_decay, 1.0f);
   }
@@ -426,36 +445,32 @@ void Executor::optimizer_segment(ThreadPool& pool, int s, const AdamWHyper& hype
                                  float grad_scale) {
   TraceSpan span(trace_, &pool == worker_pool_.get() ? TraceRecorder::kOptimizer : TraceRecorder::kCompute,
                  "optimizer", layout_.segments()[s].name + " AdamW");
-  // Read-ahead of the moment chunks: the worker may run ahead of the schedule position, where
-  // the store's prefetch window does not reach (no-op when they are resident or in RAM).
-  const int chunks = units_.chunk_count(s, SegmentKind::AdamM);
+  // Read-ahead of the next chunks: the worker may run ahead of the schedule position, where the
+  // store's prefetch window does not reach (no-op when they are resident or in RAM).
+  const int chunks = units_.chunk_count(s, SegmentKind::Params);
   auto read_ahead = [&](int c) {
     if (c >= chunks) return;
-    store_->unit_prefetch(units_.index(s, SegmentKind::AdamM, c));
-    store_->unit_prefetch(units_.index(s, SegmentKind::AdamV, c));
+    for (SegmentKind k : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
+      store_->unit_prefetch(units_.index(s, k, c));
   };
-  store_->unit_prefetch(units_.index(s, SegmentKind::Params));
-  store_->unit_prefetch(units_.index(s, SegmentKind::Grads));
   read_ahead(0);
   read_ahead(1);
-  SegmentHold params(*store_, s, SegmentKind::Params, Access::Update);
-  SegmentHold grads(*store_, s, SegmentKind::Grads, Access::Read);
-  const auto& tensors = layout_.segments()[s].tensors;
+  const SegmentLayout& seg = layout_.segments()[s];
   for (int c = 0; c < chunks; ++c) {
     read_ahead(c + 2);
     {
+      SegmentHold params(*store_, s, SegmentKind::Params, Access::Update, c);
+      SegmentHold grads(*store_, s, SegmentKind::Grads, Access::Read, c);
       SegmentHold m(*store_, s, SegmentKind::AdamM, Access::Update, c);
       SegmentHold v(*store_, s, SegmentKind::AdamV, Access::Update, c);
-      const std::size_t lo = units_.chunk_first_float(c);
-      const std::size_t hi = lo + units_.bytes(units_.index(s, SegmentKind::AdamM, c)) / sizeof(float);
-      for (const auto& t : tensors) {
-        const std::size_t a = std::max(lo, t.offset_floats), b = std::min(hi, t.offset_floats + t.numel);
-        if (a >= b) continue;
-        adamw_update(pool, params.data() + a, m.data() + (a - lo), v.data() + (a - lo), grads.data() + a, b - a,
-                     hyper, t.weight_decay ? weight_decay : 0.0, grad_scale);
+      for (const TensorSlot& t : seg.tensors) {
+        if (t.chunk != c) continue;
+        const std::size_t at = seg.offset_in_chunk(t);
+        adamw_update(pool, params.data() + at, m.data() + at, v.data() + at, grads.data() + at, t.numel, hyper,
+                     t.weight_decay ? weight_decay : 0.0, grad_scale);
       }
     }
-    store_->schedule_refresh();  // this chunk's moments were released (written behind): load further ahead
+    store_->schedule_refresh();  // this chunk was released (written behind): load further ahead
   }
 }
 

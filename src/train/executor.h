@@ -4,8 +4,8 @@
 // a tiered store can spill it); the head computes the loss and its backward one vocabulary block
 // at a time (Note [head passes]); backward visits layer.L-1 .. layer.0, recomputing each block's
 // internals from its input; the embedding backward runs last (positions, then each vocabulary
-// block); the optimizer then visits every segment, params and grads whole and moments in
-// chunks (Note [moment chunks]). Vocabulary blocks are segments of their own, so they stream,
+// block); the optimizer then visits every segment chunk by chunk (params, grads and both moments
+// of one chunk at a time, Note [segment chunks]). Vocabulary blocks are segments of their own, so they stream,
 // update and overlap like layers. The same order is written down as a StepSchedule so a tiered store
 // can prefetch and evict by it; the executor calls schedule_at() before each group.
 // Note [optimizer overlap]: OptimizerMode says where AdamW runs. Inline: after the backward, on
@@ -105,7 +105,7 @@ class Executor {
   void forward_blocks(const std::int32_t* inputs, int B, int T);
   float backward_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool overlap,
                       const AdamWHyper& hyper, double weight_decay);
-  void grad_squares_record(int segment, const float* grads);
+  void grad_squares_record(int segment, float* const* grad_chunks);  // one pointer per chunk
   void optimizer_segment(ThreadPool& pool, int segment, const AdamWHyper& hyper, double weight_decay,
                          float grad_scale);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
