@@ -64,23 +64,32 @@ TEST(Plan, TrafficAndStepTimeMatchATrainingRun) {
 
   const TrainResult result = train_run(o);
   EXPECT_EQ(result.prefetch, plan.prefetch) << "without --prefetch the run uses the plan's depth";
-  const auto log = testing::read_jsonl(o.log_path);
+  std::vector<double> ms;
+  auto log = testing::read_jsonl(o.log_path);
   ASSERT_EQ(log.size(), 6u);
-  std::vector<double> reads, writes, ms;
   for (std::size_t i = 2; i < log.size(); ++i) {  // steady state
+    ms.push_back(log[i]["step_ms"].get<double>());
+    EXPECT_NEAR(log[i]["predicted_step_ms"].get<double>(), result.predicted_step_ms, 1e-6);
+  }
+  // The run's own prediction (measured by the run just before its steps, so under the same load)
+  // against its steps. A tiny model (per-unit I/O latency, which the plan leaves out, is a large
+  // share of its step) on a shared machine, possibly under a sanitizer and beside other tests:
+  // only a gross error (a wrong unit, a missing phase) fails this.
+  EXPECT_GT(result.predicted_step_ms, median(ms) / 5);
+  EXPECT_LT(result.predicted_step_ms, median(ms) * 5);
+
+  // Traffic: with prefetch 0 the store loads on use, as the plan's store model does, so the bytes
+  // match closely whatever the timing (write-behind may write a unit that later turns dead).
+  o.prefetch = 0;
+  train_run(o);
+  log = testing::read_jsonl(o.log_path);
+  std::vector<double> reads, writes;
+  for (std::size_t i = 2; i < log.size(); ++i) {
     reads.push_back(log[i]["read_bytes"].get<double>());
     writes.push_back(log[i]["write_bytes"].get<double>());
-    ms.push_back(log[i]["step_ms"].get<double>());
-    EXPECT_GT(log[i]["predicted_step_ms"].get<double>(), 0.0);
   }
-  // The store model follows the store's policy, but the run's prefetch and write-behind move
-  // some units at other moments: within 25%.
-  EXPECT_NEAR(static_cast<double>(plan.read_bytes), median(reads), 0.25 * median(reads));
-  EXPECT_NEAR(static_cast<double>(plan.write_bytes), median(writes), 0.25 * median(writes));
-  // A tiny model (per-unit I/O latency, which the plan leaves out, is a large share of its
-  // step) on a shared machine, possibly under a sanitizer: within a factor of 3.
-  EXPECT_GT(plan.step_ms, median(ms) / 3);
-  EXPECT_LT(plan.step_ms, median(ms) * 3);
+  EXPECT_NEAR(static_cast<double>(plan.read_bytes), median(reads), 0.15 * median(reads));
+  EXPECT_NEAR(static_cast<double>(plan.write_bytes), median(writes), 0.15 * median(writes));
   ::unsetenv("STRATUM_CACHE_DIR");
 }
 

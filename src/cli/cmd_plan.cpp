@@ -56,20 +56,18 @@ int cmd_plan(const std::vector<std::string>& argv) {
   ThreadPool pool(threads > 0 ? threads : default_thread_count());
   blas_set_threads(pool.num_threads());
 
-  Calibration cal;
+  CalibrationOptions co;
   if (r.mem_budget_bytes > 0) {
-    CalibrationOptions co;
     co.offload_dir = offload_dir;
     co.threads = pool.num_threads();
     co.refresh = args.flag("recalibrate");
-    cal = calibrate(co);
   }
-  const ComputeTiming timing = plan_measure_compute(pool, r);
-  const Plan plan = plan_make(r, timing, cal.disk_read_gbps, cal.disk_write_gbps);
+  const PlanMeasurement measured = plan_measure(r, co, pool.num_threads());
+  const Plan plan = plan_make(r, measured.timing, measured.read_gbps, measured.write_gbps);
   std::fputs(plan_describe(plan, r).c_str(), stdout);
   if (r.mem_budget_bytes > 0)
-    std::printf("calibration: %s, %s%s; compute measured on a one-layer model with %d threads\n", cal.device.c_str(),
-                cal.from_cache ? "cached" : "measured now", cal.note.empty() ? "" : (" (" + cal.note + ")").c_str(),
+    std::printf("calibration: %s, %s; compute measured on a one-layer model with %d threads\n",
+                calibration_device(offload_dir).c_str(), measured.disk_from_cache ? "cached" : "measured now",
                 pool.num_threads());
   return 0;
 }

@@ -1,7 +1,12 @@
 // The planner; see planner.h, Note [plan model] and Note [plan calibration].
 #include "plan/planner.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -11,6 +16,7 @@
 #include "model/model_io.h"
 #include "model/param_layout.h"
 #include "obs/trace_recorder.h"
+#include "plan/calibration.h"
 #include "store/segment_store.h"
 #include "store/step_schedule.h"
 #include "store/unit_table.h"
@@ -114,6 +120,65 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
   }
   t.adamw_worker_ns_per_float = best / static_cast<double>(n);
   return t;
+}
+
+PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co, int threads) {
+  struct Reply {  // plain bytes through a pipe
+    PlanMeasurement m;
+    int ok;
+    char error[1024];
+  };
+  int fds[2];
+  STRATUM_CHECK(::pipe(fds) == 0, "[plan] cannot create a pipe for the measurement: ", std::strerror(errno));
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    STRATUM_FAIL("[plan] cannot fork the measurement process: ", std::strerror(errno));
+  }
+  if (pid == 0) {  // the child: measure, reply, _exit (no destructors of the parent's state)
+    ::close(fds[0]);
+    Reply reply{};
+    try {
+      if (!co.offload_dir.empty()) {
+        const Calibration cal = calibrate(co);
+        reply.m.read_gbps = cal.disk_read_gbps;
+        reply.m.write_gbps = cal.disk_write_gbps;
+        reply.m.disk_from_cache = cal.from_cache;
+      }
+      ThreadPool pool(threads);
+      reply.m.timing = plan_measure_compute(pool, r);
+      reply.ok = 1;
+    } catch (const std::exception& e) {
+      std::snprintf(reply.error, sizeof reply.error, "%s", e.what());
+    }
+    const char* p = reinterpret_cast<const char*>(&reply);
+    for (std::size_t done = 0; done < sizeof reply;) {
+      const ssize_t n = ::write(fds[1], p + done, sizeof reply - done);
+      if (n <= 0 && errno != EINTR) ::_exit(2);
+      if (n > 0) done += static_cast<std::size_t>(n);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  Reply reply{};
+  std::size_t done = 0;
+  char* p = reinterpret_cast<char*>(&reply);
+  while (done < sizeof reply) {
+    const ssize_t n = ::read(fds[0], p + done, sizeof reply - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  STRATUM_CHECK(done == sizeof reply && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "[plan] the measurement process failed (", WIFSIGNALED(status) ? "signal " : "exit ",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), ")");
+  if (!reply.ok) throw Error(reply.error);
+  return reply.m;
 }
 
 namespace {

@@ -27,6 +27,7 @@
 
 #include "core/thread_pool.h"
 #include "model/model_config.h"
+#include "plan/calibration.h"
 #include "train/executor.h"
 
 namespace stratum {
@@ -50,6 +51,17 @@ struct ComputeTiming {
   double adamw_worker_ns_per_float = 0;                // AdamW on the optimizer worker (1 thread)
 };
 ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request);
+
+// What the plan needs measured: the offload dir's disk (plan/calibration.h, cached) when
+// calibration.offload_dir is set, and the compute. Runs in a forked child process, so the
+// measurement's own memory (a one-layer model and its buffers, the disk test's buffers) never
+// counts against the run's budget or its peak RSS. Errors (a bad offload dir) come back as Error.
+struct PlanMeasurement {
+  ComputeTiming timing;
+  double read_gbps = 0, write_gbps = 0;
+  bool disk_from_cache = false;
+};
+PlanMeasurement plan_measure(const PlanRequest& request, const CalibrationOptions& calibration, int threads);
 
 struct SegmentPlace {
   std::string name;

@@ -119,8 +119,8 @@ TrainResult train_run(const TrainOptions& o) {
     CalibrationOptions co;
     co.offload_dir = o.offload_dir;
     co.threads = threads;
-    const Calibration cal = calibrate(co);
-    const Plan plan = plan_make(request, plan_measure_compute(pool, request), cal.disk_read_gbps, cal.disk_write_gbps);
+    const PlanMeasurement measured = plan_measure(request, co, threads);  // in a child: not in our RSS
+    const Plan plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
     result.predicted_step_ms = plan.step_ms;
     result.prefetch = plan.prefetch;
     char plan_text[256];
