@@ -23,6 +23,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                           {"offload-dir", "DIR", "with --mem-budget: the directory the run would stream through (its disk is measured)"},
                           {"prefetch", "K", "with --mem-budget: plan with this prefetch depth instead of choosing one"},
                           {"recalibrate", "", "measure the disk again instead of using the cached numbers"},
+                          {"measure-json", "", "print only the measurements (disk, compute) as JSON; train uses this to measure in a separate process"},
                           {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"}}));
   if (args.help_requested()) {
     std::fputs(args.help_text("stratum plan [--model HF_DIR | --layers L --heads H --embd C --ctx N --vocab V] "
@@ -63,6 +64,10 @@ int cmd_plan(const std::vector<std::string>& argv) {
     co.refresh = args.flag("recalibrate");
   }
   const PlanMeasurement measured = plan_measure(r, co, pool.num_threads());
+  if (args.flag("measure-json")) {
+    std::printf("%s\n", plan_measurement_json(measured).dump().c_str());
+    return 0;
+  }
   const Plan plan = plan_make(r, measured.timing, measured.read_gbps, measured.write_gbps);
   std::fputs(plan_describe(plan, r).c_str(), stdout);
   if (r.mem_budget_bytes > 0)

@@ -100,6 +100,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.io_backend = io_backend_parse(args.str("io", "auto"));
   if (const char* fault = std::getenv("STRATUM_IO_FAULT")) o.io_fault = IoFaultPlan::parse(fault);
   o.quiet = args.flag("quiet");
+  o.measure_exe = "/proc/self/exe";  // the plan's measurement runs in its own process
   train_run(o);
   return 0;
 }

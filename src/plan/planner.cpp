@@ -1,6 +1,7 @@
 // The planner; see planner.h, Note [plan model] and Note [plan calibration].
 #include "plan/planner.h"
 
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <string_view>
 
 #include "core/rng.h"
 #include "kernels/cpu/adamw.h"
@@ -122,63 +124,121 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
   return t;
 }
 
-PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co, int threads) {
-  struct Reply {  // plain bytes through a pipe
+nlohmann::json plan_measurement_json(const PlanMeasurement& m) {
+  const ComputeTiming& t = m.timing;
+  return {{"layer_forward_ms", t.layer_forward_ms},     {"layer_backward_ms", t.layer_backward_ms},
+          {"vocab_forward_ms", t.vocab_forward_ms},     {"vocab_backward_ms", t.vocab_backward_ms},
+          {"head_lse_ms", t.head_lse_ms},               {"head_backward_ms", t.head_backward_ms},
+          {"other_ms", t.other_ms},                     {"adamw_inline_ns_per_float", t.adamw_inline_ns_per_float},
+          {"adamw_worker_ns_per_float", t.adamw_worker_ns_per_float},
+          {"read_gbps", m.read_gbps},                   {"write_gbps", m.write_gbps},
+          {"disk_from_cache", m.disk_from_cache}};
+}
+
+namespace {
+PlanMeasurement plan_measurement_parse(const std::string& text) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
     PlanMeasurement m;
-    int ok;
-    char error[1024];
-  };
-  int fds[2];
-  STRATUM_CHECK(::pipe(fds) == 0, "[plan] cannot create a pipe for the measurement: ", std::strerror(errno));
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    STRATUM_FAIL("[plan] cannot fork the measurement process: ", std::strerror(errno));
+    ComputeTiming& t = m.timing;
+    t.layer_forward_ms = j.at("layer_forward_ms").get<double>();
+    t.layer_backward_ms = j.at("layer_backward_ms").get<double>();
+    t.vocab_forward_ms = j.at("vocab_forward_ms").get<double>();
+    t.vocab_backward_ms = j.at("vocab_backward_ms").get<double>();
+    t.head_lse_ms = j.at("head_lse_ms").get<double>();
+    t.head_backward_ms = j.at("head_backward_ms").get<double>();
+    t.other_ms = j.at("other_ms").get<double>();
+    t.adamw_inline_ns_per_float = j.at("adamw_inline_ns_per_float").get<double>();
+    t.adamw_worker_ns_per_float = j.at("adamw_worker_ns_per_float").get<double>();
+    m.read_gbps = j.at("read_gbps").get<double>();
+    m.write_gbps = j.at("write_gbps").get<double>();
+    m.disk_from_cache = j.at("disk_from_cache").get<bool>();
+    return m;
+  } catch (const nlohmann::json::exception& e) {
+    STRATUM_FAIL("[plan] the measurement process printed something unexpected (", e.what(), ")");
   }
-  if (pid == 0) {  // the child: measure, reply, _exit (no destructors of the parent's state)
-    ::close(fds[0]);
-    Reply reply{};
-    try {
-      if (!co.offload_dir.empty()) {
-        const Calibration cal = calibrate(co);
-        reply.m.read_gbps = cal.disk_read_gbps;
-        reply.m.write_gbps = cal.disk_write_gbps;
-        reply.m.disk_from_cache = cal.from_cache;
-      }
-      ThreadPool pool(threads);
-      reply.m.timing = plan_measure_compute(pool, r);
-      reply.ok = 1;
-    } catch (const std::exception& e) {
-      std::snprintf(reply.error, sizeof reply.error, "%s", e.what());
-    }
-    const char* p = reinterpret_cast<const char*>(&reply);
-    for (std::size_t done = 0; done < sizeof reply;) {
-      const ssize_t n = ::write(fds[1], p + done, sizeof reply - done);
-      if (n <= 0 && errno != EINTR) ::_exit(2);
-      if (n > 0) done += static_cast<std::size_t>(n);
-    }
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  Reply reply{};
-  std::size_t done = 0;
-  char* p = reinterpret_cast<char*>(&reply);
-  while (done < sizeof reply) {
-    const ssize_t n = ::read(fds[0], p + done, sizeof reply - done);
+}
+
+std::string read_all(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
+    out.append(buf, static_cast<std::size_t>(n));
   }
-  ::close(fds[0]);
+  return out;
+}
+}  // namespace
+
+PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co, int threads,
+                             const std::string& helper_exe) {
+  if (helper_exe.empty()) {
+    PlanMeasurement m;
+    if (!co.offload_dir.empty()) {
+      const Calibration cal = calibrate(co);
+      m.read_gbps = cal.disk_read_gbps;
+      m.write_gbps = cal.disk_write_gbps;
+      m.disk_from_cache = cal.from_cache;
+    }
+    ThreadPool pool(threads);
+    m.timing = plan_measure_compute(pool, r);
+    return m;
+  }
+  // `stratum plan ... --measure-json` in a new process (exec, so nothing of ours is shared).
+  std::vector<std::string> args = {"stratum", "plan",
+                                   "--layers", std::to_string(r.config.n_layer),
+                                   "--heads", std::to_string(r.config.n_head),
+                                   "--embd", std::to_string(r.config.n_embd),
+                                   "--ctx", std::to_string(r.config.n_ctx),
+                                   "--vocab", std::to_string(r.config.vocab_size),
+                                   "--batch", std::to_string(r.batch),
+                                   "--seq", std::to_string(r.seq),
+                                   "--activations", r.keep_activations ? "keep" : "recompute",
+                                   "--threads", std::to_string(threads),
+                                   "--measure-json"};
+  if (!co.offload_dir.empty()) {
+    args.insert(args.end(), {"--mem-budget", std::to_string(std::max<std::size_t>(r.mem_budget_bytes, 1)),
+                             "--offload-dir", co.offload_dir});
+    if (co.refresh) args.push_back("--recalibrate");
+  }
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int out[2], err[2];
+  STRATUM_CHECK(::pipe(out) == 0 && ::pipe(err) == 0, "[plan] cannot create pipes: ", std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  posix_spawn_file_actions_addclose(&actions, err[0]);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, helper_exe.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (rc != 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    STRATUM_FAIL("[plan] cannot start the measurement process ", helper_exe, ": ", std::strerror(rc));
+  }
+  const std::string text = read_all(out[0]);  // small outputs: one pipe drained after the other
+  std::string errors = read_all(err[0]);
+  ::close(out[0]);
+  ::close(err[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  STRATUM_CHECK(done == sizeof reply && WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                "[plan] the measurement process failed (", WIFSIGNALED(status) ? "signal " : "exit ",
-                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), ")");
-  if (!reply.ok) throw Error(reply.error);
-  return reply.m;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    while (!errors.empty() && errors.back() == '\n') errors.pop_back();
+    constexpr std::string_view kPrefix = "stratum: ";
+    if (errors.rfind(kPrefix, 0) == 0) errors.erase(0, kPrefix.size());
+    if (errors.empty()) errors = "[plan] the measurement process failed";
+    throw Error(errors);  // its one-line error (a bad offload dir ...) is the run's
+  }
+  return plan_measurement_parse(text);
 }
 
 namespace {

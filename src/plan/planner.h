@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include <nlohmann/json.hpp>
+
 #include "model/model_config.h"
 #include "plan/calibration.h"
 #include "train/executor.h"
@@ -53,15 +55,19 @@ struct ComputeTiming {
 ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request);
 
 // What the plan needs measured: the offload dir's disk (plan/calibration.h, cached) when
-// calibration.offload_dir is set, and the compute. Runs in a forked child process, so the
-// measurement's own memory (a one-layer model and its buffers, the disk test's buffers) never
-// counts against the run's budget or its peak RSS. Errors (a bad offload dir) come back as Error.
+// calibration.offload_dir is set, and the compute. With helper_exe (the stratum binary) the
+// measurement runs in a new process (`stratum plan ... --measure-json`), so its own memory (a
+// one-layer model and its buffers, the disk test's buffers) never counts against the run's budget
+// or peak RSS; a failure there (a bad offload dir) comes back as its one-line Error. Without it
+// the measurement runs here (tests, where the library has no binary to start).
 struct PlanMeasurement {
   ComputeTiming timing;
   double read_gbps = 0, write_gbps = 0;
   bool disk_from_cache = false;
 };
-PlanMeasurement plan_measure(const PlanRequest& request, const CalibrationOptions& calibration, int threads);
+PlanMeasurement plan_measure(const PlanRequest& request, const CalibrationOptions& calibration, int threads,
+                             const std::string& helper_exe = "");
+nlohmann::json plan_measurement_json(const PlanMeasurement& measurement);  // what --measure-json prints
 
 struct SegmentPlace {
   std::string name;

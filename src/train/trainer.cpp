@@ -119,7 +119,7 @@ TrainResult train_run(const TrainOptions& o) {
     CalibrationOptions co;
     co.offload_dir = o.offload_dir;
     co.threads = threads;
-    const PlanMeasurement measured = plan_measure(request, co, threads);  // in a child: not in our RSS
+    const PlanMeasurement measured = plan_measure(request, co, threads, o.measure_exe);
     const Plan plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
     result.predicted_step_ms = plan.step_ms;
     result.prefetch = plan.prefetch;

@@ -44,6 +44,9 @@ struct TrainOptions {
   int io_queue_depth = 16;                            // blocks in flight
   IoFaultPlan io_fault;         // tests only (STRATUM_IO_FAULT)
   int threads = 0;            // 0 = default_thread_count()
+  // With a budget: the stratum binary to run the plan's measurement in (a separate process, so
+  // it never counts against the budget); empty = measure in this process (tests).
+  std::string measure_exe;
   bool quiet = false;         // no progress bar
 };
 
