@@ -1,6 +1,6 @@
-// The plan (Note [plan model]) against a real run: bytes moved per step, the prefetch depth the
-// run uses, and the predicted step time (a generous tolerance here; docs/benchmarks.md checks
-// the 10% claim on the benchmark configs). Also the CLI and its errors.
+// The plan (Note [plan model]) against a real run: bytes moved per step and the prefetch depth the
+// run uses; the time model on fixed inputs (wall-clock prediction vs measurement is a benchmark,
+// docs/benchmarks.md, not a timed test). Also the CLI and its errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,7 +33,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-TEST(Plan, TrafficAndStepTimeMatchATrainingRun) {
+TEST(Plan, TrafficMatchesATrainingRunThatUsesThePlansDepth) {
   testing::TempDir tmp;
   ::setenv("STRATUM_CACHE_DIR", tmp.path().c_str(), 1);
   TrainOptions o;
@@ -71,12 +71,13 @@ TEST(Plan, TrafficAndStepTimeMatchATrainingRun) {
     ms.push_back(log[i]["step_ms"].get<double>());
     EXPECT_NEAR(log[i]["predicted_step_ms"].get<double>(), result.predicted_step_ms, 1e-6);
   }
-  // The run's own prediction (measured by the run just before its steps, so under the same load)
-  // against its steps. A tiny model (per-unit I/O latency, which the plan leaves out, is a large
-  // share of its step) on a shared machine, possibly under a sanitizer and beside other tests:
-  // only a gross error (a wrong unit, a missing phase) fails this.
-  EXPECT_GT(result.predicted_step_ms, median(ms) / 5);
-  EXPECT_LT(result.predicted_step_ms, median(ms) * 5);
+  // The time it predicts is not compared with the run's wall clock here: on a 2-core machine
+  // beside other tests (ctest -j2) a disk calibrated while a neighbour writes gigabytes can be
+  // many times slower than during the run, so any bound would make this a flaky timed test
+  // (house rule). docs/benchmarks.md compares prediction and measurement on the benchmark configs;
+  // Plan.PredictedTimeFollowsTheModel checks the time model on fixed inputs.
+  EXPECT_GT(result.predicted_step_ms, 0.0);
+  EXPECT_GT(median(ms), 0.0);
 
   // Traffic: with prefetch 0 the store loads on use, as the plan's store model does, so the bytes
   // match closely whatever the timing (write-behind may write a unit that later turns dead).
@@ -91,6 +92,48 @@ TEST(Plan, TrafficAndStepTimeMatchATrainingRun) {
   EXPECT_NEAR(static_cast<double>(plan.read_bytes), median(reads), 0.15 * median(reads));
   EXPECT_NEAR(static_cast<double>(plan.write_bytes), median(writes), 0.15 * median(writes));
   ::unsetenv("STRATUM_CACHE_DIR");
+}
+
+// The time model on fixed inputs (no clock involved): a disk so fast it costs nothing leaves the
+// step at its compute; a slow disk makes the step at least its reads at that bandwidth and names
+// read as the bottleneck; the busy times add up to what the timing and the bytes say.
+TEST(Plan, PredictedTimeFollowsTheModel) {
+  PlanRequest request{plan_config(), 4, 64, false, 1.0, 0, -1};
+  ComputeTiming t;
+  t.layer_forward_ms = 2;
+  t.layer_backward_ms = 4;
+  t.vocab_forward_ms = 0.1;
+  t.vocab_backward_ms = 0.2;
+  t.head_lse_ms = 1;
+  t.head_backward_ms = 2;
+  t.other_ms = 0.5;
+  t.adamw_inline_ns_per_float = 1;
+  t.adamw_worker_ns_per_float = 2;
+  const Plan ram = plan_make(request, t, 0, 0);
+  ASSERT_FALSE(ram.streaming);
+  EXPECT_GE(ram.step_ms, ram.compute_ms);
+  EXPECT_GT(ram.compute_ms, 8 * (2 + 4));  // eight blocks' forward and backward at least
+  EXPECT_NEAR(ram.step_ms, ram.ram_step_ms, 1e-9);
+
+  const std::size_t state = (request.config.vocab_size + request.config.n_ctx + 12 * 8 * 128) * std::size_t{128} * 16;
+  request.mem_budget_bytes = std::max(ram.min_budget_bytes, state / 4);
+  const Plan fast = plan_make(request, t, 1e6, 1e6);
+  ASSERT_TRUE(fast.streaming);
+  EXPECT_GT(fast.read_bytes, 0u);
+  // Free I/O: the step is its compute, plus at most the optimizer's time where the streaming run's
+  // update mode (a worker) does not overlap it all.
+  EXPECT_GE(fast.step_ms, fast.compute_ms);
+  EXPECT_LE(fast.step_ms, fast.compute_ms + fast.optimizer_ms + 1e-6) << "free I/O costs nothing";
+  EXPECT_NEAR(fast.ram_step_ms, ram.step_ms, 0.02 * ram.step_ms);
+
+  const double slow_gbps = 0.001;  // 1 MB/s: reads take seconds against milliseconds of compute
+  const Plan slow = plan_make(request, t, slow_gbps, 1e6);
+  EXPECT_EQ(slow.read_bytes, fast.read_bytes) << "bandwidth changes the time, not the traffic";
+  const double read_ms = static_cast<double>(slow.read_bytes) / (slow_gbps * 1e9) * 1e3;
+  EXPECT_NEAR(slow.read_ms, read_ms, 0.01 * read_ms);
+  EXPECT_GE(slow.step_ms, 0.99 * read_ms);
+  EXPECT_LE(slow.step_ms, read_ms + 2 * fast.step_ms);
+  EXPECT_EQ(slow.bottleneck.rfind("read", 0), 0u) << slow.bottleneck;
 }
 
 TEST(Plan, EverythingFitsMeansNoTrafficAndTooSmallIsRefused) {

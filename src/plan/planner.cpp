@@ -413,7 +413,15 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   const Executor exec(pool, cfg, units, r.batch, r.seq, r.keep_activations, p.mode);
   const StepSchedule& schedule = exec.schedule();
   p.engine_bytes = exec.fixed_bytes();
-  p.min_budget_bytes = exec.fixed_bytes() + exec.min_store_bytes();
+  // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's).
+  const OptimizerMode streaming_mode = optimizer_mode_for(r.grad_clip, true);
+  p.min_budget_bytes = streaming_mode == p.mode
+                           ? exec.fixed_bytes() + exec.min_store_bytes()
+                           : [&] {
+                               const Executor streaming(pool, cfg, units, r.batch, r.seq, r.keep_activations,
+                                                        streaming_mode);
+                               return streaming.fixed_bytes() + streaming.min_store_bytes();
+                             }();
   p.read_gbps = read_gbps;
   p.write_gbps = write_gbps;
   p.timing = t;
