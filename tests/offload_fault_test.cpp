@@ -25,6 +25,7 @@
 
 #include "core/file_util.h"
 #include "integration_util.h"
+#include "train/checkpoint.h"
 
 namespace stratum {
 namespace {
@@ -284,7 +285,7 @@ TEST(OffloadFault, DiskFullMidRunKeepsTheLastCheckpointIntact) {
   const std::string out = tmp.file("ckpt");
   const std::string log = tmp.file("log.jsonl");
   const long budget = min_budget_mib();
-  const std::string saved_prefix = "[stratum] saved " + out + " at step ";
+  const std::string saved_prefix = "[stratum] saved checkpoint " + out + "/step-";
 
   // About 20 blocks are written per step at the minimum budget; try fault points from the middle
   // of a later step down, until one fails the run after at least one checkpoint was saved.
@@ -314,11 +315,17 @@ TEST(OffloadFault, DiskFullMidRunKeepsTheLastCheckpointIntact) {
   EXPECT_TRUE(logged_steps == saved_step || logged_steps == saved_step + 1)
       << logged_steps << " steps logged, checkpoint of step " << saved_step;
   EXPECT_DIR_CLEAN(offload);
-  EXPECT_DIR_CLEAN(tmp.path(), {"offload", "ckpt", "log.jsonl", "tokens.bin"});  // no ckpt.tmp.*
+  EXPECT_DIR_CLEAN(tmp.path(), {"offload", "ckpt", "log.jsonl", "tokens.bin"});
+  for (const auto& entry : std::filesystem::directory_iterator(out))  // no .step-*.tmp.*
+    EXPECT_TRUE(entry.path().filename() == "latest" || entry.path().filename().string().rfind("step-", 0) == 0)
+        << entry.path();
 
-  // The checkpoint left behind is a complete model...
-  ASSERT_TRUE(file_exists(out + "/config.json"));
-  ASSERT_TRUE(file_exists(out + "/model.safetensors"));
+  // The checkpoint left behind is a complete model, the one `latest` names...
+  const std::string latest = checkpoint_model_dir(out);
+  EXPECT_EQ(latest, out + "/" + checkpoint_name(saved_step));
+  ASSERT_TRUE(file_exists(latest + "/config.json"));
+  ASSERT_TRUE(file_exists(latest + "/model.safetensors"));
+  EXPECT_TRUE(checkpoint_verify(latest).ok()) << checkpoint_verify(latest).problem;
   const CommandResult info = run_stratum("info " + quote(out));
   EXPECT_EQ(info.exit_code, 0) << info.errors;
   EXPECT_TRUE(contains(info.output, "L3 H4 C128 ctx32 V4096")) << info.output;
@@ -330,11 +337,11 @@ TEST(OffloadFault, DiskFullMidRunKeepsTheLastCheckpointIntact) {
   const CommandResult clean = run_stratum(train_args(tokens, static_cast<int>(saved_step)) +
                                           offload_args(budget, ref_offload) + " --save " + quote(ref));
   ASSERT_EQ(clean.exit_code, 0) << clean.errors;
-  const std::string got = file_read_all(out + "/model.safetensors");
-  const std::string want = file_read_all(ref + "/model.safetensors");
+  const std::string got = file_read_all(latest + "/model.safetensors");
+  const std::string want = file_read_all(checkpoint_model_dir(ref) + "/model.safetensors");
   EXPECT_EQ(got.size(), want.size());
   EXPECT_TRUE(got == want) << "checkpoint of step " << saved_step << " differs from the fault-free run's";
-  EXPECT_EQ(file_read_all(out + "/config.json"), file_read_all(ref + "/config.json"));
+  EXPECT_EQ(file_read_all(latest + "/config.json"), file_read_all(checkpoint_model_dir(ref) + "/config.json"));
 }
 
 TEST(OffloadFault, ReadAndWriteIoErrorsNameTheFile) {

@@ -11,6 +11,7 @@
 #include "data/token_file.h"
 #include "integration_util.h"
 #include "model/model_io.h"
+#include "train/checkpoint.h"
 #include "store/segment_store.h"
 
 namespace stratum {
@@ -58,10 +59,11 @@ void check_golden_run(const std::string& args_file, const std::string& reference
     for (const char* key : {"step_ms", "tokens_per_s"}) EXPECT_GT(log[i][key].get<double>(), 0.0) << key;
   }
   // Final parameters after the AdamW steps, read back from the saved HF directory.
-  const GptConfig cfg = model_read_config(tmp.file("out"));
+  const std::string saved = checkpoint_model_dir(tmp.file("out"));  // the latest checkpoint
+  const GptConfig cfg = model_read_config(saved);
   const ParamLayout layout = ParamLayout::gpt2(cfg);
   RamSegmentStore store(layout);
-  model_load_weights(tmp.file("out"), layout, store);
+  model_load_weights(saved, layout, store);
   for (int s = 0; s < layout.segment_count(); ++s) {
     SegmentChunksHold params(store, s, SegmentKind::Params, Access::Read);
     for (const auto& t : layout.segments()[s].tensors) {

@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "infer/generator.h"
 #include "stratum/error.h"
+#include "train/checkpoint.h"
 
 namespace stratum {
 
@@ -24,7 +25,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
     return 0;
   }
   GenerateOptions o;
-  o.model_dir = args.str("model");
+  o.model_dir = checkpoint_model_dir(args.str("model"));
   STRATUM_CHECK(!o.model_dir.empty(), "[cli] --model DIR is required for 'stratum generate'");
   o.prompt = args.str("prompt");
   o.max_tokens = static_cast<int>(args.integer("max-tokens", 64, 0, 1000000));

@@ -1,6 +1,11 @@
 // `stratum train`: flags -> TrainOptions -> train_run.
+#include <signal.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -8,6 +13,64 @@
 #include "train/trainer.h"
 
 namespace stratum {
+
+namespace {
+volatile std::sig_atomic_t g_stop_requested = 0;
+
+// First SIGINT/SIGTERM: finish the step, checkpoint, exit 0. The handler restores the default
+// action for both, so a second one ends the process at once (checkpoints are written atomically,
+// so the last good one survives that).
+extern "C" void on_stop_signal(int) {
+  g_stop_requested = 1;
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGINT, &dfl, nullptr);
+  ::sigaction(SIGTERM, &dfl, nullptr);
+  static const char kText[] =
+      "\n[stratum] stopping after this step (and saving a checkpoint with --save); interrupt again to quit at "
+      "once\n";
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kText, sizeof kText - 1);
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  ::sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+// With --resume, the options left out are the checkpoint's (Note [checkpoints]); those given must
+// match it where they change the math (train_run checks).
+void fill_from_checkpoint(const Args& args, TrainOptions& o) {
+  for (const char* shape : {"model", "layers", "heads", "embd", "ctx", "vocab"})
+    STRATUM_CHECK(!args.has(shape), "[cli] --resume continues the checkpoint's model; drop --", shape);
+  const TrainerState st = train_peek_checkpoint(o.resume_path);
+  o.config = st.config;
+  if (!args.has("data")) o.data_path = st.data_path;
+  if (!args.has("val-data")) o.val_data_path = st.val_data_path;
+  if (!args.has("tokenizer")) o.tokenizer_dir = st.tokenizer_dir;
+  if (!args.has("batch")) o.batch = st.batch;
+  if (!args.has("seq")) o.seq = st.seq;
+  if (!args.has("steps")) o.steps = st.total_steps;
+  if (!args.has("lr")) o.lr.max_lr = st.max_lr;
+  if (!args.has("lr-schedule")) o.lr.kind = lr_schedule_parse(st.lr_schedule);
+  if (!args.has("warmup")) o.lr.warmup_steps = st.warmup_steps;
+  if (!args.has("min-lr")) o.lr.min_lr = st.min_lr;
+  if (!args.has("beta1")) o.beta1 = st.beta1;
+  if (!args.has("beta2")) o.beta2 = st.beta2;
+  if (!args.has("eps")) o.eps = st.eps;
+  if (!args.has("weight-decay")) o.weight_decay = st.weight_decay;
+  if (!args.has("grad-clip")) o.grad_clip = st.grad_clip;
+  if (!args.has("seed")) o.seed = st.seed;
+  if (!args.has("shuffle")) o.shuffle = st.shuffle;
+  if (!args.has("eval-every")) o.eval_every = st.eval_every;
+  if (!args.has("eval-batches")) o.eval_batches = st.eval_batches;
+  if (!args.has("save")) o.save_dir = train_checkpoint_root(o.resume_path);
+  if (!args.has("save-every")) o.save_every = st.save_every;
+  if (!args.has("keep")) o.keep = st.keep;
+}
+}  // namespace
 
 int cmd_train(const std::vector<std::string>& argv) {
   Args args("train", argv,
@@ -31,8 +94,13 @@ int cmd_train(const std::vector<std::string>& argv) {
              {"shuffle", "", "visit batches in a seeded random order each epoch"},
              {"log", "FILE.jsonl", "write one JSON object per step"},
              {"trace", "FILE.json", "write a Chrome/Perfetto trace (compute, optimizer worker, I/O reads and writes)"},
-             {"save", "DIR", "write a Hugging Face GPT-2 directory at the end (and every --save-every)"},
-             {"save-every", "N", "also save every N steps (default 0 = end only)"},
+             {"save", "DIR", "write checkpoints under DIR at the end (and every --save-every): DIR/step-N holds a "
+                             "Hugging Face GPT-2 directory, the AdamW state and the trainer state; DIR/latest names "
+                             "the newest"},
+             {"save-every", "N", "also checkpoint every N steps (default 0 = end only)"},
+             {"keep", "K", "checkpoints kept under --save, the newest (default 2)"},
+             {"resume", "DIR", "continue from a checkpoint (DIR/step-N, or DIR: its newest that verifies); options "
+                               "left out are the checkpoint's"},
              {"eval-every", "N", "validation loss every N steps (default 0 = off)"},
              {"eval-batches", "N", "batches per validation (default 4)"},
              {"activations", "MODE", "recompute (keep block inputs only, default) | keep (every block's "
@@ -52,7 +120,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     return 0;
   }
   TrainOptions o;
-  o.model_dir = args.str("model");
+  o.model_dir = checkpoint_model_dir(args.str("model"));
   o.config = model_flags_config(args);
   o.data_path = args.str("data");
   o.val_data_path = args.str("val-data");
@@ -100,8 +168,20 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.io_backend = io_backend_parse(args.str("io", "auto"));
   if (const char* fault = std::getenv("STRATUM_IO_FAULT")) o.io_fault = IoFaultPlan::parse(fault);
   o.quiet = args.flag("quiet");
+  o.keep = static_cast<int>(args.integer("keep", 2, 1, 1000000));
+  o.resume_path = args.str("resume");
+  if (!o.resume_path.empty()) fill_from_checkpoint(args, o);
   o.measure_exe = "/proc/self/exe";  // the plan's measurement runs in its own process
-  train_run(o);
+  install_stop_handlers();
+  o.stop_requested = &g_stop_requested;
+  const TrainResult result = train_run(o);
+  if (!result.interrupted) return 0;
+  if (result.checkpoint_dir.empty()) {
+    std::fprintf(stderr, "[stratum] interrupted after step %ld; nothing saved (no --save DIR)\n", result.steps_done);
+    return 130;
+  }
+  std::fprintf(stderr, "[stratum] interrupted after step %ld: checkpoint %s; continue with: stratum train --resume %s\n",
+               result.steps_done, result.checkpoint_dir.c_str(), o.save_dir.c_str());
   return 0;
 }
 

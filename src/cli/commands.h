@@ -14,5 +14,6 @@ int cmd_prepare(const std::vector<std::string>& args);
 int cmd_info(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
+int cmd_verify(const std::vector<std::string>& args);
 
 }  // namespace stratum

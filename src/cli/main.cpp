@@ -19,6 +19,7 @@ const char* kUsage =
     "  prepare   tokenize a text corpus into a token file\n"
     "  info      describe a model directory, safetensors file or token file\n"
     "  plan      show, before running, where a training run's state will live, its I/O and predicted step time\n"
+    "  verify    check a checkpoint (or every checkpoint under a --save directory) against its checksums\n"
     "  report    render a training log (--log) as an SVG: loss, tier traffic, step time and stall\n"
     "  version   print the version\n";
 
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
     if (command == "info") return stratum::cmd_info(args);
     if (command == "report") return stratum::cmd_report(args);
     if (command == "plan") return stratum::cmd_plan(args);
+    if (command == "verify") return stratum::cmd_verify(args);
     if (command == "version" || command == "--version") {
       std::printf("stratum %s\n", STRATUM_VERSION);
       return 0;

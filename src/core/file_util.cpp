@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -73,8 +76,35 @@ void dir_create(const std::string& path) {
                 "': ", ec ? ec.message() : "exists and is not a directory");
 }
 
+FileFault file_fault_parse(const std::string& text) {
+  const std::size_t at = text.find('@');
+  STRATUM_CHECK(at != std::string::npos && at + 1 < text.size(), "[file] STRATUM_FILE_FAULT '", text.substr(0, 60),
+                "' must be KIND@TEXT (KIND enospc, eio or kill)");
+  const std::string kind = text.substr(0, at);
+  FileFault fault;
+  fault.match = text.substr(at + 1);
+  if (kind == "enospc") fault.kind = FileFault::Kind::Enospc;
+  else if (kind == "eio") fault.kind = FileFault::Kind::Eio;
+  else if (kind == "kill") fault.kind = FileFault::Kind::Kill;
+  else STRATUM_FAIL("[file] STRATUM_FILE_FAULT kind '", kind.substr(0, 20), "' is not enospc, eio or kill");
+  return fault;
+}
+
+namespace {
+const FileFault& file_fault() {
+  static const FileFault fault = [] {
+    const char* text = std::getenv("STRATUM_FILE_FAULT");
+    return text == nullptr || *text == 0 ? FileFault{} : file_fault_parse(text);
+  }();
+  return fault;
+}
+}  // namespace
+
 void file_write_atomic(const std::string& path,
                        const std::function<void(const ByteSink&)>& writer) {
+  const FileFault& fault = file_fault();
+  const bool faulty = fault.kind != FileFault::Kind::None && path.find(fault.match) != std::string::npos;
+  std::size_t written = 0;
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   STRATUM_CHECK(fd.get() >= 0, "[file] cannot create '", tmp, "': ", errno_text(),
@@ -83,10 +113,16 @@ void file_write_atomic(const std::string& path,
     writer([&](const void* data, std::size_t size) {
       const char* p = static_cast<const char*>(data);
       while (size > 0) {
-        ssize_t n = ::write(fd.get(), p, size);
+        if (faulty && written >= 4096) {
+          if (fault.kind == FileFault::Kind::Kill) ::raise(SIGKILL);  // a crash mid-write
+          errno = fault.kind == FileFault::Kind::Enospc ? ENOSPC : EIO;
+          STRATUM_FAIL("[file] write to '", tmp, "' failed: ", errno_text(), " (injected by STRATUM_FILE_FAULT)");
+        }
+        ssize_t n = ::write(fd.get(), p, faulty ? std::min<std::size_t>(size, 4096 - written % 4096) : size);
         if (n < 0 && errno == EINTR) continue;
         STRATUM_CHECK(n > 0, "[file] write to '", tmp, "' failed: ", errno_text());
         p += n;
+        written += static_cast<std::size_t>(n);
         size -= static_cast<std::size_t>(n);
       }
     });

@@ -26,6 +26,15 @@ using ByteSink = std::function<void(const void* data, std::size_t size_bytes)>;
 void file_write_atomic(const std::string& path, const std::function<void(const ByteSink&)>& writer);
 void file_write_atomic(const std::string& path, const std::string& contents);
 
+// Test hook for the writes above: STRATUM_FILE_FAULT="KIND@TEXT" makes file_write_atomic fail on
+// any path containing TEXT once 4 KiB of it are written: KIND enospc or eio fails the write with
+// that error (a full disk, a write error), kill raises SIGKILL (a crash in the middle of a file).
+struct FileFault {
+  enum class Kind { None, Enospc, Eio, Kill } kind = Kind::None;
+  std::string match;
+};
+FileFault file_fault_parse(const std::string& text);  // throws Error for a malformed value
+
 // fsync a directory (after renames inside it).
 void dir_fsync(const std::string& path);
 

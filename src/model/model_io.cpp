@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -48,37 +50,119 @@ bool ignorable_tensor(const std::string& name) {
 }
 }  // namespace
 
-void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store) {
-  const std::string path = dir + "/model.safetensors";
-  STRATUM_CHECK(file_exists(path), "[model] '", dir, "' has no model.safetensors");
+namespace {
+// Loads `path`'s tensors into the store: a tensor named (prefix)NAME(suffix), with NAME a layout
+// tensor, goes to the units of `kind` for `suffix` (Note [vocab blocks]: a slot may hold a row
+// range of it). `ignore` says which other names may be present; every layout tensor must be
+// found once per (kind, suffix).
+void load_kinds(const std::string& path, const ParamLayout& layout, SegmentStore& store,
+                const std::vector<std::pair<SegmentKind, std::string>>& kinds,
+                const std::function<bool(const std::string&)>& ignore, const char* what) {
   SafetensorsFile file = SafetensorsFile::open(path);
-  std::vector<std::vector<bool>> seen(layout.segment_count());
-  for (int s = 0; s < layout.segment_count(); ++s) seen[s].assign(layout.segments()[s].tensors.size(), false);
+  std::vector<std::vector<std::vector<bool>>> seen(kinds.size(), std::vector<std::vector<bool>>(layout.segment_count()));
+  for (auto& per_kind : seen)
+    for (int s = 0; s < layout.segment_count(); ++s) per_kind[s].assign(layout.segments()[s].tensors.size(), false);
   for (const auto& info : file.tensors()) {
-    const std::vector<std::pair<int, int>> slots = layout.find(info.name);
+    std::size_t k = 0;
+    std::vector<std::pair<int, int>> slots;
+    for (; k < kinds.size(); ++k) {
+      const std::string& suffix = kinds[k].second;
+      if (info.name.size() < suffix.size() ||
+          info.name.compare(info.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
+      slots = layout.find(info.name.substr(0, info.name.size() - suffix.size()));
+      if (!slots.empty()) break;
+    }
     if (slots.empty()) {
-      if (ignorable_tensor(info.name)) continue;
-      STRATUM_FAIL("[model] ", path, ": unexpected tensor '", info.name,
-                   "' (not part of a GPT-2 model with this config.json)");
+      if (ignore(info.name)) continue;
+      STRATUM_FAIL("[model] ", path, ": unexpected tensor '", info.name, "' (not part of ", what,
+                   " for a GPT-2 model with this config.json)");
     }
     const TensorSlot& first = layout.segments()[slots[0].first].tensors[slots[0].second];
     STRATUM_CHECK(info.shape == first.hf_shape, "[model] ", path, ": tensor '", info.name, "' has shape ",
                   shape_text(info.shape), ", but config.json implies ", shape_text(first.hf_shape));
     for (const auto& [s, t] : slots) {
       const TensorSlot& slot = layout.segments()[s].tensors[t];
-      STRATUM_CHECK(!seen[s][t], "[model] ", path, ": tensor '", info.name,
+      STRATUM_CHECK(!seen[k][s][t], "[model] ", path, ": tensor '", info.name,
                     "' appears twice (with and without prefix)");
       // A slot may hold rows [row0, row0 + rows) of the tensor (Note [vocab blocks]).
-      SegmentHold params(store, s, SegmentKind::Params, Access::Update, slot.chunk);
-      file.read_f32_range(info, slot.hf_first(), slot.numel,
-                          params.data() + layout.segments()[s].offset_in_chunk(slot));
-      seen[s][t] = true;
+      SegmentHold hold(store, s, kinds[k].first, Access::Update, slot.chunk);
+      file.read_f32_range(info, slot.hf_first(), slot.numel, hold.data() + layout.segments()[s].offset_in_chunk(slot));
+      seen[k][s][t] = true;
     }
   }
+  for (std::size_t k = 0; k < kinds.size(); ++k)
+    for (int s = 0; s < layout.segment_count(); ++s)
+      for (std::size_t t = 0; t < seen[k][s].size(); ++t)
+        STRATUM_CHECK(seen[k][s][t], "[model] ", path, ": tensor '", layout.segments()[s].tensors[t].name,
+                      kinds[k].second, "' is missing (expected it with or without the 'transformer.' prefix)");
+}
+
+// Writes the units of each (kind, suffix) as "transformer.NAME(suffix)" F32 tensors in Hugging
+// Face shapes, one chunk held at a time (so it works under a memory budget); wte, split into
+// vocabulary blocks, is one tensor written piece by piece (first, as Hugging Face does).
+void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStore& store,
+                 const std::vector<std::pair<SegmentKind, std::string>>& kinds,
+                 const std::map<std::string, std::string>& metadata) {
+  std::unique_ptr<SegmentHold> hold;
+  struct Held {
+    int segment = -1, chunk = -1;
+    SegmentKind kind = SegmentKind::Params;
+    bool operator==(const Held&) const = default;
+  } held;
+  std::vector<SafetensorsWriteEntry> entries;
+  std::vector<int> order;
+  for (int k = 0; k < layout.vocab_block_count(); ++k) order.push_back(layout.vocab_segment(k));
   for (int s = 0; s < layout.segment_count(); ++s)
-    for (std::size_t t = 0; t < seen[s].size(); ++t)
-      STRATUM_CHECK(seen[s][t], "[model] ", path, ": tensor '", layout.segments()[s].tensors[t].name,
-                    "' is missing (expected it with or without the 'transformer.' prefix)");
+    if (layout.segments()[s].role != SegmentRole::Vocab) order.push_back(s);
+  for (const auto& [kind, suffix] : kinds) {
+    for (int s : order) {
+      for (const auto& t : layout.segments()[s].tensors) {
+        if (t.row0 != 0) continue;  // written as a piece of the entry of its first slot
+        SafetensorsWriteEntry e{"transformer." + t.name + suffix, DType::F32, t.hf_shape, nullptr, {}, {}};
+        struct Piece {
+          int segment, chunk;
+          std::size_t offset;  // in the chunk
+        };
+        std::vector<Piece> pieces;
+        for (const auto& [ps, pt] : layout.find(t.name)) {
+          const TensorSlot& slot = layout.segments()[ps].tensors[pt];
+          pieces.push_back({ps, slot.chunk, layout.segments()[ps].offset_in_chunk(slot)});
+          e.piece_bytes.push_back(slot.numel * sizeof(float));
+        }
+        e.data_fn = [&, pieces, kind = kind](std::size_t piece) -> const void* {
+          const Piece& p = pieces[piece];
+          const Held want{p.segment, p.chunk, kind};
+          if (!(held == want)) {
+            hold.reset();
+            hold = std::make_unique<SegmentHold>(store, p.segment, kind, Access::Read, p.chunk);
+            held = want;
+          }
+          return hold->data() + p.offset;
+        };
+        entries.push_back(std::move(e));
+      }
+    }
+  }
+  safetensors_write(path, entries, metadata);
+}
+}  // namespace
+
+void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store) {
+  const std::string path = dir + "/model.safetensors";
+  STRATUM_CHECK(file_exists(path), "[model] '", dir, "' has no model.safetensors");
+  load_kinds(path, layout, store, {{SegmentKind::Params, ""}}, ignorable_tensor, "the weights");
+}
+
+void optimizer_load_file(const std::string& path, const ParamLayout& layout, SegmentStore& store) {
+  STRATUM_CHECK(file_exists(path), "[checkpoint] '", path, "' is missing");
+  load_kinds(path, layout, store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
+             [](const std::string&) { return false; }, "the AdamW state");
+}
+
+void optimizer_write_file(const std::string& path, const ParamLayout& layout, SegmentStore& store) {
+  write_kinds(path, layout, store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
+              {{"format", "pt"}, {"stratum", "adamw_moments"}});
 }
 
 void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store, std::uint64_t seed) {
@@ -127,6 +211,17 @@ void dir_swap_in(const std::string& tmp, const std::string& dir) {
 }
 }  // namespace
 
+void model_write_files(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
+                       const std::string& tokenizer_dir) {
+  hf_config_write_gpt2(dir + "/config.json", cfg);
+  write_kinds(dir + "/model.safetensors", layout, store, {{SegmentKind::Params, ""}}, {{"format", "pt"}});
+  if (!tokenizer_dir.empty()) {
+    const bool hf_names = file_exists(tokenizer_dir + "/vocab.json");
+    copy_file(tokenizer_dir + (hf_names ? "/vocab.json" : "/encoder.json"), dir + "/vocab.json");
+    copy_file(tokenizer_dir + (hf_names ? "/merges.txt" : "/vocab.bpe"), dir + "/merges.txt");
+  }
+}
+
 void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
                 const std::string& tokenizer_dir) {
   std::string dir = dir_in;
@@ -143,50 +238,7 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
   std::filesystem::remove_all(tmp, ec);
   dir_create(tmp);
   try {
-    hf_config_write_gpt2(tmp + "/config.json", cfg);
-    // One chunk held at a time, so saving works under a memory budget.
-    std::unique_ptr<SegmentHold> hold;
-    std::pair<int, int> held{-1, -1};  // (segment, chunk)
-    std::vector<SafetensorsWriteEntry> entries;
-    // wte, split into vocabulary blocks, is one tensor written piece by piece (first, as
-    // Hugging Face does).
-    std::vector<int> order;
-    for (int k = 0; k < layout.vocab_block_count(); ++k) order.push_back(layout.vocab_segment(k));
-    for (int s = 0; s < layout.segment_count(); ++s)
-      if (layout.segments()[s].role != SegmentRole::Vocab) order.push_back(s);
-    for (int s : order) {
-      for (const auto& t : layout.segments()[s].tensors) {
-        if (t.row0 != 0) continue;  // written as a piece of the entry of its first slot
-        SafetensorsWriteEntry e{"transformer." + t.name, DType::F32, t.hf_shape, nullptr, {}, {}};
-        struct Piece {
-          int segment, chunk;
-          std::size_t offset;  // in the chunk
-        };
-        std::vector<Piece> pieces;
-        for (const auto& [ps, pt] : layout.find(t.name)) {
-          const TensorSlot& slot = layout.segments()[ps].tensors[pt];
-          pieces.push_back({ps, slot.chunk, layout.segments()[ps].offset_in_chunk(slot)});
-          e.piece_bytes.push_back(slot.numel * sizeof(float));
-        }
-        e.data_fn = [&, pieces](std::size_t piece) -> const void* {
-          const Piece& p = pieces[piece];
-          if (held != std::make_pair(p.segment, p.chunk)) {
-            hold.reset();
-            hold = std::make_unique<SegmentHold>(store, p.segment, SegmentKind::Params, Access::Read, p.chunk);
-            held = {p.segment, p.chunk};
-          }
-          return hold->data() + p.offset;
-        };
-        entries.push_back(std::move(e));
-      }
-    }
-    safetensors_write(tmp + "/model.safetensors", entries, {{"format", "pt"}});
-    hold.reset();
-    if (!tokenizer_dir.empty()) {
-      const bool hf_names = file_exists(tokenizer_dir + "/vocab.json");
-      copy_file(tokenizer_dir + (hf_names ? "/vocab.json" : "/encoder.json"), tmp + "/vocab.json");
-      copy_file(tokenizer_dir + (hf_names ? "/merges.txt" : "/vocab.bpe"), tmp + "/merges.txt");
-    }
+    model_write_files(tmp, cfg, layout, store, tokenizer_dir);
     dir_fsync(tmp);
     dir_swap_in(tmp, dir);
     dir_fsync(parent);

@@ -1,5 +1,6 @@
-// Moving GPT-2 weights between Hugging Face directories (config.json + model.safetensors) and the
-// segment store, and initialising a new model. Does not touch gradients or optimizer state.
+// Moving GPT-2 weights (and, for checkpoints, AdamW's moments) between Hugging Face directories
+// (config.json + model.safetensors) and the segment store, and initialising a new model. Does not
+// touch gradients.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,18 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
 // complete model or the new one.
 void model_save(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
                 const std::string& tokenizer_dir);
+
+// The files of a Hugging Face GPT-2 directory (config.json, model.safetensors, and vocab.json +
+// merges.txt from tokenizer_dir when non-empty) written into the existing directory `dir`
+// (each file atomically); model_save and checkpoints build on it.
+void model_write_files(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
+                       const std::string& tokenizer_dir);
+
+// AdamW's moments as a safetensors file: "transformer.NAME.exp_avg" and ".exp_avg_sq" (F32, the
+// parameter's Hugging Face shape), written one chunk at a time; loading checks every tensor is
+// there with its shape, like model_load_weights.
+void optimizer_write_file(const std::string& path, const ParamLayout& layout, SegmentStore& store);
+void optimizer_load_file(const std::string& path, const ParamLayout& layout, SegmentStore& store);
 
 // 64-bit FNV-1a hash of all parameters (the bits, in layout order): equal hashes = identical models.
 std::uint64_t model_params_hash(const ParamLayout& layout, SegmentStore& store);

@@ -14,6 +14,32 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   STRATUM_CHECK(file_ != nullptr, "[log] cannot open --log file '", path, "' for writing: ", std::strerror(errno));
 }
 
+MetricsLog::MetricsLog(const std::string& path, long keep_through_step) : path_(path) {
+  // Keep the records of steps 1..keep_through_step (a resumed run continues the log; records of
+  // steps after the checkpoint, from the run that crashed, are dropped as it redoes them).
+  std::string kept;
+  if (std::FILE* old = std::fopen(path.c_str(), "r")) {
+    std::string line;
+    int c;
+    auto take = [&] {
+      const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+          record["step"].get<long>() <= keep_through_step)
+        kept += line + "\n";
+      line.clear();
+    };
+    while ((c = std::fgetc(old)) != EOF) {
+      if (c == '\n') take();
+      else line.push_back(static_cast<char>(c));
+    }
+    std::fclose(old);
+  }
+  file_ = std::fopen(path.c_str(), "w");
+  STRATUM_CHECK(file_ != nullptr, "[log] cannot open --log file '", path, "' for writing: ", std::strerror(errno));
+  const bool ok = std::fwrite(kept.data(), 1, kept.size(), file_) == kept.size() && std::fflush(file_) == 0;
+  STRATUM_CHECK(ok, "[log] write to '", path_, "' failed: ", std::strerror(errno), " (disk full?)");
+}
+
 MetricsLog::MetricsLog(MetricsLog&& other) noexcept
     : file_(std::exchange(other.file_, nullptr)), path_(std::move(other.path_)) {}
 

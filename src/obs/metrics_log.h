@@ -13,6 +13,9 @@ class MetricsLog {
  public:
   MetricsLog() = default;
   explicit MetricsLog(const std::string& path);  // truncates; throws naming the path if unwritable
+  // Continues an existing log (a resumed run): keeps the records of steps <= keep_through_step
+  // and drops the rest (a run that crashed after its last checkpoint logged steps it will redo).
+  MetricsLog(const std::string& path, long keep_through_step);
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
   MetricsLog(MetricsLog&& other) noexcept;

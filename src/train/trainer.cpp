@@ -2,14 +2,17 @@
 #include "train/trainer.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
+#include "core/file_util.h"
 #include "core/thread_pool.h"
 #include "data/corpus.h"
 #include "data/data_loader.h"
@@ -24,6 +27,8 @@
 #include "store/segment_store.h"
 #include "store/tiered_segment_store.h"
 #include "stratum/error.h"
+#include "io/io_engine.h"
+#include "train/checkpoint.h"
 #include "train/executor.h"
 
 namespace stratum {
@@ -45,6 +50,7 @@ void options_check(const TrainOptions& o) {
   STRATUM_CHECK(o.grad_clip >= 0, "[train] --grad-clip must be >= 0 (0 = off), got ", o.grad_clip);
   STRATUM_CHECK(o.save_every >= 0 && o.eval_every >= 0, "[train] --save-every and --eval-every must be >= 0");
   STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
+  STRATUM_CHECK(o.keep >= 1, "[train] --keep must be at least 1, got ", o.keep);
   STRATUM_CHECK(o.eval_batches >= 1, "[train] --eval-batches must be >= 1");
 }
 
@@ -61,6 +67,125 @@ std::string mib(std::size_t bytes) {
 }
 }  // namespace
 
+namespace {
+std::string absolute_path(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
+
+const char* lr_kind_name(LrScheduleKind kind) { return kind == LrScheduleKind::Constant ? "constant" : "cosine"; }
+
+std::uint64_t tokens_hash(const std::vector<std::int32_t>& tokens) {
+  return io_checksum(tokens.data(), tokens.size() * sizeof(std::int32_t));
+}
+
+// The options of this run as a trainer state (Note [checkpoints]); step, loss, next_lr and
+// params_hash are filled in when a checkpoint is written.
+TrainerState state_of(const TrainOptions& o, const GptConfig& cfg, const std::string& tokenizer_dir,
+                      const std::vector<std::int32_t>& train_tokens, const std::vector<std::int32_t>& val_tokens) {
+  TrainerState s;
+  s.total_steps = o.steps;
+  s.config = cfg;
+  s.batch = o.batch;
+  s.seq = o.seq;
+  s.lr_schedule = lr_kind_name(o.lr.kind);
+  s.max_lr = o.lr.max_lr;
+  s.min_lr = o.lr.min_lr;
+  s.warmup_steps = o.lr.warmup_steps;
+  s.beta1 = o.beta1;
+  s.beta2 = o.beta2;
+  s.eps = o.eps;
+  s.weight_decay = o.weight_decay;
+  s.grad_clip = o.grad_clip;
+  s.seed = o.seed;
+  s.shuffle = o.shuffle;
+  s.eval_every = o.eval_every;
+  s.eval_batches = o.eval_batches;
+  s.save_every = o.save_every;
+  s.keep = o.keep;
+  s.data_path = absolute_path(o.data_path);
+  s.val_data_path = absolute_path(o.val_data_path);
+  s.tokenizer_dir = absolute_path(tokenizer_dir);
+  s.train_tokens = train_tokens.size();
+  s.train_hash = tokens_hash(train_tokens);
+  s.val_tokens = val_tokens.size();
+  s.val_hash = tokens_hash(val_tokens);
+  return s;
+}
+
+// A resume must do the same math as the run it continues: everything but the step, the
+// informational fields and where things are saved must match.
+void resume_check(const TrainerState& want, const TrainerState& have, const std::string& dir) {
+  auto same = [&](bool equal, const char* what, const std::string& now, const std::string& then) {
+    STRATUM_CHECK(equal, "[train] --resume ", dir, ": ", what, " is ", now, " but the checkpoint was trained with ",
+                  then, "; a resumed run must use the same value (leave the flag out to take the checkpoint's)");
+  };
+  auto num = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", v);
+    return std::string(text);
+  };
+  same(want.config.describe() == have.config.describe() && want.config.layer_norm_eps == have.config.layer_norm_eps,
+       "the model", have.config.describe(), want.config.describe());
+  same(want.batch == have.batch, "--batch", std::to_string(have.batch), std::to_string(want.batch));
+  same(want.seq == have.seq, "--seq", std::to_string(have.seq), std::to_string(want.seq));
+  same(want.total_steps == have.total_steps, "--steps (the LR schedule's length)", std::to_string(have.total_steps),
+       std::to_string(want.total_steps));
+  same(want.lr_schedule == have.lr_schedule, "--lr-schedule", have.lr_schedule, want.lr_schedule);
+  same(want.max_lr == have.max_lr, "--lr", num(have.max_lr), num(want.max_lr));  // %g: may print alike
+  same(want.min_lr == have.min_lr, "--min-lr", num(have.min_lr), num(want.min_lr));
+  same(want.warmup_steps == have.warmup_steps, "--warmup", std::to_string(have.warmup_steps),
+       std::to_string(want.warmup_steps));
+  same(want.beta1 == have.beta1, "--beta1", num(have.beta1), num(want.beta1));
+  same(want.beta2 == have.beta2, "--beta2", num(have.beta2), num(want.beta2));
+  same(want.eps == have.eps, "--eps", num(have.eps), num(want.eps));
+  same(want.weight_decay == have.weight_decay, "--weight-decay", num(have.weight_decay), num(want.weight_decay));
+  same(want.grad_clip == have.grad_clip, "--grad-clip", num(have.grad_clip), num(want.grad_clip));
+  same(want.seed == have.seed, "--seed", std::to_string(have.seed), std::to_string(want.seed));
+  same(want.shuffle == have.shuffle, "--shuffle", have.shuffle ? "on" : "off", want.shuffle ? "on" : "off");
+  same(want.eval_every == have.eval_every, "--eval-every", std::to_string(have.eval_every),
+       std::to_string(want.eval_every));
+  same(want.eval_batches == have.eval_batches, "--eval-batches", std::to_string(have.eval_batches),
+       std::to_string(want.eval_batches));
+  same(want.train_tokens == have.train_tokens && want.train_hash == have.train_hash, "the training data",
+       "'" + have.data_path + "' (" + std::to_string(have.train_tokens) + " tokens)",
+       "'" + want.data_path + "' (" + std::to_string(want.train_tokens) + " tokens, other contents)");
+  same(want.val_tokens == have.val_tokens && want.val_hash == have.val_hash, "the validation data",
+       std::to_string(have.val_tokens) + " tokens", std::to_string(want.val_tokens) + " tokens, other contents");
+}
+
+std::string peek_dir(const std::string& path) {
+  if (file_exists(path + "/trainer_state.json")) return path;
+  const std::string latest = checkpoint_model_dir(path);
+  if (latest != path && file_exists(latest + "/trainer_state.json")) return latest;
+  std::error_code ec;
+  std::string newest;
+  for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) == 0 && name > newest && file_exists(entry.path().string() + "/trainer_state.json"))
+      newest = name;
+  }
+  STRATUM_CHECK(!newest.empty(), "[train] --resume '", path, "' holds no checkpoint (no trainer_state.json)");
+  return path + "/" + newest;
+}
+}  // namespace
+
+TrainerState train_peek_checkpoint(const std::string& path) {
+  STRATUM_CHECK(dir_exists(path), "[train] --resume '", path, "' does not exist or is not a directory");
+  const std::string dir = peek_dir(path);
+  return trainer_state_parse(file_read_all(dir + "/trainer_state.json"), dir + "/trainer_state.json");
+}
+
+std::string train_checkpoint_root(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  if (!file_exists(p + "/manifest.json")) return p;
+  const auto parent = std::filesystem::path(p).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
 std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip) {
   ThreadPool pool(1);
   const ParamLayout layout = ParamLayout::gpt2(cfg);
@@ -71,7 +196,33 @@ std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, boo
 
 TrainResult train_run(const TrainOptions& o) {
   options_check(o);
-  const GptConfig cfg = o.model_dir.empty() ? o.config : model_read_config(o.model_dir);
+  if (!o.save_dir.empty()) {  // an unusable --save fails now, not after hours of training
+    try {
+      dir_create(o.save_dir);
+    } catch (const Error& e) {
+      STRATUM_FAIL("[train] --save: ", e.what(), "; choose another directory");
+    }
+    STRATUM_CHECK(::access(o.save_dir.c_str(), W_OK) == 0, "[train] --save '", o.save_dir,
+                  "' is not writable; choose another directory");
+  }
+  // Resuming (Note [checkpoints]): the checkpoint is verified against its checksums first; from a
+  // root, a damaged newest one is skipped (saying so) for the newest that verifies.
+  ResumePoint resume;
+  TrainerState resume_state;
+  if (!o.resume_path.empty()) {
+    STRATUM_CHECK(o.model_dir.empty(), "[train] --resume continues from the checkpoint's own weights; drop --model");
+    resume = checkpoint_find(o.resume_path);
+    for (const std::string& note : resume.notes) std::fprintf(stderr, "[stratum] resume: %s\n", note.c_str());
+    resume_state = trainer_state_parse(file_read_all(resume.dir + "/trainer_state.json"),
+                                       resume.dir + "/trainer_state.json");
+    STRATUM_CHECK(resume_state.step < o.steps, "[train] --resume ", resume.dir, ": the checkpoint is at step ",
+                  resume_state.step, " of ", o.steps, "; nothing is left to train");
+    std::fprintf(stderr, "[stratum] resuming from %s (step %ld of %ld)\n", resume.dir.c_str(), resume_state.step,
+                 o.steps);
+  }
+  const GptConfig cfg = !resume.dir.empty()     ? model_read_config(resume.dir)
+                        : o.model_dir.empty() ? o.config
+                                              : model_read_config(o.model_dir);
   cfg.validate();
   STRATUM_CHECK(o.seq <= cfg.n_ctx, "[train] --seq ", o.seq, " is longer than the model context n_ctx=", cfg.n_ctx,
                 "; use --seq <= ", cfg.n_ctx);
@@ -79,7 +230,14 @@ TrainResult train_run(const TrainOptions& o) {
   ThreadPool pool(threads);
   blas_set_threads(threads);
 
-  const std::string tokenizer_dir = corpus_find_tokenizer(o.tokenizer_dir, o.model_dir);
+  // A resumed run finds its tokenizer where the original run did (the checkpoint's copy may be
+  // removed by --keep while the run goes on).
+  std::string tokenizer_hint = o.tokenizer_dir;
+  if (tokenizer_hint.empty() && !resume.dir.empty() && !resume_state.tokenizer_dir.empty() &&
+      dir_exists(resume_state.tokenizer_dir))
+    tokenizer_hint = resume_state.tokenizer_dir;
+  const std::string tokenizer_dir =
+      corpus_find_tokenizer(tokenizer_hint, resume.dir.empty() ? o.model_dir : resume.dir);
   std::vector<std::int32_t> train_tokens = corpus_load_tokens(o.data_path, tokenizer_dir, cfg.vocab_size);
   std::vector<std::int32_t> val_tokens;
   if (!o.val_data_path.empty()) {
@@ -94,6 +252,9 @@ TrainResult train_run(const TrainOptions& o) {
     train_tokens.resize(train_tokens.size() - holdout);
   }
   const std::size_t train_token_count = train_tokens.size();
+  const TrainerState run_state = state_of(o, cfg, tokenizer_dir, train_tokens, val_tokens);
+  if (!resume.dir.empty()) resume_check(resume_state, run_state, resume.dir);
+  const long start_step = resume.dir.empty() ? 0 : resume_state.step;
   DataLoader loader(std::move(train_tokens), o.batch, o.seq, o.shuffle, o.seed);
   std::unique_ptr<DataLoader> val_loader;
   if (!val_tokens.empty()) val_loader = std::make_unique<DataLoader>(std::move(val_tokens), o.batch, o.seq, false, 0);
@@ -168,10 +329,21 @@ TrainResult train_run(const TrainOptions& o) {
       }
     }
   } trace_flush{trace.get(), o.trace_path};
-  if (o.model_dir.empty()) model_init_random(cfg, layout, store, o.seed);
-  else model_load_weights(o.model_dir, layout, store);
+  if (!resume.dir.empty()) {
+    model_load_weights(resume.dir, layout, store);
+    optimizer_load_file(resume.dir + "/optimizer.safetensors", layout, store);
+    STRATUM_CHECK(model_params_hash(layout, store) == resume_state.params_hash, "[train] --resume ", resume.dir,
+                  ": the weights loaded do not hash to the trainer state's params_hash (the checkpoint was altered "
+                  "after it was written)");
+  } else if (o.model_dir.empty()) {
+    model_init_random(cfg, layout, store, o.seed);
+  } else {
+    model_load_weights(o.model_dir, layout, store);
+  }
 
-  MetricsLog log = o.log_path.empty() ? MetricsLog() : MetricsLog(o.log_path);
+  MetricsLog log = o.log_path.empty() ? MetricsLog()
+                   : start_step > 0   ? MetricsLog(o.log_path, start_step)
+                                      : MetricsLog(o.log_path);
   LrSchedule sched = o.lr;
   sched.total_steps = o.steps;
   const std::size_t param_bytes = layout.num_params() * sizeof(float);
@@ -198,13 +370,37 @@ TrainResult train_run(const TrainOptions& o) {
     return static_cast<float>(total / o.eval_batches);
   };
 
+  // Writes a checkpoint of the state after `done` steps (Note [checkpoints]).
+  auto save_checkpoint = [&](long done, float loss) {
+    exec.sync();
+    TrainerState state = run_state;
+    state.step = done;
+    state.loss = loss;
+    state.next_lr = done < o.steps ? sched.lr_at(done) : 0.0;
+    state.params_hash = model_params_hash(layout, store);
+    try {
+      result.checkpoint_dir = checkpoint_write(o.save_dir, done, o.keep, [&](const std::string& tmp) {
+        model_write_files(tmp, cfg, layout, store, tokenizer_dir);
+        optimizer_write_file(tmp + "/optimizer.safetensors", layout, store);
+        file_write_atomic(tmp + "/trainer_state.json", trainer_state_json(state));
+      });
+    } catch (const BugError&) {
+      throw;
+    } catch (const Error& e) {
+      STRATUM_FAIL("[checkpoint] saving step ", done, " under '", o.save_dir, "' failed: ", e.what(),
+                   "; the checkpoints written before are intact");
+    }
+  };
+
   std::fputs(plan_line.c_str(), stderr);
   ProgressBar progress(o.steps, o.quiet);
   std::vector<double> step_ms;
   double total_ms = 0.0;
   double timed_s = 0.0;
   StoreStats before = store.stats();
-  for (long step = 0; step < o.steps; ++step) {
+  result.start_step = start_step;
+  result.steps_done = start_step;
+  for (long step = start_step; step < o.steps; ++step) {
     loader.batch(step, inputs.data(), targets.data());
     store.stats_reset_peak();
     const auto t0 = std::chrono::steady_clock::now();
@@ -227,8 +423,11 @@ TrainResult train_run(const TrainOptions& o) {
     result.peak_mem_bytes = std::max(result.peak_mem_bytes, peak);
     step_ms.push_back(ms);
     total_ms += ms;
-    if (step > 0 || o.steps == 1) timed_s += ms / 1000.0;
-    const long timed_steps = o.steps == 1 ? 1 : step;
+    // The first step of a process warms up (page faults, the plan's first loads): not timed,
+    // unless it is the only one.
+    const bool only_step = o.steps - start_step == 1;
+    if (step > start_step || only_step) timed_s += ms / 1000.0;
+    const long timed_steps = only_step ? 1 : step - start_step;
     const double tokens_per_s = BT / (ms / 1000.0);
     const double avg_s = timed_steps > 0 ? timed_s / timed_steps : ms / 1000.0;
     result.final_loss = loss;
@@ -258,15 +457,21 @@ TrainResult train_run(const TrainOptions& o) {
       traffic = text;
     }
     progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o.steps - step - 1), traffic);
-    if (!o.save_dir.empty() && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || last)) {
-      exec.sync();
-      model_save(o.save_dir, cfg, layout, store, tokenizer_dir);
-      if (!last) progress.message("[stratum] saved " + o.save_dir + " at step " + std::to_string(step + 1));
+    result.steps_done = step + 1;
+    const bool stop = !last && o.stop_requested != nullptr && *o.stop_requested != 0;
+    if (!o.save_dir.empty() && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || last || stop)) {
+      save_checkpoint(step + 1, loss);
+      if (!last) progress.message("[stratum] saved checkpoint " + result.checkpoint_dir);
+    }
+    if (stop) {
+      result.interrupted = true;
+      break;
     }
   }
   progress.finish();
   result.step_ms_median = median(step_ms);
-  const long timed_steps = o.steps == 1 ? 1 : o.steps - 1;
+  const long ran = result.steps_done - start_step;
+  const long timed_steps = ran <= 1 ? ran : ran - 1;
   result.tokens_per_s = timed_s > 0 ? static_cast<double>(BT) * timed_steps / timed_s : 0.0;
   exec.sync();
   result.params_hash = model_params_hash(layout, store);
@@ -299,10 +504,10 @@ TrainResult train_run(const TrainOptions& o) {
   std::fprintf(stderr,
                "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, peak RSS %s, params "
                "hash %016llx%s%s\n",
-               o.steps, result.final_loss, result.tokens_per_s, result.step_ms_median,
+               result.steps_done, result.final_loss, result.tokens_per_s, result.step_ms_median,
                mib(static_cast<std::size_t>(usage.ru_maxrss) * 1024).c_str(),
-               static_cast<unsigned long long>(result.params_hash), o.save_dir.empty() ? "" : ", saved to ",
-               o.save_dir.c_str());
+               static_cast<unsigned long long>(result.params_hash), result.checkpoint_dir.empty() ? "" : ", saved to ",
+               result.checkpoint_dir.c_str());
   return result;
 }
 

@@ -3,11 +3,13 @@
 // AdamW, LR schedule), logging, evaluating and saving as asked. Does not parse flags.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <string>
 
 #include "io/io_engine.h"
 #include "model/model_config.h"
+#include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 
 namespace stratum {
@@ -28,8 +30,20 @@ struct TrainOptions {
   bool shuffle = false;
   std::string log_path;
   std::string trace_path;     // Chrome/Perfetto trace of compute, optimizer and I/O (empty = off)
+  // Checkpoints (Note [checkpoints], train/checkpoint.h): save_dir is a checkpoint root that gets
+  // step-NNNNNNNN directories (HF model + AdamW state + trainer state) and a `latest` pointer.
   std::string save_dir;
   long save_every = 0;        // 0 = only at the end (when save_dir is set)
+  int keep = 2;               // checkpoints kept under save_dir (the newest)
+  // Continue from a checkpoint (a step directory, or a root: its newest that verifies). Every
+  // option that changes the math (model, data, batch shape, steps, LR, AdamW, clipping, seed,
+  // shuffle, evaluation) must equal the checkpoint's; the rest (budget, prefetch, I/O, threads,
+  // log, trace) may differ. The parameters after step N are then bit-identical to a run that
+  // was never interrupted.
+  std::string resume_path;
+  // When set and it becomes non-zero (a signal handler), the run stops after the current step,
+  // writes a checkpoint (with save_dir) and returns with `interrupted` set.
+  const volatile std::sig_atomic_t* stop_requested = nullptr;
   long eval_every = 0;        // 0 = no validation
   int eval_batches = 4;
   bool keep_activations = false;  // keep each block's internals instead of recomputing (same bits)
@@ -63,7 +77,19 @@ struct TrainResult {
   std::size_t min_budget_bytes = 0;               // smallest --mem-budget this run could use
   double predicted_step_ms = 0.0;                 // the plan's prediction (with a budget), else 0
   int prefetch = 0;                               // the prefetch depth used (with a budget)
+  long start_step = 0;                            // steps already done by the checkpoint resumed from
+  long steps_done = 0;                            // steps done when the run ended
+  bool interrupted = false;                       // stopped early by stop_requested
+  std::string checkpoint_dir;                     // the last checkpoint written (empty = none)
 };
+
+// The trainer state of the checkpoint `path` names (a step directory or a root's `latest`, else
+// its newest step directory), without verifying the checkpoint: for filling in the options a
+// resume leaves out (`stratum train --resume DIR`). Throws Error when there is none to read.
+TrainerState train_peek_checkpoint(const std::string& path);
+// The checkpoint root a resume from `path` saves to by default: `path` itself when it is a root,
+// else the directory that holds the checkpoint directory `path`.
+std::string train_checkpoint_root(const std::string& path);
 
 // Smallest --mem-budget that can train this model at this batch shape (the engine's fixed
 // buffers plus the largest set of units held at once).

@@ -1,0 +1,62 @@
+// `stratum verify DIR`: checks checkpoints against their manifests (Note [checkpoints]) and says
+// which can be resumed. DIR is a checkpoint (DIR/step-N) or a checkpoint root (every checkpoint in
+// it). Exit 0 when every checkpoint verifies, 1 otherwise.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/file_util.h"
+#include "stratum/error.h"
+#include "train/checkpoint.h"
+
+namespace stratum {
+
+int cmd_verify(const std::vector<std::string>& argv) {
+  Args args("verify", argv, {}, 1);
+  if (args.help_requested() || args.positional().empty()) {
+    std::fputs("usage: stratum verify DIR\n  checks a checkpoint (DIR/step-N) or every checkpoint under a --save root "
+               "against the sizes and checksums in its manifest.json; exit 0 when all verify\n",
+               args.help_requested() ? stdout : stderr);
+    return args.help_requested() ? 0 : 2;
+  }
+  std::string dir = args.positional()[0];
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  STRATUM_CHECK(dir_exists(dir), "[verify] '", dir, "' does not exist or is not a directory");
+  std::vector<std::string> checkpoints;
+  std::string latest;
+  if (file_exists(dir + "/manifest.json")) {
+    checkpoints.push_back(dir);
+  } else {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("step-", 0) == 0 && entry.is_directory(ec)) checkpoints.push_back(dir + "/" + name);
+    }
+    std::sort(checkpoints.rbegin(), checkpoints.rend());
+    STRATUM_CHECK(!checkpoints.empty(), "[verify] '", dir,
+                  "' is neither a checkpoint (no manifest.json) nor a --save directory with step-N checkpoints");
+    const std::string resolved = checkpoint_model_dir(dir);
+    if (resolved != dir) latest = resolved;
+  }
+  int bad = 0;
+  for (const std::string& checkpoint : checkpoints) {
+    const CheckpointCheck check = checkpoint_verify(checkpoint);
+    std::printf("%s%s: %s\n", checkpoint.c_str(), checkpoint == latest ? " (latest)" : "",
+                check.ok() ? ("OK, step " + std::to_string(check.step)).c_str() : ("BAD: " + check.problem).c_str());
+    for (const std::string& line : check.report) std::printf("  %s\n", line.c_str());
+    if (!check.ok()) ++bad;
+  }
+  if (bad > 0) {
+    std::printf("%d of %zu checkpoint(s) failed verification; --resume %s uses the newest that verifies\n", bad,
+                checkpoints.size(), dir.c_str());
+    return 1;
+  }
+  std::printf("all %zu checkpoint(s) verify\n", checkpoints.size());
+  return 0;
+}
+
+}  // namespace stratum

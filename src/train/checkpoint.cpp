@@ -1,0 +1,457 @@
+// Crash-safe checkpoints; see checkpoint.h and Note [checkpoints].
+#include "train/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/file_descriptor.h"
+#include "core/file_util.h"
+#include "formats/json_brief.h"
+#include "io/io_engine.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+using nlohmann::json;
+
+namespace {
+constexpr const char* kStateFormat = "stratum.trainer_state";
+constexpr const char* kManifestFormat = "stratum.checkpoint_manifest";
+constexpr int kVersion = 1;
+
+std::string hex64(std::uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016" PRIx64, v);
+  return text;
+}
+
+// Reads fields of a JSON object strictly, naming `where` and the field in every error.
+class Fields {
+ public:
+  Fields(const json& object, std::string where) : object_(object), where_(std::move(where)) {}
+
+  const json& at(const char* key) const {
+    auto it = object_.find(key);
+    STRATUM_CHECK(it != object_.end(), "[checkpoint] ", where_, ": field '", key, "' is missing");
+    return *it;
+  }
+  std::string str(const char* key) const {
+    const json& v = at(key);
+    STRATUM_CHECK(v.is_string(), "[checkpoint] ", where_, ": field '", key, "' must be a string, got ", json_brief(v));
+    return v.get<std::string>();
+  }
+  double number(const char* key, double min, double max) const {
+    const json& v = at(key);
+    STRATUM_CHECK(v.is_number(), "[checkpoint] ", where_, ": field '", key, "' must be a number, got ", json_brief(v));
+    const double x = v.get<double>();
+    STRATUM_CHECK(std::isfinite(x) && x >= min && x <= max, "[checkpoint] ", where_, ": field '", key, "' is ", x,
+                  ", outside [", min, ", ", max, "]");
+    return x;
+  }
+  std::int64_t integer(const char* key, std::int64_t min, std::int64_t max) const {
+    const json& v = at(key);
+    STRATUM_CHECK(v.is_number_integer(), "[checkpoint] ", where_, ": field '", key, "' must be an integer, got ",
+                  json_brief(v));
+    if (v.is_number_unsigned()) {
+      const std::uint64_t u = v.get<std::uint64_t>();
+      STRATUM_CHECK(u <= static_cast<std::uint64_t>(max), "[checkpoint] ", where_, ": field '", key, "' is ", u,
+                    ", above ", max);
+      return static_cast<std::int64_t>(u);
+    }
+    const std::int64_t x = v.get<std::int64_t>();
+    STRATUM_CHECK(x >= min && x <= max, "[checkpoint] ", where_, ": field '", key, "' is ", x, ", outside [", min,
+                  ", ", max, "]");
+    return x;
+  }
+  bool boolean(const char* key) const {
+    const json& v = at(key);
+    STRATUM_CHECK(v.is_boolean(), "[checkpoint] ", where_, ": field '", key, "' must be true or false, got ",
+                  json_brief(v));
+    return v.get<bool>();
+  }
+  std::uint64_t hex(const char* key) const {
+    const std::string text = str(key);
+    STRATUM_CHECK(text.size() == 16 && text.find_first_not_of("0123456789abcdef") == std::string::npos,
+                  "[checkpoint] ", where_, ": field '", key, "' must be 16 lowercase hex digits, got '",
+                  text.substr(0, 40), "'");
+    return std::strtoull(text.c_str(), nullptr, 16);
+  }
+
+ private:
+  const json& object_;
+  std::string where_;
+};
+
+json parse_object(const std::string& text, const std::string& where, const char* format) {
+  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  STRATUM_CHECK(!root.is_discarded(), "[checkpoint] ", where, " is not valid JSON (truncated or corrupt?)");
+  STRATUM_CHECK(root.is_object(), "[checkpoint] ", where, " must hold a JSON object, got ", json_brief(root));
+  const Fields f(root, where);
+  STRATUM_CHECK(f.str("format") == format, "[checkpoint] ", where, ": format is '", f.str("format").substr(0, 60),
+                "', expected '", format, "'");
+  const std::int64_t version = f.integer("version", 0, std::numeric_limits<int>::max());
+  STRATUM_CHECK(version == kVersion, "[checkpoint] ", where, ": version ", version,
+                " is not supported (this stratum reads version ", kVersion, ")");
+  return root;
+}
+
+constexpr std::int64_t kMaxSteps = 1000000000;
+constexpr std::int64_t kMaxDim = 1 << 24;
+}  // namespace
+
+std::string trainer_state_json(const TrainerState& s) {
+  const json root = {
+      {"format", kStateFormat},
+      {"version", kVersion},
+      {"step", s.step},
+      {"total_steps", s.total_steps},
+      {"n_layer", s.config.n_layer},
+      {"n_head", s.config.n_head},
+      {"n_embd", s.config.n_embd},
+      {"n_ctx", s.config.n_ctx},
+      {"vocab_size", s.config.vocab_size},
+      {"layer_norm_eps", s.config.layer_norm_eps},
+      {"batch", s.batch},
+      {"seq", s.seq},
+      {"lr_schedule", s.lr_schedule},
+      {"max_lr", s.max_lr},
+      {"min_lr", s.min_lr},
+      {"warmup_steps", s.warmup_steps},
+      {"next_lr", s.next_lr},
+      {"beta1", s.beta1},
+      {"beta2", s.beta2},
+      {"eps", s.eps},
+      {"weight_decay", s.weight_decay},
+      {"grad_clip", s.grad_clip},
+      {"seed", hex64(s.seed)},
+      {"shuffle", s.shuffle},
+      {"eval_every", s.eval_every},
+      {"eval_batches", s.eval_batches},
+      {"save_every", s.save_every},
+      {"keep", s.keep},
+      {"data_path", s.data_path},
+      {"val_data_path", s.val_data_path},
+      {"tokenizer_dir", s.tokenizer_dir},
+      {"train_tokens", s.train_tokens},
+      {"train_hash", hex64(s.train_hash)},
+      {"val_tokens", s.val_tokens},
+      {"val_hash", hex64(s.val_hash)},
+      {"loss", s.loss},
+      {"params_hash", hex64(s.params_hash)},
+  };
+  return root.dump(2) + "\n";
+}
+
+TrainerState trainer_state_parse(const std::string& text, const std::string& where) {
+  const json root = parse_object(text, where, kStateFormat);
+  const Fields f(root, where);
+  TrainerState s;
+  s.total_steps = f.integer("total_steps", 1, kMaxSteps);
+  s.step = f.integer("step", 1, s.total_steps);
+  s.config.n_layer = static_cast<int>(f.integer("n_layer", 1, kMaxDim));
+  s.config.n_head = static_cast<int>(f.integer("n_head", 1, kMaxDim));
+  s.config.n_embd = static_cast<int>(f.integer("n_embd", 1, kMaxDim));
+  s.config.n_ctx = static_cast<int>(f.integer("n_ctx", 1, kMaxDim));
+  s.config.vocab_size = static_cast<int>(f.integer("vocab_size", 1, kMaxDim));
+  s.config.layer_norm_eps = static_cast<float>(f.number("layer_norm_eps", 0, 1));
+  s.batch = static_cast<int>(f.integer("batch", 1, 65536));
+  s.seq = static_cast<int>(f.integer("seq", 1, 1 << 20));
+  s.lr_schedule = f.str("lr_schedule");
+  STRATUM_CHECK(s.lr_schedule == "constant" || s.lr_schedule == "cosine", "[checkpoint] ", where,
+                ": lr_schedule must be 'constant' or 'cosine'");
+  constexpr double kBig = 1e30;
+  s.max_lr = f.number("max_lr", 0, kBig);
+  s.min_lr = f.number("min_lr", 0, kBig);
+  s.warmup_steps = f.integer("warmup_steps", 0, kMaxSteps);
+  s.next_lr = f.number("next_lr", 0, kBig);
+  s.beta1 = f.number("beta1", 0, 1);
+  s.beta2 = f.number("beta2", 0, 1);
+  s.eps = f.number("eps", 0, kBig);
+  s.weight_decay = f.number("weight_decay", 0, kBig);
+  s.grad_clip = f.number("grad_clip", 0, kBig);
+  s.seed = f.hex("seed");
+  s.shuffle = f.boolean("shuffle");
+  s.eval_every = f.integer("eval_every", 0, kMaxSteps);
+  s.eval_batches = static_cast<int>(f.integer("eval_batches", 1, 1000000));
+  s.save_every = f.integer("save_every", 0, kMaxSteps);
+  s.keep = static_cast<int>(f.integer("keep", 1, 1000000));
+  s.data_path = f.str("data_path");
+  STRATUM_CHECK(!s.data_path.empty(), "[checkpoint] ", where, ": data_path is empty");
+  s.val_data_path = f.str("val_data_path");
+  s.tokenizer_dir = f.str("tokenizer_dir");
+  s.train_tokens = static_cast<std::uint64_t>(f.integer("train_tokens", 1, std::numeric_limits<std::int64_t>::max()));
+  s.train_hash = f.hex("train_hash");
+  s.val_tokens = static_cast<std::uint64_t>(f.integer("val_tokens", 0, std::numeric_limits<std::int64_t>::max()));
+  s.val_hash = f.hex("val_hash");
+  s.loss = static_cast<float>(f.number("loss", -kBig, kBig));
+  s.params_hash = f.hex("params_hash");
+  return s;
+}
+
+std::string manifest_json(const CheckpointManifest& m) {
+  json files = json::array();
+  for (const ManifestEntry& e : m.files)
+    files.push_back({{"name", e.name}, {"bytes", e.bytes}, {"checksum", hex64(e.checksum)}});
+  const json root = {{"format", kManifestFormat}, {"version", kVersion}, {"step", m.step}, {"files", files}};
+  return root.dump(2) + "\n";
+}
+
+CheckpointManifest manifest_parse(const std::string& text, const std::string& where) {
+  const json root = parse_object(text, where, kManifestFormat);
+  const Fields f(root, where);
+  CheckpointManifest m;
+  m.step = f.integer("step", 1, kMaxSteps);
+  const json& files = f.at("files");
+  STRATUM_CHECK(files.is_array() && !files.empty() && files.size() <= 64, "[checkpoint] ", where,
+                ": 'files' must be a non-empty array of at most 64 entries, got ", json_brief(files));
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const std::string at = where + " files[" + std::to_string(i) + "]";
+    STRATUM_CHECK(files[i].is_object(), "[checkpoint] ", at, " must be an object, got ", json_brief(files[i]));
+    const Fields e(files[i], at);
+    ManifestEntry entry;
+    entry.name = e.str("name");
+    STRATUM_CHECK(!entry.name.empty() && entry.name.size() <= 255 && entry.name.find('/') == std::string::npos &&
+                      entry.name != "." && entry.name != ".." && entry.name.find('\0') == std::string::npos,
+                  "[checkpoint] ", at, ": name '", entry.name.substr(0, 60), "' is not a plain file name");
+    for (const ManifestEntry& other : m.files)
+      STRATUM_CHECK(other.name != entry.name, "[checkpoint] ", at, ": '", entry.name, "' is listed twice");
+    entry.bytes = static_cast<std::uint64_t>(e.integer("bytes", 0, std::numeric_limits<std::int64_t>::max()));
+    entry.checksum = e.hex("checksum");
+    m.files.push_back(std::move(entry));
+  }
+  return m;
+}
+
+std::uint64_t file_checksum(const std::string& path) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  STRATUM_CHECK(fd.get() >= 0, "[checkpoint] cannot open '", path, "': ", std::strerror(errno));
+  constexpr std::size_t kPiece = std::size_t{8} << 20;
+  std::unique_ptr<unsigned char[]> buffer(new unsigned char[kPiece]);
+  std::uint64_t sum = 0x9e3779b97f4a7c15ull, total = 0;
+  for (;;) {
+    std::size_t filled = 0;
+    while (filled < kPiece) {
+      const ssize_t n = ::read(fd.get(), buffer.get() + filled, kPiece - filled);
+      if (n < 0 && errno == EINTR) continue;
+      STRATUM_CHECK(n >= 0, "[checkpoint] read error on '", path, "': ", std::strerror(errno));
+      if (n == 0) break;
+      filled += static_cast<std::size_t>(n);
+    }
+    if (filled == 0) break;
+    total += filled;
+    const std::uint64_t piece = io_checksum(buffer.get(), filled);
+    sum = (sum ^ piece) * 0x100000001b3ull + (sum >> 29);
+    if (filled < kPiece) break;
+  }
+  return sum ^ (total * 0xff51afd7ed558ccdull);
+}
+
+std::string checkpoint_name(long step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08ld", step);
+  return name;
+}
+
+namespace {
+// The files every checkpoint has (the tokenizer files are optional).
+const char* const kRequired[] = {"config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json"};
+
+std::string trim_slashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+
+// step-NNNNNNNN directories under root, newest first.
+std::vector<std::pair<long, std::string>> list_checkpoints(const std::string& root) {
+  std::vector<std::pair<long, std::string>> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    long step = 0;
+    char rest = 0;
+    if (name.size() == 13 && std::sscanf(name.c_str(), "step-%8ld%c", &step, &rest) == 1 && step > 0 &&
+        name == checkpoint_name(step) && entry.is_directory(ec))
+      out.emplace_back(step, name);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+std::string read_latest(const std::string& root) {
+  const std::string path = root + "/latest";
+  if (!file_exists(path) || file_size_bytes(path) > 64) return "";
+  std::string name = file_read_all(path);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+}  // namespace
+
+CheckpointCheck checkpoint_verify(const std::string& dir_in) {
+  CheckpointCheck check;
+  check.dir = trim_slashes(dir_in);
+  try {
+    STRATUM_CHECK(dir_exists(check.dir), "'", check.dir, "' is not a directory");
+    const std::string manifest_path = check.dir + "/manifest.json";
+    STRATUM_CHECK(file_exists(manifest_path), "manifest.json is missing (an unfinished or foreign directory)");
+    const std::string text = file_read_all(manifest_path);
+    STRATUM_CHECK(text.size() <= (1 << 20), "manifest.json is too large to be a manifest");
+    const CheckpointManifest m = manifest_parse(text, manifest_path);
+    check.step = m.step;
+    for (const char* required : kRequired) {
+      const bool listed = std::any_of(m.files.begin(), m.files.end(),
+                                      [&](const ManifestEntry& e) { return e.name == required; });
+      STRATUM_CHECK(listed, "manifest.json does not list ", required);
+    }
+    for (const ManifestEntry& e : m.files) {
+      const std::string path = check.dir + "/" + e.name;
+      std::string line = e.name + ": ";
+      if (!file_exists(path)) {
+        check.report.push_back(line + "MISSING");
+        if (check.problem.empty()) check.problem = e.name + " is missing";
+        continue;
+      }
+      const std::uint64_t bytes = file_size_bytes(path);
+      if (bytes != e.bytes) {
+        check.report.push_back(line + "WRONG SIZE (" + std::to_string(bytes) + " bytes, manifest says " +
+                               std::to_string(e.bytes) + ")");
+        if (check.problem.empty())
+          check.problem = e.name + " has " + std::to_string(bytes) + " bytes, the manifest says " +
+                          std::to_string(e.bytes) + " (truncated?)";
+        continue;
+      }
+      if (file_checksum(path) != e.checksum) {
+        check.report.push_back(line + "CHECKSUM MISMATCH");
+        if (check.problem.empty()) check.problem = e.name + " does not match its checksum (corrupt)";
+        continue;
+      }
+      check.report.push_back(line + "ok (" + std::to_string(bytes) + " bytes)");
+    }
+    if (check.problem.empty()) {
+      // The trainer state must parse and agree with the manifest.
+      const std::string state_path = check.dir + "/trainer_state.json";
+      const TrainerState state = trainer_state_parse(file_read_all(state_path), state_path);
+      STRATUM_CHECK(state.step == m.step, "trainer_state.json says step ", state.step, ", the manifest ", m.step);
+    }
+  } catch (const Error& e) {
+    if (check.problem.empty()) check.problem = e.what();
+  }
+  return check;
+}
+
+std::string checkpoint_write(const std::string& root_in, long step, int keep,
+                             const std::function<void(const std::string& tmp_dir)>& write_files) {
+  STRATUM_CHECK(keep >= 1, "[checkpoint] --keep must be at least 1");
+  const std::string root = trim_slashes(root_in);
+  dir_create(root);
+  STRATUM_CHECK(::access(root.c_str(), W_OK) == 0, "[checkpoint] cannot write to '", root,
+                "': permission denied; choose another --save directory");
+  const std::string name = checkpoint_name(step);
+  const std::string final_dir = root + "/" + name;
+  // Leftovers of writes that never finished (a crash): never a complete checkpoint.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string leftover = entry.path().filename().string();
+    if (leftover.rfind(".step-", 0) == 0 && leftover.find(".tmp.") != std::string::npos)
+      std::filesystem::remove_all(entry.path(), ec);
+  }
+  const std::string tmp = root + "/." + name + ".tmp." + std::to_string(::getpid());
+  dir_create(tmp);
+  try {
+    write_files(tmp);
+    CheckpointManifest manifest;
+    manifest.step = step;
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(tmp)) names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    for (const std::string& file : names) {
+      STRATUM_CHECK(file != "manifest.json", "[checkpoint] bug: write_files wrote manifest.json");
+      manifest.files.push_back({file, file_size_bytes(tmp + "/" + file), file_checksum(tmp + "/" + file)});
+    }
+    file_write_atomic(tmp + "/manifest.json", manifest_json(manifest));
+    dir_fsync(tmp);
+    if (dir_exists(final_dir)) {
+      // A checkpoint of this step exists (a resume from an older one after this one failed to
+      // verify): move it aside, to be removed once the new one is in place.
+      const std::string aside = root + "/." + name + ".tmp." + std::to_string(::getpid()) + ".old";
+      STRATUM_CHECK(::rename(final_dir.c_str(), aside.c_str()) == 0, "[checkpoint] cannot move '", final_dir,
+                    "' aside: ", std::strerror(errno));
+      std::filesystem::remove_all(aside, ec);
+    }
+    STRATUM_CHECK(::rename(tmp.c_str(), final_dir.c_str()) == 0, "[checkpoint] cannot rename '", tmp, "' to '",
+                  final_dir, "': ", std::strerror(errno));
+  } catch (...) {
+    std::filesystem::remove_all(tmp, ec);
+    throw;
+  }
+  dir_fsync(root);
+  const CheckpointCheck check = checkpoint_verify(final_dir);
+  STRATUM_CHECK(check.ok(), "[checkpoint] the checkpoint just written to '", final_dir,
+                "' does not verify: ", check.problem, "; 'latest' still names the previous one");
+  file_write_atomic(root + "/latest", name + "\n");
+  // Keep the newest `keep` (never the one `latest` names).
+  const auto all = list_checkpoints(root);
+  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i)
+    if (all[i].second != name) std::filesystem::remove_all(root + "/" + all[i].second, ec);
+  dir_fsync(root);
+  return final_dir;
+}
+
+ResumePoint checkpoint_find(const std::string& path_in) {
+  const std::string path = trim_slashes(path_in);
+  STRATUM_CHECK(dir_exists(path), "[checkpoint] --resume '", path, "' does not exist or is not a directory");
+  ResumePoint point;
+  if (file_exists(path + "/manifest.json")) {
+    const CheckpointCheck check = checkpoint_verify(path);
+    STRATUM_CHECK(check.ok(), "[checkpoint] '", path, "' cannot be resumed: ", check.problem,
+                  "; give its parent directory to resume from the newest checkpoint that verifies");
+    point.dir = path;
+    point.step = check.step;
+    return point;
+  }
+  const std::string latest = read_latest(path);
+  std::vector<std::string> candidates;
+  if (!latest.empty() && latest.find('/') == std::string::npos && dir_exists(path + "/" + latest))
+    candidates.push_back(latest);
+  else if (!latest.empty())
+    point.notes.push_back("'latest' names '" + latest.substr(0, 40) + "', which does not exist");
+  for (const auto& [step, name] : list_checkpoints(path))
+    if (name != latest) candidates.push_back(name);
+  STRATUM_CHECK(!candidates.empty(), "[checkpoint] '", path,
+                "' holds no checkpoint (no step-NNNNNNNN directory); train with --save '", path, "' first");
+  for (const std::string& name : candidates) {
+    const CheckpointCheck check = checkpoint_verify(path + "/" + name);
+    if (check.ok()) {
+      point.dir = check.dir;
+      point.step = check.step;
+      return point;
+    }
+    point.notes.push_back("skipped " + name + ": " + check.problem);
+  }
+  std::string why;
+  for (const std::string& note : point.notes) why += "; " + note;
+  STRATUM_FAIL("[checkpoint] no checkpoint under '", path, "' verifies", why);
+}
+
+std::string checkpoint_model_dir(const std::string& path_in) {
+  const std::string path = trim_slashes(path_in);
+  if (path.empty() || file_exists(path + "/config.json") || !dir_exists(path)) return path_in;
+  const std::string latest = read_latest(path);
+  if (latest.empty() || latest.find('/') != std::string::npos) return path_in;
+  return path + "/" + latest;
+}
+
+}  // namespace stratum

@@ -1,0 +1,114 @@
+// Crash-safe training checkpoints (Note [checkpoints]): the directory layout, the trainer state
+// and manifest files (writing and strict parsing), writing a checkpoint atomically, verifying one
+// against its checksums, and finding the checkpoint to resume from. Does not know how a model's
+// tensors are stored (the trainer passes a function that writes them) and does not train.
+//
+// Note [checkpoints]: `--save ROOT` makes ROOT a checkpoint root:
+//   ROOT/step-00000200/  config.json, model.safetensors (a Hugging Face GPT-2 directory, loadable
+//                        by GPT2LMHeadModel), vocab.json + merges.txt (when the run has a
+//                        tokenizer), optimizer.safetensors (AdamW's moments), trainer_state.json
+//                        (step, options, data identity, LR), manifest.json (every other file's
+//                        size and checksum)
+//   ROOT/latest          the name of the newest verified checkpoint ("step-00000200")
+// A checkpoint is written under ROOT/.step-NNNNNNNN.tmp.PID: each file atomically and fsynced,
+// then the manifest is computed by reading every file back, the directory is fsynced and renamed
+// to step-NNNNNNNN, ROOT is fsynced, the new checkpoint is verified against its manifest, and only
+// then is `latest` replaced (atomically) and the oldest checkpoints beyond --keep removed. A crash
+// at any moment leaves every earlier checkpoint and `latest` intact; leftovers of an unfinished
+// write are temporary directories, removed by the next write. Resuming verifies the checkpoint
+// first; from a root it takes `latest` and falls back to the newest older checkpoint that
+// verifies, saying which and why.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace stratum {
+
+// Everything a run needs to continue exactly where it stopped, besides the tensors. The data
+// loader's order is a pure function of (seed, shuffle, batch index) and the only randomness in a
+// step-by-step run is the initialisation, so "RNG state" is the seed and "loader position" is the
+// step.
+struct TrainerState {
+  long step = 0;         // optimizer steps done
+  long total_steps = 0;  // the run's --steps (the LR schedule depends on it)
+  GptConfig config;
+  int batch = 0, seq = 0;
+  std::string lr_schedule;  // "constant" | "cosine"
+  double max_lr = 0, min_lr = 0;
+  long warmup_steps = 0;
+  double next_lr = 0;  // the LR of step `step` (informational)
+  double beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0;
+  std::uint64_t seed = 0;
+  bool shuffle = false;
+  long eval_every = 0;
+  int eval_batches = 0;
+  long save_every = 0;
+  int keep = 0;
+  std::string data_path, val_data_path, tokenizer_dir;  // absolute where they were given
+  std::uint64_t train_tokens = 0, train_hash = 0;       // data identity (io_checksum of the tokens)
+  std::uint64_t val_tokens = 0, val_hash = 0;
+  float loss = 0;                   // the loss of the last step done
+  std::uint64_t params_hash = 0;    // model_params_hash of the saved weights
+};
+std::string trainer_state_json(const TrainerState& state);
+// Strict: every field present with the right type and range; throws Error naming `where` and the
+// field.
+TrainerState trainer_state_parse(const std::string& text, const std::string& where);
+
+struct ManifestEntry {
+  std::string name;  // a plain file name in the checkpoint directory
+  std::uint64_t bytes = 0;
+  std::uint64_t checksum = 0;  // file_checksum
+};
+struct CheckpointManifest {
+  long step = 0;
+  std::vector<ManifestEntry> files;
+};
+std::string manifest_json(const CheckpointManifest& manifest);
+CheckpointManifest manifest_parse(const std::string& text, const std::string& where);  // strict, throws Error
+
+// io_checksum over the file, read in 8 MiB pieces and chained (size included).
+std::uint64_t file_checksum(const std::string& path);
+
+// "step-00000200"
+std::string checkpoint_name(long step);
+
+// Verifies a checkpoint directory against its manifest: every file present, with its size and
+// checksum, and no file the checkpoint needs missing from the manifest. `report` gets one line per
+// file. Never throws for a bad checkpoint: `problem` says what is wrong (empty = good).
+struct CheckpointCheck {
+  std::string dir;
+  long step = -1;
+  std::vector<std::string> report;
+  std::string problem;
+  bool ok() const { return problem.empty(); }
+};
+CheckpointCheck checkpoint_verify(const std::string& dir);
+
+// Writes checkpoint `step` under `root` (created if missing) as Note [checkpoints] says:
+// write_files(tmp_dir) writes everything but manifest.json into tmp_dir. Keeps the newest `keep`
+// checkpoints (>= 1). Returns the new checkpoint's directory. Throws Error when anything fails;
+// the previous checkpoints and `latest` are then untouched and the temporary directory removed.
+std::string checkpoint_write(const std::string& root, long step, int keep,
+                             const std::function<void(const std::string& tmp_dir)>& write_files);
+
+// The checkpoint to resume from: `path` itself when it is a checkpoint directory (it must verify),
+// else the root's `latest`, else (when that is missing or does not verify) the newest step-*
+// directory that verifies. `notes` says what was skipped and why. Throws Error when none verifies.
+struct ResumePoint {
+  std::string dir;
+  long step = 0;
+  std::vector<std::string> notes;
+};
+ResumePoint checkpoint_find(const std::string& path);
+
+// For --model: a checkpoint root (no config.json, a `latest` file) stands for its latest
+// checkpoint's directory; any other path is returned unchanged.
+std::string checkpoint_model_dir(const std::string& path);
+
+}  // namespace stratum
