@@ -104,6 +104,13 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"info missing path", "info " + tmp.file("nothing"), "does not exist"},
       {"save-every without save", "train --save-every 2" + data, "--save-every needs --save"},
       {"unwritable log", "train --steps 1 --log /proc/nope/log.jsonl" + data, "[log]"},
+      {"unwritable save", "train --steps 1 --save /proc/nope/ck" + data, "--save"},
+      {"keep zero", "train --keep 0 --save " + tmp.file("ck") + data, "--keep"},
+      {"resume missing", "train --resume " + tmp.file("nothing"), "does not exist"},
+      {"resume a model dir", "train --resume " + kTiny, "no checkpoint"},
+      {"resume with --model", "train --resume " + kTiny + " --model " + kTiny, "drop --model"},
+      {"verify missing", "verify " + tmp.file("nothing"), "does not exist"},
+      {"verify a model dir", "verify " + kTiny, "neither a checkpoint"},
   };
   for (const auto& c : cases) {
     const auto r = run_stratum(c.args);

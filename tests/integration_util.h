@@ -2,6 +2,9 @@
 // reading golden safetensors into vectors.
 #pragma once
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -61,6 +64,71 @@ inline CommandResult run_stratum(const std::string& args) {
   r.errors = file_read_all(dir.file("err"));
   return r;
 }
+
+// Sets an environment variable for the scope (child processes started meanwhile inherit it).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// The stratum binary started in the background (for signals): stdout and stderr go to files in
+// its own temporary directory. wait() reaps it; the destructor kills and reaps one still running.
+class StratumProcess {
+ public:
+  explicit StratumProcess(const std::string& args) {
+    const std::string cmd = "exec " + std::string(STRATUM_BINARY) + " " + args + " >" + dir_.file("out") + " 2>" +
+                            dir_.file("err");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  ~StratumProcess() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  StratumProcess(const StratumProcess&) = delete;
+  StratumProcess& operator=(const StratumProcess&) = delete;
+
+  void signal(int sig) const { ::kill(pid_, sig); }
+  bool running() {
+    if (reaped_) return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) != pid_) return true;
+    finish(status);
+    return false;
+  }
+  CommandResult wait() {
+    if (!reaped_) {
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+      finish(status);
+    }
+    return result_;
+  }
+
+ private:
+  void finish(int status) {
+    reaped_ = true;
+    result_.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    result_.output = file_read_all(dir_.file("out"));
+    result_.errors = file_read_all(dir_.file("err"));
+  }
+
+  TempDir dir_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  CommandResult result_;
+};
 
 // Writes `count` seeded random token ids < vocab as a raw little-endian uint16 file (nanoGPT .bin)
 // at `path` and returns the path.

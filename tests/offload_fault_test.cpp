@@ -32,6 +32,7 @@ namespace {
 
 using testing::CommandResult;
 using testing::run_stratum;
+using testing::ScopedEnv;
 using testing::TempDir;
 
 // Small enough that a run takes well under a second, big enough that the minimum budget
@@ -147,17 +148,6 @@ long min_budget_mib() {
 }
 
 // Sets an environment variable for the child processes of this scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
-
 // A run at the minimum budget in `offload` with STRATUM_IO_FAULT=spec (steps: 3).
 CommandResult run_with_fault(const std::string& spec, const std::string& tokens, const std::string& offload) {
   const std::string args = train_args(tokens, 3) + offload_args(min_budget_mib(), offload);  // before the fault is set

@@ -89,8 +89,18 @@ TEST(Plan, TrafficMatchesATrainingRunThatUsesThePlansDepth) {
     reads.push_back(log[i]["read_bytes"].get<double>());
     writes.push_back(log[i]["write_bytes"].get<double>());
   }
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Sanitizers slow compute and the optimizer worker unevenly (its read-ahead then loads chunks
+  // that are evicted before use: CI's ASan pass read 44% more than the plan). Only a gross check
+  // there; the Release pass checks 15%.
+  EXPECT_GE(median(reads), 0.85 * static_cast<double>(plan.read_bytes));
+  EXPECT_LE(median(reads), 2.0 * static_cast<double>(plan.read_bytes));
+  EXPECT_GE(median(writes), 0.85 * static_cast<double>(plan.write_bytes));
+  EXPECT_LE(median(writes), 2.0 * static_cast<double>(plan.write_bytes));
+#else
   EXPECT_NEAR(static_cast<double>(plan.read_bytes), median(reads), 0.15 * median(reads));
   EXPECT_NEAR(static_cast<double>(plan.write_bytes), median(writes), 0.15 * median(writes));
+#endif
   ::unsetenv("STRATUM_CACHE_DIR");
 }
 

@@ -23,6 +23,7 @@ if [[ ! -s $out/fortunes.txt ]]; then
   find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' -print0 | sort -z |
     xargs -0 cat | sed 's/^%$//' > "$out/fortunes.txt"
 fi
+rm -rf "$out/model"  # a fresh run: its checkpoints go to an empty --save directory
 ./build/stratum prepare --input "$out/fortunes.txt" --tokenizer build/deps/gpt2 --out "$out/fortunes.bin"
 ./build/stratum train --layers 4 --heads 4 --embd 256 --ctx 256 --data "$out/fortunes.bin" \
   --tokenizer build/deps/gpt2 --batch 8 --seq 128 --steps "${QUICKSTART_STEPS:-250}" --lr 1e-3 --warmup 20 \

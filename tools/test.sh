@@ -2,7 +2,7 @@
 # The README's second command (and what CI runs): installs dependencies, builds Stratum and its
 # GoogleTest suite in Release and runs every test with ctest, then runs the same suite again
 # built with AddressSanitizer + UndefinedBehaviorSanitizer (tools/sanitize.sh), and runs every
-# libFuzzer target for 15 s (tools/fuzz.sh). STRATUM_SKIP_SANITIZERS=1 / STRATUM_SKIP_FUZZ=1 skip
+# libFuzzer target for 30 s (tools/fuzz.sh). STRATUM_SKIP_SANITIZERS=1 / STRATUM_SKIP_FUZZ=1 skip
 # those passes (for quick local runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +16,7 @@ if [[ "${STRATUM_SKIP_SANITIZERS:-0}" != 1 ]]; then
   bash tools/sanitize.sh
 fi
 if [[ "${STRATUM_SKIP_FUZZ:-0}" != 1 ]]; then
-  echo "[test] fuzzing every parser for 15 s"
-  bash tools/fuzz.sh 15
+  echo "[test] fuzzing every parser for 30 s"
+  bash tools/fuzz.sh 30
 fi
 echo "stratum: ${total:-0} passed, 0 failed"

@@ -109,15 +109,16 @@ void file_write_atomic(const std::string& path,
   FileDescriptor fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   STRATUM_CHECK(fd.get() >= 0, "[file] cannot create '", tmp, "': ", errno_text(),
                 " (is the directory writable?)");
+  auto inject = [&] {
+    if (fault.kind == FileFault::Kind::Kill) ::raise(SIGKILL);  // a crash mid-write
+    errno = fault.kind == FileFault::Kind::Enospc ? ENOSPC : EIO;
+    STRATUM_FAIL("[file] write to '", tmp, "' failed: ", errno_text(), " (injected by STRATUM_FILE_FAULT)");
+  };
   try {
     writer([&](const void* data, std::size_t size) {
       const char* p = static_cast<const char*>(data);
       while (size > 0) {
-        if (faulty && written >= 4096) {
-          if (fault.kind == FileFault::Kind::Kill) ::raise(SIGKILL);  // a crash mid-write
-          errno = fault.kind == FileFault::Kind::Enospc ? ENOSPC : EIO;
-          STRATUM_FAIL("[file] write to '", tmp, "' failed: ", errno_text(), " (injected by STRATUM_FILE_FAULT)");
-        }
+        if (faulty && written >= 4096) inject();
         ssize_t n = ::write(fd.get(), p, faulty ? std::min<std::size_t>(size, 4096 - written % 4096) : size);
         if (n < 0 && errno == EINTR) continue;
         STRATUM_CHECK(n > 0, "[file] write to '", tmp, "' failed: ", errno_text());
@@ -126,6 +127,7 @@ void file_write_atomic(const std::string& path,
         size -= static_cast<std::size_t>(n);
       }
     });
+    if (faulty) inject();  // a file smaller than 4 KiB fails before its fsync
     STRATUM_CHECK(::fsync(fd.get()) == 0, "[file] fsync of '", tmp, "' failed: ", errno_text());
     int raw = fd.release();
     STRATUM_CHECK(::close(raw) == 0, "[file] close of '", tmp, "' failed: ", errno_text());

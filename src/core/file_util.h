@@ -27,7 +27,7 @@ void file_write_atomic(const std::string& path, const std::function<void(const B
 void file_write_atomic(const std::string& path, const std::string& contents);
 
 // Test hook for the writes above: STRATUM_FILE_FAULT="KIND@TEXT" makes file_write_atomic fail on
-// any path containing TEXT once 4 KiB of it are written: KIND enospc or eio fails the write with
+// any path containing TEXT once 4 KiB of it are written (a smaller file: once all of it is): KIND enospc or eio fails the write with
 // that error (a full disk, a write error), kill raises SIGKILL (a crash in the middle of a file).
 struct FileFault {
   enum class Kind { None, Enospc, Eio, Kill } kind = Kind::None;

@@ -365,7 +365,8 @@ std::string checkpoint_write(const std::string& root_in, long step, int keep,
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
     const std::string leftover = entry.path().filename().string();
-    if (leftover.rfind(".step-", 0) == 0 && leftover.find(".tmp.") != std::string::npos)
+    if ((leftover.rfind(".step-", 0) == 0 || leftover.rfind("latest.tmp.", 0) == 0) &&
+        leftover.find(".tmp.") != std::string::npos)
       std::filesystem::remove_all(entry.path(), ec);
   }
   const std::string tmp = root + "/." + name + ".tmp." + std::to_string(::getpid());

@@ -150,10 +150,12 @@ void resume_check(const TrainerState& want, const TrainerState& have, const std:
   same(want.eval_batches == have.eval_batches, "--eval-batches", std::to_string(have.eval_batches),
        std::to_string(want.eval_batches));
   same(want.train_tokens == have.train_tokens && want.train_hash == have.train_hash, "the training data",
-       "'" + have.data_path + "' (" + std::to_string(have.train_tokens) + " tokens)",
-       "'" + want.data_path + "' (" + std::to_string(want.train_tokens) + " tokens, other contents)");
+       "'" + have.data_path + "' (" + std::to_string(have.train_tokens) + " tokens" +
+           (have.train_tokens == want.train_tokens ? ", other contents)" : ")"),
+       "'" + want.data_path + "' (" + std::to_string(want.train_tokens) + " tokens)");
   same(want.val_tokens == have.val_tokens && want.val_hash == have.val_hash, "the validation data",
-       std::to_string(have.val_tokens) + " tokens", std::to_string(want.val_tokens) + " tokens, other contents");
+       std::to_string(have.val_tokens) + " tokens" + (have.val_tokens == want.val_tokens ? ", other contents" : ""),
+       std::to_string(want.val_tokens) + " tokens");
 }
 
 std::string peek_dir(const std::string& path) {
@@ -217,8 +219,6 @@ TrainResult train_run(const TrainOptions& o) {
                                        resume.dir + "/trainer_state.json");
     STRATUM_CHECK(resume_state.step < o.steps, "[train] --resume ", resume.dir, ": the checkpoint is at step ",
                   resume_state.step, " of ", o.steps, "; nothing is left to train");
-    std::fprintf(stderr, "[stratum] resuming from %s (step %ld of %ld)\n", resume.dir.c_str(), resume_state.step,
-                 o.steps);
   }
   const GptConfig cfg = !resume.dir.empty()     ? model_read_config(resume.dir)
                         : o.model_dir.empty() ? o.config
@@ -253,7 +253,11 @@ TrainResult train_run(const TrainOptions& o) {
   }
   const std::size_t train_token_count = train_tokens.size();
   const TrainerState run_state = state_of(o, cfg, tokenizer_dir, train_tokens, val_tokens);
-  if (!resume.dir.empty()) resume_check(resume_state, run_state, resume.dir);
+  if (!resume.dir.empty()) {
+    resume_check(resume_state, run_state, resume.dir);
+    std::fprintf(stderr, "[stratum] resuming from %s (step %ld of %ld)\n", resume.dir.c_str(), resume_state.step,
+                 o.steps);
+  }
   const long start_step = resume.dir.empty() ? 0 : resume_state.step;
   DataLoader loader(std::move(train_tokens), o.batch, o.seq, o.shuffle, o.seed);
   std::unique_ptr<DataLoader> val_loader;

@@ -1,0 +1,352 @@
+// Checkpoints and resume (Note [checkpoints]) through the CLI, as a user runs them: resuming gives
+// the bits of a run never interrupted (also across budgets and prefetch depths), --keep and
+// `latest`, write faults and a crash mid-write leave the previous checkpoint, damaged checkpoints
+// are detected and skipped, Ctrl-C checkpoints, and random SIGKILLs lose nothing.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/file_util.h"
+#include "integration_util.h"
+#include "train/checkpoint.h"
+
+namespace stratum {
+namespace {
+
+using testing::CommandResult;
+using testing::run_stratum;
+using testing::ScopedEnv;
+using testing::StratumProcess;
+using testing::TempDir;
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+std::string train_args(const std::string& tokens, long steps) {
+  return "train --layers 2 --heads 4 --embd 64 --ctx 64 --vocab 2048 --batch 4 --seq 32 --lr 1e-3 --warmup 2 "
+         "--threads 2 --quiet --data " +
+         quote(tokens) + " --steps " + std::to_string(steps);
+}
+
+std::string budget_args(const std::string& offload, int prefetch) {
+  std::filesystem::create_directories(offload);
+  return " --mem-budget 4M --offload-dir " + quote(offload) + " --prefetch " + std::to_string(prefetch);
+}
+
+// The "params hash" a finished run prints (empty when it printed none).
+std::string params_hash(const CommandResult& r) {
+  const std::string key = "params hash ";
+  const std::size_t at = r.errors.rfind(key);
+  return at == std::string::npos ? "" : r.errors.substr(at + key.size(), 16);
+}
+
+std::vector<double> losses(const std::string& log) {
+  std::vector<double> out;
+  for (const auto& record : testing::read_jsonl(log)) out.push_back(record["loss"].get<double>());
+  return out;
+}
+
+std::string latest_of(const std::string& root) {
+  return file_exists(root + "/latest") ? file_read_all(root + "/latest") : "";
+}
+
+// Leftovers of unfinished writes under a checkpoint root.
+int temporaries(const std::string& root) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec))
+    if (entry.path().filename().string().find(".tmp.") != std::string::npos) ++n;
+  return n;
+}
+
+class Checkpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tokens_ = testing::write_random_tokens(tmp_.file("tokens.bin"), 20000, 2048, 5);
+    const CommandResult ref = run_stratum(train_args(tokens_, kSteps) + " --log " + quote(tmp_.file("ref.jsonl")));
+    ASSERT_EQ(ref.exit_code, 0) << ref.errors;
+    ref_hash_ = params_hash(ref);
+    ASSERT_EQ(ref_hash_.size(), 16u) << ref.errors;
+    ref_losses_ = losses(tmp_.file("ref.jsonl"));
+  }
+  static constexpr long kSteps = 8;
+  TempDir tmp_;
+  std::string tokens_, ref_hash_;
+  std::vector<double> ref_losses_;
+};
+
+TEST_F(Checkpoint, ResumeIsBitIdenticalAcrossBudgetsAndPrefetchDepths) {
+  const std::string root = tmp_.file("ck");
+  // The first half in RAM, checkpoints at steps 3, 6 and 8 (all kept).
+  CommandResult r = run_stratum(train_args(tokens_, kSteps) + " --save " + quote(root) + " --save-every 3 --keep 5");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(params_hash(r), ref_hash_);
+  for (const char* name : {"step-00000003", "step-00000006", "step-00000008"})
+    EXPECT_TRUE(checkpoint_verify(root + "/" + name).ok()) << name;
+  EXPECT_EQ(latest_of(root), "step-00000008\n");
+
+  struct Case {
+    const char* from;
+    std::string extra;
+  } cases[] = {{"step-00000003", ""},
+               {"step-00000003", budget_args(tmp_.file("off1"), 1)},
+               {"step-00000006", budget_args(tmp_.file("off3"), 3)}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.from) + c.extra);
+    const std::string log = tmp_.file("resume.jsonl");
+    // The log of the run being continued: resuming keeps its records up to the checkpoint.
+    std::filesystem::copy_file(tmp_.file("ref.jsonl"), log, std::filesystem::copy_options::overwrite_existing);
+    r = run_stratum("train --resume " + quote(root + "/" + c.from) + " --save " + quote(tmp_.file("ck_resumed")) +
+                    " --quiet --log " + quote(log) + c.extra);
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_NE(r.errors.find("resuming from " + root + "/" + c.from), std::string::npos) << r.errors;
+    EXPECT_EQ(params_hash(r), ref_hash_) << r.errors;
+    EXPECT_EQ(losses(log), ref_losses_) << "the continued log equals the uninterrupted run's";
+  }
+
+  // The first half under a budget, the second in RAM.
+  const std::string root2 = tmp_.file("ck2");
+  r = run_stratum(train_args(tokens_, kSteps) + budget_args(tmp_.file("off2"), 2) + " --save " + quote(root2) +
+                  " --save-every 4");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  r = run_stratum("train --resume " + quote(root2 + "/step-00000004") + " --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(params_hash(r), ref_hash_) << r.errors;
+}
+
+TEST_F(Checkpoint, KeepsTheNewestAndLatestNamesAVerifiedOne) {
+  const std::string root = tmp_.file("ck");
+  const CommandResult r = run_stratum(train_args(tokens_, 5) + " --save " + quote(root) + " --save-every 1");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(root)) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000004", "step-00000005"})) << "--keep 2 by default";
+  EXPECT_EQ(latest_of(root), "step-00000005\n");
+  const CommandResult v = run_stratum("verify " + quote(root));
+  EXPECT_EQ(v.exit_code, 0) << v.output << v.errors;
+  EXPECT_NE(v.output.find("step-00000005 (latest): OK"), std::string::npos) << v.output;
+  // A checkpoint is a Hugging Face directory: generate and info take it (and the root).
+  const CommandResult info = run_stratum("info " + quote(root));
+  EXPECT_EQ(info.exit_code, 0) << info.errors;
+  EXPECT_NE(info.output.find("L2 H4 C64 ctx64 V2048"), std::string::npos) << info.output;
+}
+
+TEST_F(Checkpoint, WriteFaultsAndACrashMidWriteLeaveThePreviousCheckpoint) {
+  const std::string root = tmp_.file("ck");
+  CommandResult r =
+      run_stratum(train_args(tokens_, kSteps) + " --save " + quote(root) + " --save-every 3 --keep 3");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string first = root + "/step-00000003";
+  std::filesystem::remove_all(root + "/step-00000006");
+  std::filesystem::remove_all(root + "/step-00000008");
+  file_write_atomic(root + "/latest", "step-00000003\n");
+
+  struct Fault {
+    const char* spec;
+    int exit_code;
+    const char* words;
+  } faults[] = {{"enospc@optimizer.safetensors", 1, "No space left on device"},
+                {"eio@trainer_state.json", 1, "Input/output error"},
+                {"enospc@model.safetensors", 1, "No space left on device"},
+                {"kill@optimizer.safetensors", 128 + SIGKILL, ""}};
+  for (const Fault& f : faults) {
+    SCOPED_TRACE(f.spec);
+    {
+      ScopedEnv fault("STRATUM_FILE_FAULT", f.spec);
+      r = run_stratum("train --resume " + quote(root) + " --save-every 1");
+    }
+    EXPECT_EQ(r.exit_code, f.exit_code) << r.errors;
+    if (f.exit_code == 1) {
+      EXPECT_NE(r.errors.find(f.words), std::string::npos) << r.errors;
+      EXPECT_NE(r.errors.find("[checkpoint] saving step 4"), std::string::npos) << r.errors;
+      EXPECT_NE(r.errors.find("the checkpoints written before are intact"), std::string::npos) << r.errors;
+      EXPECT_EQ(temporaries(root), 0) << "a failed write removes its temporary directory";
+    } else {
+      EXPECT_EQ(temporaries(root), 1) << "SIGKILL mid-write leaves the temporary directory (removed next time)";
+    }
+    EXPECT_EQ(latest_of(root), "step-00000003\n");
+    EXPECT_FALSE(dir_exists(root + "/step-00000004"));
+    EXPECT_TRUE(checkpoint_verify(first).ok()) << checkpoint_verify(first).problem;
+  }
+  r = run_stratum("train --resume " + quote(root));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(params_hash(r), ref_hash_);
+  EXPECT_EQ(temporaries(root), 0);
+}
+
+TEST_F(Checkpoint, DamagedCheckpointsAreDetectedAndSkipped) {
+  const std::string root = tmp_.file("ck");
+  CommandResult r = run_stratum(train_args(tokens_, kSteps) + " --save " + quote(root) + " --save-every 2 --keep 4");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  // Damage the newest three: truncated, one bit flipped, a file missing.
+  const std::string s8 = root + "/step-00000008", s6 = root + "/step-00000006", s4 = root + "/step-00000004";
+  std::filesystem::resize_file(s8 + "/model.safetensors", file_size_bytes(s8 + "/model.safetensors") - 100);
+  {
+    std::string bytes = file_read_all(s6 + "/optimizer.safetensors");
+    bytes[bytes.size() / 2] ^= 0x10;
+    file_write_atomic(s6 + "/optimizer.safetensors", bytes);
+  }
+  std::filesystem::remove(s4 + "/trainer_state.json");
+
+  const CommandResult v = run_stratum("verify " + quote(root));
+  EXPECT_EQ(v.exit_code, 1);
+  for (const char* words : {"model.safetensors: WRONG SIZE", "optimizer.safetensors: CHECKSUM MISMATCH",
+                            "trainer_state.json: MISSING", "step-00000002: OK", "3 of 4 checkpoint(s) failed"})
+    EXPECT_NE(v.output.find(words), std::string::npos) << words << " in:\n" << v.output;
+
+  // A damaged checkpoint named directly is refused with the reason...
+  r = run_stratum("train --resume " + quote(s6) + " --quiet --data " + quote(tokens_));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("does not match its checksum"), std::string::npos) << r.errors;
+  // ...and from the root the newest good one is used, saying what was skipped.
+  r = run_stratum("train --resume " + quote(root) + " --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  for (const char* words : {"skipped step-00000008", "truncated", "skipped step-00000006", "skipped step-00000004",
+                            "resuming from " /* step 2 */})
+    EXPECT_NE(r.errors.find(words), std::string::npos) << words << " in:\n" << r.errors;
+  EXPECT_NE(r.errors.find("step-00000002 (step 2 of 8)"), std::string::npos) << r.errors;
+  EXPECT_EQ(params_hash(r), ref_hash_);
+  EXPECT_TRUE(checkpoint_verify(s8).ok()) << "the damaged step 8 was replaced by a good one";
+  EXPECT_EQ(latest_of(root), "step-00000008\n");
+}
+
+TEST_F(Checkpoint, ResumeRefusesAnIncompatibleRun) {
+  const std::string root = tmp_.file("ck");
+  CommandResult r = run_stratum(train_args(tokens_, kSteps) + " --save " + quote(root) + " --save-every 4");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string s4 = quote(root + "/step-00000004");
+  const std::string other = testing::write_random_tokens(tmp_.file("other.bin"), 20000, 2048, 6);
+  struct Bad {
+    std::string flags, words;
+  } bad[] = {{" --batch 8", "--batch is 8 but the checkpoint was trained with 4"},
+             {" --steps 20", "--steps (the LR schedule's length) is 20"},
+             {" --lr 0.01", "--lr is 0.01 but the checkpoint was trained with 0.001"},
+             {" --data " + quote(other), "the training data"},
+             {" --layers 3", "drop --layers"},
+             {" --keep 0", "--keep"}};
+  for (const Bad& b : bad) {
+    r = run_stratum("train --resume " + s4 + b.flags);
+    EXPECT_EQ(r.exit_code, 1) << b.flags;
+    EXPECT_NE(r.errors.find(b.words), std::string::npos) << b.flags << ": " << r.errors;
+    EXPECT_EQ(std::count(r.errors.begin(), r.errors.end(), '\n'), 1) << "one line: " << r.errors;
+  }
+  // A trainer state from another version of the format.
+  const std::string s8 = root + "/step-00000008";
+  std::string state = file_read_all(s8 + "/trainer_state.json");
+  state.replace(state.find("\"version\": 1"), 12, "\"version\": 9");
+  file_write_atomic(s8 + "/trainer_state.json", state);
+  r = run_stratum("verify " + quote(s8));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("CHECKSUM MISMATCH"), std::string::npos) << r.output;
+  r = run_stratum("train --resume " + quote(tmp_.file("nothing_here")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("does not exist"), std::string::npos) << r.errors;
+}
+
+// Waits until `log` has at least `lines` records (or the process ended).
+void wait_for_log(StratumProcess& p, const std::string& log, std::size_t lines) {
+  for (int i = 0; i < 3000 && p.running(); ++i) {
+    if (file_exists(log) && testing::read_jsonl(log).size() >= lines) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+TEST(CheckpointSignals, InterruptCheckpointsAndExitsZeroSecondInterruptQuitsAtOnce) {
+  TempDir tmp;
+  const std::string tokens = testing::write_random_tokens(tmp.file("tokens.bin"), 20000, 2048, 5);
+  const long steps = 300;
+  const CommandResult ref = run_stratum(train_args(tokens, steps));
+  ASSERT_EQ(ref.exit_code, 0) << ref.errors;
+
+  const std::string root = tmp.file("ck"), log = tmp.file("log.jsonl");
+  {
+    StratumProcess p(train_args(tokens, steps) + " --save " + quote(root) + " --log " + quote(log));
+    wait_for_log(p, log, 3);
+    p.signal(SIGINT);
+    const CommandResult r = p.wait();
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_NE(r.errors.find("continue with: stratum train --resume " + root), std::string::npos) << r.errors;
+    const long done = static_cast<long>(testing::read_jsonl(log).size());
+    ASSERT_LT(done, steps) << "interrupted before the end";
+    EXPECT_EQ(latest_of(root), checkpoint_name(done) + "\n");
+    EXPECT_TRUE(checkpoint_verify(root + "/" + checkpoint_name(done)).ok());
+  }
+  {
+    // Interrupting twice ends the process at once (by the signal); the checkpoint stays good.
+    StratumProcess p("train --resume " + quote(root) + " --log " + quote(log));
+    wait_for_log(p, log, testing::read_jsonl(log).size() + 2);
+    p.signal(SIGINT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    p.signal(SIGINT);
+    const CommandResult r = p.wait();
+    EXPECT_TRUE(r.exit_code == 128 + SIGINT || r.exit_code == 0) << r.exit_code << r.errors;
+    const CheckpointCheck check = checkpoint_verify(checkpoint_model_dir(root));
+    EXPECT_TRUE(check.ok()) << check.problem;
+  }
+  const CommandResult r = run_stratum("train --resume " + quote(root) + " --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(params_hash(r), params_hash(ref));
+}
+
+// The CI-sized crash test (tools/crash_test.sh runs any count): SIGKILL at random moments,
+// checkpointing every step (so many kills land in a checkpoint write), resuming each time,
+// alternating in RAM and under a budget; the final parameters equal the uninterrupted run's.
+TEST(CheckpointCrash, RandomKillsThenResumeGiveTheUninterruptedBits) {
+  TempDir tmp;
+  const std::string tokens = testing::write_random_tokens(tmp.file("tokens.bin"), 20000, 2048, 7);
+  const long steps = 40;
+  const auto t0 = std::chrono::steady_clock::now();
+  const CommandResult ref = run_stratum(train_args(tokens, steps) + " --save " + quote(tmp.file("ref")) +
+                                        " --save-every 1");
+  const double run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(ref.exit_code, 0) << ref.errors;
+
+  // Rounds of: start fresh, then kill/resume until a run finishes; each finished round must give
+  // the reference bits. Until 10 kills have landed.
+  std::mt19937 rng(12345);
+  std::uniform_real_distribution<double> delay(0.05 * run_ms, 0.7 * run_ms);
+  int kills = 0, runs = 0, rounds = 0;
+  while (kills < 10 || rounds == 0) {
+    const std::string root = tmp.file("ck" + std::to_string(rounds));
+    CommandResult last;
+    for (;;) {
+      ++runs;
+      ASSERT_LT(runs, 300) << "no progress";
+      std::string args = file_exists(root + "/latest") ? "train --resume " + quote(root) + " --quiet"
+                                                       : train_args(tokens, steps) + " --save " + quote(root) +
+                                                             " --save-every 1";
+      if (runs % 2 == 0) args += budget_args(tmp.file("off"), 1 + runs % 3);
+      StratumProcess p(args);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(delay(rng));
+      while (kills < 10 && std::chrono::steady_clock::now() < until && p.running())
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (kills < 10 && p.running()) {
+        p.signal(SIGKILL);
+        if (p.wait().exit_code == 128 + SIGKILL) {
+          ++kills;
+          continue;
+        }
+      }
+      last = p.wait();
+      ASSERT_EQ(last.exit_code, 0) << "a resumed run failed:\n" << last.errors;
+      break;
+    }
+    ++rounds;
+    EXPECT_EQ(params_hash(last), params_hash(ref)) << "round " << rounds << ", " << kills << " kills so far";
+    EXPECT_TRUE(checkpoint_verify(checkpoint_model_dir(root)).ok());
+    EXPECT_EQ(temporaries(root), 0);
+  }
+  std::printf("[crash test] %d kills, %d runs, %d rounds, every round exact\n", kills, runs, rounds);
+}
+
+}  // namespace
+}  // namespace stratum
