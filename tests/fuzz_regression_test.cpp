@@ -1,13 +1,16 @@
 // Inputs that crashed a parser under fuzzing (fuzz/corpus/*/regress_*) must now give a clean
 // stratum::Error: deep JSON nesting in error messages (stack overflow), an n_inner check that
-// overflowed int, an infinite layer_norm_epsilon that was accepted.
+// overflowed int, an infinite layer_norm_epsilon that was accepted, trainer states and checkpoint
+// manifests with 0 where the minimum is 1 (the unsigned branch skipped the lower bound).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
+#include "core/file_util.h"
 #include "integration_util.h"
+#include "train/checkpoint.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -30,6 +33,18 @@ TEST(FuzzRegression, SafetensorsInputsThrowCleanly) {
   const auto files = regressions("safetensors");
   EXPECT_GE(files.size(), 1u);
   for (const auto& f : files) EXPECT_THROW(SafetensorsFile::open(f), Error) << f;
+}
+
+TEST(FuzzRegression, TrainerStatesWithZeroFieldsThrowCleanly) {
+  const auto files = regressions("trainer_state");
+  EXPECT_GE(files.size(), 5u);
+  for (const auto& f : files) EXPECT_THROW(trainer_state_parse(file_read_all(f), f), Error) << f;
+}
+
+TEST(FuzzRegression, ManifestsWithStepZeroThrowCleanly) {
+  const auto files = regressions("checkpoint_manifest");
+  EXPECT_GE(files.size(), 2u);
+  for (const auto& f : files) EXPECT_THROW(manifest_parse(file_read_all(f), f), Error) << f;
 }
 
 }  // namespace

@@ -68,8 +68,10 @@ class Fields {
                   json_brief(v));
     if (v.is_number_unsigned()) {
       const std::uint64_t u = v.get<std::uint64_t>();
-      STRATUM_CHECK(u <= static_cast<std::uint64_t>(max), "[checkpoint] ", where_, ": field '", key, "' is ", u,
-                    ", above ", max);
+      // JSON integers >= 0 arrive as unsigned: both bounds apply here too (fuzzing found 0 accepted
+      // where the minimum is 1).
+      STRATUM_CHECK(u <= static_cast<std::uint64_t>(max) && static_cast<std::int64_t>(u) >= min, "[checkpoint] ",
+                    where_, ": field '", key, "' is ", u, ", outside [", min, ", ", max, "]");
       return static_cast<std::int64_t>(u);
     }
     const std::int64_t x = v.get<std::int64_t>();
