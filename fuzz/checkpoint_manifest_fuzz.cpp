@@ -46,28 +46,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  stratum::CheckpointManifest manifest;
-  try {
-    manifest = stratum::manifest_parse(text, "fuzz");
-  } catch (const stratum::BugError& e) {
-    fuzz_fail(std::string("internal assertion: ") + e.what());
-  } catch (const stratum::Error&) {
-    return 0;  // rejected input: the expected outcome for most fuzz inputs
-  } catch (const std::exception& e) {
-    fuzz_fail(std::string("unexpected exception: ") + e.what());
-  }
-  manifest_check(manifest);
   // What checkpoint_write writes must read back as the same manifest.
-  try {
-    const std::string json = stratum::manifest_json(manifest);
-    const stratum::CheckpointManifest again = stratum::manifest_parse(json, "roundtrip");
-    const std::string json_again = stratum::manifest_json(again);
-    if (json_again != json)
-      fuzz_fail("round trip changed the manifest:\n--- first\n" + json + "--- after parsing it\n" + json_again);
-  } catch (const stratum::Error& e) {
-    fuzz_fail(std::string("round trip: the written manifest does not parse: ") + e.what());
-  } catch (const std::exception& e) {
-    fuzz_fail(std::string("round trip: unexpected exception: ") + e.what());
-  }
+  stratum::fuzz::fuzz_parse_and_round_trip(text, "manifest", stratum::manifest_parse, stratum::manifest_json,
+                                           manifest_check, fuzz_fail);
   return 0;
 }

@@ -9,8 +9,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <string>
+
+#include "stratum/error.h"
 
 namespace stratum::fuzz {
 
@@ -58,6 +61,36 @@ inline void fuzz_cap_stack() {
   if (::getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur > kStackLimitBytes) {
     limit.rlim_cur = kStackLimitBytes;
     ::setrlimit(RLIMIT_STACK, &limit);
+  }
+}
+
+// The check of a text format with a parser and a writer: parse(text, where) -> T; a
+// stratum::Error rejects the input (returns); a BugError or any other exception fails. An accepted
+// value goes to check(value), then must round-trip: write(value) parses again and writes back the
+// same text. fail(message) must not return. `what` names the value in failure messages.
+template <class Parse, class Write, class Check, class Fail>
+void fuzz_parse_and_round_trip(const std::string& text, const std::string& what, Parse parse, Write write,
+                               Check check, Fail fail) {
+  decltype(parse(text, std::string())) value;
+  try {
+    value = parse(text, "fuzz");
+  } catch (const stratum::BugError& e) {
+    fail(std::string("internal assertion: ") + e.what());
+  } catch (const stratum::Error&) {
+    return;  // rejected input: the expected outcome for most fuzz inputs
+  } catch (const std::exception& e) {
+    fail(std::string("unexpected exception: ") + e.what());
+  }
+  check(value);
+  try {
+    const std::string json = write(value);
+    const std::string json_again = write(parse(json, "roundtrip"));
+    if (json_again != json)
+      fail("round trip changed the " + what + ":\n--- first\n" + json + "--- after parsing it\n" + json_again);
+  } catch (const stratum::Error& e) {
+    fail("round trip: the written " + what + " does not parse: " + e.what());
+  } catch (const std::exception& e) {
+    fail(std::string("round trip: unexpected exception: ") + e.what());
   }
 }
 

@@ -86,28 +86,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     file_fault_check(text.substr(1));
     return 0;
   }
-  stratum::TrainerState state;
-  try {
-    state = stratum::trainer_state_parse(text, "fuzz");
-  } catch (const stratum::BugError& e) {
-    fuzz_fail(std::string("internal assertion: ") + e.what());
-  } catch (const stratum::Error&) {
-    return 0;  // rejected input: the expected outcome for most fuzz inputs
-  } catch (const std::exception& e) {
-    fuzz_fail(std::string("unexpected exception: ") + e.what());
-  }
-  state_check(state);
   // What the trainer writes must read back as the same state.
-  try {
-    const std::string json = stratum::trainer_state_json(state);
-    const stratum::TrainerState again = stratum::trainer_state_parse(json, "roundtrip");
-    const std::string json_again = stratum::trainer_state_json(again);
-    if (json_again != json)
-      fuzz_fail("round trip changed the state:\n--- first\n" + json + "--- after parsing it\n" + json_again);
-  } catch (const stratum::Error& e) {
-    fuzz_fail(std::string("round trip: the written state does not parse: ") + e.what());
-  } catch (const std::exception& e) {
-    fuzz_fail(std::string("round trip: unexpected exception: ") + e.what());
-  }
+  stratum::fuzz::fuzz_parse_and_round_trip(text, "state", stratum::trainer_state_parse, stratum::trainer_state_json,
+                                           state_check, fuzz_fail);
   return 0;
 }

@@ -1,9 +1,7 @@
 // `stratum verify DIR`: checks checkpoints against their manifests (Note [checkpoints]) and says
 // which can be resumed. DIR is a checkpoint (DIR/step-N) or a checkpoint root (every checkpoint in
 // it). Exit 0 when every checkpoint verifies, 1 otherwise.
-#include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -31,12 +29,7 @@ int cmd_verify(const std::vector<std::string>& argv) {
   if (file_exists(dir + "/manifest.json")) {
     checkpoints.push_back(dir);
   } else {
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind("step-", 0) == 0 && entry.is_directory(ec)) checkpoints.push_back(dir + "/" + name);
-    }
-    std::sort(checkpoints.rbegin(), checkpoints.rend());
+    for (const std::string& name : checkpoint_list(dir)) checkpoints.push_back(dir + "/" + name);
     STRATUM_CHECK(!checkpoints.empty(), "[verify] '", dir,
                   "' is neither a checkpoint (no manifest.json) nor a --save directory with step-N checkpoints");
     const std::string resolved = checkpoint_model_dir(dir);

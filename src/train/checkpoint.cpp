@@ -277,9 +277,10 @@ std::string trim_slashes(std::string path) {
   return path;
 }
 
-// step-NNNNNNNN directories under root, newest first.
-std::vector<std::pair<long, std::string>> list_checkpoints(const std::string& root) {
-  std::vector<std::pair<long, std::string>> out;
+}  // namespace
+
+std::vector<std::string> checkpoint_list(const std::string& root) {
+  std::vector<std::pair<long, std::string>> found;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
@@ -287,12 +288,15 @@ std::vector<std::pair<long, std::string>> list_checkpoints(const std::string& ro
     char rest = 0;
     if (name.size() == 13 && std::sscanf(name.c_str(), "step-%8ld%c", &step, &rest) == 1 && step > 0 &&
         name == checkpoint_name(step) && entry.is_directory(ec))
-      out.emplace_back(step, name);
+      found.emplace_back(step, name);
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& [step, name] : found) out.push_back(std::move(name));
   return out;
 }
 
+namespace {
 std::string read_latest(const std::string& root) {
   const std::string path = root + "/latest";
   if (!file_exists(path) || file_size_bytes(path) > 64) return "";
@@ -345,7 +349,8 @@ CheckpointCheck checkpoint_verify(const std::string& dir_in) {
     if (check.problem.empty()) {
       // The trainer state must parse and agree with the manifest.
       const std::string state_path = check.dir + "/trainer_state.json";
-      const TrainerState state = trainer_state_parse(file_read_all(state_path), state_path);
+      check.state = trainer_state_parse(file_read_all(state_path), state_path);
+      const TrainerState& state = check.state;
       STRATUM_CHECK(state.step == m.step, "trainer_state.json says step ", state.step, ", the manifest ", m.step);
     }
   } catch (const Error& e) {
@@ -406,9 +411,9 @@ std::string checkpoint_write(const std::string& root_in, long step, int keep,
                 "' does not verify: ", check.problem, "; 'latest' still names the previous one");
   file_write_atomic(root + "/latest", name + "\n");
   // Keep the newest `keep` (never the one `latest` names).
-  const auto all = list_checkpoints(root);
+  const std::vector<std::string> all = checkpoint_list(root);
   for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i)
-    if (all[i].second != name) std::filesystem::remove_all(root + "/" + all[i].second, ec);
+    if (all[i] != name) std::filesystem::remove_all(root + "/" + all[i], ec);
   dir_fsync(root);
   return final_dir;
 }
@@ -423,6 +428,7 @@ ResumePoint checkpoint_find(const std::string& path_in) {
                   "; give its parent directory to resume from the newest checkpoint that verifies");
     point.dir = path;
     point.step = check.step;
+    point.state = check.state;
     return point;
   }
   const std::string latest = read_latest(path);
@@ -431,7 +437,7 @@ ResumePoint checkpoint_find(const std::string& path_in) {
     candidates.push_back(latest);
   else if (!latest.empty())
     point.notes.push_back("'latest' names '" + latest.substr(0, 40) + "', which does not exist");
-  for (const auto& [step, name] : list_checkpoints(path))
+  for (const std::string& name : checkpoint_list(path))
     if (name != latest) candidates.push_back(name);
   STRATUM_CHECK(!candidates.empty(), "[checkpoint] '", path,
                 "' holds no checkpoint (no step-NNNNNNNN directory); train with --save '", path, "' first");
@@ -440,6 +446,7 @@ ResumePoint checkpoint_find(const std::string& path_in) {
     if (check.ok()) {
       point.dir = check.dir;
       point.step = check.step;
+      point.state = check.state;
       return point;
     }
     point.notes.push_back("skipped " + name + ": " + check.problem);

@@ -78,6 +78,10 @@ std::uint64_t file_checksum(const std::string& path);
 // "step-00000200"
 std::string checkpoint_name(long step);
 
+// The checkpoint directory names under `root` (step-NNNNNNNN only), newest first; none when
+// `root` is not a directory.
+std::vector<std::string> checkpoint_list(const std::string& root);
+
 // Verifies a checkpoint directory against its manifest: every file present, with its size and
 // checksum, and no file the checkpoint needs missing from the manifest. `report` gets one line per
 // file. Never throws for a bad checkpoint: `problem` says what is wrong (empty = good).
@@ -86,6 +90,7 @@ struct CheckpointCheck {
   long step = -1;
   std::vector<std::string> report;
   std::string problem;
+  TrainerState state;  // the checkpoint's trainer state (when ok())
   bool ok() const { return problem.empty(); }
 };
 CheckpointCheck checkpoint_verify(const std::string& dir);
@@ -103,6 +108,7 @@ std::string checkpoint_write(const std::string& root, long step, int keep,
 struct ResumePoint {
   std::string dir;
   long step = 0;
+  TrainerState state;  // as verified
   std::vector<std::string> notes;
 };
 ResumePoint checkpoint_find(const std::string& path);

@@ -162,15 +162,9 @@ std::string peek_dir(const std::string& path) {
   if (file_exists(path + "/trainer_state.json")) return path;
   const std::string latest = checkpoint_model_dir(path);
   if (latest != path && file_exists(latest + "/trainer_state.json")) return latest;
-  std::error_code ec;
-  std::string newest;
-  for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) == 0 && name > newest && file_exists(entry.path().string() + "/trainer_state.json"))
-      newest = name;
-  }
-  STRATUM_CHECK(!newest.empty(), "[train] --resume '", path, "' holds no checkpoint (no trainer_state.json)");
-  return path + "/" + newest;
+  for (const std::string& name : checkpoint_list(path))
+    if (file_exists(path + "/" + name + "/trainer_state.json")) return path + "/" + name;
+  STRATUM_FAIL("[train] --resume '", path, "' holds no checkpoint (no trainer_state.json)");
 }
 }  // namespace
 
@@ -210,15 +204,12 @@ TrainResult train_run(const TrainOptions& o) {
   // Resuming (Note [checkpoints]): the checkpoint is verified against its checksums first; from a
   // root, a damaged newest one is skipped (saying so) for the newest that verifies.
   ResumePoint resume;
-  TrainerState resume_state;
   if (!o.resume_path.empty()) {
     STRATUM_CHECK(o.model_dir.empty(), "[train] --resume continues from the checkpoint's own weights; drop --model");
     resume = checkpoint_find(o.resume_path);
     for (const std::string& note : resume.notes) std::fprintf(stderr, "[stratum] resume: %s\n", note.c_str());
-    resume_state = trainer_state_parse(file_read_all(resume.dir + "/trainer_state.json"),
-                                       resume.dir + "/trainer_state.json");
-    STRATUM_CHECK(resume_state.step < o.steps, "[train] --resume ", resume.dir, ": the checkpoint is at step ",
-                  resume_state.step, " of ", o.steps, "; nothing is left to train");
+    STRATUM_CHECK(resume.state.step < o.steps, "[train] --resume ", resume.dir, ": the checkpoint is at step ",
+                  resume.state.step, " of ", o.steps, "; nothing is left to train");
   }
   const GptConfig cfg = !resume.dir.empty()     ? model_read_config(resume.dir)
                         : o.model_dir.empty() ? o.config
@@ -233,9 +224,9 @@ TrainResult train_run(const TrainOptions& o) {
   // A resumed run finds its tokenizer where the original run did (the checkpoint's copy may be
   // removed by --keep while the run goes on).
   std::string tokenizer_hint = o.tokenizer_dir;
-  if (tokenizer_hint.empty() && !resume.dir.empty() && !resume_state.tokenizer_dir.empty() &&
-      dir_exists(resume_state.tokenizer_dir))
-    tokenizer_hint = resume_state.tokenizer_dir;
+  if (tokenizer_hint.empty() && !resume.dir.empty() && !resume.state.tokenizer_dir.empty() &&
+      dir_exists(resume.state.tokenizer_dir))
+    tokenizer_hint = resume.state.tokenizer_dir;
   const std::string tokenizer_dir =
       corpus_find_tokenizer(tokenizer_hint, resume.dir.empty() ? o.model_dir : resume.dir);
   std::vector<std::int32_t> train_tokens = corpus_load_tokens(o.data_path, tokenizer_dir, cfg.vocab_size);
@@ -254,11 +245,11 @@ TrainResult train_run(const TrainOptions& o) {
   const std::size_t train_token_count = train_tokens.size();
   const TrainerState run_state = state_of(o, cfg, tokenizer_dir, train_tokens, val_tokens);
   if (!resume.dir.empty()) {
-    resume_check(resume_state, run_state, resume.dir);
-    std::fprintf(stderr, "[stratum] resuming from %s (step %ld of %ld)\n", resume.dir.c_str(), resume_state.step,
+    resume_check(resume.state, run_state, resume.dir);
+    std::fprintf(stderr, "[stratum] resuming from %s (step %ld of %ld)\n", resume.dir.c_str(), resume.state.step,
                  o.steps);
   }
-  const long start_step = resume.dir.empty() ? 0 : resume_state.step;
+  const long start_step = resume.dir.empty() ? 0 : resume.state.step;
   DataLoader loader(std::move(train_tokens), o.batch, o.seq, o.shuffle, o.seed);
   std::unique_ptr<DataLoader> val_loader;
   if (!val_tokens.empty()) val_loader = std::make_unique<DataLoader>(std::move(val_tokens), o.batch, o.seq, false, 0);
@@ -336,7 +327,7 @@ TrainResult train_run(const TrainOptions& o) {
   if (!resume.dir.empty()) {
     model_load_weights(resume.dir, layout, store);
     optimizer_load_file(resume.dir + "/optimizer.safetensors", layout, store);
-    STRATUM_CHECK(model_params_hash(layout, store) == resume_state.params_hash, "[train] --resume ", resume.dir,
+    STRATUM_CHECK(model_params_hash(layout, store) == resume.state.params_hash, "[train] --resume ", resume.dir,
                   ": the weights loaded do not hash to the trainer state's params_hash (the checkpoint was altered "
                   "after it was written)");
   } else if (o.model_dir.empty()) {
