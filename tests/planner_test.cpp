@@ -79,8 +79,12 @@ TEST(Plan, TrafficMatchesATrainingRunThatUsesThePlansDepth) {
   EXPECT_GT(result.predicted_step_ms, 0.0);
   EXPECT_GT(median(ms), 0.0);
 
-  // Traffic: with prefetch 0 the store loads on use, as the plan's store model does, so the bytes
-  // match closely whatever the timing (write-behind may write a unit that later turns dead).
+  // Traffic: with prefetch 0 the store loads on use (read-ahead included), as the plan's store
+  // model does, so the bytes match closely. Not exactly: the optimizer worker holds a block's
+  // chunks while the training thread runs ahead, and which units are resident when either evicts
+  // depends on that timing (CI's Release pass under load read 24% more before read-ahead was
+  // switched off at depth 0; a loaded 2-core run now reads 5-12% more). Writes follow dirtiness
+  // and stay within a few %.
   o.prefetch = 0;
   train_run(o);
   log = testing::read_jsonl(o.log_path);
@@ -89,18 +93,19 @@ TEST(Plan, TrafficMatchesATrainingRunThatUsesThePlansDepth) {
     reads.push_back(log[i]["read_bytes"].get<double>());
     writes.push_back(log[i]["write_bytes"].get<double>());
   }
+  const double planned_reads = static_cast<double>(plan.read_bytes);
+  const double planned_writes = static_cast<double>(plan.write_bytes);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  // Sanitizers slow compute and the optimizer worker unevenly (its read-ahead then loads chunks
-  // that are evicted before use: CI's ASan pass read 44% more than the plan). Only a gross check
-  // there; the Release pass checks 15%.
-  EXPECT_GE(median(reads), 0.85 * static_cast<double>(plan.read_bytes));
-  EXPECT_LE(median(reads), 2.0 * static_cast<double>(plan.read_bytes));
-  EXPECT_GE(median(writes), 0.85 * static_cast<double>(plan.write_bytes));
-  EXPECT_LE(median(writes), 2.0 * static_cast<double>(plan.write_bytes));
+  // Sanitizers slow compute and the optimizer worker unevenly (CI's ASan pass read 44% more than
+  // the plan). Only a gross check there.
+  const double over = 2.0;
 #else
-  EXPECT_NEAR(static_cast<double>(plan.read_bytes), median(reads), 0.15 * median(reads));
-  EXPECT_NEAR(static_cast<double>(plan.write_bytes), median(writes), 0.15 * median(writes));
+  const double over = 1.3;
 #endif
+  EXPECT_GE(median(reads), 0.9 * planned_reads);
+  EXPECT_LE(median(reads), over * planned_reads);
+  EXPECT_GE(median(writes), 0.9 * planned_writes);
+  EXPECT_LE(median(writes), over * planned_writes);
   ::unsetenv("STRATUM_CACHE_DIR");
 }
 

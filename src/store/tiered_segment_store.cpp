@@ -161,6 +161,9 @@ void TieredSegmentStore::unit_pin(int unit, int delta) {
 }
 
 void TieredSegmentStore::unit_prefetch(int unit) {
+  // Depth 0 loads every unit on use, read-ahead included: what it reads then does not depend on
+  // how the optimizer worker's timing falls against the schedule.
+  if (options_.prefetch_depth == 0) return;
   Lock lock(mutex_);
   reap(lock);
   Entry& e = entries_[unit];

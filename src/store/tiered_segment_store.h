@@ -37,7 +37,7 @@ namespace stratum {
 struct TieredStoreOptions {
   std::size_t budget_bytes = 0;  // RAM tier: every unit buffer the store holds
   std::string offload_dir;       // must exist and be writable
-  int prefetch_depth = 2;        // schedule groups loaded ahead of the one computing
+  int prefetch_depth = 2;        // schedule groups loaded ahead of the one computing (0: on use only)
   IoEngineOptions io;
   std::size_t free_bytes_override = 0;  // tests: pretend the disk has this much free space
   bool direct_io = true;                 // false: buffered I/O as on a file system without O_DIRECT
