@@ -1,5 +1,5 @@
 // libFuzzer target for the Hugging Face GPT-2 config.json reader: writes the input to a
-// per-process temporary file and calls hf_config_read_gpt2 on it. An accepted config must pass
+// per-process temporary file and calls hf_config_read on it. An accepted config must pass
 // GptConfig::validate() and have a finite layer_norm_epsilon. Caps its stack at 128 KiB (see
 // Note [fuzz stack limit] in fuzz_file.h).
 // Pass: success or stratum::Error. Fail: any other exception, a BugError, an accepted config
@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string& path = file.write(data, size);
   stratum::GptConfig cfg;
   try {
-    cfg = stratum::hf_config_read_gpt2(path);
+    cfg = stratum::hf_config_read(path);
   } catch (const stratum::BugError& e) {
     fuzz_fail(std::string("internal assertion: ") + e.what());
   } catch (const stratum::Error&) {

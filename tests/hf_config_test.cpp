@@ -48,7 +48,7 @@ const char* kHubGpt2Config = R"({
 TEST(HfConfig, ReadsTheHubGpt2Config) {
   TempDir dir;
   text_write(dir.file("config.json"), kHubGpt2Config);
-  const GptConfig cfg = hf_config_read_gpt2(dir.file("config.json"));
+  const GptConfig cfg = hf_config_read(dir.file("config.json"));
   EXPECT_EQ(cfg.n_layer, 12);
   EXPECT_EQ(cfg.n_head, 12);
   EXPECT_EQ(cfg.n_embd, 768);
@@ -61,7 +61,7 @@ TEST(HfConfig, MinimalConfigUsesDefaultsAndNctxFallback) {
   TempDir dir;
   text_write(dir.file("c.json"),
              R"({"n_layer":2,"n_head":4,"n_embd":64,"vocab_size":300,"n_ctx":128,"activation_function":"gelu_pytorch_tanh"})");
-  const GptConfig cfg = hf_config_read_gpt2(dir.file("c.json"));
+  const GptConfig cfg = hf_config_read(dir.file("c.json"));
   EXPECT_EQ(cfg.n_ctx, 128);
   EXPECT_EQ(cfg.layer_norm_eps, 1e-5f);
   EXPECT_EQ(cfg.describe(), "L2 H4 C64 ctx128 V300");
@@ -77,8 +77,8 @@ TEST(HfConfig, WriteThenReadRoundTrips) {
   cfg.vocab_size = 50304;
   cfg.layer_norm_eps = 3e-6f;
   const std::string path = dir.file("config.json");
-  hf_config_write_gpt2(path, cfg);
-  const GptConfig back = hf_config_read_gpt2(path);
+  hf_config_write(path, cfg);
+  const GptConfig back = hf_config_read(path);
   EXPECT_EQ(back.n_layer, cfg.n_layer);
   EXPECT_EQ(back.n_head, cfg.n_head);
   EXPECT_EQ(back.n_embd, cfg.n_embd);
@@ -96,7 +96,7 @@ TEST(HfConfig, WrittenFileHasWhatTransformersNeeds) {
   cfg.n_ctx = 1024;
   cfg.vocab_size = 50257;
   const std::string path = dir.file("config.json");
-  hf_config_write_gpt2(path, cfg);
+  hf_config_write(path, cfg);
   const std::string text = file_read_all(path);
   EXPECT_NE(text.find("\"layer_norm_epsilon\": 1e-05"), std::string::npos) << "eps shown as the float the user set: " << text;
   const nlohmann::json j = nlohmann::json::parse(text);
@@ -127,19 +127,19 @@ TEST(HfConfig, WriteRefusesInvalidConfigAndLeavesOldFile) {
   good.n_ctx = 16;
   good.vocab_size = 10;
   const std::string path = dir.file("config.json");
-  hf_config_write_gpt2(path, good);
+  hf_config_write(path, good);
   const std::string before = file_read_all(path);
   GptConfig bad = good;
   bad.n_embd = 9;  // not divisible by n_head
   try {
-    hf_config_write_gpt2(path, bad);
+    hf_config_write(path, bad);
     ADD_FAILURE() << "expected stratum::Error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("[hf_config] ", 0), 0u) << e.what();
     EXPECT_NE(std::string(e.what()).find("divisible"), std::string::npos) << e.what();
   }
   EXPECT_EQ(file_read_all(path), before);
-  EXPECT_THROW(hf_config_write_gpt2(dir.file("missing_dir/config.json"), good), Error);
+  EXPECT_THROW(hf_config_write(dir.file("missing_dir/config.json"), good), Error);
   EXPECT_FALSE(std::filesystem::exists(dir.file("missing_dir")));
 }
 
@@ -155,7 +155,7 @@ TEST(HfConfig, MalformedInputTable) {
       {"missing_file", "<none>", {"not found"}},
       {"not_json", "{\"n_layer\": 2,", {"not valid JSON"}},
       {"json_array", "[1, 2]", {"must be a JSON object"}},
-      {"wrong_model_type", "{\"model_type\":\"llama\"," + sizes + "}", {"\"llama\"", "only GPT-2"}},
+      {"wrong_model_type", "{\"model_type\":\"bert\"," + sizes + "}", {"\"bert\"", "Llama-family"}},
       {"model_type_not_string", "{\"model_type\":2," + sizes + "}", {"model_type must be a string"}},
       {"missing_n_layer", R"({"n_head":4,"n_embd":64,"vocab_size":300,"n_positions":128})", {"'n_layer'"}},
       {"missing_n_head", R"({"n_layer":2,"n_embd":64,"vocab_size":300,"n_positions":128})", {"'n_head'"}},
@@ -178,7 +178,7 @@ TEST(HfConfig, MalformedInputTable) {
     const std::string path = dir.file(std::string(c.name) + ".json");
     if (c.text != "<none>") text_write(path, c.text);
     try {
-      hf_config_read_gpt2(path);
+      hf_config_read(path);
       ADD_FAILURE() << "expected stratum::Error";
     } catch (const Error& e) {
       const std::string msg = e.what();
@@ -193,7 +193,7 @@ TEST(HfConfig, NullNinnerAndDefaultOptionsAreAccepted) {
   TempDir dir;
   text_write(dir.file("c.json"), R"({"n_layer":1,"n_head":1,"n_embd":8,"vocab_size":5,"n_positions":4,"n_inner":null,)"
                                  R"("tie_word_embeddings":true,"scale_attn_weights":true,"layer_norm_epsilon":1e-6})");
-  EXPECT_EQ(hf_config_read_gpt2(dir.file("c.json")).layer_norm_eps, 1e-6f);
+  EXPECT_EQ(hf_config_read(dir.file("c.json")).layer_norm_eps, 1e-6f);
 }
 
 }  // namespace

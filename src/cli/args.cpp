@@ -125,13 +125,21 @@ std::uint64_t Args::size_bytes(const std::string& name, std::uint64_t fallback) 
 }
 
 std::vector<FlagSpec> model_flag_specs() {
-  return {{"model", "HF_DIR", "start from a Hugging Face GPT-2 directory (config.json + model.safetensors)"},
+  return {{"model", "HF_DIR", "start from a Hugging Face GPT-2 or Llama directory (config.json + *.safetensors)"},
+          {"arch", "gpt2|llama", "new model: family (default gpt2)"},
           {"layers", "L", "new model: transformer blocks (default 4)"},
           {"heads", "H", "new model: attention heads (default 4)"},
           {"embd", "C", "new model: channels (default 256)"},
           {"ctx", "N", "new model: context length (default 256)"},
-          {"vocab", "V", "new model: vocabulary size (default 50257)"}};
+          {"vocab", "V", "new model: vocabulary size (default 50257)"},
+          {"kv-heads", "K", "new llama model: key/value heads (default --heads)"},
+          {"inner", "I", "new llama model: MLP width (default 8/3 C rounded up to 64)"},
+          {"rope-theta", "X", "new llama model: rotary base (default 10000)"},
+          {"untied", "", "new llama model: an LM head of its own (default tied to the embedding)"}};
 }
+
+const char* const kModelShapeFlags[] = {"arch",  "layers",   "heads", "embd",       "ctx",
+                                        "vocab", "kv-heads", "inner", "rope-theta", "untied"};
 
 std::vector<FlagSpec> concat_specs(std::vector<FlagSpec> a, const std::vector<FlagSpec>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -139,16 +147,30 @@ std::vector<FlagSpec> concat_specs(std::vector<FlagSpec> a, const std::vector<Fl
 }
 
 GptConfig model_flags_config(const Args& args) {
-  const bool shape_flags = args.has("layers") || args.has("heads") || args.has("embd") || args.has("ctx") ||
-                           args.has("vocab");
-  STRATUM_CHECK(!args.has("model") || !shape_flags,
-                "[cli] --model takes the shape from config.json; drop --layers/--heads/--embd/--ctx/--vocab");
+  for (const char* flag : kModelShapeFlags)
+    STRATUM_CHECK(!args.has("model") || !args.has(flag), "[cli] --model takes the shape from config.json; drop --",
+                  flag);
   GptConfig config;
+  const std::string arch = args.str("arch", "gpt2");
+  STRATUM_CHECK(arch == "gpt2" || arch == "llama", "[cli] --arch must be gpt2 or llama, got '", arch, "'");
+  if (arch == "gpt2")
+    for (const char* flag : {"kv-heads", "inner", "rope-theta", "untied"})
+      STRATUM_CHECK(!args.has(flag), "[cli] --", flag, " is for --arch llama");
   config.n_layer = static_cast<int>(args.integer("layers", 4, 1, 1024));
   config.n_head = static_cast<int>(args.integer("heads", 4, 1, 4096));
   config.n_embd = static_cast<int>(args.integer("embd", 256, 1, 65536));
   config.n_ctx = static_cast<int>(args.integer("ctx", 256, 1, 1 << 20));
   config.vocab_size = static_cast<int>(args.integer("vocab", 50257, 1, 1 << 24));
+  if (arch == "llama") {
+    config.arch = ModelArch::Llama;
+    config.layer_norm_eps = 1e-5f;
+    config.n_kv_head = static_cast<int>(args.integer("kv-heads", config.n_head, 1, 4096));
+    const int swiglu = (8 * config.n_embd / 3 + 63) / 64 * 64;  // Llama's 2/3 of 4C, rounded up to 64
+    config.n_inner = static_cast<int>(args.integer("inner", swiglu, 1, 1 << 20));
+    config.rope_theta = args.number("rope-theta", 10000.0);
+    config.tie_word_embeddings = !args.flag("untied");
+    config.validate();
+  }
   return config;
 }
 

@@ -53,5 +53,7 @@ std::vector<FlagSpec> concat_specs(std::vector<FlagSpec> a, const std::vector<Fl
 // The new model's shape from those flags (defaults L4 H4 C256 ctx256 V50257); refuses shape
 // flags together with --model.
 GptConfig model_flags_config(const Args& args);
+// The flags model_flags_config reads (a new model's shape and family).
+extern const char* const kModelShapeFlags[10];
 
 }  // namespace stratum

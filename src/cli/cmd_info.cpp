@@ -43,7 +43,7 @@ void describe_safetensors(const std::string& path) {
 
 void describe_model_dir(const std::string& dir) {
   const GptConfig cfg = model_read_config(dir);
-  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  const ParamLayout layout = ParamLayout::of(cfg);
   const double params = static_cast<double>(layout.num_params());
   std::printf("GPT-2 model %s: %s, %.2fM parameters\n", dir.c_str(), cfg.describe().c_str(), params / 1e6);
   std::printf("  training state fp32: params %.1f MiB + grads %.1f MiB + AdamW %.1f MiB = %.1f MiB\n",

@@ -43,7 +43,8 @@ void install_stop_handlers() {
 // With --resume, the options left out are the checkpoint's (Note [checkpoints]); those given must
 // match it where they change the math (train_run checks).
 void fill_from_checkpoint(const Args& args, TrainOptions& o) {
-  for (const char* shape : {"model", "layers", "heads", "embd", "ctx", "vocab"})
+  STRATUM_CHECK(!args.has("model"), "[cli] --resume continues the checkpoint's model; drop --model");
+  for (const char* shape : kModelShapeFlags)
     STRATUM_CHECK(!args.has(shape), "[cli] --resume continues the checkpoint's model; drop --", shape);
   const TrainerState st = train_peek_checkpoint(o.resume_path);
   o.config = st.config;

@@ -1,4 +1,4 @@
-// Hugging Face GPT-2 config.json reader and writer; see hf_config.h.
+// Hugging Face config.json reader and writer (GPT-2 and Llama); see hf_config.h.
 #include "formats/hf_config.h"
 
 #include <charconv>
@@ -49,12 +49,145 @@ double float_for_json(float value) {
   return std::strtod(buf, nullptr);
 }
 
+
+double number_field(const std::string& path, const nlohmann::json& root, const char* key, double fallback) {
+  if (!root.contains(key) || root.at(key).is_null()) return fallback;
+  const auto& v = root.at(key);
+  STRATUM_CHECK(v.is_number(), where(path), ": field '", key, "' must be a number, got ", json_brief(v));
+  return v.get<double>();
+}
+
+// bos/eos ids: an integer, a list of integers (eos of Llama 3 instruct models) or null.
+std::vector<std::int32_t> token_ids_field(const std::string& path, const nlohmann::json& root, const char* key) {
+  std::vector<std::int32_t> ids;
+  if (!root.contains(key) || root.at(key).is_null()) return ids;
+  const auto& v = root.at(key);
+  auto one = [&](const nlohmann::json& id) {
+    STRATUM_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() < (1 << 24),
+                  where(path), ": field '", key, "' must hold token ids (integers >= 0), got ", json_brief(v));
+    ids.push_back(static_cast<std::int32_t>(id.get<std::int64_t>()));
+  };
+  if (v.is_array()) {
+    for (const auto& id : v) one(id);
+  } else {
+    one(v);
+  }
+  return ids;
+}
+
+RopeScaling rope_scaling_read(const std::string& path, const nlohmann::json& root) {
+  RopeScaling s;
+  if (!root.contains("rope_scaling") || root.at("rope_scaling").is_null()) return s;
+  const auto& r = root.at("rope_scaling");
+  STRATUM_CHECK(r.is_object(), where(path), ": rope_scaling must be an object or null, got ", json_brief(r));
+  const char* type_key = r.contains("rope_type") ? "rope_type" : "type";
+  STRATUM_CHECK(r.contains(type_key) && r.at(type_key).is_string(), where(path),
+                ": rope_scaling needs a string 'rope_type', got ", json_brief(r));
+  const std::string type = r.at(type_key).get<std::string>();
+  if (type == "default") return s;
+  STRATUM_CHECK(type == "llama3" || type == "linear", where(path), ": rope_scaling type \"", type,
+                "\" is not supported; Stratum implements \"llama3\" and \"linear\" (and no scaling)");
+  STRATUM_CHECK(r.contains("factor"), where(path), ": rope_scaling (", type, ") needs 'factor'");
+  s.factor = number_field(path, r, "factor", 1.0);
+  if (type == "linear") {
+    s.type = RopeScaling::Type::Linear;
+    return s;
+  }
+  s.type = RopeScaling::Type::Llama3;
+  for (const char* key : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+    STRATUM_CHECK(r.contains(key), where(path), ": rope_scaling (llama3) needs '", key, "'");
+  s.low_freq_factor = number_field(path, r, "low_freq_factor", 1.0);
+  s.high_freq_factor = number_field(path, r, "high_freq_factor", 4.0);
+  s.original_max_position_embeddings = int_field(path, r, "original_max_position_embeddings");
+  return s;
+}
+
+GptConfig read_llama(const std::string& path, const nlohmann::json& root) {
+  GptConfig cfg;
+  cfg.arch = ModelArch::Llama;
+  cfg.n_layer = int_field(path, root, "num_hidden_layers");
+  cfg.n_head = int_field(path, root, "num_attention_heads");
+  cfg.n_embd = int_field(path, root, "hidden_size");
+  cfg.vocab_size = int_field(path, root, "vocab_size");
+  cfg.n_ctx = int_field(path, root, "max_position_embeddings");
+  cfg.n_inner = int_field(path, root, "intermediate_size");
+  cfg.n_kv_head = root.contains("num_key_value_heads") && !root.at("num_key_value_heads").is_null()
+                      ? int_field(path, root, "num_key_value_heads")
+                      : cfg.n_head;
+  if (root.contains("head_dim") && !root.at("head_dim").is_null()) cfg.n_head_dim = int_field(path, root, "head_dim");
+  cfg.layer_norm_eps = static_cast<float>(number_field(path, root, "rms_norm_eps", 1e-6));
+  cfg.rope_theta = number_field(path, root, "rope_theta", 10000.0);
+  cfg.rope_scaling = rope_scaling_read(path, root);
+  cfg.tie_word_embeddings = false;  // LlamaConfig's default
+  if (root.contains("tie_word_embeddings") && !root.at("tie_word_embeddings").is_null()) {
+    const auto& v = root.at("tie_word_embeddings");
+    STRATUM_CHECK(v.is_boolean(), where(path), ": field 'tie_word_embeddings' must be true or false, got ", json_brief(v));
+    cfg.tie_word_embeddings = v.get<bool>();
+  }
+  if (root.contains("hidden_act")) {
+    const auto& act = root.at("hidden_act");
+    STRATUM_CHECK(act.is_string() && act.get<std::string>() == "silu", where(path), ": hidden_act ", json_brief(act),
+                  " is not supported; Llama's MLP is SwiGLU (\"silu\")");
+  }
+  option_refuse(path, root, "attention_bias", true, "Llama projections without biases only");
+  option_refuse(path, root, "mlp_bias", true, "Llama projections without biases only");
+  const auto bos = token_ids_field(path, root, "bos_token_id");
+  cfg.bos_token_id = bos.empty() ? -1 : bos[0];
+  cfg.eos_token_ids = token_ids_field(path, root, "eos_token_id");
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    STRATUM_FAIL(where(path), ": invalid Llama config: ", e.what());
+  }
+  for (std::int32_t id : cfg.eos_token_ids)
+    STRATUM_CHECK(id < cfg.vocab_size, where(path), ": eos_token_id ", id, " is not below vocab_size ", cfg.vocab_size);
+  return cfg;
+}
+
+void write_llama(const std::string& path, const GptConfig& cfg) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["hidden_size"] = cfg.n_embd;
+  j["intermediate_size"] = cfg.mlp_width();
+  j["num_hidden_layers"] = cfg.n_layer;
+  j["num_attention_heads"] = cfg.n_head;
+  j["num_key_value_heads"] = cfg.kv_heads();
+  j["head_dim"] = cfg.head_dim();
+  j["max_position_embeddings"] = cfg.n_ctx;
+  j["vocab_size"] = cfg.vocab_size;
+  j["rms_norm_eps"] = float_for_json(cfg.layer_norm_eps);
+  j["rope_theta"] = cfg.rope_theta;
+  const RopeScaling& s = cfg.rope_scaling;
+  if (s.type == RopeScaling::Type::None) {
+    j["rope_scaling"] = nullptr;
+  } else if (s.type == RopeScaling::Type::Linear) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.factor}};
+  } else {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", s.factor},
+                         {"low_freq_factor", s.low_freq_factor},
+                         {"high_freq_factor", s.high_freq_factor},
+                         {"original_max_position_embeddings", s.original_max_position_embeddings}};
+  }
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["tie_word_embeddings"] = cfg.tie_word_embeddings;
+  if (cfg.bos_token_id >= 0) j["bos_token_id"] = cfg.bos_token_id;
+  if (cfg.eos_token_ids.size() == 1) j["eos_token_id"] = cfg.eos_token_ids[0];
+  if (cfg.eos_token_ids.size() > 1) j["eos_token_id"] = cfg.eos_token_ids;
+  j["torch_dtype"] = "float32";
+  j["stratum_version"] = STRATUM_VERSION;
+  file_write_atomic(path, j.dump(2) + "\n");
+}
+
 }  // namespace
 
-GptConfig hf_config_read_gpt2(const std::string& path) {
+GptConfig hf_config_read(const std::string& path) {
   STRATUM_CHECK(!dir_exists(path), where(path), " is a directory; pass the config.json inside it");
   STRATUM_CHECK(file_exists(path), where(path),
-                ": file not found; expected a Hugging Face GPT-2 config.json");
+                ": file not found; expected a Hugging Face config.json (GPT-2 or Llama)");
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(file_read_all(path));
@@ -66,8 +199,10 @@ GptConfig hf_config_read_gpt2(const std::string& path) {
   if (root.contains("model_type")) {
     const auto& type = root.at("model_type");
     STRATUM_CHECK(type.is_string(), where(path), ": model_type must be a string, got ", json_brief(type));
-    STRATUM_CHECK(type.get<std::string>() == "gpt2", where(path), ": model_type ", json_brief(type),
-                  " is not supported; only GPT-2 (model_type \"gpt2\") is supported in this version");
+    const std::string name = type.get<std::string>();
+    STRATUM_CHECK(name == "gpt2" || name == "llama", where(path), ": model_type ", json_brief(type),
+                  " is not supported; Stratum runs GPT-2 (\"gpt2\") and Llama-family (\"llama\") models");
+    if (name == "llama") return read_llama(path, root);
   }
   GptConfig cfg;
   cfg.n_layer = int_field(path, root, "n_layer");
@@ -109,11 +244,15 @@ GptConfig hf_config_read_gpt2(const std::string& path) {
   return cfg;
 }
 
-void hf_config_write_gpt2(const std::string& path, const GptConfig& cfg) {
+void hf_config_write(const std::string& path, const GptConfig& cfg) {
   try {
     cfg.validate();
   } catch (const Error& e) {
-    STRATUM_FAIL(where(path), ": refusing to write an invalid GPT-2 config: ", e.what());
+    STRATUM_FAIL(where(path), ": refusing to write an invalid config: ", e.what());
+  }
+  if (cfg.llama()) {
+    write_llama(path, cfg);
+    return;
   }
   nlohmann::ordered_json j;
   j["architectures"] = {"GPT2LMHeadModel"};

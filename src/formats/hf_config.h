@@ -1,7 +1,8 @@
-// Reads and writes Hugging Face GPT-2 config.json files (the "gpt2" model_type).
-// Reading checks the fields Stratum's GPT-2 needs and refuses options it does not implement;
-// writing produces a config that transformers' GPT2LMHeadModel.from_pretrained accepts.
-// Does not handle other architectures (Llama comes later), tokenizer or generation configs.
+// Reads and writes Hugging Face config.json files of the "gpt2" and "llama" model types.
+// Reading checks the fields Stratum needs and refuses options it does not implement (other
+// model types, rope scalings other than llama3/linear, biases in Llama projections, activations
+// other than GELU-tanh / SiLU); writing produces a config that transformers' GPT2LMHeadModel /
+// LlamaForCausalLM.from_pretrained accepts. Does not handle tokenizer or generation configs.
 #pragma once
 
 #include <string>
@@ -11,11 +12,11 @@
 namespace stratum {
 
 // Throws stratum::Error ("[hf_config] '<path>': ...") for a missing or malformed file, a
-// model_type other than "gpt2", missing or non-integer size fields, unsupported options, or a
-// config that GptConfig::validate() rejects.
-GptConfig hf_config_read_gpt2(const std::string& config_json_path);
+// model_type other than "gpt2" or "llama" (absent = "gpt2"), missing or non-integer size fields,
+// unsupported options, or a config that GptConfig::validate() rejects.
+GptConfig hf_config_read(const std::string& config_json_path);
 
 // Validates cfg, then writes config.json atomically (temporary file + fsync + rename).
-void hf_config_write_gpt2(const std::string& config_json_path, const GptConfig& cfg);
+void hf_config_write(const std::string& config_json_path, const GptConfig& cfg);
 
 }  // namespace stratum

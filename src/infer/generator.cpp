@@ -72,7 +72,7 @@ GenerateResult generate_run(const GenerateOptions& o, const std::function<void(c
   const int threads = o.threads > 0 ? o.threads : default_thread_count();
   ThreadPool pool(threads);
   blas_set_threads(threads);
-  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  const ParamLayout layout = ParamLayout::of(cfg);
   RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, 1, cfg.n_ctx));
   model_load_weights(o.model_dir, layout, store);
   Executor exec(pool, cfg, store, 1, cfg.n_ctx);

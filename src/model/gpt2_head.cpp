@@ -1,4 +1,4 @@
-// Final LayerNorm + tied LM head + cross-entropy by vocabulary block; see gpt2_head.h.
+// Final norm + LM head + cross-entropy by vocabulary block; see gpt2_head.h.
 #include "model/gpt2_head.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/softmax_xent.h"
 #include "model/param_layout.h"
 
@@ -22,7 +23,10 @@ Gpt2HeadScratch::Gpt2HeadScratch(const GptConfig& cfg, int max_rows) {
 
 void gpt2_head_begin(ThreadPool& pool, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,
                      int BT, Gpt2HeadScratch& s) {
-  layernorm_forward(pool, s.lnf, s.mean, s.rstd, x, lnf_w, lnf_b, BT, cfg.n_embd, cfg.layer_norm_eps);
+  if (cfg.llama())
+    rmsnorm_forward(pool, s.lnf, s.rstd, x, lnf_w, BT, cfg.n_embd, cfg.layer_norm_eps);
+  else
+    layernorm_forward(pool, s.lnf, s.mean, s.rstd, x, lnf_w, lnf_b, BT, cfg.n_embd, cfg.layer_norm_eps);
   std::fill(s.run_max, s.run_max + BT, -std::numeric_limits<float>::infinity());
   std::fill(s.run_sum, s.run_sum + BT, 0.0f);
   std::fill(s.target_logit, s.target_logit + BT, 0.0f);
@@ -68,7 +72,10 @@ void gpt2_head_backward_finish(ThreadPool& pool, const GptConfig& cfg, const flo
                                float* dlnf_w, float* dlnf_b, int BT, Gpt2HeadScratch& s) {
   const int C = cfg.n_embd;
   std::memset(dx, 0, sizeof(float) * static_cast<std::size_t>(BT) * C);
-  layernorm_backward(pool, dx, dlnf_w, dlnf_b, s.dlnf, x, lnf_w, s.mean, s.rstd, BT, C, false);
+  if (cfg.llama())
+    rmsnorm_backward(pool, dx, dlnf_w, s.dlnf, x, lnf_w, s.rstd, BT, C, false);
+  else
+    layernorm_backward(pool, dx, dlnf_w, dlnf_b, s.dlnf, x, lnf_w, s.mean, s.rstd, BT, C, false);
 }
 
 void gpt2_head_logits_block(const GptConfig& cfg, const float* wte_rows, int n, float* logits,

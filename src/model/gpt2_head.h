@@ -1,4 +1,6 @@
-// GPT-2 output side: final LayerNorm, LM head tied to the token embedding, and mean
+// Output side of both families: final norm (GPT-2's LayerNorm ln_f, or Llama's RMSNorm
+// model.norm, by cfg.arch: lnf_b / dlnf_b are then null), the LM head (the token embedding's
+// vocabulary blocks when tied, lm_head's when not: the caller passes the rows), and mean
 // cross-entropy, computed one vocabulary block at a time (Note [vocab blocks] in
 // model/param_layout.h) and, inside a block, kHeadRows rows at a time, so neither the full
 // (B*T, V) logits nor the whole of wte is ever needed at once.

@@ -7,22 +7,57 @@
 
 namespace stratum {
 
+const char* model_arch_name(ModelArch arch) { return arch == ModelArch::Llama ? "llama" : "gpt2"; }
+
 void GptConfig::validate() const {
   STRATUM_CHECK(n_layer >= 1 && n_layer <= 1024, "[model.config] n_layer must be in 1..1024, got ", n_layer);
-  STRATUM_CHECK(n_head >= 1, "[model.config] n_head must be >= 1, got ", n_head);
+  STRATUM_CHECK(n_head >= 1 && n_head <= 4096, "[model.config] n_head must be in 1..4096, got ", n_head);
   STRATUM_CHECK(n_embd >= 1 && n_embd <= 65536, "[model.config] n_embd must be in 1..65536, got ", n_embd);
-  STRATUM_CHECK(n_embd % n_head == 0, "[model.config] n_embd (", n_embd,
-                ") must be divisible by n_head (", n_head, ")");
   STRATUM_CHECK(n_ctx >= 1 && n_ctx <= 1 << 20, "[model.config] n_ctx must be in 1..1048576, got ", n_ctx);
   STRATUM_CHECK(vocab_size >= 1 && vocab_size <= 1 << 24,
                 "[model.config] vocab_size must be in 1..16777216, got ", vocab_size);
   STRATUM_CHECK(layer_norm_eps > 0.0f && std::isfinite(layer_norm_eps),
                 "[model.config] layer_norm_epsilon must be a finite number > 0, got ", layer_norm_eps);
+  if (!llama()) {
+    STRATUM_CHECK(n_embd % n_head == 0, "[model.config] n_embd (", n_embd, ") must be divisible by n_head (", n_head,
+                  ")");
+    STRATUM_CHECK(n_kv_head == 0 || n_kv_head == n_head, "[model.config] GPT-2 has no grouped-query attention");
+    STRATUM_CHECK(n_inner == 0 || n_inner == 4 * n_embd, "[model.config] GPT-2's MLP width is 4 * n_embd");
+    STRATUM_CHECK(n_head_dim == 0 || n_head_dim * n_head == n_embd, "[model.config] GPT-2's head_dim is n_embd / n_head");
+    STRATUM_CHECK(tie_word_embeddings, "[model.config] GPT-2's LM head is tied to wte");
+    return;
+  }
+  STRATUM_CHECK(n_head_dim > 0 || n_embd % n_head == 0, "[model.config] hidden_size (", n_embd,
+                ") must be divisible by num_attention_heads (", n_head, ") unless head_dim is given");
+  const int hd = head_dim();
+  STRATUM_CHECK(hd >= 2 && hd % 2 == 0 && hd <= 1024, "[model.config] head_dim must be even and in 2..1024, got ", hd);
+  STRATUM_CHECK(kv_heads() >= 1 && n_head % kv_heads() == 0, "[model.config] num_attention_heads (", n_head,
+                ") must be a multiple of num_key_value_heads (", kv_heads(), ")");
+  STRATUM_CHECK(mlp_width() >= 1 && mlp_width() <= 1 << 20, "[model.config] intermediate_size must be in 1..1048576, got ",
+                mlp_width());
+  STRATUM_CHECK(rope_theta > 0 && std::isfinite(rope_theta), "[model.config] rope_theta must be a finite number > 0, got ",
+                rope_theta);
+  const RopeScaling& s = rope_scaling;
+  if (s.type != RopeScaling::Type::None)
+    STRATUM_CHECK(s.factor >= 1.0 && std::isfinite(s.factor), "[model.config] rope_scaling.factor must be >= 1, got ",
+                  s.factor);
+  if (s.type == RopeScaling::Type::Llama3) {
+    STRATUM_CHECK(s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor && std::isfinite(s.high_freq_factor),
+                  "[model.config] rope_scaling needs 0 < low_freq_factor < high_freq_factor, got ", s.low_freq_factor,
+                  " and ", s.high_freq_factor);
+    STRATUM_CHECK(s.original_max_position_embeddings >= 1,
+                  "[model.config] rope_scaling.original_max_position_embeddings must be >= 1, got ",
+                  s.original_max_position_embeddings);
+  }
 }
 
 std::string GptConfig::describe() const {
-  return "L" + std::to_string(n_layer) + " H" + std::to_string(n_head) + " C" + std::to_string(n_embd) +
-         " ctx" + std::to_string(n_ctx) + " V" + std::to_string(vocab_size);
+  std::string text = "L" + std::to_string(n_layer) + " H" + std::to_string(n_head) + " C" + std::to_string(n_embd) +
+                     " ctx" + std::to_string(n_ctx) + " V" + std::to_string(vocab_size);
+  if (llama())
+    text = "llama " + text + " KV" + std::to_string(kv_heads()) + " hd" + std::to_string(head_dim()) + " I" +
+           std::to_string(mlp_width()) + (tie_word_embeddings ? " tied" : " untied");
+  return text;
 }
 
 }  // namespace stratum

@@ -1,24 +1,50 @@
-// GPT-2 family model hyper-parameters (what Hugging Face config.json describes).
+// Model hyper-parameters of the two decoder-only families Stratum runs (what Hugging Face
+// config.json describes): GPT-2 (LayerNorm, learned positions, GELU MLP, fused qkv with biases,
+// LM head tied to wte) and Llama (RMSNorm, rotary positions, SwiGLU MLP, grouped-query
+// attention without biases, tied or untied LM head).
 // Does not hold weights or layouts: see param_layout.h.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "kernels/cpu/rope.h"
 
 namespace stratum {
 
-struct GptConfig {
-  int n_layer = 0;     // transformer blocks (L)
-  int n_head = 0;      // attention heads (H); n_embd % n_head == 0
-  int n_embd = 0;      // channels (C)
-  int n_ctx = 0;       // maximum sequence length (n_positions)
-  int vocab_size = 0;  // V
-  float layer_norm_eps = 1e-5f;
+enum class ModelArch { Gpt2, Llama };
+const char* model_arch_name(ModelArch arch);  // "gpt2", "llama" (the config.json model_type)
 
-  int head_dim() const { return n_embd / n_head; }
+struct GptConfig {
+  ModelArch arch = ModelArch::Gpt2;
+  int n_layer = 0;     // transformer blocks (L)
+  int n_head = 0;      // attention (query) heads (H)
+  int n_embd = 0;      // channels (C)
+  int n_ctx = 0;       // maximum sequence length (n_positions / max_position_embeddings)
+  int vocab_size = 0;  // V
+  float layer_norm_eps = 1e-5f;  // LayerNorm eps (GPT-2) or RMSNorm eps (Llama: rms_norm_eps)
+
+  // Llama only (GPT-2 keeps the defaults: n_kv_head = n_head, head_dim = C/H, 4C MLP, tied).
+  int n_kv_head = 0;   // key/value heads (num_key_value_heads); 0 = n_head
+  int n_head_dim = 0;  // head_dim; 0 = n_embd / n_head
+  int n_inner = 0;     // MLP width (intermediate_size); 0 = 4 * n_embd
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = true;
+  // Token ids from config.json (-1 when absent); eos may list several (Llama 3 instruct).
+  std::int32_t bos_token_id = -1;
+  std::vector<std::int32_t> eos_token_ids;
+
+  bool llama() const { return arch == ModelArch::Llama; }
+  int head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int mlp_width() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
+  int q_dim() const { return n_head * head_dim(); }      // query width (H * hd)
+  int kv_dim() const { return kv_heads() * head_dim(); }  // key (and value) width (KV * hd)
   // Throws stratum::Error naming the bad field when the config cannot describe a model.
   void validate() const;
-  std::string describe() const;  // "L12 H12 C768 ctx1024 V50257"
+  std::string describe() const;  // "L12 H12 C768 ctx1024 V50257" (+ " KV8 I8192 untied" for Llama)
 };
 
 }  // namespace stratum

@@ -1,4 +1,4 @@
-// Loading, saving and initialising GPT-2 weights; see model_io.h.
+// Loading, saving and initialising GPT-2 and Llama weights; see model_io.h.
 #include "model/model_io.h"
 
 #include <fcntl.h>
@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <memory>
 #include <vector>
 
@@ -30,8 +32,9 @@ namespace stratum {
 GptConfig model_read_config(const std::string& dir) {
   STRATUM_CHECK(dir_exists(dir), "[model] model directory '", dir, "' does not exist");
   const std::string path = dir + "/config.json";
-  STRATUM_CHECK(file_exists(path), "[model] '", dir, "' has no config.json: expected a Hugging Face GPT-2 directory");
-  return hf_config_read_gpt2(path);
+  STRATUM_CHECK(file_exists(path), "[model] '", dir,
+                "' has no config.json: expected a Hugging Face GPT-2 or Llama directory");
+  return hf_config_read(path);
 }
 
 namespace {
@@ -46,23 +49,36 @@ bool ignorable_tensor(const std::string& name) {
     const std::size_t n = std::strlen(suffix);
     return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
   };
-  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || name == "lm_head.weight";
+  // GPT-2's causal-mask buffers, Llama's saved rotary frequencies (older transformers), and a
+  // tied model's copy of the LM head (an untied one has it in the layout).
+  return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || ends_with(".rotary_emb.inv_freq") ||
+         name == "lm_head.weight";
 }
 }  // namespace
 
 namespace {
-// Loads `path`'s tensors into the store: a tensor named (prefix)NAME(suffix), with NAME a layout
-// tensor, goes to the units of `kind` for `suffix` (Note [vocab blocks]: a slot may hold a row
-// range of it). `ignore` says which other names may be present; every layout tensor must be
-// found once per (kind, suffix).
-void load_kinds(const std::string& path, const ParamLayout& layout, SegmentStore& store,
+// Loads the tensors of `paths` (the shards of one model, or one file) into the store: a tensor
+// named (prefix)NAME(suffix), with NAME a layout tensor, goes to the units of `kind` for `suffix`
+// (Note [vocab blocks]: a slot may hold a row range of it). `ignore` says which other names may be
+// present; every layout tensor must be found once per (kind, suffix) across the files. `expect`
+// (may be null) names the file each tensor must be in (a sharded model's index).
+void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout, SegmentStore& store,
                 const std::vector<std::pair<SegmentKind, std::string>>& kinds,
-                const std::function<bool(const std::string&)>& ignore, const char* what) {
-  SafetensorsFile file = SafetensorsFile::open(path);
+                const std::function<bool(const std::string&)>& ignore, const char* what,
+                const std::map<std::string, std::string>* expect = nullptr) {
   std::vector<std::vector<std::vector<bool>>> seen(kinds.size(), std::vector<std::vector<bool>>(layout.segment_count()));
   for (auto& per_kind : seen)
     for (int s = 0; s < layout.segment_count(); ++s) per_kind[s].assign(layout.segments()[s].tensors.size(), false);
+  const char* family = layout.arch() == ModelArch::Llama ? "Llama" : "GPT-2";
+  for (const std::string& path : paths) {
+  SafetensorsFile file = SafetensorsFile::open(path);
   for (const auto& info : file.tensors()) {
+    if (expect != nullptr) {
+      const auto it = expect->find(info.name);
+      STRATUM_CHECK(it == expect->end() || it->second == std::filesystem::path(path).filename().string(), "[model] ",
+                    path, ": holds tensor '", info.name, "', but the index places it in '",
+                    it == expect->end() ? "" : it->second, "'");
+    }
     std::size_t k = 0;
     std::vector<std::pair<int, int>> slots;
     for (; k < kinds.size(); ++k) {
@@ -75,8 +91,8 @@ void load_kinds(const std::string& path, const ParamLayout& layout, SegmentStore
     }
     if (slots.empty()) {
       if (ignore(info.name)) continue;
-      STRATUM_FAIL("[model] ", path, ": unexpected tensor '", info.name, "' (not part of ", what,
-                   " for a GPT-2 model with this config.json)");
+      STRATUM_FAIL("[model] ", path, ": unexpected tensor '", info.name, "' (not part of ", what, " for a ", family,
+                   " model with this config.json)");
     }
     const TensorSlot& first = layout.segments()[slots[0].first].tensors[slots[0].second];
     STRATUM_CHECK(info.shape == first.hf_shape, "[model] ", path, ": tensor '", info.name, "' has shape ",
@@ -91,11 +107,13 @@ void load_kinds(const std::string& path, const ParamLayout& layout, SegmentStore
       seen[k][s][t] = true;
     }
   }
+  }
+  const std::string where = paths.size() == 1 ? paths[0] : std::filesystem::path(paths[0]).parent_path().string();
   for (std::size_t k = 0; k < kinds.size(); ++k)
     for (int s = 0; s < layout.segment_count(); ++s)
       for (std::size_t t = 0; t < seen[k][s].size(); ++t)
-        STRATUM_CHECK(seen[k][s][t], "[model] ", path, ": tensor '", layout.segments()[s].tensors[t].name,
-                      kinds[k].second, "' is missing (expected it with or without the 'transformer.' prefix)");
+        STRATUM_CHECK(seen[k][s][t], "[model] ", where, ": tensor '", layout.hf_name(layout.segments()[s].tensors[t]),
+                      kinds[k].second, "' is missing");
 }
 
 // Writes the units of each (kind, suffix) as "transformer.NAME(suffix)" F32 tensors in Hugging
@@ -119,7 +137,7 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
     for (int s : order) {
       for (const auto& t : layout.segments()[s].tensors) {
         if (t.row0 != 0) continue;  // written as a piece of the entry of its first slot
-        SafetensorsWriteEntry e{"transformer." + t.name + suffix, DType::F32, t.hf_shape, nullptr, {}, {}};
+        SafetensorsWriteEntry e{layout.hf_name(t) + suffix, DType::F32, t.hf_shape, nullptr, {}, {}};
         struct Piece {
           int segment, chunk;
           std::size_t offset;  // in the chunk
@@ -148,15 +166,58 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
 }
 }  // namespace
 
+std::vector<std::string> model_weight_files(const std::string& dir, std::map<std::string, std::string>* weight_map) {
+  const std::string single = dir + "/model.safetensors";
+  if (file_exists(single)) return {single};
+  const std::string index_path = dir + "/model.safetensors.index.json";
+  STRATUM_CHECK(file_exists(index_path), "[model] '", dir,
+                "' has no model.safetensors (nor model.safetensors.index.json for a sharded model)");
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(file_read_all(index_path));
+  } catch (const nlohmann::json::exception& e) {
+    STRATUM_FAIL("[model] ", index_path, ": not valid JSON (", e.what(), ")");
+  }
+  STRATUM_CHECK(index.is_object() && index.contains("weight_map") && index.at("weight_map").is_object(), "[model] ",
+                index_path, ": expected an object with a 'weight_map' object (tensor name -> shard file)");
+  std::set<std::string> files;
+  for (const auto& [name, file] : index.at("weight_map").items()) {
+    STRATUM_CHECK(file.is_string() && !file.get<std::string>().empty() &&
+                      file.get<std::string>().find('/') == std::string::npos && file.get<std::string>() != "..",
+                  "[model] ", index_path, ": weight_map['", name, "'] must be a file name in the model directory");
+    files.insert(file.get<std::string>());
+    if (weight_map != nullptr) (*weight_map)[name] = file.get<std::string>();
+  }
+  STRATUM_CHECK(!files.empty(), "[model] ", index_path, ": weight_map is empty");
+  std::vector<std::string> paths;
+  for (const std::string& file : files) {
+    const std::string path = dir + "/" + file;
+    STRATUM_CHECK(file_exists(path), "[model] '", dir, "': shard '", file, "' named by model.safetensors.index.json is missing");
+    paths.push_back(path);
+  }
+  return paths;
+}
+
 void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store) {
-  const std::string path = dir + "/model.safetensors";
-  STRATUM_CHECK(file_exists(path), "[model] '", dir, "' has no model.safetensors");
-  load_kinds(path, layout, store, {{SegmentKind::Params, ""}}, ignorable_tensor, "the weights");
+  std::map<std::string, std::string> weight_map;
+  const std::vector<std::string> paths = model_weight_files(dir, &weight_map);
+  if (paths.size() > 1 || !weight_map.empty()) {
+    // Every tensor the index names must be in its shard.
+    for (const std::string& path : paths) {
+      const SafetensorsFile file = SafetensorsFile::open(path);
+      const std::string base = std::filesystem::path(path).filename().string();
+      for (const auto& [name, shard] : weight_map)
+        STRATUM_CHECK(shard != base || file.find(name) != nullptr, "[model] ", path, ": tensor '", name,
+                      "' is named by model.safetensors.index.json but absent from this shard");
+    }
+  }
+  load_kinds(paths, layout, store, {{SegmentKind::Params, ""}}, ignorable_tensor, "the weights",
+             weight_map.empty() ? nullptr : &weight_map);
 }
 
 void optimizer_load_file(const std::string& path, const ParamLayout& layout, SegmentStore& store) {
   STRATUM_CHECK(file_exists(path), "[checkpoint] '", path, "' is missing");
-  load_kinds(path, layout, store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
+  load_kinds({path}, layout, store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
              [](const std::string&) { return false; }, "the AdamW state");
 }
 
@@ -167,6 +228,20 @@ void optimizer_write_file(const std::string& path, const ParamLayout& layout, Se
 
 void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store, std::uint64_t seed) {
   Rng rng(seed);
+  if (cfg.llama()) {  // transformers' LlamaPreTrainedModel: every weight N(0, 0.02), norms 1
+    for (int s = 0; s < layout.segment_count(); ++s) {
+      SegmentChunksHold params(store, s, SegmentKind::Params, Access::Overwrite);
+      for (const auto& t : layout.segments()[s].tensors) {
+        float* p = params.tensor(t);
+        if (t.shape.size() == 1) {
+          std::fill(p, p + t.numel, 1.0f);
+        } else {
+          for (std::size_t i = 0; i < t.numel; ++i) p[i] = static_cast<float>(rng.normal() * 0.02);
+        }
+      }
+    }
+    return;
+  }
   const double residual_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
   for (int s = 0; s < layout.segment_count(); ++s) {
     SegmentChunksHold params(store, s, SegmentKind::Params, Access::Overwrite);
@@ -213,12 +288,18 @@ void dir_swap_in(const std::string& tmp, const std::string& dir) {
 
 void model_write_files(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
                        const std::string& tokenizer_dir) {
-  hf_config_write_gpt2(dir + "/config.json", cfg);
+  hf_config_write(dir + "/config.json", cfg);
   write_kinds(dir + "/model.safetensors", layout, store, {{SegmentKind::Params, ""}}, {{"format", "pt"}});
   if (!tokenizer_dir.empty()) {
-    const bool hf_names = file_exists(tokenizer_dir + "/vocab.json");
-    copy_file(tokenizer_dir + (hf_names ? "/vocab.json" : "/encoder.json"), dir + "/vocab.json");
-    copy_file(tokenizer_dir + (hf_names ? "/merges.txt" : "/vocab.bpe"), dir + "/merges.txt");
+    // Every tokenizer file the source has, under Hugging Face names.
+    const std::pair<const char*, const char*> files[] = {
+        {"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"},
+        {"vocab.json", "vocab.json"},         {"merges.txt", "merges.txt"},
+        {"encoder.json", "vocab.json"},       {"vocab.bpe", "merges.txt"}};
+    std::set<std::string> written;
+    for (const auto& [from, to] : files)
+      if (file_exists(tokenizer_dir + "/" + from) && written.insert(to).second)
+        copy_file(tokenizer_dir + "/" + from, dir + "/" + to);
   }
 }
 

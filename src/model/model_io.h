@@ -1,10 +1,13 @@
-// Moving GPT-2 weights (and, for checkpoints, AdamW's moments) between Hugging Face directories
-// (config.json + model.safetensors) and the segment store, and initialising a new model. Does not
-// touch gradients.
+// Moving GPT-2 and Llama weights (and, for checkpoints, AdamW's moments) between Hugging Face
+// directories (config.json + model.safetensors, or shards named by model.safetensors.index.json;
+// F32, F16 or BF16) and the segment store, and initialising a new model. Saving always writes
+// one F32 model.safetensors (the master weights, exactly). Does not touch gradients.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "model/model_config.h"
 #include "model/param_layout.h"
@@ -12,33 +15,42 @@
 
 namespace stratum {
 
-// Reads DIR/config.json (GPT-2 only).
+// Reads DIR/config.json (GPT-2 or Llama).
 GptConfig model_read_config(const std::string& dir);
 
-// Loads DIR/model.safetensors into the Params segments. Names may carry the "transformer."
-// prefix or not; "h.{i}.attn.bias"/"attn.masked_bias" buffers and a tied "lm_head.weight" are
-// ignored. Any missing tensor or wrong shape is an error naming it.
+// The weight files of DIR: model.safetensors, else the shards model.safetensors.index.json names
+// (each must exist; weight_map, when not null, receives the index's tensor -> shard file map).
+std::vector<std::string> model_weight_files(const std::string& dir, std::map<std::string, std::string>* weight_map);
+
+// Loads DIR's weights (model_weight_files) into the Params segments, converting F16/BF16/F64 to
+// F32. GPT-2 names may carry the "transformer." prefix or not; "h.{i}.attn.bias"/"attn.masked_bias"
+// buffers, Llama's "rotary_emb.inv_freq" and a tied model's "lm_head.weight" are ignored. Any
+// missing tensor, wrong shape, tensor outside its indexed shard or index entry absent from its
+// shard is an error naming it.
 void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store);
 
-// GPT-2 initialisation from a seed: weights N(0, 0.02) (residual projections N(0, 0.02/sqrt(2L))),
-// biases 0, LayerNorm weight 1 / bias 0. Same seed => same bits.
+// Initialisation from a seed. GPT-2: weights N(0, 0.02) (residual projections N(0, 0.02/sqrt(2L))),
+// biases 0, LayerNorm weight 1 / bias 0. Llama (as transformers does): every weight N(0, 0.02),
+// RMSNorm weights 1. Same seed => same bits.
 void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store, std::uint64_t seed);
 
-// Writes a Hugging Face GPT-2 directory loadable by GPT2LMHeadModel: config.json and
-// model.safetensors (names with "transformer.", lm_head tied, so absent), plus vocab.json and
-// merges.txt copied from tokenizer_dir when it is non-empty. The directory is built under a
+// Writes a Hugging Face directory loadable by GPT2LMHeadModel / LlamaForCausalLM: config.json and
+// model.safetensors (GPT-2 names with "transformer.", lm_head tied, so absent; Llama names as
+// transformers writes them, lm_head.weight when untied), plus the tokenizer files found in
+// tokenizer_dir when it is non-empty (tokenizer.json, tokenizer_config.json, vocab.json +
+// merges.txt, or encoder.json + vocab.bpe saved as the latter two). The directory is built under a
 // temporary name, fsynced and swapped in atomically, so `dir` always holds either the previous
 // complete model or the new one.
 void model_save(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
                 const std::string& tokenizer_dir);
 
-// The files of a Hugging Face GPT-2 directory (config.json, model.safetensors, and vocab.json +
-// merges.txt from tokenizer_dir when non-empty) written into the existing directory `dir`
+// The files of a Hugging Face directory (config.json, model.safetensors and the tokenizer files
+// from tokenizer_dir when non-empty, as model_save) written into the existing directory `dir`
 // (each file atomically); model_save and checkpoints build on it.
 void model_write_files(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
                        const std::string& tokenizer_dir);
 
-// AdamW's moments as a safetensors file: "transformer.NAME.exp_avg" and ".exp_avg_sq" (F32, the
+// AdamW's moments as a safetensors file: "HF_NAME.exp_avg" and ".exp_avg_sq" (F32, the
 // parameter's Hugging Face shape), written one chunk at a time; loading checks every tensor is
 // there with its shape, like model_load_weights.
 void optimizer_write_file(const std::string& path, const ParamLayout& layout, SegmentStore& store);

@@ -1,9 +1,10 @@
-// GPT-2 parameter layout; see param_layout.h and Note [segment layout].
+// GPT-2 and Llama parameter layouts; see param_layout.h and Note [segment layout].
 #include "model/param_layout.h"
 
 #include <algorithm>
 
 #include "core/aligned_buffer.h"
+#include "stratum/error.h"
 
 namespace stratum {
 
@@ -49,7 +50,7 @@ class SegmentBuilder {
     seg_.tensors.push_back(std::move(slot));
   }
   SegmentLayout finish() {
-    seg_.size_floats = align_up(cursor_, 1024);  // 4 KiB
+    seg_.size_floats = std::max<std::size_t>(1024, align_up(cursor_, 1024));  // 4 KiB; an empty segment is one page
     return std::move(seg_);
   }
 
@@ -69,9 +70,12 @@ int ParamLayout::vocab_rows(int block) const {
   return std::min(vocab_rows_, vocab_size_ - vocab_row0(block));
 }
 
+ParamLayout ParamLayout::of(const GptConfig& cfg) { return cfg.llama() ? llama(cfg) : gpt2(cfg); }
+
 ParamLayout ParamLayout::gpt2(const GptConfig& cfg) {
   cfg.validate();
-  const std::int64_t C = cfg.n_embd, V = cfg.vocab_size, N = cfg.n_ctx;
+  STRATUM_ASSERT(!cfg.llama());
+  const std::int64_t C = cfg.n_embd, N = cfg.n_ctx;
   ParamLayout layout;
   SegmentBuilder embed("embed", SegmentRole::Embed);
   embed.add("wpe.weight", {N, C});
@@ -98,12 +102,56 @@ ParamLayout ParamLayout::gpt2(const GptConfig& cfg) {
   head.add("ln_f.bias", {C});
   layout.head_segment_ = static_cast<int>(layout.segments_.size());
   layout.segments_.push_back(head.finish());
-  layout.vocab_rows_ = stratum::vocab_block_rows(cfg);
-  layout.vocab_size_ = cfg.vocab_size;
-  for (int b = 0; layout.vocab_row0(b) < cfg.vocab_size; ++b) {
-    SegmentBuilder block("wte." + std::to_string(b), SegmentRole::Vocab);
-    block.add("wte.weight", {layout.vocab_rows(b), C}, layout.vocab_row0(b), {V, C});
+  layout.vocab_blocks_add("wte", "wte.weight", SegmentRole::Vocab, cfg);
+  layout.hf_prefix_ = "transformer.";
+  return layout;
+}
+
+void ParamLayout::vocab_blocks_add(const std::string& segment, const std::string& tensor, SegmentRole role,
+                                   const GptConfig& cfg) {
+  const std::int64_t C = cfg.n_embd, V = cfg.vocab_size;
+  vocab_rows_ = stratum::vocab_block_rows(cfg);
+  vocab_size_ = cfg.vocab_size;
+  int b = 0;
+  for (; vocab_row0(b) < cfg.vocab_size; ++b) {
+    SegmentBuilder block(segment + "." + std::to_string(b), role);
+    block.add(tensor, {vocab_rows(b), C}, vocab_row0(b), {V, C});
+    segments_.push_back(block.finish());
+  }
+  vocab_blocks_ = b;
+}
+
+ParamLayout ParamLayout::llama(const GptConfig& cfg) {
+  cfg.validate();
+  STRATUM_ASSERT(cfg.llama());
+  const std::int64_t C = cfg.n_embd, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.mlp_width();
+  ParamLayout layout;
+  layout.arch_ = ModelArch::Llama;
+  layout.segments_.push_back(SegmentBuilder("embed", SegmentRole::Embed).finish());  // no position table
+  for (int i = 0; i < cfg.n_layer; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    SegmentBuilder block("layer." + std::to_string(i), SegmentRole::Layer);
+    block.add(p + "input_layernorm.weight", {C});
+    block.add(p + "self_attn.q_proj.weight", {Q, C});
+    block.add(p + "self_attn.k_proj.weight", {KV, C});
+    block.add(p + "self_attn.v_proj.weight", {KV, C});
+    block.add(p + "self_attn.o_proj.weight", {C, Q});
+    block.add(p + "post_attention_layernorm.weight", {C});
+    block.add(p + "mlp.gate_proj.weight", {I, C});
+    block.add(p + "mlp.up_proj.weight", {I, C});
+    block.add(p + "mlp.down_proj.weight", {C, I});
     layout.segments_.push_back(block.finish());
+  }
+  SegmentBuilder head("head", SegmentRole::Head);
+  head.add("model.norm.weight", {C});
+  layout.head_segment_ = static_cast<int>(layout.segments_.size());
+  layout.segments_.push_back(head.finish());
+  layout.vocab_blocks_add("embed_tokens", "model.embed_tokens.weight", SegmentRole::Vocab, cfg);
+  layout.head_tied_ = cfg.tie_word_embeddings;
+  if (!layout.head_tied_) {
+    const int embed_blocks = layout.vocab_blocks_;
+    layout.vocab_blocks_add("lm_head", "lm_head.weight", SegmentRole::HeadVocab, cfg);
+    STRATUM_ASSERT(layout.vocab_blocks_ == embed_blocks);
   }
   return layout;
 }
@@ -116,8 +164,7 @@ std::size_t ParamLayout::num_params() const {
 }
 
 std::vector<std::pair<int, int>> ParamLayout::find(std::string_view hf_name) const {
-  constexpr std::string_view kPrefix = "transformer.";
-  if (hf_name.substr(0, kPrefix.size()) == kPrefix) hf_name.remove_prefix(kPrefix.size());
+  if (!hf_prefix_.empty() && hf_name.substr(0, hf_prefix_.size()) == hf_prefix_) hf_name.remove_prefix(hf_prefix_.size());
   std::vector<std::pair<int, int>> found;
   for (int s = 0; s < segment_count(); ++s)
     for (int t = 0; t < static_cast<int>(segments_[s].tensors.size()); ++t)

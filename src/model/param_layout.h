@@ -1,7 +1,10 @@
-// Where every GPT-2 tensor lives: one flat fp32 segment per transformer block ("layer.i"), one for
-// the position embedding ("embed": wpe), one for the final LayerNorm ("head") and the token
-// embedding wte (which doubles as the tied LM head) cut into vocabulary blocks of rows ("wte.k").
-// Grads and AdamW moments use the same layout in their own segments.
+// Where every tensor lives: one flat fp32 segment per transformer block ("layer.i"), one for the
+// position embedding ("embed": GPT-2's wpe; Llama has no position table, so its embed segment is
+// one empty 4 KiB page and keeps the step schedule the same), one for the final norm ("head") and
+// the token embedding cut into vocabulary blocks of rows ("wte.k" for GPT-2, "embed_tokens.k"
+// for Llama). A tied LM head is the token embedding; an untied one (Llama) has vocabulary blocks
+// of its own ("lm_head.k", role HeadVocab). Grads and AdamW moments use the same layout in their
+// own segments.
 // Note [vocab blocks]: wte is the largest tensor (V x C: 154 MB for GPT-2 small), so it is
 // streamed a block of rows at a time: the embedding gathers from one block at a time and the LM
 // head computes its logits, log-sum-exp and gradients per block (model/gpt2_head.h). The block
@@ -35,7 +38,7 @@ inline constexpr int kSegmentKindCount = 5;
 const char* segment_kind_name(SegmentKind kind);
 
 struct TensorSlot {
-  std::string name;                 // Hugging Face name without "transformer.", e.g. "h.3.attn.c_attn.weight"
+  std::string name;                 // Hugging Face name without the layout's prefix (ParamLayout::hf_name)
   std::size_t offset_floats = 0;    // from the start of the segment
   std::vector<std::int64_t> shape;  // as stored by Hugging Face (Conv1D weights are (in, out))
   std::size_t numel = 0;
@@ -51,10 +54,10 @@ struct TensorSlot {
   }
 };
 
-enum class SegmentRole { Embed, Layer, Head, Vocab };
+enum class SegmentRole { Embed, Layer, Head, Vocab, HeadVocab };
 
 struct SegmentLayout {
-  std::string name;                 // "embed", "layer.3", "head", "wte.2"
+  std::string name;                 // "embed", "layer.3", "head", "wte.2", "lm_head.1"
   SegmentRole role = SegmentRole::Layer;
   std::vector<TensorSlot> tensors;  // in a fixed order (see BlockTensor for blocks)
   std::size_t size_floats = 0;      // padded to a multiple of 1024 floats (4 KiB)
@@ -68,13 +71,17 @@ struct SegmentLayout {
   std::size_t offset_in_chunk(const TensorSlot& t) const { return t.offset_floats - chunk_first[t.chunk]; }
 };
 
-// Order of tensors inside a block segment.
+// Order of tensors inside a GPT-2 block segment.
 enum BlockTensor : int {
   kLn1W, kLn1B, kAttnW, kAttnB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kMlpProjW, kMlpProjB,
   kBlockTensorCount
 };
-enum EmbedTensor : int { kWpe };
-enum HeadTensor : int { kLnFW, kLnFB };
+// Order of tensors inside a Llama block segment (weights in nn.Linear layout (out, in)).
+enum LlamaBlockTensor : int {
+  kAttnNormW, kQW, kKW, kVW, kOW, kMlpNormW, kGateW, kUpW, kDownW, kLlamaBlockTensorCount
+};
+enum EmbedTensor : int { kWpe };             // GPT-2 only
+enum HeadTensor : int { kLnFW, kLnFB };      // Llama: model.norm.weight only
 // Rows of one vocabulary block: at most kVocabBlockFloats floats, and at least kMinVocabBlocks
 // blocks (so small models exercise the blocking too).
 inline constexpr std::size_t kChunkFloats = std::size_t{1} << 20;  // 4 MiB
@@ -85,28 +92,45 @@ int vocab_block_rows(const GptConfig& config);
 class ParamLayout {
  public:
   static ParamLayout gpt2(const GptConfig& config);
+  static ParamLayout llama(const GptConfig& config);
+  static ParamLayout of(const GptConfig& config);  // by config.arch
 
   const std::vector<SegmentLayout>& segments() const { return segments_; }
   int segment_count() const { return static_cast<int>(segments_.size()); }
   int embed_segment() const { return 0; }
   int layer_segment(int layer) const { return 1 + layer; }
   int head_segment() const { return head_segment_; }
-  int vocab_block_count() const { return static_cast<int>(segments_.size()) - head_segment_ - 1; }
+  int vocab_block_count() const { return vocab_blocks_; }
   int vocab_segment(int block) const { return head_segment_ + 1 + block; }
+  // The LM head's vocabulary block: the token embedding's when tied, else lm_head's own.
+  bool head_tied() const { return head_tied_; }
+  ModelArch arch() const { return arch_; }
+  int head_vocab_segment(int block) const {
+    return head_tied_ ? vocab_segment(block) : head_segment_ + 1 + vocab_blocks_ + block;
+  }
+  // The Hugging Face tensor name of a slot: "transformer." + name for GPT-2, name for Llama.
+  std::string hf_name(const TensorSlot& t) const { return hf_prefix_ + t.name; }
   int vocab_block_rows() const { return vocab_rows_; }
   // First vocabulary row and row count of a block.
   int vocab_row0(int block) const { return block * vocab_rows_; }
   int vocab_rows(int block) const;
   std::size_t num_params() const;  // real parameters, without padding
-  // Every slot holding (part of) a tensor by Hugging Face name (with or without "transformer."),
-  // as (segment, tensor) pairs in row order; empty if unknown.
+  // Every slot holding (part of) a tensor by Hugging Face name (with or without the prefix
+  // "transformer."), as (segment, tensor) pairs in row order; empty if unknown.
   std::vector<std::pair<int, int>> find(std::string_view hf_name) const;
 
  private:
+  // Appends the vocabulary blocks of tensor (V, C) as segments "<segment>.k".
+  void vocab_blocks_add(const std::string& segment, const std::string& tensor, SegmentRole role, const GptConfig& cfg);
+
   std::vector<SegmentLayout> segments_;
   int head_segment_ = 0;
   int vocab_rows_ = 0;
   int vocab_size_ = 0;
+  int vocab_blocks_ = 0;
+  bool head_tied_ = true;
+  ModelArch arch_ = ModelArch::Gpt2;
+  std::string hf_prefix_;
 };
 
 }  // namespace stratum

@@ -51,7 +51,7 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
   mini.n_layer = 1;
   const int rows = vocab_block_rows(r.config);
   mini.vocab_size = std::min(r.config.vocab_size, kMinVocabBlocks * rows);  // same block size
-  const ParamLayout layout = ParamLayout::gpt2(mini);
+  const ParamLayout layout = ParamLayout::of(mini);
   const UnitTable units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq));
   RamSegmentStore store(units);
   model_init_random(mini, layout, store, 1);
@@ -83,10 +83,10 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
       if (ends_with(n, " AdamW")) adamw[step - 1] += ms;
       else if (starts_with(n, "layer.") && ends_with(n, " forward")) t.layer_forward_ms += ms;
       else if (starts_with(n, "layer.") && ends_with(n, " backward")) t.layer_backward_ms += ms;
-      else if (starts_with(n, "wte.") && ends_with(n, " embed forward")) t.vocab_forward_ms += ms;
-      else if (starts_with(n, "wte.") && ends_with(n, " embed backward")) t.vocab_backward_ms += ms;
-      else if (starts_with(n, "wte.") && ends_with(n, " head log-sum-exp")) t.head_lse_ms += ms;
-      else if (starts_with(n, "wte.") && ends_with(n, " head backward")) t.head_backward_ms += ms;
+      else if (ends_with(n, " embed forward")) t.vocab_forward_ms += ms;
+      else if (ends_with(n, " embed backward")) t.vocab_backward_ms += ms;
+      else if (ends_with(n, " head log-sum-exp")) t.head_lse_ms += ms;
+      else if (ends_with(n, " head backward")) t.head_backward_ms += ms;
       else t.other_ms += ms;
     }
   }
@@ -391,12 +391,14 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
   return {previous - step_start, optimizer_ms};
 }
 
-const char* segment_group_name(const SegmentLayout& s) {
-  switch (s.role) {
-    case SegmentRole::Embed: return "embed (wpe)";
+const char* segment_group_name(SegmentRole role, ModelArch arch) {
+  const bool llama = arch == ModelArch::Llama;
+  switch (role) {
+    case SegmentRole::Embed: return llama ? "embed (empty)" : "embed (wpe)";
     case SegmentRole::Layer: return "layers";
-    case SegmentRole::Head: return "head (ln_f)";
-    case SegmentRole::Vocab: return "wte vocabulary blocks";
+    case SegmentRole::Head: return llama ? "head (model.norm)" : "head (ln_f)";
+    case SegmentRole::Vocab: return llama ? "embed_tokens blocks" : "wte vocabulary blocks";
+    case SegmentRole::HeadVocab: return "lm_head blocks";
   }
   return "?";
 }
@@ -405,7 +407,7 @@ const char* segment_group_name(const SegmentLayout& s) {
 Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, double write_gbps) {
   const GptConfig& cfg = r.config;
   cfg.validate();
-  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  const ParamLayout layout = ParamLayout::of(cfg);
   const UnitTable units(layout, Executor::activation_unit_floats(cfg, r.batch, r.seq));
   ThreadPool pool(1);
   Plan p;
@@ -551,10 +553,11 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
                     : ("budget " + mib(r.mem_budget_bytes) + " holds everything: nothing streamed").c_str());
   // Segments grouped by role, in layout order.
   out += "placement (per step, steady state):\n";
-  for (SegmentRole role : {SegmentRole::Embed, SegmentRole::Vocab, SegmentRole::Layer, SegmentRole::Head}) {
+  for (SegmentRole role :
+       {SegmentRole::Embed, SegmentRole::Vocab, SegmentRole::Layer, SegmentRole::Head, SegmentRole::HeadVocab}) {
     std::size_t bytes = 0, resident = 0, count = 0;
     std::uint64_t read = 0, written = 0;
-    const ParamLayout layout = ParamLayout::gpt2(r.config);
+    const ParamLayout layout = ParamLayout::of(r.config);
     for (int s = 0; s < layout.segment_count(); ++s) {
       if (layout.segments()[s].role != role) continue;
       const SegmentPlace& place = p.segments[s];
@@ -565,10 +568,7 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
       ++count;
     }
     if (count == 0) continue;
-    const char* name = segment_group_name(layout.segments()[role == SegmentRole::Vocab ? layout.vocab_segment(0)
-                                                             : role == SegmentRole::Layer ? layout.layer_segment(0)
-                                                             : role == SegmentRole::Head  ? layout.head_segment()
-                                                                                          : layout.embed_segment()]);
+    const char* name = segment_group_name(role, layout.arch());
     add("  %-22s %4zu x  %10s  %s, read %s + written %s\n", name, count, mib(bytes).c_str(),
         resident == bytes ? "stays in RAM" : resident == 0 ? "streamed    " : "partly in RAM", mib(read).c_str(),
         mib(written).c_str());

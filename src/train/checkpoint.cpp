@@ -121,6 +121,7 @@ std::string trainer_state_json(const TrainerState& s) {
       {"version", kVersion},
       {"step", s.step},
       {"total_steps", s.total_steps},
+      {"model", s.model.empty() ? s.config.describe() : s.model},
       {"n_layer", s.config.n_layer},
       {"n_head", s.config.n_head},
       {"n_embd", s.config.n_embd},
@@ -170,6 +171,8 @@ TrainerState trainer_state_parse(const std::string& text, const std::string& whe
   s.config.n_ctx = static_cast<int>(f.integer("n_ctx", 1, kMaxDim));
   s.config.vocab_size = static_cast<int>(f.integer("vocab_size", 1, kMaxDim));
   s.config.layer_norm_eps = static_cast<float>(f.number("layer_norm_eps", 0, 1));
+  // Written since Llama support; a GPT-2 checkpoint from before describes itself by the fields.
+  s.model = root.contains("model") ? f.str("model") : s.config.describe();
   s.batch = static_cast<int>(f.integer("batch", 1, 65536));
   s.seq = static_cast<int>(f.integer("seq", 1, 1 << 20));
   s.lr_schedule = f.str("lr_schedule");

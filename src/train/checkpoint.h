@@ -36,7 +36,8 @@ namespace stratum {
 struct TrainerState {
   long step = 0;         // optimizer steps done
   long total_steps = 0;  // the run's --steps (the LR schedule depends on it)
-  GptConfig config;
+  GptConfig config;      // the GPT-2 shape fields (a checkpoint's config.json has the whole config)
+  std::string model;     // config.describe() of the model trained (family and every shape field)
   int batch = 0, seq = 0;
   std::string lr_schedule;  // "constant" | "cosine"
   double max_lr = 0, min_lr = 0;

@@ -43,15 +43,12 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       dacts_(2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
       keep_activations_(keep_activations),
       mode_(mode),
-      workspace_(config, max_batch, max_seq),
+      blocks_(config, max_batch, max_seq, keep_activations ? config.n_layer : 1),
       head_scratch_(config, max_batch * max_seq),
       schedule_(units.count()) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");
   STRATUM_ASSERT(units.act_floats() >= activation_unit_floats(config, max_batch, max_seq));
-  const int copies = keep_activations ? config.n_layer : 1;
-  block_acts_.reserve(static_cast<std::size_t>(copies));
-  for (int i = 0; i < copies; ++i) block_acts_.emplace_back(config, max_batch, max_seq);
   for (const SegmentLayout& seg : layout_.segments())  // only blocks are held as several chunks
     STRATUM_ASSERT(seg.role == SegmentRole::Layer || seg.chunk_count() == 1);
   grad_squares_.resize(static_cast<std::size_t>(layout_.segment_count()));
@@ -123,6 +120,9 @@ void Executor::schedule_build() {
   for (int k = 0; k < nv; ++k) forward_segments_.push_back(layout_.vocab_segment(k));
   for (int l = 0; l < L; ++l) forward_segments_.push_back(layout_.layer_segment(l));
   forward_segments_.push_back(head);
+  const bool tied = layout_.head_tied();
+  if (!tied)
+    for (int k = 0; k < nv; ++k) forward_segments_.push_back(layout_.head_vocab_segment(k));
   // Pipelined: a segment's update (of the previous step) runs just before its forward, so that is
   // where the schedule lists it; its prefetch then rides the forward's window.
   const bool pipelined = mode_ == OptimizerMode::Pipelined;
@@ -142,19 +142,29 @@ void Executor::schedule_build() {
                K::Params, A::Read),
         GroupWork::LayerForward);
   }
-  if (pipelined) opt_group(head);
+  if (pipelined) {
+    opt_group(head);
+    if (!tied)
+      for (int k = 0; k < nv; ++k) opt_group(layout_.head_vocab_segment(k));
+  }
   // Note [head passes]: the log-sum-exp pass, then the backward pass, over the vocabulary blocks.
   group_head_ = schedule_.group_add({{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}},
                                     GroupWork::HeadBegin);
-  for (int k = 0; k < nv; ++k) group_head_lse_[k] = schedule_.group_add({{unit(layout_.vocab_segment(k), K::Params), A::Read}}, GroupWork::HeadLse);
+  for (int k = 0; k < nv; ++k)
+    group_head_lse_[k] =
+        schedule_.group_add({{unit(layout_.head_vocab_segment(k), K::Params), A::Read}}, GroupWork::HeadLse);
   for (int k = 0; k < nv; ++k) {
-    const int v = layout_.vocab_segment(k);
+    const int v = layout_.head_vocab_segment(k);
     group_head_bwd_[k] =
         schedule_.group_add({{unit(v, K::Params), A::Read}, {unit(v, K::Grads), A::Overwrite}}, GroupWork::HeadBackward);
   }
   group_head_end_ = schedule_.group_add({{unit(head, K::Grads), A::Overwrite}}, GroupWork::HeadEnd);
   const bool overlap = mode_ == OptimizerMode::Overlapped;
-  if (overlap) opt_group(head);
+  if (overlap) {
+    opt_group(head);
+    if (!tied)
+      for (int k = 0; k < nv; ++k) opt_group(layout_.head_vocab_segment(k));
+  }
   for (int l = L - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
     group_bwd_[l] = schedule_.group_add(
@@ -166,7 +176,9 @@ void Executor::schedule_build() {
   if (overlap) opt_group(embed);
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.vocab_segment(k);
-    group_vocab_bwd_[k] = schedule_.group_add({{unit(v, K::Grads), A::Update}}, GroupWork::VocabBackward);
+    // Tied: adds to the head's gradient; untied: the embedding's is the only one.
+    group_vocab_bwd_[k] =
+        schedule_.group_add({{unit(v, K::Grads), tied ? A::Update : A::Overwrite}}, GroupWork::VocabBackward);
     if (overlap) opt_group(v);
   }
   if (mode_ == OptimizerMode::Inline)
@@ -221,8 +233,7 @@ std::size_t Executor::min_store_bytes() const {
 }
 
 std::size_t Executor::fixed_bytes() const {
-  return dacts_.size_bytes() + block_acts_.size() * block_acts_[0].size_bytes() + workspace_.size_bytes() +
-         head_scratch_.size_bytes();
+  return dacts_.size_bytes() + blocks_.size_bytes() + head_scratch_.size_bytes();
 }
 
 void Executor::check_shape(int B, int T) const {
@@ -239,8 +250,12 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
     {
       SegmentHold embed(*store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
       TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "embed forward");
-      embedding_forward_positions(pool_, out.data(), embed.data() + segs[layout_.embed_segment()].tensors[kWpe].offset_floats,
-                                  B, T, cfg_.n_embd);
+      if (cfg_.llama())  // no positions: the token rows are added to zeros, which is exact
+        std::memset(out.data(), 0, sizeof(float) * static_cast<std::size_t>(B) * T * cfg_.n_embd);
+      else
+        embedding_forward_positions(pool_, out.data(),
+                                    embed.data() + segs[layout_.embed_segment()].tensors[kWpe].offset_floats, B, T,
+                                    cfg_.n_embd);
     }
     for (int k = 0; k < layout_.vocab_block_count(); ++k) {
       const int v = layout_.vocab_segment(k);
@@ -260,14 +275,13 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
     SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
     SegmentHold out(*store_, act_segment(l + 1), SegmentKind::Activations, Access::Overwrite);
     TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[s].name + " forward");
-    gpt2_block_forward(pool_, cfg_, gpt2_block_tensors(segs[s], params.chunks()), in.data(), out.data(), block_acts(l),
-                       workspace_, B, T);
+    blocks_.forward(pool_, segs[s], params.chunks(), in.data(), out.data(), block_copy(l), B, T);
   }
 }
 
 float Executor::head_lse(const std::int32_t* targets, int BT) {
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
-    const int v = layout_.vocab_segment(k);
+    const int v = layout_.head_vocab_segment(k);
     at(group_head_lse_[k]);
     SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
     TraceSpan span(trace_, TraceRecorder::kCompute, "head", layout_.segments()[v].name + " head log-sum-exp");
@@ -297,35 +311,45 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
   float* dnext = dacts_.as_f32() + stride;
   float loss = 0.0f;
   {
-    update_wait(head);  // the last queued update: every update is done after this
+    head_updates_wait();  // the last queued updates: every update is done after this
     at(group_head_);
     SegmentHold head_p(*store_, head, SegmentKind::Params, Access::Read);
     SegmentHold in(*store_, head, SegmentKind::Activations, Access::Read);
     const float* lnf_w = head_p.data() + head_seg.tensors[kLnFW].offset_floats;
+    const float* lnf_b = cfg_.llama() ? nullptr : head_p.data() + head_seg.tensors[kLnFB].offset_floats;
     {
-      TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final layernorm");
-      gpt2_head_begin(pool_, cfg_, lnf_w, head_p.data() + head_seg.tensors[kLnFB].offset_floats, in.data(), B * T,
-                      head_scratch_);
+      TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final norm");
+      gpt2_head_begin(pool_, cfg_, lnf_w, lnf_b, in.data(), B * T, head_scratch_);
     }
     loss = head_lse(targets, B * T);
     for (int k = 0; k < layout_.vocab_block_count(); ++k) {
-      const int v = layout_.vocab_segment(k);
+      const int v = layout_.head_vocab_segment(k);
       at(group_head_bwd_[k]);
       SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
       SegmentHold dwte(*store_, v, SegmentKind::Grads, Access::Overwrite);
       TraceSpan span(trace_, TraceRecorder::kCompute, "head", segs[v].name + " head backward");
       gpt2_head_backward_block(pool_, cfg_, wte.data(), dwte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k),
                                targets, B * T, k == 0, head_scratch_);
+      if (!layout_.head_tied()) {  // final now (tied: the embedding backward adds to it)
+        float* const grads = dwte.data();
+        grad_squares_record(v, &grads);
+      }
     }
     at(group_head_end_);
     SegmentHold head_g(*store_, head, SegmentKind::Grads, Access::Overwrite);
-    TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final layernorm backward");
+    TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final norm backward");
     gpt2_head_backward_finish(pool_, cfg_, lnf_w, in.data(), dcur, head_g.data() + head_seg.tensors[kLnFW].offset_floats,
-                              head_g.data() + head_seg.tensors[kLnFB].offset_floats, B * T, head_scratch_);
+                              cfg_.llama() ? nullptr : head_g.data() + head_seg.tensors[kLnFB].offset_floats, B * T,
+                              head_scratch_);
     float* const head_grads = head_g.data();
     grad_squares_record(head, &head_grads);
   }
-  if (overlap) optimizer_queue(head, hyper, weight_decay, 1.0f);
+  if (overlap) {
+    optimizer_queue(head, hyper, weight_decay, 1.0f);
+    if (!layout_.head_tied())
+      for (int k = 0; k < layout_.vocab_block_count(); ++k)
+        optimizer_queue(layout_.head_vocab_segment(k), hyper, weight_decay, 1.0f);
+  }
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
     {
@@ -334,9 +358,8 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
       SegmentChunksHold grads(*store_, s, SegmentKind::Grads, Access::Overwrite);
       SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
       TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[s].name + " backward");
-      gpt2_block_backward(pool_, cfg_, gpt2_block_tensors(segs[s], params.chunks()),
-                          gpt2_block_tensors(segs[s], grads.chunks()), in.data(), dcur, dnext, block_acts(l), workspace_,
-                          B, T, !keep_activations_);
+      blocks_.backward(pool_, segs[s], params.chunks(), grads.chunks(), in.data(), dcur, dnext, block_copy(l), B, T,
+                       !keep_activations_);
       grad_squares_record(s, grads.chunks());
     }
     if (overlap) optimizer_queue(s, hyper, weight_decay, 1.0f);
@@ -346,9 +369,11 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
     at(group_embed_bwd_);
     SegmentHold embed_g(*store_, embed, SegmentKind::Grads, Access::Overwrite);
     TraceSpan span(trace_, TraceRecorder::kCompute, "backward", "embed backward");
-    float* dwpe = embed_g.data() + embed_seg.tensors[kWpe].offset_floats;
-    std::memset(dwpe, 0, embed_seg.tensors[kWpe].numel * sizeof(float));
-    embedding_backward_positions(pool_, dwpe, dcur, B, T, C);
+    if (!cfg_.llama()) {  // Llama's embed segment is empty
+      float* dwpe = embed_g.data() + embed_seg.tensors[kWpe].offset_floats;
+      std::memset(dwpe, 0, embed_seg.tensors[kWpe].numel * sizeof(float));
+      embedding_backward_positions(pool_, dwpe, dcur, B, T, C);
+    }
     float* const embed_grads = embed_g.data();
     grad_squares_record(embed, &embed_grads);
   }
@@ -357,8 +382,10 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
     const int v = layout_.vocab_segment(k);
     {
       at(group_vocab_bwd_[k]);
-      SegmentHold dwte(*store_, v, SegmentKind::Grads, Access::Update);
+      const bool tied = layout_.head_tied();
+      SegmentHold dwte(*store_, v, SegmentKind::Grads, tied ? Access::Update : Access::Overwrite);
       TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[v].name + " embed backward");
+      if (!tied) std::memset(dwte.data(), 0, sizeof(float) * static_cast<std::size_t>(layout_.vocab_rows(k)) * C);
       embedding_backward_block(pool_, dwte.data(), dcur, inputs, layout_.vocab_row0(k), layout_.vocab_rows(k), B, T, C);
       float* const wte_grads = dwte.data();
       grad_squares_record(v, &wte_grads);
@@ -400,12 +427,12 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
 float Executor::head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits) {
   const auto& segs = layout_.segments();
   const int head = layout_.head_segment();
-  update_wait(head);
+  head_updates_wait();
   at(group_head_);
   SegmentHold head_p(*store_, head, SegmentKind::Params, Access::Read);
   SegmentHold in(*store_, head, SegmentKind::Activations, Access::Read);
   const float* lnf_w = head_p.data() + segs[head].tensors[kLnFW].offset_floats;
-  const float* lnf_b = head_p.data() + segs[head].tensors[kLnFB].offset_floats;
+  const float* lnf_b = cfg_.llama() ? nullptr : head_p.data() + segs[head].tensors[kLnFB].offset_floats;
   if (logits == nullptr) {
     gpt2_head_begin(pool_, cfg_, lnf_w, lnf_b, in.data(), BT, head_scratch_);
     return head_lse(targets, BT);
@@ -413,7 +440,7 @@ float Executor::head_inference(const std::int32_t* targets, int BT, int logits_r
   gpt2_head_begin(pool_, cfg_, lnf_w, lnf_b, in.data() + static_cast<std::size_t>(logits_row) * cfg_.n_embd, 1,
                   head_scratch_);
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
-    const int v = layout_.vocab_segment(k);
+    const int v = layout_.head_vocab_segment(k);
     at(group_head_lse_[k]);
     SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
     TraceSpan span(trace_, TraceRecorder::kCompute, "head", segs[v].name + " logits");
@@ -472,6 +499,12 @@ void Executor::optimizer_segment(ThreadPool& pool, int s, const AdamWHyper& hype
     }
     store_->schedule_refresh();  // this chunk was released (written behind): load further ahead
   }
+}
+
+void Executor::head_updates_wait() {
+  update_wait(layout_.head_segment());
+  if (!layout_.head_tied())
+    for (int k = 0; k < layout_.vocab_block_count(); ++k) update_wait(layout_.head_vocab_segment(k));
 }
 
 void Executor::update_wait(int segment) {

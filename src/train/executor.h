@@ -1,10 +1,13 @@
 // Runs a training or inference pass block by block over units held by a SegmentStore.
-// Note [step schedule]: forward visits embed (positions, then each vocabulary block wte.k),
+// Note [step schedule]: forward visits embed (positions, then each vocabulary block wte.k; Llama
+// has no positions, its embed segment is empty),
 // layer.0 .. layer.L-1, head, keeping only each block's input (its "acts" unit in the store, so
 // a tiered store can spill it); the head computes the loss and its backward one vocabulary block
 // at a time (Note [head passes]); backward visits layer.L-1 .. layer.0, recomputing each block's
 // internals from its input; the embedding backward runs last (positions, then each vocabulary
-// block); the optimizer then visits every segment chunk by chunk (params, grads and both moments
+// block); an untied LM head (Llama) reads its own vocabulary blocks lm_head.k in the head passes
+// and its gradients are final after them, while the token embedding's blocks then only get the
+// embedding's gradients; the optimizer then visits every segment chunk by chunk (params, grads and both moments
 // of one chunk at a time, Note [segment chunks]). Vocabulary blocks are segments of their own, so they stream,
 // update and overlap like layers. The same order is written down as a StepSchedule so a tiered store
 // can prefetch and evict by it; the executor calls schedule_at() before each group.
@@ -26,10 +29,10 @@
 #include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/adamw.h"
-#include "model/gpt2_block.h"
 #include "model/gpt2_head.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
+#include "model/transformer_block.h"
 #include "obs/trace_recorder.h"
 #include "store/segment_store.h"
 #include "store/step_schedule.h"
@@ -110,13 +113,14 @@ class Executor {
                          float grad_scale);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
   void update_wait(int segment);  // Pipelined: the segment's queued update has been applied
+  void head_updates_wait();       // update_wait for the head and an untied head's vocabulary blocks
   // Head on the last forward's output: mean loss over targets (BT rows) when logits is null,
   // else the logits (V) of row logits_row.
   // Note [head passes]: the log-sum-exp pass over the vocabulary blocks after gpt2_head_begin;
   // returns the mean loss.
   float head_lse(const std::int32_t* targets, int BT);
   float head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits);
-  Gpt2Activations& block_acts(int layer) { return block_acts_[keep_activations_ ? layer : 0]; }
+  int block_copy(int layer) const { return keep_activations_ ? layer : 0; }  // the internals set of a layer
   int act_segment(int layer) const;  // the segment whose acts unit holds layer's input
   std::size_t set_bytes(std::initializer_list<int> units) const;
   void at(int group) { store_->schedule_at(group); }
@@ -130,8 +134,7 @@ class Executor {
   AlignedBuffer dacts_;      // 2 x (B,T,C) fp32: gradient ping-pong for the backward
   bool keep_activations_;
   OptimizerMode mode_;
-  std::vector<Gpt2Activations> block_acts_;  // 1 (recompute) or n_layer (keep)
-  Gpt2Workspace workspace_;
+  TransformerBlock blocks_;  // internals: 1 set (recompute) or n_layer (keep)
   Gpt2HeadScratch head_scratch_;
   std::vector<std::vector<double>> grad_squares_;  // [segment][tensor] of the last backward
 

@@ -88,6 +88,7 @@ TrainerState state_of(const TrainOptions& o, const GptConfig& cfg, const std::st
   TrainerState s;
   s.total_steps = o.steps;
   s.config = cfg;
+  s.model = cfg.describe();
   s.batch = o.batch;
   s.seq = o.seq;
   s.lr_schedule = lr_kind_name(o.lr.kind);
@@ -127,8 +128,8 @@ void resume_check(const TrainerState& want, const TrainerState& have, const std:
     std::snprintf(text, sizeof text, "%g", v);
     return std::string(text);
   };
-  same(want.config.describe() == have.config.describe() && want.config.layer_norm_eps == have.config.layer_norm_eps,
-       "the model", have.config.describe(), want.config.describe());
+  same(want.model == have.model && want.config.layer_norm_eps == have.config.layer_norm_eps, "the model", have.model,
+       want.model);
   same(want.batch == have.batch, "--batch", std::to_string(have.batch), std::to_string(want.batch));
   same(want.seq == have.seq, "--seq", std::to_string(have.seq), std::to_string(want.seq));
   same(want.total_steps == have.total_steps, "--steps (the LR schedule's length)", std::to_string(have.total_steps),
@@ -184,7 +185,7 @@ std::string train_checkpoint_root(const std::string& path) {
 
 std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip) {
   ThreadPool pool(1);
-  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  const ParamLayout layout = ParamLayout::of(cfg);
   const UnitTable units(layout, Executor::activation_unit_floats(cfg, batch, seq));
   const Executor exec(pool, cfg, units, batch, seq, keep_activations, optimizer_mode_for(grad_clip, true));
   return exec.fixed_bytes() + exec.min_store_bytes();
@@ -254,7 +255,7 @@ TrainResult train_run(const TrainOptions& o) {
   std::unique_ptr<DataLoader> val_loader;
   if (!val_tokens.empty()) val_loader = std::make_unique<DataLoader>(std::move(val_tokens), o.batch, o.seq, false, 0);
 
-  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  const ParamLayout layout = ParamLayout::of(cfg);
   const UnitTable units(layout, Executor::activation_unit_floats(cfg, o.batch, o.seq));
   // Declared before the executor so it outlives it (the executor's optimizer worker uses it).
   std::unique_ptr<SegmentStore> store_owner;

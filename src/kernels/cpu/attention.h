@@ -1,24 +1,59 @@
-// Causal multi-head self-attention core (softmax(q k^T / sqrt(hd)) v), GPT-2 head layout:
-// qkv rows are [q (C) | k (C) | v (C)], head h owns channels [h*hd, (h+1)*hd) of each.
-// Does not include the c_attn / c_proj projections (see matmul.h). Does not own memory.
+// Causal self-attention core (softmax(q k^T / sqrt(hd)) v) with grouped-query attention: H query
+// heads share KV key/value heads, query head h reading kv head h / (H/KV). KV == H is ordinary
+// multi-head attention (GPT-2). Also the cached variant used for generation, which attends new
+// positions to a KV cache. Does not include the q/k/v/o projections (see matmul.h), does not
+// apply RoPE (see rope.h) and does not own memory.
 #pragma once
 
+#include <cstddef>
+
 #include "core/thread_pool.h"
+#include "stratum/error.h"
 
 namespace stratum {
 
-// Floats of scratch both directions need: each head's K (forward) or V (backward) transposed to
-// (hd, T), so score rows are computed as contiguous, vectorised sums over the head dimension,
-// plus one (T) row per (batch, head) for the backward.
-std::size_t attention_scratch_floats(int B, int T, int C, int H);
+// Floats of scratch both directions need: a head's K (forward) or V (backward) transposed to
+// (hd, T) per (batch, query head), so score rows are contiguous, vectorised sums over the head
+// dimension, plus one (T) row per (batch, query head) for the backward.
+std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd);
 
-// qkv (B,T,3C) -> out (B,T,C); att (B,H,T,T) receives the softmax probabilities (row t is
-// valid for t2 <= t, zero above) for the backward.
+// qkv rows (B,T,(H+2*KV)*hd) = [q (H*hd) | k (KV*hd) | v (KV*hd)], head j of each part owns
+// [j*hd, (j+1)*hd) of it; H % KV == 0. out (B,T,H*hd); att (B,H,T,T) receives the softmax
+// probabilities (row t is valid for t2 <= t, zero above) for the backward.
 void attention_forward(ThreadPool& pool, float* out, float* att, float* scratch, const float* qkv, int B, int T,
-                       int C, int H);
+                       int H, int KV, int hd);
 
-// dqkv (B,T,3C) = gradient w.r.t. qkv given dout (B,T,C) (overwrites).
+// dqkv (B,T,(H+2*KV)*hd) = gradient w.r.t. qkv given dout (B,T,H*hd) (overwrites). The dk/dv of
+// a kv head sum its H/KV query heads' contributions in increasing head order.
 void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int H);
+                        const float* att, int B, int T, int H, int KV, int hd);
+
+// GPT-2 forms: qkv rows (B,T,3C) = [q (C) | k (C) | v (C)], H heads of C/H.
+inline std::size_t attention_scratch_floats(int B, int T, int C, int H) {
+  STRATUM_CHECK(H > 0 && C % H == 0, "[kernels.attention] C must be a multiple of H, got C ", C, " H ", H);
+  return attention_scratch_floats(B, T, H, H, C / H);
+}
+inline void attention_forward(ThreadPool& pool, float* out, float* att, float* scratch, const float* qkv, int B,
+                              int T, int C, int H) {
+  STRATUM_CHECK(H > 0 && C % H == 0, "[kernels.attention] C must be a multiple of H, got C ", C, " H ", H);
+  attention_forward(pool, out, att, scratch, qkv, B, T, H, H, C / H);
+}
+inline void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                               const float* att, int B, int T, int C, int H) {
+  STRATUM_CHECK(H > 0 && C % H == 0, "[kernels.attention] C must be a multiple of H, got C ", C, " H ", H);
+  attention_backward(pool, dqkv, scratch, dout, qkv, att, B, T, H, H, C / H);
+}
+
+// Floats of scratch attention_cached needs: one (max_T) score row per (batch, query head).
+std::size_t attention_cached_scratch_floats(int B, int Tn, int H, int max_T);
+
+// Causal attention of Tn new positions per sequence against a KV cache. q (B,Tn,H*hd) (RoPE
+// already applied); kcache, vcache (B,KV,max_T,hd) hold positions 0..past[b]+Tn-1 of sequence b
+// (the new positions' k/v already written); past (B). New position t of sequence b is at
+// absolute position past[b]+t and attends to cache positions 0..past[b]+t. out (B,Tn,H*hd).
+// Note [cached attention bits]: same arithmetic in the same order as attention_forward, so each
+// output row equals attention_forward's row for that position bit for bit.
+void attention_cached(ThreadPool& pool, float* out, float* scratch, const float* q, const float* kcache,
+                      const float* vcache, int B, int Tn, const int* past, int max_T, int H, int KV, int hd);
 
 }  // namespace stratum

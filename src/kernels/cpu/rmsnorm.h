@@ -1,0 +1,19 @@
+// RMSNorm over the last dimension, Hugging Face LlamaRMSNorm semantics in fp32:
+// out = w * (x * rsqrt(mean(x^2) + eps)), no mean subtraction and no bias.
+// Does not own memory and does not do the bf16/fp16 casts transformers inserts around it.
+#pragma once
+
+#include "core/thread_pool.h"
+
+namespace stratum {
+
+// out (N,C) = w * (inp * rstd); rstd (N) = 1/sqrt(mean_c(inp^2) + eps) is written for the backward.
+void rmsnorm_forward(ThreadPool& pool, float* out, float* rstd, const float* inp, const float* w, int N, int C,
+                     float eps);
+
+// dinp (N,C) += d/dinp (accumulates); dw (C) = (or += when accumulate_params) d/dw, each column
+// summed over rows 0..N-1 in order (independent of the thread count).
+void rmsnorm_backward(ThreadPool& pool, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                      const float* rstd, int N, int C, bool accumulate_params);
+
+}  // namespace stratum

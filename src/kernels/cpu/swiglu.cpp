@@ -1,0 +1,48 @@
+// SwiGLU forward/backward, elementwise over fixed contiguous ranges; see swiglu.h. Each output
+// element comes from one expression of its own inputs, so the thread count does not matter.
+#include "kernels/cpu/swiglu.h"
+
+#include "kernels/cpu/simd.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+namespace {
+STRATUM_SIMD_CLONES
+void swiglu_forward_range(float* out, const float* gate, const float* up, std::size_t i0, std::size_t i1) {
+  for (std::size_t i = i0; i < i1; ++i) {
+    const float x = gate[i];
+    const float silu = x / (1.0f + simd::exp_f32(-x));
+    out[i] = silu * up[i];
+  }
+}
+
+// silu'(x) = sig(x) * (1 + x * (1 - sig(x))), applied to dy * up in torch's silu_backward
+// order. dout[i] is read before dgate[i] / dup[i] are written, so either may be dout itself.
+STRATUM_SIMD_CLONES
+void swiglu_backward_range(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                           std::size_t i0, std::size_t i1) {
+  for (std::size_t i = i0; i < i1; ++i) {
+    const float dy = dout[i], x = gate[i], u = up[i];
+    const float denom = 1.0f + simd::exp_f32(-x);
+    const float sig = 1.0f / denom;
+    const float silu = x / denom;  // the forward's value
+    dup[i] = dy * silu;
+    dgate[i] = (dy * u) * sig * (1.0f + x * (1.0f - sig));
+  }
+}
+}  // namespace
+
+void swiglu_forward(ThreadPool& pool, float* out, const float* gate, const float* up, std::size_t n) {
+  pool.parallel_for(n, [&](std::size_t i0, std::size_t i1) { swiglu_forward_range(out, gate, up, i0, i1); }, 4096);
+}
+
+void swiglu_backward(ThreadPool& pool, float* dgate, float* dup, const float* dout, const float* gate,
+                     const float* up, std::size_t n) {
+  STRATUM_ASSERT(dgate != dup || n == 0);
+  pool.parallel_for(n, [&](std::size_t i0, std::size_t i1) {
+    swiglu_backward_range(dgate, dup, dout, gate, up, i0, i1);
+  }, 4096);
+}
+
+}  // namespace stratum

@@ -1,0 +1,83 @@
+// One Llama transformer block, forward and backward (with recompute of the block's internals from
+// its input): x + o_proj(attention(rope(q,k), v)) over RMSNorm'd input, then + down(silu(gate) *
+// up) over RMSNorm'd residual; grouped-query attention (query head h reads kv head h/(H/KV)).
+// Weights are nn.Linear (out, in). Operates on borrowed pointers into segments; does not know
+// where segments live. The output side (final RMSNorm + LM head) is model/gpt2_head.h, which
+// handles both families.
+#pragma once
+
+#include "core/aligned_buffer.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/rope.h"
+#include "model/model_config.h"
+#include "model/param_layout.h"
+
+namespace stratum {
+
+// Pointers into one Llama block segment (params or grads: same layout).
+struct LlamaBlockTensors {
+  float* attn_norm_w;  // (C)
+  float* q_w;          // (H*hd, C)
+  float* k_w;          // (KV*hd, C)
+  float* v_w;          // (KV*hd, C)
+  float* o_w;          // (C, H*hd)
+  float* mlp_norm_w;   // (C)
+  float* gate_w;       // (I, C)
+  float* up_w;         // (I, C)
+  float* down_w;       // (C, I)
+};
+// chunks[c] is chunk c's buffer (Note [segment chunks]).
+LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const* chunks);
+
+// Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs.
+class LlamaActivations {
+ public:
+  LlamaActivations(const GptConfig& config, int max_batch, int max_seq);
+  std::size_t size_bytes() const { return buffer_.size_bytes(); }
+
+  float* xn1;    // (B,T,C) input_layernorm(x)
+  float* rstd1;  // (B,T)
+  float* qkv;    // (B,T,H*hd + 2*KV*hd) [q | k | v], q and k rotated
+  float* att;    // (B,H,T,T) softmax probabilities
+  float* atty;   // (B,T,H*hd)
+  float* res2;   // (B,T,C) x + attention output
+  float* xn2;    // (B,T,C) post_attention_layernorm(res2)
+  float* rstd2;  // (B,T)
+  float* gate;   // (B,T,I)
+  float* up;     // (B,T,I)
+  float* hmid;   // (B,T,I) silu(gate) * up
+
+ private:
+  AlignedBuffer buffer_;
+};
+
+// Temporaries shared by every block, fp32, RAM.
+class LlamaWorkspace {
+ public:
+  LlamaWorkspace(const GptConfig& config, int max_batch, int max_seq);
+  std::size_t size_bytes() const { return buffer_.size_bytes(); }
+
+  float* tmp;    // (B,T,C) projections before the residual add
+  float* dres2;  // (B,T,C)
+  float* dxn;    // (B,T,C)
+  float* datty;  // (B,T,H*hd)
+  float* dqkv;   // (B,T,H*hd + 2*KV*hd)
+  float* dgate;  // (B,T,I) (holds d hmid first)
+  float* dup;    // (B,T,I)
+  float* attn_scratch;  // attention_scratch_floats(B, T, H, KV, hd)
+
+ private:
+  AlignedBuffer buffer_;
+};
+
+// out (B,T,C) = block(x (B,T,C)) at positions 0..T-1; fills a with the block's internals.
+void llama_block_forward(ThreadPool& pool, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
+                         const float* x, float* out, LlamaActivations& a, LlamaWorkspace& w, int B, int T);
+
+// Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
+// upstream gradient dout (B,T,C); with recompute, first refills a from x (bit-identical).
+void llama_block_backward(ThreadPool& pool, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
+                          const LlamaBlockTensors& g, const float* x, const float* dout, float* dx,
+                          LlamaActivations& a, LlamaWorkspace& w, int B, int T, bool recompute);
+
+}  // namespace stratum

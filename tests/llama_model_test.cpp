@@ -1,0 +1,243 @@
+// The Llama family against PyTorch golden files (tools/make_llama_golden.py: a tiny Llama with
+// grouped-query attention, llama3 rope scaling and an untied head, sharded, plus a BF16 copy):
+// logits at every position, loss, every gradient, in RAM and streamed under a budget; loading
+// errors (missing shard, index naming an absent tensor, wrong shape); save/load round trip.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/file_util.h"
+#include "integration_util.h"
+#include "kernels/cpu/matmul.h"
+#include "model/model_io.h"
+#include "stratum/error.h"
+#include "store/tiered_segment_store.h"
+#include "train/executor.h"
+
+namespace stratum {
+namespace {
+
+using testing::golden_f32;
+using testing::source_path;
+
+const std::string kTiny = "tests/golden/tiny_llama";
+const std::string kTinyBf16 = "tests/golden/tiny_llama_bf16";
+
+std::vector<std::int32_t> golden_i32(const SafetensorsFile& file, const std::string& name) {
+  const SafetensorsTensorInfo* t = file.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (t == nullptr) return {};
+  EXPECT_EQ(t->dtype, DType::I32) << name;
+  std::vector<std::int32_t> out(static_cast<std::size_t>(t->numel()));
+  file.read_raw(*t, out.data());
+  return out;
+}
+
+// Largest |a - b| over the logits of every prefix of every sequence (logits_last per prefix).
+double max_logit_error(Executor& exec, const GptConfig& cfg, const std::vector<std::int32_t>& ids,
+                       const std::vector<float>& want, int B, int T) {
+  std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
+  double worst = 0.0;
+  for (int b = 0; b < B; ++b)
+    for (int t = 1; t <= T; ++t) {
+      exec.logits_last(ids.data() + static_cast<std::size_t>(b) * T, t, logits.data());
+      const float* ref = want.data() + (static_cast<std::size_t>(b) * T + t - 1) * cfg.vocab_size;
+      for (int v = 0; v < cfg.vocab_size; ++v) worst = std::max(worst, std::abs(static_cast<double>(logits[v]) - ref[v]));
+    }
+  return worst;
+}
+
+struct Golden {
+  std::string dir;
+  GptConfig cfg;
+  ParamLayout layout;
+  SafetensorsFile ref;
+  std::vector<std::int32_t> inputs, targets;
+  int B = 2, T = 24;
+  explicit Golden(const std::string& rel)
+      : dir(source_path(rel)),
+        cfg(model_read_config(dir)),
+        layout(ParamLayout::of(cfg)),
+        ref(SafetensorsFile::open(dir + "/reference.safetensors")),
+        inputs(golden_i32(ref, "input_ids")),
+        targets(golden_i32(ref, "targets")) {}
+};
+
+TEST(LlamaModel, ConfigIsReadAsLlama) {
+  const Golden g(kTiny);
+  EXPECT_TRUE(g.cfg.llama());
+  EXPECT_EQ(g.cfg.n_layer, 2);
+  EXPECT_EQ(g.cfg.kv_heads(), 2);
+  EXPECT_EQ(g.cfg.n_head, 4);
+  EXPECT_EQ(g.cfg.head_dim(), 16);
+  EXPECT_EQ(g.cfg.mlp_width(), 176);
+  EXPECT_FALSE(g.cfg.tie_word_embeddings);
+  EXPECT_EQ(g.cfg.rope_scaling.type, RopeScaling::Type::Llama3);
+  EXPECT_FALSE(g.layout.head_tied());
+  EXPECT_GE(g.layout.vocab_block_count(), 2);
+  EXPECT_EQ(g.layout.num_params(), 109248u) << "the golden model's parameter count";
+}
+
+// Logits at every position, loss and every gradient, in RAM and under a budget that streams.
+TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
+  const Golden g(kTiny);
+  ThreadPool pool(2);
+  blas_set_threads(2);
+  const std::vector<float> want_logits = golden_f32(g.ref, "logits");
+  const UnitTable units(g.layout, Executor::activation_unit_floats(g.cfg, g.B, g.T));
+
+  testing::TempDir tmp;
+  std::uint64_t ram_grads_hash = 0;
+  for (const bool streamed : {false, true}) {
+    SCOPED_TRACE(streamed ? "streamed" : "in RAM");
+    std::unique_ptr<SegmentStore> store;  // outlives the executor
+    Executor exec(pool, g.cfg, units, g.B, g.T);
+    if (streamed) {
+      TieredStoreOptions so;
+      so.budget_bytes = exec.min_store_bytes();  // the smallest budget: everything streams
+      so.offload_dir = tmp.path();
+      so.prefetch_depth = 1;
+      store = std::make_unique<TieredSegmentStore>(units, so);
+    } else {
+      store = std::make_unique<RamSegmentStore>(units);
+    }
+    model_load_weights(g.dir, g.layout, *store);
+    exec.attach(*store);
+    EXPECT_LE(max_logit_error(exec, g.cfg, g.inputs, want_logits, g.B, g.T), 1e-4);
+    const float loss = exec.forward_backward(g.inputs.data(), g.targets.data(), g.B, g.T);
+    EXPECT_NEAR(loss, golden_f32(g.ref, "loss")[0], 1e-5);
+
+    int checked = 0;
+    std::uint64_t h = 1469598103934665603ull;
+    for (int s = 0; s < g.layout.segment_count(); ++s) {
+      SegmentChunksHold grads(*store, s, SegmentKind::Grads, Access::Read);
+      for (const auto& t : g.layout.segments()[s].tensors) {
+        const auto expected = golden_f32(g.ref, "grad." + g.layout.hf_name(t));
+        double max_err = 0.0, max_ref = 0.0;
+        for (std::size_t i = 0; i < t.numel; ++i) {
+          const double want = expected[t.hf_first() + i];
+          const float got = grads.tensor(t)[i];
+          max_err = std::max(max_err, std::abs(static_cast<double>(got) - want));
+          max_ref = std::max(max_ref, std::abs(want));
+          std::uint32_t bits;
+          std::memcpy(&bits, &got, sizeof bits);
+          h = (h ^ bits) * 1099511628211ull;
+        }
+        EXPECT_LE(max_err, 1e-6 + 1e-4 * max_ref) << t.name << " max |ref| " << max_ref;
+        ++checked;
+      }
+    }
+    EXPECT_EQ(checked, 2 * g.layout.vocab_block_count() + 1 + 9 * g.cfg.n_layer);
+    if (!streamed) ram_grads_hash = h;
+    else EXPECT_EQ(h, ram_grads_hash) << "streaming must not change a bit";
+  }
+}
+
+TEST(LlamaModel, Bf16WeightsLoadExactlyAndMatchTheirReference) {
+  const Golden g(kTinyBf16);
+  ThreadPool pool(2);
+  blas_set_threads(2);
+  RamSegmentStore store(g.layout, Executor::activation_unit_floats(g.cfg, g.B, g.T));
+  model_load_weights(g.dir, g.layout, store);
+  Executor exec(pool, g.cfg, store, g.B, g.T);
+  EXPECT_LE(max_logit_error(exec, g.cfg, g.inputs, golden_f32(g.ref, "logits"), g.B, g.T), 1e-4);
+  EXPECT_NEAR(exec.loss(g.inputs.data(), g.targets.data(), g.B, g.T), golden_f32(g.ref, "loss")[0], 1e-5);
+}
+
+TEST(LlamaModel, GreedyContinuationMatchesPyTorch) {
+  const Golden g(kTiny);
+  ThreadPool pool(2);
+  blas_set_threads(2);
+  RamSegmentStore store(g.layout, Executor::activation_unit_floats(g.cfg, 1, g.cfg.n_ctx));
+  model_load_weights(g.dir, g.layout, store);
+  Executor exec(pool, g.cfg, store, 1, g.cfg.n_ctx);
+  std::vector<std::int32_t> ids = golden_i32(g.ref, "generate_prompt");
+  const std::vector<std::int32_t> want = golden_i32(g.ref, "generate_ids");
+  std::vector<float> logits(static_cast<std::size_t>(g.cfg.vocab_size));
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    exec.logits_last(ids.data(), static_cast<int>(ids.size()), logits.data());
+    ids.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+  }
+  EXPECT_EQ(std::vector<std::int32_t>(ids.end() - static_cast<long>(want.size()), ids.end()), want);
+}
+
+TEST(LlamaModel, SaveWritesHuggingFaceNamesAndReloadsBitIdentical) {
+  const Golden g(kTiny);
+  RamSegmentStore a(g.layout);
+  model_load_weights(g.dir, g.layout, a);
+  testing::TempDir tmp;
+  model_save(tmp.file("out"), g.cfg, g.layout, a, "");
+  const SafetensorsFile saved = SafetensorsFile::open(tmp.file("out/model.safetensors"));
+  for (const char* name : {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight",
+                           "model.layers.1.self_attn.k_proj.weight", "model.layers.0.mlp.down_proj.weight"})
+    EXPECT_NE(saved.find(name), nullptr) << name;
+  EXPECT_EQ(saved.tensors().size(), 21u);
+  const GptConfig back = model_read_config(tmp.file("out"));
+  EXPECT_EQ(back.describe(), g.cfg.describe());
+  EXPECT_EQ(back.rope_scaling.type, RopeScaling::Type::Llama3);
+  EXPECT_EQ(back.rope_scaling.original_max_position_embeddings, g.cfg.rope_scaling.original_max_position_embeddings);
+  RamSegmentStore b(g.layout);
+  model_load_weights(tmp.file("out"), g.layout, b);
+  EXPECT_EQ(model_params_hash(g.layout, a), model_params_hash(g.layout, b));
+}
+
+// Copies the sharded golden model into tmp, applies `edit` to the copy, and returns the error
+// loading it gives ("" when it loads).
+std::string load_error(const std::function<void(const std::string&)>& edit) {
+  const Golden g(kTiny);
+  testing::TempDir tmp;
+  for (const auto& e : std::filesystem::directory_iterator(g.dir))
+    std::filesystem::copy_file(e.path(), tmp.file(e.path().filename().string()));
+  edit(tmp.path());
+  try {
+    const GptConfig cfg = model_read_config(tmp.path());
+    const ParamLayout layout = ParamLayout::of(cfg);
+    RamSegmentStore store(layout);
+    model_load_weights(tmp.path(), layout, store);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void file_edit(const std::string& path, const std::string& from, const std::string& to) {
+  std::string text = file_read_all(path);
+  const std::size_t at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+  file_write_atomic(path, text);
+}
+
+TEST(LlamaModel, ShardAndShapeErrorsNameWhatIsWrong) {
+  EXPECT_EQ(load_error([](const std::string&) {}), "");
+  EXPECT_THAT(load_error([](const std::string& d) { std::filesystem::remove(d + "/model-00002-of-00002.safetensors"); }),
+              ::testing::AllOf(::testing::HasSubstr("model-00002-of-00002.safetensors"), ::testing::HasSubstr("missing")));
+  EXPECT_THAT(load_error([](const std::string& d) {
+                file_edit(d + "/model.safetensors.index.json", "\"weight_map\": {",
+                          "\"weight_map\": {\n    \"model.layers.9.mlp.up_proj.weight\": \"model-00001-of-00002.safetensors\",");
+              }),
+              ::testing::AllOf(::testing::HasSubstr("model.layers.9.mlp.up_proj.weight"),
+                               ::testing::HasSubstr("absent from this shard")));
+  EXPECT_THAT(load_error([](const std::string& d) { file_edit(d + "/config.json", "\"intermediate_size\": 176", "\"intermediate_size\": 160"); }),
+              ::testing::AllOf(::testing::HasSubstr("down_proj.weight"), ::testing::HasSubstr("[64,176]"),
+                               ::testing::HasSubstr("[64,160]")));
+  EXPECT_THAT(load_error([](const std::string& d) {
+                std::filesystem::remove(d + "/model.safetensors.index.json");
+              }),
+              ::testing::HasSubstr("has no model.safetensors"));
+  EXPECT_THAT(load_error([](const std::string& d) { file_edit(d + "/config.json", "\"llama3\"", "\"yarn\""); }),
+              ::testing::AllOf(::testing::HasSubstr("\"yarn\""), ::testing::HasSubstr("not supported")));
+  EXPECT_THAT(load_error([](const std::string& d) { file_edit(d + "/config.json", "\"model_type\": \"llama\"", "\"model_type\": \"mistral\""); }),
+              ::testing::AllOf(::testing::HasSubstr("\"mistral\""), ::testing::HasSubstr("not supported")));
+  // Tied, as transformers does: the file's lm_head.weight is ignored and the embedding serves.
+  EXPECT_EQ(load_error([](const std::string& d) {
+              file_edit(d + "/config.json", "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
+            }),
+            "");
+}
+
+}  // namespace
+}  // namespace stratum

@@ -1,0 +1,389 @@
+"""Regenerates Stratum's Llama golden files, deterministically.
+
+What it does: writes tests/golden/tiny_llama/ (a tiny Llama in Hugging Face layout with llama3
+RoPE scaling and grouped-query attention, stored as two safetensors shards plus the index;
+its logits, loss and gradients for one batch; RoPE tables; a greedy continuation; an 8-step
+AdamW training run) and tests/golden/tiny_llama_bf16/ (the same weights rounded to bf16 in one
+BF16 model.safetensors, with logits computed in fp32 from the rounded weights). Before writing
+it runs self-checks of the PyTorch reference (RoPE, GQA, RMSNorm, causality, gradients).
+What it does not do: anything with real Llama weights or a tokenizer; it uses no
+`transformers` (tools/torch_llama.py reimplements LlamaForCausalLM).
+
+Run: /usr/bin/python3 tools/make_llama_golden.py [--out tests/golden]
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_gpt2 as tg  # noqa: E402
+import torch_llama as tl  # noqa: E402
+
+SEED = 1234
+TOKENS_SEED = 4321
+CHECK_SEED = 999  # self-checks only; never affects the written files
+
+ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+TINY = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=64, vocab_size=131,
+            rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=ROPE_SCALING,
+            tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+# Init stds, larger than HF's 0.02 on purpose: attention is far from uniform (q/k), every
+# sublayer moves the residual stream, and logits spread (std ~1.6) so greedy decoding has
+# clear winners. Norm weights are 1 + 0.1*N(0,1).
+INIT_STDS = {"embed_tokens.weight": 1.0, "q_proj.weight": 0.2, "k_proj.weight": 0.2,
+             "v_proj.weight": 0.1, "o_proj.weight": 0.1, "gate_proj.weight": 0.1,
+             "up_proj.weight": 0.1, "down_proj.weight": 0.1, "lm_head.weight": 0.2}
+REF_BATCH, REF_SEQ = 2, 24           # reference batch: positions 16..23 lie beyond
+                                     # original_max_position_embeddings (16)
+PROMPT = [1, 5, 9, 17, 33]
+N_NEW = 12
+TRAIN = dict(batch=2, seq=16, steps=8, lr=1e-3, lr_schedule="cosine", warmup=2, min_lr=1e-4,
+             beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
+# Two shards, split the way save_pretrained(max_shard_size=...) splits: shard 1 ends inside
+# layer 1 (after its q_proj), so one layer's tensors span both files.
+MAX_SHARD_SIZE_BYTES = 240_000
+# A second llama3 setting whose inv_freq hits all three branches (kept / smoothed / divided);
+# the model's own setting has no wavelength below high_freq_wavelen = 4.
+ROPE_SCALING_ALT = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "original_max_position_embeddings": 40}
+
+
+def _f32(t):
+    return t.detach().to(torch.float32).contiguous()
+
+
+def _i32(x):
+    return torch.as_tensor(x, dtype=torch.int64).to(torch.int32).contiguous()
+
+
+# ----------------------------------------------------------------------------------------------
+# Self-checks of the reference (float64 where it matters)
+
+def _meta_llama3_apply_scaling(freqs, rs):
+    """Meta's original llama3 apply_scaling, in python floats: an independent formulation."""
+    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    lo_wl, hi_wl = old / lo, old / hi
+    out, branches = [], set()
+    for f in freqs:
+        wl = 2 * math.pi / f
+        if wl < hi_wl:
+            out.append(f)
+            branches.add("kept")
+        elif wl > lo_wl:
+            out.append(f / factor)
+            branches.add("divided")
+        else:
+            s = (old / wl - lo) / (hi - lo)
+            out.append((1 - s) * f / factor + s * f)
+            branches.add("smoothed")
+    return out, branches
+
+
+def _plain_mha(h, wq, wk, wv, wo, cos, sin, H, hd):
+    """Independent multi-head attention for one sequence h (T,C), per head, float64."""
+    T = h.shape[0]
+    outs = []
+    for hh in range(H):
+        sl = slice(hh * hd, (hh + 1) * hd)
+        q, k, v = h @ wq[sl].T, h @ wk[sl].T, h @ wv[sl].T              # (T,hd)
+        half = hd // 2
+        rot = lambda x: torch.cat((-x[:, half:], x[:, :half]), dim=1)  # noqa: E731
+        q = q * cos + rot(q) * sin
+        k = k * cos + rot(k) * sin
+        s = (q @ k.T) / math.sqrt(hd)
+        for i in range(T):
+            s[i, i + 1:] = float("-inf")
+        outs.append(torch.softmax(s, dim=1) @ v)
+    return torch.cat(outs, dim=1) @ wo.T
+
+
+def self_check(cfg, params):
+    gen = torch.Generator().manual_seed(CHECK_SEED)
+    hd = cfg.head_dim
+
+    # RoPE: inv_freq vs Meta's formulation; branch coverage of the alternative setting.
+    base = tl.rope_inv_freq_default(cfg.rope_theta, hd)
+    for rs, need in ((cfg.rope_scaling, {"smoothed", "divided"}),
+                     (ROPE_SCALING_ALT, {"kept", "smoothed", "divided"})):
+        ours = tl.rope_inv_freq_llama3(base, rs["factor"], rs["low_freq_factor"],
+                                       rs["high_freq_factor"],
+                                       rs["original_max_position_embeddings"])
+        ref, branches = _meta_llama3_apply_scaling(base.double().tolist(), rs)
+        assert torch.allclose(ours.double(), torch.tensor(ref, dtype=torch.float64), rtol=1e-6,
+                              atol=0), "bug: llama3 inv_freq disagrees with Meta's formula"
+        assert branches == need, f"llama3 branches {branches}, expected {need}"
+    inv = tl.rope_inv_freq(cfg)
+    # RoPE at position 0 is the identity (cos 1, sin 0 exactly).
+    cos, sin = tl.rope_cos_sin(inv, torch.zeros(1, 1, dtype=torch.int64))
+    assert torch.equal(cos, torch.ones_like(cos)) and torch.equal(sin, torch.zeros_like(sin))
+    x = torch.randn(1, 3, 1, hd, generator=gen)
+    assert torch.equal(tl.apply_rope(x, cos, sin), x), "bug: rope at position 0 is not identity"
+    # RoPE is a rotation of pairs (i, i+hd/2) and scores depend only on the position offset.
+    # (float64 angles here: rope_cos_sin computes them in fp32 as transformers does.)
+    freqs = torch.arange(40, dtype=torch.float64)[:, None] * inv.double()[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1).unsqueeze(0)
+    cos, sin = emb.cos(), emb.sin()
+    # The same q and the same k vector at every position.
+    q = torch.randn(1, 1, 1, hd, generator=gen, dtype=torch.float64).expand(1, 1, 40, hd)
+    k = torch.randn(1, 1, 1, hd, generator=gen, dtype=torch.float64).expand(1, 1, 40, hd)
+    qr, kr = tl.apply_rope(q, cos, sin), tl.apply_rope(k, cos, sin)
+    pair_norm = lambda t: t[..., : hd // 2] ** 2 + t[..., hd // 2:] ** 2  # noqa: E731
+    assert torch.allclose(pair_norm(qr), pair_norm(q), atol=1e-12), "bug: rope is not a rotation"
+    s = (qr[0, 0] @ kr[0, 0].T)    # s[m, n] depends on m - n only
+    for d in (0, 3, 17):
+        diag = torch.diagonal(s, offset=-d)
+        assert torch.allclose(diag, diag[0].expand_as(diag), atol=1e-10), "bug: rope not relative"
+
+    # RMSNorm vs a float64 formula.
+    xx = torch.randn(3, 5, cfg.hidden_size, generator=gen, dtype=torch.float64) * 3 + 0.5
+    w = 1 + 0.1 * torch.randn(cfg.hidden_size, generator=gen, dtype=torch.float64)
+    ref = w * xx / torch.sqrt((xx * xx).sum(-1, keepdim=True) / cfg.hidden_size + cfg.rms_norm_eps)
+    assert torch.allclose(tl.rms_norm(xx, w, cfg.rms_norm_eps), ref, rtol=1e-12, atol=0), \
+        "bug: RMSNorm disagrees with its float64 formula"
+
+    p64 = {n: t.double() for n, t in params.items()}
+    T = 20
+    idx = torch.randint(0, cfg.vocab_size, (2, T), generator=gen)
+    pos = torch.arange(T, dtype=torch.int64).unsqueeze(0).expand(2, T)
+    cos, sin = tl.rope_cos_sin(inv, pos)
+    cos, sin = cos.double(), sin.double()
+    h = torch.randn(2, T, cfg.hidden_size, generator=gen, dtype=torch.float64)
+
+    # GQA with KV == H against an independent per-head MHA.
+    cfg_mha = tl.LlamaConfig(**dict(TINY, num_key_value_heads=TINY["num_attention_heads"]))
+    H = cfg.num_attention_heads
+    C = cfg.hidden_size
+    pm = {"l.self_attn.q_proj.weight": torch.randn(H * hd, C, generator=gen, dtype=torch.float64),
+          "l.self_attn.k_proj.weight": torch.randn(H * hd, C, generator=gen, dtype=torch.float64),
+          "l.self_attn.v_proj.weight": torch.randn(H * hd, C, generator=gen, dtype=torch.float64),
+          "l.self_attn.o_proj.weight": torch.randn(C, H * hd, generator=gen, dtype=torch.float64)}
+    pm = {n: t * 0.2 for n, t in pm.items()}
+    got = tl.attention(h, pm, "l.", cfg_mha, cos, sin)
+    for b in range(2):
+        want = _plain_mha(h[b], *(pm["l.self_attn." + k + "_proj.weight"] for k in "qkvo"),
+                          cos[b], sin[b], H, hd)
+        assert torch.allclose(got[b], want, rtol=0, atol=1e-12), "bug: attention != plain MHA"
+
+    # GQA (KV=2) == MHA whose k/v weights repeat each kv head for its group of query heads.
+    n_rep = H // cfg.num_key_value_heads
+    pq = dict(p64)
+    for i in range(cfg.num_hidden_layers):
+        for k in ("k_proj", "v_proj"):
+            n = f"model.layers.{i}.self_attn.{k}.weight"
+            pq[n] = p64[n].view(cfg.num_key_value_heads, hd, C).repeat_interleave(n_rep, 0)
+            pq[n] = pq[n].reshape(H * hd, C)
+    lg_gqa, _ = tl.forward(p64, cfg, idx)
+    lg_mha, _ = tl.forward(pq, cfg_mha, idx)
+    assert torch.allclose(lg_gqa, lg_mha, rtol=0, atol=1e-10), "bug: GQA != MHA with repeated kv"
+
+    # Causality: changing the last token leaves earlier logits alone.
+    idx2 = idx.clone()
+    idx2[:, -1] = (idx2[:, -1] + 1) % cfg.vocab_size
+    lg2, _ = tl.forward(p64, cfg, idx2)
+    assert torch.allclose(lg_gqa[:, :-1], lg2[:, :-1], rtol=0, atol=1e-12), "bug: not causal"
+    assert not torch.allclose(lg_gqa[:, -1], lg2[:, -1]), "bug: last token has no effect"
+
+    # Gradients: finite, and autograd agrees with a central difference along a random direction.
+    tgt = torch.randint(0, cfg.vocab_size, (2, T), generator=gen)
+    pg = {n: t.clone().requires_grad_(True) for n, t in p64.items()}
+    _, loss = tl.forward(pg, cfg, idx, tgt)
+    loss.backward()
+    assert all(torch.isfinite(t.grad).all() for t in pg.values()), "bug: non-finite gradient"
+    assert all(float(t.grad.abs().max()) > 0 for t in pg.values()), "bug: zero gradient"
+    for name in list(p64)[:3] + [n for n in p64 if "norm" in n][:2] + ["lm_head.weight", None]:
+        names = list(p64) if name is None else [name]
+        d = {n: torch.randn(p64[n].shape, generator=gen, dtype=torch.float64) for n in names}
+        eps = 1e-6
+        plus = dict(p64, **{n: p64[n] + eps * d[n] for n in names})
+        minus = dict(p64, **{n: p64[n] - eps * d[n] for n in names})
+        fd = (float(tl.forward(plus, cfg, idx, tgt)[1]) -
+              float(tl.forward(minus, cfg, idx, tgt)[1])) / (2 * eps)
+        an = sum(float((pg[n].grad * d[n]).sum()) for n in names)
+        assert abs(fd - an) <= 1e-6 * max(1.0, abs(an)), f"bug: gradient check {name}: {fd} {an}"
+
+    # fp32 reference vs float64 on the same weights: fp32 rounding stays small.
+    lg32, _ = tl.forward(params, cfg, idx)
+    assert torch.allclose(lg32.double(), lg_gqa, rtol=0, atol=1e-4), "fp32 forward drifts"
+
+
+# ----------------------------------------------------------------------------------------------
+# Files
+
+def train_run(cfg, init, tokens, a):
+    params = {n: t.detach().clone().requires_grad_(True) for n, t in init.items()}
+    opt = tg.make_optimizer(params, a["lr"], a["beta1"], a["beta2"], a["eps"], a["weight_decay"])
+    losses, norms, lrs = [], [], []
+    for s in range(a["steps"]):
+        lr = tg.lr_at(s, a["lr"], a["warmup"], a["min_lr"], a["steps"], a["lr_schedule"])
+        loss_s, norm_s = tl.train_step(params, cfg, opt, tokens, s, a["batch"], a["seq"], lr,
+                                       a["grad_clip"])
+        losses.append(loss_s)
+        norms.append(norm_s)
+        lrs.append(lr)
+    out = {"train_losses": torch.tensor(losses, dtype=torch.float32),
+           "train_grad_norms": torch.tensor(norms, dtype=torch.float32),
+           "train_lrs": torch.tensor(lrs, dtype=torch.float32)}
+    for n, t in params.items():
+        out["final." + n] = _f32(t)
+    return out
+
+
+def greedy(params, cfg):
+    ids, step_logits, margin = tl.greedy_generate(params, cfg, PROMPT, N_NEW)
+    assert margin > 1e-2, f"greedy top-1/top-2 margin {margin} too small to be robust"
+    # The same tokens come out of one forward over the whole sequence.
+    full = torch.tensor([PROMPT + ids], dtype=torch.int64)
+    with torch.no_grad():
+        lg, _ = tl.forward(params, cfg, full)
+    again = [tl.argmax_lowest(lg[0, t]) for t in range(len(PROMPT) - 1, full.shape[1] - 1)]
+    assert again == ids, "bug: greedy ids differ from a single full forward"
+    return ids, step_logits, margin
+
+
+def make_tiny(root):
+    out_dir = os.path.join(root, "tiny_llama")
+    bf_dir = os.path.join(root, "tiny_llama_bf16")
+    os.makedirs(out_dir, exist_ok=True)
+    os.makedirs(bf_dir, exist_ok=True)
+    cfg = tl.LlamaConfig(**TINY)
+    params = tl.init_params(cfg, torch.Generator().manual_seed(SEED), INIT_STDS)
+    self_check(cfg, params)
+
+    tl.write_hf_config(os.path.join(out_dir, "config.json"), cfg, "float32")
+    shard_files = tl.save_sharded(out_dir, params, MAX_SHARD_SIZE_BYTES)
+    assert len(shard_files) == 2, f"expected 2 shards, got {shard_files}"
+
+    B, T, S = TRAIN["batch"], TRAIN["seq"], TRAIN["steps"]
+    n_tokens = B * T * S + 1
+    assert n_tokens >= REF_BATCH * REF_SEQ + 1
+    gen = torch.Generator().manual_seed(TOKENS_SEED)
+    tokens = torch.randint(0, cfg.vocab_size, (n_tokens,), generator=gen, dtype=torch.int64)
+    tokens.numpy().astype("<u2").tofile(os.path.join(out_dir, "tokens.bin"))
+    with open(os.path.join(out_dir, "train_args.json"), "w") as f:
+        json.dump(TRAIN, f, indent=2)
+        f.write("\n")
+
+    # Reference batch = batch 0 of tokens.bin read with B=2, T=24 (stored explicitly too).
+    x, y = tg.get_batch(tokens, 0, REF_BATCH, REF_SEQ)
+    for t in params.values():
+        t.requires_grad_(True)
+    logits, loss = tl.forward(params, cfg, x, y)
+    loss.backward()
+    assert all(torch.isfinite(t.grad).all() for t in params.values())
+    inv = tl.rope_inv_freq(cfg)
+    cos, sin = tl.rope_cos_sin(inv, torch.arange(cfg.max_position_embeddings).unsqueeze(0))
+    base = tl.rope_inv_freq_default(cfg.rope_theta, cfg.head_dim)
+    ra = ROPE_SCALING_ALT
+    inv_alt = tl.rope_inv_freq_llama3(base, ra["factor"], ra["low_freq_factor"],
+                                      ra["high_freq_factor"],
+                                      ra["original_max_position_embeddings"])
+    init = {n: t.detach().clone() for n, t in params.items()}
+    ids, step_logits, margin = greedy(init, cfg)
+
+    ref = {"input_ids": _i32(x), "targets": _i32(y), "logits": _f32(logits),
+           "loss": _f32(loss.reshape(1))}
+    for n, t in params.items():
+        ref["grad." + n] = _f32(t.grad)
+    ref.update({"rope_inv_freq": _f32(inv), "rope_cos": _f32(cos[0]), "rope_sin": _f32(sin[0]),
+                "rope_inv_freq_unscaled": _f32(base), "rope_inv_freq_alt": _f32(inv_alt),
+                "generate_prompt": _i32(PROMPT), "generate_ids": _i32(ids),
+                "generate_logits": _f32(step_logits)})
+    run = train_run(cfg, init, tokens, TRAIN)
+    ref.update(run)
+    losses = run["train_losses"].tolist()
+    x0, y0 = tg.get_batch(tokens, 0, B, T)
+    with torch.no_grad():
+        l0 = float(tl.forward(init, cfg, x0, y0)[1])
+    assert abs(losses[0] - l0) < 1e-6, "bug: step-0 training loss != its batch's loss"
+    meta = {"generator": "tools/make_llama_golden.py", "torch_version": torch.__version__,
+            "seed": SEED, "tokens_seed": TOKENS_SEED, "init_stds": json.dumps(INIT_STDS),
+            "train_args": json.dumps(TRAIN), "rope_scaling_alt": json.dumps(ROPE_SCALING_ALT),
+            "note": "input_ids/targets = batch 0 of tokens.bin with B=2 T=24; positions 0..T-1; "
+                    "generate_logits[k] = last-position logits that chose generate_ids[k]"}
+    tg.save_safetensors(os.path.join(out_dir, "reference.safetensors"), ref, metadata=meta)
+
+    # bf16 variant: weights rounded to nearest-even bf16; reference computed in fp32 from them.
+    p16 = {n: t.to(torch.bfloat16) for n, t in init.items()}
+    tl.write_hf_config(os.path.join(bf_dir, "config.json"), cfg, "bfloat16")
+    tl.save_safetensors_hf(os.path.join(bf_dir, "model.safetensors"), p16,
+                           metadata={"format": "pt"})
+    with torch.no_grad():
+        logits16, loss16 = tl.forward(p16, cfg, x, y)
+    ids16, step_logits16, margin16 = greedy(p16, cfg)
+    ref16 = {"input_ids": _i32(x), "targets": _i32(y), "logits": _f32(logits16),
+             "loss": _f32(loss16.reshape(1)), "generate_prompt": _i32(PROMPT),
+             "generate_ids": _i32(ids16), "generate_logits": _f32(step_logits16)}
+    tg.save_safetensors(os.path.join(bf_dir, "reference.safetensors"), ref16,
+                        metadata=dict(meta, note="weights = bf16(round-to-nearest-even) of "
+                                                 "tiny_llama; compute in fp32 from the upcast "
+                                                 "weights; same input_ids/targets and prompt"))
+
+    # Read back what was written.
+    got = {}
+    with open(os.path.join(out_dir, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    for fname in shard_files:
+        tensors, m = tg.load_safetensors(os.path.join(out_dir, fname))
+        assert m == {"format": "pt"}
+        for n, t in tensors.items():
+            assert index["weight_map"][n] == fname
+            got[n] = t
+    assert set(got) == set(init) and all(torch.equal(got[n], init[n]) for n in init)
+    assert index["metadata"]["total_size"] == sum(t.numel() * 4 for t in init.values())
+    back16, _ = tg.load_safetensors(os.path.join(bf_dir, "model.safetensors"))
+    assert all(torch.equal(back16[n].view(torch.int16), p16[n].view(torch.int16)) for n in p16)
+
+    return {"n_params": sum(t.numel() for t in init.values()), "loss0": float(loss),
+            "losses": losses, "norms": run["train_grad_norms"].tolist(),
+            "ids": ids, "margin": margin, "ids16": ids16, "margin16": margin16,
+            "loss16": float(loss16), "shards": {f: sorted(n for n in index["weight_map"]
+                                                          if index["weight_map"][n] == f)
+                                                for f in shard_files}}
+
+
+def summarize(dirs):
+    total = 0
+    for d in dirs:
+        for f in sorted(os.listdir(d)):
+            p = os.path.join(d, f)
+            sz = os.path.getsize(p)
+            total += sz
+            line = f"  {os.path.relpath(p, os.path.dirname(d)):48s} {sz:9d} B"
+            if f.endswith(".safetensors"):
+                tensors, _ = tg.load_safetensors(p)
+                line += f"  {len(tensors)} tensors"
+            print(line)
+    print(f"  total {total} B ({total / 2**20:.2f} MiB)")
+    return total
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    root = os.path.normpath(args.out)
+    info = make_tiny(root)
+    print(f"tiny_llama: {info['n_params']} params, loss0 {info['loss0']:.6f}, "
+          f"train losses {[round(v, 4) for v in info['losses']]}, "
+          f"grad norms {[round(v, 4) for v in info['norms']]}")
+    print(f"  greedy {PROMPT} -> {info['ids']} (min top-2 margin {info['margin']:.4f})")
+    print(f"tiny_llama_bf16: loss {info['loss16']:.6f}, greedy -> {info['ids16']} "
+          f"(min margin {info['margin16']:.4f})")
+    for f, names in info["shards"].items():
+        print(f"  {f}: {len(names)} tensors")
+    total = summarize([os.path.join(root, "tiny_llama"), os.path.join(root, "tiny_llama_bf16")])
+    assert total < 3 * 2**20, f"golden dirs too large: {total} B"
+
+
+if __name__ == "__main__":
+    main()

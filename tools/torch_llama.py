@@ -1,0 +1,386 @@
+"""Plain-PyTorch Llama with Hugging Face `LlamaForCausalLM` semantics (fp32, eval mode), plus the
+llama3 RoPE tables, greedy generation, a reference training step and the sharded safetensors
+layout that `save_pretrained` writes. Stratum's Llama golden tests use it as the reference.
+
+What it does:
+  - Llama forward over a dict of parameter tensors keyed by HF names (`model.` prefix,
+    `lm_head.weight` untied): token embedding; per layer RMSNorm -> q/k/v projections (nn.Linear
+    without bias, weights (out, in)) -> rotary embedding (rotate-half convention, cos/sin in fp32
+    from inv_freq exactly as transformers computes it, llama3 scaling included) -> grouped-query
+    causal attention (repeat_kv, scale 1/sqrt(head_dim)) -> o_proj -> residual; RMSNorm ->
+    SwiGLU MLP down(silu(gate(x)) * up(x)) -> residual; final RMSNorm; lm_head; mean
+    cross-entropy over explicit targets (like torch_gpt2.forward, no internal shift).
+  - Greedy generation by recomputing the full forward each step (argmax, lowest id on ties).
+  - Reference training step: the same loader, LR schedule, clipping and AdamW groups as
+    torch_gpt2 (those helpers are reused, not copied).
+  - safetensors writing in the layout of the Rust `safetensors` library (the one transformers
+    uses): `__metadata__` first, tensors sorted by name; sharding like huggingface_hub's
+    split_torch_state_dict_into_shards plus the `model.safetensors.index.json` transformers writes.
+What it does not do: KV caching, sampling, attention/rope biases, rope types other than
+"default" and "llama3", bf16 arithmetic (bf16 weights are upcast and computed in fp32).
+
+Run every script that imports this with Debian's PyTorch: /usr/bin/python3 (torch 1.13).
+"""
+
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_gpt2 as tg  # noqa: E402
+
+
+# ----------------------------------------------------------------------------------------------
+# Config
+
+class LlamaConfig:
+    def __init__(self, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=None,
+                 max_position_embeddings=64, vocab_size=131, rms_norm_eps=1e-5,
+                 rope_theta=500000.0, rope_scaling=None, tie_word_embeddings=False,
+                 bos_token_id=1, eos_token_id=2):
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_key_value_heads
+        self.head_dim = head_dim if head_dim is not None else hidden_size // num_attention_heads
+        self.max_position_embeddings = max_position_embeddings
+        self.vocab_size = vocab_size
+        self.rms_norm_eps = rms_norm_eps
+        self.rope_theta = rope_theta
+        self.rope_scaling = rope_scaling
+        self.tie_word_embeddings = tie_word_embeddings
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        assert num_attention_heads % num_key_value_heads == 0, \
+            "num_attention_heads must be a multiple of num_key_value_heads"
+        assert not tie_word_embeddings, "this reference keeps lm_head.weight as its own parameter"
+
+    def to_hf_dict(self, torch_dtype="float32"):
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "max_position_embeddings": self.max_position_embeddings,
+            "vocab_size": self.vocab_size,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": self.rope_scaling,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": self.eos_token_id,
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+            "torch_dtype": torch_dtype,
+        }
+
+
+def write_hf_config(path, cfg, torch_dtype="float32"):
+    """Like transformers' PretrainedConfig.to_json_file: indent 2, sorted keys, final newline."""
+    with open(path, "w") as f:
+        f.write(json.dumps(cfg.to_hf_dict(torch_dtype), indent=2, sort_keys=True) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameters
+
+def param_shapes(cfg):
+    """Ordered {HF name: shape}, in LlamaForCausalLM.named_parameters() order."""
+    C, V, I = cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size
+    q_out = cfg.num_attention_heads * cfg.head_dim
+    kv_out = cfg.num_key_value_heads * cfg.head_dim
+    shapes = {"model.embed_tokens.weight": (V, C)}
+    for i in range(cfg.num_hidden_layers):
+        h = f"model.layers.{i}."
+        shapes[h + "self_attn.q_proj.weight"] = (q_out, C)     # nn.Linear: (out, in)
+        shapes[h + "self_attn.k_proj.weight"] = (kv_out, C)
+        shapes[h + "self_attn.v_proj.weight"] = (kv_out, C)
+        shapes[h + "self_attn.o_proj.weight"] = (C, q_out)
+        shapes[h + "mlp.gate_proj.weight"] = (I, C)
+        shapes[h + "mlp.up_proj.weight"] = (I, C)
+        shapes[h + "mlp.down_proj.weight"] = (C, I)
+        shapes[h + "input_layernorm.weight"] = (C,)
+        shapes[h + "post_attention_layernorm.weight"] = (C,)
+    shapes["model.norm.weight"] = (C,)
+    shapes["lm_head.weight"] = (V, C)
+    return shapes
+
+
+def init_params(cfg, generator, stds):
+    """Random parameters drawn in param_shapes() order from `generator`.
+
+    `stds` maps a name suffix (e.g. "q_proj.weight", "embed_tokens.weight") to the normal std of
+    that matrix. Norm weights (1-D) are 1 + 0.1*normal, so a wrong norm cannot go unnoticed.
+    """
+    params = {}
+    for name, shape in param_shapes(cfg).items():
+        r = torch.randn(shape, generator=generator, dtype=torch.float32)
+        if len(shape) == 1:
+            t = 1.0 + 0.1 * r
+        else:
+            key = [k for k in stds if name.endswith(k)]
+            assert len(key) == 1, f"bug: no unique std for {name}"
+            t = r * stds[key[0]]
+        params[name] = t.contiguous()
+    return params
+
+
+# ----------------------------------------------------------------------------------------------
+# Rotary embedding (transformers modeling_rope_utils + LlamaRotaryEmbedding.forward)
+
+def rope_inv_freq_default(theta, head_dim):
+    """_compute_default_rope_parameters: 1/(theta ** (arange(0, hd, 2).float()/hd)), fp32."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+
+
+def rope_inv_freq_llama3(inv_freq, factor, low_freq_factor, high_freq_factor, old_context_len):
+    """_compute_llama3_parameters applied to fp32 inv_freq, op for op (so fp32 rounding matches)."""
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = ((old_context_len / wavelen - low_freq_factor)
+                     / (high_freq_factor - low_freq_factor))
+    smoothed_inv_freq = ((1 - smooth_factor) * inv_freq_llama / factor
+                         + smooth_factor * inv_freq_llama)
+    is_medium_freq = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
+
+
+def rope_inv_freq(cfg):
+    """(head_dim/2,) fp32 inv_freq for cfg.rope_scaling None / "default" / "llama3"."""
+    inv = rope_inv_freq_default(cfg.rope_theta, cfg.head_dim)
+    rs = cfg.rope_scaling
+    kind = None if rs is None else rs.get("rope_type", rs.get("type"))
+    if kind in (None, "default"):
+        return inv
+    if kind != "llama3":
+        raise ValueError(f"rope_type {kind!r} not implemented in this reference")
+    return rope_inv_freq_llama3(inv, rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"],
+                                rs["original_max_position_embeddings"])
+
+
+def rope_cos_sin(inv_freq, position_ids):
+    """position_ids (B,T) int64 -> cos, sin (B,T,hd) fp32, as LlamaRotaryEmbedding.forward:
+    freqs = (inv_freq[None,:,None] @ pos[:,None,:].float()).transpose(1,2); emb = cat(freqs,freqs).
+    attention_scaling is 1.0 for default and llama3 rope, so it is left out."""
+    B = position_ids.shape[0]
+    inv = inv_freq[None, :, None].float().expand(B, -1, 1)
+    pos = position_ids[:, None, :].float()
+    freqs = (inv @ pos).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    """x (B,H,T,hd); cos, sin (B,T,hd) -> x*cos + rotate_half(x)*sin."""
+    cos = cos.unsqueeze(1).to(x.dtype)
+    sin = sin.unsqueeze(1).to(x.dtype)
+    return (x * cos) + (rotate_half(x) * sin)
+
+
+# ----------------------------------------------------------------------------------------------
+# Model
+
+def rms_norm(x, w, eps):
+    """LlamaRMSNorm: w * (x * rsqrt(mean(x^2) + eps))."""
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return w * (x * torch.rsqrt(variance + eps))
+
+
+def repeat_kv(x, n_rep):
+    """(B, KV, T, hd) -> (B, KV*n_rep, T, hd); query head h reads kv head h // n_rep."""
+    B, KV, T, hd = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None, :, :].expand(B, KV, n_rep, T, hd).reshape(B, KV * n_rep, T, hd)
+
+
+def attention(h, p, pre, cfg, cos, sin):
+    """Self-attention of layer `pre` (HF LlamaAttention, eager) on normed input h (B,T,C)."""
+    B, T, _ = h.shape
+    H, KV, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    F = torch.nn.functional
+    q = F.linear(h, p[pre + "self_attn.q_proj.weight"]).view(B, T, H, hd).transpose(1, 2)
+    k = F.linear(h, p[pre + "self_attn.k_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
+    v = F.linear(h, p[pre + "self_attn.v_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
+    q = apply_rope(q, cos, sin)
+    k = apply_rope(k, cos, sin)
+    k = repeat_kv(k, H // KV)
+    v = repeat_kv(v, H // KV)
+    att = torch.matmul(q, k.transpose(2, 3)) * (hd ** -0.5)            # (B,H,T,T)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    att = torch.where(causal, att, torch.tensor(torch.finfo(att.dtype).min, dtype=att.dtype))
+    att = torch.softmax(att, dim=-1)
+    y = torch.matmul(att, v)                                            # (B,H,T,hd)
+    y = y.transpose(1, 2).reshape(B, T, H * hd)
+    return F.linear(y, p[pre + "self_attn.o_proj.weight"])
+
+
+def mlp(h, p, pre):
+    F = torch.nn.functional
+    g = F.linear(h, p[pre + "mlp.gate_proj.weight"])
+    u = F.linear(h, p[pre + "mlp.up_proj.weight"])
+    return F.linear(F.silu(g) * u, p[pre + "mlp.down_proj.weight"])
+
+
+def forward(params, cfg, idx, targets=None, inv_freq=None):
+    """idx (B,T) int64 -> logits (B,T,V); with targets (B,T) also the mean cross-entropy loss.
+
+    Positions are 0..T-1 for every row. Parameters may be bf16: they are upcast to the compute
+    dtype of the embedding's float type (fp32 for bf16 weights)."""
+    p = {n: (t.float() if t.dtype == torch.bfloat16 else t) for n, t in params.items()}
+    B, T = idx.shape
+    assert T <= cfg.max_position_embeddings, \
+        f"sequence {T} exceeds max_position_embeddings {cfg.max_position_embeddings}"
+    eps = cfg.rms_norm_eps
+    if inv_freq is None:
+        inv_freq = rope_inv_freq(cfg)
+    pos = torch.arange(T, dtype=torch.int64).unsqueeze(0).expand(B, T)
+    cos, sin = rope_cos_sin(inv_freq, pos)
+    x = p["model.embed_tokens.weight"][idx]                             # (B,T,C)
+    for i in range(cfg.num_hidden_layers):
+        pre = f"model.layers.{i}."
+        h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+        x = x + attention(h, p, pre, cfg, cos, sin)
+        x = x + mlp(rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps), p, pre)
+    x = rms_norm(x, p["model.norm.weight"], eps)
+    logits = torch.nn.functional.linear(x, p["lm_head.weight"])        # (B,T,V)
+    if targets is None:
+        return logits, None
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                             targets.reshape(-1), reduction="mean")
+    return logits, loss
+
+
+def argmax_lowest(v):
+    """Index of the maximum of 1-D v; the lowest index among equal maxima."""
+    m = v.max()
+    return int(torch.nonzero(v == m)[0, 0])
+
+
+@torch.no_grad()
+def greedy_generate(params, cfg, prompt, n_new):
+    """Recomputes the full forward for each new token. Returns (new ids, (n_new,V) logits of the
+    last position at each step, min top1-top2 margin)."""
+    ids = list(prompt)
+    out, step_logits, margin = [], [], float("inf")
+    for _ in range(n_new):
+        logits, _ = forward(params, cfg, torch.tensor([ids], dtype=torch.int64))
+        last = logits[0, -1]
+        nxt = argmax_lowest(last)
+        top2 = torch.topk(last, 2).values
+        margin = min(margin, float(top2[0] - top2[1]))
+        out.append(nxt)
+        step_logits.append(last.clone())
+        ids.append(nxt)
+    return out, torch.stack(step_logits), margin
+
+
+# ----------------------------------------------------------------------------------------------
+# Training (same semantics as torch_gpt2; see tools/README.md)
+
+def train_step(params, cfg, opt, tokens, step, B, T, lr, clip):
+    """One step: batch `step`, forward, backward, clip, set lr, AdamW. Returns (loss, norm)."""
+    for t in params.values():
+        t.grad = None
+    x, y = tg.get_batch(tokens, step, B, T)
+    _, loss = forward(params, cfg, x, y)
+    loss.backward()
+    norm = tg.grad_norm_and_clip(params, clip)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.step()
+    return float(loss.detach()), norm
+
+
+# ----------------------------------------------------------------------------------------------
+# safetensors as transformers writes them
+
+def save_safetensors_hf(path, tensors, metadata=None):
+    """Layout of the Rust `safetensors` serializer (what save_pretrained uses): data sorted by
+    (dtype alignment descending, name), header JSON compact with `__metadata__` first and the
+    tensors in data order, padded with spaces to a multiple of 8."""
+    align = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "F16": 2, "BF16": 2, "I16": 2,
+             "I8": 1, "U8": 1, "BOOL": 1}
+    items = []
+    for name, t in tensors.items():
+        dtype, a = tg._to_numpy(t)
+        items.append((name, dtype, a))
+    items.sort(key=lambda it: (-align[it[1]], it[0]))
+    header = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    blobs, offset = [], 0
+    for name, dtype, a in items:
+        raw = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    hjson = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hjson += b" " * ((8 - len(hjson) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hjson)))
+        f.write(hjson)
+        for raw in blobs:
+            f.write(raw)
+
+
+def split_into_shards(state_dict, max_shard_size_bytes):
+    """huggingface_hub.split_torch_state_dict_into_shards: walk tensors in state_dict order,
+    start a new shard when the next tensor would push the current one past the limit; a tensor
+    larger than the limit gets a shard of its own. Returns (list of {name: tensor}, total bytes)."""
+    shards, cur, cur_size, total = [], {}, 0, 0
+    for name, t in state_dict.items():
+        size = t.numel() * t.element_size()
+        if size > max_shard_size_bytes:
+            shards.append({name: t})
+            total += size
+            continue
+        if cur_size + size > max_shard_size_bytes:
+            shards.append(cur)
+            cur, cur_size = {}, 0
+        cur[name] = t
+        cur_size += size
+        total += size
+    if cur:
+        shards.append(cur)
+    return shards, total
+
+
+def save_sharded(out_dir, state_dict, max_shard_size_bytes):
+    """model-0000k-of-0000n.safetensors + model.safetensors.index.json as save_pretrained writes
+    them (index: {"metadata": {"total_size": bytes of tensor data}, "weight_map": {name: file}},
+    indent 2, sorted keys). Returns the shard file names."""
+    shards, total = split_into_shards(state_dict, max_shard_size_bytes)
+    n = len(shards)
+    assert n > 1, "bug: expected more than one shard"
+    weight_map, files = {}, []
+    for k, shard in enumerate(shards):
+        fname = f"model-{k + 1:05d}-of-{n:05d}.safetensors"
+        save_safetensors_hf(os.path.join(out_dir, fname), shard, metadata={"format": "pt"})
+        files.append(fname)
+        for name in shard:
+            weight_map[name] = fname
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+        f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    return files
