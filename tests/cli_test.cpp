@@ -181,7 +181,7 @@ TEST(Cli, PrepareInfoTrainGenerateEndToEnd) {
   EXPECT_EQ(g1.output, g2.output);
   EXPECT_EQ(g1.output.rfind("ROMEO:", 0), 0u);
   EXPECT_GT(g1.output.size(), std::string("ROMEO:\n").size());
-  EXPECT_NE(g1.errors.find("generated 12 tokens"), std::string::npos) << g1.errors;
+  EXPECT_NE(g1.errors.find("generated: 12 tokens"), std::string::npos) << g1.errors;
   const auto s1 = run_stratum(gen + " --temperature 1 --top-k 20 --seed 5");
   const auto s2 = run_stratum(gen + " --temperature 1 --top-k 20 --seed 5");
   EXPECT_EQ(s1.output, s2.output);

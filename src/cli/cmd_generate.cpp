@@ -1,49 +1,142 @@
-// `stratum generate`: flags -> GenerateOptions -> generate_run, streaming text to stdout.
+// `stratum generate`: flags -> GenerateOptions -> generate_run. One prompt streams its text (or,
+// with --output-ids, prints the generated ids); --prompts FILE prints one JSON line per prompt.
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/file_util.h"
 #include "infer/generator.h"
 #include "stratum/error.h"
 #include "train/checkpoint.h"
 
 namespace stratum {
 
+namespace {
+std::vector<std::int32_t> parse_ids(const std::string& text) {
+  std::vector<std::int32_t> ids;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    STRATUM_CHECK(!item.empty() && end && *end == '\0' && errno == 0 && v >= 0 && v < (1LL << 31),
+                  "[cli] --prompt-ids expects comma-separated token ids like 1,2,3, got '", item, "'");
+    ids.push_back(static_cast<std::int32_t>(v));
+    at = comma + 1;
+  }
+  return ids;
+}
+
+std::string ids_text(const std::vector<std::int32_t>& ids) {
+  std::string out;
+  for (std::size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  return out;
+}
+}  // namespace
+
 int cmd_generate(const std::vector<std::string>& argv) {
   Args args("generate", argv,
-            {{"model", "DIR", "Hugging Face GPT-2 directory (required)"},
-             {"prompt", "TEXT", "text to continue (default: start from <|endoftext|>)"},
-             {"max-tokens", "N", "tokens to generate (default 64)"},
+            {{"model", "DIR", "Hugging Face GPT-2 or Llama directory, or a checkpoint root (required)"},
+             {"prompt", "TEXT", "text to continue (default: start from BOS / <|endoftext|>)"},
+             {"prompt-ids", "1,2,3", "token ids to continue instead of text"},
+             {"prompts", "FILE", "many prompts, one per line: prints one JSON line per prompt"},
+             {"batch", "N", "sequences decoded together with --prompts (default 1)"},
+             {"max-tokens", "N", "tokens to generate per prompt (default 64)"},
              {"temperature", "X", "sampling temperature; 0 = greedy (default 1.0)"},
              {"top-k", "K", "sample among the K most likely tokens; 0 = all (default 0)"},
+             {"top-p", "P", "sample among the most likely tokens holding probability P (default 1 = all)"},
              {"seed", "N", "sampling seed (default 1337)"},
-             {"tokenizer", "DIR", "BPE files if the model directory has none"},
+             {"tokenizer", "DIR", "tokenizer files if the model directory has none"},
              {"threads", "N", "worker threads (default: all CPUs)"},
-             {"no-stop", "", "keep going past <|endoftext|>"}});
+             {"no-stop", "", "keep going past the end-of-sequence token"},
+             {"output-ids", "", "print the generated token ids (comma-separated) instead of text"},
+             {"mem-budget", "SIZE", "RAM for weights + KV cache, e.g. 512M; the rest streams from --offload-dir"},
+             {"offload-dir", "DIR", "where weights that do not fit the budget live"},
+             {"prefetch", "K", "layers read ahead under a budget (default 2)"},
+             {"quiet", "", "no [stratum] lines on stderr"}});
   if (args.help_requested()) {
-    std::fputs(args.help_text("stratum generate --model DIR --prompt TEXT [flags]").c_str(), stdout);
+    std::fputs(args.help_text("stratum generate --model DIR (--prompt TEXT | --prompt-ids IDS | --prompts FILE) [flags]")
+                   .c_str(),
+               stdout);
     return 0;
   }
   GenerateOptions o;
   o.model_dir = checkpoint_model_dir(args.str("model"));
   STRATUM_CHECK(!o.model_dir.empty(), "[cli] --model DIR is required for 'stratum generate'");
-  o.prompt = args.str("prompt");
+  const int sources = args.has("prompt") + args.has("prompt-ids") + args.has("prompts");
+  STRATUM_CHECK(sources <= 1, "[cli] give one of --prompt, --prompt-ids and --prompts");
+  if (args.has("prompt")) o.prompts.push_back(args.str("prompt"));
+  if (args.has("prompt-ids")) o.prompt_ids.push_back(parse_ids(args.str("prompt-ids")));
+  const bool many = args.has("prompts");
+  if (many) {
+    const std::string path = args.str("prompts");
+    STRATUM_CHECK(file_exists(path), "[cli] --prompts file '", path, "' does not exist");
+    const std::string text = file_read_all(path);
+    std::size_t at = 0;
+    while (at < text.size()) {
+      const std::size_t nl = std::min(text.find('\n', at), text.size());
+      std::string line = text.substr(at, nl - at);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) o.prompts.push_back(line);
+      at = nl + 1;
+    }
+    STRATUM_CHECK(!o.prompts.empty(), "[cli] --prompts file '", path, "' has no prompts (one per line)");
+  }
+  STRATUM_CHECK(many || !args.has("batch"), "[cli] --batch is for --prompts FILE");
+  o.batch = static_cast<int>(args.integer("batch", 1, 1, 4096));
   o.max_tokens = static_cast<int>(args.integer("max-tokens", 64, 0, 1000000));
   o.temperature = args.number("temperature", 1.0);
   o.top_k = static_cast<int>(args.integer("top-k", 0, 0, 1 << 24));
+  o.top_p = args.number("top-p", 1.0);
   o.seed = static_cast<std::uint64_t>(args.integer("seed", 1337, 0, INT64_MAX));
   o.tokenizer_dir = args.str("tokenizer");
   o.threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
-  o.stop_at_eot = !args.flag("no-stop");
-  std::fputs(o.prompt.c_str(), stdout);
-  std::fflush(stdout);
-  GenerateResult r = generate_run(o, [](const std::string& text) {
+  o.stop_at_eos = !args.flag("no-stop");
+  o.mem_budget_bytes = args.size_bytes("mem-budget", 0);
+  o.offload_dir = args.str("offload-dir");
+  STRATUM_CHECK(o.mem_budget_bytes == 0 || !o.offload_dir.empty(),
+                "[cli] --mem-budget needs --offload-dir DIR for the weights that do not fit");
+  o.prefetch = static_cast<int>(args.integer("prefetch", 2, 0, 64));
+  o.quiet = args.flag("quiet");
+  const bool output_ids = args.flag("output-ids");
+
+  const bool stream_text = !many && !output_ids;
+  if (stream_text && !o.prompts.empty()) {
+    std::fputs(o.prompts[0].c_str(), stdout);
+    std::fflush(stdout);
+  }
+  const GenerateResult r = generate_run(o, [&](int, std::int32_t, const std::string& text) {
+    if (!stream_text) return;
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   });
-  std::fputs("\n", stdout);
+  if (stream_text) {
+    std::fputs("\n", stdout);
+  } else if (!many) {
+    std::printf("%s\n", ids_text(r.sequences[0].tokens).c_str());
+  } else {
+    for (std::size_t i = 0; i < r.sequences.size(); ++i) {
+      const GenerateSequence& s = r.sequences[i];
+      nlohmann::ordered_json j = {{"prompt", i + 1}, {"ids", s.tokens}, {"stopped_at_eos", s.stopped_at_eos}};
+      if (!output_ids) j["text"] = s.text;
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+  }
   std::fflush(stdout);
-  std::fprintf(stderr, "[stratum] generated %zu tokens at %.1f tokens/s\n", r.tokens.size(), r.tokens_per_s);
+  if (!o.quiet) {
+    std::fprintf(stderr,
+                 "[stratum] prompt: %ld tokens at %.1f tokens/s; generated: %ld tokens at %.1f tokens/s "
+                 "(%zu sequences, batch %d)\n",
+                 r.prompt_tokens, r.prompt_tokens_per_s, r.generated_tokens, r.generate_tokens_per_s,
+                 r.sequences.size(), o.batch);
+    if (o.mem_budget_bytes > 0)
+      std::fprintf(stderr, "[stratum] weights streamed from %s: %.1f MiB read, peak RAM %.1f MiB of the %.1f MiB budget\n",
+                   o.offload_dir.c_str(), r.read_bytes / 1048576.0, r.peak_ram_bytes / 1048576.0,
+                   o.mem_budget_bytes / 1048576.0);
+  }
   return 0;
 }
 

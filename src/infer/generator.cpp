@@ -3,44 +3,58 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <numeric>
 
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "data/bpe_tokenizer.h"
 #include "data/corpus.h"
+#include "infer/decoder.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/softmax_xent.h"
 #include "model/model_io.h"
 #include "store/segment_store.h"
+#include "store/tiered_segment_store.h"
 #include "stratum/error.h"
-#include "train/executor.h"
 
 namespace stratum {
 
-std::int32_t sample_next_token(const float* logits, int V, double temperature, int top_k, double uniform01) {
+std::int32_t sample_next_token(const float* logits, int V, double temperature, int top_k, double uniform01,
+                               double top_p) {
   if (temperature <= 0.0) {
     int best = 0;
     for (int i = 1; i < V; ++i)
       if (logits[i] > logits[best]) best = i;
     return best;
   }
+  constexpr float kOut = -3.0e38f;
   std::vector<float> probs(static_cast<std::size_t>(V));
   std::vector<float> filtered(logits, logits + V);
+  auto by_logit = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   if (top_k > 0 && top_k < V) {
     std::vector<int> order(static_cast<std::size_t>(V));
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int a, int b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    std::fill(filtered.begin(), filtered.end(), -3.0e38f);
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(), by_logit);
+    std::fill(filtered.begin(), filtered.end(), kOut);
     for (int i = 0; i < top_k; ++i) filtered[order[i]] = logits[order[i]];
   }
   softmax_row(probs.data(), filtered.data(), V, static_cast<float>(temperature));
+  if (top_p < 1.0) {  // nucleus: the most likely tokens (ties by lower id) until their mass reaches top_p
+    std::vector<int> order;
+    for (int i = 0; i < V; ++i)
+      if (filtered[i] > kOut) order.push_back(i);
+    std::sort(order.begin(), order.end(), by_logit);
+    double mass = 0.0;
+    std::size_t keep = 0;
+    while (keep < order.size() && (keep == 0 || mass < top_p)) mass += probs[order[keep++]];
+    for (std::size_t i = keep; i < order.size(); ++i) filtered[order[i]] = kOut;
+    softmax_row(probs.data(), filtered.data(), V, static_cast<float>(temperature));
+  }
   double cumulative = 0.0;
   int last_nonzero = 0;
   for (int i = 0; i < V; ++i) {
-    if (probs[i] <= 0.0f || filtered[i] <= -3.0e38f) continue;
+    if (probs[i] <= 0.0f || filtered[i] <= kOut) continue;
     last_nonzero = i;
     cumulative += probs[i];
     if (uniform01 < cumulative) return i;
@@ -48,50 +62,166 @@ std::int32_t sample_next_token(const float* logits, int V, double temperature, i
   return last_nonzero;
 }
 
-GenerateResult generate_run(const GenerateOptions& o, const std::function<void(const std::string&)>& on_text) {
+namespace {
+struct Sequence {
+  std::vector<std::int32_t> ids;  // prompt, then generated tokens
+  int prompt_len = 0;
+  int fed = 0;  // tokens in the KV cache
+  bool done = false;
+  Rng rng{0};
+};
+}  // namespace
+
+GenerateResult generate_run(const GenerateOptions& o,
+                            const std::function<void(int, std::int32_t, const std::string&)>& on_token) {
   STRATUM_CHECK(o.max_tokens >= 0, "[generate] --max-tokens must be >= 0, got ", o.max_tokens);
   STRATUM_CHECK(o.temperature >= 0.0, "[generate] --temperature must be >= 0 (0 = greedy), got ", o.temperature);
   STRATUM_CHECK(o.top_k >= 0, "[generate] --top-k must be >= 0 (0 = off), got ", o.top_k);
+  STRATUM_CHECK(o.top_p > 0.0 && o.top_p <= 1.0, "[generate] --top-p must be in (0, 1], got ", o.top_p);
+  STRATUM_CHECK(o.batch >= 1 && o.batch <= 4096, "[generate] --batch must be in 1..4096, got ", o.batch);
+  STRATUM_CHECK(o.prompts.empty() || o.prompt_ids.empty(), "[generate] give text prompts or token ids, not both");
   const GptConfig cfg = model_read_config(o.model_dir);
   const std::string tokenizer_dir = corpus_find_tokenizer(o.tokenizer_dir, o.model_dir);
-  STRATUM_CHECK(!tokenizer_dir.empty(), "[generate] no tokenizer: '", o.model_dir,
-                "' has no vocab.json + merges.txt; pass --tokenizer DIR");
-  const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_dir);
-  std::vector<std::int32_t> context = tokenizer.encode(o.prompt);
-  if (context.empty()) {
-    STRATUM_CHECK(tokenizer.eot_id() >= 0 && tokenizer.eot_id() < cfg.vocab_size,
-                  "[generate] the prompt is empty and the tokenizer has no <|endoftext|> token to start from");
-    context.push_back(tokenizer.eot_id());
+  std::unique_ptr<BpeTokenizer> tokenizer;
+  if (!tokenizer_dir.empty()) tokenizer = std::make_unique<BpeTokenizer>(BpeTokenizer::load(tokenizer_dir));
+  STRATUM_CHECK(tokenizer != nullptr || !o.prompt_ids.empty(), "[generate] no tokenizer: '", o.model_dir,
+                "' has no tokenizer.json (or vocab.json + merges.txt); pass --tokenizer DIR or --prompt-ids");
+
+  // Stop tokens: config.json's eos ids, else the tokenizer's <|endoftext|>.
+  std::vector<std::int32_t> eos = cfg.eos_token_ids;
+  if (eos.empty() && tokenizer && tokenizer->eot_id() >= 0) eos.push_back(tokenizer->eot_id());
+  std::vector<Sequence> seqs;
+  std::vector<std::vector<std::int32_t>> prompts = o.prompt_ids;
+  if (prompts.empty()) {
+    for (const std::string& text : o.prompts.empty() ? std::vector<std::string>{""} : o.prompts) {
+      std::vector<std::int32_t> ids = tokenizer->encode(text);
+      if (ids.empty()) {  // start from BOS (Llama) or <|endoftext|> (GPT-2)
+        const std::int32_t start = cfg.bos_token_id >= 0 ? cfg.bos_token_id : tokenizer->eot_id();
+        STRATUM_CHECK(start >= 0, "[generate] the prompt is empty and neither config.json (bos_token_id) nor the "
+                      "tokenizer (<|endoftext|>) gives a token to start from");
+        ids.push_back(start);
+      }
+      prompts.push_back(std::move(ids));
+    }
   }
-  STRATUM_CHECK(static_cast<int>(context.size()) <= cfg.n_ctx, "[generate] the prompt is ", context.size(),
-                " tokens, longer than the model context of ", cfg.n_ctx, " tokens; shorten it");
-  for (auto id : context)
-    STRATUM_CHECK(id < cfg.vocab_size, "[generate] prompt token id ", id, " is outside the model vocabulary (",
-                  cfg.vocab_size, "); the tokenizer does not match the model");
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    STRATUM_CHECK(!prompts[i].empty(), "[generate] prompt ", i + 1, " has no tokens");
+    STRATUM_CHECK(static_cast<int>(prompts[i].size()) < cfg.n_ctx, "[generate] prompt ", i + 1, " is ",
+                  prompts[i].size(), " tokens, longer than the model context of ", cfg.n_ctx,
+                  " tokens allows (at least one token must be generated); shorten it");
+    for (std::int32_t id : prompts[i])
+      STRATUM_CHECK(id >= 0 && id < cfg.vocab_size, "[generate] prompt token id ", id,
+                    " is outside the model vocabulary (0..", cfg.vocab_size - 1, ")",
+                    o.prompt_ids.empty() ? "; the tokenizer does not match the model" : "");
+  }
+  int longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
+  const int max_ctx = std::min(cfg.n_ctx, longest + std::max(1, o.max_tokens));
+  const int batch = std::min<int>(o.batch, static_cast<int>(prompts.size()));
 
   const int threads = o.threads > 0 ? o.threads : default_thread_count();
   ThreadPool pool(threads);
   blas_set_threads(threads);
   const ParamLayout layout = ParamLayout::of(cfg);
-  RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, 1, cfg.n_ctx));
-  model_load_weights(o.model_dir, layout, store);
-  Executor exec(pool, cfg, store, 1, cfg.n_ctx);
-
-  Rng rng(o.seed);
-  std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
-  GenerateResult result;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < o.max_tokens; ++i) {
-    const int T = std::min<int>(static_cast<int>(context.size()), cfg.n_ctx);
-    exec.logits_last(context.data() + context.size() - T, T, logits.data());
-    const std::int32_t next = sample_next_token(logits.data(), cfg.vocab_size, o.temperature, o.top_k, rng.uniform());
-    if (o.stop_at_eot && next == tokenizer.eot_id()) break;
-    context.push_back(next);
-    result.tokens.push_back(next);
-    on_text(next < tokenizer.vocab_size() ? tokenizer.decode_token(next) : std::string());
+  UnitTable units(layout, 0, /*params_only=*/true);
+  std::unique_ptr<SegmentStore> store;
+  const std::size_t fixed = Decoder::fixed_bytes_for(cfg, batch, max_ctx);
+  if (o.mem_budget_bytes > 0) {
+    const std::size_t need = fixed + Decoder::min_store_bytes(units);
+    auto mib = [](std::size_t b) { return std::to_string((b + (1 << 20) - 1) >> 20) + "M"; };
+    STRATUM_CHECK(o.mem_budget_bytes >= need, "[generate] --mem-budget ", mib(o.mem_budget_bytes),
+                  " is below the minimum of ", mib(need), " for batch ", batch, " and context ", max_ctx,
+                  " (KV cache and buffers ", mib(fixed), " + the largest layer and a vocabulary block ",
+                  mib(Decoder::min_store_bytes(units)), "); use --mem-budget ", mib(need),
+                  " or more, or lower --batch/--max-tokens");
+    TieredStoreOptions so;
+    so.budget_bytes = o.mem_budget_bytes - fixed;
+    so.offload_dir = o.offload_dir;
+    so.prefetch_depth = o.prefetch;
+    store = std::make_unique<TieredSegmentStore>(units, so);
+  } else {
+    store = std::make_unique<RamSegmentStore>(units);
   }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  result.tokens_per_s = s > 0 ? result.tokens.size() / s : 0.0;
+  model_load_weights(o.model_dir, layout, *store);
+  const StoreStats loaded = store->stats();
+  store->stats_reset_peak();
+  Decoder decoder(pool, cfg, *store, batch, max_ctx);
+
+  GenerateResult result;
+  result.sequences.resize(prompts.size());
+  std::vector<float> logits(static_cast<std::size_t>(batch) * cfg.vocab_size);
+  double prompt_s = 0.0, generate_s = 0.0;
+  for (std::size_t first = 0; first < prompts.size(); first += static_cast<std::size_t>(batch)) {
+    const int n = static_cast<int>(std::min<std::size_t>(batch, prompts.size() - first));
+    std::vector<Sequence> group(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      group[i].ids = prompts[first + i];
+      group[i].prompt_len = static_cast<int>(group[i].ids.size());
+      group[i].rng = Rng(o.seed + first + static_cast<std::uint64_t>(i));  // per prompt: batching keeps the samples
+      group[i].done = o.max_tokens == 0;
+      result.sequences[first + i].prompt = group[i].ids;
+    }
+    for (;;) {
+      std::vector<int> live;
+      for (int i = 0; i < n; ++i)
+        if (!group[i].done) live.push_back(i);
+      if (live.empty()) break;
+      const int B = static_cast<int>(live.size());
+      bool prompt_only = true;
+      int Tn = decoder.max_step_tokens(B);
+      for (int i : live) {
+        const int left = group[i].prompt_len - group[i].fed;
+        if (left <= 0) prompt_only = false;
+        Tn = std::min(Tn, std::max(1, left));
+      }
+      std::vector<std::int32_t> tokens;
+      std::vector<int> past, slot;
+      for (int i : live) {
+        const Sequence& s = group[i];
+        tokens.insert(tokens.end(), s.ids.begin() + s.fed, s.ids.begin() + s.fed + Tn);
+        past.push_back(s.fed);
+        slot.push_back(i);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      decoder.step(tokens.data(), B, Tn, past.data(), logits.data(), slot.data());
+      for (int r = 0; r < B; ++r) {
+        Sequence& s = group[live[r]];
+        s.fed += Tn;
+        if (s.fed < static_cast<int>(s.ids.size())) continue;  // still reading its prompt
+        const std::int32_t next =
+            sample_next_token(logits.data() + static_cast<std::size_t>(r) * cfg.vocab_size, cfg.vocab_size,
+                              o.temperature, o.top_k, s.rng.uniform(), o.top_p);
+        GenerateSequence& out = result.sequences[first + live[r]];
+        if (o.stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
+          out.stopped_at_eos = true;
+          s.done = true;
+          continue;
+        }
+        s.ids.push_back(next);
+        out.tokens.push_back(next);
+        const std::string text = tokenizer && next < tokenizer->vocab_size() ? tokenizer->decode_token(next) : "";
+        out.text += text;
+        on_token(static_cast<int>(first) + live[r], next, text);
+        ++result.generated_tokens;
+        if (static_cast<int>(out.tokens.size()) >= o.max_tokens || static_cast<int>(s.ids.size()) >= max_ctx)
+          s.done = true;
+      }
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (prompt_only) {
+        prompt_s += sec;
+        result.prompt_tokens += static_cast<long>(B) * Tn;
+      } else {
+        generate_s += sec;
+        for (int i : live) result.prompt_tokens += group[i].fed <= group[i].prompt_len ? Tn : 0;
+      }
+    }
+  }
+  result.prompt_tokens_per_s = prompt_s > 0 ? result.prompt_tokens / prompt_s : 0.0;
+  result.generate_tokens_per_s = generate_s > 0 ? result.generated_tokens / generate_s : 0.0;
+  result.tokens_per_s = prompt_s + generate_s > 0 ? result.generated_tokens / (prompt_s + generate_s) : 0.0;
+  const StoreStats st = store->stats();
+  result.read_bytes = st.read_bytes - loaded.read_bytes;
+  result.peak_ram_bytes = st.peak_held_bytes + fixed;
   return result;
 }
 

@@ -1,5 +1,10 @@
-// `stratum generate`: autoregressive sampling from a GPT-2 model, streaming each token's text as
-// soon as it is chosen. Recomputes the (cropped) context every token; no KV cache yet.
+// `stratum generate`: autoregressive sampling with a KV cache (infer/decoder.h) from a GPT-2 or
+// Llama model, in RAM or with the weights streamed from the offload dir under a memory budget.
+// One prompt streams its text as each token is chosen; many prompts (throughput mode) run in
+// batches that share each streamed layer, sequences advancing in lockstep (a batch whose prompts
+// are all still being read takes as many prompt tokens per step as the shortest has left; once
+// any sequence generates, every step takes one token per sequence). Prompts are text (encoded
+// by the model's tokenizer) or token ids.
 #pragma once
 
 #include <cstdint>
@@ -11,26 +16,49 @@ namespace stratum {
 
 struct GenerateOptions {
   std::string model_dir;
-  std::string tokenizer_dir;  // default: the model directory's vocab.json + merges.txt
-  std::string prompt;
-  int max_tokens = 64;
+  std::string tokenizer_dir;  // default: the model directory's tokenizer files
+  std::vector<std::string> prompts;                 // text prompts (one = streaming mode)
+  std::vector<std::vector<std::int32_t>> prompt_ids;  // or token-id prompts (no tokenizer needed)
+  int batch = 1;              // sequences decoded together (throughput mode)
+  int max_tokens = 64;        // per sequence
   double temperature = 1.0;   // 0 = greedy
   int top_k = 0;              // 0 = no top-k filter
+  double top_p = 1.0;         // 1 = no nucleus filter
   std::uint64_t seed = 1337;
   int threads = 0;
-  bool stop_at_eot = true;
+  bool stop_at_eos = true;
+  std::uint64_t mem_budget_bytes = 0;  // 0 = weights in RAM
+  std::string offload_dir;
+  int prefetch = 2;
+  bool quiet = false;  // no "[stratum]" lines on stderr
+};
+
+struct GenerateSequence {
+  std::vector<std::int32_t> prompt;  // ids
+  std::vector<std::int32_t> tokens;  // generated ids (without the prompt; the EOS that stopped it excluded)
+  std::string text;                  // decoded generated text ("" without a tokenizer)
+  bool stopped_at_eos = false;
 };
 
 struct GenerateResult {
-  std::vector<std::int32_t> tokens;  // generated ids (without the prompt)
-  double tokens_per_s = 0.0;
+  std::vector<GenerateSequence> sequences;  // in prompt order
+  long prompt_tokens = 0, generated_tokens = 0;
+  double prompt_tokens_per_s = 0.0;     // prompt tokens / time of the steps that read only prompt tokens
+  double generate_tokens_per_s = 0.0;   // generated tokens / time of the other steps
+  double tokens_per_s = 0.0;            // generated_tokens / the whole generation time (compat)
+  std::uint64_t read_bytes = 0;         // weights streamed from the offload dir (budget only)
+  std::size_t peak_ram_bytes = 0;       // store + decoder (budget only)
 };
 
-// Calls on_text with the bytes of each generated token, in order.
-GenerateResult generate_run(const GenerateOptions& options, const std::function<void(const std::string&)>& on_text);
+// on_token(sequence index, id, text) for every generated token, in order (text "" without a
+// tokenizer).
+GenerateResult generate_run(const GenerateOptions& options,
+                            const std::function<void(int, std::int32_t, const std::string&)>& on_token);
 
 // Picks the next token from logits (V): argmax when temperature == 0 (lowest id on ties), else
-// samples softmax(logits / temperature) restricted to the top_k largest (ties by lower id).
-std::int32_t sample_next_token(const float* logits, int V, double temperature, int top_k, double uniform01);
+// samples softmax(logits / temperature) restricted to the top_k largest (ties by lower id) and
+// then to the smallest set of most likely tokens whose probability reaches top_p.
+std::int32_t sample_next_token(const float* logits, int V, double temperature, int top_k, double uniform01,
+                               double top_p = 1.0);
 
 }  // namespace stratum

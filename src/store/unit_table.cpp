@@ -8,7 +8,7 @@
 
 namespace stratum {
 
-UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats)
+UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, bool params_only)
     : layout_(&layout), act_floats_(align_up(act_floats, 1024)) {
   const int segments = layout.segment_count();
   first_unit_.assign(static_cast<std::size_t>(segments) * kSegmentKindCount, -1);
@@ -16,6 +16,7 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats)
   for (int s = 0; s < segments; ++s) {
     for (int k = 0; k < kSegmentKindCount; ++k) {
       const auto kind = static_cast<SegmentKind>(k);
+      if (params_only && kind != SegmentKind::Params && kind != SegmentKind::Activations) continue;
       std::vector<std::size_t> sizes;  // floats per chunk
       if (kind != SegmentKind::Activations) {
         for (int c = 0; c < layout.segments()[s].chunk_count(); ++c) sizes.push_back(layout.segments()[s].chunk_floats(c));

@@ -22,8 +22,9 @@ enum class Access { Read, Overwrite, Update };
 class UnitTable {
  public:
   // act_floats: size of one boundary activation, e.g. Executor::activation_unit_floats();
-  // 0 = no activation units (a store used only for loading/saving weights).
-  UnitTable(const ParamLayout& layout, std::size_t act_floats);
+  // 0 = no activation units (a store used only for loading/saving weights). params_only: no
+  // gradient or moment units either (inference: the offload dir then holds only the weights).
+  UnitTable(const ParamLayout& layout, std::size_t act_floats, bool params_only = false);
 
   const ParamLayout& layout() const { return *layout_; }
   int count() const { return static_cast<int>(units_.size()); }
