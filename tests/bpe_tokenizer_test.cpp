@@ -190,7 +190,7 @@ void copy_real(const TempDir& dir, const char* from, const char* to) {
 TEST(BpeTokenizerTest, MalformedFilesThrowTokenizerErrors) {
   const std::string merges_header = "#version: 0.2\n";
   const std::vector<MalformedCase> cases = {
-      {"empty folder", [](const TempDir&) {}, "neither encoder.json nor vocab.json"},
+      {"empty folder", [](const TempDir&) {}, "none of tokenizer.json, encoder.json, vocab.json"},
       {"vocab.bpe missing", [](const TempDir& d) { copy_real(d, "encoder.json", "encoder.json"); },
        "vocab.bpe"},
       {"merges.txt missing", [](const TempDir& d) { copy_real(d, "encoder.json", "vocab.json"); },

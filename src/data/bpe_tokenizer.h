@@ -1,11 +1,14 @@
-// GPT-2 byte-level BPE tokenizer: loads encoder.json + vocab.bpe (OpenAI names) or
-// vocab.json + merges.txt (Hugging Face names), encodes text to token ids exactly as OpenAI's
-// GPT-2 encoder does, and decodes ids back to raw bytes.
-// Does not: treat "<|endoftext|>" or any other special token specially (it is ordinary text),
-// add BOS/EOS ids, normalize Unicode, pad or truncate, or learn merges.
+// Byte-level BPE tokenizer: loads a Hugging Face tokenizer.json (GPT-2, Llama 3 and other
+// byte-level BPE models; Note [tokenizer.json]) or GPT-2's encoder.json + vocab.bpe (OpenAI
+// names) / vocab.json + merges.txt (Hugging Face names), encodes text to token ids exactly as
+// OpenAI's GPT-2 encoder and Hugging Face `tokenizers` do, and decodes ids back to raw bytes.
+// Does not: add BOS/EOS ids (bos_id() only reports them), normalize Unicode, pad or truncate,
+// learn merges, or load SentencePiece/Unigram/WordPiece tokenizers.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,25 +18,57 @@
 namespace stratum {
 
 // Note [bpe invalid utf-8]
-// Text is split with GPT-2's pre-tokenizer regex (PCRE2, UTF + UCP). The pattern is compiled
-// with PCRE2_MATCH_INVALID_UTF, so an ill-formed UTF-8 sequence (stray continuation byte,
-// truncated or overlong sequence, encoded surrogate, > U+10FFFF) never matches any part of the
-// pattern. Every valid character is matched by some alternative, so the only bytes between two
-// matches are invalid ones: each maximal run of such bytes becomes one pre-token of its own and
-// is BPE-merged over its raw bytes like any other pre-token. Encoding therefore never fails on
-// bad input, is deterministic, and decode(encode(x)) == x for every byte string x.
+// Text is split with a pre-tokenizer regex (PCRE2, UTF + UCP): GPT-2's, or the one a
+// tokenizer.json names. The pattern is compiled with PCRE2_MATCH_INVALID_UTF, so an ill-formed
+// UTF-8 sequence (stray continuation byte, truncated or overlong sequence, encoded surrogate,
+// > U+10FFFF) never matches any part of the pattern. The text between two matches becomes one
+// pre-token of its own (Hugging Face's "Isolated" split behaviour) and is BPE-merged over its raw
+// bytes like any other pre-token; with GPT-2's and Llama 3's patterns, which match every valid
+// character, such gaps are exactly the maximal runs of invalid bytes. Empty matches produce no
+// pre-token but end the gap before them, as in Hugging Face's Split. Encoding therefore never
+// fails on bad input with those patterns (a tokenizer.json regex that backtracks past PCRE2's
+// match limit makes encode throw), is deterministic, and decode(encode(x)) == x for every byte
+// string x unless the tokenizer adds a prefix space (ByteLevel add_prefix_space: true).
+//
+// Note [tokenizer.json]
+// Supported: "model": {"type": "BPE"} with a byte-level vocabulary (GPT-2's byte-to-unicode
+// alphabet) and "merges" as "a b" strings or ["a", "b"] pairs; "normalizer": null;
+// "pre_tokenizer": ByteLevel (GPT-2's regex, add_prefix_space false or true) or a Sequence of
+// Split {"pattern": {"Regex": ...}, "behavior": "Isolated", "invert": false} and ByteLevel
+// {"add_prefix_space": false, "use_regex": false} (Llama 3); "decoder": ByteLevel;
+// "model.ignore_merges" (a pre-token that is a vocabulary token is emitted whole, as Llama 3
+// expects); "added_tokens" with lstrip, rstrip and single_word false. Encoding follows Hugging
+// Face `tokenizers`: added tokens are cut out of the raw text first (leftmost match, longest
+// first; "normalized": false tokens in a first pass, "normalized": true ones in what is left),
+// each map to their id, and every piece of text between them is pre-tokenized (a prefix space
+// added to each piece when add_prefix_space is true) and BPE-merged. The post_processor is not
+// applied: encode() never adds BOS/EOS; bos_id()/eos_id() report what its TemplateProcessing
+// would add. "truncation" and "padding" are ignored. Ids must be what Hugging Face would assign:
+// model.vocab covers 0..V-1, an added token already in the vocabulary keeps its id (and must
+// stand for its own text there), and the others take V, V+1, ... in file order. Refused with
+// one error naming the file, the field and what is supported: other model types (Unigram,
+// WordPiece, WordLevel), SentencePiece-style BPE (byte_fallback, Metaspace; e.g. Llama 2,
+// Mistral), normalizers, other pre-tokenizers and decoders, added tokens with lstrip, rstrip
+// or single_word. PCRE2 stands in for Hugging Face's Oniguruma: they agree on the constructs real
+// tokenizer regexes use (\p{L}, \p{N}, \s, (?i:...), lookahead, {m,n}); ^ and $ match at line
+// ends as in Oniguruma; known differences: \h (hex digit in Oniguruma, horizontal space in
+// PCRE2) and U+180E (\s in PCRE2 only).
 //
 // Thread safety: a loaded BpeTokenizer is immutable. All const methods, encode included, may be
 // called concurrently from any number of threads: encode keeps its merged-word cache and its
 // PCRE2 match data local to the call, so there is no shared mutable state.
 class BpeTokenizer {
  public:
-  // dir holds encoder.json + vocab.bpe (OpenAI names) or vocab.json + merges.txt (Hugging Face
-  // names). Throws stratum::Error ("[tokenizer] ...") naming the file and the problem when a
-  // file is missing or malformed. Requirements beyond GPT-2's format: token ids are unique and
-  // cover 0..N-1, every one of the 256 single-byte tokens is present, and every merge names two
-  // tokens of the vocabulary whose concatenation is also in it.
+  // dir holds tokenizer.json (Hugging Face; Note [tokenizer.json]), else encoder.json +
+  // vocab.bpe (OpenAI names) or vocab.json + merges.txt (Hugging Face names). tokenizer.json wins
+  // when a folder has both, because only it carries the added tokens and the pre-tokenizer regex.
+  // Throws stratum::Error ("[tokenizer] ...") naming the file and the problem when a file is
+  // missing or malformed. Requirements beyond the formats: token ids are unique and cover
+  // 0..N-1, every one of the 256 single-byte tokens is present, and every merge names two tokens
+  // of the vocabulary whose concatenation is also in it.
   static BpeTokenizer load(const std::string& dir);
+  // Loads one Hugging Face tokenizer.json file (Note [tokenizer.json]); same errors as load().
+  static BpeTokenizer load_tokenizer_json(const std::string& path);
 
   BpeTokenizer(BpeTokenizer&&) noexcept;
   BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
@@ -41,34 +76,77 @@ class BpeTokenizer {
   BpeTokenizer& operator=(const BpeTokenizer&) = delete;
   ~BpeTokenizer();
 
-  // Token ids of `text` (arbitrary bytes; see Note [bpe invalid utf-8]).
+  // Token ids of `text` (arbitrary bytes; see Note [bpe invalid utf-8]). Added tokens of a
+  // tokenizer.json found in the text map to their ids; no BOS/EOS is added.
   std::vector<std::int32_t> encode(std::string_view text) const;
-  // Raw bytes of the tokens concatenated (may be invalid UTF-8 when cut mid-character).
-  // Throws stratum::Error if an id is out of range.
+  // Raw bytes of the tokens concatenated (may be invalid UTF-8 when cut mid-character); an
+  // added token outside model.vocab gives its content. Throws stratum::Error if an id is out of
+  // range.
   std::string decode(const std::vector<std::int32_t>& ids) const;
   // Raw bytes of one token; throws stratum::Error if id is out of range.
   std::string decode_token(std::int32_t id) const;
-  // Number of entries in encoder.json (50257 for GPT-2).
+  // Number of ids: max id + 1 over the vocabulary and the added tokens (50257 for GPT-2,
+  // 128256 for Llama 3).
   std::int32_t vocab_size() const;
-  // Id of "<|endoftext|>", or -1 if the vocabulary has no such token.
+  // Id of "<|endoftext|>" (GPT-2's end of text), or -1 if there is no such token.
   std::int32_t eot_id() const;
+  // Id of the token whose text is `content` (an added token's content, else a vocabulary token's
+  // raw bytes, i.e. what decode_token returns: " the", not "Ġthe"), or -1. E.g.
+  // token_id("<|begin_of_text|>"), token_id("<|eot_id|>").
+  std::int32_t token_id(std::string_view content) const;
+  // Ids the tokenizer.json post_processor (TemplateProcessing, alone or in a Sequence) puts
+  // before / after a single sequence, or -1 when it adds none or there is no tokenizer.json.
+  // encode() never adds them. Llama 3: bos_id() == token_id("<|begin_of_text|>"), eos_id() == -1.
+  std::int32_t bos_id() const;
+  std::int32_t eos_id() const;
 
  private:
   struct CompiledRegex;  // owns the PCRE2 code; defined in the .cpp to keep pcre2.h private
+  struct EncodeState;    // one encode() call's cache and PCRE2 match data; defined in the .cpp
+  struct Loader;         // file parsing and validation; defined in the .cpp
   struct Merge {
-    std::int32_t rank;       // line order in the merges file; lower merges first
+    std::int32_t rank;       // order in the merges list; lower merges first
     std::int32_t merged_id;  // id of left + right
   };
+  struct AddedToken {
+    std::string content;  // matched verbatim in the text
+    std::int32_t id;
+  };
+  // The added tokens of one matching pass, sorted by (first byte, length descending):
+  // tokens[first_byte_begin[b] .. first_byte_begin[b + 1]) start with byte b.
+  struct AddedTokenPass {
+    std::vector<AddedToken> tokens;
+    std::array<std::uint32_t, 257> first_byte_begin{};
+  };
+
+  // Hash for unordered_map<std::string, ...> lookups by std::string_view without a copy.
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  using StringToId = std::unordered_map<std::string, std::int32_t, StringHash, std::equal_to<>>;
 
   BpeTokenizer();
+  // Encodes `text` after cutting out the added tokens of pass `pass` and those of later passes.
+  void encode_added(std::string_view text, std::size_t pass, EncodeState& state) const;
+  // Pre-tokenizes one piece of text between added tokens and appends the ids of its pre-tokens.
+  void encode_segment(std::string_view segment, EncodeState& state) const;
   // Appends the ids of one pre-token (raw bytes) to `out`.
   void bpe_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
   const Merge* merge_find(std::int32_t left_id, std::int32_t right_id) const;
 
   std::vector<std::string> id_to_bytes_;  // (vocab_size) raw bytes of each token
   std::int32_t byte_ids_[256] = {};       // id of the single-byte token for each byte value
+  StringToId bytes_to_id_;                // raw bytes -> id of the model vocabulary's tokens
   std::unordered_map<std::uint64_t, Merge> merges_;  // key: left id << 32 | right id
+  // [0]: "normalized": false added tokens, matched first; [1]: "normalized": true ones.
+  std::array<AddedTokenPass, 2> added_passes_;
+  StringToId added_ids_;           // content -> id of the added tokens
+  bool add_prefix_space_ = false;  // ByteLevel add_prefix_space: " " before each text piece
+  bool ignore_merges_ = false;     // a pre-token that is a vocabulary token is emitted whole
   std::int32_t eot_id_ = -1;
+  std::int32_t bos_id_ = -1;
+  std::int32_t eos_id_ = -1;
   std::unique_ptr<CompiledRegex> regex_;
 };
 

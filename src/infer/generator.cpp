@@ -87,16 +87,21 @@ GenerateResult generate_run(const GenerateOptions& o,
   STRATUM_CHECK(tokenizer != nullptr || !o.prompt_ids.empty(), "[generate] no tokenizer: '", o.model_dir,
                 "' has no tokenizer.json (or vocab.json + merges.txt); pass --tokenizer DIR or --prompt-ids");
 
-  // Stop tokens: config.json's eos ids, else the tokenizer's <|endoftext|>.
+  // Stop tokens: config.json's eos ids, else the tokenizer's end-of-text tokens.
   std::vector<std::int32_t> eos = cfg.eos_token_ids;
-  if (eos.empty() && tokenizer && tokenizer->eot_id() >= 0) eos.push_back(tokenizer->eot_id());
+  if (eos.empty() && tokenizer)
+    for (std::int32_t id : {tokenizer->eot_id(), tokenizer->eos_id(), tokenizer->token_id("<|end_of_text|>"),
+                            tokenizer->token_id("<|eot_id|>")})
+      if (id >= 0 && std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
   std::vector<Sequence> seqs;
   std::vector<std::vector<std::int32_t>> prompts = o.prompt_ids;
   if (prompts.empty()) {
     for (const std::string& text : o.prompts.empty() ? std::vector<std::string>{""} : o.prompts) {
       std::vector<std::int32_t> ids = tokenizer->encode(text);
       if (ids.empty()) {  // start from BOS (Llama) or <|endoftext|> (GPT-2)
-        const std::int32_t start = cfg.bos_token_id >= 0 ? cfg.bos_token_id : tokenizer->eot_id();
+        const std::int32_t start = cfg.bos_token_id >= 0       ? cfg.bos_token_id
+                                   : tokenizer->bos_id() >= 0 ? tokenizer->bos_id()
+                                                              : tokenizer->eot_id();
         STRATUM_CHECK(start >= 0, "[generate] the prompt is empty and neither config.json (bos_token_id) nor the "
                       "tokenizer (<|endoftext|>) gives a token to start from");
         ids.push_back(start);
