@@ -19,6 +19,7 @@
 
 #include "core/file_util.h"
 #include "data/bpe_tokenizer.h"
+#include "integration_util.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -38,29 +39,7 @@ std::string shared_data_dir() {
                                         : std::string(STRATUM_SOURCE_DIR "/../shared/data");
 }
 
-// A fresh directory under $TMPDIR, removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "bpe_json_test_XXXXXX").string();
-    STRATUM_CHECK(::mkdtemp(pattern.data()) != nullptr, "[test] mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  void write(const std::string& name, const std::string& contents) const {
-    file_write_atomic(path_ + "/" + name, contents);
-  }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 const Json& golden() {
   static const Json table = Json::parse(file_read_all(kGoldenDir + "/golden.json"));
@@ -121,7 +100,7 @@ Json gpt2_tokenizer_json(bool add_prefix_space) {
 const BpeTokenizer& gpt2_json() {
   static const TempDir dir;
   static const BpeTokenizer tok = [] {
-    dir.write("tokenizer.json", gpt2_tokenizer_json(false).dump());
+    file_write_atomic(dir.file("tokenizer.json"), gpt2_tokenizer_json(false).dump());
     return BpeTokenizer::load(dir.path());
   }();
   return tok;
@@ -158,7 +137,7 @@ TEST(BpeTokenizerJsonTest, Gpt2GoldenMatchesHuggingFaceAndRoundTrips) {
 
 TEST(BpeTokenizerJsonTest, Gpt2AddPrefixSpaceGoldenMatchesHuggingFace) {
   TempDir dir;
-  dir.write("tokenizer.json", gpt2_tokenizer_json(true).dump());
+  file_write_atomic(dir.file("tokenizer.json"), gpt2_tokenizer_json(true).dump());
   const BpeTokenizer tok = BpeTokenizer::load(dir.path());
   golden_check(tok, "gpt2_prefix_space", false);
   // Each piece of text between added tokens gets its own space.
@@ -355,7 +334,7 @@ Json small_tokenizer_json() {
 
 BpeTokenizer load_json(const Json& json) {
   TempDir dir;
-  dir.write("tokenizer.json", json.dump());
+  file_write_atomic(dir.file("tokenizer.json"), json.dump());
   return BpeTokenizer::load(dir.path());
 }
 
@@ -612,7 +591,7 @@ TEST(BpeTokenizerJsonTest, MalformedAndUnsupportedFilesThrowOneLineErrors) {
     TempDir dir;
     Json json = small_tokenizer_json();
     if (c.mutate) c.mutate(json);
-    dir.write("tokenizer.json", c.raw != nullptr ? std::string(c.raw) : json.dump());
+    file_write_atomic(dir.file("tokenizer.json"), c.raw != nullptr ? std::string(c.raw) : json.dump());
     try {
       BpeTokenizer::load(dir.path());
       ADD_FAILURE() << c.name << ": load did not throw";

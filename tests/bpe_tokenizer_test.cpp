@@ -3,6 +3,7 @@
 // and malformed tokenizer files fail with one-line "[tokenizer]" errors.
 // Does not time anything (benchmarks live in bench/).
 #include "data/bpe_tokenizer.h"
+#include "integration_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -35,28 +36,7 @@ const BpeTokenizer& gpt2() {
   return tok;
 }
 
-// A fresh directory under $TMPDIR, removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "bpe_test_XXXXXX").string();
-    STRATUM_CHECK(::mkdtemp(pattern.data()) != nullptr, "[test] mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  void write(const std::string& name, const std::string& contents) const {
-    file_write_atomic(path_ + "/" + name, contents);
-  }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 TEST(BpeTokenizerTest, VocabularyFacts) {
   EXPECT_EQ(gpt2().vocab_size(), 50257);
@@ -197,62 +177,62 @@ TEST(BpeTokenizerTest, MalformedFilesThrowTokenizerErrors) {
        "merges.txt"},
       {"invalid JSON",
        [&](const TempDir& d) {
-         d.write("encoder.json", "{\"a\": 0,");
-         d.write("vocab.bpe", merges_header);
+         file_write_atomic(d.file("encoder.json"), "{\"a\": 0,");
+         file_write_atomic(d.file("vocab.bpe"), merges_header);
        },
        "not valid JSON"},
       {"JSON array instead of object",
        [&](const TempDir& d) {
-         d.write("encoder.json", "[\"a\", \"b\"]");
-         d.write("vocab.bpe", merges_header);
+         file_write_atomic(d.file("encoder.json"), "[\"a\", \"b\"]");
+         file_write_atomic(d.file("vocab.bpe"), merges_header);
        },
        "JSON object"},
       {"string id",
        [&](const TempDir& d) {
-         d.write("encoder.json", "{\"a\": \"0\"}");
-         d.write("vocab.bpe", merges_header);
+         file_write_atomic(d.file("encoder.json"), "{\"a\": \"0\"}");
+         file_write_atomic(d.file("vocab.bpe"), merges_header);
        },
        "expected an integer id"},
       {"negative id",
        [&](const TempDir& d) {
-         d.write("encoder.json", "{\"a\": -1}");
-         d.write("vocab.bpe", merges_header);
+         file_write_atomic(d.file("encoder.json"), "{\"a\": -1}");
+         file_write_atomic(d.file("vocab.bpe"), merges_header);
        },
        "ids must be unique"},
       {"duplicate id",
        [&](const TempDir& d) {
-         d.write("encoder.json", "{\"a\": 0, \"b\": 0}");
-         d.write("vocab.bpe", merges_header);
+         file_write_atomic(d.file("encoder.json"), "{\"a\": 0, \"b\": 0}");
+         file_write_atomic(d.file("vocab.bpe"), merges_header);
        },
        "ids must be unique"},
       {"missing byte tokens",
        [&](const TempDir& d) {
-         d.write("encoder.json", "{\"a\": 0, \"b\": 1}");
-         d.write("vocab.bpe", merges_header);
+         file_write_atomic(d.file("encoder.json"), "{\"a\": 0, \"b\": 1}");
+         file_write_atomic(d.file("vocab.bpe"), merges_header);
        },
        "single-byte token"},
       {"key outside the byte alphabet",
        [&](const TempDir& d) {
-         d.write("encoder.json", "{\"\\u4e2d\": 0}");
-         d.write("vocab.bpe", merges_header);
+         file_write_atomic(d.file("encoder.json"), "{\"\\u4e2d\": 0}");
+         file_write_atomic(d.file("vocab.bpe"), merges_header);
        },
        "byte-to-unicode alphabet"},
       {"merges line with three symbols",
        [&](const TempDir& d) {
          copy_real(d, "encoder.json", "encoder.json");
-         d.write("vocab.bpe", merges_header + "\xc4\xa0 t\nh e x\n");
+         file_write_atomic(d.file("vocab.bpe"), merges_header + "\xc4\xa0 t\nh e x\n");
        },
        "line 3"},
       {"merges line with one symbol",
        [&](const TempDir& d) {
          copy_real(d, "encoder.json", "encoder.json");
-         d.write("vocab.bpe", merges_header + "he\n");
+         file_write_atomic(d.file("vocab.bpe"), merges_header + "he\n");
        },
        "bad merges line"},
       {"merge naming an unknown symbol",
        [&](const TempDir& d) {
          copy_real(d, "encoder.json", "encoder.json");
-         d.write("vocab.bpe", merges_header + "\xc4\xa0 t\nzqxj vwkp\n");
+         file_write_atomic(d.file("vocab.bpe"), merges_header + "\xc4\xa0 t\nzqxj vwkp\n");
        },
        "not in"},
   };

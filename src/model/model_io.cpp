@@ -72,12 +72,16 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
   const char* family = layout.arch() == ModelArch::Llama ? "Llama" : "GPT-2";
   for (const std::string& path : paths) {
   SafetensorsFile file = SafetensorsFile::open(path);
+  const std::string base = std::filesystem::path(path).filename().string();
+  if (expect != nullptr)  // every tensor the index places in this shard is there
+    for (const auto& [name, shard] : *expect)
+      STRATUM_CHECK(shard != base || file.find(name) != nullptr, "[model] ", path, ": tensor '", name,
+                    "' is named by model.safetensors.index.json but absent from this shard");
   for (const auto& info : file.tensors()) {
     if (expect != nullptr) {
       const auto it = expect->find(info.name);
-      STRATUM_CHECK(it == expect->end() || it->second == std::filesystem::path(path).filename().string(), "[model] ",
-                    path, ": holds tensor '", info.name, "', but the index places it in '",
-                    it == expect->end() ? "" : it->second, "'");
+      STRATUM_CHECK(it == expect->end() || it->second == base, "[model] ", path, ": holds tensor '", info.name,
+                    "', but the index places it in '", it == expect->end() ? "" : it->second, "'");
     }
     std::size_t k = 0;
     std::vector<std::pair<int, int>> slots;
@@ -201,16 +205,6 @@ std::vector<std::string> model_weight_files(const std::string& dir, std::map<std
 void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store) {
   std::map<std::string, std::string> weight_map;
   const std::vector<std::string> paths = model_weight_files(dir, &weight_map);
-  if (paths.size() > 1 || !weight_map.empty()) {
-    // Every tensor the index names must be in its shard.
-    for (const std::string& path : paths) {
-      const SafetensorsFile file = SafetensorsFile::open(path);
-      const std::string base = std::filesystem::path(path).filename().string();
-      for (const auto& [name, shard] : weight_map)
-        STRATUM_CHECK(shard != base || file.find(name) != nullptr, "[model] ", path, ": tensor '", name,
-                      "' is named by model.safetensors.index.json but absent from this shard");
-    }
-  }
   load_kinds(paths, layout, store, {{SegmentKind::Params, ""}}, ignorable_tensor, "the weights",
              weight_map.empty() ? nullptr : &weight_map);
 }
