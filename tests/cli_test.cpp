@@ -193,6 +193,58 @@ TEST(Cli, PrepareInfoTrainGenerateEndToEnd) {
 namespace stratum {
 namespace {
 
+// A Llama directory with a tokenizer.json: info names the family, every shard and the tokenizer;
+// --prompt-ids-file runs a batch of id prompts (one JSON line each, the same ids as each prompt
+// alone); a budget that spills the KV cache says how much it wrote.
+TEST(Cli, LlamaInfoAndIdPromptsFile) {
+  testing::TempDir tmp;
+  const std::string model = tmp.file("llama");
+  std::filesystem::copy(source_path("tests/golden/tiny_llama"), model);
+  std::filesystem::copy_file(source_path("tests/golden/tokenizer_json/llama3_style/tokenizer.json"),
+                             model + "/tokenizer.json");
+  auto r = run_stratum("info " + model);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("Llama model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tokenizer: tokenizer.json, byte-level BPE"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model-00002-of-00002.safetensors"), std::string::npos) << r.output;
+
+  write_text(tmp.file("ids.txt"), "5,9,2\n\n17,3,3,8,1\n");
+  const std::string gen = "generate --model " + model + " --temperature 0 --max-tokens 6 --no-stop --output-ids";
+  const auto one = [&](const std::string& ids) {
+    const auto g = run_stratum(gen + " --prompt-ids " + ids);
+    EXPECT_EQ(g.exit_code, 0) << g.errors;
+    return g.output.substr(0, g.output.find('\n'));
+  };
+  const std::string a = one("5,9,2"), b = one("17,3,3,8,1");
+  r = run_stratum(gen + " --prompt-ids-file " + tmp.file("ids.txt") + " --batch 2");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("{\"prompt\":1,\"ids\":[" + a + "]"), std::string::npos) << r.output << " vs " << a;
+  EXPECT_NE(r.output.find("{\"prompt\":2,\"ids\":[" + b + "]"), std::string::npos) << r.output << " vs " << b;
+  std::filesystem::create_directory(tmp.file("off"));
+  const auto spilled = run_stratum(gen + " --prompt-ids-file " + tmp.file("ids.txt") + " --batch 2 --mem-budget 1M" +
+                                   " --offload-dir " + tmp.file("off"));
+  EXPECT_NE(spilled.exit_code, 0);
+  EXPECT_NE(spilled.errors.find("is below the minimum of "), std::string::npos) << spilled.errors;
+  const auto at = spilled.errors.find("use --mem-budget ");
+  ASSERT_NE(at, std::string::npos) << spilled.errors;
+  const std::string minimum = spilled.errors.substr(at + 17, spilled.errors.find(' ', at + 17) - at - 17);
+  r = run_stratum(gen + " --prompt-ids-file " + tmp.file("ids.txt") + " --batch 2 --mem-budget " + minimum +
+                  " --offload-dir " + tmp.file("off"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("[" + a + "]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[" + b + "]"), std::string::npos) << r.output;
+  EXPECT_NE(r.errors.find("KV cache spilled: "), std::string::npos) << r.errors;
+  EXPECT_EQ(r.errors.find("KV cache spilled: 0.0 MiB"), std::string::npos) << r.errors;
+
+  r = run_stratum(gen + " --prompt-ids-file " + tmp.file("ids.txt") + " --prompt-ids 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.errors.find("give one of"), std::string::npos) << r.errors;
+  write_text(tmp.file("bad.txt"), "1,2\n3,x\n");
+  r = run_stratum(gen + " --prompt-ids-file " + tmp.file("bad.txt"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.errors.find("'x'"), std::string::npos) << r.errors;
+}
+
 // OPENBLAS_CORETYPE forced to an older core must not change the GEMM kernels stratum uses.
 TEST(Cli, ForcedOpenblasCoretypeIsDropped) {
   const std::string run = std::string(" ") + STRATUM_BINARY + " train --layers 1 --heads 1 --embd 16 --ctx 8 --vocab 101 "

@@ -101,7 +101,7 @@ TEST(Generate, LlamaGreedyMatchesPyTorchInRamStreamedAndBatched) {
   testing::TempDir tmp;
   const GptConfig cfg = model_read_config(o.model_dir);
   const ParamLayout layout = ParamLayout::of(cfg);
-  const UnitTable units(layout, 0, true);
+  const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, 17), true);
   o.mem_budget_bytes = Decoder::fixed_bytes_for(cfg, 1, 17) + Decoder::min_store_bytes(units);
   o.offload_dir = tmp.path();
   o.prefetch = 1;
@@ -125,6 +125,19 @@ TEST(Generate, LlamaGreedyMatchesPyTorchInRamStreamedAndBatched) {
     one.prompt_ids = {o.prompt_ids[i]};
     EXPECT_EQ(generate_run(one, none).sequences[0].tokens, batched.sequences[i].tokens) << i;
   }
+
+  // The batch under its smallest budget: weights and KV caches (Note [KV cache units]) stream,
+  // the caches spilling to the offload dir between steps; the tokens stay the same.
+  const int ctx = 9 + 12;
+  const UnitTable batch_units(layout, Decoder::kv_unit_floats(cfg, 3, ctx), true);
+  o.mem_budget_bytes = Decoder::fixed_bytes_for(cfg, 3, ctx) + Decoder::min_store_bytes(batch_units);
+  o.offload_dir = tmp.path();
+  o.prefetch = 2;
+  const GenerateResult spilled = generate_run(o, none);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(spilled.sequences[i].tokens, batched.sequences[i].tokens) << i;
+  EXPECT_GT(spilled.write_bytes, 0u) << "the smallest budget must spill KV caches";
+  EXPECT_GT(spilled.read_bytes, streamed.read_bytes);
+  EXPECT_LE(spilled.peak_ram_bytes, o.mem_budget_bytes);
 }
 
 TEST(Generate, BadInputIsRefusedWithAClearError) {

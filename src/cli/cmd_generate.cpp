@@ -43,7 +43,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"prompt", "TEXT", "text to continue (default: start from BOS / <|endoftext|>)"},
              {"prompt-ids", "1,2,3", "token ids to continue instead of text"},
              {"prompts", "FILE", "many prompts, one per line: prints one JSON line per prompt"},
-             {"batch", "N", "sequences decoded together with --prompts (default 1)"},
+             {"prompt-ids-file", "FILE", "like --prompts, each line token ids like 1,2,3"},
+             {"batch", "N", "sequences decoded together with --prompts/--prompt-ids-file (default 1)"},
              {"max-tokens", "N", "tokens to generate per prompt (default 64)"},
              {"temperature", "X", "sampling temperature; 0 = greedy (default 1.0)"},
              {"top-k", "K", "sample among the K most likely tokens; 0 = all (default 0)"},
@@ -58,7 +59,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"prefetch", "K", "layers read ahead under a budget (default 2)"},
              {"quiet", "", "no [stratum] lines on stderr"}});
   if (args.help_requested()) {
-    std::fputs(args.help_text("stratum generate --model DIR (--prompt TEXT | --prompt-ids IDS | --prompts FILE) [flags]")
+    std::fputs(args.help_text("stratum generate --model DIR (--prompt TEXT | --prompt-ids IDS | --prompts FILE | --prompt-ids-file FILE) [flags]")
                    .c_str(),
                stdout);
     return 0;
@@ -66,26 +67,31 @@ int cmd_generate(const std::vector<std::string>& argv) {
   GenerateOptions o;
   o.model_dir = checkpoint_model_dir(args.str("model"));
   STRATUM_CHECK(!o.model_dir.empty(), "[cli] --model DIR is required for 'stratum generate'");
-  const int sources = args.has("prompt") + args.has("prompt-ids") + args.has("prompts");
-  STRATUM_CHECK(sources <= 1, "[cli] give one of --prompt, --prompt-ids and --prompts");
+  const int sources =
+      args.has("prompt") + args.has("prompt-ids") + args.has("prompts") + args.has("prompt-ids-file");
+  STRATUM_CHECK(sources <= 1, "[cli] give one of --prompt, --prompt-ids, --prompts and --prompt-ids-file");
   if (args.has("prompt")) o.prompts.push_back(args.str("prompt"));
   if (args.has("prompt-ids")) o.prompt_ids.push_back(parse_ids(args.str("prompt-ids")));
-  const bool many = args.has("prompts");
+  const bool many = args.has("prompts") || args.has("prompt-ids-file");
   if (many) {
-    const std::string path = args.str("prompts");
-    STRATUM_CHECK(file_exists(path), "[cli] --prompts file '", path, "' does not exist");
+    const bool ids = args.has("prompt-ids-file");
+    const std::string flag = ids ? "--prompt-ids-file" : "--prompts";
+    const std::string path = args.str(ids ? "prompt-ids-file" : "prompts");
+    STRATUM_CHECK(file_exists(path), "[cli] ", flag, " file '", path, "' does not exist");
     const std::string text = file_read_all(path);
     std::size_t at = 0;
     while (at < text.size()) {
       const std::size_t nl = std::min(text.find('\n', at), text.size());
       std::string line = text.substr(at, nl - at);
       if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (!line.empty()) o.prompts.push_back(line);
+      if (!line.empty() && ids) o.prompt_ids.push_back(parse_ids(line));
+      if (!line.empty() && !ids) o.prompts.push_back(line);
       at = nl + 1;
     }
-    STRATUM_CHECK(!o.prompts.empty(), "[cli] --prompts file '", path, "' has no prompts (one per line)");
+    STRATUM_CHECK(!o.prompts.empty() || !o.prompt_ids.empty(), "[cli] ", flag, " file '", path,
+                  "' has no prompts (one per line)");
   }
-  STRATUM_CHECK(many || !args.has("batch"), "[cli] --batch is for --prompts FILE");
+  STRATUM_CHECK(many || !args.has("batch"), "[cli] --batch is for --prompts FILE or --prompt-ids-file FILE");
   o.batch = static_cast<int>(args.integer("batch", 1, 1, 4096));
   o.max_tokens = static_cast<int>(args.integer("max-tokens", 64, 0, 1000000));
   o.temperature = args.number("temperature", 1.0);
@@ -128,14 +134,17 @@ int cmd_generate(const std::vector<std::string>& argv) {
   std::fflush(stdout);
   if (!o.quiet) {
     std::fprintf(stderr,
-                 "[stratum] prompt: %ld tokens at %.1f tokens/s; generated: %ld tokens at %.1f tokens/s "
-                 "(%zu sequences, batch %d)\n",
-                 r.prompt_tokens, r.prompt_tokens_per_s, r.generated_tokens, r.generate_tokens_per_s,
-                 r.sequences.size(), o.batch);
+                 "[stratum] prompt: %ld tokens at %.*f tokens/s; generated: %ld tokens at %.*f tokens/s "
+                 "(%zu sequences, batch %d; %.3f s prompt steps, %.3f s decode steps)\n",
+                 r.prompt_tokens, r.prompt_tokens_per_s < 10 ? 3 : 1, r.prompt_tokens_per_s, r.generated_tokens,
+                 r.generate_tokens_per_s < 10 ? 3 : 1, r.generate_tokens_per_s, r.sequences.size(), o.batch,
+                 r.prompt_seconds, r.generate_seconds);
     if (o.mem_budget_bytes > 0)
-      std::fprintf(stderr, "[stratum] weights streamed from %s: %.1f MiB read, peak RAM %.1f MiB of the %.1f MiB budget\n",
+      std::fprintf(stderr,
+                   "[stratum] weights streamed from %s: %.1f MiB read, peak RAM %.1f MiB of the %.1f MiB budget; "
+                   "KV cache spilled: %.1f MiB written\n",
                    o.offload_dir.c_str(), r.read_bytes / 1048576.0, r.peak_ram_bytes / 1048576.0,
-                   o.mem_budget_bytes / 1048576.0);
+                   o.mem_budget_bytes / 1048576.0, r.write_bytes / 1048576.0);
   }
   return 0;
 }

@@ -6,6 +6,8 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/file_util.h"
+#include "data/bpe_tokenizer.h"
+#include "data/corpus.h"
 #include "data/token_file.h"
 #include "formats/safetensors.h"
 #include "model/model_io.h"
@@ -45,15 +47,28 @@ void describe_model_dir(const std::string& dir) {
   const GptConfig cfg = model_read_config(dir);
   const ParamLayout layout = ParamLayout::of(cfg);
   const double params = static_cast<double>(layout.num_params());
-  std::printf("GPT-2 model %s: %s, %.2fM parameters\n", dir.c_str(), cfg.describe().c_str(), params / 1e6);
+  std::printf("%s model %s: %s, %.2fM parameters\n", cfg.llama() ? "Llama" : "GPT-2", dir.c_str(),
+              cfg.describe().c_str(), params / 1e6);
   std::printf("  training state fp32: params %.1f MiB + grads %.1f MiB + AdamW %.1f MiB = %.1f MiB\n",
               params * 4 / 1048576.0, params * 4 / 1048576.0, params * 8 / 1048576.0, params * 16 / 1048576.0);
   std::printf("  segments: %d (embed, %d blocks of %.1f MiB, head)\n", layout.segment_count(), cfg.n_layer,
               layout.segments()[layout.layer_segment(0)].size_bytes() / 1048576.0);
-  const bool tok = file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt");
-  std::printf("  tokenizer: %s\n", tok ? "vocab.json + merges.txt" : "none (pass --tokenizer to generate)");
-  if (file_exists(dir + "/model.safetensors")) describe_safetensors(dir + "/model.safetensors");
-  else std::printf("  no model.safetensors\n");
+  // The tokenizer generate would use, and whether Stratum can load it.
+  const std::string tok_dir = corpus_find_tokenizer("", dir);
+  const char* tok_files = file_exists(dir + "/tokenizer.json")  ? "tokenizer.json"
+                          : file_exists(dir + "/vocab.json")    ? "vocab.json + merges.txt"
+                                                                : "encoder.json + vocab.bpe";
+  if (tok_dir.empty()) {
+    std::printf("  tokenizer: none (generate needs --tokenizer DIR or --prompt-ids)\n");
+  } else {
+    try {
+      const BpeTokenizer tok = BpeTokenizer::load(tok_dir);
+      std::printf("  tokenizer: %s, byte-level BPE, %d tokens\n", tok_files, tok.vocab_size());
+    } catch (const Error& e) {
+      std::printf("  tokenizer: %s, not usable: %s\n", tok_files, e.what());
+    }
+  }
+  for (const std::string& path : model_weight_files(dir, nullptr)) describe_safetensors(path);
 }
 
 void describe_token_file(const std::string& path) {

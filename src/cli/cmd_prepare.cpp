@@ -14,7 +14,7 @@ namespace stratum {
 int cmd_prepare(const std::vector<std::string>& argv) {
   Args args("prepare", argv,
             {{"input", "FILE", "UTF-8 text corpus (required)"},
-             {"tokenizer", "DIR", "encoder.json + vocab.bpe, or vocab.json + merges.txt (required)"},
+             {"tokenizer", "DIR", "tokenizer.json (byte-level BPE), encoder.json + vocab.bpe, or vocab.json + merges.txt (required)"},
              {"out", "FILE", "token file to write (required)"},
              {"format", "NAME", "raw (nanoGPT uint16 .bin, default) | llmc (llm.c shard)"}});
   if (args.help_requested()) {

@@ -55,10 +55,14 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
 
 AlignedBuffer::~AlignedBuffer() { buffer_free(data_, size_bytes_); }
 
-AlignedBuffer aligned_buffer_carve(std::initializer_list<std::pair<float**, std::size_t>> slices) {
+std::size_t aligned_buffer_carve_bytes(const CarveSlices& slices) {
   std::size_t total = 0;
   for (const auto& s : slices) total += align_up(s.second, 16);
-  AlignedBuffer buffer(total * sizeof(float));
+  return total * sizeof(float);
+}
+
+AlignedBuffer aligned_buffer_carve(const CarveSlices& slices) {
+  AlignedBuffer buffer(aligned_buffer_carve_bytes(slices));
   float* cursor = buffer.as_f32();
   for (const auto& s : slices) {
     *s.first = cursor;

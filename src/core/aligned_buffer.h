@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 #include <initializer_list>
 #include <utility>
 
@@ -33,7 +34,11 @@ class AlignedBuffer {
 
 // One zeroed buffer carved into float slices of the given sizes (each 64-byte aligned); every
 // slice's pointer is written through its float**. The caller owns the returned buffer.
-AlignedBuffer aligned_buffer_carve(std::initializer_list<std::pair<float**, std::size_t>> slices);
+using CarveSlices = std::vector<std::pair<float**, std::size_t>>;
+AlignedBuffer aligned_buffer_carve(const CarveSlices& slices);
+// Bytes aligned_buffer_carve(slices) allocates (the pointers are not written), so a size
+// estimate and the allocation come from one list of slices.
+std::size_t aligned_buffer_carve_bytes(const CarveSlices& slices);
 
 inline std::size_t align_up(std::size_t value, std::size_t alignment) {
   return (value + alignment - 1) / alignment * alignment;

@@ -24,19 +24,34 @@ std::size_t qkv_width(const GptConfig& c) { return static_cast<std::size_t>(c.q_
 std::size_t cache_floats_for(const GptConfig& c, int max_batch, int max_ctx) {
   return static_cast<std::size_t>(max_batch) * c.kv_heads() * max_ctx * c.head_dim();
 }
-std::size_t buffer_floats(const GptConfig& c, int max_batch, int max_ctx) {
-  const std::size_t R = rows_for(max_batch), C = c.n_embd, Q = c.q_dim(), I = c.mlp_width();
-  return R * (5 * C + 2 + qkv_width(c) + 2 * Q + 3 * I) + static_cast<std::size_t>(max_batch) * C +
-         static_cast<std::size_t>(max_batch) * c.n_head * max_ctx + 16 * 16;
-}
 }  // namespace
 
+CarveSlices Decoder::slices(Buffers& b, const GptConfig& cfg, int max_batch, int max_ctx) {
+  const std::size_t R = rows_for(max_batch), C = cfg.n_embd, Q = cfg.q_dim(), I = cfg.mlp_width();
+  return {{&b.x, R * C},
+          {&b.xn, R * C},
+          {&b.mean, R},
+          {&b.rstd, R},
+          {&b.qkv, R * qkv_width(cfg)},
+          {&b.q, R * Q},
+          {&b.atty, R * Q},
+          {&b.tmp, R * C},
+          {&b.mlp_a, R * I},
+          {&b.mlp_b, R * I},
+          {&b.mlp_c, R * I},
+          {&b.last, static_cast<std::size_t>(max_batch) * C},
+          {&b.scratch, attention_cached_scratch_floats(max_batch, 1, cfg.n_head, max_ctx)}};
+}
+
+std::size_t Decoder::kv_unit_floats(const GptConfig& cfg, int max_batch, int max_ctx) {
+  return 2 * cache_floats_for(cfg, max_batch, max_ctx);
+}
+
 std::size_t Decoder::fixed_bytes_for(const GptConfig& cfg, int max_batch, int max_ctx) {
-  const std::size_t head = static_cast<std::size_t>(max_batch) * (2 * cfg.n_embd + 6) +
-                           static_cast<std::size_t>(kHeadRows) * vocab_block_rows(cfg);
-  return sizeof(float) * (2 * cfg.n_layer * cache_floats_for(cfg, max_batch, max_ctx) +
-                          buffer_floats(cfg, max_batch, max_ctx) + head +
-                          static_cast<std::size_t>(max_ctx) * cfg.head_dim());
+  Buffers sink{};
+  const std::size_t rope = cfg.llama() ? 2 * sizeof(float) * static_cast<std::size_t>(max_ctx) * (cfg.head_dim() / 2) : 0;
+  return aligned_buffer_carve_bytes(slices(sink, cfg, max_batch, max_ctx)) +
+         Gpt2HeadScratch::bytes_for(cfg, max_batch) + rope;
 }
 
 std::size_t Decoder::min_store_bytes(const UnitTable& units) {
@@ -46,6 +61,8 @@ std::size_t Decoder::min_store_bytes(const UnitTable& units) {
     std::size_t bytes = 0;
     for (int c = 0; c < units.chunk_count(s, SegmentKind::Params); ++c)
       bytes += units.bytes(units.index(s, SegmentKind::Params, c));
+    const int kv = units.find(s, SegmentKind::Activations);
+    if (kv >= 0) bytes += units.bytes(kv);
     if (layout.segments()[s].role == SegmentRole::Vocab || layout.segments()[s].role == SegmentRole::HeadVocab)
       vocab = std::max(vocab, bytes);
     else
@@ -62,25 +79,12 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
       max_batch_(max_batch),
       max_ctx_(max_ctx),
       cache_floats_(cache_floats_for(cfg, max_batch, max_ctx)),
-      cache_(2 * static_cast<std::size_t>(cfg.n_layer) * cache_floats_ * sizeof(float)),
+      buffer_(aligned_buffer_carve(slices(b_, cfg, max_batch, max_ctx))),
       head_scratch_(cfg, max_batch),
       schedule_(store.units().count()) {
   STRATUM_CHECK(max_ctx >= 1 && max_ctx <= cfg.n_ctx, "[generate] context ", max_ctx,
                 " exceeds the model's maximum of ", cfg.n_ctx);
-  const std::size_t R = rows_for(max_batch), C = cfg.n_embd, Q = cfg.q_dim(), I = cfg.mlp_width();
-  buffer_ = aligned_buffer_carve({{&x_, R * C},
-                                  {&xn_, R * C},
-                                  {&mean_, R},
-                                  {&rstd_, R},
-                                  {&qkv_, R * qkv_width(cfg)},
-                                  {&q_, R * Q},
-                                  {&atty_, R * Q},
-                                  {&tmp_, R * C},
-                                  {&mlp_a_, R * I},
-                                  {&mlp_b_, R * I},
-                                  {&mlp_c_, R * I},
-                                  {&last_, static_cast<std::size_t>(max_batch) * C},
-                                  {&scratch_, attention_cached_scratch_floats(max_batch, 1, cfg.n_head, max_ctx)}});
+  STRATUM_ASSERT(store.units().act_floats() >= kv_unit_floats(cfg, max_batch, max_ctx));  // Note [KV cache units]
   if (cfg.llama()) rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_ctx, cfg.rope_theta, cfg.rope_scaling);
   // Note [decode schedule]
   const UnitTable& units = store.units();
@@ -90,8 +94,11 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
       uses.push_back({units.index(s, SegmentKind::Params, c), Access::Read});
     return uses;
   };
-  for (int l = 0; l < cfg.n_layer; ++l)
-    group_layer_.push_back(schedule_.group_add(params(layout_.layer_segment(l)), GroupWork::LayerForward));
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    std::vector<UnitUse> uses = params(layout_.layer_segment(l));
+    uses.push_back({units.index(layout_.layer_segment(l), SegmentKind::Activations), Access::Update});
+    group_layer_.push_back(schedule_.group_add(uses, GroupWork::LayerForward));
+  }
   group_head_ = schedule_.group_add(params(layout_.head_segment()), GroupWork::HeadBegin);
   for (int k = 0; k < layout_.vocab_block_count(); ++k)
     group_head_vocab_.push_back(schedule_.group_add(params(layout_.head_vocab_segment(k)), GroupWork::HeadLse));
@@ -125,12 +132,12 @@ void Decoder::embed(const std::int32_t* tokens, int B, int Tn, const int* past) 
   const int C = cfg_.n_embd;
   const std::size_t rows = static_cast<std::size_t>(B) * Tn;
   if (cfg_.llama()) {
-    std::memset(x_, 0, rows * C * sizeof(float));
+    std::memset(b_.x, 0, rows * C * sizeof(float));
   } else {  // positions past[b] + t of wpe
     SegmentHold embed(store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
     const float* wpe = embed.data() + layout_.segments()[layout_.embed_segment()].tensors[kWpe].offset_floats;
     for (int b = 0; b < B; ++b)
-      std::memcpy(x_ + static_cast<std::size_t>(b) * Tn * C, wpe + static_cast<std::size_t>(past[b]) * C,
+      std::memcpy(b_.x + static_cast<std::size_t>(b) * Tn * C, wpe + static_cast<std::size_t>(past[b]) * C,
                   static_cast<std::size_t>(Tn) * C * sizeof(float));
   }
   // Only the vocabulary blocks holding one of the step's tokens.
@@ -139,7 +146,7 @@ void Decoder::embed(const std::int32_t* tokens, int B, int Tn, const int* past) 
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
     if (!needed[k]) continue;
     SegmentHold wte(store_, layout_.vocab_segment(k), SegmentKind::Params, Access::Read);
-    embedding_forward_block(pool_, x_, tokens, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
+    embedding_forward_block(pool_, b_.x, tokens, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
   }
 }
 
@@ -162,28 +169,29 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   LlamaBlockTensors m{};
   if (cfg_.llama()) {
     m = llama_block_tensors(seg, params.chunks());
-    rmsnorm_forward(pool_, xn_, rstd_, x_, m.attn_norm_w, rows, C, eps);
-    linear(rows, Q, C, xn_, C, m.q_w, qkv_, W);
-    linear(rows, KVd, C, xn_, C, m.k_w, qkv_ + Q, W);
-    linear(rows, KVd, C, xn_, C, m.v_w, qkv_ + Q + KVd, W);
-    rope_forward(pool_, qkv_, B, Tn, H, hd, static_cast<std::size_t>(W), past, *rope_);
-    rope_forward(pool_, qkv_ + Q, B, Tn, KV, hd, static_cast<std::size_t>(W), past, *rope_);
+    rmsnorm_forward(pool_, b_.xn, b_.rstd, b_.x, m.attn_norm_w, rows, C, eps);
+    linear(rows, Q, C, b_.xn, C, m.q_w, b_.qkv, W);
+    linear(rows, KVd, C, b_.xn, C, m.k_w, b_.qkv + Q, W);
+    linear(rows, KVd, C, b_.xn, C, m.v_w, b_.qkv + Q + KVd, W);
+    rope_forward(pool_, b_.qkv, B, Tn, H, hd, static_cast<std::size_t>(W), past, *rope_);
+    rope_forward(pool_, b_.qkv + Q, B, Tn, KV, hd, static_cast<std::size_t>(W), past, *rope_);
     mlp_norm_w = m.mlp_norm_w;
   } else {
     g = gpt2_block_tensors(seg, params.chunks());
-    layernorm_forward(pool_, xn_, mean_, rstd_, x_, g.ln1_w, g.ln1_b, rows, C, eps);
-    matmul_forward(pool_, qkv_, xn_, g.attn_w, g.attn_b, rows, C, 3 * C);
+    layernorm_forward(pool_, b_.xn, b_.mean, b_.rstd, b_.x, g.ln1_w, g.ln1_b, rows, C, eps);
+    matmul_forward(pool_, b_.qkv, b_.xn, g.attn_w, g.attn_b, rows, C, 3 * C);
     mlp_norm_w = g.ln2_w;
     mlp_norm_b = g.ln2_b;
   }
   // Append the new keys and values to the cache; queries to a contiguous buffer.
-  float* kc = kcache(l);
-  float* vc = vcache(l);
+  SegmentHold kv(store_, s, SegmentKind::Activations, Access::Update);  // Note [KV cache units]
+  float* kc = kv.data();
+  float* vc = kc + cache_floats_;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tn; ++t) {
       const std::size_t r = static_cast<std::size_t>(b) * Tn + t;
-      const float* row = qkv_ + r * W;
-      std::memcpy(q_ + r * Q, row, static_cast<std::size_t>(Q) * sizeof(float));
+      const float* row = b_.qkv + r * W;
+      std::memcpy(b_.q + r * Q, row, static_cast<std::size_t>(Q) * sizeof(float));
       for (int j = 0; j < KV; ++j) {
         const std::size_t at = ((static_cast<std::size_t>(slot[b]) * KV + j) * max_ctx_ + past[b] + t) * hd;
         std::memcpy(kc + at, row + Q + static_cast<std::size_t>(j) * hd, hd * sizeof(float));
@@ -194,39 +202,39 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   bool identity = true;
   for (int b = 0; b < B; ++b) identity = identity && slot[b] == b;
   if (identity) {
-    attention_cached(pool_, atty_, scratch_, q_, kc, vc, B, Tn, past, max_ctx_, H, KV, hd);
+    attention_cached(pool_, b_.atty, b_.scratch, b_.q, kc, vc, B, Tn, past, max_ctx_, H, KV, hd);
   } else {
     const std::size_t per_slot = static_cast<std::size_t>(KV) * max_ctx_ * hd;
     for (int b = 0; b < B; ++b) {
       const std::size_t r = static_cast<std::size_t>(b) * Tn;
-      attention_cached(pool_, atty_ + r * Q, scratch_, q_ + r * Q, kc + slot[b] * per_slot, vc + slot[b] * per_slot, 1,
+      attention_cached(pool_, b_.atty + r * Q, b_.scratch, b_.q + r * Q, kc + slot[b] * per_slot, vc + slot[b] * per_slot, 1,
                        Tn, past + b, max_ctx_, H, KV, hd);
     }
   }
   const std::size_t rows_c = static_cast<std::size_t>(rows) * C;
   if (cfg_.llama()) {
-    linear(rows, C, Q, atty_, Q, m.o_w, tmp_, C);
-    add_f32(pool_, x_, x_, tmp_, rows_c);
-    rmsnorm_forward(pool_, xn_, rstd_, x_, mlp_norm_w, rows, C, eps);
-    linear(rows, I, C, xn_, C, m.gate_w, mlp_a_, I);
-    linear(rows, I, C, xn_, C, m.up_w, mlp_b_, I);
-    swiglu_forward(pool_, mlp_c_, mlp_a_, mlp_b_, static_cast<std::size_t>(rows) * I);
-    linear(rows, C, I, mlp_c_, I, m.down_w, tmp_, C);
+    linear(rows, C, Q, b_.atty, Q, m.o_w, b_.tmp, C);
+    add_f32(pool_, b_.x, b_.x, b_.tmp, rows_c);
+    rmsnorm_forward(pool_, b_.xn, b_.rstd, b_.x, mlp_norm_w, rows, C, eps);
+    linear(rows, I, C, b_.xn, C, m.gate_w, b_.mlp_a, I);
+    linear(rows, I, C, b_.xn, C, m.up_w, b_.mlp_b, I);
+    swiglu_forward(pool_, b_.mlp_c, b_.mlp_a, b_.mlp_b, static_cast<std::size_t>(rows) * I);
+    linear(rows, C, I, b_.mlp_c, I, m.down_w, b_.tmp, C);
   } else {
-    matmul_forward(pool_, tmp_, atty_, g.attn_proj_w, g.attn_proj_b, rows, C, C);
-    add_f32(pool_, x_, x_, tmp_, rows_c);
-    layernorm_forward(pool_, xn_, mean_, rstd_, x_, mlp_norm_w, mlp_norm_b, rows, C, eps);
-    matmul_forward(pool_, mlp_a_, xn_, g.fc_w, g.fc_b, rows, C, I);
-    gelu_forward(pool_, mlp_b_, mlp_a_, static_cast<std::size_t>(rows) * I);
-    matmul_forward(pool_, tmp_, mlp_b_, g.mlp_proj_w, g.mlp_proj_b, rows, I, C);
+    matmul_forward(pool_, b_.tmp, b_.atty, g.attn_proj_w, g.attn_proj_b, rows, C, C);
+    add_f32(pool_, b_.x, b_.x, b_.tmp, rows_c);
+    layernorm_forward(pool_, b_.xn, b_.mean, b_.rstd, b_.x, mlp_norm_w, mlp_norm_b, rows, C, eps);
+    matmul_forward(pool_, b_.mlp_a, b_.xn, g.fc_w, g.fc_b, rows, C, I);
+    gelu_forward(pool_, b_.mlp_b, b_.mlp_a, static_cast<std::size_t>(rows) * I);
+    matmul_forward(pool_, b_.tmp, b_.mlp_b, g.mlp_proj_w, g.mlp_proj_b, rows, I, C);
   }
-  add_f32(pool_, x_, x_, tmp_, rows_c);
+  add_f32(pool_, b_.x, b_.x, b_.tmp, rows_c);
 }
 
 void Decoder::head(int B, int Tn, float* logits) {
   const int C = cfg_.n_embd, V = cfg_.vocab_size;
   for (int b = 0; b < B; ++b)
-    std::memcpy(last_ + static_cast<std::size_t>(b) * C, x_ + (static_cast<std::size_t>(b) * Tn + Tn - 1) * C,
+    std::memcpy(b_.last + static_cast<std::size_t>(b) * C, b_.x + (static_cast<std::size_t>(b) * Tn + Tn - 1) * C,
                 C * sizeof(float));
   const int head = layout_.head_segment();
   store_.schedule_at(group_head_);
@@ -234,7 +242,7 @@ void Decoder::head(int B, int Tn, float* logits) {
     SegmentHold head_p(store_, head, SegmentKind::Params, Access::Read);
     const auto& tensors = layout_.segments()[head].tensors;
     gpt2_head_begin(pool_, cfg_, head_p.data() + tensors[kLnFW].offset_floats,
-                    cfg_.llama() ? nullptr : head_p.data() + tensors[kLnFB].offset_floats, last_, B, head_scratch_);
+                    cfg_.llama() ? nullptr : head_p.data() + tensors[kLnFB].offset_floats, b_.last, B, head_scratch_);
   }
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
     store_.schedule_at(group_head_vocab_[k]);

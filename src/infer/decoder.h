@@ -5,15 +5,20 @@
 // prefetching the next layers while one computes by the decode schedule below; a layer is
 // applied to the whole batch before it is evicted, so B sequences share one read of the weights
 // (the FlexGen idea).
-// Note [decode schedule]: one step is layer.0 .. layer.L-1 (every chunk of the layer's params),
-// head, then the LM head's vocabulary blocks; it repeats every step. The token embedding's rows
+// Note [decode schedule]: one step is layer.0 .. layer.L-1 (every chunk of the layer's params
+// and the layer's KV cache), head, then the LM head's vocabulary blocks; it repeats every step. The token embedding's rows
 // are read on demand at the start of a step from the vocabulary blocks holding the step's tokens
 // (usually one or two), outside the schedule, so they are not prefetched but also never read
 // whole (a tied head's blocks are often still resident from the previous step's head).
 // Every output row is computed with the same kernels and order as the training forward
 // (attention_cached is bit-identical to attention_forward), so logits do not depend on the
-// batch, the chunking of a prompt or the budget. Does not own the store; the KV cache lives in
-// RAM (fixed_bytes) and does not spill.
+// batch, the chunking of a prompt or the budget. Does not own the store.
+// Note [KV cache units]: layer l's KV cache (K then V, (max_batch, KV, max_ctx, hd) each, fp32)
+// is the layer segment's activation unit of an inference UnitTable (params_only, act_floats =
+// kv_unit_floats), used with Access::Update in the layer's schedule group. So the store treats it
+// like the weights: in RAM it is allocated on first use; under a budget the tiered store keeps
+// it, or writes it to the offload dir and reads it back, by the same farthest-next-use rule
+// (the FlexGen cache offload), and the bits do not depend on where it was.
 #pragma once
 
 #include <cstdint>
@@ -34,11 +39,13 @@ class Decoder {
  public:
   // Rows one step computes at most (B * Tn); a longer prompt is fed in chunks.
   static constexpr int kMaxRows = 256;
-  // RAM the decoder holds besides the store: KV cache (2 * L * B * KV * ctx * hd floats) and
-  // the per-step buffers.
+  // Floats of one layer's KV cache unit (Note [KV cache units]): the act_floats of the store's
+  // UnitTable.
+  static std::size_t kv_unit_floats(const GptConfig& config, int max_batch, int max_ctx);
+  // RAM the decoder holds besides the store: the per-step buffers.
   static std::size_t fixed_bytes_for(const GptConfig& config, int max_batch, int max_ctx);
-  // Smallest store budget a step can run with: the largest layer's parameters plus one
-  // vocabulary block.
+  // Smallest store budget a step can run with: the largest layer's parameters and KV cache plus
+  // one vocabulary block.
   static std::size_t min_store_bytes(const UnitTable& units);
 
   Decoder(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_ctx);
@@ -61,8 +68,23 @@ class Decoder {
   void embed(const std::int32_t* tokens, int B, int Tn, const int* past);
   void layer(int l, int B, int Tn, const int* past, const int* slot);
   void head(int B, int Tn, float* logits);
-  float* kcache(int l) { return cache_.as_f32() + static_cast<std::size_t>(2 * l) * cache_floats_; }
-  float* vcache(int l) { return cache_.as_f32() + static_cast<std::size_t>(2 * l + 1) * cache_floats_; }
+  struct Buffers {
+    float* x;        // (rows, C) the residual stream
+    float* xn;       // (rows, C) normed
+    float* mean;     // (rows) LayerNorm mean (GPT-2)
+    float* rstd;     // (rows)
+    float* qkv;      // (rows, H*hd + 2*KV*hd)
+    float* q;        // (rows, H*hd) contiguous queries for attention_cached
+    float* atty;     // (rows, H*hd)
+    float* tmp;      // (rows, C)
+    float* mlp_a;    // (rows, I) GPT-2 fc / Llama gate
+    float* mlp_b;    // (rows, I) GPT-2 gelu / Llama up
+    float* mlp_c;    // (rows, I) Llama silu(gate) * up
+    float* last;     // (max_batch, C) each sequence's last row
+    float* scratch;  // attention_cached scratch
+  };
+  // The buffer's slices, written through b's fields; fixed_bytes_for sizes the same list.
+  static CarveSlices slices(Buffers& b, const GptConfig& config, int max_batch, int max_ctx);
 
   ThreadPool& pool_;
   GptConfig cfg_;
@@ -70,21 +92,8 @@ class Decoder {
   const ParamLayout& layout_;
   int max_batch_, max_ctx_;
   std::size_t cache_floats_;  // one layer's K (or V): (max_batch, KV, max_ctx, hd)
-  AlignedBuffer cache_;       // per layer: K then V, fp32, RAM
+  Buffers b_{};           // before buffer_, whose initializer writes it
   AlignedBuffer buffer_;
-  float* x_;       // (rows, C) the residual stream
-  float* xn_;      // (rows, C) normed
-  float* mean_;    // (rows) LayerNorm mean (GPT-2)
-  float* rstd_;    // (rows)
-  float* qkv_;     // (rows, H*hd + 2*KV*hd)
-  float* q_;       // (rows, H*hd) contiguous queries for attention_cached
-  float* atty_;    // (rows, H*hd)
-  float* tmp_;     // (rows, C)
-  float* mlp_a_;   // (rows, I) GPT-2 fc / Llama gate
-  float* mlp_b_;   // (rows, I) GPT-2 gelu / Llama up
-  float* mlp_c_;   // (rows, I) Llama silu(gate) * up
-  float* last_;    // (max_batch, C) each sequence's last row
-  float* scratch_; // attention_cached scratch
   Gpt2HeadScratch head_scratch_;
   std::unique_ptr<RopeTable> rope_;
   StepSchedule schedule_;

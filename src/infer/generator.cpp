@@ -128,15 +128,18 @@ GenerateResult generate_run(const GenerateOptions& o,
   ThreadPool pool(threads);
   blas_set_threads(threads);
   const ParamLayout layout = ParamLayout::of(cfg);
-  UnitTable units(layout, 0, /*params_only=*/true);
+  UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), /*params_only=*/true);
   std::unique_ptr<SegmentStore> store;
   const std::size_t fixed = Decoder::fixed_bytes_for(cfg, batch, max_ctx);
   if (o.mem_budget_bytes > 0) {
     const std::size_t need = fixed + Decoder::min_store_bytes(units);
-    auto mib = [](std::size_t b) { return std::to_string((b + (1 << 20) - 1) >> 20) + "M"; };
+    auto mib = [](std::size_t b) {  // rounded up, in a unit --mem-budget takes
+      return b >= (std::size_t{64} << 20) ? std::to_string((b + (1 << 20) - 1) >> 20) + "M"
+                                          : std::to_string((b + 1023) >> 10) + "K";
+    };
     STRATUM_CHECK(o.mem_budget_bytes >= need, "[generate] --mem-budget ", mib(o.mem_budget_bytes),
                   " is below the minimum of ", mib(need), " for batch ", batch, " and context ", max_ctx,
-                  " (KV cache and buffers ", mib(fixed), " + the largest layer and a vocabulary block ",
+                  " (buffers ", mib(fixed), " + the largest layer with its KV cache and a vocabulary block ",
                   mib(Decoder::min_store_bytes(units)), "); use --mem-budget ", mib(need),
                   " or more, or lower --batch/--max-tokens");
     TieredStoreOptions so;
@@ -156,6 +159,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   result.sequences.resize(prompts.size());
   std::vector<float> logits(static_cast<std::size_t>(batch) * cfg.vocab_size);
   double prompt_s = 0.0, generate_s = 0.0;
+  long generate_step_tokens = 0;  // tokens sampled by steps that are not prompt-only
   for (std::size_t first = 0; first < prompts.size(); first += static_cast<std::size_t>(batch)) {
     const int n = static_cast<int>(std::min<std::size_t>(batch, prompts.size() - first));
     std::vector<Sequence> group(static_cast<std::size_t>(n));
@@ -189,6 +193,7 @@ GenerateResult generate_run(const GenerateOptions& o,
       }
       const auto t0 = std::chrono::steady_clock::now();
       decoder.step(tokens.data(), B, Tn, past.data(), logits.data(), slot.data());
+      const long generated_before = result.generated_tokens;
       for (int r = 0; r < B; ++r) {
         Sequence& s = group[live[r]];
         s.fed += Tn;
@@ -211,21 +216,26 @@ GenerateResult generate_run(const GenerateOptions& o,
         if (static_cast<int>(out.tokens.size()) >= o.max_tokens || static_cast<int>(s.ids.size()) >= max_ctx)
           s.done = true;
       }
+      const long generated_now = result.generated_tokens - generated_before;
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (prompt_only) {
         prompt_s += sec;
         result.prompt_tokens += static_cast<long>(B) * Tn;
       } else {
         generate_s += sec;
+        generate_step_tokens += generated_now;
         for (int i : live) result.prompt_tokens += group[i].fed <= group[i].prompt_len ? Tn : 0;
       }
     }
   }
   result.prompt_tokens_per_s = prompt_s > 0 ? result.prompt_tokens / prompt_s : 0.0;
-  result.generate_tokens_per_s = generate_s > 0 ? result.generated_tokens / generate_s : 0.0;
+  result.generate_tokens_per_s = generate_s > 0 ? generate_step_tokens / generate_s : 0.0;
+  result.prompt_seconds = prompt_s;
+  result.generate_seconds = generate_s;
   result.tokens_per_s = prompt_s + generate_s > 0 ? result.generated_tokens / (prompt_s + generate_s) : 0.0;
   const StoreStats st = store->stats();
   result.read_bytes = st.read_bytes - loaded.read_bytes;
+  result.write_bytes = st.write_bytes - loaded.write_bytes;
   result.peak_ram_bytes = st.peak_held_bytes + fixed;
   return result;
 }

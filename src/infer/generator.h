@@ -44,9 +44,13 @@ struct GenerateResult {
   std::vector<GenerateSequence> sequences;  // in prompt order
   long prompt_tokens = 0, generated_tokens = 0;
   double prompt_tokens_per_s = 0.0;     // prompt tokens / time of the steps that read only prompt tokens
-  double generate_tokens_per_s = 0.0;   // generated tokens / time of the other steps
+  // Tokens sampled by the other steps / their time (a sequence's first token comes from its last
+  // prompt step, so it counts toward neither rate).
+  double generate_tokens_per_s = 0.0;
+  double prompt_seconds = 0.0, generate_seconds = 0.0;
   double tokens_per_s = 0.0;            // generated_tokens / the whole generation time (compat)
-  std::uint64_t read_bytes = 0;         // weights streamed from the offload dir (budget only)
+  std::uint64_t read_bytes = 0;         // weights (and spilled KV cache) read from the offload dir (budget only)
+  std::uint64_t write_bytes = 0;        // KV cache written to the offload dir (budget only)
   std::size_t peak_ram_bytes = 0;       // store + decoder (budget only)
 };
 

@@ -14,11 +14,22 @@
 
 namespace stratum {
 
-Gpt2HeadScratch::Gpt2HeadScratch(const GptConfig& cfg, int max_rows) {
+CarveSlices Gpt2HeadScratch::slices(const GptConfig& cfg, int max_rows, float** const* f) {
   const std::size_t R = static_cast<std::size_t>(max_rows), C = cfg.n_embd;
   const std::size_t n = static_cast<std::size_t>(vocab_block_rows(cfg));
-  buffer_ = aligned_buffer_carve({{&lnf, R * C}, {&mean, R}, {&rstd, R}, {&logits, kHeadRows * n}, {&run_max, R},
-                                  {&run_sum, R}, {&target_logit, R}, {&lse, R}, {&dlnf, R * C}});
+  return {{f[0], R * C}, {f[1], R}, {f[2], R}, {f[3], kHeadRows * n}, {f[4], R},
+          {f[5], R},     {f[6], R}, {f[7], R}, {f[8], R * C}};
+}
+
+Gpt2HeadScratch::Gpt2HeadScratch(const GptConfig& cfg, int max_rows) {
+  float** const fields[] = {&lnf, &mean, &rstd, &logits, &run_max, &run_sum, &target_logit, &lse, &dlnf};
+  buffer_ = aligned_buffer_carve(slices(cfg, max_rows, fields));
+}
+
+std::size_t Gpt2HeadScratch::bytes_for(const GptConfig& cfg, int max_rows) {
+  float* sink = nullptr;
+  float** const fields[] = {&sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink};
+  return aligned_buffer_carve_bytes(slices(cfg, max_rows, fields));
 }
 
 void gpt2_head_begin(ThreadPool& pool, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,

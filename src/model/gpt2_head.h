@@ -27,6 +27,7 @@ class Gpt2HeadScratch {
  public:
   Gpt2HeadScratch(const GptConfig& config, int max_rows);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
+  static std::size_t bytes_for(const GptConfig& config, int max_rows);  // size_bytes() before allocating
   float* lnf;           // (BT, C)
   float* mean;          // (BT)
   float* rstd;          // (BT)
@@ -38,6 +39,8 @@ class Gpt2HeadScratch {
   float* dlnf;          // (BT, C)
 
  private:
+  // The slices in field order, written through `fields` (9 pointers).
+  static CarveSlices slices(const GptConfig& config, int max_rows, float** const* fields);
   AlignedBuffer buffer_;
 };
 

@@ -22,7 +22,8 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, bool par
         for (int c = 0; c < layout.segments()[s].chunk_count(); ++c) sizes.push_back(layout.segments()[s].chunk_floats(c));
       } else {
         const SegmentRole role = layout.segments()[s].role;
-        if ((role == SegmentRole::Layer || role == SegmentRole::Head) && act_floats_ > 0) sizes.push_back(act_floats_);
+        const bool holds_act = role == SegmentRole::Layer || (role == SegmentRole::Head && !params_only);
+        if (holds_act && act_floats_ > 0) sizes.push_back(act_floats_);
       }
       if (sizes.empty()) continue;
       const std::size_t slot = static_cast<std::size_t>(s) * kSegmentKindCount + k;

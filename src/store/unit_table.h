@@ -23,7 +23,9 @@ class UnitTable {
  public:
   // act_floats: size of one boundary activation, e.g. Executor::activation_unit_floats();
   // 0 = no activation units (a store used only for loading/saving weights). params_only: no
-  // gradient or moment units either (inference: the offload dir then holds only the weights).
+  // gradient or moment units, and activation units for layers only (inference: the offload dir
+  // holds the weights and, as each layer's activation unit, its KV cache; Note [KV cache units]
+  // in infer/decoder.h).
   UnitTable(const ParamLayout& layout, std::size_t act_floats, bool params_only = false);
 
   const ParamLayout& layout() const { return *layout_; }
