@@ -17,6 +17,7 @@ namespace {
 // freeing one lowers RSS at once: the store's budget accounting relies on that. Small ones use
 // the heap.
 constexpr std::size_t kMmapMinBytes = std::size_t{1} << 20;
+constexpr std::size_t kHugePageMinBytes = std::size_t{4} << 20;
 
 void buffer_free(void* data, std::size_t size_bytes) {
   if (data == nullptr) return;
@@ -32,6 +33,10 @@ AlignedBuffer::AlignedBuffer(std::size_t size_bytes) : size_bytes_(size_bytes) {
   if (capacity >= kMmapMinBytes) {
     void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     data_ = p == MAP_FAILED ? nullptr : p;
+    // Transparent huge pages where the system allows them on request (madvise mode): weights
+    // streamed by the decoder read ~10% faster with fewer TLB misses (docs/benchmarks.md). Only
+    // 2 MiB-aligned ranges inside the buffer become huge pages, so RSS is not rounded up.
+    if (data_ != nullptr && capacity >= kHugePageMinBytes) ::madvise(data_, capacity, MADV_HUGEPAGE);
   } else {
     data_ = std::aligned_alloc(kAlignmentBytes, capacity);
     if (data_ != nullptr) std::memset(data_, 0, capacity);

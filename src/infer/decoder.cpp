@@ -9,8 +9,8 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layernorm.h"
-#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rowdot.h"
 #include "kernels/cpu/swiglu.h"
 #include "model/gpt2_block.h"
 #include "model/llama_block.h"
@@ -160,7 +160,7 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   SegmentChunksHold params(store_, s, SegmentKind::Params, Access::Read);
   const SegmentLayout& seg = layout_.segments()[s];
   auto linear = [&](int M, int N, int K, const float* x, int ldx, const float* w, float* y, int ldy) {
-    sgemm(false, true, M, N, K, 1.0f, x, ldx, w, K, 0.0f, y, ldy);  // y = x @ w^T, w (N, K)
+    rowdot_nt(pool_, y, ldy, x, ldx, w, nullptr, M, N, K);  // y = x @ w^T, w (N, K); Note [row dot products]
   };
   // Attention input and qkv.
   const float* mlp_norm_w = nullptr;
@@ -179,7 +179,7 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   } else {
     g = gpt2_block_tensors(seg, params.chunks());
     layernorm_forward(pool_, b_.xn, b_.mean, b_.rstd, b_.x, g.ln1_w, g.ln1_b, rows, C, eps);
-    matmul_forward(pool_, b_.qkv, b_.xn, g.attn_w, g.attn_b, rows, C, 3 * C);
+    rowdot_kn(pool_, b_.qkv, b_.xn, g.attn_w, g.attn_b, rows, C, 3 * C);
     mlp_norm_w = g.ln2_w;
     mlp_norm_b = g.ln2_b;
   }
@@ -221,12 +221,12 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
     swiglu_forward(pool_, b_.mlp_c, b_.mlp_a, b_.mlp_b, static_cast<std::size_t>(rows) * I);
     linear(rows, C, I, b_.mlp_c, I, m.down_w, b_.tmp, C);
   } else {
-    matmul_forward(pool_, b_.tmp, b_.atty, g.attn_proj_w, g.attn_proj_b, rows, C, C);
+    rowdot_kn(pool_, b_.tmp, b_.atty, g.attn_proj_w, g.attn_proj_b, rows, C, C);
     add_f32(pool_, b_.x, b_.x, b_.tmp, rows_c);
     layernorm_forward(pool_, b_.xn, b_.mean, b_.rstd, b_.x, mlp_norm_w, mlp_norm_b, rows, C, eps);
-    matmul_forward(pool_, b_.mlp_a, b_.xn, g.fc_w, g.fc_b, rows, C, I);
+    rowdot_kn(pool_, b_.mlp_a, b_.xn, g.fc_w, g.fc_b, rows, C, I);
     gelu_forward(pool_, b_.mlp_b, b_.mlp_a, static_cast<std::size_t>(rows) * I);
-    matmul_forward(pool_, b_.tmp, b_.mlp_b, g.mlp_proj_w, g.mlp_proj_b, rows, I, C);
+    rowdot_kn(pool_, b_.tmp, b_.mlp_b, g.mlp_proj_w, g.mlp_proj_b, rows, I, C);
   }
   add_f32(pool_, b_.x, b_.x, b_.tmp, rows_c);
 }
@@ -248,8 +248,8 @@ void Decoder::head(int B, int Tn, float* logits) {
     store_.schedule_at(group_head_vocab_[k]);
     SegmentHold rows(store_, layout_.head_vocab_segment(k), SegmentKind::Params, Access::Read);
     // logits[:, v0 : v0 + n] = lnf (B, C) @ rows^T
-    sgemm(false, true, B, layout_.vocab_rows(k), C, 1.0f, head_scratch_.lnf, C, rows.data(), C, 0.0f,
-          logits + layout_.vocab_row0(k), V);
+    rowdot_nt(pool_, logits + layout_.vocab_row0(k), V, head_scratch_.lnf, C, rows.data(), nullptr, B,
+              layout_.vocab_rows(k), C);
   }
 }
 

@@ -10,9 +10,10 @@
 // are read on demand at the start of a step from the vocabulary blocks holding the step's tokens
 // (usually one or two), outside the schedule, so they are not prefetched but also never read
 // whole (a tied head's blocks are often still resident from the previous step's head).
-// Every output row is computed with the same kernels and order as the training forward
-// (attention_cached is bit-identical to attention_forward), so logits do not depend on the
-// batch, the chunking of a prompt or the budget. Does not own the store.
+// Every output element is computed on its own in a fixed order (linear layers by rowdot, Note
+// [row dot products], which streams each weight once instead of packing it like sgemm;
+// attention_cached), so logits do not depend on the batch, the chunking of a prompt or the
+// budget. Does not own the store.
 // Note [KV cache units]: layer l's KV cache (K then V, (max_batch, KV, max_ctx, hd) each, fp32)
 // is the layer segment's activation unit of an inference UnitTable (params_only, act_floats =
 // kv_unit_floats), used with Access::Update in the layer's schedule group. So the store treats it
