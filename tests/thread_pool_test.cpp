@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -54,6 +56,27 @@ TEST(ThreadPool, RethrowsAWorkersExceptionAndStaysUsable) {
   for (int round = 0; round < 200; ++round)
     pool.parallel_for(1000, [&](std::size_t b, std::size_t e) { total += e - b; });
   EXPECT_EQ(total.load(), 200u * 1000u);
+}
+
+// Spinning workers (decoding's pool): back-to-back jobs each see every element exactly once and
+// the previous job's writes; a job after a pause longer than the spin (workers asleep again)
+// still runs; exceptions still propagate.
+TEST(ThreadPool, SpinningPoolRunsBackToBackJobsExactly) {
+  ThreadPool pool(3, 200);
+  std::vector<int> data(999, 0);
+  for (int round = 1; round <= 2000; ++round) {
+    pool.parallel_for(data.size(), [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) data[i] += 1;
+    });
+    if (round % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (int v : data) ASSERT_EQ(v, 2000);
+  EXPECT_THROW(pool.parallel_for(300, [&](std::size_t b, std::size_t) {
+    if (b > 0) throw Error("[test] boom");
+  }), Error);
+  std::atomic<std::size_t> total{0};
+  pool.parallel_for(1000, [&](std::size_t b, std::size_t e) { total += e - b; });
+  EXPECT_EQ(total.load(), 1000u);
 }
 
 TEST(ThreadPool, RejectsBadThreadCounts) {

@@ -3,13 +3,14 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 
 #include "stratum/error.h"
 
 namespace stratum {
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads) {
+ThreadPool::ThreadPool(int num_threads, int spin_us) : num_threads_(num_threads), spin_us_(spin_us) {
   STRATUM_CHECK(num_threads >= 1 && num_threads <= 1024, "[core.threads] thread count must be in 1..1024, got ",
                 num_threads);
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -29,6 +30,20 @@ void range_of(std::size_t n, int ranges, int index, std::size_t* begin, std::siz
   *begin = n * static_cast<std::size_t>(index) / static_cast<std::size_t>(ranges);
   *end = n * static_cast<std::size_t>(index + 1) / static_cast<std::size_t>(ranges);
 }
+
+// Polls done() for up to spin_us microseconds; true when it became true.
+template <class Done>
+bool spin_until(int spin_us, Done&& done) {
+  if (spin_us <= 0) return false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return false;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
 }  // namespace
 
 void ThreadPool::worker_loop(int index) {
@@ -37,6 +52,7 @@ void ThreadPool::worker_loop(int index) {
     const RangeFn* job = nullptr;
     std::size_t n = 0;
     int ranges = 0;
+    spin_until(spin_us_, [&] { return published_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
@@ -81,6 +97,7 @@ void ThreadPool::parallel_for(std::size_t n, const RangeFn& fn, std::size_t min_
     pending_ = static_cast<int>(workers_.size());
     error_ = nullptr;
     ++generation_;
+    published_.store(generation_, std::memory_order_release);
   }
   work_ready_.notify_all();
   std::exception_ptr local_error;
@@ -91,6 +108,7 @@ void ThreadPool::parallel_for(std::size_t n, const RangeFn& fn, std::size_t min_
   } catch (...) {
     local_error = std::current_exception();
   }
+  spin_until(spin_us_, [&] { return pending_.load(std::memory_order_acquire) == 0; });
   std::unique_lock<std::mutex> lock(mutex_);
   work_done_.wait(lock, [&] { return pending_ == 0; });
   job_ = nullptr;

@@ -125,7 +125,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   const int batch = std::min<int>(o.batch, static_cast<int>(prompts.size()));
 
   const int threads = o.threads > 0 ? o.threads : default_thread_count();
-  ThreadPool pool(threads);
+  ThreadPool pool(threads, /*spin_us=*/200);  // decoding dispatches ~300 small jobs per token
   blas_set_threads(threads);
   const ParamLayout layout = ParamLayout::of(cfg);
   UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), /*params_only=*/true);
