@@ -3,6 +3,7 @@
 #include "kernels/cpu/rowdot.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 
 #include "kernels/cpu/simd.h"
@@ -104,20 +105,32 @@ void kn_edge(float* y, const float* x, const float* w, const float* bias, int M,
 }
 }  // namespace
 
+// Tiles of weight rows are handed out from a shared counter, a few per thread, so a thread that
+// a noisy neighbour slows does not hold the whole product back (decoding is memory-bound and
+// both threads stream). Which thread computes a tile never changes its bits (Note [row dot
+// products]), so this dynamic split keeps the results deterministic.
 void rowdot_nt(ThreadPool& pool, float* y, int ldy, const float* x, int ldx, const float* w, const float* bias, int M,
                int N, int K) {
-  constexpr int kNb = 4;
-  const std::size_t tiles = static_cast<std::size_t>(N + kNb - 1) / kNb;
-  pool.parallel_for(tiles, [&](std::size_t t0, std::size_t t1) {
-    for (std::size_t t = t0; t < t1; ++t) {
-      const int n = static_cast<int>(t) * kNb;
-      if (n + kNb <= N) {
-        nt_rows<kNb>(y, ldy, x, ldx, w, bias, M, K, n);
-      } else {
-        for (int j = n; j < N; ++j) nt_rows<1>(y, ldy, x, ldx, w, bias, M, K, j);
+  // One weight row per tile when there are few rows (one stream per thread reads memory fastest:
+  // 1.1B Llama batch 1 at 7.9-9.4 tokens/s vs 6.6-8.3 with four), four when rows reuse them.
+  const int nb = M < 4 ? 1 : 4;
+  const std::size_t tiles = static_cast<std::size_t>(N + nb - 1) / nb;
+  const std::size_t grain = std::max<std::size_t>(1, tiles / (8 * static_cast<std::size_t>(pool.num_threads())));
+  std::atomic<std::size_t> next{0};
+  pool.parallel_for(static_cast<std::size_t>(pool.num_threads()), [&](std::size_t, std::size_t) {
+    for (;;) {
+      const std::size_t t0 = next.fetch_add(grain, std::memory_order_relaxed);
+      if (t0 >= tiles) return;
+      for (std::size_t t = t0; t < std::min(tiles, t0 + grain); ++t) {
+        const int n = static_cast<int>(t) * nb;
+        if (nb == 4 && n + 4 <= N) {
+          nt_rows<4>(y, ldy, x, ldx, w, bias, M, K, n);
+        } else {
+          for (int j = n; j < std::min(N, n + nb); ++j) nt_rows<1>(y, ldy, x, ldx, w, bias, M, K, j);
+        }
       }
     }
-  }, 4);
+  });
 }
 
 void rowdot_kn(ThreadPool& pool, float* y, const float* x, const float* w, const float* bias, int M, int K, int N) {
