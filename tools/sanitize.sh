@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test suite with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/) and runs
 # all of it, then with ThreadSanitizer (build-tsan/) and runs the concurrent code's tests: the
-# thread pool under every threaded CPU kernel, the tokenizer's concurrent encode and the I/O
+# thread pool (also spinning) under every threaded CPU kernel (rowdot's shared tile counter too), the tokenizer's concurrent encode and the I/O
 # engine (suites named Io*), the tiered store and the overlapped optimizer worker. (GEMM tests are left out of the TSan pass: OpenBLAS's own threads
 # are not instrumented.)
 # Kernels fall back to their baseline (non-cloned) versions under the sanitizers.
@@ -16,4 +16,4 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:ha
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATUM_TSAN=ON >/dev/null
 cmake --build build-tsan --target stratum_tests
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -j2 --timeout 1800 \
-  -R '^(ThreadPool|Kernel(Layernorm|Gelu|Attention|SoftmaxXent|AdamW|Embedding|Elementwise)|BpeTokenizer|Io|TieredStore|Executor\.Overlapped)'
+  -R '^(ThreadPool|Kernel(Layernorm|Gelu|Attention|SoftmaxXent|AdamW|Embedding|Elementwise|Rowdot)|BpeTokenizer|Io|TieredStore|Executor\.Overlapped)'
