@@ -24,9 +24,12 @@
 
 #include "data/bpe_tokenizer.h"
 #include "fuzz_file.h"
+#include "../tests/gpt2_byte_symbol.h"
 #include "stratum/error.h"
 
 namespace {
+
+using stratum::testing::gpt2_byte_symbol;
 
 [[noreturn]] void fuzz_fail(const std::string& what) {
   std::fprintf(stderr, "[fuzz.bpe_tokenizer_json] %s\n", what.c_str());
@@ -46,23 +49,6 @@ std::optional<std::vector<std::int32_t>> encode(const stratum::BpeTokenizer& tok
   }
 }
 
-// GPT-2's byte-to-unicode character for byte b, UTF-8 encoded.
-std::string byte_symbol(int b) {
-  int next = 256, cp = -1;
-  for (int v = 0; v <= b; ++v) {
-    const bool printable = (v >= '!' && v <= '~') || (v >= 0xA1 && v <= 0xAC) || v >= 0xAE;
-    cp = printable ? v : next++;
-  }
-  std::string out;
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return out;
-}
-
 // The structured mode's tokenizer.json (see the top of the file); `text` gets the rest.
 std::string structured_tokenizer_json(std::string_view input, std::string_view& text) {
   using Json = nlohmann::json;
@@ -76,8 +62,8 @@ std::string structured_tokenizer_json(std::string_view input, std::string_view& 
   }
   text = pos < input.size() ? input.substr(pos) : std::string_view();
   Json vocab = Json::object();
-  for (int b = 0; b < 256; ++b) vocab[byte_symbol(b)] = b;
-  const std::string space = byte_symbol(' ');
+  for (int b = 0; b < 256; ++b) vocab[gpt2_byte_symbol(b)] = b;
+  const std::string space = gpt2_byte_symbol(' ');
   for (const std::string& token :
        std::vector<std::string>{"he", "ll", "hell", "hello", space + "t", space + space})
     vocab[token] = static_cast<int>(vocab.size());

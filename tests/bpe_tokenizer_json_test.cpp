@@ -19,6 +19,7 @@
 
 #include "core/file_util.h"
 #include "data/bpe_tokenizer.h"
+#include "gpt2_byte_symbol.h"
 #include "integration_util.h"
 #include "stratum/error.h"
 
@@ -40,6 +41,7 @@ std::string shared_data_dir() {
 }
 
 using testing::TempDir;
+using testing::gpt2_byte_symbol;
 
 const Json& golden() {
   static const Json table = Json::parse(file_read_all(kGoldenDir + "/golden.json"));
@@ -274,28 +276,11 @@ TEST(BpeTokenizerJsonTest, ConcurrentEncodesAgree) {
   EXPECT_EQ(llama().decode(expected), text);
 }
 
-// GPT-2's byte-to-unicode character for byte b, UTF-8 encoded.
-std::string byte_symbol(int b) {
-  int next = 256, cp = -1;
-  for (int v = 0; v <= b; ++v) {
-    const bool printable = (v >= '!' && v <= '~') || (v >= 0xA1 && v <= 0xAC) || v >= 0xAE;
-    cp = printable ? v : next++;
-  }
-  std::string out;
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return out;
-}
-
 // A small valid Llama-3-style tokenizer.json: the 256 byte tokens, "ab" (256) from merge "a b",
 // <|eot_id|> (257) and a BOS template. The malformed cases each break one thing in it.
 Json small_tokenizer_json() {
   Json vocab = Json::object();
-  for (int b = 0; b < 256; ++b) vocab[byte_symbol(b)] = b;
+  for (int b = 0; b < 256; ++b) vocab[gpt2_byte_symbol(b)] = b;
   vocab["ab"] = 256;
   return {
       {"version", "1.0"},
@@ -525,9 +510,9 @@ TEST(BpeTokenizerJsonTest, MalformedAndUnsupportedFilesThrowOneLineErrors) {
       {"added token in vocab with other text",
        [](Json& j) {
          j["model"]["vocab"].erase("ab");
-         j["model"]["vocab"][byte_symbol(' ') + "x"] = 256;
+         j["model"]["vocab"][gpt2_byte_symbol(' ') + "x"] = 256;
          j["model"]["merges"] = Json::array();
-         j["added_tokens"].push_back(added_token(256, byte_symbol(' ') + "x", false, false));
+         j["added_tokens"].push_back(added_token(256, gpt2_byte_symbol(' ') + "x", false, false));
        },
        "('\xC4\xA0x') is a model.vocab token whose text is different (' x')"},
       {"vocab missing", [](Json& j) { j["model"].erase("vocab"); }, "model has no \"vocab\" field"},

@@ -243,6 +243,7 @@ TEST(Cli, LlamaInfoAndIdPromptsFile) {
   r = run_stratum(gen + " --prompt-ids-file " + tmp.file("bad.txt"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.errors.find("'x'"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("--prompt-ids-file " + tmp.file("bad.txt") + " line 2"), std::string::npos) << r.errors;
 }
 
 // OPENBLAS_CORETYPE forced to an older core must not change the GEMM kernels stratum uses.

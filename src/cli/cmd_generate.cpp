@@ -13,7 +13,8 @@
 namespace stratum {
 
 namespace {
-std::vector<std::int32_t> parse_ids(const std::string& text) {
+// flag: where the ids came from, for the error ("--prompt-ids", "--prompt-ids-file FILE line 3").
+std::vector<std::int32_t> parse_ids(const std::string& text, const std::string& flag) {
   std::vector<std::int32_t> ids;
   std::size_t at = 0;
   while (at <= text.size()) {
@@ -23,7 +24,7 @@ std::vector<std::int32_t> parse_ids(const std::string& text) {
     errno = 0;
     const long long v = std::strtoll(item.c_str(), &end, 10);
     STRATUM_CHECK(!item.empty() && end && *end == '\0' && errno == 0 && v >= 0 && v < (1LL << 31),
-                  "[cli] --prompt-ids expects comma-separated token ids like 1,2,3, got '", item, "'");
+                  "[cli] ", flag, " expects comma-separated token ids like 1,2,3, got '", item, "'");
     ids.push_back(static_cast<std::int32_t>(v));
     at = comma + 1;
   }
@@ -71,7 +72,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
       args.has("prompt") + args.has("prompt-ids") + args.has("prompts") + args.has("prompt-ids-file");
   STRATUM_CHECK(sources <= 1, "[cli] give one of --prompt, --prompt-ids, --prompts and --prompt-ids-file");
   if (args.has("prompt")) o.prompts.push_back(args.str("prompt"));
-  if (args.has("prompt-ids")) o.prompt_ids.push_back(parse_ids(args.str("prompt-ids")));
+  if (args.has("prompt-ids")) o.prompt_ids.push_back(parse_ids(args.str("prompt-ids"), "--prompt-ids"));
   const bool many = args.has("prompts") || args.has("prompt-ids-file");
   if (many) {
     const bool ids = args.has("prompt-ids-file");
@@ -80,11 +81,12 @@ int cmd_generate(const std::vector<std::string>& argv) {
     STRATUM_CHECK(file_exists(path), "[cli] ", flag, " file '", path, "' does not exist");
     const std::string text = file_read_all(path);
     std::size_t at = 0;
-    while (at < text.size()) {
+    for (int line_no = 1; at < text.size(); ++line_no) {
       const std::size_t nl = std::min(text.find('\n', at), text.size());
       std::string line = text.substr(at, nl - at);
       if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (!line.empty() && ids) o.prompt_ids.push_back(parse_ids(line));
+      if (!line.empty() && ids)
+        o.prompt_ids.push_back(parse_ids(line, flag + " " + path + " line " + std::to_string(line_no)));
       if (!line.empty() && !ids) o.prompts.push_back(line);
       at = nl + 1;
     }

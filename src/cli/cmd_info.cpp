@@ -7,7 +7,6 @@
 #include "cli/commands.h"
 #include "core/file_util.h"
 #include "data/bpe_tokenizer.h"
-#include "data/corpus.h"
 #include "data/token_file.h"
 #include "formats/safetensors.h"
 #include "model/model_io.h"
@@ -54,18 +53,15 @@ void describe_model_dir(const std::string& dir) {
   std::printf("  segments: %d (embed, %d blocks of %.1f MiB, head)\n", layout.segment_count(), cfg.n_layer,
               layout.segments()[layout.layer_segment(0)].size_bytes() / 1048576.0);
   // The tokenizer generate would use, and whether Stratum can load it.
-  const std::string tok_dir = corpus_find_tokenizer("", dir);
-  const char* tok_files = file_exists(dir + "/tokenizer.json")  ? "tokenizer.json"
-                          : file_exists(dir + "/vocab.json")    ? "vocab.json + merges.txt"
-                                                                : "encoder.json + vocab.bpe";
-  if (tok_dir.empty()) {
+  const std::string tok_files = BpeTokenizer::files_in(dir);
+  if (tok_files.empty()) {
     std::printf("  tokenizer: none (generate needs --tokenizer DIR or --prompt-ids)\n");
   } else {
     try {
-      const BpeTokenizer tok = BpeTokenizer::load(tok_dir);
-      std::printf("  tokenizer: %s, byte-level BPE, %d tokens\n", tok_files, tok.vocab_size());
+      const BpeTokenizer tok = BpeTokenizer::load(dir);
+      std::printf("  tokenizer: %s, byte-level BPE, %d tokens\n", tok_files.c_str(), tok.vocab_size());
     } catch (const Error& e) {
-      std::printf("  tokenizer: %s, not usable: %s\n", tok_files, e.what());
+      std::printf("  tokenizer: %s, not usable: %s\n", tok_files.c_str(), e.what());
     }
   }
   for (const std::string& path : model_weight_files(dir, nullptr)) describe_safetensors(path);

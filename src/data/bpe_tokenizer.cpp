@@ -560,6 +560,13 @@ BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
 BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
 BpeTokenizer::~BpeTokenizer() = default;
 
+std::string BpeTokenizer::files_in(const std::string& dir) {
+  if (file_exists(dir + "/tokenizer.json")) return "tokenizer.json";
+  if (file_exists(dir + "/encoder.json") && file_exists(dir + "/vocab.bpe")) return "encoder.json + vocab.bpe";
+  if (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt")) return "vocab.json + merges.txt";
+  return "";
+}
+
 BpeTokenizer BpeTokenizer::load(const std::string& dir) {
   STRATUM_CHECK(dir_exists(dir), "[tokenizer] tokenizer folder '", dir,
                 "' does not exist: pass the folder holding tokenizer.json, encoder.json + "

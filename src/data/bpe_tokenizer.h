@@ -67,6 +67,9 @@ class BpeTokenizer {
   // 0..N-1, every one of the 256 single-byte tokens is present, and every merge names two tokens
   // of the vocabulary whose concatenation is also in it.
   static BpeTokenizer load(const std::string& dir);
+  // The complete tokenizer file set in `dir`, in the order load() prefers them:
+  // "tokenizer.json", "encoder.json + vocab.bpe" or "vocab.json + merges.txt"; "" when none is.
+  static std::string files_in(const std::string& dir);
   // Loads one Hugging Face tokenizer.json file (Note [tokenizer.json]); same errors as load().
   static BpeTokenizer load_tokenizer_json(const std::string& path);
 

@@ -11,10 +11,7 @@ namespace stratum {
 std::string corpus_find_tokenizer(const std::string& explicit_dir, const std::string& model_dir) {
   if (!explicit_dir.empty()) return explicit_dir;
   if (model_dir.empty()) return "";
-  if (file_exists(model_dir + "/tokenizer.json")) return model_dir;
-  if (file_exists(model_dir + "/vocab.json") && file_exists(model_dir + "/merges.txt")) return model_dir;
-  if (file_exists(model_dir + "/encoder.json") && file_exists(model_dir + "/vocab.bpe")) return model_dir;
-  return "";
+  return BpeTokenizer::files_in(model_dir).empty() ? "" : model_dir;
 }
 
 std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std::string& tokenizer_dir,

@@ -13,8 +13,8 @@ namespace stratum {
 std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std::string& tokenizer_dir,
                                              int vocab_size);
 
-// The tokenizer directory to use: `explicit_dir` if set, else `model_dir` when it holds
-// vocab.json + merges.txt (or encoder.json + vocab.bpe), else empty.
+// The tokenizer directory to use: `explicit_dir` if set, else `model_dir` when it holds a
+// tokenizer file set (BpeTokenizer::files_in), else empty.
 std::string corpus_find_tokenizer(const std::string& explicit_dir, const std::string& model_dir);
 
 }  // namespace stratum

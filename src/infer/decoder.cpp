@@ -49,7 +49,7 @@ std::size_t Decoder::kv_unit_floats(const GptConfig& cfg, int max_batch, int max
 
 std::size_t Decoder::fixed_bytes_for(const GptConfig& cfg, int max_batch, int max_ctx) {
   Buffers sink{};
-  const std::size_t rope = cfg.llama() ? 2 * sizeof(float) * static_cast<std::size_t>(max_ctx) * (cfg.head_dim() / 2) : 0;
+  const std::size_t rope = cfg.llama() ? RopeTable::bytes_for(cfg.head_dim(), max_ctx) : 0;
   return aligned_buffer_carve_bytes(slices(sink, cfg, max_batch, max_ctx)) +
          Gpt2HeadScratch::bytes_for(cfg, max_batch) + rope;
 }

@@ -80,7 +80,7 @@ RopeTable::RopeTable(int head_dim, int max_pos, double theta, const RopeScaling&
                 head_dim);
   STRATUM_CHECK(max_pos > 0 && max_pos <= (1 << 24), "[kernels.rope] max_pos must be in 1..2^24, got ", max_pos);
   const std::vector<float> inv = rope_inv_freq(head_dim, theta, scaling);
-  cos_.resize(static_cast<std::size_t>(max_pos) * half_);
+  cos_.resize(table_floats(head_dim, max_pos));
   sin_.resize(cos_.size());
   for (int pos = 0; pos < max_pos; ++pos)
     for (int i = 0; i < half_; ++i) {

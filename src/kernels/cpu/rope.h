@@ -33,6 +33,10 @@ std::vector<float> rope_inv_freq(int head_dim, double theta, const RopeScaling& 
 class RopeTable {
  public:
   RopeTable(int head_dim, int max_pos, double theta, const RopeScaling& scaling);
+  // Bytes a table for (head_dim, max_pos) holds: cos and sin, (max_pos, head_dim/2) floats each.
+  static std::size_t bytes_for(int head_dim, int max_pos) {
+    return 2 * sizeof(float) * table_floats(head_dim, max_pos);
+  }
 
   const float* cos(int pos) const { return cos_.data() + static_cast<std::size_t>(pos) * half_; }  // (head_dim/2)
   const float* sin(int pos) const { return sin_.data() + static_cast<std::size_t>(pos) * half_; }  // (head_dim/2)
@@ -40,6 +44,9 @@ class RopeTable {
   int max_pos() const { return max_pos_; }
 
  private:
+  static std::size_t table_floats(int head_dim, int max_pos) {
+    return static_cast<std::size_t>(max_pos) * (head_dim / 2);
+  }
   int half_;                // head_dim / 2
   int max_pos_;
   std::vector<float> cos_;  // (max_pos, head_dim/2) fp32
