@@ -120,6 +120,18 @@ TEST_F(Checkpoint, ResumeIsBitIdenticalAcrossBudgetsAndPrefetchDepths) {
   r = run_stratum("train --resume " + quote(root2 + "/step-00000004") + " --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_EQ(params_hash(r), ref_hash_) << r.errors;
+
+  // A finished run (a crash between its last checkpoint and its exit): resuming it trains nothing,
+  // succeeds and reports the same bits, from the root or the step directory, in RAM or a budget.
+  for (const std::string& extra : {std::string(), budget_args(tmp_.file("off4"), 1)}) {
+    for (const std::string& from : {root, root + "/step-00000008"}) {
+      r = run_stratum("train --resume " + quote(from) + " --quiet" + extra);
+      ASSERT_EQ(r.exit_code, 0) << r.errors;
+      EXPECT_NE(r.errors.find("nothing left to train"), std::string::npos) << r.errors;
+      EXPECT_EQ(params_hash(r), ref_hash_) << r.errors;
+    }
+  }
+  EXPECT_EQ(latest_of(root), "step-00000008\n") << "resuming a finished run writes nothing";
 }
 
 TEST_F(Checkpoint, KeepsTheNewestAndLatestNamesAVerifiedOne) {

@@ -209,8 +209,11 @@ TrainResult train_run(const TrainOptions& o) {
     STRATUM_CHECK(o.model_dir.empty(), "[train] --resume continues from the checkpoint's own weights; drop --model");
     resume = checkpoint_find(o.resume_path);
     for (const std::string& note : resume.notes) std::fprintf(stderr, "[stratum] resume: %s\n", note.c_str());
-    STRATUM_CHECK(resume.state.step < o.steps, "[train] --resume ", resume.dir, ": the checkpoint is at step ",
-                  resume.state.step, " of ", o.steps, "; nothing is left to train");
+    // A checkpoint at the last step is a finished run: resuming it loads and checks it, trains
+    // nothing and succeeds, so "rerun the command until it exits 0" is safe after a crash that
+    // hit between the final checkpoint and the exit.
+    STRATUM_CHECK(resume.state.step <= o.steps, "[train] --resume ", resume.dir, ": the checkpoint is at step ",
+                  resume.state.step, ", past --steps ", o.steps, "; leave --steps out to use the checkpoint's");
   }
   const GptConfig cfg = !resume.dir.empty()     ? model_read_config(resume.dir)
                         : o.model_dir.empty() ? o.config
@@ -337,6 +340,18 @@ TrainResult train_run(const TrainOptions& o) {
     model_load_weights(o.model_dir, layout, store);
   }
 
+  if (start_step == o.steps) {
+    result.start_step = result.steps_done = start_step;
+    result.final_loss = resume.state.loss;
+    result.params_hash = resume.state.params_hash;
+    result.min_budget_bytes = min_budget;
+    result.checkpoint_dir = resume.dir;
+    std::fprintf(stderr,
+                 "[stratum] nothing left to train: %s is at step %ld of %ld (final loss %.4f), params hash %016llx\n",
+                 resume.dir.c_str(), start_step, o.steps, result.final_loss,
+                 static_cast<unsigned long long>(result.params_hash));
+    return result;
+  }
   MetricsLog log = o.log_path.empty() ? MetricsLog()
                    : start_step > 0   ? MetricsLog(o.log_path, start_step)
                                       : MetricsLog(o.log_path);
