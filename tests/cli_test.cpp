@@ -246,6 +246,28 @@ TEST(Cli, LlamaInfoAndIdPromptsFile) {
   EXPECT_NE(r.errors.find("--prompt-ids-file " + tmp.file("bad.txt") + " line 2"), std::string::npos) << r.errors;
 }
 
+// A bf16 Llama is kept in bf16 (Note [bf16 weights]) and says so; --fp32-weights widens it and
+// gives the same ids, and its smallest budget is larger.
+TEST(Cli, Bf16LlamaIsKeptInBf16) {
+  const std::string gen = "generate --model " + source_path("tests/golden/tiny_llama_bf16") +
+                          " --temperature 0 --max-tokens 8 --no-stop --output-ids --prompt-ids 4,8,15,16";
+  const auto kept = run_stratum(gen);
+  ASSERT_EQ(kept.exit_code, 0) << kept.errors;
+  EXPECT_NE(kept.errors.find("MiB bf16 (kept as stored)"), std::string::npos) << kept.errors;
+  const auto wide = run_stratum(gen + " --fp32-weights");
+  ASSERT_EQ(wide.exit_code, 0) << wide.errors;
+  EXPECT_NE(wide.errors.find("MiB fp32"), std::string::npos) << wide.errors;
+  EXPECT_EQ(kept.output, wide.output);
+  testing::TempDir tmp;
+  auto minimum = [&](const std::string& extra) {
+    const auto r = run_stratum(gen + extra + " --mem-budget 1K --offload-dir " + tmp.path());
+    EXPECT_NE(r.exit_code, 0);
+    const auto at = r.errors.find("use --mem-budget ");
+    return at == std::string::npos ? 0L : std::stol(r.errors.substr(at + 17));
+  };
+  EXPECT_LT(minimum(""), minimum(" --fp32-weights"));
+}
+
 // OPENBLAS_CORETYPE forced to an older core must not change the GEMM kernels stratum uses.
 TEST(Cli, ForcedOpenblasCoretypeIsDropped) {
   const std::string run = std::string(" ") + STRATUM_BINARY + " train --layers 1 --heads 1 --embd 16 --ctx 8 --vocab 101 "

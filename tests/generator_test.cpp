@@ -4,12 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <memory>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "formats/safetensors.h"
 #include "infer/decoder.h"
 #include "integration_util.h"
 #include "model/model_io.h"
+#include "store/tiered_segment_store.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -138,6 +142,72 @@ TEST(Generate, LlamaGreedyMatchesPyTorchInRamStreamedAndBatched) {
   EXPECT_GT(spilled.write_bytes, 0u) << "the smallest budget must spill KV caches";
   EXPECT_GT(spilled.read_bytes, streamed.read_bytes);
   EXPECT_LE(spilled.peak_ram_bytes, o.mem_budget_bytes);
+}
+
+// Note [bf16 weights]: the bf16 golden Llama kept in bf16 gives the bits of its fp32 widening:
+// every logit of a batch of two (prompt steps, then decode steps), in RAM and streamed under the
+// smallest bf16 budget, which is below the fp32 one; generate_run keeps it bf16 and says so.
+TEST(Generate, Bf16WeightsKeptAsStoredGiveTheWidenedBits) {
+  const std::string dir = testing::source_path("tests/golden/tiny_llama_bf16");
+  ASSERT_TRUE(model_weights_bf16(dir));
+  EXPECT_FALSE(model_weights_bf16(testing::source_path(kLlama)));
+  const GptConfig cfg = model_read_config(dir);
+  const ParamLayout layout = ParamLayout::of(cfg);
+  const int B = 2, ctx = 12;
+  ThreadPool pool(2);
+  testing::TempDir tmp;
+  // All logits of: a 5-token prompt step, then 6 single-token steps, each sequence's own tokens.
+  auto logits_of = [&](bool bf16, bool streamed) {
+    const UnitTable units(layout, Decoder::kv_unit_floats(cfg, B, ctx), true, bf16);
+    std::unique_ptr<SegmentStore> store;
+    if (streamed) {
+      TieredStoreOptions so;
+      so.budget_bytes = Decoder::min_store_bytes(units);
+      so.offload_dir = tmp.path();
+      so.prefetch_depth = 1;
+      store = std::make_unique<TieredSegmentStore>(units, so);
+    } else {
+      store = std::make_unique<RamSegmentStore>(units);
+    }
+    model_load_weights(dir, layout, *store);
+    Decoder decoder(pool, cfg, *store, B, ctx);
+    std::vector<float> all, logits(static_cast<std::size_t>(B) * cfg.vocab_size);
+    std::vector<std::int32_t> tokens = {3, 17, 42, 5, 9, 100, 2, 77, 64, 1};
+    int past[2] = {0, 0};
+    decoder.step(tokens.data(), B, 5, past, logits.data());
+    all.insert(all.end(), logits.begin(), logits.end());
+    for (int t = 0; t < 6; ++t) {
+      past[0] = past[1] = 5 + t;
+      std::int32_t next[2] = {static_cast<std::int32_t>((7 * t + 1) % cfg.vocab_size),
+                              static_cast<std::int32_t>((11 * t + 5) % cfg.vocab_size)};
+      decoder.step(next, B, 1, past, logits.data());
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    const StoreStats st = store->stats();
+    if (streamed) EXPECT_GT(st.read_bytes, 0u) << "the smallest budget must stream";
+    return all;
+  };
+  const std::vector<float> widened = logits_of(false, false);
+  for (bool streamed : {false, true}) {
+    const std::vector<float> kept = logits_of(true, streamed);
+    ASSERT_EQ(kept.size(), widened.size());
+    EXPECT_EQ(std::memcmp(kept.data(), widened.data(), kept.size() * sizeof(float)), 0)
+        << (streamed ? "streamed" : "in RAM") << ": bf16 weights must give the fp32 widening's logits";
+  }
+  const UnitTable f32_units(layout, Decoder::kv_unit_floats(cfg, B, ctx), true, false);
+  const UnitTable bf16_units(layout, Decoder::kv_unit_floats(cfg, B, ctx), true, true);
+  EXPECT_LT(Decoder::min_store_bytes(bf16_units), Decoder::min_store_bytes(f32_units));
+
+  GenerateOptions o = greedy_options();
+  o.model_dir = dir;
+  const auto none = [](int, std::int32_t, const std::string&) {};
+  const GenerateResult kept = generate_run(o, none);
+  EXPECT_TRUE(kept.weights_bf16);
+  o.keep_bf16 = false;
+  const GenerateResult wide = generate_run(o, none);
+  EXPECT_FALSE(wide.weights_bf16);
+  EXPECT_EQ(kept.sequences[0].tokens, wide.sequences[0].tokens);
+  EXPECT_LT(kept.weight_bytes, wide.weight_bytes * 3 / 4);
 }
 
 TEST(Generate, BadInputIsRefusedWithAClearError) {

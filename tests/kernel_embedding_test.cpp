@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "core/bf16.h"
 #include "test_util.h"
 
 namespace stratum {
@@ -155,6 +157,32 @@ TEST(KernelEmbedding, VocabularyBlocksGiveTheSameBitsAsOneTable) {
     emb_backward(pool, dwte.data(), dwpe.data(), dout.data(), tokens, s, rows);
     EXPECT_EQ(dwte, dwte_whole) << rows << "-row blocks";
     EXPECT_EQ(dwpe, dwpe_whole) << rows << "-row blocks";
+  }
+}
+
+// Note [bf16 weights]: bf16 rows are added as their exact fp32 widening, block by block.
+TEST(KernelEmbedding, Bf16BlocksGiveTheBitsOfTheirWidening) {
+  const EmbShape s{2, 9, 100, 13};
+  test::TestRng rng(76);
+  const auto tokens = tokens_with_repeats(rng, s);
+  const auto src = rng.normal_f32(static_cast<std::size_t>(s.V) * s.C), wpe = rng.normal_f32(static_cast<std::size_t>(s.T) * s.C);
+  std::vector<std::uint16_t> h(src.size());
+  std::vector<float> wide(src.size());
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &src[i], 4);
+    h[i] = static_cast<std::uint16_t>(bits >> 16);
+    wide[i] = bf16_to_f32(h[i]);
+  }
+  ThreadPool pool(2);
+  const auto want = emb_forward(pool, tokens, wide, wpe, s);
+  for (int rows : {4, 13}) {
+    std::vector<float> out(s.rows() * s.C);
+    embedding_forward_positions(pool, out.data(), wpe.data(), s.B, s.T, s.C);
+    for (int v0 = 0; v0 < s.V; v0 += rows)
+      embedding_forward_block_bf16(pool, out.data(), tokens.data(), h.data() + static_cast<std::size_t>(v0) * s.C, v0,
+                                   std::min(rows, s.V - v0), s.B, s.T, s.C);
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)), 0) << rows << "-row blocks";
   }
 }
 

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "core/bf16.h"
 #include "test_util.h"
 
 namespace stratum {
@@ -90,6 +92,34 @@ TEST(KernelRowdot, ThreadCountIndependent) {
                                         "rowdot_nt");
   test::expect_thread_count_independent([&](ThreadPool& pool) { return run(pool, false, x, w, b.data(), M, N, K); },
                                         "rowdot_kn");
+}
+
+// Note [bf16 weights]: rowdot_nt_bf16 equals rowdot_nt on the widened weights bit for bit, at
+// every tile shape and tail, including infinities and subnormals among the weights.
+TEST(KernelRowdot, Bf16WeightsGiveTheBitsOfTheirWidening) {
+  ThreadPool pool(2);
+  for (const Case c : {Case{1, 1, 1}, Case{1, 67, 33}, Case{3, 9, 16}, Case{5, 130, 47}, Case{4, 64, 64}}) {
+    test::TestRng rng(c.M * 7 + c.N * 3 + c.K);
+    const std::vector<float> x = rng.normal_f32(static_cast<std::size_t>(c.M) * c.K);
+    const std::vector<float> src = rng.normal_f32(static_cast<std::size_t>(c.N) * c.K, 0.1);
+    std::vector<std::uint16_t> h(src.size());
+    std::vector<float> wide(src.size());
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &src[i], 4);
+      h[i] = static_cast<std::uint16_t>(bits >> 16);
+      if (i % 97 == 5) h[i] = 0x0001;  // a subnormal
+      wide[i] = bf16_to_f32(h[i]);
+    }
+    const std::vector<float> b = rng.normal_f32(static_cast<std::size_t>(c.N));
+    for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
+      std::vector<float> want(static_cast<std::size_t>(c.M) * c.N), got(want.size());
+      rowdot_nt(pool, want.data(), c.N, x.data(), c.K, wide.data(), bias, c.M, c.N, c.K);
+      rowdot_nt_bf16(pool, got.data(), c.N, x.data(), c.K, h.data(), bias, c.M, c.N, c.K);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << "M" << c.M << " N" << c.N << " K" << c.K << (bias ? " bias" : "");
+    }
+  }
 }
 
 }  // namespace

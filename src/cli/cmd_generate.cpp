@@ -58,6 +58,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"mem-budget", "SIZE", "RAM for weights + KV cache, e.g. 512M; the rest streams from --offload-dir"},
              {"offload-dir", "DIR", "where weights that do not fit the budget live"},
              {"prefetch", "K", "layers read ahead under a budget (default 2)"},
+             {"fp32-weights", "", "widen a bf16 Llama's weights to fp32 (default: kept bf16, half the RAM and reads)"},
              {"quiet", "", "no [stratum] lines on stderr"}});
   if (args.help_requested()) {
     std::fputs(args.help_text("stratum generate --model DIR (--prompt TEXT | --prompt-ids IDS | --prompts FILE | --prompt-ids-file FILE) [flags]")
@@ -109,6 +110,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
                 "[cli] --mem-budget needs --offload-dir DIR for the weights that do not fit");
   o.prefetch = static_cast<int>(args.integer("prefetch", 2, 0, 64));
   o.quiet = args.flag("quiet");
+  o.keep_bf16 = !args.flag("fp32-weights");
   const bool output_ids = args.flag("output-ids");
 
   const bool stream_text = !many && !output_ids;
@@ -141,6 +143,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
                  r.prompt_tokens, r.prompt_tokens_per_s < 10 ? 3 : 1, r.prompt_tokens_per_s, r.generated_tokens,
                  r.generate_tokens_per_s < 10 ? 3 : 1, r.generate_tokens_per_s, r.sequences.size(), o.batch,
                  r.prompt_seconds, r.generate_seconds);
+    std::fprintf(stderr, "[stratum] weights: %.1f MiB %s\n", r.weight_bytes / 1048576.0,
+                 r.weights_bf16 ? "bf16 (kept as stored)" : "fp32");
     if (o.mem_budget_bytes > 0)
       std::fprintf(stderr,
                    "[stratum] weights streamed from %s: %.1f MiB read, peak RAM %.1f MiB of the %.1f MiB budget; "

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/bf16.h"
 #include "core/file_util.h"
 #include "formats/json_brief.h"
 #include "stratum/error.h"
@@ -71,8 +72,6 @@ float f16_to_f32(std::uint16_t h) {
   }
   return std::bit_cast<float>(bits);
 }
-
-float bf16_to_f32(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
 
 // Elements count with overflow detection; false when the product does not fit in int64.
 bool shape_numel(const std::vector<std::int64_t>& shape, std::int64_t* out) {
@@ -323,6 +322,27 @@ void SafetensorsFile::read_f32(const SafetensorsTensorInfo& t, float* dst) const
   read_f32_range(t, 0, static_cast<std::size_t>(t.size_bytes / dtype_size_bytes(t.dtype)), dst);
 }
 
+void SafetensorsFile::range_check(const SafetensorsTensorInfo& t, std::size_t first_elem, std::size_t count,
+                                  const char* reader) const {
+  tensor_check(t);
+  const std::size_t total = static_cast<std::size_t>(t.size_bytes / dtype_size_bytes(t.dtype));
+  if (first_elem > total || count > total - first_elem) {
+    std::size_t end = 0;
+    const std::string range = __builtin_add_overflow(first_elem, count, &end)
+                                  ? std::to_string(count) + " elements from element " + std::to_string(first_elem)
+                                  : "elements [" + std::to_string(first_elem) + ", " + std::to_string(end) + ")";
+    STRATUM_FAIL(where(path_), ": ", reader, " of ", range, " lies outside tensor '", t.name, "' of ", total,
+                 " elements (shape ", shape_text(t.shape), ")");
+  }
+}
+
+void SafetensorsFile::read_raw_range(const SafetensorsTensorInfo& t, std::size_t first_elem, std::size_t count,
+                                     void* dst) const {
+  range_check(t, first_elem, count, "read_raw_range");
+  const std::size_t elem_bytes = dtype_size_bytes(t.dtype);
+  read_at(t.file_offset_bytes + first_elem * elem_bytes, dst, count * elem_bytes, "tensor '" + t.name + "'");
+}
+
 void SafetensorsFile::read_f32_range(const SafetensorsTensorInfo& t, std::size_t first_elem, std::size_t count,
                                      float* dst) const {
   switch (t.dtype) {
@@ -332,17 +352,8 @@ void SafetensorsFile::read_f32_range(const SafetensorsTensorInfo& t, std::size_t
       STRATUM_FAIL(where(path_), ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
                    "; read_f32 accepts F32, F16, BF16 or F64 (use read_raw for integer data)");
   }
-  tensor_check(t);
+  range_check(t, first_elem, count, "read_f32_range");
   const std::size_t elem_bytes = dtype_size_bytes(t.dtype);
-  const std::size_t total = static_cast<std::size_t>(t.size_bytes / elem_bytes);
-  if (first_elem > total || count > total - first_elem) {
-    std::size_t end = 0;
-    const std::string range = __builtin_add_overflow(first_elem, count, &end)
-                                  ? std::to_string(count) + " elements from element " + std::to_string(first_elem)
-                                  : "elements [" + std::to_string(first_elem) + ", " + std::to_string(end) + ")";
-    STRATUM_FAIL(where(path_), ": read_f32_range of ", range, " lies outside tensor '", t.name, "' of ", total,
-                 " elements (shape ", shape_text(t.shape), ")");
-  }
   const std::string what = "tensor '" + t.name + "'";
   const std::uint64_t base = t.file_offset_bytes + first_elem * elem_bytes;
   if (t.dtype == DType::F32) {

@@ -61,10 +61,15 @@ class SafetensorsFile {
   void read_f32_range(const SafetensorsTensorInfo& t, std::size_t first_elem, std::size_t count, float* dst) const;
   // Reads t.size_bytes bytes into dst (pread; retries short reads and EINTR).
   void read_raw(const SafetensorsTensorInfo& t, void* dst) const;
+  // Elements [first_elem, first_elem + count) as stored (count * dtype size bytes), unconverted.
+  void read_raw_range(const SafetensorsTensorInfo& t, std::size_t first_elem, std::size_t count, void* dst) const;
 
  private:
   SafetensorsFile() = default;
   void tensor_check(const SafetensorsTensorInfo& t) const;  // t lies inside this open file
+  // t lies inside this file and has elements [first_elem, first_elem + count); `reader` names the
+  // caller in the error.
+  void range_check(const SafetensorsTensorInfo& t, std::size_t first_elem, std::size_t count, const char* reader) const;
   void read_at(std::uint64_t offset_bytes, void* dst, std::size_t size_bytes,
                const std::string& what) const;
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/bf16.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -40,7 +41,8 @@ CarveSlices Decoder::slices(Buffers& b, const GptConfig& cfg, int max_batch, int
           {&b.mlp_b, R * I},
           {&b.mlp_c, R * I},
           {&b.last, static_cast<std::size_t>(max_batch) * C},
-          {&b.scratch, attention_cached_scratch_floats(max_batch, 1, cfg.n_head, max_ctx)}};
+          {&b.scratch, attention_cached_scratch_floats(max_batch, 1, cfg.n_head, max_ctx)},
+          {&b.norm_w, C}};
 }
 
 std::size_t Decoder::kv_unit_floats(const GptConfig& cfg, int max_batch, int max_ctx) {
@@ -79,12 +81,14 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
       max_batch_(max_batch),
       max_ctx_(max_ctx),
       cache_floats_(cache_floats_for(cfg, max_batch, max_ctx)),
+      bf16_(store.units().param_bf16()),
       buffer_(aligned_buffer_carve(slices(b_, cfg, max_batch, max_ctx))),
       head_scratch_(cfg, max_batch),
       schedule_(store.units().count()) {
   STRATUM_CHECK(max_ctx >= 1 && max_ctx <= cfg.n_ctx, "[generate] context ", max_ctx,
                 " exceeds the model's maximum of ", cfg.n_ctx);
   STRATUM_ASSERT(store.units().act_floats() >= kv_unit_floats(cfg, max_batch, max_ctx));  // Note [KV cache units]
+  STRATUM_ASSERT(!bf16_ || cfg.llama());  // Note [bf16 weights]: Llama only
   if (cfg.llama()) rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_ctx, cfg.rope_theta, cfg.rope_scaling);
   // Note [decode schedule]
   const UnitTable& units = store.units();
@@ -146,7 +150,11 @@ void Decoder::embed(const std::int32_t* tokens, int B, int Tn, const int* past) 
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
     if (!needed[k]) continue;
     SegmentHold wte(store_, layout_.vocab_segment(k), SegmentKind::Params, Access::Read);
-    embedding_forward_block(pool_, b_.x, tokens, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
+    if (bf16_)
+      embedding_forward_block_bf16(pool_, b_.x, tokens, reinterpret_cast<const std::uint16_t*>(wte.data()),
+                                   layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
+    else
+      embedding_forward_block(pool_, b_.x, tokens, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
   }
 }
 
@@ -159,28 +167,38 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   store_.schedule_at(group_layer_[l]);
   SegmentChunksHold params(store_, s, SegmentKind::Params, Access::Read);
   const SegmentLayout& seg = layout_.segments()[s];
-  auto linear = [&](int M, int N, int K, const float* x, int ldx, const float* w, float* y, int ldy) {
-    rowdot_nt(pool_, y, ldy, x, ldx, w, nullptr, M, N, K);  // y = x @ w^T, w (N, K); Note [row dot products]
+  // Llama tensor i of the layer, fp32 or bf16 (Note [bf16 weights]).
+  auto f32 = [&](int i) -> const float* { return params.tensor(seg.tensors[i]); };
+  auto bf16 = [&](int i) {
+    const TensorSlot& t = seg.tensors[i];
+    return reinterpret_cast<const std::uint16_t*>(params.chunks()[t.chunk]) + seg.offset_in_chunk(t);
+  };
+  auto linear = [&](int M, int N, int K, const float* x, int ldx, int w, float* y, int ldy) {
+    // y = x @ w^T, w (N, K); Note [row dot products]
+    if (bf16_)
+      rowdot_nt_bf16(pool_, y, ldy, x, ldx, bf16(w), nullptr, M, N, K);
+    else
+      rowdot_nt(pool_, y, ldy, x, ldx, f32(w), nullptr, M, N, K);
+  };
+  auto norm_weight = [&](int w) -> const float* {
+    if (!bf16_) return f32(w);
+    bf16_widen(b_.norm_w, bf16(w), static_cast<std::size_t>(C));
+    return b_.norm_w;
   };
   // Attention input and qkv.
-  const float* mlp_norm_w = nullptr;
   const float* mlp_norm_b = nullptr;
   Gpt2BlockTensors g{};
-  LlamaBlockTensors m{};
   if (cfg_.llama()) {
-    m = llama_block_tensors(seg, params.chunks());
-    rmsnorm_forward(pool_, b_.xn, b_.rstd, b_.x, m.attn_norm_w, rows, C, eps);
-    linear(rows, Q, C, b_.xn, C, m.q_w, b_.qkv, W);
-    linear(rows, KVd, C, b_.xn, C, m.k_w, b_.qkv + Q, W);
-    linear(rows, KVd, C, b_.xn, C, m.v_w, b_.qkv + Q + KVd, W);
+    rmsnorm_forward(pool_, b_.xn, b_.rstd, b_.x, norm_weight(kAttnNormW), rows, C, eps);
+    linear(rows, Q, C, b_.xn, C, kQW, b_.qkv, W);
+    linear(rows, KVd, C, b_.xn, C, kKW, b_.qkv + Q, W);
+    linear(rows, KVd, C, b_.xn, C, kVW, b_.qkv + Q + KVd, W);
     rope_forward(pool_, b_.qkv, B, Tn, H, hd, static_cast<std::size_t>(W), past, *rope_);
     rope_forward(pool_, b_.qkv + Q, B, Tn, KV, hd, static_cast<std::size_t>(W), past, *rope_);
-    mlp_norm_w = m.mlp_norm_w;
   } else {
     g = gpt2_block_tensors(seg, params.chunks());
     layernorm_forward(pool_, b_.xn, b_.mean, b_.rstd, b_.x, g.ln1_w, g.ln1_b, rows, C, eps);
     rowdot_kn(pool_, b_.qkv, b_.xn, g.attn_w, g.attn_b, rows, C, 3 * C);
-    mlp_norm_w = g.ln2_w;
     mlp_norm_b = g.ln2_b;
   }
   // Append the new keys and values to the cache; queries to a contiguous buffer.
@@ -213,17 +231,17 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   }
   const std::size_t rows_c = static_cast<std::size_t>(rows) * C;
   if (cfg_.llama()) {
-    linear(rows, C, Q, b_.atty, Q, m.o_w, b_.tmp, C);
+    linear(rows, C, Q, b_.atty, Q, kOW, b_.tmp, C);
     add_f32(pool_, b_.x, b_.x, b_.tmp, rows_c);
-    rmsnorm_forward(pool_, b_.xn, b_.rstd, b_.x, mlp_norm_w, rows, C, eps);
-    linear(rows, I, C, b_.xn, C, m.gate_w, b_.mlp_a, I);
-    linear(rows, I, C, b_.xn, C, m.up_w, b_.mlp_b, I);
+    rmsnorm_forward(pool_, b_.xn, b_.rstd, b_.x, norm_weight(kMlpNormW), rows, C, eps);
+    linear(rows, I, C, b_.xn, C, kGateW, b_.mlp_a, I);
+    linear(rows, I, C, b_.xn, C, kUpW, b_.mlp_b, I);
     swiglu_forward(pool_, b_.mlp_c, b_.mlp_a, b_.mlp_b, static_cast<std::size_t>(rows) * I);
-    linear(rows, C, I, b_.mlp_c, I, m.down_w, b_.tmp, C);
+    linear(rows, C, I, b_.mlp_c, I, kDownW, b_.tmp, C);
   } else {
     rowdot_kn(pool_, b_.tmp, b_.atty, g.attn_proj_w, g.attn_proj_b, rows, C, C);
     add_f32(pool_, b_.x, b_.x, b_.tmp, rows_c);
-    layernorm_forward(pool_, b_.xn, b_.mean, b_.rstd, b_.x, mlp_norm_w, mlp_norm_b, rows, C, eps);
+    layernorm_forward(pool_, b_.xn, b_.mean, b_.rstd, b_.x, g.ln2_w, mlp_norm_b, rows, C, eps);
     rowdot_kn(pool_, b_.mlp_a, b_.xn, g.fc_w, g.fc_b, rows, C, I);
     gelu_forward(pool_, b_.mlp_b, b_.mlp_a, static_cast<std::size_t>(rows) * I);
     rowdot_kn(pool_, b_.tmp, b_.mlp_b, g.mlp_proj_w, g.mlp_proj_b, rows, I, C);
@@ -241,15 +259,25 @@ void Decoder::head(int B, int Tn, float* logits) {
   {
     SegmentHold head_p(store_, head, SegmentKind::Params, Access::Read);
     const auto& tensors = layout_.segments()[head].tensors;
-    gpt2_head_begin(pool_, cfg_, head_p.data() + tensors[kLnFW].offset_floats,
-                    cfg_.llama() ? nullptr : head_p.data() + tensors[kLnFB].offset_floats, b_.last, B, head_scratch_);
+    const float* lnf_w = head_p.data() + tensors[kLnFW].offset_floats;
+    if (bf16_) {  // Llama: the final RMSNorm weight, widened (Note [bf16 weights])
+      bf16_widen(b_.norm_w, reinterpret_cast<const std::uint16_t*>(head_p.data()) + tensors[kLnFW].offset_floats,
+                 static_cast<std::size_t>(C));
+      lnf_w = b_.norm_w;
+    }
+    gpt2_head_begin(pool_, cfg_, lnf_w, cfg_.llama() ? nullptr : head_p.data() + tensors[kLnFB].offset_floats, b_.last,
+                    B, head_scratch_);
   }
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
     store_.schedule_at(group_head_vocab_[k]);
     SegmentHold rows(store_, layout_.head_vocab_segment(k), SegmentKind::Params, Access::Read);
     // logits[:, v0 : v0 + n] = lnf (B, C) @ rows^T
-    rowdot_nt(pool_, logits + layout_.vocab_row0(k), V, head_scratch_.lnf, C, rows.data(), nullptr, B,
-              layout_.vocab_rows(k), C);
+    if (bf16_)
+      rowdot_nt_bf16(pool_, logits + layout_.vocab_row0(k), V, head_scratch_.lnf, C,
+                     reinterpret_cast<const std::uint16_t*>(rows.data()), nullptr, B, layout_.vocab_rows(k), C);
+    else
+      rowdot_nt(pool_, logits + layout_.vocab_row0(k), V, head_scratch_.lnf, C, rows.data(), nullptr, B,
+                layout_.vocab_rows(k), C);
   }
 }
 

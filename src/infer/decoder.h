@@ -20,6 +20,12 @@
 // like the weights: in RAM it is allocated on first use; under a budget the tiered store keeps
 // it, or writes it to the offload dir and reads it back, by the same farthest-next-use rule
 // (the FlexGen cache offload), and the bits do not depend on where it was.
+// Note [bf16 weights]: a Llama checkpoint stored in bf16 is kept in bf16 (an inference UnitTable
+// with param_bf16; model_load_weights copies the bytes unconverted), so it takes half the RAM,
+// half the budget and half the offload reads of its fp32 widening. Weights are widened to fp32
+// as they are used: matrices inside rowdot_nt_bf16's loads, norm weights and embedding rows into
+// fp32 scratch. Widening is exact, so every product and sum sees the same floats in the same
+// order and the logits are bit-identical to decoding the widened fp32 copy (tests check it).
 #pragma once
 
 #include <cstdint>
@@ -83,6 +89,7 @@ class Decoder {
     float* mlp_c;    // (rows, I) Llama silu(gate) * up
     float* last;     // (max_batch, C) each sequence's last row
     float* scratch;  // attention_cached scratch
+    float* norm_w;   // (C) a bf16 norm weight widened (Note [bf16 weights])
   };
   // The buffer's slices, written through b's fields; fixed_bytes_for sizes the same list.
   static CarveSlices slices(Buffers& b, const GptConfig& config, int max_batch, int max_ctx);
@@ -93,6 +100,7 @@ class Decoder {
   const ParamLayout& layout_;
   int max_batch_, max_ctx_;
   std::size_t cache_floats_;  // one layer's K (or V): (max_batch, KV, max_ctx, hd)
+  bool bf16_;                 // the store's params are bf16 (Note [bf16 weights])
   Buffers b_{};           // before buffer_, whose initializer writes it
   AlignedBuffer buffer_;
   Gpt2HeadScratch head_scratch_;

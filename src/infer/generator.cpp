@@ -128,7 +128,9 @@ GenerateResult generate_run(const GenerateOptions& o,
   ThreadPool pool(threads, /*spin_us=*/200);  // decoding dispatches ~300 small jobs per token
   blas_set_threads(threads);
   const ParamLayout layout = ParamLayout::of(cfg);
-  UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), /*params_only=*/true);
+  // Note [bf16 weights]: a bf16 Llama stays bf16 (half the RAM, budget and reads, the same bits).
+  const bool bf16 = o.keep_bf16 && cfg.llama() && model_weights_bf16(o.model_dir);
+  UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), /*params_only=*/true, bf16);
   std::unique_ptr<SegmentStore> store;
   const std::size_t fixed = Decoder::fixed_bytes_for(cfg, batch, max_ctx);
   if (o.mem_budget_bytes > 0) {
@@ -156,6 +158,9 @@ GenerateResult generate_run(const GenerateOptions& o,
   Decoder decoder(pool, cfg, *store, batch, max_ctx);
 
   GenerateResult result;
+  result.weights_bf16 = bf16;
+  for (int u = 0; u < units.count(); ++u)
+    if (units.kind(u) == SegmentKind::Params) result.weight_bytes += units.bytes(u);
   result.sequences.resize(prompts.size());
   std::vector<float> logits(static_cast<std::size_t>(batch) * cfg.vocab_size);
   double prompt_s = 0.0, generate_s = 0.0;

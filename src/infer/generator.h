@@ -31,6 +31,9 @@ struct GenerateOptions {
   std::string offload_dir;
   int prefetch = 2;
   bool quiet = false;  // no "[stratum]" lines on stderr
+  // A Llama whose weights are all bf16 keeps them bf16 (Note [bf16 weights] in infer/decoder.h);
+  // false widens them to fp32 on load: twice the RAM and reads, the same tokens.
+  bool keep_bf16 = true;
 };
 
 struct GenerateSequence {
@@ -52,6 +55,8 @@ struct GenerateResult {
   std::uint64_t read_bytes = 0;         // weights (and spilled KV cache) read from the offload dir (budget only)
   std::uint64_t write_bytes = 0;        // KV cache written to the offload dir (budget only)
   std::size_t peak_ram_bytes = 0;       // store + decoder (budget only)
+  bool weights_bf16 = false;            // the weights were kept in bf16 (GenerateOptions::keep_bf16)
+  std::size_t weight_bytes = 0;         // the weights as the store holds them
 };
 
 // on_token(sequence index, id, text) for every generated token, in order (text "" without a

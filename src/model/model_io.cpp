@@ -107,7 +107,14 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
                     "' appears twice (with and without prefix)");
       // A slot may hold rows [row0, row0 + rows) of the tensor (Note [vocab blocks]).
       SegmentHold hold(store, s, kinds[k].first, Access::Update, slot.chunk);
-      file.read_f32_range(info, slot.hf_first(), slot.numel, hold.data() + layout.segments()[s].offset_in_chunk(slot));
+      const std::size_t at = layout.segments()[s].offset_in_chunk(slot);
+      if (kinds[k].first == SegmentKind::Params && store.units().param_bf16()) {  // Note [bf16 weights]
+        STRATUM_CHECK(info.dtype == DType::BF16, "[model] ", path, ": tensor '", info.name, "' is ",
+                      dtype_name(info.dtype), ", but the store keeps bf16 weights as stored");
+        file.read_raw_range(info, slot.hf_first(), slot.numel, reinterpret_cast<std::uint16_t*>(hold.data()) + at);
+      } else {
+        file.read_f32_range(info, slot.hf_first(), slot.numel, hold.data() + at);
+      }
       seen[k][s][t] = true;
     }
   }
@@ -200,6 +207,15 @@ std::vector<std::string> model_weight_files(const std::string& dir, std::map<std
     paths.push_back(path);
   }
   return paths;
+}
+
+bool model_weights_bf16(const std::string& dir) {
+  for (const std::string& path : model_weight_files(dir, nullptr)) {
+    const SafetensorsFile file = SafetensorsFile::open(path);
+    for (const auto& info : file.tensors())
+      if (info.dtype != DType::BF16 && !ignorable_tensor(info.name)) return false;
+  }
+  return true;
 }
 
 void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store) {

@@ -8,8 +8,9 @@
 
 namespace stratum {
 
-UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, bool params_only)
-    : layout_(&layout), act_floats_(align_up(act_floats, 1024)) {
+UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, bool params_only, bool param_bf16)
+    : layout_(&layout), act_floats_(align_up(act_floats, 1024)), param_bf16_(param_bf16) {
+  STRATUM_ASSERT(params_only || !param_bf16);
   const int segments = layout.segment_count();
   first_unit_.assign(static_cast<std::size_t>(segments) * kSegmentKindCount, -1);
   chunks_.assign(first_unit_.size(), 0);
@@ -31,9 +32,11 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, bool par
       chunks_[slot] = static_cast<int>(sizes.size());
       const int file = static_cast<int>(file_bytes_.size());
       std::size_t offset = 0;
+      const std::size_t elem_bytes = param_bf16 && kind == SegmentKind::Params ? 2 : sizeof(float);
       for (std::size_t c = 0; c < sizes.size(); ++c) {
-        units_.push_back({s, kind, static_cast<int>(c), sizes[c] * sizeof(float), file, offset});
-        offset += sizes[c] * sizeof(float);
+        const std::size_t bytes = align_up(sizes[c] * elem_bytes, AlignedBuffer::kAlignmentBytes);  // whole 4 KiB blocks
+        units_.push_back({s, kind, static_cast<int>(c), bytes, file, offset});
+        offset += bytes;
       }
       file_bytes_.push_back(offset);
       file_names_.push_back(layout.segments()[s].name + "." + segment_kind_name(kind) + ".bin");

@@ -26,7 +26,10 @@ class UnitTable {
   // gradient or moment units, and activation units for layers only (inference: the offload dir
   // holds the weights and, as each layer's activation unit, its KV cache; Note [KV cache units]
   // in infer/decoder.h).
-  UnitTable(const ParamLayout& layout, std::size_t act_floats, bool params_only = false);
+  // param_bf16: params units hold bfloat16 (2 bytes an element, at the same element offsets as
+  // fp32) instead of fp32: an inference store keeps a bf16 checkpoint as stored (Note [bf16
+  // weights] in infer/decoder.h). Only with params_only.
+  UnitTable(const ParamLayout& layout, std::size_t act_floats, bool params_only = false, bool param_bf16 = false);
 
   const ParamLayout& layout() const { return *layout_; }
   int count() const { return static_cast<int>(units_.size()); }
@@ -48,6 +51,7 @@ class UnitTable {
   std::string name(int unit) const;       // "layer.3.adam_m[2]", "embed.params"
   std::size_t total_bytes() const;        // every unit
   std::size_t act_floats() const { return act_floats_; }
+  bool param_bf16() const { return param_bf16_; }
 
  private:
   struct Unit {
@@ -60,6 +64,7 @@ class UnitTable {
   };
   const ParamLayout* layout_;
   std::size_t act_floats_;
+  bool param_bf16_;
   std::vector<Unit> units_;
   std::vector<int> first_unit_;   // [segment * kSegmentKindCount + kind] -> first unit, -1 if none
   std::vector<int> chunks_;       // [segment * kSegmentKindCount + kind] -> chunk count

@@ -4,20 +4,21 @@
 #include <cstddef>
 #include <cstring>
 
+#include "core/bf16.h"
 #include "kernels/cpu/simd.h"
 
 namespace stratum {
 
 namespace {
-STRATUM_SIMD_CLONES
-void embedding_add_rows(float* out, const std::int32_t* tokens, const float* wte_rows, int v0, int n,
-                        std::size_t r0, std::size_t r1, int C) {
+template <typename E>  // float, or std::uint16_t for bf16 rows widened as they are added
+STRATUM_SIMD_CLONES void embedding_add_rows(float* out, const std::int32_t* tokens, const E* wte_rows, int v0, int n,
+                                            std::size_t r0, std::size_t r1, int C) {
   for (std::size_t r = r0; r < r1; ++r) {
     const int row = tokens[r] - v0;
     if (row < 0 || row >= n) continue;
-    const float* te = wte_rows + static_cast<std::size_t>(row) * C;
+    const E* te = wte_rows + static_cast<std::size_t>(row) * C;
     float* y = out + r * C;
-    for (int c = 0; c < C; ++c) y[c] = te[c] + y[c];
+    for (int c = 0; c < C; ++c) y[c] = to_f32(te[c]) + y[c];
   }
 }
 
@@ -52,6 +53,13 @@ void embedding_forward_positions(ThreadPool& pool, float* out, const float* wpe,
 
 void embedding_forward_block(ThreadPool& pool, float* out, const std::int32_t* tokens, const float* wte_rows, int v0,
                              int n, int B, int T, int C) {
+  pool.parallel_for(static_cast<std::size_t>(B) * T, [&](std::size_t r0, std::size_t r1) {
+    embedding_add_rows(out, tokens, wte_rows, v0, n, r0, r1, C);
+  }, 16);
+}
+
+void embedding_forward_block_bf16(ThreadPool& pool, float* out, const std::int32_t* tokens, const std::uint16_t* wte_rows,
+                                  int v0, int n, int B, int T, int C) {
   pool.parallel_for(static_cast<std::size_t>(B) * T, [&](std::size_t r0, std::size_t r1) {
     embedding_add_rows(out, tokens, wte_rows, v0, n, r0, r1, C);
   }, 16);

@@ -16,6 +16,10 @@ void embedding_forward_positions(ThreadPool& pool, float* out, const float* wpe,
 // whichever block holds the token.
 void embedding_forward_block(ThreadPool& pool, float* out, const std::int32_t* tokens, const float* wte_rows, int v0,
                              int n, int B, int T, int C);
+// embedding_forward_block with bf16 rows, each widened exactly: the same bits as on their fp32
+// widening (Note [bf16 weights] in infer/decoder.h).
+void embedding_forward_block_bf16(ThreadPool& pool, float* out, const std::int32_t* tokens, const std::uint16_t* wte_rows,
+                                  int v0, int n, int B, int T, int C);
 
 // dwpe[t] += dout[b,t] (accumulates, batch rows in order).
 void embedding_backward_positions(ThreadPool& pool, float* dwpe, const float* dout, int B, int T, int C);

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 
+#include "core/bf16.h"
 #include "kernels/cpu/simd.h"
 
 namespace stratum {
@@ -23,10 +25,22 @@ __attribute__((always_inline)) inline Lanes load(const float* p) {
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
+// kLanes bfloat16 weights widened to fp32 (exact: the bf16 bits are the float's upper half), so
+// a bf16 weight gives the bits of its fp32 widening in every product (Note [bf16 weights]).
+typedef std::uint16_t Halves __attribute__((vector_size(kLanes * sizeof(std::uint16_t))));
+typedef std::uint32_t Words __attribute__((vector_size(kLanes * sizeof(std::uint32_t))));
+__attribute__((always_inline)) inline Lanes load(const std::uint16_t* p) {
+  Halves h;
+  __builtin_memcpy(&h, p, sizeof h);
+  const Words bits = __builtin_convertvector(h, Words) << 16;
+  Lanes v;
+  __builtin_memcpy(&v, &bits, sizeof v);
+  return v;
+}
 
 // MB x NB outputs of rowdot_nt: x rows m0.., w rows n0...
-template <int MB, int NB>
-STRATUM_SIMD_CLONES void nt_tile(float* y, int ldy, const float* x, int ldx, const float* w, const float* bias, int K) {
+template <int MB, int NB, typename W>
+STRATUM_SIMD_CLONES void nt_tile(float* y, int ldy, const float* x, int ldx, const W* w, const float* bias, int K) {
   Lanes acc[MB][NB];
 #pragma GCC unroll 16
   for (int m = 0; m < MB; ++m)
@@ -49,19 +63,19 @@ STRATUM_SIMD_CLONES void nt_tile(float* y, int ldy, const float* x, int ldx, con
       float lanes[kLanes];
       __builtin_memcpy(lanes, &acc[m][n], sizeof lanes);
       for (int l = 0; k + l < K; ++l)  // the tail: element k + l to lane l
-        lanes[l] += x[static_cast<std::size_t>(m) * ldx + k + l] * w[static_cast<std::size_t>(n) * K + k + l];
+        lanes[l] += x[static_cast<std::size_t>(m) * ldx + k + l] * to_f32(w[static_cast<std::size_t>(n) * K + k + l]);
       const float dot = simd::lanes_sum(lanes);
       y[static_cast<std::size_t>(m) * ldy + n] = bias != nullptr ? dot + bias[n] : dot;
     }
 }
 
-template <int NB>
-void nt_rows(float* y, int ldy, const float* x, int ldx, const float* w, const float* bias, int M, int K, int n) {
-  const float* wn = w + static_cast<std::size_t>(n) * K;
+template <int NB, typename W>
+void nt_rows(float* y, int ldy, const float* x, int ldx, const W* w, const float* bias, int M, int K, int n) {
+  const W* wn = w + static_cast<std::size_t>(n) * K;
   const float* bn = bias != nullptr ? bias + n : nullptr;
   int m = 0;
-  for (; m + 4 <= M; m += 4) nt_tile<4, NB>(y + static_cast<std::size_t>(m) * ldy + n, ldy, x + static_cast<std::size_t>(m) * ldx, ldx, wn, bn, K);
-  for (; m < M; ++m) nt_tile<1, NB>(y + static_cast<std::size_t>(m) * ldy + n, ldy, x + static_cast<std::size_t>(m) * ldx, ldx, wn, bn, K);
+  for (; m + 4 <= M; m += 4) nt_tile<4, NB, W>(y + static_cast<std::size_t>(m) * ldy + n, ldy, x + static_cast<std::size_t>(m) * ldx, ldx, wn, bn, K);
+  for (; m < M; ++m) nt_tile<1, NB, W>(y + static_cast<std::size_t>(m) * ldy + n, ldy, x + static_cast<std::size_t>(m) * ldx, ldx, wn, bn, K);
 }
 
 // MB rows x kCols columns [n, n + kCols) of rowdot_kn (a narrower last tile goes through
@@ -109,8 +123,10 @@ void kn_edge(float* y, const float* x, const float* w, const float* bias, int M,
 // a noisy neighbour slows does not hold the whole product back (decoding is memory-bound and
 // both threads stream). Which thread computes a tile never changes its bits (Note [row dot
 // products]), so this dynamic split keeps the results deterministic.
-void rowdot_nt(ThreadPool& pool, float* y, int ldy, const float* x, int ldx, const float* w, const float* bias, int M,
-               int N, int K) {
+namespace {
+template <typename W>
+void nt_run(ThreadPool& pool, float* y, int ldy, const float* x, int ldx, const W* w, const float* bias, int M, int N,
+            int K) {
   // One weight row per tile when there are few rows (one stream per thread reads memory fastest:
   // 1.1B Llama batch 1 at 7.9-9.4 tokens/s vs 6.6-8.3 with four), four when rows reuse them.
   const int nb = M < 4 ? 1 : 4;
@@ -131,6 +147,17 @@ void rowdot_nt(ThreadPool& pool, float* y, int ldy, const float* x, int ldx, con
       }
     }
   });
+}
+}  // namespace
+
+void rowdot_nt(ThreadPool& pool, float* y, int ldy, const float* x, int ldx, const float* w, const float* bias, int M,
+               int N, int K) {
+  nt_run(pool, y, ldy, x, ldx, w, bias, M, N, K);
+}
+
+void rowdot_nt_bf16(ThreadPool& pool, float* y, int ldy, const float* x, int ldx, const std::uint16_t* w,
+                    const float* bias, int M, int N, int K) {
+  nt_run(pool, y, ldy, x, ldx, w, bias, M, N, K);
 }
 
 void rowdot_kn(ThreadPool& pool, float* y, const float* x, const float* w, const float* bias, int M, int K, int N) {

@@ -9,6 +9,8 @@
 // -ffp-contract=off keeps the ISA clones bit-identical). Does not own memory.
 #pragma once
 
+#include <cstdint>
+
 #include "core/thread_pool.h"
 
 namespace stratum {
@@ -18,6 +20,11 @@ namespace stratum {
 // simd::lanes_sum, then the bias added. bias may be null.
 void rowdot_nt(ThreadPool& pool, float* y, int ldy, const float* x, int ldx, const float* w, const float* bias, int M,
                int N, int K);
+
+// rowdot_nt with bfloat16 weights, each widened to fp32 as it is loaded: the same bits as
+// rowdot_nt on the widened copy of w (Note [bf16 weights] in infer/decoder.h).
+void rowdot_nt_bf16(ThreadPool& pool, float* y, int ldy, const float* x, int ldx, const std::uint16_t* w,
+                    const float* bias, int M, int N, int K);
 
 // y (M, N) = x (M, K) @ w (K, N) + bias (N), w in GPT-2's Conv1D layout (in, out). Each y[m][n]
 // sums x[m][k] * w[k][n] over k in order, then adds the bias. bias may be null.
