@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Generation benchmark: a random-weight Llama decoded in RAM and under a memory budget, in the same run.
 
-Per --dtype (file dtype; Stratum holds weights as fp32 whatever it is) it writes the model with
-tools/make_random_llama.py into DIR/model-<dtype> (reused when config and file sizes match), then
+Per --dtype it writes the model with tools/make_random_llama.py into DIR/model-<dtype> (reused when
+config and file sizes match): fp32, or bf16, which Stratum keeps in bf16 (Note [bf16 weights]);
+bf16w runs the bf16 model with --fp32-weights (widened to fp32 on load, as before bf16 was kept) as
+the baseline in the same run. Then
 for each --batch runs `stratum generate` greedily (--temperature 0 --no-stop) on B random prompts
 of --prompt-len ids (fixed seed; batch 1 takes the first line) in RAM and with --mem-budget =
---budget-frac of the weights' fp32 bytes (4 x params) streaming from DIR/offload. A budget below
+--budget-frac of the weights' bytes as Stratum holds them (4 x params, 2 x params for bf16)
+streaming from DIR/offload. A budget below
 Stratum's minimum runs at the minimum it names (and says so).
 Per run it reports decode tokens/s, prompt tokens/s, MiB read per step, peak RSS (/usr/bin/time) and a
 bound from bandwidths measured in this run: in RAM, the step time if every weight but the input
@@ -39,6 +42,12 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import make_random_llama as mrl  # noqa: E402
 
 MAX_ROWS = 256  # Decoder::kMaxRows: rows (B x tokens) one step computes at most
+HELD_BYTES = {"fp32": 4, "bf16": 2, "bf16w": 4}  # bytes per weight as Stratum holds them, per --dtype
+
+
+def file_dtype(dtype):
+    """The model file a --dtype runs: bf16w is the bf16 file widened on load."""
+    return "bf16" if dtype == "bf16w" else dtype
 MIB = 1 << 20
 
 
@@ -90,12 +99,12 @@ def sweep_best_read(directory, file_mib):
     return float(re.search(r"best read:.*?([0-9.]+) GB/s", out).group(1))
 
 
-def generate(args, model, prompts, batch, budget_bytes):
-    """One `stratum generate` run; budget_bytes 0 = in RAM. Returns a dict of what it printed, or
-    {"below_minimum_bytes": n} when Stratum refuses the budget."""
+def generate(args, model, prompts, batch, budget_bytes, widen=False):
+    """One `stratum generate` run; budget_bytes 0 = in RAM; widen: --fp32-weights. Returns a dict of
+    what it printed, or {"below_minimum_bytes": n} when Stratum refuses the budget."""
     cmd = [STRATUM, "generate", "--model", model, "--prompt-ids-file", prompts, "--batch", str(batch),
            "--max-tokens", str(args.tokens), "--temperature", "0", "--no-stop", "--threads", str(args.threads),
-           "--output-ids"]
+           "--output-ids"] + (["--fp32-weights"] if widen else [])
     if budget_bytes:
         cmd += ["--mem-budget", f"{budget_bytes >> 10}K", "--offload-dir", os.path.join(args.dir, "offload")]
         if args.prefetch is not None:
@@ -126,10 +135,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dir", required=True, help="models, offload dir and io_sweep file go here (the disk to measure)")
     p.add_argument("--preset", choices=sorted(mrl.PRESETS), default="1b")
-    p.add_argument("--dtype", default="fp32,bf16", help="comma-separated file dtypes: fp32, bf16")
+    p.add_argument("--dtype", default="fp32,bf16,bf16w",
+                   help="comma-separated: fp32, bf16 (kept bf16), bf16w (the bf16 file widened: --fp32-weights)")
     p.add_argument("--tokens", type=int, default=8, help="tokens generated per sequence (>= 2)")
     p.add_argument("--batch", default="1,32", help="comma-separated batch sizes; the first is the baseline")
-    p.add_argument("--budget-frac", type=float, default=0.25, help="of the weights' fp32 bytes (4 x params)")
+    p.add_argument("--budget-frac", type=float, default=0.25, help="of the weights' bytes as held (per dtype)")
     p.add_argument("--prompt-len", type=int, default=16)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--prefetch", type=int, default=None, help="default: stratum's (2)")
@@ -142,23 +152,26 @@ def main():
     args = p.parse_args()
     dtypes = args.dtype.split(",")
     batches = [int(b) for b in args.batch.split(",")]
-    if args.tokens < 2 or any(d not in mrl.DTYPES for d in dtypes) or min(batches) < 1:
-        sys.exit("generate_bench: --tokens must be >= 2, --dtype in fp32,bf16 and batches >= 1")
+    if args.tokens < 2 or any(d not in HELD_BYTES for d in dtypes) or min(batches) < 1:
+        sys.exit("generate_bench: --tokens must be >= 2, --dtype in fp32,bf16,bf16w and batches >= 1")
     os.makedirs(os.path.join(args.dir, "offload"), exist_ok=True)
 
-    models = {d: ensure_model(args, d) for d in dtypes}
+    files = {f: ensure_model(args, f) for f in sorted({file_dtype(d) for d in dtypes})}
+    models = {d: files[file_dtype(d)] for d in dtypes}
     cfg = models[dtypes[0]][1]
     params = mrl.param_count(cfg)
     C, V = cfg["hidden_size"], cfg["vocab_size"]
-    weight_bytes = 4 * params  # fp32 in RAM and in the offload dir, whatever the file dtype
-    streamed_bytes = 4 * (params - (0 if cfg["tie_word_embeddings"] else V * C))  # all but the gathered embedding
-    budget_bytes = max(1, int(args.budget_frac * weight_bytes) // MIB) * MIB
+    # Bytes as Stratum holds them (RAM and offload dir): the budget's base and the RAM bound's bytes.
+    weight_bytes = {d: HELD_BYTES[d] * params for d in dtypes}
+    streamed_bytes = {d: HELD_BYTES[d] * (params - (0 if cfg["tie_word_embeddings"] else V * C))
+                      for d in dtypes}  # all but the gathered embedding
+    budget_of = {d: max(1, int(args.budget_frac * weight_bytes[d]) // MIB) * MIB for d in dtypes}
     print(f"machine: {os.cpu_count()} CPUs, load {open('/proc/loadavg').read().split()[:3]}; bounds from "
           f"mem_bandwidth ({args.threads} threads) and io_sweep's best O_DIRECT read on {args.dir}, measured just "
           f"before and after each run")
-    print(f"model {args.preset}: {params / 1e6:.1f}M params, fp32 weights {weight_bytes / MIB:.0f} MiB; budget "
-          f"{budget_bytes / MIB:.0f} MiB ({args.budget_frac:g}); prompt {args.prompt_len} ids, {args.tokens} tokens, "
-          f"{args.threads} threads")
+    print(f"model {args.preset}: {params / 1e6:.1f}M params; budgets "
+          + ", ".join(f"{d} {budget_of[d] / MIB:.0f} MiB of {weight_bytes[d] / MIB:.0f}" for d in dtypes)
+          + f" ({args.budget_frac:g}); prompt {args.prompt_len} ids, {args.tokens} tokens, {args.threads} threads")
 
     def bandwidth(mode):
         """GB/s the bound uses, measured now: memory for RAM runs, the disk for budget runs."""
@@ -180,19 +193,19 @@ def main():
                     prompt_steps = math.ceil(args.prompt_len / max(1, max(MAX_ROWS, b) // b))
                     steps = prompt_steps + args.tokens - 1
                     for mode in ("RAM", "budget"):
-                        run_budget = budgets.get((dtype, b), budget_bytes) if mode == "budget" else 0
+                        run_budget = budgets.get((dtype, b), budget_of[dtype]) if mode == "budget" else 0
                         before = bandwidth(mode)
-                        r = generate(args, model, prompt_files[b], b, run_budget)
+                        r = generate(args, model, prompt_files[b], b, run_budget, dtype == "bf16w")
                         if "below_minimum_bytes" in r:
                             run_budget = budgets[(dtype, b)] = r["below_minimum_bytes"]
-                            print(f"{dtype} batch {b}: budget {budget_bytes / MIB:.0f} MiB is below the minimum: "
+                            print(f"{dtype} batch {b}: budget {budget_of[dtype] / MIB:.0f} MiB is below the minimum: "
                                   f"running at the minimum, {run_budget / MIB:.1f} MiB")
-                            r = generate(args, model, prompt_files[b], b, run_budget)
+                            r = generate(args, model, prompt_files[b], b, run_budget, dtype == "bf16w")
                         # The bound uses the faster of the measurements just before and just after.
                         gbps = max(before, bandwidth(mode))
                         step_s = b / r["stratum_generate_tps"] if r["stratum_generate_tps"] > 0 else float("inf")
                         read_per_step = r["read_mib"] * MIB / steps
-                        bound_s = (read_per_step if mode == "budget" else streamed_bytes) / (gbps * 1e9)
+                        bound_s = (read_per_step if mode == "budget" else streamed_bytes[dtype]) / (gbps * 1e9)
                         r.update({"round": rnd + 1, "dtype": dtype, "batch": b, "mode": mode,
                                   "budget_mib": round(run_budget / MIB, 1), "bound_gbps": gbps,
                                   "decode_tps": r["stratum_generate_tps"], "step_ms": 1e3 * step_s,
@@ -218,6 +231,13 @@ def main():
                       f"{'OK' if same else 'MISMATCH'}")
                 if not same:
                     failed.append(f"{dtype} batch {batches[0]} vs batch {b}")
+        if "bf16" in dtypes and "bf16w" in dtypes:  # Note [bf16 weights]: kept and widened give the same ids
+            for b in batches:
+                kept, wide = [[r["ids"] for r in raw if (r["dtype"], r["batch"]) == (d, b)] for d in ("bf16", "bf16w")]
+                same = all(ids == wide[0] for ids in kept + wide)
+                print(f"bf16 kept vs widened, batch {b}: greedy ids {'OK' if same else 'MISMATCH'}")
+                if not same:
+                    failed.append(f"bf16 vs bf16w batch {b}")
         # One row per configuration: medians over the rounds (ratio also min..max).
         for dtype in dtypes:
             for b in batches:
@@ -255,8 +275,9 @@ def main():
                 target = " (target >= 20)" if mode == "budget" and b == 32 and batches[0] == 1 else ""
                 print(f"{dtype} {mode}: batch {b} / batch {batches[0]} decode tokens/s = {x:.2f}{target}")
     print(json.dumps({
-        "bench": "generate", "preset": args.preset, "params": params, "fp32_weight_mib": round(weight_bytes / MIB, 1),
-        "budget_frac": args.budget_frac, "budget_mib": budget_bytes // MIB, "tokens": args.tokens,
+        "bench": "generate", "preset": args.preset, "params": params,
+        "weight_mib": {d: round(weight_bytes[d] / MIB, 1) for d in dtypes},
+        "budget_frac": args.budget_frac, "budget_mib": {d: budget_of[d] // MIB for d in dtypes}, "tokens": args.tokens,
         "prompt_len": args.prompt_len, "threads": args.threads, "rounds": args.rounds,
         "cpus": os.cpu_count(), "configs": rows, "runs": [{k: v for k, v in r.items() if k != "ids"} for r in raw],
         "batch_scaling": scaling, "ids_check": "MISMATCH: " + "; ".join(failed) if failed else "OK"}))

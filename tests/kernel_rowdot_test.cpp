@@ -98,7 +98,7 @@ TEST(KernelRowdot, ThreadCountIndependent) {
 // every tile shape and tail, including infinities and subnormals among the weights.
 TEST(KernelRowdot, Bf16WeightsGiveTheBitsOfTheirWidening) {
   ThreadPool pool(2);
-  for (const Case c : {Case{1, 1, 1}, Case{1, 67, 33}, Case{3, 9, 16}, Case{5, 130, 47}, Case{4, 64, 64}}) {
+  for (const Case c : {Case{1, 1, 1}, Case{1, 67, 33}, Case{3, 9, 16}, Case{5, 130, 47}, Case{4, 64, 64}, Case{9, 7, 40}, Case{17, 33, 100}, Case{8, 2, 16}}) {
     test::TestRng rng(c.M * 7 + c.N * 3 + c.K);
     const std::vector<float> x = rng.normal_f32(static_cast<std::size_t>(c.M) * c.K);
     const std::vector<float> src = rng.normal_f32(static_cast<std::size_t>(c.N) * c.K, 0.1);
