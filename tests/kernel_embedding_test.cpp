@@ -166,14 +166,9 @@ TEST(KernelEmbedding, Bf16BlocksGiveTheBitsOfTheirWidening) {
   test::TestRng rng(76);
   const auto tokens = tokens_with_repeats(rng, s);
   const auto src = rng.normal_f32(static_cast<std::size_t>(s.V) * s.C), wpe = rng.normal_f32(static_cast<std::size_t>(s.T) * s.C);
-  std::vector<std::uint16_t> h(src.size());
+  const std::vector<std::uint16_t> h = test::bf16_truncate(src);
   std::vector<float> wide(src.size());
-  for (std::size_t i = 0; i < src.size(); ++i) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &src[i], 4);
-    h[i] = static_cast<std::uint16_t>(bits >> 16);
-    wide[i] = bf16_to_f32(h[i]);
-  }
+  bf16_widen(wide.data(), h.data(), h.size());
   ThreadPool pool(2);
   const auto want = emb_forward(pool, tokens, wide, wpe, s);
   for (int rows : {4, 13}) {

@@ -102,15 +102,9 @@ TEST(KernelRowdot, Bf16WeightsGiveTheBitsOfTheirWidening) {
     test::TestRng rng(c.M * 7 + c.N * 3 + c.K);
     const std::vector<float> x = rng.normal_f32(static_cast<std::size_t>(c.M) * c.K);
     const std::vector<float> src = rng.normal_f32(static_cast<std::size_t>(c.N) * c.K, 0.1);
-    std::vector<std::uint16_t> h(src.size());
+    const std::vector<std::uint16_t> h = test::bf16_truncate(src, 97);  // with subnormals
     std::vector<float> wide(src.size());
-    for (std::size_t i = 0; i < src.size(); ++i) {
-      std::uint32_t bits;
-      std::memcpy(&bits, &src[i], 4);
-      h[i] = static_cast<std::uint16_t>(bits >> 16);
-      if (i % 97 == 5) h[i] = 0x0001;  // a subnormal
-      wide[i] = bf16_to_f32(h[i]);
-    }
+    bf16_widen(wide.data(), h.data(), h.size());
     const std::vector<float> b = rng.normal_f32(static_cast<std::size_t>(c.N));
     for (const float* bias : {static_cast<const float*>(nullptr), b.data()}) {
       std::vector<float> want(static_cast<std::size_t>(c.M) * c.N), got(want.size());

@@ -209,4 +209,18 @@ inline std::vector<float> concat(std::initializer_list<const std::vector<float>*
   return out;
 }
 
+// bf16 copies of x by truncation (the upper half of each float's bits), every `subnormal_every`-th
+// one (from the 6th) replaced by the smallest subnormal (0 = none); Note [bf16 weights] tests
+// compare kernels on them against the same kernels on their exact widening (bf16_widen).
+inline std::vector<std::uint16_t> bf16_truncate(const std::vector<float>& x, std::size_t subnormal_every = 0) {
+  std::vector<std::uint16_t> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &x[i], 4);
+    out[i] = static_cast<std::uint16_t>(bits >> 16);
+    if (subnormal_every > 0 && i % subnormal_every == 5) out[i] = 0x0001;
+  }
+  return out;
+}
+
 }  // namespace stratum::test
