@@ -229,8 +229,14 @@ TEST(Cli, LlamaInfoAndIdPromptsFile) {
   ASSERT_NE(at, std::string::npos) << spilled.errors;
   const std::string minimum = spilled.errors.substr(at + 17, spilled.errors.find(' ', at + 17) - at - 17);
   r = run_stratum(gen + " --prompt-ids-file " + tmp.file("ids.txt") + " --batch 2 --mem-budget " + minimum +
-                  " --offload-dir " + tmp.file("off"));
+                  " --offload-dir " + tmp.file("off") + " --trace " + tmp.file("gen_trace.json"));
   ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("GB/s while reading"), std::string::npos) << r.errors;
+  // The trace shows each layer's compute and the units read from the offload dir.
+  const std::string trace = file_read_all(tmp.file("gen_trace.json"));
+  EXPECT_NE(trace.find("\"layer.1\""), std::string::npos);
+  EXPECT_NE(trace.find("\"head\""), std::string::npos);
+  EXPECT_NE(trace.find("\"layer.0.params"), std::string::npos) << "a read of layer 0's weights";
   EXPECT_NE(r.output.find("[" + a + "]"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[" + b + "]"), std::string::npos) << r.output;
   EXPECT_NE(r.errors.find("KV cache spilled: "), std::string::npos) << r.errors;

@@ -1,5 +1,6 @@
 // `stratum generate`: flags -> GenerateOptions -> generate_run. One prompt streams its text (or,
 // with --output-ids, prints the generated ids); --prompts FILE prints one JSON line per prompt.
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -59,6 +60,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"offload-dir", "DIR", "where weights that do not fit the budget live"},
              {"prefetch", "K", "layers read ahead under a budget (default 2)"},
              {"fp32-weights", "", "widen a bf16 Llama's weights to fp32 (default: kept bf16, half the RAM and reads)"},
+             {"trace", "FILE.json", "write a Chrome/Perfetto trace: each layer's compute, waits, reads and writes"},
              {"quiet", "", "no [stratum] lines on stderr"}});
   if (args.help_requested()) {
     std::fputs(args.help_text("stratum generate --model DIR (--prompt TEXT | --prompt-ids IDS | --prompts FILE | --prompt-ids-file FILE) [flags]")
@@ -111,6 +113,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   o.prefetch = static_cast<int>(args.integer("prefetch", 2, 0, 64));
   o.quiet = args.flag("quiet");
   o.keep_bf16 = !args.flag("fp32-weights");
+  o.trace_path = args.str("trace");
   const bool output_ids = args.flag("output-ids");
 
   const bool stream_text = !many && !output_ids;
@@ -148,9 +151,14 @@ int cmd_generate(const std::vector<std::string>& argv) {
     if (o.mem_budget_bytes > 0)
       std::fprintf(stderr,
                    "[stratum] weights streamed from %s: %.1f MiB read, peak RAM %.1f MiB of the %.1f MiB budget; "
-                   "KV cache spilled: %.1f MiB written\n",
+                   "KV cache spilled: %.1f MiB written\n"
+                   "[stratum] reads: %.2f GB/s while reading, in flight %.0f%% of the %.2f s run; compute waited "
+                   "%.2f s\n",
                    o.offload_dir.c_str(), r.read_bytes / 1048576.0, r.peak_ram_bytes / 1048576.0,
-                   o.mem_budget_bytes / 1048576.0, r.write_bytes / 1048576.0);
+                   o.mem_budget_bytes / 1048576.0, r.write_bytes / 1048576.0,
+                   r.read_busy_seconds > 0 ? r.read_bytes / r.read_busy_seconds / 1e9 : 0.0,
+                   100.0 * r.read_busy_seconds / std::max(1e-9, r.prompt_seconds + r.generate_seconds),
+                   r.prompt_seconds + r.generate_seconds, r.stall_seconds);
   }
   return 0;
 }

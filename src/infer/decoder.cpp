@@ -127,8 +127,15 @@ void Decoder::step(const std::int32_t* tokens, int B, int Tn, const int* past, f
                     cfg_.vocab_size - 1, ")");
     }
   }
-  embed(tokens, B, Tn, past);
-  for (int l = 0; l < cfg_.n_layer; ++l) layer(l, B, Tn, past, slots.data());
+  {
+    TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "embed");
+    embed(tokens, B, Tn, past);
+  }
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    TraceSpan span(trace_, TraceRecorder::kCompute, "forward", trace_ ? "layer." + std::to_string(l) : std::string());
+    layer(l, B, Tn, past, slots.data());
+  }
+  TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "head");
   head(B, Tn, logits);
 }
 

@@ -37,6 +37,7 @@
 #include "model/gpt2_head.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
+#include "obs/trace_recorder.h"
 #include "store/segment_store.h"
 #include "store/step_schedule.h"
 
@@ -70,6 +71,8 @@ class Decoder {
   // each row's last token. B <= max_batch, distinct slots < max_batch, Tn <= max_step_tokens(B),
   // past[b] + Tn <= max_ctx.
   void step(const std::int32_t* tokens, int B, int Tn, const int* past, float* logits, const int* slot = nullptr);
+  // Records each layer's and the head's compute as spans into `trace` (borrowed; null = off).
+  void trace_set(TraceRecorder* trace) { trace_ = trace; }
 
  private:
   void embed(const std::int32_t* tokens, int B, int Tn, const int* past);
@@ -108,6 +111,7 @@ class Decoder {
   StepSchedule schedule_;
   std::vector<int> group_layer_, group_head_vocab_;
   int group_head_ = 0;
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace stratum

@@ -156,6 +156,13 @@ GenerateResult generate_run(const GenerateOptions& o,
   const StoreStats loaded = store->stats();
   store->stats_reset_peak();
   Decoder decoder(pool, cfg, *store, batch, max_ctx);
+  std::unique_ptr<TraceRecorder> trace;
+  if (!o.trace_path.empty()) {
+    trace = std::make_unique<TraceRecorder>();
+    trace->write(o.trace_path);  // an unwritable path fails now, not after the run
+    store->trace_set(trace.get());
+    decoder.trace_set(trace.get());
+  }
 
   GenerateResult result;
   result.weights_bf16 = bf16;
@@ -241,7 +248,14 @@ GenerateResult generate_run(const GenerateOptions& o,
   const StoreStats st = store->stats();
   result.read_bytes = st.read_bytes - loaded.read_bytes;
   result.write_bytes = st.write_bytes - loaded.write_bytes;
+  result.read_busy_seconds = (st.read_busy_ms - loaded.read_busy_ms) / 1e3;
+  result.stall_seconds = (st.stall_ms - loaded.stall_ms) / 1e3;
   result.peak_ram_bytes = st.peak_held_bytes + fixed;
+  if (trace) {
+    store->trace_set(nullptr);
+    decoder.trace_set(nullptr);
+    trace->write(o.trace_path);
+  }
   return result;
 }
 

@@ -34,6 +34,9 @@ struct GenerateOptions {
   // A Llama whose weights are all bf16 keeps them bf16 (Note [bf16 weights] in infer/decoder.h);
   // false widens them to fp32 on load: twice the RAM and reads, the same tokens.
   bool keep_bf16 = true;
+  // A Chrome/Perfetto trace of the run (each layer's compute, waits, each unit read or written);
+  // "" = none.
+  std::string trace_path;
 };
 
 struct GenerateSequence {
@@ -55,6 +58,8 @@ struct GenerateResult {
   std::uint64_t read_bytes = 0;         // weights (and spilled KV cache) read from the offload dir (budget only)
   std::uint64_t write_bytes = 0;        // KV cache written to the offload dir (budget only)
   std::size_t peak_ram_bytes = 0;       // store + decoder (budget only)
+  double read_busy_seconds = 0.0;       // wall time with a read in flight (budget only)
+  double stall_seconds = 0.0;           // time the decoder waited for reads or space (budget only)
   bool weights_bf16 = false;            // the weights were kept in bf16 (GenerateOptions::keep_bf16)
   std::size_t weight_bytes = 0;         // the weights as the store holds them
 };

@@ -302,8 +302,9 @@ bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, 
         } else {
           if (e.dirty) e.on_disk = false;  // dead data: the next use overwrites it
           e.dirty = false;
-          held_bytes_ -= e.buffer.size_bytes();
-          e.buffer = AlignedBuffer();
+          // Recycled like a written-back unit's: a fresh AlignedBuffer costs a zero fill and
+          // page faults under the lock, for every read when streaming read-only weights.
+          buffer_give(std::move(e.buffer));
           e.state = State::Absent;
         }
         continue;
