@@ -14,7 +14,6 @@
 #include "kernels/cpu/rowdot.h"
 #include "kernels/cpu/swiglu.h"
 #include "model/gpt2_block.h"
-#include "model/llama_block.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -174,23 +173,15 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   store_.schedule_at(group_layer_[l]);
   SegmentChunksHold params(store_, s, SegmentKind::Params, Access::Read);
   const SegmentLayout& seg = layout_.segments()[s];
-  // Llama tensor i of the layer, fp32 or bf16 (Note [bf16 weights]).
-  auto f32 = [&](int i) -> const float* { return params.tensor(seg.tensors[i]); };
-  auto bf16 = [&](int i) {
-    const TensorSlot& t = seg.tensors[i];
-    return reinterpret_cast<const std::uint16_t*>(params.chunks()[t.chunk]) + seg.offset_in_chunk(t);
-  };
+  // Llama tensor w of the layer (fp32 or bf16, Note [bf16 weights]) as a linear's weight or a
+  // norm weight.
   auto linear = [&](int M, int N, int K, const float* x, int ldx, int w, float* y, int ldy) {
-    // y = x @ w^T, w (N, K); Note [row dot products]
-    if (bf16_)
-      rowdot_nt_bf16(pool_, y, ldy, x, ldx, bf16(w), nullptr, M, N, K);
-    else
-      rowdot_nt(pool_, y, ldy, x, ldx, f32(w), nullptr, M, N, K);
+    const TensorSlot& t = seg.tensors[w];
+    linear_nt(y, ldy, x, ldx, params.chunks()[t.chunk], seg.offset_in_chunk(t), M, N, K);
   };
-  auto norm_weight = [&](int w) -> const float* {
-    if (!bf16_) return f32(w);
-    bf16_widen(b_.norm_w, bf16(w), static_cast<std::size_t>(C));
-    return b_.norm_w;
+  auto norm_weight = [&](int w) {
+    const TensorSlot& t = seg.tensors[w];
+    return weights_f32(params.chunks()[t.chunk], seg.offset_in_chunk(t), C);
   };
   // Attention input and qkv.
   const float* mlp_norm_b = nullptr;
@@ -266,26 +257,29 @@ void Decoder::head(int B, int Tn, float* logits) {
   {
     SegmentHold head_p(store_, head, SegmentKind::Params, Access::Read);
     const auto& tensors = layout_.segments()[head].tensors;
-    const float* lnf_w = head_p.data() + tensors[kLnFW].offset_floats;
-    if (bf16_) {  // Llama: the final RMSNorm weight, widened (Note [bf16 weights])
-      bf16_widen(b_.norm_w, reinterpret_cast<const std::uint16_t*>(head_p.data()) + tensors[kLnFW].offset_floats,
-                 static_cast<std::size_t>(C));
-      lnf_w = b_.norm_w;
-    }
-    gpt2_head_begin(pool_, cfg_, lnf_w, cfg_.llama() ? nullptr : head_p.data() + tensors[kLnFB].offset_floats, b_.last,
-                    B, head_scratch_);
+    gpt2_head_begin(pool_, cfg_, weights_f32(head_p.data(), tensors[kLnFW].offset_floats, C),
+                    cfg_.llama() ? nullptr : head_p.data() + tensors[kLnFB].offset_floats, b_.last, B, head_scratch_);
   }
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
     store_.schedule_at(group_head_vocab_[k]);
     SegmentHold rows(store_, layout_.head_vocab_segment(k), SegmentKind::Params, Access::Read);
     // logits[:, v0 : v0 + n] = lnf (B, C) @ rows^T
-    if (bf16_)
-      rowdot_nt_bf16(pool_, logits + layout_.vocab_row0(k), V, head_scratch_.lnf, C,
-                     reinterpret_cast<const std::uint16_t*>(rows.data()), nullptr, B, layout_.vocab_rows(k), C);
-    else
-      rowdot_nt(pool_, logits + layout_.vocab_row0(k), V, head_scratch_.lnf, C, rows.data(), nullptr, B,
-                layout_.vocab_rows(k), C);
+    linear_nt(logits + layout_.vocab_row0(k), V, head_scratch_.lnf, C, rows.data(), 0, B, layout_.vocab_rows(k), C);
   }
+}
+
+void Decoder::linear_nt(float* y, int ldy, const float* x, int ldx, const float* unit, std::size_t at, int M, int N,
+                        int K) {
+  if (bf16_)
+    rowdot_nt_bf16(pool_, y, ldy, x, ldx, reinterpret_cast<const std::uint16_t*>(unit) + at, nullptr, M, N, K);
+  else
+    rowdot_nt(pool_, y, ldy, x, ldx, unit + at, nullptr, M, N, K);
+}
+
+const float* Decoder::weights_f32(const float* unit, std::size_t at, int n) {
+  if (!bf16_) return unit + at;
+  bf16_widen(b_.norm_w, reinterpret_cast<const std::uint16_t*>(unit) + at, static_cast<std::size_t>(n));
+  return b_.norm_w;
 }
 
 }  // namespace stratum

@@ -77,6 +77,12 @@ class Decoder {
  private:
   void embed(const std::int32_t* tokens, int B, int Tn, const int* past);
   void layer(int l, int B, int Tn, const int* past, const int* slot);
+  // y = x @ w^T (Note [row dot products]) for w (N, K) starting at element `at` of a params
+  // unit's buffer, whose elements are fp32 or bf16 (Note [bf16 weights]).
+  void linear_nt(float* y, int ldy, const float* x, int ldx, const float* unit, std::size_t at, int M, int N, int K);
+  // n weights from element `at` of a params unit's buffer as fp32: in place, or (bf16) widened
+  // into b_.norm_w, valid until the next call.
+  const float* weights_f32(const float* unit, std::size_t at, int n);
   void head(int B, int Tn, float* logits);
   struct Buffers {
     float* x;        // (rows, C) the residual stream
@@ -92,7 +98,7 @@ class Decoder {
     float* mlp_c;    // (rows, I) Llama silu(gate) * up
     float* last;     // (max_batch, C) each sequence's last row
     float* scratch;  // attention_cached scratch
-    float* norm_w;   // (C) a bf16 norm weight widened (Note [bf16 weights])
+    float* norm_w;   // (C) a bf16 norm weight widened by weights_f32 (Note [bf16 weights])
   };
   // The buffer's slices, written through b's fields; fixed_bytes_for sizes the same list.
   static CarveSlices slices(Buffers& b, const GptConfig& config, int max_batch, int max_ctx);
