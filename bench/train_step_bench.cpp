@@ -17,10 +17,10 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul.h"
-#include "model/model_io.h"
+#include "weights/model_io.h"
 #include "store/segment_store.h"
 #include "stratum/error.h"
-#include "train/executor.h"
+#include "exec/executor.h"
 
 namespace {
 

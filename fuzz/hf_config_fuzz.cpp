@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <string>
 
-#include "formats/hf_config.h"
+#include "model/hf_config.h"
 #include "fuzz_file.h"
 #include "stratum/error.h"
 

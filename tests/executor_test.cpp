@@ -1,6 +1,6 @@
 // Executor + GPT-2 model vs PyTorch golden files: loss and every gradient for one batch of the
 // tiny model, loading HF files with and without the "transformer." prefix.
-#include "train/executor.h"
+#include "exec/executor.h"
 
 #include <gtest/gtest.h>
 
@@ -9,9 +9,10 @@
 
 #include "data/token_file.h"
 #include "integration_util.h"
+#include "kernels/cpu/adamw.h"
 #include "kernels/cpu/matmul.h"
 #include "core/rng.h"
-#include "model/model_io.h"
+#include "weights/model_io.h"
 #include "stratum/error.h"
 
 namespace stratum {

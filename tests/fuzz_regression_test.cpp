@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "formats/hf_config.h"
+#include "model/hf_config.h"
 #include "formats/safetensors.h"
 #include "core/file_util.h"
 #include "integration_util.h"

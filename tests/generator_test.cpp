@@ -8,47 +8,55 @@
 #include <memory>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/thread_pool.h"
 #include "formats/safetensors.h"
 #include "infer/decoder.h"
 #include "integration_util.h"
-#include "model/model_io.h"
+#include "weights/model_io.h"
 #include "store/tiered_segment_store.h"
 #include "stratum/error.h"
 
 namespace stratum {
 namespace {
 
+// Sampling runs on host memory with the CPU backend's ops.
+const Ops& host_ops() {
+  static ThreadPool pool(1);
+  static const std::unique_ptr<Ops> ops = ops_make(pool);
+  return *ops;
+}
+
 TEST(Sampling, GreedyPicksArgmaxLowestIdOnTies) {
   const std::vector<float> logits = {0.1f, 3.0f, -1.0f, 3.0f};
-  EXPECT_EQ(sample_next_token(logits.data(), 4, 0.0, 0, 0.99), 1);
+  EXPECT_EQ(sample_next_token(host_ops(), logits.data(), 4, 0.0, 0, 0.99), 1);
 }
 
 TEST(Sampling, TopOneEqualsGreedy) {
   const std::vector<float> logits = {0.1f, 2.0f, 5.0f, 1.0f};
-  for (double u : {0.0, 0.3, 0.999}) EXPECT_EQ(sample_next_token(logits.data(), 4, 1.0, 1, u), 2);
+  for (double u : {0.0, 0.3, 0.999}) EXPECT_EQ(sample_next_token(host_ops(), logits.data(), 4, 1.0, 1, u), 2);
 }
 
 TEST(Sampling, UniformDrawMapsToCumulativeProbabilities) {
   // Equal logits: probabilities 1/4 each, so u in [0.5, 0.75) picks id 2.
   const std::vector<float> logits(4, 1.0f);
-  EXPECT_EQ(sample_next_token(logits.data(), 4, 1.0, 0, 0.1), 0);
-  EXPECT_EQ(sample_next_token(logits.data(), 4, 1.0, 0, 0.6), 2);
-  EXPECT_EQ(sample_next_token(logits.data(), 4, 1.0, 0, 0.99), 3);
+  EXPECT_EQ(sample_next_token(host_ops(), logits.data(), 4, 1.0, 0, 0.1), 0);
+  EXPECT_EQ(sample_next_token(host_ops(), logits.data(), 4, 1.0, 0, 0.6), 2);
+  EXPECT_EQ(sample_next_token(host_ops(), logits.data(), 4, 1.0, 0, 0.99), 3);
 }
 
 TEST(Sampling, TopKExcludesTheRest) {
   const std::vector<float> logits = {5.0f, 4.9f, -2.0f, 4.8f};
   // top-2 keeps ids 0 and 1 only, whatever the draw.
   for (double u = 0.0; u < 1.0; u += 0.05) {
-    const int id = sample_next_token(logits.data(), 4, 1.0, 2, u);
+    const int id = sample_next_token(host_ops(), logits.data(), 4, 1.0, 2, u);
     EXPECT_TRUE(id == 0 || id == 1) << u;
   }
 }
 
 TEST(Sampling, LowTemperatureApproachesGreedy) {
   const std::vector<float> logits = {1.0f, 1.5f, 0.5f};
-  EXPECT_EQ(sample_next_token(logits.data(), 3, 0.01, 0, 0.5), 1);
+  EXPECT_EQ(sample_next_token(host_ops(), logits.data(), 3, 0.01, 0, 0.5), 1);
 }
 
 }  // namespace
@@ -60,12 +68,12 @@ namespace {
 TEST(Sampling, TopPKeepsTheSmallestSetReachingP) {
   // softmax of {2, 1, 0, -1}: 0.644, 0.237, 0.087, 0.032. top-p 0.6 keeps id 0 only; 0.85 ids 0-1.
   const std::vector<float> logits = {2.0f, 1.0f, 0.0f, -1.0f};
-  for (double u = 0.0; u < 1.0; u += 0.05) EXPECT_EQ(sample_next_token(logits.data(), 4, 1.0, 0, u, 0.6), 0) << u;
+  for (double u = 0.0; u < 1.0; u += 0.05) EXPECT_EQ(sample_next_token(host_ops(), logits.data(), 4, 1.0, 0, u, 0.6), 0) << u;
   for (double u = 0.0; u < 1.0; u += 0.05) {
-    const int id = sample_next_token(logits.data(), 4, 1.0, 0, u, 0.85);
+    const int id = sample_next_token(host_ops(), logits.data(), 4, 1.0, 0, u, 0.85);
     EXPECT_TRUE(id == 0 || id == 1) << u;
   }
-  EXPECT_EQ(sample_next_token(logits.data(), 4, 1.0, 0, 0.99, 1.0), 3) << "top-p 1 keeps everything";
+  EXPECT_EQ(sample_next_token(host_ops(), logits.data(), 4, 1.0, 0, 0.99, 1.0), 3) << "top-p 1 keeps everything";
 }
 
 const std::string kLlama = "tests/golden/tiny_llama";
@@ -106,7 +114,7 @@ TEST(Generate, LlamaGreedyMatchesPyTorchInRamStreamedAndBatched) {
   const GptConfig cfg = model_read_config(o.model_dir);
   const ParamLayout layout = ParamLayout::of(cfg);
   const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, 17), true);
-  o.mem_budget_bytes = Decoder::fixed_bytes_for(cfg, 1, 17) + Decoder::min_store_bytes(units);
+  o.mem_budget_bytes = Decoder::fixed_bytes_for(host_ops(), cfg, 1, 17) + Decoder::min_store_bytes(units);
   o.offload_dir = tmp.path();
   o.prefetch = 1;
   const GenerateResult streamed = generate_run(o, none);
@@ -134,7 +142,7 @@ TEST(Generate, LlamaGreedyMatchesPyTorchInRamStreamedAndBatched) {
   // the caches spilling to the offload dir between steps; the tokens stay the same.
   const int ctx = 9 + 12;
   const UnitTable batch_units(layout, Decoder::kv_unit_floats(cfg, 3, ctx), true);
-  o.mem_budget_bytes = Decoder::fixed_bytes_for(cfg, 3, ctx) + Decoder::min_store_bytes(batch_units);
+  o.mem_budget_bytes = Decoder::fixed_bytes_for(host_ops(), cfg, 3, ctx) + Decoder::min_store_bytes(batch_units);
   o.offload_dir = tmp.path();
   o.prefetch = 2;
   const GenerateResult spilled = generate_run(o, none);

@@ -1,6 +1,6 @@
 // Tests for src/formats/hf_config: reading real Hugging Face GPT-2 configs, write/read round
 // trips, the fields the written file must carry, and a malformed-input table.
-#include "formats/hf_config.h"
+#include "model/hf_config.h"
 
 #include <gtest/gtest.h>
 

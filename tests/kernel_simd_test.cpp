@@ -2,7 +2,7 @@
 // every float bit pattern) and its clamping, tanh_f32 absolute error and saturation, and the
 // fixed 16-lane summation order of sum_f32 / dot_f32 (Note [simd lanes]) against an explicit
 // lane-by-lane reference, bit for bit.
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 
 #include <gtest/gtest.h>
 

@@ -12,10 +12,10 @@
 #include "core/file_util.h"
 #include "integration_util.h"
 #include "kernels/cpu/matmul.h"
-#include "model/model_io.h"
+#include "weights/model_io.h"
 #include "stratum/error.h"
 #include "store/tiered_segment_store.h"
-#include "train/executor.h"
+#include "exec/executor.h"
 
 namespace stratum {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "data/token_file.h"
 #include "integration_util.h"
-#include "model/model_io.h"
+#include "weights/model_io.h"
 #include "train/checkpoint.h"
 #include "store/segment_store.h"
 

@@ -9,7 +9,7 @@
 #include "data/bpe_tokenizer.h"
 #include "data/token_file.h"
 #include "formats/safetensors.h"
-#include "model/model_io.h"
+#include "weights/model_io.h"
 #include "model/param_layout.h"
 #include "train/checkpoint.h"
 #include "stratum/error.h"

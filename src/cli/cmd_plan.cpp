@@ -1,11 +1,11 @@
 // `stratum plan`: flags -> PlanRequest -> calibration + plan_make -> the plan on stdout.
 #include <cstdio>
 
+#include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/matmul.h"
-#include "model/model_io.h"
+#include "weights/model_io.h"
 #include "plan/calibration.h"
 #include "plan/planner.h"
 #include "stratum/error.h"
@@ -56,7 +56,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.prefetch = static_cast<int>(args.integer("prefetch", -1, 0, 64));
   const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
   ThreadPool pool(threads > 0 ? threads : default_thread_count());
-  blas_set_threads(pool.num_threads());
+  backend_set_threads(pool.num_threads());
 
   CalibrationOptions co;
   if (r.mem_budget_bytes > 0) {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
-#include "kernels/cpu/matmul.h"
 #include "stratum/error.h"
 
 namespace {
@@ -30,7 +30,7 @@ void end_progress_line() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  stratum::blas_prepare_process(argv);
+  stratum::backend_prepare_process(argv);
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return 2;

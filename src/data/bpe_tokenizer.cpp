@@ -1,11 +1,8 @@
-// Byte-level BPE tokenizer: file loading and validation (encoder.json + vocab.bpe, vocab.json +
+// Byte-level BPE tokenizer, loading half (encoding is bpe_tokenizer_encode.cpp): file loading and validation (encoder.json + vocab.bpe, vocab.json +
 // merges.txt, Hugging Face tokenizer.json), added-token splitting, PCRE2 pre-tokenization, merges.
 // Does not: normalize text, apply a tokenizer.json post_processor, or cache across encode() calls
 // (see the thread-safety note in bpe_tokenizer.h).
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include "data/bpe_tokenizer.h"
-
-#include <pcre2.h>
 
 #include <algorithm>
 #include <array>
@@ -16,6 +13,7 @@
 #include <utility>
 
 #include "core/file_util.h"
+#include "data/bpe_tokenizer_impl.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -83,7 +81,6 @@ bool utf8_next(std::string_view s, std::size_t& i, char32_t& cp) {
   return true;
 }
 
-// Size of the character at s[i]: its UTF-8 length when well-formed, else 1 (one invalid byte).
 std::size_t char_size_at(std::string_view s, std::size_t i) {
   std::size_t next = i;
   char32_t cp = 0;
@@ -195,25 +192,6 @@ class JsonFields {
 };
 
 }  // namespace
-
-struct BpeTokenizer::CompiledRegex {
-  pcre2_code* code = nullptr;
-  std::string name;  // for messages: "GPT-2's pre-tokenizer regex" or the file's
-  CompiledRegex() = default;
-  CompiledRegex(const CompiledRegex&) = delete;
-  CompiledRegex& operator=(const CompiledRegex&) = delete;
-  ~CompiledRegex() { pcre2_code_free(code); }
-};
-
-struct BpeTokenizer::EncodeState {
-  std::vector<std::int32_t> out;
-  // Per-call cache (keeps encode thread-safe): piece -> (offset, count) of its ids in `out`.
-  // Pieces are views into the text or into `prefixed`.
-  std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>> cache;
-  std::deque<std::string> prefixed;  // text pieces with the ByteLevel prefix space; never move
-  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match{nullptr,
-                                                                            &pcre2_match_data_free};
-};
 
 // Fills a BpeTokenizer from parsed files; shared by both loaders so that they validate alike.
 struct BpeTokenizer::Loader {
@@ -555,18 +533,6 @@ void BpeTokenizer::Loader::json_post_processor_read(const JsonFields& f, const J
   }
 }
 
-BpeTokenizer::BpeTokenizer() = default;
-BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
-BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
-BpeTokenizer::~BpeTokenizer() = default;
-
-std::string BpeTokenizer::files_in(const std::string& dir) {
-  if (file_exists(dir + "/tokenizer.json")) return "tokenizer.json";
-  if (file_exists(dir + "/encoder.json") && file_exists(dir + "/vocab.bpe")) return "encoder.json + vocab.bpe";
-  if (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt")) return "vocab.json + merges.txt";
-  return "";
-}
-
 BpeTokenizer BpeTokenizer::load(const std::string& dir) {
   STRATUM_CHECK(dir_exists(dir), "[tokenizer] tokenizer folder '", dir,
                 "' does not exist: pass the folder holding tokenizer.json, encoder.json + "
@@ -722,183 +688,6 @@ BpeTokenizer BpeTokenizer::load_tokenizer_json(const std::string& path) {
   return tok;
 }
 
-const BpeTokenizer::Merge* BpeTokenizer::merge_find(std::int32_t left_id,
-                                                    std::int32_t right_id) const {
-  const auto it = merges_.find((static_cast<std::uint64_t>(left_id) << 32) |
-                               static_cast<std::uint32_t>(right_id));
-  return it == merges_.end() ? nullptr : &it->second;
-}
-
-void BpeTokenizer::bpe_piece(std::string_view piece, std::vector<std::int32_t>& out) const {
-  // Same result as encoder.py's bpe(): repeatedly take the adjacent pair of lowest rank and
-  // merge every occurrence of it, left to right without overlap, until no pair is a merge.
-  std::vector<std::int32_t> word;  // (symbols) token ids of the current segmentation
-  word.reserve(piece.size());
-  for (const char c : piece) word.push_back(byte_ids_[static_cast<unsigned char>(c)]);
-  while (word.size() > 1) {
-    const Merge* best = nullptr;
-    std::int32_t best_left = 0, best_right = 0;
-    for (std::size_t i = 0; i + 1 < word.size(); ++i) {
-      const Merge* m = merge_find(word[i], word[i + 1]);
-      if (m != nullptr && (best == nullptr || m->rank < best->rank)) {
-        best = m, best_left = word[i], best_right = word[i + 1];
-      }
-    }
-    if (best == nullptr) break;
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < word.size();) {
-      if (i + 1 < word.size() && word[i] == best_left && word[i + 1] == best_right) {
-        word[kept++] = best->merged_id;
-        i += 2;
-      } else {
-        word[kept++] = word[i++];
-      }
-    }
-    word.resize(kept);
-  }
-  out.insert(out.end(), word.begin(), word.end());
-}
-
-std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
-  if (text.empty()) return {};
-  STRATUM_ASSERT(regex_ != nullptr);  // null only in a moved-from tokenizer
-  EncodeState state;
-  state.match.reset(pcre2_match_data_create_from_pattern(regex_->code, nullptr));
-  STRATUM_CHECK(state.match != nullptr, "[tokenizer] out of memory allocating PCRE2 match data");
-  encode_added(text, 0, state);
-  return std::move(state.out);
-}
-
-void BpeTokenizer::encode_added(std::string_view text, std::size_t pass, EncodeState& state) const {
-  if (pass == added_passes_.size()) {
-    encode_segment(text, state);
-    return;
-  }
-  const AddedTokenPass& tokens = added_passes_[pass];
-  if (tokens.tokens.empty()) {
-    encode_added(text, pass + 1, state);
-    return;
-  }
-  // Leftmost match, longest first (Hugging Face's Aho-Corasick LeftmostLongest). Contents are
-  // valid UTF-8, so a match never starts inside a character of valid text.
-  std::size_t piece_start = 0;
-  for (std::size_t pos = 0; pos < text.size();) {
-    const auto b = static_cast<unsigned char>(text[pos]);
-    const AddedToken* found = nullptr;
-    for (std::uint32_t k = tokens.first_byte_begin[b]; k < tokens.first_byte_begin[b + 1]; ++k) {
-      if (text.substr(pos).starts_with(tokens.tokens[k].content)) {
-        found = &tokens.tokens[k];
-        break;
-      }
-    }
-    if (found == nullptr) {
-      ++pos;
-      continue;
-    }
-    if (pos > piece_start)
-      encode_added(text.substr(piece_start, pos - piece_start), pass + 1, state);
-    state.out.push_back(found->id);
-    pos += found->content.size();
-    piece_start = pos;
-  }
-  if (piece_start < text.size()) encode_added(text.substr(piece_start), pass + 1, state);
-}
-
-void BpeTokenizer::encode_segment(std::string_view segment, EncodeState& state) const {
-  if (add_prefix_space_ && segment.front() != ' ') {
-    state.prefixed.push_back(" " + std::string(segment));
-    segment = state.prefixed.back();
-  }
-  std::vector<std::int32_t>& out = state.out;
-  constexpr std::size_t kCacheMaxEntries = 1 << 16;
-  const auto emit = [&](std::size_t begin, std::size_t end) {
-    const std::string_view piece = segment.substr(begin, end - begin);
-    if (piece.size() == 1) {
-      out.push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
-      return;
-    }
-    if (const auto it = state.cache.find(piece); it != state.cache.end()) {
-      const auto [offset, count] = it->second;
-      for (std::size_t k = 0; k < count; ++k) {
-        const std::int32_t id = out[offset + k];  // copy: push_back may reallocate
-        out.push_back(id);
-      }
-      return;
-    }
-    const std::size_t offset = out.size();
-    const auto whole = ignore_merges_ ? bytes_to_id_.find(piece) : bytes_to_id_.end();
-    if (whole != bytes_to_id_.end()) {
-      out.push_back(whole->second);
-    } else {
-      bpe_piece(piece, out);
-    }
-    if (state.cache.size() >= kCacheMaxEntries) state.cache.clear();
-    state.cache.emplace(piece, std::make_pair(offset, out.size() - offset));
-  };
-
-  // Note [bpe invalid utf-8]: matches and the gaps between them are the pre-tokens.
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(segment.data());
-  std::size_t gap_start = 0;
-  for (std::size_t search = 0; search < segment.size();) {
-    const int rc =
-        pcre2_match(regex_->code, subject, segment.size(), search, 0, state.match.get(), nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(rc, message, sizeof message);
-      STRATUM_FAIL("[tokenizer] PCRE2 match with ", regex_->name, " failed at byte ", search,
-                   " of ", segment.size(), ": ", reinterpret_cast<const char*>(message));
-    }
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.match.get());
-    const std::size_t start = ovector[0], end = ovector[1];
-    STRATUM_ASSERT(start >= search && end >= start && end <= segment.size());
-    if (start > gap_start) emit(gap_start, start);
-    gap_start = start;
-    if (end == start) {  // no pre-token; search again from the next character, as Oniguruma does
-      if (start == segment.size()) break;
-      search = start + char_size_at(segment, start);
-      continue;
-    }
-    emit(start, end);
-    gap_start = search = end;
-  }
-  if (gap_start < segment.size()) emit(gap_start, segment.size());
-}
-
-std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
-  std::string out;
-  for (const std::int32_t id : ids) {
-    STRATUM_CHECK(id >= 0 && id < vocab_size(), "[tokenizer] cannot decode token id ", id,
-                  ": ids must be in 0..", vocab_size() - 1,
-                  " (was the text encoded with a "
-                  "different vocabulary?)");
-    out += id_to_bytes_[static_cast<std::size_t>(id)];
-  }
-  return out;
-}
-
-std::string BpeTokenizer::decode_token(std::int32_t id) const {
-  STRATUM_CHECK(id >= 0 && id < vocab_size(), "[tokenizer] cannot decode token id ", id,
-                ": ids must be in 0..", vocab_size() - 1,
-                " (was the text encoded with a "
-                "different vocabulary?)");
-  return id_to_bytes_[static_cast<std::size_t>(id)];
-}
-
-std::int32_t BpeTokenizer::vocab_size() const {
-  return static_cast<std::int32_t>(id_to_bytes_.size());
-}
-
-std::int32_t BpeTokenizer::eot_id() const { return eot_id_; }
-
-std::int32_t BpeTokenizer::token_id(std::string_view content) const {
-  if (const auto it = added_ids_.find(content); it != added_ids_.end()) return it->second;
-  if (const auto it = bytes_to_id_.find(content); it != bytes_to_id_.end()) return it->second;
-  return -1;
-}
-
-std::int32_t BpeTokenizer::bos_id() const { return bos_id_; }
-
-std::int32_t BpeTokenizer::eos_id() const { return eos_id_; }
+std::size_t bpe_char_size_at(std::string_view s, std::size_t i) { return char_size_at(s, i); }
 
 }  // namespace stratum

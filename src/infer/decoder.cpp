@@ -4,15 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/backend.h"
 #include "core/bf16.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/embedding.h"
-#include "kernels/cpu/gelu.h"
-#include "kernels/cpu/layernorm.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/rowdot.h"
-#include "kernels/cpu/swiglu.h"
 #include "model/gpt2_block.h"
 #include "stratum/error.h"
 
@@ -26,7 +19,7 @@ std::size_t cache_floats_for(const GptConfig& c, int max_batch, int max_ctx) {
 }
 }  // namespace
 
-CarveSlices Decoder::slices(Buffers& b, const GptConfig& cfg, int max_batch, int max_ctx) {
+CarveSlices Decoder::slices(const Ops& ops, Buffers& b, const GptConfig& cfg, int max_batch, int max_ctx) {
   const std::size_t R = rows_for(max_batch), C = cfg.n_embd, Q = cfg.q_dim(), I = cfg.mlp_width();
   return {{&b.x, R * C},
           {&b.xn, R * C},
@@ -40,7 +33,7 @@ CarveSlices Decoder::slices(Buffers& b, const GptConfig& cfg, int max_batch, int
           {&b.mlp_b, R * I},
           {&b.mlp_c, R * I},
           {&b.last, static_cast<std::size_t>(max_batch) * C},
-          {&b.scratch, attention_cached_scratch_floats(max_batch, 1, cfg.n_head, max_ctx)},
+          {&b.scratch, ops.attention_cached_scratch_floats(max_batch, 1, cfg.n_head, max_ctx)},
           {&b.norm_w, C}};
 }
 
@@ -48,10 +41,10 @@ std::size_t Decoder::kv_unit_floats(const GptConfig& cfg, int max_batch, int max
   return 2 * cache_floats_for(cfg, max_batch, max_ctx);
 }
 
-std::size_t Decoder::fixed_bytes_for(const GptConfig& cfg, int max_batch, int max_ctx) {
+std::size_t Decoder::fixed_bytes_for(const Ops& ops, const GptConfig& cfg, int max_batch, int max_ctx) {
   Buffers sink{};
   const std::size_t rope = cfg.llama() ? RopeTable::bytes_for(cfg.head_dim(), max_ctx) : 0;
-  return aligned_buffer_carve_bytes(slices(sink, cfg, max_batch, max_ctx)) +
+  return aligned_buffer_carve_bytes(slices(ops, sink, cfg, max_batch, max_ctx)) +
          Gpt2HeadScratch::bytes_for(cfg, max_batch) + rope;
 }
 
@@ -74,6 +67,7 @@ std::size_t Decoder::min_store_bytes(const UnitTable& units) {
 
 Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, int max_batch, int max_ctx)
     : pool_(pool),
+      ops_(ops_make(pool)),
       cfg_(cfg),
       store_(store),
       layout_(store.units().layout()),
@@ -81,7 +75,7 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
       max_ctx_(max_ctx),
       cache_floats_(cache_floats_for(cfg, max_batch, max_ctx)),
       bf16_(store.units().param_bf16()),
-      buffer_(aligned_buffer_carve(slices(b_, cfg, max_batch, max_ctx))),
+      buffer_(aligned_buffer_carve(slices(*ops_, b_, cfg, max_batch, max_ctx))),
       head_scratch_(cfg, max_batch),
       schedule_(store.units().count()) {
   STRATUM_CHECK(max_ctx >= 1 && max_ctx <= cfg.n_ctx, "[generate] context ", max_ctx,
@@ -157,10 +151,10 @@ void Decoder::embed(const std::int32_t* tokens, int B, int Tn, const int* past) 
     if (!needed[k]) continue;
     SegmentHold wte(store_, layout_.vocab_segment(k), SegmentKind::Params, Access::Read);
     if (bf16_)
-      embedding_forward_block_bf16(pool_, b_.x, tokens, reinterpret_cast<const std::uint16_t*>(wte.data()),
+      ops_->embedding_forward_block_bf16(b_.x, tokens, reinterpret_cast<const std::uint16_t*>(wte.data()),
                                    layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
     else
-      embedding_forward_block(pool_, b_.x, tokens, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
+      ops_->embedding_forward_block(b_.x, tokens, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
   }
 }
 
@@ -187,16 +181,16 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   const float* mlp_norm_b = nullptr;
   Gpt2BlockTensors g{};
   if (cfg_.llama()) {
-    rmsnorm_forward(pool_, b_.xn, b_.rstd, b_.x, norm_weight(kAttnNormW), rows, C, eps);
+    ops_->rmsnorm_forward(b_.xn, b_.rstd, b_.x, norm_weight(kAttnNormW), rows, C, eps);
     linear(rows, Q, C, b_.xn, C, kQW, b_.qkv, W);
     linear(rows, KVd, C, b_.xn, C, kKW, b_.qkv + Q, W);
     linear(rows, KVd, C, b_.xn, C, kVW, b_.qkv + Q + KVd, W);
-    rope_forward(pool_, b_.qkv, B, Tn, H, hd, static_cast<std::size_t>(W), past, *rope_);
-    rope_forward(pool_, b_.qkv + Q, B, Tn, KV, hd, static_cast<std::size_t>(W), past, *rope_);
+    ops_->rope_forward(b_.qkv, B, Tn, H, hd, static_cast<std::size_t>(W), past, *rope_);
+    ops_->rope_forward(b_.qkv + Q, B, Tn, KV, hd, static_cast<std::size_t>(W), past, *rope_);
   } else {
     g = gpt2_block_tensors(seg, params.chunks());
-    layernorm_forward(pool_, b_.xn, b_.mean, b_.rstd, b_.x, g.ln1_w, g.ln1_b, rows, C, eps);
-    rowdot_kn(pool_, b_.qkv, b_.xn, g.attn_w, g.attn_b, rows, C, 3 * C);
+    ops_->layernorm_forward(b_.xn, b_.mean, b_.rstd, b_.x, g.ln1_w, g.ln1_b, rows, C, eps);
+    ops_->rowdot_kn(b_.qkv, b_.xn, g.attn_w, g.attn_b, rows, C, 3 * C);
     mlp_norm_b = g.ln2_b;
   }
   // Append the new keys and values to the cache; queries to a contiguous buffer.
@@ -218,33 +212,33 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   bool identity = true;
   for (int b = 0; b < B; ++b) identity = identity && slot[b] == b;
   if (identity) {
-    attention_cached(pool_, b_.atty, b_.scratch, b_.q, kc, vc, B, Tn, past, max_ctx_, H, KV, hd);
+    ops_->attention_cached(b_.atty, b_.scratch, b_.q, kc, vc, B, Tn, past, max_ctx_, H, KV, hd);
   } else {
     const std::size_t per_slot = static_cast<std::size_t>(KV) * max_ctx_ * hd;
     for (int b = 0; b < B; ++b) {
       const std::size_t r = static_cast<std::size_t>(b) * Tn;
-      attention_cached(pool_, b_.atty + r * Q, b_.scratch, b_.q + r * Q, kc + slot[b] * per_slot, vc + slot[b] * per_slot, 1,
+      ops_->attention_cached(b_.atty + r * Q, b_.scratch, b_.q + r * Q, kc + slot[b] * per_slot, vc + slot[b] * per_slot, 1,
                        Tn, past + b, max_ctx_, H, KV, hd);
     }
   }
   const std::size_t rows_c = static_cast<std::size_t>(rows) * C;
   if (cfg_.llama()) {
     linear(rows, C, Q, b_.atty, Q, kOW, b_.tmp, C);
-    add_f32(pool_, b_.x, b_.x, b_.tmp, rows_c);
-    rmsnorm_forward(pool_, b_.xn, b_.rstd, b_.x, norm_weight(kMlpNormW), rows, C, eps);
+    ops_->add(b_.x, b_.x, b_.tmp, rows_c);
+    ops_->rmsnorm_forward(b_.xn, b_.rstd, b_.x, norm_weight(kMlpNormW), rows, C, eps);
     linear(rows, I, C, b_.xn, C, kGateW, b_.mlp_a, I);
     linear(rows, I, C, b_.xn, C, kUpW, b_.mlp_b, I);
-    swiglu_forward(pool_, b_.mlp_c, b_.mlp_a, b_.mlp_b, static_cast<std::size_t>(rows) * I);
+    ops_->swiglu_forward(b_.mlp_c, b_.mlp_a, b_.mlp_b, static_cast<std::size_t>(rows) * I);
     linear(rows, C, I, b_.mlp_c, I, kDownW, b_.tmp, C);
   } else {
-    rowdot_kn(pool_, b_.tmp, b_.atty, g.attn_proj_w, g.attn_proj_b, rows, C, C);
-    add_f32(pool_, b_.x, b_.x, b_.tmp, rows_c);
-    layernorm_forward(pool_, b_.xn, b_.mean, b_.rstd, b_.x, g.ln2_w, mlp_norm_b, rows, C, eps);
-    rowdot_kn(pool_, b_.mlp_a, b_.xn, g.fc_w, g.fc_b, rows, C, I);
-    gelu_forward(pool_, b_.mlp_b, b_.mlp_a, static_cast<std::size_t>(rows) * I);
-    rowdot_kn(pool_, b_.tmp, b_.mlp_b, g.mlp_proj_w, g.mlp_proj_b, rows, I, C);
+    ops_->rowdot_kn(b_.tmp, b_.atty, g.attn_proj_w, g.attn_proj_b, rows, C, C);
+    ops_->add(b_.x, b_.x, b_.tmp, rows_c);
+    ops_->layernorm_forward(b_.xn, b_.mean, b_.rstd, b_.x, g.ln2_w, mlp_norm_b, rows, C, eps);
+    ops_->rowdot_kn(b_.mlp_a, b_.xn, g.fc_w, g.fc_b, rows, C, I);
+    ops_->gelu_forward(b_.mlp_b, b_.mlp_a, static_cast<std::size_t>(rows) * I);
+    ops_->rowdot_kn(b_.tmp, b_.mlp_b, g.mlp_proj_w, g.mlp_proj_b, rows, I, C);
   }
-  add_f32(pool_, b_.x, b_.x, b_.tmp, rows_c);
+  ops_->add(b_.x, b_.x, b_.tmp, rows_c);
 }
 
 void Decoder::head(int B, int Tn, float* logits) {
@@ -257,7 +251,7 @@ void Decoder::head(int B, int Tn, float* logits) {
   {
     SegmentHold head_p(store_, head, SegmentKind::Params, Access::Read);
     const auto& tensors = layout_.segments()[head].tensors;
-    gpt2_head_begin(pool_, cfg_, weights_f32(head_p.data(), tensors[kLnFW].offset_floats, C),
+    gpt2_head_begin(*ops_, cfg_, weights_f32(head_p.data(), tensors[kLnFW].offset_floats, C),
                     cfg_.llama() ? nullptr : head_p.data() + tensors[kLnFB].offset_floats, b_.last, B, head_scratch_);
   }
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
@@ -271,9 +265,9 @@ void Decoder::head(int B, int Tn, float* logits) {
 void Decoder::linear_nt(float* y, int ldy, const float* x, int ldx, const float* unit, std::size_t at, int M, int N,
                         int K) {
   if (bf16_)
-    rowdot_nt_bf16(pool_, y, ldy, x, ldx, reinterpret_cast<const std::uint16_t*>(unit) + at, nullptr, M, N, K);
+    ops_->rowdot_nt_bf16(y, ldy, x, ldx, reinterpret_cast<const std::uint16_t*>(unit) + at, nullptr, M, N, K);
   else
-    rowdot_nt(pool_, y, ldy, x, ldx, unit + at, nullptr, M, N, K);
+    ops_->rowdot_nt(y, ldy, x, ldx, unit + at, nullptr, M, N, K);
 }
 
 const float* Decoder::weights_f32(const float* unit, std::size_t at, int n) {

@@ -29,11 +29,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/rope.h"
+#include "ops/ops.h"
 #include "model/gpt2_head.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
@@ -51,7 +52,7 @@ class Decoder {
   // UnitTable.
   static std::size_t kv_unit_floats(const GptConfig& config, int max_batch, int max_ctx);
   // RAM the decoder holds besides the store: the per-step buffers.
-  static std::size_t fixed_bytes_for(const GptConfig& config, int max_batch, int max_ctx);
+  static std::size_t fixed_bytes_for(const Ops& ops, const GptConfig& config, int max_batch, int max_ctx);
   // Smallest store budget a step can run with: the largest layer's parameters and KV cache plus
   // one vocabulary block.
   static std::size_t min_store_bytes(const UnitTable& units);
@@ -101,9 +102,10 @@ class Decoder {
     float* norm_w;   // (C) a bf16 norm weight widened by weights_f32 (Note [bf16 weights])
   };
   // The buffer's slices, written through b's fields; fixed_bytes_for sizes the same list.
-  static CarveSlices slices(Buffers& b, const GptConfig& config, int max_batch, int max_ctx);
+  static CarveSlices slices(const Ops& ops, Buffers& b, const GptConfig& config, int max_batch, int max_ctx);
 
   ThreadPool& pool_;
+  std::unique_ptr<Ops> ops_;  // the kernels, on pool_
   GptConfig cfg_;
   SegmentStore& store_;
   const ParamLayout& layout_;

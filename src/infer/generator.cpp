@@ -6,21 +6,20 @@
 #include <memory>
 #include <numeric>
 
+#include "backend/backend.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "data/bpe_tokenizer.h"
 #include "data/corpus.h"
 #include "infer/decoder.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/softmax_xent.h"
-#include "model/model_io.h"
+#include "weights/model_io.h"
 #include "store/segment_store.h"
 #include "store/tiered_segment_store.h"
 #include "stratum/error.h"
 
 namespace stratum {
 
-std::int32_t sample_next_token(const float* logits, int V, double temperature, int top_k, double uniform01,
+std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, double temperature, int top_k, double uniform01,
                                double top_p) {
   if (temperature <= 0.0) {
     int best = 0;
@@ -39,7 +38,7 @@ std::int32_t sample_next_token(const float* logits, int V, double temperature, i
     std::fill(filtered.begin(), filtered.end(), kOut);
     for (int i = 0; i < top_k; ++i) filtered[order[i]] = logits[order[i]];
   }
-  softmax_row(probs.data(), filtered.data(), V, static_cast<float>(temperature));
+  ops.softmax_row(probs.data(), filtered.data(), V, static_cast<float>(temperature));
   if (top_p < 1.0) {  // nucleus: the most likely tokens (ties by lower id) until their mass reaches top_p
     std::vector<int> order;
     for (int i = 0; i < V; ++i)
@@ -49,7 +48,7 @@ std::int32_t sample_next_token(const float* logits, int V, double temperature, i
     std::size_t keep = 0;
     while (keep < order.size() && (keep == 0 || mass < top_p)) mass += probs[order[keep++]];
     for (std::size_t i = keep; i < order.size(); ++i) filtered[order[i]] = kOut;
-    softmax_row(probs.data(), filtered.data(), V, static_cast<float>(temperature));
+    ops.softmax_row(probs.data(), filtered.data(), V, static_cast<float>(temperature));
   }
   double cumulative = 0.0;
   int last_nonzero = 0;
@@ -126,13 +125,14 @@ GenerateResult generate_run(const GenerateOptions& o,
 
   const int threads = o.threads > 0 ? o.threads : default_thread_count();
   ThreadPool pool(threads, /*spin_us=*/200);  // decoding dispatches ~300 small jobs per token
-  blas_set_threads(threads);
+  backend_set_threads(threads);
+  const std::unique_ptr<Ops> ops = ops_make(pool);  // sampling (host) and buffer sizes
   const ParamLayout layout = ParamLayout::of(cfg);
   // Note [bf16 weights]: a bf16 Llama stays bf16 (half the RAM, budget and reads, the same bits).
   const bool bf16 = o.keep_bf16 && cfg.llama() && model_weights_bf16(o.model_dir);
   UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), /*params_only=*/true, bf16);
   std::unique_ptr<SegmentStore> store;
-  const std::size_t fixed = Decoder::fixed_bytes_for(cfg, batch, max_ctx);
+  const std::size_t fixed = Decoder::fixed_bytes_for(*ops, cfg, batch, max_ctx);
   if (o.mem_budget_bytes > 0) {
     const std::size_t need = fixed + Decoder::min_store_bytes(units);
     auto mib = [](std::size_t b) {  // rounded up, in a unit --mem-budget takes
@@ -211,7 +211,7 @@ GenerateResult generate_run(const GenerateOptions& o,
         s.fed += Tn;
         if (s.fed < static_cast<int>(s.ids.size())) continue;  // still reading its prompt
         const std::int32_t next =
-            sample_next_token(logits.data() + static_cast<std::size_t>(r) * cfg.vocab_size, cfg.vocab_size,
+            sample_next_token(*ops, logits.data() + static_cast<std::size_t>(r) * cfg.vocab_size, cfg.vocab_size,
                               o.temperature, o.top_k, s.rng.uniform(), o.top_p);
         GenerateSequence& out = result.sequences[first + live[r]];
         if (o.stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/ops.h"
+
 namespace stratum {
 
 struct GenerateOptions {
@@ -71,8 +73,9 @@ GenerateResult generate_run(const GenerateOptions& options,
 
 // Picks the next token from logits (V): argmax when temperature == 0 (lowest id on ties), else
 // samples softmax(logits / temperature) restricted to the top_k largest (ties by lower id) and
-// then to the smallest set of most likely tokens whose probability reaches top_p.
-std::int32_t sample_next_token(const float* logits, int V, double temperature, int top_k, double uniform01,
+// then to the smallest set of most likely tokens whose probability reaches top_p. logits are in
+// host memory: `ops` must be a CPU backend's (its softmax_row).
+std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, double temperature, int top_k, double uniform01,
                                double top_p = 1.0);
 
 }  // namespace stratum

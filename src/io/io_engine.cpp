@@ -21,7 +21,7 @@
 #include "io/io_block.h"
 #include "io/thread_io_engine.h"
 #include "io/uring_io_engine.h"
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 #include "stratum/error.h"
 
 namespace stratum {

@@ -3,11 +3,6 @@
 
 #include <cstring>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/gelu.h"
-#include "kernels/cpu/layernorm.h"
-#include "kernels/cpu/matmul.h"
 
 namespace stratum {
 
@@ -28,49 +23,49 @@ Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_se
                    {&fch, BT * 4 * C}, {&fch_gelu, BT * 4 * C}});
 }
 
-Gpt2Workspace::Gpt2Workspace(const GptConfig& cfg, int max_batch, int max_seq) {
+Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   buffer_ = aligned_buffer_carve({{&tmp, BT * C}, {&dres2, BT * C}, {&dfch, BT * 4 * C}, {&dln, BT * C}, {&datty, BT * C},
-                   {&dqkv, BT * 3 * C}, {&attn_scratch, attention_scratch_floats(max_batch, max_seq, cfg.n_embd, cfg.n_head)}});
+                   {&dqkv, BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())}});
 }
 
-void gpt2_block_forward(ThreadPool& pool, const GptConfig& cfg, const Gpt2BlockTensors& p, const float* x,
+void gpt2_block_forward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p, const float* x,
                         float* out, Gpt2Activations& s, Gpt2Workspace& w, int B, int T) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
   const float eps = cfg.layer_norm_eps;
-  layernorm_forward(pool, s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, eps);
-  matmul_forward(pool, s.qkv, s.ln1, p.attn_w, p.attn_b, BT, C, 3 * C);
-  attention_forward(pool, s.atty, s.att, w.attn_scratch, s.qkv, B, T, C, H);
-  matmul_forward(pool, w.tmp, s.atty, p.attn_proj_w, p.attn_proj_b, BT, C, C);
-  add_f32(pool, s.res2, x, w.tmp, static_cast<std::size_t>(BT) * C);
-  layernorm_forward(pool, s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, BT, C, eps);
-  matmul_forward(pool, s.fch, s.ln2, p.fc_w, p.fc_b, BT, C, 4 * C);
-  gelu_forward(pool, s.fch_gelu, s.fch, static_cast<std::size_t>(BT) * 4 * C);
-  matmul_forward(pool, w.tmp, s.fch_gelu, p.mlp_proj_w, p.mlp_proj_b, BT, 4 * C, C);
-  add_f32(pool, out, s.res2, w.tmp, static_cast<std::size_t>(BT) * C);
+  ops.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, eps);
+  ops.matmul_forward(s.qkv, s.ln1, p.attn_w, p.attn_b, BT, C, 3 * C);
+  ops.attention_forward(s.atty, s.att, w.attn_scratch, s.qkv, B, T, H, H, cfg.head_dim());
+  ops.matmul_forward(w.tmp, s.atty, p.attn_proj_w, p.attn_proj_b, BT, C, C);
+  ops.add(s.res2, x, w.tmp, static_cast<std::size_t>(BT) * C);
+  ops.layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, BT, C, eps);
+  ops.matmul_forward(s.fch, s.ln2, p.fc_w, p.fc_b, BT, C, 4 * C);
+  ops.gelu_forward(s.fch_gelu, s.fch, static_cast<std::size_t>(BT) * 4 * C);
+  ops.matmul_forward(w.tmp, s.fch_gelu, p.mlp_proj_w, p.mlp_proj_b, BT, 4 * C, C);
+  ops.add(out, s.res2, w.tmp, static_cast<std::size_t>(BT) * C);
 }
 
-void gpt2_block_backward(ThreadPool& pool, const GptConfig& cfg, const Gpt2BlockTensors& p,
+void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p,
                          const Gpt2BlockTensors& g, const float* x, const float* dout, float* dx,
                          Gpt2Activations& s, Gpt2Workspace& w, int B, int T, bool recompute) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
   // Recompute the forward internals (the block output itself is not needed).
-  if (recompute) gpt2_block_forward(pool, cfg, p, x, w.tmp, s, w, B, T);
+  if (recompute) gpt2_block_forward(ops, cfg, p, x, w.tmp, s, w, B, T);
 
   // MLP: out = res2 + mlp_proj(gelu(fc(ln2(res2))))
-  matmul_backward(pool, w.dfch, g.mlp_proj_w, g.mlp_proj_b, dout, s.fch_gelu, p.mlp_proj_w, BT, 4 * C, C, false);
-  gelu_backward(pool, w.dfch, s.fch, w.dfch, static_cast<std::size_t>(BT) * 4 * C);
-  matmul_backward(pool, w.dln, g.fc_w, g.fc_b, w.dfch, s.ln2, p.fc_w, BT, C, 4 * C, false);
+  ops.matmul_backward(w.dfch, g.mlp_proj_w, g.mlp_proj_b, dout, s.fch_gelu, p.mlp_proj_w, BT, 4 * C, C, false);
+  ops.gelu_backward(w.dfch, s.fch, w.dfch, static_cast<std::size_t>(BT) * 4 * C);
+  ops.matmul_backward(w.dln, g.fc_w, g.fc_b, w.dfch, s.ln2, p.fc_w, BT, C, 4 * C, false);
   std::memcpy(w.dres2, dout, rows_c * sizeof(float));
-  layernorm_backward(pool, w.dres2, g.ln2_w, g.ln2_b, w.dln, s.res2, p.ln2_w, s.ln2_mean, s.ln2_rstd, BT, C, false);
+  ops.layernorm_backward(w.dres2, g.ln2_w, g.ln2_b, w.dln, s.res2, p.ln2_w, s.ln2_mean, s.ln2_rstd, BT, C, false);
 
   // Attention: res2 = x + attn_proj(attention(c_attn(ln1(x))))
-  matmul_backward(pool, w.datty, g.attn_proj_w, g.attn_proj_b, w.dres2, s.atty, p.attn_proj_w, BT, C, C, false);
-  attention_backward(pool, w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, C, H);
-  matmul_backward(pool, w.dln, g.attn_w, g.attn_b, w.dqkv, s.ln1, p.attn_w, BT, C, 3 * C, false);
+  ops.matmul_backward(w.datty, g.attn_proj_w, g.attn_proj_b, w.dres2, s.atty, p.attn_proj_w, BT, C, C, false);
+  ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, H, cfg.head_dim());
+  ops.matmul_backward(w.dln, g.attn_w, g.attn_b, w.dqkv, s.ln1, p.attn_w, BT, C, 3 * C, false);
   std::memcpy(dx, w.dres2, rows_c * sizeof(float));
-  layernorm_backward(pool, dx, g.ln1_w, g.ln1_b, w.dln, x, p.ln1_w, s.ln1_mean, s.ln1_rstd, BT, C, false);
+  ops.layernorm_backward(dx, g.ln1_w, g.ln1_b, w.dln, x, p.ln1_w, s.ln1_mean, s.ln1_rstd, BT, C, false);
 }
 
 }  // namespace stratum

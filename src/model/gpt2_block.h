@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "core/aligned_buffer.h"
-#include "core/thread_pool.h"
+#include "ops/ops.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 
@@ -59,7 +59,7 @@ class Gpt2Activations {
 // Temporaries shared by every block (forward projections, backward gradients), fp32, RAM.
 class Gpt2Workspace {
  public:
-  Gpt2Workspace(const GptConfig& config, int max_batch, int max_seq);
+  Gpt2Workspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   float* tmp;       // (B,T,C) projections before the residual add
@@ -75,14 +75,14 @@ class Gpt2Workspace {
 };
 
 // out (B,T,C) = block(x (B,T,C)); fills a with the block's internals.
-void gpt2_block_forward(ThreadPool& pool, const GptConfig& cfg, const Gpt2BlockTensors& p, const float* x,
+void gpt2_block_forward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p, const float* x,
                         float* out, Gpt2Activations& a, Gpt2Workspace& w, int B, int T);
 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
 // upstream gradient dout (B,T,C). With recompute, first refills a by re-running the forward
 // from x (bit-identical to the original forward); otherwise a must still hold this block's
 // forward internals.
-void gpt2_block_backward(ThreadPool& pool, const GptConfig& cfg, const Gpt2BlockTensors& p,
+void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p,
                          const Gpt2BlockTensors& g, const float* x, const float* dout, float* dx,
                          Gpt2Activations& a, Gpt2Workspace& w, int B, int T, bool recompute);
 

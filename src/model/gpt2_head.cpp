@@ -6,10 +6,6 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/cpu/layernorm.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/softmax_xent.h"
 #include "model/param_layout.h"
 
 namespace stratum {
@@ -32,25 +28,25 @@ std::size_t Gpt2HeadScratch::bytes_for(const GptConfig& cfg, int max_rows) {
   return aligned_buffer_carve_bytes(slices(cfg, max_rows, fields));
 }
 
-void gpt2_head_begin(ThreadPool& pool, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,
+void gpt2_head_begin(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,
                      int BT, Gpt2HeadScratch& s) {
   if (cfg.llama())
-    rmsnorm_forward(pool, s.lnf, s.rstd, x, lnf_w, BT, cfg.n_embd, cfg.layer_norm_eps);
+    ops.rmsnorm_forward(s.lnf, s.rstd, x, lnf_w, BT, cfg.n_embd, cfg.layer_norm_eps);
   else
-    layernorm_forward(pool, s.lnf, s.mean, s.rstd, x, lnf_w, lnf_b, BT, cfg.n_embd, cfg.layer_norm_eps);
+    ops.layernorm_forward(s.lnf, s.mean, s.rstd, x, lnf_w, lnf_b, BT, cfg.n_embd, cfg.layer_norm_eps);
   std::fill(s.run_max, s.run_max + BT, -std::numeric_limits<float>::infinity());
   std::fill(s.run_sum, s.run_sum + BT, 0.0f);
   std::fill(s.target_logit, s.target_logit + BT, 0.0f);
 }
 
-void gpt2_head_lse_block(ThreadPool& pool, const GptConfig& cfg, const float* wte_rows, int v0, int n,
+void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, int v0, int n,
                          const std::int32_t* targets, int BT, Gpt2HeadScratch& s) {
   const int C = cfg.n_embd;
   for (int r0 = 0; r0 < BT; r0 += kHeadRows) {
     const int rows = std::min(kHeadRows, BT - r0);
     // logits (rows, n) = lnf (rows, C) @ wte_rows^T
-    sgemm(false, true, rows, n, C, 1.0f, s.lnf + static_cast<std::size_t>(r0) * C, C, wte_rows, C, 0.0f, s.logits, n);
-    xent_chunk_forward(pool, s.run_max + r0, s.run_sum + r0, s.target_logit + r0, s.logits, targets + r0, rows, n, v0);
+    ops.sgemm(false, true, rows, n, C, 1.0f, s.lnf + static_cast<std::size_t>(r0) * C, C, wte_rows, C, 0.0f, s.logits, n);
+    ops.xent_chunk_forward(s.run_max + r0, s.run_sum + r0, s.target_logit + r0, s.logits, targets + r0, rows, n, v0);
   }
 }
 
@@ -63,36 +59,36 @@ float gpt2_head_loss_finish(int BT, Gpt2HeadScratch& s) {
   return static_cast<float>(total / BT);
 }
 
-void gpt2_head_backward_block(ThreadPool& pool, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
+void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
                               int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s) {
   const int C = cfg.n_embd;
   const float dloss = 1.0f / static_cast<float>(BT);
   for (int r0 = 0; r0 < BT; r0 += kHeadRows) {
     const int rows = std::min(kHeadRows, BT - r0);
     const float* xr = s.lnf + static_cast<std::size_t>(r0) * C;
-    sgemm(false, true, rows, n, C, 1.0f, xr, C, wte_rows, C, 0.0f, s.logits, n);
-    xent_chunk_backward(pool, s.logits, s.logits, s.lse + r0, targets + r0, rows, n, v0, dloss);
+    ops.sgemm(false, true, rows, n, C, 1.0f, xr, C, wte_rows, C, 0.0f, s.logits, n);
+    ops.xent_chunk_backward(s.logits, s.logits, s.lse + r0, targets + r0, rows, n, v0, dloss);
     // dlnf (rows, C) (+)= dlogits @ wte_rows ; dwte_rows (n, C) (+)= dlogits^T @ lnf
-    sgemm(false, false, rows, C, n, 1.0f, s.logits, n, wte_rows, C, first_block ? 0.0f : 1.0f,
+    ops.sgemm(false, false, rows, C, n, 1.0f, s.logits, n, wte_rows, C, first_block ? 0.0f : 1.0f,
           s.dlnf + static_cast<std::size_t>(r0) * C, C);
-    sgemm(true, false, n, C, rows, 1.0f, s.logits, n, xr, C, r0 == 0 ? 0.0f : 1.0f, dwte_rows, C);
+    ops.sgemm(true, false, n, C, rows, 1.0f, s.logits, n, xr, C, r0 == 0 ? 0.0f : 1.0f, dwte_rows, C);
   }
 }
 
-void gpt2_head_backward_finish(ThreadPool& pool, const GptConfig& cfg, const float* lnf_w, const float* x, float* dx,
+void gpt2_head_backward_finish(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* x, float* dx,
                                float* dlnf_w, float* dlnf_b, int BT, Gpt2HeadScratch& s) {
   const int C = cfg.n_embd;
   std::memset(dx, 0, sizeof(float) * static_cast<std::size_t>(BT) * C);
   if (cfg.llama())
-    rmsnorm_backward(pool, dx, dlnf_w, s.dlnf, x, lnf_w, s.rstd, BT, C, false);
+    ops.rmsnorm_backward(dx, dlnf_w, s.dlnf, x, lnf_w, s.rstd, BT, C, false);
   else
-    layernorm_backward(pool, dx, dlnf_w, dlnf_b, s.dlnf, x, lnf_w, s.mean, s.rstd, BT, C, false);
+    ops.layernorm_backward(dx, dlnf_w, dlnf_b, s.dlnf, x, lnf_w, s.mean, s.rstd, BT, C, false);
 }
 
-void gpt2_head_logits_block(const GptConfig& cfg, const float* wte_rows, int n, float* logits,
+void gpt2_head_logits_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, int n, float* logits,
                             const Gpt2HeadScratch& s) {
   const int C = cfg.n_embd;
-  sgemm(false, true, 1, n, C, 1.0f, s.lnf, C, wte_rows, C, 0.0f, logits, n);
+  ops.sgemm(false, true, 1, n, C, 1.0f, s.lnf, C, wte_rows, C, 0.0f, logits, n);
 }
 
 }  // namespace stratum

@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "core/aligned_buffer.h"
-#include "core/thread_pool.h"
+#include "ops/ops.h"
 #include "model/model_config.h"
 
 namespace stratum {
@@ -46,22 +46,22 @@ class Gpt2HeadScratch {
 
 // Final LayerNorm of x (BT, C) (the last block's output) into s.lnf, and resets the
 // log-sum-exp state.
-void gpt2_head_begin(ThreadPool& pool, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,
+void gpt2_head_begin(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,
                      int BT, Gpt2HeadScratch& s);
 // Folds vocabulary rows [v0, v0 + n) (wte_rows: (n, C)) into every row's log-sum-exp.
-void gpt2_head_lse_block(ThreadPool& pool, const GptConfig& cfg, const float* wte_rows, int v0, int n,
+void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, int v0, int n,
                          const std::int32_t* targets, int BT, Gpt2HeadScratch& s);
 // After every block: the mean cross-entropy (and s.lse for the backward).
 float gpt2_head_loss_finish(int BT, Gpt2HeadScratch& s);
 // Backward of the mean loss for one block: overwrites dwte_rows (n, C) and adds the block's
 // contribution to s.dlnf (overwrites it for the first block).
-void gpt2_head_backward_block(ThreadPool& pool, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
+void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
                               int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s);
 // After every block: dx (BT, C) and the final LayerNorm's gradients (all overwritten).
-void gpt2_head_backward_finish(ThreadPool& pool, const GptConfig& cfg, const float* lnf_w, const float* x, float* dx,
+void gpt2_head_backward_finish(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* x, float* dx,
                                float* dlnf_w, float* dlnf_b, int BT, Gpt2HeadScratch& s);
 // Logits of vocabulary rows [v0, v0 + n) for row 0 of the last gpt2_head_begin (generation).
-void gpt2_head_logits_block(const GptConfig& cfg, const float* wte_rows, int n, float* logits,
+void gpt2_head_logits_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, int n, float* logits,
                             const Gpt2HeadScratch& s);
 
 }  // namespace stratum

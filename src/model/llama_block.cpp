@@ -3,11 +3,6 @@
 
 #include <cstring>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/rmsnorm.h"
-#include "kernels/cpu/swiglu.h"
 
 namespace stratum {
 
@@ -29,76 +24,76 @@ LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_
                                   {&hmid, BT * I}});
 }
 
-LlamaWorkspace::LlamaWorkspace(const GptConfig& cfg, int max_batch, int max_seq) {
+LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   buffer_ = aligned_buffer_carve(
       {{&tmp, BT * C}, {&dres2, BT * C}, {&dxn, BT * C}, {&datty, BT * Q}, {&dqkv, BT * QKV}, {&dgate, BT * I},
        {&dup, BT * I},
-       {&attn_scratch, attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())}});
+       {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())}});
 }
 
 // y (M, N) = x (M, K) @ W^T for an nn.Linear weight W (N, K); ldy is y's row stride.
-static void linear(int M, int N, int K, const float* x, int ldx, const float* W, float* y, int ldy, float beta = 0.0f) {
-  sgemm(false, true, M, N, K, 1.0f, x, ldx, W, K, beta, y, ldy);
+static void linear(const Ops& ops, int M, int N, int K, const float* x, int ldx, const float* W, float* y, int ldy) {
+  ops.sgemm(false, true, M, N, K, 1.0f, x, ldx, W, K, 0.0f, y, ldy);
 }
 
-void llama_block_forward(ThreadPool& pool, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
+void llama_block_forward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
                          const float* x, float* out, LlamaActivations& s, LlamaWorkspace& w, int B, int T) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
   const float eps = cfg.layer_norm_eps;
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
-  rmsnorm_forward(pool, s.xn1, s.rstd1, x, p.attn_norm_w, BT, C, eps);
-  linear(BT, Q, C, s.xn1, C, p.q_w, s.qkv, QKV);
-  linear(BT, KVd, C, s.xn1, C, p.k_w, s.qkv + Q, QKV);
-  linear(BT, KVd, C, s.xn1, C, p.v_w, s.qkv + Q + KVd, QKV);
-  rope_forward(pool, s.qkv, B, T, H, hd, QKV, nullptr, rope);
-  rope_forward(pool, s.qkv + Q, B, T, KV, hd, QKV, nullptr, rope);
-  attention_forward(pool, s.atty, s.att, w.attn_scratch, s.qkv, B, T, H, KV, hd);
-  linear(BT, C, Q, s.atty, Q, p.o_w, w.tmp, C);
-  add_f32(pool, s.res2, x, w.tmp, rows_c);
-  rmsnorm_forward(pool, s.xn2, s.rstd2, s.res2, p.mlp_norm_w, BT, C, eps);
-  linear(BT, I, C, s.xn2, C, p.gate_w, s.gate, I);
-  linear(BT, I, C, s.xn2, C, p.up_w, s.up, I);
-  swiglu_forward(pool, s.hmid, s.gate, s.up, static_cast<std::size_t>(BT) * I);
-  linear(BT, C, I, s.hmid, I, p.down_w, w.tmp, C);
-  add_f32(pool, out, s.res2, w.tmp, rows_c);
+  ops.rmsnorm_forward(s.xn1, s.rstd1, x, p.attn_norm_w, BT, C, eps);
+  linear(ops, BT, Q, C, s.xn1, C, p.q_w, s.qkv, QKV);
+  linear(ops, BT, KVd, C, s.xn1, C, p.k_w, s.qkv + Q, QKV);
+  linear(ops, BT, KVd, C, s.xn1, C, p.v_w, s.qkv + Q + KVd, QKV);
+  ops.rope_forward(s.qkv, B, T, H, hd, QKV, nullptr, rope);
+  ops.rope_forward(s.qkv + Q, B, T, KV, hd, QKV, nullptr, rope);
+  ops.attention_forward(s.atty, s.att, w.attn_scratch, s.qkv, B, T, H, KV, hd);
+  linear(ops, BT, C, Q, s.atty, Q, p.o_w, w.tmp, C);
+  ops.add(s.res2, x, w.tmp, rows_c);
+  ops.rmsnorm_forward(s.xn2, s.rstd2, s.res2, p.mlp_norm_w, BT, C, eps);
+  linear(ops, BT, I, C, s.xn2, C, p.gate_w, s.gate, I);
+  linear(ops, BT, I, C, s.xn2, C, p.up_w, s.up, I);
+  ops.swiglu_forward(s.hmid, s.gate, s.up, static_cast<std::size_t>(BT) * I);
+  linear(ops, BT, C, I, s.hmid, I, p.down_w, w.tmp, C);
+  ops.add(out, s.res2, w.tmp, rows_c);
 }
 
-void llama_block_backward(ThreadPool& pool, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
+void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
                           const LlamaBlockTensors& g, const float* x, const float* dout, float* dx,
                           LlamaActivations& s, LlamaWorkspace& w, int B, int T, bool recompute) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
-  if (recompute) llama_block_forward(pool, cfg, rope, p, x, w.tmp, s, w, B, T);
+  if (recompute) llama_block_forward(ops, cfg, rope, p, x, w.tmp, s, w, B, T);
 
   // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2)
-  sgemm(false, false, BT, I, C, 1.0f, dout, C, p.down_w, I, 0.0f, w.dgate, I);   // d hmid (BT, I)
-  sgemm(true, false, C, I, BT, 1.0f, dout, C, s.hmid, I, 0.0f, g.down_w, I);     // d down (C, I)
-  swiglu_backward(pool, w.dgate, w.dup, w.dgate, s.gate, s.up, static_cast<std::size_t>(BT) * I);
-  sgemm(false, false, BT, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn, C);
-  sgemm(false, false, BT, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C);
-  sgemm(true, false, I, C, BT, 1.0f, w.dgate, I, s.xn2, C, 0.0f, g.gate_w, C);
-  sgemm(true, false, I, C, BT, 1.0f, w.dup, I, s.xn2, C, 0.0f, g.up_w, C);
+  ops.sgemm(false, false, BT, I, C, 1.0f, dout, C, p.down_w, I, 0.0f, w.dgate, I);   // d hmid (BT, I)
+  ops.sgemm(true, false, C, I, BT, 1.0f, dout, C, s.hmid, I, 0.0f, g.down_w, I);     // d down (C, I)
+  ops.swiglu_backward(w.dgate, w.dup, w.dgate, s.gate, s.up, static_cast<std::size_t>(BT) * I);
+  ops.sgemm(false, false, BT, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn, C);
+  ops.sgemm(false, false, BT, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C);
+  ops.sgemm(true, false, I, C, BT, 1.0f, w.dgate, I, s.xn2, C, 0.0f, g.gate_w, C);
+  ops.sgemm(true, false, I, C, BT, 1.0f, w.dup, I, s.xn2, C, 0.0f, g.up_w, C);
   std::memcpy(w.dres2, dout, rows_c * sizeof(float));
-  rmsnorm_backward(pool, w.dres2, g.mlp_norm_w, w.dxn, s.res2, p.mlp_norm_w, s.rstd2, BT, C, false);
+  ops.rmsnorm_backward(w.dres2, g.mlp_norm_w, w.dxn, s.res2, p.mlp_norm_w, s.rstd2, BT, C, false);
 
   // Attention: res2 = x + o(attention(rope(q(xn1)), rope(k(xn1)), v(xn1))), xn1 = rmsnorm(x)
-  sgemm(false, false, BT, Q, C, 1.0f, w.dres2, C, p.o_w, Q, 0.0f, w.datty, Q);
-  sgemm(true, false, C, Q, BT, 1.0f, w.dres2, C, s.atty, Q, 0.0f, g.o_w, Q);
-  attention_backward(pool, w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, KV, hd);
-  rope_backward(pool, w.dqkv, B, T, H, hd, QKV, nullptr, rope);
-  rope_backward(pool, w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
-  sgemm(false, false, BT, C, Q, 1.0f, w.dqkv, QKV, p.q_w, C, 0.0f, w.dxn, C);
-  sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q, QKV, p.k_w, C, 1.0f, w.dxn, C);
-  sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q + KVd, QKV, p.v_w, C, 1.0f, w.dxn, C);
-  sgemm(true, false, Q, C, BT, 1.0f, w.dqkv, QKV, s.xn1, C, 0.0f, g.q_w, C);
-  sgemm(true, false, KVd, C, BT, 1.0f, w.dqkv + Q, QKV, s.xn1, C, 0.0f, g.k_w, C);
-  sgemm(true, false, KVd, C, BT, 1.0f, w.dqkv + Q + KVd, QKV, s.xn1, C, 0.0f, g.v_w, C);
+  ops.sgemm(false, false, BT, Q, C, 1.0f, w.dres2, C, p.o_w, Q, 0.0f, w.datty, Q);
+  ops.sgemm(true, false, C, Q, BT, 1.0f, w.dres2, C, s.atty, Q, 0.0f, g.o_w, Q);
+  ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, KV, hd);
+  ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
+  ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
+  ops.sgemm(false, false, BT, C, Q, 1.0f, w.dqkv, QKV, p.q_w, C, 0.0f, w.dxn, C);
+  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q, QKV, p.k_w, C, 1.0f, w.dxn, C);
+  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q + KVd, QKV, p.v_w, C, 1.0f, w.dxn, C);
+  ops.sgemm(true, false, Q, C, BT, 1.0f, w.dqkv, QKV, s.xn1, C, 0.0f, g.q_w, C);
+  ops.sgemm(true, false, KVd, C, BT, 1.0f, w.dqkv + Q, QKV, s.xn1, C, 0.0f, g.k_w, C);
+  ops.sgemm(true, false, KVd, C, BT, 1.0f, w.dqkv + Q + KVd, QKV, s.xn1, C, 0.0f, g.v_w, C);
   std::memcpy(dx, w.dres2, rows_c * sizeof(float));
-  rmsnorm_backward(pool, dx, g.attn_norm_w, w.dxn, x, p.attn_norm_w, s.rstd1, BT, C, false);
+  ops.rmsnorm_backward(dx, g.attn_norm_w, w.dxn, x, p.attn_norm_w, s.rstd1, BT, C, false);
 }
 
 }  // namespace stratum

@@ -7,8 +7,7 @@
 #pragma once
 
 #include "core/aligned_buffer.h"
-#include "core/thread_pool.h"
-#include "kernels/cpu/rope.h"
+#include "ops/ops.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 
@@ -54,7 +53,7 @@ class LlamaActivations {
 // Temporaries shared by every block, fp32, RAM.
 class LlamaWorkspace {
  public:
-  LlamaWorkspace(const GptConfig& config, int max_batch, int max_seq);
+  LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   float* tmp;    // (B,T,C) projections before the residual add
@@ -71,12 +70,12 @@ class LlamaWorkspace {
 };
 
 // out (B,T,C) = block(x (B,T,C)) at positions 0..T-1; fills a with the block's internals.
-void llama_block_forward(ThreadPool& pool, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
+void llama_block_forward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
                          const float* x, float* out, LlamaActivations& a, LlamaWorkspace& w, int B, int T);
 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
 // upstream gradient dout (B,T,C); with recompute, first refills a from x (bit-identical).
-void llama_block_backward(ThreadPool& pool, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
+void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
                           const LlamaBlockTensors& g, const float* x, const float* dout, float* dx,
                           LlamaActivations& a, LlamaWorkspace& w, int B, int T, bool recompute);
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/rope.h"
+#include "ops/rope_table.h"
 
 namespace stratum {
 

@@ -7,8 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/thread_pool.h"
-#include "kernels/cpu/rope.h"
+#include "ops/ops.h"
 #include "model/gpt2_block.h"
 #include "model/llama_block.h"
 #include "model/model_config.h"
@@ -19,16 +18,16 @@ namespace stratum {
 class TransformerBlock {
  public:
   // copies: sets of block internals (1 = recompute in the backward; n_layer = keep them).
-  TransformerBlock(const GptConfig& config, int max_batch, int max_seq, int copies);
+  TransformerBlock(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, int copies);
   std::size_t size_bytes() const;  // internals + workspace + rotary table
 
   // out (B,T,C) = block(x) with the parameters in param_chunks (one pointer per chunk of `seg`),
   // keeping the internals in set `copy`.
-  void forward(ThreadPool& pool, const SegmentLayout& seg, float* const* param_chunks, const float* x, float* out,
+  void forward(const Ops& ops, const SegmentLayout& seg, float* const* param_chunks, const float* x, float* out,
                int copy, int B, int T);
   // dx (B,T,C) and the block's gradients (overwritten, in grad_chunks) for dout; with recompute
   // the internals are first recomputed from x into set `copy`.
-  void backward(ThreadPool& pool, const SegmentLayout& seg, float* const* param_chunks, float* const* grad_chunks,
+  void backward(const Ops& ops, const SegmentLayout& seg, float* const* param_chunks, float* const* grad_chunks,
                 const float* x, const float* dout, float* dx, int copy, int B, int T, bool recompute);
 
  private:

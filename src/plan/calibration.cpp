@@ -39,7 +39,7 @@
 #include "core/file_util.h"
 #include "io/io_engine.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 #include "stratum/error.h"
 
 namespace stratum {

@@ -15,7 +15,7 @@
 
 #include "core/rng.h"
 #include "kernels/cpu/adamw.h"
-#include "model/model_io.h"
+#include "weights/model_io.h"
 #include "model/param_layout.h"
 #include "obs/trace_recorder.h"
 #include "plan/calibration.h"

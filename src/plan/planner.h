@@ -30,7 +30,7 @@
 
 #include "model/model_config.h"
 #include "plan/calibration.h"
-#include "train/executor.h"
+#include "exec/executor.h"
 
 namespace stratum {
 

@@ -12,12 +12,12 @@
 #include <memory>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/file_util.h"
 #include "core/thread_pool.h"
 #include "data/corpus.h"
 #include "data/data_loader.h"
-#include "kernels/cpu/matmul.h"
-#include "model/model_io.h"
+#include "weights/model_io.h"
 #include "model/param_layout.h"
 #include "obs/metrics_log.h"
 #include "obs/progress_bar.h"
@@ -29,7 +29,7 @@
 #include "stratum/error.h"
 #include "io/io_engine.h"
 #include "train/checkpoint.h"
-#include "train/executor.h"
+#include "exec/executor.h"
 
 namespace stratum {
 
@@ -223,7 +223,7 @@ TrainResult train_run(const TrainOptions& o) {
                 "; use --seq <= ", cfg.n_ctx);
   const int threads = o.threads > 0 ? o.threads : default_thread_count();
   ThreadPool pool(threads);
-  blas_set_threads(threads);
+  backend_set_threads(threads);
 
   // A resumed run finds its tokenizer where the original run did (the checkpoint's copy may be
   // removed by --keep while the run goes on).
@@ -365,7 +365,7 @@ TrainResult train_run(const TrainOptions& o) {
                "(%s)\n[stratum] memory: %s\n",
                cfg.describe().c_str(), static_cast<double>(layout.num_params()) / 1e6, train_token_count,
                static_cast<long long>(loader.batches_per_epoch()), val_loader ? ", validation held out" : "",
-               o.batch, o.seq, threads, blas_describe().c_str(), mib(param_bytes).c_str(), mib(param_bytes).c_str(),
+               o.batch, o.seq, threads, backend_describe().c_str(), mib(param_bytes).c_str(), mib(param_bytes).c_str(),
                mib(2 * param_bytes).c_str(), mib(units.act_floats() * sizeof(float) * (cfg.n_layer + 1)).c_str(),
                mib(exec.fixed_bytes()).c_str(),
                o.keep_activations ? "block internals kept" : "block internals recomputed", store_text.c_str());

@@ -5,16 +5,9 @@
 #include <cstddef>
 
 #include "core/thread_pool.h"
+#include "ops/ops.h"  // AdamWHyper
 
 namespace stratum {
-
-struct AdamWHyper {
-  double lr = 3e-4;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  long step = 1;  // 1-based step count used for bias correction
-};
 
 // For i in [0, n): g = grad[i] * grad_scale (the clipping coefficient, 1 when not clipping);
 // param *= 1 - lr*weight_decay; m = beta1 m + (1-beta1) g; v = beta2 v + (1-beta2) g g;

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 
 namespace stratum {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/bf16.h"
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 
 namespace stratum {
 

@@ -1,7 +1,7 @@
 // GELU forward/backward, elementwise over fixed contiguous ranges; see gelu.h.
 #include "kernels/cpu/gelu.h"
 
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 
 namespace stratum {
 

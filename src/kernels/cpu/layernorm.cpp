@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 
 namespace stratum {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 #include "stratum/error.h"
 
 extern "C" {

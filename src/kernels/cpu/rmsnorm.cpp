@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 
 namespace stratum {
 

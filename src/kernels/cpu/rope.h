@@ -1,57 +1,16 @@
 // Rotary position embedding (RoPE), Hugging Face Llama "rotate-half" convention: the first and
-// second halves of each head vector form the (re, im) pairs. Holds the frequency scaling
-// settings (none, linear, llama3), the float32 inverse frequencies and the cos/sin tables, and
-// rotates head vectors in place (forward) or by the transposed rotation (backward).
+// second halves of each head vector form the (re, im) pairs. Rotates head vectors in place
+// (forward) or by the transposed rotation (backward) with the tables of ops/rope_table.h.
 // Does not apply the q/k projections, does not do the interleaved-pairs convention (GPT-J,
 // Meta's original checkpoints) and does not support dynamic / YaRN / LongRoPE scaling.
 #pragma once
 
 #include <cstddef>
-#include <vector>
 
 #include "core/thread_pool.h"
+#include "ops/rope_table.h"
 
 namespace stratum {
-
-// The `rope_scaling` block of a Hugging Face config (rope_type "linear" or "llama3").
-struct RopeScaling {
-  enum class Type { None, Linear, Llama3 };
-  Type type = Type::None;
-  double factor = 1.0;                          // linear and llama3
-  double low_freq_factor = 1.0;                 // llama3
-  double high_freq_factor = 4.0;                // llama3
-  int original_max_position_embeddings = 8192;  // llama3
-};
-
-// inv_freq (head_dim/2) fp32 = 1 / theta^(2i/head_dim), then scaled: Linear divides every
-// frequency by factor; Llama3 follows transformers' _compute_llama3_parameters (long
-// wavelengths divided by factor, short ones kept, a smooth blend in between). Computed in
-// float32 step by step the way transformers does it (Note [rope float32] in rope.cpp).
-std::vector<float> rope_inv_freq(int head_dim, double theta, const RopeScaling& scaling);
-
-// cos/sin tables of the angles pos * inv_freq[i] for positions 0..max_pos-1.
-class RopeTable {
- public:
-  RopeTable(int head_dim, int max_pos, double theta, const RopeScaling& scaling);
-  // Bytes a table for (head_dim, max_pos) holds: cos and sin, (max_pos, head_dim/2) floats each.
-  static std::size_t bytes_for(int head_dim, int max_pos) {
-    return 2 * sizeof(float) * table_floats(head_dim, max_pos);
-  }
-
-  const float* cos(int pos) const { return cos_.data() + static_cast<std::size_t>(pos) * half_; }  // (head_dim/2)
-  const float* sin(int pos) const { return sin_.data() + static_cast<std::size_t>(pos) * half_; }  // (head_dim/2)
-  int head_dim() const { return 2 * half_; }
-  int max_pos() const { return max_pos_; }
-
- private:
-  static std::size_t table_floats(int head_dim, int max_pos) {
-    return static_cast<std::size_t>(max_pos) * (head_dim / 2);
-  }
-  int half_;                // head_dim / 2
-  int max_pos_;
-  std::vector<float> cos_;  // (max_pos, head_dim/2) fp32
-  std::vector<float> sin_;  // (max_pos, head_dim/2) fp32
-};
 
 // In place on `heads` head vectors of hd floats per row: x points at the first head of row 0;
 // row r (of B*T) starts at x + r*row_stride and its heads are contiguous; row r = b*T + t is at

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "core/bf16.h"
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 
 namespace stratum {
 

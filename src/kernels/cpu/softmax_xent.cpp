@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 
 namespace stratum {
 

@@ -2,7 +2,7 @@
 // element comes from one expression of its own inputs, so the thread count does not matter.
 #include "kernels/cpu/swiglu.h"
 
-#include "kernels/cpu/simd.h"
+#include "core/simd.h"
 #include "stratum/error.h"
 
 namespace stratum {

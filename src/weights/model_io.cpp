@@ -1,5 +1,5 @@
 // Loading, saving and initialising GPT-2 and Llama weights; see model_io.h.
-#include "model/model_io.h"
+#include "weights/model_io.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,7 +19,7 @@
 
 #include "core/file_util.h"
 #include "core/rng.h"
-#include "formats/hf_config.h"
+#include "model/hf_config.h"
 #include "formats/safetensors.h"
 #include "stratum/error.h"
 

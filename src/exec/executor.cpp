@@ -1,6 +1,6 @@
 // Executor: the per-step schedule over store units; see executor.h, Note [step schedule] and
 // Note [optimizer overlap].
-#include "train/executor.h"
+#include "exec/executor.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,7 @@
 #include <cstring>
 #include <utility>
 
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/embedding.h"
+#include "backend/backend.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -35,6 +34,7 @@ std::size_t Executor::activation_unit_floats(const GptConfig& config, int max_ba
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
                    bool keep_activations, OptimizerMode mode)
     : pool_(pool),
+      ops_(ops_make(pool)),
       cfg_(config),
       units_(units),
       layout_(units.layout()),
@@ -43,7 +43,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       dacts_(2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
       keep_activations_(keep_activations),
       mode_(mode),
-      blocks_(config, max_batch, max_seq, keep_activations ? config.n_layer : 1),
+      blocks_(*ops_, config, max_batch, max_seq, keep_activations ? config.n_layer : 1),
       head_scratch_(config, max_batch * max_seq),
       schedule_(units.count()) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
@@ -57,6 +57,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   update_job_.assign(static_cast<std::size_t>(layout_.segment_count()), 0);
   if (mode != OptimizerMode::Inline) {
     worker_pool_ = std::make_unique<ThreadPool>(1);
+    worker_ops_ = ops_make(*worker_pool_);
     worker_ = std::make_unique<OptimizerWorker>();
   }
 }
@@ -253,7 +254,7 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
       if (cfg_.llama())  // no positions: the token rows are added to zeros, which is exact
         std::memset(out.data(), 0, sizeof(float) * static_cast<std::size_t>(B) * T * cfg_.n_embd);
       else
-        embedding_forward_positions(pool_, out.data(),
+        ops_->embedding_forward_positions(out.data(),
                                     embed.data() + segs[layout_.embed_segment()].tensors[kWpe].offset_floats, B, T,
                                     cfg_.n_embd);
     }
@@ -263,7 +264,7 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
       at(group_vocab_fwd_[k]);
       SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
       TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[v].name + " embed forward");
-      embedding_forward_block(pool_, out.data(), inputs, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, T,
+      ops_->embedding_forward_block(out.data(), inputs, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, T,
                               cfg_.n_embd);
     }
   }
@@ -275,7 +276,7 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
     SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
     SegmentHold out(*store_, act_segment(l + 1), SegmentKind::Activations, Access::Overwrite);
     TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[s].name + " forward");
-    blocks_.forward(pool_, segs[s], params.chunks(), in.data(), out.data(), block_copy(l), B, T);
+    blocks_.forward(*ops_, segs[s], params.chunks(), in.data(), out.data(), block_copy(l), B, T);
   }
 }
 
@@ -285,7 +286,7 @@ float Executor::head_lse(const std::int32_t* targets, int BT) {
     at(group_head_lse_[k]);
     SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
     TraceSpan span(trace_, TraceRecorder::kCompute, "head", layout_.segments()[v].name + " head log-sum-exp");
-    gpt2_head_lse_block(pool_, cfg_, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), targets, BT,
+    gpt2_head_lse_block(*ops_, cfg_, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), targets, BT,
                         head_scratch_);
   }
   return gpt2_head_loss_finish(BT, head_scratch_);
@@ -295,7 +296,7 @@ void Executor::grad_squares_record(int segment, float* const* grad_chunks) {
   const SegmentLayout& seg = layout_.segments()[segment];
   for (std::size_t t = 0; t < seg.tensors.size(); ++t) {
     const TensorSlot& slot = seg.tensors[t];
-    grad_squares_[segment][t] = sum_squares(pool_, grad_chunks[slot.chunk] + seg.offset_in_chunk(slot), slot.numel);
+    grad_squares_[segment][t] = ops_->sum_squares(grad_chunks[slot.chunk] + seg.offset_in_chunk(slot), slot.numel);
   }
 }
 
@@ -319,7 +320,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
     const float* lnf_b = cfg_.llama() ? nullptr : head_p.data() + head_seg.tensors[kLnFB].offset_floats;
     {
       TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final norm");
-      gpt2_head_begin(pool_, cfg_, lnf_w, lnf_b, in.data(), B * T, head_scratch_);
+      gpt2_head_begin(*ops_, cfg_, lnf_w, lnf_b, in.data(), B * T, head_scratch_);
     }
     loss = head_lse(targets, B * T);
     for (int k = 0; k < layout_.vocab_block_count(); ++k) {
@@ -328,7 +329,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
       SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
       SegmentHold dwte(*store_, v, SegmentKind::Grads, Access::Overwrite);
       TraceSpan span(trace_, TraceRecorder::kCompute, "head", segs[v].name + " head backward");
-      gpt2_head_backward_block(pool_, cfg_, wte.data(), dwte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k),
+      gpt2_head_backward_block(*ops_, cfg_, wte.data(), dwte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k),
                                targets, B * T, k == 0, head_scratch_);
       if (!layout_.head_tied()) {  // final now (tied: the embedding backward adds to it)
         float* const grads = dwte.data();
@@ -338,7 +339,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
     at(group_head_end_);
     SegmentHold head_g(*store_, head, SegmentKind::Grads, Access::Overwrite);
     TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final norm backward");
-    gpt2_head_backward_finish(pool_, cfg_, lnf_w, in.data(), dcur, head_g.data() + head_seg.tensors[kLnFW].offset_floats,
+    gpt2_head_backward_finish(*ops_, cfg_, lnf_w, in.data(), dcur, head_g.data() + head_seg.tensors[kLnFW].offset_floats,
                               cfg_.llama() ? nullptr : head_g.data() + head_seg.tensors[kLnFB].offset_floats, B * T,
                               head_scratch_);
     float* const head_grads = head_g.data();
@@ -358,7 +359,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
       SegmentChunksHold grads(*store_, s, SegmentKind::Grads, Access::Overwrite);
       SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
       TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[s].name + " backward");
-      blocks_.backward(pool_, segs[s], params.chunks(), grads.chunks(), in.data(), dcur, dnext, block_copy(l), B, T,
+      blocks_.backward(*ops_, segs[s], params.chunks(), grads.chunks(), in.data(), dcur, dnext, block_copy(l), B, T,
                        !keep_activations_);
       grad_squares_record(s, grads.chunks());
     }
@@ -372,7 +373,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
     if (!cfg_.llama()) {  // Llama's embed segment is empty
       float* dwpe = embed_g.data() + embed_seg.tensors[kWpe].offset_floats;
       std::memset(dwpe, 0, embed_seg.tensors[kWpe].numel * sizeof(float));
-      embedding_backward_positions(pool_, dwpe, dcur, B, T, C);
+      ops_->embedding_backward_positions(dwpe, dcur, B, T, C);
     }
     float* const embed_grads = embed_g.data();
     grad_squares_record(embed, &embed_grads);
@@ -386,7 +387,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
       SegmentHold dwte(*store_, v, SegmentKind::Grads, tied ? Access::Update : Access::Overwrite);
       TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[v].name + " embed backward");
       if (!tied) std::memset(dwte.data(), 0, sizeof(float) * static_cast<std::size_t>(layout_.vocab_rows(k)) * C);
-      embedding_backward_block(pool_, dwte.data(), dcur, inputs, layout_.vocab_row0(k), layout_.vocab_rows(k), B, T, C);
+      ops_->embedding_backward_block(dwte.data(), dcur, inputs, layout_.vocab_row0(k), layout_.vocab_rows(k), B, T, C);
       float* const wte_grads = dwte.data();
       grad_squares_record(v, &wte_grads);
     }
@@ -434,17 +435,17 @@ float Executor::head_inference(const std::int32_t* targets, int BT, int logits_r
   const float* lnf_w = head_p.data() + segs[head].tensors[kLnFW].offset_floats;
   const float* lnf_b = cfg_.llama() ? nullptr : head_p.data() + segs[head].tensors[kLnFB].offset_floats;
   if (logits == nullptr) {
-    gpt2_head_begin(pool_, cfg_, lnf_w, lnf_b, in.data(), BT, head_scratch_);
+    gpt2_head_begin(*ops_, cfg_, lnf_w, lnf_b, in.data(), BT, head_scratch_);
     return head_lse(targets, BT);
   }
-  gpt2_head_begin(pool_, cfg_, lnf_w, lnf_b, in.data() + static_cast<std::size_t>(logits_row) * cfg_.n_embd, 1,
+  gpt2_head_begin(*ops_, cfg_, lnf_w, lnf_b, in.data() + static_cast<std::size_t>(logits_row) * cfg_.n_embd, 1,
                   head_scratch_);
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
     const int v = layout_.head_vocab_segment(k);
     at(group_head_lse_[k]);
     SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
     TraceSpan span(trace_, TraceRecorder::kCompute, "head", segs[v].name + " logits");
-    gpt2_head_logits_block(cfg_, wte.data(), layout_.vocab_rows(k), logits + layout_.vocab_row0(k), head_scratch_);
+    gpt2_head_logits_block(*ops_, cfg_, wte.data(), layout_.vocab_rows(k), logits + layout_.vocab_row0(k), head_scratch_);
   }
   return 0.0f;
 }
@@ -468,9 +469,9 @@ double Executor::grad_sum_squares() const {
   return total;
 }
 
-void Executor::optimizer_segment(ThreadPool& pool, int s, const AdamWHyper& hyper, double weight_decay,
+void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper, double weight_decay,
                                  float grad_scale) {
-  TraceSpan span(trace_, &pool == worker_pool_.get() ? TraceRecorder::kOptimizer : TraceRecorder::kCompute,
+  TraceSpan span(trace_, &ops == worker_ops_.get() ? TraceRecorder::kOptimizer : TraceRecorder::kCompute,
                  "optimizer", layout_.segments()[s].name + " AdamW");
   // Read-ahead of the next chunks: the worker may run ahead of the schedule position, where the
   // store's prefetch window does not reach (no-op when they are resident or in RAM).
@@ -493,7 +494,7 @@ void Executor::optimizer_segment(ThreadPool& pool, int s, const AdamWHyper& hype
       for (const TensorSlot& t : seg.tensors) {
         if (t.chunk != c) continue;
         const std::size_t at = seg.offset_in_chunk(t);
-        adamw_update(pool, params.data() + at, m.data() + at, v.data() + at, grads.data() + at, t.numel, hyper,
+        ops.adamw_update(params.data() + at, m.data() + at, v.data() + at, grads.data() + at, t.numel, hyper,
                      t.weight_decay ? weight_decay : 0.0, grad_scale);
       }
     }
@@ -536,7 +537,7 @@ void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weig
         for (const UnitUse& use : self->schedule_.group(group)) self->store_->unit_pin(use.unit, -1);
       }
     } unpin{this, group_opt_[segment]};
-    optimizer_segment(*worker_pool_, segment, hyper, weight_decay, grad_scale);
+    optimizer_segment(*worker_ops_, segment, hyper, weight_decay, grad_scale);
   });
   if (mode_ == OptimizerMode::Pipelined) update_job_[segment] = job;
 }
@@ -546,7 +547,7 @@ void Executor::optimizer_step(const AdamWHyper& hyper, double weight_decay, floa
   sync();
   for (int s : forward_segments_) {
     if (mode_ != OptimizerMode::Overlapped) at(group_opt_[s]);
-    optimizer_segment(pool_, s, hyper, weight_decay, grad_scale);
+    optimizer_segment(*ops_, s, hyper, weight_decay, grad_scale);
   }
 }
 

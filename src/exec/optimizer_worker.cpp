@@ -1,5 +1,5 @@
 // OptimizerWorker; see optimizer_worker.h.
-#include "train/optimizer_worker.h"
+#include "exec/optimizer_worker.h"
 
 #include <utility>
 

@@ -1,5 +1,5 @@
 // Hugging Face config.json reader and writer (GPT-2 and Llama); see hf_config.h.
-#include "formats/hf_config.h"
+#include "model/hf_config.h"
 
 #include <charconv>
 #include <climits>

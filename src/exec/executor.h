@@ -28,7 +28,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
-#include "kernels/cpu/adamw.h"
+#include "ops/ops.h"
 #include "model/gpt2_head.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
@@ -36,7 +36,7 @@
 #include "obs/trace_recorder.h"
 #include "store/segment_store.h"
 #include "store/step_schedule.h"
-#include "train/optimizer_worker.h"
+#include "exec/optimizer_worker.h"
 
 namespace stratum {
 
@@ -109,7 +109,7 @@ class Executor {
   float backward_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool overlap,
                       const AdamWHyper& hyper, double weight_decay);
   void grad_squares_record(int segment, float* const* grad_chunks);  // one pointer per chunk
-  void optimizer_segment(ThreadPool& pool, int segment, const AdamWHyper& hyper, double weight_decay,
+  void optimizer_segment(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
                          float grad_scale);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
   void update_wait(int segment);  // Pipelined: the segment's queued update has been applied
@@ -126,6 +126,7 @@ class Executor {
   void at(int group) { store_->schedule_at(group); }
 
   ThreadPool& pool_;
+  std::unique_ptr<Ops> ops_;  // the kernels, on pool_
   GptConfig cfg_;
   UnitTable units_;
   const ParamLayout& layout_;
@@ -146,6 +147,7 @@ class Executor {
   std::vector<int> forward_segments_;  // segments in the order the forward first reads them
 
   std::unique_ptr<ThreadPool> worker_pool_;  // 1 thread: the optimizer worker's kernels
+  std::unique_ptr<Ops> worker_ops_;          // the kernels, on worker_pool_
   std::unique_ptr<OptimizerWorker> worker_;
   std::vector<long> update_job_;   // per segment: worker job number of its pending update, 0 = none
   double update_wait_ms_ = 0.0;    // waited in update_wait since the last train_step returned

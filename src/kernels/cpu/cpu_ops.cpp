@@ -1,0 +1,136 @@
+// CpuOps: forwards each op of the seam to the CPU kernel of the same name; see cpu_ops.h.
+#include "kernels/cpu/cpu_ops.h"
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/rowdot.h"
+#include "kernels/cpu/softmax_xent.h"
+#include "kernels/cpu/swiglu.h"
+
+namespace stratum {
+
+void CpuOps::sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                   const float* B, int ldb, float beta, float* C, int ldc) const {
+  stratum::sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void CpuOps::matmul_forward(float* out, const float* inp, const float* w, const float* bias, int M, int K,
+                            int N) const {
+  stratum::matmul_forward(pool_, out, inp, w, bias, M, K, N);
+}
+void CpuOps::matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                             const float* w, int M, int K, int N, bool accumulate) const {
+  stratum::matmul_backward(pool_, dinp, dw, dbias, dout, inp, w, M, K, N, accumulate);
+}
+void CpuOps::rowdot_nt(float* y, int ldy, const float* x, int ldx, const float* w, const float* bias, int M, int N,
+                       int K) const {
+  stratum::rowdot_nt(pool_, y, ldy, x, ldx, w, bias, M, N, K);
+}
+void CpuOps::rowdot_nt_bf16(float* y, int ldy, const float* x, int ldx, const std::uint16_t* w, const float* bias,
+                            int M, int N, int K) const {
+  stratum::rowdot_nt_bf16(pool_, y, ldy, x, ldx, w, bias, M, N, K);
+}
+void CpuOps::rowdot_kn(float* y, const float* x, const float* w, const float* bias, int M, int K, int N) const {
+  stratum::rowdot_kn(pool_, y, x, w, bias, M, K, N);
+}
+void CpuOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                               const float* b, int N, int C, float eps) const {
+  stratum::layernorm_forward(pool_, out, mean, rstd, inp, w, b, N, C, eps);
+}
+void CpuOps::layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                                const float* w, const float* mean, const float* rstd, int N, int C,
+                                bool accumulate_params) const {
+  stratum::layernorm_backward(pool_, dinp, dw, db, dout, inp, w, mean, rstd, N, C, accumulate_params);
+}
+void CpuOps::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
+                             float eps) const {
+  stratum::rmsnorm_forward(pool_, out, rstd, inp, w, N, C, eps);
+}
+void CpuOps::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                              const float* rstd, int N, int C, bool accumulate_params) const {
+  stratum::rmsnorm_backward(pool_, dinp, dw, dout, inp, w, rstd, N, C, accumulate_params);
+}
+std::size_t CpuOps::attention_scratch_floats(int B, int T, int H, int KV, int hd) const {
+  return stratum::attention_scratch_floats(B, T, H, KV, hd);
+}
+void CpuOps::attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int H, int KV,
+                               int hd) const {
+  stratum::attention_forward(pool_, out, att, scratch, qkv, B, T, H, KV, hd);
+}
+void CpuOps::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                                int B, int T, int H, int KV, int hd) const {
+  stratum::attention_backward(pool_, dqkv, scratch, dout, qkv, att, B, T, H, KV, hd);
+}
+std::size_t CpuOps::attention_cached_scratch_floats(int B, int Tn, int H, int max_T) const {
+  return stratum::attention_cached_scratch_floats(B, Tn, H, max_T);
+}
+void CpuOps::attention_cached(float* out, float* scratch, const float* q, const float* kcache, const float* vcache,
+                              int B, int Tn, const int* past, int max_T, int H, int KV, int hd) const {
+  stratum::attention_cached(pool_, out, scratch, q, kcache, vcache, B, Tn, past, max_T, H, KV, hd);
+}
+void CpuOps::rope_forward(float* x, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
+                          const RopeTable& table) const {
+  stratum::rope_forward(pool_, x, B, T, heads, hd, row_stride, pos0, table);
+}
+void CpuOps::rope_backward(float* dx, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
+                           const RopeTable& table) const {
+  stratum::rope_backward(pool_, dx, B, T, heads, hd, row_stride, pos0, table);
+}
+void CpuOps::gelu_forward(float* out, const float* inp, std::size_t n) const {
+  stratum::gelu_forward(pool_, out, inp, n);
+}
+void CpuOps::gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) const {
+  stratum::gelu_backward(pool_, dinp, inp, dout, n);
+}
+void CpuOps::swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) const {
+  stratum::swiglu_forward(pool_, out, gate, up, n);
+}
+void CpuOps::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                             std::size_t n) const {
+  stratum::swiglu_backward(pool_, dgate, dup, dout, gate, up, n);
+}
+void CpuOps::add(float* out, const float* a, const float* b, std::size_t n) const {
+  add_f32(pool_, out, a, b, n);
+}
+double CpuOps::sum_squares(const float* x, std::size_t n) const { return stratum::sum_squares(pool_, x, n); }
+void CpuOps::xent_chunk_forward(float* run_max, float* run_sum, float* target_logit, const float* logits,
+                                const std::int32_t* targets, int N, int n, int v0) const {
+  stratum::xent_chunk_forward(pool_, run_max, run_sum, target_logit, logits, targets, N, n, v0);
+}
+void CpuOps::xent_chunk_backward(float* dlogits, const float* logits, const float* lse, const std::int32_t* targets,
+                                 int N, int n, int v0, float dloss) const {
+  stratum::xent_chunk_backward(pool_, dlogits, logits, lse, targets, N, n, v0, dloss);
+}
+void CpuOps::softmax_row(float* probs, const float* logits, int V, float temperature) const {
+  stratum::softmax_row(probs, logits, V, temperature);
+}
+void CpuOps::embedding_forward_positions(float* out, const float* wpe, int B, int T, int C) const {
+  stratum::embedding_forward_positions(pool_, out, wpe, B, T, C);
+}
+void CpuOps::embedding_forward_block(float* out, const std::int32_t* tokens, const float* wte_rows, int v0, int n,
+                                     int B, int T, int C) const {
+  stratum::embedding_forward_block(pool_, out, tokens, wte_rows, v0, n, B, T, C);
+}
+void CpuOps::embedding_forward_block_bf16(float* out, const std::int32_t* tokens, const std::uint16_t* wte_rows,
+                                          int v0, int n, int B, int T, int C) const {
+  stratum::embedding_forward_block_bf16(pool_, out, tokens, wte_rows, v0, n, B, T, C);
+}
+void CpuOps::embedding_backward_positions(float* dwpe, const float* dout, int B, int T, int C) const {
+  stratum::embedding_backward_positions(pool_, dwpe, dout, B, T, C);
+}
+void CpuOps::embedding_backward_block(float* dwte_rows, const float* dout, const std::int32_t* tokens, int v0, int n,
+                                      int B, int T, int C) const {
+  stratum::embedding_backward_block(pool_, dwte_rows, dout, tokens, v0, n, B, T, C);
+}
+void CpuOps::adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n, const AdamWHyper& hyper,
+                          double weight_decay, float grad_scale) const {
+  stratum::adamw_update(pool_, param, m, v, grad, n, hyper, weight_decay, grad_scale);
+}
+
+}  // namespace stratum

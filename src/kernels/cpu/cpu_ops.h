@@ -1,0 +1,74 @@
+// The CPU backend of the ops seam (ops/ops.h): each op runs the kernel of the same name in this
+// folder on one ThreadPool. It is the reference every other backend is tested against. Does not
+// own the pool.
+#pragma once
+
+#include "core/thread_pool.h"
+#include "ops/ops.h"
+
+namespace stratum {
+
+class CpuOps final : public Ops {
+ public:
+  explicit CpuOps(ThreadPool& pool) : pool_(pool) {}
+  const char* name() const override { return "cpu"; }
+
+  void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+             int ldb, float beta, float* C, int ldc) const override;
+  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int M, int K,
+                      int N) const override;
+  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
+                       int M, int K, int N, bool accumulate) const override;
+  void rowdot_nt(float* y, int ldy, const float* x, int ldx, const float* w, const float* bias, int M, int N,
+                 int K) const override;
+  void rowdot_nt_bf16(float* y, int ldy, const float* x, int ldx, const std::uint16_t* w, const float* bias, int M,
+                      int N, int K) const override;
+  void rowdot_kn(float* y, const float* x, const float* w, const float* bias, int M, int K, int N) const override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N,
+                         int C, float eps) const override;
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                          const float* mean, const float* rstd, int N, int C, bool accumulate_params) const override;
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
+                       float eps) const override;
+  void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                        const float* rstd, int N, int C, bool accumulate_params) const override;
+  std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const override;
+  void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int H, int KV,
+                         int hd) const override;
+  void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
+                          int T, int H, int KV, int hd) const override;
+  std::size_t attention_cached_scratch_floats(int B, int Tn, int H, int max_T) const override;
+  void attention_cached(float* out, float* scratch, const float* q, const float* kcache, const float* vcache, int B,
+                        int Tn, const int* past, int max_T, int H, int KV, int hd) const override;
+  void rope_forward(float* x, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
+                    const RopeTable& table) const override;
+  void rope_backward(float* dx, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
+                     const RopeTable& table) const override;
+  void gelu_forward(float* out, const float* inp, std::size_t n) const override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) const override;
+  void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) const override;
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       std::size_t n) const override;
+  void add(float* out, const float* a, const float* b, std::size_t n) const override;
+  double sum_squares(const float* x, std::size_t n) const override;
+  void xent_chunk_forward(float* run_max, float* run_sum, float* target_logit, const float* logits,
+                          const std::int32_t* targets, int N, int n, int v0) const override;
+  void xent_chunk_backward(float* dlogits, const float* logits, const float* lse, const std::int32_t* targets, int N,
+                           int n, int v0, float dloss) const override;
+  void softmax_row(float* probs, const float* logits, int V, float temperature) const override;
+  void embedding_forward_positions(float* out, const float* wpe, int B, int T, int C) const override;
+  void embedding_forward_block(float* out, const std::int32_t* tokens, const float* wte_rows, int v0, int n, int B,
+                               int T, int C) const override;
+  void embedding_forward_block_bf16(float* out, const std::int32_t* tokens, const std::uint16_t* wte_rows, int v0,
+                                    int n, int B, int T, int C) const override;
+  void embedding_backward_positions(float* dwpe, const float* dout, int B, int T, int C) const override;
+  void embedding_backward_block(float* dwte_rows, const float* dout, const std::int32_t* tokens, int v0, int n, int B,
+                                int T, int C) const override;
+  void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n, const AdamWHyper& hyper,
+                    double weight_decay, float grad_scale) const override;
+
+ private:
+  ThreadPool& pool_;
+};
+
+}  // namespace stratum

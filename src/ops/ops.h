@@ -1,0 +1,112 @@
+// The ops seam (Note [ops seam]): every kernel the model, executor and decoder run, as one
+// abstract interface. Model, train, exec and infer code call kernels only through an `Ops`, never
+// by including a kernels/ header; a backend implements `Ops` (kernels/cpu/cpu_ops.h is the
+// reference that defines the semantics, documented op by op in the kernels/cpu headers) and
+// `ops_make` (backend/backend.h) hands one out. An `Ops` is bound to where it runs (the CPU
+// backend: one ThreadPool), so a caller with two pools (the executor and its optimizer worker)
+// holds two. Pointers are in the memory the backend computes in (RAM for the CPU backend).
+// Does not allocate, own or move data.
+// Note [ops seam]: the contract every backend keeps: each op gives every output element to one
+// work item and runs every reduction in a fixed order, so the bits do not depend on the number
+// of threads (or blocks) or on where the inputs came from; sizes of scratch buffers are asked of
+// the backend (attention_scratch_floats) because they are its business.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/rope_table.h"
+
+namespace stratum {
+
+// AdamW hyper-parameters of one update.
+struct AdamWHyper {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  long step = 1;  // 1-based step count used for bias correction
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual const char* name() const = 0;  // "cpu"
+
+  // GEMM. C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major (kernels/cpu/matmul.h).
+  virtual void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                     const float* B, int ldb, float beta, float* C, int ldc) const = 0;
+  // out (M,N) = inp (M,K) @ w (K,N) + bias (N) (Conv1D layout), and its backward.
+  virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int M, int K,
+                              int N) const = 0;
+  virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                               const float* w, int M, int K, int N, bool accumulate) const = 0;
+  // Row dot products for decoding (Note [row dot products] in kernels/cpu/rowdot.h): y = x @ w^T
+  // for w (N,K) fp32 or bf16, and y = x @ w + bias for w (K,N).
+  virtual void rowdot_nt(float* y, int ldy, const float* x, int ldx, const float* w, const float* bias, int M, int N,
+                         int K) const = 0;
+  virtual void rowdot_nt_bf16(float* y, int ldy, const float* x, int ldx, const std::uint16_t* w, const float* bias,
+                              int M, int N, int K) const = 0;
+  virtual void rowdot_kn(float* y, const float* x, const float* w, const float* bias, int M, int K, int N) const = 0;
+
+  // Norms (N rows of C).
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                                 const float* b, int N, int C, float eps) const = 0;
+  virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                                  const float* w, const float* mean, const float* rstd, int N, int C,
+                                  bool accumulate_params) const = 0;
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
+                               float eps) const = 0;
+  virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                                const float* rstd, int N, int C, bool accumulate_params) const = 0;
+
+  // Causal grouped-query attention over a (B,T,H*hd + 2*KV*hd) qkv buffer (kernels/cpu/attention.h).
+  virtual std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const = 0;
+  virtual void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int H,
+                                 int KV, int hd) const = 0;
+  virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                  const float* att, int B, int T, int H, int KV, int hd) const = 0;
+  // Attention of Tn new queries per sequence against a KV cache (bit-identical to the full forward).
+  virtual std::size_t attention_cached_scratch_floats(int B, int Tn, int H, int max_T) const = 0;
+  virtual void attention_cached(float* out, float* scratch, const float* q, const float* kcache,
+                                const float* vcache, int B, int Tn, const int* past, int max_T, int H, int KV,
+                                int hd) const = 0;
+  // Rotary embedding in place (rotate-half), and its transpose.
+  virtual void rope_forward(float* x, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
+                            const RopeTable& table) const = 0;
+  virtual void rope_backward(float* dx, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
+                             const RopeTable& table) const = 0;
+
+  // Activations and elementwise.
+  virtual void gelu_forward(float* out, const float* inp, std::size_t n) const = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) const = 0;
+  virtual void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) const = 0;
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                               std::size_t n) const = 0;
+  virtual void add(float* out, const float* a, const float* b, std::size_t n) const = 0;
+  virtual double sum_squares(const float* x, std::size_t n) const = 0;  // in double, fixed order
+
+  // Cross-entropy over vocabulary chunks (Note [online log-sum-exp]).
+  virtual void xent_chunk_forward(float* run_max, float* run_sum, float* target_logit, const float* logits,
+                                  const std::int32_t* targets, int N, int n, int v0) const = 0;
+  virtual void xent_chunk_backward(float* dlogits, const float* logits, const float* lse,
+                                   const std::int32_t* targets, int N, int n, int v0, float dloss) const = 0;
+  // probs (V) = softmax(logits / temperature) of one row (sampling; temperature > 0).
+  virtual void softmax_row(float* probs, const float* logits, int V, float temperature) const = 0;
+
+  // Embeddings: position rows, token rows of one vocabulary block (fp32 or bf16), and backward.
+  virtual void embedding_forward_positions(float* out, const float* wpe, int B, int T, int C) const = 0;
+  virtual void embedding_forward_block(float* out, const std::int32_t* tokens, const float* wte_rows, int v0, int n,
+                                       int B, int T, int C) const = 0;
+  virtual void embedding_forward_block_bf16(float* out, const std::int32_t* tokens, const std::uint16_t* wte_rows,
+                                            int v0, int n, int B, int T, int C) const = 0;
+  virtual void embedding_backward_positions(float* dwpe, const float* dout, int B, int T, int C) const = 0;
+  virtual void embedding_backward_block(float* dwte_rows, const float* dout, const std::int32_t* tokens, int v0,
+                                        int n, int B, int T, int C) const = 0;
+
+  // AdamW on n elements (fp32 master weights), gradient scaled by grad_scale first.
+  virtual void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n,
+                            const AdamWHyper& hyper, double weight_decay, float grad_scale) const = 0;
+};
+
+}  // namespace stratum
