@@ -243,7 +243,8 @@ TEST_F(Checkpoint, ResumeRefusesAnIncompatibleRun) {
              {" --steps 20", "--steps (the LR schedule's length) is 20"},
              {" --lr 0.01", "--lr is 0.01 but the checkpoint was trained with 0.001"},
              {" --data " + quote(other), "the training data"},
-             {" --layers 3", "drop --layers"},
+             {" --layers 3", "--layers is 3 but the checkpoint was trained with 2"},
+             {" --model " + quote(testing::source_path("tests/golden/tiny_gpt2")), "--model"},
              {" --keep 0", "--keep"}};
   for (const Bad& b : bad) {
     r = run_stratum("train --resume " + s4 + b.flags);
@@ -262,6 +263,41 @@ TEST_F(Checkpoint, ResumeRefusesAnIncompatibleRun) {
   r = run_stratum("train --resume " + quote(tmp_.file("nothing_here")));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.errors.find("does not exist"), std::string::npos) << r.errors;
+}
+
+// A crash loop or a job scheduler reruns the very command that started the run with --resume
+// added: every option equal to the checkpoint's, the shape flags and --model included, is
+// accepted, and the run continues to the uninterrupted bits.
+TEST_F(Checkpoint, RerunningTheSameCommandWithResumeAddedContinues) {
+  const std::string root = tmp_.file("ck");
+  const std::string command = train_args(tokens_, kSteps) + " --save " + quote(root) + " --save-every 4 --keep 5";
+  CommandResult r = run_stratum(command);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  r = run_stratum(command + " --resume " + quote(root + "/step-00000004"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("resuming from " + root + "/step-00000004"), std::string::npos) << r.errors;
+  EXPECT_EQ(params_hash(r), ref_hash_) << r.errors;
+  // The finished run, resumed by the same command: nothing to train, the same bits.
+  r = run_stratum(command + " --resume " + quote(root));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(params_hash(r), ref_hash_) << r.errors;
+  // A run started from a model directory, rerun with --resume: --model names the same model.
+  const std::string root2 = tmp_.file("ck2");
+  const std::string from_model = "train --model " + quote(root + "/step-00000004") +
+                                 " --batch 4 --seq 32 --lr 1e-3 --threads 2 --quiet --steps 4 --data " +
+                                 quote(tokens_) + " --save " + quote(root2) + " --save-every 2";
+  r = run_stratum(from_model);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string hash = params_hash(r);
+  r = run_stratum(from_model + " --resume " + quote(root2 + "/step-00000002"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(params_hash(r), hash) << r.errors;
+  // A real mismatch is refused in one line naming the flag, the given value and the checkpoint's.
+  std::string other_heads = command;
+  other_heads.replace(other_heads.find("--heads 4"), 9, "--heads 2");
+  r = run_stratum(other_heads + " --resume " + quote(root + "/step-00000004"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("--heads is 2 but the checkpoint was trained with 4"), std::string::npos) << r.errors;
 }
 
 // Waits until `log` has at least `lines` records (or the process ended).

@@ -108,7 +108,7 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"keep zero", "train --keep 0 --save " + tmp.file("ck") + data, "--keep"},
       {"resume missing", "train --resume " + tmp.file("nothing"), "does not exist"},
       {"resume a model dir", "train --resume " + kTiny, "no checkpoint"},
-      {"resume with --model", "train --resume " + kTiny + " --model " + kTiny, "drop --model"},
+      {"resume with --model", "train --resume " + kTiny + " --model " + kTiny, "no checkpoint"},
       {"verify missing", "verify " + tmp.file("nothing"), "does not exist"},
       {"verify a model dir", "verify " + kTiny, "neither a checkpoint"},
   };

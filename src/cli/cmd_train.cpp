@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "stratum/error.h"
 #include "train/trainer.h"
+#include "weights/model_io.h"
 
 namespace stratum {
 
@@ -40,12 +41,51 @@ void install_stop_handlers() {
   ::sigaction(SIGTERM, &sa, nullptr);
 }
 
+// Rerunning the same command with --resume added (what a crash loop or a job scheduler's restart
+// does) gives --model or the shape flags again: accepted when they describe the checkpoint's
+// model, refused naming the flag, the given value and the checkpoint's otherwise.
+void resume_model_check(const Args& args, const std::string& model_dir, const std::string& resume_path) {
+  bool shape_given = false;
+  for (const char* flag : kModelShapeFlags) shape_given = shape_given || args.has(flag);
+  if (!args.has("model") && !shape_given) return;
+  const GptConfig have = model_read_config(checkpoint_model_dir(resume_path));
+  const char* const fix = "; a resumed run continues the checkpoint's model (leave the flag out)";
+  if (args.has("model")) {
+    const GptConfig given = model_read_config(model_dir);
+    STRATUM_CHECK(given.describe() == have.describe(), "[cli] --resume: --model ", args.str("model"), " is ",
+                  model_arch_name(given.arch), " ", given.describe(), " but the checkpoint was trained with ",
+                  model_arch_name(have.arch), " ", have.describe(), fix);
+    return;
+  }
+  const GptConfig given = model_flags_config(args);
+  auto num = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", v);
+    return std::string(text);
+  };
+  const struct {
+    const char* flag;
+    std::string given, have;
+  } fields[] = {{"arch", model_arch_name(given.arch), model_arch_name(have.arch)},
+                {"layers", num(given.n_layer), num(have.n_layer)},
+                {"heads", num(given.n_head), num(have.n_head)},
+                {"embd", num(given.n_embd), num(have.n_embd)},
+                {"ctx", num(given.n_ctx), num(have.n_ctx)},
+                {"vocab", num(given.vocab_size), num(have.vocab_size)},
+                {"kv-heads", num(given.kv_heads()), num(have.kv_heads())},
+                {"inner", num(given.mlp_width()), num(have.mlp_width())},
+                {"rope-theta", num(given.rope_theta), num(have.rope_theta)},
+                {"untied", given.tie_word_embeddings ? "off" : "on", have.tie_word_embeddings ? "off" : "on"}};
+  for (const auto& f : fields)
+    STRATUM_CHECK(!args.has(f.flag) || f.given == f.have, "[cli] --resume: --", f.flag, " is ", f.given,
+                  " but the checkpoint was trained with ", f.have, fix);
+}
+
 // With --resume, the options left out are the checkpoint's (Note [checkpoints]); those given must
-// match it where they change the math (train_run checks).
+// match it where they change the math (train_run checks, and resume_model_check for the model).
 void fill_from_checkpoint(const Args& args, TrainOptions& o) {
-  STRATUM_CHECK(!args.has("model"), "[cli] --resume continues the checkpoint's model; drop --model");
-  for (const char* shape : kModelShapeFlags)
-    STRATUM_CHECK(!args.has(shape), "[cli] --resume continues the checkpoint's model; drop --", shape);
+  resume_model_check(args, o.model_dir, o.resume_path);
+  o.model_dir.clear();  // the weights are the checkpoint's
   const TrainerState st = train_peek_checkpoint(o.resume_path);
   o.config = st.config;
   if (!args.has("data")) o.data_path = st.data_path;
