@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -12,8 +13,10 @@
 #include "integration_util.h"
 #include "plan/calibration.h"
 #include "plan/planner.h"
+#include "store/segment_store.h"
 #include "stratum/error.h"
 #include "train/trainer.h"
+#include "weights/model_io.h"
 
 namespace stratum {
 namespace {
@@ -104,6 +107,73 @@ TEST(Plan, TrafficMatchesATrainingRunThatUsesThePlansDepth) {
   EXPECT_LE(median(reads), over * planned_reads);
   EXPECT_GE(median(writes), 0.9 * planned_writes);
   EXPECT_LE(median(writes), over * planned_writes);
+  ::unsetenv("STRATUM_CACHE_DIR");
+}
+
+// A Llama under a budget, through the CLI, is planned as itself: the measuring process gets its
+// config.json (before, it was given GPT-2 flags of the same width, so a Llama whose heads x
+// head_dim differ from its hidden size failed and a 128k context built a huge position table).
+// Its traffic check uses the GPT-2 test's bounds.
+TEST(Plan, LlamaWithItsOwnHeadDimAndA128kContextTrainsUnderABudgetAsPlanned) {
+  testing::TempDir tmp;
+  ::setenv("STRATUM_CACHE_DIR", tmp.path().c_str(), 1);
+  GptConfig cfg;
+  cfg.arch = ModelArch::Llama;
+  cfg.n_layer = 4;
+  cfg.n_head = 3;
+  cfg.n_kv_head = 1;
+  cfg.n_head_dim = 16;  // 3 x 16 = 48 != 64
+  cfg.n_embd = 64;
+  cfg.n_inner = 160;
+  cfg.n_ctx = 131072;
+  cfg.vocab_size = 1024;
+  cfg.rope_theta = 500000.0;
+  cfg.rope_scaling.type = RopeScaling::Type::Llama3;
+  cfg.rope_scaling.factor = 8.0;
+  cfg.tie_word_embeddings = false;
+  const ParamLayout layout = ParamLayout::of(cfg);
+  const UnitTable units(layout, 0, /*params_only=*/true);
+  RamSegmentStore store(units);
+  model_init_random(cfg, layout, store, 5);
+  const std::string model = tmp.file("llama");
+  model_save(model, cfg, layout, store, "");
+
+  const int batch = 2, seq = 32;
+  std::size_t state = 0;  // params, grads and both moments, fp32
+  for (const SegmentLayout& seg : layout.segments()) state += 4 * seg.size_floats * sizeof(float);
+  const std::size_t budget = std::max(train_min_budget_bytes(cfg, batch, seq, false, 1.0), state / 4);
+  const std::string offload = tmp.file("offload");
+  std::filesystem::create_directories(offload);
+  const std::string data = testing::write_random_tokens(tmp.file("tokens.bin"), 20000, cfg.vocab_size, 4);
+  const std::string log = tmp.file("log.jsonl");
+  const auto r = testing::run_stratum("train --model " + model + " --data " + data + " --batch 2 --seq 32 --steps 6 " +
+                                      "--threads 2 --quiet --prefetch 0 --mem-budget " +
+                                      std::to_string((budget + 1023) / 1024) + "K --offload-dir " + offload +
+                                      " --log " + log);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("[stratum] plan:"), std::string::npos) << r.errors;
+
+  PlanRequest request{cfg, batch, seq, false, 1.0, (budget + 1023) / 1024 * 1024, -1};
+  ThreadPool pool(2);
+  const Plan plan = plan_make(request, plan_measure_compute(pool, request), 1.0, 1.0);
+  ASSERT_TRUE(plan.streaming);
+  std::vector<double> reads, writes;
+  const auto records = testing::read_jsonl(log);
+  ASSERT_EQ(records.size(), 6u);
+  for (std::size_t i = 2; i < records.size(); ++i) {
+    EXPECT_GT(records[i]["predicted_step_ms"].get<double>(), 0.0);
+    reads.push_back(records[i]["read_bytes"].get<double>());
+    writes.push_back(records[i]["write_bytes"].get<double>());
+  }
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const double over = 2.5;
+#else
+  const double over = 2.0;
+#endif
+  EXPECT_GE(median(reads), 0.9 * static_cast<double>(plan.read_bytes));
+  EXPECT_LE(median(reads), over * static_cast<double>(plan.read_bytes));
+  EXPECT_GE(median(writes), 0.9 * static_cast<double>(plan.write_bytes));
+  EXPECT_LE(median(writes), over * static_cast<double>(plan.write_bytes));
   ::unsetenv("STRATUM_CACHE_DIR");
 }
 

@@ -169,8 +169,8 @@ GptConfig model_flags_config(const Args& args) {
     config.n_inner = static_cast<int>(args.integer("inner", swiglu, 1, 1 << 20));
     config.rope_theta = args.number("rope-theta", 10000.0);
     config.tie_word_embeddings = !args.flag("untied");
-    config.validate();
   }
+  config.validate();
   return config;
 }
 

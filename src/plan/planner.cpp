@@ -10,11 +10,13 @@
 #include <cstring>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <string_view>
 
+#include "backend/backend.h"
 #include "core/rng.h"
-#include "kernels/cpu/adamw.h"
+#include "model/hf_config.h"
 #include "weights/model_io.h"
 #include "model/param_layout.h"
 #include "obs/trace_recorder.h"
@@ -110,13 +112,14 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
   t.adamw_inline_ns_per_float = adamw_ms * 1e6 / static_cast<double>(segment_floats(layout));
   // The worker's single thread, on a few chunks' worth of floats.
   ThreadPool one(1);
+  const std::unique_ptr<Ops> one_ops = ops_make(one);
   const std::size_t n = 8 * kChunkFloats;  // 128 MiB in all: well beyond the caches
   AlignedBuffer p(n * sizeof(float)), m(n * sizeof(float)), v(n * sizeof(float)), g(n * sizeof(float));
   for (AlignedBuffer* b : {&p, &m, &v, &g}) std::fill(b->as_f32(), b->as_f32() + n, 0.5f);  // touch every page
   double best = std::numeric_limits<double>::infinity();
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
-    adamw_update(one, p.as_f32(), m.as_f32(), v.as_f32(), g.as_f32(), n, AdamWHyper{1e-4, 0.9, 0.95, 1e-8, rep + 1},
+    one_ops->adamw_update(p.as_f32(), m.as_f32(), v.as_f32(), g.as_f32(), n, AdamWHyper{1e-4, 0.9, 0.95, 1e-8, rep + 1},
                  0.1, 1.0f);
     best = std::min(best, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -172,6 +175,28 @@ std::string read_all(int fd) {
 }
 }  // namespace
 
+namespace {
+// A temporary directory holding config.json of `config` (what `stratum plan --model` reads),
+// removed with everything in it when this goes out of scope.
+struct ConfigDir {
+  explicit ConfigDir(const GptConfig& config) {
+    std::string templ = (std::filesystem::temp_directory_path() / "stratum-plan-XXXXXX").string();
+    STRATUM_CHECK(::mkdtemp(templ.data()) != nullptr, "[plan] cannot create a temporary directory in ",
+                  std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno),
+                  " (set TMPDIR to a writable directory)");
+    path = templ;
+    hf_config_write(path + "/config.json", config);
+  }
+  ~ConfigDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  ConfigDir(const ConfigDir&) = delete;
+  ConfigDir& operator=(const ConfigDir&) = delete;
+  std::string path;
+};
+}  // namespace
+
 PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co, int threads,
                              const std::string& helper_exe) {
   if (helper_exe.empty()) {
@@ -186,13 +211,13 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
     m.timing = plan_measure_compute(pool, r);
     return m;
   }
-  // `stratum plan ... --measure-json` in a new process (exec, so nothing of ours is shared).
+  // `stratum plan --model DIR ... --measure-json` in a new process (exec, so nothing of ours is
+  // shared), DIR a temporary directory holding the run's config.json, so the child measures the
+  // run's own architecture (family, head_dim, KV heads, MLP width, rope; no position table for a
+  // Llama), not a GPT-2 of the same width.
+  const ConfigDir config_dir(r.config);
   std::vector<std::string> args = {"stratum", "plan",
-                                   "--layers", std::to_string(r.config.n_layer),
-                                   "--heads", std::to_string(r.config.n_head),
-                                   "--embd", std::to_string(r.config.n_embd),
-                                   "--ctx", std::to_string(r.config.n_ctx),
-                                   "--vocab", std::to_string(r.config.vocab_size),
+                                   "--model", config_dir.path,
                                    "--batch", std::to_string(r.batch),
                                    "--seq", std::to_string(r.seq),
                                    "--activations", r.keep_activations ? "keep" : "recompute",
