@@ -4,6 +4,8 @@
 // are detected and skipped, Ctrl-C checkpoints, and random SIGKILLs lose nothing.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 
 #include "core/file_util.h"
 #include "integration_util.h"
+#include "stratum/error.h"
 #include "train/checkpoint.h"
 
 namespace stratum {
@@ -255,7 +258,7 @@ TEST_F(Checkpoint, ResumeRefusesAnIncompatibleRun) {
   // A trainer state from another version of the format.
   const std::string s8 = root + "/step-00000008";
   std::string state = file_read_all(s8 + "/trainer_state.json");
-  state.replace(state.find("\"version\": 1"), 12, "\"version\": 9");
+  state.replace(state.find("\"version\": 2"), 12, "\"version\": 9");
   file_write_atomic(s8 + "/trainer_state.json", state);
   r = run_stratum("verify " + quote(s8));
   EXPECT_EQ(r.exit_code, 1);
@@ -305,6 +308,39 @@ void wait_for_log(StratumProcess& p, const std::string& log, std::size_t lines) 
   for (int i = 0; i < 3000 && p.running(); ++i) {
     if (file_exists(log) && testing::read_jsonl(log).size() >= lines) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Version 2 hashes with XXH3; a version-1 trainer state or manifest (Stratum's own hashes) is
+// refused in one line naming both versions, never verified against the wrong hash.
+TEST(CheckpointFormat, VersionOneIsRefusedNamingBothVersions) {
+  TrainerState state;
+  state.step = 1;
+  state.total_steps = 2;
+  state.config.n_layer = 1;
+  state.config.n_head = 1;
+  state.config.n_embd = 8;
+  state.config.n_ctx = 8;
+  state.config.vocab_size = 16;
+  std::string text = trainer_state_json(state);
+  ASSERT_NE(text.find("\"version\": 2"), std::string::npos) << text;
+  text.replace(text.find("\"version\": 2"), 12, "\"version\": 1");
+  CheckpointManifest manifest;
+  manifest.step = 1;
+  std::string mtext = manifest_json(manifest);
+  ASSERT_NE(mtext.find("\"version\": 2"), std::string::npos) << mtext;
+  mtext.replace(mtext.find("\"version\": 2"), 12, "\"version\": 1");
+  for (const auto& parse : {std::function<void()>([&] { trainer_state_parse(text, "state"); }),
+                            std::function<void()>([&] { manifest_parse(mtext, "manifest"); })}) {
+    try {
+      parse();
+      ADD_FAILURE() << "version 1 was accepted";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("version 1 is not supported"), std::string::npos) << what;
+      EXPECT_NE(what.find("reads version 2"), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
   }
 }
 

@@ -28,6 +28,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/file_descriptor.h"
+#include "core/hash.h"
 #include "core/rng.h"
 #include "integration_util.h"
 #include "stratum/error.h"
@@ -377,7 +378,7 @@ TEST(IoBackendFallback, WithoutIoUringAutoAndUringUseThreadsAndSaySo) {
 }
 #endif
 
-// ---- io_checksum ----
+// ---- the block checksum: hash64 (core/hash.h) ----
 
 // Deterministic bytes on every platform (SplitMix64), no period.
 std::vector<unsigned char> pattern_bytes(std::size_t n) {
@@ -387,54 +388,58 @@ std::vector<unsigned char> pattern_bytes(std::size_t n) {
   return bytes;
 }
 
-TEST(IoChecksum, KnownValuesForFixedInputs) {
-  // 3000 bytes: two whole 1 KiB rounds, 14 stripes and a 56-byte tail. Fixed forever: offload
-  // files written by one build are read by another.
+TEST(IoChecksum, IsXxh3AndStreamsLikeOneCall) {
+  // XXH3-64 of the empty input, seed 0 (xxHash's published test value); a streamed hash of
+  // pieces equals the hash of their concatenation.
+  EXPECT_EQ(hash64(nullptr, 0), 0x2D06800538D394C2ull);
   const std::vector<unsigned char> bytes = pattern_bytes(3000);
-  EXPECT_EQ(io_checksum(bytes.data(), bytes.size()), 0x95bee3daf34bb7feull);
-  EXPECT_EQ(io_checksum(nullptr, 0), 0x2a9088eac1b8beaeull);
-  EXPECT_EQ(io_checksum(bytes.data(), 64), 0x19a85d3d64ca4d7cull);
+  for (std::size_t piece : {1, 7, 64, 1000, 3000}) {
+    Hash64Stream stream;
+    for (std::size_t at = 0; at < bytes.size(); at += piece)
+      stream.update(bytes.data() + at, std::min(piece, bytes.size() - at));
+    EXPECT_EQ(stream.digest(), hash64(bytes.data(), bytes.size())) << piece;
+  }
 }
 
 TEST(IoChecksum, EverySingleBitFlipChangesTheSum) {
   std::vector<unsigned char> bytes = pattern_bytes(4096 + 24);
-  const std::uint64_t clean = io_checksum(bytes.data(), bytes.size());
+  const std::uint64_t clean = hash64(bytes.data(), bytes.size());
   for (std::size_t bit = 0; bit < bytes.size() * 8; ++bit) {
     bytes[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
-    ASSERT_NE(io_checksum(bytes.data(), bytes.size()), clean) << "bit " << bit;
+    ASSERT_NE(hash64(bytes.data(), bytes.size()), clean) << "bit " << bit;
     bytes[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
   }
 }
 
 TEST(IoChecksum, MovingDataChangesTheSum) {
   const std::vector<unsigned char> bytes = pattern_bytes(4096);
-  const std::uint64_t clean = io_checksum(bytes.data(), bytes.size());
+  const std::uint64_t clean = hash64(bytes.data(), bytes.size());
   std::vector<unsigned char> swapped = bytes;  // two stripes of one round swapped
   std::swap_ranges(swapped.begin(), swapped.begin() + 64, swapped.begin() + 128);
-  EXPECT_NE(io_checksum(swapped.data(), swapped.size()), clean);
+  EXPECT_NE(hash64(swapped.data(), swapped.size()), clean);
   swapped = bytes;  // two whole rounds swapped
   std::swap_ranges(swapped.begin(), swapped.begin() + 1024, swapped.begin() + 2048);
-  EXPECT_NE(io_checksum(swapped.data(), swapped.size()), clean);
+  EXPECT_NE(hash64(swapped.data(), swapped.size()), clean);
   swapped = bytes;  // two neighbouring words of one stripe swapped
   std::swap_ranges(swapped.begin(), swapped.begin() + 8, swapped.begin() + 8);
-  EXPECT_NE(io_checksum(swapped.data(), swapped.size()), clean);
+  EXPECT_NE(hash64(swapped.data(), swapped.size()), clean);
 }
 
 TEST(IoChecksum, LengthsZeroTo200AtEveryAlignmentAreDistinctAndAlignmentFree) {
   const std::vector<unsigned char> bytes = pattern_bytes(256);
   std::set<std::uint64_t> seen;
   for (std::size_t n = 0; n <= 200; ++n) {
-    const std::uint64_t sum = io_checksum(bytes.data(), n);
+    const std::uint64_t sum = hash64(bytes.data(), n);
     EXPECT_TRUE(seen.insert(sum).second) << "length " << n;
     for (std::size_t shift = 1; shift < 8; ++shift) {
       std::vector<unsigned char> moved(n + shift);
       std::memcpy(moved.data() + shift, bytes.data(), n);
-      EXPECT_EQ(io_checksum(moved.data() + shift, n), sum) << "length " << n << " shift " << shift;
+      EXPECT_EQ(hash64(moved.data() + shift, n), sum) << "length " << n << " shift " << shift;
     }
   }
   // Zero padding of the tail is not ambiguous: a trailing zero byte changes the sum.
   const std::vector<unsigned char> zeros(65, 0);
-  for (std::size_t n = 0; n < 64; ++n) EXPECT_NE(io_checksum(zeros.data(), n), io_checksum(zeros.data(), n + 1));
+  for (std::size_t n = 0; n < 64; ++n) EXPECT_NE(hash64(zeros.data(), n), hash64(zeros.data(), n + 1));
 }
 
 // ---- io_direct_supported, io_open_file ----

@@ -1,5 +1,5 @@
 // The backend-independent half of the I/O engine: backend and fault-spec parsing, the factory,
-// the block bookkeeping of io_block.h (Note [io blocks]), io_checksum, and opening and probing
+// the block bookkeeping of io_block.h (Note [io blocks]), the per-block XXH3 checksums (core/hash.h), and opening and probing
 // offload files. Does not move bytes: uring_io_engine.cpp and thread_io_engine.cpp do.
 #include "io/io_engine.h"
 
@@ -18,10 +18,10 @@
 #include "core/aligned_buffer.h"
 #include "core/file_descriptor.h"
 #include "core/file_util.h"
+#include "core/hash.h"
 #include "io/io_block.h"
 #include "io/thread_io_engine.h"
 #include "io/uring_io_engine.h"
-#include "core/simd.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -246,7 +246,7 @@ int io_block_start(const IoBlock& block) noexcept {
   if (block.fault == IoFaultPlan::Kind::NoSpace) return -ENOSPC;
   if (block.fault == IoFaultPlan::Kind::IoError) return -EIO;
   if (request.op == IoOp::Write && request.block_sums != nullptr)
-    request.block_sums[block.index] = io_checksum(block.data, block.size_bytes);
+    request.block_sums[block.index] = hash64(block.data, block.size_bytes);
   return 0;
 }
 
@@ -268,7 +268,7 @@ std::string io_block_problem(const IoBlock& block, long long result) {
            (reading ? "got " : "wrote ") + std::to_string(result) + " of " + std::to_string(block.size_bytes) +
            " bytes" + (reading ? " (the file is shorter than expected)" : "");
   if (reading && request.block_sums != nullptr &&
-      io_checksum(block.data, block.size_bytes) != request.block_sums[block.index])
+      hash64(block.data, block.size_bytes) != request.block_sums[block.index])
     return "[io] checksum mismatch reading " + where + " (block " + std::to_string(block.index) +
            "): the offload file was modified or the disk returned bad data";
   return {};
@@ -288,113 +288,6 @@ void io_block_finish(const IoBlock& block, long long result) noexcept {
   }
   if (block.busy != nullptr) block.busy->block_finish(block.ticket->request().op, result > 0 ? result : 0);
   block.ticket->block_done(block.index, std::move(error));
-}
-
-// ---- io_checksum ----
-// Note [io checksum]: eight 64-bit lanes over 64-byte stripes, XXH3-style: for each 8-byte word w
-// of a stripe, lane l += lo32(w ^ key) * hi32(w ^ key) and lane l^1 += w (so no word can be
-// cancelled by the multiply). Keys differ per stripe position within a 1 KiB round, and every
-// round ends by scrambling the lanes, so moving data to another position changes the sum. The
-// last partial stripe is zero-padded; the final mix folds in the length. Words are read as
-// little-endian integers and only integer arithmetic is used, so every ISA clone gives the same bits.
-
-namespace {
-static_assert(std::endian::native == std::endian::little, "io_checksum reads words as little-endian");
-
-constexpr std::size_t kSumLanes = 8;
-constexpr std::size_t kSumStripeBytes = 64;
-constexpr std::size_t kSumStripesPerRound = 16;
-constexpr std::size_t kSumRoundBytes = kSumStripeBytes * kSumStripesPerRound;
-constexpr std::uint64_t kPrime32 = 0x9E3779B1u;
-constexpr std::uint64_t kPrime64 = 0x9E3779B185EBCA87ull;
-
-struct ChecksumKeys {
-  std::uint64_t stripe[kSumStripesPerRound][kSumLanes];
-  std::uint64_t scramble[kSumLanes];
-  std::uint64_t tail[kSumLanes];
-  std::uint64_t init[kSumLanes];
-};
-
-constexpr ChecksumKeys checksum_keys_make() {
-  ChecksumKeys keys{};
-  std::uint64_t state = 0x5354524154554dull;  // SplitMix64 from a fixed seed
-  auto next = [&state] {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  for (auto& stripe : keys.stripe)
-    for (auto& key : stripe) key = next();
-  for (auto& key : keys.scramble) key = next();
-  for (auto& key : keys.tail) key = next();
-  for (auto& key : keys.init) key = next();
-  return keys;
-}
-
-constexpr ChecksumKeys kChecksumKeys = checksum_keys_make();
-
-// Adds `count` stripes (at most one round) to the lanes, stripe s keyed by keys[s]. The word sums
-// go to the neighbouring lane once at the end, which equals doing it per stripe (addition
-// commutes) and keeps lane swaps out of the inner loop.
-inline void checksum_stripes(std::uint64_t* acc, const unsigned char* data, std::size_t count,
-                             const std::uint64_t (*keys)[kSumLanes]) {
-  std::uint64_t word_sums[kSumLanes] = {};
-  for (std::size_t s = 0; s < count; ++s) {
-#pragma GCC unroll 1  // keeps the lane loop innermost, so it (not the stripe loop) is vectorised
-    for (std::size_t l = 0; l < kSumLanes; ++l) {
-      std::uint64_t word;
-      std::memcpy(&word, data + s * kSumStripeBytes + l * sizeof word, sizeof word);
-      const std::uint64_t x = word ^ keys[s][l];
-      acc[l] += std::uint64_t{static_cast<std::uint32_t>(x)} * static_cast<std::uint32_t>(x >> 32);
-      word_sums[l] += word;
-    }
-  }
-  for (std::size_t l = 0; l < kSumLanes; ++l) acc[l] += word_sums[l ^ 1];
-}
-
-// Whole 1 KiB rounds, each ending in a scramble of the lanes: the hot loop.
-STRATUM_SIMD_CLONES
-void checksum_rounds(std::uint64_t* acc_io, const unsigned char* data, std::size_t rounds) {
-  std::uint64_t acc[kSumLanes];
-  std::memcpy(acc, acc_io, sizeof acc);
-  for (std::size_t r = 0; r < rounds; ++r) {
-    checksum_stripes(acc, data + r * kSumRoundBytes, kSumStripesPerRound, kChecksumKeys.stripe);
-    for (std::size_t l = 0; l < kSumLanes; ++l) {
-      std::uint64_t a = acc[l];
-      a ^= a >> 47;
-      a ^= kChecksumKeys.scramble[l];
-      acc[l] = a * kPrime32;
-    }
-  }
-  std::memcpy(acc_io, acc, sizeof acc);
-}
-
-inline std::uint64_t checksum_avalanche(std::uint64_t h) {
-  h ^= h >> 37;
-  h *= 0x165667919E3779F9ull;
-  return h ^ (h >> 32);
-}
-}  // namespace
-
-std::uint64_t io_checksum(const void* data, std::size_t size_bytes) {
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  std::uint64_t acc[kSumLanes];
-  std::memcpy(acc, kChecksumKeys.init, sizeof acc);
-  const std::size_t rounds = size_bytes / kSumRoundBytes;
-  checksum_rounds(acc, bytes, rounds);
-  std::size_t pos = rounds * kSumRoundBytes;
-  const std::size_t stripes = (size_bytes - pos) / kSumStripeBytes;
-  checksum_stripes(acc, bytes + pos, stripes, kChecksumKeys.stripe);
-  pos += stripes * kSumStripeBytes;
-  if (pos < size_bytes) {
-    unsigned char last[kSumStripeBytes] = {};
-    std::memcpy(last, bytes + pos, size_bytes - pos);
-    checksum_stripes(acc, last, 1, &kChecksumKeys.tail);
-  }
-  std::uint64_t h = static_cast<std::uint64_t>(size_bytes) * kPrime64;
-  for (std::size_t l = 0; l < kSumLanes; ++l) h = (h ^ checksum_avalanche(acc[l])) * kPrime64 + l;
-  return checksum_avalanche(h);
 }
 
 // ---- offload files ----

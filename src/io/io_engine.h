@@ -1,7 +1,7 @@
 // Asynchronous file I/O for the offload tier: requests are split into blocks of block_bytes,
 // up to queue_depth blocks are in flight and refilled as each completes. Two backends: io_uring
 // (one submission/completion thread owning the ring) and a pread/pwrite thread pool. Every block
-// written gets a checksum (io_checksum) stored in the request's block_sums; every block read is
+// written gets a checksum (hash64, XXH3-64, core/hash.h) stored in the request's block_sums; every block read is
 // verified against it. Errors never cross a thread: they are stored in the request's IoTicket and
 // rethrown by wait() as stratum::Error naming the file, offset and what was being moved.
 // Does not open files, choose offsets or decide what lives where (src/store does).
@@ -85,10 +85,6 @@ class IoEngine {
   virtual int queue_depth() const = 0;
   virtual IoEngineStats stats() const = 0;
 };
-
-// 64-bit checksum of `size_bytes` bytes (multiple of 64 not required); integer-only, so the same
-// on every ISA. Fast enough (> 10 GB/s per core) to run on every block moved.
-std::uint64_t io_checksum(const void* data, std::size_t size_bytes);
 
 // Opens (creating if needed) `path` for reading and writing, with O_DIRECT when `direct`.
 // Returns the fd; throws Error naming the path on failure.

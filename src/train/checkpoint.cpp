@@ -21,7 +21,7 @@
 #include "core/file_descriptor.h"
 #include "core/file_util.h"
 #include "formats/json_brief.h"
-#include "io/io_engine.h"
+#include "core/hash.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -31,7 +31,10 @@ using nlohmann::json;
 namespace {
 constexpr const char* kStateFormat = "stratum.trainer_state";
 constexpr const char* kManifestFormat = "stratum.checkpoint_manifest";
-constexpr int kVersion = 1;
+// Version 2: the manifest's file checksums, the params hash and the data hashes are XXH3-64
+// (core/hash.h); version 1 used Stratum's own hashes, so its checkpoints are refused with both
+// version numbers rather than verified against a hash this build no longer has.
+constexpr int kVersion = 2;
 
 std::string hex64(std::uint64_t v) {
   char text[17];
@@ -107,7 +110,8 @@ json parse_object(const std::string& text, const std::string& where, const char*
                 "', expected '", format, "'");
   const std::int64_t version = f.integer("version", 0, std::numeric_limits<int>::max());
   STRATUM_CHECK(version == kVersion, "[checkpoint] ", where, ": version ", version,
-                " is not supported (this stratum reads version ", kVersion, ")");
+                " is not supported (this stratum reads version ", kVersion,
+                "; resume an older checkpoint with the stratum that wrote it)");
   return root;
 }
 
@@ -246,23 +250,15 @@ std::uint64_t file_checksum(const std::string& path) {
   STRATUM_CHECK(fd.get() >= 0, "[checkpoint] cannot open '", path, "': ", std::strerror(errno));
   constexpr std::size_t kPiece = std::size_t{8} << 20;
   std::unique_ptr<unsigned char[]> buffer(new unsigned char[kPiece]);
-  std::uint64_t sum = 0x9e3779b97f4a7c15ull, total = 0;
+  Hash64Stream hash;
   for (;;) {
-    std::size_t filled = 0;
-    while (filled < kPiece) {
-      const ssize_t n = ::read(fd.get(), buffer.get() + filled, kPiece - filled);
-      if (n < 0 && errno == EINTR) continue;
-      STRATUM_CHECK(n >= 0, "[checkpoint] read error on '", path, "': ", std::strerror(errno));
-      if (n == 0) break;
-      filled += static_cast<std::size_t>(n);
-    }
-    if (filled == 0) break;
-    total += filled;
-    const std::uint64_t piece = io_checksum(buffer.get(), filled);
-    sum = (sum ^ piece) * 0x100000001b3ull + (sum >> 29);
-    if (filled < kPiece) break;
+    const ssize_t n = ::read(fd.get(), buffer.get(), kPiece);
+    if (n < 0 && errno == EINTR) continue;
+    STRATUM_CHECK(n >= 0, "[checkpoint] read error on '", path, "': ", std::strerror(errno));
+    if (n == 0) break;
+    hash.update(buffer.get(), static_cast<std::size_t>(n));
   }
-  return sum ^ (total * 0xff51afd7ed558ccdull);
+  return hash.digest();
 }
 
 std::string checkpoint_name(long step) {

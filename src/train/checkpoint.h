@@ -51,7 +51,7 @@ struct TrainerState {
   long save_every = 0;
   int keep = 0;
   std::string data_path, val_data_path, tokenizer_dir;  // absolute where they were given
-  std::uint64_t train_tokens = 0, train_hash = 0;       // data identity (io_checksum of the tokens)
+  std::uint64_t train_tokens = 0, train_hash = 0;       // data identity (hash64 of the tokens)
   std::uint64_t val_tokens = 0, val_hash = 0;
   float loss = 0;                   // the loss of the last step done
   std::uint64_t params_hash = 0;    // model_params_hash of the saved weights
@@ -73,7 +73,7 @@ struct CheckpointManifest {
 std::string manifest_json(const CheckpointManifest& manifest);
 CheckpointManifest manifest_parse(const std::string& text, const std::string& where);  // strict, throws Error
 
-// io_checksum over the file, read in 8 MiB pieces and chained (size included).
+// hash64 (XXH3-64, core/hash.h) of the file's bytes, read in 8 MiB pieces.
 std::uint64_t file_checksum(const std::string& path);
 
 // "step-00000200"

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "core/file_util.h"
+#include "core/hash.h"
 #include "core/thread_pool.h"
 #include "data/corpus.h"
 #include "data/data_loader.h"
@@ -78,7 +79,7 @@ std::string absolute_path(const std::string& path) {
 const char* lr_kind_name(LrScheduleKind kind) { return kind == LrScheduleKind::Constant ? "constant" : "cosine"; }
 
 std::uint64_t tokens_hash(const std::vector<std::int32_t>& tokens) {
-  return io_checksum(tokens.data(), tokens.size() * sizeof(std::int32_t));
+  return hash64(tokens.data(), tokens.size() * sizeof(std::int32_t));
 }
 
 // The options of this run as a trainer state (Note [checkpoints]); step, loss, next_lr and

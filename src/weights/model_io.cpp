@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/file_util.h"
+#include "core/hash.h"
 #include "core/rng.h"
 #include "model/hf_config.h"
 #include "formats/safetensors.h"
@@ -341,21 +342,13 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
 }
 
 std::uint64_t model_params_hash(const ParamLayout& layout, SegmentStore& store) {
-  // FNV-1a over 32-bit words (the float bit patterns), in layout order.
-  std::uint64_t h = 1469598103934665603ull;
+  // XXH3-64 (core/hash.h) of every parameter's fp32 bit pattern, little-endian, in layout order.
+  Hash64Stream hash;
   for (int s = 0; s < layout.segment_count(); ++s) {
     SegmentChunksHold params(store, s, SegmentKind::Params, Access::Read);
-    for (const auto& t : layout.segments()[s].tensors) {
-      const float* p = params.tensor(t);
-      for (std::size_t i = 0; i < t.numel; ++i) {
-        std::uint32_t bits;
-        std::memcpy(&bits, p + i, sizeof bits);
-        h ^= bits;
-        h *= 1099511628211ull;
-      }
-    }
+    for (const auto& t : layout.segments()[s].tensors) hash.update(params.tensor(t), t.numel * sizeof(float));
   }
-  return h;
+  return hash.digest();
 }
 
 }  // namespace stratum
