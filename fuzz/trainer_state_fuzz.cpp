@@ -53,8 +53,8 @@ void file_fault_check(const std::string& spec) {
 }
 
 void state_check(const stratum::TrainerState& s) {
-  if (s.total_steps < 1 || s.step < 1 || s.step > s.total_steps)
-    fuzz_fail("accepted step " + std::to_string(s.step) + " of total_steps " + std::to_string(s.total_steps));
+  if (s.steps < 1 || s.step < 1 || s.step > s.steps)
+    fuzz_fail("accepted step " + std::to_string(s.step) + " of total_steps " + std::to_string(s.steps));
   if (s.batch < 1 || s.seq < 1 || s.keep < 1)
     fuzz_fail("accepted batch " + std::to_string(s.batch) + ", seq " + std::to_string(s.seq) + ", keep " +
               std::to_string(s.keep));
@@ -63,12 +63,12 @@ void state_check(const stratum::TrainerState& s) {
     fuzz_fail("accepted a model dimension below 1: n_layer " + std::to_string(c.n_layer) + ", n_head " +
               std::to_string(c.n_head) + ", n_embd " + std::to_string(c.n_embd) + ", n_ctx " +
               std::to_string(c.n_ctx) + ", vocab_size " + std::to_string(c.vocab_size));
-  if (s.eval_batches < 1 || s.train_tokens < 1 || s.warmup_steps < 0 || s.eval_every < 0 || s.save_every < 0)
+  if (s.eval_batches < 1 || s.train_tokens < 1 || s.lr.warmup_steps < 0 || s.eval_every < 0 || s.save_every < 0)
     fuzz_fail("accepted eval_batches " + std::to_string(s.eval_batches) + ", train_tokens " +
-              std::to_string(s.train_tokens) + ", warmup_steps " + std::to_string(s.warmup_steps) +
+              std::to_string(s.train_tokens) + ", warmup_steps " + std::to_string(s.lr.warmup_steps) +
               ", eval_every " + std::to_string(s.eval_every) + ", save_every " + std::to_string(s.save_every));
-  if (s.lr_schedule != "constant" && s.lr_schedule != "cosine")
-    fuzz_fail("accepted lr_schedule '" + s.lr_schedule.substr(0, 60) + "'");
+  if (s.lr.kind != stratum::LrScheduleKind::Constant && s.lr.kind != stratum::LrScheduleKind::Cosine)
+    fuzz_fail("accepted an lr_schedule that is neither constant nor cosine");
   if (s.data_path.empty()) fuzz_fail("accepted an empty data_path");
 }
 

@@ -243,7 +243,7 @@ TEST_F(Checkpoint, ResumeRefusesAnIncompatibleRun) {
   struct Bad {
     std::string flags, words;
   } bad[] = {{" --batch 8", "--batch is 8 but the checkpoint was trained with 4"},
-             {" --steps 20", "--steps (the LR schedule's length) is 20"},
+             {" --steps 20", "--steps is 20 but the checkpoint was trained with 8"},
              {" --lr 0.01", "--lr is 0.01 but the checkpoint was trained with 0.001"},
              {" --data " + quote(other), "the training data"},
              {" --layers 3", "--layers is 3 but the checkpoint was trained with 2"},
@@ -316,7 +316,7 @@ void wait_for_log(StratumProcess& p, const std::string& log, std::size_t lines) 
 TEST(CheckpointFormat, VersionOneIsRefusedNamingBothVersions) {
   TrainerState state;
   state.step = 1;
-  state.total_steps = 2;
+  state.steps = 2;
   state.config.n_layer = 1;
   state.config.n_head = 1;
   state.config.n_embd = 8;

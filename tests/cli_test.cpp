@@ -106,6 +106,8 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"unwritable log", "train --steps 1 --log /proc/nope/log.jsonl" + data, "[log]"},
       {"unwritable save", "train --steps 1 --save /proc/nope/ck" + data, "--save"},
       {"keep zero", "train --keep 0 --save " + tmp.file("ck") + data, "--keep"},
+      {"negative lr", "train --lr -1" + data, "--lr must be in [0,"},
+      {"beta1 above one", "train --beta1 1.5" + data, "--beta1 must be in [0, 1]"},
       {"resume missing", "train --resume " + tmp.file("nothing"), "does not exist"},
       {"resume a model dir", "train --resume " + kTiny, "no checkpoint"},
       {"resume with --model", "train --resume " + kTiny + " --model " + kTiny, "no checkpoint"},

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
+#include <variant>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -39,6 +41,45 @@ void install_stop_handlers() {
   ::sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+// The flags of the recorded options (Note [option table]), each with its default.
+std::vector<FlagSpec> train_option_specs() {
+  const TrainSettings defaults;
+  std::vector<FlagSpec> specs;
+  for (const TrainOption& option : train_option_table()) {
+    std::string help = option.help;
+    const std::string value = train_option_text(option, defaults);
+    if (*option.value_name != '\0' && !value.empty()) help += " (default " + value + ")";
+    specs.push_back({option.flag, option.value_name, help});
+  }
+  return specs;
+}
+
+// Each recorded option from its flag, or its default; numbers within the row's range.
+void train_options_parse(const Args& args, TrainSettings& s) {
+  for (const TrainOption& option : train_option_table()) {
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, std::string>) {
+            *p = args.str(option.flag, *p);
+          } else if constexpr (std::is_same_v<T, bool>) {
+            *p = args.flag(option.flag);
+          } else if constexpr (std::is_same_v<T, LrScheduleKind>) {
+            if (args.has(option.flag)) *p = lr_schedule_parse(args.str(option.flag));
+          } else if constexpr (std::is_same_v<T, double>) {
+            *p = args.number(option.flag, *p);
+            STRATUM_CHECK(*p >= option.min && *p <= option.max, "[cli] --", option.flag, " must be in [",
+                          option.min, ", ", option.max, "], got ", *p);
+          } else {
+            *p = static_cast<T>(args.integer(option.flag, static_cast<std::int64_t>(*p),
+                                             static_cast<std::int64_t>(option.min),
+                                             static_cast<std::int64_t>(option.max)));
+          }
+        },
+        option.field(s));
+  }
 }
 
 // Rerunning the same command with --resume added (what a crash loop or a job scheduler's restart
@@ -88,62 +129,23 @@ void fill_from_checkpoint(const Args& args, TrainOptions& o) {
   o.model_dir.clear();  // the weights are the checkpoint's
   const TrainerState st = train_peek_checkpoint(o.resume_path);
   o.config = st.config;
-  if (!args.has("data")) o.data_path = st.data_path;
-  if (!args.has("val-data")) o.val_data_path = st.val_data_path;
-  if (!args.has("tokenizer")) o.tokenizer_dir = st.tokenizer_dir;
-  if (!args.has("batch")) o.batch = st.batch;
-  if (!args.has("seq")) o.seq = st.seq;
-  if (!args.has("steps")) o.steps = st.total_steps;
-  if (!args.has("lr")) o.lr.max_lr = st.max_lr;
-  if (!args.has("lr-schedule")) o.lr.kind = lr_schedule_parse(st.lr_schedule);
-  if (!args.has("warmup")) o.lr.warmup_steps = st.warmup_steps;
-  if (!args.has("min-lr")) o.lr.min_lr = st.min_lr;
-  if (!args.has("beta1")) o.beta1 = st.beta1;
-  if (!args.has("beta2")) o.beta2 = st.beta2;
-  if (!args.has("eps")) o.eps = st.eps;
-  if (!args.has("weight-decay")) o.weight_decay = st.weight_decay;
-  if (!args.has("grad-clip")) o.grad_clip = st.grad_clip;
-  if (!args.has("seed")) o.seed = st.seed;
-  if (!args.has("shuffle")) o.shuffle = st.shuffle;
-  if (!args.has("eval-every")) o.eval_every = st.eval_every;
-  if (!args.has("eval-batches")) o.eval_batches = st.eval_batches;
+  for (const TrainOption& option : train_option_table())
+    if (!args.has(option.flag)) train_option_copy(option, st, o);
   if (!args.has("save")) o.save_dir = train_checkpoint_root(o.resume_path);
-  if (!args.has("save-every")) o.save_every = st.save_every;
-  if (!args.has("keep")) o.keep = st.keep;
 }
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& argv) {
   Args args("train", argv,
             concat_specs(model_flag_specs(),
-                         {{"data", "FILE", "training data: text (with --tokenizer), .bin uint16 tokens or llm.c shard"},
-             {"val-data", "FILE", "validation data (default: hold out the last 5% when --eval-every > 0)"},
-             {"tokenizer", "DIR", "GPT-2 BPE files (encoder.json + vocab.bpe or vocab.json + merges.txt)"},
-             {"batch", "B", "sequences per step (default 4)"},
-             {"seq", "T", "tokens per sequence (default 64)"},
-             {"steps", "S", "optimizer steps (default 100)"},
-             {"lr", "X", "peak learning rate (default 6e-4)"},
-             {"lr-schedule", "NAME", "constant | cosine (default cosine)"},
-             {"warmup", "N", "linear warmup steps (default 0)"},
-             {"min-lr", "X", "final learning rate of the cosine schedule (default 0)"},
-             {"beta1", "X", "AdamW beta1 (default 0.9)"},
-             {"beta2", "X", "AdamW beta2 (default 0.95)"},
-             {"eps", "X", "AdamW epsilon (default 1e-8)"},
-             {"weight-decay", "X", "AdamW decoupled weight decay on weights and embeddings (default 0.1)"},
-             {"grad-clip", "X", "clip the global gradient norm to X; 0 = off (default 1.0)"},
-             {"seed", "N", "initialisation and shuffling seed (default 1337)"},
-             {"shuffle", "", "visit batches in a seeded random order each epoch"},
+                         concat_specs(train_option_specs(), {
              {"log", "FILE.jsonl", "write one JSON object per step"},
              {"trace", "FILE.json", "write a Chrome/Perfetto trace (compute, optimizer worker, I/O reads and writes)"},
              {"save", "DIR", "write checkpoints under DIR at the end (and every --save-every): DIR/step-N holds a "
                              "Hugging Face GPT-2 directory, the AdamW state and the trainer state; DIR/latest names "
                              "the newest"},
-             {"save-every", "N", "also checkpoint every N steps (default 0 = end only)"},
-             {"keep", "K", "checkpoints kept under --save, the newest (default 2)"},
              {"resume", "DIR", "continue from a checkpoint (DIR/step-N, or DIR: its newest that verifies); options "
                                "left out are the checkpoint's"},
-             {"eval-every", "N", "validation loss every N steps (default 0 = off)"},
-             {"eval-batches", "N", "batches per validation (default 4)"},
              {"activations", "MODE", "recompute (keep block inputs only, default) | keep (every block's "
                                      "internals: faster, more memory, same bits)"},
              {"mem-budget", "SIZE", "bound all engine memory (params, grads, moments, activations) to SIZE, e.g. "
@@ -154,7 +156,7 @@ int cmd_train(const std::vector<std::string>& argv) {
              {"io-block", "SIZE", "with --mem-budget: I/O block size, a multiple of 4K (default 1M; see bench/io_sweep)"},
              {"io-depth", "N", "with --mem-budget: I/O blocks in flight (default 16)"},
              {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"},
-             {"quiet", "", "no progress bar"}}));
+             {"quiet", "", "no progress bar"}})));
   if (args.help_requested()) {
     std::fputs(args.help_text("stratum train [--model HF_DIR | --layers L --heads H --embd C --ctx N --vocab V] "
                               "--data FILE [flags]").c_str(), stdout);
@@ -163,29 +165,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   TrainOptions o;
   o.model_dir = checkpoint_model_dir(args.str("model"));
   o.config = model_flags_config(args);
-  o.data_path = args.str("data");
-  o.val_data_path = args.str("val-data");
-  o.tokenizer_dir = args.str("tokenizer");
-  o.batch = static_cast<int>(args.integer("batch", 4, 1, 65536));
-  o.seq = static_cast<int>(args.integer("seq", 64, 1, 1 << 20));
-  o.steps = static_cast<long>(args.integer("steps", 100, 1, 1000000000));
-  o.lr.max_lr = args.number("lr", 6e-4);
-  o.lr.kind = lr_schedule_parse(args.str("lr-schedule", "cosine"));
-  o.lr.warmup_steps = static_cast<long>(args.integer("warmup", 0, 0, 1000000000));
-  o.lr.min_lr = args.number("min-lr", 0.0);
-  o.beta1 = args.number("beta1", 0.9);
-  o.beta2 = args.number("beta2", 0.95);
-  o.eps = args.number("eps", 1e-8);
-  o.weight_decay = args.number("weight-decay", 0.1);
-  o.grad_clip = args.number("grad-clip", 1.0);
-  o.seed = static_cast<std::uint64_t>(args.integer("seed", 1337, 0, INT64_MAX));
-  o.shuffle = args.flag("shuffle");
+  train_options_parse(args, o);
   o.log_path = args.str("log");
   o.trace_path = args.str("trace");
   o.save_dir = args.str("save");
-  o.save_every = static_cast<long>(args.integer("save-every", 0, 0, 1000000000));
-  o.eval_every = static_cast<long>(args.integer("eval-every", 0, 0, 1000000000));
-  o.eval_batches = static_cast<int>(args.integer("eval-batches", 4, 1, 1000000));
   const std::string activations = args.str("activations", "recompute");
   STRATUM_CHECK(activations == "recompute" || activations == "keep",
                 "[cli] --activations must be 'recompute' or 'keep', got '", activations, "'");
@@ -209,7 +192,6 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.io_backend = io_backend_parse(args.str("io", "auto"));
   if (const char* fault = std::getenv("STRATUM_IO_FAULT")) o.io_fault = IoFaultPlan::parse(fault);
   o.quiet = args.flag("quiet");
-  o.keep = static_cast<int>(args.integer("keep", 2, 1, 1000000));
   o.resume_path = args.str("resume");
   if (!o.resume_path.empty()) fill_from_checkpoint(args, o);
   o.measure_exe = "/proc/self/exe";  // the plan's measurement runs in its own process

@@ -21,6 +21,7 @@
 #include "core/file_descriptor.h"
 #include "core/file_util.h"
 #include "formats/json_brief.h"
+#include "formats/json_fields.h"
 #include "core/hash.h"
 #include "stratum/error.h"
 
@@ -43,69 +44,12 @@ std::string hex64(std::uint64_t v) {
 }
 
 // Reads fields of a JSON object strictly, naming `where` and the field in every error.
-class Fields {
- public:
-  Fields(const json& object, std::string where) : object_(object), where_(std::move(where)) {}
-
-  const json& at(const char* key) const {
-    auto it = object_.find(key);
-    STRATUM_CHECK(it != object_.end(), "[checkpoint] ", where_, ": field '", key, "' is missing");
-    return *it;
-  }
-  std::string str(const char* key) const {
-    const json& v = at(key);
-    STRATUM_CHECK(v.is_string(), "[checkpoint] ", where_, ": field '", key, "' must be a string, got ", json_brief(v));
-    return v.get<std::string>();
-  }
-  double number(const char* key, double min, double max) const {
-    const json& v = at(key);
-    STRATUM_CHECK(v.is_number(), "[checkpoint] ", where_, ": field '", key, "' must be a number, got ", json_brief(v));
-    const double x = v.get<double>();
-    STRATUM_CHECK(std::isfinite(x) && x >= min && x <= max, "[checkpoint] ", where_, ": field '", key, "' is ", x,
-                  ", outside [", min, ", ", max, "]");
-    return x;
-  }
-  std::int64_t integer(const char* key, std::int64_t min, std::int64_t max) const {
-    const json& v = at(key);
-    STRATUM_CHECK(v.is_number_integer(), "[checkpoint] ", where_, ": field '", key, "' must be an integer, got ",
-                  json_brief(v));
-    if (v.is_number_unsigned()) {
-      const std::uint64_t u = v.get<std::uint64_t>();
-      // JSON integers >= 0 arrive as unsigned: both bounds apply here too (fuzzing found 0 accepted
-      // where the minimum is 1).
-      STRATUM_CHECK(u <= static_cast<std::uint64_t>(max) && static_cast<std::int64_t>(u) >= min, "[checkpoint] ",
-                    where_, ": field '", key, "' is ", u, ", outside [", min, ", ", max, "]");
-      return static_cast<std::int64_t>(u);
-    }
-    const std::int64_t x = v.get<std::int64_t>();
-    STRATUM_CHECK(x >= min && x <= max, "[checkpoint] ", where_, ": field '", key, "' is ", x, ", outside [", min,
-                  ", ", max, "]");
-    return x;
-  }
-  bool boolean(const char* key) const {
-    const json& v = at(key);
-    STRATUM_CHECK(v.is_boolean(), "[checkpoint] ", where_, ": field '", key, "' must be true or false, got ",
-                  json_brief(v));
-    return v.get<bool>();
-  }
-  std::uint64_t hex(const char* key) const {
-    const std::string text = str(key);
-    STRATUM_CHECK(text.size() == 16 && text.find_first_not_of("0123456789abcdef") == std::string::npos,
-                  "[checkpoint] ", where_, ": field '", key, "' must be 16 lowercase hex digits, got '",
-                  text.substr(0, 40), "'");
-    return std::strtoull(text.c_str(), nullptr, 16);
-  }
-
- private:
-  const json& object_;
-  std::string where_;
-};
 
 json parse_object(const std::string& text, const std::string& where, const char* format) {
   json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   STRATUM_CHECK(!root.is_discarded(), "[checkpoint] ", where, " is not valid JSON (truncated or corrupt?)");
   STRATUM_CHECK(root.is_object(), "[checkpoint] ", where, " must hold a JSON object, got ", json_brief(root));
-  const Fields f(root, where);
+  const JsonFields f(root, where, "checkpoint");
   STRATUM_CHECK(f.str("format") == format, "[checkpoint] ", where, ": format is '", f.str("format").substr(0, 60),
                 "', expected '", format, "'");
   const std::int64_t version = f.integer("version", 0, std::numeric_limits<int>::max());
@@ -115,16 +59,15 @@ json parse_object(const std::string& text, const std::string& where, const char*
   return root;
 }
 
-constexpr std::int64_t kMaxSteps = 1000000000;
+constexpr std::int64_t kMaxSteps = 1000000000;  // manifests
 constexpr std::int64_t kMaxDim = 1 << 24;
 }  // namespace
 
 std::string trainer_state_json(const TrainerState& s) {
-  const json root = {
+  json root = {
       {"format", kStateFormat},
       {"version", kVersion},
       {"step", s.step},
-      {"total_steps", s.total_steps},
       {"model", s.model.empty() ? s.config.describe() : s.model},
       {"n_layer", s.config.n_layer},
       {"n_head", s.config.n_head},
@@ -132,27 +75,7 @@ std::string trainer_state_json(const TrainerState& s) {
       {"n_ctx", s.config.n_ctx},
       {"vocab_size", s.config.vocab_size},
       {"layer_norm_eps", s.config.layer_norm_eps},
-      {"batch", s.batch},
-      {"seq", s.seq},
-      {"lr_schedule", s.lr_schedule},
-      {"max_lr", s.max_lr},
-      {"min_lr", s.min_lr},
-      {"warmup_steps", s.warmup_steps},
       {"next_lr", s.next_lr},
-      {"beta1", s.beta1},
-      {"beta2", s.beta2},
-      {"eps", s.eps},
-      {"weight_decay", s.weight_decay},
-      {"grad_clip", s.grad_clip},
-      {"seed", hex64(s.seed)},
-      {"shuffle", s.shuffle},
-      {"eval_every", s.eval_every},
-      {"eval_batches", s.eval_batches},
-      {"save_every", s.save_every},
-      {"keep", s.keep},
-      {"data_path", s.data_path},
-      {"val_data_path", s.val_data_path},
-      {"tokenizer_dir", s.tokenizer_dir},
       {"train_tokens", s.train_tokens},
       {"train_hash", hex64(s.train_hash)},
       {"val_tokens", s.val_tokens},
@@ -160,48 +83,25 @@ std::string trainer_state_json(const TrainerState& s) {
       {"loss", s.loss},
       {"params_hash", hex64(s.params_hash)},
   };
+  for (const TrainOption& option : train_option_table()) root[option.key] = train_option_json(option, s);
   return root.dump(2) + "\n";
 }
 
 TrainerState trainer_state_parse(const std::string& text, const std::string& where) {
   const json root = parse_object(text, where, kStateFormat);
-  const Fields f(root, where);
+  const JsonFields f(root, where, "checkpoint");
   TrainerState s;
-  s.total_steps = f.integer("total_steps", 1, kMaxSteps);
-  s.step = f.integer("step", 1, s.total_steps);
+  for (const TrainOption& option : train_option_table()) train_option_read(option, f, s);
+  s.step = f.integer("step", 1, s.steps);
   s.config.n_layer = static_cast<int>(f.integer("n_layer", 1, kMaxDim));
   s.config.n_head = static_cast<int>(f.integer("n_head", 1, kMaxDim));
   s.config.n_embd = static_cast<int>(f.integer("n_embd", 1, kMaxDim));
   s.config.n_ctx = static_cast<int>(f.integer("n_ctx", 1, kMaxDim));
   s.config.vocab_size = static_cast<int>(f.integer("vocab_size", 1, kMaxDim));
   s.config.layer_norm_eps = static_cast<float>(f.number("layer_norm_eps", 0, 1));
-  // Written since Llama support; a GPT-2 checkpoint from before describes itself by the fields.
-  s.model = root.contains("model") ? f.str("model") : s.config.describe();
-  s.batch = static_cast<int>(f.integer("batch", 1, 65536));
-  s.seq = static_cast<int>(f.integer("seq", 1, 1 << 20));
-  s.lr_schedule = f.str("lr_schedule");
-  STRATUM_CHECK(s.lr_schedule == "constant" || s.lr_schedule == "cosine", "[checkpoint] ", where,
-                ": lr_schedule must be 'constant' or 'cosine'");
+  s.model = f.str("model");
   constexpr double kBig = 1e30;
-  s.max_lr = f.number("max_lr", 0, kBig);
-  s.min_lr = f.number("min_lr", 0, kBig);
-  s.warmup_steps = f.integer("warmup_steps", 0, kMaxSteps);
   s.next_lr = f.number("next_lr", 0, kBig);
-  s.beta1 = f.number("beta1", 0, 1);
-  s.beta2 = f.number("beta2", 0, 1);
-  s.eps = f.number("eps", 0, kBig);
-  s.weight_decay = f.number("weight_decay", 0, kBig);
-  s.grad_clip = f.number("grad_clip", 0, kBig);
-  s.seed = f.hex("seed");
-  s.shuffle = f.boolean("shuffle");
-  s.eval_every = f.integer("eval_every", 0, kMaxSteps);
-  s.eval_batches = static_cast<int>(f.integer("eval_batches", 1, 1000000));
-  s.save_every = f.integer("save_every", 0, kMaxSteps);
-  s.keep = static_cast<int>(f.integer("keep", 1, 1000000));
-  s.data_path = f.str("data_path");
-  STRATUM_CHECK(!s.data_path.empty(), "[checkpoint] ", where, ": data_path is empty");
-  s.val_data_path = f.str("val_data_path");
-  s.tokenizer_dir = f.str("tokenizer_dir");
   s.train_tokens = static_cast<std::uint64_t>(f.integer("train_tokens", 1, std::numeric_limits<std::int64_t>::max()));
   s.train_hash = f.hex("train_hash");
   s.val_tokens = static_cast<std::uint64_t>(f.integer("val_tokens", 0, std::numeric_limits<std::int64_t>::max()));
@@ -221,7 +121,7 @@ std::string manifest_json(const CheckpointManifest& m) {
 
 CheckpointManifest manifest_parse(const std::string& text, const std::string& where) {
   const json root = parse_object(text, where, kManifestFormat);
-  const Fields f(root, where);
+  const JsonFields f(root, where, "checkpoint");
   CheckpointManifest m;
   m.step = f.integer("step", 1, kMaxSteps);
   const json& files = f.at("files");
@@ -230,7 +130,7 @@ CheckpointManifest manifest_parse(const std::string& text, const std::string& wh
   for (std::size_t i = 0; i < files.size(); ++i) {
     const std::string at = where + " files[" + std::to_string(i) + "]";
     STRATUM_CHECK(files[i].is_object(), "[checkpoint] ", at, " must be an object, got ", json_brief(files[i]));
-    const Fields e(files[i], at);
+    const JsonFields e(files[i], at, "checkpoint");
     ManifestEntry entry;
     entry.name = e.str("name");
     STRATUM_CHECK(!entry.name.empty() && entry.name.size() <= 255 && entry.name.find('/') == std::string::npos &&

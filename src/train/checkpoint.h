@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "model/model_config.h"
+#include "train/train_options.h"
 
 namespace stratum {
 
@@ -33,25 +34,12 @@ namespace stratum {
 // loader's order is a pure function of (seed, shuffle, batch index) and the only randomness in a
 // step-by-step run is the initialisation, so "RNG state" is the seed and "loader position" is the
 // step.
-struct TrainerState {
+struct TrainerState : TrainSettings {  // the run's options (Note [option table]), plus:
   long step = 0;         // optimizer steps done
-  long total_steps = 0;  // the run's --steps (the LR schedule depends on it)
   GptConfig config;      // the GPT-2 shape fields (a checkpoint's config.json has the whole config)
   std::string model;     // config.describe() of the model trained (family and every shape field)
-  int batch = 0, seq = 0;
-  std::string lr_schedule;  // "constant" | "cosine"
-  double max_lr = 0, min_lr = 0;
-  long warmup_steps = 0;
-  double next_lr = 0;  // the LR of step `step` (informational)
-  double beta1 = 0, beta2 = 0, eps = 0, weight_decay = 0, grad_clip = 0;
-  std::uint64_t seed = 0;
-  bool shuffle = false;
-  long eval_every = 0;
-  int eval_batches = 0;
-  long save_every = 0;
-  int keep = 0;
-  std::string data_path, val_data_path, tokenizer_dir;  // absolute where they were given
-  std::uint64_t train_tokens = 0, train_hash = 0;       // data identity (hash64 of the tokens)
+  double next_lr = 0;    // the LR of step `step` (informational)
+  std::uint64_t train_tokens = 0, train_hash = 0;  // data identity (hash64 of the tokens)
   std::uint64_t val_tokens = 0, val_hash = 0;
   float loss = 0;                   // the loss of the last step done
   std::uint64_t params_hash = 0;    // model_params_hash of the saved weights

@@ -76,8 +76,6 @@ std::string absolute_path(const std::string& path) {
   return ec ? path : abs.lexically_normal().string();
 }
 
-const char* lr_kind_name(LrScheduleKind kind) { return kind == LrScheduleKind::Constant ? "constant" : "cosine"; }
-
 std::uint64_t tokens_hash(const std::vector<std::int32_t>& tokens) {
   return hash64(tokens.data(), tokens.size() * sizeof(std::int32_t));
 }
@@ -87,26 +85,10 @@ std::uint64_t tokens_hash(const std::vector<std::int32_t>& tokens) {
 TrainerState state_of(const TrainOptions& o, const GptConfig& cfg, const std::string& tokenizer_dir,
                       const std::vector<std::int32_t>& train_tokens, const std::vector<std::int32_t>& val_tokens) {
   TrainerState s;
-  s.total_steps = o.steps;
+  static_cast<TrainSettings&>(s) = o;  // every recorded option (Note [option table])
+  s.lr.total_steps = o.steps;
   s.config = cfg;
   s.model = cfg.describe();
-  s.batch = o.batch;
-  s.seq = o.seq;
-  s.lr_schedule = lr_kind_name(o.lr.kind);
-  s.max_lr = o.lr.max_lr;
-  s.min_lr = o.lr.min_lr;
-  s.warmup_steps = o.lr.warmup_steps;
-  s.beta1 = o.beta1;
-  s.beta2 = o.beta2;
-  s.eps = o.eps;
-  s.weight_decay = o.weight_decay;
-  s.grad_clip = o.grad_clip;
-  s.seed = o.seed;
-  s.shuffle = o.shuffle;
-  s.eval_every = o.eval_every;
-  s.eval_batches = o.eval_batches;
-  s.save_every = o.save_every;
-  s.keep = o.keep;
   s.data_path = absolute_path(o.data_path);
   s.val_data_path = absolute_path(o.val_data_path);
   s.tokenizer_dir = absolute_path(tokenizer_dir);
@@ -117,40 +99,19 @@ TrainerState state_of(const TrainOptions& o, const GptConfig& cfg, const std::st
   return s;
 }
 
-// A resume must do the same math as the run it continues: everything but the step, the
-// informational fields and where things are saved must match.
+// A resume must do the same math as the run it continues: the model, every option of the table
+// that changes the math (Note [option table]) and the data's contents must match.
 void resume_check(const TrainerState& want, const TrainerState& have, const std::string& dir) {
-  auto same = [&](bool equal, const char* what, const std::string& now, const std::string& then) {
+  auto same = [&](bool equal, const std::string& what, const std::string& now, const std::string& then) {
     STRATUM_CHECK(equal, "[train] --resume ", dir, ": ", what, " is ", now, " but the checkpoint was trained with ",
                   then, "; a resumed run must use the same value (leave the flag out to take the checkpoint's)");
   };
-  auto num = [](double v) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", v);
-    return std::string(text);
-  };
   same(want.model == have.model && want.config.layer_norm_eps == have.config.layer_norm_eps, "the model", have.model,
        want.model);
-  same(want.batch == have.batch, "--batch", std::to_string(have.batch), std::to_string(want.batch));
-  same(want.seq == have.seq, "--seq", std::to_string(have.seq), std::to_string(want.seq));
-  same(want.total_steps == have.total_steps, "--steps (the LR schedule's length)", std::to_string(have.total_steps),
-       std::to_string(want.total_steps));
-  same(want.lr_schedule == have.lr_schedule, "--lr-schedule", have.lr_schedule, want.lr_schedule);
-  same(want.max_lr == have.max_lr, "--lr", num(have.max_lr), num(want.max_lr));  // %g: may print alike
-  same(want.min_lr == have.min_lr, "--min-lr", num(have.min_lr), num(want.min_lr));
-  same(want.warmup_steps == have.warmup_steps, "--warmup", std::to_string(have.warmup_steps),
-       std::to_string(want.warmup_steps));
-  same(want.beta1 == have.beta1, "--beta1", num(have.beta1), num(want.beta1));
-  same(want.beta2 == have.beta2, "--beta2", num(have.beta2), num(want.beta2));
-  same(want.eps == have.eps, "--eps", num(have.eps), num(want.eps));
-  same(want.weight_decay == have.weight_decay, "--weight-decay", num(have.weight_decay), num(want.weight_decay));
-  same(want.grad_clip == have.grad_clip, "--grad-clip", num(have.grad_clip), num(want.grad_clip));
-  same(want.seed == have.seed, "--seed", std::to_string(have.seed), std::to_string(want.seed));
-  same(want.shuffle == have.shuffle, "--shuffle", have.shuffle ? "on" : "off", want.shuffle ? "on" : "off");
-  same(want.eval_every == have.eval_every, "--eval-every", std::to_string(have.eval_every),
-       std::to_string(want.eval_every));
-  same(want.eval_batches == have.eval_batches, "--eval-batches", std::to_string(have.eval_batches),
-       std::to_string(want.eval_batches));
+  for (const TrainOption& option : train_option_table())
+    if (option.math)
+      same(train_option_equal(option, want, have), std::string("--") + option.flag, train_option_text(option, have),
+           train_option_text(option, want));  // %g text may print alike; the comparison is exact
   same(want.train_tokens == have.train_tokens && want.train_hash == have.train_hash, "the training data",
        "'" + have.data_path + "' (" + std::to_string(have.train_tokens) + " tokens" +
            (have.train_tokens == want.train_tokens ? ", other contents)" : ")"),

@@ -11,30 +11,21 @@
 #include "model/model_config.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
+#include "train/train_options.h"
 
 namespace stratum {
 
-struct TrainOptions {
+// The recorded options (data, batch shape, LR, AdamW, clipping, seed, evaluation, checkpoint
+// cadence) are TrainSettings' (Note [option table]); these are the rest, which never change
+// the bits.
+struct TrainOptions : TrainSettings {
   std::string model_dir;      // start from this HF directory; empty = new model from `config`
   GptConfig config;           // used when model_dir is empty
-  std::string data_path;      // text (needs a tokenizer), raw uint16 .bin, or llm.c shard
-  std::string val_data_path;  // optional; else with eval_every > 0 the last 5% of data is held out
-  std::string tokenizer_dir;  // encoder.json+vocab.bpe or vocab.json+merges.txt; default: model_dir's
-  int batch = 4;
-  int seq = 64;
-  long steps = 100;
-  LrSchedule lr;              // total_steps is set from `steps`
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
-  double grad_clip = 1.0;     // 0 = off
-  std::uint64_t seed = 1337;  // initialisation and shuffling
-  bool shuffle = false;
   std::string log_path;
   std::string trace_path;     // Chrome/Perfetto trace of compute, optimizer and I/O (empty = off)
   // Checkpoints (Note [checkpoints], train/checkpoint.h): save_dir is a checkpoint root that gets
   // step-NNNNNNNN directories (HF model + AdamW state + trainer state) and a `latest` pointer.
   std::string save_dir;
-  long save_every = 0;        // 0 = only at the end (when save_dir is set)
-  int keep = 2;               // checkpoints kept under save_dir (the newest)
   // Continue from a checkpoint (a step directory, or a root: its newest that verifies). Every
   // option that changes the math (model, data, batch shape, steps, LR, AdamW, clipping, seed,
   // shuffle, evaluation) must equal the checkpoint's; the rest (budget, prefetch, I/O, threads,
@@ -44,8 +35,6 @@ struct TrainOptions {
   // When set and it becomes non-zero (a signal handler), the run stops after the current step,
   // writes a checkpoint (with save_dir) and returns with `interrupted` set.
   const volatile std::sig_atomic_t* stop_requested = nullptr;
-  long eval_every = 0;        // 0 = no validation
-  int eval_batches = 4;
   bool keep_activations = false;  // keep each block's internals instead of recomputing (same bits)
   // Memory budget for everything the engine allocates (parameters, gradients, moments,
   // activations, workspace); 0 = everything in RAM. With a budget, what does not fit lives in

@@ -1,0 +1,150 @@
+// The option table (Note [option table]) and the operations every user of it shares.
+#include "train/train_options.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <limits>
+#include <type_traits>
+
+#include "stratum/error.h"
+
+namespace stratum {
+
+namespace {
+constexpr double kMaxSteps = 1e9;
+constexpr double kBig = 1e30;
+constexpr double kMaxSeed = static_cast<double>(std::numeric_limits<std::int64_t>::max());
+
+const char* lr_kind_name(LrScheduleKind kind) { return kind == LrScheduleKind::Constant ? "constant" : "cosine"; }
+
+std::string number_text(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+
+// The field of `option` in a const settings object (the table's accessors take a mutable one).
+TrainOptionField field_of(const TrainOption& option, const TrainSettings& s) {
+  return option.field(const_cast<TrainSettings&>(s));
+}
+
+const TrainOption kTable[] = {
+    {"data", "data_path", "FILE", "training data: text (with --tokenizer), .bin uint16 tokens or llm.c shard", 1, 0,
+     false, [](TrainSettings& s) -> TrainOptionField { return &s.data_path; }},
+    {"val-data", "val_data_path", "FILE", "validation data (default: hold out the last 5% when --eval-every > 0)", 0,
+     0, false, [](TrainSettings& s) -> TrainOptionField { return &s.val_data_path; }},
+    {"tokenizer", "tokenizer_dir", "DIR", "GPT-2 BPE files (encoder.json + vocab.bpe or vocab.json + merges.txt)", 0,
+     0, false, [](TrainSettings& s) -> TrainOptionField { return &s.tokenizer_dir; }},
+    {"batch", "batch", "B", "sequences per step", 1, 65536, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.batch; }},
+    {"seq", "seq", "T", "tokens per sequence", 1, 1 << 20, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.seq; }},
+    {"steps", "total_steps", "S", "optimizer steps (the LR schedule's length)", 1, kMaxSteps, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.steps; }},
+    {"lr", "max_lr", "X", "peak learning rate", 0, kBig, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.lr.max_lr; }},
+    {"lr-schedule", "lr_schedule", "NAME", "constant | cosine", 0, 0, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.lr.kind; }},
+    {"warmup", "warmup_steps", "N", "linear warmup steps", 0, kMaxSteps, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.lr.warmup_steps; }},
+    {"min-lr", "min_lr", "X", "final learning rate of the cosine schedule", 0, kBig, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.lr.min_lr; }},
+    {"beta1", "beta1", "X", "AdamW beta1", 0, 1, true, [](TrainSettings& s) -> TrainOptionField { return &s.beta1; }},
+    {"beta2", "beta2", "X", "AdamW beta2", 0, 1, true, [](TrainSettings& s) -> TrainOptionField { return &s.beta2; }},
+    {"eps", "eps", "X", "AdamW epsilon", 0, kBig, true, [](TrainSettings& s) -> TrainOptionField { return &s.eps; }},
+    {"weight-decay", "weight_decay", "X", "AdamW decoupled weight decay on weights and embeddings", 0, kBig, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.weight_decay; }},
+    {"grad-clip", "grad_clip", "X", "clip the global gradient norm to X; 0 = off", 0, kBig, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.grad_clip; }},
+    {"seed", "seed", "N", "initialisation and shuffling seed", 0, kMaxSeed, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.seed; }},
+    {"shuffle", "shuffle", "", "visit batches in a seeded random order each epoch", 0, 0, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.shuffle; }},
+    {"eval-every", "eval_every", "N", "validation loss every N steps; 0 = off", 0, kMaxSteps, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.eval_every; }},
+    {"eval-batches", "eval_batches", "N", "batches per validation", 1, 1e6, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.eval_batches; }},
+    {"save-every", "save_every", "N", "also checkpoint every N steps; 0 = at the end only", 0, kMaxSteps, false,
+     [](TrainSettings& s) -> TrainOptionField { return &s.save_every; }},
+    {"keep", "keep", "K", "checkpoints kept under --save, the newest", 1, 1e6, false,
+     [](TrainSettings& s) -> TrainOptionField { return &s.keep; }},
+};
+}  // namespace
+
+std::span<const TrainOption> train_option_table() { return kTable; }
+
+std::string train_option_text(const TrainOption& option, const TrainSettings& s) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::string>) return *p;
+        else if constexpr (std::is_same_v<T, bool>) return *p ? "on" : "off";
+        else if constexpr (std::is_same_v<T, LrScheduleKind>) return lr_kind_name(*p);
+        else if constexpr (std::is_same_v<T, double>) return number_text(*p);
+        else return std::to_string(*p);
+      },
+      field_of(option, s));
+}
+
+bool train_option_equal(const TrainOption& option, const TrainSettings& a, const TrainSettings& b) {
+  return std::visit(
+      [&](auto* pa) {
+        using P = decltype(pa);
+        return *pa == *std::get<P>(field_of(option, b));
+      },
+      field_of(option, a));
+}
+
+void train_option_copy(const TrainOption& option, const TrainSettings& from, TrainSettings& to) {
+  std::visit(
+      [&](auto* dst) {
+        using P = decltype(dst);
+        *dst = *std::get<P>(field_of(option, from));
+      },
+      option.field(to));
+}
+
+nlohmann::json train_option_json(const TrainOption& option, const TrainSettings& s) {
+  return std::visit(
+      [](auto* p) -> nlohmann::json {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::uint64_t>) {  // 64 bits do not survive a JSON double
+          char text[17];
+          std::snprintf(text, sizeof text, "%016" PRIx64, *p);
+          return text;
+        } else if constexpr (std::is_same_v<T, LrScheduleKind>) {
+          return lr_kind_name(*p);
+        } else {
+          return *p;
+        }
+      },
+      field_of(option, s));
+}
+
+void train_option_read(const TrainOption& option, const JsonFields& f, TrainSettings& s) {
+  const char* key = option.key;
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          *p = f.str(key);
+          f.check(option.min < 1 || !p->empty(), key, "is empty");
+        } else if constexpr (std::is_same_v<T, bool>) {
+          *p = f.boolean(key);
+        } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+          *p = f.hex(key);
+        } else if constexpr (std::is_same_v<T, LrScheduleKind>) {
+          const std::string name = f.str(key);
+          f.check(name == "constant" || name == "cosine", key, "must be 'constant' or 'cosine'");
+          *p = lr_schedule_parse(name);
+        } else if constexpr (std::is_same_v<T, double>) {
+          *p = f.number(key, option.min, option.max);
+        } else {
+          *p = static_cast<T>(
+              f.integer(key, static_cast<std::int64_t>(option.min), static_cast<std::int64_t>(option.max)));
+        }
+      },
+      option.field(s));
+}
+
+}  // namespace stratum
