@@ -16,12 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+
 namespace stratum {
-
-enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
-
-std::size_t dtype_size_bytes(DType dtype);
-const char* dtype_name(DType dtype);  // "F32", "BF16", ... as spelled in safetensors headers
 
 struct SafetensorsTensorInfo {
   std::string name;

@@ -13,28 +13,20 @@ namespace stratum {
 
 namespace {
 std::size_t rows_for(int max_batch) { return static_cast<std::size_t>(std::max(Decoder::kMaxRows, max_batch)); }
-std::size_t qkv_width(const GptConfig& c) { return static_cast<std::size_t>(c.q_dim()) + 2 * c.kv_dim(); }
 std::size_t cache_floats_for(const GptConfig& c, int max_batch, int max_ctx) {
   return static_cast<std::size_t>(max_batch) * c.kv_heads() * max_ctx * c.head_dim();
 }
 }  // namespace
 
 CarveSlices Decoder::slices(const Ops& ops, Buffers& b, const GptConfig& cfg, int max_batch, int max_ctx) {
-  const std::size_t R = rows_for(max_batch), C = cfg.n_embd, Q = cfg.q_dim(), I = cfg.mlp_width();
+  const std::size_t R = rows_for(max_batch), C = cfg.n_embd, Q = cfg.q_dim();
   return {{&b.x, R * C},
-          {&b.xn, R * C},
-          {&b.mean, R},
-          {&b.rstd, R},
-          {&b.qkv, R * qkv_width(cfg)},
           {&b.q, R * Q},
-          {&b.atty, R * Q},
           {&b.tmp, R * C},
-          {&b.mlp_a, R * I},
-          {&b.mlp_b, R * I},
-          {&b.mlp_c, R * I},
           {&b.last, static_cast<std::size_t>(max_batch) * C},
           {&b.scratch, ops.attention_cached_scratch_floats(max_batch, 1, cfg.n_head, max_ctx)},
-          {&b.norm_w, C}};
+          {&b.norm_w, C},
+          {&b.norm_w2, C}};
 }
 
 std::size_t Decoder::kv_unit_floats(const GptConfig& cfg, int max_batch, int max_ctx) {
@@ -44,8 +36,11 @@ std::size_t Decoder::kv_unit_floats(const GptConfig& cfg, int max_batch, int max
 std::size_t Decoder::fixed_bytes_for(const Ops& ops, const GptConfig& cfg, int max_batch, int max_ctx) {
   Buffers sink{};
   const std::size_t rope = cfg.llama() ? RopeTable::bytes_for(cfg.head_dim(), max_ctx) : 0;
+  const int R = static_cast<int>(rows_for(max_batch));
+  const std::size_t acts = cfg.llama() ? LlamaActivations::bytes_for(cfg, 1, R, /*attention_probs=*/false)
+                                       : Gpt2Activations::bytes_for(cfg, 1, R, /*attention_probs=*/false);
   return aligned_buffer_carve_bytes(slices(ops, sink, cfg, max_batch, max_ctx)) +
-         Gpt2HeadScratch::bytes_for(cfg, max_batch) + rope;
+         Gpt2HeadScratch::bytes_for(cfg, max_batch) + rope + acts;
 }
 
 std::size_t Decoder::min_store_bytes(const UnitTable& units) {
@@ -82,7 +77,13 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
                 " exceeds the model's maximum of ", cfg.n_ctx);
   STRATUM_ASSERT(store.units().act_floats() >= kv_unit_floats(cfg, max_batch, max_ctx));  // Note [KV cache units]
   STRATUM_ASSERT(!bf16_ || cfg.llama());  // Note [bf16 weights]: Llama only
-  if (cfg.llama()) rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_ctx, cfg.rope_theta, cfg.rope_scaling);
+  const int R = static_cast<int>(rows_for(max_batch));
+  if (cfg.llama()) {
+    rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_ctx, cfg.rope_theta, cfg.rope_scaling);
+    llama_acts_ = std::make_unique<LlamaActivations>(cfg, 1, R, /*attention_probs=*/false);
+  } else {
+    gpt2_acts_ = std::make_unique<Gpt2Activations>(cfg, 1, R, /*attention_probs=*/false);
+  }
   // Note [decode schedule]
   const UnitTable& units = store.units();
   auto params = [&](int s) {
@@ -159,86 +160,38 @@ void Decoder::embed(const std::int32_t* tokens, int B, int Tn, const int* past) 
 }
 
 void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
-  const int C = cfg_.n_embd, H = cfg_.n_head, KV = cfg_.kv_heads(), hd = cfg_.head_dim();
-  const int Q = cfg_.q_dim(), KVd = cfg_.kv_dim(), W = static_cast<int>(qkv_width(cfg_)), I = cfg_.mlp_width();
-  const int rows = B * Tn;
-  const float eps = cfg_.layer_norm_eps;
   const int s = layout_.layer_segment(l);
   store_.schedule_at(group_layer_[l]);
   SegmentChunksHold params(store_, s, SegmentKind::Params, Access::Read);
-  const SegmentLayout& seg = layout_.segments()[s];
-  // Llama tensor w of the layer (fp32 or bf16, Note [bf16 weights]) as a linear's weight or a
-  // norm weight.
-  auto linear = [&](int M, int N, int K, const float* x, int ldx, int w, float* y, int ldy) {
-    const TensorSlot& t = seg.tensors[w];
-    linear_nt(y, ldy, x, ldx, params.chunks()[t.chunk], seg.offset_in_chunk(t), M, N, K);
-  };
-  auto norm_weight = [&](int w) {
-    const TensorSlot& t = seg.tensors[w];
-    return weights_f32(params.chunks()[t.chunk], seg.offset_in_chunk(t), C);
-  };
-  // Attention input and qkv.
-  const float* mlp_norm_b = nullptr;
-  Gpt2BlockTensors g{};
-  if (cfg_.llama()) {
-    ops_->rmsnorm_forward(b_.xn, b_.rstd, b_.x, norm_weight(kAttnNormW), rows, C, eps);
-    linear(rows, Q, C, b_.xn, C, kQW, b_.qkv, W);
-    linear(rows, KVd, C, b_.xn, C, kKW, b_.qkv + Q, W);
-    linear(rows, KVd, C, b_.xn, C, kVW, b_.qkv + Q + KVd, W);
-    ops_->rope_forward(b_.qkv, B, Tn, H, hd, static_cast<std::size_t>(W), past, *rope_);
-    ops_->rope_forward(b_.qkv + Q, B, Tn, KV, hd, static_cast<std::size_t>(W), past, *rope_);
-  } else {
-    g = gpt2_block_tensors(seg, params.chunks());
-    ops_->layernorm_forward(b_.xn, b_.mean, b_.rstd, b_.x, g.ln1_w, g.ln1_b, rows, C, eps);
-    ops_->rowdot_kn(b_.qkv, b_.xn, g.attn_w, g.attn_b, rows, C, 3 * C);
-    mlp_norm_b = g.ln2_b;
-  }
-  // Append the new keys and values to the cache; queries to a contiguous buffer.
   SegmentHold kv(store_, s, SegmentKind::Activations, Access::Update);  // Note [KV cache units]
-  float* kc = kv.data();
-  float* vc = kc + cache_floats_;
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < Tn; ++t) {
-      const std::size_t r = static_cast<std::size_t>(b) * Tn + t;
-      const float* row = b_.qkv + r * W;
-      std::memcpy(b_.q + r * Q, row, static_cast<std::size_t>(Q) * sizeof(float));
-      for (int j = 0; j < KV; ++j) {
-        const std::size_t at = ((static_cast<std::size_t>(slot[b]) * KV + j) * max_ctx_ + past[b] + t) * hd;
-        std::memcpy(kc + at, row + Q + static_cast<std::size_t>(j) * hd, hd * sizeof(float));
-        std::memcpy(vc + at, row + Q + KVd + static_cast<std::size_t>(j) * hd, hd * sizeof(float));
-      }
-    }
-  // Slots run from 0 in the usual case (one call for the batch); otherwise row by row.
-  bool identity = true;
-  for (int b = 0; b < B; ++b) identity = identity && slot[b] == b;
-  if (identity) {
-    ops_->attention_cached(b_.atty, b_.scratch, b_.q, kc, vc, B, Tn, past, max_ctx_, H, KV, hd);
-  } else {
-    const std::size_t per_slot = static_cast<std::size_t>(KV) * max_ctx_ * hd;
-    for (int b = 0; b < B; ++b) {
-      const std::size_t r = static_cast<std::size_t>(b) * Tn;
-      ops_->attention_cached(b_.atty + r * Q, b_.scratch, b_.q + r * Q, kc + slot[b] * per_slot, vc + slot[b] * per_slot, 1,
-                       Tn, past + b, max_ctx_, H, KV, hd);
-    }
-  }
-  const std::size_t rows_c = static_cast<std::size_t>(rows) * C;
-  if (cfg_.llama()) {
-    linear(rows, C, Q, b_.atty, Q, kOW, b_.tmp, C);
-    ops_->add(b_.x, b_.x, b_.tmp, rows_c);
-    ops_->rmsnorm_forward(b_.xn, b_.rstd, b_.x, norm_weight(kMlpNormW), rows, C, eps);
-    linear(rows, I, C, b_.xn, C, kGateW, b_.mlp_a, I);
-    linear(rows, I, C, b_.xn, C, kUpW, b_.mlp_b, I);
-    ops_->swiglu_forward(b_.mlp_c, b_.mlp_a, b_.mlp_b, static_cast<std::size_t>(rows) * I);
-    linear(rows, C, I, b_.mlp_c, I, kDownW, b_.tmp, C);
-  } else {
-    ops_->rowdot_kn(b_.tmp, b_.atty, g.attn_proj_w, g.attn_proj_b, rows, C, C);
-    ops_->add(b_.x, b_.x, b_.tmp, rows_c);
-    ops_->layernorm_forward(b_.xn, b_.mean, b_.rstd, b_.x, g.ln2_w, mlp_norm_b, rows, C, eps);
-    ops_->rowdot_kn(b_.mlp_a, b_.xn, g.fc_w, g.fc_b, rows, C, I);
-    ops_->gelu_forward(b_.mlp_b, b_.mlp_a, static_cast<std::size_t>(rows) * I);
-    ops_->rowdot_kn(b_.tmp, b_.mlp_b, g.mlp_proj_w, g.mlp_proj_b, rows, I, C);
-  }
-  ops_->add(b_.x, b_.x, b_.tmp, rows_c);
+  const CachedAttention attention(kv.data(), kv.data() + cache_floats_, b_.q, max_ctx_, past, slot);
+  const RowDotLinear linear;
+  const SegmentLayout& seg = layout_.segments()[s];
+  if (cfg_.llama())
+    llama_block_forward(*ops_, linear, attention, cfg_, *rope_, llama_tensors(seg, params.chunks()), b_.x, b_.x,
+                        *llama_acts_, b_.tmp, b_.scratch, B, Tn);
+  else
+    gpt2_block_forward(*ops_, linear, attention, cfg_, gpt2_block_tensors(seg, params.chunks()), b_.x, b_.x,
+                       *gpt2_acts_, b_.tmp, b_.scratch, B, Tn);
+}
+
+LlamaBlockTensors Decoder::llama_tensors(const SegmentLayout& seg, float* const* chunks) {
+  if (!bf16_) return llama_block_tensors(seg, chunks);
+  // bf16 chunks: element offsets count 2-byte elements.
+  auto at = [&](int w) {
+    const TensorSlot& t = seg.tensors[w];
+    return reinterpret_cast<float*>(reinterpret_cast<std::uint16_t*>(chunks[t.chunk]) + seg.offset_in_chunk(t));
+  };
+  LlamaBlockTensors p{at(kAttnNormW), at(kQW), at(kKW), at(kVW), at(kOW), at(kMlpNormW), at(kGateW), at(kUpW),
+                      at(kDownW), DType::BF16};
+  const int C = cfg_.n_embd;
+  auto widen = [&](int w, float* into) {
+    const TensorSlot& t = seg.tensors[w];
+    return const_cast<float*>(weights_f32(chunks[t.chunk], seg.offset_in_chunk(t), C, into));
+  };
+  p.attn_norm_w = widen(kAttnNormW, b_.norm_w);
+  p.mlp_norm_w = widen(kMlpNormW, b_.norm_w2);
+  return p;
 }
 
 void Decoder::head(int B, int Tn, float* logits) {
@@ -251,29 +204,22 @@ void Decoder::head(int B, int Tn, float* logits) {
   {
     SegmentHold head_p(store_, head, SegmentKind::Params, Access::Read);
     const auto& tensors = layout_.segments()[head].tensors;
-    gpt2_head_begin(*ops_, cfg_, weights_f32(head_p.data(), tensors[kLnFW].offset_floats, C),
+    gpt2_head_begin(*ops_, cfg_, weights_f32(head_p.data(), tensors[kLnFW].offset_floats, C, b_.norm_w),
                     cfg_.llama() ? nullptr : head_p.data() + tensors[kLnFB].offset_floats, b_.last, B, head_scratch_);
   }
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
     store_.schedule_at(group_head_vocab_[k]);
     SegmentHold rows(store_, layout_.head_vocab_segment(k), SegmentKind::Params, Access::Read);
     // logits[:, v0 : v0 + n] = lnf (B, C) @ rows^T
-    linear_nt(logits + layout_.vocab_row0(k), V, head_scratch_.lnf, C, rows.data(), 0, B, layout_.vocab_rows(k), C);
+    gpt2_head_logits_block(*ops_, RowDotLinear{}, cfg_, rows.data(), bf16_ ? DType::BF16 : DType::F32,
+                           layout_.vocab_rows(k), B, logits + layout_.vocab_row0(k), V, head_scratch_);
   }
 }
 
-void Decoder::linear_nt(float* y, int ldy, const float* x, int ldx, const float* unit, std::size_t at, int M, int N,
-                        int K) {
-  if (bf16_)
-    ops_->rowdot_nt_bf16(y, ldy, x, ldx, reinterpret_cast<const std::uint16_t*>(unit) + at, nullptr, M, N, K);
-  else
-    ops_->rowdot_nt(y, ldy, x, ldx, unit + at, nullptr, M, N, K);
-}
-
-const float* Decoder::weights_f32(const float* unit, std::size_t at, int n) {
+const float* Decoder::weights_f32(const float* unit, std::size_t at, int n, float* into) const {
   if (!bf16_) return unit + at;
-  bf16_widen(b_.norm_w, reinterpret_cast<const std::uint16_t*>(unit) + at, static_cast<std::size_t>(n));
-  return b_.norm_w;
+  bf16_widen(into, reinterpret_cast<const std::uint16_t*>(unit) + at, static_cast<std::size_t>(n));
+  return into;
 }
 
 }  // namespace stratum

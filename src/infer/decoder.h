@@ -10,10 +10,11 @@
 // are read on demand at the start of a step from the vocabulary blocks holding the step's tokens
 // (usually one or two), outside the schedule, so they are not prefetched but also never read
 // whole (a tied head's blocks are often still resident from the previous step's head).
-// Every output element is computed on its own in a fixed order (linear layers by rowdot, Note
-// [row dot products], which streams each weight once instead of packing it like sgemm;
-// attention_cached), so logits do not depend on the batch, the chunking of a prompt or the
-// budget. Does not own the store.
+// Each layer is the family's one block forward (Note [one forward] in model/block_policy.h) with
+// RowDotLinear (each output element a fixed-order dot product of its own row, Note [row dot
+// products], which streams each weight once instead of packing it like sgemm) and
+// CachedAttention (attention_cached against the KV cache), so logits do not depend on the batch,
+// the chunking of a prompt or the budget. Does not own the store.
 // Note [KV cache units]: layer l's KV cache (K then V, (max_batch, KV, max_ctx, hd) each, fp32)
 // is the layer segment's activation unit of an inference UnitTable (params_only, act_floats =
 // kv_unit_floats), used with Access::Update in the layer's schedule group. So the store treats it
@@ -35,7 +36,9 @@
 #include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
 #include "ops/ops.h"
+#include "model/gpt2_block.h"
 #include "model/gpt2_head.h"
+#include "model/llama_block.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 #include "obs/trace_recorder.h"
@@ -78,28 +81,21 @@ class Decoder {
  private:
   void embed(const std::int32_t* tokens, int B, int Tn, const int* past);
   void layer(int l, int B, int Tn, const int* past, const int* slot);
-  // y = x @ w^T (Note [row dot products]) for w (N, K) starting at element `at` of a params
-  // unit's buffer, whose elements are fp32 or bf16 (Note [bf16 weights]).
-  void linear_nt(float* y, int ldy, const float* x, int ldx, const float* unit, std::size_t at, int M, int N, int K);
+  // A Llama layer's tensors in a params unit's chunks; with bf16 params (Note [bf16 weights]) the
+  // matrices stay bf16 and the two norm weights are widened into b_.norm_w and b_.norm_w2.
+  LlamaBlockTensors llama_tensors(const SegmentLayout& seg, float* const* chunks);
   // n weights from element `at` of a params unit's buffer as fp32: in place, or (bf16) widened
-  // into b_.norm_w, valid until the next call.
-  const float* weights_f32(const float* unit, std::size_t at, int n);
+  // into `into` (n floats).
+  const float* weights_f32(const float* unit, std::size_t at, int n, float* into) const;
   void head(int B, int Tn, float* logits);
   struct Buffers {
-    float* x;        // (rows, C) the residual stream
-    float* xn;       // (rows, C) normed
-    float* mean;     // (rows) LayerNorm mean (GPT-2)
-    float* rstd;     // (rows)
-    float* qkv;      // (rows, H*hd + 2*KV*hd)
+    float* x;        // (rows, C) the residual stream (each layer's input and output)
     float* q;        // (rows, H*hd) contiguous queries for attention_cached
-    float* atty;     // (rows, H*hd)
-    float* tmp;      // (rows, C)
-    float* mlp_a;    // (rows, I) GPT-2 fc / Llama gate
-    float* mlp_b;    // (rows, I) GPT-2 gelu / Llama up
-    float* mlp_c;    // (rows, I) Llama silu(gate) * up
+    float* tmp;      // (rows, C) the block forward's scratch
     float* last;     // (max_batch, C) each sequence's last row
     float* scratch;  // attention_cached scratch
-    float* norm_w;   // (C) a bf16 norm weight widened by weights_f32 (Note [bf16 weights])
+    float* norm_w;   // (C) bf16 norm weights widened (Note [bf16 weights])
+    float* norm_w2;  // (C)
   };
   // The buffer's slices, written through b's fields; fixed_bytes_for sizes the same list.
   static CarveSlices slices(const Ops& ops, Buffers& b, const GptConfig& config, int max_batch, int max_ctx);
@@ -115,6 +111,9 @@ class Decoder {
   Buffers b_{};           // before buffer_, whose initializer writes it
   AlignedBuffer buffer_;
   Gpt2HeadScratch head_scratch_;
+  // The block forward's internals at up to rows_for(max_batch) rows (no attention probabilities).
+  std::unique_ptr<Gpt2Activations> gpt2_acts_;
+  std::unique_ptr<LlamaActivations> llama_acts_;
   std::unique_ptr<RopeTable> rope_;
   StepSchedule schedule_;
   std::vector<int> group_layer_, group_head_vocab_;

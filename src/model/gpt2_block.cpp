@@ -15,10 +15,19 @@ Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* const* c
                           at(kLn2W), at(kLn2B),       at(kFcW),   at(kFcB),   at(kMlpProjW),  at(kMlpProjB)};
 }
 
-Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq) {
+Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs)
+    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_probs))) {}
+
+std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs) {
+  Gpt2Activations probe{NoBuffer{}};
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_probs));
+}
+
+CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
-  const std::size_t att = static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * max_seq;
-  buffer_ = aligned_buffer_carve({{&ln1, BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att, att},
+  const std::size_t att =
+      attention_probs ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * max_seq : 0;
+  return CarveSlices({{&ln1, BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att, att},
                    {&atty, BT * C}, {&res2, BT * C}, {&ln2, BT * C}, {&ln2_mean, BT}, {&ln2_rstd, BT},
                    {&fch, BT * 4 * C}, {&fch_gelu, BT * 4 * C}});
 }
@@ -29,20 +38,22 @@ Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch
                    {&dqkv, BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())}});
 }
 
-void gpt2_block_forward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p, const float* x,
-                        float* out, Gpt2Activations& s, Gpt2Workspace& w, int B, int T) {
+void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
+                        const Gpt2BlockTensors& p, const float* x, float* out, Gpt2Activations& s, float* tmp,
+                        float* attn_scratch, int B, int T) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
+  const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
   const float eps = cfg.layer_norm_eps;
   ops.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, eps);
-  ops.matmul_forward(s.qkv, s.ln1, p.attn_w, p.attn_b, BT, C, 3 * C);
-  ops.attention_forward(s.atty, s.att, w.attn_scratch, s.qkv, B, T, H, H, cfg.head_dim());
-  ops.matmul_forward(w.tmp, s.atty, p.attn_proj_w, p.attn_proj_b, BT, C, C);
-  ops.add(s.res2, x, w.tmp, static_cast<std::size_t>(BT) * C);
+  linear.kn(ops, s.qkv, s.ln1, p.attn_w, p.attn_b, BT, C, 3 * C);
+  attention.attend(ops, s.atty, s.att, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim());
+  linear.kn(ops, tmp, s.atty, p.attn_proj_w, p.attn_proj_b, BT, C, C);
+  ops.add(s.res2, x, tmp, rows_c);
   ops.layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, BT, C, eps);
-  ops.matmul_forward(s.fch, s.ln2, p.fc_w, p.fc_b, BT, C, 4 * C);
+  linear.kn(ops, s.fch, s.ln2, p.fc_w, p.fc_b, BT, C, 4 * C);
   ops.gelu_forward(s.fch_gelu, s.fch, static_cast<std::size_t>(BT) * 4 * C);
-  ops.matmul_forward(w.tmp, s.fch_gelu, p.mlp_proj_w, p.mlp_proj_b, BT, 4 * C, C);
-  ops.add(out, s.res2, w.tmp, static_cast<std::size_t>(BT) * C);
+  linear.kn(ops, tmp, s.fch_gelu, p.mlp_proj_w, p.mlp_proj_b, BT, 4 * C, C);
+  ops.add(out, s.res2, tmp, rows_c);
 }
 
 void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p,
@@ -51,7 +62,8 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
   // Recompute the forward internals (the block output itself is not needed).
-  if (recompute) gpt2_block_forward(ops, cfg, p, x, w.tmp, s, w, B, T);
+  if (recompute)
+    gpt2_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T);
 
   // MLP: out = res2 + mlp_proj(gelu(fc(ln2(res2))))
   ops.matmul_backward(w.dfch, g.mlp_proj_w, g.mlp_proj_b, dout, s.fch_gelu, p.mlp_proj_w, BT, 4 * C, C, false);

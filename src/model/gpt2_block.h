@@ -7,6 +7,7 @@
 
 #include "core/aligned_buffer.h"
 #include "ops/ops.h"
+#include "model/block_policy.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 
@@ -36,8 +37,11 @@ Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* const* c
 // block (keep mode).
 class Gpt2Activations {
  public:
-  Gpt2Activations(const GptConfig& config, int max_batch, int max_seq);
+  // attention_probs false: no `att` (decoding attends against a KV cache and keeps none).
+  Gpt2Activations(const GptConfig& config, int max_batch, int max_seq, bool attention_probs = true);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
+  // size_bytes() of such an object, without allocating it.
+  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_probs = true);
 
   float* ln1;       // (B,T,C)
   float* ln1_mean;  // (B,T)
@@ -53,6 +57,10 @@ class Gpt2Activations {
   float* fch_gelu;  // (B,T,4C)
 
  private:
+  struct NoBuffer {};
+  explicit Gpt2Activations(NoBuffer) {}
+  // The buffer's slices, written through this object's fields.
+  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_probs);
   AlignedBuffer buffer_;
 };
 
@@ -74,9 +82,12 @@ class Gpt2Workspace {
   AlignedBuffer buffer_;
 };
 
-// out (B,T,C) = block(x (B,T,C)); fills a with the block's internals.
-void gpt2_block_forward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p, const float* x,
-                        float* out, Gpt2Activations& a, Gpt2Workspace& w, int B, int T);
+// out (B,T,C) = block(x (B,T,C)) (Note [one forward] in model/block_policy.h): linear layers by
+// `linear`, attention by `attention`; fills a with the block's internals. out may be x. tmp is
+// (B,T,C) scratch, attn_scratch the backend's attention scratch.
+void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
+                        const Gpt2BlockTensors& p, const float* x, float* out, Gpt2Activations& a, float* tmp,
+                        float* attn_scratch, int B, int T);
 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
 // upstream gradient dout (B,T,C). With recompute, first refills a by re-running the forward

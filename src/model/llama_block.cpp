@@ -15,11 +15,20 @@ LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const*
                            at(kMlpNormW),  at(kGateW), at(kUpW), at(kDownW)};
 }
 
-LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq) {
+LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs)
+    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_probs))) {}
+
+std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs) {
+  LlamaActivations probe{NoBuffer{}};
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_probs));
+}
+
+CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
-  const std::size_t att = static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * max_seq;
-  buffer_ = aligned_buffer_carve({{&xn1, BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att, att}, {&atty, BT * Q},
+  const std::size_t att =
+      attention_probs ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * max_seq : 0;
+  return CarveSlices({{&xn1, BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att, att}, {&atty, BT * Q},
                                   {&res2, BT * C}, {&xn2, BT * C}, {&rstd2, BT}, {&gate, BT * I}, {&up, BT * I},
                                   {&hmid, BT * I}});
 }
@@ -33,32 +42,29 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
        {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())}});
 }
 
-// y (M, N) = x (M, K) @ W^T for an nn.Linear weight W (N, K); ldy is y's row stride.
-static void linear(const Ops& ops, int M, int N, int K, const float* x, int ldx, const float* W, float* y, int ldy) {
-  ops.sgemm(false, true, M, N, K, 1.0f, x, ldx, W, K, 0.0f, y, ldy);
-}
-
-void llama_block_forward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
-                         const float* x, float* out, LlamaActivations& s, LlamaWorkspace& w, int B, int T) {
+void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
+                         const RopeTable& rope, const LlamaBlockTensors& p, const float* x, float* out,
+                         LlamaActivations& s, float* tmp, float* attn_scratch, int B, int T) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
   const float eps = cfg.layer_norm_eps;
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
+  const DType wt = p.matrices;
   ops.rmsnorm_forward(s.xn1, s.rstd1, x, p.attn_norm_w, BT, C, eps);
-  linear(ops, BT, Q, C, s.xn1, C, p.q_w, s.qkv, QKV);
-  linear(ops, BT, KVd, C, s.xn1, C, p.k_w, s.qkv + Q, QKV);
-  linear(ops, BT, KVd, C, s.xn1, C, p.v_w, s.qkv + Q + KVd, QKV);
-  ops.rope_forward(s.qkv, B, T, H, hd, QKV, nullptr, rope);
-  ops.rope_forward(s.qkv + Q, B, T, KV, hd, QKV, nullptr, rope);
-  ops.attention_forward(s.atty, s.att, w.attn_scratch, s.qkv, B, T, H, KV, hd);
-  linear(ops, BT, C, Q, s.atty, Q, p.o_w, w.tmp, C);
-  ops.add(s.res2, x, w.tmp, rows_c);
+  linear.nt(ops, s.qkv, QKV, s.xn1, C, p.q_w, wt, BT, Q, C);
+  linear.nt(ops, s.qkv + Q, QKV, s.xn1, C, p.k_w, wt, BT, KVd, C);
+  linear.nt(ops, s.qkv + Q + KVd, QKV, s.xn1, C, p.v_w, wt, BT, KVd, C);
+  ops.rope_forward(s.qkv, B, T, H, hd, QKV, attention.positions(), rope);
+  ops.rope_forward(s.qkv + Q, B, T, KV, hd, QKV, attention.positions(), rope);
+  attention.attend(ops, s.atty, s.att, attn_scratch, s.qkv, B, T, H, KV, hd);
+  linear.nt(ops, tmp, C, s.atty, Q, p.o_w, wt, BT, C, Q);
+  ops.add(s.res2, x, tmp, rows_c);
   ops.rmsnorm_forward(s.xn2, s.rstd2, s.res2, p.mlp_norm_w, BT, C, eps);
-  linear(ops, BT, I, C, s.xn2, C, p.gate_w, s.gate, I);
-  linear(ops, BT, I, C, s.xn2, C, p.up_w, s.up, I);
+  linear.nt(ops, s.gate, I, s.xn2, C, p.gate_w, wt, BT, I, C);
+  linear.nt(ops, s.up, I, s.xn2, C, p.up_w, wt, BT, I, C);
   ops.swiglu_forward(s.hmid, s.gate, s.up, static_cast<std::size_t>(BT) * I);
-  linear(ops, BT, C, I, s.hmid, I, p.down_w, w.tmp, C);
-  ops.add(out, s.res2, w.tmp, rows_c);
+  linear.nt(ops, tmp, C, s.hmid, I, p.down_w, wt, BT, C, I);
+  ops.add(out, s.res2, tmp, rows_c);
 }
 
 void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
@@ -67,7 +73,8 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
-  if (recompute) llama_block_forward(ops, cfg, rope, p, x, w.tmp, s, w, B, T);
+  if (recompute)
+    llama_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg, rope, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T);
 
   // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2)
   ops.sgemm(false, false, BT, I, C, 1.0f, dout, C, p.down_w, I, 0.0f, w.dgate, I);   // d hmid (BT, I)

@@ -8,6 +8,7 @@
 
 #include "core/aligned_buffer.h"
 #include "ops/ops.h"
+#include "model/block_policy.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 
@@ -24,6 +25,10 @@ struct LlamaBlockTensors {
   float* gate_w;       // (I, C)
   float* up_w;         // (I, C)
   float* down_w;       // (C, I)
+  // The element type of the seven matrices (q..down). BF16 only for a decoder's params kept as
+  // stored (Note [bf16 weights] in infer/decoder.h): the matrix pointers then point at bf16
+  // data, read only through Linear::nt; the norm weights are always fp32.
+  DType matrices = DType::F32;
 };
 // chunks[c] is chunk c's buffer (Note [segment chunks]).
 LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const* chunks);
@@ -31,8 +36,11 @@ LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const*
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs.
 class LlamaActivations {
  public:
-  LlamaActivations(const GptConfig& config, int max_batch, int max_seq);
+  // attention_probs false: no `att` (decoding attends against a KV cache and keeps none).
+  LlamaActivations(const GptConfig& config, int max_batch, int max_seq, bool attention_probs = true);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
+  // size_bytes() of such an object, without allocating it.
+  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_probs = true);
 
   float* xn1;    // (B,T,C) input_layernorm(x)
   float* rstd1;  // (B,T)
@@ -47,6 +55,10 @@ class LlamaActivations {
   float* hmid;   // (B,T,I) silu(gate) * up
 
  private:
+  struct NoBuffer {};
+  explicit LlamaActivations(NoBuffer) {}
+  // The buffer's slices, written through this object's fields.
+  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_probs);
   AlignedBuffer buffer_;
 };
 
@@ -69,9 +81,13 @@ class LlamaWorkspace {
   AlignedBuffer buffer_;
 };
 
-// out (B,T,C) = block(x (B,T,C)) at positions 0..T-1; fills a with the block's internals.
-void llama_block_forward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
-                         const float* x, float* out, LlamaActivations& a, LlamaWorkspace& w, int B, int T);
+// out (B,T,C) = block(x (B,T,C)) at the attention's positions (Note [one forward] in
+// model/block_policy.h): linear layers by `linear`, attention by `attention`; fills a with the
+// block's internals. out may be x. tmp is (B,T,C) scratch, attn_scratch the backend's attention
+// scratch.
+void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
+                         const RopeTable& rope, const LlamaBlockTensors& p, const float* x, float* out,
+                         LlamaActivations& a, float* tmp, float* attn_scratch, int B, int T);
 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
 // upstream gradient dout (B,T,C); with recompute, first refills a from x (bit-identical).

@@ -26,10 +26,11 @@ std::size_t TransformerBlock::size_bytes() const {
 void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, float* const* params, const float* x,
                                float* out, int copy, int B, int T) {
   if (cfg_.llama()) {
-    llama_block_forward(ops, cfg_, *rope_, llama_block_tensors(seg, params), x, out, llama_acts_[copy], *llama_work_,
-                        B, T);
+    llama_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg_, *rope_, llama_block_tensors(seg, params), x, out,
+                        llama_acts_[copy], llama_work_->tmp, llama_work_->attn_scratch, B, T);
   } else {
-    gpt2_block_forward(ops, cfg_, gpt2_block_tensors(seg, params), x, out, gpt2_acts_[copy], *gpt2_work_, B, T);
+    gpt2_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg_, gpt2_block_tensors(seg, params), x, out,
+                       gpt2_acts_[copy], gpt2_work_->tmp, gpt2_work_->attn_scratch, B, T);
   }
 }
 

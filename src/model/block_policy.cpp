@@ -1,0 +1,74 @@
+// Linear policies and attention strategies of the block forwards; see block_policy.h.
+#include "model/block_policy.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "stratum/error.h"
+
+namespace stratum {
+
+void GemmLinear::kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
+                    int N) const {
+  ops.matmul_forward(y, x, w, bias, M, K, N);
+}
+
+void GemmLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const void* w, DType w_dtype, int M,
+                    int N, int K) const {
+  STRATUM_ASSERT(w_dtype == DType::F32);  // bf16 GEMMs are not there yet
+  ops.sgemm(false, true, M, N, K, 1.0f, x, ldx, static_cast<const float*>(w), K, 0.0f, y, ldy);
+}
+
+void RowDotLinear::kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
+                      int N) const {
+  ops.rowdot_kn(y, x, w, bias, M, K, N);
+}
+
+void RowDotLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const void* w, DType w_dtype, int M,
+                      int N, int K) const {
+  if (w_dtype == DType::BF16) {
+    ops.rowdot_nt_bf16(y, ldy, x, ldx, static_cast<const std::uint16_t*>(w), nullptr, M, N, K);
+  } else {
+    STRATUM_ASSERT(w_dtype == DType::F32);
+    ops.rowdot_nt(y, ldy, x, ldx, static_cast<const float*>(w), nullptr, M, N, K);
+  }
+}
+
+void CausalAttention::attend(const Ops& ops, float* atty, float* att, float* scratch, const float* qkv, int B, int T,
+                             int H, int KV, int hd) const {
+  ops.attention_forward(atty, att, scratch, qkv, B, T, H, KV, hd);
+}
+
+void CachedAttention::attend(const Ops& ops, float* atty, float*, float* scratch, const float* qkv, int B, int T,
+                             int H, int KV, int hd) const {
+  const std::size_t Q = static_cast<std::size_t>(H) * hd, KVd = static_cast<std::size_t>(KV) * hd;
+  const std::size_t W = Q + 2 * KVd;
+  // Append the new keys and values to the cache; queries to a contiguous buffer.
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      const std::size_t r = static_cast<std::size_t>(b) * T + t;
+      const float* row = qkv + r * W;
+      std::memcpy(q_ + r * Q, row, Q * sizeof(float));
+      for (int j = 0; j < KV; ++j) {
+        const std::size_t at = ((static_cast<std::size_t>(slot_[b]) * KV + j) * max_ctx_ + past_[b] + t) * hd;
+        std::memcpy(kcache_ + at, row + Q + static_cast<std::size_t>(j) * hd, hd * sizeof(float));
+        std::memcpy(vcache_ + at, row + Q + KVd + static_cast<std::size_t>(j) * hd, hd * sizeof(float));
+      }
+    }
+  // Slots run from 0 in the usual case (one call for the batch); otherwise sequence by sequence.
+  bool identity = true;
+  for (int b = 0; b < B; ++b) identity = identity && slot_[b] == b;
+  if (identity) {
+    ops.attention_cached(atty, scratch, q_, kcache_, vcache_, B, T, past_, max_ctx_, H, KV, hd);
+    return;
+  }
+  const std::size_t per_slot = KVd * max_ctx_;
+  for (int b = 0; b < B; ++b) {
+    const std::size_t r = static_cast<std::size_t>(b) * T;
+    ops.attention_cached(atty + r * Q, scratch, q_ + r * Q, kcache_ + slot_[b] * per_slot,
+                         vcache_ + slot_[b] * per_slot, 1, T, past_ + b, max_ctx_, H, KV, hd);
+  }
+}
+
+}  // namespace stratum

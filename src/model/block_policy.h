@@ -1,0 +1,93 @@
+// The two things a block forward is parameterised by (Note [one forward]): how a linear layer is
+// computed (Linear) and how attention is computed (Attention). One block forward per family
+// serves training, the backward's recompute and decoding; only these differ:
+//   training:  GemmLinear  + CausalAttention  (many rows; keeps what the backward needs)
+//   decoding:  RowDotLinear + CachedAttention (few rows; each output its own fixed-order dot
+//              product, so a sequence's bits do not depend on the batch; keys and values
+//              appended to a KV cache)
+// This is also where LoRA adapters and bf16 GEMMs plug in: a Linear that adds x A^T B^T, or one
+// that multiplies bf16 weights. Does not own weights or buffers.
+// Note [one forward]: the block forwards (model/gpt2_block.h, model/llama_block.h) are the only
+// place a block's computation is written; the executor, its recompute and the decoder all call
+// them, with the same ops in the same order, so the decoder's residual stream after a layer has
+// the bits a full forward would compute with row dot products.
+#pragma once
+
+#include "core/dtype.h"
+#include "ops/ops.h"
+
+namespace stratum {
+
+class Linear {
+ public:
+  virtual ~Linear() = default;
+  // y (M,N) = x (M,K) @ w (K,N) + bias (N, null = none): the Conv1D layout of GPT-2, fp32.
+  virtual void kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
+                  int N) const = 0;
+  // y (M,N), row stride ldy, = x (M,K), row stride ldx, @ w^T for w (N,K) (nn.Linear, Llama)
+  // whose elements are w_dtype (F32, or BF16 where the policy supports it).
+  virtual void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const void* w, DType w_dtype, int M,
+                  int N, int K) const = 0;
+};
+
+// GEMM (sgemm / matmul_forward): training and recompute. fp32 weights.
+class GemmLinear final : public Linear {
+ public:
+  void kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
+          int N) const override;
+  void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const void* w, DType w_dtype, int M, int N,
+          int K) const override;
+};
+
+// Row dot products (Note [row dot products] in kernels/cpu/rowdot.h): decoding. fp32 or bf16.
+class RowDotLinear final : public Linear {
+ public:
+  void kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
+          int N) const override;
+  void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const void* w, DType w_dtype, int M, int N,
+          int K) const override;
+};
+
+class Attention {
+ public:
+  virtual ~Attention() = default;
+  // Position of each sequence's first row (B entries; null = every sequence starts at 0): the
+  // rotary embedding rotates row (b, t) by position positions[b] + t.
+  virtual const int* positions() const = 0;
+  // atty (B*T, H*hd) = causal attention of the (rotated) qkv (B*T, H*hd + 2*KV*hd). att: the
+  // (B,H,T,T) probabilities the backward needs (CausalAttention only); scratch: the backend's
+  // attention scratch.
+  virtual void attend(const Ops& ops, float* atty, float* att, float* scratch, const float* qkv, int B, int T, int H,
+                      int KV, int hd) const = 0;
+};
+
+// Every row attends to rows 0..itself of its own sequence; positions start at 0.
+class CausalAttention final : public Attention {
+ public:
+  const int* positions() const override { return nullptr; }
+  void attend(const Ops& ops, float* atty, float* att, float* scratch, const float* qkv, int B, int T, int H, int KV,
+              int hd) const override;
+};
+
+// Decoding against a KV cache (Note [KV cache units] in infer/decoder.h): row (b, t) is at
+// position past[b] + t of the sequence in cache slot slot[b]; its key and value are appended to
+// the cache, then it attends to the slot's positions 0..past[b] + t. kcache and vcache are
+// (slots, KV, max_ctx, hd); q is (B*T, H*hd) scratch for the contiguous queries.
+class CachedAttention final : public Attention {
+ public:
+  CachedAttention(float* kcache, float* vcache, float* q, int max_ctx, const int* past, const int* slot)
+      : kcache_(kcache), vcache_(vcache), q_(q), max_ctx_(max_ctx), past_(past), slot_(slot) {}
+  const int* positions() const override { return past_; }
+  void attend(const Ops& ops, float* atty, float* att, float* scratch, const float* qkv, int B, int T, int H, int KV,
+              int hd) const override;
+
+ private:
+  float* kcache_;
+  float* vcache_;
+  float* q_;
+  int max_ctx_;
+  const int* past_;
+  const int* slot_;
+};
+
+}  // namespace stratum
