@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "backend/backend.h"
@@ -37,22 +39,24 @@ namespace stratum {
 namespace {
 void options_check(const TrainOptions& o) {
   STRATUM_CHECK(!o.data_path.empty(), "[train] --data FILE is required (a text file, .bin token file or llm.c shard)");
-  STRATUM_CHECK(o.batch >= 1 && o.batch <= 65536, "[train] --batch must be in 1..65536, got ", o.batch);
-  STRATUM_CHECK(o.seq >= 1, "[train] --seq must be >= 1, got ", o.seq);
-  STRATUM_CHECK(o.steps >= 1, "[train] --steps must be >= 1, got ", o.steps);
-  STRATUM_CHECK(o.lr.max_lr >= 0 && std::isfinite(o.lr.max_lr), "[train] --lr must be a finite number >= 0");
-  STRATUM_CHECK(o.lr.min_lr >= 0 && o.lr.min_lr <= o.lr.max_lr, "[train] --min-lr must be in [0, --lr], got ",
-                o.lr.min_lr);
-  STRATUM_CHECK(o.lr.warmup_steps >= 0, "[train] --warmup must be >= 0");
-  STRATUM_CHECK(o.beta1 >= 0 && o.beta1 < 1, "[train] --beta1 must be in [0, 1), got ", o.beta1);
-  STRATUM_CHECK(o.beta2 >= 0 && o.beta2 < 1, "[train] --beta2 must be in [0, 1), got ", o.beta2);
+  // Each number within its row's range (Note [option table]), for callers that skip the CLI.
+  for (const TrainOption& option : train_option_table())
+    std::visit(
+        [&](const auto* p) {
+          using T = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
+          if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+            const double v = static_cast<double>(*p);
+            STRATUM_CHECK(v >= option.min && v <= option.max, "[train] --", option.flag, " must be in [", option.min,
+                          ", ", option.max, "], got ", v);
+          }
+        },
+        option.field(const_cast<TrainOptions&>(o)));
+  // What a range cannot say.
+  STRATUM_CHECK(o.lr.min_lr <= o.lr.max_lr, "[train] --min-lr must be in [0, --lr], got ", o.lr.min_lr);
+  STRATUM_CHECK(o.beta1 < 1 && o.beta2 < 1, "[train] --beta1 and --beta2 must be below 1, got ", o.beta1, " and ",
+                o.beta2);
   STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
-  STRATUM_CHECK(o.weight_decay >= 0, "[train] --weight-decay must be >= 0, got ", o.weight_decay);
-  STRATUM_CHECK(o.grad_clip >= 0, "[train] --grad-clip must be >= 0 (0 = off), got ", o.grad_clip);
-  STRATUM_CHECK(o.save_every >= 0 && o.eval_every >= 0, "[train] --save-every and --eval-every must be >= 0");
   STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
-  STRATUM_CHECK(o.keep >= 1, "[train] --keep must be at least 1, got ", o.keep);
-  STRATUM_CHECK(o.eval_batches >= 1, "[train] --eval-batches must be >= 1");
 }
 
 double median(std::vector<double> v) {
@@ -153,335 +157,399 @@ std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, boo
   return exec.fixed_bytes() + exec.min_store_bytes();
 }
 
-TrainResult train_run(const TrainOptions& o) {
-  options_check(o);
-  if (!o.save_dir.empty()) {  // an unusable --save fails now, not after hours of training
+namespace {
+// One training run, phase by phase: train_run calls them in order (each a member function, so
+// the phases share the run's objects without a 300-line body).
+class TrainRun {
+ public:
+  explicit TrainRun(const TrainOptions& o) : o_(o) {}
+  TrainResult run();
+
+ private:
+  void resume_find();    // --save usable; the checkpoint to continue from (verified)
+  void data_load();      // tokenizer, training and validation tokens, loaders, the run's trainer state
+  void store_make();     // the executor, then RAM or the tiered store under the budget (with the plan)
+  void trace_start();
+  void weights_load();   // checkpoint, HF directory or random init
+  TrainResult finished_already() const;
+  void loop();           // the steps, logging, evaluation, checkpoints, stop on a signal
+  float evaluate();
+  void checkpoint_save(long done, float loss);
+  void report(double total_ms);
+
+  const TrainOptions& o_;
+  ResumePoint resume_;
+  GptConfig cfg_;
+  int threads_ = 0;
+  std::unique_ptr<ThreadPool> pool_;
+  std::string tokenizer_dir_;
+  std::size_t train_token_count_ = 0;
+  TrainerState run_state_;
+  std::unique_ptr<DataLoader> loader_, val_loader_;
+  long start_step_ = 0;
+  std::unique_ptr<ParamLayout> layout_;
+  std::unique_ptr<UnitTable> units_;
+  std::unique_ptr<TraceRecorder> trace_;  // outlives the store and the executor, which record into it
+  // Declared before the executor so it outlives it (the executor's optimizer worker uses it).
+  std::unique_ptr<SegmentStore> store_;
+  std::unique_ptr<Executor> exec_;
+  std::size_t min_budget_ = 0;
+  std::string store_text_ = "everything in RAM", plan_line_;
+  LrSchedule sched_;
+  std::vector<std::int32_t> inputs_, targets_;
+  TrainResult result_;
+};
+
+void TrainRun::resume_find() {
+  if (!o_.save_dir.empty()) {  // an unusable --save fails now, not after hours of training
     try {
-      dir_create(o.save_dir);
+      dir_create(o_.save_dir);
     } catch (const Error& e) {
       STRATUM_FAIL("[train] --save: ", e.what(), "; choose another directory");
     }
-    STRATUM_CHECK(::access(o.save_dir.c_str(), W_OK) == 0, "[train] --save '", o.save_dir,
+    STRATUM_CHECK(::access(o_.save_dir.c_str(), W_OK) == 0, "[train] --save '", o_.save_dir,
                   "' is not writable; choose another directory");
   }
   // Resuming (Note [checkpoints]): the checkpoint is verified against its checksums first; from a
   // root, a damaged newest one is skipped (saying so) for the newest that verifies.
-  ResumePoint resume;
-  if (!o.resume_path.empty()) {
-    STRATUM_CHECK(o.model_dir.empty(), "[train] --resume continues from the checkpoint's own weights; drop --model");
-    resume = checkpoint_find(o.resume_path);
-    for (const std::string& note : resume.notes) std::fprintf(stderr, "[stratum] resume: %s\n", note.c_str());
-    // A checkpoint at the last step is a finished run: resuming it loads and checks it, trains
-    // nothing and succeeds, so "rerun the command until it exits 0" is safe after a crash that
-    // hit between the final checkpoint and the exit.
-    STRATUM_CHECK(resume.state.step <= o.steps, "[train] --resume ", resume.dir, ": the checkpoint is at step ",
-                  resume.state.step, ", past --steps ", o.steps, "; leave --steps out to use the checkpoint's");
-  }
-  const GptConfig cfg = !resume.dir.empty()     ? model_read_config(resume.dir)
-                        : o.model_dir.empty() ? o.config
-                                              : model_read_config(o.model_dir);
-  cfg.validate();
-  STRATUM_CHECK(o.seq <= cfg.n_ctx, "[train] --seq ", o.seq, " is longer than the model context n_ctx=", cfg.n_ctx,
-                "; use --seq <= ", cfg.n_ctx);
-  const int threads = o.threads > 0 ? o.threads : default_thread_count();
-  ThreadPool pool(threads);
-  backend_set_threads(threads);
+  if (o_.resume_path.empty()) return;
+  STRATUM_CHECK(o_.model_dir.empty(), "[train] --resume continues from the checkpoint's own weights; drop --model");
+  resume_ = checkpoint_find(o_.resume_path);
+  for (const std::string& note : resume_.notes) std::fprintf(stderr, "[stratum] resume: %s\n", note.c_str());
+  // A checkpoint at the last step is a finished run: resuming it loads and checks it, trains
+  // nothing and succeeds, so "rerun the command until it exits 0" is safe after a crash that
+  // hit between the final checkpoint and the exit.
+  STRATUM_CHECK(resume_.state.step <= o_.steps, "[train] --resume ", resume_.dir, ": the checkpoint is at step ",
+                resume_.state.step, ", past --steps ", o_.steps, "; leave --steps out to use the checkpoint's");
+}
 
+void TrainRun::data_load() {
   // A resumed run finds its tokenizer where the original run did (the checkpoint's copy may be
   // removed by --keep while the run goes on).
-  std::string tokenizer_hint = o.tokenizer_dir;
-  if (tokenizer_hint.empty() && !resume.dir.empty() && !resume.state.tokenizer_dir.empty() &&
-      dir_exists(resume.state.tokenizer_dir))
-    tokenizer_hint = resume.state.tokenizer_dir;
-  const std::string tokenizer_dir =
-      corpus_find_tokenizer(tokenizer_hint, resume.dir.empty() ? o.model_dir : resume.dir);
-  std::vector<std::int32_t> train_tokens = corpus_load_tokens(o.data_path, tokenizer_dir, cfg.vocab_size);
+  std::string tokenizer_hint = o_.tokenizer_dir;
+  if (tokenizer_hint.empty() && !resume_.dir.empty() && !resume_.state.tokenizer_dir.empty() &&
+      dir_exists(resume_.state.tokenizer_dir))
+    tokenizer_hint = resume_.state.tokenizer_dir;
+  tokenizer_dir_ = corpus_find_tokenizer(tokenizer_hint, resume_.dir.empty() ? o_.model_dir : resume_.dir);
+  std::vector<std::int32_t> train_tokens = corpus_load_tokens(o_.data_path, tokenizer_dir_, cfg_.vocab_size);
   std::vector<std::int32_t> val_tokens;
-  if (!o.val_data_path.empty()) {
-    val_tokens = corpus_load_tokens(o.val_data_path, tokenizer_dir, cfg.vocab_size);
-  } else if (o.eval_every > 0) {
+  if (!o_.val_data_path.empty()) {
+    val_tokens = corpus_load_tokens(o_.val_data_path, tokenizer_dir_, cfg_.vocab_size);
+  } else if (o_.eval_every > 0) {
     const std::size_t holdout = std::max<std::size_t>(train_tokens.size() / 20,
-                                                      static_cast<std::size_t>(o.batch) * o.seq + 1);
+                                                      static_cast<std::size_t>(o_.batch) * o_.seq + 1);
     STRATUM_CHECK(train_tokens.size() > 2 * holdout, "[train] the data (", train_tokens.size(),
                   " tokens) is too small to hold out a validation split of ", holdout,
                   " tokens; give --val-data or more data");
     val_tokens.assign(train_tokens.end() - static_cast<std::ptrdiff_t>(holdout), train_tokens.end());
     train_tokens.resize(train_tokens.size() - holdout);
   }
-  const std::size_t train_token_count = train_tokens.size();
-  const TrainerState run_state = state_of(o, cfg, tokenizer_dir, train_tokens, val_tokens);
-  if (!resume.dir.empty()) {
-    resume_check(resume.state, run_state, resume.dir);
-    std::fprintf(stderr, "[stratum] resuming from %s (step %ld of %ld)\n", resume.dir.c_str(), resume.state.step,
-                 o.steps);
+  train_token_count_ = train_tokens.size();
+  run_state_ = state_of(o_, cfg_, tokenizer_dir_, train_tokens, val_tokens);
+  if (!resume_.dir.empty()) {
+    resume_check(resume_.state, run_state_, resume_.dir);
+    std::fprintf(stderr, "[stratum] resuming from %s (step %ld of %ld)\n", resume_.dir.c_str(), resume_.state.step,
+                 o_.steps);
   }
-  const long start_step = resume.dir.empty() ? 0 : resume.state.step;
-  DataLoader loader(std::move(train_tokens), o.batch, o.seq, o.shuffle, o.seed);
-  std::unique_ptr<DataLoader> val_loader;
-  if (!val_tokens.empty()) val_loader = std::make_unique<DataLoader>(std::move(val_tokens), o.batch, o.seq, false, 0);
+  start_step_ = resume_.dir.empty() ? 0 : resume_.state.step;
+  loader_ = std::make_unique<DataLoader>(std::move(train_tokens), o_.batch, o_.seq, o_.shuffle, o_.seed);
+  if (!val_tokens.empty())
+    val_loader_ = std::make_unique<DataLoader>(std::move(val_tokens), o_.batch, o_.seq, false, 0);
+}
 
-  const ParamLayout layout = ParamLayout::of(cfg);
-  const UnitTable units(layout, Executor::activation_unit_floats(cfg, o.batch, o.seq));
-  // Declared before the executor so it outlives it (the executor's optimizer worker uses it).
-  std::unique_ptr<SegmentStore> store_owner;
-  Executor exec(pool, cfg, units, o.batch, o.seq, o.keep_activations,
-                optimizer_mode_for(o.grad_clip, o.mem_budget_bytes > 0));
-  const std::size_t min_budget = exec.fixed_bytes() + exec.min_store_bytes();
-  std::string store_text = "everything in RAM";
-  std::string plan_line;
-  TrainResult result;
-  if (o.mem_budget_bytes > 0) {
-    STRATUM_CHECK(o.mem_budget_bytes >= min_budget, "[train] --mem-budget ", mib(o.mem_budget_bytes),
-                  " is below the minimum of ", mib(min_budget), " for this model at B=", o.batch, " T=", o.seq,
-                  " (engine buffers ", mib(exec.fixed_bytes()), " + largest working set ", mib(exec.min_store_bytes()),
-                  "); use --mem-budget ", (min_budget + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
-    // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
-    // unless --prefetch chose one.
-    PlanRequest request{cfg, o.batch, o.seq, o.keep_activations, o.grad_clip, o.mem_budget_bytes, o.prefetch};
-    CalibrationOptions co;
-    co.offload_dir = o.offload_dir;
-    co.threads = threads;
-    const PlanMeasurement measured = plan_measure(request, co, threads, o.measure_exe);
-    const Plan plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
-    result.predicted_step_ms = plan.step_ms;
-    result.prefetch = plan.prefetch;
-    char plan_text[256];
-    std::snprintf(plan_text, sizeof plan_text,
-                  "[stratum] plan: %s per step read, %s written, predicted step %.0f ms (bottleneck: %s), prefetch %d "
-                  "(%s)\n",
-                  mib(plan.read_bytes).c_str(), mib(plan.write_bytes).c_str(), plan.step_ms, plan.bottleneck.c_str(),
-                  plan.prefetch, o.prefetch >= 0 ? "--prefetch" : "chosen by the plan");
-    plan_line = plan_text;
-    TieredStoreOptions so;
-    so.budget_bytes = o.mem_budget_bytes - exec.fixed_bytes();
-    so.offload_dir = o.offload_dir;
-    so.prefetch_depth = plan.prefetch;
-    so.io.backend = o.io_backend;
-    so.io.block_bytes = o.io_block_bytes;
-    so.io.queue_depth = o.io_queue_depth;
-    so.io.fault = o.io_fault;
-    auto tiered = std::make_unique<TieredSegmentStore>(units, so);
-    store_text = "budget " + mib(o.mem_budget_bytes) + " (minimum " + mib(min_budget) + "), offload to " +
-                 o.offload_dir + ": " + tiered->describe();
-    store_owner = std::move(tiered);
-  } else {
-    STRATUM_CHECK(o.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
-    store_owner = std::make_unique<RamSegmentStore>(units);
+void TrainRun::store_make() {
+  layout_ = std::make_unique<ParamLayout>(ParamLayout::of(cfg_));
+  units_ = std::make_unique<UnitTable>(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq));
+  exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, o_.keep_activations,
+                                     optimizer_mode_for(o_.grad_clip, o_.mem_budget_bytes > 0));
+  const Executor& exec = *exec_;
+  min_budget_ = exec.fixed_bytes() + exec.min_store_bytes();
+  if (o_.mem_budget_bytes == 0) {
+    STRATUM_CHECK(o_.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
+    store_ = std::make_unique<RamSegmentStore>(*units_);
+    exec_->attach(*store_);
+    return;
   }
-  SegmentStore& store = *store_owner;
-  exec.attach(store);
-  std::unique_ptr<TraceRecorder> trace;
-  if (!o.trace_path.empty()) {
-    trace = std::make_unique<TraceRecorder>();
-    trace->write(o.trace_path);  // an unwritable path fails now, not after the run
-    exec.trace_set(trace.get());
-    store.trace_set(trace.get());
-  }
-  // The trace is written at the end, and also when the run fails (it shows what led up to it).
-  struct TraceFlush {
-    TraceRecorder* trace;
-    const std::string& path;
-    bool done = false;
-    ~TraceFlush() {
-      if (trace == nullptr || done) return;
-      try {
-        trace->write(path);
-      } catch (...) {  // already failing: the first error is the one to report
-      }
-    }
-  } trace_flush{trace.get(), o.trace_path};
-  if (!resume.dir.empty()) {
-    model_load_weights(resume.dir, layout, store);
-    optimizer_load_file(resume.dir + "/optimizer.safetensors", layout, store);
-    STRATUM_CHECK(model_params_hash(layout, store) == resume.state.params_hash, "[train] --resume ", resume.dir,
+  STRATUM_CHECK(o_.mem_budget_bytes >= min_budget_, "[train] --mem-budget ", mib(o_.mem_budget_bytes),
+                " is below the minimum of ", mib(min_budget_), " for this model at B=", o_.batch, " T=", o_.seq,
+                " (engine buffers ", mib(exec.fixed_bytes()), " + largest working set ", mib(exec.min_store_bytes()),
+                "); use --mem-budget ", (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
+  // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
+  // unless --prefetch chose one.
+  PlanRequest request{cfg_, o_.batch, o_.seq, o_.keep_activations, o_.grad_clip, o_.mem_budget_bytes, o_.prefetch};
+  CalibrationOptions co;
+  co.offload_dir = o_.offload_dir;
+  co.threads = threads_;
+  const PlanMeasurement measured = plan_measure(request, co, threads_, o_.measure_exe);
+  const Plan plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
+  result_.predicted_step_ms = plan.step_ms;
+  result_.prefetch = plan.prefetch;
+  char plan_text[256];
+  std::snprintf(plan_text, sizeof plan_text,
+                "[stratum] plan: %s per step read, %s written, predicted step %.0f ms (bottleneck: %s), prefetch %d "
+                "(%s)\n",
+                mib(plan.read_bytes).c_str(), mib(plan.write_bytes).c_str(), plan.step_ms, plan.bottleneck.c_str(),
+                plan.prefetch, o_.prefetch >= 0 ? "--prefetch" : "chosen by the plan");
+  plan_line_ = plan_text;
+  TieredStoreOptions so;
+  so.budget_bytes = o_.mem_budget_bytes - exec.fixed_bytes();
+  so.offload_dir = o_.offload_dir;
+  so.prefetch_depth = plan.prefetch;
+  so.io.backend = o_.io_backend;
+  so.io.block_bytes = o_.io_block_bytes;
+  so.io.queue_depth = o_.io_queue_depth;
+  so.io.fault = o_.io_fault;
+  auto tiered = std::make_unique<TieredSegmentStore>(*units_, so);
+  store_text_ = "budget " + mib(o_.mem_budget_bytes) + " (minimum " + mib(min_budget_) + "), offload to " +
+                o_.offload_dir + ": " + tiered->describe();
+  store_ = std::move(tiered);
+  exec_->attach(*store_);
+}
+
+void TrainRun::trace_start() {
+  if (o_.trace_path.empty()) return;
+  trace_ = std::make_unique<TraceRecorder>();
+  trace_->write(o_.trace_path);  // an unwritable path fails now, not after the run
+  exec_->trace_set(trace_.get());
+  store_->trace_set(trace_.get());
+}
+
+void TrainRun::weights_load() {
+  if (!resume_.dir.empty()) {
+    model_load_weights(resume_.dir, *layout_, *store_);
+    optimizer_load_file(resume_.dir + "/optimizer.safetensors", *layout_, *store_);
+    STRATUM_CHECK(model_params_hash(*layout_, *store_) == resume_.state.params_hash, "[train] --resume ", resume_.dir,
                   ": the weights loaded do not hash to the trainer state's params_hash (the checkpoint was altered "
                   "after it was written)");
-  } else if (o.model_dir.empty()) {
-    model_init_random(cfg, layout, store, o.seed);
+  } else if (o_.model_dir.empty()) {
+    model_init_random(cfg_, *layout_, *store_, o_.seed);
   } else {
-    model_load_weights(o.model_dir, layout, store);
+    model_load_weights(o_.model_dir, *layout_, *store_);
   }
+}
 
-  if (start_step == o.steps) {
-    result.start_step = result.steps_done = start_step;
-    result.final_loss = resume.state.loss;
-    result.params_hash = resume.state.params_hash;
-    result.min_budget_bytes = min_budget;
-    result.checkpoint_dir = resume.dir;
-    std::fprintf(stderr,
-                 "[stratum] nothing left to train: %s is at step %ld of %ld (final loss %.4f), params hash %016llx\n",
-                 resume.dir.c_str(), start_step, o.steps, result.final_loss,
-                 static_cast<unsigned long long>(result.params_hash));
-    return result;
+TrainResult TrainRun::finished_already() const {
+  TrainResult result = result_;
+  result.start_step = result.steps_done = start_step_;
+  result.final_loss = resume_.state.loss;
+  result.params_hash = resume_.state.params_hash;
+  result.min_budget_bytes = min_budget_;
+  result.checkpoint_dir = resume_.dir;
+  std::fprintf(stderr,
+               "[stratum] nothing left to train: %s is at step %ld of %ld (final loss %.4f), params hash %016llx\n",
+               resume_.dir.c_str(), start_step_, o_.steps, result.final_loss,
+               static_cast<unsigned long long>(result.params_hash));
+  return result;
+}
+
+float TrainRun::evaluate() {
+  double total = 0.0;
+  for (int k = 0; k < o_.eval_batches; ++k) {
+    val_loader_->batch(k, inputs_.data(), targets_.data());
+    total += exec_->loss(inputs_.data(), targets_.data(), o_.batch, o_.seq);
   }
-  MetricsLog log = o.log_path.empty() ? MetricsLog()
-                   : start_step > 0   ? MetricsLog(o.log_path, start_step)
-                                      : MetricsLog(o.log_path);
-  LrSchedule sched = o.lr;
-  sched.total_steps = o.steps;
-  const std::size_t param_bytes = layout.num_params() * sizeof(float);
+  return static_cast<float>(total / o_.eval_batches);
+}
+
+// Writes a checkpoint of the state after `done` steps (Note [checkpoints]).
+void TrainRun::checkpoint_save(long done, float loss) {
+  exec_->sync();
+  TrainerState state = run_state_;
+  state.step = done;
+  state.loss = loss;
+  state.next_lr = done < o_.steps ? sched_.lr_at(done) : 0.0;
+  state.params_hash = model_params_hash(*layout_, *store_);
+  try {
+    result_.checkpoint_dir = checkpoint_write(o_.save_dir, done, o_.keep, [&](const std::string& tmp) {
+      model_write_files(tmp, cfg_, *layout_, *store_, tokenizer_dir_);
+      optimizer_write_file(tmp + "/optimizer.safetensors", *layout_, *store_);
+      file_write_atomic(tmp + "/trainer_state.json", trainer_state_json(state));
+    });
+  } catch (const BugError&) {
+    throw;
+  } catch (const Error& e) {
+    STRATUM_FAIL("[checkpoint] saving step ", done, " under '", o_.save_dir, "' failed: ", e.what(),
+                 "; the checkpoints written before are intact");
+  }
+}
+
+void TrainRun::loop() {
+  MetricsLog log = o_.log_path.empty() ? MetricsLog()
+                   : start_step_ > 0   ? MetricsLog(o_.log_path, start_step_)
+                                       : MetricsLog(o_.log_path);
+  const std::size_t param_bytes = layout_->num_params() * sizeof(float);
   std::fprintf(stderr,
                "[stratum] model %s, %.2fM parameters | data %zu tokens (%lld batches/epoch)%s | B=%d T=%d | %d "
                "threads, %s\n"
                "[stratum] state: params %s, grads %s, AdamW moments %s, boundary activations %s; engine buffers %s "
                "(%s)\n[stratum] memory: %s\n",
-               cfg.describe().c_str(), static_cast<double>(layout.num_params()) / 1e6, train_token_count,
-               static_cast<long long>(loader.batches_per_epoch()), val_loader ? ", validation held out" : "",
-               o.batch, o.seq, threads, backend_describe().c_str(), mib(param_bytes).c_str(), mib(param_bytes).c_str(),
-               mib(2 * param_bytes).c_str(), mib(units.act_floats() * sizeof(float) * (cfg.n_layer + 1)).c_str(),
-               mib(exec.fixed_bytes()).c_str(),
-               o.keep_activations ? "block internals kept" : "block internals recomputed", store_text.c_str());
+               cfg_.describe().c_str(), static_cast<double>(layout_->num_params()) / 1e6, train_token_count_,
+               static_cast<long long>(loader_->batches_per_epoch()), val_loader_ ? ", validation held out" : "",
+               o_.batch, o_.seq, threads_, backend_describe().c_str(), mib(param_bytes).c_str(),
+               mib(param_bytes).c_str(), mib(2 * param_bytes).c_str(),
+               mib(units_->act_floats() * sizeof(float) * (cfg_.n_layer + 1)).c_str(), mib(exec_->fixed_bytes()).c_str(),
+               o_.keep_activations ? "block internals kept" : "block internals recomputed", store_text_.c_str());
+  std::fputs(plan_line_.c_str(), stderr);
 
-  const int BT = o.batch * o.seq;
-  std::vector<std::int32_t> inputs(BT), targets(BT);
-  auto evaluate = [&]() {
-    double total = 0.0;
-    for (int k = 0; k < o.eval_batches; ++k) {
-      val_loader->batch(k, inputs.data(), targets.data());
-      total += exec.loss(inputs.data(), targets.data(), o.batch, o.seq);
-    }
-    return static_cast<float>(total / o.eval_batches);
-  };
-
-  // Writes a checkpoint of the state after `done` steps (Note [checkpoints]).
-  auto save_checkpoint = [&](long done, float loss) {
-    exec.sync();
-    TrainerState state = run_state;
-    state.step = done;
-    state.loss = loss;
-    state.next_lr = done < o.steps ? sched.lr_at(done) : 0.0;
-    state.params_hash = model_params_hash(layout, store);
-    try {
-      result.checkpoint_dir = checkpoint_write(o.save_dir, done, o.keep, [&](const std::string& tmp) {
-        model_write_files(tmp, cfg, layout, store, tokenizer_dir);
-        optimizer_write_file(tmp + "/optimizer.safetensors", layout, store);
-        file_write_atomic(tmp + "/trainer_state.json", trainer_state_json(state));
-      });
-    } catch (const BugError&) {
-      throw;
-    } catch (const Error& e) {
-      STRATUM_FAIL("[checkpoint] saving step ", done, " under '", o.save_dir, "' failed: ", e.what(),
-                   "; the checkpoints written before are intact");
-    }
-  };
-
-  std::fputs(plan_line.c_str(), stderr);
-  ProgressBar progress(o.steps, o.quiet);
+  const int BT = o_.batch * o_.seq;
+  ProgressBar progress(o_.steps, o_.quiet);
   std::vector<double> step_ms;
-  double total_ms = 0.0;
-  double timed_s = 0.0;
+  double total_ms = 0.0, timed_s = 0.0;
+  SegmentStore& store = *store_;
   StoreStats before = store.stats();
-  result.start_step = start_step;
-  result.steps_done = start_step;
-  for (long step = start_step; step < o.steps; ++step) {
-    loader.batch(step, inputs.data(), targets.data());
+  result_.start_step = start_step_;
+  result_.steps_done = start_step_;
+  for (long step = start_step_; step < o_.steps; ++step) {
+    loader_->batch(step, inputs_.data(), targets_.data());
     store.stats_reset_peak();
     const auto t0 = std::chrono::steady_clock::now();
-    const double lr = sched.lr_at(step);
-    const StepResult r = exec.train_step(inputs.data(), targets.data(), o.batch, o.seq,
-                                         AdamWHyper{lr, o.beta1, o.beta2, o.eps, step + 1}, o.weight_decay, o.grad_clip);
+    const double lr = sched_.lr_at(step);
+    const StepResult r = exec_->train_step(inputs_.data(), targets_.data(), o_.batch, o_.seq,
+                                           AdamWHyper{lr, o_.beta1, o_.beta2, o_.eps, step + 1}, o_.weight_decay,
+                                           o_.grad_clip);
     const float loss = r.loss;
-    const float grad_norm = r.grad_norm;
     STRATUM_CHECK(std::isfinite(loss), "[train] loss became ", loss, " at step ", step + 1,
                   "; lower --lr or enable --grad-clip");
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const StoreStats now = store.stats();
     const std::uint64_t read = now.read_bytes - before.read_bytes, written = now.write_bytes - before.write_bytes;
     const double stall = now.stall_ms - before.stall_ms + r.optimizer_wait_ms;
-    const std::size_t peak = exec.fixed_bytes() + now.peak_held_bytes;
+    const std::size_t peak = exec_->fixed_bytes() + now.peak_held_bytes;
     before = now;
-    result.read_bytes += read;
-    result.write_bytes += written;
-    result.stall_ms += stall;
-    result.peak_mem_bytes = std::max(result.peak_mem_bytes, peak);
+    result_.read_bytes += read;
+    result_.write_bytes += written;
+    result_.stall_ms += stall;
+    result_.peak_mem_bytes = std::max(result_.peak_mem_bytes, peak);
     step_ms.push_back(ms);
     total_ms += ms;
     // The first step of a process warms up (page faults, the plan's first loads): not timed,
     // unless it is the only one.
-    const bool only_step = o.steps - start_step == 1;
-    if (step > start_step || only_step) timed_s += ms / 1000.0;
-    const long timed_steps = only_step ? 1 : step - start_step;
+    const bool only_step = o_.steps - start_step_ == 1;
+    if (step > start_step_ || only_step) timed_s += ms / 1000.0;
+    const long timed_steps = only_step ? 1 : step - start_step_;
     const double tokens_per_s = BT / (ms / 1000.0);
     const double avg_s = timed_steps > 0 ? timed_s / timed_steps : ms / 1000.0;
-    result.final_loss = loss;
+    result_.final_loss = loss;
 
-    nlohmann::json record = {{"step", step + 1}, {"loss", loss},     {"lr", lr},
-                             {"grad_norm", grad_norm}, {"step_ms", ms}, {"tokens_per_s", tokens_per_s},
-                             {"read_bytes", read}, {"write_bytes", written}, {"stall_ms", stall},
+    nlohmann::json record = {{"step", step + 1},        {"loss", loss},     {"lr", lr},
+                             {"grad_norm", r.grad_norm}, {"step_ms", ms},    {"tokens_per_s", tokens_per_s},
+                             {"read_bytes", read},       {"write_bytes", written}, {"stall_ms", stall},
                              {"peak_mem_bytes", peak}};
-    if (o.mem_budget_bytes > 0) {
-      record["mem_budget_bytes"] = o.mem_budget_bytes;
-      record["predicted_step_ms"] = result.predicted_step_ms;
+    if (o_.mem_budget_bytes > 0) {
+      record["mem_budget_bytes"] = o_.mem_budget_bytes;
+      record["predicted_step_ms"] = result_.predicted_step_ms;
     }
-    const bool last = step + 1 == o.steps;
-    if (val_loader && ((step + 1) % o.eval_every == 0 || last)) {
-      result.final_val_loss = evaluate();
-      record["val_loss"] = result.final_val_loss;
+    const bool last = step + 1 == o_.steps;
+    if (val_loader_ && ((step + 1) % o_.eval_every == 0 || last)) {
+      result_.final_val_loss = evaluate();
+      record["val_loss"] = result_.final_val_loss;
       char line[128];
-      std::snprintf(line, sizeof line, "[stratum] step %ld: val_loss %.4f", step + 1, result.final_val_loss);
+      std::snprintf(line, sizeof line, "[stratum] step %ld: val_loss %.4f", step + 1, result_.final_val_loss);
       progress.message(line);
     }
     log.write(record);
     std::string traffic;
-    if (o.mem_budget_bytes > 0) {
+    if (o_.mem_budget_bytes > 0) {
       char text[160];
       std::snprintf(text, sizeof text, "read %s write %s stall %.0f ms | RAM %s/%s", mib(read).c_str(),
-                    mib(written).c_str(), stall, mib(peak).c_str(), mib(o.mem_budget_bytes).c_str());
+                    mib(written).c_str(), stall, mib(peak).c_str(), mib(o_.mem_budget_bytes).c_str());
       traffic = text;
     }
-    progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o.steps - step - 1), traffic);
-    result.steps_done = step + 1;
-    const bool stop = !last && o.stop_requested != nullptr && *o.stop_requested != 0;
-    if (!o.save_dir.empty() && ((o.save_every > 0 && (step + 1) % o.save_every == 0) || last || stop)) {
-      save_checkpoint(step + 1, loss);
-      if (!last) progress.message("[stratum] saved checkpoint " + result.checkpoint_dir);
+    progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o_.steps - step - 1), traffic);
+    result_.steps_done = step + 1;
+    const bool stop = !last && o_.stop_requested != nullptr && *o_.stop_requested != 0;
+    if (!o_.save_dir.empty() && ((o_.save_every > 0 && (step + 1) % o_.save_every == 0) || last || stop)) {
+      checkpoint_save(step + 1, loss);
+      if (!last) progress.message("[stratum] saved checkpoint " + result_.checkpoint_dir);
     }
     if (stop) {
-      result.interrupted = true;
+      result_.interrupted = true;
       break;
     }
   }
   progress.finish();
-  result.step_ms_median = median(step_ms);
-  const long ran = result.steps_done - start_step;
+  result_.step_ms_median = median(step_ms);
+  const long ran = result_.steps_done - start_step_;
   const long timed_steps = ran <= 1 ? ran : ran - 1;
-  result.tokens_per_s = timed_s > 0 ? static_cast<double>(BT) * timed_steps / timed_s : 0.0;
-  exec.sync();
-  result.params_hash = model_params_hash(layout, store);
-  result.min_budget_bytes = min_budget;
-  if (trace) {
-    store.trace_set(nullptr);
-    exec.trace_set(nullptr);
-    trace->write(o.trace_path);
-    trace_flush.done = true;
-  }
-  {
-    const StoreStats s = store.stats();
-    if (s.read_busy_ms > 0) result.read_gbps = s.read_bytes / (s.read_busy_ms * 1e6);
-    if (s.write_busy_ms > 0) result.write_gbps = s.write_bytes / (s.write_busy_ms * 1e6);
-  }
-  if (o.mem_budget_bytes > 0)
+  result_.tokens_per_s = timed_s > 0 ? static_cast<double>(BT) * timed_steps / timed_s : 0.0;
+  report(total_ms);
+}
+
+void TrainRun::report(double total_ms) {
+  exec_->sync();
+  result_.params_hash = model_params_hash(*layout_, *store_);
+  result_.min_budget_bytes = min_budget_;
+  const StoreStats s = store_->stats();
+  if (s.read_busy_ms > 0) result_.read_gbps = s.read_bytes / (s.read_busy_ms * 1e6);
+  if (s.write_busy_ms > 0) result_.write_gbps = s.write_bytes / (s.write_busy_ms * 1e6);
+  if (o_.mem_budget_bytes > 0) {
     std::fprintf(stderr,
                  "[stratum] tier traffic: read %s (%.2f GB/s while reading), written %s (%.2f GB/s), compute stalled "
                  "%.0f ms (%.1f%% of step time), peak RAM %s of the %s budget\n",
-                 mib(result.read_bytes).c_str(), result.read_gbps, mib(result.write_bytes).c_str(), result.write_gbps,
-                 result.stall_ms,
-                 100.0 * result.stall_ms / std::max(1.0, total_ms),
-                 mib(result.peak_mem_bytes).c_str(), mib(o.mem_budget_bytes).c_str());
-  if (o.mem_budget_bytes > 0)
+                 mib(result_.read_bytes).c_str(), result_.read_gbps, mib(result_.write_bytes).c_str(),
+                 result_.write_gbps, result_.stall_ms, 100.0 * result_.stall_ms / std::max(1.0, total_ms),
+                 mib(result_.peak_mem_bytes).c_str(), mib(o_.mem_budget_bytes).c_str());
     std::fprintf(stderr, "[stratum] plan check: median step %.0f ms, predicted %.0f ms (%+.0f%%)\n",
-                 result.step_ms_median, result.predicted_step_ms,
-                 100.0 * (result.predicted_step_ms - result.step_ms_median) / std::max(1e-9, result.step_ms_median));
+                 result_.step_ms_median, result_.predicted_step_ms,
+                 100.0 * (result_.predicted_step_ms - result_.step_ms_median) / std::max(1e-9, result_.step_ms_median));
+  }
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);
   std::fprintf(stderr,
                "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, peak RSS %s, params "
                "hash %016llx%s%s\n",
-               result.steps_done, result.final_loss, result.tokens_per_s, result.step_ms_median,
+               result_.steps_done, result_.final_loss, result_.tokens_per_s, result_.step_ms_median,
                mib(static_cast<std::size_t>(usage.ru_maxrss) * 1024).c_str(),
-               static_cast<unsigned long long>(result.params_hash), result.checkpoint_dir.empty() ? "" : ", saved to ",
-               result.checkpoint_dir.c_str());
-  return result;
+               static_cast<unsigned long long>(result_.params_hash), result_.checkpoint_dir.empty() ? "" : ", saved to ",
+               result_.checkpoint_dir.c_str());
 }
+
+TrainResult TrainRun::run() {
+  options_check(o_);
+  resume_find();
+  cfg_ = !resume_.dir.empty()    ? model_read_config(resume_.dir)
+         : o_.model_dir.empty() ? o_.config
+                                : model_read_config(o_.model_dir);
+  cfg_.validate();
+  STRATUM_CHECK(o_.seq <= cfg_.n_ctx, "[train] --seq ", o_.seq, " is longer than the model context n_ctx=",
+                cfg_.n_ctx, "; use --seq <= ", cfg_.n_ctx);
+  threads_ = o_.threads > 0 ? o_.threads : default_thread_count();
+  pool_ = std::make_unique<ThreadPool>(threads_);
+  backend_set_threads(threads_);
+  data_load();
+  store_make();
+  trace_start();
+  // The trace is written at the end, and also when the run fails (it shows what led up to it).
+  try {
+    weights_load();
+    if (start_step_ == o_.steps) {
+      const TrainResult done = finished_already();
+      if (trace_) trace_->write(o_.trace_path);
+      return done;
+    }
+    sched_ = o_.lr;
+    sched_.total_steps = o_.steps;
+    inputs_.assign(static_cast<std::size_t>(o_.batch) * o_.seq, 0);
+    targets_.assign(inputs_.size(), 0);
+    loop();
+  } catch (...) {
+    if (trace_) {
+      try {
+        trace_->write(o_.trace_path);
+      } catch (...) {  // already failing: the first error is the one to report
+      }
+    }
+    throw;
+  }
+  if (trace_) {
+    store_->trace_set(nullptr);
+    exec_->trace_set(nullptr);
+    trace_->write(o_.trace_path);
+  }
+  return result_;
+}
+}  // namespace
+
+TrainResult train_run(const TrainOptions& o) { return TrainRun(o).run(); }
 
 }  // namespace stratum
