@@ -164,7 +164,7 @@ TEST(HfConfig, MalformedInputTable) {
       {"missing_positions", R"({"n_layer":2,"n_head":4,"n_embd":64,"vocab_size":300})", {"'n_positions'", "n_ctx"}},
       {"string_n_head", R"({"n_layer":2,"n_head":"4","n_embd":64,"vocab_size":300,"n_positions":128})", {"'n_head'", "integer"}},
       {"float_n_embd", R"({"n_layer":2,"n_head":4,"n_embd":64.5,"vocab_size":300,"n_positions":128})", {"'n_embd'", "integer"}},
-      {"huge_vocab", R"({"n_layer":2,"n_head":4,"n_embd":64,"vocab_size":99999999999,"n_positions":128})", {"'vocab_size'", "out of range"}},
+      {"huge_vocab", R"({"n_layer":2,"n_head":4,"n_embd":64,"vocab_size":99999999999,"n_positions":128})", {"'vocab_size'", "outside"}},
       {"eps_string", "{" + sizes + R"(,"layer_norm_epsilon":"1e-5"})", {"layer_norm_epsilon"}},
       {"relu", "{" + sizes + R"(,"activation_function":"relu"})", {"\"relu\"", "gelu_new"}},
       {"untied", "{" + sizes + R"(,"tie_word_embeddings":false})", {"tie_word_embeddings"}},

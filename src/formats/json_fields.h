@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -41,6 +42,12 @@ class JsonFields {
     STRATUM_CHECK(std::isfinite(x) && x >= min && x <= max, prefix_, where_, ": field '", key, "' is ", x,
                   ", outside [", min, ", ", max, "]");
     return x;
+  }
+  // An optional finite number: `fallback` when the key is absent or null.
+  double number_or(const char* key, double fallback) const {
+    const auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) return fallback;
+    return number(key, -std::numeric_limits<double>::max(), std::numeric_limits<double>::max());
   }
   std::int64_t integer(const char* key, std::int64_t min, std::int64_t max) const {
     const nlohmann::json& v = at(key);

@@ -8,6 +8,7 @@
 
 #include "core/file_util.h"
 #include "formats/json_brief.h"
+#include "formats/json_fields.h"
 #include "stratum/error.h"
 
 #ifndef STRATUM_VERSION
@@ -21,13 +22,7 @@ namespace {
 std::string where(const std::string& path) { return "[hf_config] '" + path + "'"; }
 
 int int_field(const std::string& path, const nlohmann::json& root, const char* key) {
-  STRATUM_CHECK(root.contains(key), where(path), ": missing required field '", key, "'");
-  const auto& v = root.at(key);
-  STRATUM_CHECK(v.is_number_integer(), where(path), ": field '", key, "' must be an integer, got ", json_brief(v));
-  STRATUM_CHECK(v.get<std::int64_t>() >= INT_MIN && v.get<std::int64_t>() <= INT_MAX &&
-                    !(v.is_number_unsigned() && v.get<std::uint64_t>() > INT_MAX),
-                where(path), ": field '", key, "' = ", json_brief(v), " is out of range");
-  return v.get<int>();
+  return static_cast<int>(JsonFields(root, "'" + path + "'", "hf_config").integer(key, INT_MIN, INT_MAX));
 }
 
 // Reads an optional boolean option and refuses the value Stratum does not implement.
@@ -51,10 +46,7 @@ double float_for_json(float value) {
 
 
 double number_field(const std::string& path, const nlohmann::json& root, const char* key, double fallback) {
-  if (!root.contains(key) || root.at(key).is_null()) return fallback;
-  const auto& v = root.at(key);
-  STRATUM_CHECK(v.is_number(), where(path), ": field '", key, "' must be a number, got ", json_brief(v));
-  return v.get<double>();
+  return JsonFields(root, "'" + path + "'", "hf_config").number_or(key, fallback);
 }
 
 // bos/eos ids: an integer, a list of integers (eos of Llama 3 instruct models) or null.
