@@ -223,8 +223,14 @@ TEST(Plan, EverythingFitsMeansNoTrafficAndTooSmallIsRefused) {
   PlanRequest request{plan_config(), 2, 32, false, 1.0, 0, -1};
   ThreadPool pool(1);
   const ComputeTiming timing = plan_measure_compute(pool, request);
+  // Every kind of compute the plan models was found by its span's GroupWork tag.
   EXPECT_GT(timing.layer_forward_ms, 0.0);
+  EXPECT_GT(timing.layer_backward_ms, 0.0);
+  EXPECT_GT(timing.vocab_forward_ms, 0.0);
+  EXPECT_GT(timing.vocab_backward_ms, 0.0);
   EXPECT_GT(timing.head_lse_ms, 0.0);
+  EXPECT_GT(timing.head_backward_ms, 0.0);
+  EXPECT_GT(timing.adamw_inline_ns_per_float, 0.0);
   const Plan ram = plan_make(request, timing, 0, 0);
   EXPECT_FALSE(ram.streaming);
   EXPECT_EQ(ram.read_bytes + ram.write_bytes, 0u);

@@ -250,7 +250,7 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
     SegmentHold out(*store_, act_segment(0), SegmentKind::Activations, Access::Overwrite);
     {
       SegmentHold embed(*store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
-      TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "embed forward");
+      TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "embed forward", tag(GroupWork::EmbedForward));
       if (cfg_.llama())  // no positions: the token rows are added to zeros, which is exact
         std::memset(out.data(), 0, sizeof(float) * static_cast<std::size_t>(B) * T * cfg_.n_embd);
       else
@@ -263,7 +263,8 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
       update_wait(v);
       at(group_vocab_fwd_[k]);
       SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
-      TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[v].name + " embed forward");
+      TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[v].name + " embed forward",
+                     tag(GroupWork::VocabForward));
       ops_->embedding_forward_block(out.data(), inputs, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, T,
                               cfg_.n_embd);
     }
@@ -275,7 +276,7 @@ void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
     SegmentChunksHold params(*store_, s, SegmentKind::Params, Access::Read);
     SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
     SegmentHold out(*store_, act_segment(l + 1), SegmentKind::Activations, Access::Overwrite);
-    TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[s].name + " forward");
+    TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[s].name + " forward", tag(GroupWork::LayerForward));
     blocks_.forward(*ops_, segs[s], params.chunks(), in.data(), out.data(), block_copy(l), B, T);
   }
 }
@@ -285,14 +286,15 @@ float Executor::head_lse(const std::int32_t* targets, int BT) {
     const int v = layout_.head_vocab_segment(k);
     at(group_head_lse_[k]);
     SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
-    TraceSpan span(trace_, TraceRecorder::kCompute, "head", layout_.segments()[v].name + " head log-sum-exp");
+    TraceSpan span(trace_, TraceRecorder::kCompute, "head", layout_.segments()[v].name + " head log-sum-exp",
+                   tag(GroupWork::HeadLse));
     gpt2_head_lse_block(*ops_, cfg_, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), targets, BT,
                         head_scratch_);
   }
   return gpt2_head_loss_finish(BT, head_scratch_);
 }
 
-void Executor::grad_squares_record(int segment, float* const* grad_chunks) {
+void Executor::grads_final(int segment, float* const* grad_chunks) {
   const SegmentLayout& seg = layout_.segments()[segment];
   for (std::size_t t = 0; t < seg.tensors.size(); ++t) {
     const TensorSlot& slot = seg.tensors[t];
@@ -319,7 +321,7 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
     const float* lnf_w = head_p.data() + head_seg.tensors[kLnFW].offset_floats;
     const float* lnf_b = cfg_.llama() ? nullptr : head_p.data() + head_seg.tensors[kLnFB].offset_floats;
     {
-      TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final norm");
+      TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final norm", tag(GroupWork::HeadBegin));
       gpt2_head_begin(*ops_, cfg_, lnf_w, lnf_b, in.data(), B * T, head_scratch_);
     }
     loss = head_lse(targets, B * T);
@@ -328,22 +330,23 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
       at(group_head_bwd_[k]);
       SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
       SegmentHold dwte(*store_, v, SegmentKind::Grads, Access::Overwrite);
-      TraceSpan span(trace_, TraceRecorder::kCompute, "head", segs[v].name + " head backward");
+      TraceSpan span(trace_, TraceRecorder::kCompute, "head", segs[v].name + " head backward",
+                     tag(GroupWork::HeadBackward));
       gpt2_head_backward_block(*ops_, cfg_, wte.data(), dwte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k),
                                targets, B * T, k == 0, head_scratch_);
       if (!layout_.head_tied()) {  // final now (tied: the embedding backward adds to it)
         float* const grads = dwte.data();
-        grad_squares_record(v, &grads);
+        grads_final(v, &grads);
       }
     }
     at(group_head_end_);
     SegmentHold head_g(*store_, head, SegmentKind::Grads, Access::Overwrite);
-    TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final norm backward");
+    TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final norm backward", tag(GroupWork::HeadEnd));
     gpt2_head_backward_finish(*ops_, cfg_, lnf_w, in.data(), dcur, head_g.data() + head_seg.tensors[kLnFW].offset_floats,
                               cfg_.llama() ? nullptr : head_g.data() + head_seg.tensors[kLnFB].offset_floats, B * T,
                               head_scratch_);
     float* const head_grads = head_g.data();
-    grad_squares_record(head, &head_grads);
+    grads_final(head, &head_grads);
   }
   if (overlap) {
     optimizer_queue(head, hyper, weight_decay, 1.0f);
@@ -358,10 +361,11 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
       SegmentChunksHold params(*store_, s, SegmentKind::Params, Access::Read);
       SegmentChunksHold grads(*store_, s, SegmentKind::Grads, Access::Overwrite);
       SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
-      TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[s].name + " backward");
+      TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[s].name + " backward",
+                     tag(GroupWork::LayerBackward));
       blocks_.backward(*ops_, segs[s], params.chunks(), grads.chunks(), in.data(), dcur, dnext, block_copy(l), B, T,
                        !keep_activations_);
-      grad_squares_record(s, grads.chunks());
+      grads_final(s, grads.chunks());
     }
     if (overlap) optimizer_queue(s, hyper, weight_decay, 1.0f);
     std::swap(dcur, dnext);
@@ -369,14 +373,14 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
   {
     at(group_embed_bwd_);
     SegmentHold embed_g(*store_, embed, SegmentKind::Grads, Access::Overwrite);
-    TraceSpan span(trace_, TraceRecorder::kCompute, "backward", "embed backward");
+    TraceSpan span(trace_, TraceRecorder::kCompute, "backward", "embed backward", tag(GroupWork::EmbedBackward));
     if (!cfg_.llama()) {  // Llama's embed segment is empty
       float* dwpe = embed_g.data() + embed_seg.tensors[kWpe].offset_floats;
       std::memset(dwpe, 0, embed_seg.tensors[kWpe].numel * sizeof(float));
       ops_->embedding_backward_positions(dwpe, dcur, B, T, C);
     }
     float* const embed_grads = embed_g.data();
-    grad_squares_record(embed, &embed_grads);
+    grads_final(embed, &embed_grads);
   }
   if (overlap) optimizer_queue(embed, hyper, weight_decay, 1.0f);
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
@@ -385,11 +389,12 @@ float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* ta
       at(group_vocab_bwd_[k]);
       const bool tied = layout_.head_tied();
       SegmentHold dwte(*store_, v, SegmentKind::Grads, tied ? Access::Update : Access::Overwrite);
-      TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[v].name + " embed backward");
+      TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[v].name + " embed backward",
+                     tag(GroupWork::VocabBackward));
       if (!tied) std::memset(dwte.data(), 0, sizeof(float) * static_cast<std::size_t>(layout_.vocab_rows(k)) * C);
       ops_->embedding_backward_block(dwte.data(), dcur, inputs, layout_.vocab_row0(k), layout_.vocab_rows(k), B, T, C);
       float* const wte_grads = dwte.data();
-      grad_squares_record(v, &wte_grads);
+      grads_final(v, &wte_grads);
     }
     if (overlap) optimizer_queue(v, hyper, weight_decay, 1.0f);
   }
@@ -473,7 +478,7 @@ double Executor::grad_sum_squares() const {
 void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper, double weight_decay,
                                  float grad_scale) {
   TraceSpan span(trace_, &ops == worker_ops_.get() ? TraceRecorder::kOptimizer : TraceRecorder::kCompute,
-                 "optimizer", layout_.segments()[s].name + " AdamW");
+                 "optimizer", layout_.segments()[s].name + " AdamW", tag(GroupWork::Optimizer));
   // Read-ahead of the next chunks: the worker may run ahead of the schedule position, where the
   // store's prefetch window does not reach (no-op when they are resident or in RAM).
   const int chunks = units_.chunk_count(s, SegmentKind::Params);

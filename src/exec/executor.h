@@ -108,7 +108,13 @@ class Executor {
   void forward_blocks(const std::int32_t* inputs, int B, int T);
   float backward_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool overlap,
                       const AdamWHyper& hyper, double weight_decay);
-  void grad_squares_record(int segment, float* const* grad_chunks);  // one pointer per chunk
+  // Note [gradients final]: the one place a segment's gradients are declared final for the step
+  // (called once per segment, while its gradient units are still held, as soon as nothing more
+  // adds to them: head and untied LM-head blocks after the head, each layer after its backward,
+  // embed and the vocabulary blocks after the embedding backward). It records the per-tensor
+  // squared sums the global norm needs; a data-parallel run reduces the segment's gradient
+  // across ranks here, before anything reads it. The update is queued after the hold ends.
+  void grads_final(int segment, float* const* grad_chunks);  // one pointer per chunk
   void optimizer_segment(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
                          float grad_scale);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
@@ -124,6 +130,8 @@ class Executor {
   int act_segment(int layer) const;  // the segment whose acts unit holds layer's input
   std::size_t set_bytes(std::initializer_list<int> units) const;
   void at(int group) { store_->schedule_at(group); }
+  // A compute span's trace tag: the GroupWork it does (the planner times the spans by it).
+  static int tag(GroupWork work) { return static_cast<int>(work); }
 
   ThreadPool& pool_;
   std::unique_ptr<Ops> ops_;  // the kernels, on pool_

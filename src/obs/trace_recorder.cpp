@@ -10,7 +10,7 @@
 namespace stratum {
 
 void TraceRecorder::span(Track track, const char* category, std::string name, Clock::time_point start,
-                         Clock::time_point end) {
+                         Clock::time_point end, int tag) {
   const double ts = std::chrono::duration<double, std::micro>(start - origin_).count();
   const double dur = std::chrono::duration<double, std::micro>(end - start).count();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -18,7 +18,7 @@ void TraceRecorder::span(Track track, const char* category, std::string name, Cl
     ++dropped_;
     return;
   }
-  events_.push_back({track, category, std::move(name), ts, dur < 0 ? 0.0 : dur});
+  events_.push_back({track, category, std::move(name), ts, dur < 0 ? 0.0 : dur, tag});
 }
 
 std::size_t TraceRecorder::event_count() const {

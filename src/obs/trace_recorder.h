@@ -20,7 +20,11 @@ class TraceRecorder {
 
   TraceRecorder() : origin_(Clock::now()) {}
   // One span [start, end) named `name` (category `category`: "forward", "io", "stall", ...).
-  void span(Track track, const char* category, std::string name, Clock::time_point start, Clock::time_point end);
+  // tag: what the span computes, for programs that read the spans back (the executor tags its
+  // compute with the schedule group's GroupWork, which the planner times; -1 = untagged). The
+  // name is for people only.
+  void span(Track track, const char* category, std::string name, Clock::time_point start, Clock::time_point end,
+            int tag = -1);
   // Writes the JSON trace atomically (file_write_atomic); throws Error naming the path.
   void write(const std::string& path) const;
   std::size_t event_count() const;
@@ -30,6 +34,7 @@ class TraceRecorder {
     const char* category;
     std::string name;
     double ts_us, dur_us;
+    int tag = -1;
   };
   // The spans recorded so far (the planner times the executor's phases with them).
   std::vector<Event> events() const;
@@ -44,13 +49,15 @@ class TraceRecorder {
 // Records [construction, destruction) as one span when the recorder is not null.
 class TraceSpan {
  public:
-  TraceSpan(TraceRecorder* recorder, TraceRecorder::Track track, const char* category, std::string name)
-      : recorder_(recorder), track_(track), category_(category), name_(std::move(name)),
+  TraceSpan(TraceRecorder* recorder, TraceRecorder::Track track, const char* category, std::string name,
+            int tag = -1)
+      : recorder_(recorder), track_(track), category_(category), name_(std::move(name)), tag_(tag),
         start_(recorder ? TraceRecorder::Clock::now() : TraceRecorder::Clock::time_point{}) {}
   TraceSpan(const TraceSpan&) = delete;
   TraceSpan& operator=(const TraceSpan&) = delete;
   ~TraceSpan() {
-    if (recorder_ != nullptr) recorder_->span(track_, category_, std::move(name_), start_, TraceRecorder::Clock::now());
+    if (recorder_ != nullptr)
+      recorder_->span(track_, category_, std::move(name_), start_, TraceRecorder::Clock::now(), tag_);
   }
 
  private:
@@ -58,6 +65,7 @@ class TraceSpan {
   TraceRecorder::Track track_;
   const char* category_;
   std::string name_;
+  int tag_;
   TraceRecorder::Clock::time_point start_;
 };
 

@@ -29,11 +29,6 @@
 namespace stratum {
 
 namespace {
-bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string mib(double bytes) {
   char text[32];
   if (bytes >= 10.0 * (1u << 30)) std::snprintf(text, sizeof text, "%.1f GiB", bytes / (1u << 30));
@@ -81,15 +76,18 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
     for (const TraceRecorder::Event& e : trace.events()) {
       if (e.track != TraceRecorder::kCompute || std::string(e.category) == "stall") continue;
       const double ms = e.dur_us / 1000.0;
-      const std::string& n = e.name;
-      if (ends_with(n, " AdamW")) adamw[step - 1] += ms;
-      else if (starts_with(n, "layer.") && ends_with(n, " forward")) t.layer_forward_ms += ms;
-      else if (starts_with(n, "layer.") && ends_with(n, " backward")) t.layer_backward_ms += ms;
-      else if (ends_with(n, " embed forward")) t.vocab_forward_ms += ms;
-      else if (ends_with(n, " embed backward")) t.vocab_backward_ms += ms;
-      else if (ends_with(n, " head log-sum-exp")) t.head_lse_ms += ms;
-      else if (ends_with(n, " head backward")) t.head_backward_ms += ms;
-      else t.other_ms += ms;
+      // By the schedule group's work the executor tagged the span with (names are for people).
+      switch (e.tag < 0 ? GroupWork::HeadBegin : static_cast<GroupWork>(e.tag)) {
+        case GroupWork::Optimizer: adamw[step - 1] += ms; break;
+        case GroupWork::LayerForward: t.layer_forward_ms += ms; break;
+        case GroupWork::LayerBackward: t.layer_backward_ms += ms; break;
+        case GroupWork::VocabForward: t.vocab_forward_ms += ms; break;
+        case GroupWork::VocabBackward: t.vocab_backward_ms += ms; break;
+        case GroupWork::HeadLse: t.head_lse_ms += ms; break;
+        case GroupWork::HeadBackward: t.head_backward_ms += ms; break;
+        case GroupWork::EmbedForward: case GroupWork::HeadBegin: case GroupWork::HeadEnd:
+        case GroupWork::EmbedBackward: t.other_ms += ms; break;
+      }
     }
   }
   auto med = [&](double ComputeTiming::*field) {
