@@ -50,14 +50,14 @@ struct Fixture {
 float pattern(int unit, std::size_t i) { return static_cast<float>(unit * 1000003 + static_cast<long>(i % 9973)); }
 
 void fill(SegmentStore& store, int unit) {
-  float* p = store.acquire_unit(unit, Access::Overwrite);
+  float* p = store.acquire_view(unit, Access::Overwrite).f32();
   const std::size_t n = store.units().bytes(unit) / sizeof(float);
   for (std::size_t i = 0; i < n; ++i) p[i] = pattern(unit, i);
   store.release_unit(unit);
 }
 
 bool check(SegmentStore& store, int unit) {
-  const float* p = store.acquire_unit(unit, Access::Read);
+  const float* p = store.acquire_view(unit, Access::Read).f32();
   const std::size_t n = store.units().bytes(unit) / sizeof(float);
   bool ok = true;
   for (std::size_t i = 0; i < n && ok; ++i) ok = p[i] == pattern(unit, i);
@@ -83,7 +83,7 @@ TEST_P(TieredStoreBackends, NeverWrittenReadsAsZeros) {
   Fixture f;
   TieredSegmentStore store(f.units, f.options(2 * f.largest_unit(), GetParam()));
   for (int u = 0; u < f.units.count(); ++u) {  // recycled buffers must be zeroed too
-    float* p = store.acquire_unit(u, Access::Read);
+    float* p = store.acquire_view(u, Access::Read).f32();
     const std::size_t n = f.units.bytes(u) / sizeof(float);
     std::size_t nonzero = 0;
     for (std::size_t i = 0; i < n; ++i) nonzero += p[i] != 0.0f;
@@ -117,7 +117,7 @@ TEST(TieredStore, CleanUnitsAreNotWrittenBackAndDeadUnitsAreDropped) {
   }
   EXPECT_EQ(store.stats().write_bytes, w0 + f.units.bytes(b));
   store.schedule_at(2);
-  float* p = store.acquire_unit(g, Access::Overwrite);
+  float* p = store.acquire_view(g, Access::Overwrite).f32();
   p[0] = 1.0f;
   store.release_unit(g);
   const std::uint64_t w1 = store.stats().write_bytes;
@@ -141,7 +141,7 @@ TEST(TieredStore, BudgetNeverExceededAtAnyMoment) {
     for (int i = 0; i < 400; ++i) {
       const int u = static_cast<int>(gen() % f.units.count());
       if (move_schedule) store.schedule_at(u);
-      float* p = store.acquire_unit(u, gen() % 2 ? Access::Update : Access::Read);
+      float* p = store.acquire_view(u, gen() % 2 ? Access::Update : Access::Read).f32();
       if (store.stats().held_bytes > budget) over = true;
       // Both threads may hold the same unit at once, so they only read it (the executor never
       // has two writers on one unit; a test write here would be a data race of its own).

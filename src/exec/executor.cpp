@@ -450,7 +450,7 @@ float Executor::head_inference(const std::int32_t* targets, int BT, int logits_r
     at(group_head_lse_[k]);
     SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
     TraceSpan span(trace_, TraceRecorder::kCompute, "head", segs[v].name + " logits");
-    gpt2_head_logits_block(*ops_, GemmLinear{}, cfg_, wte.data(), DType::F32, layout_.vocab_rows(k), 1,
+    gpt2_head_logits_block(*ops_, GemmLinear{}, cfg_, wte.view(), layout_.vocab_rows(k), 1,
                            logits + layout_.vocab_row0(k), cfg_.vocab_size, head_scratch_);
   }
   return 0.0f;

@@ -152,7 +152,7 @@ void Decoder::embed(const std::int32_t* tokens, int B, int Tn, const int* past) 
     if (!needed[k]) continue;
     SegmentHold wte(store_, layout_.vocab_segment(k), SegmentKind::Params, Access::Read);
     if (bf16_)
-      ops_->embedding_forward_block_bf16(b_.x, tokens, reinterpret_cast<const std::uint16_t*>(wte.data()),
+      ops_->embedding_forward_block_bf16(b_.x, tokens, wte.view().bf16(),
                                    layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
     else
       ops_->embedding_forward_block(b_.x, tokens, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
@@ -168,30 +168,23 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   const RowDotLinear linear;
   const SegmentLayout& seg = layout_.segments()[s];
   if (cfg_.llama())
-    llama_block_forward(*ops_, linear, attention, cfg_, *rope_, llama_tensors(seg, params.chunks()), b_.x, b_.x,
+    llama_block_forward(*ops_, linear, attention, cfg_, *rope_, llama_tensors(seg, params), b_.x, b_.x,
                         *llama_acts_, b_.tmp, b_.scratch, B, Tn);
   else
     gpt2_block_forward(*ops_, linear, attention, cfg_, gpt2_block_tensors(seg, params.chunks()), b_.x, b_.x,
                        *gpt2_acts_, b_.tmp, b_.scratch, B, Tn);
 }
 
-LlamaBlockTensors Decoder::llama_tensors(const SegmentLayout& seg, float* const* chunks) {
-  if (!bf16_) return llama_block_tensors(seg, chunks);
-  // bf16 chunks: element offsets count 2-byte elements.
-  auto at = [&](int w) {
-    const TensorSlot& t = seg.tensors[w];
-    return reinterpret_cast<float*>(reinterpret_cast<std::uint16_t*>(chunks[t.chunk]) + seg.offset_in_chunk(t));
-  };
-  LlamaBlockTensors p{at(kAttnNormW), at(kQW), at(kKW), at(kVW), at(kOW), at(kMlpNormW), at(kGateW), at(kUpW),
-                      at(kDownW), DType::BF16};
-  const int C = cfg_.n_embd;
+LlamaBlockTensors Decoder::llama_tensors(const SegmentLayout& seg, const SegmentChunksHold& params) {
+  if (!bf16_) return llama_block_tensors(seg, params.chunks());
+  auto view = [&](int w) { return params.tensor_view(seg.tensors[w]); };
   auto widen = [&](int w, float* into) {
-    const TensorSlot& t = seg.tensors[w];
-    return const_cast<float*>(weights_f32(chunks[t.chunk], seg.offset_in_chunk(t), C, into));
+    const TensorView v = view(w);
+    bf16_widen(into, v.bf16(), v.elements());
+    return into;
   };
-  p.attn_norm_w = widen(kAttnNormW, b_.norm_w);
-  p.mlp_norm_w = widen(kMlpNormW, b_.norm_w2);
-  return p;
+  return LlamaBlockTensors{widen(kAttnNormW, b_.norm_w), view(kQW),  view(kKW),   view(kVW),  view(kOW),
+                           widen(kMlpNormW, b_.norm_w2),  view(kGateW), view(kUpW), view(kDownW)};
 }
 
 void Decoder::head(int B, int Tn, float* logits) {
@@ -204,21 +197,21 @@ void Decoder::head(int B, int Tn, float* logits) {
   {
     SegmentHold head_p(store_, head, SegmentKind::Params, Access::Read);
     const auto& tensors = layout_.segments()[head].tensors;
-    gpt2_head_begin(*ops_, cfg_, weights_f32(head_p.data(), tensors[kLnFW].offset_floats, C, b_.norm_w),
+    gpt2_head_begin(*ops_, cfg_, weights_f32(head_p.view(), tensors[kLnFW].offset_floats, C, b_.norm_w),
                     cfg_.llama() ? nullptr : head_p.data() + tensors[kLnFB].offset_floats, b_.last, B, head_scratch_);
   }
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
     store_.schedule_at(group_head_vocab_[k]);
     SegmentHold rows(store_, layout_.head_vocab_segment(k), SegmentKind::Params, Access::Read);
     // logits[:, v0 : v0 + n] = lnf (B, C) @ rows^T
-    gpt2_head_logits_block(*ops_, RowDotLinear{}, cfg_, rows.data(), bf16_ ? DType::BF16 : DType::F32,
-                           layout_.vocab_rows(k), B, logits + layout_.vocab_row0(k), V, head_scratch_);
+    gpt2_head_logits_block(*ops_, RowDotLinear{}, cfg_, rows.view(), layout_.vocab_rows(k), B,
+                           logits + layout_.vocab_row0(k), V, head_scratch_);
   }
 }
 
-const float* Decoder::weights_f32(const float* unit, std::size_t at, int n, float* into) const {
-  if (!bf16_) return unit + at;
-  bf16_widen(into, reinterpret_cast<const std::uint16_t*>(unit) + at, static_cast<std::size_t>(n));
+const float* Decoder::weights_f32(const TensorView& unit, std::size_t at, int n, float* into) const {
+  if (unit.dtype() == DType::F32) return unit.f32() + at;
+  bf16_widen(into, unit.bf16() + at, static_cast<std::size_t>(n));
   return into;
 }
 

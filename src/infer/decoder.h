@@ -83,10 +83,10 @@ class Decoder {
   void layer(int l, int B, int Tn, const int* past, const int* slot);
   // A Llama layer's tensors in a params unit's chunks; with bf16 params (Note [bf16 weights]) the
   // matrices stay bf16 and the two norm weights are widened into b_.norm_w and b_.norm_w2.
-  LlamaBlockTensors llama_tensors(const SegmentLayout& seg, float* const* chunks);
+  LlamaBlockTensors llama_tensors(const SegmentLayout& seg, const SegmentChunksHold& params);
   // n weights from element `at` of a params unit's buffer as fp32: in place, or (bf16) widened
   // into `into` (n floats).
-  const float* weights_f32(const float* unit, std::size_t at, int n, float* into) const;
+  const float* weights_f32(const TensorView& unit, std::size_t at, int n, float* into) const;
   void head(int B, int Tn, float* logits);
   struct Buffers {
     float* x;        // (rows, C) the residual stream (each layer's input and output)

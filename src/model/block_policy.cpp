@@ -14,10 +14,9 @@ void GemmLinear::kn(const Ops& ops, float* y, const float* x, const float* w, co
   ops.matmul_forward(y, x, w, bias, M, K, N);
 }
 
-void GemmLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const void* w, DType w_dtype, int M,
-                    int N, int K) const {
-  STRATUM_ASSERT(w_dtype == DType::F32);  // bf16 GEMMs are not there yet
-  ops.sgemm(false, true, M, N, K, 1.0f, x, ldx, static_cast<const float*>(w), K, 0.0f, y, ldy);
+void GemmLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
+                    int K) const {
+  ops.sgemm(false, true, M, N, K, 1.0f, x, ldx, w.f32(), K, 0.0f, y, ldy);  // fp32 only (f32() checks)
 }
 
 void RowDotLinear::kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
@@ -25,14 +24,12 @@ void RowDotLinear::kn(const Ops& ops, float* y, const float* x, const float* w, 
   ops.rowdot_kn(y, x, w, bias, M, K, N);
 }
 
-void RowDotLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const void* w, DType w_dtype, int M,
-                      int N, int K) const {
-  if (w_dtype == DType::BF16) {
-    ops.rowdot_nt_bf16(y, ldy, x, ldx, static_cast<const std::uint16_t*>(w), nullptr, M, N, K);
-  } else {
-    STRATUM_ASSERT(w_dtype == DType::F32);
-    ops.rowdot_nt(y, ldy, x, ldx, static_cast<const float*>(w), nullptr, M, N, K);
-  }
+void RowDotLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
+                      int K) const {
+  if (w.dtype() == DType::BF16)
+    ops.rowdot_nt_bf16(y, ldy, x, ldx, w.bf16(), nullptr, M, N, K);
+  else
+    ops.rowdot_nt(y, ldy, x, ldx, w.f32(), nullptr, M, N, K);
 }
 
 void CausalAttention::attend(const Ops& ops, float* atty, float* att, float* scratch, const float* qkv, int B, int T,

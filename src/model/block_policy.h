@@ -13,7 +13,7 @@
 // the bits a full forward would compute with row dot products.
 #pragma once
 
-#include "core/dtype.h"
+#include "core/tensor_view.h"
 #include "ops/ops.h"
 
 namespace stratum {
@@ -24,10 +24,10 @@ class Linear {
   // y (M,N) = x (M,K) @ w (K,N) + bias (N, null = none): the Conv1D layout of GPT-2, fp32.
   virtual void kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
                   int N) const = 0;
-  // y (M,N), row stride ldy, = x (M,K), row stride ldx, @ w^T for w (N,K) (nn.Linear, Llama)
-  // whose elements are w_dtype (F32, or BF16 where the policy supports it).
-  virtual void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const void* w, DType w_dtype, int M,
-                  int N, int K) const = 0;
+  // y (M,N), row stride ldy, = x (M,K), row stride ldx, @ w^T for w (N,K) (nn.Linear, Llama),
+  // fp32 or (where the policy supports it) bf16.
+  virtual void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
+                  int K) const = 0;
 };
 
 // GEMM (sgemm / matmul_forward): training and recompute. fp32 weights.
@@ -35,7 +35,7 @@ class GemmLinear final : public Linear {
  public:
   void kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
           int N) const override;
-  void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const void* w, DType w_dtype, int M, int N,
+  void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
           int K) const override;
 };
 
@@ -44,7 +44,7 @@ class RowDotLinear final : public Linear {
  public:
   void kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
           int N) const override;
-  void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const void* w, DType w_dtype, int M, int N,
+  void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
           int K) const override;
 };
 

@@ -85,10 +85,10 @@ void gpt2_head_backward_finish(const Ops& ops, const GptConfig& cfg, const float
     ops.layernorm_backward(dx, dlnf_w, dlnf_b, s.dlnf, x, lnf_w, s.mean, s.rstd, BT, C, false);
 }
 
-void gpt2_head_logits_block(const Ops& ops, const Linear& linear, const GptConfig& cfg, const void* wte_rows,
-                            DType w_dtype, int n, int rows, float* logits, int ld_logits, const Gpt2HeadScratch& s) {
+void gpt2_head_logits_block(const Ops& ops, const Linear& linear, const GptConfig& cfg, const TensorView& wte_rows,
+                            int n, int rows, float* logits, int ld_logits, const Gpt2HeadScratch& s) {
   const int C = cfg.n_embd;
-  linear.nt(ops, logits, ld_logits, s.lnf, C, wte_rows, w_dtype, rows, n, C);
+  linear.nt(ops, logits, ld_logits, s.lnf, C, wte_rows, rows, n, C);
 }
 
 }  // namespace stratum

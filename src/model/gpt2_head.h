@@ -61,10 +61,10 @@ void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float*
 // After every block: dx (BT, C) and the final LayerNorm's gradients (all overwritten).
 void gpt2_head_backward_finish(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* x, float* dx,
                                float* dlnf_w, float* dlnf_b, int BT, Gpt2HeadScratch& s);
-// Logits of vocabulary rows [v0, v0 + n) (wte_rows: (n, C) of w_dtype) for the first `rows` rows
+// Logits of vocabulary rows [v0, v0 + n) (wte_rows: (n, C), fp32 or bf16) for the first `rows` rows
 // of the last gpt2_head_begin: logits (rows, n), row stride ld_logits, by `linear` (GEMM for the
 // executor's inference, row dot products for decoding; Note [one forward]).
-void gpt2_head_logits_block(const Ops& ops, const Linear& linear, const GptConfig& cfg, const void* wte_rows,
-                            DType w_dtype, int n, int rows, float* logits, int ld_logits, const Gpt2HeadScratch& s);
+void gpt2_head_logits_block(const Ops& ops, const Linear& linear, const GptConfig& cfg, const TensorView& wte_rows,
+                            int n, int rows, float* logits, int ld_logits, const Gpt2HeadScratch& s);
 
 }  // namespace stratum

@@ -11,8 +11,9 @@ LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const*
     const TensorSlot& t = layout.tensors[i];
     return chunks[t.chunk] + layout.offset_in_chunk(t);
   };
-  return LlamaBlockTensors{at(kAttnNormW), at(kQW),    at(kKW),  at(kVW),  at(kOW),
-                           at(kMlpNormW),  at(kGateW), at(kUpW), at(kDownW)};
+  auto view = [&](int i) { return TensorView::of(at(i), layout.tensors[i].numel); };
+  return LlamaBlockTensors{at(kAttnNormW), view(kQW),    view(kKW),  view(kVW),  view(kOW),
+                           at(kMlpNormW),  view(kGateW), view(kUpW), view(kDownW)};
 }
 
 LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs)
@@ -49,21 +50,20 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
   const float eps = cfg.layer_norm_eps;
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
-  const DType wt = p.matrices;
   ops.rmsnorm_forward(s.xn1, s.rstd1, x, p.attn_norm_w, BT, C, eps);
-  linear.nt(ops, s.qkv, QKV, s.xn1, C, p.q_w, wt, BT, Q, C);
-  linear.nt(ops, s.qkv + Q, QKV, s.xn1, C, p.k_w, wt, BT, KVd, C);
-  linear.nt(ops, s.qkv + Q + KVd, QKV, s.xn1, C, p.v_w, wt, BT, KVd, C);
+  linear.nt(ops, s.qkv, QKV, s.xn1, C, p.q_w, BT, Q, C);
+  linear.nt(ops, s.qkv + Q, QKV, s.xn1, C, p.k_w, BT, KVd, C);
+  linear.nt(ops, s.qkv + Q + KVd, QKV, s.xn1, C, p.v_w, BT, KVd, C);
   ops.rope_forward(s.qkv, B, T, H, hd, QKV, attention.positions(), rope);
   ops.rope_forward(s.qkv + Q, B, T, KV, hd, QKV, attention.positions(), rope);
   attention.attend(ops, s.atty, s.att, attn_scratch, s.qkv, B, T, H, KV, hd);
-  linear.nt(ops, tmp, C, s.atty, Q, p.o_w, wt, BT, C, Q);
+  linear.nt(ops, tmp, C, s.atty, Q, p.o_w, BT, C, Q);
   ops.add(s.res2, x, tmp, rows_c);
   ops.rmsnorm_forward(s.xn2, s.rstd2, s.res2, p.mlp_norm_w, BT, C, eps);
-  linear.nt(ops, s.gate, I, s.xn2, C, p.gate_w, wt, BT, I, C);
-  linear.nt(ops, s.up, I, s.xn2, C, p.up_w, wt, BT, I, C);
+  linear.nt(ops, s.gate, I, s.xn2, C, p.gate_w, BT, I, C);
+  linear.nt(ops, s.up, I, s.xn2, C, p.up_w, BT, I, C);
   ops.swiglu_forward(s.hmid, s.gate, s.up, static_cast<std::size_t>(BT) * I);
-  linear.nt(ops, tmp, C, s.hmid, I, p.down_w, wt, BT, C, I);
+  linear.nt(ops, tmp, C, s.hmid, I, p.down_w, BT, C, I);
   ops.add(out, s.res2, tmp, rows_c);
 }
 
@@ -77,28 +77,28 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     llama_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg, rope, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T);
 
   // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2)
-  ops.sgemm(false, false, BT, I, C, 1.0f, dout, C, p.down_w, I, 0.0f, w.dgate, I);   // d hmid (BT, I)
-  ops.sgemm(true, false, C, I, BT, 1.0f, dout, C, s.hmid, I, 0.0f, g.down_w, I);     // d down (C, I)
+  ops.sgemm(false, false, BT, I, C, 1.0f, dout, C, p.down_w.f32(), I, 0.0f, w.dgate, I);   // d hmid (BT, I)
+  ops.sgemm(true, false, C, I, BT, 1.0f, dout, C, s.hmid, I, 0.0f, g.down_w.f32(), I);     // d down (C, I)
   ops.swiglu_backward(w.dgate, w.dup, w.dgate, s.gate, s.up, static_cast<std::size_t>(BT) * I);
-  ops.sgemm(false, false, BT, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn, C);
-  ops.sgemm(false, false, BT, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C);
-  ops.sgemm(true, false, I, C, BT, 1.0f, w.dgate, I, s.xn2, C, 0.0f, g.gate_w, C);
-  ops.sgemm(true, false, I, C, BT, 1.0f, w.dup, I, s.xn2, C, 0.0f, g.up_w, C);
+  ops.sgemm(false, false, BT, C, I, 1.0f, w.dgate, I, p.gate_w.f32(), C, 0.0f, w.dxn, C);
+  ops.sgemm(false, false, BT, C, I, 1.0f, w.dup, I, p.up_w.f32(), C, 1.0f, w.dxn, C);
+  ops.sgemm(true, false, I, C, BT, 1.0f, w.dgate, I, s.xn2, C, 0.0f, g.gate_w.f32(), C);
+  ops.sgemm(true, false, I, C, BT, 1.0f, w.dup, I, s.xn2, C, 0.0f, g.up_w.f32(), C);
   std::memcpy(w.dres2, dout, rows_c * sizeof(float));
   ops.rmsnorm_backward(w.dres2, g.mlp_norm_w, w.dxn, s.res2, p.mlp_norm_w, s.rstd2, BT, C, false);
 
   // Attention: res2 = x + o(attention(rope(q(xn1)), rope(k(xn1)), v(xn1))), xn1 = rmsnorm(x)
-  ops.sgemm(false, false, BT, Q, C, 1.0f, w.dres2, C, p.o_w, Q, 0.0f, w.datty, Q);
-  ops.sgemm(true, false, C, Q, BT, 1.0f, w.dres2, C, s.atty, Q, 0.0f, g.o_w, Q);
+  ops.sgemm(false, false, BT, Q, C, 1.0f, w.dres2, C, p.o_w.f32(), Q, 0.0f, w.datty, Q);
+  ops.sgemm(true, false, C, Q, BT, 1.0f, w.dres2, C, s.atty, Q, 0.0f, g.o_w.f32(), Q);
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, KV, hd);
   ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
   ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
-  ops.sgemm(false, false, BT, C, Q, 1.0f, w.dqkv, QKV, p.q_w, C, 0.0f, w.dxn, C);
-  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q, QKV, p.k_w, C, 1.0f, w.dxn, C);
-  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q + KVd, QKV, p.v_w, C, 1.0f, w.dxn, C);
-  ops.sgemm(true, false, Q, C, BT, 1.0f, w.dqkv, QKV, s.xn1, C, 0.0f, g.q_w, C);
-  ops.sgemm(true, false, KVd, C, BT, 1.0f, w.dqkv + Q, QKV, s.xn1, C, 0.0f, g.k_w, C);
-  ops.sgemm(true, false, KVd, C, BT, 1.0f, w.dqkv + Q + KVd, QKV, s.xn1, C, 0.0f, g.v_w, C);
+  ops.sgemm(false, false, BT, C, Q, 1.0f, w.dqkv, QKV, p.q_w.f32(), C, 0.0f, w.dxn, C);
+  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q, QKV, p.k_w.f32(), C, 1.0f, w.dxn, C);
+  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q + KVd, QKV, p.v_w.f32(), C, 1.0f, w.dxn, C);
+  ops.sgemm(true, false, Q, C, BT, 1.0f, w.dqkv, QKV, s.xn1, C, 0.0f, g.q_w.f32(), C);
+  ops.sgemm(true, false, KVd, C, BT, 1.0f, w.dqkv + Q, QKV, s.xn1, C, 0.0f, g.k_w.f32(), C);
+  ops.sgemm(true, false, KVd, C, BT, 1.0f, w.dqkv + Q + KVd, QKV, s.xn1, C, 0.0f, g.v_w.f32(), C);
   std::memcpy(dx, w.dres2, rows_c * sizeof(float));
   ops.rmsnorm_backward(dx, g.attn_norm_w, w.dxn, x, p.attn_norm_w, s.rstd1, BT, C, false);
 }

@@ -14,21 +14,20 @@
 
 namespace stratum {
 
-// Pointers into one Llama block segment (params or grads: same layout).
+// One Llama block segment's tensors (params or grads: same layout). The seven matrices are typed
+// views: fp32, or bf16 for a decoder's params kept as stored (Note [bf16 weights] in
+// infer/decoder.h), read only through Linear::nt; the backward takes them as f32(). The norm
+// weights are always fp32 (a bf16 model's are widened by its reader).
 struct LlamaBlockTensors {
   float* attn_norm_w;  // (C)
-  float* q_w;          // (H*hd, C)
-  float* k_w;          // (KV*hd, C)
-  float* v_w;          // (KV*hd, C)
-  float* o_w;          // (C, H*hd)
+  TensorView q_w;      // (H*hd, C)
+  TensorView k_w;      // (KV*hd, C)
+  TensorView v_w;      // (KV*hd, C)
+  TensorView o_w;      // (C, H*hd)
   float* mlp_norm_w;   // (C)
-  float* gate_w;       // (I, C)
-  float* up_w;         // (I, C)
-  float* down_w;       // (C, I)
-  // The element type of the seven matrices (q..down). BF16 only for a decoder's params kept as
-  // stored (Note [bf16 weights] in infer/decoder.h): the matrix pointers then point at bf16
-  // data, read only through Linear::nt; the norm weights are always fp32.
-  DType matrices = DType::F32;
+  TensorView gate_w;   // (I, C)
+  TensorView up_w;     // (I, C)
+  TensorView down_w;   // (C, I)
 };
 // chunks[c] is chunk c's buffer (Note [segment chunks]).
 LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const* chunks);

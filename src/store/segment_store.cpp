@@ -9,7 +9,7 @@ RamSegmentStore::RamSegmentStore(UnitTable units)
     : SegmentStore(std::move(units)), buffers_(static_cast<std::size_t>(this->units().count())),
       holds_(buffers_.size(), 0) {}
 
-float* RamSegmentStore::acquire_unit(int unit, Access) {
+void* RamSegmentStore::acquire_unit(int unit, Access) {
   std::lock_guard<std::mutex> lock(mutex_);
   STRATUM_ASSERT(unit >= 0 && unit < units().count());
   AlignedBuffer& buffer = buffers_[unit];
@@ -43,7 +43,9 @@ SegmentChunksHold::SegmentChunksHold(SegmentStore& store, int segment, SegmentKi
   try {
     for (int c = 0; c < count; ++c) {
       const int unit = store.units().index(segment, kind, c);
-      chunks_.push_back(store.acquire_unit(unit, access));
+      views_.push_back(store.acquire_view(unit, access));
+      f32_ = f32_ && views_.back().dtype() == DType::F32;
+      chunks_.push_back(static_cast<float*>(views_.back().data()));
       units_.push_back(unit);
     }
   } catch (...) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "core/tensor_view.h"
 #include "model/param_layout.h"
 #include "obs/trace_recorder.h"
 #include "store/step_schedule.h"
@@ -41,7 +42,11 @@ class SegmentStore {
 
   // Returns the unit's buffer (units().bytes() bytes, 4 KiB aligned), valid until the matching
   // release_unit(). A unit never written reads as zeros. Callers use SegmentHold.
-  virtual float* acquire_unit(int unit, Access access) = 0;
+  virtual void* acquire_unit(int unit, Access access) = 0;
+  // acquire_unit as a typed view of the unit's storage (its dtype and element count).
+  TensorView acquire_view(int unit, Access access) {
+    return TensorView(acquire_unit(unit, access), units_.dtype(unit), units_.elements(unit));
+  }
   virtual void release_unit(int unit) = 0;
 
   // The step's access order (borrowed; may be null) and the group the training thread is about
@@ -78,7 +83,7 @@ class RamSegmentStore final : public SegmentStore {
   // store that only holds weights.
   explicit RamSegmentStore(const ParamLayout& layout, std::size_t act_floats = 0)
       : RamSegmentStore(UnitTable(layout, act_floats)) {}
-  float* acquire_unit(int unit, Access access) override;
+  void* acquire_unit(int unit, Access access) override;
   void release_unit(int unit) override;
   StoreStats stats() const override;
   void stats_reset_peak() override {}
@@ -94,16 +99,17 @@ class RamSegmentStore final : public SegmentStore {
 class SegmentHold {
  public:
   SegmentHold(SegmentStore& store, int segment, SegmentKind kind, Access access, int chunk = 0)
-      : store_(&store), unit_(store.units().index(segment, kind, chunk)), data_(store.acquire_unit(unit_, access)) {}
+      : store_(&store), unit_(store.units().index(segment, kind, chunk)), view_(store.acquire_view(unit_, access)) {}
   SegmentHold(const SegmentHold&) = delete;
   SegmentHold& operator=(const SegmentHold&) = delete;
   ~SegmentHold() { store_->release_unit(unit_); }
-  float* data() const { return data_; }
+  const TensorView& view() const { return view_; }
+  float* data() const { return view_.f32(); }  // an fp32 unit (asserts it is)
 
  private:
   SegmentStore* store_;
   int unit_;
-  float* data_;
+  TensorView view_;
 };
 
 // RAII bracket around every chunk of one (segment, kind) (Note [segment chunks]), acquired in
@@ -115,15 +121,26 @@ class SegmentChunksHold {
   SegmentChunksHold(const SegmentChunksHold&) = delete;
   SegmentChunksHold& operator=(const SegmentChunksHold&) = delete;
   ~SegmentChunksHold() { release(); }
-  float* const* chunks() const { return chunks_.data(); }
-  float* tensor(const TensorSlot& t) const { return chunks_[t.chunk] + layout_->offset_in_chunk(t); }
+  // fp32 chunks (asserts they are); a bf16 segment is read through view().
+  float* const* chunks() const {
+    STRATUM_ASSERT(f32_);
+    return chunks_.data();
+  }
+  float* tensor(const TensorSlot& t) const { return chunks()[t.chunk] + layout_->offset_in_chunk(t); }
+  const TensorView& view(int chunk) const { return views_[chunk]; }
+  // Tensor t of the segment as a typed view.
+  TensorView tensor_view(const TensorSlot& t) const {
+    return views_[t.chunk].slice(layout_->offset_in_chunk(t), t.numel);
+  }
 
  private:
   void release();
   SegmentStore* store_;
   const SegmentLayout* layout_;
   std::vector<int> units_;
-  std::vector<float*> chunks_;
+  std::vector<TensorView> views_;
+  std::vector<float*> chunks_;  // views_' data when they are fp32
+  bool f32_ = true;
 };
 
 }  // namespace stratum

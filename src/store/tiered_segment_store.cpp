@@ -326,7 +326,7 @@ bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, 
   }
 }
 
-float* TieredSegmentStore::acquire_unit(int unit, Access access) {
+void* TieredSegmentStore::acquire_unit(int unit, Access access) {
   STRATUM_ASSERT(unit >= 0 && unit < units().count());
   Lock lock(mutex_);
   const bool training = std::this_thread::get_id() == training_thread_;

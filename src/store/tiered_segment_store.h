@@ -50,7 +50,7 @@ class TieredSegmentStore final : public SegmentStore {
   TieredSegmentStore(UnitTable units, const TieredStoreOptions& options);
   ~TieredSegmentStore() override;  // waits for I/O in flight, removes the files
 
-  float* acquire_unit(int unit, Access access) override;
+  void* acquire_unit(int unit, Access access) override;
   void release_unit(int unit) override;
   void schedule_set(const StepSchedule* schedule) override;
   void schedule_at(int group) override;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/param_layout.h"
 
 namespace stratum {
@@ -42,6 +43,12 @@ class UnitTable {
   SegmentKind kind(int unit) const { return units_[unit].kind; }
   int chunk(int unit) const { return units_[unit].chunk; }
   std::size_t bytes(int unit) const { return units_[unit].bytes; }
+  // The element type of a unit's storage (BF16 for params with param_bf16, else F32) and how
+  // many elements its bytes hold (padding included; Note [typed views] in core/tensor_view.h).
+  DType dtype(int unit) const {
+    return param_bf16_ && units_[unit].kind == SegmentKind::Params ? DType::BF16 : DType::F32;
+  }
+  std::size_t elements(int unit) const { return units_[unit].bytes / dtype_size_bytes(dtype(unit)); }
   // The (segment, kind) file a unit lives in, and its offset there.
   int file(int unit) const { return units_[unit].file; }
   std::size_t file_offset_bytes(int unit) const { return units_[unit].file_offset_bytes; }

@@ -112,7 +112,7 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
       if (kinds[k].first == SegmentKind::Params && store.units().param_bf16()) {  // Note [bf16 weights]
         STRATUM_CHECK(info.dtype == DType::BF16, "[model] ", path, ": tensor '", info.name, "' is ",
                       dtype_name(info.dtype), ", but the store keeps bf16 weights as stored");
-        file.read_raw_range(info, slot.hf_first(), slot.numel, reinterpret_cast<std::uint16_t*>(hold.data()) + at);
+        file.read_raw_range(info, slot.hf_first(), slot.numel, hold.view().bf16() + at);
       } else {
         file.read_f32_range(info, slot.hf_first(), slot.numel, hold.data() + at);
       }
