@@ -27,6 +27,7 @@
 #include <ctime>
 #include <deque>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -37,6 +38,7 @@
 #include "core/aligned_buffer.h"
 #include "core/file_descriptor.h"
 #include "core/file_util.h"
+#include "formats/json_fields.h"
 #include "io/io_engine.h"
 #include "kernels/cpu/matmul.h"
 #include "core/simd.h"
@@ -329,46 +331,29 @@ DiskNumbers disk_measure(const std::string& dir, std::size_t bytes) {
 
 // ---- cache (Note [calibration cache]) ----
 
-bool positive_number(const json& entry, const char* key) {
-  const auto it = entry.find(key);
-  return it != entry.end() && it->is_number() && std::isfinite(it->get<double>()) && it->get<double>() > 0;
-}
-
-bool string_field(const json& entry, const char* key) {
-  const auto it = entry.find(key);
-  return it != entry.end() && it->is_string();
-}
-
-bool unsigned_field(const json& entry, const char* key) {
-  const auto it = entry.find(key);
-  return it != entry.end() && it->is_number_unsigned();
-}
-
-// The entry as a Calibration, or nothing when any field is missing or ill-typed.
+// The entry as a Calibration, or nothing when any field is missing, ill-typed or out of range
+// (a cache entry that does not parse is measured again, never an error).
 std::optional<Calibration> entry_parse(const json& entry) {
   if (!entry.is_object()) return std::nullopt;
-  for (const char* key : {"device", "cpu", "blas"})
-    if (!string_field(entry, key)) return std::nullopt;
-  for (const char* key : {"threads", "disk_test_bytes"})
-    if (!unsigned_field(entry, key)) return std::nullopt;
-  for (const char* key : {"gemm_gflops", "disk_read_gbps", "disk_write_gbps", "mem_gbps"})
-    if (!positive_number(entry, key)) return std::nullopt;
-  const auto direct = entry.find("disk_direct");
-  if (direct == entry.end() || !direct->is_boolean()) return std::nullopt;
-  const std::uint64_t threads = entry["threads"].get<std::uint64_t>();
-  if (threads < 1 || threads > 1u << 20) return std::nullopt;
-  Calibration c;
-  c.device = entry["device"].get<std::string>();
-  c.cpu = entry["cpu"].get<std::string>();
-  c.blas = entry["blas"].get<std::string>();
-  c.threads = static_cast<int>(threads);
-  c.disk_test_bytes = static_cast<std::size_t>(entry["disk_test_bytes"].get<std::uint64_t>());
-  c.disk_direct = direct->get<bool>();
-  c.gemm_gflops = entry["gemm_gflops"].get<double>();
-  c.disk_read_gbps = entry["disk_read_gbps"].get<double>();
-  c.disk_write_gbps = entry["disk_write_gbps"].get<double>();
-  c.mem_gbps = entry["mem_gbps"].get<double>();
-  return c;
+  try {
+    const JsonFields f(entry, "calibration cache entry", "plan");
+    constexpr double kTiny = std::numeric_limits<double>::min(), kHuge = std::numeric_limits<double>::max();
+    Calibration c;
+    c.device = f.str("device");
+    c.cpu = f.str("cpu");
+    c.blas = f.str("blas");
+    c.threads = static_cast<int>(f.integer("threads", 1, 1 << 20));
+    c.disk_test_bytes =
+        static_cast<std::size_t>(f.integer("disk_test_bytes", 0, std::numeric_limits<std::int64_t>::max()));
+    c.disk_direct = f.boolean("disk_direct");
+    c.gemm_gflops = f.number("gemm_gflops", kTiny, kHuge);
+    c.disk_read_gbps = f.number("disk_read_gbps", kTiny, kHuge);
+    c.disk_write_gbps = f.number("disk_write_gbps", kTiny, kHuge);
+    c.mem_gbps = f.number("mem_gbps", kTiny, kHuge);
+    return c;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 bool key_equal(const Calibration& a, const Calibration& b) {
