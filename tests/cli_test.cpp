@@ -108,6 +108,7 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"keep zero", "train --keep 0 --save " + tmp.file("ck") + data, "--keep"},
       {"negative lr", "train --lr -1" + data, "--lr must be in [0,"},
       {"beta1 above one", "train --beta1 1.5" + data, "--beta1 must be in [0, 1]"},
+      {"negative seed", "train --seed -1" + data, "--seed"},
       {"resume missing", "train --resume " + tmp.file("nothing"), "does not exist"},
       {"resume a model dir", "train --resume " + kTiny, "no checkpoint"},
       {"resume with --model", "train --resume " + kTiny + " --model " + kTiny, "no checkpoint"},
@@ -168,6 +169,12 @@ TEST(Cli, PrepareInfoTrainGenerateEndToEnd) {
   ASSERT_EQ(hash.size(), 16u);
   r = run_stratum("train" + model + " --data " + tmp.file("train.shard"));
   EXPECT_EQ(hash_of(r.errors), hash);
+  // Every flag of the option table parses: the default seed given explicitly gives the same bits,
+  // and the largest seed is accepted.
+  r = run_stratum("train" + model + " --data " + tmp.file("train.bin") + " --seed 1337 --lr-schedule cosine");
+  EXPECT_EQ(hash_of(r.errors), hash) << r.errors;
+  r = run_stratum("train" + model + " --data " + tmp.file("train.bin") + " --seed 9223372036854775807 --shuffle");
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
   r = run_stratum("train" + model + " --data " + tmp.file("corpus.txt") + " --tokenizer " + shared_data(""));
   EXPECT_EQ(hash_of(r.errors), hash);
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -43,6 +44,16 @@ TrainerState state_with(const TrainSettings& settings) {
   state.config.vocab_size = 16;
   state.train_tokens = 100;
   return state;
+}
+
+TEST(TrainOptions, IntegerRangesSaturateAtTheInt64Limits) {
+  for (const TrainOption& option : train_option_table()) {
+    if (std::string(option.flag) != "seed") continue;
+    EXPECT_EQ(train_option_int_min(option), 0);
+    EXPECT_EQ(train_option_int_max(option), std::numeric_limits<std::int64_t>::max());
+    return;
+  }
+  ADD_FAILURE() << "no --seed row";
 }
 
 TEST(TrainOptions, FlagsAndKeysAreUnique) {

@@ -73,9 +73,8 @@ void train_options_parse(const Args& args, TrainSettings& s) {
             STRATUM_CHECK(*p >= option.min && *p <= option.max, "[cli] --", option.flag, " must be in [",
                           option.min, ", ", option.max, "], got ", *p);
           } else {
-            *p = static_cast<T>(args.integer(option.flag, static_cast<std::int64_t>(*p),
-                                             static_cast<std::int64_t>(option.min),
-                                             static_cast<std::int64_t>(option.max)));
+            *p = static_cast<T>(args.integer(option.flag, static_cast<std::int64_t>(*p), train_option_int_min(option),
+                                             train_option_int_max(option)));
           }
         },
         option.field(s));

@@ -73,6 +73,18 @@ const TrainOption kTable[] = {
 
 std::span<const TrainOption> train_option_table() { return kTable; }
 
+namespace {
+std::int64_t int64_saturated(double v) {
+  constexpr double kTwo63 = 9223372036854775808.0;  // 2^63, the first double beyond int64
+  if (v >= kTwo63) return std::numeric_limits<std::int64_t>::max();
+  if (v <= -kTwo63) return std::numeric_limits<std::int64_t>::min();
+  return static_cast<std::int64_t>(v);
+}
+}  // namespace
+
+std::int64_t train_option_int_min(const TrainOption& option) { return int64_saturated(option.min); }
+std::int64_t train_option_int_max(const TrainOption& option) { return int64_saturated(option.max); }
+
 std::string train_option_text(const TrainOption& option, const TrainSettings& s) {
   return std::visit(
       [](auto* p) -> std::string {
@@ -140,8 +152,7 @@ void train_option_read(const TrainOption& option, const JsonFields& f, TrainSett
         } else if constexpr (std::is_same_v<T, double>) {
           *p = f.number(key, option.min, option.max);
         } else {
-          *p = static_cast<T>(
-              f.integer(key, static_cast<std::int64_t>(option.min), static_cast<std::int64_t>(option.max)));
+          *p = static_cast<T>(f.integer(key, train_option_int_min(option), train_option_int_max(option)));
         }
       },
       option.field(s));

@@ -54,6 +54,10 @@ struct TrainOption {
 
 std::span<const TrainOption> train_option_table();
 
+// An integer row's range as int64 (the double bounds saturate: 2^63 - 1 does not fit a double).
+std::int64_t train_option_int_min(const TrainOption& option);
+std::int64_t train_option_int_max(const TrainOption& option);
+
 // The value of row `option` in `s` as text for messages and --help ("0.001", "cosine", "on").
 std::string train_option_text(const TrainOption& option, const TrainSettings& s);
 bool train_option_equal(const TrainOption& option, const TrainSettings& a, const TrainSettings& b);
