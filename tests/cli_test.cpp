@@ -6,6 +6,7 @@
 
 #include "data/token_file.h"
 #include "integration_util.h"
+#include "train/train_options.h"
 
 namespace stratum {
 namespace {
@@ -175,6 +176,16 @@ TEST(Cli, PrepareInfoTrainGenerateEndToEnd) {
   EXPECT_EQ(hash_of(r.errors), hash) << r.errors;
   r = run_stratum("train" + model + " --data " + tmp.file("train.bin") + " --seed 9223372036854775807 --shuffle");
   EXPECT_EQ(r.exit_code, 0) << r.errors;
+  // Every other valued flag of the option table, each at its default: the same bits.
+  std::string defaults;
+  for (const TrainOption& option : train_option_table()) {
+    const std::string value = train_option_text(option, TrainSettings{});
+    if (*option.value_name == '\0' || value.empty()) continue;  // switches, paths
+    if (model.find(std::string(" --") + option.flag + " ") != std::string::npos) continue;  // given above
+    defaults += std::string(" --") + option.flag + " " + value;
+  }
+  r = run_stratum("train" + model + " --data " + tmp.file("train.bin") + defaults);
+  EXPECT_EQ(hash_of(r.errors), hash) << defaults << "\n" << r.errors;
   r = run_stratum("train" + model + " --data " + tmp.file("corpus.txt") + " --tokenizer " + shared_data(""));
   EXPECT_EQ(hash_of(r.errors), hash);
 
