@@ -314,15 +314,7 @@ void wait_for_log(StratumProcess& p, const std::string& log, std::size_t lines) 
 // Version 2 hashes with XXH3; a version-1 trainer state or manifest (Stratum's own hashes) is
 // refused in one line naming both versions, never verified against the wrong hash.
 TEST(CheckpointFormat, VersionOneIsRefusedNamingBothVersions) {
-  TrainerState state;
-  state.step = 1;
-  state.steps = 2;
-  state.config.n_layer = 1;
-  state.config.n_head = 1;
-  state.config.n_embd = 8;
-  state.config.n_ctx = 8;
-  state.config.vocab_size = 16;
-  std::string text = trainer_state_json(state);
+  std::string text = trainer_state_json(testing::trainer_state_minimal());
   ASSERT_NE(text.find("\"version\": 2"), std::string::npos) << text;
   text.replace(text.find("\"version\": 2"), 12, "\"version\": 1");
   CheckpointManifest manifest;

@@ -19,6 +19,7 @@
 
 #include "core/file_util.h"
 #include "formats/safetensors.h"
+#include "train/checkpoint.h"
 
 namespace stratum::testing {
 
@@ -159,6 +160,22 @@ inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
   return out;
+}
+
+// A trainer state with the given options and the smallest valid model and data fields (format
+// tests: the JSON round trip, version checks).
+inline TrainerState trainer_state_minimal(const TrainSettings& settings = {}) {
+  TrainerState state;
+  static_cast<TrainSettings&>(state) = settings;
+  if (state.data_path.empty()) state.data_path = "/data/tokens.bin";
+  state.step = 1;
+  state.config.n_layer = 1;
+  state.config.n_head = 1;
+  state.config.n_embd = 8;
+  state.config.n_ctx = 8;
+  state.config.vocab_size = 16;
+  state.train_tokens = 100;
+  return state;
 }
 
 }  // namespace stratum::testing

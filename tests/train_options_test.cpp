@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 
+#include "integration_util.h"
 #include "stratum/error.h"
 #include "train/checkpoint.h"
 
@@ -32,19 +33,7 @@ void change(const TrainOption& option, TrainSettings& s) {
       option.field(s));
 }
 
-TrainerState state_with(const TrainSettings& settings) {
-  TrainerState state;
-  static_cast<TrainSettings&>(state) = settings;
-  if (state.data_path.empty()) state.data_path = "/data/tokens.bin";
-  state.step = 1;
-  state.config.n_layer = 1;
-  state.config.n_head = 1;
-  state.config.n_embd = 8;
-  state.config.n_ctx = 8;
-  state.config.vocab_size = 16;
-  state.train_tokens = 100;
-  return state;
-}
+TrainerState state_with(const TrainSettings& settings) { return testing::trainer_state_minimal(settings); }
 
 TEST(TrainOptions, IntegerRangesSaturateAtTheInt64Limits) {
   for (const TrainOption& option : train_option_table()) {
