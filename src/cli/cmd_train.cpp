@@ -56,7 +56,7 @@ std::vector<FlagSpec> train_option_specs() {
   return specs;
 }
 
-// Each recorded option from its flag, or its default; numbers within the row's range.
+// Each recorded option from its flag, or its default (integers within the row's range as they parse).
 void train_options_parse(const Args& args, TrainSettings& s) {
   for (const TrainOption& option : train_option_table()) {
     std::visit(
@@ -69,9 +69,7 @@ void train_options_parse(const Args& args, TrainSettings& s) {
           } else if constexpr (std::is_same_v<T, LrScheduleKind>) {
             if (args.has(option.flag)) *p = lr_schedule_parse(args.str(option.flag));
           } else if constexpr (std::is_same_v<T, double>) {
-            *p = args.number(option.flag, *p);
-            STRATUM_CHECK(*p >= option.min && *p <= option.max, "[cli] --", option.flag, " must be in [",
-                          option.min, ", ", option.max, "], got ", *p);
+            *p = args.number(option.flag, *p);  // its range: train_run's options_check, for every caller
           } else {
             *p = static_cast<T>(args.integer(option.flag, static_cast<std::int64_t>(*p), train_option_int_min(option),
                                              train_option_int_max(option)));

@@ -33,8 +33,7 @@ std::size_t Executor::activation_unit_floats(const GptConfig& config, int max_ba
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
                    bool keep_activations, OptimizerMode mode)
-    : pool_(pool),
-      ops_(ops_make(pool)),
+    : ops_(ops_make(pool)),
       cfg_(config),
       units_(units),
       layout_(units.layout()),

@@ -133,8 +133,7 @@ class Executor {
   // A compute span's trace tag: the GroupWork it does (the planner times the spans by it).
   static int tag(GroupWork work) { return static_cast<int>(work); }
 
-  ThreadPool& pool_;
-  std::unique_ptr<Ops> ops_;  // the kernels, on pool_
+  std::unique_ptr<Ops> ops_;  // the kernels, on the pool the executor was given
   GptConfig cfg_;
   UnitTable units_;
   const ParamLayout& layout_;

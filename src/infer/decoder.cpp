@@ -61,8 +61,7 @@ std::size_t Decoder::min_store_bytes(const UnitTable& units) {
 }
 
 Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, int max_batch, int max_ctx)
-    : pool_(pool),
-      ops_(ops_make(pool)),
+    : ops_(ops_make(pool)),
       cfg_(cfg),
       store_(store),
       layout_(store.units().layout()),

@@ -100,8 +100,7 @@ class Decoder {
   // The buffer's slices, written through b's fields; fixed_bytes_for sizes the same list.
   static CarveSlices slices(const Ops& ops, Buffers& b, const GptConfig& config, int max_batch, int max_ctx);
 
-  ThreadPool& pool_;
-  std::unique_ptr<Ops> ops_;  // the kernels, on pool_
+  std::unique_ptr<Ops> ops_;  // the kernels, on the pool the decoder was given
   GptConfig cfg_;
   SegmentStore& store_;
   const ParamLayout& layout_;
