@@ -90,10 +90,11 @@ int Executor::act_segment(int layer) const {
 void Executor::schedule_build() {
   using A = Access;
   using K = SegmentKind;
+  using W = GroupWork;
   const int embed = layout_.embed_segment(), head = layout_.head_segment();
   const int nv = layout_.vocab_block_count();
   auto unit = [&](int s, K k, int c = 0) { return units_.index(s, k, c); };
-  auto opt_group = [&](int s) {  // chunk by chunk: params, grads, both moments
+  auto opt_group = [&](int s) {  // chunk by chunk: params, grads, both moments (kOptimizerChunkUses)
     std::vector<UnitUse> uses;
     for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) {
       uses.push_back({unit(s, K::Params, c), A::Update});
@@ -101,19 +102,13 @@ void Executor::schedule_build() {
       uses.push_back({unit(s, K::AdamM, c), A::Update});
       uses.push_back({unit(s, K::AdamV, c), A::Update});
     }
-    group_opt_[s] = schedule_.group_add(std::move(uses), GroupWork::Optimizer);
+    group_opt_[s] = schedule_.group_add(std::move(uses), W::Optimizer, s);
   };
   auto chunks = [&](std::vector<UnitUse> uses, int s, K kind, A access) {  // every chunk of (s, kind)
     for (int c = 0; c < units_.chunk_count(s, kind); ++c) uses.push_back({unit(s, kind, c), access});
     return uses;
   };
   const int L = cfg_.n_layer;
-  group_fwd_.assign(L, 0);
-  group_bwd_.assign(L, 0);
-  group_vocab_fwd_.assign(nv, 0);
-  group_head_lse_.assign(nv, 0);
-  group_head_bwd_.assign(nv, 0);
-  group_vocab_bwd_.assign(nv, 0);
   group_opt_.assign(layout_.segment_count(), 0);
   forward_segments_.clear();
   forward_segments_.push_back(embed);
@@ -124,23 +119,24 @@ void Executor::schedule_build() {
   if (!tied)
     for (int k = 0; k < nv; ++k) forward_segments_.push_back(layout_.head_vocab_segment(k));
   // Pipelined: a segment's update (of the previous step) runs just before its forward, so that is
-  // where the schedule lists it; its prefetch then rides the forward's window.
+  // where the schedule lists it (the forward waits for it there); its prefetch then rides the
+  // forward's window.
   const bool pipelined = mode_ == OptimizerMode::Pipelined;
+  const int act0 = unit(act_segment(0), K::Activations);
   if (pipelined) opt_group(embed);
-  group_embed_fwd_ = schedule_.group_add(
-      {{unit(embed, K::Params), A::Read}, {unit(act_segment(0), K::Activations), A::Overwrite}}, GroupWork::EmbedForward);
+  schedule_.group_add({{unit(embed, K::Params), A::Read}, {act0, A::Overwrite}}, W::EmbedForward, embed);
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.vocab_segment(k);
     if (pipelined) opt_group(v);
-    group_vocab_fwd_[k] = schedule_.group_add({{unit(v, K::Params), A::Read}}, GroupWork::VocabForward);
+    schedule_.group_add({{unit(v, K::Params), A::Read}, {act0, A::Update}}, W::VocabForward, v, k);
   }
   for (int l = 0; l < L; ++l) {
     const int s = layout_.layer_segment(l);
     if (pipelined) opt_group(s);
-    group_fwd_[l] = schedule_.group_add(
+    schedule_.group_add(
         chunks({{unit(s, K::Activations), A::Read}, {unit(act_segment(l + 1), K::Activations), A::Overwrite}}, s,
                K::Params, A::Read),
-        GroupWork::LayerForward);
+        W::LayerForward, s, l);
   }
   if (pipelined) {
     opt_group(head);
@@ -148,17 +144,19 @@ void Executor::schedule_build() {
       for (int k = 0; k < nv; ++k) opt_group(layout_.head_vocab_segment(k));
   }
   // Note [head passes]: the log-sum-exp pass, then the backward pass, over the vocabulary blocks.
-  group_head_ = schedule_.group_add({{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}},
-                                    GroupWork::HeadBegin);
-  for (int k = 0; k < nv; ++k)
-    group_head_lse_[k] =
-        schedule_.group_add({{unit(layout_.head_vocab_segment(k), K::Params), A::Read}}, GroupWork::HeadLse);
+  const std::vector<UnitUse> head_in = {{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}};
+  head_first_ = schedule_.group_add(head_in, W::HeadBegin, head);
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.head_vocab_segment(k);
-    group_head_bwd_[k] =
-        schedule_.group_add({{unit(v, K::Params), A::Read}, {unit(v, K::Grads), A::Overwrite}}, GroupWork::HeadBackward);
+    schedule_.group_add({{unit(v, K::Params), A::Read}}, W::HeadLse, v, k);
   }
-  group_head_end_ = schedule_.group_add({{unit(head, K::Grads), A::Overwrite}}, GroupWork::HeadEnd);
+  for (int k = 0; k < nv; ++k) {
+    const int v = layout_.head_vocab_segment(k);
+    schedule_.group_add({{unit(v, K::Params), A::Read}, {unit(v, K::Grads), A::Overwrite}}, W::HeadBackward, v, k);
+  }
+  std::vector<UnitUse> head_end = head_in;
+  head_end.push_back({unit(head, K::Grads), A::Overwrite});
+  schedule_.group_add(std::move(head_end), W::HeadEnd, head);
   const bool overlap = mode_ == OptimizerMode::Overlapped;
   if (overlap) {
     opt_group(head);
@@ -167,69 +165,40 @@ void Executor::schedule_build() {
   }
   for (int l = L - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
-    group_bwd_[l] = schedule_.group_add(
+    schedule_.group_add(
         chunks(chunks({{unit(s, K::Activations), A::Read}}, s, K::Params, A::Read), s, K::Grads, A::Overwrite),
-        GroupWork::LayerBackward);
+        W::LayerBackward, s, l);
     if (overlap) opt_group(s);
   }
-  group_embed_bwd_ = schedule_.group_add({{unit(embed, K::Grads), A::Overwrite}}, GroupWork::EmbedBackward);
+  schedule_.group_add({{unit(embed, K::Grads), A::Overwrite}}, W::EmbedBackward, embed);
   if (overlap) opt_group(embed);
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.vocab_segment(k);
     // Tied: adds to the head's gradient; untied: the embedding's is the only one.
-    group_vocab_bwd_[k] =
-        schedule_.group_add({{unit(v, K::Grads), tied ? A::Update : A::Overwrite}}, GroupWork::VocabBackward);
+    schedule_.group_add({{unit(v, K::Grads), tied ? A::Update : A::Overwrite}}, W::VocabBackward, v, k);
     if (overlap) opt_group(v);
   }
+  compute_end_ = schedule_.group_count();
   if (mode_ == OptimizerMode::Inline)
     for (int s : forward_segments_) opt_group(s);
-}
 
-std::size_t Executor::set_bytes(std::initializer_list<int> units) const {
-  std::size_t total = 0;
-  for (int u : units) total += units_.bytes(u);
-  return total;
+  // Note [gradients final]: after the last group (not an update) that writes the segment's gradients.
+  const int G = schedule_.group_count();
+  std::vector<int> last(static_cast<std::size_t>(layout_.segment_count()), -1);
+  for (int g = 0; g < G; ++g) {
+    if (schedule_.group_work(g) == W::Optimizer) continue;
+    for (const UnitUse& use : schedule_.group(g))
+      if (units_.kind(use.unit) == K::Grads && use.access != A::Read) last[units_.segment(use.unit)] = g;
+  }
+  final_at_.assign(static_cast<std::size_t>(G), {});
+  for (int s = 0; s < layout_.segment_count(); ++s) {
+    STRATUM_ASSERT(last[s] >= 0 && last[s] < group_opt_[s] + (mode_ == OptimizerMode::Pipelined ? G : 0));
+    final_at_[last[s]].push_back(s);
+  }
 }
 
 std::size_t Executor::min_store_bytes() const {
-  using K = SegmentKind;
-  const int embed = layout_.embed_segment(), head = layout_.head_segment();
-  auto u = [&](int s, K k, int c = 0) { return units_.index(s, k, c); };
-  auto all = [&](int s, K k) {  // every chunk of (s, k)
-    std::size_t total = 0;
-    for (int c = 0; c < units_.chunk_count(s, k); ++c) total += units_.bytes(u(s, k, c));
-    return total;
-  };
-  auto opt_set = [&](int s) {  // the optimizer holds one chunk of each kind at a time
-    std::size_t most = 0;
-    for (int c = 0; c < units_.chunk_count(s, K::Params); ++c)
-      most = std::max(most, set_bytes({u(s, K::Params, c), u(s, K::Grads, c), u(s, K::AdamM, c), u(s, K::AdamV, c)}));
-    return most;
-  };
-  // Sets the training thread holds in the forward, the head (the worker is idle then: the head
-  // waits for every update) and the backward; with a worker, one segment's update may run beside
-  // the forward (Pipelined) or the backward (Overlapped). Vocabulary blocks are held one at a
-  // time beside what their phase holds throughout.
-  std::size_t vocab_p = 0, vocab_pg = 0, vocab_g = 0;
-  for (int k = 0; k < layout_.vocab_block_count(); ++k) {
-    const int v = layout_.vocab_segment(k);
-    vocab_p = std::max(vocab_p, all(v, K::Params));
-    vocab_g = std::max(vocab_g, all(v, K::Grads));
-    vocab_pg = std::max(vocab_pg, all(v, K::Params) + all(v, K::Grads));
-  }
-  std::size_t forward = all(embed, K::Params) + set_bytes({u(act_segment(0), K::Activations)}) + vocab_p;
-  const std::size_t head_set = all(head, K::Params) + all(head, K::Grads) + set_bytes({u(head, K::Activations)}) + vocab_pg;
-  std::size_t backward = all(embed, K::Grads) + vocab_g;
-  std::size_t any_opt = 0;
-  for (int s = 0; s < layout_.segment_count(); ++s) any_opt = std::max(any_opt, opt_set(s));
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    const int s = layout_.layer_segment(l);
-    forward = std::max(forward, all(s, K::Params) + set_bytes({u(s, K::Activations), u(act_segment(l + 1), K::Activations)}));
-    backward = std::max(backward, all(s, K::Params) + all(s, K::Grads) + set_bytes({u(s, K::Activations)}));
-  }
-  if (mode_ == OptimizerMode::Pipelined) forward += any_opt;
-  if (mode_ == OptimizerMode::Overlapped) backward += any_opt;
-  return std::max({forward, head_set, backward, any_opt});
+  return schedule_min_bytes(schedule_, units_, mode_ != OptimizerMode::Inline);
 }
 
 std::size_t Executor::fixed_bytes() const {
@@ -241,56 +210,132 @@ void Executor::check_shape(int B, int T) const {
   STRATUM_ASSERT(B >= 1 && B <= max_batch_ && T >= 1 && T <= max_seq_);
 }
 
-void Executor::forward_blocks(const std::int32_t* inputs, int B, int T) {
-  const auto& segs = layout_.segments();
-  {
-    update_wait(layout_.embed_segment());
-    at(group_embed_fwd_);
-    SegmentHold out(*store_, act_segment(0), SegmentKind::Activations, Access::Overwrite);
-    {
-      SegmentHold embed(*store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
-      TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "embed forward", tag(GroupWork::EmbedForward));
-      if (cfg_.llama())  // no positions: the token rows are added to zeros, which is exact
-        std::memset(out.data(), 0, sizeof(float) * static_cast<std::size_t>(B) * T * cfg_.n_embd);
-      else
-        ops_->embedding_forward_positions(out.data(),
-                                    embed.data() + segs[layout_.embed_segment()].tensors[kWpe].offset_floats, B, T,
-                                    cfg_.n_embd);
-    }
-    for (int k = 0; k < layout_.vocab_block_count(); ++k) {
-      const int v = layout_.vocab_segment(k);
-      update_wait(v);
-      at(group_vocab_fwd_[k]);
-      SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
-      TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[v].name + " embed forward",
-                     tag(GroupWork::VocabForward));
-      ops_->embedding_forward_block(out.data(), inputs, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, T,
-                              cfg_.n_embd);
-    }
-  }
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    const int s = layout_.layer_segment(l);
-    update_wait(s);
-    at(group_fwd_[l]);
-    SegmentChunksHold params(*store_, s, SegmentKind::Params, Access::Read);
-    SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
-    SegmentHold out(*store_, act_segment(l + 1), SegmentKind::Activations, Access::Overwrite);
-    TraceSpan span(trace_, TraceRecorder::kCompute, "forward", segs[s].name + " forward", tag(GroupWork::LayerForward));
-    blocks_.forward(*ops_, segs[s], params.chunks(), in.data(), out.data(), block_copy(l), B, T);
-  }
+void Executor::run(int first, int last, Pass& pass) {
+  for (int g = first; g < last; ++g) group_run(g, pass);
 }
 
-float Executor::head_lse(const std::int32_t* targets, int BT) {
-  for (int k = 0; k < layout_.vocab_block_count(); ++k) {
-    const int v = layout_.head_vocab_segment(k);
-    at(group_head_lse_[k]);
-    SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
-    TraceSpan span(trace_, TraceRecorder::kCompute, "head", layout_.segments()[v].name + " head log-sum-exp",
-                   tag(GroupWork::HeadLse));
-    gpt2_head_lse_block(*ops_, cfg_, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), targets, BT,
-                        head_scratch_);
+void Executor::group_run(int g, Pass& pass) {
+  const GroupWork work = schedule_.group_work(g);
+  if (work == GroupWork::Optimizer) {
+    const int s = schedule_.group_segment(g);
+    switch (mode_) {
+      case OptimizerMode::Pipelined: update_wait(s); break;  // the previous step's update of s
+      case OptimizerMode::Overlapped:
+        if (pass.queue_updates) optimizer_queue(s, pass.hyper, pass.weight_decay, 1.0f);
+        break;
+      case OptimizerMode::Inline: break;  // after the global norm: optimizer_step()
+    }
+    return;
   }
-  return gpt2_head_loss_finish(BT, head_scratch_);
+  at(g);
+  const GroupHolds holds(*store_, schedule_.group(g));
+  {
+    const char* phase = work <= GroupWork::LayerForward ? "forward" : work <= GroupWork::HeadEnd ? "head" : "backward";
+    TraceSpan span(trace_, TraceRecorder::kCompute, phase, trace_ != nullptr ? group_name(g, pass) : std::string(),
+                   tag(work));
+    group_compute(g, holds, pass);
+  }
+  if (pass.kind == PassKind::Train)
+    for (int s : final_at_[g]) grads_final(s, holds.chunks(s, SegmentKind::Grads));
+}
+
+std::string Executor::group_name(int g, const Pass& pass) const {
+  const std::string& seg = layout_.segments()[schedule_.group_segment(g)].name;
+  switch (schedule_.group_work(g)) {
+    case GroupWork::EmbedForward: return "embed forward";
+    case GroupWork::VocabForward: return seg + " embed forward";
+    case GroupWork::LayerForward: return seg + " forward";
+    case GroupWork::HeadBegin: return "head: final norm";
+    case GroupWork::HeadLse: return seg + (pass.kind == PassKind::Logits ? " logits" : " head log-sum-exp");
+    case GroupWork::HeadBackward: return seg + " head backward";
+    case GroupWork::HeadEnd: return "head: final norm backward";
+    case GroupWork::LayerBackward: return seg + " backward";
+    case GroupWork::EmbedBackward: return "embed backward";
+    case GroupWork::VocabBackward: return seg + " embed backward";
+    case GroupWork::Optimizer: return seg + " AdamW";
+  }
+  return seg;
+}
+
+void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
+  using K = SegmentKind;
+  const int s = schedule_.group_segment(g), item = schedule_.group_item(g);
+  const SegmentLayout& seg = layout_.segments()[s];
+  const int C = cfg_.n_embd, B = p.B, T = p.T, BT = p.B * p.T;
+  switch (schedule_.group_work(g)) {
+    case GroupWork::EmbedForward: {
+      float* const out = holds.data(act_segment(0), K::Activations);
+      if (cfg_.llama())  // no positions: the token rows are added to zeros, which is exact
+        std::memset(out, 0, sizeof(float) * static_cast<std::size_t>(BT) * C);
+      else
+        ops_->embedding_forward_positions(out, holds.data(s, K::Params) + seg.tensors[kWpe].offset_floats, B, T, C);
+      return;
+    }
+    case GroupWork::VocabForward:
+      ops_->embedding_forward_block(holds.data(act_segment(0), K::Activations), p.inputs, holds.data(s, K::Params),
+                                    layout_.vocab_row0(item), layout_.vocab_rows(item), B, T, C);
+      return;
+    case GroupWork::LayerForward:
+      blocks_.forward(*ops_, seg, holds.chunks(s, K::Params), holds.data(s, K::Activations),
+                      holds.data(act_segment(item + 1), K::Activations), block_copy(item), B, T);
+      return;
+    case GroupWork::HeadBegin: {
+      const float* params = holds.data(s, K::Params);
+      const float* lnf_b = cfg_.llama() ? nullptr : params + seg.tensors[kLnFB].offset_floats;
+      const float* in = holds.data(s, K::Activations);
+      if (p.kind == PassKind::Logits)
+        gpt2_head_begin(*ops_, cfg_, params + seg.tensors[kLnFW].offset_floats, lnf_b,
+                        in + static_cast<std::size_t>(p.logits_row) * C, 1, head_scratch_);
+      else
+        gpt2_head_begin(*ops_, cfg_, params + seg.tensors[kLnFW].offset_floats, lnf_b, in, BT, head_scratch_);
+      return;
+    }
+    case GroupWork::HeadLse:
+      if (p.kind == PassKind::Logits) {
+        gpt2_head_logits_block(*ops_, GemmLinear{}, cfg_, holds.view(s, K::Params), layout_.vocab_rows(item), 1,
+                               p.logits + layout_.vocab_row0(item), cfg_.vocab_size, head_scratch_);
+        return;
+      }
+      gpt2_head_lse_block(*ops_, cfg_, holds.data(s, K::Params), layout_.vocab_row0(item), layout_.vocab_rows(item),
+                          p.targets, BT, head_scratch_);
+      if (item == layout_.vocab_block_count() - 1) p.loss = gpt2_head_loss_finish(BT, head_scratch_);
+      return;
+    case GroupWork::HeadBackward:
+      gpt2_head_backward_block(*ops_, cfg_, holds.data(s, K::Params), holds.data(s, K::Grads),
+                               layout_.vocab_row0(item), layout_.vocab_rows(item), p.targets, BT, item == 0,
+                               head_scratch_);
+      return;
+    case GroupWork::HeadEnd: {
+      const float* params = holds.data(s, K::Params);
+      float* const grads = holds.data(s, K::Grads);
+      gpt2_head_backward_finish(*ops_, cfg_, params + seg.tensors[kLnFW].offset_floats,
+                                holds.data(s, K::Activations), p.dcur, grads + seg.tensors[kLnFW].offset_floats,
+                                cfg_.llama() ? nullptr : grads + seg.tensors[kLnFB].offset_floats, BT, head_scratch_);
+      return;
+    }
+    case GroupWork::LayerBackward:
+      blocks_.backward(*ops_, seg, holds.chunks(s, K::Params), holds.chunks(s, K::Grads),
+                       holds.data(s, K::Activations), p.dcur, p.dnext, block_copy(item), B, T, !keep_activations_);
+      std::swap(p.dcur, p.dnext);
+      return;
+    case GroupWork::EmbedBackward:
+      if (!cfg_.llama()) {  // Llama's embed segment is empty
+        float* dwpe = holds.data(s, K::Grads) + seg.tensors[kWpe].offset_floats;
+        std::memset(dwpe, 0, seg.tensors[kWpe].numel * sizeof(float));
+        ops_->embedding_backward_positions(dwpe, p.dcur, B, T, C);
+      }
+      return;
+    case GroupWork::VocabBackward: {
+      float* const dwte = holds.data(s, K::Grads);
+      if (!layout_.head_tied())  // tied: adds to the head's gradient
+        std::memset(dwte, 0, sizeof(float) * static_cast<std::size_t>(layout_.vocab_rows(item)) * C);
+      ops_->embedding_backward_block(dwte, p.dcur, p.inputs, layout_.vocab_row0(item), layout_.vocab_rows(item), B, T,
+                                     C);
+      return;
+    }
+    case GroupWork::Optimizer: break;
+  }
+  STRATUM_ASSERT(false);  // Optimizer groups are run by group_run()
 }
 
 void Executor::grads_final(int segment, float* const* grad_chunks) {
@@ -301,109 +346,14 @@ void Executor::grads_final(int segment, float* const* grad_chunks) {
   }
 }
 
-float Executor::backward_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool overlap,
-                              const AdamWHyper& hyper, double weight_decay) {
-  const auto& segs = layout_.segments();
-  const int C = cfg_.n_embd;
-  const int embed = layout_.embed_segment(), head = layout_.head_segment();
-  const auto& embed_seg = segs[embed];
-  const auto& head_seg = segs[head];
-  const std::size_t stride = dacts_.size_bytes() / sizeof(float) / 2;
-  float* dcur = dacts_.as_f32();
-  float* dnext = dacts_.as_f32() + stride;
-  float loss = 0.0f;
-  {
-    head_updates_wait();  // the last queued updates: every update is done after this
-    at(group_head_);
-    SegmentHold head_p(*store_, head, SegmentKind::Params, Access::Read);
-    SegmentHold in(*store_, head, SegmentKind::Activations, Access::Read);
-    const float* lnf_w = head_p.data() + head_seg.tensors[kLnFW].offset_floats;
-    const float* lnf_b = cfg_.llama() ? nullptr : head_p.data() + head_seg.tensors[kLnFB].offset_floats;
-    {
-      TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final norm", tag(GroupWork::HeadBegin));
-      gpt2_head_begin(*ops_, cfg_, lnf_w, lnf_b, in.data(), B * T, head_scratch_);
-    }
-    loss = head_lse(targets, B * T);
-    for (int k = 0; k < layout_.vocab_block_count(); ++k) {
-      const int v = layout_.head_vocab_segment(k);
-      at(group_head_bwd_[k]);
-      SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
-      SegmentHold dwte(*store_, v, SegmentKind::Grads, Access::Overwrite);
-      TraceSpan span(trace_, TraceRecorder::kCompute, "head", segs[v].name + " head backward",
-                     tag(GroupWork::HeadBackward));
-      gpt2_head_backward_block(*ops_, cfg_, wte.data(), dwte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k),
-                               targets, B * T, k == 0, head_scratch_);
-      if (!layout_.head_tied()) {  // final now (tied: the embedding backward adds to it)
-        float* const grads = dwte.data();
-        grads_final(v, &grads);
-      }
-    }
-    at(group_head_end_);
-    SegmentHold head_g(*store_, head, SegmentKind::Grads, Access::Overwrite);
-    TraceSpan span(trace_, TraceRecorder::kCompute, "head", "head: final norm backward", tag(GroupWork::HeadEnd));
-    gpt2_head_backward_finish(*ops_, cfg_, lnf_w, in.data(), dcur, head_g.data() + head_seg.tensors[kLnFW].offset_floats,
-                              cfg_.llama() ? nullptr : head_g.data() + head_seg.tensors[kLnFB].offset_floats, B * T,
-                              head_scratch_);
-    float* const head_grads = head_g.data();
-    grads_final(head, &head_grads);
-  }
-  if (overlap) {
-    optimizer_queue(head, hyper, weight_decay, 1.0f);
-    if (!layout_.head_tied())
-      for (int k = 0; k < layout_.vocab_block_count(); ++k)
-        optimizer_queue(layout_.head_vocab_segment(k), hyper, weight_decay, 1.0f);
-  }
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
-    const int s = layout_.layer_segment(l);
-    {
-      at(group_bwd_[l]);
-      SegmentChunksHold params(*store_, s, SegmentKind::Params, Access::Read);
-      SegmentChunksHold grads(*store_, s, SegmentKind::Grads, Access::Overwrite);
-      SegmentHold in(*store_, s, SegmentKind::Activations, Access::Read);
-      TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[s].name + " backward",
-                     tag(GroupWork::LayerBackward));
-      blocks_.backward(*ops_, segs[s], params.chunks(), grads.chunks(), in.data(), dcur, dnext, block_copy(l), B, T,
-                       !keep_activations_);
-      grads_final(s, grads.chunks());
-    }
-    if (overlap) optimizer_queue(s, hyper, weight_decay, 1.0f);
-    std::swap(dcur, dnext);
-  }
-  {
-    at(group_embed_bwd_);
-    SegmentHold embed_g(*store_, embed, SegmentKind::Grads, Access::Overwrite);
-    TraceSpan span(trace_, TraceRecorder::kCompute, "backward", "embed backward", tag(GroupWork::EmbedBackward));
-    if (!cfg_.llama()) {  // Llama's embed segment is empty
-      float* dwpe = embed_g.data() + embed_seg.tensors[kWpe].offset_floats;
-      std::memset(dwpe, 0, embed_seg.tensors[kWpe].numel * sizeof(float));
-      ops_->embedding_backward_positions(dwpe, dcur, B, T, C);
-    }
-    float* const embed_grads = embed_g.data();
-    grads_final(embed, &embed_grads);
-  }
-  if (overlap) optimizer_queue(embed, hyper, weight_decay, 1.0f);
-  for (int k = 0; k < layout_.vocab_block_count(); ++k) {
-    const int v = layout_.vocab_segment(k);
-    {
-      at(group_vocab_bwd_[k]);
-      const bool tied = layout_.head_tied();
-      SegmentHold dwte(*store_, v, SegmentKind::Grads, tied ? Access::Update : Access::Overwrite);
-      TraceSpan span(trace_, TraceRecorder::kCompute, "backward", segs[v].name + " embed backward",
-                     tag(GroupWork::VocabBackward));
-      if (!tied) std::memset(dwte.data(), 0, sizeof(float) * static_cast<std::size_t>(layout_.vocab_rows(k)) * C);
-      ops_->embedding_backward_block(dwte.data(), dcur, inputs, layout_.vocab_row0(k), layout_.vocab_rows(k), B, T, C);
-      float* const wte_grads = dwte.data();
-      grads_final(v, &wte_grads);
-    }
-    if (overlap) optimizer_queue(v, hyper, weight_decay, 1.0f);
-  }
-  return loss;
-}
-
 float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
   check_shape(B, T);
-  forward_blocks(inputs, B, T);
-  return backward_pass(inputs, targets, B, T, false, AdamWHyper{}, 0.0);
+  Pass pass{PassKind::Train, inputs, targets, B, T};
+  const std::size_t stride = dacts_.size_bytes() / sizeof(float) / 2;
+  pass.dcur = dacts_.as_f32();
+  pass.dnext = dacts_.as_f32() + stride;
+  run(0, compute_end_, pass);
+  return pass.loss;
 }
 
 StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
@@ -411,9 +361,13 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   check_shape(B, T);
   STRATUM_ASSERT(mode_ != OptimizerMode::Overlapped || grad_clip <= 0);
   StepResult r;
-  forward_blocks(inputs, B, T);
   const bool overlap = mode_ == OptimizerMode::Overlapped;
-  r.loss = backward_pass(inputs, targets, B, T, overlap, hyper, weight_decay);
+  Pass pass{PassKind::Train, inputs, targets, B, T, overlap, hyper, weight_decay};
+  const std::size_t stride = dacts_.size_bytes() / sizeof(float) / 2;
+  pass.dcur = dacts_.as_f32();
+  pass.dnext = dacts_.as_f32() + stride;
+  run(0, compute_end_, pass);
+  r.loss = pass.loss;
   if (overlap) {
     const auto t0 = std::chrono::steady_clock::now();
     TraceSpan span(trace_, TraceRecorder::kCompute, "stall", "wait for the updates");
@@ -429,42 +383,19 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   return r;
 }
 
-float Executor::head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits) {
-  const auto& segs = layout_.segments();
-  const int head = layout_.head_segment();
-  head_updates_wait();
-  at(group_head_);
-  SegmentHold head_p(*store_, head, SegmentKind::Params, Access::Read);
-  SegmentHold in(*store_, head, SegmentKind::Activations, Access::Read);
-  const float* lnf_w = head_p.data() + segs[head].tensors[kLnFW].offset_floats;
-  const float* lnf_b = cfg_.llama() ? nullptr : head_p.data() + segs[head].tensors[kLnFB].offset_floats;
-  if (logits == nullptr) {
-    gpt2_head_begin(*ops_, cfg_, lnf_w, lnf_b, in.data(), BT, head_scratch_);
-    return head_lse(targets, BT);
-  }
-  gpt2_head_begin(*ops_, cfg_, lnf_w, lnf_b, in.data() + static_cast<std::size_t>(logits_row) * cfg_.n_embd, 1,
-                  head_scratch_);
-  for (int k = 0; k < layout_.vocab_block_count(); ++k) {
-    const int v = layout_.head_vocab_segment(k);
-    at(group_head_lse_[k]);
-    SegmentHold wte(*store_, v, SegmentKind::Params, Access::Read);
-    TraceSpan span(trace_, TraceRecorder::kCompute, "head", segs[v].name + " logits");
-    gpt2_head_logits_block(*ops_, GemmLinear{}, cfg_, wte.view(), layout_.vocab_rows(k), 1,
-                           logits + layout_.vocab_row0(k), cfg_.vocab_size, head_scratch_);
-  }
-  return 0.0f;
-}
-
 float Executor::loss(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
   check_shape(B, T);
-  forward_blocks(inputs, B, T);
-  return head_inference(targets, B * T, 0, nullptr);
+  Pass pass{PassKind::Loss, inputs, targets, B, T};
+  run(0, head_first_ + 1 + layout_.vocab_block_count(), pass);  // the forward, the head's log-sum-exp pass
+  return pass.loss;
 }
 
 void Executor::logits_last(const std::int32_t* tokens, int T, float* logits) {
   check_shape(1, T);
-  forward_blocks(tokens, 1, T);
-  head_inference(nullptr, T, T - 1, logits);
+  Pass pass{PassKind::Logits, tokens, nullptr, 1, T};
+  pass.logits_row = T - 1;
+  pass.logits = logits;
+  run(0, head_first_ + 1 + layout_.vocab_block_count(), pass);
 }
 
 double Executor::grad_sum_squares() const {
@@ -505,12 +436,6 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
     }
     store_->schedule_refresh();  // this chunk was released (written behind): load further ahead
   }
-}
-
-void Executor::head_updates_wait() {
-  update_wait(layout_.head_segment());
-  if (!layout_.head_tied())
-    for (int k = 0; k < layout_.vocab_block_count(); ++k) update_wait(layout_.head_vocab_segment(k));
 }
 
 void Executor::update_wait(int segment) {

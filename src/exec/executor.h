@@ -1,4 +1,5 @@
-// Runs a training or inference pass block by block over units held by a SegmentStore.
+// Runs a training or inference pass over units held by a SegmentStore, group by group of its
+// step schedule.
 // Note [step schedule]: forward visits embed (positions, then each vocabulary block wte.k; Llama
 // has no positions, its embed segment is empty),
 // layer.0 .. layer.L-1, head, keeping only each block's input (its "acts" unit in the store, so
@@ -9,8 +10,13 @@
 // and its gradients are final after them, while the token embedding's blocks then only get the
 // embedding's gradients; the optimizer then visits every segment chunk by chunk (params, grads and both moments
 // of one chunk at a time, Note [segment chunks]). Vocabulary blocks are segments of their own, so they stream,
-// update and overlap like layers. The same order is written down as a StepSchedule so a tiered store
-// can prefetch and evict by it; the executor calls schedule_at() before each group.
+// update and overlap like layers.
+// Note [one schedule] (store/step_schedule.h): that order is written once, in schedule_build(),
+// as a StepSchedule. The executor then runs it: group_run() tells the store where the step is,
+// holds exactly the units the group lists, and dispatches on the group's work, so what the store
+// prefetches and evicts, the planner's replay and the minimum budget (schedule_min_bytes) all
+// follow from the same list. A pass runs a range of groups: training runs all of them, a loss or
+// logits pass the forward and the head's log-sum-exp groups.
 // Note [optimizer overlap]: OptimizerMode says where AdamW runs. Inline: after the backward, on
 // the training thread. Overlapped (no clipping only): a segment's update does not depend on any
 // other segment, so it is queued on the optimizer worker as soon as the segment's gradients are
@@ -24,6 +30,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -103,32 +110,43 @@ class Executor {
   void sync();
 
  private:
+  // What a pass over the groups computes and the state its groups hand on.
+  enum class PassKind { Train, Loss, Logits };
+  struct Pass {
+    PassKind kind;
+    const std::int32_t* inputs;
+    const std::int32_t* targets;  // Train, Loss
+    int B, T;
+    bool queue_updates = false;  // Overlapped: queue each segment's update at its Optimizer group
+    AdamWHyper hyper{};
+    double weight_decay = 0.0;
+    int logits_row = 0;          // Logits: the row whose logits are wanted, and where they go (V)
+    float* logits = nullptr;
+    float loss = 0.0f;           // after the last HeadLse group (Train, Loss)
+    float* dcur = nullptr;       // backward: gradient ping-pong in dacts_
+    float* dnext = nullptr;
+  };
+
   void check_shape(int B, int T) const;
   void schedule_build();
-  void forward_blocks(const std::int32_t* inputs, int B, int T);
-  float backward_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool overlap,
-                      const AdamWHyper& hyper, double weight_decay);
-  // Note [gradients final]: the one place a segment's gradients are declared final for the step
-  // (called once per segment, while its gradient units are still held, as soon as nothing more
-  // adds to them: head and untied LM-head blocks after the head, each layer after its backward,
-  // embed and the vocabulary blocks after the embedding backward). It records the per-tensor
-  // squared sums the global norm needs; a data-parallel run reduces the segment's gradient
-  // across ranks here, before anything reads it. The update is queued after the hold ends.
+  void run(int first, int last, Pass& pass);  // groups [first, last)
+  void group_run(int g, Pass& pass);
+  void group_compute(int g, const GroupHolds& holds, Pass& pass);
+  std::string group_name(int g, const Pass& pass) const;  // the trace span's name
+  // Note [gradients final]: the one place a segment's gradients are declared final for the step.
+  // group_run() calls it after the group that last writes them (derived from the schedule in
+  // schedule_build: head and untied LM-head blocks after the head, each layer after its
+  // backward, embed and the vocabulary blocks after the embedding backward), while they are
+  // still held. It records the per-tensor squared sums the global norm needs; a data-parallel
+  // run reduces the segment's gradient across ranks here, before anything reads it. The update
+  // is queued by the segment's Optimizer group, after the hold ends.
   void grads_final(int segment, float* const* grad_chunks);  // one pointer per chunk
   void optimizer_segment(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
                          float grad_scale);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
   void update_wait(int segment);  // Pipelined: the segment's queued update has been applied
-  void head_updates_wait();       // update_wait for the head and an untied head's vocabulary blocks
-  // Head on the last forward's output: mean loss over targets (BT rows) when logits is null,
-  // else the logits (V) of row logits_row.
-  // Note [head passes]: the log-sum-exp pass over the vocabulary blocks after gpt2_head_begin;
-  // returns the mean loss.
-  float head_lse(const std::int32_t* targets, int BT);
-  float head_inference(const std::int32_t* targets, int BT, int logits_row, float* logits);
   int block_copy(int layer) const { return keep_activations_ ? layer : 0; }  // the internals set of a layer
   int act_segment(int layer) const;  // the segment whose acts unit holds layer's input
-  std::size_t set_bytes(std::initializer_list<int> units) const;
   void at(int group) { store_->schedule_at(group); }
   // A compute span's trace tag: the GroupWork it does (the planner times the spans by it).
   static int tag(GroupWork work) { return static_cast<int>(work); }
@@ -147,10 +165,10 @@ class Executor {
   std::vector<std::vector<double>> grad_squares_;  // [segment][tensor] of the last backward
 
   StepSchedule schedule_;
-  int group_embed_fwd_ = 0, group_head_ = 0, group_head_end_ = 0, group_embed_bwd_ = 0;
-  std::vector<int> group_fwd_, group_bwd_, group_opt_;  // per layer, per layer, per segment
-  // per vocabulary block: embedding forward, head log-sum-exp, head backward, embedding backward
-  std::vector<int> group_vocab_fwd_, group_head_lse_, group_head_bwd_, group_vocab_bwd_;
+  int head_first_ = 0;   // the HeadBegin group; the HeadLse groups follow it
+  int compute_end_ = 0;  // one past the last group a training pass runs (Inline: the updates follow)
+  std::vector<int> group_opt_;               // per segment: its Optimizer group
+  std::vector<std::vector<int>> final_at_;   // per group: segments whose gradients are final after it
   std::vector<int> forward_segments_;  // segments in the order the forward first reads them
 
   std::unique_ptr<ThreadPool> worker_pool_;  // 1 thread: the optimizer worker's kernels

@@ -21,6 +21,7 @@
 #include "model/param_layout.h"
 #include "obs/trace_recorder.h"
 #include "plan/calibration.h"
+#include "store/eviction_policy.h"
 #include "store/segment_store.h"
 #include "store/step_schedule.h"
 #include "store/unit_table.h"
@@ -266,31 +267,31 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
 
 namespace {
 
-// Note [plan model]: the store's policy over the schedule, with sizes only.
+// Note [plan model]: the store's policy over the schedule, with sizes only: the same
+// EvictionPolicy the tiered store evicts by, fed the same positions and uses.
 class StoreModel {
  public:
   StoreModel(const UnitTable& units, const StepSchedule& schedule, std::size_t capacity)
-      : units_(units), schedule_(schedule), capacity_(capacity), resident_(units.count(), false),
-        dirty_(units.count(), false), on_disk_(units.count(), false), evicted_(units.count(), false),
-        protect_(units.count(), false) {}
+      : units_(units), schedule_(schedule), capacity_(capacity), policy_(units.count()),
+        resident_(units.count(), false), dirty_(units.count(), false), on_disk_(units.count(), false),
+        evicted_(units.count(), false), held_(units.count(), false) {
+    policy_.schedule_set(&schedule);
+  }
 
-  // Runs group g; returns the bytes read for it (writes accumulate in group_written).
+  // Runs group g; returns the bytes read for it (writes accumulate in written).
   std::uint64_t run_group(int g, std::vector<std::uint64_t>* unit_read, std::vector<std::uint64_t>* unit_written,
                           std::uint64_t* written) {
+    policy_.at(g);
     std::uint64_t read = 0;
     const auto& uses = schedule_.group(g);
-    // The optimizer holds one chunk's params, grads and moments at a time (the group lists them
-    // chunk by chunk, four units each); other groups hold all their units together.
-    const bool optimizer = schedule_.group_work(g) == GroupWork::Optimizer;
-    std::vector<int> held;
+    const std::size_t span = static_cast<std::size_t>(schedule_.hold_span(g));  // held at once
     for (std::size_t i = 0; i < uses.size(); ++i) {
+      if (i > 0 && i % span == 0)  // the next hold: the previous one is released
+        for (std::size_t j = i - span; j < i; ++j) held_[uses[j].unit] = false;
       const UnitUse& use = uses[i];
-      if (optimizer && i >= 4 && i % 4 == 0) {  // next chunk: the previous one is released
-        for (std::size_t j = i - 4; j < i; ++j) protect_[uses[j].unit] = false;
-      }
       const int u = use.unit;
       if (!resident_[u]) {
-        space_make(g, units_.bytes(u), unit_written, written);
+        space_make(units_.bytes(u), unit_written, written);
         resident_[u] = true;
         held_bytes_ += units_.bytes(u);
         peak_bytes_ = std::max(peak_bytes_, held_bytes_);
@@ -301,10 +302,10 @@ class StoreModel {
         dirty_[u] = false;
       }
       if (use.access != Access::Read) dirty_[u] = true;
-      protect_[u] = true;
-      held.push_back(u);
+      held_[u] = true;
+      policy_.used(u);
     }
-    for (int u : held) protect_[u] = false;
+    for (const UnitUse& use : uses) held_[use.unit] = false;
     return read;
   }
   void evictions_reset() { std::fill(evicted_.begin(), evicted_.end(), false); }
@@ -312,25 +313,11 @@ class StoreModel {
   std::size_t peak_bytes() const { return peak_bytes_; }
 
  private:
-  void space_make(int g, std::size_t bytes, std::vector<std::uint64_t>* unit_written, std::uint64_t* written) {
+  void space_make(std::size_t bytes, std::vector<std::uint64_t>* unit_written, std::uint64_t* written) {
     while (held_bytes_ + bytes > capacity_) {
-      int victim = -1;
-      long far = -1;
-      for (int u = 0; u < units_.count(); ++u) {
-        if (!resident_[u] || protect_[u]) continue;
-        // Units the current group already used count from the next group on.
-        long d = schedule_.next_use_distance(u, g);
-        if (d == 0) d = 1 + schedule_.next_use_distance(u, (g + 1) % schedule_.group_count());
-        if (d > far) {
-          far = d;
-          victim = u;
-        }
-      }
+      const int victim = policy_.victim(-1, [&](int u) { return resident_[u] && !held_[u]; });
       STRATUM_ASSERT(victim >= 0);  // the minimum-budget check ran first
-      const long d = schedule_.next_use_distance(victim, g);
-      const bool dead = schedule_.next_use_access(victim, d == 0 ? (g + 1) % schedule_.group_count() : g) ==
-                        Access::Overwrite;
-      if (dirty_[victim] && !dead) {
+      if (dirty_[victim] && !policy_.dead(victim)) {
         *written += units_.bytes(victim);
         (*unit_written)[victim] += units_.bytes(victim);
         on_disk_[victim] = true;
@@ -347,8 +334,9 @@ class StoreModel {
   const UnitTable& units_;
   const StepSchedule& schedule_;
   std::size_t capacity_;
+  EvictionPolicy policy_;
   std::size_t held_bytes_ = 0, peak_bytes_ = 0;
-  std::vector<bool> resident_, dirty_, on_disk_, evicted_, protect_;
+  std::vector<bool> resident_, dirty_, on_disk_, evicted_, held_;
 };
 
 // Compute time of group g on the training thread (0 for updates on the worker).

@@ -1,6 +1,8 @@
 // RamSegmentStore; see segment_store.h and Note [acquire/release].
 #include "store/segment_store.h"
 
+#include <algorithm>
+
 #include "stratum/error.h"
 
 namespace stratum {
@@ -58,6 +60,52 @@ void SegmentChunksHold::release() {
   while (!units_.empty()) {
     store_->release_unit(units_.back());
     units_.pop_back();
+  }
+}
+
+GroupHolds::GroupHolds(SegmentStore& store, const UnitUse* uses, std::size_t count) : store_(&store) {
+  units_.reserve(count);
+  data_.reserve(count);
+  try {
+    for (std::size_t i = 0; i < count; ++i) {
+      const TensorView view = store.acquire_view(uses[i].unit, uses[i].access);
+      units_.push_back(uses[i].unit);
+      views_.push_back(view);
+      data_.push_back(view.dtype() == DType::F32 ? static_cast<float*>(view.data()) : nullptr);
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+std::size_t GroupHolds::position(int unit) const {
+  const auto it = std::find(units_.begin(), units_.end(), unit);
+  STRATUM_ASSERT(it != units_.end());  // the schedule group lists every unit its work touches
+  return static_cast<std::size_t>(it - units_.begin());
+}
+
+const TensorView& GroupHolds::view(int segment, SegmentKind kind, int chunk) const {
+  return views_[position(store_->units().index(segment, kind, chunk))];
+}
+
+float* const* GroupHolds::chunks(int segment, SegmentKind kind) const {
+  const UnitTable& units = store_->units();
+  const std::size_t first = position(units.index(segment, kind, 0));
+  const int count = units.chunk_count(segment, kind);
+  for (int c = 0; c < count; ++c) {
+    STRATUM_ASSERT(first + c < units_.size() && units_[first + c] == units.index(segment, kind, c) &&
+                   data_[first + c] != nullptr);
+  }
+  return data_.data() + first;
+}
+
+void GroupHolds::release() {
+  while (!units_.empty()) {
+    store_->release_unit(units_.back());
+    units_.pop_back();
+    views_.pop_back();
+    data_.pop_back();
   }
 }
 

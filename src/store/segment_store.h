@@ -143,4 +143,29 @@ class SegmentChunksHold {
   bool f32_ = true;
 };
 
+// RAII bracket around the units of one schedule group (or the part of it held at once:
+// StepSchedule::hold_span), acquired in list order with the listed access and released in
+// reverse: the executor runs each group inside one (Note [one schedule] in store/step_schedule.h).
+class GroupHolds {
+ public:
+  GroupHolds(SegmentStore& store, const UnitUse* uses, std::size_t count);
+  GroupHolds(SegmentStore& store, const std::vector<UnitUse>& uses) : GroupHolds(store, uses.data(), uses.size()) {}
+  GroupHolds(const GroupHolds&) = delete;
+  GroupHolds& operator=(const GroupHolds&) = delete;
+  ~GroupHolds() { release(); }
+  // The held unit (segment, kind, chunk); asserts the group lists it. data() asserts fp32.
+  const TensorView& view(int segment, SegmentKind kind, int chunk = 0) const;
+  float* data(int segment, SegmentKind kind, int chunk = 0) const { return view(segment, kind, chunk).f32(); }
+  // Every chunk of (segment, kind), which the group lists consecutively in chunk order.
+  float* const* chunks(int segment, SegmentKind kind) const;
+
+ private:
+  std::size_t position(int unit) const;
+  void release();
+  SegmentStore* store_;
+  std::vector<int> units_;          // acquired so far, in order
+  std::vector<TensorView> views_;   // per acquired unit
+  std::vector<float*> data_;        // per acquired unit; null when it is not fp32
+};
+
 }  // namespace stratum

@@ -7,7 +7,7 @@
 
 namespace stratum {
 
-int StepSchedule::group_add(std::vector<UnitUse> uses, GroupWork work) {
+int StepSchedule::group_add(std::vector<UnitUse> uses, GroupWork work, int segment, int item) {
   const int g = static_cast<int>(groups_.size());
   for (const UnitUse& u : uses) {
     STRATUM_ASSERT(u.unit >= 0 && static_cast<std::size_t>(u.unit) < uses_of_unit_.size());
@@ -20,9 +20,14 @@ int StepSchedule::group_add(std::vector<UnitUse> uses, GroupWork work) {
       list.push_back({g, u.access});
     }
   }
+  STRATUM_ASSERT(work != GroupWork::Optimizer || uses.size() % kOptimizerChunkUses == 0);
   groups_.push_back(std::move(uses));
-  work_.push_back(work);
+  info_.push_back({work, segment, item});
   return g;
+}
+
+int StepSchedule::hold_span(int g) const {
+  return info_[g].work == GroupWork::Optimizer ? kOptimizerChunkUses : static_cast<int>(groups_[g].size());
 }
 
 const StepSchedule::Use* StepSchedule::next_use(int unit, int now, long* distance) const {
@@ -50,6 +55,38 @@ Access StepSchedule::next_use_access(int unit, int now) const {
   long distance = 0;
   const Use* use = next_use(unit, now, &distance);
   return use == nullptr ? Access::Read : use->access;
+}
+
+std::size_t schedule_min_bytes(const StepSchedule& schedule, const UnitTable& units, bool worker) {
+  const int G = schedule.group_count();
+  std::vector<std::size_t> held(static_cast<std::size_t>(G), 0);  // the largest hold of each group
+  int first_update = G, last_update = -1;
+  std::size_t update_hold = 0;
+  for (int g = 0; g < G; ++g) {
+    const auto& uses = schedule.group(g);
+    const std::size_t span = static_cast<std::size_t>(schedule.hold_span(g));
+    for (std::size_t i = 0; i < uses.size(); i += span) {
+      std::vector<int> distinct;
+      std::size_t bytes = 0;
+      for (std::size_t j = i; j < std::min(uses.size(), i + span); ++j) {
+        if (std::find(distinct.begin(), distinct.end(), uses[j].unit) != distinct.end()) continue;
+        distinct.push_back(uses[j].unit);
+        bytes += units.bytes(uses[j].unit);
+      }
+      held[g] = std::max(held[g], bytes);
+    }
+    if (schedule.group_work(g) == GroupWork::Optimizer) {
+      first_update = std::min(first_update, g);
+      last_update = g;
+      update_hold = std::max(update_hold, held[g]);
+    }
+  }
+  std::size_t most = 0;
+  for (int g = 0; g < G; ++g) {
+    const bool beside = worker && schedule.group_work(g) != GroupWork::Optimizer && g > first_update && g < last_update;
+    most = std::max(most, held[g] + (beside ? update_hold : 0));
+  }
+  return most;
 }
 
 }  // namespace stratum

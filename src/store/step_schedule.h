@@ -1,8 +1,11 @@
-// The known access order of one training step: a list of groups (one per compute unit: a block's
-// forward, the head, a block's backward, one optimizer chunk...), each naming the store units it
-// uses and how. The executor builds it once; the tiered store uses it to prefetch the next k
-// groups and to evict the unit whose next use is farthest away (Note [schedule eviction]).
-// Steps repeat, so "next use" wraps around into the next step. Does not run anything.
+// The known access order of one step: a list of groups (one per compute unit: a block's forward,
+// a vocabulary block of the head, a block's backward, one segment's update...), each naming the
+// store units it uses and how, what it computes and on which segment. Note [one schedule]: the
+// executor builds it once and then runs it group by group (exec/executor.h); the tiered store
+// prefetches the next k groups and evicts by it, the planner replays it through the same
+// eviction policy (store/eviction_policy.h), and the minimum budget is the most it holds at once
+// (schedule_min_bytes). Steps repeat, so "next use" wraps around into the next step. Does not run
+// anything.
 #pragma once
 
 #include <vector>
@@ -16,21 +19,32 @@ struct UnitUse {
   Access access;
 };
 
-// What a group computes, for the planner's time model (plan/planner.h); the store ignores it.
+// What a group computes: the executor dispatches on it, trace spans are tagged with it and the
+// planner's time model times it (plan/planner.h); the store ignores it.
 enum class GroupWork {
   EmbedForward, VocabForward, LayerForward, HeadBegin, HeadLse, HeadBackward, HeadEnd, LayerBackward,
   EmbedBackward, VocabBackward, Optimizer
 };
 
+// An Optimizer group lists its segment chunk by chunk, four units a chunk (params, grads, both
+// moments), and holds one chunk's four at a time; every other group holds all its units together.
+constexpr int kOptimizerChunkUses = 4;
+
 class StepSchedule {
  public:
   explicit StepSchedule(int unit_count) : uses_of_unit_(static_cast<std::size_t>(unit_count)) {}
 
-  // Appends a group and returns its index.
-  int group_add(std::vector<UnitUse> uses, GroupWork work = GroupWork::LayerForward);
+  // Appends a group and returns its index. segment: the segment it works on (-1: none in
+  // particular); item: its layer or vocabulary block (-1: none).
+  int group_add(std::vector<UnitUse> uses, GroupWork work = GroupWork::LayerForward, int segment = -1,
+                int item = -1);
   int group_count() const { return static_cast<int>(groups_.size()); }
   const std::vector<UnitUse>& group(int g) const { return groups_[g]; }
-  GroupWork group_work(int g) const { return work_[g]; }
+  GroupWork group_work(int g) const { return info_[g].work; }
+  int group_segment(int g) const { return info_[g].segment; }
+  int group_item(int g) const { return info_[g].item; }
+  // How many consecutive uses of group g are held at once (kOptimizerChunkUses or all).
+  int hold_span(int g) const;
 
   // Groups from `now` to the unit's next use at or after `now` (0 = used by group `now`),
   // wrapping into the next step; kNever when the schedule never uses it.
@@ -47,9 +61,19 @@ class StepSchedule {
   };
   const Use* next_use(int unit, int now, long* distance) const;
 
+  struct Info {
+    GroupWork work;
+    int segment, item;
+  };
   std::vector<std::vector<UnitUse>> groups_;
-  std::vector<GroupWork> work_;
+  std::vector<Info> info_;
   std::vector<std::vector<Use>> uses_of_unit_;  // per unit, in group order
 };
+
+// The most store bytes a run of the schedule holds at once: the largest hold (hold_span) of any
+// group, plus, with `worker`, one Optimizer hold beside every other group that lies between the
+// schedule's first and last Optimizer group (where an optimizer worker may be updating beside
+// the training thread: the forward when updates are pipelined, the backward when they overlap it).
+std::size_t schedule_min_bytes(const StepSchedule& schedule, const UnitTable& units, bool worker);
 
 }  // namespace stratum

@@ -44,6 +44,7 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
     : SegmentStore(std::move(units_in)),
       options_(options),
       entries_(static_cast<std::size_t>(units().count())),
+      policy_(units().count()),
       training_thread_(std::this_thread::get_id()) {
   STRATUM_CHECK(options.prefetch_depth >= 0 && options.prefetch_depth <= 64, "[store] --prefetch must be in 0..64, got ",
                 options.prefetch_depth);
@@ -145,14 +146,7 @@ std::string TieredSegmentStore::where(int unit) const {
   return units().name(unit) + " (" + paths_[units().file(unit)] + ")";
 }
 
-long TieredSegmentStore::distance(int unit) const {
-  return schedule_ == nullptr ? StepSchedule::kNever : schedule_->next_use_distance(unit, now_);
-}
-
-bool TieredSegmentStore::dead(int unit) const {
-  return schedule_ != nullptr && entries_[unit].pins == 0 &&
-         schedule_->next_use_access(unit, now_) == Access::Overwrite;
-}
+bool TieredSegmentStore::dead(int unit) const { return entries_[unit].pins == 0 && policy_.dead(unit); }
 
 void TieredSegmentStore::unit_pin(int unit, int delta) {
   Lock lock(mutex_);
@@ -169,7 +163,7 @@ void TieredSegmentStore::unit_prefetch(int unit) {
   Entry& e = entries_[unit];
   if (e.state != State::Absent || !e.on_disk) return;
   const std::size_t bytes = units().bytes(unit);
-  if (!space_make(lock, bytes, distance(unit), false) || e.state != State::Absent) return;
+  if (!space_make(lock, bytes, policy_.distance(unit), false) || e.state != State::Absent) return;
   e.buffer = buffer_take(bytes);
   io_start(unit, IoOp::Read);
 }
@@ -284,17 +278,10 @@ bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, 
       }
     }
     if (held_bytes_ - freeing + bytes > options_.budget_bytes) {
-      int victim = -1;
-      long victim_distance = beyond;
-      for (int u = 0; u < units().count(); ++u) {
+      const int victim = policy_.victim(beyond, [&](int u) {
         const Entry& e = entries_[u];
-        if (e.state != State::Resident || e.holds > 0 || e.wanted) continue;
-        const long d = distance(u);
-        if (d > victim_distance) {
-          victim = u;
-          victim_distance = d;
-        }
-      }
+        return e.state == State::Resident && e.holds == 0 && !e.wanted;
+      });
       if (victim >= 0) {
         Entry& e = entries_[victim];
         if (e.dirty && !dead(victim)) {
@@ -355,6 +342,7 @@ void* TieredSegmentStore::acquire_unit(int unit, Access access) {
   }
   e.wanted = false;
   ++e.holds;
+  policy_.used(unit);
   ++(training ? holds_training_ : holds_other_);
   if (access != Access::Read) e.dirty = true;
   if (!ready && training) {
@@ -377,20 +365,19 @@ void TieredSegmentStore::release_unit(int unit) {
   // the prefetch window will be evicted before then anyway; writing it now, while compute runs,
   // keeps the write off the critical path of the acquire that would otherwise evict it.
   if (streaming_ && e.holds == 0 && e.state == State::Resident && e.dirty && !dead(unit) &&
-      distance(unit) > options_.prefetch_depth + 1)
+      policy_.distance(unit) > options_.prefetch_depth + 1)
     io_start(unit, IoOp::Write);
   released_.notify_all();
 }
 
 void TieredSegmentStore::schedule_set(const StepSchedule* schedule) {
   Lock lock(mutex_);
-  schedule_ = schedule;
-  now_ = 0;
+  policy_.schedule_set(schedule);
 }
 
 void TieredSegmentStore::schedule_at(int group) {
   Lock lock(mutex_);
-  now_ = group;
+  policy_.at(group);
   prefetch(lock);
 }
 
@@ -401,15 +388,16 @@ void TieredSegmentStore::schedule_refresh() {
 
 void TieredSegmentStore::prefetch(Lock& lock) {
   reap(lock);
-  if (schedule_ == nullptr) return;
-  const int group = now_;
-  const int groups = schedule_->group_count();
+  const StepSchedule* schedule = policy_.schedule();
+  if (schedule == nullptr) return;
+  const int group = policy_.now();
+  const int groups = schedule->group_count();
   // Note [prefetch window]: the current group's and the next prefetch_depth groups' units are
   // loaded in schedule order as far as the budget allows without evicting anything needed
   // sooner. Units the window will overwrite get their buffer now too (no read), so the space
   // is made while compute runs rather than when the acquire comes.
   for (int d = 0; d <= options_.prefetch_depth && d < groups; ++d) {
-    for (const UnitUse& use : schedule_->group((group + d) % groups)) {
+    for (const UnitUse& use : schedule->group((group + d) % groups)) {
       Entry& e = entries_[use.unit];
       if (e.state == State::Writing && use.access != Access::Overwrite) e.wanted = true;
       if (e.state != State::Absent) continue;

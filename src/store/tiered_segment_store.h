@@ -14,10 +14,9 @@
 //   Resident (clean or dead) --evicted-->  Absent
 // A unit is only evicted with no holds; Loading and Writing units are never evicted.
 //
-// Note [schedule eviction]: the executor tells the store which schedule group it is about to
-// run (schedule_at). Distances to each unit's next use come from the StepSchedule, so eviction is
-// Belady's rule on a known future rather than LRU, and a prefetch only displaces units needed
-// later than the one it loads.
+// The executor tells the store which schedule group it is about to run (schedule_at); what to
+// evict is the EvictionPolicy's choice (Note [schedule eviction] in store/eviction_policy.h),
+// the same one the planner replays. A pinned unit (unit_pin) is never dead.
 #pragma once
 
 #include <chrono>
@@ -30,6 +29,7 @@
 
 #include "core/file_descriptor.h"
 #include "io/io_engine.h"
+#include "store/eviction_policy.h"
 #include "store/segment_store.h"
 
 namespace stratum {
@@ -83,8 +83,7 @@ class TieredSegmentStore final : public SegmentStore {
   void reap(Lock& lock);
   void complete(int unit);  // a finished ticket's state change
   void wait_ticket(Lock& lock, int unit);
-  long distance(int unit) const;
-  bool dead(int unit) const;
+  bool dead(int unit) const;  // its next use overwrites it and nobody has it pinned
   // Makes room for `bytes`; evicts only units whose next use is farther than `beyond`. With
   // block=false returns false instead of waiting.
   bool space_make(Lock& lock, std::size_t bytes, long beyond, bool block);
@@ -110,8 +109,7 @@ class TieredSegmentStore final : public SegmentStore {
   std::vector<AlignedBuffer> free_buffers_;  // evicted buffers kept for reuse (counted as held)
   std::size_t held_bytes_ = 0;              // every buffer above, resident or free
   std::size_t peak_held_bytes_ = 0;
-  const StepSchedule* schedule_ = nullptr;
-  int now_ = 0;
+  EvictionPolicy policy_;  // the schedule and its position
   bool streaming_ = false;  // the units do not all fit the budget (Note [write-behind])
   std::thread::id training_thread_;
   int holds_training_ = 0, holds_other_ = 0;  // holds by the training thread / the optimizer worker
