@@ -82,12 +82,15 @@ TEST(Plan, TrafficMatchesATrainingRunThatUsesThePlansDepth) {
   EXPECT_GT(result.predicted_step_ms, 0.0);
   EXPECT_GT(median(ms), 0.0);
 
-  // Traffic: with prefetch 0 the store loads on use (read-ahead included), as the plan's store
-  // model does, so the bytes match closely on a quiet machine (docs/benchmarks.md). Not exactly:
-  // the optimizer worker holds a block's chunks while the training thread runs ahead, and which
-  // units are resident when either evicts depends on that timing. A loaded 2-core machine (ctest
-  // -j2 beside a build) read up to 1.51x the plan, CI's ASan pass 1.44x, so the bound here is
-  // generous: it catches a plan or store that is wrong, not one that is slow.
+  // Traffic: with prefetch 0 the store loads on use (read-ahead included); the plan's store model
+  // replays the same schedule through the same EvictionPolicy, write-behind included, so on a
+  // quiet machine the bytes agree within a few percent (reads 0.99x, writes 1.00x the plan at
+  // prefetch 0 when the policy became shared; 1.21x and 1.17x before, when the model had its own
+  // rule and no write-behind). Not exactly: the optimizer worker holds a block's chunks while the
+  // training thread runs ahead, and which units are resident when either evicts depends on that
+  // timing. A loaded 2-core machine (ctest -j2 beside a build) read up to 1.51x the plan, CI's
+  // ASan pass 1.44x, so the upper bound here is generous: it catches a plan or store that is
+  // wrong, not one that is slow.
   o.prefetch = 0;
   train_run(o);
   log = testing::read_jsonl(o.log_path);
@@ -96,16 +99,20 @@ TEST(Plan, TrafficMatchesATrainingRunThatUsesThePlansDepth) {
     reads.push_back(log[i]["read_bytes"].get<double>());
     writes.push_back(log[i]["write_bytes"].get<double>());
   }
-  const double planned_reads = static_cast<double>(plan.read_bytes);
-  const double planned_writes = static_cast<double>(plan.write_bytes);
+  // The plan of that run: the store's write-behind depends on the prefetch depth.
+  PlanRequest at_zero = request;
+  at_zero.prefetch = 0;
+  const Plan plan0 = plan_make(at_zero, plan.timing, cal.disk_read_gbps, cal.disk_write_gbps);
+  const double planned_reads = static_cast<double>(plan0.read_bytes);
+  const double planned_writes = static_cast<double>(plan0.write_bytes);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   const double over = 2.5;  // sanitizers slow compute and the worker unevenly
 #else
   const double over = 2.0;
 #endif
-  EXPECT_GE(median(reads), 0.9 * planned_reads);
+  EXPECT_GE(median(reads), 0.95 * planned_reads);
   EXPECT_LE(median(reads), over * planned_reads);
-  EXPECT_GE(median(writes), 0.9 * planned_writes);
+  EXPECT_GE(median(writes), 0.95 * planned_writes);
   EXPECT_LE(median(writes), over * planned_writes);
   ::unsetenv("STRATUM_CACHE_DIR");
 }

@@ -21,7 +21,7 @@
 #include "model/param_layout.h"
 #include "obs/trace_recorder.h"
 #include "plan/calibration.h"
-#include "store/eviction_policy.h"
+#include "plan/traffic_model.h"
 #include "store/segment_store.h"
 #include "store/step_schedule.h"
 #include "store/unit_table.h"
@@ -267,78 +267,6 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
 
 namespace {
 
-// Note [plan model]: the store's policy over the schedule, with sizes only: the same
-// EvictionPolicy the tiered store evicts by, fed the same positions and uses.
-class StoreModel {
- public:
-  StoreModel(const UnitTable& units, const StepSchedule& schedule, std::size_t capacity)
-      : units_(units), schedule_(schedule), capacity_(capacity), policy_(units.count()),
-        resident_(units.count(), false), dirty_(units.count(), false), on_disk_(units.count(), false),
-        evicted_(units.count(), false), held_(units.count(), false) {
-    policy_.schedule_set(&schedule);
-  }
-
-  // Runs group g; returns the bytes read for it (writes accumulate in written).
-  std::uint64_t run_group(int g, std::vector<std::uint64_t>* unit_read, std::vector<std::uint64_t>* unit_written,
-                          std::uint64_t* written) {
-    policy_.at(g);
-    std::uint64_t read = 0;
-    const auto& uses = schedule_.group(g);
-    const std::size_t span = static_cast<std::size_t>(schedule_.hold_span(g));  // held at once
-    for (std::size_t i = 0; i < uses.size(); ++i) {
-      if (i > 0 && i % span == 0)  // the next hold: the previous one is released
-        for (std::size_t j = i - span; j < i; ++j) held_[uses[j].unit] = false;
-      const UnitUse& use = uses[i];
-      const int u = use.unit;
-      if (!resident_[u]) {
-        space_make(units_.bytes(u), unit_written, written);
-        resident_[u] = true;
-        held_bytes_ += units_.bytes(u);
-        peak_bytes_ = std::max(peak_bytes_, held_bytes_);
-        if (use.access != Access::Overwrite && on_disk_[u]) {
-          read += units_.bytes(u);
-          (*unit_read)[u] += units_.bytes(u);
-        }
-        dirty_[u] = false;
-      }
-      if (use.access != Access::Read) dirty_[u] = true;
-      held_[u] = true;
-      policy_.used(u);
-    }
-    for (const UnitUse& use : uses) held_[use.unit] = false;
-    return read;
-  }
-  void evictions_reset() { std::fill(evicted_.begin(), evicted_.end(), false); }
-  bool evicted(int u) const { return evicted_[u] || !resident_[u]; }
-  std::size_t peak_bytes() const { return peak_bytes_; }
-
- private:
-  void space_make(std::size_t bytes, std::vector<std::uint64_t>* unit_written, std::uint64_t* written) {
-    while (held_bytes_ + bytes > capacity_) {
-      const int victim = policy_.victim(-1, [&](int u) { return resident_[u] && !held_[u]; });
-      STRATUM_ASSERT(victim >= 0);  // the minimum-budget check ran first
-      if (dirty_[victim] && !policy_.dead(victim)) {
-        *written += units_.bytes(victim);
-        (*unit_written)[victim] += units_.bytes(victim);
-        on_disk_[victim] = true;
-      } else if (dirty_[victim]) {
-        on_disk_[victim] = false;
-      }
-      resident_[victim] = false;
-      dirty_[victim] = false;
-      evicted_[victim] = true;
-      held_bytes_ -= units_.bytes(victim);
-    }
-  }
-
-  const UnitTable& units_;
-  const StepSchedule& schedule_;
-  std::size_t capacity_;
-  EvictionPolicy policy_;
-  std::size_t held_bytes_ = 0, peak_bytes_ = 0;
-  std::vector<bool> resident_, dirty_, on_disk_, evicted_, held_;
-};
-
 // Compute time of group g on the training thread (0 for updates on the worker).
 double group_compute_ms(GroupWork work, const ComputeTiming& t) {
   switch (work) {
@@ -455,32 +383,41 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   const std::size_t capacity = p.streaming ? r.mem_budget_bytes - p.engine_bytes : total;
   p.disk_bytes = r.mem_budget_bytes > 0 ? total : 0;
 
-  // Traffic: three steps through the store model; the third is the steady state.
-  StoreModel store(units, schedule, capacity);
+  // Traffic and time: the store model per prefetch depth (its write-behind depends on the depth),
+  // the pipeline over each; the smallest depth within 2% of the best (deeper windows hold more).
   const int G = schedule.group_count();
-  std::vector<std::uint64_t> group_read(G, 0), group_written(G, 0), unit_read(units.count(), 0),
-      unit_written(units.count(), 0);
-  std::uint64_t written = 0;
-  for (int step = 0; step < 3; ++step) {
-    if (step == 2) {
-      store.evictions_reset();
-      written = 0;
-      std::fill(unit_read.begin(), unit_read.end(), 0);
-      std::fill(unit_written.begin(), unit_written.end(), 0);
-    }
-    for (int g = 0; g < G; ++g) {
-      const std::uint64_t before = written;
-      group_read[g] = store.run_group(g, &unit_read, &unit_written, &written);
-      group_written[g] = written - before;
-    }
-  }
-  for (std::uint64_t b : group_read) p.read_bytes += b;
-  p.write_bytes = p.streaming ? written : 0;
+  Traffic traffic;
   if (!p.streaming) {
-    std::fill(group_read.begin(), group_read.end(), 0);
-    std::fill(group_written.begin(), group_written.end(), 0);
+    traffic = traffic_replay(units, schedule, capacity, -1);
+    p.prefetch = 0;
+    std::fill(traffic.group_read.begin(), traffic.group_read.end(), 0);
+    std::fill(traffic.group_written.begin(), traffic.group_written.end(), 0);
+    p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode, 0, 0.0, 0.0).step_ms;
+  } else {
+    std::vector<Traffic> by_depth_traffic;
+    std::vector<double> by_depth;
+    for (int k = 0; k <= 6; ++k) {
+      by_depth_traffic.push_back(traffic_replay(units, schedule, capacity, k));
+      const Traffic& tk = by_depth_traffic.back();
+      by_depth.push_back(
+          pipeline(schedule, units, tk.group_read, tk.group_written, t, p.mode, k, read_gbps, write_gbps).step_ms);
+    }
+    const double best = *std::min_element(by_depth.begin(), by_depth.end());
+    p.prefetch = r.prefetch >= 0 ? r.prefetch : 6;
+    if (r.prefetch < 0)
+      for (int k = 1; k <= 6; ++k)
+        if (by_depth[k] <= best * 1.02) {
+          p.prefetch = k;
+          break;
+        }
+    traffic = p.prefetch <= 6 ? by_depth_traffic[p.prefetch] : traffic_replay(units, schedule, capacity, p.prefetch);
+    p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode, p.prefetch, read_gbps,
+                         write_gbps)
+                    .step_ms;
   }
-  p.peak_ram_bytes = p.engine_bytes + (p.streaming ? store.peak_bytes() : total);
+  p.read_bytes = p.streaming ? traffic.read : 0;
+  p.write_bytes = p.streaming ? traffic.written : 0;
+  p.peak_ram_bytes = p.engine_bytes + (p.streaming ? traffic.peak_bytes : total);
 
   // Where each segment lives.
   for (int s = 0; s < layout.segment_count(); ++s) {
@@ -489,9 +426,9 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
       for (int c = 0; c < units.chunk_count(s, static_cast<SegmentKind>(k)); ++c) {
         const int u = units.index(s, static_cast<SegmentKind>(k), c);
         place.bytes += units.bytes(u);
-        if (!p.streaming || !store.evicted(u)) place.resident_bytes += units.bytes(u);
-        place.read_bytes += unit_read[u];
-        place.write_bytes += p.streaming ? unit_written[u] : 0;
+        if (!p.streaming || !traffic.evicted[u]) place.resident_bytes += units.bytes(u);
+        place.read_bytes += p.streaming ? traffic.unit_read[u] : 0;
+        place.write_bytes += p.streaming ? traffic.unit_written[u] : 0;
       }
     p.segments.push_back(place);
   }
@@ -507,26 +444,6 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   p.ram_step_ms = t.other_ms + cfg.n_layer * (t.layer_forward_ms + t.layer_backward_ms) +
                   nv * (t.vocab_forward_ms + t.vocab_backward_ms + t.head_lse_ms + t.head_backward_ms) +
                   floats * t.adamw_inline_ns_per_float / 1e6;
-  if (!p.streaming) {
-    p.prefetch = 0;
-    const PipelineResult run = pipeline(schedule, units, group_read, group_written, t, p.mode, 0, 0.0, 0.0);
-    p.step_ms = run.step_ms;
-  } else {
-    // The smallest prefetch depth within 2% of the best (deeper windows hold more memory).
-    std::vector<double> by_depth;
-    for (int k = 0; k <= 6; ++k)
-      by_depth.push_back(
-          pipeline(schedule, units, group_read, group_written, t, p.mode, k, read_gbps, write_gbps).step_ms);
-    const double best = *std::min_element(by_depth.begin(), by_depth.end());
-    p.prefetch = r.prefetch >= 0 ? r.prefetch : 6;
-    if (r.prefetch < 0)
-      for (int k = 1; k <= 6; ++k)
-        if (by_depth[k] <= best * 1.02) {
-          p.prefetch = k;
-          break;
-        }
-    p.step_ms = pipeline(schedule, units, group_read, group_written, t, p.mode, p.prefetch, read_gbps, write_gbps).step_ms;
-  }
   const double cpu_ms = p.mode == OptimizerMode::Inline ? p.compute_ms + p.optimizer_ms : p.compute_ms;
   struct Candidate {
     const char* name;

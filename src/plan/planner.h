@@ -2,10 +2,10 @@
 // state a training run holds, where each segment lives, what moves between RAM and the offload
 // dir per step, and how long a step will take and why.
 // Note [plan model]: the plan replays the executor's own StepSchedule (the groups a step runs,
-// with the units each uses) against a model of the tiered store: units are loaded when a group
-// needs them, the unit used farthest in the future is evicted first (dirty ones written unless
-// their next use overwrites them), exactly the store's policy, so the bytes read and written
-// per step come from the same schedule the run will follow. Time comes from a pipeline over the
+// with the units each uses) against a model of the tiered store (plan/traffic_model.h): units are
+// loaded when a group needs them and evicted by the store's own EvictionPolicy (dirty ones
+// written unless their next use overwrites them, write-behind at the prefetch depth), so the
+// bytes read and written per step come from the same schedule and rule the run will follow. Time comes from a pipeline over the
 // same groups: each group's compute (measured on this machine for these shapes, Note [plan
 // calibration]) starts when the previous group's compute and its own reads are done; reads run
 // one at a time in schedule order on the read queue, each starting once its group is within

@@ -10,6 +10,7 @@
 //     held, not in flight), farther than a bound: a prefetch of a unit needed in d groups only
 //     displaces units needed later than that.
 //   - A unit whose next use overwrites it is dead: evicting it writes nothing back.
+//   - A dirty unit released far from its next use is written back at once (Note [write-behind]).
 // Not thread-safe: the store calls it under its lock.
 #pragma once
 
@@ -33,6 +34,12 @@ class EvictionPolicy {
   // How the unit's next use accesses it (Read when the schedule never uses it).
   Access next_access(int unit) const;
   bool dead(int unit) const { return schedule_ != nullptr && next_access(unit) == Access::Overwrite; }
+  // Note [write-behind]: when the units do not all fit, a dirty unit released with its next use
+  // beyond the prefetch window will be evicted before then anyway; writing it at once, while
+  // compute runs, keeps the write off the critical path of the acquire that would evict it.
+  bool write_behind(int unit, int prefetch_depth) const {
+    return schedule_ != nullptr && !dead(unit) && distance(unit) > prefetch_depth + 1;
+  }
   // Among the units evictable(u) allows, the one whose next use is farthest and farther than
   // `beyond`; -1 when there is none.
   template <class Evictable>

@@ -361,11 +361,9 @@ void TieredSegmentStore::release_unit(int unit) {
   --e.holds;
   const bool training = std::this_thread::get_id() == training_thread_;
   --(training ? holds_training_ : holds_other_);
-  // Note [write-behind]: when the units do not all fit, a dirty unit whose next use lies beyond
-  // the prefetch window will be evicted before then anyway; writing it now, while compute runs,
-  // keeps the write off the critical path of the acquire that would otherwise evict it.
-  if (streaming_ && e.holds == 0 && e.state == State::Resident && e.dirty && !dead(unit) &&
-      policy_.distance(unit) > options_.prefetch_depth + 1)
+  // Note [write-behind] (store/eviction_policy.h).
+  if (streaming_ && e.holds == 0 && e.state == State::Resident && e.dirty &&
+      policy_.write_behind(unit, options_.prefetch_depth))
     io_start(unit, IoOp::Write);
   released_.notify_all();
 }

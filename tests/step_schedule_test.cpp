@@ -1,0 +1,244 @@
+// Note [one schedule]: the step schedule is the single source of a step's order. The executor
+// runs it (every unit it touches is listed by the group it is in), the eviction policy the store
+// and the planner share reads it, and the minimum budget derived from it is enough to train in
+// every optimizer mode with the same bits as in RAM.
+#include "store/step_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "data/token_file.h"
+#include "exec/executor.h"
+#include "integration_util.h"
+#include "kernels/cpu/matmul.h"
+#include "store/eviction_policy.h"
+#include "store/tiered_segment_store.h"
+#include "weights/model_io.h"
+
+namespace stratum {
+namespace {
+
+using testing::source_path;
+
+// Four units over four groups (the policy reads only the schedule, not the units' sizes).
+StepSchedule four_group_schedule() {
+  StepSchedule s(4);
+  s.group_add({{0, Access::Read}, {1, Access::Overwrite}});  // 0
+  s.group_add({{2, Access::Read}});                          // 1
+  s.group_add({{1, Access::Read}, {3, Access::Update}});     // 2
+  s.group_add({{0, Access::Read}});                          // 3
+  return s;
+}
+
+TEST(EvictionPolicy, DistancesCountFromTheNextGroupOnceTheRunningGroupUsedAUnit) {
+  const StepSchedule schedule = four_group_schedule();
+  EvictionPolicy policy(4);
+  EXPECT_EQ(policy.distance(0), StepSchedule::kNever) << "no schedule: no known future";
+  EXPECT_FALSE(policy.dead(1));
+  policy.schedule_set(&schedule);
+  policy.at(0);
+  EXPECT_EQ(policy.distance(0), 0);
+  EXPECT_EQ(policy.distance(2), 1);
+  EXPECT_EQ(policy.next_access(1), Access::Overwrite);
+  EXPECT_TRUE(policy.dead(1)) << "its next use overwrites it";
+  policy.used(1);  // group 0 overwrote unit 1 and released it: group 2 reads what it holds
+  EXPECT_EQ(policy.distance(1), 2);
+  EXPECT_FALSE(policy.dead(1)) << "a just-written unit is not dead because the running group overwrote it";
+  policy.used(0);
+  EXPECT_EQ(policy.distance(0), 3) << "group 0 used it; group 3 is next";
+  // Farthest next use first (unit 0 at 3; units 1 and 3 at 2: the first wins a tie); units needed
+  // sooner than the bound are never taken.
+  auto all = [](int) { return true; };
+  EXPECT_EQ(policy.victim(-1, all), 0);
+  EXPECT_EQ(policy.victim(-1, [](int u) { return u != 0; }), 1);
+  EXPECT_EQ(policy.victim(2, all), 0);
+  EXPECT_EQ(policy.victim(3, all), -1);
+  policy.at(1);  // a new group: what group 0 used counts from here again
+  EXPECT_EQ(policy.distance(0), 2);
+  policy.at(3);
+  policy.used(0);
+  EXPECT_EQ(policy.distance(0), 1) << "wraps into the next step: its group 0 comes next";
+  // Write-behind: a dirty unit released beyond the prefetch window.
+  policy.at(0);
+  policy.used(1);
+  EXPECT_TRUE(policy.write_behind(1, 0));
+  EXPECT_FALSE(policy.write_behind(1, 1));
+}
+
+TEST(StepSchedule, MinimumBytesAreTheLargestHoldPlusAnUpdateBesideTheWorkersGroups) {
+  const GptConfig cfg = model_read_config(source_path("tests/golden/tiny_gpt2"));
+  const ParamLayout layout = ParamLayout::of(cfg);
+  const UnitTable units(layout, 4096);
+  StepSchedule s(units.count());
+  const int l0 = layout.layer_segment(0), l1 = layout.layer_segment(1);
+  auto bytes = [&](int u) { return units.bytes(u); };
+  const int p0 = units.index(l0, SegmentKind::Params), a0 = units.index(l0, SegmentKind::Activations);
+  const int p1 = units.index(l1, SegmentKind::Params);
+  auto opt = [&](int seg) {
+    std::vector<UnitUse> uses;
+    for (int c = 0; c < units.chunk_count(seg, SegmentKind::Params); ++c)
+      for (SegmentKind k : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
+        uses.push_back({units.index(seg, k, c), k == SegmentKind::Grads ? Access::Read : Access::Update});
+    return uses;
+  };
+  s.group_add({{p0, Access::Read}, {a0, Access::Read}, {p0, Access::Read}}, GroupWork::LayerForward);  // p0 once
+  s.group_add(opt(l1), GroupWork::Optimizer, l1);
+  s.group_add({{p1, Access::Read}}, GroupWork::LayerForward);
+  s.group_add(opt(l0), GroupWork::Optimizer, l0);
+  std::size_t update = 0;
+  for (int seg : {l0, l1})
+    for (int c = 0; c < units.chunk_count(seg, SegmentKind::Params); ++c) {
+      std::size_t chunk = 0;
+      for (SegmentKind k : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
+        chunk += bytes(units.index(seg, k, c));
+      update = std::max(update, chunk);
+    }
+  const std::size_t first = bytes(p0) + bytes(a0);
+  EXPECT_EQ(schedule_min_bytes(s, units, false), std::max(first, update));
+  // With a worker, the update runs beside group 2 only (between the first and last update).
+  EXPECT_EQ(schedule_min_bytes(s, units, true), std::max({first, update, bytes(p1) + update}));
+}
+
+// A store that checks every acquire against the schedule group the executor said it is running.
+class ScheduleCheckingStore final : public SegmentStore {
+ public:
+  explicit ScheduleCheckingStore(const UnitTable& units) : SegmentStore(units), inner_(units) {}
+  void* acquire_unit(int unit, Access access) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (std::this_thread::get_id() == training_) {
+      EXPECT_NE(schedule_, nullptr);
+      bool listed = false;
+      if (schedule_ != nullptr)
+        for (const UnitUse& use : schedule_->group(now_)) listed = listed || (use.unit == unit && use.access == access);
+      EXPECT_TRUE(listed) << units().name(unit) << " acquired in group " << now_ << ", which does not list it";
+    } else {  // the optimizer worker: some Optimizer group lists it
+      bool listed = false;
+      for (int g = 0; g < schedule_->group_count(); ++g)
+        if (schedule_->group_work(g) == GroupWork::Optimizer)
+          for (const UnitUse& use : schedule_->group(g)) listed = listed || (use.unit == unit && use.access == access);
+      EXPECT_TRUE(listed) << units().name(unit) << " acquired by the worker outside every update group";
+      ++worker_acquires_;
+    }
+    return inner_.acquire_unit(unit, access);
+  }
+  void release_unit(int unit) override { inner_.release_unit(unit); }
+  void schedule_set(const StepSchedule* schedule) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    schedule_ = schedule;
+  }
+  void schedule_at(int group) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    now_ = group;
+    visits_.push_back(group);
+  }
+  StoreStats stats() const override { return inner_.stats(); }
+  void stats_reset_peak() override {}
+  std::vector<int> visits_take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(visits_, {});
+  }
+  int worker_acquires() const { return worker_acquires_; }
+  RamSegmentStore& inner() { return inner_; }
+
+ private:
+  RamSegmentStore inner_;
+  std::mutex mutex_;
+  const StepSchedule* schedule_ = nullptr;
+  int now_ = 0;
+  std::vector<int> visits_;
+  std::thread::id training_ = std::this_thread::get_id();
+  int worker_acquires_ = 0;
+};
+
+struct TinyRun {
+  std::string dir;
+  GptConfig cfg;
+  ParamLayout layout;
+  std::vector<std::int32_t> tokens;
+  static constexpr int B = 2, T = 16;
+  explicit TinyRun(const std::string& golden)
+      : dir(source_path(golden)), cfg(model_read_config(dir)), layout(ParamLayout::of(cfg)),
+        tokens(token_file_read(dir + "/tokens.bin").tokens) {}
+  const std::int32_t* inputs(int step) const { return tokens.data() + step; }
+  const std::int32_t* targets(int step) const { return tokens.data() + step + 1; }
+};
+
+TEST(ScheduleRun, EveryUnitTheExecutorTouchesIsListedByTheGroupItRuns) {
+  blas_set_threads(1);
+  for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama"}) {
+    const TinyRun t(golden);
+    for (OptimizerMode mode : {OptimizerMode::Inline, OptimizerMode::Overlapped, OptimizerMode::Pipelined}) {
+      SCOPED_TRACE(std::string(golden) + " " + optimizer_mode_name(mode));
+      const UnitTable units(t.layout, Executor::activation_unit_floats(t.cfg, t.B, t.T));
+      ScheduleCheckingStore store(units);
+      model_load_weights(t.dir, t.layout, store.inner());
+      ThreadPool pool(2);
+      Executor exec(pool, t.cfg, units, t.B, t.T, false, mode);
+      exec.attach(store);
+      std::vector<int> every(static_cast<std::size_t>(exec.schedule().group_count()));
+      std::iota(every.begin(), every.end(), 0);
+      const double clip = mode == OptimizerMode::Overlapped ? 0.0 : 1.0;
+      for (int step = 0; step < 2; ++step) {
+        exec.train_step(t.inputs(step), t.targets(step), t.B, t.T, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1,
+                        clip);
+        if (mode == OptimizerMode::Pipelined) exec.sync();
+        EXPECT_EQ(store.visits_take(), every) << "a training step runs every group once, in order";
+      }
+      exec.loss(t.inputs(0), t.targets(0), t.B, t.T);
+      std::vector<float> logits(static_cast<std::size_t>(t.cfg.vocab_size));
+      exec.logits_last(t.inputs(0), t.T, logits.data());
+      exec.sync();
+      if (mode != OptimizerMode::Inline) EXPECT_GT(store.worker_acquires(), 0);
+    }
+  }
+}
+
+// The budget derived from the schedule runs a tiered store at exactly that size, in every mode
+// and at prefetch depths 0 and 3, with the bits of the same mode in RAM.
+TEST(ScheduleRun, MinimumBudgetTrainsInEveryModeWithTheBitsOfRam) {
+  blas_set_threads(1);
+  for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama"}) {
+    const TinyRun t(golden);
+    const UnitTable units(t.layout, Executor::activation_unit_floats(t.cfg, t.B, t.T));
+    for (OptimizerMode mode : {OptimizerMode::Inline, OptimizerMode::Overlapped, OptimizerMode::Pipelined}) {
+      const double clip = mode == OptimizerMode::Overlapped ? 0.0 : 1.0;
+      auto run = [&](int depth) {  // depth -1: in RAM
+        SCOPED_TRACE(std::string(golden) + " " + optimizer_mode_name(mode) + " prefetch " + std::to_string(depth));
+        testing::TempDir tmp;
+        std::unique_ptr<SegmentStore> store;  // outlives the executor
+        ThreadPool pool(2);
+        Executor exec(pool, t.cfg, units, t.B, t.T, false, mode);
+        if (depth >= 0) {
+          TieredStoreOptions so;
+          so.budget_bytes = exec.min_store_bytes();
+          so.offload_dir = tmp.path();
+          so.prefetch_depth = depth;
+          store = std::make_unique<TieredSegmentStore>(units, so);
+        } else {
+          store = std::make_unique<RamSegmentStore>(units);
+        }
+        model_load_weights(t.dir, t.layout, *store);
+        exec.attach(*store);
+        for (int step = 0; step < 3; ++step)
+          exec.train_step(t.inputs(step), t.targets(step), t.B, t.T, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1,
+                          clip);
+        exec.sync();
+        const std::uint64_t hash = model_params_hash(t.layout, *store);
+        if (depth >= 0) {
+          EXPECT_LE(store->stats().peak_held_bytes, exec.min_store_bytes());
+          EXPECT_GT(store->stats().read_bytes, 0u) << "the minimum streams";
+        }
+        return hash;
+      };
+      const std::uint64_t ram = run(-1);
+      EXPECT_EQ(run(0), ram) << golden << " " << optimizer_mode_name(mode);
+      EXPECT_EQ(run(3), ram) << golden << " " << optimizer_mode_name(mode);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace stratum
