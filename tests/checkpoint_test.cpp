@@ -144,7 +144,8 @@ TEST_F(Checkpoint, KeepsTheNewestAndLatestNamesAVerifiedOne) {
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(root)) names.push_back(entry.path().filename());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000004", "step-00000005"})) << "--keep 2 by default";
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "run", "step-00000004", "step-00000005"}))
+      << "--keep 2 by default; the owner file (Note [run identity]), no lock left behind";
   EXPECT_EQ(latest_of(root), "step-00000005\n");
   const CommandResult v = run_stratum("verify " + quote(root));
   EXPECT_EQ(v.exit_code, 0) << v.output << v.errors;
@@ -234,6 +235,54 @@ TEST_F(Checkpoint, DamagedCheckpointsAreDetectedAndSkipped) {
   EXPECT_EQ(latest_of(root), "step-00000008\n");
 }
 
+// Note [run identity]: a --save root belongs to one run. A fresh run into a root that holds
+// another run's checkpoints is refused (the root untouched), a root in use is locked, and
+// resuming from a root never falls back to a checkpoint another run wrote into it.
+TEST_F(Checkpoint, ASaveDirectoryBelongsToOneRun) {
+  const std::string root = tmp_.file("ck"), other = tmp_.file("other");
+  CommandResult r = run_stratum(train_args(tokens_, kSteps) + " --save " + quote(root) + " --save-every 2 --keep 3");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string owner = file_read_all(root + "/run");
+  EXPECT_EQ(owner.rfind("stratum-run ", 0), 0u) << owner;
+  EXPECT_FALSE(file_exists(root + "/stratum-save.lock")) << "the lock goes with the run";
+
+  // A different run (another seed) into the same root: refused, nothing touched.
+  r = run_stratum(train_args(tokens_, kSteps) + " --seed 7 --save " + quote(root));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("already holds checkpoints of another run (newest step-00000008)"), std::string::npos)
+      << r.errors;
+  EXPECT_NE(r.errors.find("--resume " + root), std::string::npos) << r.errors;
+  EXPECT_EQ(std::count(r.errors.begin(), r.errors.end(), '\n'), 1) << r.errors;
+  EXPECT_EQ(checkpoint_list(root), (std::vector<std::string>{"step-00000008", "step-00000006", "step-00000004"}));
+  EXPECT_EQ(latest_of(root), "step-00000008\n");
+  EXPECT_EQ(file_read_all(root + "/run"), owner);
+  EXPECT_TRUE(checkpoint_verify(root + "/step-00000008").ok());
+
+  // While a run holds the root, a second one is refused before it trains.
+  {
+    const DirLock held(root, "stratum-save.lock", "held by the test");
+    r = run_stratum("train --resume " + quote(root) + " --save " + quote(root) + " --quiet");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.errors.find("another stratum run is saving into --save '" + root + "'"), std::string::npos)
+        << r.errors;
+  }
+
+  // Another run's checkpoint copied in beside ours, ours damaged: resuming skips both.
+  r = run_stratum(train_args(tokens_, 7) + " --seed 7 --save " + quote(other) + " --save-every 7");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  std::filesystem::copy(other + "/step-00000007", root + "/step-00000007", std::filesystem::copy_options::recursive);
+  ASSERT_TRUE(checkpoint_verify(root + "/step-00000007").ok());
+  std::string bytes = file_read_all(root + "/step-00000008/model.safetensors");
+  bytes[bytes.size() / 2] ^= 0x10;
+  file_write_atomic(root + "/step-00000008/model.safetensors", bytes);
+  r = run_stratum("train --resume " + quote(root) + " --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("skipped step-00000007: written by another run"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("step-00000006 (step 6 of 8)"), std::string::npos) << r.errors;
+  EXPECT_EQ(params_hash(r), ref_hash_) << "continued this run's model, not the other one's";
+  EXPECT_EQ(file_read_all(root + "/run"), owner) << "a resumed run keeps its identity";
+}
+
 TEST_F(Checkpoint, ResumeRefusesAnIncompatibleRun) {
   const std::string root = tmp_.file("ck");
   CommandResult r = run_stratum(train_args(tokens_, kSteps) + " --save " + quote(root) + " --save-every 4");
@@ -258,7 +307,7 @@ TEST_F(Checkpoint, ResumeRefusesAnIncompatibleRun) {
   // A trainer state from another version of the format.
   const std::string s8 = root + "/step-00000008";
   std::string state = file_read_all(s8 + "/trainer_state.json");
-  state.replace(state.find("\"version\": 2"), 12, "\"version\": 9");
+  state.replace(state.find("\"version\": 3"), 12, "\"version\": 9");
   file_write_atomic(s8 + "/trainer_state.json", state);
   r = run_stratum("verify " + quote(s8));
   EXPECT_EQ(r.exit_code, 1);
@@ -311,17 +360,17 @@ void wait_for_log(StratumProcess& p, const std::string& log, std::size_t lines) 
   }
 }
 
-// Version 2 hashes with XXH3; a version-1 trainer state or manifest (Stratum's own hashes) is
-// refused in one line naming both versions, never verified against the wrong hash.
+// Versions 2 and 3 hash with XXH3; a version-1 trainer state or manifest (Stratum's own hashes)
+// is refused in one line naming the versions read, never verified against the wrong hash.
 TEST(CheckpointFormat, VersionOneIsRefusedNamingBothVersions) {
   std::string text = trainer_state_json(testing::trainer_state_minimal());
-  ASSERT_NE(text.find("\"version\": 2"), std::string::npos) << text;
-  text.replace(text.find("\"version\": 2"), 12, "\"version\": 1");
+  ASSERT_NE(text.find("\"version\": 3"), std::string::npos) << text;
+  text.replace(text.find("\"version\": 3"), 12, "\"version\": 1");
   CheckpointManifest manifest;
   manifest.step = 1;
   std::string mtext = manifest_json(manifest);
-  ASSERT_NE(mtext.find("\"version\": 2"), std::string::npos) << mtext;
-  mtext.replace(mtext.find("\"version\": 2"), 12, "\"version\": 1");
+  ASSERT_NE(mtext.find("\"version\": 3"), std::string::npos) << mtext;
+  mtext.replace(mtext.find("\"version\": 3"), 12, "\"version\": 1");
   for (const auto& parse : {std::function<void()>([&] { trainer_state_parse(text, "state"); }),
                             std::function<void()>([&] { manifest_parse(mtext, "manifest"); })}) {
     try {
@@ -330,10 +379,24 @@ TEST(CheckpointFormat, VersionOneIsRefusedNamingBothVersions) {
     } catch (const Error& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find("version 1 is not supported"), std::string::npos) << what;
-      EXPECT_NE(what.find("reads version 2"), std::string::npos) << what;
+      EXPECT_NE(what.find("reads versions 2 to 3"), std::string::npos) << what;
       EXPECT_EQ(what.find('\n'), std::string::npos) << what;
     }
   }
+}
+
+// Version 2, written before run identities, is still read: as a run of unknown identity.
+TEST(CheckpointFormat, VersionTwoIsReadWithoutARunId) {
+  TrainerState state = testing::trainer_state_minimal();
+  state.run_id = 0x0123456789abcdefull;
+  std::string text = trainer_state_json(state);
+  EXPECT_EQ(trainer_state_parse(text, "state").run_id, state.run_id);
+  const std::size_t at = text.find("  \"run_id\": \"0123456789abcdef\",\n");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.erase(at, std::string("  \"run_id\": \"0123456789abcdef\",\n").size());
+  EXPECT_THROW(trainer_state_parse(text, "state"), Error) << "version 3 needs its run id";
+  text.replace(text.find("\"version\": 3"), 12, "\"version\": 2");
+  EXPECT_EQ(trainer_state_parse(text, "state").run_id, 0u);
 }
 
 TEST(CheckpointSignals, InterruptCheckpointsAndExitsZeroSecondInterruptQuitsAtOnce) {

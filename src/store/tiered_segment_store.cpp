@@ -69,7 +69,8 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
                 " free but this run needs up to ", gib(need_bytes),
                 " there for offloaded state: free space or choose another directory");
 
-  lock_take(dir);
+  lock_ = DirLock(dir, kLockFileName, "[store] another stratum run is using --offload-dir " + dir +
+                                         "; give each run its own directory");
   try {
     // Reads and writes on separate engines (queues, ring threads): write-backs never sit in
     // front of the reads the next blocks wait for.
@@ -117,29 +118,11 @@ TieredSegmentStore::~TieredSegmentStore() {
   files_remove();
 }
 
-void TieredSegmentStore::lock_take(const std::string& dir) {
-  // Note: the lock file is removed when the run ends, so a run that opened it just before that
-  // would lock a deleted inode; re-open until the locked file is the one at the path.
-  const std::string lock_path = dir + "/" + kLockFileName;
-  for (int attempt = 0;; ++attempt) {
-    lock_fd_ = FileDescriptor(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-    STRATUM_CHECK(lock_fd_.get() >= 0, "[store] cannot create ", lock_path, ": ", std::strerror(errno));
-    STRATUM_CHECK(::flock(lock_fd_.get(), LOCK_EX | LOCK_NB) == 0, "[store] another stratum run is using --offload-dir ",
-                  dir, "; give each run its own directory");
-    struct stat held {}, at_path {};
-    if (::fstat(lock_fd_.get(), &held) == 0 && ::stat(lock_path.c_str(), &at_path) == 0 &&
-        held.st_ino == at_path.st_ino && held.st_dev == at_path.st_dev)
-      return;
-    STRATUM_CHECK(attempt < 10, "[store] cannot lock --offload-dir ", dir, ": its lock file keeps changing");
-  }
-}
-
 void TieredSegmentStore::files_remove() {
   files_.clear();
   for (const std::string& path : paths_) ::unlink(path.c_str());
   paths_.clear();
-  if (lock_fd_.get() >= 0) ::unlink((options_.offload_dir + "/" + kLockFileName).c_str());
-  lock_fd_ = FileDescriptor();
+  lock_.release();
 }
 
 std::string TieredSegmentStore::where(int unit) const {

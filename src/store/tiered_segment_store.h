@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/dir_lock.h"
 #include "core/file_descriptor.h"
 #include "io/io_engine.h"
 #include "store/eviction_policy.h"
@@ -92,13 +93,12 @@ class TieredSegmentStore final : public SegmentStore {
   void io_start(int unit, IoOp op);  // Loading or Writing
   void prefetch(Lock& lock);
   std::string where(int unit) const;
-  void lock_take(const std::string& dir);
   void files_remove();  // the offload files and the lock this run created
 
   TieredStoreOptions options_;
   std::string describe_;
   std::unique_ptr<IoEngine> read_engine_, write_engine_;  // separate queues for reads and writes
-  FileDescriptor lock_fd_;
+  DirLock lock_;
   std::vector<FileDescriptor> files_;
   std::vector<std::string> paths_;
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,8 +36,10 @@ constexpr const char* kStateFormat = "stratum.trainer_state";
 constexpr const char* kManifestFormat = "stratum.checkpoint_manifest";
 // Version 2: the manifest's file checksums, the params hash and the data hashes are XXH3-64
 // (core/hash.h); version 1 used Stratum's own hashes, so its checkpoints are refused with both
-// version numbers rather than verified against a hash this build no longer has.
-constexpr int kVersion = 2;
+// version numbers rather than verified against a hash this build no longer has. Version 3 adds
+// the run id (Note [run identity]); version 2 is still read, as a run of unknown identity.
+constexpr int kVersion = 3;
+constexpr int kOldestVersion = 2;
 
 std::string hex64(std::uint64_t v) {
   char text[17];
@@ -53,8 +57,8 @@ json parse_object(const std::string& text, const std::string& where, const char*
   STRATUM_CHECK(f.str("format") == format, "[checkpoint] ", where, ": format is '", f.str("format").substr(0, 60),
                 "', expected '", format, "'");
   const std::int64_t version = f.integer("version", 0, std::numeric_limits<int>::max());
-  STRATUM_CHECK(version == kVersion, "[checkpoint] ", where, ": version ", version,
-                " is not supported (this stratum reads version ", kVersion,
+  STRATUM_CHECK(version >= kOldestVersion && version <= kVersion, "[checkpoint] ", where, ": version ", version,
+                " is not supported (this stratum reads versions ", kOldestVersion, " to ", kVersion,
                 "; resume an older checkpoint with the stratum that wrote it)");
   return root;
 }
@@ -82,6 +86,7 @@ std::string trainer_state_json(const TrainerState& s) {
       {"val_hash", hex64(s.val_hash)},
       {"loss", s.loss},
       {"params_hash", hex64(s.params_hash)},
+      {"run_id", hex64(s.run_id)},
   };
   for (const TrainOption& option : train_option_table()) root[option.key] = train_option_json(option, s);
   return root.dump(2) + "\n";
@@ -108,6 +113,7 @@ TrainerState trainer_state_parse(const std::string& text, const std::string& whe
   s.val_hash = f.hex("val_hash");
   s.loss = static_cast<float>(f.number("loss", -kBig, kBig));
   s.params_hash = f.hex("params_hash");
+  if (root.at("version").get<std::int64_t>() >= 3) s.run_id = f.hex("run_id");
   return s;
 }
 
@@ -340,9 +346,16 @@ ResumePoint checkpoint_find(const std::string& path_in) {
     if (name != latest) candidates.push_back(name);
   STRATUM_CHECK(!candidates.empty(), "[checkpoint] '", path,
                 "' holds no checkpoint (no step-NNNNNNNN directory); train with --save '", path, "' first");
+  std::uint64_t owner = checkpoint_root_owner(path);  // Note [run identity]
   for (const std::string& name : candidates) {
     const CheckpointCheck check = checkpoint_verify(path + "/" + name);
+    if (check.ok() && owner != 0 && check.state.run_id != 0 && check.state.run_id != owner) {
+      point.notes.push_back("skipped " + name + ": written by another run (run " + hex64(check.state.run_id) +
+                            ", this directory's is " + hex64(owner) + ")");
+      continue;
+    }
     if (check.ok()) {
+      if (owner == 0) owner = check.state.run_id;
       point.dir = check.dir;
       point.step = check.step;
       point.state = check.state;
@@ -353,6 +366,67 @@ ResumePoint checkpoint_find(const std::string& path_in) {
   std::string why;
   for (const std::string& note : point.notes) why += "; " + note;
   STRATUM_FAIL("[checkpoint] no checkpoint under '", path, "' verifies", why);
+}
+
+std::uint64_t run_id_new() {
+  std::random_device device;
+  std::uint64_t id = 0;
+  while (id == 0) {
+    const std::uint64_t words[3] = {(static_cast<std::uint64_t>(device()) << 32) ^ device(),
+                                    static_cast<std::uint64_t>(
+                                        std::chrono::steady_clock::now().time_since_epoch().count()),
+                                    static_cast<std::uint64_t>(::getpid())};
+    id = hash64(words, sizeof words);
+  }
+  return id;
+}
+
+namespace {
+constexpr const char* kOwnerFile = "run";
+constexpr const char* kOwnerPrefix = "stratum-run ";
+constexpr const char* kSaveLockFile = "stratum-save.lock";
+}  // namespace
+
+std::uint64_t checkpoint_root_owner(const std::string& root) {
+  const std::string path = trim_slashes(root) + "/" + kOwnerFile;
+  if (!file_exists(path) || file_size_bytes(path) > 64) return 0;
+  const std::string text = file_read_all(path);
+  const std::string prefix = kOwnerPrefix;
+  if (text.rfind(prefix, 0) != 0 || text.size() < prefix.size() + 16) return 0;
+  std::uint64_t id = 0;
+  for (std::size_t i = prefix.size(); i < prefix.size() + 16; ++i) {
+    const char c = text[i];
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return 0;
+    id = id << 4 | static_cast<std::uint64_t>(digit);
+  }
+  return id;
+}
+
+DirLock checkpoint_root_claim(const std::string& root_in, std::uint64_t run_id, const std::string& resumed_from) {
+  const std::string root = trim_slashes(root_in);
+  DirLock lock(root, kSaveLockFile,
+               "[train] another stratum run is saving into --save '" + root + "'; give each run its own directory");
+  const std::vector<std::string> existing = checkpoint_list(root);
+  if (!existing.empty()) {
+    std::uint64_t owner = checkpoint_root_owner(root);
+    for (std::size_t i = 0; owner == 0 && i < existing.size(); ++i) {  // a root without ROOT/run
+      try {
+        const std::string state = root + "/" + existing[i] + "/trainer_state.json";
+        if (file_exists(state)) owner = trainer_state_parse(file_read_all(state), state).run_id;
+      } catch (const Error&) {  // unreadable: the next one says
+      }
+    }
+    std::error_code ec;
+    const bool resumed_here =
+        !resumed_from.empty() && std::filesystem::weakly_canonical(std::filesystem::path(resumed_from).parent_path(), ec) ==
+                                     std::filesystem::weakly_canonical(root, ec);
+    const bool ours = owner != 0 ? owner == run_id : resumed_here;
+    STRATUM_CHECK(ours, "[train] --save '", root, "' already holds checkpoints of another run (newest ", existing[0],
+                  "); continue that run with --resume ", root, ", or choose another --save directory");
+  }
+  if (checkpoint_root_owner(root) != run_id) file_write_atomic(root + "/" + kOwnerFile, kOwnerPrefix + hex64(run_id) + "\n");
+  return lock;
 }
 
 std::string checkpoint_model_dir(const std::string& path_in) {

@@ -18,6 +18,12 @@
 // write are temporary directories, removed by the next write. Resuming verifies the checkpoint
 // first; from a root it takes `latest` and falls back to the newest older checkpoint that
 // verifies, saying which and why.
+// Note [run identity]: a run gets a random 64-bit id when it starts fresh and keeps it across
+// resumes; every checkpoint's trainer state carries it, and a root records the run that owns it
+// (ROOT/run, "stratum-run <hex>"). A run locks its root while it uses it (ROOT/stratum-save.lock),
+// refuses a root holding checkpoints of another run, and resuming from a root never falls back to
+// a checkpoint another run wrote. Version-2 checkpoints, written before identities, have none
+// (run_id 0) and are taken as the root's own.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dir_lock.h"
 #include "model/model_config.h"
 #include "train/train_options.h"
 
@@ -43,6 +50,7 @@ struct TrainerState : TrainSettings {  // the run's options (Note [option table]
   std::uint64_t val_tokens = 0, val_hash = 0;
   float loss = 0;                   // the loss of the last step done
   std::uint64_t params_hash = 0;    // model_params_hash of the saved weights
+  std::uint64_t run_id = 0;         // Note [run identity]; 0: unknown (a version-2 checkpoint)
 };
 std::string trainer_state_json(const TrainerState& state);
 // Strict: every field present with the right type and range; throws Error naming `where` and the
@@ -101,6 +109,17 @@ struct ResumePoint {
   std::vector<std::string> notes;
 };
 ResumePoint checkpoint_find(const std::string& path);
+
+// Note [run identity]: a new random run id (never 0).
+std::uint64_t run_id_new();
+// The run that owns checkpoint root `root` (ROOT/run); 0 when it does not say.
+std::uint64_t checkpoint_root_owner(const std::string& root);
+// Claims `root` for run `run_id` before the run trains: creates it, locks it for the returned
+// lock's life, refuses a root that holds checkpoints of another run (naming how to resume it or
+// to choose another directory), and records the run as its owner. resumed_from: the checkpoint
+// directory the run continues ("" for a fresh run); a root of unknown owner (version 2) is taken
+// over only by a run resumed from inside it.
+DirLock checkpoint_root_claim(const std::string& root, std::uint64_t run_id, const std::string& resumed_from);
 
 // For --model: a checkpoint root (no config.json, a `latest` file) stands for its latest
 // checkpoint's directory; any other path is returned unchanged.

@@ -167,6 +167,7 @@ class TrainRun {
 
  private:
   void resume_find();    // --save usable; the checkpoint to continue from (verified)
+  void save_claim();     // the run's identity; the --save root locked and checked to be this run's
   void data_load();      // tokenizer, training and validation tokens, loaders, the run's trainer state
   void store_make();     // the executor, then RAM or the tiered store under the budget (with the plan)
   void trace_start();
@@ -179,6 +180,8 @@ class TrainRun {
 
   const TrainOptions& o_;
   ResumePoint resume_;
+  std::uint64_t run_id_ = 0;
+  DirLock save_lock_;  // held while the run may save
   GptConfig cfg_;
   int threads_ = 0;
   std::unique_ptr<ThreadPool> pool_;
@@ -223,6 +226,12 @@ void TrainRun::resume_find() {
                 resume_.state.step, ", past --steps ", o_.steps, "; leave --steps out to use the checkpoint's");
 }
 
+void TrainRun::save_claim() {
+  // Note [run identity]: a resumed run keeps its id; the --save root is locked and must be ours.
+  run_id_ = resume_.state.run_id != 0 ? resume_.state.run_id : run_id_new();
+  if (!o_.save_dir.empty()) save_lock_ = checkpoint_root_claim(o_.save_dir, run_id_, resume_.dir);
+}
+
 void TrainRun::data_load() {
   // A resumed run finds its tokenizer where the original run did (the checkpoint's copy may be
   // removed by --keep while the run goes on).
@@ -246,6 +255,7 @@ void TrainRun::data_load() {
   }
   train_token_count_ = train_tokens.size();
   run_state_ = state_of(o_, cfg_, tokenizer_dir_, train_tokens, val_tokens);
+  run_state_.run_id = run_id_;
   if (!resume_.dir.empty()) {
     resume_check(resume_.state, run_state_, resume_.dir);
     std::fprintf(stderr, "[stratum] resuming from %s (step %ld of %ld)\n", resume_.dir.c_str(), resume_.state.step,
@@ -507,6 +517,7 @@ void TrainRun::report(double total_ms) {
 TrainResult TrainRun::run() {
   options_check(o_);
   resume_find();
+  save_claim();
   cfg_ = !resume_.dir.empty()    ? model_read_config(resume_.dir)
          : o_.model_dir.empty() ? o_.config
                                 : model_read_config(o_.model_dir);
