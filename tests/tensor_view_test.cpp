@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+#include "model/block_policy.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 #include "store/segment_store.h"
@@ -31,6 +34,35 @@ TEST(TensorView, TypedAccessChecksTheTypeAndSlicesCountElements) {
   EXPECT_THROW(f.bf16(), BugError);
   const TensorView device(floats.data(), DType::F32, floats.size(), MemoryKind::Device);
   EXPECT_THROW(device.f32(), BugError) << "device memory is not host memory";
+}
+
+// A view has a shape: flat, or the matrix the layout says a weight is; a Linear refuses a weight
+// whose shape is not the (N, K) it multiplies by, and the store's tensor views carry the shape.
+TEST(TensorView, MatricesHaveTheirShapeAndLinearChecksIt) {
+  std::vector<float> w(12 + 4, 1.0f);  // padding after a 3 x 4 matrix, as in a store unit
+  const TensorView flat = TensorView::of(w.data(), w.size());
+  EXPECT_EQ(flat.rank(), 1);
+  EXPECT_EQ(flat.rows(), 16u);
+  const TensorView m = flat.matrix(3, 4);
+  EXPECT_EQ(m.rank(), 2);
+  EXPECT_EQ(m.rows(), 3u);
+  EXPECT_EQ(m.cols(), 4u);
+  EXPECT_EQ(m.elements(), 12u);
+  EXPECT_EQ(m.slice(4, 4).rank(), 1) << "a slice is flat";
+  EXPECT_THROW(flat.matrix(5, 4), BugError) << "20 elements are not there";
+
+  ThreadPool pool(1);
+  const std::unique_ptr<Ops> ops = ops_make(pool);
+  std::vector<float> x(2 * 4, 1.0f), y(2 * 3, 0.0f);
+  for (const Linear* linear : std::initializer_list<const Linear*>{new GemmLinear, new RowDotLinear}) {
+    const std::unique_ptr<const Linear> owned(linear);
+    linear->nt(*ops, y.data(), 3, x.data(), 4, m, 2, 3, 4);  // y (2,3) = x (2,4) @ w^T, w (3,4)
+    EXPECT_EQ(y, std::vector<float>(6, 4.0f));
+    std::vector<float> y4(2 * 4, 0.0f);
+    EXPECT_THROW(linear->nt(*ops, y4.data(), 4, x.data(), 3, m, 2, 4, 3), BugError)
+        << "a (3,4) weight where a (4,3) one is multiplied by";
+    linear->nt(*ops, y4.data(), 4, x.data(), 3, flat, 2, 4, 3);  // a flat view: only its size is known
+  }
 }
 
 TEST(TensorView, StoreHandsBf16ParamsOutOnlyAsBf16) {

@@ -2,6 +2,7 @@
 #include "cli/args.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 
@@ -124,22 +125,68 @@ std::uint64_t Args::size_bytes(const std::string& name, std::uint64_t fallback) 
   return static_cast<std::uint64_t>(parsed * static_cast<double>(scale));
 }
 
-std::vector<FlagSpec> model_flag_specs() {
-  return {{"model", "HF_DIR", "start from a Hugging Face GPT-2 or Llama directory (config.json + *.safetensors)"},
-          {"arch", "gpt2|llama", "new model: family (default gpt2)"},
-          {"layers", "L", "new model: transformer blocks (default 4)"},
-          {"heads", "H", "new model: attention heads (default 4)"},
-          {"embd", "C", "new model: channels (default 256)"},
-          {"ctx", "N", "new model: context length (default 256)"},
-          {"vocab", "V", "new model: vocabulary size (default 50257)"},
-          {"kv-heads", "K", "new llama model: key/value heads (default --heads)"},
-          {"inner", "I", "new llama model: MLP width (default 8/3 C rounded up to 64)"},
-          {"rope-theta", "X", "new llama model: rotary base (default 10000)"},
-          {"untied", "", "new llama model: an LM head of its own (default tied to the embedding)"}};
+namespace {
+std::string number_text(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+}  // namespace
+
+// Note [model flags]: one row per flag of a new model's shape, read in this order (a default may
+// depend on a field read before it: --kv-heads on --heads, --inner on --embd).
+const std::vector<ModelShapeFlag>& model_shape_flags() {
+  static const std::vector<ModelShapeFlag> rows = {
+      {"arch", "gpt2|llama", "new model: family (default gpt2)", false,
+       [](const Args& a, GptConfig& c) {
+         const std::string arch = a.str("arch", "gpt2");
+         STRATUM_CHECK(arch == "gpt2" || arch == "llama", "[cli] --arch must be gpt2 or llama, got '", arch, "'");
+         if (arch == "llama") {
+           c.arch = ModelArch::Llama;
+           c.layer_norm_eps = 1e-5f;
+         }
+       },
+       [](const GptConfig& c) { return std::string(model_arch_name(c.arch)); }},
+      {"layers", "L", "new model: transformer blocks (default 4)", false,
+       [](const Args& a, GptConfig& c) { c.n_layer = static_cast<int>(a.integer("layers", 4, 1, 1024)); },
+       [](const GptConfig& c) { return number_text(c.n_layer); }},
+      {"heads", "H", "new model: attention heads (default 4)", false,
+       [](const Args& a, GptConfig& c) { c.n_head = static_cast<int>(a.integer("heads", 4, 1, 4096)); },
+       [](const GptConfig& c) { return number_text(c.n_head); }},
+      {"embd", "C", "new model: channels (default 256)", false,
+       [](const Args& a, GptConfig& c) { c.n_embd = static_cast<int>(a.integer("embd", 256, 1, 65536)); },
+       [](const GptConfig& c) { return number_text(c.n_embd); }},
+      {"ctx", "N", "new model: context length (default 256)", false,
+       [](const Args& a, GptConfig& c) { c.n_ctx = static_cast<int>(a.integer("ctx", 256, 1, 1 << 20)); },
+       [](const GptConfig& c) { return number_text(c.n_ctx); }},
+      {"vocab", "V", "new model: vocabulary size (default 50257)", false,
+       [](const Args& a, GptConfig& c) { c.vocab_size = static_cast<int>(a.integer("vocab", 50257, 1, 1 << 24)); },
+       [](const GptConfig& c) { return number_text(c.vocab_size); }},
+      {"kv-heads", "K", "new llama model: key/value heads (default --heads)", true,
+       [](const Args& a, GptConfig& c) { c.n_kv_head = static_cast<int>(a.integer("kv-heads", c.n_head, 1, 4096)); },
+       [](const GptConfig& c) { return number_text(c.kv_heads()); }},
+      {"inner", "I", "new llama model: MLP width (default 8/3 C rounded up to 64)", true,
+       [](const Args& a, GptConfig& c) {
+         const int swiglu = (8 * c.n_embd / 3 + 63) / 64 * 64;  // Llama's 2/3 of 4C, rounded up to 64
+         c.n_inner = static_cast<int>(a.integer("inner", swiglu, 1, 1 << 20));
+       },
+       [](const GptConfig& c) { return number_text(c.mlp_width()); }},
+      {"rope-theta", "X", "new llama model: rotary base (default 10000)", true,
+       [](const Args& a, GptConfig& c) { c.rope_theta = a.number("rope-theta", 10000.0); },
+       [](const GptConfig& c) { return number_text(c.rope_theta); }},
+      {"untied", "", "new llama model: an LM head of its own (default tied to the embedding)", true,
+       [](const Args& a, GptConfig& c) { c.tie_word_embeddings = !a.flag("untied"); },
+       [](const GptConfig& c) { return std::string(c.tie_word_embeddings ? "off" : "on"); }},
+  };
+  return rows;
 }
 
-const char* const kModelShapeFlags[] = {"arch",  "layers",   "heads", "embd",       "ctx",
-                                        "vocab", "kv-heads", "inner", "rope-theta", "untied"};
+std::vector<FlagSpec> model_flag_specs() {
+  std::vector<FlagSpec> specs = {
+      {"model", "HF_DIR", "start from a Hugging Face GPT-2 or Llama directory (config.json + *.safetensors)"}};
+  for (const ModelShapeFlag& row : model_shape_flags()) specs.push_back({row.flag, row.value_name, row.help});
+  return specs;
+}
 
 std::vector<FlagSpec> concat_specs(std::vector<FlagSpec> a, const std::vector<FlagSpec>& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -147,28 +194,14 @@ std::vector<FlagSpec> concat_specs(std::vector<FlagSpec> a, const std::vector<Fl
 }
 
 GptConfig model_flags_config(const Args& args) {
-  for (const char* flag : kModelShapeFlags)
-    STRATUM_CHECK(!args.has("model") || !args.has(flag), "[cli] --model takes the shape from config.json; drop --",
-                  flag);
+  for (const ModelShapeFlag& row : model_shape_flags())
+    STRATUM_CHECK(!args.has("model") || !args.has(row.flag), "[cli] --model takes the shape from config.json; drop --",
+                  row.flag);
   GptConfig config;
-  const std::string arch = args.str("arch", "gpt2");
-  STRATUM_CHECK(arch == "gpt2" || arch == "llama", "[cli] --arch must be gpt2 or llama, got '", arch, "'");
-  if (arch == "gpt2")
-    for (const char* flag : {"kv-heads", "inner", "rope-theta", "untied"})
-      STRATUM_CHECK(!args.has(flag), "[cli] --", flag, " is for --arch llama");
-  config.n_layer = static_cast<int>(args.integer("layers", 4, 1, 1024));
-  config.n_head = static_cast<int>(args.integer("heads", 4, 1, 4096));
-  config.n_embd = static_cast<int>(args.integer("embd", 256, 1, 65536));
-  config.n_ctx = static_cast<int>(args.integer("ctx", 256, 1, 1 << 20));
-  config.vocab_size = static_cast<int>(args.integer("vocab", 50257, 1, 1 << 24));
-  if (arch == "llama") {
-    config.arch = ModelArch::Llama;
-    config.layer_norm_eps = 1e-5f;
-    config.n_kv_head = static_cast<int>(args.integer("kv-heads", config.n_head, 1, 4096));
-    const int swiglu = (8 * config.n_embd / 3 + 63) / 64 * 64;  // Llama's 2/3 of 4C, rounded up to 64
-    config.n_inner = static_cast<int>(args.integer("inner", swiglu, 1, 1 << 20));
-    config.rope_theta = args.number("rope-theta", 10000.0);
-    config.tie_word_embeddings = !args.flag("untied");
+  for (const ModelShapeFlag& row : model_shape_flags()) {
+    STRATUM_CHECK(!row.llama_only || config.llama() || !args.has(row.flag), "[cli] --", row.flag,
+                  " is for --arch llama");
+    if (!row.llama_only || config.llama()) row.read(args, config);
   }
   config.validate();
   return config;

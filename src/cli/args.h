@@ -53,7 +53,17 @@ std::vector<FlagSpec> concat_specs(std::vector<FlagSpec> a, const std::vector<Fl
 // The new model's shape from those flags (defaults L4 H4 C256 ctx256 V50257); refuses shape
 // flags together with --model.
 GptConfig model_flags_config(const Args& args);
-// The flags model_flags_config reads (a new model's shape and family).
-extern const char* const kModelShapeFlags[10];
+// Note [model flags]: the flags of a new model's shape and family, one row each: its help, how it
+// sets the config (its default when absent) and the config's value as that flag would say it
+// (for the resume check). model_flag_specs, model_flags_config and the resume check loop over it.
+struct ModelShapeFlag {
+  const char* flag;
+  const char* value_name;
+  const char* help;
+  bool llama_only;
+  void (*read)(const Args& args, GptConfig& config);
+  std::string (*text)(const GptConfig& config);
+};
+const std::vector<ModelShapeFlag>& model_shape_flags();
 
 }  // namespace stratum

@@ -84,7 +84,7 @@ void train_options_parse(const Args& args, TrainSettings& s) {
 // model, refused naming the flag, the given value and the checkpoint's otherwise.
 void resume_model_check(const Args& args, const std::string& model_dir, const std::string& resume_path) {
   bool shape_given = false;
-  for (const char* flag : kModelShapeFlags) shape_given = shape_given || args.has(flag);
+  for (const ModelShapeFlag& row : model_shape_flags()) shape_given = shape_given || args.has(row.flag);
   if (!args.has("model") && !shape_given) return;
   const GptConfig have = model_read_config(checkpoint_model_dir(resume_path));
   const char* const fix = "; a resumed run continues the checkpoint's model (leave the flag out)";
@@ -96,27 +96,9 @@ void resume_model_check(const Args& args, const std::string& model_dir, const st
     return;
   }
   const GptConfig given = model_flags_config(args);
-  auto num = [](double v) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", v);
-    return std::string(text);
-  };
-  const struct {
-    const char* flag;
-    std::string given, have;
-  } fields[] = {{"arch", model_arch_name(given.arch), model_arch_name(have.arch)},
-                {"layers", num(given.n_layer), num(have.n_layer)},
-                {"heads", num(given.n_head), num(have.n_head)},
-                {"embd", num(given.n_embd), num(have.n_embd)},
-                {"ctx", num(given.n_ctx), num(have.n_ctx)},
-                {"vocab", num(given.vocab_size), num(have.vocab_size)},
-                {"kv-heads", num(given.kv_heads()), num(have.kv_heads())},
-                {"inner", num(given.mlp_width()), num(have.mlp_width())},
-                {"rope-theta", num(given.rope_theta), num(have.rope_theta)},
-                {"untied", given.tie_word_embeddings ? "off" : "on", have.tie_word_embeddings ? "off" : "on"}};
-  for (const auto& f : fields)
-    STRATUM_CHECK(!args.has(f.flag) || f.given == f.have, "[cli] --resume: --", f.flag, " is ", f.given,
-                  " but the checkpoint was trained with ", f.have, fix);
+  for (const ModelShapeFlag& row : model_shape_flags())
+    STRATUM_CHECK(!args.has(row.flag) || row.text(given) == row.text(have), "[cli] --resume: --", row.flag, " is ",
+                  row.text(given), " but the checkpoint was trained with ", row.text(have), fix);
 }
 
 // With --resume, the options left out are the checkpoint's (Note [checkpoints]); those given must

@@ -14,6 +14,7 @@
 
 #include "core/file_util.h"
 #include "data/bpe_tokenizer_impl.h"
+#include "formats/json_fields.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -133,63 +134,6 @@ std::string tokenizer_file_read(const std::string& path, const char* missing_hin
 constexpr const char* kGpt2FilesHint =
     "put the GPT-2 tokenizer files (encoder.json + vocab.bpe or vocab.json + merges.txt) in that "
     "folder";
-
-// Typed access to the fields of a tokenizer.json; every failure names the file and the field
-// ("[tokenizer] 'dir/tokenizer.json': model.vocab ...").
-class JsonFields {
- public:
-  explicit JsonFields(const std::string& path) : file_("'" + path + "'") {}
-
-  const std::string& file() const { return file_; }
-
-  // obj[key], or nullptr when absent. `obj` must be an object.
-  static const Json* find(const Json& obj, const char* key) {
-    const auto it = obj.find(key);
-    return it == obj.end() ? nullptr : &*it;
-  }
-  const Json& required(const Json& obj, const std::string& where, const char* key) const {
-    const Json* value = find(obj, key);
-    STRATUM_CHECK(value != nullptr, "[tokenizer] ", file_, ": ", where, " has no \"", key,
-                  "\" field", kJsonFixHint);
-    return *value;
-  }
-  const Json& object(const Json& obj, const std::string& where, const char* key) const {
-    const Json& value = required(obj, where, key);
-    expect(value.is_object(), value, join(where, key), "an object");
-    return value;
-  }
-  std::string string(const Json& obj, const std::string& where, const char* key) const {
-    const Json& value = required(obj, where, key);
-    expect(value.is_string(), value, join(where, key), "a string");
-    return value.get<std::string>();
-  }
-  // obj[key] as a bool; `fallback` when absent (required when fallback is -1).
-  bool boolean(const Json& obj, const std::string& where, const char* key, int fallback) const {
-    const Json* found = find(obj, key);
-    if (found == nullptr && fallback >= 0) return fallback != 0;
-    const Json& value = found != nullptr ? *found : required(obj, where, key);
-    expect(value.is_boolean(), value, join(where, key), "true or false");
-    return value.get<bool>();
-  }
-  // The "type" of a component object such as {"type": "ByteLevel", ...}.
-  std::string type(const Json& component, const std::string& where) const {
-    expect(component.is_object(), component, where, "an object");
-    return string(component, where, "type");
-  }
-  void expect(bool ok, const Json& value, const std::string& where, const char* expected) const {
-    STRATUM_CHECK(ok, "[tokenizer] ", file_, ": ", where, " must be ", expected, ", got ",
-                  value.is_null() ? "null" : std::string("a ") + value.type_name(), kJsonFixHint);
-  }
-  static std::string join(const std::string& where, const char* key) {
-    return where.empty() ? std::string(key) : where + "." + key;
-  }
-  static std::string index(const std::string& where, std::size_t i) {
-    return where + "[" + std::to_string(i) + "]";
-  }
-
- private:
-  std::string file_;  // the path, quoted
-};
 
 }  // namespace
 
@@ -588,7 +532,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& dir) {
 BpeTokenizer BpeTokenizer::load_tokenizer_json(const std::string& path) {
   const std::string text =
       tokenizer_file_read(path, "pass a Hugging Face tokenizer.json (or a folder holding one)");
-  const JsonFields f(path);
+  const JsonFields f("'" + path + "'", "tokenizer", kJsonFixHint);  // nested access
   Json root;
   try {
     root = Json::parse(text);

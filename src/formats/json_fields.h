@@ -1,8 +1,12 @@
-// Strict typed access to the fields of a JSON object, for every file format Stratum parses:
-// each failure (missing field, wrong type, out of range, not finite) is one line naming the
-// component, the file and the field, e.g. "[checkpoint] 'dir/trainer_state.json': field 'batch'
-// is 0, outside [1, 65536]". Integers >= 0 arrive from nlohmann as unsigned and are range-checked
-// at both ends (found by fuzzing). Does not parse: the caller holds the parsed object.
+// Strict typed access to the fields of a JSON file, for every format Stratum parses (trainer
+// state, manifest, option table, config.json, calibration cache, tokenizer.json): each failure
+// (missing field, wrong type, out of range, not finite) is one line naming the component, the
+// file and the field, e.g. "[checkpoint] 'dir/trainer_state.json': field 'batch' is 0, outside
+// [1, 65536]". Two ways in: the fields of one bound object (at, str, number, integer, boolean,
+// hex), or, for nested files, any object at a dotted path ("model", "pre_tokenizer.pretokenizers[0]":
+// required, object, string, boolean with a fallback, type, expect). Integers >= 0 arrive from
+// nlohmann as unsigned and are range-checked at both ends (found by fuzzing). Does not parse:
+// the caller holds the parsed JSON.
 #pragma once
 
 #include <cmath>
@@ -22,8 +26,14 @@ namespace stratum {
 class JsonFields {
  public:
   // component: the error prefix without brackets ("checkpoint"); where: the file (and position).
-  JsonFields(const nlohmann::json& object, std::string where, std::string component)
-      : object_(object), where_(std::move(where)), prefix_("[" + std::move(component) + "] ") {}
+  // hint: appended to every failure (what to do about it), e.g. ": use the file that came with the model".
+  JsonFields(const nlohmann::json& object, std::string where, std::string component, std::string hint = "")
+      : object_(object), where_(std::move(where)), prefix_("[" + std::move(component) + "] "), hint_(std::move(hint)) {}
+  // For nested access only (no bound object).
+  JsonFields(std::string where, std::string component, std::string hint = "")
+      : JsonFields(empty_object(), std::move(where), std::move(component), std::move(hint)) {}
+
+  const std::string& file() const { return where_; }
 
   const nlohmann::json& at(const char* key) const {
     auto it = object_.find(key);
@@ -76,6 +86,49 @@ class JsonFields {
   void check(bool ok, const char* key, const char* problem) const {
     STRATUM_CHECK(ok, prefix_, where_, ": field '", key, "' ", problem);
   }
+  // Nested access: obj is the object at dotted path `where` in the file.
+  static const nlohmann::json* find(const nlohmann::json& obj, const char* key) {
+    const auto it = obj.find(key);
+    return it == obj.end() ? nullptr : &*it;
+  }
+  const nlohmann::json& required(const nlohmann::json& obj, const std::string& where, const char* key) const {
+    const nlohmann::json* value = find(obj, key);
+    STRATUM_CHECK(value != nullptr, prefix_, where_, ": ", where, " has no \"", key, "\" field", hint_);
+    return *value;
+  }
+  const nlohmann::json& object(const nlohmann::json& obj, const std::string& where, const char* key) const {
+    const nlohmann::json& value = required(obj, where, key);
+    expect(value.is_object(), value, join(where, key), "an object");
+    return value;
+  }
+  std::string string(const nlohmann::json& obj, const std::string& where, const char* key) const {
+    const nlohmann::json& value = required(obj, where, key);
+    expect(value.is_string(), value, join(where, key), "a string");
+    return value.get<std::string>();
+  }
+  // obj[key] as a bool; `fallback` when absent (required when fallback is -1).
+  bool boolean(const nlohmann::json& obj, const std::string& where, const char* key, int fallback) const {
+    const nlohmann::json* found = find(obj, key);
+    if (found == nullptr && fallback >= 0) return fallback != 0;
+    const nlohmann::json& value = found != nullptr ? *found : required(obj, where, key);
+    expect(value.is_boolean(), value, join(where, key), "true or false");
+    return value.get<bool>();
+  }
+  // The "type" of a component object such as {"type": "ByteLevel", ...}.
+  std::string type(const nlohmann::json& component, const std::string& where) const {
+    expect(component.is_object(), component, where, "an object");
+    return string(component, where, "type");
+  }
+  // Fails with "<where> must be <expected>, got <its JSON type>" unless ok.
+  void expect(bool ok, const nlohmann::json& value, const std::string& where, const char* expected) const {
+    STRATUM_CHECK(ok, prefix_, where_, ": ", where, " must be ", expected, ", got ",
+                  value.is_null() ? "null" : std::string("a ") + value.type_name(), hint_);
+  }
+  static std::string join(const std::string& where, const char* key) {
+    return where.empty() ? std::string(key) : where + "." + key;
+  }
+  static std::string index(const std::string& where, std::size_t i) { return where + "[" + std::to_string(i) + "]"; }
+
   std::uint64_t hex(const char* key) const {
     const std::string text = str(key);
     STRATUM_CHECK(text.size() == 16 && text.find_first_not_of("0123456789abcdef") == std::string::npos,
@@ -85,9 +138,14 @@ class JsonFields {
   }
 
  private:
+  static const nlohmann::json& empty_object() {
+    static const nlohmann::json empty = nlohmann::json::object();
+    return empty;
+  }
   const nlohmann::json& object_;
   std::string where_;
   std::string prefix_;
+  std::string hint_;
 };
 
 }  // namespace stratum

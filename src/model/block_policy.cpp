@@ -9,6 +9,15 @@
 
 namespace stratum {
 
+namespace {
+// w is the (N, K) weight nt() multiplies by: a matrix view must have that shape, a flat one at
+// least that many elements (Note [typed views]).
+void nt_check(const TensorView& w, int N, int K) {
+  STRATUM_ASSERT(w.rank() == 1 ? w.elements() >= static_cast<std::size_t>(N) * K
+                               : w.rows() == static_cast<std::size_t>(N) && w.cols() == static_cast<std::size_t>(K));
+}
+}  // namespace
+
 void GemmLinear::kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
                     int N) const {
   ops.matmul_forward(y, x, w, bias, M, K, N);
@@ -16,6 +25,7 @@ void GemmLinear::kn(const Ops& ops, float* y, const float* x, const float* w, co
 
 void GemmLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
                     int K) const {
+  nt_check(w, N, K);
   ops.sgemm(false, true, M, N, K, 1.0f, x, ldx, w.f32(), K, 0.0f, y, ldy);  // fp32 only (f32() checks)
 }
 
@@ -26,6 +36,7 @@ void RowDotLinear::kn(const Ops& ops, float* y, const float* x, const float* w, 
 
 void RowDotLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
                       int K) const {
+  nt_check(w, N, K);
   if (w.dtype() == DType::BF16)
     ops.rowdot_nt_bf16(y, ldy, x, ldx, w.bf16(), nullptr, M, N, K);
   else

@@ -11,7 +11,11 @@ LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const*
     const TensorSlot& t = layout.tensors[i];
     return chunks[t.chunk] + layout.offset_in_chunk(t);
   };
-  auto view = [&](int i) { return TensorView::of(at(i), layout.tensors[i].numel); };
+  auto view = [&](int i) {  // a weight matrix, shaped as the layout says (out, in)
+    const TensorSlot& t = layout.tensors[i];
+    STRATUM_ASSERT(t.shape.size() == 2);
+    return TensorView::of(at(i), t.numel).matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]));
+  };
   return LlamaBlockTensors{at(kAttnNormW), view(kQW),    view(kKW),  view(kVW),  view(kOW),
                            at(kMlpNormW),  view(kGateW), view(kUpW), view(kDownW)};
 }

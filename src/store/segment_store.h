@@ -128,9 +128,11 @@ class SegmentChunksHold {
   }
   float* tensor(const TensorSlot& t) const { return chunks()[t.chunk] + layout_->offset_in_chunk(t); }
   const TensorView& view(int chunk) const { return views_[chunk]; }
-  // Tensor t of the segment as a typed view.
+  // Tensor t of the segment as a typed view, shaped as the layout says when it is a matrix.
   TensorView tensor_view(const TensorSlot& t) const {
-    return views_[t.chunk].slice(layout_->offset_in_chunk(t), t.numel);
+    const TensorView flat = views_[t.chunk].slice(layout_->offset_in_chunk(t), t.numel);
+    return t.shape.size() == 2 ? flat.matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]))
+                               : flat;
   }
 
  private:

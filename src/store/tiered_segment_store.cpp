@@ -384,6 +384,10 @@ void TieredSegmentStore::prefetch(Lock& lock) {
       if (e.state != State::Absent) continue;
       const bool load = use.access != Access::Overwrite && e.on_disk;
       if (!load && use.access != Access::Overwrite) continue;  // zeros: nothing to move
+      // A pinned unit's data is still needed by a consumer behind the schedule position (the
+      // optimizer worker, whose queued update reads these gradients): never taken for dead here,
+      // it is loaded on its next acquire.
+      if (!load && e.pins > 0) continue;
       if (!space_make(lock, units().bytes(use.unit), d, false)) return;
       if (e.state != State::Absent) continue;
       e.buffer = buffer_take(units().bytes(use.unit));
