@@ -11,6 +11,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -281,6 +283,64 @@ TEST_F(Checkpoint, ASaveDirectoryBelongsToOneRun) {
   EXPECT_NE(r.errors.find("step-00000006 (step 6 of 8)"), std::string::npos) << r.errors;
   EXPECT_EQ(params_hash(r), ref_hash_) << "continued this run's model, not the other one's";
   EXPECT_EQ(file_read_all(root + "/run"), owner) << "a resumed run keeps its identity";
+}
+
+// Note [checked reads]: a checkpoint with one word flipped is refused by every reader (it was
+// used silently: generate printed one id over and over, info and train --model went on), and a
+// plain Hugging Face directory, which has no manifest, is refused when a weight is not finite.
+TEST_F(Checkpoint, CorruptOrNonFiniteWeightsAreRefusedByEveryReader) {
+  const std::string root = tmp_.file("ck");
+  CommandResult r = run_stratum(train_args(tokens_, 2) + " --save " + quote(root));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string step = root + "/step-00000002";
+  // A plain HF copy (no manifest) before the damage.
+  const std::string plain = tmp_.file("plain");
+  std::filesystem::create_directories(plain);
+  for (const char* file : {"config.json", "model.safetensors"})
+    std::filesystem::copy_file(step + "/" + file, plain + "/" + file);
+  std::string bytes = file_read_all(step + "/model.safetensors");
+  bytes[bytes.size() - 1000] ^= 0x01;  // one bit of one weight
+  file_write_atomic(step + "/model.safetensors", bytes);
+
+  const std::string gen = " --prompt-ids 1,2,3 --max-tokens 4 --temperature 0 --quiet";
+  const std::string train_model = " --steps 2 --batch 4 --seq 32 --threads 2 --quiet --data " + quote(tokens_);
+  for (const std::string& command : {"generate --model " + quote(root) + gen, "info " + quote(root),
+                                     "train --model " + quote(root) + train_model}) {
+    r = run_stratum(command);
+    EXPECT_EQ(r.exit_code, 1) << command;
+    EXPECT_NE(r.errors.find("does not match its manifest: model.safetensors does not match its checksum"),
+              std::string::npos)
+        << command << ": " << r.errors;
+    EXPECT_NE(r.errors.find("stratum verify"), std::string::npos) << r.errors;
+    EXPECT_EQ(std::count(r.errors.begin(), r.errors.end(), '\n'), 1) << r.errors;
+  }
+
+  // The plain copy is read without checksums (info says so); a NaN in it is found when loading.
+  r = run_stratum("info " + quote(plain));
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("no manifest.json (a plain Hugging Face directory): not checksummed"), std::string::npos)
+      << r.output;
+  r = run_stratum("generate --model " + quote(plain) + gen);
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  std::string weights = file_read_all(plain + "/model.safetensors");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(&weights[weights.size() - 400], &nan, sizeof nan);  // the last tensor's data (4-aligned: F32)
+  file_write_atomic(plain + "/model.safetensors", weights);
+  for (const std::string& command : {"generate --model " + quote(plain) + gen, "train --model " + quote(plain) + train_model}) {
+    r = run_stratum(command);
+    EXPECT_EQ(r.exit_code, 1) << command;
+    EXPECT_NE(r.errors.find("holds nan at element"), std::string::npos) << command << ": " << r.errors;
+    EXPECT_NE(r.errors.find("corrupt, or saved from a run that diverged"), std::string::npos) << r.errors;
+  }
+
+  // A loss that overflows with clipping on does not suggest turning clipping on.
+  std::string overflow = train_args(tokens_, 4) + " --grad-clip 1";
+  overflow.replace(overflow.find("--lr 1e-3"), 9, "--lr 1e30");
+  r = run_stratum(overflow);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("loss became"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("lower --lr"), std::string::npos) << r.errors;
+  EXPECT_EQ(r.errors.find("--grad-clip"), std::string::npos) << r.errors;
 }
 
 TEST_F(Checkpoint, ResumeRefusesAnIncompatibleRun) {

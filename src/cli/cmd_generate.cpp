@@ -71,6 +71,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   GenerateOptions o;
   o.model_dir = checkpoint_model_dir(args.str("model"));
   STRATUM_CHECK(!o.model_dir.empty(), "[cli] --model DIR is required for 'stratum generate'");
+  checkpoint_dir_check(o.model_dir, "generate");  // Note [checked reads]
   const int sources =
       args.has("prompt") + args.has("prompt-ids") + args.has("prompts") + args.has("prompt-ids-file");
   STRATUM_CHECK(sources <= 1, "[cli] give one of --prompt, --prompt-ids, --prompts and --prompt-ids-file");

@@ -48,6 +48,9 @@ void describe_model_dir(const std::string& dir) {
   const double params = static_cast<double>(layout.num_params());
   std::printf("%s model %s: %s, %.2fM parameters\n", cfg.llama() ? "Llama" : "GPT-2", dir.c_str(),
               cfg.describe().c_str(), params / 1e6);
+  std::printf("  %s\n", checkpoint_dir_check(dir, "info")
+                            ? "files: every one matches manifest.json (a Stratum checkpoint)"
+                            : "files: no manifest.json (a plain Hugging Face directory): not checksummed");
   std::printf("  training state fp32: params %.1f MiB + grads %.1f MiB + AdamW %.1f MiB = %.1f MiB\n",
               params * 4 / 1048576.0, params * 4 / 1048576.0, params * 8 / 1048576.0, params * 16 / 1048576.0);
   std::printf("  segments: %d (embed, %d blocks of %.1f MiB, head)\n", layout.segment_count(), cfg.n_layer,

@@ -2,6 +2,7 @@
 #include "infer/generator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <memory>
 #include <numeric>
@@ -210,9 +211,13 @@ GenerateResult generate_run(const GenerateOptions& o,
         Sequence& s = group[live[r]];
         s.fed += Tn;
         if (s.fed < static_cast<int>(s.ids.size())) continue;  // still reading its prompt
+        const float* const row = logits.data() + static_cast<std::size_t>(r) * cfg.vocab_size;
+        for (int v = 0; v < cfg.vocab_size; ++v)  // a NaN would make every sample the same id, silently
+          STRATUM_CHECK(std::isfinite(row[v]), "[generate] the model's logits are not finite (", row[v],
+                        " for token id ", v, ") after ", s.fed, " tokens: its activations overflow; a model that ",
+                        "trained to non-finite values cannot generate");
         const std::int32_t next =
-            sample_next_token(*ops, logits.data() + static_cast<std::size_t>(r) * cfg.vocab_size, cfg.vocab_size,
-                              o.temperature, o.top_k, s.rng.uniform(), o.top_p);
+            sample_next_token(*ops, row, cfg.vocab_size, o.temperature, o.top_k, s.rng.uniform(), o.top_p);
         GenerateSequence& out = result.sequences[first + live[r]];
         if (o.stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
           out.stopped_at_eos = true;

@@ -429,6 +429,15 @@ DirLock checkpoint_root_claim(const std::string& root_in, std::uint64_t run_id, 
   return lock;
 }
 
+bool checkpoint_dir_check(const std::string& dir_in, const char* component) {
+  const std::string dir = trim_slashes(dir_in);
+  if (!file_exists(dir + "/manifest.json")) return false;
+  const CheckpointCheck check = checkpoint_verify(dir);
+  STRATUM_CHECK(check.ok(), "[", component, "] '", dir, "' does not match its manifest: ", check.problem,
+                "; `stratum verify ", dir, "` checks every file (resume from an older checkpoint if it is damaged)");
+  return true;
+}
+
 std::string checkpoint_model_dir(const std::string& path_in) {
   const std::string path = trim_slashes(path_in);
   if (path.empty() || file_exists(path + "/config.json") || !dir_exists(path)) return path_in;

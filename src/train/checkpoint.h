@@ -121,6 +121,13 @@ std::uint64_t checkpoint_root_owner(const std::string& root);
 // over only by a run resumed from inside it.
 DirLock checkpoint_root_claim(const std::string& root, std::uint64_t run_id, const std::string& resumed_from);
 
+// Note [checked reads]: every reader of a model directory (train --model, generate, info) that is
+// a checkpoint (it holds manifest.json) checks it against its manifest before using it, and fails
+// in one line naming what does not match and `stratum verify`. Returns false, checking nothing,
+// for a plain Hugging Face directory (no manifest: its files are not checksummed; the loader still
+// checks every tensor's name, shape and finiteness). component: the error prefix ("generate").
+bool checkpoint_dir_check(const std::string& dir, const char* component);
+
 // For --model: a checkpoint root (no config.json, a `latest` file) stands for its latest
 // checkpoint's directory; any other path is returned unchanged.
 std::string checkpoint_model_dir(const std::string& path);

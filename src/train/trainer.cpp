@@ -334,6 +334,7 @@ void TrainRun::weights_load() {
   } else if (o_.model_dir.empty()) {
     model_init_random(cfg_, *layout_, *store_, o_.seed);
   } else {
+    checkpoint_dir_check(o_.model_dir, "train");  // Note [checked reads]
     model_load_weights(o_.model_dir, *layout_, *store_);
   }
 }
@@ -419,7 +420,7 @@ void TrainRun::loop() {
                                            o_.grad_clip);
     const float loss = r.loss;
     STRATUM_CHECK(std::isfinite(loss), "[train] loss became ", loss, " at step ", step + 1,
-                  "; lower --lr or enable --grad-clip");
+                  o_.grad_clip > 0 ? "; lower --lr" : "; lower --lr or enable --grad-clip");
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const StoreStats now = store.stats();
     const std::uint64_t read = now.read_bytes - before.read_bytes, written = now.write_bytes - before.write_bytes;

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/file_util.h"
 #include "core/hash.h"
 #include "core/rng.h"
@@ -109,13 +110,25 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
       // A slot may hold rows [row0, row0 + rows) of the tensor (Note [vocab blocks]).
       SegmentHold hold(store, s, kinds[k].first, Access::Update, slot.chunk);
       const std::size_t at = layout.segments()[s].offset_in_chunk(slot);
+      std::size_t bad = slot.numel;  // the first non-finite element, if any
+      float bad_value = 0.0f;
       if (kinds[k].first == SegmentKind::Params && store.units().param_bf16()) {  // Note [bf16 weights]
         STRATUM_CHECK(info.dtype == DType::BF16, "[model] ", path, ": tensor '", info.name, "' is ",
                       dtype_name(info.dtype), ", but the store keeps bf16 weights as stored");
-        file.read_raw_range(info, slot.hf_first(), slot.numel, hold.view().bf16() + at);
+        std::uint16_t* const dst = hold.view().bf16() + at;
+        file.read_raw_range(info, slot.hf_first(), slot.numel, dst);
+        for (std::size_t i = 0; i < slot.numel && bad == slot.numel; ++i)
+          if ((dst[i] & 0x7f80u) == 0x7f80u) bad = i, bad_value = bf16_to_f32(dst[i]);
       } else {
-        file.read_f32_range(info, slot.hf_first(), slot.numel, hold.data() + at);
+        float* const dst = hold.data() + at;
+        file.read_f32_range(info, slot.hf_first(), slot.numel, dst);
+        for (std::size_t i = 0; i < slot.numel && bad == slot.numel; ++i)
+          if (!std::isfinite(dst[i])) bad = i, bad_value = dst[i];
       }
+      // A NaN or infinity is never a weight or moment a model can run with: a corrupt file or a
+      // diverged run (Note [checked reads]).
+      STRATUM_CHECK(bad == slot.numel, "[model] ", path, ": tensor '", info.name, "' holds ", bad_value,
+                    " at element ", slot.hf_first() + bad, " (corrupt, or saved from a run that diverged)");
       seen[k][s][t] = true;
     }
   }
