@@ -11,6 +11,7 @@
 
 #include "core/file_util.h"
 #include "integration_util.h"
+#include "stratum/error.h"
 #include "train/trainer.h"
 
 namespace stratum {
@@ -32,7 +33,7 @@ TEST(TraceRecorder, WritesNamedTracksAndCompleteEvents) {
   const nlohmann::json doc = read_json(tmp.file("t.json"));
   std::map<int, std::string> names;
   std::vector<nlohmann::json> spans;
-  for (const auto& e : doc["traceEvents"]) {
+  for (const auto& e : doc) {
     if (e["ph"] == "M" && e["name"] == "thread_name") names[e["tid"].get<int>()] = e["args"]["name"];
     if (e["ph"] == "X") spans.push_back(e);
   }
@@ -42,6 +43,45 @@ TEST(TraceRecorder, WritesNamedTracksAndCompleteEvents) {
   EXPECT_EQ(spans[0]["name"], "layer.0 forward");
   EXPECT_NEAR(spans[0]["dur"].get<double>(), 2000.0, 1.0);
   EXPECT_NEAR(spans[1]["ts"].get<double>() - spans[0]["ts"].get<double>(), 1000.0, 1.0);
+}
+
+// Note [streamed trace]: a streamed trace keeps nothing in memory, reaches its file in whole
+// events while the run goes on (a killed run's file opens with the array closed by the reader),
+// and is one JSON array once finished.
+TEST(TraceRecorder, StreamsWholeEventsToItsFileAndKeepsNothing) {
+  testing::TempDir tmp;
+  const std::string path = tmp.file("t.json");
+  TraceRecorder trace;
+  const auto t0 = TraceRecorder::Clock::now();
+  trace.span(TraceRecorder::kCompute, "forward", "before streaming", t0, t0 + std::chrono::microseconds(5));
+  trace.stream_to(path, "stratum test");
+  constexpr int kSpans = 100000;
+  for (int i = 0; i < kSpans; ++i)
+    trace.span(TraceRecorder::kRead, "io", "layer." + std::to_string(i % 12) + ".params \"q\"", t0,
+               t0 + std::chrono::microseconds(i));
+  EXPECT_TRUE(trace.events().empty()) << "streamed spans are not kept";
+  EXPECT_EQ(trace.event_count(), static_cast<std::size_t>(kSpans + 1));
+  // Mid-run (as a killed run leaves it): whole events so far; closing the array makes it JSON.
+  const std::string partial = file_read_all(path);
+  ASSERT_GT(partial.size(), 1000000u) << "written as the spans came";
+  const nlohmann::json cut = nlohmann::json::parse(partial + "\n]");
+  EXPECT_GT(cut.size(), 9u);
+  EXPECT_LT(cut.size(), static_cast<std::size_t>(kSpans + 10));
+  trace.finish();
+  trace.finish();  // a second finish does nothing
+  const nlohmann::json doc = read_json(path);
+  ASSERT_TRUE(doc.is_array());
+  std::size_t spans = 0;
+  std::string process;
+  for (const auto& e : doc) {
+    spans += e["ph"] == "X";
+    if (e["ph"] == "M" && e["name"] == "process_name") process = e["args"]["name"];
+  }
+  EXPECT_EQ(spans, static_cast<std::size_t>(kSpans + 1));
+  EXPECT_EQ(process, "stratum test");
+  EXPECT_EQ(doc.back()["name"], "layer.3.params \"q\"");
+  TraceRecorder unwritable;
+  EXPECT_THROW(unwritable.stream_to("/nonexistent-dir/t.json", "x"), Error);
 }
 
 TEST(TraceRecorder, TrainingUnderABudgetShowsComputeOptimizerAndIoOverlapping) {
@@ -65,7 +105,7 @@ TEST(TraceRecorder, TrainingUnderABudgetShowsComputeOptimizerAndIoOverlapping) {
   const nlohmann::json doc = read_json(o.trace_path);
   std::map<int, std::vector<std::pair<double, double>>> by_track;
   std::map<std::string, int> names;
-  for (const auto& e : doc["traceEvents"]) {
+  for (const auto& e : doc) {
     if (e["ph"] != "X") continue;
     const double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
     EXPECT_GE(ts, 0.0);

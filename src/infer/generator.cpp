@@ -160,7 +160,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   std::unique_ptr<TraceRecorder> trace;
   if (!o.trace_path.empty()) {
     trace = std::make_unique<TraceRecorder>();
-    trace->write(o.trace_path);  // an unwritable path fails now, not after the run
+    trace->stream_to(o.trace_path, "stratum generate");  // Note [streamed trace]; an unwritable path fails now
     store->trace_set(trace.get());
     decoder.trace_set(trace.get());
   }
@@ -259,7 +259,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   if (trace) {
     store->trace_set(nullptr);
     decoder.trace_set(nullptr);
-    trace->write(o.trace_path);
+    trace->finish();
   }
   return result;
 }

@@ -1,10 +1,17 @@
 // Chrome / Perfetto trace of a run (`stratum train --trace FILE.json`): complete events ("ph":"X")
 // on named tracks (compute, optimizer, read I/O, write I/O), so a user sees what overlaps what.
-// Thread-safe; keeps at most kMaxEvents events (later ones are counted as dropped and the count
-// is written into the file's metadata). Does not sample or aggregate.
+// Thread-safe. Does not sample or aggregate.
+// Note [streamed trace]: a run's trace (stream_to) goes to its file as the spans come, in Chrome's
+// JSON Array Format ("[" then one event per line), written in whole events 64 KiB at a time, so
+// its memory stays constant however long the run (before: every span was kept until the end,
+// 563 MiB after 15k small steps) and a run that is killed leaves a file that chrome://tracing and
+// Perfetto still open (the array's "]" is optional there); finish() closes the array. Without a
+// file (the planner's timing, tests) spans are kept in memory, at most kMaxEvents (later ones
+// are counted as dropped).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <cstddef>
 #include <mutex>
 #include <string>
@@ -25,9 +32,18 @@ class TraceRecorder {
   // name is for people only.
   void span(Track track, const char* category, std::string name, Clock::time_point start, Clock::time_point end,
             int tag = -1);
-  // Writes the JSON trace atomically (file_write_atomic); throws Error naming the path.
+  // Streams every span from now on to `path` (created or truncated; Note [streamed trace]);
+  // process: the name the viewer shows ("stratum train"). Throws Error naming the path when it
+  // cannot be written. Spans recorded before are written first.
+  void stream_to(const std::string& path, const char* process);
+  // Writes the rest and closes the array; throws Error naming the path when any write failed (a
+  // full disk). Called again (or never: the destructor closes quietly) it does nothing.
+  void finish();
+  ~TraceRecorder();
+  // Writes the spans kept in memory as a JSON trace, atomically (file_write_atomic); throws
+  // Error naming the path.
   void write(const std::string& path) const;
-  std::size_t event_count() const;
+  std::size_t event_count() const;  // spans recorded (kept or streamed)
 
   struct Event {
     Track track;
@@ -36,14 +52,21 @@ class TraceRecorder {
     double ts_us, dur_us;
     int tag = -1;
   };
-  // The spans recorded so far (the planner times the executor's phases with them).
+  // The spans kept in memory (none once streaming; the planner times the executor's phases with
+  // them).
   std::vector<Event> events() const;
 
  private:
+  static std::string event_json(const Event& e);
+  static std::string header_json(const char* process);  // the metadata events naming the tracks
+  void flush_locked();  // writes buffer_ to the file; records a failure in error_
+
   const Clock::time_point origin_;
   mutable std::mutex mutex_;
   std::vector<Event> events_;
-  std::size_t dropped_ = 0;
+  std::size_t dropped_ = 0, recorded_ = 0;
+  int fd_ = -1;              // streaming: the trace file
+  std::string path_, buffer_, error_;
 };
 
 // Records [construction, destruction) as one span when the recorder is not null.

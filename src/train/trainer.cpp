@@ -319,7 +319,7 @@ void TrainRun::store_make() {
 void TrainRun::trace_start() {
   if (o_.trace_path.empty()) return;
   trace_ = std::make_unique<TraceRecorder>();
-  trace_->write(o_.trace_path);  // an unwritable path fails now, not after the run
+  trace_->stream_to(o_.trace_path, "stratum train");  // Note [streamed trace]; an unwritable path fails now
   exec_->trace_set(trace_.get());
   store_->trace_set(trace_.get());
 }
@@ -531,12 +531,13 @@ TrainResult TrainRun::run() {
   data_load();
   store_make();
   trace_start();
-  // The trace is written at the end, and also when the run fails (it shows what led up to it).
+  // The trace streams to its file and is closed at the end, also when the run fails (it shows
+  // what led up to it).
   try {
     weights_load();
     if (start_step_ == o_.steps) {
       const TrainResult done = finished_already();
-      if (trace_) trace_->write(o_.trace_path);
+      if (trace_) trace_->finish();
       return done;
     }
     sched_ = o_.lr;
@@ -547,7 +548,7 @@ TrainResult TrainRun::run() {
   } catch (...) {
     if (trace_) {
       try {
-        trace_->write(o_.trace_path);
+        trace_->finish();
       } catch (...) {  // already failing: the first error is the one to report
       }
     }
@@ -556,7 +557,7 @@ TrainResult TrainRun::run() {
   if (trace_) {
     store_->trace_set(nullptr);
     exec_->trace_set(nullptr);
-    trace_->write(o_.trace_path);
+    trace_->finish();
   }
   return result_;
 }
