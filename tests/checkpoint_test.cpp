@@ -343,6 +343,37 @@ TEST_F(Checkpoint, CorruptOrNonFiniteWeightsAreRefusedByEveryReader) {
   EXPECT_EQ(r.errors.find("--grad-clip"), std::string::npos) << r.errors;
 }
 
+// A broken `latest` (empty, naming a checkpoint that is gone, pointing outside the root) is read
+// one way (checkpoint_latest) and gets the same fallback everywhere: verify reports it and exits
+// 1 (it said all was fine), info, generate and --resume say so and use the newest checkpoint that
+// verifies (they said config.json or the step directory was missing).
+TEST_F(Checkpoint, ABrokenLatestIsReportedAndHandledTheSameEverywhere) {
+  const std::string root = tmp_.file("ck");
+  CommandResult r = run_stratum(train_args(tokens_, kSteps) + " --save " + quote(root) + " --save-every 4");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const struct {
+    const char* content;
+    const char* problem;
+  } cases[] = {{"", "'latest' is empty"},
+               {"step-00000099\n", "'latest' names 'step-00000099', which does not exist"},
+               {"../other\n", "'latest' names '../other', which is not a checkpoint of this directory"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.problem);
+    file_write_atomic(root + "/latest", c.content);
+    r = run_stratum("verify " + quote(root));
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find(root + "/latest: BAD: " + c.problem), std::string::npos) << r.output;
+    for (const std::string& command :
+         {"info " + quote(root), "generate --model " + quote(root) + " --prompt-ids 1,2 --max-tokens 2 --quiet",
+          "train --resume " + quote(root) + " --quiet"}) {
+      r = run_stratum(command);
+      EXPECT_EQ(r.exit_code, 0) << command << ": " << r.errors;
+      EXPECT_NE(r.errors.find(c.problem), std::string::npos) << command << ": " << r.errors;
+    }
+    EXPECT_NE(r.errors.find("nothing left to train"), std::string::npos) << "resumed step 8: " << r.errors;
+  }
+}
+
 TEST_F(Checkpoint, ResumeRefusesAnIncompatibleRun) {
   const std::string root = tmp_.file("ck");
   CommandResult r = run_stratum(train_args(tokens_, kSteps) + " --save " + quote(root) + " --save-every 4");
@@ -443,6 +474,47 @@ TEST(CheckpointFormat, VersionOneIsRefusedNamingBothVersions) {
       EXPECT_EQ(what.find('\n'), std::string::npos) << what;
     }
   }
+}
+
+// checkpoint_write verifies before the final name: a checkpoint that does not verify is never
+// left as step-NNNNNNNN (it was, with `latest` still on the previous one); pruning renames a
+// checkpoint out of sight before deleting it, and the leftovers of a kill mid-delete are removed
+// by the next write.
+TEST(CheckpointFormat, OnlyVerifiedCheckpointsHaveFinalNamesAndPruningLeavesNoHalfCheckpoint) {
+  TempDir tmp;
+  const std::string root = tmp.file("ck");
+  auto files = [](const std::string& state) {
+    return [state](const std::string& dir) {
+      for (const char* f : {"config.json", "model.safetensors", "optimizer.safetensors"})
+        file_write_atomic(dir + "/" + f, std::string("x"));
+      file_write_atomic(dir + "/trainer_state.json", state);
+    };
+  };
+  try {
+    checkpoint_write(root, 3, 2, files("{}"));
+    ADD_FAILURE() << "a checkpoint whose trainer state does not parse was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not verify"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(checkpoint_list(root).empty()) << "no step-00000003";
+  EXPECT_EQ(temporaries(root), 0);
+  EXPECT_FALSE(file_exists(root + "/latest"));
+
+  TrainerState state = testing::trainer_state_minimal();
+  for (long step : {1, 2}) {
+    state.step = step;
+    checkpoint_write(root, step, 1, files(trainer_state_json(state)));
+  }
+  EXPECT_EQ(checkpoint_list(root), std::vector<std::string>{"step-00000002"});
+  EXPECT_EQ(temporaries(root), 0) << "the pruned step-00000001 is gone, not left aside";
+  // What a kill in the middle of pruning leaves: a half-deleted checkpoint under a temporary name.
+  std::filesystem::create_directories(root + "/.step-00000001.tmp.999.old");
+  file_write_atomic(root + "/.step-00000001.tmp.999.old/config.json", "x");
+  EXPECT_EQ(checkpoint_list(root), std::vector<std::string>{"step-00000002"}) << "never taken for a checkpoint";
+  state.step = 3;
+  checkpoint_write(root, 3, 1, files(trainer_state_json(state)));
+  EXPECT_EQ(temporaries(root), 0) << "the next write removes it";
+  EXPECT_EQ(checkpoint_list(root), std::vector<std::string>{"step-00000003"});
 }
 
 // Version 2, written before run identities, is still read: as a run of unknown identity.

@@ -69,7 +69,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
     return 0;
   }
   GenerateOptions o;
-  o.model_dir = checkpoint_model_dir(args.str("model"));
+  o.model_dir = args.has("model") ? model_dir_resolve(args.str("model")) : "";
   STRATUM_CHECK(!o.model_dir.empty(), "[cli] --model DIR is required for 'stratum generate'");
   checkpoint_dir_check(o.model_dir, "generate");  // Note [checked reads]
   const int sources =

@@ -86,7 +86,7 @@ int cmd_info(const std::vector<std::string>& argv) {
     return args.help_requested() ? 0 : 2;
   }
   for (const auto& path : args.positional()) {
-    if (dir_exists(path)) describe_model_dir(checkpoint_model_dir(path));
+    if (dir_exists(path)) describe_model_dir(model_dir_resolve(path));
     else if (!file_exists(path)) STRATUM_FAIL("[info] '", path, "' does not exist");
     else if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) describe_safetensors(path);
     else if (token_file_is_token_file(path)) describe_token_file(path);

@@ -34,7 +34,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
     return 0;
   }
   PlanRequest r;
-  r.config = args.has("model") ? model_read_config(checkpoint_model_dir(args.str("model"))) : model_flags_config(args);
+  r.config = args.has("model") ? model_read_config(model_dir_resolve(args.str("model"))) : model_flags_config(args);
   r.config.validate();
   r.batch = static_cast<int>(args.integer("batch", 4, 1, 65536));
   r.seq = static_cast<int>(args.integer("seq", 64, 1, 1 << 20));

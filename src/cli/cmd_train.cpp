@@ -142,7 +142,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     return 0;
   }
   TrainOptions o;
-  o.model_dir = checkpoint_model_dir(args.str("model"));
+  o.model_dir = args.has("model") ? model_dir_resolve(args.str("model")) : "";
   o.config = model_flags_config(args);
   train_options_parse(args, o);
   o.log_path = args.str("log");

@@ -32,10 +32,15 @@ int cmd_verify(const std::vector<std::string>& argv) {
     for (const std::string& name : checkpoint_list(dir)) checkpoints.push_back(dir + "/" + name);
     STRATUM_CHECK(!checkpoints.empty(), "[verify] '", dir,
                   "' is neither a checkpoint (no manifest.json) nor a --save directory with step-N checkpoints");
-    const std::string resolved = checkpoint_model_dir(dir);
-    if (resolved != dir) latest = resolved;
   }
   int bad = 0;
+  bool latest_bad = false;
+  if (checkpoints[0] != dir) {  // a root: its `latest` too (checkpoint_latest: the one reading of it)
+    const LatestStatus status = checkpoint_latest(dir);
+    latest_bad = !status.ok();
+    if (status.ok()) latest = dir + "/" + status.name;
+    else std::printf("%s/latest: BAD: %s\n", dir.c_str(), status.problem.c_str());
+  }
   for (const std::string& checkpoint : checkpoints) {
     const CheckpointCheck check = checkpoint_verify(checkpoint);
     std::printf("%s%s: %s\n", checkpoint.c_str(), checkpoint == latest ? " (latest)" : "",
@@ -46,6 +51,11 @@ int cmd_verify(const std::vector<std::string>& argv) {
   if (bad > 0) {
     std::printf("%d of %zu checkpoint(s) failed verification; --resume %s uses the newest that verifies\n", bad,
                 checkpoints.size(), dir.c_str());
+    return 1;
+  }
+  if (latest_bad) {
+    std::printf("all %zu checkpoint(s) verify but 'latest' is broken; --resume %s and --model %s use the newest\n",
+                checkpoints.size(), dir.c_str(), dir.c_str());
     return 1;
   }
   std::printf("all %zu checkpoint(s) verify\n", checkpoints.size());

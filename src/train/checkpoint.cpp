@@ -211,6 +211,29 @@ std::string read_latest(const std::string& root) {
 }
 }  // namespace
 
+LatestStatus checkpoint_latest(const std::string& root_in) {
+  const std::string root = trim_slashes(root_in);
+  LatestStatus st;
+  const std::string path = root + "/latest";
+  if (!file_exists(path)) {
+    st.problem = "'latest' is missing";
+    return st;
+  }
+  if (file_size_bytes(path) > 64) {
+    st.problem = "'latest' is not a checkpoint name (" + std::to_string(file_size_bytes(path)) + " bytes)";
+    return st;
+  }
+  const std::string name = read_latest(root);
+  const std::vector<std::string> all = checkpoint_list(root);
+  if (name.empty()) st.problem = "'latest' is empty";
+  else if (std::find(all.begin(), all.end(), name) != all.end()) st.name = name;
+  else if (name.rfind("step-", 0) == 0 && name.find('/') == std::string::npos)
+    st.problem = "'latest' names '" + name + "', which does not exist";
+  else
+    st.problem = "'latest' names '" + name.substr(0, 40) + "', which is not a checkpoint of this directory";
+  return st;
+}
+
 CheckpointCheck checkpoint_verify(const std::string& dir_in) {
   CheckpointCheck check;
   check.dir = trim_slashes(dir_in);
@@ -296,6 +319,11 @@ std::string checkpoint_write(const std::string& root_in, long step, int keep,
     }
     file_write_atomic(tmp + "/manifest.json", manifest_json(manifest));
     dir_fsync(tmp);
+    // Read back and verified before it gets its final name: a checkpoint that does not verify is
+    // never left under step-NNNNNNNN (the renames below do not change a byte).
+    const CheckpointCheck check = checkpoint_verify(tmp);
+    STRATUM_CHECK(check.ok(), "[checkpoint] the checkpoint just written for step ", step,
+                  " does not verify: ", check.problem, "; 'latest' still names the previous one");
     if (dir_exists(final_dir)) {
       // A checkpoint of this step exists (a resume from an older one after this one failed to
       // verify): move it aside, to be removed once the new one is in place.
@@ -311,14 +339,15 @@ std::string checkpoint_write(const std::string& root_in, long step, int keep,
     throw;
   }
   dir_fsync(root);
-  const CheckpointCheck check = checkpoint_verify(final_dir);
-  STRATUM_CHECK(check.ok(), "[checkpoint] the checkpoint just written to '", final_dir,
-                "' does not verify: ", check.problem, "; 'latest' still names the previous one");
   file_write_atomic(root + "/latest", name + "\n");
   // Keep the newest `keep` (never the one `latest` names).
   const std::vector<std::string> all = checkpoint_list(root);
-  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i)
-    if (all[i] != name) std::filesystem::remove_all(root + "/" + all[i], ec);
+  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) {
+    if (all[i] == name) continue;
+    // Out of sight first (a leftover's name, removed by the next write if this one is killed).
+    const std::string doomed = root + "/." + all[i] + ".tmp." + std::to_string(::getpid()) + ".old";
+    if (::rename((root + "/" + all[i]).c_str(), doomed.c_str()) == 0) std::filesystem::remove_all(doomed, ec);
+  }
   dir_fsync(root);
   return final_dir;
 }
@@ -336,12 +365,11 @@ ResumePoint checkpoint_find(const std::string& path_in) {
     point.state = check.state;
     return point;
   }
-  const std::string latest = read_latest(path);
+  const LatestStatus latest_status = checkpoint_latest(path);
+  const std::string& latest = latest_status.name;
   std::vector<std::string> candidates;
-  if (!latest.empty() && latest.find('/') == std::string::npos && dir_exists(path + "/" + latest))
-    candidates.push_back(latest);
-  else if (!latest.empty())
-    point.notes.push_back("'latest' names '" + latest.substr(0, 40) + "', which does not exist");
+  if (latest_status.ok()) candidates.push_back(latest);
+  else if (!checkpoint_list(path).empty()) point.notes.push_back(latest_status.problem);
   for (const std::string& name : checkpoint_list(path))
     if (name != latest) candidates.push_back(name);
   STRATUM_CHECK(!candidates.empty(), "[checkpoint] '", path,
@@ -438,12 +466,19 @@ bool checkpoint_dir_check(const std::string& dir_in, const char* component) {
   return true;
 }
 
-std::string checkpoint_model_dir(const std::string& path_in) {
+std::string checkpoint_model_dir(const std::string& path_in, std::vector<std::string>* notes) {
   const std::string path = trim_slashes(path_in);
   if (path.empty() || file_exists(path + "/config.json") || !dir_exists(path)) return path_in;
-  const std::string latest = read_latest(path);
-  if (latest.empty() || latest.find('/') != std::string::npos) return path_in;
-  return path + "/" + latest;
+  if (!file_exists(path + "/latest") && checkpoint_list(path).empty()) return path_in;  // not a root
+  const LatestStatus latest = checkpoint_latest(path);
+  if (latest.ok()) return path + "/" + latest.name;
+  // The same fallback as --resume: the newest checkpoint that verifies, saying why.
+  ResumePoint point = checkpoint_find(path);
+  if (notes != nullptr) {
+    for (std::string& note : point.notes) notes->push_back(std::move(note));
+    notes->push_back("using " + point.dir);
+  }
+  return point.dir;
 }
 
 }  // namespace stratum

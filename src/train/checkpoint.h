@@ -11,11 +11,13 @@
 //                        size and checksum)
 //   ROOT/latest          the name of the newest verified checkpoint ("step-00000200")
 // A checkpoint is written under ROOT/.step-NNNNNNNN.tmp.PID: each file atomically and fsynced,
-// then the manifest is computed by reading every file back, the directory is fsynced and renamed
-// to step-NNNNNNNN, ROOT is fsynced, the new checkpoint is verified against its manifest, and only
-// then is `latest` replaced (atomically) and the oldest checkpoints beyond --keep removed. A crash
-// at any moment leaves every earlier checkpoint and `latest` intact; leftovers of an unfinished
-// write are temporary directories, removed by the next write. Resuming verifies the checkpoint
+// then the manifest is computed by reading every file back, the directory is fsynced and the
+// checkpoint verified against its manifest (one that does not verify never gets a final name),
+// renamed to step-NNNNNNNN, ROOT is fsynced, and only then is `latest` replaced (atomically) and
+// the oldest checkpoints beyond --keep removed, each renamed to a temporary name first so that a
+// kill mid-delete never leaves a half-deleted step-NNNNNNNN. A crash at any moment leaves every
+// earlier checkpoint and `latest` intact; leftovers of an unfinished write or delete are
+// temporary directories, removed by the next write. Resuming verifies the checkpoint
 // first; from a root it takes `latest` and falls back to the newest older checkpoint that
 // verifies, saying which and why.
 // Note [run identity]: a run gets a random 64-bit id when it starts fresh and keeps it across
@@ -128,8 +130,20 @@ DirLock checkpoint_root_claim(const std::string& root, std::uint64_t run_id, con
 // checks every tensor's name, shape and finiteness). component: the error prefix ("generate").
 bool checkpoint_dir_check(const std::string& dir, const char* component);
 
-// For --model: a checkpoint root (no config.json, a `latest` file) stands for its latest
-// checkpoint's directory; any other path is returned unchanged.
-std::string checkpoint_model_dir(const std::string& path);
+// What ROOT/latest says (Note [checkpoints]): the checkpoint it names, or why it names none
+// (missing, empty, not a name, a checkpoint that does not exist). The one reading of `latest`:
+// resume, the readers of --model and verify all take it from here.
+struct LatestStatus {
+  std::string name;     // "step-00000200" when ok()
+  std::string problem;  // "'latest' is empty", ...
+  bool ok() const { return problem.empty(); }
+};
+LatestStatus checkpoint_latest(const std::string& root);
+
+// For --model: a checkpoint root (no config.json; a `latest` file or step-N directories) stands
+// for the checkpoint `latest` names or, when that is broken, the newest one that verifies (the
+// fallback --resume uses; `notes` gets why and which); any other path is returned unchanged.
+// Throws Error when no checkpoint of the root verifies.
+std::string checkpoint_model_dir(const std::string& path, std::vector<std::string>* notes = nullptr);
 
 }  // namespace stratum

@@ -127,8 +127,8 @@ void resume_check(const TrainerState& want, const TrainerState& have, const std:
 
 std::string peek_dir(const std::string& path) {
   if (file_exists(path + "/trainer_state.json")) return path;
-  const std::string latest = checkpoint_model_dir(path);
-  if (latest != path && file_exists(latest + "/trainer_state.json")) return latest;
+  const LatestStatus latest = checkpoint_latest(path);
+  if (latest.ok() && file_exists(path + "/" + latest.name + "/trainer_state.json")) return path + "/" + latest.name;
   for (const std::string& name : checkpoint_list(path))
     if (file_exists(path + "/" + name + "/trainer_state.json")) return path + "/" + name;
   STRATUM_FAIL("[train] --resume '", path, "' holds no checkpoint (no trainer_state.json)");
