@@ -36,5 +36,18 @@ TEST(Args, RejectsBadInput) {
   EXPECT_THROW(Args("train", {"--budget", "-1G"}, kSpecs).size_bytes("budget", 0), Error);
 }
 
+// An empty value is an error, never "absent": --save "" trained and saved nothing, --model ""
+// trained a fresh default model, --log ""/--trace "" were ignored.
+TEST(Args, AnEmptyValueIsAnError) {
+  for (const auto& argv : std::vector<std::vector<std::string>>{{"--budget", ""}, {"--budget="}, {"--steps", ""}}) {
+    try {
+      Args("train", argv, kSpecs);
+      ADD_FAILURE() << argv[0] << " with an empty value was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is given an empty value"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stratum

@@ -2,8 +2,13 @@
 // a non-zero exit (never a crash), and prepare/info/generate work end to end.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 
+#include "core/file_util.h"
 #include "data/token_file.h"
 #include "integration_util.h"
 #include "train/train_options.h"
@@ -129,6 +134,22 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       const std::string rest = r.errors.substr(pos);
       EXPECT_EQ(rest.find('\n'), rest.size() - 1) << c.name << ": error is not one line: " << rest;
     }
+  }
+}
+
+// Output that cannot be written is an error: info, generate and version into a full device
+// exited 0 with nothing written.
+TEST(Cli, OutputThatCannotBeWrittenFails) {
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no /dev/full";
+  testing::TempDir tmp;
+  const std::string model = testing::source_path("tests/golden/tiny_gpt2");
+  for (const std::string& args : {std::string("version"), "info " + model,
+                                  "generate --model " + model + " --prompt-ids 1,2 --max-tokens 3 --quiet"}) {
+    const std::string cmd = std::string(STRATUM_BINARY) + " " + args + " >/dev/full 2>" + tmp.file("err");
+    const int status = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << args;
+    const std::string errors = file_read_all(tmp.file("err"));
+    EXPECT_NE(errors.find("No space left on device"), std::string::npos) << args << ": " << errors;
   }
 }
 

@@ -470,10 +470,27 @@ TEST(OffloadFault, SetupFailureAfterCreatingFilesLeavesNoFiles) {
   const std::string tokens = write_tokens(tmp);
   const std::string offload = tmp.file("offload");
   dir_create(offload);
-  dir_create(offload + "/head.adam_v.bin");
+  dir_create(offload + "/stratum-offload/head.adam_v.bin");  // in the way inside Stratum's own subdirectory
   const CommandResult r = run_stratum(train_args(tokens, 3) + offload_args(min_budget_mib(), offload));
   expect_one_error_line(r, {"head.adam_v.bin"}, true);
-  EXPECT_DIR_CLEAN(offload, {"head.adam_v.bin"});
+  EXPECT_DIR_CLEAN(offload, {"stratum-offload"});
+  EXPECT_DIR_CLEAN(offload + "/stratum-offload", {"head.adam_v.bin"});
+}
+
+// Note [own subdirectory]: a user's files in --offload-dir, even with the names of Stratum's
+// offload files, are neither overwritten nor deleted (they were both).
+TEST(OffloadFault, UserFilesInTheOffloadDirAreLeftAlone) {
+  TempDir tmp;
+  const std::string tokens = write_tokens(tmp);
+  const std::string offload = tmp.file("offload");
+  dir_create(offload);
+  for (const char* name : {"head.adam_v.bin", "layer.0.params.bin", "notes.txt"})
+    file_write_atomic(offload + "/" + name, std::string("mine: ") + name);
+  const CommandResult r = run_stratum(train_args(tokens, 3) + offload_args(min_budget_mib(), offload));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  for (const char* name : {"head.adam_v.bin", "layer.0.params.bin", "notes.txt"})
+    EXPECT_EQ(file_read_all(offload + "/" + name), std::string("mine: ") + name);
+  EXPECT_DIR_CLEAN(offload, {"head.adam_v.bin", "layer.0.params.bin", "notes.txt"});
 }
 
 }  // namespace

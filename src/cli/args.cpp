@@ -43,6 +43,9 @@ Args::Args(std::string command, const std::vector<std::string>& argv, std::vecto
       STRATUM_CHECK(i + 1 < argv.size(), "[cli] flag '--", name, "' needs a value (", s->value_name, ")");
       val = argv[++i];
     }
+    // An empty value is never "absent" (--save "" used to train and save nothing).
+    STRATUM_CHECK(!val.empty(), "[cli] flag '--", name, "' is given an empty value; give it a ", s->value_name,
+                  " or leave the flag out");
     values_.emplace_back(name, val);
   }
 }

@@ -1,6 +1,8 @@
 // `stratum generate`: flags -> GenerateOptions -> generate_run. One prompt streams its text (or,
 // with --output-ids, prints the generated ids); --prompts FILE prints one JSON line per prompt.
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -124,8 +126,10 @@ int cmd_generate(const std::vector<std::string>& argv) {
   }
   const GenerateResult r = generate_run(o, [&](int, std::int32_t, const std::string& text) {
     if (!stream_text) return;
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+    errno = 0;
+    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
+      STRATUM_FAIL("[generate] writing the text failed: ", std::strerror(errno != 0 ? errno : EIO),
+                   "; stopped generating");
   });
   if (stream_text) {
     std::fputs("\n", stdout);
@@ -139,7 +143,9 @@ int cmd_generate(const std::vector<std::string>& argv) {
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
   }
-  std::fflush(stdout);
+  errno = 0;
+  STRATUM_CHECK(std::fflush(stdout) == 0 && std::ferror(stdout) == 0, "[generate] writing the output failed: ",
+                std::strerror(errno != 0 ? errno : EIO));
   if (!o.quiet) {
     std::fprintf(stderr,
                  "[stratum] prompt: %ld tokens at %.*f tokens/s; generated: %ld tokens at %.*f tokens/s "

@@ -1,6 +1,7 @@
 // `stratum` entry point: dispatches to subcommands, turns errors into one line + exit code.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,26 @@ const char* kUsage =
     "  report    render a training log (--log) as an SVG: loss, tier traffic, step time and stall\n"
     "  version   print the version\n";
 
+int run(const std::string& command, const std::vector<std::string>& args) {
+  if (command == "train") return stratum::cmd_train(args);
+  if (command == "generate") return stratum::cmd_generate(args);
+  if (command == "prepare") return stratum::cmd_prepare(args);
+  if (command == "info") return stratum::cmd_info(args);
+  if (command == "report") return stratum::cmd_report(args);
+  if (command == "plan") return stratum::cmd_plan(args);
+  if (command == "verify") return stratum::cmd_verify(args);
+  if (command == "version" || command == "--version") {
+    std::printf("stratum %s\n", STRATUM_VERSION);
+    return 0;
+  }
+  if (command == "help" || command == "--help" || command == "-h") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "stratum: [cli] unknown command '%s'; run 'stratum --help' for the list\n", command.c_str());
+  return 2;
+}
+
 // A progress bar may be mid-line on a terminal: start the error on a fresh line.
 void end_progress_line() {
   if (::isatty(STDERR_FILENO) == 1) std::fputs("\n", stderr);
@@ -38,23 +59,17 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
   try {
-    if (command == "train") return stratum::cmd_train(args);
-    if (command == "generate") return stratum::cmd_generate(args);
-    if (command == "prepare") return stratum::cmd_prepare(args);
-    if (command == "info") return stratum::cmd_info(args);
-    if (command == "report") return stratum::cmd_report(args);
-    if (command == "plan") return stratum::cmd_plan(args);
-    if (command == "verify") return stratum::cmd_verify(args);
-    if (command == "version" || command == "--version") {
-      std::printf("stratum %s\n", STRATUM_VERSION);
-      return 0;
+    const int code = run(command, args);
+    // What a command printed must have reached its destination: generate, info or verify into a
+    // full disk (or /dev/full) exited 0 with nothing written.
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
+      const int err = errno;
+      std::fprintf(stderr, "stratum: [cli] writing the output failed%s%s; the output is incomplete\n",
+                   err != 0 ? ": " : "", err != 0 ? std::strerror(err) : "");
+      return code == 0 ? 1 : code;
     }
-    if (command == "help" || command == "--help" || command == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "stratum: [cli] unknown command '%s'; run 'stratum --help' for the list\n", command.c_str());
-    return 2;
+    return code;
   } catch (const stratum::BugError& e) {
     end_progress_line();
     std::fprintf(stderr, "stratum: %s (please report this)\n", e.what());

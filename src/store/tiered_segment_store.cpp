@@ -19,10 +19,17 @@ namespace stratum {
 
 namespace {
 constexpr const char* kLockFileName = "stratum-offload.lock";
+// Note [own subdirectory]: the offload files live in a subdirectory of --offload-dir that is
+// Stratum's (created, emptied and removed by the run holding the lock), so a user's own files
+// in --offload-dir, whatever their names, are never overwritten or deleted.
+constexpr const char* kSubdirName = "stratum-offload";
 
+// "1.50 GiB", or MiB below a GiB ("13.4 MiB", not "0.01 GiB").
 std::string gib(std::size_t bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024.0 * 1024.0) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024.0));
   return buf;
 }
 
@@ -77,8 +84,15 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
     read_engine_ = IoEngine::create(io, &notes);
     std::string write_notes;  // the same notes again
     write_engine_ = IoEngine::create(io, &write_notes);
+    subdir_ = dir + "/" + kSubdirName;  // Note [own subdirectory]
+    if (::mkdir(subdir_.c_str(), 0700) != 0 && errno != EEXIST)
+      STRATUM_FAIL("[store] cannot create ", subdir_, ": ", std::strerror(errno), "; choose another --offload-dir");
+    struct stat st {};
+    STRATUM_CHECK(::stat(subdir_.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "[store] --offload-dir ", dir,
+                  " holds a file named ", kSubdirName, " where Stratum keeps its offload files; move it or choose "
+                  "another directory");
     for (int f = 0; f < units().file_count(); ++f) {
-      const std::string path = dir + "/" + units().file_name(f);
+      const std::string path = subdir_ + "/" + units().file_name(f);
       files_.emplace_back(io_open_file(path, direct));
       paths_.push_back(path);  // only files this run opened are removed again
       file_preallocate(files_.back().get(), units().file_bytes(f), path);
@@ -122,6 +136,7 @@ void TieredSegmentStore::files_remove() {
   files_.clear();
   for (const std::string& path : paths_) ::unlink(path.c_str());
   paths_.clear();
+  if (!subdir_.empty()) ::rmdir(subdir_.c_str());  // stays only if something else was put there
   lock_.release();
 }
 

@@ -101,6 +101,7 @@ class TieredSegmentStore final : public SegmentStore {
   DirLock lock_;
   std::vector<FileDescriptor> files_;
   std::vector<std::string> paths_;
+  std::string subdir_;  // Note [own subdirectory]: where the offload files are
 
   mutable std::mutex mutex_;
   std::condition_variable released_;
