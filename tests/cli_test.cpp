@@ -153,6 +153,44 @@ TEST(Cli, OutputThatCannotBeWrittenFails) {
   }
 }
 
+// A run never overwrites its own inputs, and --log never truncates a file that is not a Stratum
+// log (before: --log or --trace naming the data file, prepare --out naming --input and report
+// --out naming the log all destroyed the input; --resume --log ate any file).
+TEST(Cli, OutputsNeverOverwriteInputsOrForeignFiles) {
+  testing::TempDir tmp;
+  const std::string tokens = testing::write_random_tokens(tmp.file("tokens.bin"), 4000, 512, 3);
+  const std::string original = file_read_all(tokens);
+  const std::string train = "train --layers 1 --heads 2 --embd 32 --ctx 32 --vocab 512 --batch 2 --seq 16 --steps 2 "
+                            "--quiet --data " + tokens;
+  const std::string notes = tmp.file("notes.txt");
+  write_text(notes, "my notes, not a log\n");
+  write_text(tmp.file("corpus.txt"), "some text to tokenize\n");
+  const struct {
+    std::string args;
+    const char* words;
+  } cases[] = {
+      {train + " --log " + tokens, "is the --data file"},
+      {train + " --trace " + tmp.path() + "/./tokens.bin", "is the --data file"},
+      {train + " --log " + notes, "exists and is not a Stratum training log"},
+      {"prepare --input " + tmp.file("corpus.txt") + " --tokenizer " + testing::source_path("../shared/data") +
+           " --out " + tmp.file("corpus.txt"),
+       "is the --input file"},
+      {"report " + notes + " --out " + notes, "is the log being read"},
+  };
+  for (const auto& c : cases) {
+    const auto r = testing::run_stratum(c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.args << ": " << r.errors;
+    EXPECT_NE(r.errors.find(c.words), std::string::npos) << c.args << ": " << r.errors;
+  }
+  EXPECT_EQ(file_read_all(tokens), original);
+  EXPECT_EQ(file_read_all(notes), "my notes, not a log\n");
+  EXPECT_EQ(file_read_all(tmp.file("corpus.txt")), "some text to tokenize\n");
+  // A Stratum log is ours to replace.
+  const auto ok = testing::run_stratum(train + " --log " + tmp.file("log.jsonl"));
+  ASSERT_EQ(ok.exit_code, 0) << ok.errors;
+  EXPECT_EQ(testing::run_stratum(train + " --log " + tmp.file("log.jsonl")).exit_code, 0);
+}
+
 TEST(Cli, HelpAndVersion) {
   EXPECT_EQ(run_stratum("--help").exit_code, 0);
   const auto r = run_stratum("train --help");

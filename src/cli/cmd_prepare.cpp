@@ -26,6 +26,8 @@ int cmd_prepare(const std::vector<std::string>& argv) {
                 "[cli] 'stratum prepare' needs --input FILE --tokenizer DIR --out FILE");
   const std::string format = args.str("format", "raw");
   STRATUM_CHECK(format == "raw" || format == "llmc", "[cli] --format must be 'raw' or 'llmc', got '", format, "'");
+  STRATUM_CHECK(!same_file(input, out), "[prepare] --out '", out, "' is the --input file: it would be overwritten; "
+                "choose another --out");
   const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_dir);
   const std::string text = file_read_all(input);
   STRATUM_CHECK(!text.empty(), "[prepare] '", input, "' is empty; nothing to tokenize");

@@ -24,6 +24,7 @@ int cmd_report(const std::vector<std::string>& argv) {
     const std::size_t slash = log.rfind('/');
     out = (dot != std::string::npos && (slash == std::string::npos || dot > slash) ? log.substr(0, dot) : log) + ".svg";
   }
+  STRATUM_CHECK(!same_file(log, out), "[report] --out '", out, "' is the log being read; choose another --out");
   std::istringstream in(file_read_all(log));
   std::vector<nlohmann::json> records;
   long line_number = 0;

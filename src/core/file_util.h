@@ -18,6 +18,9 @@ std::uint64_t file_size_bytes(const std::string& path);
 
 bool file_exists(const std::string& path);
 bool dir_exists(const std::string& path);
+// Whether two paths name the same file: the same inode when both exist (links and different
+// spellings included), else the same normalized absolute path.
+bool same_file(const std::string& a, const std::string& b);
 
 // Writes `path` atomically: `writer` is called with a callback that appends bytes to
 // "<path>.tmp.<pid>"; the file is fsynced, renamed over `path` and the directory fsynced.

@@ -9,7 +9,25 @@
 
 namespace stratum {
 
+namespace {
+// A file --log may replace: none yet, an empty one, or a Stratum log (its first line a JSON
+// object with a "step"). Anything else is somebody's file, never truncated.
+void check_ours(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return;
+  std::string line;
+  for (int c; (c = std::fgetc(f)) != EOF && c != '\n' && line.size() < (1 << 16);) line.push_back(static_cast<char>(c));
+  const bool empty = line.empty() && std::feof(f);
+  std::fclose(f);
+  if (empty) return;
+  const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  STRATUM_CHECK(record.is_object() && record.contains("step"), "[log] --log '", path,
+                "' exists and is not a Stratum training log; choose another path (or remove it)");
+}
+}  // namespace
+
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+  check_ours(path);
   file_ = std::fopen(path.c_str(), "w");
   STRATUM_CHECK(file_ != nullptr, "[log] cannot open --log file '", path, "' for writing: ", std::strerror(errno));
 }
@@ -17,6 +35,7 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path) {
 MetricsLog::MetricsLog(const std::string& path, long keep_through_step) : path_(path) {
   // Keep the records of steps 1..keep_through_step (a resumed run continues the log; records of
   // steps after the checkpoint, from the run that crashed, are dropped as it redoes them).
+  check_ours(path);
   std::string kept;
   if (std::FILE* old = std::fopen(path.c_str(), "r")) {
     std::string line;

@@ -57,6 +57,17 @@ void options_check(const TrainOptions& o) {
                 o.beta2);
   STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
   STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
+  // Outputs never overwrite the run's own inputs (--log naming the data file truncated it).
+  const std::pair<const char*, const std::string*> outputs[] = {{"--log", &o.log_path}, {"--trace", &o.trace_path}};
+  const std::pair<const char*, const std::string*> inputs[] = {{"--data", &o.data_path},
+                                                               {"--val-data", &o.val_data_path}};
+  for (const auto& [out_flag, out] : outputs) {
+    for (const auto& [in_flag, in] : inputs)
+      STRATUM_CHECK(!same_file(*out, *in), "[train] ", out_flag, " '", *out, "' is the ", in_flag,
+                    " file: the run would overwrite its own input; choose another path");
+  }
+  STRATUM_CHECK(!same_file(o.log_path, o.trace_path), "[train] --log and --trace name the same file '", o.log_path,
+                "'; give each its own");
 }
 
 double median(std::vector<double> v) {
