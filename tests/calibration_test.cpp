@@ -119,6 +119,28 @@ TEST(Calibration, MeasuresThenCachesThenRefreshes) {
   expect_same_numbers(again, refreshed);
 }
 
+// A small offload disk that the run fits on is measured with a file of a quarter of its free
+// space, saying the numbers are rough (it was refused: the test file wanted 256 MiB); below
+// 4 MiB free it cannot be measured at all, in one line.
+TEST(Calibration, ASmallDiskIsMeasuredWithASmallerFile) {
+  TempDir tmp;
+  CalibrationOptions o = small_options(tmp);
+  o.disk_test_bytes = std::size_t{256} << 20;
+  o.free_bytes_override = std::size_t{64} << 20;
+  const Calibration c = calibrate(o);
+  EXPECT_EQ(c.disk_test_bytes, std::size_t{16} << 20);
+  EXPECT_GT(c.disk_read_gbps, 0.0);
+  EXPECT_NE(c.note.find("measured with a 16 MiB file (64 MiB free"), std::string::npos) << c.note;
+  EXPECT_NE(c.note.find("rough"), std::string::npos) << c.note;
+  o.free_bytes_override = std::size_t{3} << 20;
+  try {
+    calibrate(o);
+    ADD_FAILURE() << "3 MiB free was measured";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too little to measure the disk"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Calibration, EntriesAreKeyedByThreads) {
   TempDir tmp;
   CalibrationOptions o = small_options(tmp);

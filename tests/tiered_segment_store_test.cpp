@@ -65,6 +65,33 @@ bool check(SegmentStore& store, int unit) {
   return ok;
 }
 
+// A refresh of the prefetch window (the optimizer worker calls one after each chunk) comes after
+// the running group has made its uses: a unit that group overwrote, then lost to an eviction (it
+// was written back), is not taken for dead because the group lists it with Overwrite: the next
+// group reads what the group wrote. (Before, the window gave it a fresh buffer and the next read
+// saw garbage: found as other bits in pipelined training under load.)
+TEST(TieredStore, ARefreshAfterTheRunningGroupKeepsWhatItWrote) {
+  Fixture f;
+  const int a = f.units.index(f.layout.layer_segment(0), SegmentKind::Grads);
+  const int b = f.units.index(f.layout.layer_segment(1), SegmentKind::Params);
+  StepSchedule schedule(f.units.count());
+  schedule.group_add({{a, Access::Overwrite}});  // 0: writes a
+  schedule.group_add({{b, Access::Read}});       // 1: needs the room
+  schedule.group_add({{a, Access::Read}});       // 2: reads what group 0 wrote
+  TieredStoreOptions o = f.options(std::max(f.units.bytes(a), f.units.bytes(b)));
+  o.prefetch_depth = 0;
+  TieredSegmentStore store(f.units, o);
+  store.schedule_set(&schedule);
+  fill(store, b);
+  store.schedule_at(0);
+  fill(store, a);                // group 0 writes a
+  EXPECT_TRUE(check(store, b));  // the worker, still at group 0, needs the room: a is written back
+  store.schedule_refresh();      // its refresh: group 0's Overwrite use of a is already done
+  store.schedule_at(2);
+  EXPECT_TRUE(check(store, a)) << "group 2 reads what group 0 wrote";
+  store.schedule_set(nullptr);
+}
+
 class TieredStoreBackends : public ::testing::TestWithParam<IoBackend> {};
 
 TEST_P(TieredStoreBackends, EvictedUnitsComeBackBitIdentical) {

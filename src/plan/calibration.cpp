@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -490,6 +491,21 @@ Calibration calibrate(const CalibrationOptions& options) {
   c.cpu = cpu_describe();
   c.blas = blas_describe();
   c.disk_test_bytes = align_up(options.disk_test_bytes, AlignedBuffer::kAlignmentBytes);
+  // A small offload disk the run fits on is measured with a smaller file, not refused.
+  struct statvfs fs {};
+  const std::size_t free_bytes = options.free_bytes_override > 0 ? options.free_bytes_override
+                                 : ::statvfs(dir.c_str(), &fs) == 0 ? static_cast<std::size_t>(fs.f_bavail) * fs.f_frsize
+                                                                    : c.disk_test_bytes * 4;
+  std::string small_note;
+  if (free_bytes / 4 < c.disk_test_bytes) {
+    const std::size_t fit = free_bytes / 4 / AlignedBuffer::kAlignmentBytes * AlignedBuffer::kAlignmentBytes;
+    STRATUM_CHECK(fit >= (std::size_t{1} << 20), "[calibrate] --offload-dir ", dir, " has ", free_bytes >> 10,
+                  " KiB free, too little to measure the disk (a 1 MiB test file needs 4 MiB free): free space or "
+                  "choose another directory");
+    c.disk_test_bytes = fit;
+    small_note = "[calibrate] the disk was measured with a " + std::to_string(fit >> 20) + " MiB file (" +
+                 std::to_string(free_bytes >> 20) + " MiB free on " + dir + "), so its numbers are rough";
+  }
   const std::string cache_path = options.cache_path.empty() ? calibration_default_cache_path() : options.cache_path;
 
   std::string note;
@@ -516,6 +532,7 @@ Calibration calibrate(const CalibrationOptions& options) {
   c.from_cache = false;
   const std::string store_note = cache_store(cache_path, c);
   c.note = store_note.empty() ? note : (note.empty() ? store_note : note + "; " + store_note);
+  if (!small_note.empty()) c.note = c.note.empty() ? small_note : c.note + "; " + small_note;
   return c;
 }
 

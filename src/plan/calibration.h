@@ -35,7 +35,10 @@ struct CalibrationOptions {
   int threads = 1;             // BLAS threads the caller set with blas_set_threads (part of the key)
   std::string cache_path;      // empty: calibration_default_cache_path()
   bool refresh = false;        // measure even when the cache has an entry, and replace it
-  std::size_t disk_test_bytes = std::size_t{256} << 20;  // rounded up to 4 KiB
+  // Rounded up to 4 KiB; at most a quarter of the directory's free space (a smaller file gives
+  // rough numbers, and says so in the note; below 1 MiB the disk is not measured: an error).
+  std::size_t disk_test_bytes = std::size_t{256} << 20;
+  std::size_t free_bytes_override = 0;  // tests: pretend the directory's device has this much free
   int gemm_time_ms = 400;      // about how long the GEMM measurement takes, its warm-up call included
 };
 

@@ -30,6 +30,7 @@ class EvictionPolicy {
   void at(int group);      // the group about to run
   int now() const { return now_; }
   void used(int unit);     // the running group has acquired the unit
+  bool used_now(int unit) const { return used_[unit] == visit_; }  // since the last at()
   long distance(int unit) const;
   // How the unit's next use accesses it (Read when the schedule never uses it).
   Access next_access(int unit) const;

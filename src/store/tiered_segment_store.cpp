@@ -394,6 +394,10 @@ void TieredSegmentStore::prefetch(Lock& lock) {
   // is made while compute runs rather than when the acquire comes.
   for (int d = 0; d <= options_.prefetch_depth && d < groups; ++d) {
     for (const UnitUse& use : schedule->group((group + d) % groups)) {
+      // The running group's own uses that it has made already are done: the unit holds what that
+      // use wrote (a refresh from another thread comes after them; taking an Overwrite use for
+      // one still to come would drop live data).
+      if (d == 0 && policy_.used_now(use.unit)) continue;
       Entry& e = entries_[use.unit];
       if (e.state == State::Writing && use.access != Access::Overwrite) e.wanted = true;
       if (e.state != State::Absent) continue;
