@@ -264,7 +264,18 @@ TEST(Plan, CliPrintsThePlanAndRefusesBadInput) {
   const auto ram = testing::run_stratum("plan" + shape);
   EXPECT_EQ(ram.exit_code, 0) << ram.errors;
   EXPECT_NE(ram.output.find("everything in RAM"), std::string::npos) << ram.output;
-  const auto small = testing::run_stratum("plan" + shape + " --mem-budget 64K --offload-dir " + tmp.path());
+  // Note [bounded measurement]: a budget below the minimum is refused before anything is
+  // measured (it measured first, with memory far beyond the budget, then refused): no disk
+  // calibration was run to be cached.
+  const std::string cache = tmp.file("cache");
+  std::filesystem::create_directories(tmp.file("offload"));
+  const auto small = testing::run_stratum("plan" + shape + " --mem-budget 64K --offload-dir " + tmp.file("offload"));
+  {
+    const testing::ScopedEnv cache_dir("STRATUM_CACHE_DIR", cache);
+    const auto refused = testing::run_stratum("plan" + shape + " --mem-budget 64K --offload-dir " + tmp.file("offload"));
+    EXPECT_EQ(refused.exit_code, 1);
+    EXPECT_FALSE(file_exists(cache + "/calibration.json")) << "measured before refusing";
+  }
   EXPECT_EQ(small.exit_code, 1);
   EXPECT_NE(small.errors.find("use --mem-budget"), std::string::npos) << small.errors;
   const auto no_dir = testing::run_stratum("plan" + shape + " --mem-budget 3M");

@@ -64,6 +64,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
     co.threads = pool.num_threads();
     co.refresh = args.flag("recalibrate");
   }
+  // A budget below the minimum is refused before anything is measured (Note [bounded measurement]).
+  if (!args.flag("measure-json") && r.mem_budget_bytes > 0) plan_budget_check(r, plan_min_budget_bytes(r));
   const PlanMeasurement measured = plan_measure(r, co, pool.num_threads());
   if (args.flag("measure-json")) {
     std::printf("%s\n", plan_measurement_json(measured).dump().c_str());

@@ -63,14 +63,13 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
     targets[i] = static_cast<std::int32_t>(rng.next_u64() % static_cast<std::uint64_t>(mini.vocab_size));
   }
   // Per category, the median over kTimedSteps steps (after a warm-up step): the machine is noisy.
+  // Forward and backward only: the moments are never allocated (Note [bounded measurement]).
   constexpr int kTimedSteps = 3;
   std::vector<ComputeTiming> steps(kTimedSteps);
-  std::vector<double> adamw(kTimedSteps, 0.0);
   for (int step = 0; step <= kTimedSteps; ++step) {
     TraceRecorder trace;
     exec.trace_set(step > 0 ? &trace : nullptr);
-    exec.train_step(inputs.data(), targets.data(), r.batch, r.seq, AdamWHyper{1e-4, 0.9, 0.95, 1e-8, step + 1}, 0.1,
-                    1.0);
+    exec.forward_backward(inputs.data(), targets.data(), r.batch, r.seq);
     exec.trace_set(nullptr);
     if (step == 0) continue;
     ComputeTiming& t = steps[step - 1];
@@ -79,7 +78,7 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
       const double ms = e.dur_us / 1000.0;
       // By the schedule group's work the executor tagged the span with (names are for people).
       switch (e.tag < 0 ? GroupWork::HeadBegin : static_cast<GroupWork>(e.tag)) {
-        case GroupWork::Optimizer: adamw[step - 1] += ms; break;
+        case GroupWork::Optimizer: break;
         case GroupWork::LayerForward: t.layer_forward_ms += ms; break;
         case GroupWork::LayerBackward: t.layer_backward_ms += ms; break;
         case GroupWork::VocabForward: t.vocab_forward_ms += ms; break;
@@ -106,23 +105,27 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
   t.vocab_backward_ms = med(&ComputeTiming::vocab_backward_ms) / blocks;
   t.head_lse_ms = med(&ComputeTiming::head_lse_ms) / blocks;
   t.head_backward_ms = med(&ComputeTiming::head_backward_ms) / blocks;
-  std::sort(adamw.begin(), adamw.end());
-  const double adamw_ms = adamw[adamw.size() / 2];
-  t.adamw_inline_ns_per_float = adamw_ms * 1e6 / static_cast<double>(segment_floats(layout));
-  // The worker's single thread, on a few chunks' worth of floats.
-  ThreadPool one(1);
-  const std::unique_ptr<Ops> one_ops = ops_make(one);
-  const std::size_t n = 8 * kChunkFloats;  // 128 MiB in all: well beyond the caches
+  // AdamW per float on the run's pool (inline) and on one thread (the worker), over buffers sized
+  // to the budget: at most 128 MiB in all, a quarter of the budget under one, at least 4 MiB.
+  constexpr std::size_t kBytesPerFloat = 4 * sizeof(float);  // params, grads, both moments
+  std::size_t n = 8 * kChunkFloats;
+  if (r.mem_budget_bytes > 0) n = std::min(n, r.mem_budget_bytes / 4 / kBytesPerFloat);
+  n = std::max(n, (std::size_t{4} << 20) / kBytesPerFloat) / 16 * 16;
   AlignedBuffer p(n * sizeof(float)), m(n * sizeof(float)), v(n * sizeof(float)), g(n * sizeof(float));
   for (AlignedBuffer* b : {&p, &m, &v, &g}) std::fill(b->as_f32(), b->as_f32() + n, 0.5f);  // touch every page
-  double best = std::numeric_limits<double>::infinity();
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    one_ops->adamw_update(p.as_f32(), m.as_f32(), v.as_f32(), g.as_f32(), n, AdamWHyper{1e-4, 0.9, 0.95, 1e-8, rep + 1},
-                 0.1, 1.0f);
-    best = std::min(best, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
-  }
-  t.adamw_worker_ns_per_float = best / static_cast<double>(n);
+  auto adamw_ns = [&](const Ops& ops) {
+    double best = std::numeric_limits<double>::infinity();
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ops.adamw_update(p.as_f32(), m.as_f32(), v.as_f32(), g.as_f32(), n, AdamWHyper{1e-4, 0.9, 0.95, 1e-8, rep + 1},
+                       0.1, 1.0f);
+      best = std::min(best, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best / static_cast<double>(n);
+  };
+  t.adamw_inline_ns_per_float = adamw_ns(*ops_make(pool));
+  ThreadPool one(1);
+  t.adamw_worker_ns_per_float = adamw_ns(*ops_make(one));
   return t;
 }
 
@@ -343,6 +346,22 @@ const char* segment_group_name(SegmentRole role, ModelArch arch) {
 }
 }  // namespace
 
+std::size_t plan_min_budget_bytes(const PlanRequest& r) {
+  const ParamLayout layout = ParamLayout::of(r.config);
+  const UnitTable units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq));
+  ThreadPool pool(1);
+  const Executor streaming(pool, r.config, units, r.batch, r.seq, r.keep_activations,
+                           optimizer_mode_for(r.grad_clip, true));
+  return streaming.fixed_bytes() + streaming.min_store_bytes();
+}
+
+void plan_budget_check(const PlanRequest& r, std::size_t min_budget_bytes) {
+  STRATUM_CHECK(r.mem_budget_bytes == 0 || r.mem_budget_bytes >= min_budget_bytes, "[plan] --mem-budget ",
+                mib(static_cast<double>(r.mem_budget_bytes)), " is below the minimum of ",
+                mib(static_cast<double>(min_budget_bytes)), " for this model at B=", r.batch, " T=", r.seq,
+                "; use --mem-budget ", (min_budget_bytes + (1 << 20) - 1) >> 20, "M or more");
+}
+
 Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, double write_gbps) {
   const GptConfig& cfg = r.config;
   cfg.validate();
@@ -356,13 +375,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   p.engine_bytes = exec.fixed_bytes();
   // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's).
   const OptimizerMode streaming_mode = optimizer_mode_for(r.grad_clip, true);
-  p.min_budget_bytes = streaming_mode == p.mode
-                           ? exec.fixed_bytes() + exec.min_store_bytes()
-                           : [&] {
-                               const Executor streaming(pool, cfg, units, r.batch, r.seq, r.keep_activations,
-                                                        streaming_mode);
-                               return streaming.fixed_bytes() + streaming.min_store_bytes();
-                             }();
+  p.min_budget_bytes = streaming_mode == p.mode ? exec.fixed_bytes() + exec.min_store_bytes() : plan_min_budget_bytes(r);
   p.read_gbps = read_gbps;
   p.write_gbps = write_gbps;
   p.timing = t;
@@ -374,10 +387,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
       case SegmentKind::Activations: p.activation_bytes += units.bytes(u); break;
     }
   }
-  STRATUM_CHECK(r.mem_budget_bytes == 0 || r.mem_budget_bytes >= p.min_budget_bytes, "[plan] --mem-budget ",
-                mib(static_cast<double>(r.mem_budget_bytes)), " is below the minimum of ",
-                mib(static_cast<double>(p.min_budget_bytes)), " for this model at B=", r.batch, " T=", r.seq,
-                "; use --mem-budget ", (p.min_budget_bytes + (1 << 20) - 1) >> 20, "M or more");
+  plan_budget_check(r, p.min_budget_bytes);
   const std::size_t total = units.total_bytes();
   p.streaming = r.mem_budget_bytes > 0 && total > r.mem_budget_bytes - p.engine_bytes;
   const std::size_t capacity = p.streaming ? r.mem_budget_bytes - p.engine_bytes : total;

@@ -14,9 +14,10 @@
 // pipeline's steady-state step (the third simulated step).
 // Note [plan calibration]: compute times are measured, not modelled from FLOPs: a one-layer
 // model with the run's width, heads, batch, sequence and vocabulary-block size trains three
-// steps in RAM with the trace recorder on; the spans give one block's forward and backward,
-// one vocabulary block's embedding and head work, the rest, and AdamW's cost per float (inline
-// and on the worker's single thread). Disk bandwidth comes from plan/calibration.h (cached per
+// steps (forward and backward) in RAM with the trace recorder on; the spans give one block's
+// forward and backward, one vocabulary block's embedding and head work and the rest; AdamW's
+// cost per float (on the run's pool and on the worker's single thread) is timed on buffers sized
+// to the budget (Note [bounded measurement]). Disk bandwidth comes from plan/calibration.h (cached per
 // device). Does not run the training itself.
 #pragma once
 
@@ -52,7 +53,15 @@ struct ComputeTiming {
   double adamw_inline_ns_per_float = 0;                // AdamW on the training thread's pool
   double adamw_worker_ns_per_float = 0;                // AdamW on the optimizer worker (1 thread)
 };
+// Note [bounded measurement]: the measurement counts against the budget like everything else a
+// budgeted run allocates: it times the one-layer model's forward and backward only (its AdamW
+// moments are never allocated) and AdamW on buffers of at most a quarter of the budget (128 MiB
+// when there is none), and `stratum plan` refuses a budget below the minimum before measuring.
 ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request);
+// The smallest --mem-budget a streaming run of `request` can run in, and the check that refuses
+// less (one line with the number), as plan_make and train_run do.
+std::size_t plan_min_budget_bytes(const PlanRequest& request);
+void plan_budget_check(const PlanRequest& request, std::size_t min_budget_bytes);
 
 // What the plan needs measured: the offload dir's disk (plan/calibration.h, cached) when
 // calibration.offload_dir is set, and the compute. With helper_exe (the stratum binary) the
