@@ -25,17 +25,13 @@
 #include "store/segment_store.h"
 #include "store/step_schedule.h"
 #include "store/unit_table.h"
+#include "core/byte_size.h"
 #include "stratum/error.h"
 
 namespace stratum {
 
 namespace {
-std::string mib(double bytes) {
-  char text[32];
-  if (bytes >= 10.0 * (1u << 30)) std::snprintf(text, sizeof text, "%.1f GiB", bytes / (1u << 30));
-  else std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1u << 20));
-  return text;
-}
+std::string mib(double bytes) { return bytes_text(bytes); }  // core/byte_size.h
 
 std::size_t segment_floats(const ParamLayout& layout) {
   std::size_t total = 0;

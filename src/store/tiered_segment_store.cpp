@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/byte_size.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -24,14 +25,7 @@ constexpr const char* kLockFileName = "stratum-offload.lock";
 // in --offload-dir, whatever their names, are never overwritten or deleted.
 constexpr const char* kSubdirName = "stratum-offload";
 
-// "1.50 GiB", or MiB below a GiB ("13.4 MiB", not "0.01 GiB").
-std::string gib(std::size_t bytes) {
-  char buf[32];
-  const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024.0 * 1024.0) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024.0 * 1024.0));
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024.0));
-  return buf;
-}
+std::string gib(std::size_t bytes) { return bytes_text(static_cast<double>(bytes)); }  // core/byte_size.h
 
 void file_preallocate(int fd, std::size_t bytes, const std::string& path) {
   STRATUM_CHECK(::ftruncate(fd, 0) == 0, "[store] cannot truncate ", path, ": ", std::strerror(errno));

@@ -29,6 +29,7 @@
 #include "plan/planner.h"
 #include "store/segment_store.h"
 #include "store/tiered_segment_store.h"
+#include "core/byte_size.h"
 #include "stratum/error.h"
 #include "io/io_engine.h"
 #include "train/checkpoint.h"
@@ -76,11 +77,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-std::string mib(std::size_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
+std::string mib(double bytes) { return bytes_text(bytes); }  // core/byte_size.h
 }  // namespace
 
 namespace {
