@@ -191,6 +191,15 @@ TEST(Cli, OutputsNeverOverwriteInputsOrForeignFiles) {
   EXPECT_EQ(testing::run_stratum(train + " --log " + tmp.file("log.jsonl")).exit_code, 0);
 }
 
+// --max-tokens beyond the model's context stops at the context, saying so (it stopped silently).
+TEST(Cli, GenerationThatFillsTheContextSaysSo) {
+  const auto r = testing::run_stratum("generate --model " + testing::source_path("tests/golden/tiny_gpt2") +
+                                      " --prompt-ids 1,2,3 --max-tokens 500 --temperature 0 --no-stop");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("prompt 1 stopped after 61 tokens: the context is full (--max-tokens 500"), std::string::npos)
+      << r.errors;
+}
+
 TEST(Cli, HelpAndVersion) {
   EXPECT_EQ(run_stratum("--help").exit_code, 0);
   const auto r = run_stratum("train --help");

@@ -158,5 +158,21 @@ TEST(Trainer, LossDecreasesAndValidationRuns) {
   EXPECT_LT(r.final_val_loss, log[0]["loss"].get<double>());
 }
 
+// --eval-batches beyond what the held-out set holds is capped to it (it evaluated wrapped-around
+// batches again, a different average): the same validation loss as asking for exactly those.
+TEST(Trainer, EvalBatchesAreCappedToTheHeldOutSet) {
+  testing::TempDir tmp;
+  std::vector<std::int32_t> val;
+  for (int i = 0; i < 3 * 2 * 16 + 5; ++i) val.push_back((i * 5) % 101);  // 3 batches of 2x16
+  token_file_write_raw_u16(tmp.file("val.bin"), val);
+  TrainOptions o = small_run(source_path("tests/golden/tiny_gpt2/tokens.bin"));
+  o.val_data_path = tmp.file("val.bin");
+  o.eval_every = 3;
+  o.eval_batches = 3;
+  const float exact = train_run(o).final_val_loss;
+  o.eval_batches = 50;
+  EXPECT_EQ(train_run(o).final_val_loss, exact);
+}
+
 }  // namespace
 }  // namespace stratum

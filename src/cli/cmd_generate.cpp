@@ -146,6 +146,10 @@ int cmd_generate(const std::vector<std::string>& argv) {
   errno = 0;
   STRATUM_CHECK(std::fflush(stdout) == 0 && std::ferror(stdout) == 0, "[generate] writing the output failed: ",
                 std::strerror(errno != 0 ? errno : EIO));
+  for (std::size_t i = 0; i < r.sequences.size(); ++i)  // --max-tokens beyond the context: said, not silent
+    if (r.sequences[i].stopped_at_context && !o.quiet)
+      std::fprintf(stderr, "[stratum] prompt %zu stopped after %zu tokens: the context is full (--max-tokens %d asked for more)\n",
+                   i + 1, r.sequences[i].tokens.size(), o.max_tokens);
   if (!o.quiet) {
     std::fprintf(stderr,
                  "[stratum] prompt: %ld tokens at %.*f tokens/s; generated: %ld tokens at %.*f tokens/s "

@@ -230,8 +230,12 @@ GenerateResult generate_run(const GenerateOptions& o,
         out.text += text;
         on_token(static_cast<int>(first) + live[r], next, text);
         ++result.generated_tokens;
-        if (static_cast<int>(out.tokens.size()) >= o.max_tokens || static_cast<int>(s.ids.size()) >= max_ctx)
+        if (static_cast<int>(out.tokens.size()) >= o.max_tokens) {
           s.done = true;
+        } else if (static_cast<int>(s.ids.size()) >= max_ctx) {
+          s.done = true;
+          out.stopped_at_context = true;
+        }
       }
       const long generated_now = result.generated_tokens - generated_before;
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -46,6 +46,7 @@ struct GenerateSequence {
   std::vector<std::int32_t> tokens;  // generated ids (without the prompt; the EOS that stopped it excluded)
   std::string text;                  // decoded generated text ("" without a tokenizer)
   bool stopped_at_eos = false;
+  bool stopped_at_context = false;   // the model's context filled up before --max-tokens
 };
 
 struct GenerateResult {

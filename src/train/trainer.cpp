@@ -189,6 +189,7 @@ class TrainRun {
   const TrainOptions& o_;
   ResumePoint resume_;
   std::uint64_t run_id_ = 0;
+  int eval_batches_ = 0;  // --eval-batches, at most the held-out set's batches
   DirLock save_lock_;  // held while the run may save
   GptConfig cfg_;
   int threads_ = 0;
@@ -271,8 +272,15 @@ void TrainRun::data_load() {
   }
   start_step_ = resume_.dir.empty() ? 0 : resume_.state.step;
   loader_ = std::make_unique<DataLoader>(std::move(train_tokens), o_.batch, o_.seq, o_.shuffle, o_.seed);
-  if (!val_tokens.empty())
+  if (!val_tokens.empty()) {
     val_loader_ = std::make_unique<DataLoader>(std::move(val_tokens), o_.batch, o_.seq, false, 0);
+    // More batches than the held-out set holds would evaluate the same ones again: capped, said.
+    const std::int64_t held = std::max<std::int64_t>(1, val_loader_->batches_per_epoch());
+    eval_batches_ = static_cast<int>(std::min<std::int64_t>(o_.eval_batches, held));
+    if (eval_batches_ < o_.eval_batches && !o_.quiet)
+      std::fprintf(stderr, "[stratum] --eval-batches %d: the held-out set holds %d batches of %dx%d; evaluating those\n",
+                   static_cast<int>(o_.eval_batches), eval_batches_, o_.batch, o_.seq);
+  }
 }
 
 void TrainRun::store_make() {
@@ -363,11 +371,11 @@ TrainResult TrainRun::finished_already() const {
 
 float TrainRun::evaluate() {
   double total = 0.0;
-  for (int k = 0; k < o_.eval_batches; ++k) {
+  for (int k = 0; k < eval_batches_; ++k) {
     val_loader_->batch(k, inputs_.data(), targets_.data());
     total += exec_->loss(inputs_.data(), targets_.data(), o_.batch, o_.seq);
   }
-  return static_cast<float>(total / o_.eval_batches);
+  return static_cast<float>(total / eval_batches_);
 }
 
 // Writes a checkpoint of the state after `done` steps (Note [checkpoints]).
