@@ -2,7 +2,6 @@
 // with --output-ids, prints the generated ids); --prompts FILE prints one JSON line per prompt.
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -126,10 +125,9 @@ int cmd_generate(const std::vector<std::string>& argv) {
   }
   const GenerateResult r = generate_run(o, [&](int, std::int32_t, const std::string& text) {
     if (!stream_text) return;
-    errno = 0;
-    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0)
-      STRATUM_FAIL("[generate] writing the text failed: ", std::strerror(errno != 0 ? errno : EIO),
-                   "; stopped generating");
+    std::fwrite(text.data(), 1, text.size(), stdout);  // a short write sets the stream's error flag
+    const std::string failed = stdout_flush();
+    STRATUM_CHECK(failed.empty(), "[generate] writing the text failed: ", failed, "; stopped generating");
   });
   if (stream_text) {
     std::fputs("\n", stdout);
@@ -143,9 +141,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
   }
-  errno = 0;
-  STRATUM_CHECK(std::fflush(stdout) == 0 && std::ferror(stdout) == 0, "[generate] writing the output failed: ",
-                std::strerror(errno != 0 ? errno : EIO));
+  const std::string failed = stdout_flush();
+  STRATUM_CHECK(failed.empty(), "[generate] writing the output failed: ", failed);
   for (std::size_t i = 0; i < r.sequences.size(); ++i)  // --max-tokens beyond the context: said, not silent
     if (r.sequences[i].stopped_at_context && !o.quiet)
       std::fprintf(stderr, "[stratum] prompt %zu stopped after %zu tokens: the context is full (--max-tokens %d asked for more)\n",

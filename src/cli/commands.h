@@ -21,4 +21,8 @@ int cmd_verify(const std::vector<std::string>& args);
 // stderr.
 std::string model_dir_resolve(const std::string& path);
 
+// Flushes stdout: "" when everything written to it so far arrived, else why not (the error's
+// text, or "the stream reported an error"). Output that cannot be written is a failure.
+std::string stdout_flush();
+
 }  // namespace stratum

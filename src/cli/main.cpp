@@ -1,7 +1,6 @@
 // `stratum` entry point: dispatches to subcommands, turns errors into one line + exit code.
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,11 +61,8 @@ int main(int argc, char** argv) {
     const int code = run(command, args);
     // What a command printed must have reached its destination: generate, info or verify into a
     // full disk (or /dev/full) exited 0 with nothing written.
-    errno = 0;
-    if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) {
-      const int err = errno;
-      std::fprintf(stderr, "stratum: [cli] writing the output failed%s%s; the output is incomplete\n",
-                   err != 0 ? ": " : "", err != 0 ? std::strerror(err) : "");
+    if (const std::string failed = stratum::stdout_flush(); !failed.empty()) {
+      std::fprintf(stderr, "stratum: [cli] writing the output failed: %s; the output is incomplete\n", failed.c_str());
       return code == 0 ? 1 : code;
     }
     return code;

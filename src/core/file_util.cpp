@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -65,6 +66,12 @@ bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   const auto ca = std::filesystem::weakly_canonical(a, ec), cb = std::filesystem::weakly_canonical(b, ec);
   return !ec && ca == cb;
+}
+
+std::size_t dir_free_bytes(const std::string& dir, const char* what) {
+  struct statvfs fs {};
+  STRATUM_CHECK(::statvfs(dir.c_str(), &fs) == 0, "[file] cannot stat ", what, " ", dir, ": ", std::strerror(errno));
+  return static_cast<std::size_t>(fs.f_bavail) * fs.f_frsize;
 }
 
 bool dir_exists(const std::string& path) {

@@ -21,6 +21,9 @@ bool dir_exists(const std::string& path);
 // Whether two paths name the same file: the same inode when both exist (links and different
 // spellings included), else the same normalized absolute path.
 bool same_file(const std::string& a, const std::string& b);
+// Bytes an unprivileged writer may still use on the file system holding `dir` (statvfs); throws
+// Error naming `what` (e.g. "--offload-dir") and dir when it cannot be read.
+std::size_t dir_free_bytes(const std::string& dir, const char* what);
 
 // Writes `path` atomically: `writer` is called with a callback that appends bytes to
 // "<path>.tmp.<pid>"; the file is fsynced, renamed over `path` and the directory fsynced.

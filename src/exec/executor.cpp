@@ -145,11 +145,12 @@ void Executor::schedule_build() {
   }
   // Note [head passes]: the log-sum-exp pass, then the backward pass, over the vocabulary blocks.
   const std::vector<UnitUse> head_in = {{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}};
-  head_first_ = schedule_.group_add(head_in, W::HeadBegin, head);
+  schedule_.group_add(head_in, W::HeadBegin, head);
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.head_vocab_segment(k);
     schedule_.group_add({{unit(v, K::Params), A::Read}}, W::HeadLse, v, k);
   }
+  forward_end_ = schedule_.group_count();
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.head_vocab_segment(k);
     schedule_.group_add({{unit(v, K::Params), A::Read}, {unit(v, K::Grads), A::Overwrite}}, W::HeadBackward, v, k);
@@ -346,14 +347,19 @@ void Executor::grads_final(int segment, float* const* grad_chunks) {
   }
 }
 
-float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
-  check_shape(B, T);
-  Pass pass{PassKind::Train, inputs, targets, B, T};
+float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool queue_updates,
+                           const AdamWHyper& hyper, double weight_decay) {
+  Pass pass{PassKind::Train, inputs, targets, B, T, queue_updates, hyper, weight_decay};
   const std::size_t stride = dacts_.size_bytes() / sizeof(float) / 2;
   pass.dcur = dacts_.as_f32();
   pass.dnext = dacts_.as_f32() + stride;
   run(0, compute_end_, pass);
   return pass.loss;
+}
+
+float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
+  check_shape(B, T);
+  return train_pass(inputs, targets, B, T, false, AdamWHyper{}, 0.0);
 }
 
 StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
@@ -362,12 +368,7 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   STRATUM_ASSERT(mode_ != OptimizerMode::Overlapped || grad_clip <= 0);
   StepResult r;
   const bool overlap = mode_ == OptimizerMode::Overlapped;
-  Pass pass{PassKind::Train, inputs, targets, B, T, overlap, hyper, weight_decay};
-  const std::size_t stride = dacts_.size_bytes() / sizeof(float) / 2;
-  pass.dcur = dacts_.as_f32();
-  pass.dnext = dacts_.as_f32() + stride;
-  run(0, compute_end_, pass);
-  r.loss = pass.loss;
+  r.loss = train_pass(inputs, targets, B, T, overlap, hyper, weight_decay);
   if (overlap) {
     const auto t0 = std::chrono::steady_clock::now();
     TraceSpan span(trace_, TraceRecorder::kCompute, "stall", "wait for the updates");
@@ -386,7 +387,7 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
 float Executor::loss(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
   check_shape(B, T);
   Pass pass{PassKind::Loss, inputs, targets, B, T};
-  run(0, head_first_ + 1 + layout_.vocab_block_count(), pass);  // the forward, the head's log-sum-exp pass
+  run(0, forward_end_, pass);
   return pass.loss;
 }
 
@@ -395,7 +396,7 @@ void Executor::logits_last(const std::int32_t* tokens, int T, float* logits) {
   Pass pass{PassKind::Logits, tokens, nullptr, 1, T};
   pass.logits_row = T - 1;
   pass.logits = logits;
-  run(0, head_first_ + 1 + layout_.vocab_block_count(), pass);
+  run(0, forward_end_, pass);
 }
 
 double Executor::grad_sum_squares() const {

@@ -130,6 +130,9 @@ class Executor {
   void check_shape(int B, int T) const;
   void schedule_build();
   void run(int first, int last, Pass& pass);  // groups [first, last)
+  // Forward, head and backward (the groups before the inline updates); returns the mean loss.
+  float train_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool queue_updates,
+                   const AdamWHyper& hyper, double weight_decay);
   void group_run(int g, Pass& pass);
   void group_compute(int g, const GroupHolds& holds, Pass& pass);
   std::string group_name(int g, const Pass& pass) const;  // the trace span's name
@@ -165,7 +168,7 @@ class Executor {
   std::vector<std::vector<double>> grad_squares_;  // [segment][tensor] of the last backward
 
   StepSchedule schedule_;
-  int head_first_ = 0;   // the HeadBegin group; the HeadLse groups follow it
+  int forward_end_ = 0;  // one past the head's log-sum-exp groups: where a loss or logits pass ends
   int compute_end_ = 0;  // one past the last group a training pass runs (Inline: the updates follow)
   std::vector<int> group_opt_;               // per segment: its Optimizer group
   std::vector<std::vector<int>> final_at_;   // per group: segments whose gradients are final after it

@@ -3,31 +3,54 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "stratum/error.h"
 
 namespace stratum {
 
 namespace {
-// A file --log may replace: none yet, an empty one, or a Stratum log (its first line a JSON
-// object with a "step"). Anything else is somebody's file, never truncated.
-void check_ours(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) return;
-  std::string line;
-  for (int c; (c = std::fgetc(f)) != EOF && c != '\n' && line.size() < (1 << 16);) line.push_back(static_cast<char>(c));
-  const bool empty = line.empty() && std::feof(f);
-  std::fclose(f);
-  if (empty) return;
+// The step of a log line, when it is one of our records (a JSON object with an integer "step").
+std::optional<long> record_step(const std::string& line) {
   const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  STRATUM_CHECK(record.is_object() && record.contains("step"), "[log] --log '", path,
+  if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) return std::nullopt;
+  return record["step"].get<long>();
+}
+
+// The lines of `path` (at most max_lines, each cut at max_line_bytes; none when it does not exist)
+// and whether it holds any byte at all.
+std::vector<std::string> lines_of(const std::string& path, std::size_t max_lines, std::size_t max_line_bytes,
+                                  bool* empty) {
+  std::vector<std::string> lines;
+  *empty = true;
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return lines;
+  std::string line;
+  for (int c; lines.size() < max_lines && (c = std::fgetc(f)) != EOF;) {
+    *empty = false;
+    if (c == '\n') lines.push_back(std::exchange(line, {}));
+    else if (line.size() < max_line_bytes) line.push_back(static_cast<char>(c));
+  }
+  if (!line.empty() && lines.size() < max_lines) lines.push_back(line);
+  std::fclose(f);
+  return lines;
+}
+
+// A file --log may replace: none yet, an empty one, or a Stratum log (its first line one of our
+// records). Anything else is somebody's file, never truncated.
+void check_ours(const std::string& path, const std::vector<std::string>& lines, bool empty) {
+  STRATUM_CHECK(empty || (!lines.empty() && record_step(lines[0])), "[log] --log '", path,
                 "' exists and is not a Stratum training log; choose another path (or remove it)");
 }
 }  // namespace
 
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
-  check_ours(path);
+  bool empty = true;
+  const std::vector<std::string> first = lines_of(path, 1, 1 << 16, &empty);  // the first line is enough
+  check_ours(path, first, empty);
   file_ = std::fopen(path.c_str(), "w");
   STRATUM_CHECK(file_ != nullptr, "[log] cannot open --log file '", path, "' for writing: ", std::strerror(errno));
 }
@@ -35,24 +58,13 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path) {
 MetricsLog::MetricsLog(const std::string& path, long keep_through_step) : path_(path) {
   // Keep the records of steps 1..keep_through_step (a resumed run continues the log; records of
   // steps after the checkpoint, from the run that crashed, are dropped as it redoes them).
-  check_ours(path);
+  bool empty = true;
+  constexpr std::size_t kAll = std::numeric_limits<std::size_t>::max();
+  const std::vector<std::string> lines = lines_of(path, kAll, kAll, &empty);
+  check_ours(path, lines, empty);
   std::string kept;
-  if (std::FILE* old = std::fopen(path.c_str(), "r")) {
-    std::string line;
-    int c;
-    auto take = [&] {
-      const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
-          record["step"].get<long>() <= keep_through_step)
-        kept += line + "\n";
-      line.clear();
-    };
-    while ((c = std::fgetc(old)) != EOF) {
-      if (c == '\n') take();
-      else line.push_back(static_cast<char>(c));
-    }
-    std::fclose(old);
-  }
+  for (const std::string& line : lines)
+    if (const std::optional<long> step = record_step(line); step && *step <= keep_through_step) kept += line + "\n";
   file_ = std::fopen(path.c_str(), "w");
   STRATUM_CHECK(file_ != nullptr, "[log] cannot open --log file '", path, "' for writing: ", std::strerror(errno));
   const bool ok = std::fwrite(kept.data(), 1, kept.size(), file_) == kept.size() && std::fflush(file_) == 0;

@@ -14,7 +14,6 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -492,10 +491,8 @@ Calibration calibrate(const CalibrationOptions& options) {
   c.blas = blas_describe();
   c.disk_test_bytes = align_up(options.disk_test_bytes, AlignedBuffer::kAlignmentBytes);
   // A small offload disk the run fits on is measured with a smaller file, not refused.
-  struct statvfs fs {};
-  const std::size_t free_bytes = options.free_bytes_override > 0 ? options.free_bytes_override
-                                 : ::statvfs(dir.c_str(), &fs) == 0 ? static_cast<std::size_t>(fs.f_bavail) * fs.f_frsize
-                                                                    : c.disk_test_bytes * 4;
+  const std::size_t free_bytes =
+      options.free_bytes_override > 0 ? options.free_bytes_override : dir_free_bytes(dir, "--offload-dir");
   std::string small_note;
   if (free_bytes / 4 < c.disk_test_bytes) {
     const std::size_t fit = free_bytes / 4 / AlignedBuffer::kAlignmentBytes * AlignedBuffer::kAlignmentBytes;

@@ -31,7 +31,6 @@
 namespace stratum {
 
 namespace {
-std::string mib(double bytes) { return bytes_text(bytes); }  // core/byte_size.h
 
 std::size_t segment_floats(const ParamLayout& layout) {
   std::size_t total = 0;
@@ -354,8 +353,8 @@ std::size_t plan_min_budget_bytes(const PlanRequest& r) {
 
 void plan_budget_check(const PlanRequest& r, std::size_t min_budget_bytes) {
   STRATUM_CHECK(r.mem_budget_bytes == 0 || r.mem_budget_bytes >= min_budget_bytes, "[plan] --mem-budget ",
-                mib(static_cast<double>(r.mem_budget_bytes)), " is below the minimum of ",
-                mib(static_cast<double>(min_budget_bytes)), " for this model at B=", r.batch, " T=", r.seq,
+                bytes_text(static_cast<double>(r.mem_budget_bytes)), " is below the minimum of ",
+                bytes_text(static_cast<double>(min_budget_bytes)), " for this model at B=", r.batch, " T=", r.seq,
                 "; use --mem-budget ", (min_budget_bytes + (1 << 20) - 1) >> 20, "M or more");
 }
 
@@ -401,26 +400,31 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
     std::fill(traffic.group_written.begin(), traffic.group_written.end(), 0);
     p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode, 0, 0.0, 0.0).step_ms;
   } else {
-    std::vector<Traffic> by_depth_traffic;
-    std::vector<double> by_depth;
-    for (int k = 0; k <= 6; ++k) {
-      by_depth_traffic.push_back(traffic_replay(units, schedule, capacity, k));
-      const Traffic& tk = by_depth_traffic.back();
-      by_depth.push_back(
-          pipeline(schedule, units, tk.group_read, tk.group_written, t, p.mode, k, read_gbps, write_gbps).step_ms);
-    }
-    const double best = *std::min_element(by_depth.begin(), by_depth.end());
-    p.prefetch = r.prefetch >= 0 ? r.prefetch : 6;
-    if (r.prefetch < 0)
+    // One replay and pipeline per depth; without --prefetch, depths 0..6 for the choice.
+    auto step_ms_at = [&](int depth, const Traffic& tk) {
+      return pipeline(schedule, units, tk.group_read, tk.group_written, t, p.mode, depth, read_gbps, write_gbps).step_ms;
+    };
+    if (r.prefetch >= 0) {
+      p.prefetch = r.prefetch;
+      traffic = traffic_replay(units, schedule, capacity, p.prefetch);
+      p.step_ms = step_ms_at(p.prefetch, traffic);
+    } else {
+      std::vector<Traffic> by_depth_traffic;
+      std::vector<double> by_depth;
+      for (int k = 0; k <= 6; ++k) {
+        by_depth_traffic.push_back(traffic_replay(units, schedule, capacity, k));
+        by_depth.push_back(step_ms_at(k, by_depth_traffic.back()));
+      }
+      const double best = *std::min_element(by_depth.begin(), by_depth.end());
+      p.prefetch = 6;
       for (int k = 1; k <= 6; ++k)
         if (by_depth[k] <= best * 1.02) {
           p.prefetch = k;
           break;
         }
-    traffic = p.prefetch <= 6 ? by_depth_traffic[p.prefetch] : traffic_replay(units, schedule, capacity, p.prefetch);
-    p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode, p.prefetch, read_gbps,
-                         write_gbps)
-                    .step_ms;
+      traffic = std::move(by_depth_traffic[p.prefetch]);
+      p.step_ms = by_depth[p.prefetch];
+    }
   }
   p.read_bytes = p.streaming ? traffic.read : 0;
   p.write_bytes = p.streaming ? traffic.written : 0;
@@ -476,16 +480,16 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
   add("model %s, B=%d T=%d (%d tokens/step), %s activations, optimizer %s\n", r.config.describe().c_str(), r.batch,
       r.seq, r.batch * r.seq, r.keep_activations ? "kept" : "recomputed", optimizer_mode_name(p.mode));
   add("state: params %s, grads %s, AdamW moments %s, boundary activations %s; engine buffers %s\n",
-      mib(p.params_bytes).c_str(), mib(p.grads_bytes).c_str(), mib(p.moments_bytes).c_str(),
-      mib(p.activation_bytes).c_str(), mib(p.engine_bytes).c_str());
-  add("memory: minimum budget %s; %s\n", mib(p.min_budget_bytes).c_str(),
+      bytes_text(p.params_bytes).c_str(), bytes_text(p.grads_bytes).c_str(), bytes_text(p.moments_bytes).c_str(),
+      bytes_text(p.activation_bytes).c_str(), bytes_text(p.engine_bytes).c_str());
+  add("memory: minimum budget %s; %s\n", bytes_text(p.min_budget_bytes).c_str(),
       r.mem_budget_bytes == 0 ? "no budget: everything in RAM"
-      : p.streaming ? ("budget " + mib(r.mem_budget_bytes) + " = " +
+      : p.streaming ? ("budget " + bytes_text(r.mem_budget_bytes) + " = " +
                        std::to_string(static_cast<int>(
                            0.5 + 100.0 * r.mem_budget_bytes / (p.params_bytes + p.grads_bytes + p.moments_bytes))) +
-                       "% of the training state: streaming, offload files " + mib(p.disk_bytes) + " on disk")
+                       "% of the training state: streaming, offload files " + bytes_text(p.disk_bytes) + " on disk")
                           .c_str()
-                    : ("budget " + mib(r.mem_budget_bytes) + " holds everything: nothing streamed").c_str());
+                    : ("budget " + bytes_text(r.mem_budget_bytes) + " holds everything: nothing streamed").c_str());
   // Segments grouped by role, in layout order.
   out += "placement (per step, steady state):\n";
   for (SegmentRole role :
@@ -504,15 +508,15 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
     }
     if (count == 0) continue;
     const char* name = segment_group_name(role, layout.arch());
-    add("  %-22s %4zu x  %10s  %s, read %s + written %s\n", name, count, mib(bytes).c_str(),
-        resident == bytes ? "stays in RAM" : resident == 0 ? "streamed    " : "partly in RAM", mib(read).c_str(),
-        mib(written).c_str());
+    add("  %-22s %4zu x  %10s  %s, read %s + written %s\n", name, count, bytes_text(bytes).c_str(),
+        resident == bytes ? "stays in RAM" : resident == 0 ? "streamed    " : "partly in RAM", bytes_text(read).c_str(),
+        bytes_text(written).c_str());
   }
   if (p.streaming) {
     add("I/O per step: read %s, written %s; offload dir %.2f GB/s read, %.2f GB/s write (calibrated); prefetch %d\n",
-        mib(p.read_bytes).c_str(), mib(p.write_bytes).c_str(), p.read_gbps, p.write_gbps, p.prefetch);
+        bytes_text(p.read_bytes).c_str(), bytes_text(p.write_bytes).c_str(), p.read_gbps, p.write_gbps, p.prefetch);
   }
-  add("peak RAM (engine): %s\n", mib(p.peak_ram_bytes).c_str());
+  add("peak RAM (engine): %s\n", bytes_text(p.peak_ram_bytes).c_str());
   add("measured: block forward %.1f ms, backward %.1f ms; per vocabulary block: embedding %.2f ms, head %.1f ms; "
       "AdamW %.2f ns/float inline, %.2f ns/float on the worker\n",
       p.timing.layer_forward_ms, p.timing.layer_backward_ms, p.timing.vocab_forward_ms + p.timing.vocab_backward_ms,

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <cstring>
 
 #include "core/byte_size.h"
+#include "core/file_util.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -25,7 +25,6 @@ constexpr const char* kLockFileName = "stratum-offload.lock";
 // in --offload-dir, whatever their names, are never overwritten or deleted.
 constexpr const char* kSubdirName = "stratum-offload";
 
-std::string gib(std::size_t bytes) { return bytes_text(static_cast<double>(bytes)); }  // core/byte_size.h
 
 void file_preallocate(int fd, std::size_t bytes, const std::string& path) {
   STRATUM_CHECK(::ftruncate(fd, 0) == 0, "[store] cannot truncate ", path, ": ", std::strerror(errno));
@@ -61,13 +60,11 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
     notes += "; " + dir + " refuses O_DIRECT (tmpfs?), so I/O goes through the page cache";
   }
 
-  struct statvfs fs {};
-  STRATUM_CHECK(::statvfs(dir.c_str(), &fs) == 0, "[store] cannot stat --offload-dir ", dir, ": ", std::strerror(errno));
-  const std::size_t free_bytes = options.free_bytes_override > 0 ? options.free_bytes_override
-                                                                 : static_cast<std::size_t>(fs.f_bavail) * fs.f_frsize;
+  const std::size_t free_bytes =
+      options.free_bytes_override > 0 ? options.free_bytes_override : dir_free_bytes(dir, "--offload-dir");
   const std::size_t need_bytes = units().total_bytes();
-  STRATUM_CHECK(free_bytes >= need_bytes, "[store] --offload-dir ", dir, " has ", gib(free_bytes),
-                " free but this run needs up to ", gib(need_bytes),
+  STRATUM_CHECK(free_bytes >= need_bytes, "[store] --offload-dir ", dir, " has ", bytes_text(static_cast<double>(free_bytes)),
+                " free but this run needs up to ", bytes_text(static_cast<double>(need_bytes)),
                 " there for offloaded state: free space or choose another directory");
 
   lock_ = DirLock(dir, kLockFileName, "[store] another stratum run is using --offload-dir " + dir +

@@ -11,6 +11,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -420,15 +421,10 @@ std::uint64_t checkpoint_root_owner(const std::string& root) {
   if (!file_exists(path) || file_size_bytes(path) > 64) return 0;
   const std::string text = file_read_all(path);
   const std::string prefix = kOwnerPrefix;
-  if (text.rfind(prefix, 0) != 0 || text.size() < prefix.size() + 16) return 0;
-  std::uint64_t id = 0;
-  for (std::size_t i = prefix.size(); i < prefix.size() + 16; ++i) {
-    const char c = text[i];
-    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (digit < 0) return 0;
-    id = id << 4 | static_cast<std::uint64_t>(digit);
-  }
-  return id;
+  if (text.rfind(prefix, 0) != 0) return 0;
+  const std::string hex = text.substr(prefix.size(), 16);  // as hex64 writes it (JsonFields::hex reads the same)
+  if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) return 0;
+  return std::strtoull(hex.c_str(), nullptr, 16);
 }
 
 DirLock checkpoint_root_claim(const std::string& root_in, std::uint64_t run_id, const std::string& resumed_from) {

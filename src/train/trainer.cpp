@@ -77,7 +77,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-std::string mib(double bytes) { return bytes_text(bytes); }  // core/byte_size.h
 }  // namespace
 
 namespace {
@@ -296,9 +295,9 @@ void TrainRun::store_make() {
     exec_->attach(*store_);
     return;
   }
-  STRATUM_CHECK(o_.mem_budget_bytes >= min_budget_, "[train] --mem-budget ", mib(o_.mem_budget_bytes),
-                " is below the minimum of ", mib(min_budget_), " for this model at B=", o_.batch, " T=", o_.seq,
-                " (engine buffers ", mib(exec.fixed_bytes()), " + largest working set ", mib(exec.min_store_bytes()),
+  STRATUM_CHECK(o_.mem_budget_bytes >= min_budget_, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
+                " is below the minimum of ", bytes_text(min_budget_), " for this model at B=", o_.batch, " T=", o_.seq,
+                " (engine buffers ", bytes_text(exec.fixed_bytes()), " + largest working set ", bytes_text(exec.min_store_bytes()),
                 "); use --mem-budget ", (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
   // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
   // unless --prefetch chose one.
@@ -314,7 +313,7 @@ void TrainRun::store_make() {
   std::snprintf(plan_text, sizeof plan_text,
                 "[stratum] plan: %s per step read, %s written, predicted step %.0f ms (bottleneck: %s), prefetch %d "
                 "(%s)\n",
-                mib(plan.read_bytes).c_str(), mib(plan.write_bytes).c_str(), plan.step_ms, plan.bottleneck.c_str(),
+                bytes_text(plan.read_bytes).c_str(), bytes_text(plan.write_bytes).c_str(), plan.step_ms, plan.bottleneck.c_str(),
                 plan.prefetch, o_.prefetch >= 0 ? "--prefetch" : "chosen by the plan");
   plan_line_ = plan_text;
   TieredStoreOptions so;
@@ -326,7 +325,7 @@ void TrainRun::store_make() {
   so.io.queue_depth = o_.io_queue_depth;
   so.io.fault = o_.io_fault;
   auto tiered = std::make_unique<TieredSegmentStore>(*units_, so);
-  store_text_ = "budget " + mib(o_.mem_budget_bytes) + " (minimum " + mib(min_budget_) + "), offload to " +
+  store_text_ = "budget " + bytes_text(o_.mem_budget_bytes) + " (minimum " + bytes_text(min_budget_) + "), offload to " +
                 o_.offload_dir + ": " + tiered->describe();
   store_ = std::move(tiered);
   exec_->attach(*store_);
@@ -412,9 +411,9 @@ void TrainRun::loop() {
                "(%s)\n[stratum] memory: %s\n",
                cfg_.describe().c_str(), static_cast<double>(layout_->num_params()) / 1e6, train_token_count_,
                static_cast<long long>(loader_->batches_per_epoch()), val_loader_ ? ", validation held out" : "",
-               o_.batch, o_.seq, threads_, backend_describe().c_str(), mib(param_bytes).c_str(),
-               mib(param_bytes).c_str(), mib(2 * param_bytes).c_str(),
-               mib(units_->act_floats() * sizeof(float) * (cfg_.n_layer + 1)).c_str(), mib(exec_->fixed_bytes()).c_str(),
+               o_.batch, o_.seq, threads_, backend_describe().c_str(), bytes_text(param_bytes).c_str(),
+               bytes_text(param_bytes).c_str(), bytes_text(2 * param_bytes).c_str(),
+               bytes_text(units_->act_floats() * sizeof(float) * (cfg_.n_layer + 1)).c_str(), bytes_text(exec_->fixed_bytes()).c_str(),
                o_.keep_activations ? "block internals kept" : "block internals recomputed", store_text_.c_str());
   std::fputs(plan_line_.c_str(), stderr);
 
@@ -478,8 +477,8 @@ void TrainRun::loop() {
     std::string traffic;
     if (o_.mem_budget_bytes > 0) {
       char text[160];
-      std::snprintf(text, sizeof text, "read %s write %s stall %.0f ms | RAM %s/%s", mib(read).c_str(),
-                    mib(written).c_str(), stall, mib(peak).c_str(), mib(o_.mem_budget_bytes).c_str());
+      std::snprintf(text, sizeof text, "read %s write %s stall %.0f ms | RAM %s/%s", bytes_text(read).c_str(),
+                    bytes_text(written).c_str(), stall, bytes_text(peak).c_str(), bytes_text(o_.mem_budget_bytes).c_str());
       traffic = text;
     }
     progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o_.steps - step - 1), traffic);
@@ -513,9 +512,9 @@ void TrainRun::report(double total_ms) {
     std::fprintf(stderr,
                  "[stratum] tier traffic: read %s (%.2f GB/s while reading), written %s (%.2f GB/s), compute stalled "
                  "%.0f ms (%.1f%% of step time), peak RAM %s of the %s budget\n",
-                 mib(result_.read_bytes).c_str(), result_.read_gbps, mib(result_.write_bytes).c_str(),
+                 bytes_text(result_.read_bytes).c_str(), result_.read_gbps, bytes_text(result_.write_bytes).c_str(),
                  result_.write_gbps, result_.stall_ms, 100.0 * result_.stall_ms / std::max(1.0, total_ms),
-                 mib(result_.peak_mem_bytes).c_str(), mib(o_.mem_budget_bytes).c_str());
+                 bytes_text(result_.peak_mem_bytes).c_str(), bytes_text(o_.mem_budget_bytes).c_str());
     std::fprintf(stderr, "[stratum] plan check: median step %.0f ms, predicted %.0f ms (%+.0f%%)\n",
                  result_.step_ms_median, result_.predicted_step_ms,
                  100.0 * (result_.predicted_step_ms - result_.step_ms_median) / std::max(1e-9, result_.step_ms_median));
@@ -526,7 +525,7 @@ void TrainRun::report(double total_ms) {
                "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, peak RSS %s, params "
                "hash %016llx%s%s\n",
                result_.steps_done, result_.final_loss, result_.tokens_per_s, result_.step_ms_median,
-               mib(static_cast<std::size_t>(usage.ru_maxrss) * 1024).c_str(),
+               bytes_text(static_cast<std::size_t>(usage.ru_maxrss) * 1024).c_str(),
                static_cast<unsigned long long>(result_.params_hash), result_.checkpoint_dir.empty() ? "" : ", saved to ",
                result_.checkpoint_dir.c_str());
 }
