@@ -395,6 +395,13 @@ TEST_F(Checkpoint, ResumeRefusesAnIncompatibleRun) {
     EXPECT_NE(r.errors.find(b.words), std::string::npos) << b.flags << ": " << r.errors;
     EXPECT_EQ(std::count(r.errors.begin(), r.errors.end(), '\n'), 1) << "one line: " << r.errors;
   }
+  // The data file changed in place and no flag was given: the fix is the data, not a flag.
+  std::filesystem::copy_file(other, tokens_, std::filesystem::copy_options::overwrite_existing);
+  r = run_stratum("train --resume " + s4);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("the training data"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("give the data it was trained on, unchanged"), std::string::npos) << r.errors;
+  EXPECT_EQ(r.errors.find("leave the flag out"), std::string::npos) << r.errors;
   // A trainer state from another version of the format.
   const std::string s8 = root + "/step-00000008";
   std::string state = file_read_all(s8 + "/trainer_state.json");

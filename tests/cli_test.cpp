@@ -75,6 +75,7 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
   write_text(tmp.file("text.txt"), "hello world\n");
   token_file_write_raw_u16(tmp.file("big_ids.bin"), {1, 2, 3, 500, 4, 5});
   write_text(tmp.file("odd.bin"), "abc");
+  std::filesystem::create_symlink(tmp.file("loop"), tmp.file("loop"));
 
   const std::string data = " --data " + kTiny + "/tokens.bin";
   const std::vector<BadCase> cases = {
@@ -88,6 +89,9 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"bad schedule", "train --lr-schedule linear" + data, "--lr-schedule"},
       {"no data", "train --steps 1", "--data FILE is required"},
       {"missing data file", "train --data " + tmp.file("nope.bin"), "does not exist"},
+      {"data is a directory", "train --data " + tmp.path(), "is a directory"},
+      {"data is a device", "train --data /dev/null", "is not a regular file"},
+      {"data is a link loop", "train --data " + tmp.file("loop"), "symbolic link loop"},
       {"empty corpus", "train --data " + tmp.file("empty.txt") + " --tokenizer " + shared_data(""), "empty"},
       {"text without tokenizer", "train --data " + tmp.file("text.txt"), "--tokenizer"},
       {"odd-sized token file", "train --data " + tmp.file("odd.bin"), "[data.tokens]"},
@@ -200,6 +204,22 @@ TEST(Cli, GenerationThatFillsTheContextSaysSo) {
       << r.errors;
 }
 
+// A refused generation prints nothing on stdout (it echoed the prompt before checking its options).
+TEST(Cli, RefusedGenerationPrintsNothing) {
+  const std::string model = testing::source_path("tests/golden/tiny_gpt2");
+  for (const std::string& bad : {std::string(" --top-p 5"), std::string(" --temperature -1")}) {
+    const auto r = testing::run_stratum("generate --model " + model + " --tokenizer " + shared_data("") +
+                                        " --prompt 'hello there'" + bad);
+    EXPECT_EQ(r.exit_code, 1) << bad;
+    EXPECT_EQ(r.output, "") << bad;
+  }
+  // The prompt is still echoed when nothing is generated ("a" is one byte-level token, id 64).
+  const auto r = testing::run_stratum("generate --model " + model + " --tokenizer " + shared_data("") +
+                                      " --prompt a --max-tokens 0");
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(r.output, "a\n");
+}
+
 TEST(Cli, HelpAndVersion) {
   EXPECT_EQ(run_stratum("--help").exit_code, 0);
   const auto r = run_stratum("train --help");
@@ -256,6 +276,17 @@ TEST(Cli, PrepareInfoTrainGenerateEndToEnd) {
   EXPECT_EQ(hash_of(r.errors), hash) << defaults << "\n" << r.errors;
   r = run_stratum("train" + model + " --data " + tmp.file("corpus.txt") + " --tokenizer " + shared_data(""));
   EXPECT_EQ(hash_of(r.errors), hash);
+  // Read by content (Note [data by content]): the text named .bin is text, the token file named
+  // .txt is tokens; each says which reading it chose. Before, the first trained on the text's
+  // bytes as uint16 ids and the second was refused as text.
+  std::filesystem::copy_file(tmp.file("corpus.txt"), tmp.file("corpus.bin"));
+  r = run_stratum("train" + model + " --data " + tmp.file("corpus.bin") + " --tokenizer " + shared_data(""));
+  EXPECT_EQ(hash_of(r.errors), hash) << r.errors;
+  EXPECT_NE(r.errors.find("holds UTF-8 text: reading it as text"), std::string::npos) << r.errors;
+  std::filesystem::copy_file(tmp.file("train.bin"), tmp.file("tokens.txt"));
+  r = run_stratum("train" + model + " --data " + tmp.file("tokens.txt"));
+  EXPECT_EQ(hash_of(r.errors), hash) << r.errors;
+  EXPECT_NE(r.errors.find("reading it as raw uint16 token ids"), std::string::npos) << r.errors;
 
   r = run_stratum("info " + tmp.file("model"));
   EXPECT_EQ(r.exit_code, 0);

@@ -98,19 +98,57 @@ TEST(TokenFile, LargeFilesSpanSeveralChunks) {
   EXPECT_EQ(token_file_read(dir.file("big_shard.bin")).tokens, tokens);
 }
 
-TEST(TokenFile, DetectsTokenFilesByMagicOrExtension) {
+// Note [data by content]: text or tokens is decided by the bytes, not the name (a text file named
+// .bin was read as uint16 ids; a token file named otherwise was refused as text), and the
+// reading that overrode the name is said.
+TEST(TokenFile, DataFilesAreReadByContent) {
   TempDir dir;
   token_file_write_llmc(dir.file("shard.dat"), {1, 2, 3});
   token_file_write_raw_u16(dir.file("raw.tokens"), {1, 2, 3});
   bytes_write(dir.file("notes.txt"), "hello world");
   bytes_write(dir.file("xy"), "xy");
-  EXPECT_TRUE(token_file_is_token_file(dir.file("shard.dat")));
-  EXPECT_FALSE(token_file_is_token_file(dir.file("raw.tokens")));
-  EXPECT_FALSE(token_file_is_token_file(dir.file("notes.txt")));
-  EXPECT_FALSE(token_file_is_token_file(dir.file("xy")));
-  EXPECT_TRUE(token_file_is_token_file(dir.file("not_yet_written.bin")));
-  EXPECT_FALSE(token_file_is_token_file(dir.file("missing.txt")));
-  EXPECT_FALSE(token_file_is_token_file(dir.file("")));
+  bytes_write(dir.file("xy.bin"), "xy");
+  const std::string verse = "First Citizen:\nBefore we proceed any further, hear me speak.\n\tAll: Speak, speak.\r\n";
+  bytes_write(dir.file("text.bin"), verse);
+  bytes_write(dir.file("unicode.txt"), "na\xc3\xafve caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x99\x82 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e text");
+  // Ids >= 8192 whose bytes are all printable still read as tokens once a NUL or a bad sequence shows.
+  token_file_write_raw_u16(dir.file("ids.dat"), {0x6968, 0x2020, 0x6f77, 0x6c72, 0x2064, 0x6968, 0x2020, 0xff41, 198});
+  bytes_write(dir.file("odd.dat"), std::string("\xff\xfe\x01\x02 abcdefghijklmnop", 21));
+  bytes_write(dir.file("controls.txt"), std::string(40, '\x01') + std::string(60, 'a'));
+
+  const auto kind = [&](const std::string& name) { return data_file_reading(dir.file(name)).kind; };
+  const auto note = [&](const std::string& name) { return data_file_reading(dir.file(name)).note; };
+  EXPECT_EQ(kind("shard.dat"), DataFileKind::LlmcShard);
+  EXPECT_EQ(note("shard.dat"), "");
+  EXPECT_EQ(kind("raw.tokens"), DataFileKind::RawU16);
+  EXPECT_NE(note("raw.tokens").find("reading it as raw uint16 token ids"), std::string::npos) << note("raw.tokens");
+  EXPECT_EQ(kind("notes.txt"), DataFileKind::Text);
+  EXPECT_EQ(kind("xy"), DataFileKind::Text);  // under 16 bytes: the name decides
+  EXPECT_EQ(kind("xy.bin"), DataFileKind::RawU16);
+  EXPECT_EQ(note("xy.bin"), "");
+  EXPECT_EQ(kind("text.bin"), DataFileKind::Text);
+  EXPECT_NE(note("text.bin").find("holds UTF-8 text: reading it as text"), std::string::npos) << note("text.bin");
+  EXPECT_EQ(kind("unicode.txt"), DataFileKind::Text);
+  EXPECT_EQ(note("unicode.txt"), "");
+  EXPECT_EQ(kind("ids.dat"), DataFileKind::RawU16);
+  EXPECT_EQ(kind("controls.txt"), DataFileKind::RawU16);  // 40% control bytes is not text
+  EXPECT_EQ(data_file_reading(testing::source_path("tests/golden/tiny_gpt2/tokens.bin")).kind, DataFileKind::RawU16);
+  const auto fails_with = [](const std::string& path, const std::string& words) {
+    try {
+      data_file_reading(path);
+      ADD_FAILURE() << path << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  fails_with(dir.file("odd.dat"), "neither UTF-8 text (byte 0 is not) nor a raw uint16 token file");
+  fails_with(dir.file("missing.bin"), "does not exist");
+  fails_with(dir.path(), "is a directory");
+  fails_with("/dev/null", "is not a regular file");
+  std::filesystem::create_symlink(dir.file("loop"), dir.file("loop"));
+  fails_with(dir.file("loop"), "symbolic link loop");
+  bytes_write(dir.file("empty.bin"), "");
+  fails_with(dir.file("empty.bin"), "is empty");
   // A raw stream read back without the .bin extension still reads as raw.
   EXPECT_EQ(token_file_read(dir.file("raw.tokens")).tokens, (std::vector<std::int32_t>{1, 2, 3}));
 }

@@ -174,5 +174,28 @@ TEST(Trainer, EvalBatchesAreCappedToTheHeldOutSet) {
   EXPECT_EQ(train_run(o).final_val_loss, exact);
 }
 
+
+// A stop request (SIGINT/SIGTERM) that arrives while the run evaluates is honoured between
+// evaluation batches (it waited for the whole evaluation): here it is already set, so the first
+// evaluation is abandoned before its first batch, the step is checkpointed and the run stops.
+TEST(Trainer, StopRequestAbandonsAnEvaluationBetweenBatches) {
+  testing::TempDir tmp;
+  TrainOptions o = small_run(source_path("tests/golden/tiny_gpt2/tokens.bin"));
+  o.eval_every = 1;
+  o.eval_batches = 4;
+  o.log_path = tmp.file("log.jsonl");
+  o.save_dir = tmp.file("out");
+  volatile std::sig_atomic_t stop = 1;
+  o.stop_requested = &stop;
+  const auto r = train_run(o);
+  EXPECT_TRUE(r.interrupted);
+  EXPECT_EQ(r.steps_done, 1);
+  EXPECT_LT(r.final_val_loss, 0.0f) << "no evaluation may have completed";
+  const auto log = read_jsonl(o.log_path);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_FALSE(log[0].contains("val_loss"));
+  EXPECT_FALSE(r.checkpoint_dir.empty());
+}
+
 }  // namespace
 }  // namespace stratum

@@ -83,7 +83,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
     const bool ids = args.has("prompt-ids-file");
     const std::string flag = ids ? "--prompt-ids-file" : "--prompts";
     const std::string path = args.str(ids ? "prompt-ids-file" : "prompts");
-    STRATUM_CHECK(file_exists(path), "[cli] ", flag, " file '", path, "' does not exist");
+    const std::string problem = file_read_problem(path);
+    STRATUM_CHECK(problem.empty(), "[cli] ", flag, " file '", path, "' ", problem);
     const std::string text = file_read_all(path);
     std::size_t at = 0;
     for (int line_no = 1; at < text.size(); ++line_no) {
@@ -118,18 +119,23 @@ int cmd_generate(const std::vector<std::string>& argv) {
   o.trace_path = args.str("trace");
   const bool output_ids = args.flag("output-ids");
 
+  // The streamed text starts with the prompt, echoed with the first generated token: after
+  // generate_run has checked the options, the prompt and the model (a refused run prints nothing).
   const bool stream_text = !many && !output_ids;
-  if (stream_text && !o.prompts.empty()) {
-    std::fputs(o.prompts[0].c_str(), stdout);
-    std::fflush(stdout);
-  }
+  bool echoed = false;
+  const auto echo_prompt = [&] {
+    if (!echoed && !o.prompts.empty()) std::fputs(o.prompts[0].c_str(), stdout);
+    echoed = true;
+  };
   const GenerateResult r = generate_run(o, [&](int, std::int32_t, const std::string& text) {
     if (!stream_text) return;
+    echo_prompt();
     std::fwrite(text.data(), 1, text.size(), stdout);  // a short write sets the stream's error flag
     const std::string failed = stdout_flush();
     STRATUM_CHECK(failed.empty(), "[generate] writing the text failed: ", failed, "; stopped generating");
   });
   if (stream_text) {
+    echo_prompt();  // --max-tokens 0 or an end-of-text first token
     std::fputs("\n", stdout);
   } else if (!many) {
     std::printf("%s\n", ids_text(r.sequences[0].tokens).c_str());

@@ -82,15 +82,15 @@ int cmd_info(const std::vector<std::string>& argv) {
   Args args("info", argv, {}, 16);
   if (args.help_requested() || args.positional().empty()) {
     std::fputs("usage: stratum info DIR|FILE...\n  describes a Hugging Face model directory, a .safetensors file "
-               "or a token file (.bin / llm.c shard)\n", stdout);
+               "or a token file (raw uint16 / llm.c shard)\n", stdout);
     return args.help_requested() ? 0 : 2;
   }
   for (const auto& path : args.positional()) {
     if (dir_exists(path)) describe_model_dir(model_dir_resolve(path));
-    else if (!file_exists(path)) STRATUM_FAIL("[info] '", path, "' does not exist");
+    else if (const std::string problem = file_read_problem(path); !problem.empty()) STRATUM_FAIL("[info] '", path, "' ", problem);
     else if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) describe_safetensors(path);
-    else if (token_file_is_token_file(path)) describe_token_file(path);
-    else STRATUM_FAIL("[info] '", path, "' is not a model directory, .safetensors file or token file (.bin / llm.c shard)");
+    else if (data_file_reading(path).kind != DataFileKind::Text) describe_token_file(path);
+    else STRATUM_FAIL("[info] '", path, "' is text, not a model directory, .safetensors file or token file (raw uint16 / llm.c shard)");
   }
   return 0;
 }

@@ -17,6 +17,10 @@ std::string file_read_all(const std::string& path);
 std::uint64_t file_size_bytes(const std::string& path);
 
 bool file_exists(const std::string& path);
+// Why `path` cannot be read as a regular file, as the end of a sentence naming it ("does not
+// exist", "is a directory", "is a symbolic link loop", "is not a regular file (a device, pipe or
+// socket)", "cannot be read: Permission denied"); empty when it can be.
+std::string file_read_problem(const std::string& path);
 bool dir_exists(const std::string& path);
 // Whether two paths name the same file: the same inode when both exist (links and different
 // spellings included), else the same normalized absolute path.

@@ -15,10 +15,13 @@ std::string corpus_find_tokenizer(const std::string& explicit_dir, const std::st
 }
 
 std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std::string& tokenizer_dir,
-                                             int vocab_size) {
-  STRATUM_CHECK(file_exists(path), "[data] data file '", path, "' does not exist");
+                                             int vocab_size, std::string* note) {
+  const std::string problem = file_read_problem(path);
+  STRATUM_CHECK(problem.empty(), "[data] data file '", path, "' ", problem, "; give a text file or a token file");
+  const DataFileReading reading = data_file_reading(path);  // Note [data by content]
+  if (note != nullptr) *note = reading.note;
   std::vector<std::int32_t> tokens;
-  if (token_file_is_token_file(path)) {
+  if (reading.kind != DataFileKind::Text) {
     tokens = token_file_read(path).tokens;
   } else {
     STRATUM_CHECK(!tokenizer_dir.empty(), "[data] '", path,

@@ -1,5 +1,5 @@
-// Turns a --data argument into tokens: a token file is read as is, anything else is treated as
-// UTF-8 text and encoded with the BPE tokenizer. Checks every id against the vocabulary.
+// Turns a --data argument into tokens: a token file is read as is, UTF-8 text is encoded with the
+// BPE tokenizer (which one is decided by content). Checks every id against the vocabulary.
 // Does not batch (see data_loader.h).
 #pragma once
 
@@ -10,8 +10,10 @@
 namespace stratum {
 
 // tokenizer_dir may be empty when path is a token file. vocab_size > 0 enables the id check.
+// Text or tokens is decided by content (data_file_reading); `note`, when given, receives its note
+// (which reading was chosen when the content overrode the file's name; else empty).
 std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std::string& tokenizer_dir,
-                                             int vocab_size);
+                                             int vocab_size, std::string* note = nullptr);
 
 // The tokenizer directory to use: `explicit_dir` if set, else `model_dir` when it holds a
 // tokenizer file set (BpeTokenizer::files_in), else empty.

@@ -80,15 +80,85 @@ void tokens_sink_u16(const ByteSink& sink, const std::vector<std::int32_t>& toke
 
 }  // namespace
 
-bool token_file_is_token_file(const std::string& path) {
-  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0) return true;
+// Note [data by content]: a file's name does not decide how it is read (a text file named
+// .bin was trained on as uint16 ids, a token file without .bin was refused as text). Text and
+// raw uint16 ids are told apart by content, which is unambiguous beyond a few bytes: real token
+// streams hold ids below 256 (NUL bytes) and below 8192 (control bytes), and ids whose bytes are
+// both printable make no valid UTF-8 continuation runs for long.
+namespace {
+
+// Whether `bytes` (the first `size` bytes of a file; `cut` when the file goes on) read as UTF-8
+// text; `bad_at` is the first offending byte's offset when not.
+bool looks_like_text(const unsigned char* bytes, std::size_t size, bool cut, std::size_t* bad_at) {
+  std::size_t controls = 0;
+  for (std::size_t i = 0; i < size;) {
+    const unsigned char c = bytes[i];
+    *bad_at = i;
+    if (c == 0) return false;
+    if (c < 0x80) {
+      if ((c < 0x20 && (c < 0x09 || c > 0x0d)) || c == 0x7f) ++controls;
+      ++i;
+      continue;
+    }
+    const std::size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (len == 0) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      if (i + k == size) return cut;  // a sequence cut by the sample's end
+      if ((bytes[i + k] & 0xc0) != 0x80) return false;
+    }
+    // Overlong three- and four-byte forms, surrogates and code points above U+10FFFF.
+    if ((c == 0xe0 && bytes[i + 1] < 0xa0) || (c == 0xed && bytes[i + 1] >= 0xa0) ||
+        (c == 0xf0 && bytes[i + 1] < 0x90) || (c == 0xf4 && bytes[i + 1] >= 0x90))
+      return false;
+    i += len;
+  }
+  *bad_at = size;
+  return controls * 100 <= size;
+}
+
+bool named_bin(const std::string& path) { return path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0; }
+
+}  // namespace
+
+DataFileReading data_file_reading(const std::string& path) {
+  constexpr std::size_t kSampleBytes = 64 << 10, kTinyBytes = 16;
+  const std::string problem = file_read_problem(path);
+  STRATUM_CHECK(problem.empty(), where(path), " ", problem);
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return false;
+  STRATUM_CHECK(fd.get() >= 0, where(path), ": cannot open: ", std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  STRATUM_CHECK(::fstat(fd.get(), &st) == 0, where(path), ": cannot stat: ", std::strerror(errno));
+  const auto size_bytes = static_cast<std::uint64_t>(st.st_size);
+  STRATUM_CHECK(size_bytes > 0, where(path), " is empty; give a text file or a token file");
+  std::vector<unsigned char> sample(static_cast<std::size_t>(std::min<std::uint64_t>(size_bytes, kSampleBytes)));
+  read_exact(path, fd.get(), 0, sample.data(), sample.size());
+  DataFileReading out;
   std::int32_t magic = 0;
-  return ::pread(fd.get(), &magic, sizeof(magic), 0) == static_cast<ssize_t>(sizeof(magic)) &&
-         magic == kLlmcMagic;
+  if (sample.size() >= sizeof(magic)) std::memcpy(&magic, sample.data(), sizeof(magic));
+  if (magic == kLlmcMagic) {
+    out.kind = DataFileKind::LlmcShard;
+    return out;
+  }
+  std::size_t bad_at = 0;
+  const bool text = looks_like_text(sample.data(), sample.size(), sample.size() < size_bytes, &bad_at);
+  if (text && size_bytes < kTinyBytes) {
+    out.kind = named_bin(path) ? DataFileKind::RawU16 : DataFileKind::Text;
+    return out;
+  }
+  if (text) {
+    out.kind = DataFileKind::Text;
+    if (named_bin(path))
+      out.note = "'" + path + "' is named .bin but holds UTF-8 text: reading it as text, not as uint16 token ids";
+    return out;
+  }
+  STRATUM_CHECK(size_bytes % 2 == 0, where(path), " is neither UTF-8 text (byte ", bad_at,
+                " is not) nor a raw uint16 token file (it has an odd number of bytes, ", size_bytes,
+                "); give a text file or a token file made by 'stratum prepare'");
+  out.kind = DataFileKind::RawU16;
+  if (!named_bin(path))
+    out.note = "'" + path + "' is not UTF-8 text (byte " + std::to_string(bad_at) +
+               " is not): reading it as raw uint16 token ids";
+  return out;
 }
 
 TokenFileData token_file_read(const std::string& path) {

@@ -18,9 +18,19 @@ struct TokenFileData {
   std::vector<std::int32_t> tokens;  // (N,) token ids, N >= 1
 };
 
-// True when the file starts with the llm.c magic or its name ends in ".bin". Never throws: a
-// missing or unreadable file counts only by its extension.
-bool token_file_is_token_file(const std::string& path);
+// How a data file is read, decided by its content (Note [data by content]): the llm.c magic
+// makes a shard; otherwise the first 64 KiB decide between UTF-8 text (valid UTF-8, no NUL, at most
+// 1% other control bytes) and raw uint16 token ids (anything else; token ids below 256 alone put a
+// NUL in every other byte). Only a file under 16 bytes that looks like text is decided by its
+// name (".bin": tokens). `note` is one line saying which reading was chosen when the content
+// overrode the name ("x.bin holds UTF-8 text: reading it as text"), else empty. Throws Error
+// when the file cannot be read, or when it is neither text nor a whole number of uint16 ids.
+enum class DataFileKind { Text, RawU16, LlmcShard };
+struct DataFileReading {
+  DataFileKind kind = DataFileKind::Text;
+  std::string note;
+};
+DataFileReading data_file_reading(const std::string& path);
 
 // A file whose first int32 is the llm.c magic is a shard; anything else is raw uint16. Throws
 // stratum::Error ("[data.tokens] '<path>': ...") for a missing or empty file, an odd-sized raw

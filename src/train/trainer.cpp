@@ -112,24 +112,29 @@ TrainerState state_of(const TrainOptions& o, const GptConfig& cfg, const std::st
 
 // A resume must do the same math as the run it continues: the model, every option of the table
 // that changes the math (Note [option table]) and the data's contents must match.
+// The fix each mismatch names: an option differs only where its flag was given (left out, it is
+// the checkpoint's), while the model and the data can differ with no flag given (a file changed).
 void resume_check(const TrainerState& want, const TrainerState& have, const std::string& dir) {
-  auto same = [&](bool equal, const std::string& what, const std::string& now, const std::string& then) {
+  auto same = [&](bool equal, const std::string& what, const std::string& now, const std::string& then,
+                  const char* fix) {
     STRATUM_CHECK(equal, "[train] --resume ", dir, ": ", what, " is ", now, " but the checkpoint was trained with ",
-                  then, "; a resumed run must use the same value (leave the flag out to take the checkpoint's)");
+                  then, "; ", fix);
   };
   same(want.model == have.model && want.config.layer_norm_eps == have.config.layer_norm_eps, "the model", have.model,
-       want.model);
+       want.model, "a resumed run continues the checkpoint's model");
   for (const TrainOption& option : train_option_table())
     if (option.math)
       same(train_option_equal(option, want, have), std::string("--") + option.flag, train_option_text(option, have),
-           train_option_text(option, want));  // %g text may print alike; the comparison is exact
+           train_option_text(option, want),  // %g text may print alike; the comparison is exact
+           "a resumed run must use the same value (leave the flag out to take the checkpoint's)");
+  const char* data_fix = "a resumed run must read the same tokens: give the data it was trained on, unchanged";
   same(want.train_tokens == have.train_tokens && want.train_hash == have.train_hash, "the training data",
        "'" + have.data_path + "' (" + std::to_string(have.train_tokens) + " tokens" +
            (have.train_tokens == want.train_tokens ? ", other contents)" : ")"),
-       "'" + want.data_path + "' (" + std::to_string(want.train_tokens) + " tokens)");
+       "'" + want.data_path + "' (" + std::to_string(want.train_tokens) + " tokens)", data_fix);
   same(want.val_tokens == have.val_tokens && want.val_hash == have.val_hash, "the validation data",
        std::to_string(have.val_tokens) + " tokens" + (have.val_tokens == want.val_tokens ? ", other contents" : ""),
-       std::to_string(want.val_tokens) + " tokens");
+       std::to_string(want.val_tokens) + " tokens", data_fix);
 }
 
 std::string peek_dir(const std::string& path) {
@@ -182,6 +187,7 @@ class TrainRun {
   TrainResult finished_already() const;
   void loop();           // the steps, logging, evaluation, checkpoints, stop on a signal
   float evaluate();
+  bool stop_requested() const { return o_.stop_requested != nullptr && *o_.stop_requested != 0; }
   void checkpoint_save(long done, float loss);
   void report(double total_ms);
 
@@ -248,10 +254,13 @@ void TrainRun::data_load() {
       dir_exists(resume_.state.tokenizer_dir))
     tokenizer_hint = resume_.state.tokenizer_dir;
   tokenizer_dir_ = corpus_find_tokenizer(tokenizer_hint, resume_.dir.empty() ? o_.model_dir : resume_.dir);
-  std::vector<std::int32_t> train_tokens = corpus_load_tokens(o_.data_path, tokenizer_dir_, cfg_.vocab_size);
+  std::string note;
+  std::vector<std::int32_t> train_tokens = corpus_load_tokens(o_.data_path, tokenizer_dir_, cfg_.vocab_size, &note);
+  if (!note.empty()) std::fprintf(stderr, "[stratum] --data: %s\n", note.c_str());
   std::vector<std::int32_t> val_tokens;
   if (!o_.val_data_path.empty()) {
-    val_tokens = corpus_load_tokens(o_.val_data_path, tokenizer_dir_, cfg_.vocab_size);
+    val_tokens = corpus_load_tokens(o_.val_data_path, tokenizer_dir_, cfg_.vocab_size, &note);
+    if (!note.empty()) std::fprintf(stderr, "[stratum] --val-data: %s\n", note.c_str());
   } else if (o_.eval_every > 0) {
     const std::size_t holdout = std::max<std::size_t>(train_tokens.size() / 20,
                                                       static_cast<std::size_t>(o_.batch) * o_.seq + 1);
@@ -368,9 +377,13 @@ TrainResult TrainRun::finished_already() const {
   return result;
 }
 
+// The mean loss over the held-out batches, or -1 when a stop request (SIGINT/SIGTERM) came before
+// the last batch: the evaluation is abandoned between batches (a partial mean would be another
+// number), so the run checkpoints and stops without waiting for it.
 float TrainRun::evaluate() {
   double total = 0.0;
   for (int k = 0; k < eval_batches_; ++k) {
+    if (stop_requested()) return -1.0f;
     val_loader_->batch(k, inputs_.data(), targets_.data());
     total += exec_->loss(inputs_.data(), targets_.data(), o_.batch, o_.seq);
   }
@@ -467,10 +480,15 @@ void TrainRun::loop() {
     }
     const bool last = step + 1 == o_.steps;
     if (val_loader_ && ((step + 1) % o_.eval_every == 0 || last)) {
-      result_.final_val_loss = evaluate();
-      record["val_loss"] = result_.final_val_loss;
+      const float val_loss = evaluate();
       char line[128];
-      std::snprintf(line, sizeof line, "[stratum] step %ld: val_loss %.4f", step + 1, result_.final_val_loss);
+      if (val_loss >= 0.0f) {
+        result_.final_val_loss = val_loss;
+        record["val_loss"] = val_loss;
+        std::snprintf(line, sizeof line, "[stratum] step %ld: val_loss %.4f", step + 1, val_loss);
+      } else {
+        std::snprintf(line, sizeof line, "[stratum] step %ld: evaluation abandoned to stop", step + 1);
+      }
       progress.message(line);
     }
     log.write(record);
@@ -483,7 +501,7 @@ void TrainRun::loop() {
     }
     progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o_.steps - step - 1), traffic);
     result_.steps_done = step + 1;
-    const bool stop = !last && o_.stop_requested != nullptr && *o_.stop_requested != 0;
+    const bool stop = !last && stop_requested();
     if (!o_.save_dir.empty() && ((o_.save_every > 0 && (step + 1) % o_.save_every == 0) || last || stop)) {
       checkpoint_save(step + 1, loss);
       if (!last) progress.message("[stratum] saved checkpoint " + result_.checkpoint_dir);
@@ -497,7 +515,10 @@ void TrainRun::loop() {
   result_.step_ms_median = median(step_ms);
   const long ran = result_.steps_done - start_step_;
   const long timed_steps = ran <= 1 ? ran : ran - 1;
-  result_.tokens_per_s = timed_s > 0 ? static_cast<double>(BT) * timed_steps / timed_s : 0.0;
+  // A run stopped after its untimed first step has only that step to go by.
+  result_.tokens_per_s = timed_s > 0    ? static_cast<double>(BT) * timed_steps / timed_s
+                         : total_ms > 0 ? static_cast<double>(BT) * ran / (total_ms / 1000.0)
+                                        : 0.0;
   report(total_ms);
 }
 
