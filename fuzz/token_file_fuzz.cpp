@@ -1,12 +1,14 @@
 // libFuzzer target for the token file reader: writes the input to a per-process temporary file
-// (named *.tok so detection goes by content, not by the ".bin" extension), calls
-// token_file_is_token_file and token_file_read, and checks an accepted file against its bytes:
-// raw uint16 streams decode to size/2 little-endian ids, llm.c shards to the header's count.
+// (named *.tok, so only content decides), calls data_file_reading and token_file_read, and checks
+// the reading against the bytes (a shard exactly when the magic is there; text never holds a NUL
+// in its first 64 KiB; tokens have an even size) and an accepted file against its bytes: raw
+// uint16 streams decode to size/2 little-endian ids, llm.c shards to the header's count.
 // Pass: success or stratum::Error. Fail: any other exception, a BugError, a wrong decoding, or a
 // sanitizer report. Does not fuzz the writers. Run with tools/fuzz.sh.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -65,8 +67,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static FuzzFile file("tokens.tok");
   const std::string& path = file.write(data, size);
   const bool is_shard = size >= 4 && int32_at(data, 0) == kLlmcMagic;
-  if (stratum::token_file_is_token_file(path) != is_shard)
-    fuzz_fail("token_file_is_token_file disagrees with the magic");
+  try {
+    const stratum::DataFileReading reading = stratum::data_file_reading(path);
+    if ((reading.kind == stratum::DataFileKind::LlmcShard) != is_shard) fuzz_fail("the reading disagrees with the magic");
+    if (reading.kind == stratum::DataFileKind::Text && std::memchr(data, 0, std::min<std::size_t>(size, 64 << 10)))
+      fuzz_fail("a file with a NUL byte was read as text");
+    if (reading.kind == stratum::DataFileKind::RawU16 && size % 2 != 0) fuzz_fail("an odd-sized file read as uint16 ids");
+  } catch (const stratum::BugError& e) {
+    fuzz_fail(std::string("internal assertion: ") + e.what());
+  } catch (const stratum::Error&) {
+    if (size > 0 && size % 2 == 0) fuzz_fail("a non-empty even-sized file was refused by data_file_reading");
+  }
   try {
     tokens_check(data, size, stratum::token_file_read(path), is_shard);
   } catch (const stratum::BugError& e) {

@@ -3,6 +3,8 @@
 // docs/benchmarks.md, not a timed test). Also the CLI and its errors.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <filesystem>
 #include <cstdlib>
@@ -281,6 +283,26 @@ TEST(Plan, CliPrintsThePlanAndRefusesBadInput) {
   const auto no_dir = testing::run_stratum("plan" + shape + " --mem-budget 3M");
   EXPECT_EQ(no_dir.exit_code, 1);
   EXPECT_NE(no_dir.errors.find("--offload-dir"), std::string::npos) << no_dir.errors;
+}
+
+
+// Note [bounded measurement]: the measuring process stays within the budget. Its one-layer model
+// (params and gradients of the layer and of four vocabulary blocks) and its buffers need more
+// than 70 MiB here; it streamed them from a scratch subdirectory of the offload dir, which is
+// gone afterwards. It held them all in RAM beside AdamW's timing buffers: 105 MiB of RSS. The
+// slack is the process itself (code, libraries, BLAS buffers: 10-12 MiB measured).
+TEST(Plan, TheMeasurementStaysWithinTheBudget) {
+  testing::TempDir tmp;
+  const std::size_t budget = std::size_t{70} << 20;
+  const auto r = testing::run_stratum("plan --layers 2 --heads 8 --embd 512 --ctx 256 --vocab 32768 --batch 4 --seq 128"
+                                      " --mem-budget 70M --offload-dir " + tmp.path() + " --measure-json --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  const std::size_t peak = j.at("peak_rss_bytes").get<std::size_t>();
+  EXPECT_GT(peak, std::size_t{40} << 20) << "the measurement must have used memory";
+  EXPECT_LE(peak, budget + (std::size_t{24} << 20)) << "peak RSS " << (peak >> 20) << " MiB for a 70 MiB budget";
+  EXPECT_GT(j.at("layer_forward_ms").get<double>(), 0.0);
+  EXPECT_TRUE(std::filesystem::is_empty(tmp.path())) << "the scratch directory must be removed";
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/byte_size.h"
 #include "core/thread_pool.h"
 #include "weights/model_io.h"
 #include "plan/calibration.h"
@@ -74,9 +75,10 @@ int cmd_plan(const std::vector<std::string>& argv) {
   const Plan plan = plan_make(r, measured.timing, measured.read_gbps, measured.write_gbps);
   std::fputs(plan_describe(plan, r).c_str(), stdout);
   if (r.mem_budget_bytes > 0)
-    std::printf("calibration: %s, %s; compute measured on a one-layer model with %d threads\n",
+    std::printf("calibration: %s, %s; compute measured on a one-layer model with %d threads, streamed under the "
+                "budget (peak RSS %s)\n",
                 calibration_device(offload_dir).c_str(), measured.disk_from_cache ? "cached" : "measured now",
-                pool.num_threads());
+                pool.num_threads(), bytes_text(measured.peak_rss_bytes).c_str());
   return 0;
 }
 

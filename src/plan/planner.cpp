@@ -2,6 +2,7 @@
 #include "plan/planner.h"
 
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,8 @@
 #include "plan/calibration.h"
 #include "plan/traffic_model.h"
 #include "store/segment_store.h"
+#include "store/tiered_segment_store.h"
+#include "core/file_util.h"
 #include "store/step_schedule.h"
 #include "store/unit_table.h"
 #include "core/byte_size.h"
@@ -39,17 +42,26 @@ std::size_t segment_floats(const ParamLayout& layout) {
 }
 }  // namespace
 
-ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
-  GptConfig mini = r.config;
-  mini.n_layer = 1;
-  const int rows = vocab_block_rows(r.config);
-  mini.vocab_size = std::min(r.config.vocab_size, kMinVocabBlocks * rows);  // same block size
-  const ParamLayout layout = ParamLayout::of(mini);
-  const UnitTable units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq));
-  RamSegmentStore store(units);
-  model_init_random(mini, layout, store, 1);
-  Executor exec(pool, mini, units, r.batch, r.seq, r.keep_activations, OptimizerMode::Inline);
-  exec.attach(store);
+namespace {
+// A scratch directory for the measurement's own offload files (Note [bounded measurement]):
+// DIR/stratum-plan-<pid>, so a run or another plan using DIR is not disturbed; removed with
+// everything in it when this goes out of scope.
+struct ScratchDir {
+  explicit ScratchDir(const std::string& parent) : path(parent + "/stratum-plan-" + std::to_string(::getpid())) {
+    dir_create(path);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  std::string path;
+};
+
+// Per category, the compute spans of kTimedSteps forward-backward passes of the one-layer model
+// (after a warm-up pass) through `store`, tagged by the executor with their GroupWork.
+std::vector<ComputeTiming> time_passes(Executor& exec, const GptConfig& mini, const PlanRequest& r) {
   const int BT = r.batch * r.seq;
   std::vector<std::int32_t> inputs(BT), targets(BT);
   Rng rng(7);
@@ -57,8 +69,6 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
     inputs[i] = static_cast<std::int32_t>(rng.next_u64() % static_cast<std::uint64_t>(mini.vocab_size));
     targets[i] = static_cast<std::int32_t>(rng.next_u64() % static_cast<std::uint64_t>(mini.vocab_size));
   }
-  // Per category, the median over kTimedSteps steps (after a warm-up step): the machine is noisy.
-  // Forward and backward only: the moments are never allocated (Note [bounded measurement]).
   constexpr int kTimedSteps = 3;
   std::vector<ComputeTiming> steps(kTimedSteps);
   for (int step = 0; step <= kTimedSteps; ++step) {
@@ -84,6 +94,42 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r) {
         case GroupWork::EmbedBackward: t.other_ms += ms; break;
       }
     }
+  }
+  return steps;
+}
+}  // namespace
+
+ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const std::string& offload_dir) {
+  GptConfig mini = r.config;
+  mini.n_layer = 1;
+  const int rows = vocab_block_rows(r.config);
+  mini.vocab_size = std::min(r.config.vocab_size, kMinVocabBlocks * rows);  // same block size
+  const ParamLayout layout = ParamLayout::of(mini);
+  // Forward and backward only: the moments are never allocated. Under a budget the one-layer
+  // model streams through the budget like the run (Note [bounded measurement]); the store and
+  // the executor are gone before AdamW's buffers are made.
+  std::vector<ComputeTiming> steps;
+  {
+    const UnitTable units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq));
+    std::unique_ptr<ScratchDir> scratch;  // destroyed after the store, which after the executor
+    std::unique_ptr<SegmentStore> store;
+    Executor exec(pool, mini, units, r.batch, r.seq, r.keep_activations, OptimizerMode::Inline);
+    if (r.mem_budget_bytes > 0 && !offload_dir.empty()) {
+      const std::size_t need = exec.fixed_bytes() + exec.min_store_bytes();
+      STRATUM_CHECK(r.mem_budget_bytes >= need, "[plan] --mem-budget ", bytes_text(r.mem_budget_bytes),
+                    " is below the ", bytes_text(need), " the measurement of one layer needs; raise --mem-budget");
+      scratch = std::make_unique<ScratchDir>(offload_dir);
+      TieredStoreOptions so;
+      so.budget_bytes = r.mem_budget_bytes - exec.fixed_bytes();
+      so.offload_dir = scratch->path;
+      so.prefetch_depth = r.prefetch >= 0 ? r.prefetch : 2;
+      store = std::make_unique<TieredSegmentStore>(units, so);
+    } else {
+      store = std::make_unique<RamSegmentStore>(units);
+    }
+    exec.attach(*store);
+    model_init_random(mini, layout, *store, 1);
+    steps = time_passes(exec, mini, r);
   }
   auto med = [&](double ComputeTiming::*field) {
     std::vector<double> v;
@@ -133,7 +179,7 @@ nlohmann::json plan_measurement_json(const PlanMeasurement& m) {
           {"other_ms", t.other_ms},                     {"adamw_inline_ns_per_float", t.adamw_inline_ns_per_float},
           {"adamw_worker_ns_per_float", t.adamw_worker_ns_per_float},
           {"read_gbps", m.read_gbps},                   {"write_gbps", m.write_gbps},
-          {"disk_from_cache", m.disk_from_cache}};
+          {"disk_from_cache", m.disk_from_cache},       {"peak_rss_bytes", m.peak_rss_bytes}};
 }
 
 namespace {
@@ -154,6 +200,7 @@ PlanMeasurement plan_measurement_parse(const std::string& text) {
     m.read_gbps = j.at("read_gbps").get<double>();
     m.write_gbps = j.at("write_gbps").get<double>();
     m.disk_from_cache = j.at("disk_from_cache").get<bool>();
+    m.peak_rss_bytes = j.at("peak_rss_bytes").get<std::size_t>();
     return m;
   } catch (const nlohmann::json::exception& e) {
     STRATUM_FAIL("[plan] the measurement process printed something unexpected (", e.what(), ")");
@@ -206,7 +253,10 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
       m.disk_from_cache = cal.from_cache;
     }
     ThreadPool pool(threads);
-    m.timing = plan_measure_compute(pool, r);
+    m.timing = plan_measure_compute(pool, r, co.offload_dir);
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage);
+    m.peak_rss_bytes = static_cast<std::size_t>(usage.ru_maxrss) * 1024;
     return m;
   }
   // `stratum plan --model DIR ... --measure-json` in a new process (exec, so nothing of ours is

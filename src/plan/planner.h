@@ -54,10 +54,14 @@ struct ComputeTiming {
   double adamw_worker_ns_per_float = 0;                // AdamW on the optimizer worker (1 thread)
 };
 // Note [bounded measurement]: the measurement counts against the budget like everything else a
-// budgeted run allocates: it times the one-layer model's forward and backward only (its AdamW
-// moments are never allocated) and AdamW on buffers of at most a quarter of the budget (128 MiB
-// when there is none), and `stratum plan` refuses a budget below the minimum before measuring.
-ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request);
+// budgeted run allocates. It times the one-layer model's forward and backward only (its AdamW
+// moments are never allocated), and under a budget that model streams through a TieredSegmentStore
+// holding at most the budget less the engine's buffers, in a scratch subdirectory of the offload
+// dir (OFFLOAD/stratum-plan-<pid>, removed after); the store and the engine are freed before
+// AdamW is timed on buffers of at most a quarter of the budget (128 MiB when there is none).
+// `stratum plan` refuses a budget below the minimum before measuring. The measuring process
+// reports its peak RSS (PlanMeasurement::peak_rss_bytes), which the run prints.
+ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request, const std::string& offload_dir = "");
 // The smallest --mem-budget a streaming run of `request` can run in, and the check that refuses
 // less (one line with the number), as plan_make and train_run do.
 std::size_t plan_min_budget_bytes(const PlanRequest& request);
@@ -73,6 +77,7 @@ struct PlanMeasurement {
   ComputeTiming timing;
   double read_gbps = 0, write_gbps = 0;
   bool disk_from_cache = false;
+  std::size_t peak_rss_bytes = 0;  // the measuring process's peak resident memory
 };
 PlanMeasurement plan_measure(const PlanRequest& request, const CalibrationOptions& calibration, int threads,
                              const std::string& helper_exe = "");

@@ -318,12 +318,13 @@ void TrainRun::store_make() {
   const Plan plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
   result_.predicted_step_ms = plan.step_ms;
   result_.prefetch = plan.prefetch;
-  char plan_text[256];
+  char plan_text[320];
   std::snprintf(plan_text, sizeof plan_text,
                 "[stratum] plan: %s per step read, %s written, predicted step %.0f ms (bottleneck: %s), prefetch %d "
-                "(%s)\n",
+                "(%s); measured with a peak RSS of %s\n",
                 bytes_text(plan.read_bytes).c_str(), bytes_text(plan.write_bytes).c_str(), plan.step_ms, plan.bottleneck.c_str(),
-                plan.prefetch, o_.prefetch >= 0 ? "--prefetch" : "chosen by the plan");
+                plan.prefetch, o_.prefetch >= 0 ? "--prefetch" : "chosen by the plan",
+                bytes_text(measured.peak_rss_bytes).c_str());
   plan_line_ = plan_text;
   TieredStoreOptions so;
   so.budget_bytes = o_.mem_budget_bytes - exec.fixed_bytes();
