@@ -620,10 +620,43 @@ TEST(CheckpointCrash, RandomKillsThenResumeGiveTheUninterruptedBits) {
     }
     ++rounds;
     EXPECT_EQ(params_hash(last), params_hash(ref)) << "round " << rounds << ", " << kills << " kills so far";
-    EXPECT_TRUE(checkpoint_verify(checkpoint_model_dir(root)).ok());
+    // Every checkpoint left (a kill during pruning left a half-deleted one) and `latest` verify.
+    const CommandResult verified = run_stratum("verify " + quote(root));
+    EXPECT_EQ(verified.exit_code, 0) << verified.output;
     EXPECT_EQ(temporaries(root), 0);
   }
   std::printf("[crash test] %d kills, %d runs, %d rounds, every round exact\n", kills, runs, rounds);
+
+  // The issue-13 fault scenarios on the last round's directory, so that they stay fixed.
+  const std::string root = tmp.file("ck" + std::to_string(rounds - 1));
+  const std::string newest = checkpoint_model_dir(root);
+  // A fresh run into a directory holding another run's checkpoints is refused (it pruned them).
+  CommandResult r = run_stratum(train_args(tokens, steps) + " --save " + quote(root) + " --seed 5");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("already holds checkpoints of another run"), std::string::npos) << r.errors;
+  // An output naming an input is refused before anything is written.
+  const std::string before = file_read_all(tokens);
+  r = run_stratum(train_args(tokens, steps) + " --log " + quote(tokens));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(file_read_all(tokens), before);
+  // One flipped word in the newest weights: every reader refuses it, resume falls back to the one
+  // before and finishes with the uninterrupted bits.
+  std::string weights = file_read_all(newest + "/model.safetensors");
+  weights[weights.size() - 3] ^= 0x40;
+  file_write_atomic(newest + "/model.safetensors", weights);
+  for (const std::string& command : {"generate --model " + quote(newest) + " --prompt-ids 1,2 --max-tokens 2",
+                                     "info " + quote(newest), "verify " + quote(root)}) {
+    r = run_stratum(command);
+    EXPECT_EQ(r.exit_code, 1) << command << ": " << r.errors << r.output;
+  }
+  r = run_stratum("train --resume " + quote(root) + " --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(params_hash(r), params_hash(ref)) << r.errors;
+  // A broken `latest` is named, and the newest checkpoint that verifies is used.
+  file_write_atomic(root + "/latest", "step-99999999\n");
+  r = run_stratum("generate --model " + quote(root) + " --prompt-ids 1,2 --max-tokens 2");
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("'latest' names 'step-99999999'"), std::string::npos) << r.errors;
 }
 
 }  // namespace
