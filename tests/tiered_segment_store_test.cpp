@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "integration_util.h"
@@ -90,6 +91,48 @@ TEST(TieredStore, ARefreshAfterTheRunningGroupKeepsWhatItWrote) {
   store.schedule_at(2);
   EXPECT_TRUE(check(store, a)) << "group 2 reads what group 0 wrote";
   store.schedule_set(nullptr);
+}
+
+// Note [buffer pool]: evicted units' buffers serve the next units whatever their sizes (remapped),
+// so streaming units of mixed sizes through the budget takes a handful of buffers from the
+// system, not one per load (the pool served exact sizes only: a miss freed pool buffers and
+// allocated a fresh one, paying page faults and a kernel zero fill on every read).
+TEST(TieredStore, BuffersOfEvictedUnitsServeUnitsOfOtherSizes) {
+  GptConfig cfg = small_config();
+  cfg.n_layer = 2;
+  cfg.n_embd = 256;
+  cfg.n_head = 4;
+  cfg.vocab_size = 8192;  // vocabulary blocks of 2 MiB beside layers of 3 MiB
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  const UnitTable units(layout, 2 * 16 * 256);
+  testing::TempDir dir;
+  std::vector<int> large;  // units of 1 MiB and more (mmap'd buffers), of several sizes
+  std::size_t largest = 0;
+  for (int u = 0; u < units.count(); ++u) {
+    if (units.bytes(u) < (std::size_t{1} << 20)) continue;
+    large.push_back(u);
+    largest = std::max(largest, units.bytes(u));
+  }
+  std::set<std::size_t> sizes;
+  for (int u : large) sizes.insert(units.bytes(u));
+  ASSERT_GE(sizes.size(), 2u) << "the test needs units of different sizes";
+  TieredStoreOptions o;
+  o.budget_bytes = 3 * largest;
+  o.offload_dir = dir.path();
+  o.prefetch_depth = 0;
+  TieredSegmentStore store(units, o);
+  for (int u : large) fill(store, u);
+  long loads = 0;
+  for (int round = 0; round < 6; ++round)
+    for (std::size_t i = 0; i < large.size(); ++i) {
+      const int u = large[(i * 7 + static_cast<std::size_t>(round)) % large.size()];
+      EXPECT_TRUE(check(store, u)) << units.name(u);
+      ++loads;
+    }
+  const StoreStats s = store.stats();
+  EXPECT_GT(s.read_bytes, 0u);
+  EXPECT_LE(s.peak_held_bytes, s.budget_bytes);
+  EXPECT_LE(s.buffers_made, 6u) << loads << " loads of " << large.size() << " units of " << sizes.size() << " sizes";
 }
 
 class TieredStoreBackends : public ::testing::TestWithParam<IoBackend> {};

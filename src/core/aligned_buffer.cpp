@@ -46,6 +46,25 @@ AlignedBuffer::AlignedBuffer(std::size_t size_bytes) : size_bytes_(size_bytes) {
                 " bytes: out of memory (reduce --batch/--seq or the model size, or set --mem-budget)");
 }
 
+bool AlignedBuffer::resize(std::size_t size_bytes) {
+  STRATUM_ASSERT(size_bytes > 0);
+  const std::size_t old_capacity = align_up(size_bytes_, kAlignmentBytes);
+  const std::size_t capacity = align_up(size_bytes, kAlignmentBytes);
+  if (data_ == nullptr || old_capacity < kMmapMinBytes || capacity < kMmapMinBytes) {
+    *this = AlignedBuffer(size_bytes);
+    return false;
+  }
+  if (capacity != old_capacity) {
+    void* p = ::mremap(data_, old_capacity, capacity, MREMAP_MAYMOVE);
+    STRATUM_CHECK(p != MAP_FAILED, "[core.memory] cannot resize a buffer from ", old_capacity, " to ", capacity,
+                  " bytes: out of memory (reduce --batch/--seq or the model size, or set --mem-budget)");
+    data_ = p;
+    if (capacity >= kHugePageMinBytes) ::madvise(data_, capacity, MADV_HUGEPAGE);
+  }
+  size_bytes_ = size_bytes;
+  return true;
+}
+
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)), size_bytes_(std::exchange(other.size_bytes_, 0)) {}
 

@@ -26,6 +26,13 @@ class AlignedBuffer {
   float* as_f32() { return static_cast<float*>(data_); }
   const float* as_f32() const { return static_cast<const float*>(data_); }
   std::size_t size_bytes() const { return size_bytes_; }
+  // Gives the buffer `size_bytes` (> 0), keeping neither its contents' meaning nor its address:
+  // a large buffer (1 MiB and more, from mmap) is remapped, so the pages it keeps are reused as
+  // they are (no fault, no zero fill) and only pages it gains are new (zeroed by the kernel) or
+  // returned ones leave RSS at once; a small one is allocated anew (zeroed). For recycling
+  // buffers of different sizes (the tiered store's pool, Note [buffer pool]). Returns whether the
+  // memory was kept (remapped) rather than allocated anew.
+  bool resize(std::size_t size_bytes);
 
  private:
   void* data_ = nullptr;

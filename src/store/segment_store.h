@@ -32,6 +32,7 @@ struct StoreStats {
   std::size_t held_bytes = 0;       // RAM the store holds now
   std::size_t peak_held_bytes = 0;  // highest held_bytes since the last stats_reset_peak()
   std::size_t budget_bytes = 0;     // RAM the store may hold; 0 = unbounded
+  std::uint64_t buffers_made = 0;   // unit buffers taken from the system (not recycled), Note [buffer pool]
 };
 
 class SegmentStore {

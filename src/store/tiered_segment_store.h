@@ -107,9 +107,11 @@ class TieredSegmentStore final : public SegmentStore {
   std::condition_variable released_;
   std::vector<Entry> entries_;
   std::vector<int> in_flight_;              // units Loading or Writing
-  std::vector<AlignedBuffer> free_buffers_;  // evicted buffers kept for reuse (counted as held)
-  std::size_t held_bytes_ = 0;              // every buffer above, resident or free
+  std::vector<AlignedBuffer> free_buffers_;  // evicted buffers kept for reuse (counted as held), Note [buffer pool]
+  std::size_t free_bytes_ = 0;               // their bytes
+  std::size_t held_bytes_ = 0;               // every buffer above, resident or free
   std::size_t peak_held_bytes_ = 0;
+  std::uint64_t buffers_made_ = 0;
   EvictionPolicy policy_;  // the schedule and its position
   bool streaming_ = false;  // the units do not all fit the budget (Note [write-behind])
   std::thread::id training_thread_;
