@@ -26,7 +26,7 @@ struct MatmulGrads {
 std::vector<float> mm_forward(ThreadPool& pool, const std::vector<float>& x, const std::vector<float>& w,
                               const std::vector<float>* bias, int M, int K, int N) {
   std::vector<float> out(static_cast<std::size_t>(M) * N, std::numeric_limits<float>::quiet_NaN());
-  matmul_forward(pool, out.data(), x.data(), w.data(), bias ? bias->data() : nullptr, M, K, N);
+  matmul_forward(pool, Precision::Fp32, out.data(), x.data(), w.data(), bias ? bias->data() : nullptr, M, K, N);
   return out;
 }
 
@@ -34,7 +34,7 @@ MatmulGrads mm_backward(ThreadPool& pool, const std::vector<float>& dout, const 
                         const std::vector<float>& w, int M, int K, int N) {
   const float nan = std::numeric_limits<float>::quiet_NaN();  // !accumulate: all overwritten
   MatmulGrads g{std::vector<float>(x.size(), nan), std::vector<float>(w.size(), nan), std::vector<float>(N, nan)};
-  matmul_backward(pool, g.dinp.data(), g.dw.data(), g.dbias.data(), dout.data(), x.data(), w.data(), M, K, N, false);
+  matmul_backward(pool, Precision::Fp32, g.dinp.data(), g.dw.data(), g.dbias.data(), dout.data(), x.data(), w.data(), M, K, N, false);
   return g;
 }
 
@@ -138,7 +138,7 @@ TEST(KernelMatmul, NullPointersAndAccumulate) {
   const MatmulGrads fresh = mm_backward(pool, dout, x, w, M, K, N);
   const auto dw0 = rng.normal_f32(w.size()), db0 = rng.normal_f32(N);
   std::vector<float> dw = dw0, db = db0;
-  matmul_backward(pool, nullptr, dw.data(), db.data(), dout.data(), x.data(), w.data(), M, K, N, true);
+  matmul_backward(pool, Precision::Fp32, nullptr, dw.data(), db.data(), dout.data(), x.data(), w.data(), M, K, N, true);
   std::vector<double> dw_want(dw.size()), db_want(N);
   for (std::size_t i = 0; i < dw.size(); ++i) dw_want[i] = static_cast<double>(dw0[i]) + fresh.dw[i];
   for (int j = 0; j < N; ++j) db_want[j] = static_cast<double>(db0[j]) + fresh.dbias[j];
@@ -146,7 +146,7 @@ TEST(KernelMatmul, NullPointersAndAccumulate) {
   for (int j = 0; j < N; ++j) EXPECT_EQ(db[j], db0[j] + fresh.dbias[j]) << "column_sum accumulate is exact, j=" << j;
 
   std::vector<float> dw_only(w.size(), std::numeric_limits<float>::quiet_NaN());
-  matmul_backward(pool, nullptr, dw_only.data(), nullptr, dout.data(), x.data(), w.data(), M, K, N, false);
+  matmul_backward(pool, Precision::Fp32, nullptr, dw_only.data(), nullptr, dout.data(), x.data(), w.data(), M, K, N, false);
   EXPECT_EQ(dw_only, fresh.dw);
 }
 

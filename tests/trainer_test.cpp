@@ -82,6 +82,42 @@ std::uint64_t check_golden_run(const std::string& args_file, const std::string& 
   return model_params_hash(layout, store);
 }
 
+// Note [bf16 products]: --precision bf16 follows PyTorch's CPU-autocast run of the tiny GPT-2
+// (tools/make_golden.py --only autocast), gives the same bits under a memory budget as in RAM, and
+// other bits than fp32 (the products really are rounded). The tolerance: autocast's own bf16 run
+// differs from its fp32 run by at most 9.3e-5 on this model (its logits are near-uniform, so the
+// rounding of ~2^-9 per operand moves the loss little); Stratum keeps each product's result in
+// fp32 where autocast rounds it to bf16 again, so its curve may sit a like distance on the other
+// side: 3e-4 allows three times that gap, and is 20x below the loss's own step-to-step movement.
+TEST(Trainer, Bf16FollowsPyTorchAutocastAndKeepsItsBitsUnderABudget) {
+  const std::string dir = source_path("tests/golden/tiny_gpt2");
+  std::ifstream in(dir + "/train_args.json");
+  const nlohmann::json args = nlohmann::json::parse(in);
+  testing::TempDir tmp;
+  const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin" + flags_from_args(args) +
+                           " --threads 2 --quiet --precision bf16";
+  const auto ram = testing::run_stratum(base + " --log " + tmp.file("log.jsonl"));
+  ASSERT_EQ(ram.exit_code, 0) << ram.errors;
+  const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_bf16.safetensors");
+  const auto losses = golden_f32(ref, "train_losses");
+  const auto log = read_jsonl(tmp.file("log.jsonl"));
+  ASSERT_EQ(log.size(), losses.size());
+  for (std::size_t i = 0; i < log.size(); ++i)
+    EXPECT_NEAR(log[i]["loss"].get<double>(), losses[i], 3e-4) << "step " << i + 1;
+  const auto hash = [](const std::string& errors) {
+    const auto pos = errors.find("params hash ");
+    return pos == std::string::npos ? std::string() : errors.substr(pos + 12, 16);
+  };
+  const auto budget = testing::run_stratum(base + " --mem-budget 1000K --offload-dir " + tmp.path() + " --prefetch 2");
+  ASSERT_EQ(budget.exit_code, 0) << budget.errors;
+  EXPECT_EQ(hash(budget.errors), hash(ram.errors)) << "streaming must not change a bit";
+  const auto fp32 = testing::run_stratum("train --model " + dir + " --data " + dir + "/tokens.bin" +
+                                         flags_from_args(args) + " --threads 2 --quiet");
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.errors;
+  EXPECT_NE(hash(fp32.errors), hash(ram.errors)) << "bf16 products must change the bits";
+  EXPECT_EQ(hash(ram.errors).size(), 16u);
+}
+
 TEST(Trainer, LossCurveMatchesPyTorchCosineSchedule) { check_golden_run("train_args.json", "reference.safetensors"); }
 
 TEST(Trainer, LossCurveMatchesPyTorchWithClippingAndWrap) {

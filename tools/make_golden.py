@@ -6,7 +6,7 @@ and backward references computed in float64, stored as F32). See tools/README.md
 semantics and file contents.
 What it does not do: anything with real GPT-2 weights or a tokenizer.
 
-Run: /usr/bin/python3 tools/make_golden.py [--out tests/golden]
+Run: /usr/bin/python3 tools/make_golden.py [--out tests/golden] [--only autocast]
 """
 
 import argparse
@@ -47,7 +47,7 @@ def _rand64(gen, *shape, scale=1.0):
 # ----------------------------------------------------------------------------------------------
 # tiny_gpt2
 
-def train_run(cfg, init, tokens, a):
+def train_run(cfg, init, tokens, a, autocast=False):
     """Trains a copy of `init` for a["steps"] steps; returns train_* arrays and final.<name>."""
     params = {n: t.detach().clone().requires_grad_(True) for n, t in init.items()}
     opt = tg.make_optimizer(params, a["lr"], a["beta1"], a["beta2"], a["eps"], a["weight_decay"])
@@ -55,7 +55,7 @@ def train_run(cfg, init, tokens, a):
     for s in range(a["steps"]):
         lr = tg.lr_at(s, a["lr"], a["warmup"], a["min_lr"], a["steps"], a["lr_schedule"])
         loss_s, norm_s = tg.train_step(params, cfg, opt, tokens, s, a["batch"], a["seq"], lr,
-                                       a["grad_clip"])
+                                       a["grad_clip"], autocast=autocast)
         losses.append(loss_s)
         norms.append(norm_s)
         lrs.append(lr)
@@ -133,6 +133,25 @@ def make_tiny(out_dir):
             "clip_norms": run_clip["train_grad_norms"].tolist(),
             "norm0": float(run["train_grad_norms"][0]),
             "n_params": sum(t.numel() for t in params.values())}
+
+
+def make_autocast(out_dir):
+    """reference_bf16.safetensors: the TRAIN run of the tiny GPT-2 with its forward under CPU
+    autocast to bfloat16 (what `stratum train --precision bf16` is checked against), from the
+    model.safetensors and tokens.bin already in out_dir, plus the same run in fp32 for scale."""
+    cfg = tg.GPT2Config(**TINY)
+    init, _ = tg.load_safetensors(os.path.join(out_dir, "model.safetensors"))
+    init = {n: t.to(torch.float32) for n, t in init.items()}
+    tokens = torch.from_numpy(np.fromfile(os.path.join(out_dir, "tokens.bin"), dtype="<u2").astype(np.int64))
+    bf16 = train_run(cfg, init, tokens, TRAIN, autocast=True)
+    fp32 = train_run(cfg, init, tokens, TRAIN)
+    out = {"train_losses": bf16["train_losses"], "train_grad_norms": bf16["train_grad_norms"],
+           "fp32_train_losses": fp32["train_losses"]}
+    tg.save_safetensors(os.path.join(out_dir, "reference_bf16.safetensors"), out,
+                        metadata={"generator": "tools/make_golden.py --only autocast",
+                                  "torch_version": torch.__version__, "train_args": json.dumps(TRAIN)})
+    diff = (bf16["train_losses"] - fp32["train_losses"]).abs().max().item()
+    return {"bf16_loss_last": bf16["train_losses"][-1].item(), "max_bf16_fp32_loss_diff": diff}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -296,10 +315,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
+    ap.add_argument("--only", choices=["autocast"],
+                    help="autocast: regenerate only tiny_gpt2/reference_bf16.safetensors")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
-    info = make_tiny(os.path.join(root, "tiny_gpt2"))
+    if args.only != "autocast":
+        info = make_tiny(os.path.join(root, "tiny_gpt2"))
+    auto = make_autocast(os.path.join(root, "tiny_gpt2"))
+    print(f"tiny_gpt2 bf16 autocast: loss after 20 steps {auto['bf16_loss_last']:.6f}, "
+          f"largest |bf16 - fp32| loss difference {auto['max_bf16_fp32_loss_diff']:.6f}")
+    if args.only == "autocast":
+        return
     ops = make_ops(os.path.join(root, "ops"))
     print(f"tiny_gpt2: {info['n_params']} params, loss0 {info['loss0']:.6f}, "
           f"loss after 20 steps {info['loss_last']:.6f}, grad_norm0 {info['norm0']:.6f}")

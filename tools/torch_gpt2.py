@@ -237,12 +237,17 @@ def grad_norm_and_clip(params, clip):
     return float(torch.norm(torch.stack([torch.norm(g.detach(), 2.0) for g in grads]), 2.0))
 
 
-def train_step(params, cfg, opt, tokens, step, B, T, lr, clip):
-    """One step: batch `step`, forward, backward, clip, set lr, AdamW. Returns (loss, norm)."""
+def train_step(params, cfg, opt, tokens, step, B, T, lr, clip, autocast=False):
+    """One step: batch `step`, forward, backward, clip, set lr, AdamW. Returns (loss, norm).
+
+    autocast: the forward under torch.autocast("cpu", dtype=torch.bfloat16) (matrix products in
+    bf16; parameters, gradients and AdamW stay fp32), as Stratum's --precision bf16."""
     for t in params.values():
         t.grad = None
     x, y = get_batch(tokens, step, B, T)
-    _, loss = forward(params, cfg, x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        _, loss = forward(params, cfg, x, y)
+    loss = loss.float()
     loss.backward()
     norm = grad_norm_and_clip(params, clip)
     for g in opt.param_groups:

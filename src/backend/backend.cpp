@@ -3,15 +3,21 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_bf16.h"
 
 namespace stratum {
 
-std::unique_ptr<Ops> ops_make(ThreadPool& pool, Backend backend) {
+std::unique_ptr<Ops> ops_make(ThreadPool& pool, Precision precision, Backend backend) {
   switch (backend) {
     case Backend::Cpu:
       break;
   }
-  return std::make_unique<CpuOps>(pool);
+  return std::make_unique<CpuOps>(pool, precision);
+}
+
+std::string backend_precision_note(Precision precision) {
+  if (precision != Precision::Bf16 || bf16_native()) return "";
+  return "this CPU has no native bf16 (AVX-512 BF16 or AMX): --precision bf16 is emulated, slower than fp32";
 }
 
 void backend_set_threads(int threads) { blas_set_threads(threads); }

@@ -15,8 +15,11 @@ namespace stratum {
 
 enum class Backend { Cpu };
 
-// An Ops bound to `pool` (the CPU backend runs its kernels on it). The pool must outlive it.
-std::unique_ptr<Ops> ops_make(ThreadPool& pool, Backend backend = Backend::Cpu);
+// An Ops bound to `pool` (the CPU backend runs its kernels on it), computing its matrix products
+// in `precision`. The pool must outlive it.
+std::unique_ptr<Ops> ops_make(ThreadPool& pool, Precision precision = Precision::Fp32, Backend backend = Backend::Cpu);
+// Whether `precision` runs at full speed here; false: a line for the user saying why not.
+std::string backend_precision_note(Precision precision);
 
 // Threads the backend's GEMM library uses (OpenBLAS on the CPU), and its one-line description
 // ("OpenBLAS 0.3.21 (Cooperlake, 2 threads)").

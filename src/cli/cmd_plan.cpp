@@ -11,6 +11,7 @@
 #include "plan/planner.h"
 #include "stratum/error.h"
 #include "train/checkpoint.h"
+#include "train/train_options.h"
 
 namespace stratum {
 
@@ -24,6 +25,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                           {"mem-budget", "SIZE", "the memory budget to plan for, e.g. 512M or 4G (default: all in RAM)"},
                           {"offload-dir", "DIR", "with --mem-budget: the directory the run would stream through (its disk is measured)"},
                           {"prefetch", "K", "with --mem-budget: plan with this prefetch depth instead of choosing one"},
+                          {"precision", "P", "fp32 (default) | bf16, as for train"},
                           {"recalibrate", "", "measure the disk again instead of using the cached numbers"},
                           {"measure-json", "", "print only the measurements (disk, compute) as JSON; train uses this to measure in a separate process"},
                           {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"}}));
@@ -55,6 +57,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   STRATUM_CHECK(r.mem_budget_bytes > 0 || (offload_dir.empty() && !args.has("prefetch")),
                 "[cli] --offload-dir and --prefetch only apply with --mem-budget SIZE");
   r.prefetch = static_cast<int>(args.integer("prefetch", -1, 0, 64));
+  r.precision = precision_parse(args.str("precision", "fp32"));
   const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
   ThreadPool pool(threads > 0 ? threads : default_thread_count());
   backend_set_threads(pool.num_threads());

@@ -32,8 +32,8 @@ std::size_t Executor::activation_unit_floats(const GptConfig& config, int max_ba
 }
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
-                   bool keep_activations, OptimizerMode mode)
-    : ops_(ops_make(pool)),
+                   bool keep_activations, OptimizerMode mode, Precision precision)
+    : ops_(ops_make(pool, precision)),
       cfg_(config),
       units_(units),
       layout_(units.layout()),
@@ -203,7 +203,11 @@ std::size_t Executor::min_store_bytes() const {
 }
 
 std::size_t Executor::fixed_bytes() const {
-  return dacts_.size_bytes() + blocks_.size_bytes() + head_scratch_.size_bytes();
+  // The widest product: an MLP or attention projection, or a vocabulary block of the head.
+  const int width = std::max({cfg_.n_embd, cfg_.mlp_width(), cfg_.n_head * cfg_.head_dim() + 2 * cfg_.kv_dim(),
+                              vocab_block_rows(cfg_)});
+  return dacts_.size_bytes() + blocks_.size_bytes() + head_scratch_.size_bytes() +
+         ops_->gemm_scratch_bytes(max_batch_ * max_seq_, width);
 }
 
 void Executor::check_shape(int B, int T) const {

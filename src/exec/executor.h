@@ -71,8 +71,10 @@ class Executor {
   // recomputing them from the block input (faster, L times the activation memory; same bits).
   // mode: Note [optimizer overlap]; train_step() with Overlapped needs grad_clip <= 0.
   // The store is attached separately (attach) so its budget can be sized from fixed_bytes().
+  // precision: what the matrix products compute in (Note [bf16 products]).
   Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
-           bool keep_activations = false, OptimizerMode mode = OptimizerMode::Inline);
+           bool keep_activations = false, OptimizerMode mode = OptimizerMode::Inline,
+           Precision precision = Precision::Fp32);
   Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
            bool keep_activations = false);
   ~Executor();
@@ -80,7 +82,8 @@ class Executor {
   // Records a span per block forward/backward, head, update and wait into `trace` (null = off).
   void trace_set(TraceRecorder* trace) { trace_ = trace; }
 
-  // Bytes the executor itself holds (gradient ping-pong, block internals, workspace, head scratch).
+  // Bytes the executor itself holds (gradient ping-pong, block internals, workspace, head scratch,
+  // the backend's matrix-product scratch).
   std::size_t fixed_bytes() const;
   // Smallest store RAM budget that can run a training step: the largest set of units held at
   // once (with the optimizer overlap, plus what the worker holds).

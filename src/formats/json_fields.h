@@ -45,6 +45,10 @@ class JsonFields {
     STRATUM_CHECK(v.is_string(), prefix_, where_, ": field '", key, "' must be a string, got ", json_brief(v));
     return v.get<std::string>();
   }
+  // An optional string: `fallback` when the key is absent (a field added in a later version).
+  std::string str_or(const char* key, const std::string& fallback) const {
+    return object_.find(key) == object_.end() ? fallback : str(key);
+  }
   double number(const char* key, double min, double max) const {
     const nlohmann::json& v = at(key);
     STRATUM_CHECK(v.is_number(), prefix_, where_, ": field '", key, "' must be a number, got ", json_brief(v));

@@ -19,6 +19,12 @@
 
 namespace stratum {
 
+// What an Ops computes its matrix products in (sgemm, matmul_forward/backward; Note [bf16
+// products] in kernels/cpu/matmul_bf16.h): Fp32, or Bf16 (operands rounded to bfloat16, products
+// summed in fp32, results fp32). Norms, softmax, attention, the loss and AdamW are fp32 in both.
+enum class Precision { Fp32, Bf16 };
+inline const char* precision_name(Precision p) { return p == Precision::Bf16 ? "bf16" : "fp32"; }
+
 // AdamW hyper-parameters of one update.
 struct AdamWHyper {
   double lr = 3e-4;
@@ -62,6 +68,9 @@ class Ops {
 
   // Causal grouped-query attention over a (B,T,H*hd + 2*KV*hd) qkv buffer (kernels/cpu/attention.h).
   virtual std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const = 0;
+  // Bytes the backend keeps for its matrix products when no product has more than `rows` rows
+  // and no other dimension exceeds `width` (bf16 products keep rounded copies of the operands).
+  virtual std::size_t gemm_scratch_bytes(int rows, int width) const = 0;
   virtual void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int H,
                                  int KV, int hd) const = 0;
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,

@@ -113,7 +113,7 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
     const UnitTable units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq));
     std::unique_ptr<ScratchDir> scratch;  // destroyed after the store, which after the executor
     std::unique_ptr<SegmentStore> store;
-    Executor exec(pool, mini, units, r.batch, r.seq, r.keep_activations, OptimizerMode::Inline);
+    Executor exec(pool, mini, units, r.batch, r.seq, r.keep_activations, OptimizerMode::Inline, r.precision);
     if (r.mem_budget_bytes > 0 && !offload_dir.empty()) {
       const std::size_t need = exec.fixed_bytes() + exec.min_store_bytes();
       STRATUM_CHECK(r.mem_budget_bytes >= need, "[plan] --mem-budget ", bytes_text(r.mem_budget_bytes),
@@ -270,6 +270,7 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
                                    "--seq", std::to_string(r.seq),
                                    "--activations", r.keep_activations ? "keep" : "recompute",
                                    "--threads", std::to_string(threads),
+                                   "--precision", precision_name(r.precision),
                                    "--measure-json"};
   if (!co.offload_dir.empty()) {
     args.insert(args.end(), {"--mem-budget", std::to_string(std::max<std::size_t>(r.mem_budget_bytes, 1)),
@@ -416,7 +417,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   ThreadPool pool(1);
   Plan p;
   p.mode = optimizer_mode_for(r.grad_clip, r.mem_budget_bytes > 0);
-  const Executor exec(pool, cfg, units, r.batch, r.seq, r.keep_activations, p.mode);
+  const Executor exec(pool, cfg, units, r.batch, r.seq, r.keep_activations, p.mode, r.precision);
   const StepSchedule& schedule = exec.schedule();
   p.engine_bytes = exec.fixed_bytes();
   // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's).

@@ -42,6 +42,7 @@ struct PlanRequest {
   double grad_clip = 1.0;
   std::size_t mem_budget_bytes = 0;  // 0 = everything in RAM
   int prefetch = -1;                 // < 0: the plan chooses
+  Precision precision = Precision::Fp32;
 };
 
 // Measured compute of one step's pieces on this machine (Note [plan calibration]).

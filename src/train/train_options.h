@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/json_fields.h"
+#include "ops/ops.h"
 #include "train/lr_schedule.h"
 
 namespace stratum {
@@ -36,11 +37,15 @@ struct TrainSettings {
   int eval_batches = 4;
   long save_every = 0;        // 0 = only at the end (when saving)
   int keep = 2;               // checkpoints kept under the save root (the newest)
+  Precision precision = Precision::Fp32;  // matrix products (Note [bf16 products])
 };
+
+// "fp32" or "bf16"; anything else throws Error naming --precision.
+Precision precision_parse(const std::string& name);
 
 // A pointer to the field a row describes, by type.
 using TrainOptionField =
-    std::variant<int*, long*, double*, bool*, std::uint64_t*, LrScheduleKind*, std::string*>;
+    std::variant<int*, long*, double*, bool*, std::uint64_t*, LrScheduleKind*, Precision*, std::string*>;
 
 struct TrainOption {
   const char* flag;        // `--flag` of stratum train

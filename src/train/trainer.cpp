@@ -161,11 +161,12 @@ std::string train_checkpoint_root(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip) {
+std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip,
+                                   Precision precision) {
   ThreadPool pool(1);
   const ParamLayout layout = ParamLayout::of(cfg);
   const UnitTable units(layout, Executor::activation_unit_floats(cfg, batch, seq));
-  const Executor exec(pool, cfg, units, batch, seq, keep_activations, optimizer_mode_for(grad_clip, true));
+  const Executor exec(pool, cfg, units, batch, seq, keep_activations, optimizer_mode_for(grad_clip, true), precision);
   return exec.fixed_bytes() + exec.min_store_bytes();
 }
 
@@ -295,7 +296,9 @@ void TrainRun::store_make() {
   layout_ = std::make_unique<ParamLayout>(ParamLayout::of(cfg_));
   units_ = std::make_unique<UnitTable>(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq));
   exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, o_.keep_activations,
-                                     optimizer_mode_for(o_.grad_clip, o_.mem_budget_bytes > 0));
+                                     optimizer_mode_for(o_.grad_clip, o_.mem_budget_bytes > 0), o_.precision);
+  if (const std::string note = backend_precision_note(o_.precision); !note.empty())
+    std::fprintf(stderr, "[stratum] %s\n", note.c_str());
   const Executor& exec = *exec_;
   min_budget_ = exec.fixed_bytes() + exec.min_store_bytes();
   if (o_.mem_budget_bytes == 0) {
@@ -310,7 +313,8 @@ void TrainRun::store_make() {
                 "); use --mem-budget ", (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
   // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
   // unless --prefetch chose one.
-  PlanRequest request{cfg_, o_.batch, o_.seq, o_.keep_activations, o_.grad_clip, o_.mem_budget_bytes, o_.prefetch};
+  PlanRequest request{cfg_,           o_.batch,           o_.seq,      o_.keep_activations,
+                      o_.grad_clip,   o_.mem_budget_bytes, o_.prefetch, o_.precision};
   CalibrationOptions co;
   co.offload_dir = o_.offload_dir;
   co.threads = threads_;

@@ -1,6 +1,8 @@
 // CpuOps: forwards each op of the seam to the CPU kernel of the same name; see cpu_ops.h.
 #include "kernels/cpu/cpu_ops.h"
 
+#include <algorithm>
+
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
@@ -18,15 +20,15 @@ namespace stratum {
 
 void CpuOps::sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                    const float* B, int ldb, float beta, float* C, int ldc) const {
-  stratum::sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm(pool_, precision_, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 void CpuOps::matmul_forward(float* out, const float* inp, const float* w, const float* bias, int M, int K,
                             int N) const {
-  stratum::matmul_forward(pool_, out, inp, w, bias, M, K, N);
+  stratum::matmul_forward(pool_, precision_, out, inp, w, bias, M, K, N);
 }
 void CpuOps::matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                              const float* w, int M, int K, int N, bool accumulate) const {
-  stratum::matmul_backward(pool_, dinp, dw, dbias, dout, inp, w, M, K, N, accumulate);
+  stratum::matmul_backward(pool_, precision_, dinp, dw, dbias, dout, inp, w, M, K, N, accumulate);
 }
 void CpuOps::rowdot_nt(float* y, int ldy, const float* x, int ldx, const float* w, const float* bias, int M, int N,
                        int K) const {
@@ -56,6 +58,14 @@ void CpuOps::rmsnorm_backward(float* dinp, float* dw, const float* dout, const f
                               const float* rstd, int N, int C, bool accumulate_params) const {
   stratum::rmsnorm_backward(pool_, dinp, dw, dout, inp, w, rstd, N, C, accumulate_params);
 }
+std::size_t CpuOps::gemm_scratch_bytes(int rows, int width) const {
+  if (precision_ != Precision::Bf16) return 0;
+  // The two per-thread copies grow to the largest op(A) (rows x width at most, or width x rows)
+  // and the largest op(B) (width x width, or rows x width for a weight gradient).
+  const std::size_t r = static_cast<std::size_t>(rows), w = static_cast<std::size_t>(width);
+  return 2 * (r * w + std::max(r * w, w * w));
+}
+
 std::size_t CpuOps::attention_scratch_floats(int B, int T, int H, int KV, int hd) const {
   return stratum::attention_scratch_floats(B, T, H, KV, hd);
 }

@@ -10,7 +10,7 @@ namespace stratum {
 
 class CpuOps final : public Ops {
  public:
-  explicit CpuOps(ThreadPool& pool) : pool_(pool) {}
+  explicit CpuOps(ThreadPool& pool, Precision precision = Precision::Fp32) : pool_(pool), precision_(precision) {}
   const char* name() const override { return "cpu"; }
 
   void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
@@ -33,6 +33,7 @@ class CpuOps final : public Ops {
   void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                         const float* rstd, int N, int C, bool accumulate_params) const override;
   std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const override;
+  std::size_t gemm_scratch_bytes(int rows, int width) const override;
   void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int H, int KV,
                          int hd) const override;
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,
@@ -69,6 +70,7 @@ class CpuOps final : public Ops {
 
  private:
   ThreadPool& pool_;
+  Precision precision_;
 };
 
 }  // namespace stratum

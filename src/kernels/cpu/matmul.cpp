@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/simd.h"
+#include "kernels/cpu/matmul_bf16.h"
 #include "stratum/error.h"
 
 extern "C" {
@@ -30,6 +31,10 @@ void blas_prepare_process(char** argv) {
   }
   if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr) {
     ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+    changed = true;
+  }
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {  // oneDNN's OpenMP threads, likewise
+    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
     changed = true;
   }
   if (!changed) return;
@@ -83,8 +88,14 @@ void column_sum(ThreadPool& pool, float* dst, const float* src, int M, int N, bo
   }, 64);
 }
 
-void matmul_forward(ThreadPool& pool, float* out, const float* inp, const float* w, const float* bias,
-                    int M, int K, int N) {
+void gemm(ThreadPool& pool, Precision precision, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+          const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  if (precision == Precision::Bf16) sgemm_bf16(pool, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void matmul_forward(ThreadPool& pool, Precision precision, float* out, const float* inp, const float* w,
+                    const float* bias, int M, int K, int N) {
   STRATUM_ASSERT(M > 0 && K > 0 && N > 0);
   float beta = 0.0f;
   if (bias != nullptr) {
@@ -93,14 +104,15 @@ void matmul_forward(ThreadPool& pool, float* out, const float* inp, const float*
     }, 16);
     beta = 1.0f;
   }
-  sgemm(false, false, M, N, K, 1.0f, inp, K, w, N, beta, out, N);
+  gemm(pool, precision, false, false, M, N, K, 1.0f, inp, K, w, N, beta, out, N);
 }
 
-void matmul_backward(ThreadPool& pool, float* dinp, float* dw, float* dbias, const float* dout,
+void matmul_backward(ThreadPool& pool, Precision precision, float* dinp, float* dw, float* dbias, const float* dout,
                      const float* inp, const float* w, int M, int K, int N, bool accumulate) {
   STRATUM_ASSERT(M > 0 && K > 0 && N > 0);
-  if (dinp != nullptr) sgemm(false, true, M, K, N, 1.0f, dout, N, w, N, 0.0f, dinp, K);
-  if (dw != nullptr) sgemm(true, false, K, N, M, 1.0f, inp, K, dout, N, accumulate ? 1.0f : 0.0f, dw, N);
+  if (dinp != nullptr) gemm(pool, precision, false, true, M, K, N, 1.0f, dout, N, w, N, 0.0f, dinp, K);
+  if (dw != nullptr)
+    gemm(pool, precision, true, false, K, N, M, 1.0f, inp, K, dout, N, accumulate ? 1.0f : 0.0f, dw, N);
   if (dbias != nullptr) column_sum(pool, dbias, dout, M, N, accumulate);
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/thread_pool.h"
+#include "ops/ops.h"
 
 namespace stratum {
 
@@ -17,6 +18,8 @@ namespace stratum {
 //  - OPENBLAS_THREAD_TIMEOUT defaults to 4 (2^4 cycles): idle OpenBLAS workers sleep at once
 //    instead of spinning for 2^28 cycles against our own kernel threads (+8-11% step speed on
 //    GPT-2 small, docs/benchmarks.md). A value the user set is kept.
+//  - OMP_WAIT_POLICY defaults to PASSIVE, for the same reason: oneDNN's OpenMP threads (bf16
+//    products) sleep between products instead of spinning against the kernel threads.
 // Neither changes results: the GEMM work partition depends only on the thread count.
 void blas_prepare_process(char** argv);
 
@@ -28,15 +31,20 @@ std::string blas_describe();  // e.g. "OpenBLAS 0.3.21 (Cooperlake, 2 threads)"
 void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
            const float* B, int ldb, float beta, float* C, int ldc);
 
-// out (M,N) = inp (M,K) @ w (K,N) + bias (N); bias may be null.
-void matmul_forward(ThreadPool& pool, float* out, const float* inp, const float* w, const float* bias,
-                    int M, int K, int N);
+// sgemm in `precision`: OpenBLAS for Fp32, sgemm_bf16 (matmul_bf16.h) for Bf16.
+void gemm(ThreadPool& pool, Precision precision, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+          const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+// out (M,N) = inp (M,K) @ w (K,N) + bias (N); bias may be null. The product in `precision`.
+void matmul_forward(ThreadPool& pool, Precision precision, float* out, const float* inp, const float* w,
+                    const float* bias, int M, int K, int N);
 
 // Backward of matmul_forward for dout (M,N):
 //   dinp (M,K) = dout @ w^T      (skipped when dinp is null)
 //   dw   (K,N) = inp^T @ dout    (+= when accumulate)
 //   dbias (N)  = sum over rows of dout (+= when accumulate; skipped when null)
-void matmul_backward(ThreadPool& pool, float* dinp, float* dw, float* dbias, const float* dout,
+// The products in `precision`, the bias sum in fp32.
+void matmul_backward(ThreadPool& pool, Precision precision, float* dinp, float* dw, float* dbias, const float* dout,
                      const float* inp, const float* w, int M, int K, int N, bool accumulate);
 
 // dst (N) (= or +=) column sums of src (M,N), each column summed over rows in order.

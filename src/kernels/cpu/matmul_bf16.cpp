@@ -1,0 +1,74 @@
+// bf16 products through oneDNN; see matmul_bf16.h, Note [bf16 products].
+#include "kernels/cpu/matmul_bf16.h"
+
+#include <omp.h>
+
+#include <cstdint>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "core/bf16.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+namespace {
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// rows x cols of `src` (leading dimension ld) rounded to bf16 into dst (rows x cols, dense), on
+// the pool in fixed row ranges (each element on its own: any split gives the same bits).
+void round_rows(ThreadPool& pool, std::uint16_t* dst, const float* src, int rows, int cols, int ld) {
+  pool.parallel_for(static_cast<std::size_t>(rows), [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const float* in = src + r * static_cast<std::size_t>(ld);
+      std::uint16_t* out = dst + r * static_cast<std::size_t>(cols);
+      for (int c = 0; c < cols; ++c) out[c] = f32_to_bf16(in[c]);
+    }
+  }, 16);
+}
+
+}  // namespace
+
+bool bf16_native() {
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+}
+
+void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  STRATUM_ASSERT(M > 0 && N > 0 && K > 0);
+  using dt = dnnl::memory::data_type;
+  using dims = dnnl::memory::dims;
+  thread_local std::vector<std::uint16_t> a16, b16;  // the rounded copies, dense as stored
+  a16.resize(static_cast<std::size_t>(M) * K);
+  b16.resize(static_cast<std::size_t>(K) * N);
+  // Stored A is M x K (or K x M when transposed); stored B is K x N (or N x K).
+  if (trans_a) round_rows(pool, a16.data(), A, K, M, lda);
+  else round_rows(pool, a16.data(), A, M, K, lda);
+  if (trans_b) round_rows(pool, b16.data(), B, N, K, ldb);
+  else round_rows(pool, b16.data(), B, K, N, ldb);
+  const dnnl::memory::desc a_desc(dims{M, K}, dt::bf16, trans_a ? dims{1, M} : dims{K, 1});
+  const dnnl::memory::desc b_desc(dims{K, N}, dt::bf16, trans_b ? dims{1, K} : dims{N, 1});
+  const dnnl::memory::desc c_desc(dims{M, N}, dt::f32, dims{ldc, 1});
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::engine& engine = cpu_engine();
+  // oneDNN keeps created primitives in its own cache: a repeated shape costs a lookup.
+  const dnnl::matmul matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, engine));
+  dnnl::memory a_mem(a_desc, engine, a16.data()), b_mem(b_desc, engine, b16.data()), c_mem(c_desc, engine, C);
+  dnnl::stream stream(engine);
+  omp_set_num_threads(pool.num_threads());  // the partition depends on it: the pool's count, always
+  matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+  stream.wait();
+}
+
+}  // namespace stratum

@@ -1,0 +1,29 @@
+// bf16 matrix products with fp32 accumulation for the CPU backend (Note [bf16 products]), through
+// oneDNN's matmul (Debian's libdnnl: avx512_core_bf16 kernels where the CPU has them).
+// Does not decide where bf16 is used: CpuOps does, by its Precision (ops/ops.h).
+#pragma once
+
+#include "core/thread_pool.h"
+
+namespace stratum {
+
+// Note [bf16 products]: C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major, op = transpose
+// when trans_* is true, where op(A) and op(B) are first rounded to bfloat16 (nearest, ties to
+// even; the conversion runs on `pool`, element by element) and the products are summed in fp32;
+// C stays fp32. This is PyTorch's CPU autocast for a matrix product, except that the result is
+// not rounded to bf16 again. The rounded copies live in per-thread scratch (at most
+// bf16_gemm_scratch_bytes of the largest call). oneDNN runs on OpenMP threads, as many as the
+// pool has; its work partition depends only on the shapes and that count, so the bits do too.
+void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+// Bytes of the rounded copies one call of these sizes keeps (for the engine's memory budget).
+inline std::size_t bf16_gemm_scratch_bytes(int M, int N, int K) {
+  return (static_cast<std::size_t>(M) * K + static_cast<std::size_t>(K) * N) * 2;
+}
+
+// Whether the CPU multiplies bf16 natively (AVX-512 BF16 or AMX); false: oneDNN emulates it, slower
+// than fp32 (said once by whoever chose bf16).
+bool bf16_native();
+
+}  // namespace stratum

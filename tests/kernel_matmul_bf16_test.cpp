@@ -1,0 +1,93 @@
+// Tests for src/kernels/cpu/matmul_bf16 (Note [bf16 products]): f32_to_bf16's rounding (ties to
+// even, NaN, overflow); sgemm_bf16 against a float64 product of the bf16-rounded operands for
+// every transpose, leading dimensions wider than the matrix, alpha and beta; run-to-run bits;
+// and that the operands really are rounded (the result differs from fp32 sgemm).
+#include "kernels/cpu/matmul_bf16.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/bf16.h"
+#include "kernels/cpu/matmul.h"
+
+namespace stratum {
+namespace {
+
+TEST(Bf16, RoundsToNearestTiesToEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);      // halfway, to the even 1.0
+  EXPECT_EQ(f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);  // halfway, to the even 1.015625
+  EXPECT_EQ(f32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);  // above halfway: up
+  EXPECT_EQ(f32_to_bf16(-2.5f), 0xc020);
+  EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::max()), 0x7f80);  // beyond bf16's range: inf
+  EXPECT_EQ(f32_to_bf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  const float tiny_nan = std::bit_cast<float>(0x7f800001u);  // payload only in the low bits
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(tiny_nan))));
+}
+
+float rounded(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+TEST(MatmulBf16, EqualsTheProductOfRoundedOperandsSummedInFp32) {
+  ThreadPool pool(2);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int M = 37, N = 29, K = 301, pad = 5;
+  for (int trans_a = 0; trans_a < 2; ++trans_a)
+    for (int trans_b = 0; trans_b < 2; ++trans_b)
+      for (const float alpha : {1.0f, 0.5f})
+        for (const float beta : {0.0f, 1.0f}) {
+          SCOPED_TRACE(testing::Message() << "trans_a " << trans_a << " trans_b " << trans_b << " alpha " << alpha
+                                          << " beta " << beta);
+          const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+          const int b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+          const int lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+          std::vector<float> A(static_cast<std::size_t>(a_rows) * lda), B(static_cast<std::size_t>(b_rows) * ldb);
+          std::vector<float> C(static_cast<std::size_t>(M) * ldc);
+          for (float& x : A) x = dist(rng);
+          for (float& x : B) x = dist(rng);
+          for (float& x : C) x = dist(rng);
+          const std::vector<float> C0 = C;
+          sgemm_bf16(pool, trans_a, trans_b, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+          const auto a = [&](int m, int k) { return rounded(trans_a ? A[k * lda + m] : A[m * lda + k]); };
+          const auto b = [&](int k, int n) { return rounded(trans_b ? B[n * ldb + k] : B[k * ldb + n]); };
+          for (int m = 0; m < M; ++m) {
+            for (int n = 0; n < N; ++n) {
+              double exact = 0, magnitude = 0;
+              for (int k = 0; k < K; ++k) {
+                exact += static_cast<double>(a(m, k)) * b(k, n);
+                magnitude += std::fabs(static_cast<double>(a(m, k)) * b(k, n));
+              }
+              const double want = alpha * exact + beta * C0[m * ldc + n];
+              // fp32 accumulation over K terms: at most K units of rounding of the magnitude.
+              const double tol = K * 0x1p-24 * (std::fabs(alpha) * magnitude + std::fabs(beta * C0[m * ldc + n])) + 1e-6;
+              ASSERT_NEAR(C[m * ldc + n], want, tol) << "m " << m << " n " << n;
+            }
+            for (int n = N; n < ldc; ++n) ASSERT_EQ(C[m * ldc + n], C0[m * ldc + n]) << "padding was written";
+          }
+        }
+}
+
+TEST(MatmulBf16, SameBitsEveryRunAndOperandsAreRounded) {
+  ThreadPool pool(2);
+  const int M = 64, N = 96, K = 128;
+  std::vector<float> A(M * K), B(K * N);
+  for (int i = 0; i < M * K; ++i) A[i] = std::sin(0.37f * i) * 1.001f;
+  for (int i = 0; i < K * N; ++i) B[i] = std::cos(0.11f * i) * 0.999f;
+  std::vector<float> C1(M * N), C2(M * N), F(M * N);
+  sgemm_bf16(pool, false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C1.data(), N);
+  sgemm_bf16(pool, false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C2.data(), N);
+  EXPECT_EQ(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)), 0);
+  sgemm(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, F.data(), N);
+  double differ = 0;
+  for (int i = 0; i < M * N; ++i) differ += C1[i] != F[i];
+  EXPECT_GT(differ, M * N / 2) << "bf16 operands must give other results than fp32 ones";
+}
+
+}  // namespace
+}  // namespace stratum
