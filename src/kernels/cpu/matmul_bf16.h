@@ -11,8 +11,9 @@ namespace stratum {
 // when trans_* is true, where op(A) and op(B) are first rounded to bfloat16 (nearest, ties to
 // even; the conversion runs on `pool`, element by element) and the products are summed in fp32;
 // C stays fp32. This is PyTorch's CPU autocast for a matrix product, except that the result is
-// not rounded to bf16 again. The rounded copies live in per-thread scratch (at most
-// bf16_gemm_scratch_bytes of the largest call). oneDNN runs on OpenMP threads, as many as the
+// not rounded to bf16 again. The rounded copies and oneDNN's scratchpad live in per-thread
+// buffers that grow to the largest call's (bf16_gemm_scratch_bytes, plus at most a quarter for
+// the scratchpad) and are reused, never freed per call. oneDNN runs on OpenMP threads, as many as the
 // pool has; its work partition depends only on the shapes and that count, so the bits do too.
 void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                 int lda, const float* B, int ldb, float beta, float* C, int ldc);
