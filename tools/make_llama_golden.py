@@ -18,6 +18,7 @@ import math
 import os
 import sys
 
+import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -217,14 +218,14 @@ def self_check(cfg, params):
 # ----------------------------------------------------------------------------------------------
 # Files
 
-def train_run(cfg, init, tokens, a):
+def train_run(cfg, init, tokens, a, autocast=False):
     params = {n: t.detach().clone().requires_grad_(True) for n, t in init.items()}
     opt = tg.make_optimizer(params, a["lr"], a["beta1"], a["beta2"], a["eps"], a["weight_decay"])
     losses, norms, lrs = [], [], []
     for s in range(a["steps"]):
         lr = tg.lr_at(s, a["lr"], a["warmup"], a["min_lr"], a["steps"], a["lr_schedule"])
         loss_s, norm_s = tl.train_step(params, cfg, opt, tokens, s, a["batch"], a["seq"], lr,
-                                       a["grad_clip"])
+                                       a["grad_clip"], autocast=autocast)
         losses.append(loss_s)
         norms.append(norm_s)
         lrs.append(lr)
@@ -234,6 +235,28 @@ def train_run(cfg, init, tokens, a):
     for n, t in params.items():
         out["final." + n] = _f32(t)
     return out
+
+
+def make_autocast(root):
+    """tiny_llama/reference_bf16.safetensors: the TRAIN run with the forward under CPU autocast
+    to bfloat16 (what `stratum train --precision bf16` is checked against), from the shards and
+    tokens.bin already there, plus the fp32 run's losses for scale."""
+    out_dir = os.path.join(root, "tiny_llama")
+    cfg = tl.LlamaConfig(**TINY)
+    init = {}
+    for name in sorted(os.listdir(out_dir)):
+        if name.startswith("model-") and name.endswith(".safetensors"):
+            tensors, _ = tg.load_safetensors(os.path.join(out_dir, name))
+            init.update({n: t.to(torch.float32) for n, t in tensors.items()})
+    tokens = torch.from_numpy(np.fromfile(os.path.join(out_dir, "tokens.bin"), dtype="<u2").astype(np.int64))
+    bf16 = train_run(cfg, init, tokens, TRAIN, autocast=True)
+    fp32 = train_run(cfg, init, tokens, TRAIN)
+    tg.save_safetensors(os.path.join(out_dir, "reference_bf16.safetensors"),
+                        {"train_losses": bf16["train_losses"], "train_grad_norms": bf16["train_grad_norms"],
+                         "fp32_train_losses": fp32["train_losses"]},
+                        metadata={"generator": "tools/make_llama_golden.py --only autocast",
+                                  "torch_version": torch.__version__, "train_args": json.dumps(TRAIN)})
+    return (bf16["train_losses"] - fp32["train_losses"]).abs().max().item()
 
 
 def greedy(params, cfg):
@@ -369,10 +392,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
+    ap.add_argument("--only", choices=["autocast"],
+                    help="autocast: regenerate only tiny_llama/reference_bf16.safetensors")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
+    if args.only == "autocast":
+        print(f"tiny_llama bf16 autocast: largest |bf16 - fp32| loss difference {make_autocast(root):.6f}")
+        return
     info = make_tiny(root)
+    print(f"tiny_llama bf16 autocast: largest |bf16 - fp32| loss difference {make_autocast(root):.6f}")
     print(f"tiny_llama: {info['n_params']} params, loss0 {info['loss0']:.6f}, "
           f"train losses {[round(v, 4) for v in info['losses']]}, "
           f"grad norms {[round(v, 4) for v in info['norms']]}")

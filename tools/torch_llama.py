@@ -297,12 +297,15 @@ def greedy_generate(params, cfg, prompt, n_new):
 # ----------------------------------------------------------------------------------------------
 # Training (same semantics as torch_gpt2; see tools/README.md)
 
-def train_step(params, cfg, opt, tokens, step, B, T, lr, clip):
-    """One step: batch `step`, forward, backward, clip, set lr, AdamW. Returns (loss, norm)."""
+def train_step(params, cfg, opt, tokens, step, B, T, lr, clip, autocast=False):
+    """One step: batch `step`, forward, backward, clip, set lr, AdamW. Returns (loss, norm).
+    autocast: the forward under CPU autocast to bfloat16 (as torch_gpt2.train_step)."""
     for t in params.values():
         t.grad = None
     x, y = tg.get_batch(tokens, step, B, T)
-    _, loss = forward(params, cfg, x, y)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        _, loss = forward(params, cfg, x, y)
+    loss = loss.float()
     loss.backward()
     norm = tg.grad_norm_and_clip(params, clip)
     for g in opt.param_groups:
