@@ -266,6 +266,16 @@ TEST(Plan, CliPrintsThePlanAndRefusesBadInput) {
   const auto ram = testing::run_stratum("plan" + shape);
   EXPECT_EQ(ram.exit_code, 0) << ram.errors;
   EXPECT_NE(ram.output.find("everything in RAM"), std::string::npos) << ram.output;
+  // bf16 products keep rounded copies of their operands: more engine memory, a larger minimum
+  // (it printed fp32's minimum for bf16).
+  const auto bf16 = testing::run_stratum("plan" + shape + " --precision bf16");
+  EXPECT_EQ(bf16.exit_code, 0) << bf16.errors;
+  const auto minimum = [](const std::string& text) {
+    const auto at = text.find("minimum budget ");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find(';', at) - at);
+  };
+  EXPECT_NE(minimum(bf16.output), minimum(ram.output)) << bf16.output;
+  EXPECT_NE(testing::run_stratum("plan" + shape + " --precision fp16").errors.find("'fp32' or 'bf16'"), std::string::npos);
   // Note [bounded measurement]: a budget below the minimum is refused before anything is
   // measured (it measured first, with memory far beyond the budget, then refused): no disk
   // calibration was run to be cached.

@@ -398,7 +398,7 @@ std::size_t plan_min_budget_bytes(const PlanRequest& r) {
   const UnitTable units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq));
   ThreadPool pool(1);
   const Executor streaming(pool, r.config, units, r.batch, r.seq, r.keep_activations,
-                           optimizer_mode_for(r.grad_clip, true));
+                           optimizer_mode_for(r.grad_clip, true), r.precision);
   return streaming.fixed_bytes() + streaming.min_store_bytes();
 }
 

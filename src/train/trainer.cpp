@@ -163,11 +163,14 @@ std::string train_checkpoint_root(const std::string& path) {
 
 std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip,
                                    Precision precision) {
-  ThreadPool pool(1);
-  const ParamLayout layout = ParamLayout::of(cfg);
-  const UnitTable units(layout, Executor::activation_unit_floats(cfg, batch, seq));
-  const Executor exec(pool, cfg, units, batch, seq, keep_activations, optimizer_mode_for(grad_clip, true), precision);
-  return exec.fixed_bytes() + exec.min_store_bytes();
+  PlanRequest request;
+  request.config = cfg;
+  request.batch = batch;
+  request.seq = seq;
+  request.keep_activations = keep_activations;
+  request.grad_clip = grad_clip;
+  request.precision = precision;
+  return plan_min_budget_bytes(request);
 }
 
 namespace {
