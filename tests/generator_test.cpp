@@ -218,6 +218,49 @@ TEST(Generate, Bf16WeightsKeptAsStoredGiveTheWidenedBits) {
   EXPECT_LT(kept.weight_bytes, wide.weight_bytes * 3 / 4);
 }
 
+// generate --precision bf16: the fp32 Llama rounded to bf16 on load (nearest even) holds the very
+// weights of its bf16 golden copy (rounded by PyTorch), so every logit of a prompt step and the
+// greedy tokens are the bf16 copy's bits; half the weight bytes; a GPT-2 model is refused.
+TEST(Generate, PrecisionBf16RoundsALlamaOnLoadToTheBf16CopysBits) {
+  const std::string fp32_dir = testing::source_path(kLlama);
+  const std::string bf16_dir = testing::source_path("tests/golden/tiny_llama_bf16");
+  const GptConfig cfg = model_read_config(fp32_dir);
+  const ParamLayout layout = ParamLayout::of(cfg);
+  ThreadPool pool(2);
+  auto prompt_logits = [&](const std::string& dir) {
+    const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, 8), true, /*bf16=*/true);
+    RamSegmentStore store(units);
+    model_load_weights(dir, layout, store);
+    Decoder decoder(pool, cfg, store, 1, 8);
+    std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
+    const std::int32_t tokens[5] = {1, 5, 9, 17, 33};
+    int past[1] = {0};
+    decoder.step(tokens, 1, 5, past, logits.data());
+    return logits;
+  };
+  const std::vector<float> rounded = prompt_logits(fp32_dir), stored = prompt_logits(bf16_dir);
+  EXPECT_EQ(std::memcmp(rounded.data(), stored.data(), rounded.size() * sizeof(float)), 0);
+
+  const auto none = [](int, std::int32_t, const std::string&) {};
+  GenerateOptions o = greedy_options();
+  o.model_dir = fp32_dir;
+  const GenerateResult fp32 = generate_run(o, none);
+  o.precision = Precision::Bf16;
+  const GenerateResult bf16 = generate_run(o, none);
+  EXPECT_TRUE(bf16.weights_bf16);
+  EXPECT_FALSE(fp32.weights_bf16);
+  EXPECT_LT(bf16.weight_bytes, fp32.weight_bytes * 3 / 4);
+  o.model_dir = bf16_dir;
+  EXPECT_EQ(generate_run(o, none).sequences[0].tokens, bf16.sequences[0].tokens);
+  o.model_dir = testing::source_path("tests/golden/tiny_gpt2");
+  try {
+    generate_run(o, none);
+    ADD_FAILURE() << "GPT-2 with --precision bf16 must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GPT-2 model decodes in fp32"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Generate, BadInputIsRefusedWithAClearError) {
   const auto none = [](int, std::int32_t, const std::string&) {};
   auto error_of = [&](const GenerateOptions& o) {

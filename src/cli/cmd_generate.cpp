@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "train/train_options.h"
 #include "core/file_util.h"
 #include "infer/generator.h"
 #include "stratum/error.h"
@@ -61,6 +62,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"offload-dir", "DIR", "where weights that do not fit the budget live"},
              {"prefetch", "K", "layers read ahead under a budget (default 2)"},
              {"fp32-weights", "", "widen a bf16 Llama's weights to fp32 (default: kept bf16, half the RAM and reads)"},
+             {"precision", "P", "fp32 (default) | bf16: round a Llama's weights to bf16 on load (half the RAM and "
+                                "reads; products summed in fp32)"},
              {"trace", "FILE.json", "write a Chrome/Perfetto trace: each layer's compute, waits, reads and writes"},
              {"quiet", "", "no [stratum] lines on stderr"}});
   if (args.help_requested()) {
@@ -116,6 +119,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
   o.prefetch = static_cast<int>(args.integer("prefetch", 2, 0, 64));
   o.quiet = args.flag("quiet");
   o.keep_bf16 = !args.flag("fp32-weights");
+  o.precision = precision_parse(args.str("precision", "fp32"));
+  STRATUM_CHECK(o.precision == Precision::Fp32 || o.keep_bf16, "[cli] give --precision bf16 or --fp32-weights, not both");
   o.trace_path = args.str("trace");
   const bool output_ids = args.flag("output-ids");
 

@@ -27,6 +27,8 @@
 // as they are used: matrices inside rowdot_nt_bf16's loads, norm weights and embedding rows into
 // fp32 scratch. Widening is exact, so every product and sum sees the same floats in the same
 // order and the logits are bit-identical to decoding the widened fp32 copy (tests check it).
+// generate --precision bf16 puts any Llama in such a store: model_load_weights rounds its fp32
+// (or fp16) weights to bf16, nearest-even, as PyTorch's .to(torch.bfloat16) does.
 #pragma once
 
 #include <cstdint>

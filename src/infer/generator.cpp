@@ -129,8 +129,11 @@ GenerateResult generate_run(const GenerateOptions& o,
   backend_set_threads(threads);
   const std::unique_ptr<Ops> ops = ops_make(pool);  // sampling (host) and buffer sizes
   const ParamLayout layout = ParamLayout::of(cfg);
-  // Note [bf16 weights]: a bf16 Llama stays bf16 (half the RAM, budget and reads, the same bits).
-  const bool bf16 = o.keep_bf16 && cfg.llama() && model_weights_bf16(o.model_dir);
+  // Note [bf16 weights]: a bf16 Llama stays bf16 (half the RAM, budget and reads, the same bits);
+  // with --precision bf16 any Llama is rounded to bf16 on load.
+  STRATUM_CHECK(o.precision == Precision::Fp32 || cfg.llama(), "[generate] --precision bf16 keeps a Llama's "
+                "weights in bf16; a GPT-2 model decodes in fp32 (leave --precision out)");
+  const bool bf16 = cfg.llama() && (o.precision == Precision::Bf16 || (o.keep_bf16 && model_weights_bf16(o.model_dir)));
   UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), /*params_only=*/true, bf16);
   std::unique_ptr<SegmentStore> store;
   const std::size_t fixed = Decoder::fixed_bytes_for(*ops, cfg, batch, max_ctx);

@@ -113,10 +113,18 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
       std::size_t bad = slot.numel;  // the first non-finite element, if any
       float bad_value = 0.0f;
       if (kinds[k].first == SegmentKind::Params && store.units().param_bf16()) {  // Note [bf16 weights]
-        STRATUM_CHECK(info.dtype == DType::BF16, "[model] ", path, ": tensor '", info.name, "' is ",
-                      dtype_name(info.dtype), ", but the store keeps bf16 weights as stored");
         std::uint16_t* const dst = hold.view().bf16() + at;
-        file.read_raw_range(info, slot.hf_first(), slot.numel, dst);
+        if (info.dtype == DType::BF16) {
+          file.read_raw_range(info, slot.hf_first(), slot.numel, dst);
+        } else {  // rounded to bf16 (generate --precision bf16), through a bounded staging buffer
+          constexpr std::size_t kStage = std::size_t{1} << 18;
+          std::vector<float> stage(std::min(kStage, slot.numel));
+          for (std::size_t i = 0; i < slot.numel; i += stage.size()) {
+            const std::size_t n = std::min(stage.size(), slot.numel - i);
+            file.read_f32_range(info, slot.hf_first() + i, n, stage.data());
+            for (std::size_t j = 0; j < n; ++j) dst[i + j] = f32_to_bf16(stage[j]);
+          }
+        }
         for (std::size_t i = 0; i < slot.numel && bad == slot.numel; ++i)
           if ((dst[i] & 0x7f80u) == 0x7f80u) bad = i, bad_value = bf16_to_f32(dst[i]);
       } else {

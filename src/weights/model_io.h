@@ -23,14 +23,15 @@ GptConfig model_read_config(const std::string& dir);
 std::vector<std::string> model_weight_files(const std::string& dir, std::map<std::string, std::string>* weight_map);
 
 // Loads DIR's weights (model_weight_files) into the Params segments, converting F16/BF16/F64 to
-// F32 (or, into a store with units().param_bf16(), BF16 as stored). GPT-2 names may carry the "transformer." prefix or not; "h.{i}.attn.bias"/"attn.masked_bias"
+// F32 (or, into a store with units().param_bf16(), BF16 as stored and anything else rounded to
+// bf16, nearest-even). GPT-2 names may carry the "transformer." prefix or not; "h.{i}.attn.bias"/"attn.masked_bias"
 // buffers, Llama's "rotary_emb.inv_freq" and a tied model's "lm_head.weight" are ignored. Any
 // missing tensor, wrong shape, tensor outside its indexed shard or index entry absent from its
 // shard is an error naming it.
 void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store);
 // Whether every weight DIR holds (model_weight_files, ignoring what model_load_weights ignores) is
 // BF16. A store whose units().param_bf16() loads them unconverted (Note [bf16 weights] in
-// infer/decoder.h); it refuses any other dtype.
+// infer/decoder.h).
 bool model_weights_bf16(const std::string& dir);
 
 // Initialisation from a seed. GPT-2: weights N(0, 0.02) (residual projections N(0, 0.02/sqrt(2L))),
