@@ -43,21 +43,26 @@ std::size_t segment_floats(const ParamLayout& layout) {
 }  // namespace
 
 namespace {
-// A scratch directory for the measurement's own offload files (Note [bounded measurement]):
-// DIR/stratum-plan-<pid>, so a run or another plan using DIR is not disturbed; removed with
-// everything in it when this goes out of scope.
-struct ScratchDir {
-  explicit ScratchDir(const std::string& parent) : path(parent + "/stratum-plan-" + std::to_string(::getpid())) {
-    dir_create(path);
-  }
-  ~ScratchDir() {
+// A directory of the planner's own (a scratch offload directory, a temporary config directory),
+// removed with everything in it when this goes out of scope.
+struct OwnedDir {
+  explicit OwnedDir(std::string dir) : path(std::move(dir)) {}
+  ~OwnedDir() {
     std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
+    if (!path.empty()) std::filesystem::remove_all(path, ignored);
   }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
+  OwnedDir(const OwnedDir&) = delete;
+  OwnedDir& operator=(const OwnedDir&) = delete;
   std::string path;
 };
+
+// The measurement's own offload files (Note [bounded measurement]) go to DIR/stratum-plan-<pid>,
+// so a run or another plan using DIR is not disturbed.
+std::unique_ptr<OwnedDir> scratch_dir_make(const std::string& parent) {
+  auto dir = std::make_unique<OwnedDir>(parent + "/stratum-plan-" + std::to_string(::getpid()));
+  dir_create(dir->path);
+  return dir;
+}
 
 // Per category, the compute spans of kTimedSteps forward-backward passes of the one-layer model
 // (after a warm-up pass) through `store`, tagged by the executor with their GroupWork.
@@ -111,14 +116,14 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
   std::vector<ComputeTiming> steps;
   {
     const UnitTable units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq));
-    std::unique_ptr<ScratchDir> scratch;  // destroyed after the store, which after the executor
+    std::unique_ptr<OwnedDir> scratch;  // destroyed after the store, which after the executor
     std::unique_ptr<SegmentStore> store;
     Executor exec(pool, mini, units, r.batch, r.seq, r.keep_activations, OptimizerMode::Inline, r.precision);
     if (r.mem_budget_bytes > 0 && !offload_dir.empty()) {
       const std::size_t need = exec.fixed_bytes() + exec.min_store_bytes();
       STRATUM_CHECK(r.mem_budget_bytes >= need, "[plan] --mem-budget ", bytes_text(r.mem_budget_bytes),
                     " is below the ", bytes_text(need), " the measurement of one layer needs; raise --mem-budget");
-      scratch = std::make_unique<ScratchDir>(offload_dir);
+      scratch = scratch_dir_make(offload_dir);
       TieredStoreOptions so;
       so.budget_bytes = r.mem_budget_bytes - exec.fixed_bytes();
       so.offload_dir = scratch->path;
@@ -221,25 +226,17 @@ std::string read_all(int fd) {
 }  // namespace
 
 namespace {
-// A temporary directory holding config.json of `config` (what `stratum plan --model` reads),
-// removed with everything in it when this goes out of scope.
-struct ConfigDir {
-  explicit ConfigDir(const GptConfig& config) {
-    std::string templ = (std::filesystem::temp_directory_path() / "stratum-plan-XXXXXX").string();
-    STRATUM_CHECK(::mkdtemp(templ.data()) != nullptr, "[plan] cannot create a temporary directory in ",
-                  std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno),
-                  " (set TMPDIR to a writable directory)");
-    path = templ;
-    hf_config_write(path + "/config.json", config);
-  }
-  ~ConfigDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  ConfigDir(const ConfigDir&) = delete;
-  ConfigDir& operator=(const ConfigDir&) = delete;
-  std::string path;
-};
+// A temporary directory holding config.json of `config` (what `stratum plan --model` reads).
+std::string config_dir_make(const GptConfig& config) {
+  std::string templ = (std::filesystem::temp_directory_path() / "stratum-plan-XXXXXX").string();
+  STRATUM_CHECK(::mkdtemp(templ.data()) != nullptr, "[plan] cannot create a temporary directory in ",
+                std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno),
+                " (set TMPDIR to a writable directory)");
+  OwnedDir dir(templ);  // removed if writing fails
+  hf_config_write(templ + "/config.json", config);
+  dir.path.clear();     // written: the caller's OwnedDir owns it
+  return templ;
+}
 }  // namespace
 
 PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co, int threads,
@@ -263,7 +260,7 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
   // shared), DIR a temporary directory holding the run's config.json, so the child measures the
   // run's own architecture (family, head_dim, KV heads, MLP width, rope; no position table for a
   // Llama), not a GPT-2 of the same width.
-  const ConfigDir config_dir(r.config);
+  const OwnedDir config_dir(config_dir_make(r.config));
   std::vector<std::string> args = {"stratum", "plan",
                                    "--model", config_dir.path,
                                    "--batch", std::to_string(r.batch),
