@@ -68,9 +68,8 @@ void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int 
   const dnnl::memory::desc b_desc(dims{K, N}, dt::bf16, trans_b ? dims{1, K} : dims{N, 1});
   const dnnl::memory::desc c_desc(dims{M, N}, dt::f32, dims{ldc, 1});
   dnnl::primitive_attr attr;
-  // The primitive's scratchpad (its packed operands) is ours, kept per thread: oneDNN's own is
-  // allocated and freed every call, which cost a kernel zero fill of every page (10% of a bf16
-  // GPT-2 step's CPU, perf).
+  // The primitive's scratchpad (its packed panels) is ours, kept per thread and counted by
+  // CpuOps::gemm_scratch_bytes, not an allocation of oneDNN's on every call.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
@@ -80,7 +79,13 @@ void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int 
   }
   const dnnl::engine& engine = cpu_engine();
   // oneDNN keeps created primitives in its own cache: a repeated shape costs a lookup.
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, engine);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, engine);
+  } catch (const dnnl::error& e) {
+    STRATUM_FAIL("[kernels] oneDNN has no bf16 matrix product for this CPU (", e.what(),
+                 "); use --precision fp32");
+  }
   const dnnl::matmul matmul(pd);
   const dnnl::memory::desc pad_desc = pd.scratchpad_desc();
   thread_local AlignedBuffer pad;
