@@ -166,7 +166,9 @@ int cmd_generate(const std::vector<std::string>& argv) {
                  r.generate_tokens_per_s < 10 ? 3 : 1, r.generate_tokens_per_s, r.sequences.size(), o.batch,
                  r.prompt_seconds, r.generate_seconds);
     std::fprintf(stderr, "[stratum] weights: %.1f MiB %s\n", r.weight_bytes / 1048576.0,
-                 r.weights_bf16 ? "bf16 (kept as stored)" : "fp32");
+                 !r.weights_bf16                   ? "fp32"
+                 : o.precision == Precision::Bf16 ? "bf16 (--precision bf16)"
+                                                  : "bf16 (kept as stored)");
     if (o.mem_budget_bytes > 0)
       std::fprintf(stderr,
                    "[stratum] weights streamed from %s: %.1f MiB read, peak RAM %.1f MiB of the %.1f MiB budget; "
