@@ -123,6 +123,20 @@ TEST(Trainer, Bf16FollowsPyTorchAutocastAndKeepsItsBitsUnderABudget) {
   check_bf16_run("tests/golden/tiny_gpt2", 3e-4, " --mem-budget 1000K");
 }
 
+// A CPU where oneDNN has no bf16 matmul (here: its ISA capped at AVX2, as on a machine without
+// AVX-512): --precision bf16 still trains, multiplying the rounded operands in fp32 through
+// OpenBLAS (it stopped with "no bf16 matrix product"), says once that there is no speed-up, and
+// still follows autocast and keeps its bits under a budget.
+TEST(Trainer, Bf16WithoutOneDnnBf16StillTrainsAndSaysSo) {
+  const testing::ScopedEnv isa("ONEDNN_MAX_CPU_ISA", "AVX2");
+  check_bf16_run("tests/golden/tiny_gpt2", 3e-4, " --mem-budget 1100K");  // fp32 copies: a larger minimum
+  const std::string dir = source_path("tests/golden/tiny_gpt2");
+  const auto r = testing::run_stratum("train --model " + dir + " --data " + dir +
+                                      "/tokens.bin --steps 1 --batch 4 --seq 32 --quiet --precision bf16");
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("no native bf16"), std::string::npos) << r.errors;
+}
+
 // The tiny Llama (GQA, SwiGLU, RoPE, untied head), 8 steps: autocast's own bf16 and fp32 runs
 // differ by up to 2.2e-3 here, Stratum's bf16 run sits within 3.0e-3 of autocast's (its products'
 // results stay fp32, and its attention is fp32 where autocast's matmuls are bf16): 5e-3 allows

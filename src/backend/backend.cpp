@@ -17,7 +17,8 @@ std::unique_ptr<Ops> ops_make(ThreadPool& pool, Precision precision, Backend bac
 
 std::string backend_precision_note(Precision precision) {
   if (precision != Precision::Bf16 || bf16_native()) return "";
-  return "this CPU has no native bf16 (AVX-512 BF16 or AMX): --precision bf16 is emulated, slower than fp32";
+  return "this CPU has no native bf16 (AVX-512 BF16 or AMX): --precision bf16 gives bf16's results at fp32's speed "
+         "or slower here";
 }
 
 void backend_set_threads(int threads) { blas_set_threads(threads); }

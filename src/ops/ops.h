@@ -68,9 +68,10 @@ class Ops {
 
   // Causal grouped-query attention over a (B,T,H*hd + 2*KV*hd) qkv buffer (kernels/cpu/attention.h).
   virtual std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const = 0;
-  // Bytes the backend keeps for its matrix products when no product has more than `rows` rows
-  // and no other dimension exceeds `width` (bf16 products keep rounded copies of the operands).
-  virtual std::size_t gemm_scratch_bytes(int rows, int width) const = 0;
+  // Bytes the backend keeps for its matrix products when no dimension exceeds `rows` (the
+  // tokens of a step) or `width` (the widest layer), and every weight is at most narrow x width
+  // (bf16 products keep rounded copies of the operands).
+  virtual std::size_t gemm_scratch_bytes(int rows, int width, int narrow) const = 0;
   virtual void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int H,
                                  int KV, int hd) const = 0;
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,

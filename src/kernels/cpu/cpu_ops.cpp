@@ -10,6 +10,7 @@
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_bf16.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/rowdot.h"
@@ -58,13 +59,15 @@ void CpuOps::rmsnorm_backward(float* dinp, float* dw, const float* dout, const f
                               const float* rstd, int N, int C, bool accumulate_params) const {
   stratum::rmsnorm_backward(pool_, dinp, dw, dout, inp, w, rstd, N, C, accumulate_params);
 }
-std::size_t CpuOps::gemm_scratch_bytes(int rows, int width) const {
+std::size_t CpuOps::gemm_scratch_bytes(int rows, int width, int narrow) const {
   if (precision_ != Precision::Bf16) return 0;
-  // The two per-thread copies grow to the largest op(A) (rows x width at most, or width x rows)
-  // and the largest op(B) (width x width, or rows x width for a weight gradient); oneDNN's
-  // scratchpad (packed panels) adds a quarter at most (measured: at most 9% on GPT-2's shapes).
+  // The two per-thread copies grow to the largest op(A) (rows x width, or width x rows) and the
+  // largest op(B) (narrow x width, or rows x width for a weight gradient); oneDNN's scratchpad
+  // (packed panels) adds a quarter at most (measured: at most 9% on GPT-2's shapes). Without
+  // oneDNN's bf16 the copies are fp32: twice the bytes.
   const std::size_t r = static_cast<std::size_t>(rows), w = static_cast<std::size_t>(width);
-  return 2 * (r * w + std::max(r * w, w * w)) * 5 / 4;
+  const std::size_t elements = r * w + std::max(static_cast<std::size_t>(narrow) * w, r * w);
+  return bf16_onednn() ? elements * 2 * 5 / 4 : elements * 4;
 }
 
 std::size_t CpuOps::attention_scratch_floats(int B, int T, int H, int KV, int hd) const {

@@ -33,7 +33,7 @@ class CpuOps final : public Ops {
   void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                         const float* rstd, int N, int C, bool accumulate_params) const override;
   std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const override;
-  std::size_t gemm_scratch_bytes(int rows, int width) const override;
+  std::size_t gemm_scratch_bytes(int rows, int width, int narrow) const override;
   void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int H, int KV,
                          int hd) const override;
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att, int B,

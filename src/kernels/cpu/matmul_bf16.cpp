@@ -11,6 +11,7 @@
 #include "core/aligned_buffer.h"
 #include "core/bf16.h"
 #include "core/simd.h"
+#include "kernels/cpu/matmul.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -44,16 +45,62 @@ void round_rows(ThreadPool& pool, std::uint16_t* dst, const float* src, int rows
   }, 16);
 }
 
+// Whether oneDNN multiplies bf16 on this machine at all (AVX-512 or better; ONEDNN_MAX_CPU_ISA
+// may lower it): decided once per process by a fixed probe, so every product of a run, and of
+// every run on the machine, takes the same path.
+bool onednn_has_bf16() {
+  static const bool ok = [] {
+    using dt = dnnl::memory::data_type;
+    const dnnl::memory::desc a({16, 16}, dt::bf16, dnnl::memory::format_tag::ab);
+    const dnnl::memory::desc c({16, 16}, dt::f32, dnnl::memory::format_tag::ab);
+    try {
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, c), cpu_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
+// Without oneDNN's bf16 (Note [bf16 products]): the rounded operands widened back to fp32 (exact)
+// and multiplied by OpenBLAS: bf16 x bf16 products are exact in fp32, so this is the same math,
+// summed in OpenBLAS's order, at fp32 speed.
+void sgemm_rounded_fp32(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                        const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  thread_local std::vector<float> a32, b32;
+  const auto round_copy = [&](std::vector<float>& dst, const float* src, int rows, int cols, int ld) {
+    dst.resize(static_cast<std::size_t>(rows) * cols);
+    pool.parallel_for(static_cast<std::size_t>(rows), [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r)
+        for (int c = 0; c < cols; ++c)
+          dst[r * cols + c] = bf16_to_f32(f32_to_bf16(src[r * static_cast<std::size_t>(ld) + c]));
+    }, 16);
+  };
+  if (trans_a) round_copy(a32, A, K, M, lda);
+  else round_copy(a32, A, M, K, lda);
+  if (trans_b) round_copy(b32, B, N, K, ldb);
+  else round_copy(b32, B, K, N, ldb);
+  sgemm(trans_a, trans_b, M, N, K, alpha, a32.data(), trans_a ? M : K, b32.data(), trans_b ? K : N, beta, C, ldc);
+}
+
 }  // namespace
 
 bool bf16_native() {
+  if (!onednn_has_bf16()) return false;
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   return isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
 }
 
+bool bf16_onednn() { return onednn_has_bf16(); }
+
 void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                 int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   STRATUM_ASSERT(M > 0 && N > 0 && K > 0);
+  if (!onednn_has_bf16()) {
+    sgemm_rounded_fp32(pool, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
   thread_local std::vector<std::uint16_t> a16, b16;  // the rounded copies, dense as stored
@@ -82,9 +129,9 @@ void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int 
   dnnl::matmul::primitive_desc pd;
   try {
     pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_desc, b_desc, c_desc), attr, engine);
-  } catch (const dnnl::error& e) {
-    STRATUM_FAIL("[kernels] oneDNN has no bf16 matrix product for this CPU (", e.what(),
-                 "); use --precision fp32");
+  } catch (const dnnl::error& e) {  // the probe found bf16: a shape it cannot do is a surprise
+    STRATUM_FAIL("[kernels] oneDNN cannot multiply bf16 operands of ", M, "x", K, " by ", K, "x", N, " (",
+                 e.what(), "); use --precision fp32");
   }
   const dnnl::matmul matmul(pd);
   const dnnl::memory::desc pad_desc = pd.scratchpad_desc();

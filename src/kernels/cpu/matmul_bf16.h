@@ -23,8 +23,11 @@ inline std::size_t bf16_gemm_scratch_bytes(int M, int N, int K) {
   return (static_cast<std::size_t>(M) * K + static_cast<std::size_t>(K) * N) * 2;
 }
 
-// Whether the CPU multiplies bf16 natively (AVX-512 BF16 or AMX); false: oneDNN emulates it, slower
-// than fp32 (said once by whoever chose bf16).
+// Whether the CPU multiplies bf16 natively (AVX-512 BF16 or AMX); false: no speed-up (said once
+// by whoever chose bf16). bf16_onednn: whether oneDNN does the products at all (AVX-512); where
+// it does not, the rounded operands are widened back to fp32 and multiplied by OpenBLAS (the
+// same math, another summation order: each machine's bits are its own).
 bool bf16_native();
+bool bf16_onednn();
 
 }  // namespace stratum
