@@ -204,7 +204,7 @@ std::size_t Executor::min_store_bytes() const {
 
 std::size_t Executor::fixed_bytes() const {
   // The widest product: an MLP or attention projection, or a vocabulary block of the head.
-  const int width = std::max({cfg_.n_embd, cfg_.mlp_width(), cfg_.n_head * cfg_.head_dim() + 2 * cfg_.kv_dim(),
+  const int width = std::max({cfg_.n_embd, cfg_.mlp_width(), cfg_.q_dim() + 2 * cfg_.kv_dim(),
                               vocab_block_rows(cfg_)});
   return dacts_.size_bytes() + blocks_.size_bytes() + head_scratch_.size_bytes() +
          ops_->gemm_scratch_bytes(max_batch_ * max_seq_, width, cfg_.n_embd);

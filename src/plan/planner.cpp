@@ -2,7 +2,6 @@
 #include "plan/planner.h"
 
 #include <spawn.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +28,7 @@
 #include "store/step_schedule.h"
 #include "store/unit_table.h"
 #include "core/byte_size.h"
+#include "core/process_memory.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -251,9 +251,7 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
     }
     ThreadPool pool(threads);
     m.timing = plan_measure_compute(pool, r, co.offload_dir);
-    rusage usage{};
-    ::getrusage(RUSAGE_SELF, &usage);
-    m.peak_rss_bytes = static_cast<std::size_t>(usage.ru_maxrss) * 1024;
+    m.peak_rss_bytes = process_peak_rss_bytes();
     return m;
   }
   // `stratum plan --model DIR ... --measure-json` in a new process (exec, so nothing of ours is

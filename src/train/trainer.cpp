@@ -1,7 +1,6 @@
 // The training loop; see trainer.h.
 #include "train/trainer.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +29,7 @@
 #include "store/segment_store.h"
 #include "store/tiered_segment_store.h"
 #include "core/byte_size.h"
+#include "core/process_memory.h"
 #include "stratum/error.h"
 #include "io/io_engine.h"
 #include "train/checkpoint.h"
@@ -548,13 +548,11 @@ void TrainRun::report(double total_ms) {
                  result_.step_ms_median, result_.predicted_step_ms,
                  100.0 * (result_.predicted_step_ms - result_.step_ms_median) / std::max(1e-9, result_.step_ms_median));
   }
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
   std::fprintf(stderr,
                "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, peak RSS %s, params "
                "hash %016llx%s%s\n",
                result_.steps_done, result_.final_loss, result_.tokens_per_s, result_.step_ms_median,
-               bytes_text(static_cast<std::size_t>(usage.ru_maxrss) * 1024).c_str(),
+               bytes_text(process_peak_rss_bytes()).c_str(),
                static_cast<unsigned long long>(result_.params_hash), result_.checkpoint_dir.empty() ? "" : ", saved to ",
                result_.checkpoint_dir.c_str());
 }

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
-#include "core/bf16.h"
 #include "core/simd.h"
 #include "kernels/cpu/matmul.h"
 #include "stratum/error.h"
@@ -23,22 +22,33 @@ const dnnl::engine& cpu_engine() {
   return engine;
 }
 
-// f32_to_bf16 over a row, written without branches so that it vectorises (the run-time clones
-// of core/simd.h); the same bits as f32_to_bf16 element by element.
+// f32_to_bf16's bits, written without branches so that the row loops below vectorise.
+inline std::uint32_t bf16_bits(const float* in) {
+  std::uint32_t u;
+  std::memcpy(&u, in, sizeof u);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const std::uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+}
+
+// A row rounded to bf16 (the run-time clones of core/simd.h): as bf16, or widened back to fp32
+// (exact) for the OpenBLAS fallback.
 STRATUM_SIMD_CLONES
 void round_row(std::uint16_t* out, const float* in, int n) {
+  for (int c = 0; c < n; ++c) out[c] = static_cast<std::uint16_t>(bf16_bits(in + c));
+}
+STRATUM_SIMD_CLONES
+void round_row(float* out, const float* in, int n) {
   for (int c = 0; c < n; ++c) {
-    std::uint32_t u;
-    std::memcpy(&u, in + c, sizeof u);
-    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const std::uint32_t quiet_nan = (u >> 16) | 0x0040u;
-    out[c] = static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+    const std::uint32_t widened = bf16_bits(in + c) << 16;
+    std::memcpy(out + c, &widened, sizeof widened);
   }
 }
 
 // rows x cols of `src` (leading dimension ld) rounded to bf16 into dst (rows x cols, dense), on
 // the pool in fixed row ranges (each element on its own: any split gives the same bits).
-void round_rows(ThreadPool& pool, std::uint16_t* dst, const float* src, int rows, int cols, int ld) {
+template <class Out>
+void round_rows(ThreadPool& pool, Out* dst, const float* src, int rows, int cols, int ld) {
   pool.parallel_for(static_cast<std::size_t>(rows), [&](std::size_t r0, std::size_t r1) {
     for (std::size_t r = r0; r < r1; ++r)
       round_row(dst + r * static_cast<std::size_t>(cols), src + r * static_cast<std::size_t>(ld), cols);
@@ -63,24 +73,26 @@ bool onednn_has_bf16() {
   return ok;
 }
 
+// op(A) and op(B) of a product rounded into a and b, each dense as stored: A is M x K (K x M
+// when transposed), B is K x N (N x K when transposed).
+template <class Out>
+void round_operands(ThreadPool& pool, std::vector<Out>& a, std::vector<Out>& b, bool trans_a, bool trans_b, int M,
+                    int N, int K, const float* A, int lda, const float* B, int ldb) {
+  a.resize(static_cast<std::size_t>(M) * K);
+  b.resize(static_cast<std::size_t>(K) * N);
+  if (trans_a) round_rows(pool, a.data(), A, K, M, lda);
+  else round_rows(pool, a.data(), A, M, K, lda);
+  if (trans_b) round_rows(pool, b.data(), B, N, K, ldb);
+  else round_rows(pool, b.data(), B, K, N, ldb);
+}
+
 // Without oneDNN's bf16 (Note [bf16 products]): the rounded operands widened back to fp32 (exact)
 // and multiplied by OpenBLAS: bf16 x bf16 products are exact in fp32, so this is the same math,
 // summed in OpenBLAS's order, at fp32 speed.
 void sgemm_rounded_fp32(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                         const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   thread_local std::vector<float> a32, b32;
-  const auto round_copy = [&](std::vector<float>& dst, const float* src, int rows, int cols, int ld) {
-    dst.resize(static_cast<std::size_t>(rows) * cols);
-    pool.parallel_for(static_cast<std::size_t>(rows), [&](std::size_t r0, std::size_t r1) {
-      for (std::size_t r = r0; r < r1; ++r)
-        for (int c = 0; c < cols; ++c)
-          dst[r * cols + c] = bf16_to_f32(f32_to_bf16(src[r * static_cast<std::size_t>(ld) + c]));
-    }, 16);
-  };
-  if (trans_a) round_copy(a32, A, K, M, lda);
-  else round_copy(a32, A, M, K, lda);
-  if (trans_b) round_copy(b32, B, N, K, ldb);
-  else round_copy(b32, B, K, N, ldb);
+  round_operands(pool, a32, b32, trans_a, trans_b, M, N, K, A, lda, B, ldb);
   sgemm(trans_a, trans_b, M, N, K, alpha, a32.data(), trans_a ? M : K, b32.data(), trans_b ? K : N, beta, C, ldc);
 }
 
@@ -104,13 +116,7 @@ void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int 
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
   thread_local std::vector<std::uint16_t> a16, b16;  // the rounded copies, dense as stored
-  a16.resize(static_cast<std::size_t>(M) * K);
-  b16.resize(static_cast<std::size_t>(K) * N);
-  // Stored A is M x K (or K x M when transposed); stored B is K x N (or N x K).
-  if (trans_a) round_rows(pool, a16.data(), A, K, M, lda);
-  else round_rows(pool, a16.data(), A, M, K, lda);
-  if (trans_b) round_rows(pool, b16.data(), B, N, K, ldb);
-  else round_rows(pool, b16.data(), B, K, N, ldb);
+  round_operands(pool, a16, b16, trans_a, trans_b, M, N, K, A, lda, B, ldb);
   const dnnl::memory::desc a_desc(dims{M, K}, dt::bf16, trans_a ? dims{1, M} : dims{K, 1});
   const dnnl::memory::desc b_desc(dims{K, N}, dt::bf16, trans_b ? dims{1, K} : dims{N, 1});
   const dnnl::memory::desc c_desc(dims{M, N}, dt::f32, dims{ldc, 1});
