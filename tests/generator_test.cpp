@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/bf16.h"
 #include "core/thread_pool.h"
 #include "formats/safetensors.h"
 #include "infer/decoder.h"
@@ -98,6 +100,61 @@ GenerateOptions greedy_options() {
   return o;
 }
 
+// Every logit of a batch of two decoding the model in `dir` (a 5-token prompt step, then 6
+// single-token steps, each sequence its own tokens), its weights in a RAM store or streamed from
+// `offload` under the smallest budget, kept in bf16 or fp32; `prepare` may change the loaded
+// weights first.
+std::vector<float> batch_logits(const std::string& dir, bool bf16, bool streamed, const std::string& offload,
+                                const std::function<void(const UnitTable&, SegmentStore&)>& prepare = {}) {
+  const GptConfig cfg = model_read_config(dir);
+  const ParamLayout layout = ParamLayout::of(cfg);
+  const int B = 2, ctx = 12;
+  ThreadPool pool(2);
+  const UnitTable units(layout, Decoder::kv_unit_floats(cfg, B, ctx), true, bf16);
+  std::unique_ptr<SegmentStore> store;
+  if (streamed) {
+    TieredStoreOptions so;
+    so.budget_bytes = Decoder::min_store_bytes(units);
+    so.offload_dir = offload;
+    so.prefetch_depth = 1;
+    store = std::make_unique<TieredSegmentStore>(units, so);
+  } else {
+    store = std::make_unique<RamSegmentStore>(units);
+  }
+  model_load_weights(dir, layout, *store);
+  if (prepare) prepare(units, *store);
+  Decoder decoder(pool, cfg, *store, B, ctx);
+  std::vector<float> all, logits(static_cast<std::size_t>(B) * cfg.vocab_size);
+  std::vector<std::int32_t> tokens = {3, 17, 42, 5, 9, 100, 2, 77, 64, 1};
+  int past[2] = {0, 0};
+  decoder.step(tokens.data(), B, 5, past, logits.data());
+  all.insert(all.end(), logits.begin(), logits.end());
+  for (int t = 0; t < 6; ++t) {
+    past[0] = past[1] = 5 + t;
+    std::int32_t next[2] = {static_cast<std::int32_t>((7 * t + 1) % cfg.vocab_size),
+                            static_cast<std::int32_t>((11 * t + 5) % cfg.vocab_size)};
+    decoder.step(next, B, 1, past, logits.data());
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  if (streamed) EXPECT_GT(store->stats().read_bytes, 0u) << "the smallest budget must stream";
+  return all;
+}
+
+// generate_run on `dir` with --precision bf16 keeps the weights bf16 in under 3/4 of the fp32
+// run's weight bytes; returns the bf16 run (greedy).
+GenerateResult expect_precision_bf16_halves_the_weights(const std::string& dir) {
+  const auto none = [](int, std::int32_t, const std::string&) {};
+  GenerateOptions o = greedy_options();
+  o.model_dir = dir;
+  const GenerateResult fp32 = generate_run(o, none);
+  o.precision = Precision::Bf16;
+  GenerateResult bf16 = generate_run(o, none);
+  EXPECT_TRUE(bf16.weights_bf16);
+  EXPECT_FALSE(fp32.weights_bf16);
+  EXPECT_LT(bf16.weight_bytes, fp32.weight_bytes * 3 / 4);
+  return bf16;
+}
+
 // The KV-cached decoder's greedy tokens equal PyTorch's full-recompute ones, in RAM, streamed
 // under the smallest budget, and as one sequence of a lockstep batch with other prompt lengths.
 TEST(Generate, LlamaGreedyMatchesPyTorchInRamStreamedAndBatched) {
@@ -162,39 +219,8 @@ TEST(Generate, Bf16WeightsKeptAsStoredGiveTheWidenedBits) {
   const GptConfig cfg = model_read_config(dir);
   const ParamLayout layout = ParamLayout::of(cfg);
   const int B = 2, ctx = 12;
-  ThreadPool pool(2);
   testing::TempDir tmp;
-  // All logits of: a 5-token prompt step, then 6 single-token steps, each sequence's own tokens.
-  auto logits_of = [&](bool bf16, bool streamed) {
-    const UnitTable units(layout, Decoder::kv_unit_floats(cfg, B, ctx), true, bf16);
-    std::unique_ptr<SegmentStore> store;
-    if (streamed) {
-      TieredStoreOptions so;
-      so.budget_bytes = Decoder::min_store_bytes(units);
-      so.offload_dir = tmp.path();
-      so.prefetch_depth = 1;
-      store = std::make_unique<TieredSegmentStore>(units, so);
-    } else {
-      store = std::make_unique<RamSegmentStore>(units);
-    }
-    model_load_weights(dir, layout, *store);
-    Decoder decoder(pool, cfg, *store, B, ctx);
-    std::vector<float> all, logits(static_cast<std::size_t>(B) * cfg.vocab_size);
-    std::vector<std::int32_t> tokens = {3, 17, 42, 5, 9, 100, 2, 77, 64, 1};
-    int past[2] = {0, 0};
-    decoder.step(tokens.data(), B, 5, past, logits.data());
-    all.insert(all.end(), logits.begin(), logits.end());
-    for (int t = 0; t < 6; ++t) {
-      past[0] = past[1] = 5 + t;
-      std::int32_t next[2] = {static_cast<std::int32_t>((7 * t + 1) % cfg.vocab_size),
-                              static_cast<std::int32_t>((11 * t + 5) % cfg.vocab_size)};
-      decoder.step(next, B, 1, past, logits.data());
-      all.insert(all.end(), logits.begin(), logits.end());
-    }
-    const StoreStats st = store->stats();
-    if (streamed) EXPECT_GT(st.read_bytes, 0u) << "the smallest budget must stream";
-    return all;
-  };
+  auto logits_of = [&](bool bf16, bool streamed) { return batch_logits(dir, bf16, streamed, tmp.path()); };
   const std::vector<float> widened = logits_of(false, false);
   for (bool streamed : {false, true}) {
     const std::vector<float> kept = logits_of(true, streamed);
@@ -219,46 +245,57 @@ TEST(Generate, Bf16WeightsKeptAsStoredGiveTheWidenedBits) {
 }
 
 // generate --precision bf16: the fp32 Llama rounded to bf16 on load (nearest even) holds the very
-// weights of its bf16 golden copy (rounded by PyTorch), so every logit of a prompt step and the
-// greedy tokens are the bf16 copy's bits; half the weight bytes; a GPT-2 model is refused.
+// weights of its bf16 golden copy (rounded by PyTorch), so every logit of a batch of two (a prompt
+// step, then decode steps) and the greedy tokens are the bf16 copy's bits; half the weight bytes.
 TEST(Generate, PrecisionBf16RoundsALlamaOnLoadToTheBf16CopysBits) {
   const std::string fp32_dir = testing::source_path(kLlama);
   const std::string bf16_dir = testing::source_path("tests/golden/tiny_llama_bf16");
-  const GptConfig cfg = model_read_config(fp32_dir);
-  const ParamLayout layout = ParamLayout::of(cfg);
-  ThreadPool pool(2);
-  auto prompt_logits = [&](const std::string& dir) {
-    const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, 8), true, /*bf16=*/true);
-    RamSegmentStore store(units);
-    model_load_weights(dir, layout, store);
-    Decoder decoder(pool, cfg, store, 1, 8);
-    std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
-    const std::int32_t tokens[5] = {1, 5, 9, 17, 33};
-    int past[1] = {0};
-    decoder.step(tokens, 1, 5, past, logits.data());
-    return logits;
-  };
-  const std::vector<float> rounded = prompt_logits(fp32_dir), stored = prompt_logits(bf16_dir);
+  const std::vector<float> rounded = batch_logits(fp32_dir, /*bf16=*/true, /*streamed=*/false, "");
+  const std::vector<float> stored = batch_logits(bf16_dir, /*bf16=*/true, /*streamed=*/false, "");
+  ASSERT_EQ(rounded.size(), stored.size());
   EXPECT_EQ(std::memcmp(rounded.data(), stored.data(), rounded.size() * sizeof(float)), 0);
 
-  const auto none = [](int, std::int32_t, const std::string&) {};
+  const GenerateResult bf16 = expect_precision_bf16_halves_the_weights(fp32_dir);
   GenerateOptions o = greedy_options();
-  o.model_dir = fp32_dir;
-  const GenerateResult fp32 = generate_run(o, none);
-  o.precision = Precision::Bf16;
-  const GenerateResult bf16 = generate_run(o, none);
-  EXPECT_TRUE(bf16.weights_bf16);
-  EXPECT_FALSE(fp32.weights_bf16);
-  EXPECT_LT(bf16.weight_bytes, fp32.weight_bytes * 3 / 4);
   o.model_dir = bf16_dir;
-  EXPECT_EQ(generate_run(o, none).sequences[0].tokens, bf16.sequences[0].tokens);
-  o.model_dir = testing::source_path("tests/golden/tiny_gpt2");
-  try {
-    generate_run(o, none);
-    ADD_FAILURE() << "GPT-2 with --precision bf16 must be refused";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("GPT-2 model decodes in fp32"), std::string::npos) << e.what();
+  o.precision = Precision::Bf16;
+  EXPECT_EQ(generate_run(o, [](int, std::int32_t, const std::string&) {}).sequences[0].tokens,
+            bf16.sequences[0].tokens);
+}
+
+// GPT-2 decodes bf16 weights too (Note [bf16 weights]): the fp32 golden GPT-2 rounded to bf16 on
+// load gives, at every logit of a batch of two (a prompt step, then decode steps), in RAM and
+// streamed under the smallest bf16 budget, the bits of decoding fp32 weights holding the same
+// rounded values: the Conv1D products (rowdot_kn_bf16), the widened norms, biases and position
+// rows and the head's widened ln_f change nothing but the bytes. generate_run keeps it bf16 at
+// half the weight bytes.
+TEST(Generate, PrecisionBf16DecodesGpt2WithTheBitsOfItsRoundedWeights) {
+  const std::string dir = testing::source_path("tests/golden/tiny_gpt2");
+  const GptConfig cfg = model_read_config(dir);
+  ASSERT_FALSE(cfg.llama());
+  testing::TempDir tmp;
+  // The fp32 store gets the same rounding, kept in fp32; a bf16 store rounds on load (nearest even).
+  const auto round_in_place = [](const UnitTable& units, SegmentStore& store) {
+    for (int u = 0; u < units.count(); ++u) {
+      if (units.kind(u) != SegmentKind::Params) continue;
+      float* w = static_cast<float*>(store.acquire_unit(u, Access::Update));
+      for (std::size_t i = 0; i < units.bytes(u) / sizeof(float); ++i) w[i] = bf16_to_f32(f32_to_bf16(w[i]));
+      store.release_unit(u);
+    }
+  };
+  auto logits_of = [&](bool bf16, bool streamed) {
+    if (bf16) return batch_logits(dir, true, streamed, tmp.path());
+    return batch_logits(dir, false, streamed, tmp.path(), round_in_place);
+  };
+  const std::vector<float> rounded = logits_of(false, false);
+  for (bool streamed : {false, true}) {
+    const std::vector<float> kept = logits_of(true, streamed);
+    ASSERT_EQ(kept.size(), rounded.size());
+    EXPECT_EQ(std::memcmp(kept.data(), rounded.data(), kept.size() * sizeof(float)), 0)
+        << (streamed ? "streamed" : "in RAM") << ": bf16 GPT-2 weights must give their fp32 widening's logits";
   }
+
+  EXPECT_FALSE(expect_precision_bf16_halves_the_weights(dir).sequences[0].tokens.empty());
 }
 
 TEST(Generate, BadInputIsRefusedWithAClearError) {

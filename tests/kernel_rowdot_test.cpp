@@ -94,11 +94,13 @@ TEST(KernelRowdot, ThreadCountIndependent) {
                                         "rowdot_kn");
 }
 
-// Note [bf16 weights]: rowdot_nt_bf16 equals rowdot_nt on the widened weights bit for bit, at
-// every tile shape and tail, including infinities and subnormals among the weights.
+// Note [bf16 weights]: rowdot_nt_bf16 and rowdot_kn_bf16 equal rowdot_nt and rowdot_kn on the
+// widened weights bit for bit, at every tile shape and tail (kn: N off its 64-column tiles, so
+// the edge path runs too), including infinities and subnormals among the weights.
 TEST(KernelRowdot, Bf16WeightsGiveTheBitsOfTheirWidening) {
   ThreadPool pool(2);
-  for (const Case c : {Case{1, 1, 1}, Case{1, 67, 33}, Case{3, 9, 16}, Case{5, 130, 47}, Case{4, 64, 64}, Case{9, 7, 40}, Case{17, 33, 100}, Case{8, 2, 16}}) {
+  for (const Case c : {Case{1, 1, 1}, Case{1, 67, 33}, Case{3, 9, 16}, Case{5, 130, 47}, Case{4, 64, 64}, Case{9, 7, 40},
+                       Case{17, 33, 100}, Case{8, 2, 16}, Case{6, 200, 24}}) {
     test::TestRng rng(c.M * 7 + c.N * 3 + c.K);
     const std::vector<float> x = rng.normal_f32(static_cast<std::size_t>(c.M) * c.K);
     const std::vector<float> src = rng.normal_f32(static_cast<std::size_t>(c.N) * c.K, 0.1);
@@ -111,7 +113,12 @@ TEST(KernelRowdot, Bf16WeightsGiveTheBitsOfTheirWidening) {
       rowdot_nt(pool, want.data(), c.N, x.data(), c.K, wide.data(), bias, c.M, c.N, c.K);
       rowdot_nt_bf16(pool, got.data(), c.N, x.data(), c.K, h.data(), bias, c.M, c.N, c.K);
       EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-          << "M" << c.M << " N" << c.N << " K" << c.K << (bias ? " bias" : "");
+          << "nt M" << c.M << " N" << c.N << " K" << c.K << (bias ? " bias" : "");
+      // The same numbers as a (K, N) weight.
+      rowdot_kn(pool, want.data(), x.data(), wide.data(), bias, c.M, c.K, c.N);
+      rowdot_kn_bf16(pool, got.data(), x.data(), h.data(), bias, c.M, c.K, c.N);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+          << "kn M" << c.M << " N" << c.N << " K" << c.K << (bias ? " bias" : "");
     }
   }
 }

@@ -2,6 +2,8 @@
 // run uses; the time model on fixed inputs (wall-clock prediction vs measurement is a benchmark,
 // docs/benchmarks.md, not a timed test). Also the CLI and its errors.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -315,6 +317,42 @@ TEST(Plan, TheMeasurementStaysWithinTheBudget) {
 #endif
   EXPECT_GT(j.at("layer_forward_ms").get<double>(), 0.0);
   EXPECT_TRUE(std::filesystem::is_empty(tmp.path())) << "the scratch directory must be removed";
+}
+
+// Note [stale plan directories]: a run killed while its plan was measured leaves
+// TMPDIR/stratum-plan-<pid>-XXXXXX (the measured config) and OFFLOAD/stratum-plan-<pid> (the
+// measurement's offload files). The next run's plan removes those of processes that are gone and
+// keeps a live process's and anything not named by a pid; its own are gone when it ends.
+TEST(Plan, DirectoriesOfKilledRunsAreRemovedByTheNextPlan) {
+  testing::TempDir tmp, off, work;
+  const pid_t dead = ::fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string gone = std::to_string(dead), alive = std::to_string(::getpid());
+  auto make = [](const std::string& dir) {
+    std::filesystem::create_directories(dir);
+    file_write_atomic(dir + "/config.json", "{}");
+  };
+  make(tmp.file("stratum-plan-" + gone + "-a1B2c3"));
+  make(off.file("stratum-plan-" + gone));
+  make(tmp.file("stratum-plan-" + alive + "-KeepMe"));
+  make(off.file("stratum-plan-" + alive));
+  make(off.file("stratum-plan-notes"));
+  const std::string data = testing::write_random_tokens(work.file("train.bin"), 4096, 512, 3);
+  testing::ScopedEnv tmpdir("TMPDIR", tmp.path());
+  const auto r = testing::run_stratum("train --layers 2 --heads 2 --embd 64 --ctx 64 --vocab 512 --batch 2 --seq 16"
+                                      " --steps 1 --threads 2 --data " + data + " --mem-budget 64M --offload-dir " +
+                                      off.path());
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("stratum-plan-" + gone + "-a1B2c3")));
+  EXPECT_FALSE(std::filesystem::exists(off.file("stratum-plan-" + gone)));
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("stratum-plan-" + alive + "-KeepMe")));
+  EXPECT_TRUE(std::filesystem::exists(off.file("stratum-plan-" + alive)));
+  EXPECT_TRUE(std::filesystem::exists(off.file("stratum-plan-notes")));
+  std::size_t left = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) left += entry.path().filename() != "stratum-plan-" + alive + "-KeepMe";
+  EXPECT_EQ(left, 0u) << "the run's own config directory must be removed";
 }
 
 }  // namespace

@@ -61,8 +61,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"mem-budget", "SIZE", "RAM for weights + KV cache, e.g. 512M; the rest streams from --offload-dir"},
              {"offload-dir", "DIR", "where weights that do not fit the budget live"},
              {"prefetch", "K", "layers read ahead under a budget (default 2)"},
-             {"fp32-weights", "", "widen a bf16 Llama's weights to fp32 (default: kept bf16, half the RAM and reads)"},
-             {"precision", "P", "fp32 (default) | bf16: round a Llama's weights to bf16 on load (half the RAM and "
+             {"fp32-weights", "", "widen a bf16 model's weights to fp32 (default: kept bf16, half the RAM and reads)"},
+             {"precision", "P", "fp32 (default) | bf16: round the model's weights to bf16 on load (half the RAM and "
                                 "reads; products summed in fp32)"},
              {"trace", "FILE.json", "write a Chrome/Perfetto trace: each layer's compute, waits, reads and writes"},
              {"quiet", "", "no [stratum] lines on stderr"}});

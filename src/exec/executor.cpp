@@ -43,7 +43,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       keep_activations_(keep_activations),
       mode_(mode),
       blocks_(*ops_, config, max_batch, max_seq, keep_activations ? config.n_layer : 1),
-      head_scratch_(config, max_batch * max_seq),
+      head_scratch_(config, max_batch * max_seq, precision),
       schedule_(units.count()) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");

@@ -25,8 +25,7 @@ CarveSlices Decoder::slices(const Ops& ops, Buffers& b, const GptConfig& cfg, in
           {&b.tmp, R * C},
           {&b.last, static_cast<std::size_t>(max_batch) * C},
           {&b.scratch, ops.attention_cached_scratch_floats(max_batch, 1, cfg.n_head, max_ctx)},
-          {&b.norm_w, C},
-          {&b.norm_w2, C}};
+          {&b.widened, (cfg.llama() ? 2 : 13) * C}};
 }
 
 std::size_t Decoder::kv_unit_floats(const GptConfig& cfg, int max_batch, int max_ctx) {
@@ -43,21 +42,49 @@ std::size_t Decoder::fixed_bytes_for(const Ops& ops, const GptConfig& cfg, int m
          Gpt2HeadScratch::bytes_for(cfg, max_batch) + rope + acts;
 }
 
+namespace {
+// Note [decode schedule]: one step's groups, and where each layer's and vocabulary block's is.
+struct DecodeSchedule {
+  StepSchedule schedule;
+  std::vector<int> layer, head_vocab;
+  int head = 0;
+};
+
+DecodeSchedule decode_schedule_build(const UnitTable& units) {
+  const ParamLayout& layout = units.layout();
+  DecodeSchedule d{StepSchedule(units.count()), {}, {}, 0};
+  auto params = [&](int s) {
+    std::vector<UnitUse> uses;
+    for (int c = 0; c < units.chunk_count(s, SegmentKind::Params); ++c)
+      uses.push_back({units.index(s, SegmentKind::Params, c), Access::Read});
+    return uses;
+  };
+  for (int l = 0; layout.layer_segment(l) < layout.head_segment(); ++l) {
+    std::vector<UnitUse> uses = params(layout.layer_segment(l));
+    uses.push_back({units.index(layout.layer_segment(l), SegmentKind::Activations), Access::Update});
+    d.layer.push_back(d.schedule.group_add(uses, GroupWork::LayerForward));
+  }
+  d.head = d.schedule.group_add(params(layout.head_segment()), GroupWork::HeadBegin);
+  for (int k = 0; k < layout.vocab_block_count(); ++k)
+    d.head_vocab.push_back(d.schedule.group_add(params(layout.head_vocab_segment(k)), GroupWork::HeadLse));
+  return d;
+}
+}  // namespace
+
 std::size_t Decoder::min_store_bytes(const UnitTable& units) {
   const ParamLayout& layout = units.layout();
-  std::size_t layer = 0, vocab = 0;
-  for (int s = 0; s < layout.segment_count(); ++s) {
+  auto params_bytes = [&](int s) {
     std::size_t bytes = 0;
     for (int c = 0; c < units.chunk_count(s, SegmentKind::Params); ++c)
       bytes += units.bytes(units.index(s, SegmentKind::Params, c));
-    const int kv = units.find(s, SegmentKind::Activations);
-    if (kv >= 0) bytes += units.bytes(kv);
-    if (layout.segments()[s].role == SegmentRole::Vocab || layout.segments()[s].role == SegmentRole::HeadVocab)
-      vocab = std::max(vocab, bytes);
-    else
-      layer = std::max(layer, bytes);
-  }
-  return layer + vocab;
+    return bytes;
+  };
+  // The schedule's largest group, and the embedding's holds outside it (Note [decode schedule]):
+  // the position table, then one token-embedding block at a time.
+  std::size_t most = std::max(schedule_min_bytes(decode_schedule_build(units).schedule, units, /*worker=*/false),
+                              params_bytes(layout.embed_segment()));
+  for (int k = 0; k < layout.vocab_block_count(); ++k) most = std::max(most, params_bytes(layout.vocab_segment(k)));
+  return most;
 }
 
 Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, int max_batch, int max_ctx)
@@ -71,11 +98,10 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
       bf16_(store.units().param_bf16()),
       buffer_(aligned_buffer_carve(slices(*ops_, b_, cfg, max_batch, max_ctx))),
       head_scratch_(cfg, max_batch),
-      schedule_(store.units().count()) {
+      schedule_(0) {
   STRATUM_CHECK(max_ctx >= 1 && max_ctx <= cfg.n_ctx, "[generate] context ", max_ctx,
                 " exceeds the model's maximum of ", cfg.n_ctx);
   STRATUM_ASSERT(store.units().act_floats() >= kv_unit_floats(cfg, max_batch, max_ctx));  // Note [KV cache units]
-  STRATUM_ASSERT(!bf16_ || cfg.llama());  // Note [bf16 weights]: Llama only
   const int R = static_cast<int>(rows_for(max_batch));
   if (cfg.llama()) {
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_ctx, cfg.rope_theta, cfg.rope_scaling);
@@ -83,22 +109,12 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
   } else {
     gpt2_acts_ = std::make_unique<Gpt2Activations>(cfg, 1, R, /*attention_probs=*/false);
   }
-  // Note [decode schedule]
-  const UnitTable& units = store.units();
-  auto params = [&](int s) {
-    std::vector<UnitUse> uses;
-    for (int c = 0; c < units.chunk_count(s, SegmentKind::Params); ++c)
-      uses.push_back({units.index(s, SegmentKind::Params, c), Access::Read});
-    return uses;
-  };
-  for (int l = 0; l < cfg.n_layer; ++l) {
-    std::vector<UnitUse> uses = params(layout_.layer_segment(l));
-    uses.push_back({units.index(layout_.layer_segment(l), SegmentKind::Activations), Access::Update});
-    group_layer_.push_back(schedule_.group_add(uses, GroupWork::LayerForward));
-  }
-  group_head_ = schedule_.group_add(params(layout_.head_segment()), GroupWork::HeadBegin);
-  for (int k = 0; k < layout_.vocab_block_count(); ++k)
-    group_head_vocab_.push_back(schedule_.group_add(params(layout_.head_vocab_segment(k)), GroupWork::HeadLse));
+  DecodeSchedule d = decode_schedule_build(store.units());  // Note [decode schedule]
+  STRATUM_ASSERT(static_cast<int>(d.layer.size()) == cfg.n_layer);
+  schedule_ = std::move(d.schedule);
+  group_layer_ = std::move(d.layer);
+  group_head_ = d.head;
+  group_head_vocab_ = std::move(d.head_vocab);
   store_.schedule_set(&schedule_);
 }
 
@@ -139,10 +155,12 @@ void Decoder::embed(const std::int32_t* tokens, int B, int Tn, const int* past) 
     std::memset(b_.x, 0, rows * C * sizeof(float));
   } else {  // positions past[b] + t of wpe
     SegmentHold embed(store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
-    const float* wpe = embed.data() + layout_.segments()[layout_.embed_segment()].tensors[kWpe].offset_floats;
-    for (int b = 0; b < B; ++b)
-      std::memcpy(b_.x + static_cast<std::size_t>(b) * Tn * C, wpe + static_cast<std::size_t>(past[b]) * C,
-                  static_cast<std::size_t>(Tn) * C * sizeof(float));
+    const std::size_t wpe = layout_.segments()[layout_.embed_segment()].tensors[kWpe].offset_floats;
+    for (int b = 0; b < B; ++b) {
+      float* const into = b_.x + static_cast<std::size_t>(b) * Tn * C;
+      const float* rows = weights_f32(embed.view(), wpe + static_cast<std::size_t>(past[b]) * C, Tn * C, into);
+      if (rows != into) std::memcpy(into, rows, static_cast<std::size_t>(Tn) * C * sizeof(float));
+    }
   }
   // Only the vocabulary blocks holding one of the step's tokens.
   std::vector<bool> needed(static_cast<std::size_t>(layout_.vocab_block_count()), false);
@@ -170,7 +188,7 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
     llama_block_forward(*ops_, linear, attention, cfg_, *rope_, llama_tensors(seg, params), b_.x, b_.x,
                         *llama_acts_, b_.tmp, b_.scratch, B, Tn);
   else
-    gpt2_block_forward(*ops_, linear, attention, cfg_, gpt2_block_tensors(seg, params.chunks()), b_.x, b_.x,
+    gpt2_block_forward(*ops_, linear, attention, cfg_, gpt2_tensors(seg, params), b_.x, b_.x,
                        *gpt2_acts_, b_.tmp, b_.scratch, B, Tn);
 }
 
@@ -182,8 +200,24 @@ LlamaBlockTensors Decoder::llama_tensors(const SegmentLayout& seg, const Segment
     bf16_widen(into, v.bf16(), v.elements());
     return into;
   };
-  return LlamaBlockTensors{widen(kAttnNormW, b_.norm_w), view(kQW),  view(kKW),   view(kVW),  view(kOW),
-                           widen(kMlpNormW, b_.norm_w2),  view(kGateW), view(kUpW), view(kDownW)};
+  return LlamaBlockTensors{widen(kAttnNormW, b_.widened), view(kQW),  view(kKW),   view(kVW),  view(kOW),
+                           widen(kMlpNormW, b_.widened + cfg_.n_embd),  view(kGateW), view(kUpW), view(kDownW)};
+}
+
+Gpt2BlockTensors Decoder::gpt2_tensors(const SegmentLayout& seg, const SegmentChunksHold& params) {
+  if (!bf16_) return gpt2_block_tensors(seg, params.chunks());
+  float* into = b_.widened;
+  auto view = [&](int w) { return params.tensor_view(seg.tensors[w]); };
+  auto widen = [&](int w) {  // the next slice of b_.widened (13 C floats for the eight vectors)
+    const TensorView v = view(w);
+    float* const at = into;
+    bf16_widen(at, v.bf16(), v.elements());
+    into += v.elements();
+    return at;
+  };
+  // Braced initialisation evaluates left to right: the slices follow one another.
+  return Gpt2BlockTensors{widen(kLn1W), widen(kLn1B), view(kAttnW), widen(kAttnB), view(kAttnProjW), widen(kAttnProjB),
+                          widen(kLn2W), widen(kLn2B), view(kFcW),   widen(kFcB),   view(kMlpProjW),  widen(kMlpProjB)};
 }
 
 void Decoder::head(int B, int Tn, float* logits) {
@@ -196,8 +230,9 @@ void Decoder::head(int B, int Tn, float* logits) {
   {
     SegmentHold head_p(store_, head, SegmentKind::Params, Access::Read);
     const auto& tensors = layout_.segments()[head].tensors;
-    gpt2_head_begin(*ops_, cfg_, weights_f32(head_p.view(), tensors[kLnFW].offset_floats, C, b_.norm_w),
-                    cfg_.llama() ? nullptr : head_p.data() + tensors[kLnFB].offset_floats, b_.last, B, head_scratch_);
+    gpt2_head_begin(*ops_, cfg_, weights_f32(head_p.view(), tensors[kLnFW].offset_floats, C, b_.widened),
+                    cfg_.llama() ? nullptr : weights_f32(head_p.view(), tensors[kLnFB].offset_floats, C, b_.widened + C),
+                    b_.last, B, head_scratch_);
   }
   for (int k = 0; k < layout_.vocab_block_count(); ++k) {
     store_.schedule_at(group_head_vocab_[k]);

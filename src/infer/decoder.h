@@ -21,14 +21,15 @@
 // like the weights: in RAM it is allocated on first use; under a budget the tiered store keeps
 // it, or writes it to the offload dir and reads it back, by the same farthest-next-use rule
 // (the FlexGen cache offload), and the bits do not depend on where it was.
-// Note [bf16 weights]: a Llama checkpoint stored in bf16 is kept in bf16 (an inference UnitTable
-// with param_bf16; model_load_weights copies the bytes unconverted), so it takes half the RAM,
-// half the budget and half the offload reads of its fp32 widening. Weights are widened to fp32
-// as they are used: matrices inside rowdot_nt_bf16's loads, norm weights and embedding rows into
-// fp32 scratch. Widening is exact, so every product and sum sees the same floats in the same
-// order and the logits are bit-identical to decoding the widened fp32 copy (tests check it).
-// generate --precision bf16 puts any Llama in such a store: model_load_weights rounds its fp32
-// (or fp16) weights to bf16, nearest-even, as PyTorch's .to(torch.bfloat16) does.
+// Note [bf16 weights]: a checkpoint stored in bf16 (GPT-2 or Llama) is kept in bf16 (an
+// inference UnitTable with param_bf16; model_load_weights copies the bytes unconverted), so it
+// takes half the RAM, half the budget and half the offload reads of its fp32 widening. Weights
+// are widened to fp32 as they are used: matrices inside rowdot_nt_bf16's and rowdot_kn_bf16's
+// loads, norm weights, biases and embedding rows (token and position) into fp32 scratch.
+// Widening is exact, so every product and sum sees the same floats in the same order and the
+// logits are bit-identical to decoding the widened fp32 copy (tests check it). generate
+// --precision bf16 puts any model in such a store: model_load_weights rounds its fp32 (or fp16)
+// weights to bf16, nearest-even, as PyTorch's .to(torch.bfloat16) does.
 #pragma once
 
 #include <cstdint>
@@ -58,8 +59,9 @@ class Decoder {
   static std::size_t kv_unit_floats(const GptConfig& config, int max_batch, int max_ctx);
   // RAM the decoder holds besides the store: the per-step buffers.
   static std::size_t fixed_bytes_for(const Ops& ops, const GptConfig& config, int max_batch, int max_ctx);
-  // Smallest store budget a step can run with: the largest layer's parameters and KV cache plus
-  // one vocabulary block.
+  // Smallest store budget a step can run with: the most the decode schedule holds at once
+  // (schedule_min_bytes: a layer's parameters with its KV cache, or a vocabulary block of the
+  // head), or the embedding's holds outside it if larger.
   static std::size_t min_store_bytes(const UnitTable& units);
 
   Decoder(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_ctx);
@@ -84,8 +86,11 @@ class Decoder {
   void embed(const std::int32_t* tokens, int B, int Tn, const int* past);
   void layer(int l, int B, int Tn, const int* past, const int* slot);
   // A Llama layer's tensors in a params unit's chunks; with bf16 params (Note [bf16 weights]) the
-  // matrices stay bf16 and the two norm weights are widened into b_.norm_w and b_.norm_w2.
+  // matrices stay bf16 and the two norm weights are widened into b_.widened.
   LlamaBlockTensors llama_tensors(const SegmentLayout& seg, const SegmentChunksHold& params);
+  // A GPT-2 layer's likewise: the four matrices stay bf16, its norms and biases are widened into
+  // b_.widened.
+  Gpt2BlockTensors gpt2_tensors(const SegmentLayout& seg, const SegmentChunksHold& params);
   // n weights from element `at` of a params unit's buffer as fp32: in place, or (bf16) widened
   // into `into` (n floats).
   const float* weights_f32(const TensorView& unit, std::size_t at, int n, float* into) const;
@@ -96,8 +101,8 @@ class Decoder {
     float* tmp;      // (rows, C) the block forward's scratch
     float* last;     // (max_batch, C) each sequence's last row
     float* scratch;  // attention_cached scratch
-    float* norm_w;   // (C) bf16 norm weights widened (Note [bf16 weights])
-    float* norm_w2;  // (C)
+    float* widened;  // a block's (or the head's) fp32 vectors widened from bf16 (Note [bf16 weights]):
+                     // Llama's two norm weights (2 C), GPT-2's norms and biases (13 C)
   };
   // The buffer's slices, written through b's fields; fixed_bytes_for sizes the same list.
   static CarveSlices slices(const Ops& ops, Buffers& b, const GptConfig& config, int max_batch, int max_ctx);

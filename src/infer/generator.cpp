@@ -129,11 +129,9 @@ GenerateResult generate_run(const GenerateOptions& o,
   backend_set_threads(threads);
   const std::unique_ptr<Ops> ops = ops_make(pool);  // sampling (host) and buffer sizes
   const ParamLayout layout = ParamLayout::of(cfg);
-  // Note [bf16 weights]: a bf16 Llama stays bf16 (half the RAM, budget and reads, the same bits);
-  // with --precision bf16 any Llama is rounded to bf16 on load.
-  STRATUM_CHECK(o.precision == Precision::Fp32 || cfg.llama(), "[generate] --precision bf16 keeps a Llama's "
-                "weights in bf16; a GPT-2 model decodes in fp32 (leave --precision out)");
-  const bool bf16 = cfg.llama() && (o.precision == Precision::Bf16 || (o.keep_bf16 && model_weights_bf16(o.model_dir)));
+  // Note [bf16 weights]: a bf16 model stays bf16 (half the RAM, budget and reads, the same bits);
+  // with --precision bf16 any model is rounded to bf16 on load.
+  const bool bf16 = o.precision == Precision::Bf16 || (o.keep_bf16 && model_weights_bf16(o.model_dir));
   UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), /*params_only=*/true, bf16);
   std::unique_ptr<SegmentStore> store;
   const std::size_t fixed = Decoder::fixed_bytes_for(*ops, cfg, batch, max_ctx);
@@ -145,7 +143,7 @@ GenerateResult generate_run(const GenerateOptions& o,
     };
     STRATUM_CHECK(o.mem_budget_bytes >= need, "[generate] --mem-budget ", mib(o.mem_budget_bytes),
                   " is below the minimum of ", mib(need), " for batch ", batch, " and context ", max_ctx,
-                  " (buffers ", mib(fixed), " + the largest layer with its KV cache and a vocabulary block ",
+                  " (buffers ", mib(fixed), " + the most one step holds at once: a layer with its KV cache, or a vocabulary block ",
                   mib(Decoder::min_store_bytes(units)), "); use --mem-budget ", mib(need),
                   " or more, or lower --batch/--max-tokens");
     TieredStoreOptions so;

@@ -33,12 +33,11 @@ struct GenerateOptions {
   std::string offload_dir;
   int prefetch = 2;
   bool quiet = false;  // no "[stratum]" lines on stderr
-  // A Llama whose weights are all bf16 keeps them bf16 (Note [bf16 weights] in infer/decoder.h);
+  // A model whose weights are all bf16 keeps them bf16 (Note [bf16 weights] in infer/decoder.h);
   // false widens them to fp32 on load: twice the RAM and reads, the same tokens.
   bool keep_bf16 = true;
-  // Bf16: a Llama's weights are rounded to bf16 on load and kept so (Note [bf16 weights]): half
-  // the RAM and reads; the products sum bf16 weights times fp32 activations in fp32. GPT-2 has no
-  // bf16 decoding path and is refused.
+  // Bf16: the weights (GPT-2 or Llama) are rounded to bf16 on load and kept so (Note [bf16
+  // weights]): half the RAM and reads; the products sum bf16 weights times fp32 activations in fp32.
   Precision precision = Precision::Fp32;
   // A Chrome/Perfetto trace of the run (each layer's compute, waits, each unit read or written);
   // "" = none.

@@ -10,33 +10,38 @@
 namespace stratum {
 
 namespace {
-// w is the (N, K) weight nt() multiplies by: a matrix view must have that shape, a flat one at
-// least that many elements (Note [typed views]).
-void nt_check(const TensorView& w, int N, int K) {
-  STRATUM_ASSERT(w.rank() == 1 ? w.elements() >= static_cast<std::size_t>(N) * K
-                               : w.rows() == static_cast<std::size_t>(N) && w.cols() == static_cast<std::size_t>(K));
+// w is the (rows, cols) weight a product multiplies by ((N, K) for nt(), (K, N) for kn()): a
+// matrix view must have that shape, a flat one at least that many elements (Note [typed views]).
+void shape_check(const TensorView& w, int rows, int cols) {
+  STRATUM_ASSERT(w.rank() == 1 ? w.elements() >= static_cast<std::size_t>(rows) * cols
+                               : w.rows() == static_cast<std::size_t>(rows) && w.cols() == static_cast<std::size_t>(cols));
 }
 }  // namespace
 
-void GemmLinear::kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
+void GemmLinear::kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,
                     int N) const {
-  ops.matmul_forward(y, x, w, bias, M, K, N);
+  shape_check(w, K, N);
+  ops.matmul_forward(y, x, w.f32(), bias, M, K, N);  // fp32 only (f32() checks)
 }
 
 void GemmLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
                     int K) const {
-  nt_check(w, N, K);
+  shape_check(w, N, K);
   ops.sgemm(false, true, M, N, K, 1.0f, x, ldx, w.f32(), K, 0.0f, y, ldy);  // fp32 only (f32() checks)
 }
 
-void RowDotLinear::kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
+void RowDotLinear::kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,
                       int N) const {
-  ops.rowdot_kn(y, x, w, bias, M, K, N);
+  shape_check(w, K, N);
+  if (w.dtype() == DType::BF16)
+    ops.rowdot_kn_bf16(y, x, w.bf16(), bias, M, K, N);
+  else
+    ops.rowdot_kn(y, x, w.f32(), bias, M, K, N);
 }
 
 void RowDotLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
                       int K) const {
-  nt_check(w, N, K);
+  shape_check(w, N, K);
   if (w.dtype() == DType::BF16)
     ops.rowdot_nt_bf16(y, ldy, x, ldx, w.bf16(), nullptr, M, N, K);
   else

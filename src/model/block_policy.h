@@ -21,8 +21,9 @@ namespace stratum {
 class Linear {
  public:
   virtual ~Linear() = default;
-  // y (M,N) = x (M,K) @ w (K,N) + bias (N, null = none): the Conv1D layout of GPT-2, fp32.
-  virtual void kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
+  // y (M,N) = x (M,K) @ w (K,N) + bias (N, null = none): the Conv1D layout of GPT-2, fp32 or
+  // (where the policy supports it) bf16.
+  virtual void kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,
                   int N) const = 0;
   // y (M,N), row stride ldy, = x (M,K), row stride ldx, @ w^T for w (N,K) (nn.Linear, Llama),
   // fp32 or (where the policy supports it) bf16.
@@ -33,7 +34,7 @@ class Linear {
 // GEMM (sgemm / matmul_forward): training and recompute. fp32 weights.
 class GemmLinear final : public Linear {
  public:
-  void kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
+  void kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,
           int N) const override;
   void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
           int K) const override;
@@ -42,7 +43,7 @@ class GemmLinear final : public Linear {
 // Row dot products (Note [row dot products] in kernels/cpu/rowdot.h): decoding. fp32 or bf16.
 class RowDotLinear final : public Linear {
  public:
-  void kn(const Ops& ops, float* y, const float* x, const float* w, const float* bias, int M, int K,
+  void kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,
           int N) const override;
   void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
           int K) const override;

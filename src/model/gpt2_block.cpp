@@ -11,8 +11,12 @@ Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* const* c
     const TensorSlot& t = layout.tensors[i];
     return chunks[t.chunk] + layout.offset_in_chunk(t);
   };
-  return Gpt2BlockTensors{at(kLn1W), at(kLn1B),       at(kAttnW), at(kAttnB), at(kAttnProjW), at(kAttnProjB),
-                          at(kLn2W), at(kLn2B),       at(kFcW),   at(kFcB),   at(kMlpProjW),  at(kMlpProjB)};
+  auto matrix = [&](int i) {  // (in, out), Conv1D's layout
+    const TensorSlot& t = layout.tensors[i];
+    return TensorView::of(at(i), t.numel).matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]));
+  };
+  return Gpt2BlockTensors{at(kLn1W), at(kLn1B), matrix(kAttnW), at(kAttnB), matrix(kAttnProjW), at(kAttnProjB),
+                          at(kLn2W), at(kLn2B), matrix(kFcW),   at(kFcB),   matrix(kMlpProjW),  at(kMlpProjB)};
 }
 
 Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs)
@@ -66,16 +70,16 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
     gpt2_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T);
 
   // MLP: out = res2 + mlp_proj(gelu(fc(ln2(res2))))
-  ops.matmul_backward(w.dfch, g.mlp_proj_w, g.mlp_proj_b, dout, s.fch_gelu, p.mlp_proj_w, BT, 4 * C, C, false);
+  ops.matmul_backward(w.dfch, g.mlp_proj_w.f32(), g.mlp_proj_b, dout, s.fch_gelu, p.mlp_proj_w.f32(), BT, 4 * C, C, false);
   ops.gelu_backward(w.dfch, s.fch, w.dfch, static_cast<std::size_t>(BT) * 4 * C);
-  ops.matmul_backward(w.dln, g.fc_w, g.fc_b, w.dfch, s.ln2, p.fc_w, BT, C, 4 * C, false);
+  ops.matmul_backward(w.dln, g.fc_w.f32(), g.fc_b, w.dfch, s.ln2, p.fc_w.f32(), BT, C, 4 * C, false);
   std::memcpy(w.dres2, dout, rows_c * sizeof(float));
   ops.layernorm_backward(w.dres2, g.ln2_w, g.ln2_b, w.dln, s.res2, p.ln2_w, s.ln2_mean, s.ln2_rstd, BT, C, false);
 
   // Attention: res2 = x + attn_proj(attention(c_attn(ln1(x))))
-  ops.matmul_backward(w.datty, g.attn_proj_w, g.attn_proj_b, w.dres2, s.atty, p.attn_proj_w, BT, C, C, false);
+  ops.matmul_backward(w.datty, g.attn_proj_w.f32(), g.attn_proj_b, w.dres2, s.atty, p.attn_proj_w.f32(), BT, C, C, false);
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, H, cfg.head_dim());
-  ops.matmul_backward(w.dln, g.attn_w, g.attn_b, w.dqkv, s.ln1, p.attn_w, BT, C, 3 * C, false);
+  ops.matmul_backward(w.dln, g.attn_w.f32(), g.attn_b, w.dqkv, s.ln1, p.attn_w.f32(), BT, C, 3 * C, false);
   std::memcpy(dx, w.dres2, rows_c * sizeof(float));
   ops.layernorm_backward(dx, g.ln1_w, g.ln1_b, w.dln, x, p.ln1_w, s.ln1_mean, s.ln1_rstd, BT, C, false);
 }

@@ -13,20 +13,22 @@
 
 namespace stratum {
 
-// Pointers into one block segment (params or grads: same layout).
+// One block segment's tensors (params or grads: same layout). The four matrices are (in, out)
+// views in Conv1D's layout: fp32, or bf16 for a decoder's params kept in bf16 (Note [bf16 weights]
+// in infer/decoder.h); the vectors are fp32.
 struct Gpt2BlockTensors {
-  float* ln1_w;        // (C)
-  float* ln1_b;        // (C)
-  float* attn_w;       // (C, 3C)
-  float* attn_b;       // (3C)
-  float* attn_proj_w;  // (C, C)
-  float* attn_proj_b;  // (C)
-  float* ln2_w;        // (C)
-  float* ln2_b;        // (C)
-  float* fc_w;         // (C, 4C)
-  float* fc_b;         // (4C)
-  float* mlp_proj_w;   // (4C, C)
-  float* mlp_proj_b;   // (C)
+  float* ln1_w;            // (C)
+  float* ln1_b;            // (C)
+  TensorView attn_w;       // (C, 3C)
+  float* attn_b;           // (3C)
+  TensorView attn_proj_w;  // (C, C)
+  float* attn_proj_b;      // (C)
+  float* ln2_w;            // (C)
+  float* ln2_b;            // (C)
+  TensorView fc_w;         // (C, 4C)
+  float* fc_b;             // (4C)
+  TensorView mlp_proj_w;   // (4C, C)
+  float* mlp_proj_b;       // (C)
 };
 // One pointer per tensor of a block segment held as chunks (Note [segment chunks]): chunks[c] is
 // chunk c's buffer.

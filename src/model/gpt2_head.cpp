@@ -10,22 +10,25 @@
 
 namespace stratum {
 
-CarveSlices Gpt2HeadScratch::slices(const GptConfig& cfg, int max_rows, float** const* f) {
+int head_chunk_rows(Precision precision) { return precision == Precision::Bf16 ? 1024 : 256; }
+
+CarveSlices Gpt2HeadScratch::slices(const GptConfig& cfg, int max_rows, int chunk_rows, float** const* f) {
   const std::size_t R = static_cast<std::size_t>(max_rows), C = cfg.n_embd;
   const std::size_t n = static_cast<std::size_t>(vocab_block_rows(cfg));
-  return {{f[0], R * C}, {f[1], R}, {f[2], R}, {f[3], kHeadRows * n}, {f[4], R},
-          {f[5], R},     {f[6], R}, {f[7], R}, {f[8], R * C}};
+  return {{f[0], R * C}, {f[1], R}, {f[2], R}, {f[3], static_cast<std::size_t>(std::min(chunk_rows, max_rows)) * n},
+          {f[4], R},     {f[5], R}, {f[6], R}, {f[7], R}, {f[8], R * C}};
 }
 
-Gpt2HeadScratch::Gpt2HeadScratch(const GptConfig& cfg, int max_rows) {
+Gpt2HeadScratch::Gpt2HeadScratch(const GptConfig& cfg, int max_rows, Precision precision)
+    : chunk_rows_(head_chunk_rows(precision)) {
   float** const fields[] = {&lnf, &mean, &rstd, &logits, &run_max, &run_sum, &target_logit, &lse, &dlnf};
-  buffer_ = aligned_buffer_carve(slices(cfg, max_rows, fields));
+  buffer_ = aligned_buffer_carve(slices(cfg, max_rows, chunk_rows_, fields));
 }
 
-std::size_t Gpt2HeadScratch::bytes_for(const GptConfig& cfg, int max_rows) {
+std::size_t Gpt2HeadScratch::bytes_for(const GptConfig& cfg, int max_rows, Precision precision) {
   float* sink = nullptr;
   float** const fields[] = {&sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink};
-  return aligned_buffer_carve_bytes(slices(cfg, max_rows, fields));
+  return aligned_buffer_carve_bytes(slices(cfg, max_rows, head_chunk_rows(precision), fields));
 }
 
 void gpt2_head_begin(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,
@@ -42,8 +45,8 @@ void gpt2_head_begin(const Ops& ops, const GptConfig& cfg, const float* lnf_w, c
 void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, int v0, int n,
                          const std::int32_t* targets, int BT, Gpt2HeadScratch& s) {
   const int C = cfg.n_embd;
-  for (int r0 = 0; r0 < BT; r0 += kHeadRows) {
-    const int rows = std::min(kHeadRows, BT - r0);
+  for (int r0 = 0; r0 < BT; r0 += s.chunk_rows()) {
+    const int rows = std::min(s.chunk_rows(), BT - r0);
     // logits (rows, n) = lnf (rows, C) @ wte_rows^T
     ops.sgemm(false, true, rows, n, C, 1.0f, s.lnf + static_cast<std::size_t>(r0) * C, C, wte_rows, C, 0.0f, s.logits, n);
     ops.xent_chunk_forward(s.run_max + r0, s.run_sum + r0, s.target_logit + r0, s.logits, targets + r0, rows, n, v0);
@@ -63,8 +66,8 @@ void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float*
                               int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s) {
   const int C = cfg.n_embd;
   const float dloss = 1.0f / static_cast<float>(BT);
-  for (int r0 = 0; r0 < BT; r0 += kHeadRows) {
-    const int rows = std::min(kHeadRows, BT - r0);
+  for (int r0 = 0; r0 < BT; r0 += s.chunk_rows()) {
+    const int rows = std::min(s.chunk_rows(), BT - r0);
     const float* xr = s.lnf + static_cast<std::size_t>(r0) * C;
     ops.sgemm(false, true, rows, n, C, 1.0f, xr, C, wte_rows, C, 0.0f, s.logits, n);
     ops.xent_chunk_backward(s.logits, s.logits, s.lse + r0, targets + r0, rows, n, v0, dloss);

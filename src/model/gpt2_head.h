@@ -2,8 +2,8 @@
 // model.norm, by cfg.arch: lnf_b / dlnf_b are then null), the LM head (the token embedding's
 // vocabulary blocks when tied, lm_head's when not: the caller passes the rows), and mean
 // cross-entropy, computed one vocabulary block at a time (Note [vocab blocks] in
-// model/param_layout.h) and, inside a block, kHeadRows rows at a time, so neither the full
-// (B*T, V) logits nor the whole of wte is ever needed at once.
+// model/param_layout.h) and, inside a block, head_chunk_rows() rows at a time, so neither the
+// full (B*T, V) logits nor the whole of wte is ever needed at once.
 // Note [head passes]: training runs two passes over the vocabulary blocks. The first
 // (gpt2_head_lse_block) computes each row's log-sum-exp online (Note [online log-sum-exp]) and
 // its target logit; gpt2_head_loss_finish turns them into the loss. The second
@@ -22,17 +22,24 @@
 
 namespace stratum {
 
-inline constexpr int kHeadRows = 256;
+// Rows of one head product. fp32: 256. bf16: 1024, because each bf16 product rounds its operands
+// again, the vocabulary block among them: a quarter of the roundings and larger products make the
+// head 1.6x faster in bf16 on GPT-2 small (docs/benchmarks.md), while fp32 gains nothing and keeps
+// its bits (the block's gradient sums its row chunks in order, so the chunk size is in the bits).
+int head_chunk_rows(Precision precision);
 
 class Gpt2HeadScratch {
  public:
-  Gpt2HeadScratch(const GptConfig& config, int max_rows);
+  // Rows of up to max_rows, in chunks of head_chunk_rows(precision).
+  Gpt2HeadScratch(const GptConfig& config, int max_rows, Precision precision = Precision::Fp32);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
-  static std::size_t bytes_for(const GptConfig& config, int max_rows);  // size_bytes() before allocating
+  // size_bytes() before allocating.
+  static std::size_t bytes_for(const GptConfig& config, int max_rows, Precision precision = Precision::Fp32);
+  int chunk_rows() const { return chunk_rows_; }
   float* lnf;           // (BT, C)
   float* mean;          // (BT)
   float* rstd;          // (BT)
-  float* logits;        // (kHeadRows, vocab block rows), reused per chunk (holds dlogits in training)
+  float* logits;        // (chunk_rows, vocab block rows), reused per chunk (holds dlogits in training)
   float* run_max;       // (BT) online log-sum-exp state
   float* run_sum;       // (BT)
   float* target_logit;  // (BT)
@@ -41,7 +48,8 @@ class Gpt2HeadScratch {
 
  private:
   // The slices in field order, written through `fields` (9 pointers).
-  static CarveSlices slices(const GptConfig& config, int max_rows, float** const* fields);
+  static CarveSlices slices(const GptConfig& config, int max_rows, int chunk_rows, float** const* fields);
+  int chunk_rows_ = 0;
   AlignedBuffer buffer_;
 };
 

@@ -48,12 +48,14 @@ class Ops {
   virtual void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                                const float* w, int M, int K, int N, bool accumulate) const = 0;
   // Row dot products for decoding (Note [row dot products] in kernels/cpu/rowdot.h): y = x @ w^T
-  // for w (N,K) fp32 or bf16, and y = x @ w + bias for w (K,N).
+  // for w (N,K), and y = x @ w + bias for w (K,N), fp32 or bf16.
   virtual void rowdot_nt(float* y, int ldy, const float* x, int ldx, const float* w, const float* bias, int M, int N,
                          int K) const = 0;
   virtual void rowdot_nt_bf16(float* y, int ldy, const float* x, int ldx, const std::uint16_t* w, const float* bias,
                               int M, int N, int K) const = 0;
   virtual void rowdot_kn(float* y, const float* x, const float* w, const float* bias, int M, int K, int N) const = 0;
+  virtual void rowdot_kn_bf16(float* y, const float* x, const std::uint16_t* w, const float* bias, int M, int K,
+                              int N) const = 0;
 
   // Norms (N rows of C).
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,

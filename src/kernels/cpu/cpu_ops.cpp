@@ -42,6 +42,10 @@ void CpuOps::rowdot_nt_bf16(float* y, int ldy, const float* x, int ldx, const st
 void CpuOps::rowdot_kn(float* y, const float* x, const float* w, const float* bias, int M, int K, int N) const {
   stratum::rowdot_kn(pool_, y, x, w, bias, M, K, N);
 }
+void CpuOps::rowdot_kn_bf16(float* y, const float* x, const std::uint16_t* w, const float* bias, int M, int K,
+                            int N) const {
+  stratum::rowdot_kn_bf16(pool_, y, x, w, bias, M, K, N);
+}
 void CpuOps::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                                const float* b, int N, int C, float eps) const {
   stratum::layernorm_forward(pool_, out, mean, rstd, inp, w, b, N, C, eps);

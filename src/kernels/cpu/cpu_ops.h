@@ -24,6 +24,8 @@ class CpuOps final : public Ops {
   void rowdot_nt_bf16(float* y, int ldy, const float* x, int ldx, const std::uint16_t* w, const float* bias, int M,
                       int N, int K) const override;
   void rowdot_kn(float* y, const float* x, const float* w, const float* bias, int M, int K, int N) const override;
+  void rowdot_kn_bf16(float* y, const float* x, const std::uint16_t* w, const float* bias, int M, int K,
+                      int N) const override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N,
                          int C, float eps) const override;
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,

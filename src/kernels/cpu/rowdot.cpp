@@ -82,15 +82,15 @@ void nt_rows(float* y, int ldy, const float* x, int ldx, const W* w, const float
 // kn_edge: the same per-element order).
 constexpr int kColVecs = 4;
 constexpr int kCols = kColVecs * kLanes;
-template <int MB>
-STRATUM_SIMD_CLONES void kn_tile(float* y, const float* x, const float* w, const float* bias, int K, int N, int n) {
+template <int MB, typename W>
+STRATUM_SIMD_CLONES void kn_tile(float* y, const float* x, const W* w, const float* bias, int K, int N, int n) {
   Lanes acc[MB][kColVecs];
 #pragma GCC unroll 16
   for (int m = 0; m < MB; ++m)
 #pragma GCC unroll 16
     for (int c = 0; c < kColVecs; ++c) acc[m][c] = Lanes{};
   for (int k = 0; k < K; ++k) {
-    const float* wk = w + static_cast<std::size_t>(k) * N + n;
+    const W* wk = w + static_cast<std::size_t>(k) * N + n;
     Lanes wv[kColVecs];
 #pragma GCC unroll 16
     for (int c = 0; c < kColVecs; ++c) wv[c] = load(wk + c * kLanes);
@@ -109,11 +109,13 @@ STRATUM_SIMD_CLONES void kn_tile(float* y, const float* x, const float* w, const
   }
 }
 
-void kn_edge(float* y, const float* x, const float* w, const float* bias, int M, int K, int N, int n, int width) {
+template <typename W>
+void kn_edge(float* y, const float* x, const W* w, const float* bias, int M, int K, int N, int n, int width) {
   for (int m = 0; m < M; ++m)
     for (int c = 0; c < width; ++c) {
       float acc = 0.0f;
-      for (int k = 0; k < K; ++k) acc += x[static_cast<std::size_t>(m) * K + k] * w[static_cast<std::size_t>(k) * N + n + c];
+      for (int k = 0; k < K; ++k)
+        acc += x[static_cast<std::size_t>(m) * K + k] * to_f32(w[static_cast<std::size_t>(k) * N + n + c]);
       y[static_cast<std::size_t>(m) * N + n + c] = bias != nullptr ? acc + bias[n + c] : acc;
     }
 }
@@ -160,7 +162,9 @@ void rowdot_nt_bf16(ThreadPool& pool, float* y, int ldy, const float* x, int ldx
   nt_run(pool, y, ldy, x, ldx, w, bias, M, N, K);
 }
 
-void rowdot_kn(ThreadPool& pool, float* y, const float* x, const float* w, const float* bias, int M, int K, int N) {
+namespace {
+template <typename W>
+void kn_run(ThreadPool& pool, float* y, const float* x, const W* w, const float* bias, int M, int K, int N) {
   const std::size_t tiles = static_cast<std::size_t>(N + kCols - 1) / kCols;
   pool.parallel_for(tiles, [&](std::size_t t0, std::size_t t1) {
     for (std::size_t t = t0; t < t1; ++t) {
@@ -171,11 +175,21 @@ void rowdot_kn(ThreadPool& pool, float* y, const float* x, const float* w, const
       }
       int m = 0;
       for (; m + 4 <= M; m += 4)
-        kn_tile<4>(y + static_cast<std::size_t>(m) * N, x + static_cast<std::size_t>(m) * K, w, bias, K, N, n);
+        kn_tile<4, W>(y + static_cast<std::size_t>(m) * N, x + static_cast<std::size_t>(m) * K, w, bias, K, N, n);
       for (; m < M; ++m)
-        kn_tile<1>(y + static_cast<std::size_t>(m) * N, x + static_cast<std::size_t>(m) * K, w, bias, K, N, n);
+        kn_tile<1, W>(y + static_cast<std::size_t>(m) * N, x + static_cast<std::size_t>(m) * K, w, bias, K, N, n);
     }
   }, 2);
+}
+}  // namespace
+
+void rowdot_kn(ThreadPool& pool, float* y, const float* x, const float* w, const float* bias, int M, int K, int N) {
+  kn_run(pool, y, x, w, bias, M, K, N);
+}
+
+void rowdot_kn_bf16(ThreadPool& pool, float* y, const float* x, const std::uint16_t* w, const float* bias, int M, int K,
+                    int N) {
+  kn_run(pool, y, x, w, bias, M, K, N);
 }
 
 }  // namespace stratum

@@ -30,4 +30,9 @@ void rowdot_nt_bf16(ThreadPool& pool, float* y, int ldy, const float* x, int ldx
 // sums x[m][k] * w[k][n] over k in order, then adds the bias. bias may be null.
 void rowdot_kn(ThreadPool& pool, float* y, const float* x, const float* w, const float* bias, int M, int K, int N);
 
+// rowdot_kn with bfloat16 weights, each widened to fp32 as it is loaded: the same bits as
+// rowdot_kn on the widened copy of w (Note [bf16 weights] in infer/decoder.h).
+void rowdot_kn_bf16(ThreadPool& pool, float* y, const float* x, const std::uint16_t* w, const float* bias, int M, int K,
+                    int N);
+
 }  // namespace stratum
