@@ -143,7 +143,7 @@ TEST(Plan, LlamaWithItsOwnHeadDimAndA128kContextTrainsUnderABudgetAsPlanned) {
   cfg.rope_scaling.factor = 8.0;
   cfg.tie_word_embeddings = false;
   const ParamLayout layout = ParamLayout::of(cfg);
-  const UnitTable units(layout, 0, /*params_only=*/true);
+  const UnitTable units(layout, 0, UnitSet::Inference);
   RamSegmentStore store(units);
   model_init_random(cfg, layout, store, 5);
   const std::string model = tmp.file("llama");

@@ -75,7 +75,7 @@ TEST(TensorView, StoreHandsBf16ParamsOutOnlyAsBf16) {
   cfg.vocab_size = 32;
   cfg.n_inner = 32;
   const ParamLayout layout = ParamLayout::of(cfg);
-  RamSegmentStore store(UnitTable(layout, 0, /*params_only=*/true, /*param_bf16=*/true));
+  RamSegmentStore store(UnitTable(layout, 0, UnitSet::Inference, /*param_bf16=*/true));
   const int s = layout.layer_segment(0);
   SegmentChunksHold params(store, s, SegmentKind::Params, Access::Read);
   EXPECT_EQ(params.view(0).dtype(), DType::BF16);

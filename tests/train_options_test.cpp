@@ -27,6 +27,8 @@ void change(const TrainOption& option, TrainSettings& s) {
         else if constexpr (std::is_same_v<T, LrScheduleKind>)
           *p = *p == LrScheduleKind::Cosine ? LrScheduleKind::Constant : LrScheduleKind::Cosine;
         else if constexpr (std::is_same_v<T, Precision>) *p = *p == Precision::Bf16 ? Precision::Fp32 : Precision::Bf16;
+        else if constexpr (std::is_same_v<T, TrainOptimizer>)
+          *p = *p == TrainOptimizer::AdamW ? TrainOptimizer::ZoSgd : TrainOptimizer::AdamW;
         else if constexpr (std::is_same_v<T, double>) *p = *p < option.max / 2 ? *p * 0.5 + option.max / 4 : *p / 2;
         else if constexpr (std::is_same_v<T, std::uint64_t>) *p = 0xfedcba9876543210ull & 0x7fffffffffffffffull;
         else *p = *p + 1 <= option.max ? *p + 1 : *p - 1;

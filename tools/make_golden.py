@@ -20,6 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpt2 as tg  # noqa: E402
+import torch_zo  # noqa: E402
 
 SEED = 1234
 TOKENS_SEED = 4321
@@ -33,6 +34,12 @@ TRAIN = dict(batch=4, seq=32, steps=20, lr=1e-3, lr_schedule="cosine", warmup=5,
 # scales), runs 24 steps over the same 20*B*T+1 tokens (batches 20..23 wrap) and uses the
 # constant schedule.
 TRAIN_CLIP = dict(TRAIN, steps=24, lr_schedule="constant", warmup=3, grad_clip=0.5)
+
+
+# Zeroth-order SGD (MeZO) from the same model and tokens: what `stratum train --optimizer zo-sgd`
+# is checked against (tools/torch_zo.py reproduces its z generator). seed is Stratum's default.
+ZO = dict(batch=4, seq=32, steps=8, lr=1e-3, lr_schedule="cosine", warmup=2, min_lr=1e-4, zo_eps=1e-3,
+          weight_decay=0.1, seed=1337)
 
 
 def _f32(t):
@@ -152,6 +159,32 @@ def make_autocast(out_dir):
                                   "torch_version": torch.__version__, "train_args": json.dumps(TRAIN)})
     diff = (bf16["train_losses"] - fp32["train_losses"]).abs().max().item()
     return {"bf16_loss_last": bf16["train_losses"][-1].item(), "max_bf16_fp32_loss_diff": diff}
+
+
+def make_zo(out_dir):
+    """reference_zo.safetensors: ZO steps of the tiny GPT-2 from model.safetensors and tokens.bin."""
+    cfg = tg.GPT2Config(**TINY)
+    init, _ = tg.load_safetensors(os.path.join(out_dir, "model.safetensors"))
+    tokens = torch.from_numpy(np.fromfile(os.path.join(out_dir, "tokens.bin"), dtype="<u2").astype(np.int64))
+    a = ZO
+
+    def loss_fn(params, k):
+        x, y = tg.get_batch(tokens, k, a["batch"], a["seq"])
+        return tg.forward(params, cfg, x, y)[1]
+
+    run = torch_zo.zo_run(init, loss_fn, None, a["steps"], a["seed"], a["zo_eps"],
+                          lambda s: tg.lr_at(s, a["lr"], a["warmup"], a["min_lr"], a["steps"], a["lr_schedule"]),
+                          a["weight_decay"])
+    out = {"zo_loss_plus": torch.tensor(run["loss_plus"], dtype=torch.float32),
+           "zo_loss_minus": torch.tensor(run["loss_minus"], dtype=torch.float32),
+           "zo_grads": torch.tensor(run["grads"], dtype=torch.float64)}
+    for n, arr in run["params"].items():
+        out["final." + n] = torch.from_numpy(arr)
+    tg.save_safetensors(os.path.join(out_dir, "reference_zo.safetensors"), out,
+                        metadata={"generator": "tools/make_golden.py --only zo", "torch_version": torch.__version__,
+                                  "zo_args": json.dumps(ZO)})
+    moved = max(float(np.abs(run["params"][n] - init[n].numpy()).max()) for n in init)
+    return {"grads": run["grads"], "largest_move": moved}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -315,13 +348,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast"],
-                    help="autocast: regenerate only tiny_gpt2/reference_bf16.safetensors")
+    ap.add_argument("--only", choices=["autocast", "zo"],
+                    help="autocast: regenerate only tiny_gpt2/reference_bf16.safetensors; "
+                         "zo: only tiny_gpt2/reference_zo.safetensors")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
-    if args.only != "autocast":
+    if args.only is None:
         info = make_tiny(os.path.join(root, "tiny_gpt2"))
+    if args.only in (None, "zo"):
+        zo = make_zo(os.path.join(root, "tiny_gpt2"))
+        print(f"tiny_gpt2 zo-sgd: projected gradients {', '.join(f'{g:.4f}' for g in zo['grads'])}, "
+              f"largest parameter move {zo['largest_move']:.2e}")
+    if args.only == "zo":
+        return
     auto = make_autocast(os.path.join(root, "tiny_gpt2"))
     print(f"tiny_gpt2 bf16 autocast: loss after 20 steps {auto['bf16_loss_last']:.6f}, "
           f"largest |bf16 - fp32| loss difference {auto['max_bf16_fp32_loss_diff']:.6f}")

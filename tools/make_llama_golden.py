@@ -24,6 +24,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpt2 as tg  # noqa: E402
 import torch_llama as tl  # noqa: E402
+import torch_zo  # noqa: E402
 
 SEED = 1234
 TOKENS_SEED = 4321
@@ -259,6 +260,42 @@ def make_autocast(root):
     return (bf16["train_losses"] - fp32["train_losses"]).abs().max().item()
 
 
+# Zeroth-order SGD (MeZO) from the same shards and tokens (tools/torch_zo.py); seed is Stratum's
+# default. The untied lm_head.weight gets its own z.
+ZO = dict(batch=2, seq=16, steps=8, lr=1e-3, lr_schedule="cosine", warmup=2, min_lr=1e-4, zo_eps=1e-3,
+          weight_decay=0.1, seed=1337)
+
+
+def make_zo(root):
+    """tiny_llama/reference_zo.safetensors: ZO steps of the tiny Llama."""
+    out_dir = os.path.join(root, "tiny_llama")
+    cfg = tl.LlamaConfig(**TINY)
+    init = {}
+    for name in sorted(os.listdir(out_dir)):
+        if name.startswith("model-") and name.endswith(".safetensors"):
+            tensors, _ = tg.load_safetensors(os.path.join(out_dir, name))
+            init.update({n: t.to(torch.float32) for n, t in tensors.items()})
+    tokens = torch.from_numpy(np.fromfile(os.path.join(out_dir, "tokens.bin"), dtype="<u2").astype(np.int64))
+    a = ZO
+
+    def loss_fn(params, k):
+        x, y = tg.get_batch(tokens, k, a["batch"], a["seq"])
+        return tl.forward(params, cfg, x, y)[1]
+
+    run = torch_zo.zo_run(init, loss_fn, None, a["steps"], a["seed"], a["zo_eps"],
+                          lambda s: tg.lr_at(s, a["lr"], a["warmup"], a["min_lr"], a["steps"], a["lr_schedule"]),
+                          a["weight_decay"])
+    out = {"zo_loss_plus": torch.tensor(run["loss_plus"], dtype=torch.float32),
+           "zo_loss_minus": torch.tensor(run["loss_minus"], dtype=torch.float32),
+           "zo_grads": torch.tensor(run["grads"], dtype=torch.float64)}
+    for n, arr in run["params"].items():
+        out["final." + n] = torch.from_numpy(arr)
+    tg.save_safetensors(os.path.join(out_dir, "reference_zo.safetensors"), out,
+                        metadata={"generator": "tools/make_llama_golden.py --only zo",
+                                  "torch_version": torch.__version__, "zo_args": json.dumps(ZO)})
+    return run["grads"]
+
+
 def greedy(params, cfg):
     ids, step_logits, margin = tl.greedy_generate(params, cfg, PROMPT, N_NEW)
     assert margin > 1e-2, f"greedy top-1/top-2 margin {margin} too small to be robust"
@@ -392,15 +429,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast"],
-                    help="autocast: regenerate only tiny_llama/reference_bf16.safetensors")
+    ap.add_argument("--only", choices=["autocast", "zo"],
+                    help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
+                         "zo: only tiny_llama/reference_zo.safetensors")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
     if args.only == "autocast":
         print(f"tiny_llama bf16 autocast: largest |bf16 - fp32| loss difference {make_autocast(root):.6f}")
         return
+    if args.only == "zo":
+        print(f"tiny_llama zo-sgd: projected gradients {[round(g, 4) for g in make_zo(root)]}")
+        return
     info = make_tiny(root)
+    print(f"tiny_llama zo-sgd: projected gradients {[round(g, 4) for g in make_zo(root)]}")
     print(f"tiny_llama bf16 autocast: largest |bf16 - fp32| loss difference {make_autocast(root):.6f}")
     print(f"tiny_llama: {info['n_params']} params, loss0 {info['loss0']:.6f}, "
           f"train losses {[round(v, 4) for v in info['losses']]}, "

@@ -26,6 +26,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                           {"offload-dir", "DIR", "with --mem-budget: the directory the run would stream through (its disk is measured)"},
                           {"prefetch", "K", "with --mem-budget: plan with this prefetch depth instead of choosing one"},
                           {"precision", "P", "fp32 (default) | bf16, as for train"},
+                          {"optimizer", "NAME", "adamw (default) | zo-sgd, as for train"},
                           {"recalibrate", "", "measure the disk again instead of using the cached numbers"},
                           {"measure-json", "", "print only the measurements (disk, compute) as JSON; train uses this to measure in a separate process"},
                           {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"}}));
@@ -58,6 +59,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                 "[cli] --offload-dir and --prefetch only apply with --mem-budget SIZE");
   r.prefetch = static_cast<int>(args.integer("prefetch", -1, 0, 64));
   r.precision = precision_parse(args.str("precision", "fp32"));
+  r.zeroth_order = train_optimizer_parse(args.str("optimizer", "adamw")) == TrainOptimizer::ZoSgd;
   const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
   ThreadPool pool(threads > 0 ? threads : default_thread_count());
   backend_set_threads(pool.num_threads());

@@ -70,6 +70,8 @@ void train_options_parse(const Args& args, TrainSettings& s) {
             if (args.has(option.flag)) *p = lr_schedule_parse(args.str(option.flag));
           } else if constexpr (std::is_same_v<T, Precision>) {
             if (args.has(option.flag)) *p = precision_parse(args.str(option.flag));
+          } else if constexpr (std::is_same_v<T, TrainOptimizer>) {
+            if (args.has(option.flag)) *p = train_optimizer_parse(args.str(option.flag));
           } else if constexpr (std::is_same_v<T, double>) {
             *p = args.number(option.flag, *p);  // its range: train_run's options_check, for every caller
           } else {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <utility>
 
 #include "backend/backend.h"
@@ -18,6 +19,7 @@ const char* optimizer_mode_name(OptimizerMode mode) {
     case OptimizerMode::Inline: return "inline";
     case OptimizerMode::Overlapped: return "overlapped";
     case OptimizerMode::Pipelined: return "pipelined";
+    case OptimizerMode::ZerothOrder: return "zeroth-order";
   }
   return "?";
 }
@@ -39,7 +41,9 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       layout_(units.layout()),
       max_batch_(max_batch),
       max_seq_(max_seq),
-      dacts_(2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
+      dacts_(mode == OptimizerMode::ZerothOrder  // no backward
+                 ? 0
+                 : 2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
       keep_activations_(keep_activations),
       mode_(mode),
       blocks_(*ops_, config, max_batch, max_seq, keep_activations ? config.n_layer : 1),
@@ -54,7 +58,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   for (int s = 0; s < layout_.segment_count(); ++s) grad_squares_[s].assign(layout_.segments()[s].tensors.size(), 0.0);
   schedule_build();
   update_job_.assign(static_cast<std::size_t>(layout_.segment_count()), 0);
-  if (mode != OptimizerMode::Inline) {
+  if (mode == OptimizerMode::Overlapped || mode == OptimizerMode::Pipelined) {
     worker_pool_ = std::make_unique<ThreadPool>(1);
     worker_ops_ = ops_make(*worker_pool_);
     worker_ = std::make_unique<OptimizerWorker>();
@@ -85,6 +89,43 @@ void Executor::attach(SegmentStore& store) {
 
 int Executor::act_segment(int layer) const {
   return layer < cfg_.n_layer ? layout_.layer_segment(layer) : layout_.head_segment();
+}
+
+void Executor::forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params) {
+  using A = Access;
+  using K = SegmentKind;
+  using W = GroupWork;
+  const int embed = layout_.embed_segment(), head = layout_.head_segment();
+  const int nv = layout_.vocab_block_count();
+  auto unit = [&](int s, K k, int c = 0) { return units_.index(s, k, c); };
+  const int act0 = unit(act_segment(0), K::Activations);
+  before(embed);
+  schedule_.group_add({{unit(embed, K::Params), params(embed)}, {act0, A::Overwrite}}, W::EmbedForward, embed);
+  for (int k = 0; k < nv; ++k) {
+    const int v = layout_.vocab_segment(k);
+    before(v);
+    schedule_.group_add({{unit(v, K::Params), params(v)}, {act0, A::Update}}, W::VocabForward, v, k);
+  }
+  for (int l = 0; l < cfg_.n_layer; ++l) {
+    const int s = layout_.layer_segment(l);
+    before(s);
+    std::vector<UnitUse> uses = {{unit(s, K::Activations), A::Read},
+                                 {unit(act_segment(l + 1), K::Activations), A::Overwrite}};
+    const A access = params(s);
+    for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) uses.push_back({unit(s, K::Params, c), access});
+    schedule_.group_add(std::move(uses), W::LayerForward, s, l);
+  }
+  const bool tied = layout_.head_tied();
+  before(head);
+  if (!tied)
+    for (int k = 0; k < nv; ++k) before(layout_.head_vocab_segment(k));
+  // Note [head passes]: the log-sum-exp pass, then the backward pass, over the vocabulary blocks.
+  schedule_.group_add({{unit(head, K::Params), params(head)}, {unit(head, K::Activations), A::Read}}, W::HeadBegin,
+                      head);
+  for (int k = 0; k < nv; ++k) {
+    const int v = layout_.head_vocab_segment(k);
+    schedule_.group_add({{unit(v, K::Params), params(v)}}, W::HeadLse, v, k);
+  }
 }
 
 void Executor::schedule_build() {
@@ -118,39 +159,17 @@ void Executor::schedule_build() {
   const bool tied = layout_.head_tied();
   if (!tied)
     for (int k = 0; k < nv; ++k) forward_segments_.push_back(layout_.head_vocab_segment(k));
+  if (mode_ == OptimizerMode::ZerothOrder) {
+    zo_schedule_build();
+    return;
+  }
   // Pipelined: a segment's update (of the previous step) runs just before its forward, so that is
   // where the schedule lists it (the forward waits for it there); its prefetch then rides the
   // forward's window.
   const bool pipelined = mode_ == OptimizerMode::Pipelined;
-  const int act0 = unit(act_segment(0), K::Activations);
-  if (pipelined) opt_group(embed);
-  schedule_.group_add({{unit(embed, K::Params), A::Read}, {act0, A::Overwrite}}, W::EmbedForward, embed);
-  for (int k = 0; k < nv; ++k) {
-    const int v = layout_.vocab_segment(k);
-    if (pipelined) opt_group(v);
-    schedule_.group_add({{unit(v, K::Params), A::Read}, {act0, A::Update}}, W::VocabForward, v, k);
-  }
-  for (int l = 0; l < L; ++l) {
-    const int s = layout_.layer_segment(l);
-    if (pipelined) opt_group(s);
-    schedule_.group_add(
-        chunks({{unit(s, K::Activations), A::Read}, {unit(act_segment(l + 1), K::Activations), A::Overwrite}}, s,
-               K::Params, A::Read),
-        W::LayerForward, s, l);
-  }
-  if (pipelined) {
-    opt_group(head);
-    if (!tied)
-      for (int k = 0; k < nv; ++k) opt_group(layout_.head_vocab_segment(k));
-  }
-  // Note [head passes]: the log-sum-exp pass, then the backward pass, over the vocabulary blocks.
-  const std::vector<UnitUse> head_in = {{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}};
-  schedule_.group_add(head_in, W::HeadBegin, head);
-  for (int k = 0; k < nv; ++k) {
-    const int v = layout_.head_vocab_segment(k);
-    schedule_.group_add({{unit(v, K::Params), A::Read}}, W::HeadLse, v, k);
-  }
+  forward_groups_add([&](int s) { if (pipelined) opt_group(s); }, [](int) { return A::Read; });
   forward_end_ = schedule_.group_count();
+  const std::vector<UnitUse> head_in = {{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}};
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.head_vocab_segment(k);
     schedule_.group_add({{unit(v, K::Params), A::Read}, {unit(v, K::Grads), A::Overwrite}}, W::HeadBackward, v, k);
@@ -199,7 +218,7 @@ void Executor::schedule_build() {
 }
 
 std::size_t Executor::min_store_bytes() const {
-  return schedule_min_bytes(schedule_, units_, mode_ != OptimizerMode::Inline);
+  return schedule_min_bytes(schedule_, units_, worker_ != nullptr);
 }
 
 std::size_t Executor::fixed_bytes() const {
@@ -229,15 +248,21 @@ void Executor::group_run(int g, Pass& pass) {
         if (pass.queue_updates) optimizer_queue(s, pass.hyper, pass.weight_decay, 1.0f);
         break;
       case OptimizerMode::Inline: break;  // after the global norm: optimizer_step()
+      case OptimizerMode::ZerothOrder: STRATUM_ASSERT(false);  // its schedule has no Optimizer group
     }
     return;
   }
   at(g);
   const GroupHolds holds(*store_, schedule_.group(g));
+  if (pass.kind == PassKind::ZoFlush) {  // a pending zeroth-order update alone, no compute
+    zo_apply(g, holds, pass);
+    return;
+  }
   {
     const char* phase = work <= GroupWork::LayerForward ? "forward" : work <= GroupWork::HeadEnd ? "head" : "backward";
     TraceSpan span(trace_, TraceRecorder::kCompute, phase, trace_ != nullptr ? group_name(g, pass) : std::string(),
                    tag(work));
+    if (pass.zo) zo_apply(g, holds, pass);
     group_compute(g, holds, pass);
   }
   if (pass.kind == PassKind::Train)
@@ -370,6 +395,7 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
                                 const AdamWHyper& hyper, double weight_decay, double grad_clip) {
   check_shape(B, T);
   STRATUM_ASSERT(mode_ != OptimizerMode::Overlapped || grad_clip <= 0);
+  STRATUM_ASSERT(mode_ != OptimizerMode::ZerothOrder);
   StepResult r;
   const bool overlap = mode_ == OptimizerMode::Overlapped;
   r.loss = train_pass(inputs, targets, B, T, overlap, hyper, weight_decay);
@@ -390,6 +416,7 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
 
 float Executor::loss(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
   check_shape(B, T);
+  zo_flush();
   Pass pass{PassKind::Loss, inputs, targets, B, T};
   run(0, forward_end_, pass);
   return pass.loss;
@@ -397,6 +424,7 @@ float Executor::loss(const std::int32_t* inputs, const std::int32_t* targets, in
 
 void Executor::logits_last(const std::int32_t* tokens, int T, float* logits) {
   check_shape(1, T);
+  zo_flush();
   Pass pass{PassKind::Logits, tokens, nullptr, 1, T};
   pass.logits_row = T - 1;
   pass.logits = logits;
@@ -454,6 +482,7 @@ void Executor::update_wait(int segment) {
 }
 
 void Executor::sync() {
+  zo_flush();
   if (!worker_) return;
   std::fill(update_job_.begin(), update_job_.end(), 0);
   worker_->wait_idle();

@@ -25,10 +25,23 @@
 // first, so all updates are queued after the backward, in forward order, and run while the next
 // step's forward proceeds; the forward (and the head) wait for a segment's update before
 // reading it, and sync() waits for all. Every element gets the same arithmetic in every mode,
-// so the bits are the same. Does not choose placement or own the store.
+// so the bits are the same. ZerothOrder: Note [zeroth-order step]. Does not choose placement or
+// own the store.
+// Note [zeroth-order step]: MeZO/ZO2's forward-only training (zo_step). The schedule is two
+// forward passes, each ending with the head's log-sum-exp groups and no backward; the store holds
+// parameters and boundary activations only (UnitSet::ForwardOnly). The first group of a pass that
+// holds a segment's parameters holds them for Update and applies Ops::zo_update to them before
+// computing: in pass 1, the previous step's pending update (restore +eps*z, then
+// p -= lr * (g * z + wd * p)) and this step's perturbation +eps*z'; in pass 2, -2*eps*z'. So the
+// weights cross the disk once per forward (as in ZO2) and z is regenerated, never stored (Note
+// [zo noise] in core/zo_noise.h). The projected gradient g = (L+ - L-) / (2 eps) is known after
+// pass 2; its update waits, pending, for the next step's pass 1, or for sync(), loss() or
+// logits_last(), which apply it in a pass over the parameters alone (the same elementwise
+// arithmetic: the same bits wherever it lands).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,8 +60,9 @@
 
 namespace stratum {
 
-enum class OptimizerMode { Inline, Overlapped, Pipelined };
-const char* optimizer_mode_name(OptimizerMode mode);  // "inline", "overlapped", "pipelined"
+enum class OptimizerMode { Inline, Overlapped, Pipelined, ZerothOrder };
+// "inline", "overlapped", "pipelined", "zeroth-order"
+const char* optimizer_mode_name(OptimizerMode mode);
 
 // The mode training uses: without clipping the updates overlap the backward; with clipping and
 // a budget they overlap the next step's forward, where their I/O hides behind compute; in RAM
@@ -60,6 +74,15 @@ struct StepResult {
   float grad_norm = 0.0f;   // before clipping
   float grad_scale = 1.0f;  // clipping coefficient applied
   double optimizer_wait_ms = 0.0;  // the training thread waiting for updates on the worker to finish
+};
+
+// One zeroth-order step's hyper-parameters (Note [zeroth-order step]).
+struct ZoHyper {
+  std::uint64_t seed = 0;  // the run's seed (Note [zo noise])
+  long step = 0;           // 0-based
+  double eps = 1e-3;       // perturbation scale
+  double lr = 1e-6;
+  double weight_decay = 0.0;  // on tensors with weight_decay set, as MeZO
 };
 
 class Executor {
@@ -94,6 +117,10 @@ class Executor {
   StepResult train_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
                         const AdamWHyper& hyper, double weight_decay, double grad_clip);
 
+  // One zeroth-order step (mode ZerothOrder, Note [zeroth-order step]): loss is (L+ + L-) / 2,
+  // grad_norm the projected gradient |g|.
+  StepResult zo_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, const ZoHyper& hyper);
+
   // Forward + backward for inputs/targets (B,T); writes every parameter's gradient into the
   // store's Grads units (overwriting) and returns the mean cross-entropy.
   float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
@@ -109,12 +136,12 @@ class Executor {
   // weight_decay set.
   void optimizer_step(const AdamWHyper& hyper, double weight_decay, float grad_scale);
   // Waits until every queued update has been applied (before reading parameters from outside:
-  // saving, hashing); rethrows a failed update's error.
+  // saving, hashing), and applies a pending zeroth-order update; rethrows a failed update's error.
   void sync();
 
  private:
   // What a pass over the groups computes and the state its groups hand on.
-  enum class PassKind { Train, Loss, Logits };
+  enum class PassKind { Train, Loss, Logits, ZoFlush };
   struct Pass {
     PassKind kind;
     const std::int32_t* inputs;
@@ -128,10 +155,27 @@ class Executor {
     float loss = 0.0f;           // after the last HeadLse group (Train, Loss)
     float* dcur = nullptr;       // backward: gradient ping-pong in dacts_
     float* dnext = nullptr;
+    // ZerothOrder: what the first hold of a segment's parameters in this pass applies (keys are
+    // step keys here, made per tensor in zo_apply).
+    bool zo = false;
+    ZoUpdate zo_update{};
+  };
+  struct ZoPending {  // the last step's update, not yet applied (Note [zeroth-order step])
+    bool pending = false;
+    std::uint64_t step_key = 0;
+    float eps = 0.0f, lr = 0.0f, g = 0.0f;
+    double weight_decay = 0.0;
   };
 
   void check_shape(int B, int T) const;
   void schedule_build();
+  // The forward's groups (embed, vocabulary blocks, layers, head's log-sum-exp), with before(s)
+  // called ahead of a segment's first group and params(s) the access of its parameters.
+  void forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params);
+  void zo_schedule_build();
+  void zo_apply(int g, const GroupHolds& holds, const Pass& pass);  // pass.zo: at the parameters' first hold
+  ZoUpdate zo_pending_update() const;  // the pending update as a ZoUpdate (update set when pending)
+  void zo_flush();                     // applies a pending update (a ZoFlush pass over the forward groups)
   void run(int first, int last, Pass& pass);  // groups [first, last)
   // Forward, head and backward (the groups before the inline updates); returns the mean loss.
   float train_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool queue_updates,
@@ -183,6 +227,7 @@ class Executor {
   std::vector<long> update_job_;   // per segment: worker job number of its pending update, 0 = none
   double update_wait_ms_ = 0.0;    // waited in update_wait since the last train_step returned
   TraceRecorder* trace_ = nullptr;
+  ZoPending zo_pending_;
 };
 
 }  // namespace stratum

@@ -16,7 +16,7 @@
 // CachedAttention (attention_cached against the KV cache), so logits do not depend on the batch,
 // the chunking of a prompt or the budget. Does not own the store.
 // Note [KV cache units]: layer l's KV cache (K then V, (max_batch, KV, max_ctx, hd) each, fp32)
-// is the layer segment's activation unit of an inference UnitTable (params_only, act_floats =
+// is the layer segment's activation unit of an inference UnitTable (UnitSet::Inference, act_floats =
 // kv_unit_floats), used with Access::Update in the layer's schedule group. So the store treats it
 // like the weights: in RAM it is allocated on first use; under a budget the tiered store keeps
 // it, or writes it to the offload dir and reads it back, by the same farthest-next-use rule

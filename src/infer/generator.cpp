@@ -132,7 +132,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   // Note [bf16 weights]: a bf16 model stays bf16 (half the RAM, budget and reads, the same bits);
   // with --precision bf16 any model is rounded to bf16 on load.
   const bool bf16 = o.precision == Precision::Bf16 || (o.keep_bf16 && model_weights_bf16(o.model_dir));
-  UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), /*params_only=*/true, bf16);
+  UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), UnitSet::Inference, bf16);
   std::unique_ptr<SegmentStore> store;
   const std::size_t fixed = Decoder::fixed_bytes_for(*ops, cfg, batch, max_ctx);
   if (o.mem_budget_bytes > 0) {

@@ -34,6 +34,21 @@ struct AdamWHyper {
   long step = 1;  // 1-based step count used for bias correction
 };
 
+// One zeroth-order update of a tensor's elements (Note [zo noise] in core/zo_noise.h, Note
+// [zeroth-order step] in exec/executor.h). For each element p with flat index `first + i` in its
+// Hugging Face tensor, in fp32 and in this order:
+//   with `update`: z = z(update_key); p = p + z * eps; p = p - lr * (g * z + weight_decay * p)
+//   with `perturb`: z = z(perturb_key); p = p + z * scale
+// (the restore of step t's last perturbation and MeZO's update, then step t+1's perturbation).
+struct ZoUpdate {
+  bool update = false;
+  std::uint64_t update_key = 0;
+  float eps = 0.0f, lr = 0.0f, g = 0.0f, weight_decay = 0.0f;
+  bool perturb = false;
+  std::uint64_t perturb_key = 0;
+  float scale = 0.0f;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -119,6 +134,8 @@ class Ops {
   // AdamW on n elements (fp32 master weights), gradient scaled by grad_scale first.
   virtual void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n,
                             const AdamWHyper& hyper, double weight_decay, float grad_scale) const = 0;
+  // Zeroth-order perturbation and update of x[0, n), elements first .. first + n - 1 of their tensor.
+  virtual void zo_update(float* x, std::size_t n, std::uint64_t first, const ZoUpdate& u) const = 0;
 };
 
 }  // namespace stratum

@@ -103,7 +103,10 @@ std::vector<ComputeTiming> time_passes(Executor& exec, const GptConfig& mini, co
   for (int step = 0; step <= kTimedSteps; ++step) {
     TraceRecorder trace;
     exec.trace_set(step > 0 ? &trace : nullptr);
-    exec.forward_backward(inputs.data(), targets.data(), r.batch, r.seq);
+    if (r.zeroth_order)
+      exec.zo_step(inputs.data(), targets.data(), r.batch, r.seq, ZoHyper{7, step, 1e-3, 0.0, 0.0});
+    else
+      exec.forward_backward(inputs.data(), targets.data(), r.batch, r.seq);
     exec.trace_set(nullptr);
     if (step == 0) continue;
     ComputeTiming& t = steps[step - 1];
@@ -123,6 +126,12 @@ std::vector<ComputeTiming> time_passes(Executor& exec, const GptConfig& mini, co
         case GroupWork::EmbedBackward: t.other_ms += ms; break;
       }
     }
+    if (r.zeroth_order) {  // two forward passes a step: the times of one (each with its zo update)
+      t.layer_forward_ms /= 2;
+      t.vocab_forward_ms /= 2;
+      t.head_lse_ms /= 2;
+      t.other_ms /= 2;
+    }
   }
   return steps;
 }
@@ -139,10 +148,11 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
   // the executor are gone before AdamW's buffers are made.
   std::vector<ComputeTiming> steps;
   {
-    const UnitTable units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq));
+    const UnitTable units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq), plan_unit_set(r));
     std::unique_ptr<OwnedDir> scratch;  // destroyed after the store, which after the executor
     std::unique_ptr<SegmentStore> store;
-    Executor exec(pool, mini, units, r.batch, r.seq, r.keep_activations, OptimizerMode::Inline, r.precision);
+    Executor exec(pool, mini, units, r.batch, r.seq, r.keep_activations,
+                  r.zeroth_order ? OptimizerMode::ZerothOrder : OptimizerMode::Inline, r.precision);
     if (r.mem_budget_bytes > 0 && !offload_dir.empty()) {
       const std::size_t need = exec.fixed_bytes() + exec.min_store_bytes();
       STRATUM_CHECK(r.mem_budget_bytes >= need, "[plan] --mem-budget ", bytes_text(r.mem_budget_bytes),
@@ -292,6 +302,7 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
                                    "--activations", r.keep_activations ? "keep" : "recompute",
                                    "--threads", std::to_string(threads),
                                    "--precision", precision_name(r.precision),
+                                   "--optimizer", r.zeroth_order ? "zo-sgd" : "adamw",
                                    "--measure-json"};
   if (!co.offload_dir.empty()) {
     args.insert(args.end(), {"--mem-budget", std::to_string(std::max<std::size_t>(r.mem_budget_bytes, 1)),
@@ -414,12 +425,18 @@ const char* segment_group_name(SegmentRole role, ModelArch arch) {
 }
 }  // namespace
 
+OptimizerMode plan_mode(const PlanRequest& r, bool budget) {
+  return r.zeroth_order ? OptimizerMode::ZerothOrder : optimizer_mode_for(r.grad_clip, budget);
+}
+
+UnitSet plan_unit_set(const PlanRequest& r) { return r.zeroth_order ? UnitSet::ForwardOnly : UnitSet::Training; }
+
 std::size_t plan_min_budget_bytes(const PlanRequest& r) {
   const ParamLayout layout = ParamLayout::of(r.config);
-  const UnitTable units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq));
+  const UnitTable units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq), plan_unit_set(r));
   ThreadPool pool(1);
-  const Executor streaming(pool, r.config, units, r.batch, r.seq, r.keep_activations,
-                           optimizer_mode_for(r.grad_clip, true), r.precision);
+  const Executor streaming(pool, r.config, units, r.batch, r.seq, r.keep_activations, plan_mode(r, true),
+                           r.precision);
   return streaming.fixed_bytes() + streaming.min_store_bytes();
 }
 
@@ -434,15 +451,15 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   const GptConfig& cfg = r.config;
   cfg.validate();
   const ParamLayout layout = ParamLayout::of(cfg);
-  const UnitTable units(layout, Executor::activation_unit_floats(cfg, r.batch, r.seq));
+  const UnitTable units(layout, Executor::activation_unit_floats(cfg, r.batch, r.seq), plan_unit_set(r));
   ThreadPool pool(1);
   Plan p;
-  p.mode = optimizer_mode_for(r.grad_clip, r.mem_budget_bytes > 0);
+  p.mode = plan_mode(r, r.mem_budget_bytes > 0);
   const Executor exec(pool, cfg, units, r.batch, r.seq, r.keep_activations, p.mode, r.precision);
   const StepSchedule& schedule = exec.schedule();
   p.engine_bytes = exec.fixed_bytes();
   // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's).
-  const OptimizerMode streaming_mode = optimizer_mode_for(r.grad_clip, true);
+  const OptimizerMode streaming_mode = plan_mode(r, true);
   p.min_budget_bytes = streaming_mode == p.mode ? exec.fixed_bytes() + exec.min_store_bytes() : plan_min_budget_bytes(r);
   p.read_gbps = read_gbps;
   p.write_gbps = write_gbps;
@@ -519,7 +536,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   // Time.
   const std::size_t floats = segment_floats(layout);
   const double adamw_ns = p.mode == OptimizerMode::Inline ? t.adamw_inline_ns_per_float : t.adamw_worker_ns_per_float;
-  p.optimizer_ms = floats * adamw_ns / 1e6;
+  p.optimizer_ms = p.mode == OptimizerMode::ZerothOrder ? 0.0 : floats * adamw_ns / 1e6;  // zo: inside the forward
   for (int g = 0; g < G; ++g) p.compute_ms += group_compute_ms(schedule.group_work(g), t);
   p.read_ms = read_gbps > 0 ? p.read_bytes / (read_gbps * 1e6) : 0.0;
   p.write_ms = write_gbps > 0 ? p.write_bytes / (write_gbps * 1e6) : 0.0;
@@ -527,6 +544,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   p.ram_step_ms = t.other_ms + cfg.n_layer * (t.layer_forward_ms + t.layer_backward_ms) +
                   nv * (t.vocab_forward_ms + t.vocab_backward_ms + t.head_lse_ms + t.head_backward_ms) +
                   floats * t.adamw_inline_ns_per_float / 1e6;
+  if (p.mode == OptimizerMode::ZerothOrder) p.ram_step_ms = p.compute_ms;  // two forward passes
   const double cpu_ms = p.mode == OptimizerMode::Inline ? p.compute_ms + p.optimizer_ms : p.compute_ms;
   struct Candidate {
     const char* name;
@@ -595,7 +613,9 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
       p.timing.head_lse_ms + p.timing.head_backward_ms, p.timing.adamw_inline_ns_per_float,
       p.timing.adamw_worker_ns_per_float);
   add("busy per step: compute %.0f ms, optimizer %.0f ms (%s), reads %.0f ms, writes %.0f ms\n", p.compute_ms,
-      p.optimizer_ms, p.mode == OptimizerMode::Inline ? "inline" : "on the worker", p.read_ms, p.write_ms);
+      p.optimizer_ms, p.mode == OptimizerMode::Inline        ? "inline"
+      : p.mode == OptimizerMode::ZerothOrder ? "in the forward passes"
+                                             : "on the worker", p.read_ms, p.write_ms);
   add("predicted step: %.0f ms (%.0f tokens/s), %.2fx the in-RAM step of %.0f ms; bottleneck: %s\n", p.step_ms,
       r.batch * r.seq / (p.step_ms / 1000.0), p.step_ms / p.ram_step_ms, p.ram_step_ms, p.bottleneck.c_str());
   return out;

@@ -43,7 +43,12 @@ struct PlanRequest {
   std::size_t mem_budget_bytes = 0;  // 0 = everything in RAM
   int prefetch = -1;                 // < 0: the plan chooses
   Precision precision = Precision::Fp32;
+  bool zeroth_order = false;  // --optimizer zo-sgd: two forward passes a step (Note [zeroth-order step])
 };
+
+// How a request's executor runs its updates (with a budget or in RAM), and which units it has.
+OptimizerMode plan_mode(const PlanRequest& request, bool budget);
+UnitSet plan_unit_set(const PlanRequest& request);
 
 // Measured compute of one step's pieces on this machine (Note [plan calibration]).
 struct ComputeTiming {

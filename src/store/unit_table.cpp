@@ -8,9 +8,10 @@
 
 namespace stratum {
 
-UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, bool params_only, bool param_bf16)
+UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet set, bool param_bf16)
     : layout_(&layout), act_floats_(align_up(act_floats, 1024)), param_bf16_(param_bf16) {
-  STRATUM_ASSERT(params_only || !param_bf16);
+  STRATUM_ASSERT(set == UnitSet::Inference || !param_bf16);
+  const bool params_only = set != UnitSet::Training;
   const int segments = layout.segment_count();
   first_unit_.assign(static_cast<std::size_t>(segments) * kSegmentKindCount, -1);
   chunks_.assign(first_unit_.size(), 0);
@@ -23,7 +24,7 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, bool par
         for (int c = 0; c < layout.segments()[s].chunk_count(); ++c) sizes.push_back(layout.segments()[s].chunk_floats(c));
       } else {
         const SegmentRole role = layout.segments()[s].role;
-        const bool holds_act = role == SegmentRole::Layer || (role == SegmentRole::Head && !params_only);
+        const bool holds_act = role == SegmentRole::Layer || (role == SegmentRole::Head && set != UnitSet::Inference);
         if (holds_act && act_floats_ > 0) sizes.push_back(act_floats_);
       }
       if (sizes.empty()) continue;

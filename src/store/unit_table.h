@@ -20,17 +20,21 @@ namespace stratum {
 // and modifies it.
 enum class Access { Read, Overwrite, Update };
 
+// Which units a table has (see the constructor).
+enum class UnitSet { Training, ForwardOnly, Inference };
+
 class UnitTable {
  public:
   // act_floats: size of one boundary activation, e.g. Executor::activation_unit_floats();
-  // 0 = no activation units (a store used only for loading/saving weights). params_only: no
-  // gradient or moment units, and activation units for layers only (inference: the offload dir
-  // holds the weights and, as each layer's activation unit, its KV cache; Note [KV cache units]
-  // in infer/decoder.h).
+  // 0 = no activation units (a store used only for loading/saving weights). set: Training has
+  // every kind; ForwardOnly has no gradient or moment units (zeroth-order training, Note
+  // [zeroth-order step] in exec/executor.h); Inference has no gradient or moment units and
+  // activation units for layers only (the offload dir holds the weights and, as each layer's
+  // activation unit, its KV cache; Note [KV cache units] in infer/decoder.h).
   // param_bf16: params units hold bfloat16 (2 bytes an element, at the same element offsets as
   // fp32) instead of fp32: an inference store keeps a bf16 checkpoint as stored (Note [bf16
-  // weights] in infer/decoder.h). Only with params_only.
-  UnitTable(const ParamLayout& layout, std::size_t act_floats, bool params_only = false, bool param_bf16 = false);
+  // weights] in infer/decoder.h). Only with Inference.
+  UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet set = UnitSet::Training, bool param_bf16 = false);
 
   const ParamLayout& layout() const { return *layout_; }
   int count() const { return static_cast<int>(units_.size()); }

@@ -175,8 +175,9 @@ std::string checkpoint_name(long step) {
 }
 
 namespace {
-// The files every checkpoint has (the tokenizer files are optional).
-const char* const kRequired[] = {"config.json", "model.safetensors", "optimizer.safetensors", "trainer_state.json"};
+// The files every checkpoint has (the tokenizer files are optional; optimizer.safetensors is
+// required of AdamW runs: zo-sgd keeps no optimizer state).
+const char* const kRequired[] = {"config.json", "model.safetensors", "trainer_state.json"};
 
 std::string trim_slashes(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -281,6 +282,10 @@ CheckpointCheck checkpoint_verify(const std::string& dir_in) {
       check.state = trainer_state_parse(file_read_all(state_path), state_path);
       const TrainerState& state = check.state;
       STRATUM_CHECK(state.step == m.step, "trainer_state.json says step ", state.step, ", the manifest ", m.step);
+      const bool has_optimizer = std::any_of(m.files.begin(), m.files.end(),
+                                             [](const ManifestEntry& e) { return e.name == "optimizer.safetensors"; });
+      STRATUM_CHECK(has_optimizer || state.optimizer != TrainOptimizer::AdamW,
+                    "manifest.json does not list optimizer.safetensors");
     }
   } catch (const Error& e) {
     if (check.problem.empty()) check.problem = e.what();

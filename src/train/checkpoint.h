@@ -6,7 +6,8 @@
 // Note [checkpoints]: `--save ROOT` makes ROOT a checkpoint root:
 //   ROOT/step-00000200/  config.json, model.safetensors (a Hugging Face GPT-2 directory, loadable
 //                        by GPT2LMHeadModel), vocab.json + merges.txt (when the run has a
-//                        tokenizer), optimizer.safetensors (AdamW's moments), trainer_state.json
+//                        tokenizer), optimizer.safetensors (AdamW's moments; none with zo-sgd,
+//                        which keeps no optimizer state), trainer_state.json
 //                        (step, options, data identity, LR), manifest.json (every other file's
 //                        size and checksum)
 //   ROOT/latest          the name of the newest verified checkpoint ("step-00000200")

@@ -72,6 +72,13 @@ const TrainOption kTable[] = {
      "fp32 | bf16: matrix products on bfloat16-rounded operands summed in fp32 (about twice as fast on CPUs with "
      "AVX-512 BF16); weights, AdamW, norms, softmax and the loss stay fp32",
      0, 0, true, [](TrainSettings& s) -> TrainOptionField { return &s.precision; }},
+    {"optimizer", "optimizer", "NAME",
+     "adamw | zo-sgd: zeroth-order SGD (MeZO): per step two forward passes with the weights moved by +-zo_eps*z, "
+     "then w -= lr*(g*z + weight_decay*w) with g the loss difference over 2*zo_eps; no backward, no gradients or "
+     "moments kept (the beta, eps and grad-clip options do not apply)",
+     0, 0, true, [](TrainSettings& s) -> TrainOptionField { return &s.optimizer; }, true},
+    {"zo-eps", "zo_eps", "X", "zo-sgd's perturbation scale", 1e-12, 1e3, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.zo_eps; }, true},
 };
 }  // namespace
 
@@ -81,6 +88,14 @@ Precision precision_parse(const std::string& name) {
   if (name == "fp32") return Precision::Fp32;
   if (name == "bf16") return Precision::Bf16;
   STRATUM_FAIL("[train] --precision must be 'fp32' or 'bf16', got '", name, "'");
+}
+
+const char* train_optimizer_name(TrainOptimizer o) { return o == TrainOptimizer::ZoSgd ? "zo-sgd" : "adamw"; }
+
+TrainOptimizer train_optimizer_parse(const std::string& name) {
+  if (name == "adamw") return TrainOptimizer::AdamW;
+  if (name == "zo-sgd") return TrainOptimizer::ZoSgd;
+  STRATUM_FAIL("[train] --optimizer must be 'adamw' or 'zo-sgd', got '", name, "'");
 }
 
 namespace {
@@ -103,6 +118,7 @@ std::string train_option_text(const TrainOption& option, const TrainSettings& s)
         else if constexpr (std::is_same_v<T, bool>) return *p ? "on" : "off";
         else if constexpr (std::is_same_v<T, LrScheduleKind>) return lr_kind_name(*p);
         else if constexpr (std::is_same_v<T, Precision>) return precision_name(*p);
+        else if constexpr (std::is_same_v<T, TrainOptimizer>) return train_optimizer_name(*p);
         else if constexpr (std::is_same_v<T, double>) return number_text(*p);
         else return std::to_string(*p);
       },
@@ -139,6 +155,8 @@ nlohmann::json train_option_json(const TrainOption& option, const TrainSettings&
           return lr_kind_name(*p);
         } else if constexpr (std::is_same_v<T, Precision>) {
           return precision_name(*p);
+        } else if constexpr (std::is_same_v<T, TrainOptimizer>) {
+          return train_optimizer_name(*p);
         } else {
           return *p;
         }
@@ -166,7 +184,12 @@ void train_option_read(const TrainOption& option, const JsonFields& f, TrainSett
           const std::string name = f.str_or(key, "fp32");  // checkpoints before --precision were fp32
           f.check(name == "fp32" || name == "bf16", key, "must be 'fp32' or 'bf16'");
           *p = precision_parse(name);
+        } else if constexpr (std::is_same_v<T, TrainOptimizer>) {
+          const std::string name = f.str_or(key, "adamw");  // checkpoints before --optimizer were AdamW
+          f.check(name == "adamw" || name == "zo-sgd", key, "must be 'adamw' or 'zo-sgd'");
+          *p = train_optimizer_parse(name);
         } else if constexpr (std::is_same_v<T, double>) {
+          if (option.later && f.number_or(key, *p) == *p) return;  // absent: the default
           *p = f.number(key, option.min, option.max);
         } else {
           *p = static_cast<T>(f.integer(key, train_option_int_min(option), train_option_int_max(option)));

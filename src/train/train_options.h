@@ -21,6 +21,13 @@
 
 namespace stratum {
 
+// What updates the weights: AdamW on backpropagated gradients, or zeroth-order SGD (MeZO: two
+// forward passes a step, Note [zeroth-order step] in exec/executor.h).
+enum class TrainOptimizer { AdamW, ZoSgd };
+const char* train_optimizer_name(TrainOptimizer o);  // "adamw", "zo-sgd"
+// "adamw" or "zo-sgd"; anything else throws Error naming --optimizer.
+TrainOptimizer train_optimizer_parse(const std::string& name);
+
 struct TrainSettings {
   std::string data_path;      // text (needs a tokenizer), raw uint16 .bin, or llm.c shard
   std::string val_data_path;  // optional; else with eval_every > 0 the last 5% of data is held out
@@ -38,6 +45,8 @@ struct TrainSettings {
   long save_every = 0;        // 0 = only at the end (when saving)
   int keep = 2;               // checkpoints kept under the save root (the newest)
   Precision precision = Precision::Fp32;  // matrix products (Note [bf16 products])
+  TrainOptimizer optimizer = TrainOptimizer::AdamW;
+  double zo_eps = 1e-3;       // zo-sgd's perturbation scale
 };
 
 // "fp32" or "bf16"; anything else throws Error naming --precision.
@@ -45,7 +54,8 @@ Precision precision_parse(const std::string& name);
 
 // A pointer to the field a row describes, by type.
 using TrainOptionField =
-    std::variant<int*, long*, double*, bool*, std::uint64_t*, LrScheduleKind*, Precision*, std::string*>;
+    std::variant<int*, long*, double*, bool*, std::uint64_t*, LrScheduleKind*, Precision*, TrainOptimizer*,
+                 std::string*>;
 
 struct TrainOption {
   const char* flag;        // `--flag` of stratum train
@@ -55,6 +65,8 @@ struct TrainOption {
   double min, max;         // numbers: accepted range (flags and checkpoints alike); strings: min 1 = non-empty
   bool math;               // changes the result: a resume must use the checkpoint's value
   TrainOptionField (*field)(TrainSettings&);
+  // Added after checkpoints were first written: a trainer state without its key has the default.
+  bool later = false;
 };
 
 std::span<const TrainOption> train_option_table();

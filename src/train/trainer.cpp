@@ -58,6 +58,9 @@ void options_check(const TrainOptions& o) {
                 o.beta2);
   STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
   STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
+  STRATUM_CHECK(o.optimizer != TrainOptimizer::ZoSgd || !o.keep_activations,
+                "[train] --keep-activations keeps block internals for the backward, and --optimizer zo-sgd has none; "
+                "drop one of them");
   // Outputs never overwrite the run's own inputs (--log naming the data file truncated it).
   const std::pair<const char*, const std::string*> outputs[] = {{"--log", &o.log_path}, {"--trace", &o.trace_path}};
   const std::pair<const char*, const std::string*> inputs[] = {{"--data", &o.data_path},
@@ -162,8 +165,9 @@ std::string train_checkpoint_root(const std::string& path) {
 }
 
 std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip,
-                                   Precision precision) {
+                                   Precision precision, TrainOptimizer optimizer) {
   PlanRequest request;
+  request.zeroth_order = optimizer == TrainOptimizer::ZoSgd;
   request.config = cfg;
   request.batch = batch;
   request.seq = seq;
@@ -297,9 +301,13 @@ void TrainRun::data_load() {
 
 void TrainRun::store_make() {
   layout_ = std::make_unique<ParamLayout>(ParamLayout::of(cfg_));
-  units_ = std::make_unique<UnitTable>(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq));
+  const bool zo = o_.optimizer == TrainOptimizer::ZoSgd;
+  units_ = std::make_unique<UnitTable>(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq),
+                                       zo ? UnitSet::ForwardOnly : UnitSet::Training);
   exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, o_.keep_activations,
-                                     optimizer_mode_for(o_.grad_clip, o_.mem_budget_bytes > 0), o_.precision);
+                                     zo ? OptimizerMode::ZerothOrder
+                                        : optimizer_mode_for(o_.grad_clip, o_.mem_budget_bytes > 0),
+                                     o_.precision);
   if (const std::string note = backend_precision_note(o_.precision); !note.empty())
     std::fprintf(stderr, "[stratum] %s\n", note.c_str());
   const Executor& exec = *exec_;
@@ -317,7 +325,7 @@ void TrainRun::store_make() {
   // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
   // unless --prefetch chose one.
   PlanRequest request{cfg_,           o_.batch,           o_.seq,      o_.keep_activations,
-                      o_.grad_clip,   o_.mem_budget_bytes, o_.prefetch, o_.precision};
+                      o_.grad_clip,   o_.mem_budget_bytes, o_.prefetch, o_.precision, zo};
   CalibrationOptions co;
   co.offload_dir = o_.offload_dir;
   co.threads = threads_;
@@ -359,7 +367,8 @@ void TrainRun::trace_start() {
 void TrainRun::weights_load() {
   if (!resume_.dir.empty()) {
     model_load_weights(resume_.dir, *layout_, *store_);
-    optimizer_load_file(resume_.dir + "/optimizer.safetensors", *layout_, *store_);
+    if (o_.optimizer == TrainOptimizer::AdamW)  // zo-sgd keeps no optimizer state
+      optimizer_load_file(resume_.dir + "/optimizer.safetensors", *layout_, *store_);
     STRATUM_CHECK(model_params_hash(*layout_, *store_) == resume_.state.params_hash, "[train] --resume ", resume_.dir,
                   ": the weights loaded do not hash to the trainer state's params_hash (the checkpoint was altered "
                   "after it was written)");
@@ -409,7 +418,7 @@ void TrainRun::checkpoint_save(long done, float loss) {
   try {
     result_.checkpoint_dir = checkpoint_write(o_.save_dir, done, o_.keep, [&](const std::string& tmp) {
       model_write_files(tmp, cfg_, *layout_, *store_, tokenizer_dir_);
-      optimizer_write_file(tmp + "/optimizer.safetensors", *layout_, *store_);
+      if (o_.optimizer == TrainOptimizer::AdamW) optimizer_write_file(tmp + "/optimizer.safetensors", *layout_, *store_);
       file_write_atomic(tmp + "/trainer_state.json", trainer_state_json(state));
     });
   } catch (const BugError&) {
@@ -425,6 +434,7 @@ void TrainRun::loop() {
                    : start_step_ > 0   ? MetricsLog(o_.log_path, start_step_)
                                        : MetricsLog(o_.log_path);
   const std::size_t param_bytes = layout_->num_params() * sizeof(float);
+  const bool zo = o_.optimizer == TrainOptimizer::ZoSgd;
   std::fprintf(stderr,
                "[stratum] model %s, %.2fM parameters | data %zu tokens (%lld batches/epoch)%s | B=%d T=%d | %d "
                "threads, %s\n"
@@ -433,9 +443,12 @@ void TrainRun::loop() {
                cfg_.describe().c_str(), static_cast<double>(layout_->num_params()) / 1e6, train_token_count_,
                static_cast<long long>(loader_->batches_per_epoch()), val_loader_ ? ", validation held out" : "",
                o_.batch, o_.seq, threads_, backend_describe().c_str(), bytes_text(param_bytes).c_str(),
-               bytes_text(param_bytes).c_str(), bytes_text(2 * param_bytes).c_str(),
+               zo ? "none (zo-sgd)" : bytes_text(param_bytes).c_str(), zo ? "none" : bytes_text(2 * param_bytes).c_str(),
                bytes_text(units_->act_floats() * sizeof(float) * (cfg_.n_layer + 1)).c_str(), bytes_text(exec_->fixed_bytes()).c_str(),
-               o_.keep_activations ? "block internals kept" : "block internals recomputed", store_text_.c_str());
+               zo                    ? "forward only: two passes a step"
+               : o_.keep_activations ? "block internals kept"
+                                     : "block internals recomputed",
+               store_text_.c_str());
   std::fputs(plan_line_.c_str(), stderr);
 
   const int BT = o_.batch * o_.seq;
@@ -451,9 +464,12 @@ void TrainRun::loop() {
     store.stats_reset_peak();
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = sched_.lr_at(step);
-    const StepResult r = exec_->train_step(inputs_.data(), targets_.data(), o_.batch, o_.seq,
-                                           AdamWHyper{lr, o_.beta1, o_.beta2, o_.eps, step + 1}, o_.weight_decay,
-                                           o_.grad_clip);
+    const StepResult r =
+        o_.optimizer == TrainOptimizer::ZoSgd
+            ? exec_->zo_step(inputs_.data(), targets_.data(), o_.batch, o_.seq,
+                             ZoHyper{o_.seed, step, o_.zo_eps, lr, o_.weight_decay})
+            : exec_->train_step(inputs_.data(), targets_.data(), o_.batch, o_.seq,
+                                AdamWHyper{lr, o_.beta1, o_.beta2, o_.eps, step + 1}, o_.weight_decay, o_.grad_clip);
     const float loss = r.loss;
     STRATUM_CHECK(std::isfinite(loss), "[train] loss became ", loss, " at step ", step + 1,
                   o_.grad_clip > 0 ? "; lower --lr" : "; lower --lr or enable --grad-clip");

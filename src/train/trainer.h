@@ -83,7 +83,8 @@ std::string train_checkpoint_root(const std::string& path);
 // Smallest --mem-budget that can train this model at this batch shape (the engine's fixed
 // buffers plus the largest set of units held at once).
 std::size_t train_min_budget_bytes(const GptConfig& config, int batch, int seq, bool keep_activations,
-                                   double grad_clip, Precision precision = Precision::Fp32);
+                                   double grad_clip, Precision precision = Precision::Fp32,
+                                   TrainOptimizer optimizer = TrainOptimizer::AdamW);
 
 TrainResult train_run(const TrainOptions& options);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/adamw.h"
+#include "kernels/cpu/zo_update.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -149,6 +150,10 @@ void CpuOps::embedding_backward_block(float* dwte_rows, const float* dout, const
 void CpuOps::adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n, const AdamWHyper& hyper,
                           double weight_decay, float grad_scale) const {
   stratum::adamw_update(pool_, param, m, v, grad, n, hyper, weight_decay, grad_scale);
+}
+
+void CpuOps::zo_update(float* x, std::size_t n, std::uint64_t first, const ZoUpdate& u) const {
+  stratum::zo_update(pool_, x, n, first, u);
 }
 
 }  // namespace stratum

@@ -69,6 +69,7 @@ class CpuOps final : public Ops {
                                 int T, int C) const override;
   void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n, const AdamWHyper& hyper,
                     double weight_decay, float grad_scale) const override;
+  void zo_update(float* x, std::size_t n, std::uint64_t first, const ZoUpdate& u) const override;
 
  private:
   ThreadPool& pool_;

@@ -1,0 +1,96 @@
+// The executor's zeroth-order step (Note [zeroth-order step] in executor.h): two forward passes
+// over a schedule that perturbs each segment's parameters at their first hold, and the update
+// folded into the next step's first pass.
+#include <cmath>
+#include <string>
+
+#include "core/zo_noise.h"
+#include "exec/executor.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+void Executor::zo_schedule_build() {
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<bool> held(static_cast<std::size_t>(layout_.segment_count()), false);
+    forward_groups_add([](int) {},
+                       [&](int s) {
+                         if (held[s]) return Access::Read;  // a tied wte block again in the head
+                         held[s] = true;
+                         return Access::Update;
+                       });
+    if (pass == 0) forward_end_ = schedule_.group_count();
+  }
+  compute_end_ = schedule_.group_count();
+  final_at_.assign(static_cast<std::size_t>(compute_end_), {});
+}
+
+ZoUpdate Executor::zo_pending_update() const {
+  ZoUpdate u;
+  if (!zo_pending_.pending) return u;
+  u.update = true;
+  u.update_key = zo_pending_.step_key;
+  u.eps = zo_pending_.eps;
+  u.lr = zo_pending_.lr;
+  u.g = zo_pending_.g;
+  u.weight_decay = static_cast<float>(zo_pending_.weight_decay);
+  return u;
+}
+
+void Executor::zo_apply(int g, const GroupHolds& holds, const Pass& pass) {
+  for (const UnitUse& use : schedule_.group(g)) {
+    if (use.access != Access::Update || units_.kind(use.unit) != SegmentKind::Params) continue;
+    const int s = units_.segment(use.unit), c = units_.chunk(use.unit);
+    const SegmentLayout& seg = layout_.segments()[s];
+    float* const base = holds.data(s, SegmentKind::Params, c);
+    for (const TensorSlot& t : seg.tensors) {
+      if (t.chunk != c) continue;
+      const std::string name = layout_.hf_name(t);
+      ZoUpdate u = pass.zo_update;  // step keys -> this tensor's keys (Note [zo noise])
+      if (u.update) u.update_key = zo_tensor_key(u.update_key, name);
+      if (u.perturb) u.perturb_key = zo_tensor_key(u.perturb_key, name);
+      if (!t.weight_decay) u.weight_decay = 0.0f;
+      ops_->zo_update(base + seg.offset_in_chunk(t), t.numel, t.hf_first(), u);
+    }
+  }
+}
+
+void Executor::zo_flush() {
+  if (!zo_pending_.pending) return;
+  STRATUM_ASSERT(store_ != nullptr);
+  Pass pass{PassKind::ZoFlush, nullptr, nullptr, 0, 0};
+  pass.zo = true;
+  pass.zo_update = zo_pending_update();
+  run(0, forward_end_, pass);
+  zo_pending_.pending = false;
+}
+
+StepResult Executor::zo_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
+                             const ZoHyper& hyper) {
+  check_shape(B, T);
+  STRATUM_ASSERT(mode_ == OptimizerMode::ZerothOrder);
+  const std::uint64_t key = zo_step_key(hyper.seed, hyper.step);
+  const float eps = static_cast<float>(hyper.eps);
+  Pass plus{PassKind::Loss, inputs, targets, B, T};  // the pending update, then +eps z
+  plus.zo = true;
+  plus.zo_update = zo_pending_update();
+  plus.zo_update.perturb = true;
+  plus.zo_update.perturb_key = key;
+  plus.zo_update.scale = eps;
+  run(0, forward_end_, plus);
+  zo_pending_.pending = false;
+  Pass minus{PassKind::Loss, inputs, targets, B, T};  // -2 eps z
+  minus.zo = true;
+  minus.zo_update.perturb = true;
+  minus.zo_update.perturb_key = key;
+  minus.zo_update.scale = -2.0f * eps;
+  run(forward_end_, compute_end_, minus);
+  const double g = (static_cast<double>(plus.loss) - static_cast<double>(minus.loss)) / (2.0 * hyper.eps);
+  zo_pending_ = ZoPending{true, key, eps, static_cast<float>(hyper.lr), static_cast<float>(g), hyper.weight_decay};
+  StepResult r;
+  r.loss = static_cast<float>(0.5 * (static_cast<double>(plus.loss) + static_cast<double>(minus.loss)));
+  r.grad_norm = static_cast<float>(std::fabs(g));
+  return r;
+}
+
+}  // namespace stratum

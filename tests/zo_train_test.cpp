@@ -1,0 +1,169 @@
+// Zeroth-order training (--optimizer zo-sgd, Note [zeroth-order step]): the z generator as
+// documented (Note [zo noise]), the MeZO reference of tools/torch_zo.py for a tiny GPT-2 and a tiny
+// Llama, the same bits in RAM, under the smallest budget and across a resume, and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/zo_noise.h"
+#include "integration_util.h"
+#include "store/segment_store.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+#include "weights/model_io.h"
+
+namespace stratum {
+namespace {
+
+using testing::golden_f32;
+using testing::read_jsonl;
+using testing::source_path;
+
+// Values tools/torch_zo.py prints for the same inputs (python: step_key(1337, 0), tensor_key,
+// zo_z(..., (5,)), normal_table()).
+TEST(ZoNoise, IsTheDocumentedGenerator) {
+  const std::uint64_t step = zo_step_key(1337, 0);
+  EXPECT_EQ(step, 0xb6a8a9b313caa00bull);
+  const std::uint64_t key = zo_tensor_key(step, "transformer.wte.weight");
+  EXPECT_EQ(key, 0x864e3fa5debf8b5aull);
+  const float* q = zo_normal_table();
+  const float expected[] = {0.672498345375061f, 3.349794387817383f, 0.029053527861833572f, -1.304502248764038f,
+                            -0.24521537125110626f};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(zo_z(q, key, static_cast<std::uint64_t>(i)), expected[i]) << "element " << i;
+  EXPECT_EQ(q[0], -4.3249192237854f);
+  EXPECT_EQ(q[32767], -1.912405605253298e-05f);
+  double sum = 0.0, squares = 0.0;
+  for (int j = 0; j < 65536; ++j) {
+    EXPECT_EQ(q[j], -q[65535 - j]);
+    if (j > 0) EXPECT_LT(q[j - 1], q[j]);
+    sum += q[j];
+    squares += static_cast<double>(q[j]) * q[j];
+  }
+  EXPECT_EQ(sum, 0.0);
+  EXPECT_NEAR(squares / 65536, 0.99998, 1e-5);
+}
+
+std::string hash_of(const std::string& errors) {
+  const auto pos = errors.find("params hash ");
+  return pos == std::string::npos ? std::string() : errors.substr(pos + 12, 16);
+}
+
+// The zo run of a golden directory's reference_zo.safetensors (its zo_args) through the CLI:
+// losses, projected gradients and final parameters against the reference; then the same bits
+// under the smallest budget (streaming) and across a resume from a middle checkpoint.
+//
+// Tolerances: Stratum's forward losses agree with PyTorch's to an ulp or two (4.8e-7 at a loss of
+// 4.6), and the projected gradient divides their difference by 2 eps = 2e-3, so g may differ by
+// ~5e-4 (measured 4.8e-4; checked at 2e-3); that moves a weight by lr * dg * |z| <= 1e-3 * 5e-4 *
+// 4.33 = 2.2e-6 (measured 2.1e-6), where the run moves weights by up to 5e-3: 1e-5 catches a
+// wrong z, sign or step order (each moves weights by 1e-4 or more) and a dropped weight decay on
+// the Llama, whose unit-scale embedding it moves by lr * wd * |w| ~ 3e-4 a step.
+void check_zo_run(const std::string& golden, const char* const* weights_files) {
+  const std::string dir = source_path(golden);
+  const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_zo.safetensors");
+  const nlohmann::json a = nlohmann::json::parse(ref.metadata().at("zo_args"));
+  char flags[512];
+  std::snprintf(flags, sizeof flags,
+                " --batch %d --seq %d --steps %d --lr %.17g --lr-schedule %s --warmup %d --min-lr %.17g "
+                "--zo-eps %.17g --weight-decay %.17g --seed %llu --optimizer zo-sgd --threads 2 --quiet",
+                a["batch"].get<int>(), a["seq"].get<int>(), a["steps"].get<int>(), a["lr"].get<double>(),
+                a["lr_schedule"].get<std::string>().c_str(), a["warmup"].get<int>(), a["min_lr"].get<double>(),
+                a["zo_eps"].get<double>(), a["weight_decay"].get<double>(),
+                static_cast<unsigned long long>(a["seed"].get<std::uint64_t>()));
+  const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin" + flags;
+  testing::TempDir tmp;
+  const auto ram = testing::run_stratum(base + " --log " + tmp.file("log.jsonl") + " --save " + tmp.file("out") +
+                                        " --save-every 3 --keep 5");
+  ASSERT_EQ(ram.exit_code, 0) << ram.errors;
+  EXPECT_NE(ram.errors.find("grads none (zo-sgd), AdamW moments none"), std::string::npos) << ram.errors;
+
+  const auto plus = golden_f32(ref, "zo_loss_plus");
+  const auto minus = golden_f32(ref, "zo_loss_minus");
+  const auto grads = golden_f32(ref, "zo_grads");
+  const auto log = read_jsonl(tmp.file("log.jsonl"));
+  ASSERT_EQ(log.size(), plus.size());
+  for (std::size_t i = 0; i < log.size(); ++i) {
+    EXPECT_NEAR(log[i]["loss"].get<double>(), 0.5 * (plus[i] + minus[i]), 1e-5) << "step " << i + 1;
+    EXPECT_NEAR(log[i]["grad_norm"].get<double>(), std::fabs(grads[i]), 2e-3) << "step " << i + 1;
+  }
+
+  const std::string saved = checkpoint_model_dir(tmp.file("out"));
+  for (const char* const* f = weights_files; *f != nullptr; ++f)
+    EXPECT_TRUE(file_exists(saved + "/" + *f)) << *f;
+  EXPECT_FALSE(file_exists(saved + "/optimizer.safetensors")) << "zo-sgd keeps no optimizer state";
+  const GptConfig cfg = model_read_config(saved);
+  const ParamLayout layout = ParamLayout::of(cfg);
+  RamSegmentStore store(layout);
+  model_load_weights(saved, layout, store);
+  double largest_err = 0.0;
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    SegmentChunksHold params(store, s, SegmentKind::Params, Access::Read);
+    for (const auto& t : layout.segments()[s].tensors) {
+      const auto expected = golden_f32(ref, "final." + layout.hf_name(t));
+      double max_err = 0.0;
+      for (std::size_t i = 0; i < t.numel; ++i)
+        max_err = std::max(max_err, std::abs(static_cast<double>(params.tensor(t)[i]) - expected[t.hf_first() + i]));
+      EXPECT_LE(max_err, 1e-5) << t.name;
+      largest_err = std::max(largest_err, max_err);
+    }
+  }
+  double largest_dg = 0.0;
+  for (std::size_t i = 0; i < log.size(); ++i)
+    largest_dg = std::max(largest_dg, std::fabs(log[i]["grad_norm"].get<double>() - std::fabs(grads[i])));
+  std::printf("[zo] %s: largest |weight - reference| %.2e, largest |g - reference| %.2e\n", golden.c_str(),
+              largest_err, largest_dg);
+
+  // Streaming at the smallest budget, with and without prefetch: the same bits.
+  const std::size_t min_budget =
+      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), false, 1.0, Precision::Fp32,
+                             TrainOptimizer::ZoSgd);
+  EXPECT_LT(min_budget, train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), false, 1.0))
+      << "no gradients or moments: a smaller minimum than AdamW's";
+  for (int prefetch : {0, 2}) {
+    const auto budget = testing::run_stratum(base + " --mem-budget " + std::to_string(min_budget) + " --offload-dir " +
+                                             tmp.path() + " --prefetch " + std::to_string(prefetch));
+    ASSERT_EQ(budget.exit_code, 0) << budget.errors;
+    EXPECT_EQ(hash_of(budget.errors), hash_of(ram.errors)) << "prefetch " << prefetch;
+    EXPECT_EQ(budget.errors.find("read 0 bytes"), std::string::npos) << "the smallest budget must stream";
+  }
+  // Resumed from step 3 (its pending update was applied before saving): the same bits.
+  const auto resumed = testing::run_stratum("train --resume " + tmp.file("out") + "/step-00000003 --save " +
+                                            tmp.file("again") + " --threads 2 --quiet");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.errors;
+  EXPECT_EQ(hash_of(resumed.errors), hash_of(ram.errors));
+  EXPECT_EQ(hash_of(ram.errors).size(), 16u);
+}
+
+TEST(ZoTrain, Gpt2FollowsTheMeZoReferenceAndKeepsItsBitsStreamedAndResumed) {
+  const char* files[] = {"model.safetensors", "config.json", nullptr};
+  check_zo_run("tests/golden/tiny_gpt2", files);
+}
+
+TEST(ZoTrain, LlamaFollowsTheMeZoReferenceAndKeepsItsBitsStreamedAndResumed) {
+  const char* files[] = {"model.safetensors", "config.json", nullptr};
+  check_zo_run("tests/golden/tiny_llama", files);
+}
+
+TEST(ZoTrain, BadInputGetsOneLine) {
+  const std::string dir = source_path("tests/golden/tiny_gpt2");
+  const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin --steps 2 --quiet";
+  struct Case {
+    const char* flags;
+    const char* says;
+  } cases[] = {
+      {" --optimizer sgd", "--optimizer must be 'adamw' or 'zo-sgd', got 'sgd'"},
+      {" --optimizer zo-sgd --zo-eps 0", "--zo-eps must be in [1e-12, 1000], got 0"},
+      {" --optimizer zo-sgd --activations keep", "--optimizer zo-sgd has none"},
+  };
+  for (const Case& c : cases) {
+    const auto r = testing::run_stratum(base + c.flags);
+    EXPECT_NE(r.exit_code, 0) << c.flags;
+    EXPECT_NE(r.errors.find(c.says), std::string::npos) << c.flags << ": " << r.errors;
+  }
+}
+
+}  // namespace
+}  // namespace stratum
