@@ -2,7 +2,8 @@
 """Offload benchmark: one model trained in RAM and under a memory budget, in the same run.
 
 Default: GPT-2 small (L12 C768 H12, vocab 50257), B=4, T=256, budget = 25% of the training state
-(params + grads + AdamW moments, 16 bytes per parameter). Runs alternate RAM / budget for
+(params + grads + AdamW moments, 16 bytes per parameter; with --optimizer zo-sgd the parameters
+alone, 4 bytes per parameter). Runs alternate RAM / budget for
 --rounds rounds (the machines are noisy); per configuration it reports the median step time
 (first step of each run excluded), the ratio to RAM, stall per step, bytes read/written per
 step, the read/write bandwidth the disk delivered while busy against the best of a short
@@ -10,6 +11,7 @@ io_sweep on the same directory, and peak RSS against the budget. Prints a table 
 
 Usage: python3 bench/offload_bench.py --dir /path/on/nvme [--steps 5] [--rounds 2]
            [--budget-frac 0.25,0.10] [--grad-clip 1.0] [--prefetch K] [--io auto] [--no-sweep]
+           [--optimizer adamw|zo-sgd]
 A budget fraction below the run's minimum budget runs at the minimum (and says so). Without
 --prefetch the runs use the plan's choice; the plan's predicted step time is reported next to
 the measured median.
@@ -31,7 +33,9 @@ def run_train(args, budget, log):
     cmd = [STRATUM, "train", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
            "--ctx", "1024", "--data", args.data, "--batch", str(args.batch), "--seq", str(args.seq), "--steps",
            str(args.steps), "--threads", str(args.threads), "--quiet", "--grad-clip", str(args.grad_clip),
-           "--lr-schedule", "constant", "--log", log]
+           "--lr-schedule", "constant", "--log", log, "--optimizer", args.optimizer]
+    if args.optimizer == "zo-sgd":
+        cmd += ["--lr", "1e-5"]
     if args.tokenizer:
         cmd += ["--tokenizer", args.tokenizer]
     if budget:
@@ -56,7 +60,7 @@ def run_train(args, budget, log):
 def min_budget_mib(args):
     cmd = [STRATUM, "plan", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
            "--ctx", "1024", "--batch", str(args.batch), "--seq", str(args.seq), "--grad-clip", str(args.grad_clip),
-           "--threads", str(args.threads), "--mem-budget", "1M", "--offload-dir", args.dir]
+           "--threads", str(args.threads), "--mem-budget", "1M", "--offload-dir", args.dir, "--optimizer", args.optimizer]
     r = subprocess.run(cmd, capture_output=True, text=True)
     m = re.search(r"use --mem-budget (\d+)M", r.stderr)
     if not m:
@@ -92,15 +96,17 @@ def main():
     p.add_argument("--data", default=os.path.join(DATA, "tinyshakespeare.txt"))
     p.add_argument("--tokenizer", default=DATA)
     p.add_argument("--no-sweep", action="store_true")
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "zo-sgd"])
     args = p.parse_args()
 
-    state = 16 * params_of(args.layers, args.embd, 50257, 1024)
+    state = (4 if args.optimizer == "zo-sgd" else 16) * params_of(args.layers, args.embd, 50257, 1024)
     floor = min_budget_mib(args) << 20
     budgets = [max(int(float(f) * state) >> 20 << 20, floor) for f in args.budget_frac.split(",")]
     best_read, best_write = (0.0, 0.0) if args.no_sweep else sweep_best(args.dir)
     print(f"machine: {os.cpu_count()} CPUs, load {open('/proc/loadavg').read().split()[:3]}")
     print(f"model L{args.layers} C{args.embd} H{args.heads}, B={args.batch} T={args.seq}, training state "
-          f"{state / 2**20:.0f} MiB, minimum budget {floor >> 20} MiB, grad clip {args.grad_clip}, offload dir {args.dir}")
+          f"{state / 2**20:.0f} MiB, minimum budget {floor >> 20} MiB, optimizer {args.optimizer}, grad clip {args.grad_clip}, "
+          f"offload dir {args.dir}")
     ram, off = [], [[] for _ in budgets]
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "log.jsonl")
@@ -120,7 +126,8 @@ def main():
         off_ms = med(runs, "step_ms")
         pred = med(runs, "predicted_step_ms")
         res = {
-            "config": f"L{args.layers} C{args.embd} B{args.batch} T{args.seq}", "budget_mib": budget >> 20,
+            "config": f"L{args.layers} C{args.embd} B{args.batch} T{args.seq}", "optimizer": args.optimizer,
+            "budget_mib": budget >> 20,
             "budget_frac": round(budget / state, 3), "grad_clip": args.grad_clip, "prefetch": runs[0]["prefetch"],
             "ram_step_ms": round(ram_ms, 1), "offload_step_ms": round(off_ms, 1), "ratio": round(off_ms / ram_ms, 3),
             "predicted_step_ms": round(pred, 1), "prediction_error": round(pred / off_ms - 1, 3),
