@@ -51,7 +51,8 @@ void describe_model_dir(const std::string& dir) {
   std::printf("  %s\n", checkpoint_dir_check(dir, "info")
                             ? "files: every one matches manifest.json (a Stratum checkpoint)"
                             : "files: no manifest.json (a plain Hugging Face directory): not checksummed");
-  std::printf("  training state fp32: params %.1f MiB + grads %.1f MiB + AdamW %.1f MiB = %.1f MiB\n",
+  std::printf("  training state fp32: params %.1f MiB + grads %.1f MiB + AdamW %.1f MiB = %.1f MiB (zo-sgd: the params "
+              "alone)\n",
               params * 4 / 1048576.0, params * 4 / 1048576.0, params * 8 / 1048576.0, params * 16 / 1048576.0);
   std::printf("  segments: %d (embed, %d blocks of %.1f MiB, head)\n", layout.segment_count(), cfg.n_layer,
               layout.segments()[layout.layer_segment(0)].size_bytes() / 1048576.0);
