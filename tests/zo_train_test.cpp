@@ -147,6 +147,35 @@ TEST(ZoTrain, LlamaFollowsTheMeZoReferenceAndKeepsItsBitsStreamedAndResumed) {
   check_zo_run("tests/golden/tiny_llama", files);
 }
 
+// An evaluation applies the pending update before it reads the weights (Note [zeroth-order
+// step]); the next step then perturbs without updating: the same bits as a run that never
+// evaluates, and the last validation loss is the saved model's (re-evaluated by an AdamW run at
+// lr 0, which leaves every weight as it is). The plain run gives --val-data without --eval-every,
+// which evaluates after the last step (it stopped on a division by zero, SIGFPE, in any optimizer).
+TEST(ZoTrain, EvaluationSeesTheUpdatedWeightsAndKeepsTheBits) {
+  const std::string dir = source_path("tests/golden/tiny_gpt2");
+  const std::string data = " --data " + dir + "/tokens.bin --val-data " + dir + "/tokens.bin --batch 4 --seq 32";
+  const std::string base = "train --model " + dir + data + " --steps 6 --optimizer zo-sgd --lr 1e-2 --threads 2 --quiet";
+  testing::TempDir tmp;
+  const auto plain = testing::run_stratum(base);
+  ASSERT_EQ(plain.exit_code, 0) << plain.errors;
+  const auto evaluated = testing::run_stratum(base + " --eval-every 2 --log " + tmp.file("log.jsonl") + " --save " +
+                                              tmp.file("out"));
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.errors;
+  EXPECT_EQ(hash_of(evaluated.errors), hash_of(plain.errors));
+  const auto log = read_jsonl(tmp.file("log.jsonl"));
+  int evaluations = 0;
+  for (const auto& record : log) evaluations += record.contains("val_loss");
+  EXPECT_EQ(evaluations, 3);
+  const auto again = testing::run_stratum("train --model " + checkpoint_model_dir(tmp.file("out")) + data +
+                                          " --steps 1 --lr 0 --eval-every 1 --threads 2 --quiet --log " +
+                                          tmp.file("again.jsonl"));
+  ASSERT_EQ(again.exit_code, 0) << again.errors;
+  const auto check = read_jsonl(tmp.file("again.jsonl"));
+  ASSERT_EQ(check.size(), 1u);
+  EXPECT_EQ(check[0]["val_loss"].get<double>(), log.back()["val_loss"].get<double>());
+}
+
 TEST(ZoTrain, BadInputGetsOneLine) {
   const std::string dir = source_path("tests/golden/tiny_gpt2");
   const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin --steps 2 --quiet";

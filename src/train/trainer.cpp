@@ -503,7 +503,8 @@ void TrainRun::loop() {
       record["predicted_step_ms"] = result_.predicted_step_ms;
     }
     const bool last = step + 1 == o_.steps;
-    if (val_loader_ && ((step + 1) % o_.eval_every == 0 || last)) {
+    // --val-data without --eval-every: only after the last step (it divided by zero: SIGFPE).
+    if (val_loader_ && ((o_.eval_every > 0 && (step + 1) % o_.eval_every == 0) || last)) {
       const float val_loss = evaluate();
       char line[128];
       if (val_loss >= 0.0f) {
