@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +21,9 @@
 
 #include "core/file_util.h"
 #include "formats/safetensors.h"
+#include "store/segment_store.h"
 #include "train/checkpoint.h"
+#include "weights/model_io.h"
 
 namespace stratum::testing {
 
@@ -151,6 +155,32 @@ inline std::vector<float> golden_f32(const SafetensorsFile& file, const std::str
   if (t == nullptr) throw std::runtime_error("golden tensor missing: " + name);
   std::vector<float> out(static_cast<std::size_t>(t->numel()));
   file.read_f32(*t, out.data());
+  return out;
+}
+
+// Per tensor of the model saved in `saved_dir`, the largest |saved - reference| against the
+// reference's "final.<HF name>" tensor (in tensor order); also the model's params hash.
+struct SavedVsReference {
+  std::vector<std::pair<std::string, double>> max_error;  // (slot name, largest error)
+  std::uint64_t params_hash = 0;
+};
+inline SavedVsReference saved_vs_reference(const std::string& saved_dir, const SafetensorsFile& ref) {
+  const GptConfig cfg = model_read_config(saved_dir);
+  const ParamLayout layout = ParamLayout::of(cfg);
+  RamSegmentStore store(layout);
+  model_load_weights(saved_dir, layout, store);
+  SavedVsReference out;
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    SegmentChunksHold params(store, s, SegmentKind::Params, Access::Read);
+    for (const auto& t : layout.segments()[s].tensors) {
+      const std::vector<float> expected = golden_f32(ref, "final." + layout.hf_name(t));
+      double max_err = 0.0;
+      for (std::size_t i = 0; i < t.numel; ++i)
+        max_err = std::max(max_err, std::abs(static_cast<double>(params.tensor(t)[i]) - expected[t.hf_first() + i]));
+      out.max_error.emplace_back(t.name, max_err);
+    }
+  }
+  out.params_hash = model_params_hash(layout, store);
   return out;
 }
 

@@ -63,23 +63,9 @@ std::uint64_t check_golden_run(const std::string& args_file, const std::string& 
     for (const char* key : {"step_ms", "tokens_per_s"}) EXPECT_GT(log[i][key].get<double>(), 0.0) << key;
   }
   // Final parameters after the AdamW steps, read back from the saved HF directory.
-  const std::string saved = checkpoint_model_dir(tmp.file("out"));  // the latest checkpoint
-  const GptConfig cfg = model_read_config(saved);
-  const ParamLayout layout = ParamLayout::of(cfg);
-  RamSegmentStore store(layout);
-  model_load_weights(saved, layout, store);
-  for (int s = 0; s < layout.segment_count(); ++s) {
-    SegmentChunksHold params(store, s, SegmentKind::Params, Access::Read);
-    for (const auto& t : layout.segments()[s].tensors) {
-      const auto expected = golden_f32(ref, "final." + layout.hf_name(t));
-      double max_err = 0.0;
-      for (std::size_t i = 0; i < t.numel; ++i)
-        max_err = std::max(max_err, std::abs(static_cast<double>(params.tensor(t)[i]) -
-                                             expected[t.hf_first() + i]));
-      EXPECT_LE(max_err, 2e-5) << t.name;
-    }
-  }
-  return model_params_hash(layout, store);
+  const testing::SavedVsReference saved = testing::saved_vs_reference(checkpoint_model_dir(tmp.file("out")), ref);
+  for (const auto& [name, max_err] : saved.max_error) EXPECT_LE(max_err, 2e-5) << name;
+  return saved.params_hash;
 }
 
 // Note [bf16 products]: --precision bf16 follows PyTorch's CPU-autocast run of the tiny GPT-2

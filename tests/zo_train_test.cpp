@@ -94,22 +94,12 @@ void check_zo_run(const std::string& golden, const char* const* weights_files) {
   for (const char* const* f = weights_files; *f != nullptr; ++f)
     EXPECT_TRUE(file_exists(saved + "/" + *f)) << *f;
   EXPECT_FALSE(file_exists(saved + "/optimizer.safetensors")) << "zo-sgd keeps no optimizer state";
-  const GptConfig cfg = model_read_config(saved);
-  const ParamLayout layout = ParamLayout::of(cfg);
-  RamSegmentStore store(layout);
-  model_load_weights(saved, layout, store);
   double largest_err = 0.0;
-  for (int s = 0; s < layout.segment_count(); ++s) {
-    SegmentChunksHold params(store, s, SegmentKind::Params, Access::Read);
-    for (const auto& t : layout.segments()[s].tensors) {
-      const auto expected = golden_f32(ref, "final." + layout.hf_name(t));
-      double max_err = 0.0;
-      for (std::size_t i = 0; i < t.numel; ++i)
-        max_err = std::max(max_err, std::abs(static_cast<double>(params.tensor(t)[i]) - expected[t.hf_first() + i]));
-      EXPECT_LE(max_err, 1e-5) << t.name;
-      largest_err = std::max(largest_err, max_err);
-    }
+  for (const auto& [name, max_err] : testing::saved_vs_reference(saved, ref).max_error) {
+    EXPECT_LE(max_err, 1e-5) << name;
+    largest_err = std::max(largest_err, max_err);
   }
+  const GptConfig cfg = model_read_config(saved);
   double largest_dg = 0.0;
   for (std::size_t i = 0; i < log.size(); ++i)
     largest_dg = std::max(largest_dg, std::fabs(log[i]["grad_norm"].get<double>() - std::fabs(grads[i])));

@@ -165,26 +165,8 @@ def make_zo(out_dir):
     """reference_zo.safetensors: ZO steps of the tiny GPT-2 from model.safetensors and tokens.bin."""
     cfg = tg.GPT2Config(**TINY)
     init, _ = tg.load_safetensors(os.path.join(out_dir, "model.safetensors"))
-    tokens = torch.from_numpy(np.fromfile(os.path.join(out_dir, "tokens.bin"), dtype="<u2").astype(np.int64))
-    a = ZO
-
-    def loss_fn(params, k):
-        x, y = tg.get_batch(tokens, k, a["batch"], a["seq"])
-        return tg.forward(params, cfg, x, y)[1]
-
-    run = torch_zo.zo_run(init, loss_fn, None, a["steps"], a["seed"], a["zo_eps"],
-                          lambda s: tg.lr_at(s, a["lr"], a["warmup"], a["min_lr"], a["steps"], a["lr_schedule"]),
-                          a["weight_decay"])
-    out = {"zo_loss_plus": torch.tensor(run["loss_plus"], dtype=torch.float32),
-           "zo_loss_minus": torch.tensor(run["loss_minus"], dtype=torch.float32),
-           "zo_grads": torch.tensor(run["grads"], dtype=torch.float64)}
-    for n, arr in run["params"].items():
-        out["final." + n] = torch.from_numpy(arr)
-    tg.save_safetensors(os.path.join(out_dir, "reference_zo.safetensors"), out,
-                        metadata={"generator": "tools/make_golden.py --only zo", "torch_version": torch.__version__,
-                                  "zo_args": json.dumps(ZO)})
-    moved = max(float(np.abs(run["params"][n] - init[n].numpy()).max()) for n in init)
-    return {"grads": run["grads"], "largest_move": moved}
+    return torch_zo.write_reference(out_dir, init, lambda p, x, y: tg.forward(p, cfg, x, y)[1], ZO,
+                                    "tools/make_golden.py --only zo")
 
 
 # ----------------------------------------------------------------------------------------------

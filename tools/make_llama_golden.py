@@ -238,17 +238,23 @@ def train_run(cfg, init, tokens, a, autocast=False):
     return out
 
 
+def load_shards(out_dir):
+    """The weights of out_dir's model-*.safetensors shards, as float32."""
+    init = {}
+    for name in sorted(os.listdir(out_dir)):
+        if name.startswith("model-") and name.endswith(".safetensors"):
+            tensors, _ = tg.load_safetensors(os.path.join(out_dir, name))
+            init.update({n: t.to(torch.float32) for n, t in tensors.items()})
+    return init
+
+
 def make_autocast(root):
     """tiny_llama/reference_bf16.safetensors: the TRAIN run with the forward under CPU autocast
     to bfloat16 (what `stratum train --precision bf16` is checked against), from the shards and
     tokens.bin already there, plus the fp32 run's losses for scale."""
     out_dir = os.path.join(root, "tiny_llama")
     cfg = tl.LlamaConfig(**TINY)
-    init = {}
-    for name in sorted(os.listdir(out_dir)):
-        if name.startswith("model-") and name.endswith(".safetensors"):
-            tensors, _ = tg.load_safetensors(os.path.join(out_dir, name))
-            init.update({n: t.to(torch.float32) for n, t in tensors.items()})
+    init = load_shards(out_dir)
     tokens = torch.from_numpy(np.fromfile(os.path.join(out_dir, "tokens.bin"), dtype="<u2").astype(np.int64))
     bf16 = train_run(cfg, init, tokens, TRAIN, autocast=True)
     fp32 = train_run(cfg, init, tokens, TRAIN)
@@ -270,30 +276,8 @@ def make_zo(root):
     """tiny_llama/reference_zo.safetensors: ZO steps of the tiny Llama."""
     out_dir = os.path.join(root, "tiny_llama")
     cfg = tl.LlamaConfig(**TINY)
-    init = {}
-    for name in sorted(os.listdir(out_dir)):
-        if name.startswith("model-") and name.endswith(".safetensors"):
-            tensors, _ = tg.load_safetensors(os.path.join(out_dir, name))
-            init.update({n: t.to(torch.float32) for n, t in tensors.items()})
-    tokens = torch.from_numpy(np.fromfile(os.path.join(out_dir, "tokens.bin"), dtype="<u2").astype(np.int64))
-    a = ZO
-
-    def loss_fn(params, k):
-        x, y = tg.get_batch(tokens, k, a["batch"], a["seq"])
-        return tl.forward(params, cfg, x, y)[1]
-
-    run = torch_zo.zo_run(init, loss_fn, None, a["steps"], a["seed"], a["zo_eps"],
-                          lambda s: tg.lr_at(s, a["lr"], a["warmup"], a["min_lr"], a["steps"], a["lr_schedule"]),
-                          a["weight_decay"])
-    out = {"zo_loss_plus": torch.tensor(run["loss_plus"], dtype=torch.float32),
-           "zo_loss_minus": torch.tensor(run["loss_minus"], dtype=torch.float32),
-           "zo_grads": torch.tensor(run["grads"], dtype=torch.float64)}
-    for n, arr in run["params"].items():
-        out["final." + n] = torch.from_numpy(arr)
-    tg.save_safetensors(os.path.join(out_dir, "reference_zo.safetensors"), out,
-                        metadata={"generator": "tools/make_llama_golden.py --only zo",
-                                  "torch_version": torch.__version__, "zo_args": json.dumps(ZO)})
-    return run["grads"]
+    return torch_zo.write_reference(out_dir, load_shards(out_dir), lambda p, x, y: tl.forward(p, cfg, x, y)[1], ZO,
+                                    "tools/make_llama_golden.py --only zo")["grads"]
 
 
 def greedy(params, cfg):

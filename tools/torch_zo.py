@@ -5,17 +5,24 @@ What it does:
   - zo_z(step_key, name, shape): the perturbation direction of Note [zo noise]
     (src/core/zo_noise.h), reproduced exactly: SplitMix64's finaliser over (key, element index),
     the top 16 bits indexing a table of 65536 normal quantiles found by bisection on math.erfc.
-  - zo_run(params, loss_fn, batches, ...): MeZO steps in float32 numpy arithmetic, in the order
+  - zo_run(params, loss_fn, ...): MeZO steps in float32 numpy arithmetic, in the order
     Stratum applies them (per element: p + z*eps; then -2*eps; then the restore p + z*eps and
     p - lr*(g*z + wd*p), with g = (L+ - L-) / (2 eps) in double rounded to float32); weight decay
     on tensors with 2 or more dims. Returns the losses, projected gradients and final parameters.
-What it does not do: the model's forward (loss_fn is the caller's), any other optimizer.
+  - write_reference(...): one such run of a golden model on its tokens.bin, written as
+    reference_zo.safetensors (what tools/README.md describes).
+What it does not do: the model's forward (the caller's), any other optimizer.
 """
 
 import math
 
+import json
+import os
+
 import numpy as np
 import torch
+
+import torch_gpt2 as tg
 
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -82,8 +89,8 @@ def zo_z(skey, name, shape):
     return normal_table()[(h >> np.uint64(48)).astype(np.int64)].reshape(shape)
 
 
-def zo_run(params, loss_fn, batches, steps, seed, eps, lr_at, weight_decay):
-    """params: {HF name: float32 tensor}; loss_fn(params) for batch k -> loss via batches(k).
+def zo_run(params, loss_fn, steps, seed, eps, lr_at, weight_decay):
+    """params: {HF name: float32 tensor}; loss_fn(params, k): the loss on batch k.
 
     Returns dict: loss_plus, loss_minus, grads (per step, float64) and {name: final float32 array}.
     """
@@ -121,3 +128,30 @@ def zo_run(params, loss_fn, batches, steps, seed, eps, lr_at, weight_decay):
         grads.append(g)
     restore_update(pending)
     return {"loss_plus": plus, "loss_minus": minus, "grads": grads, "params": p}
+
+
+def write_reference(out_dir, init, forward_loss, args, generator):
+    """Runs zo_run on out_dir/tokens.bin (sequential batches, tg.get_batch) from `init` with
+    `args` (batch, seq, steps, lr, lr_schedule, warmup, min_lr, zo_eps, weight_decay, seed);
+    forward_loss(params, x, y) -> loss. Writes out_dir/reference_zo.safetensors and returns the
+    projected gradients and the largest parameter move."""
+    tokens = torch.from_numpy(np.fromfile(os.path.join(out_dir, "tokens.bin"), dtype="<u2").astype(np.int64))
+    a = args
+
+    def loss_fn(params, k):
+        x, y = tg.get_batch(tokens, k, a["batch"], a["seq"])
+        return forward_loss(params, x, y)
+
+    run = zo_run(init, loss_fn, a["steps"], a["seed"], a["zo_eps"],
+                 lambda s: tg.lr_at(s, a["lr"], a["warmup"], a["min_lr"], a["steps"], a["lr_schedule"]),
+                 a["weight_decay"])
+    out = {"zo_loss_plus": torch.tensor(run["loss_plus"], dtype=torch.float32),
+           "zo_loss_minus": torch.tensor(run["loss_minus"], dtype=torch.float32),
+           "zo_grads": torch.tensor(run["grads"], dtype=torch.float64)}
+    for n, arr in run["params"].items():
+        out["final." + n] = torch.from_numpy(arr)
+    tg.save_safetensors(os.path.join(out_dir, "reference_zo.safetensors"), out,
+                        metadata={"generator": generator, "torch_version": torch.__version__,
+                                  "zo_args": json.dumps(a)})
+    moved = max(float(np.abs(run["params"][n] - init[n].to(torch.float32).numpy()).max()) for n in init)
+    return {"grads": run["grads"], "largest_move": moved}
