@@ -59,7 +59,7 @@ void options_check(const TrainOptions& o) {
   STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
   STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
   STRATUM_CHECK(o.optimizer != TrainOptimizer::ZoSgd || !o.keep_activations,
-                "[train] --keep-activations keeps block internals for the backward, and --optimizer zo-sgd has none; "
+                "[train] --activations keep keeps block internals for the backward, and --optimizer zo-sgd has none; "
                 "drop one of them");
   // Outputs never overwrite the run's own inputs (--log naming the data file truncated it).
   const std::pair<const char*, const std::string*> outputs[] = {{"--log", &o.log_path}, {"--trace", &o.trace_path}};
