@@ -5,12 +5,7 @@
 
 namespace stratum {
 
-std::uint64_t Rng::next_u64() {
-  std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+std::uint64_t Rng::next_u64() { return splitmix64_mix(state_ += kSplitMix64Gamma); }
 
 double Rng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 

@@ -12,7 +12,7 @@ std::uint64_t zo_tensor_key(std::uint64_t step_key, std::string_view hf_name) {
     h ^= c;
     h *= 0x100000001B3ull;
   }
-  return zo_mix(step_key ^ h);
+  return splitmix64_mix(step_key ^ h);
 }
 
 namespace {

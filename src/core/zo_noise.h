@@ -4,7 +4,7 @@
 // Note [zo noise]: for step t (0-based) of a run with seed S and the element i (flat index in the
 // whole Hugging Face tensor, row-major) of the tensor named N (its Hugging Face name, e.g.
 // "transformer.h.0.attn.c_attn.weight"):
-//   mix(x)         = SplitMix64's finaliser: x ^= x >> 30; x *= 0xBF58476D1CE4E5B9;
+//   mix(x)         = SplitMix64's finaliser (splitmix64_mix in core/rng.h): x ^= x >> 30; x *= 0xBF58476D1CE4E5B9;
 //                    x ^= x >> 27; x *= 0x94D049BB133111EB; x ^= x >> 31   (uint64, wrapping)
 //   step_key(S, t) = mix(S + (t + 1) * 0x9E3779B97F4A7C15)
 //   key            = mix(step_key ^ fnv1a64(N))     (FNV-1a, 64 bits, over N's bytes)
@@ -20,18 +20,12 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/rng.h"  // splitmix64_mix
+
 namespace stratum {
 
-inline std::uint64_t zo_mix(std::uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 inline std::uint64_t zo_step_key(std::uint64_t seed, long step) {
-  return zo_mix(seed + static_cast<std::uint64_t>(step + 1) * 0x9E3779B97F4A7C15ull);
+  return splitmix64_mix(seed + static_cast<std::uint64_t>(step + 1) * kSplitMix64Gamma);
 }
 
 std::uint64_t zo_tensor_key(std::uint64_t step_key, std::string_view hf_name);
@@ -40,7 +34,7 @@ std::uint64_t zo_tensor_key(std::uint64_t step_key, std::string_view hf_name);
 const float* zo_normal_table();
 
 inline float zo_z(const float* table, std::uint64_t key, std::uint64_t i) {
-  return table[zo_mix(key + (i + 1) * 0x9E3779B97F4A7C15ull) >> 48];
+  return table[splitmix64_mix(key + (i + 1) * kSplitMix64Gamma) >> 48];
 }
 
 }  // namespace stratum

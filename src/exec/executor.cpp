@@ -262,7 +262,7 @@ void Executor::group_run(int g, Pass& pass) {
     const char* phase = work <= GroupWork::LayerForward ? "forward" : work <= GroupWork::HeadEnd ? "head" : "backward";
     TraceSpan span(trace_, TraceRecorder::kCompute, phase, trace_ != nullptr ? group_name(g, pass) : std::string(),
                    tag(work));
-    if (pass.zo) zo_apply(g, holds, pass);
+    if (pass.zo()) zo_apply(g, holds, pass);
     group_compute(g, holds, pass);
   }
   if (pass.kind == PassKind::Train)

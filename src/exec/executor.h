@@ -155,16 +155,10 @@ class Executor {
     float loss = 0.0f;           // after the last HeadLse group (Train, Loss)
     float* dcur = nullptr;       // backward: gradient ping-pong in dacts_
     float* dnext = nullptr;
-    // ZerothOrder: what the first hold of a segment's parameters in this pass applies (keys are
-    // step keys here, made per tensor in zo_apply).
-    bool zo = false;
+    // ZerothOrder: what the first hold of a segment's parameters in this pass applies, when it
+    // updates or perturbs (keys are step keys here, made per tensor in zo_apply).
     ZoUpdate zo_update{};
-  };
-  struct ZoPending {  // the last step's update, not yet applied (Note [zeroth-order step])
-    bool pending = false;
-    std::uint64_t step_key = 0;
-    float eps = 0.0f, lr = 0.0f, g = 0.0f;
-    double weight_decay = 0.0;
+    bool zo() const { return zo_update.update || zo_update.perturb; }
   };
 
   void check_shape(int B, int T) const;
@@ -173,8 +167,7 @@ class Executor {
   // called ahead of a segment's first group and params(s) the access of its parameters.
   void forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params);
   void zo_schedule_build();
-  void zo_apply(int g, const GroupHolds& holds, const Pass& pass);  // pass.zo: at the parameters' first hold
-  ZoUpdate zo_pending_update() const;  // the pending update as a ZoUpdate (update set when pending)
+  void zo_apply(int g, const GroupHolds& holds, const Pass& pass);  // pass.zo(): at the parameters' first hold
   void zo_flush();                     // applies a pending update (a ZoFlush pass over the forward groups)
   void run(int first, int last, Pass& pass);  // groups [first, last)
   // Forward, head and backward (the groups before the inline updates); returns the mean loss.
@@ -227,7 +220,9 @@ class Executor {
   std::vector<long> update_job_;   // per segment: worker job number of its pending update, 0 = none
   double update_wait_ms_ = 0.0;    // waited in update_wait since the last train_step returned
   TraceRecorder* trace_ = nullptr;
-  ZoPending zo_pending_;
+  // The last zeroth-order step's update, not yet applied (update set while pending; no perturb;
+  // Note [zeroth-order step]).
+  ZoUpdate zo_pending_{};
 };
 
 }  // namespace stratum

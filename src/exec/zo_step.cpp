@@ -25,18 +25,6 @@ void Executor::zo_schedule_build() {
   final_at_.assign(static_cast<std::size_t>(compute_end_), {});
 }
 
-ZoUpdate Executor::zo_pending_update() const {
-  ZoUpdate u;
-  if (!zo_pending_.pending) return u;
-  u.update = true;
-  u.update_key = zo_pending_.step_key;
-  u.eps = zo_pending_.eps;
-  u.lr = zo_pending_.lr;
-  u.g = zo_pending_.g;
-  u.weight_decay = static_cast<float>(zo_pending_.weight_decay);
-  return u;
-}
-
 void Executor::zo_apply(int g, const GroupHolds& holds, const Pass& pass) {
   for (const UnitUse& use : schedule_.group(g)) {
     if (use.access != Access::Update || units_.kind(use.unit) != SegmentKind::Params) continue;
@@ -56,13 +44,12 @@ void Executor::zo_apply(int g, const GroupHolds& holds, const Pass& pass) {
 }
 
 void Executor::zo_flush() {
-  if (!zo_pending_.pending) return;
+  if (!zo_pending_.update) return;
   STRATUM_ASSERT(store_ != nullptr);
   Pass pass{PassKind::ZoFlush, nullptr, nullptr, 0, 0};
-  pass.zo = true;
-  pass.zo_update = zo_pending_update();
+  pass.zo_update = zo_pending_;
   run(0, forward_end_, pass);
-  zo_pending_.pending = false;
+  zo_pending_ = ZoUpdate{};
 }
 
 StepResult Executor::zo_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
@@ -72,21 +59,24 @@ StepResult Executor::zo_step(const std::int32_t* inputs, const std::int32_t* tar
   const std::uint64_t key = zo_step_key(hyper.seed, hyper.step);
   const float eps = static_cast<float>(hyper.eps);
   Pass plus{PassKind::Loss, inputs, targets, B, T};  // the pending update, then +eps z
-  plus.zo = true;
-  plus.zo_update = zo_pending_update();
+  plus.zo_update = zo_pending_;
   plus.zo_update.perturb = true;
   plus.zo_update.perturb_key = key;
   plus.zo_update.scale = eps;
   run(0, forward_end_, plus);
-  zo_pending_.pending = false;
+  zo_pending_ = ZoUpdate{};
   Pass minus{PassKind::Loss, inputs, targets, B, T};  // -2 eps z
-  minus.zo = true;
   minus.zo_update.perturb = true;
   minus.zo_update.perturb_key = key;
   minus.zo_update.scale = -2.0f * eps;
   run(forward_end_, compute_end_, minus);
   const double g = (static_cast<double>(plus.loss) - static_cast<double>(minus.loss)) / (2.0 * hyper.eps);
-  zo_pending_ = ZoPending{true, key, eps, static_cast<float>(hyper.lr), static_cast<float>(g), hyper.weight_decay};
+  zo_pending_.update = true;
+  zo_pending_.update_key = key;
+  zo_pending_.eps = eps;
+  zo_pending_.lr = static_cast<float>(hyper.lr);
+  zo_pending_.g = static_cast<float>(g);
+  zo_pending_.weight_decay = static_cast<float>(hyper.weight_decay);
   StepResult r;
   r.loss = static_cast<float>(0.5 * (static_cast<double>(plus.loss) + static_cast<double>(minus.loss)));
   r.grad_norm = static_cast<float>(std::fabs(g));

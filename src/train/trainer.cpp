@@ -301,13 +301,14 @@ void TrainRun::data_load() {
 
 void TrainRun::store_make() {
   layout_ = std::make_unique<ParamLayout>(ParamLayout::of(cfg_));
-  const bool zo = o_.optimizer == TrainOptimizer::ZoSgd;
+  // The run as the planner sees it: its units and optimizer mode come from the same request.
+  const PlanRequest request{cfg_,         o_.batch,           o_.seq,      o_.keep_activations,
+                            o_.grad_clip, o_.mem_budget_bytes, o_.prefetch, o_.precision,
+                            o_.optimizer == TrainOptimizer::ZoSgd};
   units_ = std::make_unique<UnitTable>(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq),
-                                       zo ? UnitSet::ForwardOnly : UnitSet::Training);
+                                       plan_unit_set(request));
   exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, o_.keep_activations,
-                                     zo ? OptimizerMode::ZerothOrder
-                                        : optimizer_mode_for(o_.grad_clip, o_.mem_budget_bytes > 0),
-                                     o_.precision);
+                                     plan_mode(request, o_.mem_budget_bytes > 0), o_.precision);
   if (const std::string note = backend_precision_note(o_.precision); !note.empty())
     std::fprintf(stderr, "[stratum] %s\n", note.c_str());
   const Executor& exec = *exec_;
@@ -324,8 +325,6 @@ void TrainRun::store_make() {
                 "); use --mem-budget ", (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
   // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
   // unless --prefetch chose one.
-  PlanRequest request{cfg_,           o_.batch,           o_.seq,      o_.keep_activations,
-                      o_.grad_clip,   o_.mem_budget_bytes, o_.prefetch, o_.precision, zo};
   CalibrationOptions co;
   co.offload_dir = o_.offload_dir;
   co.threads = threads_;
