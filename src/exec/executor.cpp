@@ -46,14 +46,16 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
                  : 2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
       keep_activations_(keep_activations),
       mode_(mode),
-      blocks_(*ops_, config, max_batch, max_seq, keep_activations ? config.n_layer : 1),
+      blocks_(*ops_, config, max_batch, max_seq, keep_activations ? config.n_layer : 1, &units.layout()),
       head_scratch_(config, max_batch * max_seq, precision),
       schedule_(units.count()) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");
   STRATUM_ASSERT(units.act_floats() >= activation_unit_floats(config, max_batch, max_seq));
   for (const SegmentLayout& seg : layout_.segments())  // only blocks are held as several chunks
-    STRATUM_ASSERT(seg.role == SegmentRole::Layer || seg.chunk_count() == 1);
+    STRATUM_ASSERT(seg.role == SegmentRole::Layer || seg.role == SegmentRole::Lora || seg.chunk_count() == 1);
+  // Zeroth-order training over adapters is not built yet (train refuses it).
+  STRATUM_ASSERT(mode != OptimizerMode::ZerothOrder || !layout_.has_lora());
   grad_squares_.resize(static_cast<std::size_t>(layout_.segment_count()));
   for (int s = 0; s < layout_.segment_count(); ++s) grad_squares_[s].assign(layout_.segments()[s].tensors.size(), 0.0);
   schedule_build();
@@ -113,6 +115,12 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
                                  {unit(act_segment(l + 1), K::Activations), A::Overwrite}};
     const A access = params(s);
     for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) uses.push_back({unit(s, K::Params, c), access});
+    if (layout_.has_lora()) {  // the block's adapters beside it (Note [lora segments])
+      const int a = layout_.lora_segment(l);
+      before(a);
+      const A adapter_access = params(a);
+      for (int c = 0; c < units_.chunk_count(a, K::Params); ++c) uses.push_back({unit(a, K::Params, c), adapter_access});
+    }
     schedule_.group_add(std::move(uses), W::LayerForward, s, l);
   }
   const bool tied = layout_.head_tied();
@@ -154,7 +162,10 @@ void Executor::schedule_build() {
   forward_segments_.clear();
   forward_segments_.push_back(embed);
   for (int k = 0; k < nv; ++k) forward_segments_.push_back(layout_.vocab_segment(k));
-  for (int l = 0; l < L; ++l) forward_segments_.push_back(layout_.layer_segment(l));
+  for (int l = 0; l < L; ++l) {
+    forward_segments_.push_back(layout_.layer_segment(l));
+    if (layout_.has_lora()) forward_segments_.push_back(layout_.lora_segment(l));
+  }
   forward_segments_.push_back(head);
   const bool tied = layout_.head_tied();
   if (!tied)
@@ -166,41 +177,55 @@ void Executor::schedule_build() {
   // Pipelined: a segment's update (of the previous step) runs just before its forward, so that is
   // where the schedule lists it (the forward waits for it there); its prefetch then rides the
   // forward's window.
+  // With LoRA only the adapters train (Note [lora segments]): the base's groups read their
+  // parameters and write no gradients, and the embedding's backward has nothing to compute.
+  auto trainable = [&](int s) { return layout_.trainable(s); };
   const bool pipelined = mode_ == OptimizerMode::Pipelined;
-  forward_groups_add([&](int s) { if (pipelined) opt_group(s); }, [](int) { return A::Read; });
+  forward_groups_add([&](int s) { if (pipelined && trainable(s)) opt_group(s); }, [](int) { return A::Read; });
   forward_end_ = schedule_.group_count();
   const std::vector<UnitUse> head_in = {{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}};
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.head_vocab_segment(k);
-    schedule_.group_add({{unit(v, K::Params), A::Read}, {unit(v, K::Grads), A::Overwrite}}, W::HeadBackward, v, k);
+    std::vector<UnitUse> uses = {{unit(v, K::Params), A::Read}};
+    if (trainable(v)) uses.push_back({unit(v, K::Grads), A::Overwrite});
+    schedule_.group_add(std::move(uses), W::HeadBackward, v, k);
   }
   std::vector<UnitUse> head_end = head_in;
-  head_end.push_back({unit(head, K::Grads), A::Overwrite});
+  if (trainable(head)) head_end.push_back({unit(head, K::Grads), A::Overwrite});
   schedule_.group_add(std::move(head_end), W::HeadEnd, head);
   const bool overlap = mode_ == OptimizerMode::Overlapped;
-  if (overlap) {
-    opt_group(head);
-    if (!tied)
-      for (int k = 0; k < nv; ++k) opt_group(layout_.head_vocab_segment(k));
-  }
+  auto overlap_update = [&](int s) {
+    if (overlap && trainable(s)) opt_group(s);
+  };
+  overlap_update(head);
+  if (!tied)
+    for (int k = 0; k < nv; ++k) overlap_update(layout_.head_vocab_segment(k));
   for (int l = L - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
-    schedule_.group_add(
-        chunks(chunks({{unit(s, K::Activations), A::Read}}, s, K::Params, A::Read), s, K::Grads, A::Overwrite),
-        W::LayerBackward, s, l);
-    if (overlap) opt_group(s);
+    std::vector<UnitUse> uses = chunks({{unit(s, K::Activations), A::Read}}, s, K::Params, A::Read);
+    if (trainable(s)) uses = chunks(std::move(uses), s, K::Grads, A::Overwrite);
+    if (layout_.has_lora()) {
+      const int a = layout_.lora_segment(l);
+      uses = chunks(chunks(std::move(uses), a, K::Params, A::Read), a, K::Grads, A::Overwrite);
+    }
+    schedule_.group_add(std::move(uses), W::LayerBackward, s, l);
+    overlap_update(s);
+    if (layout_.has_lora()) overlap_update(layout_.lora_segment(l));
   }
-  schedule_.group_add({{unit(embed, K::Grads), A::Overwrite}}, W::EmbedBackward, embed);
-  if (overlap) opt_group(embed);
-  for (int k = 0; k < nv; ++k) {
-    const int v = layout_.vocab_segment(k);
-    // Tied: adds to the head's gradient; untied: the embedding's is the only one.
-    schedule_.group_add({{unit(v, K::Grads), tied ? A::Update : A::Overwrite}}, W::VocabBackward, v, k);
-    if (overlap) opt_group(v);
+  if (trainable(embed)) {
+    schedule_.group_add({{unit(embed, K::Grads), A::Overwrite}}, W::EmbedBackward, embed);
+    overlap_update(embed);
+    for (int k = 0; k < nv; ++k) {
+      const int v = layout_.vocab_segment(k);
+      // Tied: adds to the head's gradient; untied: the embedding's is the only one.
+      schedule_.group_add({{unit(v, K::Grads), tied ? A::Update : A::Overwrite}}, W::VocabBackward, v, k);
+      overlap_update(v);
+    }
   }
   compute_end_ = schedule_.group_count();
   if (mode_ == OptimizerMode::Inline)
-    for (int s : forward_segments_) opt_group(s);
+    for (int s : forward_segments_)
+      if (trainable(s)) opt_group(s);
 
   // Note [gradients final]: after the last group (not an update) that writes the segment's gradients.
   const int G = schedule_.group_count();
@@ -212,6 +237,7 @@ void Executor::schedule_build() {
   }
   final_at_.assign(static_cast<std::size_t>(G), {});
   for (int s = 0; s < layout_.segment_count(); ++s) {
+    if (!layout_.trainable(s)) continue;
     STRATUM_ASSERT(last[s] >= 0 && last[s] < group_opt_[s] + (mode_ == OptimizerMode::Pipelined ? G : 0));
     final_at_[last[s]].push_back(s);
   }
@@ -305,10 +331,13 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       ops_->embedding_forward_block(holds.data(act_segment(0), K::Activations), p.inputs, holds.data(s, K::Params),
                                     layout_.vocab_row0(item), layout_.vocab_rows(item), B, T, C);
       return;
-    case GroupWork::LayerForward:
+    case GroupWork::LayerForward: {
+      const LoraChunks lora = lora_chunks(holds, item, false);
       blocks_.forward(*ops_, seg, holds.chunks(s, K::Params), holds.data(s, K::Activations),
-                      holds.data(act_segment(item + 1), K::Activations), block_copy(item), B, T);
+                      holds.data(act_segment(item + 1), K::Activations), block_copy(item), B, T,
+                      layout_.has_lora() ? &lora : nullptr);
       return;
+    }
     case GroupWork::HeadBegin: {
       const float* params = holds.data(s, K::Params);
       const float* lnf_b = cfg_.llama() ? nullptr : params + seg.tensors[kLnFB].offset_floats;
@@ -331,23 +360,30 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       if (item == layout_.vocab_block_count() - 1) p.loss = gpt2_head_loss_finish(BT, head_scratch_);
       return;
     case GroupWork::HeadBackward:
-      gpt2_head_backward_block(*ops_, cfg_, holds.data(s, K::Params), holds.data(s, K::Grads),
+      gpt2_head_backward_block(*ops_, cfg_, holds.data(s, K::Params),
+                               layout_.trainable(s) ? holds.data(s, K::Grads) : nullptr,
                                layout_.vocab_row0(item), layout_.vocab_rows(item), p.targets, BT, item == 0,
                                head_scratch_);
       return;
     case GroupWork::HeadEnd: {
       const float* params = holds.data(s, K::Params);
-      float* const grads = holds.data(s, K::Grads);
+      float* const grads = layout_.trainable(s) ? holds.data(s, K::Grads) : nullptr;  // null: frozen
       gpt2_head_backward_finish(*ops_, cfg_, params + seg.tensors[kLnFW].offset_floats,
-                                holds.data(s, K::Activations), p.dcur, grads + seg.tensors[kLnFW].offset_floats,
-                                cfg_.llama() ? nullptr : grads + seg.tensors[kLnFB].offset_floats, BT, head_scratch_);
+                                holds.data(s, K::Activations), p.dcur,
+                                grads != nullptr ? grads + seg.tensors[kLnFW].offset_floats : nullptr,
+                                cfg_.llama() || grads == nullptr ? nullptr : grads + seg.tensors[kLnFB].offset_floats,
+                                BT, head_scratch_);
       return;
     }
-    case GroupWork::LayerBackward:
-      blocks_.backward(*ops_, seg, holds.chunks(s, K::Params), holds.chunks(s, K::Grads),
-                       holds.data(s, K::Activations), p.dcur, p.dnext, block_copy(item), B, T, !keep_activations_);
+    case GroupWork::LayerBackward: {
+      const LoraChunks lora = lora_chunks(holds, item, true);
+      blocks_.backward(*ops_, seg, holds.chunks(s, K::Params),
+                       layout_.trainable(s) ? holds.chunks(s, K::Grads) : nullptr, holds.data(s, K::Activations),
+                       p.dcur, p.dnext, block_copy(item), B, T, !keep_activations_,
+                       layout_.has_lora() ? &lora : nullptr);
       std::swap(p.dcur, p.dnext);
       return;
+    }
     case GroupWork::EmbedBackward:
       if (!cfg_.llama()) {  // Llama's embed segment is empty
         float* dwpe = holds.data(s, K::Grads) + seg.tensors[kWpe].offset_floats;
@@ -366,6 +402,13 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
     case GroupWork::Optimizer: break;
   }
   STRATUM_ASSERT(false);  // Optimizer groups are run by group_run()
+}
+
+LoraChunks Executor::lora_chunks(const GroupHolds& holds, int layer, bool grads) const {
+  if (!layout_.has_lora()) return {};
+  const int a = layout_.lora_segment(layer);
+  return {&layout_.segments()[a], holds.chunks(a, SegmentKind::Params),
+          grads ? holds.chunks(a, SegmentKind::Grads) : nullptr};
 }
 
 void Executor::grads_final(int segment, float* const* grad_chunks) {
@@ -409,7 +452,8 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   if (grad_clip > 0) r.grad_scale = std::min(1.0f, static_cast<float>(grad_clip) / (r.grad_norm + 1e-6f));
   if (mode_ == OptimizerMode::Inline) optimizer_step(hyper, weight_decay, r.grad_scale);
   if (mode_ == OptimizerMode::Pipelined)
-    for (int s : forward_segments_) optimizer_queue(s, hyper, weight_decay, r.grad_scale);
+    for (int s : forward_segments_)
+      if (layout_.trainable(s)) optimizer_queue(s, hyper, weight_decay, r.grad_scale);
   r.optimizer_wait_ms = std::exchange(update_wait_ms_, 0.0);
   return r;
 }
@@ -510,6 +554,7 @@ void Executor::optimizer_step(const AdamWHyper& hyper, double weight_decay, floa
   STRATUM_ASSERT(store_ != nullptr);
   sync();
   for (int s : forward_segments_) {
+    if (!layout_.trainable(s)) continue;
     if (mode_ != OptimizerMode::Overlapped) at(group_opt_[s]);
     optimizer_segment(*ops_, s, hyper, weight_decay, grad_scale);
   }

@@ -184,6 +184,8 @@ class Executor {
   // run reduces the segment's gradient across ranks here, before anything reads it. The update
   // is queued by the segment's Optimizer group, after the hold ends.
   void grads_final(int segment, float* const* grad_chunks);  // one pointer per chunk
+  // The adapters of a layer's group as held (empty without LoRA; grads: the backward's).
+  LoraChunks lora_chunks(const GroupHolds& holds, int layer, bool grads) const;
   void optimizer_segment(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
                          float grad_scale);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);

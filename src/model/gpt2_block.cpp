@@ -44,44 +44,68 @@ Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch
 
 void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                         const Gpt2BlockTensors& p, const float* x, float* out, Gpt2Activations& s, float* tmp,
-                        float* attn_scratch, int B, int T) {
+                        float* attn_scratch, int B, int T, const LoraBlock* lora) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
   const float eps = cfg.layer_norm_eps;
+  // Adapters (Note [lora math]) add to each module's output before it is used.
+  auto adapt = [&](int k, float* y, int ldy, const float* in, int ldx, int K, int N) {
+    if (lora != nullptr) lora_forward(ops, *lora, k, y, ldy, in, ldx, BT, K, N);
+  };
   ops.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, eps);
   linear.kn(ops, s.qkv, s.ln1, p.attn_w, p.attn_b, BT, C, 3 * C);
+  adapt(0, s.qkv, 3 * C, s.ln1, C, C, 3 * C);
   attention.attend(ops, s.atty, s.att, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim());
   linear.kn(ops, tmp, s.atty, p.attn_proj_w, p.attn_proj_b, BT, C, C);
+  adapt(1, tmp, C, s.atty, C, C, C);
   ops.add(s.res2, x, tmp, rows_c);
   ops.layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, BT, C, eps);
   linear.kn(ops, s.fch, s.ln2, p.fc_w, p.fc_b, BT, C, 4 * C);
+  adapt(2, s.fch, 4 * C, s.ln2, C, C, 4 * C);
   ops.gelu_forward(s.fch_gelu, s.fch, static_cast<std::size_t>(BT) * 4 * C);
   linear.kn(ops, tmp, s.fch_gelu, p.mlp_proj_w, p.mlp_proj_b, BT, 4 * C, C);
+  adapt(3, tmp, C, s.fch_gelu, 4 * C, 4 * C, C);
   ops.add(out, s.res2, tmp, rows_c);
 }
 
 void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p,
-                         const Gpt2BlockTensors& g, const float* x, const float* dout, float* dx,
-                         Gpt2Activations& s, Gpt2Workspace& w, int B, int T, bool recompute) {
+                         const Gpt2BlockTensors* g, const float* x, const float* dout, float* dx,
+                         Gpt2Activations& s, Gpt2Workspace& w, int B, int T, bool recompute, const LoraBlock* lora) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
   // Recompute the forward internals (the block output itself is not needed).
   if (recompute)
-    gpt2_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T);
+    gpt2_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T, lora);
+  // A frozen base (g null, Note [lora segments]) gets no parameter gradients; dx is the same.
+  auto grad = [&](float* Gpt2BlockTensors::*field) { return g != nullptr ? g->*field : nullptr; };
+  auto grad_w = [&](TensorView Gpt2BlockTensors::*field) { return g != nullptr ? (g->*field).f32() : nullptr; };
+  auto adapt = [&](int k, const float* dy, int ldy, const float* in, int ldx, float* din, int K, int N) {
+    if (lora != nullptr) lora_backward(ops, *lora, k, dy, ldy, in, ldx, din, K, BT, K, N);
+  };
 
   // MLP: out = res2 + mlp_proj(gelu(fc(ln2(res2))))
-  ops.matmul_backward(w.dfch, g.mlp_proj_w.f32(), g.mlp_proj_b, dout, s.fch_gelu, p.mlp_proj_w.f32(), BT, 4 * C, C, false);
+  ops.matmul_backward(w.dfch, grad_w(&Gpt2BlockTensors::mlp_proj_w), grad(&Gpt2BlockTensors::mlp_proj_b), dout,
+                      s.fch_gelu, p.mlp_proj_w.f32(), BT, 4 * C, C, false);
+  adapt(3, dout, C, s.fch_gelu, 4 * C, w.dfch, 4 * C, C);
   ops.gelu_backward(w.dfch, s.fch, w.dfch, static_cast<std::size_t>(BT) * 4 * C);
-  ops.matmul_backward(w.dln, g.fc_w.f32(), g.fc_b, w.dfch, s.ln2, p.fc_w.f32(), BT, C, 4 * C, false);
+  ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::fc_w), grad(&Gpt2BlockTensors::fc_b), w.dfch, s.ln2,
+                      p.fc_w.f32(), BT, C, 4 * C, false);
+  adapt(2, w.dfch, 4 * C, s.ln2, C, w.dln, C, 4 * C);
   std::memcpy(w.dres2, dout, rows_c * sizeof(float));
-  ops.layernorm_backward(w.dres2, g.ln2_w, g.ln2_b, w.dln, s.res2, p.ln2_w, s.ln2_mean, s.ln2_rstd, BT, C, false);
+  ops.layernorm_backward(w.dres2, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln, s.res2,
+                         p.ln2_w, s.ln2_mean, s.ln2_rstd, BT, C, false);
 
   // Attention: res2 = x + attn_proj(attention(c_attn(ln1(x))))
-  ops.matmul_backward(w.datty, g.attn_proj_w.f32(), g.attn_proj_b, w.dres2, s.atty, p.attn_proj_w.f32(), BT, C, C, false);
+  ops.matmul_backward(w.datty, grad_w(&Gpt2BlockTensors::attn_proj_w), grad(&Gpt2BlockTensors::attn_proj_b), w.dres2,
+                      s.atty, p.attn_proj_w.f32(), BT, C, C, false);
+  adapt(1, w.dres2, C, s.atty, C, w.datty, C, C);
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, H, cfg.head_dim());
-  ops.matmul_backward(w.dln, g.attn_w.f32(), g.attn_b, w.dqkv, s.ln1, p.attn_w.f32(), BT, C, 3 * C, false);
+  ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::attn_w), grad(&Gpt2BlockTensors::attn_b), w.dqkv, s.ln1,
+                      p.attn_w.f32(), BT, C, 3 * C, false);
+  adapt(0, w.dqkv, 3 * C, s.ln1, C, w.dln, C, 3 * C);
   std::memcpy(dx, w.dres2, rows_c * sizeof(float));
-  ops.layernorm_backward(dx, g.ln1_w, g.ln1_b, w.dln, x, p.ln1_w, s.ln1_mean, s.ln1_rstd, BT, C, false);
+  ops.layernorm_backward(dx, grad(&Gpt2BlockTensors::ln1_w), grad(&Gpt2BlockTensors::ln1_b), w.dln, x, p.ln1_w,
+                         s.ln1_mean, s.ln1_rstd, BT, C, false);
 }
 
 }  // namespace stratum

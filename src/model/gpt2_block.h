@@ -8,6 +8,7 @@
 #include "core/aligned_buffer.h"
 #include "ops/ops.h"
 #include "model/block_policy.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 
@@ -86,17 +87,20 @@ class Gpt2Workspace {
 
 // out (B,T,C) = block(x (B,T,C)) (Note [one forward] in model/block_policy.h): linear layers by
 // `linear`, attention by `attention`; fills a with the block's internals. out may be x. tmp is
-// (B,T,C) scratch, attn_scratch the backend's attention scratch.
+// (B,T,C) scratch, attn_scratch the backend's attention scratch. lora (may be null): adapters
+// added to the modules they target (Note [lora math] in model/lora.h).
 void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                         const Gpt2BlockTensors& p, const float* x, float* out, Gpt2Activations& a, float* tmp,
-                        float* attn_scratch, int B, int T);
+                        float* attn_scratch, int B, int T, const LoraBlock* lora = nullptr);
 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
 // upstream gradient dout (B,T,C). With recompute, first refills a by re-running the forward
 // from x (bit-identical to the original forward); otherwise a must still hold this block's
-// forward internals.
+// forward internals. g null: a frozen base, no parameter gradients (Note [lora segments]); lora:
+// the adapters' gradients into their da, db.
 void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p,
-                         const Gpt2BlockTensors& g, const float* x, const float* dout, float* dx,
-                         Gpt2Activations& a, Gpt2Workspace& w, int B, int T, bool recompute);
+                         const Gpt2BlockTensors* g, const float* x, const float* dout, float* dx,
+                         Gpt2Activations& a, Gpt2Workspace& w, int B, int T, bool recompute,
+                         const LoraBlock* lora = nullptr);
 
 }  // namespace stratum

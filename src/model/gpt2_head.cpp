@@ -74,7 +74,8 @@ void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float*
     // dlnf (rows, C) (+)= dlogits @ wte_rows ; dwte_rows (n, C) (+)= dlogits^T @ lnf
     ops.sgemm(false, false, rows, C, n, 1.0f, s.logits, n, wte_rows, C, first_block ? 0.0f : 1.0f,
           s.dlnf + static_cast<std::size_t>(r0) * C, C);
-    ops.sgemm(true, false, n, C, rows, 1.0f, s.logits, n, xr, C, r0 == 0 ? 0.0f : 1.0f, dwte_rows, C);
+    if (dwte_rows != nullptr)  // null: a frozen head (LoRA's base)
+      ops.sgemm(true, false, n, C, rows, 1.0f, s.logits, n, xr, C, r0 == 0 ? 0.0f : 1.0f, dwte_rows, C);
   }
 }
 

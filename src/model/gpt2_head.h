@@ -62,11 +62,13 @@ void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_
                          const std::int32_t* targets, int BT, Gpt2HeadScratch& s);
 // After every block: the mean cross-entropy (and s.lse for the backward).
 float gpt2_head_loss_finish(int BT, Gpt2HeadScratch& s);
-// Backward of the mean loss for one block: overwrites dwte_rows (n, C) and adds the block's
+// Backward of the mean loss for one block: overwrites dwte_rows (n, C; null for a frozen head,
+// Note [lora segments]) and adds the block's
 // contribution to s.dlnf (overwrites it for the first block).
 void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
                               int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s);
-// After every block: dx (BT, C) and the final LayerNorm's gradients (all overwritten).
+// After every block: dx (BT, C) and the final LayerNorm's gradients (all overwritten; dlnf_w null:
+// frozen, none).
 void gpt2_head_backward_finish(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* x, float* dx,
                                float* dlnf_w, float* dlnf_b, int BT, Gpt2HeadScratch& s);
 // Logits of vocabulary rows [v0, v0 + n) (wte_rows: (n, C), fp32 or bf16) for the first `rows` rows

@@ -49,62 +49,91 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
 
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                          const RopeTable& rope, const LlamaBlockTensors& p, const float* x, float* out,
-                         LlamaActivations& s, float* tmp, float* attn_scratch, int B, int T) {
+                         LlamaActivations& s, float* tmp, float* attn_scratch, int B, int T, const LoraBlock* lora) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
   const float eps = cfg.layer_norm_eps;
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
+  // Adapters (Note [lora math]) add to each projection before it is used (q and k before rope).
+  auto adapt = [&](int k, float* y, int ldy, const float* in, int ldx, int K, int N) {
+    if (lora != nullptr) lora_forward(ops, *lora, k, y, ldy, in, ldx, BT, K, N);
+  };
   ops.rmsnorm_forward(s.xn1, s.rstd1, x, p.attn_norm_w, BT, C, eps);
   linear.nt(ops, s.qkv, QKV, s.xn1, C, p.q_w, BT, Q, C);
   linear.nt(ops, s.qkv + Q, QKV, s.xn1, C, p.k_w, BT, KVd, C);
   linear.nt(ops, s.qkv + Q + KVd, QKV, s.xn1, C, p.v_w, BT, KVd, C);
+  adapt(0, s.qkv, QKV, s.xn1, C, C, Q);
+  adapt(1, s.qkv + Q, QKV, s.xn1, C, C, KVd);
+  adapt(2, s.qkv + Q + KVd, QKV, s.xn1, C, C, KVd);
   ops.rope_forward(s.qkv, B, T, H, hd, QKV, attention.positions(), rope);
   ops.rope_forward(s.qkv + Q, B, T, KV, hd, QKV, attention.positions(), rope);
   attention.attend(ops, s.atty, s.att, attn_scratch, s.qkv, B, T, H, KV, hd);
   linear.nt(ops, tmp, C, s.atty, Q, p.o_w, BT, C, Q);
+  adapt(3, tmp, C, s.atty, Q, Q, C);
   ops.add(s.res2, x, tmp, rows_c);
   ops.rmsnorm_forward(s.xn2, s.rstd2, s.res2, p.mlp_norm_w, BT, C, eps);
   linear.nt(ops, s.gate, I, s.xn2, C, p.gate_w, BT, I, C);
   linear.nt(ops, s.up, I, s.xn2, C, p.up_w, BT, I, C);
+  adapt(4, s.gate, I, s.xn2, C, C, I);
+  adapt(5, s.up, I, s.xn2, C, C, I);
   ops.swiglu_forward(s.hmid, s.gate, s.up, static_cast<std::size_t>(BT) * I);
   linear.nt(ops, tmp, C, s.hmid, I, p.down_w, BT, C, I);
+  adapt(6, tmp, C, s.hmid, I, I, C);
   ops.add(out, s.res2, tmp, rows_c);
 }
 
 void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
-                          const LlamaBlockTensors& g, const float* x, const float* dout, float* dx,
-                          LlamaActivations& s, LlamaWorkspace& w, int B, int T, bool recompute) {
+                          const LlamaBlockTensors* g, const float* x, const float* dout, float* dx,
+                          LlamaActivations& s, LlamaWorkspace& w, int B, int T, bool recompute, const LoraBlock* lora) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
   if (recompute)
-    llama_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg, rope, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T);
+    llama_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg, rope, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T,
+                        lora);
+  // A frozen base (g null, Note [lora segments]) gets no weight gradients; dx is the same.
+  auto weight_grad = [&](int M, int N, int K, const float* a, int lda, const float* b, int ldb,
+                         TensorView LlamaBlockTensors::*field) {  // g.field (M,N) = a^T b, a (K,M), b (K,N)
+    if (g != nullptr) ops.sgemm(true, false, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, (g->*field).f32(), N);
+  };
+  auto norm_grad = [&](float* LlamaBlockTensors::*field) { return g != nullptr ? g->*field : nullptr; };
+  auto adapt = [&](int k, const float* dy, int ldy, const float* in, int ldx, float* din, int K, int N) {
+    if (lora != nullptr) lora_backward(ops, *lora, k, dy, ldy, in, ldx, din, K, BT, K, N);
+  };
 
   // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2)
   ops.sgemm(false, false, BT, I, C, 1.0f, dout, C, p.down_w.f32(), I, 0.0f, w.dgate, I);   // d hmid (BT, I)
-  ops.sgemm(true, false, C, I, BT, 1.0f, dout, C, s.hmid, I, 0.0f, g.down_w.f32(), I);     // d down (C, I)
+  weight_grad(C, I, BT, dout, C, s.hmid, I, &LlamaBlockTensors::down_w);                   // d down (C, I)
+  adapt(6, dout, C, s.hmid, I, w.dgate, I, C);
   ops.swiglu_backward(w.dgate, w.dup, w.dgate, s.gate, s.up, static_cast<std::size_t>(BT) * I);
   ops.sgemm(false, false, BT, C, I, 1.0f, w.dgate, I, p.gate_w.f32(), C, 0.0f, w.dxn, C);
   ops.sgemm(false, false, BT, C, I, 1.0f, w.dup, I, p.up_w.f32(), C, 1.0f, w.dxn, C);
-  ops.sgemm(true, false, I, C, BT, 1.0f, w.dgate, I, s.xn2, C, 0.0f, g.gate_w.f32(), C);
-  ops.sgemm(true, false, I, C, BT, 1.0f, w.dup, I, s.xn2, C, 0.0f, g.up_w.f32(), C);
+  weight_grad(I, C, BT, w.dgate, I, s.xn2, C, &LlamaBlockTensors::gate_w);
+  weight_grad(I, C, BT, w.dup, I, s.xn2, C, &LlamaBlockTensors::up_w);
+  adapt(4, w.dgate, I, s.xn2, C, w.dxn, C, I);
+  adapt(5, w.dup, I, s.xn2, C, w.dxn, C, I);
   std::memcpy(w.dres2, dout, rows_c * sizeof(float));
-  ops.rmsnorm_backward(w.dres2, g.mlp_norm_w, w.dxn, s.res2, p.mlp_norm_w, s.rstd2, BT, C, false);
+  ops.rmsnorm_backward(w.dres2, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn, s.res2, p.mlp_norm_w, s.rstd2, BT,
+                       C, false);
 
   // Attention: res2 = x + o(attention(rope(q(xn1)), rope(k(xn1)), v(xn1))), xn1 = rmsnorm(x)
   ops.sgemm(false, false, BT, Q, C, 1.0f, w.dres2, C, p.o_w.f32(), Q, 0.0f, w.datty, Q);
-  ops.sgemm(true, false, C, Q, BT, 1.0f, w.dres2, C, s.atty, Q, 0.0f, g.o_w.f32(), Q);
+  weight_grad(C, Q, BT, w.dres2, C, s.atty, Q, &LlamaBlockTensors::o_w);
+  adapt(3, w.dres2, C, s.atty, Q, w.datty, Q, C);
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, KV, hd);
   ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
   ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
   ops.sgemm(false, false, BT, C, Q, 1.0f, w.dqkv, QKV, p.q_w.f32(), C, 0.0f, w.dxn, C);
   ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q, QKV, p.k_w.f32(), C, 1.0f, w.dxn, C);
   ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q + KVd, QKV, p.v_w.f32(), C, 1.0f, w.dxn, C);
-  ops.sgemm(true, false, Q, C, BT, 1.0f, w.dqkv, QKV, s.xn1, C, 0.0f, g.q_w.f32(), C);
-  ops.sgemm(true, false, KVd, C, BT, 1.0f, w.dqkv + Q, QKV, s.xn1, C, 0.0f, g.k_w.f32(), C);
-  ops.sgemm(true, false, KVd, C, BT, 1.0f, w.dqkv + Q + KVd, QKV, s.xn1, C, 0.0f, g.v_w.f32(), C);
+  weight_grad(Q, C, BT, w.dqkv, QKV, s.xn1, C, &LlamaBlockTensors::q_w);
+  weight_grad(KVd, C, BT, w.dqkv + Q, QKV, s.xn1, C, &LlamaBlockTensors::k_w);
+  weight_grad(KVd, C, BT, w.dqkv + Q + KVd, QKV, s.xn1, C, &LlamaBlockTensors::v_w);
+  adapt(0, w.dqkv, QKV, s.xn1, C, w.dxn, C, Q);
+  adapt(1, w.dqkv + Q, QKV, s.xn1, C, w.dxn, C, KVd);
+  adapt(2, w.dqkv + Q + KVd, QKV, s.xn1, C, w.dxn, C, KVd);
   std::memcpy(dx, w.dres2, rows_c * sizeof(float));
-  ops.rmsnorm_backward(dx, g.attn_norm_w, w.dxn, x, p.attn_norm_w, s.rstd1, BT, C, false);
+  ops.rmsnorm_backward(dx, norm_grad(&LlamaBlockTensors::attn_norm_w), w.dxn, x, p.attn_norm_w, s.rstd1, BT, C, false);
 }
 
 }  // namespace stratum

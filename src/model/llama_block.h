@@ -9,6 +9,7 @@
 #include "core/aligned_buffer.h"
 #include "ops/ops.h"
 #include "model/block_policy.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 
@@ -86,12 +87,15 @@ class LlamaWorkspace {
 // scratch.
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                          const RopeTable& rope, const LlamaBlockTensors& p, const float* x, float* out,
-                         LlamaActivations& a, float* tmp, float* attn_scratch, int B, int T);
+                         LlamaActivations& a, float* tmp, float* attn_scratch, int B, int T,
+                         const LoraBlock* lora = nullptr);
 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
-// upstream gradient dout (B,T,C); with recompute, first refills a from x (bit-identical).
+// upstream gradient dout (B,T,C); with recompute, first refills a from x (bit-identical). g null:
+// a frozen base (Note [lora segments]); lora (may be null): adapters, as gpt2_block_backward.
 void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
-                          const LlamaBlockTensors& g, const float* x, const float* dout, float* dx,
-                          LlamaActivations& a, LlamaWorkspace& w, int B, int T, bool recompute);
+                          const LlamaBlockTensors* g, const float* x, const float* dout, float* dx,
+                          LlamaActivations& a, LlamaWorkspace& w, int B, int T, bool recompute,
+                          const LoraBlock* lora = nullptr);
 
 }  // namespace stratum

@@ -72,6 +72,33 @@ int ParamLayout::vocab_rows(int block) const {
 
 ParamLayout ParamLayout::of(const GptConfig& cfg) { return cfg.llama() ? llama(cfg) : gpt2(cfg); }
 
+ParamLayout ParamLayout::of(const GptConfig& cfg, const LoraConfig& lora) {
+  ParamLayout layout = of(cfg);
+  layout.lora_slot_.fill(-1);
+  if (!lora.on()) return layout;
+  lora_config_validate(lora, cfg.arch);
+  const std::array<bool, kLoraMaxTargets> on = lora_targets_resolve(cfg.arch, lora.targets);
+  const std::vector<std::string>& modules = lora_modules(cfg.arch);
+  layout.lora_ = lora;
+  layout.lora_first_ = layout.segment_count();
+  const std::int64_t r = lora.r;
+  for (int i = 0; i < cfg.n_layer; ++i) {
+    const std::string p = (cfg.llama() ? "model.layers." : "h.") + std::to_string(i) + ".";
+    SegmentBuilder seg("lora." + std::to_string(i), SegmentRole::Lora);
+    int slot = 0;
+    for (std::size_t k = 0; k < modules.size(); ++k) {
+      if (!on[k]) continue;
+      const auto [in, out] = lora_module_dims(cfg, static_cast<int>(k));
+      seg.add(p + modules[k] + ".lora_A.weight", {r, in});
+      seg.add(p + modules[k] + ".lora_B.weight", {out, r});
+      layout.lora_slot_[k] = slot;
+      slot += 2;
+    }
+    layout.segments_.push_back(seg.finish());
+  }
+  return layout;
+}
+
 ParamLayout ParamLayout::gpt2(const GptConfig& cfg) {
   cfg.validate();
   STRATUM_ASSERT(!cfg.llama());
@@ -160,6 +187,14 @@ std::size_t ParamLayout::num_params() const {
   std::size_t total = 0;
   for (const auto& seg : segments_)
     for (const auto& t : seg.tensors) total += t.numel;
+  return total;
+}
+
+std::size_t ParamLayout::num_trainable_params() const {
+  std::size_t total = 0;
+  for (int s = 0; s < segment_count(); ++s)
+    if (trainable(s))
+      for (const auto& t : segments_[s].tensors) total += t.numel;
   return total;
 }
 

@@ -17,9 +17,16 @@
 // chunk, so the optimizer streams a block's state a chunk at a time (a few MB) and never holds a
 // whole block; the block kernels get one pointer per tensor and do not care. Chunks depend only
 // on the model's shape, and AdamW is elementwise, so they never change a result.
+// Note [lora segments]: with LoRA adapters (model/lora.h) the layout appends one segment per block,
+// "lora.i" (role Lora), after every other: for each adapted module in block order its lora_A
+// (r, in) and lora_B (out, r), named as the module's weight with ".lora_A.weight" for ".weight"
+// (PEFT's names less "base_model.model."). Then only the Lora segments are trainable: the base's
+// segments have parameters only (no gradients, no moments: UnitTable), the backward computes no
+// base gradient and the optimizer visits the adapters alone.
 // Does not own memory (see store/segment_store.h).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -27,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/lora.h"
 #include "model/model_config.h"
 
 namespace stratum {
@@ -54,7 +62,7 @@ struct TensorSlot {
   }
 };
 
-enum class SegmentRole { Embed, Layer, Head, Vocab, HeadVocab };
+enum class SegmentRole { Embed, Layer, Head, Vocab, HeadVocab, Lora };
 
 struct SegmentLayout {
   std::string name;                 // "embed", "layer.3", "head", "wte.2", "lm_head.1"
@@ -94,6 +102,8 @@ class ParamLayout {
   static ParamLayout gpt2(const GptConfig& config);
   static ParamLayout llama(const GptConfig& config);
   static ParamLayout of(const GptConfig& config);  // by config.arch
+  // With adapters (lora.on(): Note [lora segments]); lora is validated first.
+  static ParamLayout of(const GptConfig& config, const LoraConfig& lora);
 
   const std::vector<SegmentLayout>& segments() const { return segments_; }
   int segment_count() const { return static_cast<int>(segments_.size()); }
@@ -115,6 +125,16 @@ class ParamLayout {
   int vocab_row0(int block) const { return block * vocab_rows_; }
   int vocab_rows(int block) const;
   std::size_t num_params() const;  // real parameters, without padding
+  std::size_t num_trainable_params() const;  // of the trainable segments
+
+  // LoRA (Note [lora segments]).
+  const LoraConfig& lora() const { return lora_; }
+  bool has_lora() const { return lora_.on(); }
+  int lora_segment(int layer) const { return lora_first_ + layer; }
+  // Slot of module k's lora_A in its lora segment (lora_B follows it); -1 when not adapted.
+  int lora_slot(int k) const { return lora_slot_[k]; }
+  // Whether a segment's parameters are trained (everything, or with LoRA the adapters only).
+  bool trainable(int s) const { return !lora_.on() || segments_[s].role == SegmentRole::Lora; }
   // Every slot holding (part of) a tensor by Hugging Face name (with or without the prefix
   // "transformer."), as (segment, tensor) pairs in row order; empty if unknown.
   std::vector<std::pair<int, int>> find(std::string_view hf_name) const;
@@ -131,6 +151,9 @@ class ParamLayout {
   bool head_tied_ = true;
   ModelArch arch_ = ModelArch::Gpt2;
   std::string hf_prefix_;
+  LoraConfig lora_;
+  int lora_first_ = -1;
+  std::array<int, kLoraMaxTargets> lora_slot_{-1, -1, -1, -1, -1, -1, -1};
 };
 
 }  // namespace stratum

@@ -1,9 +1,20 @@
 // Family dispatch for one transformer block; see transformer_block.h.
 #include "model/transformer_block.h"
 
+#include "stratum/error.h"
+
 namespace stratum {
 
-TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, int copies) : cfg_(cfg) {
+TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, int copies,
+                                   const ParamLayout* layout)
+    : cfg_(cfg) {
+  if (layout != nullptr && layout->has_lora()) {
+    layout_ = layout;
+    lora_rows_ = static_cast<std::size_t>(max_batch) * max_seq;
+    const std::size_t r = static_cast<std::size_t>(layout->lora().r);
+    for (int i = 0; i < copies; ++i) lora_u_.emplace_back(kLoraMaxTargets * lora_rows_ * r * sizeof(float));
+    lora_du_ = AlignedBuffer(lora_rows_ * r * sizeof(float));
+  }
   if (cfg.llama()) {
     llama_acts_.reserve(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) llama_acts_.emplace_back(cfg, max_batch, max_seq);
@@ -17,31 +28,69 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
 }
 
 std::size_t TransformerBlock::size_bytes() const {
+  std::size_t lora = lora_du_.size_bytes();
+  for (const AlignedBuffer& u : lora_u_) lora += u.size_bytes();
+  return lora + internals_bytes();
+}
+
+std::size_t TransformerBlock::internals_bytes() const {
   if (cfg_.llama())
     return llama_acts_.size() * llama_acts_[0].size_bytes() + llama_work_->size_bytes() +
            2 * sizeof(float) * static_cast<std::size_t>(rope_->max_pos()) * (rope_->head_dim() / 2);
   return gpt2_acts_.size() * gpt2_acts_[0].size_bytes() + gpt2_work_->size_bytes();
 }
 
+LoraBlock TransformerBlock::lora_block(const LoraChunks& c, int copy, int BT) {
+  STRATUM_ASSERT(layout_ != nullptr && static_cast<std::size_t>(BT) <= lora_rows_);
+  LoraBlock l;
+  l.r = layout_->lora().r;
+  l.scale = layout_->lora().scale();
+  l.du = lora_du_.as_f32();
+  const SegmentLayout& seg = *c.seg;
+  auto at = [&](float* const* chunks, int i) {
+    const TensorSlot& t = seg.tensors[i];
+    return chunks[t.chunk] + seg.offset_in_chunk(t);
+  };
+  for (int k = 0; k < kLoraMaxTargets; ++k) {
+    const int slot = layout_->lora_slot(k);
+    if (slot < 0) continue;
+    l.t[k].a = at(c.params, slot);
+    l.t[k].b = at(c.params, slot + 1);
+    if (c.grads != nullptr) {
+      l.t[k].da = at(c.grads, slot);
+      l.t[k].db = at(c.grads, slot + 1);
+    }
+    l.t[k].u = lora_u_[copy].as_f32() + static_cast<std::size_t>(k) * lora_rows_ * l.r;
+  }
+  return l;
+}
+
 void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, float* const* params, const float* x,
-                               float* out, int copy, int B, int T) {
+                               float* out, int copy, int B, int T, const LoraChunks* lora) {
+  const LoraBlock l = lora != nullptr ? lora_block(*lora, copy, B * T) : LoraBlock{};
+  const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
     llama_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg_, *rope_, llama_block_tensors(seg, params), x, out,
-                        llama_acts_[copy], llama_work_->tmp, llama_work_->attn_scratch, B, T);
+                        llama_acts_[copy], llama_work_->tmp, llama_work_->attn_scratch, B, T, lp);
   } else {
     gpt2_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg_, gpt2_block_tensors(seg, params), x, out,
-                       gpt2_acts_[copy], gpt2_work_->tmp, gpt2_work_->attn_scratch, B, T);
+                       gpt2_acts_[copy], gpt2_work_->tmp, gpt2_work_->attn_scratch, B, T, lp);
   }
 }
 
 void TransformerBlock::backward(const Ops& ops, const SegmentLayout& seg, float* const* params, float* const* grads,
-                                const float* x, const float* dout, float* dx, int copy, int B, int T, bool recompute) {
+                                const float* x, const float* dout, float* dx, int copy, int B, int T, bool recompute,
+                                const LoraChunks* lora) {
+  const LoraBlock l = lora != nullptr ? lora_block(*lora, copy, B * T) : LoraBlock{};
+  const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
-    llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(seg, params), llama_block_tensors(seg, grads), x, dout,
-                         dx, llama_acts_[copy], *llama_work_, B, T, recompute);
+    const LlamaBlockTensors g = grads != nullptr ? llama_block_tensors(seg, grads) : LlamaBlockTensors{};
+    llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(seg, params), grads != nullptr ? &g : nullptr, x, dout,
+                         dx, llama_acts_[copy], *llama_work_, B, T, recompute, lp);
   } else {
-    gpt2_block_backward(ops, cfg_, gpt2_block_tensors(seg, params), gpt2_block_tensors(seg, grads), x, dout, dx,
-                        gpt2_acts_[copy], *gpt2_work_, B, T, recompute);
+    const Gpt2BlockTensors g = grads != nullptr ? gpt2_block_tensors(seg, grads) : Gpt2BlockTensors{};
+    gpt2_block_backward(ops, cfg_, gpt2_block_tensors(seg, params), grads != nullptr ? &g : nullptr, x, dout, dx,
+                        gpt2_acts_[copy], *gpt2_work_, B, T, recompute, lp);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "ops/ops.h"
 #include "model/gpt2_block.h"
 #include "model/llama_block.h"
@@ -15,28 +16,46 @@
 
 namespace stratum {
 
+// A block's adapters as held: its "lora.i" segment's layout and chunks (Note [lora segments]).
+struct LoraChunks {
+  const SegmentLayout* seg = nullptr;
+  float* const* params = nullptr;
+  float* const* grads = nullptr;  // backward: the adapters' gradients (overwritten)
+};
+
 class TransformerBlock {
  public:
-  // copies: sets of block internals (1 = recompute in the backward; n_layer = keep them).
-  TransformerBlock(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, int copies);
+  // copies: sets of block internals (1 = recompute in the backward; n_layer = keep them). layout
+  // (may be null): where its LoRA adapters are, when it has them (each set of internals then
+  // keeps the adapters' x A^T too).
+  TransformerBlock(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, int copies,
+                   const ParamLayout* layout = nullptr);
   std::size_t size_bytes() const;  // internals + workspace + rotary table
 
   // out (B,T,C) = block(x) with the parameters in param_chunks (one pointer per chunk of `seg`),
   // keeping the internals in set `copy`.
   void forward(const Ops& ops, const SegmentLayout& seg, float* const* param_chunks, const float* x, float* out,
-               int copy, int B, int T);
-  // dx (B,T,C) and the block's gradients (overwritten, in grad_chunks) for dout; with recompute
-  // the internals are first recomputed from x into set `copy`.
+               int copy, int B, int T, const LoraChunks* lora = nullptr);
+  // dx (B,T,C) and the block's gradients (overwritten, in grad_chunks; null: a frozen base) for
+  // dout; with recompute the internals are first recomputed from x into set `copy`.
   void backward(const Ops& ops, const SegmentLayout& seg, float* const* param_chunks, float* const* grad_chunks,
-                const float* x, const float* dout, float* dx, int copy, int B, int T, bool recompute);
+                const float* x, const float* dout, float* dx, int copy, int B, int T, bool recompute,
+                const LoraChunks* lora = nullptr);
 
  private:
+  LoraBlock lora_block(const LoraChunks& chunks, int copy, int BT);
+  std::size_t internals_bytes() const;  // without the adapters' buffers
+
   GptConfig cfg_;
   std::vector<Gpt2Activations> gpt2_acts_;
   std::unique_ptr<Gpt2Workspace> gpt2_work_;
   std::vector<LlamaActivations> llama_acts_;
   std::unique_ptr<LlamaWorkspace> llama_work_;
   std::unique_ptr<RopeTable> rope_;
+  const ParamLayout* layout_ = nullptr;  // with adapters, else null
+  std::vector<AlignedBuffer> lora_u_;    // per set: (targets, B*T, r) x A^T of each adapter
+  AlignedBuffer lora_du_;                // (B*T, r) backward scratch
+  std::size_t lora_rows_ = 0;            // max B*T
 };
 
 }  // namespace stratum

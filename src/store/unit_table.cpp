@@ -18,7 +18,9 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet 
   for (int s = 0; s < segments; ++s) {
     for (int k = 0; k < kSegmentKindCount; ++k) {
       const auto kind = static_cast<SegmentKind>(k);
-      if (params_only && kind != SegmentKind::Params && kind != SegmentKind::Activations) continue;
+      const bool state = kind != SegmentKind::Params && kind != SegmentKind::Activations;
+      // Gradients and moments only where parameters are trained (Note [lora segments]).
+      if (state && (params_only || !layout.trainable(s))) continue;
       std::vector<std::size_t> sizes;  // floats per chunk
       if (kind != SegmentKind::Activations) {
         for (int c = 0; c < layout.segments()[s].chunk_count(); ++c) sizes.push_back(layout.segments()[s].chunk_floats(c));

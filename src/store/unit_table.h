@@ -27,7 +27,8 @@ class UnitTable {
  public:
   // act_floats: size of one boundary activation, e.g. Executor::activation_unit_floats();
   // 0 = no activation units (a store used only for loading/saving weights). set: Training has
-  // every kind; ForwardOnly has no gradient or moment units (zeroth-order training, Note
+  // every kind (gradients and moments for the layout's trainable segments only: with LoRA the
+  // adapters', Note [lora segments]); ForwardOnly has no gradient or moment units (zeroth-order training, Note
   // [zeroth-order step] in exec/executor.h); Inference has no gradient or moment units and
   // activation units for layers only (the offload dir holds the weights and, as each layer's
   // activation unit, its KV cache; Note [KV cache units] in infer/decoder.h).

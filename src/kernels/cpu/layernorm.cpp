@@ -109,6 +109,7 @@ void layernorm_backward(ThreadPool& pool, float* dinp, float* dw, float* db, con
   pool.parallel_for(static_cast<std::size_t>(N), [&](std::size_t r0, std::size_t r1) {
     layernorm_backward_rows(dinp, dout, inp, w, mean, rstd, r0, r1, C);
   }, 8);
+  if (dw == nullptr) return;  // frozen (LoRA's base): no parameter gradients
   pool.parallel_for(static_cast<std::size_t>(C), [&](std::size_t c0, std::size_t c1) {
     layernorm_param_grads_cols(dw, db, dout, inp, mean, rstd, N, C, c0, c1, accumulate_params);
   }, 32);

@@ -75,6 +75,7 @@ void rmsnorm_backward(ThreadPool& pool, float* dinp, float* dw, const float* dou
   pool.parallel_for(static_cast<std::size_t>(N), [&](std::size_t r0, std::size_t r1) {
     rmsnorm_backward_rows(dinp, dout, inp, w, rstd, r0, r1, C);
   }, 8);
+  if (dw == nullptr) return;  // frozen (LoRA's base): no weight gradient
   pool.parallel_for(static_cast<std::size_t>(C), [&](std::size_t c0, std::size_t c1) {
     rmsnorm_weight_grad_cols(dw, dout, inp, rstd, N, C, c0, c1, accumulate_params);
   }, 32);

@@ -1,0 +1,85 @@
+// LoRA adapters: targets and the adapter products; see lora.h and Note [lora math].
+#include "model/lora.h"
+
+#include <cmath>
+
+#include "stratum/error.h"
+
+namespace stratum {
+
+float LoraConfig::scale() const {
+  return static_cast<float>(rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r);
+}
+
+const std::vector<std::string>& lora_modules(ModelArch arch) {
+  static const std::vector<std::string> gpt2 = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+  static const std::vector<std::string> llama = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                 "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                                 "mlp.down_proj"};
+  return arch == ModelArch::Llama ? llama : gpt2;
+}
+
+std::array<int, 2> lora_module_dims(const GptConfig& cfg, int k) {
+  const int C = cfg.n_embd, I = cfg.mlp_width();
+  if (!cfg.llama()) {
+    const std::array<int, 2> dims[] = {{C, 3 * C}, {C, C}, {C, I}, {I, C}};
+    return dims[k];
+  }
+  const int Q = cfg.q_dim(), KV = cfg.kv_dim();
+  const std::array<int, 2> dims[] = {{C, Q}, {C, KV}, {C, KV}, {Q, C}, {C, I}, {C, I}, {I, C}};
+  return dims[k];
+}
+
+std::array<bool, kLoraMaxTargets> lora_targets_resolve(ModelArch arch, const std::vector<std::string>& targets) {
+  const std::vector<std::string>& modules = lora_modules(arch);
+  std::string valid;
+  for (const std::string& m : modules) {
+    valid += (valid.empty() ? "" : ", ") + m;
+    const std::size_t dot = m.find('.');
+    valid += " (" + m.substr(dot + 1) + ")";
+  }
+  STRATUM_CHECK(!targets.empty(), "[lora] no target modules: name them with --lora-targets (for a ",
+                model_arch_name(arch), " model: ", valid, ")");
+  std::array<bool, kLoraMaxTargets> on{};
+  for (const std::string& key : targets) {
+    bool matched = false;
+    for (std::size_t k = 0; k < modules.size(); ++k) {
+      const std::string& m = modules[k];
+      const bool match = m == key || (m.size() > key.size() && m.compare(m.size() - key.size(), key.size(), key) == 0 &&
+                                      m[m.size() - key.size() - 1] == '.');
+      if (match) on[k] = matched = true;
+    }
+    STRATUM_CHECK(matched, "[lora] target module '", key, "' is not a linear layer of a ", model_arch_name(arch),
+                  " block; valid: ", valid);
+  }
+  return on;
+}
+
+void lora_config_validate(const LoraConfig& lora, ModelArch arch) {
+  STRATUM_CHECK(lora.r > 0, "[lora] rank r must be positive, got ", lora.r, " (e.g. --lora-r 16)");
+  STRATUM_CHECK(lora.alpha > 0 && std::isfinite(lora.alpha), "[lora] lora_alpha must be positive, got ", lora.alpha,
+                " (e.g. --lora-alpha 32)");
+  lora_targets_resolve(arch, lora.targets);
+}
+
+void lora_forward(const Ops& ops, const LoraBlock& lora, int k, float* y, int ldy, const float* x, int ldx, int M,
+                  int in, int out) {
+  const LoraBlock::Target& t = lora.t[k];
+  if (t.a == nullptr) return;
+  const int r = lora.r;
+  ops.sgemm(false, true, M, r, in, 1.0f, x, ldx, t.a, in, 0.0f, t.u, r);              // u = x A^T
+  ops.sgemm(false, true, M, out, r, lora.scale, t.u, r, t.b, r, 1.0f, y, ldy);        // y += s u B^T
+}
+
+void lora_backward(const Ops& ops, const LoraBlock& lora, int k, const float* dy, int ldy, const float* x, int ldx,
+                   float* dx, int lddx, int M, int in, int out) {
+  const LoraBlock::Target& t = lora.t[k];
+  if (t.a == nullptr) return;
+  const int r = lora.r;
+  ops.sgemm(true, false, out, r, M, lora.scale, dy, ldy, t.u, r, 0.0f, t.db, r);      // dB = s dy^T u
+  ops.sgemm(false, false, M, r, out, lora.scale, dy, ldy, t.b, r, 0.0f, lora.du, r);  // du = s dy B
+  ops.sgemm(true, false, r, in, M, 1.0f, lora.du, r, x, ldx, 0.0f, t.da, in);         // dA = du^T x
+  ops.sgemm(false, false, M, in, r, 1.0f, lora.du, r, t.a, in, 1.0f, dx, lddx);       // dx += du A
+}
+
+}  // namespace stratum

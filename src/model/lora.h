@@ -1,0 +1,71 @@
+// LoRA adapters with Hugging Face PEFT's semantics: which linear layers of a family can carry one,
+// how a run names them (PEFT's target_modules matching), and the adapter's forward and backward
+// beside the frozen base product. Does not own weights (they are the "lora.i" segments of a
+// ParamLayout, Note [lora segments] in model/param_layout.h) and does not read or write files.
+// Note [lora math]: for an adapted linear y = base(x) (x (M, in), y (M, out)), with A (r, in) and
+// B (out, r) as PEFT stores lora_A.weight and lora_B.weight (for GPT-2's Conv1D too: PEFT's
+// fan_in_fan_out only transposes the base weight), and s = alpha / r (alpha / sqrt(r) with rsLoRA):
+//   forward:  u = x A^T (M, r), kept for the backward;  y += s * u B^T
+//   backward: dB = s * dy^T u;  du = s * dy B;  dA = du^T x;  dx += du A
+// (PEFT computes lora_B(lora_A(dropout(x))) * s; dropout is not supported yet, so x is the
+// layer's input). Every product is an Ops::sgemm with a fixed shape, so the bits depend on the
+// shapes only, never on where the adapter lives.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+#include "ops/ops.h"
+
+namespace stratum {
+
+// At most this many adaptable linears in a block (Llama's seven).
+inline constexpr int kLoraMaxTargets = 7;
+
+struct LoraConfig {
+  int r = 0;           // rank; 0 = no adapters
+  double alpha = 16;   // lora_alpha
+  bool rslora = false; // scale alpha / sqrt(r) instead of alpha / r
+  std::vector<std::string> targets;  // target_modules as the user gave them ("q_proj", "c_attn")
+  bool on() const { return r > 0; }
+  float scale() const;
+};
+
+// A block's adaptable linears, in block order, as module paths under the block: GPT-2
+// "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"; Llama "self_attn.q_proj" .. "mlp.down_proj".
+const std::vector<std::string>& lora_modules(ModelArch arch);
+// (in, out) of module k.
+std::array<int, 2> lora_module_dims(const GptConfig& cfg, int k);
+// Which modules the targets name, PEFT's way (a key matches a module whose path is the key or ends
+// with "." + key); throws a one-line Error naming the key and the valid ones when a key matches
+// nothing, or when no key is given.
+std::array<bool, kLoraMaxTargets> lora_targets_resolve(ModelArch arch, const std::vector<std::string>& targets);
+// Throws a one-line Error for r <= 0, alpha <= 0 or bad targets.
+void lora_config_validate(const LoraConfig& lora, ModelArch arch);
+
+// One block's adapters as the block forward and backward see them (null a = module not adapted).
+struct LoraBlock {
+  struct Target {
+    const float* a = nullptr;  // (r, in)
+    const float* b = nullptr;  // (out, r)
+    float* da = nullptr;       // (r, in) gradient (backward), overwritten
+    float* db = nullptr;       // (out, r)
+    float* u = nullptr;        // (M, r) x A^T, kept from the forward
+  };
+  int r = 0;
+  float scale = 1.0f;
+  std::array<Target, kLoraMaxTargets> t{};
+  float* du = nullptr;  // (M, r) backward scratch
+};
+
+// y (M, out), row stride ldy, += s * (x A^T) B^T for x (M, in), row stride ldx; keeps u.
+void lora_forward(const Ops& ops, const LoraBlock& lora, int k, float* y, int ldy, const float* x, int ldx, int M,
+                  int in, int out);
+// For dy (M, out) (stride ldy) of module k's output: writes dA, dB and adds the input gradient
+// to dx (M, in) (stride lddx).
+void lora_backward(const Ops& ops, const LoraBlock& lora, int k, const float* dy, int ldy, const float* x, int ldx,
+                   float* dx, int lddx, int M, int in, int out);
+
+}  // namespace stratum
