@@ -27,6 +27,10 @@ int cmd_plan(const std::vector<std::string>& argv) {
                           {"prefetch", "K", "with --mem-budget: plan with this prefetch depth instead of choosing one"},
                           {"precision", "P", "fp32 (default) | bf16, as for train"},
                           {"optimizer", "NAME", "adamw (default) | zo-sgd, as for train"},
+                          {"lora-r", "R", "plan LoRA adapters of rank R over a frozen base, as for train (default 0: off)"},
+                          {"lora-alpha", "X", "as for train (default 16)"},
+                          {"lora-targets", "LIST", "as for train (default: PEFT's for the family)"},
+                          {"lora-rslora", "", "as for train"},
                           {"recalibrate", "", "measure the disk again instead of using the cached numbers"},
                           {"measure-json", "", "print only the measurements (disk, compute) as JSON; train uses this to measure in a separate process"},
                           {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"}}));
@@ -60,6 +64,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.prefetch = static_cast<int>(args.integer("prefetch", -1, 0, 64));
   r.precision = precision_parse(args.str("precision", "fp32"));
   r.zeroth_order = train_optimizer_parse(args.str("optimizer", "adamw")) == TrainOptimizer::ZoSgd;
+  r.lora = lora_config_make(r.config.arch, static_cast<int>(args.integer("lora-r", 0, 0, 65536)),
+                            args.number("lora-alpha", 16.0), args.str("lora-targets"), args.flag("lora-rslora"), 0.0);
+  if (r.lora.on()) lora_config_validate(r.lora, r.config.arch);
   const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
   ThreadPool pool(threads > 0 ? threads : default_thread_count());
   backend_set_threads(pool.num_threads());

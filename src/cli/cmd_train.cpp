@@ -109,8 +109,9 @@ void resume_model_check(const Args& args, const std::string& model_dir, const st
 // match it where they change the math (train_run checks, and resume_model_check for the model).
 void fill_from_checkpoint(const Args& args, TrainOptions& o) {
   resume_model_check(args, o.model_dir, o.resume_path);
-  o.model_dir.clear();  // the weights are the checkpoint's
   const TrainerState st = train_peek_checkpoint(o.resume_path);
+  // The weights are the checkpoint's; a LoRA checkpoint's adapters train over the --model base.
+  if (st.lora_r == 0) o.model_dir.clear();
   o.config = st.config;
   for (const TrainOption& option : train_option_table())
     if (!args.has(option.flag)) train_option_copy(option, st, o);
@@ -139,6 +140,8 @@ int cmd_train(const std::vector<std::string>& argv) {
              {"io-block", "SIZE", "with --mem-budget: I/O block size, a multiple of 4K (default 1M; see bench/io_sweep)"},
              {"io-depth", "N", "with --mem-budget: I/O blocks in flight (default 16)"},
              {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"},
+             {"lora-init", "DIR", "start the LoRA adapters from this PEFT adapter directory (its adapter_config.json "
+                                  "gives r, alpha and the targets); default: PEFT's init from --seed"},
              {"quiet", "", "no progress bar"}})));
   if (args.help_requested()) {
     std::fputs(args.help_text("stratum train [--model HF_DIR | --layers L --heads H --embd C --ctx N --vocab V] "
@@ -175,6 +178,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.io_backend = io_backend_parse(args.str("io", "auto"));
   if (const char* fault = std::getenv("STRATUM_IO_FAULT")) o.io_fault = IoFaultPlan::parse(fault);
   o.quiet = args.flag("quiet");
+  o.lora_init_dir = args.str("lora-init");
   o.resume_path = args.str("resume");
   if (!o.resume_path.empty()) fill_from_checkpoint(args, o);
   o.measure_exe = "/proc/self/exe";  // the plan's measurement runs in its own process

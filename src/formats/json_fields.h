@@ -35,6 +35,7 @@ class JsonFields {
 
   const std::string& file() const { return where_; }
 
+  bool has(const char* key) const { return object_.find(key) != object_.end(); }
   const nlohmann::json& at(const char* key) const {
     auto it = object_.find(key);
     STRATUM_CHECK(it != object_.end(), prefix_, where_, ": field '", key, "' is missing");

@@ -1,6 +1,7 @@
 // LoRA adapters: targets and the adapter products; see lora.h and Note [lora math].
 #include "model/lora.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "stratum/error.h"
@@ -53,6 +54,34 @@ std::array<bool, kLoraMaxTargets> lora_targets_resolve(ModelArch arch, const std
                   " block; valid: ", valid);
   }
   return on;
+}
+
+LoraConfig lora_config_make(ModelArch arch, int r, double alpha, const std::string& targets_csv, bool rslora,
+                            double dropout) {
+  LoraConfig lora;
+  lora.r = r;
+  lora.alpha = alpha;
+  lora.rslora = rslora;
+  lora.dropout = dropout;
+  if (r == 0) return lora;
+  std::size_t at = 0;
+  while (at <= targets_csv.size() && !targets_csv.empty()) {
+    const std::size_t comma = std::min(targets_csv.find(',', at), targets_csv.size());
+    const std::string key = targets_csv.substr(at, comma - at);
+    STRATUM_CHECK(!key.empty(), "[lora] --lora-targets '", targets_csv, "' has an empty name; e.g. q_proj,v_proj");
+    lora.targets.push_back(key);
+    at = comma + 1;
+  }
+  if (lora.targets.empty())  // PEFT's default target_modules for the family
+    lora.targets = arch == ModelArch::Llama ? std::vector<std::string>{"q_proj", "v_proj"}
+                                            : std::vector<std::string>{"c_attn"};
+  return lora;
+}
+
+std::string lora_targets_text(const LoraConfig& lora) {
+  std::string out;
+  for (const std::string& t : lora.targets) out += (out.empty() ? "" : ",") + t;
+  return out;
 }
 
 void lora_config_validate(const LoraConfig& lora, ModelArch arch) {

@@ -28,6 +28,7 @@ struct LoraConfig {
   int r = 0;           // rank; 0 = no adapters
   double alpha = 16;   // lora_alpha
   bool rslora = false; // scale alpha / sqrt(r) instead of alpha / r
+  double dropout = 0;  // lora_dropout (training supports 0 only so far)
   std::vector<std::string> targets;  // target_modules as the user gave them ("q_proj", "c_attn")
   bool on() const { return r > 0; }
   float scale() const;
@@ -42,6 +43,12 @@ std::array<int, 2> lora_module_dims(const GptConfig& cfg, int k);
 // with "." + key); throws a one-line Error naming the key and the valid ones when a key matches
 // nothing, or when no key is given.
 std::array<bool, kLoraMaxTargets> lora_targets_resolve(ModelArch arch, const std::vector<std::string>& targets);
+// A run's LoRA settings from its options: targets_csv is a comma-separated target_modules list,
+// empty for PEFT's default of the family (GPT-2 c_attn, Llama q_proj and v_proj). r 0: off.
+LoraConfig lora_config_make(ModelArch arch, int r, double alpha, const std::string& targets_csv, bool rslora,
+                            double dropout);
+// target_modules as a comma-separated list (the option's and the trainer state's form).
+std::string lora_targets_text(const LoraConfig& lora);
 // Throws a one-line Error for r <= 0, alpha <= 0 or bad targets.
 void lora_config_validate(const LoraConfig& lora, ModelArch arch);
 

@@ -37,9 +37,11 @@ namespace stratum {
 
 namespace {
 
+// Floats AdamW updates per step: the trainable segments' (with LoRA, the adapters').
 std::size_t segment_floats(const ParamLayout& layout) {
   std::size_t total = 0;
-  for (const auto& s : layout.segments()) total += s.size_floats;
+  for (int s = 0; s < layout.segment_count(); ++s)
+    if (layout.trainable(s)) total += layout.segments()[s].size_floats;
   return total;
 }
 }  // namespace
@@ -142,7 +144,7 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
   mini.n_layer = 1;
   const int rows = vocab_block_rows(r.config);
   mini.vocab_size = std::min(r.config.vocab_size, kMinVocabBlocks * rows);  // same block size
-  const ParamLayout layout = ParamLayout::of(mini);
+  const ParamLayout layout = ParamLayout::of(mini, r.lora);
   // Forward and backward only: the moments are never allocated. Under a budget the one-layer
   // model streams through the budget like the run (Note [bounded measurement]); the store and
   // the executor are gone before AdamW's buffers are made.
@@ -304,6 +306,13 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
                                    "--precision", precision_name(r.precision),
                                    "--optimizer", r.zeroth_order ? "zo-sgd" : "adamw",
                                    "--measure-json"};
+  if (r.lora.on()) {
+    char alpha[32];
+    std::snprintf(alpha, sizeof alpha, "%.17g", r.lora.alpha);
+    args.insert(args.end(), {"--lora-r", std::to_string(r.lora.r), "--lora-alpha", alpha, "--lora-targets",
+                             lora_targets_text(r.lora)});
+    if (r.lora.rslora) args.push_back("--lora-rslora");
+  }
   if (!co.offload_dir.empty()) {
     args.insert(args.end(), {"--mem-budget", std::to_string(std::max<std::size_t>(r.mem_budget_bytes, 1)),
                              "--offload-dir", co.offload_dir});
@@ -420,6 +429,7 @@ const char* segment_group_name(SegmentRole role, ModelArch arch) {
     case SegmentRole::Head: return llama ? "head (model.norm)" : "head (ln_f)";
     case SegmentRole::Vocab: return llama ? "embed_tokens blocks" : "wte vocabulary blocks";
     case SegmentRole::HeadVocab: return "lm_head blocks";
+    case SegmentRole::Lora: return "LoRA adapters";
   }
   return "?";
 }
@@ -432,7 +442,7 @@ OptimizerMode plan_mode(const PlanRequest& r, bool budget) {
 UnitSet plan_unit_set(const PlanRequest& r) { return r.zeroth_order ? UnitSet::ForwardOnly : UnitSet::Training; }
 
 std::size_t plan_min_budget_bytes(const PlanRequest& r) {
-  const ParamLayout layout = ParamLayout::of(r.config);
+  const ParamLayout layout = ParamLayout::of(r.config, r.lora);
   const UnitTable units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq), plan_unit_set(r));
   ThreadPool pool(1);
   const Executor streaming(pool, r.config, units, r.batch, r.seq, r.keep_activations, plan_mode(r, true),
@@ -450,7 +460,7 @@ void plan_budget_check(const PlanRequest& r, std::size_t min_budget_bytes) {
 Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, double write_gbps) {
   const GptConfig& cfg = r.config;
   cfg.validate();
-  const ParamLayout layout = ParamLayout::of(cfg);
+  const ParamLayout layout = ParamLayout::of(cfg, r.lora);
   const UnitTable units(layout, Executor::activation_unit_floats(cfg, r.batch, r.seq), plan_unit_set(r));
   ThreadPool pool(1);
   Plan p;
@@ -583,10 +593,11 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
   // Segments grouped by role, in layout order.
   out += "placement (per step, steady state):\n";
   for (SegmentRole role :
-       {SegmentRole::Embed, SegmentRole::Vocab, SegmentRole::Layer, SegmentRole::Head, SegmentRole::HeadVocab}) {
+       {SegmentRole::Embed, SegmentRole::Vocab, SegmentRole::Layer, SegmentRole::Head, SegmentRole::HeadVocab,
+        SegmentRole::Lora}) {
     std::size_t bytes = 0, resident = 0, count = 0;
     std::uint64_t read = 0, written = 0;
-    const ParamLayout layout = ParamLayout::of(r.config);
+    const ParamLayout layout = ParamLayout::of(r.config, r.lora);
     for (int s = 0; s < layout.segment_count(); ++s) {
       if (layout.segments()[s].role != role) continue;
       const SegmentPlace& place = p.segments[s];

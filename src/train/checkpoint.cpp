@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <span>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -176,8 +177,11 @@ std::string checkpoint_name(long step) {
 
 namespace {
 // The files every checkpoint has (the tokenizer files are optional; optimizer.safetensors is
-// required of AdamW runs: zo-sgd keeps no optimizer state).
-const char* const kRequired[] = {"config.json", "model.safetensors", "trainer_state.json"};
+// required of AdamW runs: zo-sgd keeps no optimizer state; the weights are model.safetensors, or
+// for LoRA runs the PEFT adapter's two files).
+const char* const kRequired[] = {"config.json", "trainer_state.json"};
+const char* const kRequiredModel[] = {"model.safetensors"};
+const char* const kRequiredAdapter[] = {"adapter_config.json", "adapter_model.safetensors"};
 
 std::string trim_slashes(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -282,10 +286,14 @@ CheckpointCheck checkpoint_verify(const std::string& dir_in) {
       check.state = trainer_state_parse(file_read_all(state_path), state_path);
       const TrainerState& state = check.state;
       STRATUM_CHECK(state.step == m.step, "trainer_state.json says step ", state.step, ", the manifest ", m.step);
-      const bool has_optimizer = std::any_of(m.files.begin(), m.files.end(),
-                                             [](const ManifestEntry& e) { return e.name == "optimizer.safetensors"; });
-      STRATUM_CHECK(has_optimizer || state.optimizer != TrainOptimizer::AdamW,
+      auto listed = [&](const std::string& name) {
+        return std::any_of(m.files.begin(), m.files.end(), [&](const ManifestEntry& e) { return e.name == name; });
+      };
+      STRATUM_CHECK(listed("optimizer.safetensors") || state.optimizer != TrainOptimizer::AdamW,
                     "manifest.json does not list optimizer.safetensors");
+      for (const char* required : state.lora_r > 0 ? std::span<const char* const>(kRequiredAdapter)
+                                                   : std::span<const char* const>(kRequiredModel))
+        STRATUM_CHECK(listed(required), "manifest.json does not list ", required);
     }
   } catch (const Error& e) {
     if (check.problem.empty()) check.problem = e.what();

@@ -79,6 +79,21 @@ const TrainOption kTable[] = {
      0, 0, true, [](TrainSettings& s) -> TrainOptionField { return &s.optimizer; }, true},
     {"zo-eps", "zo_eps", "X", "zo-sgd's perturbation scale", 1e-12, 1e3, true,
      [](TrainSettings& s) -> TrainOptionField { return &s.zo_eps; }, true},
+    {"lora-r", "lora_r", "R",
+     "train LoRA adapters of rank R over a frozen base (no gradients or moments for the base; saved as a PEFT "
+     "adapter directory); 0 = train every weight",
+     0, 65536, true, [](TrainSettings& s) -> TrainOptionField { return &s.lora_r; }, true},
+    {"lora-alpha", "lora_alpha", "X", "LoRA scaling numerator: adapters scaled by alpha/r", 1e-12, kBig, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.lora_alpha; }, true},
+    {"lora-targets", "lora_targets", "LIST",
+     "comma-separated modules to adapt, PEFT's target_modules (GPT-2: c_attn, attn.c_proj, c_fc, mlp.c_proj, "
+     "c_proj; Llama: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj); empty: PEFT's default "
+     "(GPT-2 c_attn, Llama q_proj,v_proj)",
+     0, 0, true, [](TrainSettings& s) -> TrainOptionField { return &s.lora_targets; }, true},
+    {"lora-rslora", "lora_rslora", "", "rank-stabilised LoRA: scale by alpha/sqrt(r)", 0, 0, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.lora_rslora; }, true},
+    {"lora-dropout", "lora_dropout", "X", "dropout on the adapters' input (only 0 is supported so far)", 0, 0.999,
+     true, [](TrainSettings& s) -> TrainOptionField { return &s.lora_dropout; }, true},
 };
 }  // namespace
 
@@ -166,6 +181,7 @@ nlohmann::json train_option_json(const TrainOption& option, const TrainSettings&
 
 void train_option_read(const TrainOption& option, const JsonFields& f, TrainSettings& s) {
   const char* key = option.key;
+  if (option.later && !f.has(key)) return;  // written before the option existed: the default
   std::visit(
       [&](auto* p) {
         using T = std::remove_pointer_t<decltype(p)>;
@@ -189,7 +205,6 @@ void train_option_read(const TrainOption& option, const JsonFields& f, TrainSett
           f.check(name == "adamw" || name == "zo-sgd", key, "must be 'adamw' or 'zo-sgd'");
           *p = train_optimizer_parse(name);
         } else if constexpr (std::is_same_v<T, double>) {
-          if (option.later && f.number_or(key, *p) == *p) return;  // absent: the default
           *p = f.number(key, option.min, option.max);
         } else {
           *p = static_cast<T>(f.integer(key, train_option_int_min(option), train_option_int_max(option)));

@@ -47,6 +47,12 @@ struct TrainSettings {
   Precision precision = Precision::Fp32;  // matrix products (Note [bf16 products])
   TrainOptimizer optimizer = TrainOptimizer::AdamW;
   double zo_eps = 1e-3;       // zo-sgd's perturbation scale
+  // LoRA (model/lora.h): adapters of rank lora_r on lora_targets over a frozen base; 0 = off.
+  int lora_r = 0;
+  double lora_alpha = 16;
+  std::string lora_targets;   // comma-separated target_modules; empty: PEFT's default for the family
+  bool lora_rslora = false;
+  double lora_dropout = 0;
 };
 
 // "fp32" or "bf16"; anything else throws Error naming --precision.

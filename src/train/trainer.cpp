@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "data/corpus.h"
 #include "data/data_loader.h"
+#include "weights/adapter_io.h"
 #include "weights/model_io.h"
 #include "model/param_layout.h"
 #include "obs/metrics_log.h"
@@ -182,12 +183,13 @@ namespace {
 // the phases share the run's objects without a 300-line body).
 class TrainRun {
  public:
-  explicit TrainRun(const TrainOptions& o) : o_(o) {}
+  explicit TrainRun(const TrainOptions& o) : o_(o) {}  // a copy: lora_resolve() fills in --lora-init's settings
   TrainResult run();
 
  private:
   void resume_find();    // --save usable; the checkpoint to continue from (verified)
   void save_claim();     // the run's identity; the --save root locked and checked to be this run's
+  void lora_resolve();   // the adapters' settings (from --lora-init's adapter_config.json, or the options)
   void data_load();      // tokenizer, training and validation tokens, loaders, the run's trainer state
   void store_make();     // the executor, then RAM or the tiered store under the budget (with the plan)
   void trace_start();
@@ -198,8 +200,13 @@ class TrainRun {
   bool stop_requested() const { return o_.stop_requested != nullptr && *o_.stop_requested != 0; }
   void checkpoint_save(long done, float loss);
   void report(double total_ms);
+  // adapter_config.json's base_model_name_or_path: --model as an absolute path ("" for a random base).
+  std::string base_model_name() const {
+    return o_.model_dir.empty() ? std::string() : std::filesystem::absolute(o_.model_dir).lexically_normal().string();
+  }
 
-  const TrainOptions& o_;
+  TrainOptions o_;
+  LoraConfig lora_;  // the run's adapters (r 0: full training)
   ResumePoint resume_;
   std::uint64_t run_id_ = 0;
   int eval_batches_ = 0;  // --eval-batches, at most the held-out set's batches
@@ -238,8 +245,11 @@ void TrainRun::resume_find() {
   // Resuming (Note [checkpoints]): the checkpoint is verified against its checksums first; from a
   // root, a damaged newest one is skipped (saying so) for the newest that verifies.
   if (o_.resume_path.empty()) return;
-  STRATUM_CHECK(o_.model_dir.empty(), "[train] --resume continues from the checkpoint's own weights; drop --model");
   resume_ = checkpoint_find(o_.resume_path);
+  // A LoRA checkpoint holds the adapters; the frozen base comes from --model as in the first run
+  // (Note [lora segments]; the params hash covers both, so another base is refused).
+  STRATUM_CHECK(o_.model_dir.empty() || resume_.state.lora_r > 0,
+                "[train] --resume continues from the checkpoint's own weights; drop --model");
   for (const std::string& note : resume_.notes) std::fprintf(stderr, "[stratum] resume: %s\n", note.c_str());
   // A checkpoint at the last step is a finished run: resuming it loads and checks it, trains
   // nothing and succeeds, so "rerun the command until it exits 0" is safe after a crash that
@@ -252,6 +262,33 @@ void TrainRun::save_claim() {
   // Note [run identity]: a resumed run keeps its id; the --save root is locked and must be ours.
   run_id_ = resume_.state.run_id != 0 ? resume_.state.run_id : run_id_new();
   if (!o_.save_dir.empty()) save_lock_ = checkpoint_root_claim(o_.save_dir, run_id_, resume_.dir);
+}
+
+void TrainRun::lora_resolve() {
+  if (!o_.lora_init_dir.empty()) {
+    STRATUM_CHECK(resume_.dir.empty(), "[train] --lora-init starts new adapters, and --resume continues the "
+                  "checkpoint's; drop --lora-init");
+    const LoraConfig init = adapter_config_read(o_.lora_init_dir, cfg_.arch);
+    STRATUM_CHECK(o_.lora_r == 0 || o_.lora_r == init.r, "[train] --lora-r ", o_.lora_r, " differs from r=", init.r,
+                  " of ", o_.lora_init_dir, "/", kAdapterConfigFile,
+                  "; drop --lora-r (--lora-init takes r, alpha and the targets from the adapter)");
+    STRATUM_CHECK(o_.lora_targets.empty() || o_.lora_targets == lora_targets_text(init), "[train] --lora-targets ",
+                  o_.lora_targets, " differs from target_modules ", lora_targets_text(init), " of ", o_.lora_init_dir,
+                  "/", kAdapterConfigFile, "; drop --lora-targets");
+    o_.lora_r = init.r;
+    o_.lora_alpha = init.alpha;
+    o_.lora_targets = lora_targets_text(init);
+    o_.lora_rslora = init.rslora;
+    o_.lora_dropout = init.dropout;
+  }
+  lora_ = lora_config_make(cfg_.arch, o_.lora_r, o_.lora_alpha, o_.lora_targets, o_.lora_rslora, o_.lora_dropout);
+  if (!lora_.on()) return;
+  lora_config_validate(lora_, cfg_.arch);
+  o_.lora_targets = lora_targets_text(lora_);  // recorded as resolved (PEFT's default spelled out)
+  STRATUM_CHECK(o_.optimizer == TrainOptimizer::AdamW, "[train] --optimizer zo-sgd over LoRA adapters is not "
+                "supported yet; use --optimizer adamw with --lora-r, or zo-sgd without it");
+  STRATUM_CHECK(lora_.dropout == 0, "[train] --lora-dropout ", lora_.dropout,
+                " is not supported yet (the adapters train without dropout); use --lora-dropout 0");
 }
 
 void TrainRun::data_load() {
@@ -300,11 +337,11 @@ void TrainRun::data_load() {
 }
 
 void TrainRun::store_make() {
-  layout_ = std::make_unique<ParamLayout>(ParamLayout::of(cfg_));
+  layout_ = std::make_unique<ParamLayout>(ParamLayout::of(cfg_, lora_));
   // The run as the planner sees it: its units and optimizer mode come from the same request.
   const PlanRequest request{cfg_,         o_.batch,           o_.seq,      o_.keep_activations,
                             o_.grad_clip, o_.mem_budget_bytes, o_.prefetch, o_.precision,
-                            o_.optimizer == TrainOptimizer::ZoSgd};
+                            o_.optimizer == TrainOptimizer::ZoSgd, lora_};
   units_ = std::make_unique<UnitTable>(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq),
                                        plan_unit_set(request));
   exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, o_.keep_activations,
@@ -364,19 +401,36 @@ void TrainRun::trace_start() {
 }
 
 void TrainRun::weights_load() {
+  auto base_load = [&] {  // the first run's weights, or (LoRA) the frozen base
+    if (o_.model_dir.empty()) {
+      model_init_random(cfg_, *layout_, *store_, o_.seed);
+    } else {
+      checkpoint_dir_check(o_.model_dir, "train");  // Note [checked reads]
+      model_load_weights(o_.model_dir, *layout_, *store_);
+    }
+  };
   if (!resume_.dir.empty()) {
-    model_load_weights(resume_.dir, *layout_, *store_);
+    if (lora_.on()) {
+      base_load();
+      adapter_load_weights(resume_.dir, *layout_, *store_);
+    } else {
+      model_load_weights(resume_.dir, *layout_, *store_);
+    }
     if (o_.optimizer == TrainOptimizer::AdamW)  // zo-sgd keeps no optimizer state
       optimizer_load_file(resume_.dir + "/optimizer.safetensors", *layout_, *store_);
     STRATUM_CHECK(model_params_hash(*layout_, *store_) == resume_.state.params_hash, "[train] --resume ", resume_.dir,
-                  ": the weights loaded do not hash to the trainer state's params_hash (the checkpoint was altered "
-                  "after it was written)");
-  } else if (o_.model_dir.empty()) {
-    model_init_random(cfg_, *layout_, *store_, o_.seed);
-  } else {
-    checkpoint_dir_check(o_.model_dir, "train");  // Note [checked reads]
-    model_load_weights(o_.model_dir, *layout_, *store_);
+                  ": the weights loaded do not hash to the trainer state's params_hash (",
+                  lora_.on() ? "give the --model the adapters were trained on, or the checkpoint was altered"
+                             : "the checkpoint was altered after it was written",
+                  ")");
+    return;
   }
+  base_load();
+  if (!lora_.on()) return;
+  if (o_.lora_init_dir.empty())
+    lora_init_random(*layout_, *store_, o_.seed);
+  else
+    adapter_load_weights(o_.lora_init_dir, *layout_, *store_);
 }
 
 TrainResult TrainRun::finished_already() const {
@@ -416,7 +470,9 @@ void TrainRun::checkpoint_save(long done, float loss) {
   state.params_hash = model_params_hash(*layout_, *store_);
   try {
     result_.checkpoint_dir = checkpoint_write(o_.save_dir, done, o_.keep, [&](const std::string& tmp) {
-      model_write_files(tmp, cfg_, *layout_, *store_, tokenizer_dir_);
+      // LoRA: the base's config and tokenizer beside a PEFT adapter, no base weights (Note [lora segments]).
+      model_write_files(tmp, cfg_, *layout_, *store_, tokenizer_dir_, !lora_.on());
+      if (lora_.on()) adapter_write_files(tmp, *layout_, *store_, base_model_name());
       if (o_.optimizer == TrainOptimizer::AdamW) optimizer_write_file(tmp + "/optimizer.safetensors", *layout_, *store_);
       file_write_atomic(tmp + "/trainer_state.json", trainer_state_json(state));
     });
@@ -433,7 +489,12 @@ void TrainRun::loop() {
                    : start_step_ > 0   ? MetricsLog(o_.log_path, start_step_)
                                        : MetricsLog(o_.log_path);
   const std::size_t param_bytes = layout_->num_params() * sizeof(float);
+  const std::size_t trained_bytes = layout_->num_trainable_params() * sizeof(float);  // with LoRA: the adapters'
   const bool zo = o_.optimizer == TrainOptimizer::ZoSgd;
+  if (lora_.on())
+    std::fprintf(stderr, "[stratum] LoRA r=%d alpha=%g%s on %s: %.3fM trainable parameters, base frozen\n", lora_.r,
+                 lora_.alpha, lora_.rslora ? " (rsLoRA)" : "", lora_targets_text(lora_).c_str(),
+                 static_cast<double>(layout_->num_trainable_params()) / 1e6);
   std::fprintf(stderr,
                "[stratum] model %s, %.2fM parameters | data %zu tokens (%lld batches/epoch)%s | B=%d T=%d | %d "
                "threads, %s\n"
@@ -442,7 +503,7 @@ void TrainRun::loop() {
                cfg_.describe().c_str(), static_cast<double>(layout_->num_params()) / 1e6, train_token_count_,
                static_cast<long long>(loader_->batches_per_epoch()), val_loader_ ? ", validation held out" : "",
                o_.batch, o_.seq, threads_, backend_describe().c_str(), bytes_text(param_bytes).c_str(),
-               zo ? "none (zo-sgd)" : bytes_text(param_bytes).c_str(), zo ? "none" : bytes_text(2 * param_bytes).c_str(),
+               zo ? "none (zo-sgd)" : bytes_text(trained_bytes).c_str(), zo ? "none" : bytes_text(2 * trained_bytes).c_str(),
                bytes_text(units_->act_floats() * sizeof(float) * (cfg_.n_layer + 1)).c_str(), bytes_text(exec_->fixed_bytes()).c_str(),
                zo                    ? "forward only: two passes a step"
                : o_.keep_activations ? "block internals kept"
@@ -586,6 +647,7 @@ TrainResult TrainRun::run() {
   threads_ = o_.threads > 0 ? o_.threads : default_thread_count();
   pool_ = std::make_unique<ThreadPool>(threads_);
   backend_set_threads(threads_);
+  lora_resolve();
   data_load();
   store_make();
   trace_start();

@@ -20,6 +20,9 @@ namespace stratum {
 // the bits.
 struct TrainOptions : TrainSettings {
   std::string model_dir;      // start from this HF directory; empty = new model from `config`
+  // With lora_r (or alone): start the adapters from this PEFT LoRA directory, whose
+  // adapter_config.json gives r, alpha, targets, rsLoRA and dropout; empty = PEFT's init.
+  std::string lora_init_dir;
   GptConfig config;           // used when model_dir is empty
   std::string log_path;
   std::string trace_path;     // Chrome/Perfetto trace of compute, optimizer and I/O (empty = off)

@@ -1,5 +1,6 @@
 // Loading, saving and initialising GPT-2 and Llama weights; see model_io.h.
 #include "weights/model_io.h"
+#include "weights/tensor_io.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -58,19 +59,24 @@ bool ignorable_tensor(const std::string& name) {
 }
 }  // namespace
 
-namespace {
-// Loads the tensors of `paths` (the shards of one model, or one file) into the store: a tensor
-// named (prefix)NAME(suffix), with NAME a layout tensor, goes to the units of `kind` for `suffix`
-// (Note [vocab blocks]: a slot may hold a row range of it). `ignore` says which other names may be
-// present; every layout tensor must be found once per (kind, suffix) across the files. `expect`
-// (may be null) names the file each tensor must be in (a sharded model's index).
+bool segment_selected(const ParamLayout& layout, int s, SegmentSelect select) {
+  switch (select) {
+    case SegmentSelect::All: return true;
+    case SegmentSelect::Base: return layout.segments()[s].role != SegmentRole::Lora;
+    case SegmentSelect::Adapters: return layout.segments()[s].role == SegmentRole::Lora;
+    case SegmentSelect::Trainable: return layout.trainable(s);
+  }
+  return false;
+}
+
 void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout, SegmentStore& store,
                 const std::vector<std::pair<SegmentKind, std::string>>& kinds,
                 const std::function<bool(const std::string&)>& ignore, const char* what,
-                const std::map<std::string, std::string>* expect = nullptr) {
+                const std::map<std::string, std::string>* expect, SegmentSelect select, const std::string& prefix) {
   std::vector<std::vector<std::vector<bool>>> seen(kinds.size(), std::vector<std::vector<bool>>(layout.segment_count()));
   for (auto& per_kind : seen)
-    for (int s = 0; s < layout.segment_count(); ++s) per_kind[s].assign(layout.segments()[s].tensors.size(), false);
+    for (int s = 0; s < layout.segment_count(); ++s)
+      per_kind[s].assign(segment_selected(layout, s, select) ? layout.segments()[s].tensors.size() : 0, false);
   const char* family = layout.arch() == ModelArch::Llama ? "Llama" : "GPT-2";
   for (const std::string& path : paths) {
   SafetensorsFile file = SafetensorsFile::open(path);
@@ -87,12 +93,14 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
     }
     std::size_t k = 0;
     std::vector<std::pair<int, int>> slots;
-    for (; k < kinds.size(); ++k) {
+    const bool prefixed = info.name.compare(0, prefix.size(), prefix) == 0;
+    for (; k < kinds.size() && prefixed; ++k) {
       const std::string& suffix = kinds[k].second;
-      if (info.name.size() < suffix.size() ||
+      if (info.name.size() < prefix.size() + suffix.size() ||
           info.name.compare(info.name.size() - suffix.size(), suffix.size(), suffix) != 0)
         continue;
-      slots = layout.find(info.name.substr(0, info.name.size() - suffix.size()));
+      slots = layout.find(info.name.substr(prefix.size(), info.name.size() - suffix.size() - prefix.size()));
+      std::erase_if(slots, [&](const std::pair<int, int>& st) { return !segment_selected(layout, st.first, select); });
       if (!slots.empty()) break;
     }
     if (slots.empty()) {
@@ -145,16 +153,13 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
   for (std::size_t k = 0; k < kinds.size(); ++k)
     for (int s = 0; s < layout.segment_count(); ++s)
       for (std::size_t t = 0; t < seen[k][s].size(); ++t)
-        STRATUM_CHECK(seen[k][s][t], "[model] ", where, ": tensor '", layout.hf_name(layout.segments()[s].tensors[t]),
-                      kinds[k].second, "' is missing");
+        STRATUM_CHECK(seen[k][s][t], "[model] ", where, ": tensor '", prefix,
+                      layout.hf_name(layout.segments()[s].tensors[t]), kinds[k].second, "' is missing");
 }
 
-// Writes the units of each (kind, suffix) as "transformer.NAME(suffix)" F32 tensors in Hugging
-// Face shapes, one chunk held at a time (so it works under a memory budget); wte, split into
-// vocabulary blocks, is one tensor written piece by piece (first, as Hugging Face does).
 void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStore& store,
                  const std::vector<std::pair<SegmentKind, std::string>>& kinds,
-                 const std::map<std::string, std::string>& metadata) {
+                 const std::map<std::string, std::string>& metadata, SegmentSelect select, const std::string& prefix) {
   std::unique_ptr<SegmentHold> hold;
   struct Held {
     int segment = -1, chunk = -1;
@@ -166,11 +171,12 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
   for (int k = 0; k < layout.vocab_block_count(); ++k) order.push_back(layout.vocab_segment(k));
   for (int s = 0; s < layout.segment_count(); ++s)
     if (layout.segments()[s].role != SegmentRole::Vocab) order.push_back(s);
+  std::erase_if(order, [&](int s) { return !segment_selected(layout, s, select); });
   for (const auto& [kind, suffix] : kinds) {
     for (int s : order) {
       for (const auto& t : layout.segments()[s].tensors) {
         if (t.row0 != 0) continue;  // written as a piece of the entry of its first slot
-        SafetensorsWriteEntry e{layout.hf_name(t) + suffix, DType::F32, t.hf_shape, nullptr, {}, {}};
+        SafetensorsWriteEntry e{prefix + layout.hf_name(t) + suffix, DType::F32, t.hf_shape, nullptr, {}, {}};
         struct Piece {
           int segment, chunk;
           std::size_t offset;  // in the chunk
@@ -197,7 +203,6 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
   }
   safetensors_write(path, entries, metadata);
 }
-}  // namespace
 
 std::vector<std::string> model_weight_files(const std::string& dir, std::map<std::string, std::string>* weight_map) {
   const std::string single = dir + "/model.safetensors";
@@ -244,24 +249,25 @@ void model_load_weights(const std::string& dir, const ParamLayout& layout, Segme
   std::map<std::string, std::string> weight_map;
   const std::vector<std::string> paths = model_weight_files(dir, &weight_map);
   load_kinds(paths, layout, store, {{SegmentKind::Params, ""}}, ignorable_tensor, "the weights",
-             weight_map.empty() ? nullptr : &weight_map);
+             weight_map.empty() ? nullptr : &weight_map, SegmentSelect::Base);
 }
 
 void optimizer_load_file(const std::string& path, const ParamLayout& layout, SegmentStore& store) {
   STRATUM_CHECK(file_exists(path), "[checkpoint] '", path, "' is missing");
   load_kinds({path}, layout, store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
-             [](const std::string&) { return false; }, "the AdamW state");
+             [](const std::string&) { return false; }, "the AdamW state", nullptr, SegmentSelect::Trainable);
 }
 
 void optimizer_write_file(const std::string& path, const ParamLayout& layout, SegmentStore& store) {
   write_kinds(path, layout, store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
-              {{"format", "pt"}, {"stratum", "adamw_moments"}});
+              {{"format", "pt"}, {"stratum", "adamw_moments"}}, SegmentSelect::Trainable);
 }
 
 void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store, std::uint64_t seed) {
   Rng rng(seed);
   if (cfg.llama()) {  // transformers' LlamaPreTrainedModel: every weight N(0, 0.02), norms 1
     for (int s = 0; s < layout.segment_count(); ++s) {
+      if (!segment_selected(layout, s, SegmentSelect::Base)) continue;  // adapters: lora_init_random
       SegmentChunksHold params(store, s, SegmentKind::Params, Access::Overwrite);
       for (const auto& t : layout.segments()[s].tensors) {
         float* p = params.tensor(t);
@@ -276,6 +282,7 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
   }
   const double residual_std = 0.02 / std::sqrt(2.0 * cfg.n_layer);
   for (int s = 0; s < layout.segment_count(); ++s) {
+    if (!segment_selected(layout, s, SegmentSelect::Base)) continue;  // adapters: lora_init_random
     SegmentChunksHold params(store, s, SegmentKind::Params, Access::Overwrite);
     for (const auto& t : layout.segments()[s].tensors) {
       float* p = params.tensor(t);
@@ -319,9 +326,11 @@ void dir_swap_in(const std::string& tmp, const std::string& dir) {
 }  // namespace
 
 void model_write_files(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
-                       const std::string& tokenizer_dir) {
+                       const std::string& tokenizer_dir, bool weights) {
   hf_config_write(dir + "/config.json", cfg);
-  write_kinds(dir + "/model.safetensors", layout, store, {{SegmentKind::Params, ""}}, {{"format", "pt"}});
+  if (weights)
+    write_kinds(dir + "/model.safetensors", layout, store, {{SegmentKind::Params, ""}}, {{"format", "pt"}},
+                SegmentSelect::Base);
   if (!tokenizer_dir.empty()) {
     // Every tokenizer file the source has, under Hugging Face names.
     const std::pair<const char*, const char*> files[] = {

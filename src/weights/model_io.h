@@ -51,9 +51,11 @@ void model_save(const std::string& dir, const GptConfig& cfg, const ParamLayout&
 
 // The files of a Hugging Face directory (config.json, model.safetensors and the tokenizer files
 // from tokenizer_dir when non-empty, as model_save) written into the existing directory `dir`
-// (each file atomically); model_save and checkpoints build on it.
+// (each file atomically); model_save and checkpoints build on it. weights false: no
+// model.safetensors (a LoRA checkpoint: the base's config and tokenizer beside the adapter).
+// Only the base's segments are written (adapters: weights/adapter_io.h).
 void model_write_files(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
-                       const std::string& tokenizer_dir);
+                       const std::string& tokenizer_dir, bool weights = true);
 
 // AdamW's moments as a safetensors file: "HF_NAME.exp_avg" and ".exp_avg_sq" (F32, the
 // parameter's Hugging Face shape), written one chunk at a time; loading checks every tensor is
