@@ -20,6 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpt2 as tg  # noqa: E402
+import torch_lora  # noqa: E402
 import torch_zo  # noqa: E402
 
 SEED = 1234
@@ -159,6 +160,22 @@ def make_autocast(out_dir):
                                   "torch_version": torch.__version__, "train_args": json.dumps(TRAIN)})
     diff = (bf16["train_losses"] - fp32["train_losses"]).abs().max().item()
     return {"bf16_loss_last": bf16["train_losses"][-1].item(), "max_bf16_fp32_loss_diff": diff}
+
+
+# LoRA (tools/torch_lora.py): adapters on every block linear (c_attn, and c_proj matching both
+# attn.c_proj and mlp.c_proj as PEFT matches), 8 AdamW steps of the adapters alone.
+LORA_TRAIN = dict(batch=4, seq=32, steps=8, lr=1e-2, lr_schedule="cosine", warmup=2, min_lr=1e-3, beta1=0.9,
+                  beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
+LORA = dict(r=4, alpha=8.0, rslora=False, targets=["c_attn", "c_proj", "c_fc"], modules=torch_lora.GPT2_MODULES,
+            layer_prefix="transformer.h.", n_layer=TINY["n_layer"], fan_in_fan_out=True, seed=SEED + 7)
+
+
+def make_lora(out_dir):
+    """lora_init/, reference_lora.safetensors and lora_args.json of the tiny GPT-2."""
+    cfg = tg.GPT2Config(**TINY)
+    base, _ = tg.load_safetensors(os.path.join(out_dir, "model.safetensors"))
+    return torch_lora.write_reference(out_dir, base, lambda p, x, y, ad: tg.forward(p, cfg, x, y, adapter=ad)[1],
+                                      LORA_TRAIN, LORA, "tools/make_golden.py --only lora")
 
 
 def make_zo(out_dir):
@@ -330,14 +347,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo"],
+    ap.add_argument("--only", choices=["autocast", "zo", "lora"],
                     help="autocast: regenerate only tiny_gpt2/reference_bf16.safetensors; "
-                         "zo: only tiny_gpt2/reference_zo.safetensors")
+                         "zo: only tiny_gpt2/reference_zo.safetensors; "
+                         "lora: only tiny_gpt2/{lora_init/,reference_lora.safetensors,lora_args.json}")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
     if args.only is None:
         info = make_tiny(os.path.join(root, "tiny_gpt2"))
+    if args.only in (None, "lora"):
+        lo = make_lora(os.path.join(root, "tiny_gpt2"))
+        print(f"tiny_gpt2 LoRA: {lo['tensors']} adapter tensors, losses {[round(v, 4) for v in lo['losses']]}, "
+              f"largest adapter move {lo['largest_move']:.2e}")
+    if args.only == "lora":
+        return
     if args.only in (None, "zo"):
         zo = make_zo(os.path.join(root, "tiny_gpt2"))
         print(f"tiny_gpt2 zo-sgd: projected gradients {', '.join(f'{g:.4f}' for g in zo['grads'])}, "

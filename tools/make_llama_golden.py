@@ -24,6 +24,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_gpt2 as tg  # noqa: E402
 import torch_llama as tl  # noqa: E402
+import torch_lora  # noqa: E402
 import torch_zo  # noqa: E402
 
 SEED = 1234
@@ -280,6 +281,24 @@ def make_zo(root):
                                     "tools/make_llama_golden.py --only zo")["grads"]
 
 
+# LoRA (tools/torch_lora.py) on all seven linears of each block, rsLoRA scaling, 8 AdamW steps.
+LORA_TRAIN = dict(batch=2, seq=16, steps=8, lr=1e-2, lr_schedule="cosine", warmup=2, min_lr=1e-3, beta1=0.9,
+                  beta2=0.95, eps=1e-8, weight_decay=0.1, grad_clip=1.0)
+LORA = dict(r=4, alpha=8.0, rslora=True,
+            targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            modules=torch_lora.LLAMA_MODULES, layer_prefix="model.layers.", n_layer=TINY["num_hidden_layers"],
+            fan_in_fan_out=False, seed=SEED + 7)
+
+
+def make_lora(root):
+    """tiny_llama/{lora_init/, reference_lora.safetensors, lora_args.json}."""
+    out_dir = os.path.join(root, "tiny_llama")
+    cfg = tl.LlamaConfig(**TINY)
+    return torch_lora.write_reference(out_dir, load_shards(out_dir),
+                                      lambda p, x, y, ad: tl.forward(p, cfg, x, y, adapter=ad)[1], LORA_TRAIN, LORA,
+                                      "tools/make_llama_golden.py --only lora")
+
+
 def greedy(params, cfg):
     ids, step_logits, margin = tl.greedy_generate(params, cfg, PROMPT, N_NEW)
     assert margin > 1e-2, f"greedy top-1/top-2 margin {margin} too small to be robust"
@@ -413,9 +432,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo"],
+    ap.add_argument("--only", choices=["autocast", "zo", "lora"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
-                         "zo: only tiny_llama/reference_zo.safetensors")
+                         "zo: only tiny_llama/reference_zo.safetensors; "
+                         "lora: only tiny_llama/{lora_init/,reference_lora.safetensors,lora_args.json}")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
@@ -425,7 +445,13 @@ def main():
     if args.only == "zo":
         print(f"tiny_llama zo-sgd: projected gradients {[round(g, 4) for g in make_zo(root)]}")
         return
+    if args.only == "lora":
+        lo = make_lora(root)
+        print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
+        return
     info = make_tiny(root)
+    lo = make_lora(root)
+    print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
     print(f"tiny_llama zo-sgd: projected gradients {[round(g, 4) for g in make_zo(root)]}")
     print(f"tiny_llama bf16 autocast: largest |bf16 - fp32| loss difference {make_autocast(root):.6f}")
     print(f"tiny_llama: {info['n_params']} params, loss0 {info['loss0']:.6f}, "

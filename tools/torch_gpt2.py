@@ -164,8 +164,11 @@ def attention_core(qkv, n_head):
     return y.permute(0, 2, 1, 3).reshape(B, T, C)
 
 
-def forward(params, cfg, idx, targets=None):
-    """idx (B,T) int64 -> logits (B,T,V); with targets (B,T) also mean cross-entropy loss."""
+def forward(params, cfg, idx, targets=None, adapter=None):
+    """idx (B,T) int64 -> logits (B,T,V); with targets (B,T) also mean cross-entropy loss.
+
+    adapter(module, x, y) -> y': applied to each block linear's output y (module its HF name, e.g.
+    "transformer.h.0.attn.c_attn", x its input): LoRA (tools/torch_lora.py); None = none."""
     B, T = idx.shape
     assert T <= cfg.n_positions, f"sequence {T} exceeds n_positions {cfg.n_positions}"
     eps = cfg.layer_norm_epsilon
@@ -176,12 +179,15 @@ def forward(params, cfg, idx, targets=None):
     for i in range(cfg.n_layer):
         h = f"transformer.h.{i}."
         a = layer_norm(x, p[h + "ln_1.weight"], p[h + "ln_1.bias"], eps)
-        qkv = conv1d(a, p[h + "attn.c_attn.weight"], p[h + "attn.c_attn.bias"])
+        def lin(module, v):
+            y = conv1d(v, p[h + module + ".weight"], p[h + module + ".bias"])
+            return y if adapter is None else adapter(h + module, v, y)
+        qkv = lin("attn.c_attn", a)
         a = attention_core(qkv, cfg.n_head)
-        x = x + conv1d(a, p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"])
+        x = x + lin("attn.c_proj", a)
         m = layer_norm(x, p[h + "ln_2.weight"], p[h + "ln_2.bias"], eps)
-        m = gelu_new(conv1d(m, p[h + "mlp.c_fc.weight"], p[h + "mlp.c_fc.bias"]))
-        x = x + conv1d(m, p[h + "mlp.c_proj.weight"], p[h + "mlp.c_proj.bias"])
+        m = gelu_new(lin("mlp.c_fc", m))
+        x = x + lin("mlp.c_proj", m)
     x = layer_norm(x, p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], eps)
     logits = torch.matmul(x, wte.t())             # tied head, (B,T,V)
     if targets is None:

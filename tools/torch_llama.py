@@ -213,14 +213,14 @@ def repeat_kv(x, n_rep):
     return x[:, :, None, :, :].expand(B, KV, n_rep, T, hd).reshape(B, KV * n_rep, T, hd)
 
 
-def attention(h, p, pre, cfg, cos, sin):
+def attention(h, p, pre, cfg, cos, sin, adapter=None):
     """Self-attention of layer `pre` (HF LlamaAttention, eager) on normed input h (B,T,C)."""
     B, T, _ = h.shape
     H, KV, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-    F = torch.nn.functional
-    q = F.linear(h, p[pre + "self_attn.q_proj.weight"]).view(B, T, H, hd).transpose(1, 2)
-    k = F.linear(h, p[pre + "self_attn.k_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
-    v = F.linear(h, p[pre + "self_attn.v_proj.weight"]).view(B, T, KV, hd).transpose(1, 2)
+    lin = _linear(p, pre, adapter)
+    q = lin("self_attn.q_proj", h).view(B, T, H, hd).transpose(1, 2)
+    k = lin("self_attn.k_proj", h).view(B, T, KV, hd).transpose(1, 2)
+    v = lin("self_attn.v_proj", h).view(B, T, KV, hd).transpose(1, 2)
     q = apply_rope(q, cos, sin)
     k = apply_rope(k, cos, sin)
     k = repeat_kv(k, H // KV)
@@ -231,18 +231,25 @@ def attention(h, p, pre, cfg, cos, sin):
     att = torch.softmax(att, dim=-1)
     y = torch.matmul(att, v)                                            # (B,H,T,hd)
     y = y.transpose(1, 2).reshape(B, T, H * hd)
-    return F.linear(y, p[pre + "self_attn.o_proj.weight"])
+    return lin("self_attn.o_proj", y)
 
 
-def mlp(h, p, pre):
-    F = torch.nn.functional
-    g = F.linear(h, p[pre + "mlp.gate_proj.weight"])
-    u = F.linear(h, p[pre + "mlp.up_proj.weight"])
-    return F.linear(F.silu(g) * u, p[pre + "mlp.down_proj.weight"])
+def _linear(p, pre, adapter):
+    """module, x -> x @ W^T of layer `pre`'s module, then adapter(HF module name, x, y) if given."""
+    def lin(module, x):
+        y = torch.nn.functional.linear(x, p[pre + module + ".weight"])
+        return y if adapter is None else adapter(pre + module, x, y)
+    return lin
 
 
-def forward(params, cfg, idx, targets=None, inv_freq=None):
+def mlp(h, p, pre, adapter=None):
+    lin = _linear(p, pre, adapter)
+    return lin("mlp.down_proj", torch.nn.functional.silu(lin("mlp.gate_proj", h)) * lin("mlp.up_proj", h))
+
+
+def forward(params, cfg, idx, targets=None, inv_freq=None, adapter=None):
     """idx (B,T) int64 -> logits (B,T,V); with targets (B,T) also the mean cross-entropy loss.
+    adapter(module, x, y) -> y': applied to each block linear's output (as torch_gpt2.forward).
 
     Positions are 0..T-1 for every row. Parameters may be bf16: they are upcast to the compute
     dtype of the embedding's float type (fp32 for bf16 weights)."""
@@ -259,8 +266,8 @@ def forward(params, cfg, idx, targets=None, inv_freq=None):
     for i in range(cfg.num_hidden_layers):
         pre = f"model.layers.{i}."
         h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
-        x = x + attention(h, p, pre, cfg, cos, sin)
-        x = x + mlp(rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps), p, pre)
+        x = x + attention(h, p, pre, cfg, cos, sin, adapter)
+        x = x + mlp(rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps), p, pre, adapter)
     x = rms_norm(x, p["model.norm.weight"], eps)
     logits = torch.nn.functional.linear(x, p["lm_head.weight"])        # (B,T,V)
     if targets is None:

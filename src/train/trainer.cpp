@@ -166,8 +166,9 @@ std::string train_checkpoint_root(const std::string& path) {
 }
 
 std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip,
-                                   Precision precision, TrainOptimizer optimizer) {
+                                   Precision precision, TrainOptimizer optimizer, const LoraConfig& lora) {
   PlanRequest request;
+  request.lora = lora;
   request.zeroth_order = optimizer == TrainOptimizer::ZoSgd;
   request.config = cfg;
   request.batch = batch;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "io/io_engine.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
@@ -87,7 +88,7 @@ std::string train_checkpoint_root(const std::string& path);
 // buffers plus the largest set of units held at once).
 std::size_t train_min_budget_bytes(const GptConfig& config, int batch, int seq, bool keep_activations,
                                    double grad_clip, Precision precision = Precision::Fp32,
-                                   TrainOptimizer optimizer = TrainOptimizer::AdamW);
+                                   TrainOptimizer optimizer = TrainOptimizer::AdamW, const LoraConfig& lora = {});
 
 TrainResult train_run(const TrainOptions& options);
 

@@ -1,0 +1,273 @@
+// LoRA training (--lora-*, Note [lora segments], Note [lora math]): the PEFT-semantics reference of
+// tools/torch_lora.py for a tiny GPT-2 and a tiny Llama (loss and adapter gradients of one batch,
+// then 8 AdamW steps), the same bits in RAM, under the smallest budget and across a resume, the
+// PEFT adapter directory (names, shapes, config keys) and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "core/thread_pool.h"
+#include "data/token_file.h"
+#include "exec/executor.h"
+#include "integration_util.h"
+#include "store/segment_store.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+#include "weights/adapter_io.h"
+#include "weights/model_io.h"
+
+namespace stratum {
+namespace {
+
+using testing::golden_f32;
+using testing::read_jsonl;
+using testing::source_path;
+
+std::string hash_of(const std::string& errors) {
+  const auto pos = errors.find("params hash ");
+  return pos == std::string::npos ? std::string() : errors.substr(pos + 12, 16);
+}
+
+std::string flags_of(const nlohmann::json& a) {
+  char flags[512];
+  std::snprintf(flags, sizeof flags,
+                " --batch %d --seq %d --steps %d --lr %.17g --lr-schedule %s --warmup %d --min-lr %.17g --beta1 %.17g "
+                "--beta2 %.17g --eps %.17g --weight-decay %.17g --grad-clip %.17g --threads 2 --quiet",
+                a["batch"].get<int>(), a["seq"].get<int>(), a["steps"].get<int>(), a["lr"].get<double>(),
+                a["lr_schedule"].get<std::string>().c_str(), a["warmup"].get<int>(), a["min_lr"].get<double>(),
+                a["beta1"].get<double>(), a["beta2"].get<double>(), a["eps"].get<double>(),
+                a["weight_decay"].get<double>(), a["grad_clip"].get<double>());
+  return flags;
+}
+
+// Largest |value - reference| over every adapter tensor of adapter_model.safetensors in `dir`
+// against the reference's "<prefix><PEFT name>"; also checks both hold the same names.
+double adapters_vs_reference(const std::string& dir, const SafetensorsFile& ref, const std::string& prefix) {
+  const SafetensorsFile saved = SafetensorsFile::open(dir + "/" + kAdapterWeightsFile);
+  std::set<std::string> names, ref_names;
+  for (const auto& info : saved.tensors()) names.insert(info.name);
+  for (const auto& info : ref.tensors())
+    if (info.name.rfind(prefix, 0) == 0) ref_names.insert(info.name.substr(prefix.size()));
+  EXPECT_EQ(names, ref_names);
+  double worst = 0.0;
+  for (const auto& info : saved.tensors()) {
+    std::vector<float> got(static_cast<std::size_t>(info.numel()));
+    saved.read_f32(info, got.data());
+    const auto want = golden_f32(ref, prefix + info.name);
+    EXPECT_EQ(got.size(), want.size()) << info.name;
+    for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+      worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
+  }
+  return worst;
+}
+
+// One batch through the executor with the reference's initial adapters: the loss and every
+// adapter gradient against PyTorch; the base has no gradient units at all.
+void check_gradients(const std::string& golden) {
+  const std::string dir = source_path(golden);
+  const nlohmann::json a = nlohmann::json::parse(std::ifstream(dir + "/lora_args.json"));
+  const int B = a["batch"].get<int>(), T = a["seq"].get<int>();
+  const GptConfig cfg = model_read_config(dir);
+  const ParamLayout layout = ParamLayout::of(cfg, adapter_config_read(dir + "/lora_init", cfg.arch));
+  RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, B, T));
+  model_load_weights(dir, layout, store);
+  adapter_load_weights(dir + "/lora_init", layout, store);
+  ThreadPool pool(2);
+  Executor exec(pool, cfg, store, B, T);
+  const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
+  std::vector<std::int32_t> inputs(tokens.begin(), tokens.begin() + B * T);
+  std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.begin() + B * T + 1);
+  const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_lora.safetensors");
+  EXPECT_NEAR(exec.forward_backward(inputs.data(), targets.data(), B, T), golden_f32(ref, "train_losses")[0], 1e-5);
+  int checked = 0;
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    if (layout.segments()[s].role != SegmentRole::Lora) {
+      EXPECT_EQ(store.units().find(s, SegmentKind::Grads), -1) << "a frozen base keeps no gradients";
+      EXPECT_EQ(store.units().find(s, SegmentKind::AdamM), -1);
+      continue;
+    }
+    SegmentChunksHold grads(store, s, SegmentKind::Grads, Access::Read);
+    for (const auto& t : layout.segments()[s].tensors) {
+      const auto want = golden_f32(ref, "grad." + std::string(kAdapterPrefix) + layout.hf_name(t));
+      ASSERT_EQ(want.size(), t.numel) << t.name;
+      double max_err = 0.0, max_ref = 0.0;
+      for (std::size_t i = 0; i < t.numel; ++i) {
+        max_err = std::max(max_err, std::abs(static_cast<double>(grads.tensor(t)[i]) - want[i]));
+        max_ref = std::max(max_ref, std::abs(static_cast<double>(want[i])));
+      }
+      EXPECT_GT(max_ref, 0.0) << t.name << ": the reference's B is nonzero, so every adapter gets a gradient";
+      EXPECT_LE(max_err, 1e-6 + 1e-4 * max_ref) << t.name << " max |ref| " << max_ref;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 8);
+}
+
+TEST(LoraTrain, Gpt2LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_gpt2"); }
+TEST(LoraTrain, LlamaLossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_llama"); }
+
+// The reference's 8 AdamW steps through the CLI from its initial adapters (--lora-init): losses,
+// gradient norms and the saved adapters; then the same bits under the smallest budget (with and
+// without prefetch) and across a resume from step 3. Tolerances as the full-training golden runs
+// (Trainer.LossCurveMatchesPyTorch): losses 1e-4, final weights 2e-5.
+void check_run(const std::string& golden) {
+  const std::string dir = source_path(golden);
+  const nlohmann::json a = nlohmann::json::parse(std::ifstream(dir + "/lora_args.json"));
+  const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_lora.safetensors");
+  const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin" + flags_of(a) + " --lora-init " +
+                           dir + "/lora_init";
+  testing::TempDir tmp;
+  const auto ram = testing::run_stratum(base + " --log " + tmp.file("log.jsonl") + " --save " + tmp.file("out") +
+                                        " --save-every 3 --keep 5");
+  ASSERT_EQ(ram.exit_code, 0) << ram.errors;
+  EXPECT_NE(ram.errors.find("base frozen"), std::string::npos) << ram.errors;
+
+  const auto losses = golden_f32(ref, "train_losses");
+  const auto norms = golden_f32(ref, "train_grad_norms");
+  const auto log = read_jsonl(tmp.file("log.jsonl"));
+  ASSERT_EQ(log.size(), losses.size());
+  for (std::size_t i = 0; i < log.size(); ++i) {
+    EXPECT_NEAR(log[i]["loss"].get<double>(), losses[i], 1e-4) << "step " << i + 1;
+    EXPECT_NEAR(log[i]["grad_norm"].get<double>(), norms[i], 1e-4 * (1 + norms[i])) << "step " << i + 1;
+  }
+  const std::string saved = checkpoint_model_dir(tmp.file("out"));
+  for (const char* f : {"adapter_config.json", "adapter_model.safetensors", "optimizer.safetensors", "config.json"})
+    EXPECT_TRUE(file_exists(saved + "/" + f)) << f;
+  EXPECT_FALSE(file_exists(saved + "/model.safetensors")) << "the base is not copied into a LoRA checkpoint";
+  const double err = adapters_vs_reference(saved, ref, "final.");
+  EXPECT_LE(err, 2e-5);
+  std::printf("[lora] %s: largest |adapter - reference| after %zu steps %.2e\n", golden.c_str(), losses.size(), err);
+
+  const GptConfig cfg = model_read_config(dir);
+  const LoraConfig lora = adapter_config_read(dir + "/lora_init", cfg.arch);
+  const std::size_t min_budget =
+      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), false, a["grad_clip"].get<double>(),
+                             Precision::Fp32, TrainOptimizer::AdamW, lora);
+  EXPECT_LT(min_budget, train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), false,
+                                               a["grad_clip"].get<double>()))
+      << "no base gradients or moments: a smaller minimum than full training's";
+  for (int prefetch : {0, 2}) {
+    const auto budget = testing::run_stratum(base + " --mem-budget " + std::to_string(min_budget) + " --offload-dir " +
+                                             tmp.path() + " --prefetch " + std::to_string(prefetch));
+    ASSERT_EQ(budget.exit_code, 0) << budget.errors;
+    EXPECT_EQ(hash_of(budget.errors), hash_of(ram.errors)) << "prefetch " << prefetch;
+    EXPECT_EQ(budget.errors.find("read 0 bytes"), std::string::npos) << "the smallest budget must stream";
+  }
+  // Resumed from step 3 with the same base: the same bits; without it (a random base), refused.
+  const auto resumed = testing::run_stratum("train --model " + dir + " --resume " + tmp.file("out") +
+                                            "/step-00000003 --save " + tmp.file("again") + " --threads 2 --quiet");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.errors;
+  EXPECT_EQ(hash_of(resumed.errors), hash_of(ram.errors));
+  EXPECT_EQ(hash_of(ram.errors).size(), 16u);
+  const auto no_base = testing::run_stratum("train --resume " + tmp.file("out") + "/step-00000003 --save " +
+                                            tmp.file("again2") + " --threads 2 --quiet");
+  EXPECT_NE(no_base.exit_code, 0);
+  EXPECT_NE(no_base.errors.find("give the --model the adapters were trained on"), std::string::npos) << no_base.errors;
+}
+
+TEST(LoraTrain, Gpt2FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_gpt2"); }
+TEST(LoraTrain, LlamaFollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_llama"); }
+
+// A fresh adapter (PEFT's init from --seed): the directory PeftModel.from_pretrained reads, with
+// PEFT's names and config keys; lora_A within kaiming-uniform(a=sqrt(5))'s bound, lora_B zero
+// (--lr 0 leaves the initial adapters as they were).
+TEST(LoraTrain, AdapterDirectoryHasPeftNamesConfigAndInit) {
+  const std::string dir = source_path("tests/golden/tiny_gpt2");
+  testing::TempDir tmp;
+  const auto r = testing::run_stratum("train --model " + dir + " --data " + dir +
+                                      "/tokens.bin --batch 2 --seq 16 --steps 1 --lr 0 --lora-r 2 --lora-alpha 4 "
+                                      "--lora-targets c_proj --threads 2 --quiet --save " + tmp.file("out"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string saved = checkpoint_model_dir(tmp.file("out"));
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(saved + "/adapter_config.json"));
+  EXPECT_EQ(config["peft_type"], "LORA");
+  EXPECT_EQ(config["task_type"], "CAUSAL_LM");
+  EXPECT_EQ(config["r"], 2);
+  EXPECT_EQ(config["lora_alpha"], 4.0);
+  EXPECT_EQ(config["lora_dropout"], 0.0);
+  EXPECT_EQ(config["target_modules"], nlohmann::json::array({"c_proj"}));
+  EXPECT_EQ(config["fan_in_fan_out"], true);
+  EXPECT_EQ(config["bias"], "none");
+  EXPECT_EQ(config["use_rslora"], false);
+  EXPECT_EQ(config["base_model_name_or_path"].get<std::string>().back(), '2') << config.dump();  // .../tiny_gpt2
+  const GptConfig cfg = model_read_config(dir);
+  const SafetensorsFile adapter = SafetensorsFile::open(saved + "/adapter_model.safetensors");
+  const int C = cfg.n_embd;
+  std::set<std::string> names;
+  for (const auto& info : adapter.tensors()) names.insert(info.name);
+  std::set<std::string> expected;
+  for (int i = 0; i < cfg.n_layer; ++i)
+    for (const char* m : {"attn.c_proj", "mlp.c_proj"})
+      for (const char* ab : {"lora_A", "lora_B"})
+        expected.insert("base_model.model.transformer.h." + std::to_string(i) + "." + m + "." + ab + ".weight");
+  EXPECT_EQ(names, expected);
+  const auto* a = adapter.find("base_model.model.transformer.h.1.mlp.c_proj.lora_A.weight");
+  const auto* b = adapter.find("base_model.model.transformer.h.1.mlp.c_proj.lora_B.weight");
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  EXPECT_EQ(a->shape, (std::vector<std::int64_t>{2, 4 * C}));  // (r, in)
+  EXPECT_EQ(b->shape, (std::vector<std::int64_t>{C, 2}));      // (out, r)
+  std::vector<float> av(static_cast<std::size_t>(a->numel())), bv(static_cast<std::size_t>(b->numel()));
+  adapter.read_f32(*a, av.data());
+  adapter.read_f32(*b, bv.data());
+  const double bound = 1.0 / std::sqrt(4.0 * C);
+  double largest = 0.0;
+  for (float v : av) largest = std::max(largest, std::abs(static_cast<double>(v)));
+  EXPECT_LE(largest, bound);
+  EXPECT_GT(largest, 0.5 * bound);
+  for (float v : bv) EXPECT_EQ(v, 0.0f);
+  // The adapted model starts as the base: the first loss is the base's.
+  const auto base_run = testing::run_stratum("train --model " + dir + " --data " + dir +
+                                             "/tokens.bin --batch 2 --seq 16 --steps 1 --lr 0 --threads 2 --quiet");
+  const auto loss_of = [](const std::string& e) {
+    const auto at = e.find("final loss ");
+    return at == std::string::npos ? std::string() : e.substr(at, e.find(',', at) - at);
+  };
+  EXPECT_EQ(loss_of(r.errors), loss_of(base_run.errors));
+}
+
+// One line each, non-zero exit, nothing saved.
+TEST(LoraTrain, BadInputGetsOneLine) {
+  const std::string gpt2 = source_path("tests/golden/tiny_gpt2");
+  const std::string llama = source_path("tests/golden/tiny_llama");
+  testing::TempDir tmp;
+  // An adapter directory of another PEFT type.
+  const std::string ia3 = tmp.file("ia3");
+  std::filesystem::create_directories(ia3);
+  std::ofstream(ia3 + "/adapter_config.json") << R"({"peft_type": "IA3", "target_modules": ["c_attn"]})";
+  const std::string train = "train --data " + gpt2 + "/tokens.bin --batch 2 --seq 16 --steps 1 --quiet --save " +
+                            tmp.file("out") + " --model ";
+  const std::pair<std::string, std::string> cases[] = {
+      {train + gpt2 + " --lora-r 4 --lora-targets q_proj", "'q_proj' is not a linear layer of a gpt2 block; valid:"},
+      {train + llama + " --lora-r 4 --lora-targets c_attn", "valid: self_attn.q_proj (q_proj)"},
+      {train + gpt2 + " --lora-r -1", "--lora-r"},
+      {train + gpt2 + " --lora-r 4 --lora-alpha 0", "--lora-alpha"},
+      {train + gpt2 + " --lora-r 4 --lora-targets c_attn,,c_fc", "has an empty name"},
+      {train + gpt2 + " --lora-init " + ia3, "peft_type is 'IA3'; only LORA adapters"},
+      {train + gpt2 + " --lora-init " + llama + "/lora_init", "is not a linear layer of a gpt2 block"},
+      {train + gpt2 + " --lora-init " + tmp.file("nowhere"), "does not exist"},
+      {train + gpt2 + " --lora-init " + gpt2 + "/lora_init --lora-r 8", "differs from r=4"},
+      {train + gpt2 + " --lora-r 4 --optimizer zo-sgd", "zo-sgd over LoRA adapters is not supported yet"},
+      {train + gpt2 + " --lora-r 4 --lora-dropout 0.05", "--lora-dropout 0.05 is not supported yet"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const auto r = testing::run_stratum(args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE(r.errors.find(expected), std::string::npos) << args << "\n" << r.errors;
+    EXPECT_EQ(std::count(r.errors.begin(), r.errors.end(), '\n'), 1) << args << "\n" << r.errors;
+    EXPECT_FALSE(file_exists(tmp.file("out") + "/latest")) << args;
+  }
+  // A shape mismatch: the GPT-2 adapter over a GPT-2 of another width.
+  const auto wide = testing::run_stratum("train --data " + gpt2 + "/tokens.bin --layers 2 --heads 4 --embd 64 --ctx 64 "
+                                         "--vocab 101 --batch 2 --seq 16 --steps 1 --quiet --lora-init " + gpt2 +
+                                         "/lora_init");
+  EXPECT_NE(wide.exit_code, 0);
+  EXPECT_NE(wide.errors.find("has shape"), std::string::npos) << wide.errors;
+}
+
+}  // namespace
+}  // namespace stratum
