@@ -230,6 +230,40 @@ TEST(LoraTrain, AdapterDirectoryHasPeftNamesConfigAndInit) {
   EXPECT_EQ(loss_of(r.errors), loss_of(base_run.errors));
 }
 
+// stratum merge: the merged model's loss on batch 0 is the adapted model's (the reference's first
+// loss, computed with the adapters unmerged), for both families; bad input gets one line.
+TEST(LoraTrain, MergeFoldsTheAdapterIntoTheBase) {
+  for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama"}) {
+    const std::string dir = source_path(golden);
+    testing::TempDir tmp;
+    const auto r = testing::run_stratum("merge --model " + dir + " --adapter " + dir + "/lora_init --out " +
+                                        tmp.file("merged") + " --threads 2");
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    const nlohmann::json a = nlohmann::json::parse(std::ifstream(dir + "/lora_args.json"));
+    const int B = a["batch"].get<int>(), T = a["seq"].get<int>();
+    const GptConfig cfg = model_read_config(tmp.file("merged"));
+    const ParamLayout layout = ParamLayout::of(cfg);
+    RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, B, T));
+    model_load_weights(tmp.file("merged"), layout, store);
+    ThreadPool pool(2);
+    Executor exec(pool, cfg, store, B, T);
+    const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
+    std::vector<std::int32_t> inputs(tokens.begin(), tokens.begin() + B * T);
+    std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.begin() + B * T + 1);
+    const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_lora.safetensors");
+    EXPECT_NEAR(exec.loss(inputs.data(), targets.data(), B, T), golden_f32(ref, "train_losses")[0], 1e-5) << golden;
+  }
+  const std::string gpt2 = source_path("tests/golden/tiny_gpt2");
+  testing::TempDir tmp;
+  const auto wrong = testing::run_stratum("merge --model " + gpt2 + " --adapter " +
+                                          source_path("tests/golden/tiny_llama") + "/lora_init --out " + tmp.file("m"));
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.errors.find("is not a linear layer of a gpt2 block"), std::string::npos) << wrong.errors;
+  EXPECT_FALSE(file_exists(tmp.file("m") + "/config.json"));
+  const auto missing = testing::run_stratum("merge --model " + gpt2 + " --out " + tmp.file("m"));
+  EXPECT_NE(missing.errors.find("--adapter DIR is required"), std::string::npos) << missing.errors;
+}
+
 // One line each, non-zero exit, nothing saved.
 TEST(LoraTrain, BadInputGetsOneLine) {
   const std::string gpt2 = source_path("tests/golden/tiny_gpt2");

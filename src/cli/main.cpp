@@ -14,11 +14,12 @@
 namespace {
 const char* kUsage =
     "usage: stratum <command> [flags]    (stratum <command> --help for its flags)\n"
-    "  train     train or fine-tune a GPT-2 model\n"
+    "  train     train or fine-tune a GPT-2 or Llama model (all weights, LoRA adapters or zeroth-order)\n"
     "  generate  sample text from a model\n"
     "  prepare   tokenize a text corpus into a token file\n"
     "  info      describe a model directory, safetensors file or token file\n"
     "  plan      show, before running, where a training run's state will live, its I/O and predicted step time\n"
+    "  merge     fold a LoRA adapter into its base model (a Hugging Face directory)\n"
     "  verify    check a checkpoint (or every checkpoint under a --save directory) against its checksums\n"
     "  report    render a training log (--log) as an SVG: loss, tier traffic, step time and stall\n"
     "  version   print the version\n";
@@ -31,6 +32,7 @@ int run(const std::string& command, const std::vector<std::string>& args) {
   if (command == "report") return stratum::cmd_report(args);
   if (command == "plan") return stratum::cmd_plan(args);
   if (command == "verify") return stratum::cmd_verify(args);
+  if (command == "merge") return stratum::cmd_merge(args);
   if (command == "version" || command == "--version") {
     std::printf("stratum %s\n", STRATUM_VERSION);
     return 0;

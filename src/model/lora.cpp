@@ -111,4 +111,14 @@ void lora_backward(const Ops& ops, const LoraBlock& lora, int k, const float* dy
   ops.sgemm(false, false, M, in, r, 1.0f, lora.du, r, t.a, in, 1.0f, dx, lddx);       // dx += du A
 }
 
+void lora_merge(const Ops& ops, const LoraBlock& lora, int k, float* w, bool fan_in_fan_out, int in, int out) {
+  const LoraBlock::Target& t = lora.t[k];
+  if (t.a == nullptr) return;
+  const int r = lora.r;
+  if (fan_in_fan_out)
+    ops.sgemm(true, true, in, out, r, lora.scale, t.a, in, t.b, r, 1.0f, w, out);  // w (in,out) += s A^T B^T
+  else
+    ops.sgemm(false, false, out, in, r, lora.scale, t.b, r, t.a, in, 1.0f, w, in);  // w (out,in) += s B A
+}
+
 }  // namespace stratum

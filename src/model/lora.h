@@ -75,4 +75,8 @@ void lora_forward(const Ops& ops, const LoraBlock& lora, int k, float* y, int ld
 void lora_backward(const Ops& ops, const LoraBlock& lora, int k, const float* dy, int ldy, const float* x, int ldx,
                    float* dx, int lddx, int M, int in, int out);
 
+// Folds module k's adapter into its base weight w, as PEFT's merge: w += s * (B A), transposed
+// for GPT-2's Conv1D w (in, out) (fan_in_fan_out); nn.Linear's w is (out, in).
+void lora_merge(const Ops& ops, const LoraBlock& lora, int k, float* w, bool fan_in_fan_out, int in, int out);
+
 }  // namespace stratum

@@ -40,19 +40,18 @@ std::size_t TransformerBlock::internals_bytes() const {
   return gpt2_acts_.size() * gpt2_acts_[0].size_bytes() + gpt2_work_->size_bytes();
 }
 
-LoraBlock TransformerBlock::lora_block(const LoraChunks& c, int copy, int BT) {
-  STRATUM_ASSERT(layout_ != nullptr && static_cast<std::size_t>(BT) <= lora_rows_);
+LoraBlock lora_block_of(const ParamLayout& layout, const LoraChunks& c) {
+  STRATUM_ASSERT(layout.has_lora());
   LoraBlock l;
-  l.r = layout_->lora().r;
-  l.scale = layout_->lora().scale();
-  l.du = lora_du_.as_f32();
+  l.r = layout.lora().r;
+  l.scale = layout.lora().scale();
   const SegmentLayout& seg = *c.seg;
   auto at = [&](float* const* chunks, int i) {
     const TensorSlot& t = seg.tensors[i];
     return chunks[t.chunk] + seg.offset_in_chunk(t);
   };
   for (int k = 0; k < kLoraMaxTargets; ++k) {
-    const int slot = layout_->lora_slot(k);
+    const int slot = layout.lora_slot(k);
     if (slot < 0) continue;
     l.t[k].a = at(c.params, slot);
     l.t[k].b = at(c.params, slot + 1);
@@ -60,8 +59,22 @@ LoraBlock TransformerBlock::lora_block(const LoraChunks& c, int copy, int BT) {
       l.t[k].da = at(c.grads, slot);
       l.t[k].db = at(c.grads, slot + 1);
     }
-    l.t[k].u = lora_u_[copy].as_f32() + static_cast<std::size_t>(k) * lora_rows_ * l.r;
   }
+  return l;
+}
+
+int lora_base_slot(ModelArch arch, int k) {
+  static const int gpt2[] = {kAttnW, kAttnProjW, kFcW, kMlpProjW};
+  static const int llama[] = {kQW, kKW, kVW, kOW, kGateW, kUpW, kDownW};
+  return arch == ModelArch::Llama ? llama[k] : gpt2[k];
+}
+
+LoraBlock TransformerBlock::lora_block(const LoraChunks& c, int copy, int BT) {
+  STRATUM_ASSERT(layout_ != nullptr && static_cast<std::size_t>(BT) <= lora_rows_);
+  LoraBlock l = lora_block_of(*layout_, c);
+  l.du = lora_du_.as_f32();
+  for (int k = 0; k < kLoraMaxTargets; ++k)
+    if (l.t[k].a != nullptr) l.t[k].u = lora_u_[copy].as_f32() + static_cast<std::size_t>(k) * lora_rows_ * l.r;
   return l;
 }
 

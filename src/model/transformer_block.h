@@ -23,6 +23,11 @@ struct LoraChunks {
   float* const* grads = nullptr;  // backward: the adapters' gradients (overwritten)
 };
 
+// A block's adapters as LoraBlock pointers into held chunks (Note [lora segments]); no u or du.
+LoraBlock lora_block_of(const ParamLayout& layout, const LoraChunks& chunks);
+// Slot of module k's base weight in a block segment (Note [lora math] numbers the modules).
+int lora_base_slot(ModelArch arch, int k);
+
 class TransformerBlock {
  public:
   // copies: sets of block internals (1 = recompute in the backward; n_layer = keep them). layout
