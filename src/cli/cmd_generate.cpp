@@ -44,6 +44,8 @@ std::string ids_text(const std::vector<std::int32_t>& ids) {
 int cmd_generate(const std::vector<std::string>& argv) {
   Args args("generate", argv,
             {{"model", "DIR", "Hugging Face GPT-2 or Llama directory, or a checkpoint root (required)"},
+             {"adapter", "DIR", "a PEFT LoRA adapter directory (e.g. a stratum train --lora-r checkpoint) applied "
+                                "to --model unmerged"},
              {"prompt", "TEXT", "text to continue (default: start from BOS / <|endoftext|>)"},
              {"prompt-ids", "1,2,3", "token ids to continue instead of text"},
              {"prompts", "FILE", "many prompts, one per line: prints one JSON line per prompt"},
@@ -76,6 +78,10 @@ int cmd_generate(const std::vector<std::string>& argv) {
   o.model_dir = args.has("model") ? model_dir_resolve(args.str("model")) : "";
   STRATUM_CHECK(!o.model_dir.empty(), "[cli] --model DIR is required for 'stratum generate'");
   checkpoint_dir_check(o.model_dir, "generate");  // Note [checked reads]
+  if (args.has("adapter")) {  // a PEFT directory, or a LoRA run's checkpoint (root: its newest)
+    o.adapter_dir = model_dir_resolve(args.str("adapter"));
+    checkpoint_dir_check(o.adapter_dir, "generate");
+  }
   const int sources =
       args.has("prompt") + args.has("prompt-ids") + args.has("prompts") + args.has("prompt-ids-file");
   STRATUM_CHECK(sources <= 1, "[cli] give one of --prompt, --prompt-ids, --prompts and --prompt-ids-file");

@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "model/transformer_block.h"
 #include "store/segment_store.h"
+#include "train/checkpoint.h"
 #include "stratum/error.h"
 #include "weights/adapter_io.h"
 #include "weights/model_io.h"
@@ -30,7 +31,8 @@ int cmd_merge(const std::vector<std::string>& argv) {
     STRATUM_CHECK(args.has(required), "[merge] --", required, " DIR is required (stratum merge --model BASE "
                   "--adapter DIR --out DIR)");
   const std::string base_dir = model_dir_resolve(args.str("model"));
-  const std::string adapter_dir = args.str("adapter");
+  const std::string adapter_dir = model_dir_resolve(args.str("adapter"));  // a checkpoint root: its newest
+  checkpoint_dir_check(adapter_dir, "merge");
   const GptConfig cfg = model_read_config(base_dir);
   const LoraConfig lora = adapter_config_read(adapter_dir, cfg.arch);
   const ParamLayout layout = ParamLayout::of(cfg, lora);

@@ -178,7 +178,10 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.io_backend = io_backend_parse(args.str("io", "auto"));
   if (const char* fault = std::getenv("STRATUM_IO_FAULT")) o.io_fault = IoFaultPlan::parse(fault);
   o.quiet = args.flag("quiet");
-  o.lora_init_dir = args.str("lora-init");
+  if (args.has("lora-init")) {  // a PEFT directory, or a LoRA run's checkpoint (root: its newest)
+    o.lora_init_dir = model_dir_resolve(args.str("lora-init"));
+    checkpoint_dir_check(o.lora_init_dir, "train");
+  }
   o.resume_path = args.str("resume");
   if (!o.resume_path.empty()) fill_from_checkpoint(args, o);
   o.measure_exe = "/proc/self/exe";  // the plan's measurement runs in its own process

@@ -61,6 +61,8 @@ DecodeSchedule decode_schedule_build(const UnitTable& units) {
   };
   for (int l = 0; layout.layer_segment(l) < layout.head_segment(); ++l) {
     std::vector<UnitUse> uses = params(layout.layer_segment(l));
+    if (layout.has_lora())  // the layer's adapters (generate --adapter), fp32 beside the base
+      for (const UnitUse& use : params(layout.lora_segment(l))) uses.push_back(use);
     uses.push_back({units.index(layout.layer_segment(l), SegmentKind::Activations), Access::Update});
     d.layer.push_back(d.schedule.group_add(uses, GroupWork::LayerForward));
   }
@@ -103,6 +105,7 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
                 " exceeds the model's maximum of ", cfg.n_ctx);
   STRATUM_ASSERT(store.units().act_floats() >= kv_unit_floats(cfg, max_batch, max_ctx));  // Note [KV cache units]
   const int R = static_cast<int>(rows_for(max_batch));
+  if (layout_.has_lora()) lora_u_ = AlignedBuffer(static_cast<std::size_t>(R) * layout_.lora().r * sizeof(float));
   if (cfg.llama()) {
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_ctx, cfg.rope_theta, cfg.rope_scaling);
     llama_acts_ = std::make_unique<LlamaActivations>(cfg, 1, R, /*attention_probs=*/false);
@@ -184,12 +187,23 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   const CachedAttention attention(kv.data(), kv.data() + cache_floats_, b_.q, max_ctx_, past, slot);
   const RowDotLinear linear;
   const SegmentLayout& seg = layout_.segments()[s];
+  // LoRA adapters (generate --adapter), unmerged: each adapted module's x A^T goes through one
+  // scratch, used up before the next module's (Note [lora math]; no backward keeps it).
+  std::unique_ptr<SegmentChunksHold> adapters;
+  LoraBlock lora;
+  if (layout_.has_lora()) {
+    const int a = layout_.lora_segment(l);
+    adapters = std::make_unique<SegmentChunksHold>(store_, a, SegmentKind::Params, Access::Read);
+    lora = lora_block_of(layout_, LoraChunks{&layout_.segments()[a], adapters->chunks(), nullptr});
+    for (LoraBlock::Target& t : lora.t) t.u = lora_u_.as_f32();
+  }
+  const LoraBlock* lp = adapters ? &lora : nullptr;
   if (cfg_.llama())
     llama_block_forward(*ops_, linear, attention, cfg_, *rope_, llama_tensors(seg, params), b_.x, b_.x,
-                        *llama_acts_, b_.tmp, b_.scratch, B, Tn);
+                        *llama_acts_, b_.tmp, b_.scratch, B, Tn, lp);
   else
     gpt2_block_forward(*ops_, linear, attention, cfg_, gpt2_tensors(seg, params), b_.x, b_.x,
-                       *gpt2_acts_, b_.tmp, b_.scratch, B, Tn);
+                       *gpt2_acts_, b_.tmp, b_.scratch, B, Tn, lp);
 }
 
 LlamaBlockTensors Decoder::llama_tensors(const SegmentLayout& seg, const SegmentChunksHold& params) {

@@ -42,6 +42,7 @@
 #include "model/gpt2_block.h"
 #include "model/gpt2_head.h"
 #include "model/llama_block.h"
+#include "model/transformer_block.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 #include "obs/trace_recorder.h"
@@ -121,6 +122,7 @@ class Decoder {
   std::unique_ptr<Gpt2Activations> gpt2_acts_;
   std::unique_ptr<LlamaActivations> llama_acts_;
   std::unique_ptr<RopeTable> rope_;
+  AlignedBuffer lora_u_;  // (rows, r): an adapter's x A^T (generate --adapter), else empty
   StepSchedule schedule_;
   std::vector<int> group_layer_, group_head_vocab_;
   int group_head_ = 0;

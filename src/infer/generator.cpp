@@ -13,6 +13,7 @@
 #include "data/bpe_tokenizer.h"
 #include "data/corpus.h"
 #include "infer/decoder.h"
+#include "weights/adapter_io.h"
 #include "weights/model_io.h"
 #include "store/segment_store.h"
 #include "store/tiered_segment_store.h"
@@ -128,7 +129,8 @@ GenerateResult generate_run(const GenerateOptions& o,
   ThreadPool pool(threads, /*spin_us=*/200);  // decoding dispatches ~300 small jobs per token
   backend_set_threads(threads);
   const std::unique_ptr<Ops> ops = ops_make(pool);  // sampling (host) and buffer sizes
-  const ParamLayout layout = ParamLayout::of(cfg);
+  const ParamLayout layout =
+      o.adapter_dir.empty() ? ParamLayout::of(cfg) : ParamLayout::of(cfg, adapter_config_read(o.adapter_dir, cfg.arch));
   // Note [bf16 weights]: a bf16 model stays bf16 (half the RAM, budget and reads, the same bits);
   // with --precision bf16 any model is rounded to bf16 on load.
   const bool bf16 = o.precision == Precision::Bf16 || (o.keep_bf16 && model_weights_bf16(o.model_dir));
@@ -155,6 +157,7 @@ GenerateResult generate_run(const GenerateOptions& o,
     store = std::make_unique<RamSegmentStore>(units);
   }
   model_load_weights(o.model_dir, layout, *store);
+  if (layout.has_lora()) adapter_load_weights(o.adapter_dir, layout, *store);
   const StoreStats loaded = store->stats();
   store->stats_reset_peak();
   Decoder decoder(pool, cfg, *store, batch, max_ctx);

@@ -18,6 +18,7 @@ namespace stratum {
 
 struct GenerateOptions {
   std::string model_dir;
+  std::string adapter_dir;    // a PEFT LoRA adapter applied unmerged (weights/adapter_io.h); empty = none
   std::string tokenizer_dir;  // default: the model directory's tokenizer files
   std::vector<std::string> prompts;                 // text prompts (one = streaming mode)
   std::vector<std::vector<std::int32_t>> prompt_ids;  // or token-id prompts (no tokenizer needed)

@@ -35,7 +35,9 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet 
       chunks_[slot] = static_cast<int>(sizes.size());
       const int file = static_cast<int>(file_bytes_.size());
       std::size_t offset = 0;
-      const std::size_t elem_bytes = param_bf16 && kind == SegmentKind::Params ? 2 : sizeof(float);
+      // LoRA adapters stay fp32 beside a bf16 base (Note [lora segments]).
+      const bool bf16 = param_bf16 && kind == SegmentKind::Params && layout.segments()[s].role != SegmentRole::Lora;
+      const std::size_t elem_bytes = bf16 ? 2 : sizeof(float);
       for (std::size_t c = 0; c < sizes.size(); ++c) {
         const std::size_t bytes = align_up(sizes[c] * elem_bytes, AlignedBuffer::kAlignmentBytes);  // whole 4 KiB blocks
         units_.push_back({s, kind, static_cast<int>(c), bytes, file, offset});

@@ -51,7 +51,10 @@ class UnitTable {
   // The element type of a unit's storage (BF16 for params with param_bf16, else F32) and how
   // many elements its bytes hold (padding included; Note [typed views] in core/tensor_view.h).
   DType dtype(int unit) const {
-    return param_bf16_ && units_[unit].kind == SegmentKind::Params ? DType::BF16 : DType::F32;
+    return param_bf16_ && units_[unit].kind == SegmentKind::Params &&
+                   layout_->segments()[units_[unit].segment].role != SegmentRole::Lora
+               ? DType::BF16
+               : DType::F32;
   }
   std::size_t elements(int unit) const { return units_[unit].bytes / dtype_size_bytes(dtype(unit)); }
   // The (segment, kind) file a unit lives in, and its offset there.

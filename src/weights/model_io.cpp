@@ -120,7 +120,7 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
       const std::size_t at = layout.segments()[s].offset_in_chunk(slot);
       std::size_t bad = slot.numel;  // the first non-finite element, if any
       float bad_value = 0.0f;
-      if (kinds[k].first == SegmentKind::Params && store.units().param_bf16()) {  // Note [bf16 weights]
+      if (store.units().dtype(store.units().index(s, kinds[k].first, slot.chunk)) == DType::BF16) {  // Note [bf16 weights]
         std::uint16_t* const dst = hold.view().bf16() + at;
         if (info.dtype == DType::BF16) {
           file.read_raw_range(info, slot.hf_first(), slot.numel, dst);
