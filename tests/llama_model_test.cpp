@@ -189,8 +189,9 @@ TEST(LlamaModel, SaveWritesHuggingFaceNamesAndReloadsBitIdentical) {
 std::string load_error(const std::function<void(const std::string&)>& edit) {
   const Golden g(kTiny);
   testing::TempDir tmp;
-  for (const auto& e : std::filesystem::directory_iterator(g.dir))
-    std::filesystem::copy_file(e.path(), tmp.file(e.path().filename().string()));
+  for (const auto& e : std::filesystem::directory_iterator(g.dir))  // the model's files (not lora_init/)
+    if (e.is_regular_file())
+      std::filesystem::copy_file(e.path(), tmp.file(e.path().filename().string()));
   edit(tmp.path());
   try {
     const GptConfig cfg = model_read_config(tmp.path());
