@@ -381,5 +381,47 @@ TEST(LoraTrain, BadInputGetsOneLine) {
   EXPECT_NE(wide.errors.find("has shape"), std::string::npos) << wide.errors;
 }
 
+// adapter_config.json's reader: one line naming the field for each malformed input.
+TEST(AdapterConfig, MalformedInputTable) {
+  const std::string ok = R"("peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"])";
+  EXPECT_EQ(adapter_config_parse("{" + ok + "}", "a.json", ModelArch::Llama).r, 8);
+  EXPECT_EQ(adapter_config_parse("{" + ok + R"(, "use_rslora": true, "lora_dropout": 0.05, "rank_pattern": {},
+             "modules_to_save": null, "fan_in_fan_out": false, "bias": "none"})", "a.json", ModelArch::Llama)
+                .scale(),
+            16.0f / std::sqrt(8.0f));
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "not valid JSON"},
+      {"[]", "expected a JSON object"},
+      {R"({"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]})", "field 'peft_type' is missing"},
+      {R"({"peft_type": "PREFIX_TUNING"})", "peft_type is 'PREFIX_TUNING'"},
+      {R"({"peft_type": "LORA", "lora_alpha": 16, "target_modules": ["q_proj"]})", "field 'r' is missing"},
+      {R"({"peft_type": "LORA", "r": 0, "lora_alpha": 16, "target_modules": ["q_proj"]})", "field 'r' is 0"},
+      {R"({"peft_type": "LORA", "r": 8.5, "lora_alpha": 16, "target_modules": ["q_proj"]})", "must be an integer"},
+      {R"({"peft_type": "LORA", "r": 8, "lora_alpha": -1, "target_modules": ["q_proj"]})", "'lora_alpha' is -1"},
+      {R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": "q_proj|v_proj"})",
+       "a regular expression is not supported"},
+      {R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": []})", "non-empty list"},
+      {R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": [3]})", "must list strings"},
+      {R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["c_attn"]})",
+       "'c_attn' is not a linear layer of a llama block"},
+      {"{" + ok + R"(, "bias": "all"})", "trained biases are not supported"},
+      {"{" + ok + R"(, "lora_dropout": 1.5})", "'lora_dropout' must be in [0, 1)"},
+      {"{" + ok + R"(, "modules_to_save": ["lm_head"]})", "'modules_to_save' is set"},
+      {"{" + ok + R"(, "rank_pattern": {"q_proj": 4}})", "'rank_pattern' is set"},
+      {"{" + ok + R"(, "use_dora": true})", "'use_dora' is set"},
+      {"{" + ok + R"(, "use_rslora": "yes"})", "'use_rslora' must be true or false"},
+  };
+  for (const auto& [text, expected] : cases) {
+    try {
+      adapter_config_parse(text, "a.json", ModelArch::Llama);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(expected), std::string::npos) << text << "\n" << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace stratum

@@ -44,7 +44,7 @@ struct PlanRequest {
   int prefetch = -1;                 // < 0: the plan chooses
   Precision precision = Precision::Fp32;
   bool zeroth_order = false;  // --optimizer zo-sgd: two forward passes a step (Note [zeroth-order step])
-  LoraConfig lora;            // adapters over a frozen base (Note [lora segments]); r 0 = none
+  LoraConfig lora = {};       // adapters over a frozen base (Note [lora segments]); r 0 = none
 };
 
 // How a request's executor runs its updates (with a budget or in RAM), and which units it has.

@@ -17,9 +17,13 @@ LoraConfig adapter_config_read(const std::string& dir, ModelArch arch) {
   STRATUM_CHECK(dir_exists(dir), "[lora] adapter directory '", dir, "' does not exist");
   STRATUM_CHECK(file_exists(path), "[lora] '", dir, "' has no ", kAdapterConfigFile,
                 ": expected a PEFT LoRA adapter directory");
+  return adapter_config_parse(file_read_all(path), path, arch);
+}
+
+LoraConfig adapter_config_parse(const std::string& text, const std::string& path, ModelArch arch) {
   nlohmann::json root;
   try {
-    root = nlohmann::json::parse(file_read_all(path));
+    root = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     STRATUM_FAIL("[lora] ", path, ": not valid JSON (", e.what(), ")");
   }

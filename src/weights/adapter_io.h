@@ -25,6 +25,8 @@ inline constexpr const char* kAdapterPrefix = "base_model.model.";
 // another PEFT type, a bias other than "none", modules_to_save, DoRA, per-layer rank or alpha
 // patterns, or target modules that are not linear layers of `arch`.
 LoraConfig adapter_config_read(const std::string& dir, ModelArch arch);
+// The same for the file's text; `where` names it in errors (the fuzz target's entry).
+LoraConfig adapter_config_parse(const std::string& text, const std::string& where, ModelArch arch);
 
 // Writes adapter_config.json and adapter_model.safetensors into the existing directory `dir`
 // (each atomically), one adapter chunk held at a time. base_model: base_model_name_or_path.
