@@ -174,8 +174,10 @@ def make_lora(out_dir):
     """lora_init/, reference_lora.safetensors and lora_args.json of the tiny GPT-2."""
     cfg = tg.GPT2Config(**TINY)
     base, _ = tg.load_safetensors(os.path.join(out_dir, "model.safetensors"))
-    return torch_lora.write_reference(out_dir, base, lambda p, x, y, ad: tg.forward(p, cfg, x, y, adapter=ad)[1],
-                                      LORA_TRAIN, LORA, "tools/make_golden.py --only lora")
+    fwd = lambda p, x, y, ad: tg.forward(p, cfg, x, y, adapter=ad)[1]  # noqa: E731
+    info = torch_lora.write_reference(out_dir, base, fwd, LORA_TRAIN, LORA, "tools/make_golden.py --only lora")
+    torch_lora.write_zo_reference(out_dir, base, fwd, LORA, ZO, "tools/make_golden.py --only lora")
+    return info
 
 
 def make_zo(out_dir):

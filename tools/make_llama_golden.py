@@ -294,9 +294,11 @@ def make_lora(root):
     """tiny_llama/{lora_init/, reference_lora.safetensors, lora_args.json}."""
     out_dir = os.path.join(root, "tiny_llama")
     cfg = tl.LlamaConfig(**TINY)
-    return torch_lora.write_reference(out_dir, load_shards(out_dir),
-                                      lambda p, x, y, ad: tl.forward(p, cfg, x, y, adapter=ad)[1], LORA_TRAIN, LORA,
-                                      "tools/make_llama_golden.py --only lora")
+    base = load_shards(out_dir)
+    fwd = lambda p, x, y, ad: tl.forward(p, cfg, x, y, adapter=ad)[1]  # noqa: E731
+    info = torch_lora.write_reference(out_dir, base, fwd, LORA_TRAIN, LORA, "tools/make_llama_golden.py --only lora")
+    torch_lora.write_zo_reference(out_dir, base, fwd, LORA, ZO, "tools/make_llama_golden.py --only lora")
+    return info
 
 
 def greedy(params, cfg):

@@ -81,6 +81,24 @@ def adapter_dir_write(path, adapters, config):
                         metadata={"format": "pt"})
 
 
+def write_zo_reference(out_dir, base, forward_loss, lora, zo_args, generator):
+    """Zeroth-order SGD of the adapters in out_dir/lora_init (written by write_reference) over the
+    frozen base (tools/torch_zo.py; z named by Stratum's slot names, the PEFT names less
+    "base_model.model."): out_dir/reference_lora_zo.safetensors."""
+    import torch_zo
+    tensors, _ = tg.load_safetensors(os.path.join(out_dir, "lora_init", "adapter_model.safetensors"))
+    init = {n[len(PREFIX):]: t.to(torch.float32) for n, t in tensors.items()}
+    scale = lora["alpha"] / (math.sqrt(lora["r"]) if lora["rslora"] else lora["r"])
+    frozen = {n: t.detach() for n, t in base.items()}
+
+    def loss(params, x, y):
+        adapters = {n[:-len(".lora_A.weight")]: (params[n], params[n[:-len("lora_A.weight")] + "lora_B.weight"])
+                    for n in params if n.endswith(".lora_A.weight")}
+        return forward_loss(frozen, x, y, adapter_fn(adapters, scale))
+
+    return torch_zo.write_reference(out_dir, init, loss, zo_args, generator, file="reference_lora_zo.safetensors")
+
+
 def write_reference(out_dir, base, forward_loss, args, lora, generator):
     """forward_loss(base, x, y, adapter) -> loss. args: batch, seq, steps, lr, lr_schedule, warmup,
     min_lr, beta1, beta2, eps, weight_decay, grad_clip; lora: r, alpha, rslora, targets, modules,

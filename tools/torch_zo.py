@@ -130,7 +130,7 @@ def zo_run(params, loss_fn, steps, seed, eps, lr_at, weight_decay):
     return {"loss_plus": plus, "loss_minus": minus, "grads": grads, "params": p}
 
 
-def write_reference(out_dir, init, forward_loss, args, generator):
+def write_reference(out_dir, init, forward_loss, args, generator, file="reference_zo.safetensors"):
     """Runs zo_run on out_dir/tokens.bin (sequential batches, tg.get_batch) from `init` with
     `args` (batch, seq, steps, lr, lr_schedule, warmup, min_lr, zo_eps, weight_decay, seed);
     forward_loss(params, x, y) -> loss. Writes out_dir/reference_zo.safetensors and returns the
@@ -150,7 +150,7 @@ def write_reference(out_dir, init, forward_loss, args, generator):
            "zo_grads": torch.tensor(run["grads"], dtype=torch.float64)}
     for n, arr in run["params"].items():
         out["final." + n] = torch.from_numpy(arr)
-    tg.save_safetensors(os.path.join(out_dir, "reference_zo.safetensors"), out,
+    tg.save_safetensors(os.path.join(out_dir, file), out,
                         metadata={"generator": generator, "torch_version": torch.__version__,
                                   "zo_args": json.dumps(a)})
     moved = max(float(np.abs(run["params"][n] - init[n].to(torch.float32).numpy()).max()) for n in init)

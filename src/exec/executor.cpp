@@ -54,8 +54,6 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   STRATUM_ASSERT(units.act_floats() >= activation_unit_floats(config, max_batch, max_seq));
   for (const SegmentLayout& seg : layout_.segments())  // only blocks are held as several chunks
     STRATUM_ASSERT(seg.role == SegmentRole::Layer || seg.role == SegmentRole::Lora || seg.chunk_count() == 1);
-  // Zeroth-order training over adapters is not built yet (train refuses it).
-  STRATUM_ASSERT(mode != OptimizerMode::ZerothOrder || !layout_.has_lora());
   grad_squares_.resize(static_cast<std::size_t>(layout_.segment_count()));
   for (int s = 0; s < layout_.segment_count(); ++s) grad_squares_[s].assign(layout_.segments()[s].tensors.size(), 0.0);
   schedule_build();

@@ -29,7 +29,8 @@
 // own the store.
 // Note [zeroth-order step]: MeZO/ZO2's forward-only training (zo_step). The schedule is two
 // forward passes, each ending with the head's log-sum-exp groups and no backward; the store holds
-// parameters and boundary activations only (UnitSet::ForwardOnly). The first group of a pass that
+// parameters and boundary activations only (UnitSet::ForwardOnly). With LoRA adapters only their
+// segments are perturbed and updated (the base's groups read it). The first group of a pass that
 // holds a segment's parameters holds them for Update and applies Ops::zo_update to them before
 // computing: in pass 1, the previous step's pending update (restore +eps*z, then
 // p -= lr * (g * z + wd * p)) and this step's perturbation +eps*z'; in pass 2, -2*eps*z'. So the

@@ -15,7 +15,9 @@ void Executor::zo_schedule_build() {
     std::vector<bool> held(static_cast<std::size_t>(layout_.segment_count()), false);
     forward_groups_add([](int) {},
                        [&](int s) {
-                         if (held[s]) return Access::Read;  // a tied wte block again in the head
+                         // A tied wte block again in the head, or a frozen base (LoRA: only the
+                         // adapters move, Note [lora segments]).
+                         if (held[s] || !layout_.trainable(s)) return Access::Read;
                          held[s] = true;
                          return Access::Update;
                        });

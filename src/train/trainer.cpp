@@ -286,8 +286,6 @@ void TrainRun::lora_resolve() {
   if (!lora_.on()) return;
   lora_config_validate(lora_, cfg_.arch);
   o_.lora_targets = lora_targets_text(lora_);  // recorded as resolved (PEFT's default spelled out)
-  STRATUM_CHECK(o_.optimizer == TrainOptimizer::AdamW, "[train] --optimizer zo-sgd over LoRA adapters is not "
-                "supported yet; use --optimizer adamw with --lora-r, or zo-sgd without it");
   STRATUM_CHECK(lora_.dropout == 0, "[train] --lora-dropout ", lora_.dropout,
                 " is not supported yet (the adapters train without dropout); use --lora-dropout 0");
 }
