@@ -20,6 +20,9 @@ class StoreModel {
         resident_(units.count(), false), dirty_(units.count(), false), on_disk_(units.count(), false),
         evicted_(units.count(), false), held_(units.count(), false) {
     policy_.schedule_set(&schedule);
+    // The loaded weights start in their offload files (a frozen LoRA base is never written
+    // again, yet read every step).
+    for (int u = 0; u < units.count(); ++u) on_disk_[u] = units.kind(u) == SegmentKind::Params;
   }
 
   // Runs group g; returns the bytes read for it (writes accumulate in written).
