@@ -47,11 +47,7 @@ std::string budget_args(const std::string& offload, int prefetch) {
 }
 
 // The "params hash" a finished run prints (empty when it printed none).
-std::string params_hash(const CommandResult& r) {
-  const std::string key = "params hash ";
-  const std::size_t at = r.errors.rfind(key);
-  return at == std::string::npos ? "" : r.errors.substr(at + key.size(), 16);
-}
+std::string params_hash(const CommandResult& r) { return testing::params_hash_of(r.errors); }
 
 std::vector<double> losses(const std::string& log) {
   std::vector<double> out;

@@ -247,10 +247,7 @@ TEST(Cli, PrepareInfoTrainGenerateEndToEnd) {
   // Train the same model from the text file (tokenized on the fly), the .bin and the shard:
   // identical tokens => identical parameters (the hash is printed).
   const std::string model = " --layers 1 --heads 2 --embd 32 --ctx 64 --batch 2 --seq 32 --steps 5 --quiet --threads 2";
-  auto hash_of = [](const std::string& errors) {
-    const auto pos = errors.find("params hash ");
-    return pos == std::string::npos ? std::string() : errors.substr(pos + 12, 16);
-  };
+  const auto hash_of = testing::params_hash_of;
   r = run_stratum("train" + model + " --data " + tmp.file("train.bin") + " --save " + tmp.file("model") +
                   " --tokenizer " + shared_data(""));
   ASSERT_EQ(r.exit_code, 0) << r.errors;

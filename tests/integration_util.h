@@ -184,6 +184,40 @@ inline SavedVsReference saved_vs_reference(const std::string& saved_dir, const S
   return out;
 }
 
+// The "params hash" a finished run prints on stderr (the last one; empty when it printed none).
+inline std::string params_hash_of(const std::string& errors) {
+  const std::string key = "params hash ";
+  const std::size_t at = errors.rfind(key);
+  return at == std::string::npos ? std::string() : errors.substr(at + key.size(), 16);
+}
+
+// The stratum train flags of a golden AdamW run (a train_args.json / lora_args.json).
+inline std::string train_flags(const nlohmann::json& a) {
+  std::string f;
+  for (const char* k : {"batch", "seq", "steps", "warmup"}) f += std::string(" --") + k + " " + std::to_string(a[k].get<long>());
+  for (const char* k : {"lr", "min_lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"}) {
+    std::string name = k;
+    for (auto& c : name) c = c == '_' ? '-' : c;
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", a[k].get<double>());
+    f += " --" + name + " " + buf;
+  }
+  return f + " --lr-schedule " + a["lr_schedule"].get<std::string>();
+}
+
+// The stratum train flags of a golden zeroth-order run (a reference's zo_args metadata).
+inline std::string zo_flags(const nlohmann::json& a) {
+  char flags[512];
+  std::snprintf(flags, sizeof flags,
+                " --batch %d --seq %d --steps %d --lr %.17g --lr-schedule %s --warmup %d --min-lr %.17g "
+                "--zo-eps %.17g --weight-decay %.17g --seed %llu --optimizer zo-sgd --threads 2 --quiet",
+                a["batch"].get<int>(), a["seq"].get<int>(), a["steps"].get<int>(), a["lr"].get<double>(),
+                a["lr_schedule"].get<std::string>().c_str(), a["warmup"].get<int>(), a["min_lr"].get<double>(),
+                a["zo_eps"].get<double>(), a["weight_decay"].get<double>(),
+                static_cast<unsigned long long>(a["seed"].get<std::uint64_t>()));
+  return flags;
+}
+
 // One JSON object per line (a --log file).
 inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::vector<nlohmann::json> out;

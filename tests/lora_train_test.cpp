@@ -30,22 +30,6 @@ using testing::golden_f32;
 using testing::read_jsonl;
 using testing::source_path;
 
-std::string hash_of(const std::string& errors) {
-  const auto pos = errors.find("params hash ");
-  return pos == std::string::npos ? std::string() : errors.substr(pos + 12, 16);
-}
-
-std::string flags_of(const nlohmann::json& a) {
-  char flags[512];
-  std::snprintf(flags, sizeof flags,
-                " --batch %d --seq %d --steps %d --lr %.17g --lr-schedule %s --warmup %d --min-lr %.17g --beta1 %.17g "
-                "--beta2 %.17g --eps %.17g --weight-decay %.17g --grad-clip %.17g --threads 2 --quiet",
-                a["batch"].get<int>(), a["seq"].get<int>(), a["steps"].get<int>(), a["lr"].get<double>(),
-                a["lr_schedule"].get<std::string>().c_str(), a["warmup"].get<int>(), a["min_lr"].get<double>(),
-                a["beta1"].get<double>(), a["beta2"].get<double>(), a["eps"].get<double>(),
-                a["weight_decay"].get<double>(), a["grad_clip"].get<double>());
-  return flags;
-}
 
 // Largest |value - reference| over every adapter tensor of adapter_model.safetensors in `dir`
 // against the reference's "<prefix><PEFT name>" (less "base_model.model." with `strip`); also
@@ -124,8 +108,8 @@ void check_run(const std::string& golden) {
   const std::string dir = source_path(golden);
   const nlohmann::json a = nlohmann::json::parse(std::ifstream(dir + "/lora_args.json"));
   const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_lora.safetensors");
-  const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin" + flags_of(a) + " --lora-init " +
-                           dir + "/lora_init";
+  const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin" + testing::train_flags(a) +
+                           " --threads 2 --quiet --lora-init " + dir + "/lora_init";
   testing::TempDir tmp;
   const auto ram = testing::run_stratum(base + " --log " + tmp.file("log.jsonl") + " --save " + tmp.file("out") +
                                         " --save-every 3 --keep 5");
@@ -160,15 +144,15 @@ void check_run(const std::string& golden) {
     const auto budget = testing::run_stratum(base + " --mem-budget " + std::to_string(min_budget) + " --offload-dir " +
                                              tmp.path() + " --prefetch " + std::to_string(prefetch));
     ASSERT_EQ(budget.exit_code, 0) << budget.errors;
-    EXPECT_EQ(hash_of(budget.errors), hash_of(ram.errors)) << "prefetch " << prefetch;
+    EXPECT_EQ(testing::params_hash_of(budget.errors), testing::params_hash_of(ram.errors)) << "prefetch " << prefetch;
     EXPECT_EQ(budget.errors.find("read 0 bytes"), std::string::npos) << "the smallest budget must stream";
   }
   // Resumed from step 3 with the same base: the same bits; without it (a random base), refused.
   const auto resumed = testing::run_stratum("train --model " + dir + " --resume " + tmp.file("out") +
                                             "/step-00000003 --save " + tmp.file("again") + " --threads 2 --quiet");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.errors;
-  EXPECT_EQ(hash_of(resumed.errors), hash_of(ram.errors));
-  EXPECT_EQ(hash_of(ram.errors).size(), 16u);
+  EXPECT_EQ(testing::params_hash_of(resumed.errors), testing::params_hash_of(ram.errors));
+  EXPECT_EQ(testing::params_hash_of(ram.errors).size(), 16u);
   const auto no_base = testing::run_stratum("train --resume " + tmp.file("out") + "/step-00000003 --save " +
                                             tmp.file("again2") + " --threads 2 --quiet");
   EXPECT_NE(no_base.exit_code, 0);
@@ -243,14 +227,7 @@ void check_zo_run(const std::string& golden) {
   const std::string dir = source_path(golden);
   const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_lora_zo.safetensors");
   const nlohmann::json a = nlohmann::json::parse(ref.metadata().at("zo_args"));
-  char flags[512];
-  std::snprintf(flags, sizeof flags,
-                " --batch %d --seq %d --steps %d --lr %.17g --lr-schedule %s --warmup %d --min-lr %.17g "
-                "--zo-eps %.17g --weight-decay %.17g --seed %llu --optimizer zo-sgd --threads 2 --quiet",
-                a["batch"].get<int>(), a["seq"].get<int>(), a["steps"].get<int>(), a["lr"].get<double>(),
-                a["lr_schedule"].get<std::string>().c_str(), a["warmup"].get<int>(), a["min_lr"].get<double>(),
-                a["zo_eps"].get<double>(), a["weight_decay"].get<double>(),
-                static_cast<unsigned long long>(a["seed"].get<std::uint64_t>()));
+  const std::string flags = testing::zo_flags(a);
   const std::string base =
       "train --model " + dir + " --data " + dir + "/tokens.bin --lora-init " + dir + "/lora_init" + flags;
   testing::TempDir tmp;
@@ -277,7 +254,7 @@ void check_zo_run(const std::string& golden) {
   const auto budget = testing::run_stratum(base + " --mem-budget " + std::to_string(min_budget) + " --offload-dir " +
                                            tmp.path());
   ASSERT_EQ(budget.exit_code, 0) << budget.errors;
-  EXPECT_EQ(hash_of(budget.errors), hash_of(ram.errors));
+  EXPECT_EQ(testing::params_hash_of(budget.errors), testing::params_hash_of(ram.errors));
   EXPECT_EQ(budget.errors.find("read 0 bytes"), std::string::npos) << "the smallest budget must stream";
 }
 

@@ -21,18 +21,6 @@ using testing::golden_f32;
 using testing::read_jsonl;
 using testing::source_path;
 
-std::string flags_from_args(const nlohmann::json& a) {
-  std::string f;
-  for (const char* k : {"batch", "seq", "steps", "warmup"}) f += std::string(" --") + k + " " + std::to_string(a[k].get<long>());
-  for (const char* k : {"lr", "min_lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"}) {
-    std::string name = k;
-    for (auto& c : name) c = c == '_' ? '-' : c;
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.17g", a[k].get<double>());
-    f += " --" + name + " " + buf;
-  }
-  return f + " --lr-schedule " + a["lr_schedule"].get<std::string>();
-}
 
 // Trains a golden tiny model (GPT-2 or Llama) with the exact PyTorch hyper-parameters through the
 // CLI and checks the logged loss / grad-norm / lr curves and the final parameters; returns the
@@ -44,7 +32,7 @@ std::uint64_t check_golden_run(const std::string& args_file, const std::string& 
   const nlohmann::json args = nlohmann::json::parse(in);
   testing::TempDir tmp;
   const auto r = testing::run_stratum("train --model " + dir + " --data " + dir + "/tokens.bin" +
-                                      flags_from_args(args) + " --threads 2 --quiet --log " + tmp.file("log.jsonl") +
+                                      testing::train_flags(args) + " --threads 2 --quiet --log " + tmp.file("log.jsonl") +
                                       " --save " + tmp.file("out") + extra);
   EXPECT_EQ(r.exit_code, 0) << r.errors;
   if (r.exit_code != 0) return 0;
@@ -81,7 +69,7 @@ void check_bf16_run(const std::string& golden, double tolerance, const std::stri
   std::ifstream in(dir + "/train_args.json");
   const nlohmann::json args = nlohmann::json::parse(in);
   testing::TempDir tmp;
-  const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin" + flags_from_args(args) +
+  const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin" + testing::train_flags(args) +
                            " --threads 2 --quiet --precision bf16";
   const auto ram = testing::run_stratum(base + " --log " + tmp.file("log.jsonl"));
   ASSERT_EQ(ram.exit_code, 0) << ram.errors;
@@ -91,15 +79,12 @@ void check_bf16_run(const std::string& golden, double tolerance, const std::stri
   ASSERT_EQ(log.size(), losses.size());
   for (std::size_t i = 0; i < log.size(); ++i)
     EXPECT_NEAR(log[i]["loss"].get<double>(), losses[i], tolerance) << "step " << i + 1;
-  const auto hash = [](const std::string& errors) {
-    const auto pos = errors.find("params hash ");
-    return pos == std::string::npos ? std::string() : errors.substr(pos + 12, 16);
-  };
+  const auto hash = testing::params_hash_of;
   const auto budget = testing::run_stratum(base + budget_flag + " --offload-dir " + tmp.path() + " --prefetch 2");
   ASSERT_EQ(budget.exit_code, 0) << budget.errors;
   EXPECT_EQ(hash(budget.errors), hash(ram.errors)) << "streaming must not change a bit";
   const auto fp32 = testing::run_stratum("train --model " + dir + " --data " + dir + "/tokens.bin" +
-                                         flags_from_args(args) + " --threads 2 --quiet");
+                                         testing::train_flags(args) + " --threads 2 --quiet");
   ASSERT_EQ(fp32.exit_code, 0) << fp32.errors;
   EXPECT_NE(hash(fp32.errors), hash(ram.errors)) << "bf16 products must change the bits";
   EXPECT_EQ(hash(ram.errors).size(), 16u);

@@ -46,11 +46,6 @@ TEST(ZoNoise, IsTheDocumentedGenerator) {
   EXPECT_NEAR(squares / 65536, 0.99998, 1e-5);
 }
 
-std::string hash_of(const std::string& errors) {
-  const auto pos = errors.find("params hash ");
-  return pos == std::string::npos ? std::string() : errors.substr(pos + 12, 16);
-}
-
 // The zo run of a golden directory's reference_zo.safetensors (its zo_args) through the CLI:
 // losses, projected gradients and final parameters against the reference; then the same bits
 // under the smallest budget (streaming) and across a resume from a middle checkpoint.
@@ -65,14 +60,7 @@ void check_zo_run(const std::string& golden, const char* const* weights_files) {
   const std::string dir = source_path(golden);
   const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_zo.safetensors");
   const nlohmann::json a = nlohmann::json::parse(ref.metadata().at("zo_args"));
-  char flags[512];
-  std::snprintf(flags, sizeof flags,
-                " --batch %d --seq %d --steps %d --lr %.17g --lr-schedule %s --warmup %d --min-lr %.17g "
-                "--zo-eps %.17g --weight-decay %.17g --seed %llu --optimizer zo-sgd --threads 2 --quiet",
-                a["batch"].get<int>(), a["seq"].get<int>(), a["steps"].get<int>(), a["lr"].get<double>(),
-                a["lr_schedule"].get<std::string>().c_str(), a["warmup"].get<int>(), a["min_lr"].get<double>(),
-                a["zo_eps"].get<double>(), a["weight_decay"].get<double>(),
-                static_cast<unsigned long long>(a["seed"].get<std::uint64_t>()));
+  const std::string flags = testing::zo_flags(a);
   const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin" + flags;
   testing::TempDir tmp;
   const auto ram = testing::run_stratum(base + " --log " + tmp.file("log.jsonl") + " --save " + tmp.file("out") +
@@ -116,15 +104,15 @@ void check_zo_run(const std::string& golden, const char* const* weights_files) {
     const auto budget = testing::run_stratum(base + " --mem-budget " + std::to_string(min_budget) + " --offload-dir " +
                                              tmp.path() + " --prefetch " + std::to_string(prefetch));
     ASSERT_EQ(budget.exit_code, 0) << budget.errors;
-    EXPECT_EQ(hash_of(budget.errors), hash_of(ram.errors)) << "prefetch " << prefetch;
+    EXPECT_EQ(testing::params_hash_of(budget.errors), testing::params_hash_of(ram.errors)) << "prefetch " << prefetch;
     EXPECT_EQ(budget.errors.find("read 0 bytes"), std::string::npos) << "the smallest budget must stream";
   }
   // Resumed from step 3 (its pending update was applied before saving): the same bits.
   const auto resumed = testing::run_stratum("train --resume " + tmp.file("out") + "/step-00000003 --save " +
                                             tmp.file("again") + " --threads 2 --quiet");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.errors;
-  EXPECT_EQ(hash_of(resumed.errors), hash_of(ram.errors));
-  EXPECT_EQ(hash_of(ram.errors).size(), 16u);
+  EXPECT_EQ(testing::params_hash_of(resumed.errors), testing::params_hash_of(ram.errors));
+  EXPECT_EQ(testing::params_hash_of(ram.errors).size(), 16u);
 }
 
 TEST(ZoTrain, Gpt2FollowsTheMeZoReferenceAndKeepsItsBitsStreamedAndResumed) {
@@ -152,7 +140,7 @@ TEST(ZoTrain, EvaluationSeesTheUpdatedWeightsAndKeepsTheBits) {
   const auto evaluated = testing::run_stratum(base + " --eval-every 2 --log " + tmp.file("log.jsonl") + " --save " +
                                               tmp.file("out"));
   ASSERT_EQ(evaluated.exit_code, 0) << evaluated.errors;
-  EXPECT_EQ(hash_of(evaluated.errors), hash_of(plain.errors));
+  EXPECT_EQ(testing::params_hash_of(evaluated.errors), testing::params_hash_of(plain.errors));
   const auto log = read_jsonl(tmp.file("log.jsonl"));
   int evaluations = 0;
   for (const auto& record : log) evaluations += record.contains("val_loss");
