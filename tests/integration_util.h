@@ -191,6 +191,28 @@ inline std::string params_hash_of(const std::string& errors) {
   return at == std::string::npos ? std::string() : errors.substr(at + key.size(), 16);
 }
 
+// What in a zo-sgd run's --log disagrees with a reference_zo-style file (empty: nothing): per step
+// the loss against (L+ + L-) / 2 (1e-5) and the logged grad_norm against |g| (2e-3; the
+// tolerances are explained in tests/zo_train_test.cpp); largest_dg gets the largest |g| error.
+inline std::string zo_log_mismatch(const SafetensorsFile& ref, const std::vector<nlohmann::json>& log,
+                                   double* largest_dg) {
+  const auto plus = golden_f32(ref, "zo_loss_plus");
+  const auto minus = golden_f32(ref, "zo_loss_minus");
+  const auto grads = golden_f32(ref, "zo_grads");
+  if (log.size() != plus.size()) return "the log has " + std::to_string(log.size()) + " steps, the reference " +
+                                        std::to_string(plus.size());
+  *largest_dg = 0.0;
+  std::string out;
+  for (std::size_t i = 0; i < log.size(); ++i) {
+    const double loss = log[i]["loss"].get<double>(), g = log[i]["grad_norm"].get<double>();
+    const double dg = std::abs(g - std::abs(static_cast<double>(grads[i])));
+    *largest_dg = std::max(*largest_dg, dg);
+    if (std::abs(loss - 0.5 * (plus[i] + minus[i])) > 1e-5 || dg > 2e-3)
+      out += "step " + std::to_string(i + 1) + ": loss " + std::to_string(loss) + ", |g| " + std::to_string(g) + "; ";
+  }
+  return out;
+}
+
 // The stratum train flags of a golden AdamW run (a train_args.json / lora_args.json).
 inline std::string train_flags(const nlohmann::json& a) {
   std::string f;

@@ -233,15 +233,8 @@ void check_zo_run(const std::string& golden) {
   testing::TempDir tmp;
   const auto ram = testing::run_stratum(base + " --log " + tmp.file("log.jsonl") + " --save " + tmp.file("out"));
   ASSERT_EQ(ram.exit_code, 0) << ram.errors;
-  const auto plus = golden_f32(ref, "zo_loss_plus");
-  const auto minus = golden_f32(ref, "zo_loss_minus");
-  const auto grads = golden_f32(ref, "zo_grads");
-  const auto log = read_jsonl(tmp.file("log.jsonl"));
-  ASSERT_EQ(log.size(), plus.size());
-  for (std::size_t i = 0; i < log.size(); ++i) {
-    EXPECT_NEAR(log[i]["loss"].get<double>(), 0.5 * (plus[i] + minus[i]), 1e-5) << "step " << i + 1;
-    EXPECT_NEAR(log[i]["grad_norm"].get<double>(), std::fabs(grads[i]), 2e-3) << "step " << i + 1;
-  }
+  double largest_dg = 0.0;
+  EXPECT_EQ(testing::zo_log_mismatch(ref, read_jsonl(tmp.file("log.jsonl")), &largest_dg), "");
   const std::string saved = checkpoint_model_dir(tmp.file("out"));
   EXPECT_FALSE(file_exists(saved + "/optimizer.safetensors")) << "zo-sgd keeps no optimizer state";
   const double err = adapters_vs_reference(saved, ref, "final.", /*strip=*/true);
