@@ -66,7 +66,6 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.zeroth_order = train_optimizer_parse(args.str("optimizer", "adamw")) == TrainOptimizer::ZoSgd;
   r.lora = lora_config_make(r.config.arch, static_cast<int>(args.integer("lora-r", 0, 0, 65536)),
                             args.number("lora-alpha", 16.0), args.str("lora-targets"), args.flag("lora-rslora"), 0.0);
-  if (r.lora.on()) lora_config_validate(r.lora, r.config.arch);
   const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
   ThreadPool pool(threads > 0 ? threads : default_thread_count());
   backend_set_threads(pool.num_threads());

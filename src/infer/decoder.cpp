@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "backend/backend.h"
 #include "core/bf16.h"
@@ -189,11 +190,11 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
   const SegmentLayout& seg = layout_.segments()[s];
   // LoRA adapters (generate --adapter), unmerged: each adapted module's x A^T goes through one
   // scratch, used up before the next module's (Note [lora math]; no backward keeps it).
-  std::unique_ptr<SegmentChunksHold> adapters;
+  std::optional<SegmentChunksHold> adapters;
   LoraBlock lora;
   if (layout_.has_lora()) {
     const int a = layout_.lora_segment(l);
-    adapters = std::make_unique<SegmentChunksHold>(store_, a, SegmentKind::Params, Access::Read);
+    adapters.emplace(store_, a, SegmentKind::Params, Access::Read);
     lora = lora_block_of(layout_, LoraChunks{&layout_.segments()[a], adapters->chunks(), nullptr});
     for (LoraBlock::Target& t : lora.t) t.u = lora_u_.as_f32();
   }

@@ -75,6 +75,7 @@ LoraConfig lora_config_make(ModelArch arch, int r, double alpha, const std::stri
   if (lora.targets.empty())  // PEFT's default target_modules for the family
     lora.targets = arch == ModelArch::Llama ? std::vector<std::string>{"q_proj", "v_proj"}
                                             : std::vector<std::string>{"c_attn"};
+  lora_config_validate(lora, arch);
   return lora;
 }
 
@@ -84,11 +85,11 @@ std::string lora_targets_text(const LoraConfig& lora) {
   return out;
 }
 
-void lora_config_validate(const LoraConfig& lora, ModelArch arch) {
+std::array<bool, kLoraMaxTargets> lora_config_validate(const LoraConfig& lora, ModelArch arch) {
   STRATUM_CHECK(lora.r > 0, "[lora] rank r must be positive, got ", lora.r, " (e.g. --lora-r 16)");
   STRATUM_CHECK(lora.alpha > 0 && std::isfinite(lora.alpha), "[lora] lora_alpha must be positive, got ", lora.alpha,
                 " (e.g. --lora-alpha 32)");
-  lora_targets_resolve(arch, lora.targets);
+  return lora_targets_resolve(arch, lora.targets);
 }
 
 void lora_forward(const Ops& ops, const LoraBlock& lora, int k, float* y, int ldy, const float* x, int ldx, int M,

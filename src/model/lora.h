@@ -44,13 +44,15 @@ std::array<int, 2> lora_module_dims(const GptConfig& cfg, int k);
 // nothing, or when no key is given.
 std::array<bool, kLoraMaxTargets> lora_targets_resolve(ModelArch arch, const std::vector<std::string>& targets);
 // A run's LoRA settings from its options: targets_csv is a comma-separated target_modules list,
-// empty for PEFT's default of the family (GPT-2 c_attn, Llama q_proj and v_proj). r 0: off.
+// empty for PEFT's default of the family (GPT-2 c_attn, Llama q_proj and v_proj). r 0: off;
+// otherwise validated (lora_config_validate).
 LoraConfig lora_config_make(ModelArch arch, int r, double alpha, const std::string& targets_csv, bool rslora,
                             double dropout);
 // target_modules as a comma-separated list (the option's and the trainer state's form).
 std::string lora_targets_text(const LoraConfig& lora);
-// Throws a one-line Error for r <= 0, alpha <= 0 or bad targets.
-void lora_config_validate(const LoraConfig& lora, ModelArch arch);
+// Throws a one-line Error for r <= 0, alpha <= 0 or bad targets; returns the modules the targets
+// name (lora_targets_resolve).
+std::array<bool, kLoraMaxTargets> lora_config_validate(const LoraConfig& lora, ModelArch arch);
 
 // One block's adapters as the block forward and backward see them (null a = module not adapted).
 struct LoraBlock {

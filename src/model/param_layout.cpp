@@ -74,10 +74,8 @@ ParamLayout ParamLayout::of(const GptConfig& cfg) { return cfg.llama() ? llama(c
 
 ParamLayout ParamLayout::of(const GptConfig& cfg, const LoraConfig& lora) {
   ParamLayout layout = of(cfg);
-  layout.lora_slot_.fill(-1);
   if (!lora.on()) return layout;
-  lora_config_validate(lora, cfg.arch);
-  const std::array<bool, kLoraMaxTargets> on = lora_targets_resolve(cfg.arch, lora.targets);
+  const std::array<bool, kLoraMaxTargets> on = lora_config_validate(lora, cfg.arch);
   const std::vector<std::string>& modules = lora_modules(cfg.arch);
   layout.lora_ = lora;
   layout.lora_first_ = layout.segment_count();

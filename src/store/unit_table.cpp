@@ -35,9 +35,7 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet 
       chunks_[slot] = static_cast<int>(sizes.size());
       const int file = static_cast<int>(file_bytes_.size());
       std::size_t offset = 0;
-      // LoRA adapters stay fp32 beside a bf16 base (Note [lora segments]).
-      const bool bf16 = param_bf16 && kind == SegmentKind::Params && layout.segments()[s].role != SegmentRole::Lora;
-      const std::size_t elem_bytes = bf16 ? 2 : sizeof(float);
+      const std::size_t elem_bytes = dtype_size_bytes(dtype_of(s, kind));
       for (std::size_t c = 0; c < sizes.size(); ++c) {
         const std::size_t bytes = align_up(sizes[c] * elem_bytes, AlignedBuffer::kAlignmentBytes);  // whole 4 KiB blocks
         units_.push_back({s, kind, static_cast<int>(c), bytes, file, offset});
@@ -47,6 +45,12 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet 
       file_names_.push_back(layout.segments()[s].name + "." + segment_kind_name(kind) + ".bin");
     }
   }
+}
+
+DType UnitTable::dtype_of(int segment, SegmentKind kind) const {
+  return param_bf16_ && kind == SegmentKind::Params && layout_->segments()[segment].role != SegmentRole::Lora
+             ? DType::BF16
+             : DType::F32;
 }
 
 int UnitTable::find(int segment, SegmentKind kind, int chunk) const {

@@ -50,12 +50,7 @@ class UnitTable {
   std::size_t bytes(int unit) const { return units_[unit].bytes; }
   // The element type of a unit's storage (BF16 for params with param_bf16, else F32) and how
   // many elements its bytes hold (padding included; Note [typed views] in core/tensor_view.h).
-  DType dtype(int unit) const {
-    return param_bf16_ && units_[unit].kind == SegmentKind::Params &&
-                   layout_->segments()[units_[unit].segment].role != SegmentRole::Lora
-               ? DType::BF16
-               : DType::F32;
-  }
+  DType dtype(int unit) const { return dtype_of(units_[unit].segment, units_[unit].kind); }
   std::size_t elements(int unit) const { return units_[unit].bytes / dtype_size_bytes(dtype(unit)); }
   // The (segment, kind) file a unit lives in, and its offset there.
   int file(int unit) const { return units_[unit].file; }
@@ -77,6 +72,10 @@ class UnitTable {
     int file;
     std::size_t file_offset_bytes;
   };
+  // BF16 for the params of a param_bf16 table, except LoRA adapters, which stay fp32 beside a bf16
+  // base (Note [lora segments]); else F32.
+  DType dtype_of(int segment, SegmentKind kind) const;
+
   const ParamLayout* layout_;
   std::size_t act_floats_;
   bool param_bf16_;

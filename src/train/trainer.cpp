@@ -284,7 +284,6 @@ void TrainRun::lora_resolve() {
   }
   lora_ = lora_config_make(cfg_.arch, o_.lora_r, o_.lora_alpha, o_.lora_targets, o_.lora_rslora, o_.lora_dropout);
   if (!lora_.on()) return;
-  lora_config_validate(lora_, cfg_.arch);
   o_.lora_targets = lora_targets_text(lora_);  // recorded as resolved (PEFT's default spelled out)
   STRATUM_CHECK(lora_.dropout == 0, "[train] --lora-dropout ", lora_.dropout,
                 " is not supported yet (the adapters train without dropout); use --lora-dropout 0");
