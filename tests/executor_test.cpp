@@ -33,9 +33,9 @@ TEST(Executor, LossAndGradientsMatchPyTorch) {
   ThreadPool pool(2);
   blas_set_threads(2);
   Executor exec(pool, cfg, store, B, T);
-  const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
-  std::vector<std::int32_t> inputs(tokens.begin(), tokens.begin() + B * T);
-  std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.begin() + B * T + 1);
+  const testing::GoldenBatch batch = testing::golden_batch(dir, B, T);
+  const std::vector<std::int32_t>& inputs = batch.inputs;
+  const std::vector<std::int32_t>& targets = batch.targets;
 
   const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference.safetensors");
   const float loss = exec.forward_backward(inputs.data(), targets.data(), B, T);

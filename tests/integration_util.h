@@ -14,12 +14,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
+#include "data/token_file.h"
 #include "formats/safetensors.h"
 #include "store/segment_store.h"
 #include "train/checkpoint.h"
@@ -211,6 +213,35 @@ inline std::string zo_log_mismatch(const SafetensorsFile& ref, const std::vector
       out += "step " + std::to_string(i + 1) + ": loss " + std::to_string(loss) + ", |g| " + std::to_string(g) + "; ";
   }
   return out;
+}
+
+// What goes wrong when `train_command` (a stratum train command line) runs streamed under
+// `budget_bytes` through offload_dir at each prefetch depth (empty: every run succeeded,
+// streamed and printed want_hash, the in-RAM run's params hash).
+inline std::string streamed_runs_mismatch(const std::string& train_command, std::size_t budget_bytes,
+                                          const std::string& offload_dir, const std::string& want_hash,
+                                          std::initializer_list<int> prefetch_depths) {
+  std::string out;
+  for (int prefetch : prefetch_depths) {
+    const auto r = run_stratum(train_command + " --mem-budget " + std::to_string(budget_bytes) + " --offload-dir " +
+                               offload_dir + " --prefetch " + std::to_string(prefetch));
+    const std::string at = "prefetch " + std::to_string(prefetch) + ": ";
+    if (r.exit_code != 0) out += at + "exit " + std::to_string(r.exit_code) + ": " + r.errors + "; ";
+    else if (params_hash_of(r.errors) != want_hash) out += at + "hash " + params_hash_of(r.errors) + "; ";
+    else if (r.errors.find("read 0 bytes") != std::string::npos) out += at + "did not stream; ";
+  }
+  return out;
+}
+
+// The first batch (B, T) of a golden directory's tokens.bin: inputs and the targets one token on.
+struct GoldenBatch {
+  std::vector<std::int32_t> inputs, targets;
+};
+inline GoldenBatch golden_batch(const std::string& dir, int B, int T) {
+  const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
+  const std::size_t n = static_cast<std::size_t>(B) * T;
+  return {std::vector<std::int32_t>(tokens.begin(), tokens.begin() + n),
+          std::vector<std::int32_t>(tokens.begin() + 1, tokens.begin() + n + 1)};
 }
 
 // The stratum train flags of a golden AdamW run (a train_args.json / lora_args.json).

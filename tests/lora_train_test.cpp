@@ -12,7 +12,6 @@
 #include <set>
 
 #include "core/thread_pool.h"
-#include "data/token_file.h"
 #include "exec/executor.h"
 #include "infer/decoder.h"
 #include "store/tiered_segment_store.h"
@@ -68,11 +67,10 @@ void check_gradients(const std::string& golden) {
   adapter_load_weights(dir + "/lora_init", layout, store);
   ThreadPool pool(2);
   Executor exec(pool, cfg, store, B, T);
-  const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
-  std::vector<std::int32_t> inputs(tokens.begin(), tokens.begin() + B * T);
-  std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.begin() + B * T + 1);
+  const testing::GoldenBatch batch = testing::golden_batch(dir, B, T);
   const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_lora.safetensors");
-  EXPECT_NEAR(exec.forward_backward(inputs.data(), targets.data(), B, T), golden_f32(ref, "train_losses")[0], 1e-5);
+  EXPECT_NEAR(exec.forward_backward(batch.inputs.data(), batch.targets.data(), B, T),
+              golden_f32(ref, "train_losses")[0], 1e-5);
   int checked = 0;
   for (int s = 0; s < layout.segment_count(); ++s) {
     if (layout.segments()[s].role != SegmentRole::Lora) {
@@ -140,13 +138,8 @@ void check_run(const std::string& golden) {
   EXPECT_LT(min_budget, train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), false,
                                                a["grad_clip"].get<double>()))
       << "no base gradients or moments: a smaller minimum than full training's";
-  for (int prefetch : {0, 2}) {
-    const auto budget = testing::run_stratum(base + " --mem-budget " + std::to_string(min_budget) + " --offload-dir " +
-                                             tmp.path() + " --prefetch " + std::to_string(prefetch));
-    ASSERT_EQ(budget.exit_code, 0) << budget.errors;
-    EXPECT_EQ(testing::params_hash_of(budget.errors), testing::params_hash_of(ram.errors)) << "prefetch " << prefetch;
-    EXPECT_EQ(budget.errors.find("read 0 bytes"), std::string::npos) << "the smallest budget must stream";
-  }
+  EXPECT_EQ(testing::streamed_runs_mismatch(base, min_budget, tmp.path(), testing::params_hash_of(ram.errors), {0, 2}),
+            "");
   // Resumed from step 3 with the same base: the same bits; without it (a random base), refused.
   const auto resumed = testing::run_stratum("train --model " + dir + " --resume " + tmp.file("out") +
                                             "/step-00000003 --save " + tmp.file("again") + " --threads 2 --quiet");
@@ -244,11 +237,8 @@ void check_zo_run(const std::string& golden) {
   const std::size_t min_budget =
       train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), false, 1.0, Precision::Fp32,
                              TrainOptimizer::ZoSgd, adapter_config_read(dir + "/lora_init", cfg.arch));
-  const auto budget = testing::run_stratum(base + " --mem-budget " + std::to_string(min_budget) + " --offload-dir " +
-                                           tmp.path());
-  ASSERT_EQ(budget.exit_code, 0) << budget.errors;
-  EXPECT_EQ(testing::params_hash_of(budget.errors), testing::params_hash_of(ram.errors));
-  EXPECT_EQ(budget.errors.find("read 0 bytes"), std::string::npos) << "the smallest budget must stream";
+  EXPECT_EQ(testing::streamed_runs_mismatch(base, min_budget, tmp.path(), testing::params_hash_of(ram.errors), {0, 2}),
+            "");
 }
 
 TEST(LoraTrain, Gpt2ZoSgdOverAdaptersFollowsTheMeZoReference) { check_zo_run("tests/golden/tiny_gpt2"); }
@@ -271,11 +261,10 @@ TEST(LoraTrain, MergeFoldsTheAdapterIntoTheBase) {
     model_load_weights(tmp.file("merged"), layout, store);
     ThreadPool pool(2);
     Executor exec(pool, cfg, store, B, T);
-    const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
-    std::vector<std::int32_t> inputs(tokens.begin(), tokens.begin() + B * T);
-    std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.begin() + B * T + 1);
+    const testing::GoldenBatch batch = testing::golden_batch(dir, B, T);
     const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_lora.safetensors");
-    EXPECT_NEAR(exec.loss(inputs.data(), targets.data(), B, T), golden_f32(ref, "train_losses")[0], 1e-5) << golden;
+    EXPECT_NEAR(exec.loss(batch.inputs.data(), batch.targets.data(), B, T), golden_f32(ref, "train_losses")[0], 1e-5)
+        << golden;
   }
   const std::string gpt2 = source_path("tests/golden/tiny_gpt2");
   testing::TempDir tmp;
