@@ -54,21 +54,37 @@ double adapters_vs_reference(const std::string& dir, const SafetensorsFile& ref,
   return worst;
 }
 
+// The reference of a LoRA run without dropout, or with (reference_lora_dropout.safetensors: the
+// same run with lora_dropout p under --seed S, its metadata "dropout" {p, seed}).
+std::string reference_file(const std::string& dir, bool dropout) {
+  return dir + (dropout ? "/reference_lora_dropout.safetensors" : "/reference_lora.safetensors");
+}
+
 // One batch through the executor with the reference's initial adapters: the loss and every
-// adapter gradient against PyTorch; the base has no gradient units at all.
-void check_gradients(const std::string& golden) {
+// adapter gradient against PyTorch; the base has no gradient units at all. With dropout: step
+// 0's masks (Note [lora dropout]), and the gradients differ from the run without dropout.
+void check_gradients(const std::string& golden, bool dropout) {
   const std::string dir = source_path(golden);
   const nlohmann::json a = nlohmann::json::parse(std::ifstream(dir + "/lora_args.json"));
   const int B = a["batch"].get<int>(), T = a["seq"].get<int>();
   const GptConfig cfg = model_read_config(dir);
-  const ParamLayout layout = ParamLayout::of(cfg, adapter_config_read(dir + "/lora_init", cfg.arch));
+  const SafetensorsFile ref = SafetensorsFile::open(reference_file(dir, dropout));
+  const SafetensorsFile plain = SafetensorsFile::open(reference_file(dir, false));
+  LoraConfig lora = adapter_config_read(dir + "/lora_init", cfg.arch);
+  nlohmann::json drop;
+  if (dropout) {
+    drop = nlohmann::json::parse(ref.metadata().at("dropout"));
+    lora.dropout = drop["p"].get<double>();
+  }
+  const ParamLayout layout = ParamLayout::of(cfg, lora);
   RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, B, T));
   model_load_weights(dir, layout, store);
   adapter_load_weights(dir + "/lora_init", layout, store);
   ThreadPool pool(2);
   Executor exec(pool, cfg, store, B, T);
+  if (dropout) exec.lora_dropout_step(drop["seed"].get<std::uint64_t>(), 0);
   const testing::GoldenBatch batch = testing::golden_batch(dir, B, T);
-  const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_lora.safetensors");
+  double largest_dropout_effect = 0.0;
   EXPECT_NEAR(exec.forward_backward(batch.inputs.data(), batch.targets.data(), B, T),
               golden_f32(ref, "train_losses")[0], 1e-5);
   int checked = 0;
@@ -89,25 +105,37 @@ void check_gradients(const std::string& golden) {
       }
       EXPECT_GT(max_ref, 0.0) << t.name << ": the reference's B is nonzero, so every adapter gets a gradient";
       EXPECT_LE(max_err, 1e-6 + 1e-4 * max_ref) << t.name << " max |ref| " << max_ref;
+      const auto without = golden_f32(plain, "grad." + std::string(kAdapterPrefix) + layout.hf_name(t));
+      for (std::size_t i = 0; i < t.numel; ++i)
+        largest_dropout_effect = std::max(largest_dropout_effect, std::abs(static_cast<double>(without[i]) - want[i]) / max_ref);
       ++checked;
     }
   }
   EXPECT_GE(checked, 8);
+  if (dropout) EXPECT_GT(largest_dropout_effect, 0.05) << "the masks change the gradients well beyond the tolerance";
 }
 
-TEST(LoraTrain, Gpt2LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_gpt2"); }
-TEST(LoraTrain, LlamaLossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_llama"); }
+TEST(LoraTrain, Gpt2LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_gpt2", false); }
+TEST(LoraTrain, LlamaLossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_llama", false); }
+TEST(LoraTrain, Gpt2DropoutGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_gpt2", true); }
+TEST(LoraTrain, LlamaDropoutGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_llama", true); }
 
 // The reference's 8 AdamW steps through the CLI from its initial adapters (--lora-init): losses,
 // gradient norms and the saved adapters; then the same bits under the smallest budget (with and
 // without prefetch) and across a resume from step 3. Tolerances as the full-training golden runs
 // (Trainer.LossCurveMatchesPyTorch): losses 1e-4, final weights 2e-5.
-void check_run(const std::string& golden) {
+void check_run(const std::string& golden, bool dropout) {
   const std::string dir = source_path(golden);
   const nlohmann::json a = nlohmann::json::parse(std::ifstream(dir + "/lora_args.json"));
-  const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference_lora.safetensors");
-  const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin" + testing::train_flags(a) +
-                           " --threads 2 --quiet --lora-init " + dir + "/lora_init";
+  const SafetensorsFile ref = SafetensorsFile::open(reference_file(dir, dropout));
+  std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin" + testing::train_flags(a) +
+                     " --threads 2 --quiet --lora-init " + dir + "/lora_init";
+  LoraConfig lora = adapter_config_read(dir + "/lora_init", model_read_config(dir).arch);
+  if (dropout) {  // --lora-dropout overrides the initial adapter's lora_dropout (0)
+    const nlohmann::json drop = nlohmann::json::parse(ref.metadata().at("dropout"));
+    lora.dropout = drop["p"].get<double>();
+    base += " --lora-dropout " + std::to_string(lora.dropout) + " --seed " + std::to_string(drop["seed"].get<long>());
+  }
   testing::TempDir tmp;
   const auto ram = testing::run_stratum(base + " --log " + tmp.file("log.jsonl") + " --save " + tmp.file("out") +
                                         " --save-every 3 --keep 5");
@@ -130,8 +158,9 @@ void check_run(const std::string& golden) {
   EXPECT_LE(err, 2e-5);
   std::printf("[lora] %s: largest |adapter - reference| after %zu steps %.2e\n", golden.c_str(), losses.size(), err);
 
+  const nlohmann::json config = nlohmann::json::parse(std::ifstream(saved + "/adapter_config.json"));
+  EXPECT_EQ(config["lora_dropout"].get<double>(), lora.dropout);
   const GptConfig cfg = model_read_config(dir);
-  const LoraConfig lora = adapter_config_read(dir + "/lora_init", cfg.arch);
   const std::size_t min_budget =
       train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), false, a["grad_clip"].get<double>(),
                              Precision::Fp32, TrainOptimizer::AdamW, lora);
@@ -152,8 +181,12 @@ void check_run(const std::string& golden) {
   EXPECT_NE(no_base.errors.find("give the --model the adapters were trained on"), std::string::npos) << no_base.errors;
 }
 
-TEST(LoraTrain, Gpt2FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_gpt2"); }
-TEST(LoraTrain, LlamaFollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_llama"); }
+TEST(LoraTrain, Gpt2FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_gpt2", false); }
+TEST(LoraTrain, LlamaFollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_llama", false); }
+// --lora-dropout: the reference's masks (Note [lora dropout]) drawn again in the recompute, at the
+// smallest budget and after the resume.
+TEST(LoraTrain, Gpt2DropoutFollowsTheReferenceStreamedAndResumed) { check_run("tests/golden/tiny_gpt2", true); }
+TEST(LoraTrain, LlamaDropoutFollowsTheReferenceStreamedAndResumed) { check_run("tests/golden/tiny_llama", true); }
 
 // A fresh adapter (PEFT's init from --seed): the directory PeftModel.from_pretrained reads, with
 // PEFT's names and config keys; lora_A within kaiming-uniform(a=sqrt(5))'s bound, lora_B zero
@@ -369,12 +402,12 @@ TEST(LoraTrain, BadInputGetsOneLine) {
       {train + llama + " --lora-r 4 --lora-targets c_attn", "valid: self_attn.q_proj (q_proj)"},
       {train + gpt2 + " --lora-r -1", "--lora-r"},
       {train + gpt2 + " --lora-r 4 --lora-alpha 0", "--lora-alpha"},
+      {train + gpt2 + " --lora-r 4 --lora-dropout 1", "--lora-dropout"},
       {train + gpt2 + " --lora-r 4 --lora-targets c_attn,,c_fc", "has an empty name"},
       {train + gpt2 + " --lora-init " + ia3, "peft_type is 'IA3'; only LORA adapters"},
       {train + gpt2 + " --lora-init " + llama + "/lora_init", "is not a linear layer of a gpt2 block"},
       {train + gpt2 + " --lora-init " + tmp.file("nowhere"), "does not exist"},
       {train + gpt2 + " --lora-init " + gpt2 + "/lora_init --lora-r 8", "differs from r=4"},
-      {train + gpt2 + " --lora-r 4 --lora-dropout 0.05", "--lora-dropout 0.05 is not supported yet"},
   };
   for (const auto& [args, expected] : cases) {
     const auto r = testing::run_stratum(args);

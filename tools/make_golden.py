@@ -170,6 +170,10 @@ LORA = dict(r=4, alpha=8.0, rslora=False, targets=["c_attn", "c_proj", "c_fc"], 
             layer_prefix="transformer.h.", n_layer=TINY["n_layer"], fan_in_fan_out=True, seed=SEED + 7)
 
 
+# The same run with lora_dropout 0.1 (Stratum's mask, torch_lora.dropout_mask) under --seed 1337.
+LORA_DROPOUT = dict(p=0.1, seed=1337)
+
+
 def make_lora(out_dir):
     """lora_init/, reference_lora.safetensors and lora_args.json of the tiny GPT-2."""
     cfg = tg.GPT2Config(**TINY)
@@ -177,6 +181,8 @@ def make_lora(out_dir):
     fwd = lambda p, x, y, ad: tg.forward(p, cfg, x, y, adapter=ad)[1]  # noqa: E731
     info = torch_lora.write_reference(out_dir, base, fwd, LORA_TRAIN, LORA, "tools/make_golden.py --only lora")
     torch_lora.write_zo_reference(out_dir, base, fwd, LORA, ZO, "tools/make_golden.py --only lora")
+    info["dropout"] = torch_lora.write_reference(out_dir, base, fwd, LORA_TRAIN, LORA,
+                                                 "tools/make_golden.py --only lora", dropout=LORA_DROPOUT)["losses"]
     return info
 
 
@@ -352,7 +358,7 @@ def main():
     ap.add_argument("--only", choices=["autocast", "zo", "lora"],
                     help="autocast: regenerate only tiny_gpt2/reference_bf16.safetensors; "
                          "zo: only tiny_gpt2/reference_zo.safetensors; "
-                         "lora: only tiny_gpt2/{lora_init/,reference_lora.safetensors,lora_args.json}")
+                         "lora: only tiny_gpt2/{lora_init/,reference_lora*.safetensors,lora_args.json}")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)

@@ -290,6 +290,10 @@ LORA = dict(r=4, alpha=8.0, rslora=True,
             fan_in_fan_out=False, seed=SEED + 7)
 
 
+# The same run with lora_dropout 0.1 (Stratum's mask, torch_lora.dropout_mask) under --seed 1337.
+LORA_DROPOUT = dict(p=0.1, seed=1337)
+
+
 def make_lora(root):
     """tiny_llama/{lora_init/, reference_lora.safetensors, lora_args.json}."""
     out_dir = os.path.join(root, "tiny_llama")
@@ -298,6 +302,8 @@ def make_lora(root):
     fwd = lambda p, x, y, ad: tl.forward(p, cfg, x, y, adapter=ad)[1]  # noqa: E731
     info = torch_lora.write_reference(out_dir, base, fwd, LORA_TRAIN, LORA, "tools/make_llama_golden.py --only lora")
     torch_lora.write_zo_reference(out_dir, base, fwd, LORA, ZO, "tools/make_llama_golden.py --only lora")
+    info["dropout"] = torch_lora.write_reference(out_dir, base, fwd, LORA_TRAIN, LORA,
+                                                 "tools/make_llama_golden.py --only lora", dropout=LORA_DROPOUT)["losses"]
     return info
 
 
@@ -437,7 +443,7 @@ def main():
     ap.add_argument("--only", choices=["autocast", "zo", "lora"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
-                         "lora: only tiny_llama/{lora_init/,reference_lora.safetensors,lora_args.json}")
+                         "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)

@@ -5,9 +5,11 @@ What it does:
   - adapters_make(...): lora_A (r, in) and lora_B (out, r) for every block module a PEFT
     target_modules list matches (a key matches a module whose path is the key or ends with
     "." + key), both drawn at random (B nonzero, so the first step already moves A too).
-  - adapter_fn(adapters, scale): the hook the forwards of torch_gpt2 / torch_llama take:
-    y + lora_B(lora_A(x)) * scale, as PEFT's LoraLayer (no dropout); scale = alpha / r, or
-    alpha / sqrt(r) with rsLoRA.
+  - adapter_fn(adapters, scale, drop): the hook the forwards of torch_gpt2 / torch_llama take:
+    y + lora_B(lora_A(dropout(x))) * scale, as PEFT's LoraLayer; scale = alpha / r, or
+    alpha / sqrt(r) with rsLoRA; dropout (drop = (p, step key), else none) with Stratum's mask
+    (dropout_mask: Note [dropout mask] in src/core/dropout_mask.h and Note [lora dropout] in
+    src/model/lora.h, reproduced exactly, so the reference and Stratum drop the same elements).
   - adapter_dir_write(...): a PEFT adapter directory (adapter_config.json +
     adapter_model.safetensors, names "base_model.model.<module>.lora_A.weight").
   - write_reference(...): from a golden model and its tokens.bin: writes DIR/lora_init (the
@@ -15,7 +17,9 @@ What it does:
     the loss and adapter gradients of batch 0 ("grad.<PEFT name>"), and an AdamW run of the
     adapters alone (train_losses, train_grad_norms, train_lrs, "final.<PEFT name>"), with the
     base frozen, tg.make_optimizer's decay groups and global-norm clipping over the adapters.
-What it does not do: the model's forward (the caller's), dropout, merging.
+    With dropout (p and the run's seed): the same run with lora_dropout p into
+    DIR/reference_lora_dropout.safetensors (lora_init/ and lora_args.json are not rewritten).
+What it does not do: the model's forward (the caller's), merging.
 """
 
 import json
@@ -54,11 +58,33 @@ def adapters_make(base, layer_prefix, n_layer, modules, targets, r, gen, fan_in_
     return adapters
 
 
-def adapter_fn(adapters, scale):
+def dropout_step_key(seed, step):
+    """Note [dropout mask]: the run's dropout key of a 0-based step."""
+    import torch_zo
+    return torch_zo._mix_int((seed ^ 0x44726F704F757421) + (step + 1) * torch_zo._GOLDEN)
+
+
+def dropout_mask(skey, module, shape, p):
+    """float32 array of `shape`: 1 / (1 - p) where module's input element is kept, else 0
+    (element index row-major over the flattened input; key of the module's HF name)."""
+    import torch_zo
+    n = int(np.prod(shape))
+    i = np.arange(1, n + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        h = torch_zo._mix_array(np.uint64(torch_zo.tensor_key(skey, module)) + i * np.uint64(torch_zo._GOLDEN))
+    threshold = math.floor(float(np.float32(p)) * 16777216.0 + 0.5)  # llround
+    keep = (h >> np.uint64(40)) >= np.uint64(threshold)
+    return np.where(keep, np.float32(1.0 / (1.0 - float(np.float32(p)))), np.float32(0)).reshape(shape)
+
+
+def adapter_fn(adapters, scale, drop=None):
+    """drop: None, or (p, step key): dropout on each adapter's input, its own mask per module."""
     def f(module, x, y):
         if module not in adapters:
             return y
         a, b = adapters[module]
+        if drop is not None:
+            x = x * torch.from_numpy(dropout_mask(drop[1], module, tuple(x.shape), drop[0]))
         return y + torch.nn.functional.linear(torch.nn.functional.linear(x, a), b) * scale
     return f
 
@@ -99,10 +125,11 @@ def write_zo_reference(out_dir, base, forward_loss, lora, zo_args, generator):
     return torch_zo.write_reference(out_dir, init, loss, zo_args, generator, file="reference_lora_zo.safetensors")
 
 
-def write_reference(out_dir, base, forward_loss, args, lora, generator):
+def write_reference(out_dir, base, forward_loss, args, lora, generator, dropout=None):
     """forward_loss(base, x, y, adapter) -> loss. args: batch, seq, steps, lr, lr_schedule, warmup,
     min_lr, beta1, beta2, eps, weight_decay, grad_clip; lora: r, alpha, rslora, targets, modules,
-    layer_prefix, n_layer, fan_in_fan_out, seed. Returns a summary."""
+    layer_prefix, n_layer, fan_in_fan_out, seed; dropout: None or {p, seed} (the run's --seed).
+    Returns a summary."""
     tokens = torch.from_numpy(np.fromfile(os.path.join(out_dir, "tokens.bin"), dtype="<u2").astype(np.int64))
     a = args
     gen = torch.Generator().manual_seed(lora["seed"])
@@ -113,7 +140,8 @@ def write_reference(out_dir, base, forward_loss, args, lora, generator):
               "lora_alpha": lora["alpha"], "lora_dropout": 0.0, "target_modules": lora["targets"],
               "fan_in_fan_out": lora["fan_in_fan_out"], "bias": "none", "use_rslora": lora["rslora"],
               "modules_to_save": None, "init_lora_weights": True, "inference_mode": True}
-    adapter_dir_write(os.path.join(out_dir, "lora_init"), init, config)
+    if dropout is None:
+        adapter_dir_write(os.path.join(out_dir, "lora_init"), init, config)
 
     frozen = {n: t.detach() for n, t in base.items()}
     adapters = {n: (t_a.clone().requires_grad_(True), t_b.clone().requires_grad_(True)) for n, (t_a, t_b) in init.items()}
@@ -125,7 +153,8 @@ def write_reference(out_dir, base, forward_loss, args, lora, generator):
         for t in params.values():
             t.grad = None
         x, y = tg.get_batch(tokens, s, a["batch"], a["seq"])
-        loss = forward_loss(frozen, x, y, adapter_fn(adapters, scale))
+        drop = None if dropout is None else (dropout["p"], dropout_step_key(dropout["seed"], s))
+        loss = forward_loss(frozen, x, y, adapter_fn(adapters, scale, drop))
         loss.backward()
         if s == 0:
             for n, t in params.items():
@@ -143,11 +172,15 @@ def write_reference(out_dir, base, forward_loss, args, lora, generator):
                 "train_lrs": torch.tensor(lrs, dtype=torch.float32)})
     for n, t in params.items():
         out["final." + n] = t.detach().to(torch.float32).contiguous()
-    tg.save_safetensors(os.path.join(out_dir, "reference_lora.safetensors"), out,
-                        metadata={"generator": generator, "torch_version": torch.__version__,
-                                  "train_args": json.dumps(a), "lora": json.dumps(lora)})
-    with open(os.path.join(out_dir, "lora_args.json"), "w") as f:
-        json.dump(a, f, indent=2)
-        f.write("\n")
+    meta = {"generator": generator, "torch_version": torch.__version__, "train_args": json.dumps(a),
+            "lora": json.dumps(lora)}
+    if dropout is not None:
+        meta["dropout"] = json.dumps(dropout)
+    name = "reference_lora.safetensors" if dropout is None else "reference_lora_dropout.safetensors"
+    tg.save_safetensors(os.path.join(out_dir, name), out, metadata=meta)
+    if dropout is None:
+        with open(os.path.join(out_dir, "lora_args.json"), "w") as f:
+            json.dump(a, f, indent=2)
+            f.write("\n")
     moved = max(float((out["final." + n] - t.detach()).abs().max()) for n, t in _flat(init).items())
     return {"losses": losses, "norms": norms, "largest_move": moved, "tensors": len(params)}

@@ -31,6 +31,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                           {"lora-alpha", "X", "as for train (default 16)"},
                           {"lora-targets", "LIST", "as for train (default: PEFT's for the family)"},
                           {"lora-rslora", "", "as for train"},
+                          {"lora-dropout", "X", "as for train (default 0; its scratch buffer counts)"},
                           {"recalibrate", "", "measure the disk again instead of using the cached numbers"},
                           {"measure-json", "", "print only the measurements (disk, compute) as JSON; train uses this to measure in a separate process"},
                           {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"}}));
@@ -65,7 +66,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.precision = precision_parse(args.str("precision", "fp32"));
   r.zeroth_order = train_optimizer_parse(args.str("optimizer", "adamw")) == TrainOptimizer::ZoSgd;
   r.lora = lora_config_make(r.config.arch, static_cast<int>(args.integer("lora-r", 0, 0, 65536)),
-                            args.number("lora-alpha", 16.0), args.str("lora-targets"), args.flag("lora-rslora"), 0.0);
+                            args.number("lora-alpha", 16.0), args.str("lora-targets"), args.flag("lora-rslora"),
+                            args.number("lora-dropout", 0.0));
   const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
   ThreadPool pool(threads > 0 ? threads : default_thread_count());
   backend_set_threads(pool.num_threads());

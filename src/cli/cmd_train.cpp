@@ -180,6 +180,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.quiet = args.flag("quiet");
   if (args.has("lora-init")) {  // a PEFT directory, or a LoRA run's checkpoint (root: its newest)
     o.lora_init_dir = model_dir_resolve(args.str("lora-init"));
+    o.lora_dropout_given = args.has("lora-dropout");
     checkpoint_dir_check(o.lora_init_dir, "train");
   }
   o.resume_path = args.str("resume");

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "backend/backend.h"
+#include "core/dropout_mask.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -330,7 +331,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
                                     layout_.vocab_row0(item), layout_.vocab_rows(item), B, T, C);
       return;
     case GroupWork::LayerForward: {
-      const LoraChunks lora = lora_chunks(holds, item, false);
+      const LoraChunks lora = lora_chunks(holds, item, false, p);
       blocks_.forward(*ops_, seg, holds.chunks(s, K::Params), holds.data(s, K::Activations),
                       holds.data(act_segment(item + 1), K::Activations), block_copy(item), B, T,
                       layout_.has_lora() ? &lora : nullptr);
@@ -374,7 +375,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       return;
     }
     case GroupWork::LayerBackward: {
-      const LoraChunks lora = lora_chunks(holds, item, true);
+      const LoraChunks lora = lora_chunks(holds, item, true, p);
       blocks_.backward(*ops_, seg, holds.chunks(s, K::Params),
                        layout_.trainable(s) ? holds.chunks(s, K::Grads) : nullptr, holds.data(s, K::Activations),
                        p.dcur, p.dnext, block_copy(item), B, T, !keep_activations_,
@@ -402,12 +403,15 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
   STRATUM_ASSERT(false);  // Optimizer groups are run by group_run()
 }
 
-LoraChunks Executor::lora_chunks(const GroupHolds& holds, int layer, bool grads) const {
+LoraChunks Executor::lora_chunks(const GroupHolds& holds, int layer, bool grads, const Pass& pass) const {
   if (!layout_.has_lora()) return {};
   const int a = layout_.lora_segment(layer);
   return {&layout_.segments()[a], holds.chunks(a, SegmentKind::Params),
-          grads ? holds.chunks(a, SegmentKind::Grads) : nullptr};
+          grads ? holds.chunks(a, SegmentKind::Grads) : nullptr,
+          pass.kind == PassKind::Train && layout_.lora().dropout > 0, dropout_step_key_};
 }
+
+void Executor::lora_dropout_step(std::uint64_t seed, long step) { dropout_step_key_ = dropout_step_key(seed, step); }
 
 void Executor::grads_final(int segment, float* const* grad_chunks) {
   const SegmentLayout& seg = layout_.segments()[segment];

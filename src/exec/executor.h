@@ -136,6 +136,9 @@ class Executor {
   // AdamW on every segment, on the calling thread; weight decay applies to tensors with
   // weight_decay set.
   void optimizer_step(const AdamWHyper& hyper, double weight_decay, float grad_scale);
+  // The step whose LoRA dropout masks the following training passes draw (Note [lora dropout]
+  // in model/lora.h): the run's seed and the 0-based optimizer step. Without lora_dropout, no-op.
+  void lora_dropout_step(std::uint64_t seed, long step);
   // Waits until every queued update has been applied (before reading parameters from outside:
   // saving, hashing), and applies a pending zeroth-order update; rethrows a failed update's error.
   void sync();
@@ -185,8 +188,9 @@ class Executor {
   // run reduces the segment's gradient across ranks here, before anything reads it. The update
   // is queued by the segment's Optimizer group, after the hold ends.
   void grads_final(int segment, float* const* grad_chunks);  // one pointer per chunk
-  // The adapters of a layer's group as held (empty without LoRA; grads: the backward's).
-  LoraChunks lora_chunks(const GroupHolds& holds, int layer, bool grads) const;
+  // The adapters of a layer's group as held (empty without LoRA; grads: the backward's), with
+  // dropout in a training pass (Note [lora dropout]).
+  LoraChunks lora_chunks(const GroupHolds& holds, int layer, bool grads, const Pass& pass) const;
   void optimizer_segment(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
                          float grad_scale);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
@@ -221,6 +225,7 @@ class Executor {
   std::unique_ptr<Ops> worker_ops_;          // the kernels, on worker_pool_
   std::unique_ptr<OptimizerWorker> worker_;
   std::vector<long> update_job_;   // per segment: worker job number of its pending update, 0 = none
+  std::uint64_t dropout_step_key_ = 0;  // lora_dropout_step's (Note [lora dropout])
   double update_wait_ms_ = 0.0;    // waited in update_wait since the last train_step returned
   TraceRecorder* trace_ = nullptr;
   // The last zeroth-order step's update, not yet applied (update set while pending; no perturb;

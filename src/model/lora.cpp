@@ -89,6 +89,8 @@ std::array<bool, kLoraMaxTargets> lora_config_validate(const LoraConfig& lora, M
   STRATUM_CHECK(lora.r > 0, "[lora] rank r must be positive, got ", lora.r, " (e.g. --lora-r 16)");
   STRATUM_CHECK(lora.alpha > 0 && std::isfinite(lora.alpha), "[lora] lora_alpha must be positive, got ", lora.alpha,
                 " (e.g. --lora-alpha 32)");
+  STRATUM_CHECK(lora.dropout >= 0 && lora.dropout < 1, "[lora] lora_dropout must be in [0, 1), got ", lora.dropout,
+                " (e.g. --lora-dropout 0.05)");
   return lora_targets_resolve(arch, lora.targets);
 }
 
@@ -97,6 +99,11 @@ void lora_forward(const Ops& ops, const LoraBlock& lora, int k, float* y, int ld
   const LoraBlock::Target& t = lora.t[k];
   if (t.a == nullptr) return;
   const int r = lora.r;
+  if (lora.dropout > 0) {  // x -> dropout(x) (Note [lora dropout])
+    ops.dropout(lora.xd, in, x, ldx, M, in, t.drop_key, lora.dropout, false);
+    x = lora.xd;
+    ldx = in;
+  }
   ops.sgemm(false, true, M, r, in, 1.0f, x, ldx, t.a, in, 0.0f, t.u, r);              // u = x A^T
   ops.sgemm(false, true, M, out, r, lora.scale, t.u, r, t.b, r, 1.0f, y, ldy);        // y += s u B^T
 }
@@ -106,10 +113,21 @@ void lora_backward(const Ops& ops, const LoraBlock& lora, int k, const float* dy
   const LoraBlock::Target& t = lora.t[k];
   if (t.a == nullptr) return;
   const int r = lora.r;
+  const bool drop = lora.dropout > 0;
+  if (drop) {  // the forward's dropped input, regenerated (Note [lora dropout])
+    ops.dropout(lora.xd, in, x, ldx, M, in, t.drop_key, lora.dropout, false);
+    x = lora.xd;
+    ldx = in;
+  }
   ops.sgemm(true, false, out, r, M, lora.scale, dy, ldy, t.u, r, 0.0f, t.db, r);      // dB = s dy^T u
   ops.sgemm(false, false, M, r, out, lora.scale, dy, ldy, t.b, r, 0.0f, lora.du, r);  // du = s dy B
   ops.sgemm(true, false, r, in, M, 1.0f, lora.du, r, x, ldx, 0.0f, t.da, in);         // dA = du^T x
-  ops.sgemm(false, false, M, in, r, 1.0f, lora.du, r, t.a, in, 1.0f, dx, lddx);       // dx += du A
+  if (!drop) {
+    ops.sgemm(false, false, M, in, r, 1.0f, lora.du, r, t.a, in, 1.0f, dx, lddx);     // dx += du A
+    return;
+  }
+  ops.sgemm(false, false, M, in, r, 1.0f, lora.du, r, t.a, in, 0.0f, lora.xd, in);    // d xd = du A
+  ops.dropout(dx, lddx, lora.xd, in, M, in, t.drop_key, lora.dropout, true);         // dx += dropout(d xd)
 }
 
 void lora_merge(const Ops& ops, const LoraBlock& lora, int k, float* w, bool fan_in_fan_out, int in, int out) {

@@ -7,12 +7,22 @@
 // fan_in_fan_out only transposes the base weight), and s = alpha / r (alpha / sqrt(r) with rsLoRA):
 //   forward:  u = x A^T (M, r), kept for the backward;  y += s * u B^T
 //   backward: dB = s * dy^T u;  du = s * dy B;  dA = du^T x;  dx += du A
-// (PEFT computes lora_B(lora_A(dropout(x))) * s; dropout is not supported yet, so x is the
-// layer's input). Every product is an Ops::sgemm with a fixed shape, so the bits depend on the
-// shapes only, never on where the adapter lives.
+// (PEFT computes lora_B(lora_A(dropout(x))) * s: with dropout, x above is the dropped input xd,
+// and the input gradient is dropout(du A) with the same mask, Note [lora dropout]). Every product
+// is an Ops::sgemm with a fixed shape, so the bits depend on the shapes only, never on where the
+// adapter lives.
+// Note [lora dropout]: lora_dropout p > 0 drops each adapter's input in training passes only
+// (never in validation, generation, merging or zeroth-order passes: MeZO evaluates the model in
+// eval mode). Each adapted module draws its own mask, as PEFT gives each LoraLayer its own
+// nn.Dropout: the mask of Note [dropout mask] (core/dropout_mask.h) over the module's (B*T, in)
+// input, with key mix(dropout_step_key(seed, step) ^ fnv1a64(M)) for the run's seed, the 0-based
+// optimizer step and M the module's Hugging Face name ("transformer.h.0.attn.c_attn",
+// "model.layers.3.mlp.down_proj"): zo_tensor_key's derivation (core/zo_noise.h). The mask is
+// regenerated in the backward (and the recompute), never stored; a resumed run draws the same.
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,7 +38,7 @@ struct LoraConfig {
   int r = 0;           // rank; 0 = no adapters
   double alpha = 16;   // lora_alpha
   bool rslora = false; // scale alpha / sqrt(r) instead of alpha / r
-  double dropout = 0;  // lora_dropout (training supports 0 only so far)
+  double dropout = 0;  // lora_dropout (Note [lora dropout])
   std::vector<std::string> targets;  // target_modules as the user gave them ("q_proj", "c_attn")
   bool on() const { return r > 0; }
   float scale() const;
@@ -62,11 +72,14 @@ struct LoraBlock {
     float* da = nullptr;       // (r, in) gradient (backward), overwritten
     float* db = nullptr;       // (out, r)
     float* u = nullptr;        // (M, r) x A^T, kept from the forward
+    std::uint64_t drop_key = 0;  // the module's dropout key this step (Note [lora dropout])
   };
   int r = 0;
   float scale = 1.0f;
   std::array<Target, kLoraMaxTargets> t{};
-  float* du = nullptr;  // (M, r) backward scratch
+  float* du = nullptr;    // (M, r) backward scratch
+  float dropout = 0.0f;   // > 0: drop the adapters' input (a training pass, Note [lora dropout])
+  float* xd = nullptr;    // (M, widest in) scratch for the dropped input, with dropout
 };
 
 // y (M, out), row stride ldy, += s * (x A^T) B^T for x (M, in), row stride ldx; keeps u.

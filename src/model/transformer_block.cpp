@@ -1,6 +1,11 @@
 // Family dispatch for one transformer block; see transformer_block.h.
 #include "model/transformer_block.h"
 
+#include <algorithm>
+#include <string>
+#include <string_view>
+
+#include "core/zo_noise.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -14,6 +19,12 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
     const std::size_t r = static_cast<std::size_t>(layout->lora().r);
     for (int i = 0; i < copies; ++i) lora_u_.emplace_back(kLoraMaxTargets * lora_rows_ * r * sizeof(float));
     lora_du_ = AlignedBuffer(lora_rows_ * r * sizeof(float));
+    if (layout->lora().dropout > 0) {
+      std::size_t widest = 0;
+      for (int k = 0; k < kLoraMaxTargets; ++k)
+        if (layout->lora_slot(k) >= 0) widest = std::max<std::size_t>(widest, lora_module_dims(cfg, k)[0]);
+      lora_xd_ = AlignedBuffer(lora_rows_ * widest * sizeof(float));
+    }
   }
   if (cfg.llama()) {
     llama_acts_.reserve(static_cast<std::size_t>(copies));
@@ -28,7 +39,7 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
 }
 
 std::size_t TransformerBlock::size_bytes() const {
-  std::size_t lora = lora_du_.size_bytes();
+  std::size_t lora = lora_du_.size_bytes() + lora_xd_.size_bytes();
   for (const AlignedBuffer& u : lora_u_) lora += u.size_bytes();
   return lora + internals_bytes();
 }
@@ -59,6 +70,14 @@ LoraBlock lora_block_of(const ParamLayout& layout, const LoraChunks& c) {
       l.t[k].da = at(c.grads, slot);
       l.t[k].db = at(c.grads, slot + 1);
     }
+    if (c.dropout && layout.lora().dropout > 0) {  // key of the module's HF name (Note [lora dropout])
+      const std::string a_name = layout.hf_name(seg.tensors[slot]);
+      static constexpr std::string_view kSuffix = ".lora_A.weight";
+      STRATUM_ASSERT(a_name.size() > kSuffix.size());
+      const std::string_view module = std::string_view(a_name).substr(0, a_name.size() - kSuffix.size());
+      l.t[k].drop_key = zo_tensor_key(c.dropout_step_key, module);
+      l.dropout = static_cast<float>(layout.lora().dropout);
+    }
   }
   return l;
 }
@@ -73,6 +92,7 @@ LoraBlock TransformerBlock::lora_block(const LoraChunks& c, int copy, int BT) {
   STRATUM_ASSERT(layout_ != nullptr && static_cast<std::size_t>(BT) <= lora_rows_);
   LoraBlock l = lora_block_of(*layout_, c);
   l.du = lora_du_.as_f32();
+  if (l.dropout > 0) l.xd = lora_xd_.as_f32();
   for (int k = 0; k < kLoraMaxTargets; ++k)
     if (l.t[k].a != nullptr) l.t[k].u = lora_u_[copy].as_f32() + static_cast<std::size_t>(k) * lora_rows_ * l.r;
   return l;

@@ -4,6 +4,7 @@
 // not care which family it runs. Does not know where segments live.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -21,9 +22,13 @@ struct LoraChunks {
   const SegmentLayout* seg = nullptr;
   float* const* params = nullptr;
   float* const* grads = nullptr;  // backward: the adapters' gradients (overwritten)
+  // A training pass with lora_dropout > 0: the step's dropout_step_key (Note [lora dropout]).
+  bool dropout = false;
+  std::uint64_t dropout_step_key = 0;
 };
 
-// A block's adapters as LoraBlock pointers into held chunks (Note [lora segments]); no u or du.
+// A block's adapters as LoraBlock pointers into held chunks (Note [lora segments]), with each
+// module's dropout key when c.dropout; no u, du or xd.
 LoraBlock lora_block_of(const ParamLayout& layout, const LoraChunks& chunks);
 // Slot of module k's base weight in a block segment (Note [lora math] numbers the modules).
 int lora_base_slot(ModelArch arch, int k);
@@ -60,6 +65,7 @@ class TransformerBlock {
   const ParamLayout* layout_ = nullptr;  // with adapters, else null
   std::vector<AlignedBuffer> lora_u_;    // per set: (targets, B*T, r) x A^T of each adapter
   AlignedBuffer lora_du_;                // (B*T, r) backward scratch
+  AlignedBuffer lora_xd_;                // (B*T, widest adapted in): the dropped input (lora_dropout > 0)
   std::size_t lora_rows_ = 0;            // max B*T
 };
 

@@ -111,6 +111,10 @@ class Ops {
   virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                                std::size_t n) const = 0;
   virtual void add(float* out, const float* a, const float* b, std::size_t n) const = 0;
+  // Dropout (Note [dropout mask] in core/dropout_mask.h): y (M,n) (row stride ldy) = x (M,n) (row
+  // stride ldx) with key's mask and drop probability p applied, or added to y with accumulate.
+  virtual void dropout(float* y, int ldy, const float* x, int ldx, int M, int n, std::uint64_t key, float p,
+                       bool accumulate) const = 0;
   virtual double sum_squares(const float* x, std::size_t n) const = 0;  // in double, fixed order
 
   // Cross-entropy over vocabulary chunks (Note [online log-sum-exp]).

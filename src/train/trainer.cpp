@@ -280,13 +280,14 @@ void TrainRun::lora_resolve() {
     o_.lora_alpha = init.alpha;
     o_.lora_targets = lora_targets_text(init);
     o_.lora_rslora = init.rslora;
-    o_.lora_dropout = init.dropout;
+    if (!o_.lora_dropout_given) o_.lora_dropout = init.dropout;  // a training setting: the flag wins
   }
   lora_ = lora_config_make(cfg_.arch, o_.lora_r, o_.lora_alpha, o_.lora_targets, o_.lora_rslora, o_.lora_dropout);
   if (!lora_.on()) return;
   o_.lora_targets = lora_targets_text(lora_);  // recorded as resolved (PEFT's default spelled out)
-  STRATUM_CHECK(lora_.dropout == 0, "[train] --lora-dropout ", lora_.dropout,
-                " is not supported yet (the adapters train without dropout); use --lora-dropout 0");
+  if (lora_.dropout > 0 && o_.optimizer == TrainOptimizer::ZoSgd)
+    std::fprintf(stderr, "[stratum] lora: zo-sgd runs its forwards without dropout (MeZO's eval mode); "
+                 "lora_dropout %g is recorded, not applied\n", lora_.dropout);
 }
 
 void TrainRun::data_load() {
@@ -522,6 +523,7 @@ void TrainRun::loop() {
     store.stats_reset_peak();
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = sched_.lr_at(step);
+    exec_->lora_dropout_step(o_.seed, step);
     const StepResult r =
         o_.optimizer == TrainOptimizer::ZoSgd
             ? exec_->zo_step(inputs_.data(), targets_.data(), o_.batch, o_.seq,

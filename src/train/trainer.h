@@ -24,6 +24,7 @@ struct TrainOptions : TrainSettings {
   // With lora_r (or alone): start the adapters from this PEFT LoRA directory, whose
   // adapter_config.json gives r, alpha, targets, rsLoRA and dropout; empty = PEFT's init.
   std::string lora_init_dir;
+  bool lora_dropout_given = false;  // --lora-dropout was given (else --lora-init's lora_dropout)
   GptConfig config;           // used when model_dir is empty
   std::string log_path;
   std::string trace_path;     // Chrome/Perfetto trace of compute, optimizer and I/O (empty = off)

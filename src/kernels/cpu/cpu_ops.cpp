@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/zo_update.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -154,6 +155,11 @@ void CpuOps::adamw_update(float* param, float* m, float* v, const float* grad, s
 
 void CpuOps::zo_update(float* x, std::size_t n, std::uint64_t first, const ZoUpdate& u) const {
   stratum::zo_update(pool_, x, n, first, u);
+}
+
+void CpuOps::dropout(float* y, int ldy, const float* x, int ldx, int M, int n, std::uint64_t key, float p,
+                     bool accumulate) const {
+  dropout_rows(pool_, y, ldy, x, ldx, M, n, key, p, accumulate);
 }
 
 }  // namespace stratum
