@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bf16.h"
 #include "core/file_util.h"
 #include "data/token_file.h"
 #include "formats/safetensors.h"
@@ -242,6 +243,28 @@ inline GoldenBatch golden_batch(const std::string& dir, int B, int T) {
   const std::size_t n = static_cast<std::size_t>(B) * T;
   return {std::vector<std::int32_t>(tokens.begin(), tokens.begin() + n),
           std::vector<std::int32_t>(tokens.begin() + 1, tokens.begin() + n + 1)};
+}
+
+// DIR's model as a bf16 checkpoint in OUT: config.json copied, every weight (shards too) rounded
+// into one model.safetensors as bf16 (nearest even, as PyTorch's .to(torch.bfloat16)).
+inline void bf16_model_copy(const std::string& dir, const std::string& out) {
+  std::filesystem::create_directories(out);
+  std::filesystem::copy_file(dir + "/config.json", out + "/config.json");
+  std::vector<std::vector<std::uint16_t>> data;
+  std::vector<SafetensorsWriteEntry> entries;
+  for (const std::string& path : model_weight_files(dir, nullptr)) {  // shards into one file
+    const SafetensorsFile in = SafetensorsFile::open(path);
+    for (const auto& info : in.tensors()) {
+      std::vector<float> f(static_cast<std::size_t>(info.numel()));
+      in.read_f32(info, f.data());
+      std::vector<std::uint16_t> b(f.size());
+      for (std::size_t i = 0; i < f.size(); ++i) b[i] = f32_to_bf16(f[i]);
+      data.push_back(std::move(b));
+      entries.push_back({info.name, DType::BF16, info.shape, nullptr});
+    }
+  }
+  for (std::size_t i = 0; i < entries.size(); ++i) entries[i].data = data[i].data();
+  safetensors_write(out + "/model.safetensors", entries, {{"format", "pt"}});
 }
 
 // The stratum train flags of a golden AdamW run (a train_args.json / lora_args.json).

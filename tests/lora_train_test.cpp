@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <set>
 
 #include "core/thread_pool.h"
@@ -384,6 +385,91 @@ TEST(LoraTrain, GenerateWithAdapterMatchesTheAdaptedForward) {
   EXPECT_EQ(unmerged.output, merged.output);
   const auto base = testing::run_stratum("generate --model " + llama + gen);
   EXPECT_NE(unmerged.output, base.output) << "the adapter changes the continuation";
+}
+
+// Note [frozen bf16 base]: LoRA over a bf16 checkpoint keeps the frozen layers bf16 in the
+// training store and gives the bits of the fp32 widening (losses and params hash over 3 AdamW
+// steps, with dropout), in RAM and streamed at the smallest budget, for both families; its layer
+// units and its minimum budget are smaller; the CLI keeps it bf16 and streams it with the same bits.
+TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
+  for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama"}) {
+    const std::string dir = source_path(golden);
+    testing::TempDir tmp;
+    const std::string base = tmp.file("bf16");
+    testing::bf16_model_copy(dir, base);
+    ASSERT_TRUE(model_weights_bf16(base));
+    const nlohmann::json a = nlohmann::json::parse(std::ifstream(dir + "/lora_args.json"));
+    const int B = a["batch"].get<int>(), T = a["seq"].get<int>();
+    const GptConfig cfg = model_read_config(base);
+    LoraConfig lora = adapter_config_read(dir + "/lora_init", cfg.arch);
+    lora.dropout = 0.1;
+    const ParamLayout layout = ParamLayout::of(cfg, lora);
+    const testing::GoldenBatch batch = testing::golden_batch(dir, B, T);
+    struct Run {
+      std::vector<float> losses;
+      std::uint64_t hash = 0;
+      std::size_t layer_param_bytes = 0, min_store = 0;
+    };
+    auto run = [&](bool bf16, bool streamed) {
+      const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T), UnitSet::Training, bf16);
+      ThreadPool pool(2);
+      std::unique_ptr<SegmentStore> store;  // outlives the executor
+      Executor exec(pool, cfg, units, B, T);
+      if (streamed) {
+        TieredStoreOptions so;
+        so.budget_bytes = exec.min_store_bytes();
+        so.offload_dir = tmp.file("offload");
+        std::filesystem::create_directories(so.offload_dir);
+        store = std::make_unique<TieredSegmentStore>(units, so);
+      } else {
+        store = std::make_unique<RamSegmentStore>(units);
+      }
+      exec.attach(*store);
+      model_load_weights(base, layout, *store);
+      adapter_load_weights(dir + "/lora_init", layout, *store);
+      Run r;
+      for (long step = 0; step < 3; ++step) {
+        exec.lora_dropout_step(7, step);
+        r.losses.push_back(exec.train_step(batch.inputs.data(), batch.targets.data(), B, T,
+                                           AdamWHyper{1e-2, 0.9, 0.95, 1e-8, step + 1}, 0.1, 1.0)
+                               .loss);
+      }
+      exec.sync();
+      r.hash = model_params_hash(layout, *store);
+      r.layer_param_bytes = units.bytes(units.index(layout.layer_segment(0), SegmentKind::Params));
+      r.min_store = exec.min_store_bytes();
+      return r;
+    };
+    const Run wide = run(false, false), kept = run(true, false), streamed = run(true, true);
+    EXPECT_EQ(kept.losses, wide.losses) << golden;
+    EXPECT_EQ(kept.hash, wide.hash) << golden << ": the bf16 base must give its fp32 widening's bits";
+    EXPECT_EQ(streamed.losses, wide.losses) << golden;
+    EXPECT_EQ(streamed.hash, wide.hash) << golden;
+    EXPECT_LT(kept.layer_param_bytes, wide.layer_param_bytes) << golden;
+    EXPECT_LT(kept.min_store, wide.min_store) << golden;
+
+    // The CLI: a bf16 --model keeps its layers bf16 (the memory line counts them at 2 bytes) and
+    // gives the same bits in RAM and at its smallest budget.
+    const std::string train = "train --model " + base + " --data " + dir + "/tokens.bin --lora-init " + dir +
+                              "/lora_init --batch 2 --seq 16 --steps 3 --lr 1e-2 --lora-dropout 0.1 --threads 2";
+    const auto ram = testing::run_stratum(train);
+    ASSERT_EQ(ram.exit_code, 0) << ram.errors;
+    const auto wide_run = testing::run_stratum("train --model " + dir + " --data " + dir + "/tokens.bin --lora-init " +
+                                               dir + "/lora_init --batch 2 --seq 16 --steps 1 --threads 2");
+    const auto params_text = [](const std::string& e) {
+      const auto at = e.find("state: params ");
+      return at == std::string::npos ? std::string() : e.substr(at, e.find(',', at) - at);
+    };
+    EXPECT_NE(params_text(ram.errors), "");
+    EXPECT_NE(params_text(ram.errors), params_text(wide_run.errors)) << ram.errors;
+    const std::size_t min_budget = train_min_budget_bytes(cfg, 2, 16, false, 1.0, Precision::Fp32,
+                                                          TrainOptimizer::AdamW, lora, true);
+    EXPECT_LT(min_budget, train_min_budget_bytes(cfg, 2, 16, false, 1.0, Precision::Fp32, TrainOptimizer::AdamW, lora));
+    EXPECT_EQ(testing::streamed_runs_mismatch(train + " --quiet", min_budget, tmp.path(),
+                                              testing::params_hash_of(ram.errors), {0, 2}),
+              "")
+        << golden;
+  }
 }
 
 // One line each, non-zero exit, nothing saved.

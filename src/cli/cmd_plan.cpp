@@ -5,6 +5,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/byte_size.h"
+#include "core/file_util.h"
 #include "core/thread_pool.h"
 #include "weights/model_io.h"
 #include "plan/calibration.h"
@@ -32,6 +33,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
                           {"lora-targets", "LIST", "as for train (default: PEFT's for the family)"},
                           {"lora-rslora", "", "as for train"},
                           {"lora-dropout", "X", "as for train (default 0; its scratch buffer counts)"},
+                          {"lora-base-bf16", "", "plan the frozen layers kept in bf16 (default: when --model's "
+                                                 "weights are stored in bf16, as train does)"},
                           {"recalibrate", "", "measure the disk again instead of using the cached numbers"},
                           {"measure-json", "", "print only the measurements (disk, compute) as JSON; train uses this to measure in a separate process"},
                           {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"}}));
@@ -68,6 +71,14 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.lora = lora_config_make(r.config.arch, static_cast<int>(args.integer("lora-r", 0, 0, 65536)),
                             args.number("lora-alpha", 16.0), args.str("lora-targets"), args.flag("lora-rslora"),
                             args.number("lora-dropout", 0.0));
+  // As train: LoRA over a checkpoint stored in bf16 keeps its frozen layers bf16 (a --model
+  // directory without weights, as the trainer's measurement passes, says so with the flag).
+  if (r.lora.on() && args.has("model")) {
+    const std::string dir = model_dir_resolve(args.str("model"));
+    r.base_bf16 = args.flag("lora-base-bf16") ||
+                  ((file_exists(dir + "/model.safetensors") || file_exists(dir + "/model.safetensors.index.json")) &&
+                   model_weights_bf16(dir));
+  }
   const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
   ThreadPool pool(threads > 0 ? threads : default_thread_count());
   backend_set_threads(pool.num_threads());

@@ -47,7 +47,8 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
                  : 2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
       keep_activations_(keep_activations),
       mode_(mode),
-      blocks_(*ops_, config, max_batch, max_seq, keep_activations ? config.n_layer : 1, &units.layout()),
+      blocks_(*ops_, config, max_batch, max_seq, keep_activations ? config.n_layer : 1, &units.layout(),
+              units.param_bf16()),
       head_scratch_(config, max_batch * max_seq, precision),
       schedule_(units.count()) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
@@ -332,7 +333,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       return;
     case GroupWork::LayerForward: {
       const LoraChunks lora = lora_chunks(holds, item, false, p);
-      blocks_.forward(*ops_, seg, holds.chunks(s, K::Params), holds.data(s, K::Activations),
+      blocks_.forward(*ops_, seg, holds.views(s, K::Params), holds.data(s, K::Activations),
                       holds.data(act_segment(item + 1), K::Activations), block_copy(item), B, T,
                       layout_.has_lora() ? &lora : nullptr);
       return;
@@ -376,7 +377,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
     }
     case GroupWork::LayerBackward: {
       const LoraChunks lora = lora_chunks(holds, item, true, p);
-      blocks_.backward(*ops_, seg, holds.chunks(s, K::Params),
+      blocks_.backward(*ops_, seg, holds.views(s, K::Params),
                        layout_.trainable(s) ? holds.chunks(s, K::Grads) : nullptr, holds.data(s, K::Activations),
                        p.dcur, p.dnext, block_copy(item), B, T, !keep_activations_,
                        layout_.has_lora() ? &lora : nullptr);

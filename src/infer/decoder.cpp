@@ -208,31 +208,11 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
 }
 
 LlamaBlockTensors Decoder::llama_tensors(const SegmentLayout& seg, const SegmentChunksHold& params) {
-  if (!bf16_) return llama_block_tensors(seg, params.chunks());
-  auto view = [&](int w) { return params.tensor_view(seg.tensors[w]); };
-  auto widen = [&](int w, float* into) {
-    const TensorView v = view(w);
-    bf16_widen(into, v.bf16(), v.elements());
-    return into;
-  };
-  return LlamaBlockTensors{widen(kAttnNormW, b_.widened), view(kQW),  view(kKW),   view(kVW),  view(kOW),
-                           widen(kMlpNormW, b_.widened + cfg_.n_embd),  view(kGateW), view(kUpW), view(kDownW)};
+  return llama_block_tensors(seg, params.views(), b_.widened);  // bf16: norm weights widened
 }
 
 Gpt2BlockTensors Decoder::gpt2_tensors(const SegmentLayout& seg, const SegmentChunksHold& params) {
-  if (!bf16_) return gpt2_block_tensors(seg, params.chunks());
-  float* into = b_.widened;
-  auto view = [&](int w) { return params.tensor_view(seg.tensors[w]); };
-  auto widen = [&](int w) {  // the next slice of b_.widened (13 C floats for the eight vectors)
-    const TensorView v = view(w);
-    float* const at = into;
-    bf16_widen(at, v.bf16(), v.elements());
-    into += v.elements();
-    return at;
-  };
-  // Braced initialisation evaluates left to right: the slices follow one another.
-  return Gpt2BlockTensors{widen(kLn1W), widen(kLn1B), view(kAttnW), widen(kAttnB), view(kAttnProjW), widen(kAttnProjB),
-                          widen(kLn2W), widen(kLn2B), view(kFcW),   widen(kFcB),   view(kMlpProjW),  widen(kMlpProjB)};
+  return gpt2_block_tensors(seg, params.views(), b_.widened);  // bf16: norms and biases widened
 }
 
 void Decoder::head(int B, int Tn, float* logits) {

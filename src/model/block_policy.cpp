@@ -18,16 +18,23 @@ void shape_check(const TensorView& w, int rows, int cols) {
 }
 }  // namespace
 
+const float* weight_f32(const Ops& ops, const TensorView& w, float* scratch) {
+  if (w.dtype() == DType::F32) return w.f32();
+  STRATUM_ASSERT(scratch != nullptr);
+  ops.bf16_widen(scratch, w.bf16(), w.elements());
+  return scratch;
+}
+
 void GemmLinear::kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,
                     int N) const {
   shape_check(w, K, N);
-  ops.matmul_forward(y, x, w.f32(), bias, M, K, N);  // fp32 only (f32() checks)
+  ops.matmul_forward(y, x, weight_f32(ops, w, widen_), bias, M, K, N);
 }
 
 void GemmLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
                     int K) const {
   shape_check(w, N, K);
-  ops.sgemm(false, true, M, N, K, 1.0f, x, ldx, w.f32(), K, 0.0f, y, ldy);  // fp32 only (f32() checks)
+  ops.sgemm(false, true, M, N, K, 1.0f, x, ldx, weight_f32(ops, w, widen_), K, 0.0f, y, ldy);
 }
 
 void RowDotLinear::kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,

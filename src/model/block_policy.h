@@ -31,13 +31,30 @@ class Linear {
                   int K) const = 0;
 };
 
-// GEMM (sgemm / matmul_forward): training and recompute. fp32 weights.
+// Note [frozen bf16 base]: a LoRA run over a base stored in bf16 keeps the frozen layers in bf16
+// in the training store too (UnitTable with param_bf16: half the RAM, budget and offload reads of
+// the fp32 widening). The GEMMs widen each bf16 weight matrix into a scratch of the largest one
+// just before the product that reads it (weight_f32, Ops::bf16_widen), and the block tensors'
+// norm weights and biases into a small scratch (llama_block_tensors / gpt2_block_tensors from
+// typed views), so every product sees the floats an fp32 store of the widened checkpoint would
+// hold: same bits, tests compare the params hash (which widens too). Embeddings and the head
+// stay fp32 in a training store. Gradients, moments and adapters are fp32 as always.
+
+// w's elements as fp32: w's own (fp32), or (bf16) widened into scratch (at least w's elements).
+const float* weight_f32(const Ops& ops, const TensorView& w, float* scratch);
+
+// GEMM (sgemm / matmul_forward): training and recompute. fp32 weights, or bf16 ones widened
+// into widen_scratch first (Note [frozen bf16 base]).
 class GemmLinear final : public Linear {
  public:
+  explicit GemmLinear(float* widen_scratch = nullptr) : widen_(widen_scratch) {}
   void kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,
           int N) const override;
   void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
           int K) const override;
+
+ private:
+  float* widen_;
 };
 
 // Row dot products (Note [row dot products] in kernels/cpu/rowdot.h): decoding. fp32 or bf16.

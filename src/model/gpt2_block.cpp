@@ -1,7 +1,10 @@
 // GPT-2 block forward/backward; see gpt2_block.h.
 #include "model/gpt2_block.h"
 
+#include <algorithm>
 #include <cstring>
+
+#include "core/bf16.h"
 
 
 namespace stratum {
@@ -17,6 +20,28 @@ Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* const* c
   };
   return Gpt2BlockTensors{at(kLn1W), at(kLn1B), matrix(kAttnW), at(kAttnB), matrix(kAttnProjW), at(kAttnProjB),
                           at(kLn2W), at(kLn2B), matrix(kFcW),   at(kFcB),   matrix(kMlpProjW),  at(kMlpProjB)};
+}
+
+Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened) {
+  auto view = [&](int i) {
+    const TensorSlot& t = layout.tensors[i];
+    const TensorView flat = chunks[t.chunk].slice(layout.offset_in_chunk(t), t.numel);
+    return t.shape.size() == 2
+               ? flat.matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]))
+               : flat;
+  };
+  float* into = widened;
+  auto vec = [&](int i) -> float* {  // fp32 in place, or the next slice of `widened`
+    const TensorView v = view(i);
+    if (v.dtype() == DType::F32) return v.f32();
+    float* const at = into;
+    bf16_widen(at, v.bf16(), v.elements());
+    into += v.elements();
+    return at;
+  };
+  // Braced initialisation evaluates left to right: the slices follow one another.
+  return Gpt2BlockTensors{vec(kLn1W), vec(kLn1B), view(kAttnW), vec(kAttnB), view(kAttnProjW), vec(kAttnProjB),
+                          vec(kLn2W), vec(kLn2B), view(kFcW),   vec(kFcB),   view(kMlpProjW),  vec(kMlpProjB)};
 }
 
 Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs)
@@ -36,10 +61,13 @@ CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max
                    {&fch, BT * 4 * C}, {&fch_gelu, BT * 4 * C}});
 }
 
-Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq) {
+Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
+  const std::size_t wide_floats = bf16_weights ? 4 * C * C : 0, vector_floats = bf16_weights ? 13 * C : 0;
   buffer_ = aligned_buffer_carve({{&tmp, BT * C}, {&dres2, BT * C}, {&dfch, BT * 4 * C}, {&dln, BT * C}, {&datty, BT * C},
-                   {&dqkv, BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())}});
+                   {&dqkv, BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())},
+                   {&wide, wide_floats}, {&wide_vectors, vector_floats}});
+  if (!bf16_weights) wide = wide_vectors = nullptr;
 }
 
 void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
@@ -75,7 +103,8 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
   // Recompute the forward internals (the block output itself is not needed).
   if (recompute)
-    gpt2_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T, lora);
+    gpt2_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T,
+                       lora);
   // A frozen base (g null, Note [lora segments]) gets no parameter gradients; dx is the same.
   auto grad = [&](float* Gpt2BlockTensors::*field) { return g != nullptr ? g->*field : nullptr; };
   auto grad_w = [&](TensorView Gpt2BlockTensors::*field) { return g != nullptr ? (g->*field).f32() : nullptr; };
@@ -85,11 +114,11 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
 
   // MLP: out = res2 + mlp_proj(gelu(fc(ln2(res2))))
   ops.matmul_backward(w.dfch, grad_w(&Gpt2BlockTensors::mlp_proj_w), grad(&Gpt2BlockTensors::mlp_proj_b), dout,
-                      s.fch_gelu, p.mlp_proj_w.f32(), BT, 4 * C, C, false);
+                      s.fch_gelu, weight_f32(ops, p.mlp_proj_w, w.wide), BT, 4 * C, C, false);
   adapt(3, dout, C, s.fch_gelu, 4 * C, w.dfch, 4 * C, C);
   ops.gelu_backward(w.dfch, s.fch, w.dfch, static_cast<std::size_t>(BT) * 4 * C);
   ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::fc_w), grad(&Gpt2BlockTensors::fc_b), w.dfch, s.ln2,
-                      p.fc_w.f32(), BT, C, 4 * C, false);
+                      weight_f32(ops, p.fc_w, w.wide), BT, C, 4 * C, false);
   adapt(2, w.dfch, 4 * C, s.ln2, C, w.dln, C, 4 * C);
   std::memcpy(w.dres2, dout, rows_c * sizeof(float));
   ops.layernorm_backward(w.dres2, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln, s.res2,
@@ -97,11 +126,11 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
 
   // Attention: res2 = x + attn_proj(attention(c_attn(ln1(x))))
   ops.matmul_backward(w.datty, grad_w(&Gpt2BlockTensors::attn_proj_w), grad(&Gpt2BlockTensors::attn_proj_b), w.dres2,
-                      s.atty, p.attn_proj_w.f32(), BT, C, C, false);
+                      s.atty, weight_f32(ops, p.attn_proj_w, w.wide), BT, C, C, false);
   adapt(1, w.dres2, C, s.atty, C, w.datty, C, C);
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, H, cfg.head_dim());
   ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::attn_w), grad(&Gpt2BlockTensors::attn_b), w.dqkv, s.ln1,
-                      p.attn_w.f32(), BT, C, 3 * C, false);
+                      weight_f32(ops, p.attn_w, w.wide), BT, C, 3 * C, false);
   adapt(0, w.dqkv, 3 * C, s.ln1, C, w.dln, C, 3 * C);
   std::memcpy(dx, w.dres2, rows_c * sizeof(float));
   ops.layernorm_backward(dx, grad(&Gpt2BlockTensors::ln1_w), grad(&Gpt2BlockTensors::ln1_b), w.dln, x, p.ln1_w,

@@ -34,6 +34,10 @@ struct Gpt2BlockTensors {
 // One pointer per tensor of a block segment held as chunks (Note [segment chunks]): chunks[c] is
 // chunk c's buffer.
 Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* const* chunks);
+// The same from typed chunk views: fp32 as above, or bf16 params (Note [frozen bf16 base] in
+// model/block_policy.h, Note [bf16 weights] in infer/decoder.h): the four matrices stay bf16
+// views, the norm weights and biases are widened into `widened` (13 C floats).
+Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened);
 
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs. The
 // executor keeps one (recompute mode: refilled by recomputing from the block input) or one per
@@ -70,7 +74,9 @@ class Gpt2Activations {
 // Temporaries shared by every block (forward projections, backward gradients), fp32, RAM.
 class Gpt2Workspace {
  public:
-  Gpt2Workspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq);
+  // bf16_weights: the block's params may be bf16 (Note [frozen bf16 base] in model/block_policy.h):
+  // room to widen its largest matrix (wide) and its norm weights and biases (wide_vectors).
+  Gpt2Workspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   float* tmp;       // (B,T,C) projections before the residual add
@@ -80,6 +86,8 @@ class Gpt2Workspace {
   float* datty;     // (B,T,C)
   float* dqkv;      // (B,T,3C)
   float* attn_scratch;  // attention_scratch_floats(B, T, C, H)
+  float* wide = nullptr;          // (4C * C) a widened bf16 matrix (bf16_weights only)
+  float* wide_vectors = nullptr;  // (13 C) widened norm weights and biases (bf16_weights only)
 
  private:
   AlignedBuffer buffer_;

@@ -1,7 +1,10 @@
 // Llama block forward/backward; see llama_block.h.
 #include "model/llama_block.h"
 
+#include <algorithm>
 #include <cstring>
+
+#include "core/bf16.h"
 
 
 namespace stratum {
@@ -18,6 +21,25 @@ LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const*
   };
   return LlamaBlockTensors{at(kAttnNormW), view(kQW),    view(kKW),  view(kVW),  view(kOW),
                            at(kMlpNormW),  view(kGateW), view(kUpW), view(kDownW)};
+}
+
+LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened) {
+  auto view = [&](int i) {
+    const TensorSlot& t = layout.tensors[i];
+    const TensorView flat = chunks[t.chunk].slice(layout.offset_in_chunk(t), t.numel);
+    return t.shape.size() == 2
+               ? flat.matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]))
+               : flat;
+  };
+  auto vec = [&](int i, float* into) -> float* {  // fp32 in place, or widened into `into`
+    const TensorView v = view(i);
+    if (v.dtype() == DType::F32) return v.f32();
+    bf16_widen(into, v.bf16(), v.elements());
+    return into;
+  };
+  return LlamaBlockTensors{vec(kAttnNormW, widened), view(kQW),  view(kKW), view(kVW), view(kOW),
+                           vec(kMlpNormW, widened + layout.tensors[kAttnNormW].numel), view(kGateW), view(kUpW),
+                           view(kDownW)};
 }
 
 LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs)
@@ -38,13 +60,16 @@ CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int ma
                                   {&hmid, BT * I}});
 }
 
-LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq) {
+LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
+  const std::size_t wide_floats = bf16_weights ? std::max(Q, I) * C : 0, vector_floats = bf16_weights ? 2 * C : 0;
   buffer_ = aligned_buffer_carve(
       {{&tmp, BT * C}, {&dres2, BT * C}, {&dxn, BT * C}, {&datty, BT * Q}, {&dqkv, BT * QKV}, {&dgate, BT * I},
        {&dup, BT * I},
-       {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())}});
+       {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())},
+       {&wide, wide_floats}, {&wide_vectors, vector_floats}});
+  if (!bf16_weights) wide = wide_vectors = nullptr;
 }
 
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
@@ -89,8 +114,8 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
   if (recompute)
-    llama_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg, rope, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T,
-                        lora);
+    llama_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg, rope, p, x, w.tmp, s, w.tmp, w.attn_scratch,
+                        B, T, lora);
   // A frozen base (g null, Note [lora segments]) gets no weight gradients; dx is the same.
   auto weight_grad = [&](int M, int N, int K, const float* a, int lda, const float* b, int ldb,
                          TensorView LlamaBlockTensors::*field) {  // g.field (M,N) = a^T b, a (K,M), b (K,N)
@@ -102,12 +127,12 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   };
 
   // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2)
-  ops.sgemm(false, false, BT, I, C, 1.0f, dout, C, p.down_w.f32(), I, 0.0f, w.dgate, I);   // d hmid (BT, I)
+  ops.sgemm(false, false, BT, I, C, 1.0f, dout, C, weight_f32(ops, p.down_w, w.wide), I, 0.0f, w.dgate, I);   // d hmid (BT, I)
   weight_grad(C, I, BT, dout, C, s.hmid, I, &LlamaBlockTensors::down_w);                   // d down (C, I)
   adapt(6, dout, C, s.hmid, I, w.dgate, I, C);
   ops.swiglu_backward(w.dgate, w.dup, w.dgate, s.gate, s.up, static_cast<std::size_t>(BT) * I);
-  ops.sgemm(false, false, BT, C, I, 1.0f, w.dgate, I, p.gate_w.f32(), C, 0.0f, w.dxn, C);
-  ops.sgemm(false, false, BT, C, I, 1.0f, w.dup, I, p.up_w.f32(), C, 1.0f, w.dxn, C);
+  ops.sgemm(false, false, BT, C, I, 1.0f, w.dgate, I, weight_f32(ops, p.gate_w, w.wide), C, 0.0f, w.dxn, C);
+  ops.sgemm(false, false, BT, C, I, 1.0f, w.dup, I, weight_f32(ops, p.up_w, w.wide), C, 1.0f, w.dxn, C);
   weight_grad(I, C, BT, w.dgate, I, s.xn2, C, &LlamaBlockTensors::gate_w);
   weight_grad(I, C, BT, w.dup, I, s.xn2, C, &LlamaBlockTensors::up_w);
   adapt(4, w.dgate, I, s.xn2, C, w.dxn, C, I);
@@ -117,15 +142,15 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
                        C, false);
 
   // Attention: res2 = x + o(attention(rope(q(xn1)), rope(k(xn1)), v(xn1))), xn1 = rmsnorm(x)
-  ops.sgemm(false, false, BT, Q, C, 1.0f, w.dres2, C, p.o_w.f32(), Q, 0.0f, w.datty, Q);
+  ops.sgemm(false, false, BT, Q, C, 1.0f, w.dres2, C, weight_f32(ops, p.o_w, w.wide), Q, 0.0f, w.datty, Q);
   weight_grad(C, Q, BT, w.dres2, C, s.atty, Q, &LlamaBlockTensors::o_w);
   adapt(3, w.dres2, C, s.atty, Q, w.datty, Q, C);
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, KV, hd);
   ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
   ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
-  ops.sgemm(false, false, BT, C, Q, 1.0f, w.dqkv, QKV, p.q_w.f32(), C, 0.0f, w.dxn, C);
-  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q, QKV, p.k_w.f32(), C, 1.0f, w.dxn, C);
-  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q + KVd, QKV, p.v_w.f32(), C, 1.0f, w.dxn, C);
+  ops.sgemm(false, false, BT, C, Q, 1.0f, w.dqkv, QKV, weight_f32(ops, p.q_w, w.wide), C, 0.0f, w.dxn, C);
+  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q, QKV, weight_f32(ops, p.k_w, w.wide), C, 1.0f, w.dxn, C);
+  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q + KVd, QKV, weight_f32(ops, p.v_w, w.wide), C, 1.0f, w.dxn, C);
   weight_grad(Q, C, BT, w.dqkv, QKV, s.xn1, C, &LlamaBlockTensors::q_w);
   weight_grad(KVd, C, BT, w.dqkv + Q, QKV, s.xn1, C, &LlamaBlockTensors::k_w);
   weight_grad(KVd, C, BT, w.dqkv + Q + KVd, QKV, s.xn1, C, &LlamaBlockTensors::v_w);

@@ -16,9 +16,9 @@
 namespace stratum {
 
 // One Llama block segment's tensors (params or grads: same layout). The seven matrices are typed
-// views: fp32, or bf16 for a decoder's params kept as stored (Note [bf16 weights] in
-// infer/decoder.h), read only through Linear::nt; the backward takes them as f32(). The norm
-// weights are always fp32 (a bf16 model's are widened by its reader).
+// views: fp32, or bf16 params kept as stored (Note [bf16 weights] in infer/decoder.h, Note [frozen
+// bf16 base] in model/block_policy.h), read through Linear::nt and, in the backward, weight_f32.
+// The norm weights are always fp32 (a bf16 model's are widened by its reader).
 struct LlamaBlockTensors {
   float* attn_norm_w;  // (C)
   TensorView q_w;      // (H*hd, C)
@@ -32,6 +32,10 @@ struct LlamaBlockTensors {
 };
 // chunks[c] is chunk c's buffer (Note [segment chunks]).
 LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const* chunks);
+// The same from typed chunk views: fp32 as above, or bf16 params (Note [frozen bf16 base] in
+// model/block_policy.h, Note [bf16 weights] in infer/decoder.h): the seven matrices stay bf16
+// views, the two norm weights are widened into `widened` (2 C floats).
+LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened);
 
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs.
 class LlamaActivations {
@@ -65,7 +69,9 @@ class LlamaActivations {
 // Temporaries shared by every block, fp32, RAM.
 class LlamaWorkspace {
  public:
-  LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq);
+  // bf16_weights: the block's params may be bf16 (Note [frozen bf16 base] in model/block_policy.h):
+  // room to widen its largest matrix (wide) and its two norm weights (wide_vectors).
+  LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   float* tmp;    // (B,T,C) projections before the residual add
@@ -76,6 +82,8 @@ class LlamaWorkspace {
   float* dgate;  // (B,T,I) (holds d hmid first)
   float* dup;    // (B,T,I)
   float* attn_scratch;  // attention_scratch_floats(B, T, H, KV, hd)
+  float* wide = nullptr;          // the largest matrix, widened from bf16 (bf16_weights only)
+  float* wide_vectors = nullptr;  // (2 C) the widened norm weights (bf16_weights only)
 
  private:
   AlignedBuffer buffer_;

@@ -11,7 +11,7 @@
 namespace stratum {
 
 TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, int copies,
-                                   const ParamLayout* layout)
+                                   const ParamLayout* layout, bool bf16_weights)
     : cfg_(cfg) {
   if (layout != nullptr && layout->has_lora()) {
     layout_ = layout;
@@ -29,12 +29,12 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
   if (cfg.llama()) {
     llama_acts_.reserve(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) llama_acts_.emplace_back(cfg, max_batch, max_seq);
-    llama_work_ = std::make_unique<LlamaWorkspace>(ops, cfg, max_batch, max_seq);
+    llama_work_ = std::make_unique<LlamaWorkspace>(ops, cfg, max_batch, max_seq, bf16_weights);
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_seq, cfg.rope_theta, cfg.rope_scaling);
   } else {
     gpt2_acts_.reserve(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) gpt2_acts_.emplace_back(cfg, max_batch, max_seq);
-    gpt2_work_ = std::make_unique<Gpt2Workspace>(ops, cfg, max_batch, max_seq);
+    gpt2_work_ = std::make_unique<Gpt2Workspace>(ops, cfg, max_batch, max_seq, bf16_weights);
   }
 }
 
@@ -98,32 +98,37 @@ LoraBlock TransformerBlock::lora_block(const LoraChunks& c, int copy, int BT) {
   return l;
 }
 
-void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, float* const* params, const float* x,
+void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const float* x,
                                float* out, int copy, int B, int T, const LoraChunks* lora) {
   const LoraBlock l = lora != nullptr ? lora_block(*lora, copy, B * T) : LoraBlock{};
   const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
-    llama_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg_, *rope_, llama_block_tensors(seg, params), x, out,
-                        llama_acts_[copy], llama_work_->tmp, llama_work_->attn_scratch, B, T, lp);
+    LlamaWorkspace& w = *llama_work_;
+    llama_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, *rope_,
+                        llama_block_tensors(seg, params, w.wide_vectors), x, out, llama_acts_[copy], w.tmp,
+                        w.attn_scratch, B, T, lp);
   } else {
-    gpt2_block_forward(ops, GemmLinear{}, CausalAttention{}, cfg_, gpt2_block_tensors(seg, params), x, out,
-                       gpt2_acts_[copy], gpt2_work_->tmp, gpt2_work_->attn_scratch, B, T, lp);
+    Gpt2Workspace& w = *gpt2_work_;
+    gpt2_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, gpt2_block_tensors(seg, params, w.wide_vectors),
+                       x, out, gpt2_acts_[copy], w.tmp, w.attn_scratch, B, T, lp);
   }
 }
 
-void TransformerBlock::backward(const Ops& ops, const SegmentLayout& seg, float* const* params, float* const* grads,
-                                const float* x, const float* dout, float* dx, int copy, int B, int T, bool recompute,
-                                const LoraChunks* lora) {
+void TransformerBlock::backward(const Ops& ops, const SegmentLayout& seg, const TensorView* params,
+                                float* const* grads, const float* x, const float* dout, float* dx, int copy, int B,
+                                int T, bool recompute, const LoraChunks* lora) {
   const LoraBlock l = lora != nullptr ? lora_block(*lora, copy, B * T) : LoraBlock{};
   const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
     const LlamaBlockTensors g = grads != nullptr ? llama_block_tensors(seg, grads) : LlamaBlockTensors{};
-    llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(seg, params), grads != nullptr ? &g : nullptr, x, dout,
-                         dx, llama_acts_[copy], *llama_work_, B, T, recompute, lp);
+    llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(seg, params, llama_work_->wide_vectors),
+                         grads != nullptr ? &g : nullptr, x, dout, dx, llama_acts_[copy], *llama_work_, B, T,
+                         recompute, lp);
   } else {
     const Gpt2BlockTensors g = grads != nullptr ? gpt2_block_tensors(seg, grads) : Gpt2BlockTensors{};
-    gpt2_block_backward(ops, cfg_, gpt2_block_tensors(seg, params), grads != nullptr ? &g : nullptr, x, dout, dx,
-                        gpt2_acts_[copy], *gpt2_work_, B, T, recompute, lp);
+    gpt2_block_backward(ops, cfg_, gpt2_block_tensors(seg, params, gpt2_work_->wide_vectors),
+                        grads != nullptr ? &g : nullptr, x, dout, dx, gpt2_acts_[copy], *gpt2_work_, B, T, recompute,
+                        lp);
   }
 }
 

@@ -37,18 +37,19 @@ class TransformerBlock {
  public:
   // copies: sets of block internals (1 = recompute in the backward; n_layer = keep them). layout
   // (may be null): where its LoRA adapters are, when it has them (each set of internals then
-  // keeps the adapters' x A^T too).
+  // keeps the adapters' x A^T too). bf16_weights: params may come as bf16 views (Note [frozen
+  // bf16 base] in model/block_policy.h; the workspace gets room to widen them).
   TransformerBlock(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, int copies,
-                   const ParamLayout* layout = nullptr);
+                   const ParamLayout* layout = nullptr, bool bf16_weights = false);
   std::size_t size_bytes() const;  // internals + workspace + rotary table
 
-  // out (B,T,C) = block(x) with the parameters in param_chunks (one pointer per chunk of `seg`),
-  // keeping the internals in set `copy`.
-  void forward(const Ops& ops, const SegmentLayout& seg, float* const* param_chunks, const float* x, float* out,
+  // out (B,T,C) = block(x) with the parameters in params (one typed view per chunk of `seg`:
+  // fp32, or bf16 with bf16_weights), keeping the internals in set `copy`.
+  void forward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const float* x, float* out,
                int copy, int B, int T, const LoraChunks* lora = nullptr);
   // dx (B,T,C) and the block's gradients (overwritten, in grad_chunks; null: a frozen base) for
   // dout; with recompute the internals are first recomputed from x into set `copy`.
-  void backward(const Ops& ops, const SegmentLayout& seg, float* const* param_chunks, float* const* grad_chunks,
+  void backward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, float* const* grad_chunks,
                 const float* x, const float* dout, float* dx, int copy, int B, int T, bool recompute,
                 const LoraChunks* lora = nullptr);
 

@@ -116,6 +116,8 @@ class Ops {
   virtual void dropout(float* y, int ldy, const float* x, int ldx, int M, int n, std::uint64_t key, float p,
                        bool accumulate) const = 0;
   virtual double sum_squares(const float* x, std::size_t n) const = 0;  // in double, fixed order
+  // out (n) = in (n) widened from bfloat16 (exact; Note [frozen bf16 base] in model/block_policy.h).
+  virtual void bf16_widen(float* out, const std::uint16_t* in, std::size_t n) const = 0;
 
   // Cross-entropy over vocabulary chunks (Note [online log-sum-exp]).
   virtual void xent_chunk_forward(float* run_max, float* run_sum, float* target_logit, const float* logits,

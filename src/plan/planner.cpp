@@ -150,7 +150,7 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
   // the executor are gone before AdamW's buffers are made.
   std::vector<ComputeTiming> steps;
   {
-    const UnitTable units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq), plan_unit_set(r));
+    const UnitTable units = plan_units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq), r);
     std::unique_ptr<OwnedDir> scratch;  // destroyed after the store, which after the executor
     std::unique_ptr<SegmentStore> store;
     Executor exec(pool, mini, units, r.batch, r.seq, r.keep_activations,
@@ -312,6 +312,12 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
     args.insert(args.end(), {"--lora-r", std::to_string(r.lora.r), "--lora-alpha", alpha, "--lora-targets",
                              lora_targets_text(r.lora)});
     if (r.lora.rslora) args.push_back("--lora-rslora");
+    if (r.base_bf16) args.push_back("--lora-base-bf16");
+    if (r.lora.dropout > 0) {
+      char dropout[32];
+      std::snprintf(dropout, sizeof dropout, "%.17g", r.lora.dropout);
+      args.insert(args.end(), {"--lora-dropout", dropout});
+    }
   }
   if (!co.offload_dir.empty()) {
     args.insert(args.end(), {"--mem-budget", std::to_string(std::max<std::size_t>(r.mem_budget_bytes, 1)),
@@ -441,9 +447,13 @@ OptimizerMode plan_mode(const PlanRequest& r, bool budget) {
 
 UnitSet plan_unit_set(const PlanRequest& r) { return r.zeroth_order ? UnitSet::ForwardOnly : UnitSet::Training; }
 
+UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const PlanRequest& r) {
+  return UnitTable(layout, act_floats, plan_unit_set(r), r.base_bf16 && r.lora.on());
+}
+
 std::size_t plan_min_budget_bytes(const PlanRequest& r) {
   const ParamLayout layout = ParamLayout::of(r.config, r.lora);
-  const UnitTable units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq), plan_unit_set(r));
+  const UnitTable units = plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq), r);
   ThreadPool pool(1);
   const Executor streaming(pool, r.config, units, r.batch, r.seq, r.keep_activations, plan_mode(r, true),
                            r.precision);
@@ -461,7 +471,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   const GptConfig& cfg = r.config;
   cfg.validate();
   const ParamLayout layout = ParamLayout::of(cfg, r.lora);
-  const UnitTable units(layout, Executor::activation_unit_floats(cfg, r.batch, r.seq), plan_unit_set(r));
+  const UnitTable units = plan_units(layout, Executor::activation_unit_floats(cfg, r.batch, r.seq), r);
   ThreadPool pool(1);
   Plan p;
   p.mode = plan_mode(r, r.mem_budget_bytes > 0);

@@ -45,11 +45,15 @@ struct PlanRequest {
   Precision precision = Precision::Fp32;
   bool zeroth_order = false;  // --optimizer zo-sgd: two forward passes a step (Note [zeroth-order step])
   LoraConfig lora = {};       // adapters over a frozen base (Note [lora segments]); r 0 = none
+  bool base_bf16 = false;     // with lora: the frozen layers kept in bf16 (Note [frozen bf16 base])
 };
 
 // How a request's executor runs its updates (with a budget or in RAM), and which units it has.
 OptimizerMode plan_mode(const PlanRequest& request, bool budget);
 UnitSet plan_unit_set(const PlanRequest& request);
+// The request's unit table over `layout` (ParamLayout::of(config, lora)) for activation units
+// of act_floats: plan_unit_set's units, bf16 frozen layers with base_bf16.
+UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const PlanRequest& request);
 
 // Measured compute of one step's pieces on this machine (Note [plan calibration]).
 struct ComputeTiming {

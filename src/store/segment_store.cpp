@@ -100,6 +100,15 @@ float* const* GroupHolds::chunks(int segment, SegmentKind kind) const {
   return data_.data() + first;
 }
 
+const TensorView* GroupHolds::views(int segment, SegmentKind kind) const {
+  const UnitTable& units = store_->units();
+  const std::size_t first = position(units.index(segment, kind, 0));
+  const int count = units.chunk_count(segment, kind);
+  for (int c = 0; c < count; ++c)
+    STRATUM_ASSERT(first + c < units_.size() && units_[first + c] == units.index(segment, kind, c));
+  return views_.data() + first;
+}
+
 void GroupHolds::release() {
   while (!units_.empty()) {
     store_->release_unit(units_.back());

@@ -129,6 +129,7 @@ class SegmentChunksHold {
   }
   float* tensor(const TensorSlot& t) const { return chunks()[t.chunk] + layout_->offset_in_chunk(t); }
   const TensorView& view(int chunk) const { return views_[chunk]; }
+  const TensorView* views() const { return views_.data(); }  // every chunk, typed
   // Tensor t of the segment as a typed view, shaped as the layout says when it is a matrix.
   TensorView tensor_view(const TensorSlot& t) const {
     const TensorView flat = views_[t.chunk].slice(layout_->offset_in_chunk(t), t.numel);
@@ -161,6 +162,8 @@ class GroupHolds {
   float* data(int segment, SegmentKind kind, int chunk = 0) const { return view(segment, kind, chunk).f32(); }
   // Every chunk of (segment, kind), which the group lists consecutively in chunk order.
   float* const* chunks(int segment, SegmentKind kind) const;
+  // The same chunks as typed views (fp32 or, for a bf16 params unit, bf16).
+  const TensorView* views(int segment, SegmentKind kind) const;
 
  private:
   std::size_t position(int unit) const;

@@ -9,8 +9,8 @@
 namespace stratum {
 
 UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet set, bool param_bf16)
-    : layout_(&layout), act_floats_(align_up(act_floats, 1024)), param_bf16_(param_bf16) {
-  STRATUM_ASSERT(set == UnitSet::Inference || !param_bf16);
+    : layout_(&layout), act_floats_(align_up(act_floats, 1024)), param_bf16_(param_bf16), set_(set) {
+  STRATUM_ASSERT(set == UnitSet::Inference || !param_bf16 || layout.has_lora());
   const bool params_only = set != UnitSet::Training;
   const int segments = layout.segment_count();
   first_unit_.assign(static_cast<std::size_t>(segments) * kSegmentKindCount, -1);
@@ -48,9 +48,11 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet 
 }
 
 DType UnitTable::dtype_of(int segment, SegmentKind kind) const {
-  return param_bf16_ && kind == SegmentKind::Params && layout_->segments()[segment].role != SegmentRole::Lora
-             ? DType::BF16
-             : DType::F32;
+  if (!param_bf16_ || kind != SegmentKind::Params) return DType::F32;
+  const SegmentRole role = layout_->segments()[segment].role;
+  if (set_ == UnitSet::Inference) return role != SegmentRole::Lora ? DType::BF16 : DType::F32;
+  // Training over a frozen base (Note [frozen bf16 base] in model/block_policy.h): its layers.
+  return role == SegmentRole::Layer && !layout_->trainable(segment) ? DType::BF16 : DType::F32;
 }
 
 int UnitTable::find(int segment, SegmentKind kind, int chunk) const {

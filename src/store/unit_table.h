@@ -34,7 +34,8 @@ class UnitTable {
   // activation unit, its KV cache; Note [KV cache units] in infer/decoder.h).
   // param_bf16: params units hold bfloat16 (2 bytes an element, at the same element offsets as
   // fp32) instead of fp32: an inference store keeps a bf16 checkpoint as stored (Note [bf16
-  // weights] in infer/decoder.h). Only with Inference.
+  // weights] in infer/decoder.h). With Inference every params unit but the adapters'; with a
+  // LoRA layout in training, the frozen layers' (Note [frozen bf16 base] in model/block_policy.h).
   UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet set = UnitSet::Training, bool param_bf16 = false);
 
   const ParamLayout& layout() const { return *layout_; }
@@ -72,13 +73,14 @@ class UnitTable {
     int file;
     std::size_t file_offset_bytes;
   };
-  // BF16 for the params of a param_bf16 table, except LoRA adapters, which stay fp32 beside a bf16
-  // base (Note [lora segments]); else F32.
+  // BF16 for the params of a param_bf16 table (inference: all but the LoRA adapters, which stay
+  // fp32 beside a bf16 base, Note [lora segments]; training: the frozen layers); else F32.
   DType dtype_of(int segment, SegmentKind kind) const;
 
   const ParamLayout* layout_;
   std::size_t act_floats_;
   bool param_bf16_;
+  UnitSet set_;
   std::vector<Unit> units_;
   std::vector<int> first_unit_;   // [segment * kSegmentKindCount + kind] -> first unit, -1 if none
   std::vector<int> chunks_;       // [segment * kSegmentKindCount + kind] -> chunk count

@@ -166,9 +166,11 @@ std::string train_checkpoint_root(const std::string& path) {
 }
 
 std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip,
-                                   Precision precision, TrainOptimizer optimizer, const LoraConfig& lora) {
+                                   Precision precision, TrainOptimizer optimizer, const LoraConfig& lora,
+                                   bool base_bf16) {
   PlanRequest request;
   request.lora = lora;
+  request.base_bf16 = base_bf16;
   request.zeroth_order = optimizer == TrainOptimizer::ZoSgd;
   request.config = cfg;
   request.batch = batch;
@@ -338,11 +340,13 @@ void TrainRun::data_load() {
 void TrainRun::store_make() {
   layout_ = std::make_unique<ParamLayout>(ParamLayout::of(cfg_, lora_));
   // The run as the planner sees it: its units and optimizer mode come from the same request.
+  // A LoRA run over a base stored in bf16 keeps its frozen layers bf16 (Note [frozen bf16 base]).
+  const bool base_bf16 = lora_.on() && !o_.model_dir.empty() && model_weights_bf16(o_.model_dir);
   const PlanRequest request{cfg_,         o_.batch,           o_.seq,      o_.keep_activations,
                             o_.grad_clip, o_.mem_budget_bytes, o_.prefetch, o_.precision,
-                            o_.optimizer == TrainOptimizer::ZoSgd, lora_};
-  units_ = std::make_unique<UnitTable>(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq),
-                                       plan_unit_set(request));
+                            o_.optimizer == TrainOptimizer::ZoSgd, lora_, base_bf16};
+  units_ = std::make_unique<UnitTable>(
+      plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq), request));
   exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, o_.keep_activations,
                                      plan_mode(request, o_.mem_budget_bytes > 0), o_.precision);
   if (const std::string note = backend_precision_note(o_.precision); !note.empty())
@@ -487,7 +491,13 @@ void TrainRun::loop() {
   MetricsLog log = o_.log_path.empty() ? MetricsLog()
                    : start_step_ > 0   ? MetricsLog(o_.log_path, start_step_)
                                        : MetricsLog(o_.log_path);
-  const std::size_t param_bytes = layout_->num_params() * sizeof(float);
+  std::size_t param_bytes = 0;  // as held: a frozen bf16 base's layers at 2 bytes (Note [frozen bf16 base])
+  for (int s = 0; s < layout_->segment_count(); ++s) {
+    std::size_t numel = 0;
+    for (const TensorSlot& t : layout_->segments()[s].tensors) numel += t.numel;
+    if (numel == 0) continue;
+    param_bytes += numel * dtype_size_bytes(units_->dtype(units_->index(s, SegmentKind::Params)));
+  }
   const std::size_t trained_bytes = layout_->num_trainable_params() * sizeof(float);  // with LoRA: the adapters'
   const bool zo = o_.optimizer == TrainOptimizer::ZoSgd;
   if (lora_.on())

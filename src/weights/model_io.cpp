@@ -263,19 +263,43 @@ void optimizer_write_file(const std::string& path, const ParamLayout& layout, Se
               {{"format", "pt"}, {"stratum", "adamw_moments"}}, SegmentSelect::Trainable);
 }
 
+namespace {
+// Tensor t of a held params segment: its values written (fp32, or rounded to a bf16 unit's bf16),
+// and read as fp32 (in place, or a bf16 unit's widened exactly into scratch).
+void tensor_put(const SegmentChunksHold& params, const TensorSlot& t, const std::vector<float>& v) {
+  const TensorView view = params.tensor_view(t);
+  if (view.dtype() == DType::F32) {
+    std::copy(v.begin(), v.end(), view.f32());
+    return;
+  }
+  std::uint16_t* out = view.bf16();
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+}
+const float* tensor_get(const SegmentChunksHold& params, const TensorSlot& t, std::vector<float>& scratch) {
+  const TensorView view = params.tensor_view(t);
+  if (view.dtype() == DType::F32) return view.f32();
+  scratch.resize(t.numel);
+  bf16_widen(scratch.data(), view.bf16(), t.numel);
+  return scratch.data();
+}
+}  // namespace
+
 void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store, std::uint64_t seed) {
   Rng rng(seed);
+  std::vector<float> values;
   if (cfg.llama()) {  // transformers' LlamaPreTrainedModel: every weight N(0, 0.02), norms 1
     for (int s = 0; s < layout.segment_count(); ++s) {
       if (!segment_selected(layout, s, SegmentSelect::Base)) continue;  // adapters: lora_init_random
       SegmentChunksHold params(store, s, SegmentKind::Params, Access::Overwrite);
       for (const auto& t : layout.segments()[s].tensors) {
-        float* p = params.tensor(t);
+        values.resize(t.numel);
+        float* p = values.data();
         if (t.shape.size() == 1) {
           std::fill(p, p + t.numel, 1.0f);
         } else {
           for (std::size_t i = 0; i < t.numel; ++i) p[i] = static_cast<float>(rng.normal() * 0.02);
         }
+        tensor_put(params, t, values);
       }
     }
     return;
@@ -285,7 +309,8 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
     if (!segment_selected(layout, s, SegmentSelect::Base)) continue;  // adapters: lora_init_random
     SegmentChunksHold params(store, s, SegmentKind::Params, Access::Overwrite);
     for (const auto& t : layout.segments()[s].tensors) {
-      float* p = params.tensor(t);
+      values.resize(t.numel);
+      float* p = values.data();
       const bool is_ln = t.name.find("ln_") != std::string::npos;
       const bool is_weight = t.name.size() >= 7 && t.name.compare(t.name.size() - 7, 7, ".weight") == 0;
       if (is_ln) {
@@ -297,6 +322,7 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
         const double std = residual ? residual_std : 0.02;
         for (std::size_t i = 0; i < t.numel; ++i) p[i] = static_cast<float>(rng.normal() * std);
       }
+      tensor_put(params, t, values);
     }
   }
 }
@@ -372,11 +398,15 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
 }
 
 std::uint64_t model_params_hash(const ParamLayout& layout, SegmentStore& store) {
-  // XXH3-64 (core/hash.h) of every parameter's fp32 bit pattern, little-endian, in layout order.
+  // XXH3-64 (core/hash.h) of every parameter's fp32 bit pattern, little-endian, in layout order
+  // (a bf16 unit's widened: a frozen bf16 base hashes as its fp32 widening, Note [frozen bf16 base]).
   Hash64Stream hash;
+  std::vector<float> values;
   for (int s = 0; s < layout.segment_count(); ++s) {
     SegmentChunksHold params(store, s, SegmentKind::Params, Access::Read);
-    for (const auto& t : layout.segments()[s].tensors) hash.update(params.tensor(t), t.numel * sizeof(float));
+    for (const auto& t : layout.segments()[s].tensors) {
+      hash.update(tensor_get(params, t, values), t.numel * sizeof(float));
+    }
   }
   return hash.digest();
 }

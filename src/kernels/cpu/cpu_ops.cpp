@@ -157,6 +157,10 @@ void CpuOps::zo_update(float* x, std::size_t n, std::uint64_t first, const ZoUpd
   stratum::zo_update(pool_, x, n, first, u);
 }
 
+void CpuOps::bf16_widen(float* out, const std::uint16_t* in, std::size_t n) const {
+  bf16_widen_f32(pool_, out, in, n);
+}
+
 void CpuOps::dropout(float* y, int ldy, const float* x, int ldx, int M, int n, std::uint64_t key, float p,
                      bool accumulate) const {
   dropout_rows(pool_, y, ldy, x, ldx, M, n, key, p, accumulate);

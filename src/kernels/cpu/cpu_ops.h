@@ -70,6 +70,7 @@ class CpuOps final : public Ops {
   void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n, const AdamWHyper& hyper,
                     double weight_decay, float grad_scale) const override;
   void zo_update(float* x, std::size_t n, std::uint64_t first, const ZoUpdate& u) const override;
+  void bf16_widen(float* out, const std::uint16_t* in, std::size_t n) const override;
   void dropout(float* y, int ldy, const float* x, int ldx, int M, int n, std::uint64_t key, float p,
                bool accumulate) const override;
 

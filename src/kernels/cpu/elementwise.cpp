@@ -1,8 +1,9 @@
-// Residual add and sum of squares; see elementwise.h.
+// Residual add, sum of squares and bf16 widening; see elementwise.h.
 #include "kernels/cpu/elementwise.h"
 
 #include <vector>
 
+#include "core/bf16.h"
 #include "core/simd.h"
 
 namespace stratum {
@@ -13,6 +14,11 @@ constexpr std::size_t kChunk = 65536;
 STRATUM_SIMD_CLONES
 void add_range(float* out, const float* a, const float* b, std::size_t i0, std::size_t i1) {
   for (std::size_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+}
+
+STRATUM_SIMD_CLONES
+void widen_range(float* out, const std::uint16_t* in, std::size_t i0, std::size_t i1) {
+  for (std::size_t i = i0; i < i1; ++i) out[i] = bf16_to_f32(in[i]);
 }
 
 STRATUM_SIMD_CLONES
@@ -49,6 +55,10 @@ double sum_squares(ThreadPool& pool, const float* x, std::size_t n) {
   double total = 0.0;
   for (double p : partial) total += p;
   return total;
+}
+
+void bf16_widen_f32(ThreadPool& pool, float* out, const std::uint16_t* in, std::size_t n) {
+  pool.parallel_for(n, [&](std::size_t i0, std::size_t i1) { widen_range(out, in, i0, i1); }, kChunk);
 }
 
 }  // namespace stratum

@@ -1,11 +1,15 @@
-// Small elementwise and reduction kernels (residual add, sum of squares). Does not own memory.
+// Small elementwise and reduction kernels (residual add, sum of squares, bf16 widening). Does not own memory.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/thread_pool.h"
 
 namespace stratum {
+
+// out (n) = in (n) widened from bfloat16 (exact), over fixed ranges.
+void bf16_widen_f32(ThreadPool& pool, float* out, const std::uint16_t* in, std::size_t n);
 
 // out (n) = a + b; out may alias a or b.
 void add_f32(ThreadPool& pool, float* out, const float* a, const float* b, std::size_t n);
