@@ -4,8 +4,8 @@ budgets, in the same run, plus a full fine-tune of the same model for comparison
 
 Default: the model in --model (e.g. the ~1.1B Llama of tools/make_random_llama.py --preset 1b),
 B=4, T=256, LoRA r=16 alpha=32 on q,k,v,o. Budgets are fractions of the base's bytes as the
-engine holds them (fp32: 4 bytes a parameter); a fraction below the run's minimum budget runs at
-the minimum (and says so). Per configuration: median step time (first step excluded), the ratio
+engine holds them (a bf16 checkpoint's layers at 2 bytes, the rest fp32); a fraction below the
+run's minimum budget runs at the minimum (and says so). Per configuration: median step time (first step excluded), the ratio
 to LoRA in RAM, tokens/s, stall per step, bytes read/written per step, peak RSS against the
 budget, the plan's prediction and the params hash (the same in every LoRA configuration).
 --full-budget SIZE adds a full fine-tune (AdamW on every weight) under that budget (in RAM when
@@ -61,7 +61,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--targets", default="q_proj,k_proj,v_proj,o_proj")
-    p.add_argument("--budget-frac", default="0.25,0.10", help="fractions of the base's fp32 bytes")
+    p.add_argument("--budget-frac", default="0.25,0.10", help="fractions of the base's bytes as held")
     p.add_argument("--full-budget", default=None, help="also a full fine-tune under this budget (0 = in RAM)")
     args = p.parse_args()
 
@@ -88,7 +88,7 @@ def main():
             budget = int(float(size[:-1]) * (1 << mult)) if mult else int(size)
             runs.append(run_train(args, budget, False, log))
     ram = runs[0]["step_ms"]
-    print(f"LoRA r={args.lora_r} on {args.targets}, {args.model}: base {base_mib:.0f} MiB (fp32), minimum budget "
+    print(f"LoRA r={args.lora_r} on {args.targets}, {args.model}: base {base_mib:.0f} MiB (as held), minimum budget "
           f"{min_mib:.0f} MiB; B={args.batch} T={args.seq}, {args.threads} threads")
     print(f"{'config':34} {'step ms':>9} {'x RAM':>6} {'tok/s':>7} {'stall':>7} {'read MiB':>9} {'write MiB':>9} "
           f"{'RSS MiB':>8} {'plan ms':>8}  hash")
