@@ -14,7 +14,6 @@
 #include <cstring>
 #include <limits>
 #include <filesystem>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,14 +58,7 @@ std::string latest_of(const std::string& root) {
   return file_exists(root + "/latest") ? file_read_all(root + "/latest") : "";
 }
 
-// Leftovers of unfinished writes under a checkpoint root.
-int temporaries(const std::string& root) {
-  int n = 0;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(root, ec))
-    if (entry.path().filename().string().find(".tmp.") != std::string::npos) ++n;
-  return n;
-}
+using testing::checkpoint_temporaries;
 
 class Checkpoint : public ::testing::Test {
  protected:
@@ -183,9 +175,9 @@ TEST_F(Checkpoint, WriteFaultsAndACrashMidWriteLeaveThePreviousCheckpoint) {
       EXPECT_NE(r.errors.find(f.words), std::string::npos) << r.errors;
       EXPECT_NE(r.errors.find("[checkpoint] saving step 4"), std::string::npos) << r.errors;
       EXPECT_NE(r.errors.find("the checkpoints written before are intact"), std::string::npos) << r.errors;
-      EXPECT_EQ(temporaries(root), 0) << "a failed write removes its temporary directory";
+      EXPECT_EQ(checkpoint_temporaries(root), 0) << "a failed write removes its temporary directory";
     } else {
-      EXPECT_EQ(temporaries(root), 1) << "SIGKILL mid-write leaves the temporary directory (removed next time)";
+      EXPECT_EQ(checkpoint_temporaries(root), 1) << "SIGKILL mid-write leaves the temporary directory (removed next time)";
     }
     EXPECT_EQ(latest_of(root), "step-00000003\n");
     EXPECT_FALSE(dir_exists(root + "/step-00000004"));
@@ -194,7 +186,7 @@ TEST_F(Checkpoint, WriteFaultsAndACrashMidWriteLeaveThePreviousCheckpoint) {
   r = run_stratum("train --resume " + quote(root));
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_EQ(params_hash(r), ref_hash_);
-  EXPECT_EQ(temporaries(root), 0);
+  EXPECT_EQ(checkpoint_temporaries(root), 0);
 }
 
 TEST_F(Checkpoint, DamagedCheckpointsAreDetectedAndSkipped) {
@@ -500,7 +492,7 @@ TEST(CheckpointFormat, OnlyVerifiedCheckpointsHaveFinalNamesAndPruningLeavesNoHa
     EXPECT_NE(std::string(e.what()).find("does not verify"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(checkpoint_list(root).empty()) << "no step-00000003";
-  EXPECT_EQ(temporaries(root), 0);
+  EXPECT_EQ(checkpoint_temporaries(root), 0);
   EXPECT_FALSE(file_exists(root + "/latest"));
 
   TrainerState state = testing::trainer_state_minimal();
@@ -509,14 +501,14 @@ TEST(CheckpointFormat, OnlyVerifiedCheckpointsHaveFinalNamesAndPruningLeavesNoHa
     checkpoint_write(root, step, 1, files(trainer_state_json(state)));
   }
   EXPECT_EQ(checkpoint_list(root), std::vector<std::string>{"step-00000002"});
-  EXPECT_EQ(temporaries(root), 0) << "the pruned step-00000001 is gone, not left aside";
+  EXPECT_EQ(checkpoint_temporaries(root), 0) << "the pruned step-00000001 is gone, not left aside";
   // What a kill in the middle of pruning leaves: a half-deleted checkpoint under a temporary name.
   std::filesystem::create_directories(root + "/.step-00000001.tmp.999.old");
   file_write_atomic(root + "/.step-00000001.tmp.999.old/config.json", "x");
   EXPECT_EQ(checkpoint_list(root), std::vector<std::string>{"step-00000002"}) << "never taken for a checkpoint";
   state.step = 3;
   checkpoint_write(root, 3, 1, files(trainer_state_json(state)));
-  EXPECT_EQ(temporaries(root), 0) << "the next write removes it";
+  EXPECT_EQ(checkpoint_temporaries(root), 0) << "the next write removes it";
   EXPECT_EQ(checkpoint_list(root), std::vector<std::string>{"step-00000003"});
 }
 
@@ -584,47 +576,21 @@ TEST(CheckpointCrash, RandomKillsThenResumeGiveTheUninterruptedBits) {
   const double run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(ref.exit_code, 0) << ref.errors;
 
-  // Rounds of: start fresh, then kill/resume until a run finishes; each finished round must give
-  // the reference bits. Until 10 kills have landed.
-  std::mt19937 rng(12345);
-  std::uniform_real_distribution<double> delay(0.05 * run_ms, 0.7 * run_ms);
-  int kills = 0, runs = 0, rounds = 0;
-  while (kills < 10 || rounds == 0) {
-    const std::string root = tmp.file("ck" + std::to_string(rounds));
-    CommandResult last;
-    for (;;) {
-      ++runs;
-      ASSERT_LT(runs, 300) << "no progress";
-      std::string args = file_exists(root + "/latest") ? "train --resume " + quote(root) + " --quiet"
-                                                       : train_args(tokens, steps) + " --save " + quote(root) +
-                                                             " --save-every 1";
-      if (runs % 2 == 0) args += budget_args(tmp.file("off"), 1 + runs % 3);
-      StratumProcess p(args);
-      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(delay(rng));
-      while (kills < 10 && std::chrono::steady_clock::now() < until && p.running())
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      if (kills < 10 && p.running()) {
-        p.signal(SIGKILL);
-        if (p.wait().exit_code == 128 + SIGKILL) {
-          ++kills;
-          continue;
-        }
-      }
-      last = p.wait();
-      ASSERT_EQ(last.exit_code, 0) << "a resumed run failed:\n" << last.errors;
-      break;
-    }
-    ++rounds;
-    EXPECT_EQ(params_hash(last), params_hash(ref)) << "round " << rounds << ", " << kills << " kills so far";
-    // Every checkpoint left (a kill during pruning left a half-deleted one) and `latest` verify.
-    const CommandResult verified = run_stratum("verify " + quote(root));
-    EXPECT_EQ(verified.exit_code, 0) << verified.output;
-    EXPECT_EQ(temporaries(root), 0);
-  }
-  std::printf("[crash test] %d kills, %d runs, %d rounds, every round exact\n", kills, runs, rounds);
+  // Rounds of: start fresh, then kill/resume until a run finishes, alternating in RAM and under a
+  // budget; each finished round must give the reference bits. Until 10 kills have landed.
+  const testing::CrashRounds c =
+      testing::crash_rounds(tmp.path(), run_ms, params_hash(ref), 10, [&](const std::string& root, int run) {
+        std::string args = file_exists(root + "/latest")
+                               ? "train --resume " + quote(root) + " --quiet"
+                               : train_args(tokens, steps) + " --save " + quote(root) + " --save-every 1";
+        if (run % 2 == 0) args += budget_args(tmp.file("off"), 1 + run % 3);
+        return args;
+      });
+  EXPECT_EQ(c.problem, "");
+  std::printf("[crash test] %d kills, %d runs, %d rounds, every round exact\n", c.kills, c.runs, c.rounds);
 
   // The issue-13 fault scenarios on the last round's directory, so that they stay fixed.
-  const std::string root = tmp.file("ck" + std::to_string(rounds - 1));
+  const std::string root = c.last_root;
   const std::string newest = checkpoint_model_dir(root);
   // A fresh run into a directory holding another run's checkpoints is refused (it pruned them).
   CommandResult r = run_stratum(train_args(tokens, steps) + " --save " + quote(root) + " --seed 5");

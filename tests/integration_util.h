@@ -8,14 +8,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -243,6 +247,60 @@ inline GoldenBatch golden_batch(const std::string& dir, int B, int T) {
   const std::size_t n = static_cast<std::size_t>(B) * T;
   return {std::vector<std::int32_t>(tokens.begin(), tokens.begin() + n),
           std::vector<std::int32_t>(tokens.begin() + 1, tokens.begin() + n + 1)};
+}
+
+// Leftovers of unfinished writes (".tmp." names) under a checkpoint root.
+inline int checkpoint_temporaries(const std::string& root) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec))
+    if (entry.path().filename().string().find(".tmp.") != std::string::npos) ++n;
+  return n;
+}
+
+// Crash rounds (Note [checkpoints]): each round runs command(root, run) (a fresh run saving a
+// checkpoint every step into `root`, or, once root has `latest`, its resume; run counts every
+// start) and SIGKILLs it at a random moment (uniform in [0.05, 0.7] x run_ms) until one run
+// finishes; that run's params hash must be want_hash, `stratum verify root` must pass and no
+// temporaries may be left. Rounds go on until `kills` kills have landed. problem: the failures
+// (empty when every round was exact); roots are work/ck0, ck1, ...
+struct CrashRounds {
+  int kills = 0, runs = 0, rounds = 0;
+  std::string last_root, problem;
+};
+inline CrashRounds crash_rounds(const std::string& work, double run_ms, const std::string& want_hash, int kills,
+                                const std::function<std::string(const std::string& root, int run)>& command) {
+  CrashRounds c;
+  std::mt19937 rng(12345);
+  std::uniform_real_distribution<double> delay(0.05 * run_ms, 0.7 * run_ms);
+  while ((c.kills < kills || c.rounds == 0) && c.problem.empty()) {
+    c.last_root = work + "/ck" + std::to_string(c.rounds);
+    CommandResult last;
+    for (;;) {
+      if (++c.runs >= 300) return c.problem = "no progress after 300 runs", c;
+      StratumProcess p(command(c.last_root, c.runs));
+      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(delay(rng));
+      while (c.kills < kills && std::chrono::steady_clock::now() < until && p.running())
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (c.kills < kills && p.running()) {
+        p.signal(SIGKILL);
+        if (p.wait().exit_code == 128 + SIGKILL) {
+          ++c.kills;
+          continue;
+        }
+      }
+      last = p.wait();
+      break;
+    }
+    ++c.rounds;
+    const std::string round = "round " + std::to_string(c.rounds) + ": ";
+    if (last.exit_code != 0) c.problem += round + "a resumed run failed: " + last.errors;
+    else if (params_hash_of(last.errors) != want_hash) c.problem += round + "hash " + params_hash_of(last.errors);
+    const CommandResult verified = run_stratum("verify '" + c.last_root + "'");
+    if (verified.exit_code != 0) c.problem += round + "verify: " + verified.output + verified.errors;
+    if (checkpoint_temporaries(c.last_root) != 0) c.problem += round + "temporaries left";
+  }
+  return c;
 }
 
 // DIR's model as a bf16 checkpoint in OUT: config.json copied, every weight (shards too) rounded

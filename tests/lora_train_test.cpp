@@ -4,6 +4,7 @@
 // PEFT adapter directory (names, shapes, config keys) and bad input.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -470,6 +471,39 @@ TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
               "")
         << golden;
   }
+}
+
+// Crash safety of LoRA checkpoints (the adapter directory, its optimizer and trainer state): a
+// run with dropout saving every step, SIGKILLed at random moments (many mid-save) and resumed
+// over the same --model base, alternating in RAM and at the smallest budget, ends with the
+// uninterrupted run's bits (testing::crash_rounds, as CheckpointCrash for full training).
+TEST(LoraTrain, KilledMidCheckpointResumesToTheUninterruptedBits) {
+  const std::string dir = source_path("tests/golden/tiny_llama");
+  testing::TempDir tmp;
+  const std::string train = "train --model " + dir + " --data " + dir + "/tokens.bin --lora-init " + dir +
+                            "/lora_init --lora-dropout 0.1 --batch 2 --seq 16 --steps 30 --lr 1e-2 --threads 2 --quiet";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ref = testing::run_stratum(train + " --save " + tmp.file("ref") + " --save-every 1");
+  const double run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(ref.exit_code, 0) << ref.errors;
+  const GptConfig cfg = model_read_config(dir);
+  LoraConfig lora = adapter_config_read(dir + "/lora_init", cfg.arch);
+  lora.dropout = 0.1;
+  const std::size_t min_budget =
+      train_min_budget_bytes(cfg, 2, 16, false, 1.0, Precision::Fp32, TrainOptimizer::AdamW, lora);
+  std::filesystem::create_directories(tmp.file("off"));
+  const testing::CrashRounds c = testing::crash_rounds(
+      tmp.path(), run_ms, testing::params_hash_of(ref.errors), 6, [&](const std::string& root, int run) {
+        std::string args = file_exists(root + "/latest")
+                               ? "train --model " + dir + " --resume " + root + " --quiet --threads 2"
+                               : train + " --save " + root + " --save-every 1";
+        if (run % 2 == 0)
+          args += " --mem-budget " + std::to_string(min_budget) + " --offload-dir " + tmp.file("off") + " --prefetch " +
+                  std::to_string(run % 3);
+        return args;
+      });
+  EXPECT_EQ(c.problem, "");
+  std::printf("[lora crash test] %d kills, %d runs, %d rounds, every round exact\n", c.kills, c.runs, c.rounds);
 }
 
 // One line each, non-zero exit, nothing saved.
