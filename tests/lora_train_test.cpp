@@ -312,6 +312,56 @@ TEST(LoraTrain, MergeFoldsTheAdapterIntoTheBase) {
   EXPECT_NE(missing.errors.find("--adapter DIR is required"), std::string::npos) << missing.errors;
 }
 
+// A bf16 base merges into bf16 weights (PEFT's merge into bf16 weights: w + s B A rounded once):
+// every tensor BF16, torch_dtype bfloat16, the tensors no adapter touches bit-identical to the
+// base's, and the merged model's loss that of the adapters over the bf16 base within bf16 rounding.
+TEST(LoraTrain, MergeKeepsABf16BaseBf16) {
+  const std::string dir = source_path("tests/golden/tiny_llama");
+  testing::TempDir tmp;
+  const std::string base = tmp.file("bf16");
+  testing::bf16_model_copy(dir, base);
+  const auto r = testing::run_stratum("merge --model " + base + " --adapter " + dir + "/lora_init --out " +
+                                      tmp.file("merged") + " --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("(bf16, as the base)"), std::string::npos) << r.errors;
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(tmp.file("merged/config.json")))["torch_dtype"], "bfloat16");
+  const SafetensorsFile merged = SafetensorsFile::open(tmp.file("merged/model.safetensors"));
+  const SafetensorsFile original = SafetensorsFile::open(base + "/model.safetensors");
+  int same = 0, changed = 0;
+  for (const auto& info : merged.tensors()) {
+    EXPECT_EQ(info.dtype, DType::BF16) << info.name;
+    const auto* o = original.find(info.name);
+    ASSERT_NE(o, nullptr) << info.name;
+    std::vector<float> a(static_cast<std::size_t>(info.numel())), b(a.size());
+    merged.read_f32(info, a.data());
+    original.read_f32(*o, b.data());
+    const bool adapted =
+        info.name.find("_proj.weight") != std::string::npos && info.name.find("layers.") != std::string::npos;
+    if (adapted) changed += a != b;
+    else same += a == b;
+    if (!adapted) EXPECT_EQ(a, b) << info.name;
+  }
+  EXPECT_EQ(changed, 2 * 7) << "every adapted projection of both layers moved";
+  EXPECT_GT(same, 0);
+  const nlohmann::json args = nlohmann::json::parse(std::ifstream(dir + "/lora_args.json"));
+  const int B = args["batch"].get<int>(), T = args["seq"].get<int>();
+  const testing::GoldenBatch batch = testing::golden_batch(dir, B, T);
+  const auto loss_of = [&](const std::string& model, const std::string& adapter) {
+    const GptConfig cfg = model_read_config(model);
+    const ParamLayout layout =
+        adapter.empty() ? ParamLayout::of(cfg) : ParamLayout::of(cfg, adapter_config_read(adapter, cfg.arch));
+    RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, B, T));
+    model_load_weights(model, layout, store);
+    if (!adapter.empty()) adapter_load_weights(adapter, layout, store);
+    ThreadPool pool(2);
+    Executor exec(pool, cfg, store, B, T);
+    return exec.loss(batch.inputs.data(), batch.targets.data(), B, T);
+  };
+  const float adapted = loss_of(base, dir + "/lora_init"), folded = loss_of(tmp.file("merged"), "");
+  EXPECT_NEAR(folded, adapted, 1e-2);
+  std::printf("[lora merge bf16] adapted loss %.6f, merged bf16 %.6f\n", adapted, folded);
+}
+
 // generate --adapter: the decoder's logits with the adapters unmerged (row dot products for the
 // base, GEMMs for the adapters) against the training forward's with the same adapters
 // (Executor::logits_last), GPT-2 and Llama, in RAM and streamed at the smallest budget; a bf16

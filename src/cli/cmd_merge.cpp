@@ -1,6 +1,7 @@
 // `stratum merge`: a base model and a PEFT LoRA adapter folded into one Hugging Face directory
 // (w += s * B A in each adapted linear, as PEFT's merge_and_unload). Holds the model in RAM (fp32);
-// writes the merged weights as F32 with the base's config and tokenizer files.
+// writes the merged weights in the base's dtype (BF16 for a bf16 base, else F32) with the base's
+// config and tokenizer files.
 #include <cstdio>
 
 #include "backend/backend.h"
@@ -56,9 +57,13 @@ int cmd_merge(const std::vector<std::string>& argv) {
       lora_merge(*ops, block, k, base.tensor(w), !cfg.llama(), in, out);
     }
   }
-  model_save(args.str("out"), cfg, layout, store, base_dir);
-  std::fprintf(stderr, "[stratum] merged %s (r=%d, alpha %g on %s) into %s: %s\n", adapter_dir.c_str(), lora.r,
-               lora.alpha, lora_targets_text(lora).c_str(), base_dir.c_str(), args.str("out").c_str());
+  // A bf16 base gets bf16 merged weights (w + s B A in fp32, rounded once), as PEFT's merge into
+  // bf16 weights; anything else F32.
+  const bool bf16 = model_weights_bf16(base_dir);
+  model_save(args.str("out"), cfg, layout, store, base_dir, bf16 ? DType::BF16 : DType::F32);
+  std::fprintf(stderr, "[stratum] merged %s (r=%d, alpha %g on %s) into %s: %s (%s, as the base)\n",
+               adapter_dir.c_str(), lora.r, lora.alpha, lora_targets_text(lora).c_str(), base_dir.c_str(),
+               args.str("out").c_str(), bf16 ? "bf16" : "fp32");
   return 0;
 }
 

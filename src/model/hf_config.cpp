@@ -136,7 +136,7 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root) {
   return cfg;
 }
 
-void write_llama(const std::string& path, const GptConfig& cfg) {
+void write_llama(const std::string& path, const GptConfig& cfg, const char* torch_dtype) {
   nlohmann::ordered_json j;
   j["architectures"] = {"LlamaForCausalLM"};
   j["model_type"] = "llama";
@@ -169,7 +169,7 @@ void write_llama(const std::string& path, const GptConfig& cfg) {
   if (cfg.bos_token_id >= 0) j["bos_token_id"] = cfg.bos_token_id;
   if (cfg.eos_token_ids.size() == 1) j["eos_token_id"] = cfg.eos_token_ids[0];
   if (cfg.eos_token_ids.size() > 1) j["eos_token_id"] = cfg.eos_token_ids;
-  j["torch_dtype"] = "float32";
+  j["torch_dtype"] = torch_dtype;
   j["stratum_version"] = STRATUM_VERSION;
   file_write_atomic(path, j.dump(2) + "\n");
 }
@@ -236,14 +236,14 @@ GptConfig hf_config_read(const std::string& path) {
   return cfg;
 }
 
-void hf_config_write(const std::string& path, const GptConfig& cfg) {
+void hf_config_write(const std::string& path, const GptConfig& cfg, const char* torch_dtype) {
   try {
     cfg.validate();
   } catch (const Error& e) {
     STRATUM_FAIL(where(path), ": refusing to write an invalid config: ", e.what());
   }
   if (cfg.llama()) {
-    write_llama(path, cfg);
+    write_llama(path, cfg, torch_dtype);
     return;
   }
   nlohmann::ordered_json j;
@@ -264,7 +264,7 @@ void hf_config_write(const std::string& path, const GptConfig& cfg) {
   j["bos_token_id"] = 50256;
   j["eos_token_id"] = 50256;
   j["tie_word_embeddings"] = true;
-  j["torch_dtype"] = "float32";
+  j["torch_dtype"] = torch_dtype;
   j["stratum_version"] = STRATUM_VERSION;
   file_write_atomic(path, j.dump(2) + "\n");
 }

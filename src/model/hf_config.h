@@ -17,6 +17,7 @@ namespace stratum {
 GptConfig hf_config_read(const std::string& config_json_path);
 
 // Validates cfg, then writes config.json atomically (temporary file + fsync + rename).
-void hf_config_write(const std::string& config_json_path, const GptConfig& cfg);
+// torch_dtype: what the weights beside it are stored as ("float32" or "bfloat16").
+void hf_config_write(const std::string& config_json_path, const GptConfig& cfg, const char* torch_dtype = "float32");
 
 }  // namespace stratum

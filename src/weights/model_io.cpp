@@ -159,8 +159,11 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
 
 void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStore& store,
                  const std::vector<std::pair<SegmentKind, std::string>>& kinds,
-                 const std::map<std::string, std::string>& metadata, SegmentSelect select, const std::string& prefix) {
+                 const std::map<std::string, std::string>& metadata, SegmentSelect select, const std::string& prefix,
+                 DType out) {
+  STRATUM_ASSERT(out == DType::F32 || out == DType::BF16);
   std::unique_ptr<SegmentHold> hold;
+  std::vector<std::uint16_t> rounded;  // the current BF16 piece (valid until the next data_fn call)
   struct Held {
     int segment = -1, chunk = -1;
     SegmentKind kind = SegmentKind::Params;
@@ -176,16 +179,17 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
     for (int s : order) {
       for (const auto& t : layout.segments()[s].tensors) {
         if (t.row0 != 0) continue;  // written as a piece of the entry of its first slot
-        SafetensorsWriteEntry e{prefix + layout.hf_name(t) + suffix, DType::F32, t.hf_shape, nullptr, {}, {}};
+        SafetensorsWriteEntry e{prefix + layout.hf_name(t) + suffix, out, t.hf_shape, nullptr, {}, {}};
         struct Piece {
           int segment, chunk;
           std::size_t offset;  // in the chunk
+          std::size_t numel;
         };
         std::vector<Piece> pieces;
         for (const auto& [ps, pt] : layout.find(t.name)) {
           const TensorSlot& slot = layout.segments()[ps].tensors[pt];
-          pieces.push_back({ps, slot.chunk, layout.segments()[ps].offset_in_chunk(slot)});
-          e.piece_bytes.push_back(slot.numel * sizeof(float));
+          pieces.push_back({ps, slot.chunk, layout.segments()[ps].offset_in_chunk(slot), slot.numel});
+          e.piece_bytes.push_back(slot.numel * dtype_size_bytes(out));
         }
         e.data_fn = [&, pieces, kind = kind](std::size_t piece) -> const void* {
           const Piece& p = pieces[piece];
@@ -195,7 +199,14 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
             hold = std::make_unique<SegmentHold>(store, p.segment, kind, Access::Read, p.chunk);
             held = want;
           }
-          return hold->data() + p.offset;
+          const TensorView v = hold->view().slice(p.offset, p.numel);
+          if (v.dtype() == out) return v.data();
+          rounded.resize(p.numel);
+          if (v.dtype() == DType::F32) {
+            for (std::size_t i = 0; i < p.numel; ++i) rounded[i] = f32_to_bf16(v.f32()[i]);
+            return rounded.data();
+          }
+          STRATUM_FAIL("[model.save] cannot write bf16 units as F32");  // no caller asks for it
         };
         entries.push_back(std::move(e));
       }
@@ -352,11 +363,11 @@ void dir_swap_in(const std::string& tmp, const std::string& dir) {
 }  // namespace
 
 void model_write_files(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
-                       const std::string& tokenizer_dir, bool weights) {
-  hf_config_write(dir + "/config.json", cfg);
+                       const std::string& tokenizer_dir, bool weights, DType dtype) {
+  hf_config_write(dir + "/config.json", cfg, dtype == DType::BF16 ? "bfloat16" : "float32");
   if (weights)
     write_kinds(dir + "/model.safetensors", layout, store, {{SegmentKind::Params, ""}}, {{"format", "pt"}},
-                SegmentSelect::Base);
+                SegmentSelect::Base, "", dtype);
   if (!tokenizer_dir.empty()) {
     // Every tokenizer file the source has, under Hugging Face names.
     const std::pair<const char*, const char*> files[] = {
@@ -371,7 +382,7 @@ void model_write_files(const std::string& dir, const GptConfig& cfg, const Param
 }
 
 void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
-                const std::string& tokenizer_dir) {
+                const std::string& tokenizer_dir, DType dtype) {
   std::string dir = dir_in;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const std::string parent = std::filesystem::path(dir).parent_path().empty()
@@ -386,7 +397,7 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
   std::filesystem::remove_all(tmp, ec);
   dir_create(tmp);
   try {
-    model_write_files(tmp, cfg, layout, store, tokenizer_dir);
+    model_write_files(tmp, cfg, layout, store, tokenizer_dir, true, dtype);
     dir_fsync(tmp);
     dir_swap_in(tmp, dir);
     dir_fsync(parent);

@@ -45,9 +45,10 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
 // tokenizer_dir when it is non-empty (tokenizer.json, tokenizer_config.json, vocab.json +
 // merges.txt, or encoder.json + vocab.bpe saved as the latter two). The directory is built under a
 // temporary name, fsynced and swapped in atomically, so `dir` always holds either the previous
-// complete model or the new one.
+// complete model or the new one. dtype: the weights as F32, or as BF16 (rounded nearest-even,
+// torch_dtype bfloat16: stratum merge over a bf16 base, as PEFT's merge into bf16 weights).
 void model_save(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
-                const std::string& tokenizer_dir);
+                const std::string& tokenizer_dir, DType dtype = DType::F32);
 
 // The files of a Hugging Face directory (config.json, model.safetensors and the tokenizer files
 // from tokenizer_dir when non-empty, as model_save) written into the existing directory `dir`
@@ -55,7 +56,7 @@ void model_save(const std::string& dir, const GptConfig& cfg, const ParamLayout&
 // model.safetensors (a LoRA checkpoint: the base's config and tokenizer beside the adapter).
 // Only the base's segments are written (adapters: weights/adapter_io.h).
 void model_write_files(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
-                       const std::string& tokenizer_dir, bool weights = true);
+                       const std::string& tokenizer_dir, bool weights = true, DType dtype = DType::F32);
 
 // AdamW's moments as a safetensors file: "HF_NAME.exp_avg" and ".exp_avg_sq" (F32, the
 // parameter's Hugging Face shape), written one chunk at a time; loading checks every tensor is

@@ -35,9 +35,10 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
 // tensors in Hugging Face shapes, one chunk held at a time (so it works under a memory budget);
 // wte, split into vocabulary blocks, is one tensor written piece by piece (first, as Hugging
 // Face does).
+// out: F32, or BF16 (fp32 values rounded nearest-even, bf16 units as held).
 void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStore& store,
                  const std::vector<std::pair<SegmentKind, std::string>>& kinds,
                  const std::map<std::string, std::string>& metadata, SegmentSelect select,
-                 const std::string& prefix = "");
+                 const std::string& prefix = "", DType out = DType::F32);
 
 }  // namespace stratum
