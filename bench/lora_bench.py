@@ -13,7 +13,7 @@ budget, the plan's prediction and the params hash (the same in every LoRA config
 
 Usage: python3 bench/lora_bench.py --model /tmp/llama1b --data tokens.bin --dir /path/on/nvme
            [--steps 3] [--budget-frac 0.25,0.10] [--lora-r 16] [--targets q_proj,k_proj,v_proj,o_proj]
-           [--full-budget 6G] [--threads 2]
+           [--full-budget 6G] [--threads 2] [--precision fp32|bf16]
 Needs a Release build in build/ (stratum).
 """
 import argparse, json, os, re, statistics, subprocess, sys, tempfile
@@ -30,7 +30,7 @@ def mib_of(text, label):
 def run_train(args, budget, lora, log):
     cmd = [STRATUM, "train", "--model", args.model, "--data", args.data, "--batch", str(args.batch), "--seq",
            str(args.seq), "--steps", str(args.steps), "--threads", str(args.threads), "--quiet", "--lr", "1e-4",
-           "--lr-schedule", "constant", "--log", log]
+           "--lr-schedule", "constant", "--log", log, "--precision", args.precision]
     if lora:
         cmd += ["--lora-r", str(args.lora_r), "--lora-alpha", str(2 * args.lora_r), "--lora-targets", args.targets]
     if budget:
@@ -63,11 +63,12 @@ def main():
     p.add_argument("--targets", default="q_proj,k_proj,v_proj,o_proj")
     p.add_argument("--budget-frac", default="0.25,0.10", help="fractions of the base's bytes as held")
     p.add_argument("--full-budget", default=None, help="also a full fine-tune under this budget (0 = in RAM)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="the runs' --precision")
     args = p.parse_args()
 
     plan = subprocess.run([STRATUM, "plan", "--model", args.model, "--batch", str(args.batch), "--seq", str(args.seq),
                            "--lora-r", str(args.lora_r), "--lora-alpha", str(2 * args.lora_r), "--lora-targets",
-                           args.targets], capture_output=True, text=True)
+                           args.targets, "--precision", args.precision], capture_output=True, text=True)
     if plan.returncode != 0:
         sys.exit(f"lora_bench: stratum plan failed:\n{plan.stderr}")
     base_mib = mib_of(plan.stdout, "params")
@@ -89,7 +90,7 @@ def main():
             runs.append(run_train(args, budget, False, log))
     ram = runs[0]["step_ms"]
     print(f"LoRA r={args.lora_r} on {args.targets}, {args.model}: base {base_mib:.0f} MiB (as held), minimum budget "
-          f"{min_mib:.0f} MiB; B={args.batch} T={args.seq}, {args.threads} threads")
+          f"{min_mib:.0f} MiB; B={args.batch} T={args.seq}, {args.threads} threads, --precision {args.precision}")
     print(f"{'config':34} {'step ms':>9} {'x RAM':>6} {'tok/s':>7} {'stall':>7} {'read MiB':>9} {'write MiB':>9} "
           f"{'RSS MiB':>8} {'plan ms':>8}  hash")
     for r in runs:

@@ -1,7 +1,8 @@
 // Tests for src/kernels/cpu/matmul_bf16 (Note [bf16 products]): f32_to_bf16's rounding (ties to
 // even, NaN, overflow); sgemm_bf16 against a float64 product of the bf16-rounded operands for
 // every transpose, leading dimensions wider than the matrix, alpha and beta; run-to-run bits;
-// and that the operands really are rounded (the result differs from fp32 sgemm).
+// that the operands really are rounded (the result differs from fp32 sgemm); and a bf16 weight
+// given as it is gives the bits of its widening.
 #include "kernels/cpu/matmul_bf16.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/matmul.h"
 
 namespace stratum {
@@ -87,6 +89,43 @@ TEST(MatmulBf16, SameBitsEveryRunAndOperandsAreRounded) {
   double differ = 0;
   for (int i = 0; i < M * N; ++i) differ += C1[i] != F[i];
   EXPECT_GT(differ, M * N / 2) << "bf16 operands must give other results than fp32 ones";
+}
+
+// sgemm_bf16_b16 (a weight kept bf16, Note [frozen bf16 base]) gives the bits of sgemm_bf16 on
+// the weight's fp32 widening, for both transposes of B, alpha and beta; and CpuOps::sgemm_b16 in
+// fp32 the bits of sgemm on the widening.
+TEST(MatmulBf16, Bf16WeightGivesTheBitsOfItsWidening) {
+  ThreadPool pool(2);
+  const int M = 48, N = 80, K = 112;
+  std::vector<float> A(M * K), C0(M * N);
+  for (int i = 0; i < M * K; ++i) A[i] = std::sin(0.37f * i) * 1.001f;
+  for (int i = 0; i < M * N; ++i) C0[i] = std::cos(0.05f * i);
+  std::vector<std::uint16_t> B16(K * N);
+  std::vector<float> Bw(K * N);
+  for (int i = 0; i < K * N; ++i) {
+    B16[i] = f32_to_bf16(std::cos(0.11f * i) * 0.999f);
+    Bw[i] = bf16_to_f32(B16[i]);
+  }
+  for (bool trans_b : {false, true}) {
+    const int ldb = trans_b ? K : N;
+    for (float beta : {0.0f, 1.0f}) {
+      std::vector<float> want = C0, got = C0;
+      if (bf16_onednn()) {
+        sgemm_bf16(pool, false, trans_b, M, N, K, 0.5f, A.data(), K, Bw.data(), ldb, beta, want.data(), N);
+        sgemm_bf16_b16(pool, false, trans_b, M, N, K, 0.5f, A.data(), K, B16.data(), ldb, beta, got.data(), N);
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << trans_b << " " << beta;
+      }
+      for (Precision precision : {Precision::Fp32, Precision::Bf16}) {
+        std::vector<float> w2 = C0, g2 = C0, scratch(K * N);
+        const CpuOps ops(pool, precision);
+        ops.sgemm(false, trans_b, M, N, K, 0.5f, A.data(), K, Bw.data(), ldb, beta, w2.data(), N);
+        ops.sgemm_b16(false, trans_b, M, N, K, 0.5f, A.data(), K, B16.data(), ldb, beta, g2.data(), N,
+                      scratch.data());
+        EXPECT_EQ(std::memcmp(w2.data(), g2.data(), w2.size() * sizeof(float)), 0)
+            << precision_name(precision) << " " << trans_b << " " << beta;
+      }
+    }
+  }
 }
 
 }  // namespace

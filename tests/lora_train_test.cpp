@@ -440,8 +440,9 @@ TEST(LoraTrain, GenerateWithAdapterMatchesTheAdaptedForward) {
 
 // Note [frozen bf16 base]: LoRA over a bf16 checkpoint keeps the frozen layers bf16 in the
 // training store and gives the bits of the fp32 widening (losses and params hash over 3 AdamW
-// steps, with dropout), in RAM and streamed at the smallest budget, for both families; its layer
-// units and its minimum budget are smaller; the CLI keeps it bf16 and streams it with the same bits.
+// steps, with dropout), in RAM and streamed at the smallest budget, for both families and both
+// precisions; its layer units and its minimum budget are smaller; the CLI keeps it bf16 and
+// streams it with the same bits.
 TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
   for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama"}) {
     const std::string dir = source_path(golden);
@@ -461,11 +462,11 @@ TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
       std::uint64_t hash = 0;
       std::size_t layer_param_bytes = 0, min_store = 0;
     };
-    auto run = [&](bool bf16, bool streamed) {
+    auto run = [&](bool bf16, bool streamed, Precision precision = Precision::Fp32) {
       const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T), UnitSet::Training, bf16);
       ThreadPool pool(2);
       std::unique_ptr<SegmentStore> store;  // outlives the executor
-      Executor exec(pool, cfg, units, B, T);
+      Executor exec(pool, cfg, units, B, T, false, OptimizerMode::Inline, precision);
       if (streamed) {
         TieredStoreOptions so;
         so.budget_bytes = exec.min_store_bytes();
@@ -498,6 +499,11 @@ TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
     EXPECT_EQ(streamed.hash, wide.hash) << golden;
     EXPECT_LT(kept.layer_param_bytes, wide.layer_param_bytes) << golden;
     EXPECT_LT(kept.min_store, wide.min_store) << golden;
+    // --precision bf16: the bf16 weights go to the bf16 products as they are (Ops::sgemm_b16).
+    const Run wide16 = run(false, false, Precision::Bf16), kept16 = run(true, true, Precision::Bf16);
+    EXPECT_EQ(kept16.losses, wide16.losses) << golden;
+    EXPECT_EQ(kept16.hash, wide16.hash) << golden;
+    EXPECT_NE(wide16.hash, wide.hash) << golden << ": bf16 products are not fp32 ones";
 
     // The CLI: a bf16 --model keeps its layers bf16 (the memory line counts them at 2 bytes) and
     // gives the same bits in RAM and at its smallest budget.

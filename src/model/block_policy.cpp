@@ -25,6 +25,16 @@ const float* weight_f32(const Ops& ops, const TensorView& w, float* scratch) {
   return scratch;
 }
 
+void sgemm_w(const Ops& ops, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+             const TensorView& w, int ldw, float beta, float* C, int ldc, float* scratch) {
+  if (w.dtype() == DType::F32) {
+    ops.sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, w.f32(), ldw, beta, C, ldc);
+    return;
+  }
+  STRATUM_ASSERT(scratch != nullptr);
+  ops.sgemm_b16(trans_a, trans_b, M, N, K, alpha, A, lda, w.bf16(), ldw, beta, C, ldc, scratch);
+}
+
 void GemmLinear::kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,
                     int N) const {
   shape_check(w, K, N);
@@ -34,7 +44,7 @@ void GemmLinear::kn(const Ops& ops, float* y, const float* x, const TensorView& 
 void GemmLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
                     int K) const {
   shape_check(w, N, K);
-  ops.sgemm(false, true, M, N, K, 1.0f, x, ldx, weight_f32(ops, w, widen_), K, 0.0f, y, ldy);
+  sgemm_w(ops, false, true, M, N, K, 1.0f, x, ldx, w, K, 0.0f, y, ldy, widen_);
 }
 
 void RowDotLinear::kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,

@@ -37,11 +37,16 @@ class Linear {
 // just before the product that reads it (weight_f32, Ops::bf16_widen), and the block tensors'
 // norm weights and biases into a small scratch (llama_block_tensors / gpt2_block_tensors from
 // typed views), so every product sees the floats an fp32 store of the widened checkpoint would
-// hold: same bits, tests compare the params hash (which widens too). Embeddings and the head
+// hold: same bits, tests compare the params hash (which widens too). Where a backend multiplies
+// bf16 itself (--precision bf16 with oneDNN) sgemm_w hands it the bf16 weight as it is. Embeddings and the head
 // stay fp32 in a training store. Gradients, moments and adapters are fp32 as always.
 
 // w's elements as fp32: w's own (fp32), or (bf16) widened into scratch (at least w's elements).
 const float* weight_f32(const Ops& ops, const TensorView& w, float* scratch);
+// C = alpha op(A) op(w) + beta C for a weight w, fp32 (Ops::sgemm) or bf16 (Ops::sgemm_b16, which
+// may widen it into scratch, at least w's elements): the same bits either way.
+void sgemm_w(const Ops& ops, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+             const TensorView& w, int ldw, float beta, float* C, int ldc, float* scratch);
 
 // GEMM (sgemm / matmul_forward): training and recompute. fp32 weights, or bf16 ones widened
 // into widen_scratch first (Note [frozen bf16 base]).

@@ -127,12 +127,12 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   };
 
   // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2)
-  ops.sgemm(false, false, BT, I, C, 1.0f, dout, C, weight_f32(ops, p.down_w, w.wide), I, 0.0f, w.dgate, I);   // d hmid (BT, I)
+  sgemm_w(ops, false, false, BT, I, C, 1.0f, dout, C, p.down_w, I, 0.0f, w.dgate, I, w.wide);   // d hmid (BT, I)
   weight_grad(C, I, BT, dout, C, s.hmid, I, &LlamaBlockTensors::down_w);                   // d down (C, I)
   adapt(6, dout, C, s.hmid, I, w.dgate, I, C);
   ops.swiglu_backward(w.dgate, w.dup, w.dgate, s.gate, s.up, static_cast<std::size_t>(BT) * I);
-  ops.sgemm(false, false, BT, C, I, 1.0f, w.dgate, I, weight_f32(ops, p.gate_w, w.wide), C, 0.0f, w.dxn, C);
-  ops.sgemm(false, false, BT, C, I, 1.0f, w.dup, I, weight_f32(ops, p.up_w, w.wide), C, 1.0f, w.dxn, C);
+  sgemm_w(ops, false, false, BT, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn, C, w.wide);
+  sgemm_w(ops, false, false, BT, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C, w.wide);
   weight_grad(I, C, BT, w.dgate, I, s.xn2, C, &LlamaBlockTensors::gate_w);
   weight_grad(I, C, BT, w.dup, I, s.xn2, C, &LlamaBlockTensors::up_w);
   adapt(4, w.dgate, I, s.xn2, C, w.dxn, C, I);
@@ -142,15 +142,15 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
                        C, false);
 
   // Attention: res2 = x + o(attention(rope(q(xn1)), rope(k(xn1)), v(xn1))), xn1 = rmsnorm(x)
-  ops.sgemm(false, false, BT, Q, C, 1.0f, w.dres2, C, weight_f32(ops, p.o_w, w.wide), Q, 0.0f, w.datty, Q);
+  sgemm_w(ops, false, false, BT, Q, C, 1.0f, w.dres2, C, p.o_w, Q, 0.0f, w.datty, Q, w.wide);
   weight_grad(C, Q, BT, w.dres2, C, s.atty, Q, &LlamaBlockTensors::o_w);
   adapt(3, w.dres2, C, s.atty, Q, w.datty, Q, C);
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, KV, hd);
   ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
   ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
-  ops.sgemm(false, false, BT, C, Q, 1.0f, w.dqkv, QKV, weight_f32(ops, p.q_w, w.wide), C, 0.0f, w.dxn, C);
-  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q, QKV, weight_f32(ops, p.k_w, w.wide), C, 1.0f, w.dxn, C);
-  ops.sgemm(false, false, BT, C, KVd, 1.0f, w.dqkv + Q + KVd, QKV, weight_f32(ops, p.v_w, w.wide), C, 1.0f, w.dxn, C);
+  sgemm_w(ops, false, false, BT, C, Q, 1.0f, w.dqkv, QKV, p.q_w, C, 0.0f, w.dxn, C, w.wide);
+  sgemm_w(ops, false, false, BT, C, KVd, 1.0f, w.dqkv + Q, QKV, p.k_w, C, 1.0f, w.dxn, C, w.wide);
+  sgemm_w(ops, false, false, BT, C, KVd, 1.0f, w.dqkv + Q + KVd, QKV, p.v_w, C, 1.0f, w.dxn, C, w.wide);
   weight_grad(Q, C, BT, w.dqkv, QKV, s.xn1, C, &LlamaBlockTensors::q_w);
   weight_grad(KVd, C, BT, w.dqkv + Q, QKV, s.xn1, C, &LlamaBlockTensors::k_w);
   weight_grad(KVd, C, BT, w.dqkv + Q + KVd, QKV, s.xn1, C, &LlamaBlockTensors::v_w);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/bf16.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/zo_update.h"
 #include "kernels/cpu/dropout.h"
@@ -24,6 +25,20 @@ namespace stratum {
 void CpuOps::sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                    const float* B, int ldb, float beta, float* C, int ldc) const {
   gemm(pool_, precision_, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void CpuOps::sgemm_b16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                       const std::uint16_t* B, int ldb, float beta, float* C, int ldc, float* scratch) const {
+  if (precision_ == Precision::Bf16 && bf16_onednn()) {
+    sgemm_bf16_b16(pool_, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  const int rows = trans_b ? N : K, cols = trans_b ? K : N;  // op(B) as stored
+  pool_.parallel_for(static_cast<std::size_t>(rows), [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r)
+      bf16_widen(scratch + r * cols, B + r * static_cast<std::size_t>(ldb), static_cast<std::size_t>(cols));
+  }, 64);
+  gemm(pool_, precision_, trans_a, trans_b, M, N, K, alpha, A, lda, scratch, cols, beta, C, ldc);
 }
 void CpuOps::matmul_forward(float* out, const float* inp, const float* w, const float* bias, int M, int K,
                             int N) const {

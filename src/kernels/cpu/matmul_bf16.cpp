@@ -106,19 +106,15 @@ bool bf16_native() {
 
 bool bf16_onednn() { return onednn_has_bf16(); }
 
-void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
-                int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  STRATUM_ASSERT(M > 0 && N > 0 && K > 0);
-  if (!onednn_has_bf16()) {
-    sgemm_rounded_fp32(pool, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
+namespace {
+// C = alpha op(a16) op(b16) + beta C through oneDNN: a16 dense as stored, b16 as stored with
+// leading dimension ldb (bf16 both).
+void onednn_matmul(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                   const std::uint16_t* a16, const std::uint16_t* b16, int ldb, float beta, float* C, int ldc) {
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
-  thread_local std::vector<std::uint16_t> a16, b16;  // the rounded copies, dense as stored
-  round_operands(pool, a16, b16, trans_a, trans_b, M, N, K, A, lda, B, ldb);
   const dnnl::memory::desc a_desc(dims{M, K}, dt::bf16, trans_a ? dims{1, M} : dims{K, 1});
-  const dnnl::memory::desc b_desc(dims{K, N}, dt::bf16, trans_b ? dims{1, K} : dims{N, 1});
+  const dnnl::memory::desc b_desc(dims{K, N}, dt::bf16, trans_b ? dims{1, ldb} : dims{ldb, 1});
   const dnnl::memory::desc c_desc(dims{M, N}, dt::f32, dims{ldc, 1});
   dnnl::primitive_attr attr;
   // The primitive's scratchpad (its packed panels) is ours, kept per thread and counted by
@@ -143,13 +139,37 @@ void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int 
   const dnnl::memory::desc pad_desc = pd.scratchpad_desc();
   thread_local AlignedBuffer pad;
   if (pad.size_bytes() < pad_desc.get_size()) pad = AlignedBuffer(pad_desc.get_size());
-  dnnl::memory a_mem(a_desc, engine, a16.data()), b_mem(b_desc, engine, b16.data()), c_mem(c_desc, engine, C);
+  dnnl::memory a_mem(a_desc, engine, const_cast<std::uint16_t*>(a16)),
+      b_mem(b_desc, engine, const_cast<std::uint16_t*>(b16)), c_mem(c_desc, engine, C);
   dnnl::memory pad_mem(pad_desc, engine, pad.data());
   dnnl::stream stream(engine);
   omp_set_num_threads(pool.num_threads());  // the partition depends on it: the pool's count, always
   matmul.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem},
                           {DNNL_ARG_SCRATCHPAD, pad_mem}});
   stream.wait();
+}
+}  // namespace
+
+void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  STRATUM_ASSERT(M > 0 && N > 0 && K > 0);
+  if (!onednn_has_bf16()) {
+    sgemm_rounded_fp32(pool, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  thread_local std::vector<std::uint16_t> a16, b16;  // the rounded copies, dense as stored
+  round_operands(pool, a16, b16, trans_a, trans_b, M, N, K, A, lda, B, ldb);
+  onednn_matmul(pool, trans_a, trans_b, M, N, K, alpha, a16.data(), b16.data(), trans_b ? K : N, beta, C, ldc);
+}
+
+void sgemm_bf16_b16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                    int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc) {
+  STRATUM_ASSERT(M > 0 && N > 0 && K > 0 && onednn_has_bf16());
+  thread_local std::vector<std::uint16_t> a16;  // op(A) rounded, dense as stored
+  a16.resize(static_cast<std::size_t>(M) * K);
+  if (trans_a) round_rows(pool, a16.data(), A, K, M, lda);
+  else round_rows(pool, a16.data(), A, M, K, lda);
+  onednn_matmul(pool, trans_a, trans_b, M, N, K, alpha, a16.data(), B, ldb, beta, C, ldc);
 }
 
 }  // namespace stratum

@@ -3,6 +3,9 @@
 // Does not decide where bf16 is used: CpuOps does, by its Precision (ops/ops.h).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "core/thread_pool.h"
 
 namespace stratum {
@@ -17,6 +20,13 @@ namespace stratum {
 // pool has; its work partition depends only on the shapes and that count, so the bits do too.
 void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                 int lda, const float* B, int ldb, float beta, float* C, int ldc);
+
+// The same product with B given in bfloat16 (a weight kept as stored, Note [frozen bf16 base] in
+// model/block_policy.h), op(B) stored with leading dimension ldb: the bits of sgemm_bf16 on B's
+// fp32 widening (rounding a bf16 value is the identity), without the rounding pass over B. Needs
+// bf16_onednn().
+void sgemm_bf16_b16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                    int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc);
 
 // Bytes of the rounded copies one call of these sizes keeps (for the engine's memory budget).
 inline std::size_t bf16_gemm_scratch_bytes(int M, int N, int K) {
