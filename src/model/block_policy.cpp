@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/bf16.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -17,6 +18,15 @@ void shape_check(const TensorView& w, int rows, int cols) {
                                : w.rows() == static_cast<std::size_t>(rows) && w.cols() == static_cast<std::size_t>(cols));
 }
 }  // namespace
+
+float* WidenedVectors::operator()(const TensorView& v) {
+  if (v.dtype() == DType::F32) return v.f32();
+  STRATUM_ASSERT(next_ != nullptr);
+  float* const at = next_;
+  bf16_widen(at, v.bf16(), v.elements());
+  next_ += v.elements();
+  return at;
+}
 
 const float* weight_f32(const Ops& ops, const TensorView& w, float* scratch) {
   if (w.dtype() == DType::F32) return w.f32();

@@ -41,6 +41,17 @@ class Linear {
 // bf16 itself (--precision bf16 with oneDNN) sgemm_w hands it the bf16 weight as it is. Embeddings and the head
 // stay fp32 in a training store. Gradients, moments and adapters are fp32 as always.
 
+// A block's norm weights and biases as fp32: in place, or (bf16) widened into consecutive slices
+// of the scratch it was made with (enough floats for every vector asked for).
+class WidenedVectors {
+ public:
+  explicit WidenedVectors(float* scratch) : next_(scratch) {}
+  float* operator()(const TensorView& v);
+
+ private:
+  float* next_;
+};
+
 // w's elements as fp32: w's own (fp32), or (bf16) widened into scratch (at least w's elements).
 const float* weight_f32(const Ops& ops, const TensorView& w, float* scratch);
 // C = alpha op(A) op(w) + beta C for a weight w, fp32 (Ops::sgemm) or bf16 (Ops::sgemm_b16, which

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/bf16.h"
 
 
 namespace stratum {
@@ -23,22 +22,9 @@ Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* const* c
 }
 
 Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened) {
-  auto view = [&](int i) {
-    const TensorSlot& t = layout.tensors[i];
-    const TensorView flat = chunks[t.chunk].slice(layout.offset_in_chunk(t), t.numel);
-    return t.shape.size() == 2
-               ? flat.matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]))
-               : flat;
-  };
-  float* into = widened;
-  auto vec = [&](int i) -> float* {  // fp32 in place, or the next slice of `widened`
-    const TensorView v = view(i);
-    if (v.dtype() == DType::F32) return v.f32();
-    float* const at = into;
-    bf16_widen(at, v.bf16(), v.elements());
-    into += v.elements();
-    return at;
-  };
+  auto view = [&](int i) { return layout.tensor_view(chunks, layout.tensors[i]); };
+  WidenedVectors vectors(widened);
+  auto vec = [&](int i) { return vectors(view(i)); };
   // Braced initialisation evaluates left to right: the slices follow one another.
   return Gpt2BlockTensors{vec(kLn1W), vec(kLn1B), view(kAttnW), vec(kAttnB), view(kAttnProjW), vec(kAttnProjB),
                           vec(kLn2W), vec(kLn2B), view(kFcW),   vec(kFcB),   view(kMlpProjW),  vec(kMlpProjB)};

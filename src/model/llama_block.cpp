@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/bf16.h"
 
 
 namespace stratum {
@@ -24,22 +23,11 @@ LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const*
 }
 
 LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened) {
-  auto view = [&](int i) {
-    const TensorSlot& t = layout.tensors[i];
-    const TensorView flat = chunks[t.chunk].slice(layout.offset_in_chunk(t), t.numel);
-    return t.shape.size() == 2
-               ? flat.matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]))
-               : flat;
-  };
-  auto vec = [&](int i, float* into) -> float* {  // fp32 in place, or widened into `into`
-    const TensorView v = view(i);
-    if (v.dtype() == DType::F32) return v.f32();
-    bf16_widen(into, v.bf16(), v.elements());
-    return into;
-  };
-  return LlamaBlockTensors{vec(kAttnNormW, widened), view(kQW),  view(kKW), view(kVW), view(kOW),
-                           vec(kMlpNormW, widened + layout.tensors[kAttnNormW].numel), view(kGateW), view(kUpW),
-                           view(kDownW)};
+  auto view = [&](int i) { return layout.tensor_view(chunks, layout.tensors[i]); };
+  WidenedVectors vectors(widened);
+  // Braced initialisation evaluates left to right: the slices follow one another.
+  return LlamaBlockTensors{vectors(view(kAttnNormW)), view(kQW),    view(kKW),  view(kVW), view(kOW),
+                           vectors(view(kMlpNormW)),  view(kGateW), view(kUpW), view(kDownW)};
 }
 
 LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs)

@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/tensor_view.h"
 #include "model/lora.h"
 #include "model/model_config.h"
 
@@ -77,6 +78,13 @@ struct SegmentLayout {
   }
   // Where a tensor starts inside its chunk's buffer.
   std::size_t offset_in_chunk(const TensorSlot& t) const { return t.offset_floats - chunk_first[t.chunk]; }
+  // Tensor t in a held copy of the segment (chunks: one typed view per chunk), shaped as the layout
+  // says when it is a matrix.
+  TensorView tensor_view(const TensorView* chunks, const TensorSlot& t) const {
+    const TensorView flat = chunks[t.chunk].slice(offset_in_chunk(t), t.numel);
+    return t.shape.size() == 2 ? flat.matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]))
+                               : flat;
+  }
 };
 
 // Order of tensors inside a GPT-2 block segment.

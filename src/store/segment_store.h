@@ -131,11 +131,7 @@ class SegmentChunksHold {
   const TensorView& view(int chunk) const { return views_[chunk]; }
   const TensorView* views() const { return views_.data(); }  // every chunk, typed
   // Tensor t of the segment as a typed view, shaped as the layout says when it is a matrix.
-  TensorView tensor_view(const TensorSlot& t) const {
-    const TensorView flat = views_[t.chunk].slice(layout_->offset_in_chunk(t), t.numel);
-    return t.shape.size() == 2 ? flat.matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]))
-                               : flat;
-  }
+  TensorView tensor_view(const TensorSlot& t) const { return layout_->tensor_view(views_.data(), t); }
 
  private:
   void release();
