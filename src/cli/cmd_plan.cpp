@@ -5,7 +5,6 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/byte_size.h"
-#include "core/file_util.h"
 #include "core/thread_pool.h"
 #include "weights/model_io.h"
 #include "plan/calibration.h"
@@ -73,12 +72,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
                             args.number("lora-dropout", 0.0));
   // As train: LoRA over a checkpoint stored in bf16 keeps its frozen layers bf16 (a --model
   // directory without weights, as the trainer's measurement passes, says so with the flag).
-  if (r.lora.on() && args.has("model")) {
-    const std::string dir = model_dir_resolve(args.str("model"));
-    r.base_bf16 = args.flag("lora-base-bf16") ||
-                  ((file_exists(dir + "/model.safetensors") || file_exists(dir + "/model.safetensors.index.json")) &&
-                   model_weights_bf16(dir));
-  }
+  r.base_bf16 = r.lora.on() && (args.flag("lora-base-bf16") ||
+                                (args.has("model") && model_weights_bf16(model_dir_resolve(args.str("model")))));
   const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
   ThreadPool pool(threads > 0 ? threads : default_thread_count());
   backend_set_threads(pool.num_threads());

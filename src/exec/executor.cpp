@@ -378,7 +378,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
     case GroupWork::LayerBackward: {
       const LoraChunks lora = lora_chunks(holds, item, true, p);
       blocks_.backward(*ops_, seg, holds.views(s, K::Params),
-                       layout_.trainable(s) ? holds.chunks(s, K::Grads) : nullptr, holds.data(s, K::Activations),
+                       layout_.trainable(s) ? holds.views(s, K::Grads) : nullptr, holds.data(s, K::Activations),
                        p.dcur, p.dnext, block_copy(item), B, T, !keep_activations_,
                        layout_.has_lora() ? &lora : nullptr);
       std::swap(p.dcur, p.dnext);

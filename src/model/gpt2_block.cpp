@@ -1,25 +1,9 @@
 // GPT-2 block forward/backward; see gpt2_block.h.
 #include "model/gpt2_block.h"
 
-#include <algorithm>
 #include <cstring>
 
-
-
 namespace stratum {
-
-Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* const* chunks) {
-  auto at = [&](int i) {
-    const TensorSlot& t = layout.tensors[i];
-    return chunks[t.chunk] + layout.offset_in_chunk(t);
-  };
-  auto matrix = [&](int i) {  // (in, out), Conv1D's layout
-    const TensorSlot& t = layout.tensors[i];
-    return TensorView::of(at(i), t.numel).matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]));
-  };
-  return Gpt2BlockTensors{at(kLn1W), at(kLn1B), matrix(kAttnW), at(kAttnB), matrix(kAttnProjW), at(kAttnProjB),
-                          at(kLn2W), at(kLn2B), matrix(kFcW),   at(kFcB),   matrix(kMlpProjW),  at(kMlpProjB)};
-}
 
 Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened) {
   auto view = [&](int i) { return layout.tensor_view(chunks, layout.tensors[i]); };

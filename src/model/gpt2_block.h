@@ -31,12 +31,11 @@ struct Gpt2BlockTensors {
   TensorView mlp_proj_w;   // (4C, C)
   float* mlp_proj_b;       // (C)
 };
-// One pointer per tensor of a block segment held as chunks (Note [segment chunks]): chunks[c] is
-// chunk c's buffer.
-Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, float* const* chunks);
-// The same from typed chunk views: fp32 as above, or bf16 params (Note [frozen bf16 base] in
-// model/block_policy.h, Note [bf16 weights] in infer/decoder.h): the four matrices stay bf16
-// views, the norm weights and biases are widened into `widened` (13 C floats).
+// One pointer or view per tensor of a block segment held as chunks (Note [segment chunks]):
+// chunks[c] is a typed view of chunk c: fp32 (params or grads), or bf16 params (Note [frozen bf16
+// base] in model/block_policy.h, Note [bf16 weights] in infer/decoder.h), whose four matrices stay
+// bf16 views and whose norm weights and biases are widened into `widened` (13 C floats; may be
+// null for fp32 chunks).
 Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened);
 
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs. The

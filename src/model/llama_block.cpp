@@ -4,23 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-
-
 namespace stratum {
-
-LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const* chunks) {
-  auto at = [&](int i) {
-    const TensorSlot& t = layout.tensors[i];
-    return chunks[t.chunk] + layout.offset_in_chunk(t);
-  };
-  auto view = [&](int i) {  // a weight matrix, shaped as the layout says (out, in)
-    const TensorSlot& t = layout.tensors[i];
-    STRATUM_ASSERT(t.shape.size() == 2);
-    return TensorView::of(at(i), t.numel).matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]));
-  };
-  return LlamaBlockTensors{at(kAttnNormW), view(kQW),    view(kKW),  view(kVW),  view(kOW),
-                           at(kMlpNormW),  view(kGateW), view(kUpW), view(kDownW)};
-}
 
 LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened) {
   auto view = [&](int i) { return layout.tensor_view(chunks, layout.tensors[i]); };

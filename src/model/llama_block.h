@@ -30,11 +30,10 @@ struct LlamaBlockTensors {
   TensorView up_w;     // (I, C)
   TensorView down_w;   // (C, I)
 };
-// chunks[c] is chunk c's buffer (Note [segment chunks]).
-LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, float* const* chunks);
-// The same from typed chunk views: fp32 as above, or bf16 params (Note [frozen bf16 base] in
-// model/block_policy.h, Note [bf16 weights] in infer/decoder.h): the seven matrices stay bf16
-// views, the two norm weights are widened into `widened` (2 C floats).
+// chunks[c] is a typed view of chunk c (Note [segment chunks]): fp32 (params or grads), or bf16
+// params (Note [frozen bf16 base] in model/block_policy.h, Note [bf16 weights] in
+// infer/decoder.h), whose seven matrices stay bf16 views and whose two norm weights are widened
+// into `widened` (2 C floats; may be null for fp32 chunks).
 LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened);
 
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs.

@@ -70,7 +70,7 @@ LoraBlock lora_block_of(const ParamLayout& layout, const LoraChunks& c) {
       l.t[k].da = at(c.grads, slot);
       l.t[k].db = at(c.grads, slot + 1);
     }
-    if (c.dropout && layout.lora().dropout > 0) {  // key of the module's HF name (Note [lora dropout])
+    if (c.dropout) {  // key of the module's HF name (Note [lora dropout])
       const std::string a_name = layout.hf_name(seg.tensors[slot]);
       static constexpr std::string_view kSuffix = ".lora_A.weight";
       STRATUM_ASSERT(a_name.size() > kSuffix.size());
@@ -115,17 +115,17 @@ void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const T
 }
 
 void TransformerBlock::backward(const Ops& ops, const SegmentLayout& seg, const TensorView* params,
-                                float* const* grads, const float* x, const float* dout, float* dx, int copy, int B,
+                                const TensorView* grads, const float* x, const float* dout, float* dx, int copy, int B,
                                 int T, bool recompute, const LoraChunks* lora) {
   const LoraBlock l = lora != nullptr ? lora_block(*lora, copy, B * T) : LoraBlock{};
   const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
-    const LlamaBlockTensors g = grads != nullptr ? llama_block_tensors(seg, grads) : LlamaBlockTensors{};
+    const LlamaBlockTensors g = grads != nullptr ? llama_block_tensors(seg, grads, nullptr) : LlamaBlockTensors{};
     llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(seg, params, llama_work_->wide_vectors),
                          grads != nullptr ? &g : nullptr, x, dout, dx, llama_acts_[copy], *llama_work_, B, T,
                          recompute, lp);
   } else {
-    const Gpt2BlockTensors g = grads != nullptr ? gpt2_block_tensors(seg, grads) : Gpt2BlockTensors{};
+    const Gpt2BlockTensors g = grads != nullptr ? gpt2_block_tensors(seg, grads, nullptr) : Gpt2BlockTensors{};
     gpt2_block_backward(ops, cfg_, gpt2_block_tensors(seg, params, gpt2_work_->wide_vectors),
                         grads != nullptr ? &g : nullptr, x, dout, dx, gpt2_acts_[copy], *gpt2_work_, B, T, recompute,
                         lp);

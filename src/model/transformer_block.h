@@ -22,7 +22,8 @@ struct LoraChunks {
   const SegmentLayout* seg = nullptr;
   float* const* params = nullptr;
   float* const* grads = nullptr;  // backward: the adapters' gradients (overwritten)
-  // A training pass with lora_dropout > 0: the step's dropout_step_key (Note [lora dropout]).
+  // A training pass of a layout with lora_dropout > 0 (Executor::lora_chunks decides): the
+  // step's dropout_step_key (Note [lora dropout]).
   bool dropout = false;
   std::uint64_t dropout_step_key = 0;
 };
@@ -47,9 +48,9 @@ class TransformerBlock {
   // fp32, or bf16 with bf16_weights), keeping the internals in set `copy`.
   void forward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const float* x, float* out,
                int copy, int B, int T, const LoraChunks* lora = nullptr);
-  // dx (B,T,C) and the block's gradients (overwritten, in grad_chunks; null: a frozen base) for
-  // dout; with recompute the internals are first recomputed from x into set `copy`.
-  void backward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, float* const* grad_chunks,
+  // dx (B,T,C) and the block's gradients (overwritten, in the fp32 chunks `grads`; null: a frozen
+  // base) for dout; with recompute the internals are first recomputed from x into set `copy`.
+  void backward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const TensorView* grads,
                 const float* x, const float* dout, float* dx, int copy, int B, int T, bool recompute,
                 const LoraChunks* lora = nullptr);
 

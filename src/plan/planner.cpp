@@ -307,17 +307,16 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
                                    "--optimizer", r.zeroth_order ? "zo-sgd" : "adamw",
                                    "--measure-json"};
   if (r.lora.on()) {
-    char alpha[32];
-    std::snprintf(alpha, sizeof alpha, "%.17g", r.lora.alpha);
-    args.insert(args.end(), {"--lora-r", std::to_string(r.lora.r), "--lora-alpha", alpha, "--lora-targets",
-                             lora_targets_text(r.lora)});
+    auto exact = [](double v) {  // round-trips a double
+      char text[32];
+      std::snprintf(text, sizeof text, "%.17g", v);
+      return std::string(text);
+    };
+    args.insert(args.end(), {"--lora-r", std::to_string(r.lora.r), "--lora-alpha", exact(r.lora.alpha),
+                             "--lora-targets", lora_targets_text(r.lora)});
     if (r.lora.rslora) args.push_back("--lora-rslora");
     if (r.base_bf16) args.push_back("--lora-base-bf16");
-    if (r.lora.dropout > 0) {
-      char dropout[32];
-      std::snprintf(dropout, sizeof dropout, "%.17g", r.lora.dropout);
-      args.insert(args.end(), {"--lora-dropout", dropout});
-    }
+    if (r.lora.dropout > 0) args.insert(args.end(), {"--lora-dropout", exact(r.lora.dropout)});
   }
   if (!co.offload_dir.empty()) {
     args.insert(args.end(), {"--mem-budget", std::to_string(std::max<std::size_t>(r.mem_budget_bytes, 1)),

@@ -93,7 +93,8 @@ const TrainOption kTable[] = {
     {"lora-rslora", "lora_rslora", "", "rank-stabilised LoRA: scale by alpha/sqrt(r)", 0, 0, true,
      [](TrainSettings& s) -> TrainOptionField { return &s.lora_rslora; }, true},
     {"lora-dropout", "lora_dropout", "X",
-     "dropout probability on each adapter's input in training steps (PEFT's lora_dropout)", 0, 0.999, true, [](TrainSettings& s) -> TrainOptionField { return &s.lora_dropout; }, true},
+     "dropout probability on each adapter's input in training steps (PEFT's lora_dropout)", 0, 0.999, true,
+     [](TrainSettings& s) -> TrainOptionField { return &s.lora_dropout; }, true},
 };
 }  // namespace
 

@@ -215,10 +215,15 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
   safetensors_write(path, entries, metadata);
 }
 
+namespace {
+std::string single_weights_file(const std::string& dir) { return dir + "/model.safetensors"; }
+std::string weights_index_file(const std::string& dir) { return dir + "/model.safetensors.index.json"; }
+}  // namespace
+
 std::vector<std::string> model_weight_files(const std::string& dir, std::map<std::string, std::string>* weight_map) {
-  const std::string single = dir + "/model.safetensors";
+  const std::string single = single_weights_file(dir);
   if (file_exists(single)) return {single};
-  const std::string index_path = dir + "/model.safetensors.index.json";
+  const std::string index_path = weights_index_file(dir);
   STRATUM_CHECK(file_exists(index_path), "[model] '", dir,
                 "' has no model.safetensors (nor model.safetensors.index.json for a sharded model)");
   nlohmann::json index;
@@ -248,6 +253,7 @@ std::vector<std::string> model_weight_files(const std::string& dir, std::map<std
 }
 
 bool model_weights_bf16(const std::string& dir) {
+  if (!file_exists(single_weights_file(dir)) && !file_exists(weights_index_file(dir))) return false;  // none
   for (const std::string& path : model_weight_files(dir, nullptr)) {
     const SafetensorsFile file = SafetensorsFile::open(path);
     for (const auto& info : file.tensors())

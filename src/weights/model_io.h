@@ -30,8 +30,8 @@ std::vector<std::string> model_weight_files(const std::string& dir, std::map<std
 // shard is an error naming it.
 void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store);
 // Whether every weight DIR holds (model_weight_files, ignoring what model_load_weights ignores) is
-// BF16. A store whose units().param_bf16() loads them unconverted (Note [bf16 weights] in
-// infer/decoder.h).
+// BF16 (false for a directory without weights, e.g. a config alone). A store whose
+// units().param_bf16() loads them unconverted (Note [bf16 weights] in infer/decoder.h).
 bool model_weights_bf16(const std::string& dir);
 
 // Initialisation from a seed. GPT-2: weights N(0, 0.02) (residual projections N(0, 0.02/sqrt(2L))),

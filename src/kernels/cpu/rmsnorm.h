@@ -11,8 +11,8 @@ namespace stratum {
 void rmsnorm_forward(ThreadPool& pool, float* out, float* rstd, const float* inp, const float* w, int N, int C,
                      float eps);
 
-// dinp (N,C) += d/dinp (accumulates); dw (C) (null: none, a frozen norm) = (or += when accumulate_params) d/dw, each column
-// summed over rows 0..N-1 in order (independent of the thread count).
+// dinp (N,C) += d/dinp (accumulates); dw (C) = (or += when accumulate_params) d/dw, each column
+// summed over rows 0..N-1 in order (independent of the thread count); dw null: none (a frozen norm).
 void rmsnorm_backward(ThreadPool& pool, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                       const float* rstd, int N, int C, bool accumulate_params);
 
