@@ -164,9 +164,9 @@ void check_run(const std::string& golden, bool dropout) {
   EXPECT_EQ(config["lora_dropout"].get<double>(), lora.dropout);
   const GptConfig cfg = model_read_config(dir);
   const std::size_t min_budget =
-      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), false, a["grad_clip"].get<double>(),
+      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, false, a["grad_clip"].get<double>(),
                              Precision::Fp32, TrainOptimizer::AdamW, lora);
-  EXPECT_LT(min_budget, train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), false,
+  EXPECT_LT(min_budget, train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, false,
                                                a["grad_clip"].get<double>()))
       << "no base gradients or moments: a smaller minimum than full training's";
   EXPECT_EQ(testing::streamed_runs_mismatch(base, min_budget, tmp.path(), testing::params_hash_of(ram.errors), {0, 2}),
@@ -270,7 +270,7 @@ void check_zo_run(const std::string& golden) {
   std::printf("[lora zo] %s: largest |adapter - reference| %.2e\n", golden.c_str(), err);
   const GptConfig cfg = model_read_config(dir);
   const std::size_t min_budget =
-      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), false, 1.0, Precision::Fp32,
+      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, false, 1.0, Precision::Fp32,
                              TrainOptimizer::ZoSgd, adapter_config_read(dir + "/lora_init", cfg.arch));
   EXPECT_EQ(testing::streamed_runs_mismatch(base, min_budget, tmp.path(), testing::params_hash_of(ram.errors), {0, 2}),
             "");
@@ -519,9 +519,9 @@ TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
     };
     EXPECT_NE(params_text(ram.errors), "");
     EXPECT_NE(params_text(ram.errors), params_text(wide_run.errors)) << ram.errors;
-    const std::size_t min_budget = train_min_budget_bytes(cfg, 2, 16, false, 1.0, Precision::Fp32,
+    const std::size_t min_budget = train_min_budget_bytes(cfg, 2, 16, 2, false, 1.0, Precision::Fp32,
                                                           TrainOptimizer::AdamW, lora, true);
-    EXPECT_LT(min_budget, train_min_budget_bytes(cfg, 2, 16, false, 1.0, Precision::Fp32, TrainOptimizer::AdamW, lora));
+    EXPECT_LT(min_budget, train_min_budget_bytes(cfg, 2, 16, 2, false, 1.0, Precision::Fp32, TrainOptimizer::AdamW, lora));
     EXPECT_EQ(testing::streamed_runs_mismatch(train + " --quiet", min_budget, tmp.path(),
                                               testing::params_hash_of(ram.errors), {0, 2}),
               "")
@@ -546,7 +546,7 @@ TEST(LoraTrain, KilledMidCheckpointResumesToTheUninterruptedBits) {
   LoraConfig lora = adapter_config_read(dir + "/lora_init", cfg.arch);
   lora.dropout = 0.1;
   const std::size_t min_budget =
-      train_min_budget_bytes(cfg, 2, 16, false, 1.0, Precision::Fp32, TrainOptimizer::AdamW, lora);
+      train_min_budget_bytes(cfg, 2, 16, 2, false, 1.0, Precision::Fp32, TrainOptimizer::AdamW, lora);
   std::filesystem::create_directories(tmp.file("off"));
   const testing::CrashRounds c = testing::crash_rounds(
       tmp.path(), run_ms, testing::params_hash_of(ref.errors), 6, [&](const std::string& root, int run) {

@@ -62,7 +62,7 @@ void check_matrix(double grad_clip) {
   const TrainResult reference = train_run(ram);
   EXPECT_EQ(reference.read_bytes, 0u);
 
-  const std::size_t min_budget = train_min_budget_bytes(ram.config, ram.batch, ram.seq, false, grad_clip);
+  const std::size_t min_budget = train_min_budget_bytes(ram.config, ram.batch, ram.seq, 2, false, grad_clip);
   const std::size_t state = state_bytes(ram.config);
   struct Budget {
     const char* name;
@@ -102,7 +102,7 @@ TEST(OffloadTrain, BitIdenticalToRamWithOverlappedOptimizer) { check_matrix(0.0)
 TEST(OffloadTrain, RefusesBudgetBelowMinimumWithTheNumber) {
   testing::TempDir tmp;
   TrainOptions o = base_options(write_tokens(tmp), 1.0);
-  const std::size_t min_budget = train_min_budget_bytes(o.config, o.batch, o.seq, false, 1.0);
+  const std::size_t min_budget = train_min_budget_bytes(o.config, o.batch, o.seq, 2, false, 1.0);
   o.mem_budget_bytes = min_budget - 4096;
   o.offload_dir = tmp.path();
   try {
@@ -126,7 +126,7 @@ TEST(OffloadTrain, OffloadFilesAreRemovedAfterTheRun) {
   dir_create(dir);
   TrainOptions o = base_options(data, 1.0);
   o.steps = 1;
-  o.mem_budget_bytes = train_min_budget_bytes(o.config, o.batch, o.seq, false, 1.0);
+  o.mem_budget_bytes = train_min_budget_bytes(o.config, o.batch, o.seq, 2, false, 1.0);
   o.offload_dir = dir;
   train_run(o);
   EXPECT_TRUE(std::filesystem::is_empty(dir));

@@ -54,7 +54,7 @@ TEST(Plan, TrafficMatchesATrainingRunThatUsesThePlansDepth) {
   o.log_path = tmp.file("log.jsonl");
   o.offload_dir = tmp.path();
   const std::size_t state = (o.config.vocab_size + o.config.n_ctx + 12 * 8 * 128) * std::size_t{128} * 16;
-  o.mem_budget_bytes = std::max(train_min_budget_bytes(o.config, o.batch, o.seq, false, o.grad_clip), state / 4);
+  o.mem_budget_bytes = std::max(train_min_budget_bytes(o.config, o.batch, o.seq, 2, false, o.grad_clip), state / 4);
 
   PlanRequest request{o.config, o.batch, o.seq, false, o.grad_clip, o.mem_budget_bytes, -1};
   ThreadPool pool(2);
@@ -152,7 +152,7 @@ TEST(Plan, LlamaWithItsOwnHeadDimAndA128kContextTrainsUnderABudgetAsPlanned) {
   const int batch = 2, seq = 32;
   std::size_t state = 0;  // params, grads and both moments, fp32
   for (const SegmentLayout& seg : layout.segments()) state += 4 * seg.size_floats * sizeof(float);
-  const std::size_t budget = std::max(train_min_budget_bytes(cfg, batch, seq, false, 1.0), state / 4);
+  const std::size_t budget = std::max(train_min_budget_bytes(cfg, batch, seq, 2, false, 1.0), state / 4);
   const std::string offload = tmp.file("offload");
   std::filesystem::create_directories(offload);
   const std::string data = testing::write_random_tokens(tmp.file("tokens.bin"), 20000, cfg.vocab_size, 4);

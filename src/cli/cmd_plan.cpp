@@ -77,6 +77,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
   ThreadPool pool(threads > 0 ? threads : default_thread_count());
   backend_set_threads(pool.num_threads());
+  r.threads = pool.num_threads();
 
   CalibrationOptions co;
   if (r.mem_budget_bytes > 0) {

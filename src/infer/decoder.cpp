@@ -37,8 +37,8 @@ std::size_t Decoder::fixed_bytes_for(const Ops& ops, const GptConfig& cfg, int m
   Buffers sink{};
   const std::size_t rope = cfg.llama() ? RopeTable::bytes_for(cfg.head_dim(), max_ctx) : 0;
   const int R = static_cast<int>(rows_for(max_batch));
-  const std::size_t acts = cfg.llama() ? LlamaActivations::bytes_for(cfg, 1, R, /*attention_probs=*/false)
-                                       : Gpt2Activations::bytes_for(cfg, 1, R, /*attention_probs=*/false);
+  const std::size_t acts = cfg.llama() ? LlamaActivations::bytes_for(cfg, 1, R, /*attention_stats=*/false)
+                                       : Gpt2Activations::bytes_for(cfg, 1, R, /*attention_stats=*/false);
   return aligned_buffer_carve_bytes(slices(ops, sink, cfg, max_batch, max_ctx)) +
          Gpt2HeadScratch::bytes_for(cfg, max_batch) + rope + acts;
 }
@@ -109,9 +109,9 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
   if (layout_.has_lora()) lora_u_ = AlignedBuffer(static_cast<std::size_t>(R) * layout_.lora().r * sizeof(float));
   if (cfg.llama()) {
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_ctx, cfg.rope_theta, cfg.rope_scaling);
-    llama_acts_ = std::make_unique<LlamaActivations>(cfg, 1, R, /*attention_probs=*/false);
+    llama_acts_ = std::make_unique<LlamaActivations>(cfg, 1, R, /*attention_stats=*/false);
   } else {
-    gpt2_acts_ = std::make_unique<Gpt2Activations>(cfg, 1, R, /*attention_probs=*/false);
+    gpt2_acts_ = std::make_unique<Gpt2Activations>(cfg, 1, R, /*attention_stats=*/false);
   }
   DecodeSchedule d = decode_schedule_build(store.units());  // Note [decode schedule]
   STRATUM_ASSERT(static_cast<int>(d.layer.size()) == cfg.n_layer);

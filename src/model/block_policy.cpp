@@ -75,9 +75,9 @@ void RowDotLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx
     ops.rowdot_nt(y, ldy, x, ldx, w.f32(), nullptr, M, N, K);
 }
 
-void CausalAttention::attend(const Ops& ops, float* atty, float* att, float* scratch, const float* qkv, int B, int T,
+void CausalAttention::attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T,
                              int H, int KV, int hd) const {
-  ops.attention_forward(atty, att, scratch, qkv, B, T, H, KV, hd);
+  ops.attention_forward(atty, stats, scratch, qkv, B, T, H, KV, hd);
 }
 
 void CachedAttention::attend(const Ops& ops, float* atty, float*, float* scratch, const float* qkv, int B, int T,

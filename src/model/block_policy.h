@@ -88,10 +88,10 @@ class Attention {
   // Position of each sequence's first row (B entries; null = every sequence starts at 0): the
   // rotary embedding rotates row (b, t) by position positions[b] + t.
   virtual const int* positions() const = 0;
-  // atty (B*T, H*hd) = causal attention of the (rotated) qkv (B*T, H*hd + 2*KV*hd). att: the
-  // (B,H,T,T) probabilities the backward needs (CausalAttention only); scratch: the backend's
+  // atty (B*T, H*hd) = causal attention of the (rotated) qkv (B*T, H*hd + 2*KV*hd). stats: the
+  // (B,H,T,2) softmax row statistics the backward needs (CausalAttention only); scratch: the backend's
   // attention scratch.
-  virtual void attend(const Ops& ops, float* atty, float* att, float* scratch, const float* qkv, int B, int T, int H,
+  virtual void attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T, int H,
                       int KV, int hd) const = 0;
 };
 
@@ -99,7 +99,7 @@ class Attention {
 class CausalAttention final : public Attention {
  public:
   const int* positions() const override { return nullptr; }
-  void attend(const Ops& ops, float* atty, float* att, float* scratch, const float* qkv, int B, int T, int H, int KV,
+  void attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,
               int hd) const override;
 };
 
@@ -112,7 +112,7 @@ class CachedAttention final : public Attention {
   CachedAttention(float* kcache, float* vcache, float* q, int max_ctx, const int* past, const int* slot)
       : kcache_(kcache), vcache_(vcache), q_(q), max_ctx_(max_ctx), past_(past), slot_(slot) {}
   const int* positions() const override { return past_; }
-  void attend(const Ops& ops, float* atty, float* att, float* scratch, const float* qkv, int B, int T, int H, int KV,
+  void attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,
               int hd) const override;
 
  private:

@@ -14,19 +14,18 @@ Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, const TensorVie
                           vec(kLn2W), vec(kLn2B), view(kFcW),   vec(kFcB),   view(kMlpProjW),  vec(kMlpProjB)};
 }
 
-Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs)
-    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_probs))) {}
+Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats)
+    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_stats))) {}
 
-std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs) {
+std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
   Gpt2Activations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_probs));
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats));
 }
 
-CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs) {
+CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
-  const std::size_t att =
-      attention_probs ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * max_seq : 0;
-  return CarveSlices({{&ln1, BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att, att},
+  const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
+  return CarveSlices({{&ln1, BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att_stats, stats},
                    {&atty, BT * C}, {&res2, BT * C}, {&ln2, BT * C}, {&ln2_mean, BT}, {&ln2_rstd, BT},
                    {&fch, BT * 4 * C}, {&fch_gelu, BT * 4 * C}});
 }
@@ -53,7 +52,7 @@ void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& a
   ops.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, eps);
   linear.kn(ops, s.qkv, s.ln1, p.attn_w, p.attn_b, BT, C, 3 * C);
   adapt(0, s.qkv, 3 * C, s.ln1, C, C, 3 * C);
-  attention.attend(ops, s.atty, s.att, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim());
+  attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim());
   linear.kn(ops, tmp, s.atty, p.attn_proj_w, p.attn_proj_b, BT, C, C);
   adapt(1, tmp, C, s.atty, C, C, C);
   ops.add(s.res2, x, tmp, rows_c);
@@ -98,7 +97,7 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
   ops.matmul_backward(w.datty, grad_w(&Gpt2BlockTensors::attn_proj_w), grad(&Gpt2BlockTensors::attn_proj_b), w.dres2,
                       s.atty, weight_f32(ops, p.attn_proj_w, w.wide), BT, C, C, false);
   adapt(1, w.dres2, C, s.atty, C, w.datty, C, C);
-  ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, H, cfg.head_dim());
+  ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, H, cfg.head_dim());
   ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::attn_w), grad(&Gpt2BlockTensors::attn_b), w.dqkv, s.ln1,
                       weight_f32(ops, p.attn_w, w.wide), BT, C, 3 * C, false);
   adapt(0, w.dqkv, 3 * C, s.ln1, C, w.dln, C, 3 * C);

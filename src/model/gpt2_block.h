@@ -43,17 +43,17 @@ Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, const TensorVie
 // block (keep mode).
 class Gpt2Activations {
  public:
-  // attention_probs false: no `att` (decoding attends against a KV cache and keeps none).
-  Gpt2Activations(const GptConfig& config, int max_batch, int max_seq, bool attention_probs = true);
+  // attention_stats false: no `att_stats` (decoding attends against a KV cache and keeps none).
+  Gpt2Activations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // size_bytes() of such an object, without allocating it.
-  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_probs = true);
+  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true);
 
   float* ln1;       // (B,T,C)
   float* ln1_mean;  // (B,T)
   float* ln1_rstd;  // (B,T)
   float* qkv;       // (B,T,3C)
-  float* att;       // (B,H,T,T) softmax probabilities
+  float* att_stats; // (B,H,T,2) softmax row statistics (kernels/cpu/attention.h)
   float* atty;      // (B,T,C)
   float* res2;      // (B,T,C)
   float* ln2;       // (B,T,C)
@@ -66,7 +66,7 @@ class Gpt2Activations {
   struct NoBuffer {};
   explicit Gpt2Activations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
-  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_probs);
+  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats);
   AlignedBuffer buffer_;
 };
 
@@ -84,7 +84,7 @@ class Gpt2Workspace {
   float* dln;       // (B,T,C)
   float* datty;     // (B,T,C)
   float* dqkv;      // (B,T,3C)
-  float* attn_scratch;  // attention_scratch_floats(B, T, C, H)
+  float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, H, C / H)
   float* wide = nullptr;          // (4C * C) a widened bf16 matrix (bf16_weights only)
   float* wide_vectors = nullptr;  // (13 C) widened norm weights and biases (bf16_weights only)
 

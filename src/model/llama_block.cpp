@@ -14,20 +14,19 @@ LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorV
                            vectors(view(kMlpNormW)),  view(kGateW), view(kUpW), view(kDownW)};
 }
 
-LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs)
-    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_probs))) {}
+LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats)
+    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_stats))) {}
 
-std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs) {
+std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
   LlamaActivations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_probs));
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats));
 }
 
-CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_probs) {
+CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
-  const std::size_t att =
-      attention_probs ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * max_seq : 0;
-  return CarveSlices({{&xn1, BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att, att}, {&atty, BT * Q},
+  const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
+  return CarveSlices({{&xn1, BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, BT * Q},
                                   {&res2, BT * C}, {&xn2, BT * C}, {&rstd2, BT}, {&gate, BT * I}, {&up, BT * I},
                                   {&hmid, BT * I}});
 }
@@ -64,7 +63,7 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
   adapt(2, s.qkv + Q + KVd, QKV, s.xn1, C, C, KVd);
   ops.rope_forward(s.qkv, B, T, H, hd, QKV, attention.positions(), rope);
   ops.rope_forward(s.qkv + Q, B, T, KV, hd, QKV, attention.positions(), rope);
-  attention.attend(ops, s.atty, s.att, attn_scratch, s.qkv, B, T, H, KV, hd);
+  attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, H, KV, hd);
   linear.nt(ops, tmp, C, s.atty, Q, p.o_w, BT, C, Q);
   adapt(3, tmp, C, s.atty, Q, Q, C);
   ops.add(s.res2, x, tmp, rows_c);
@@ -117,7 +116,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   sgemm_w(ops, false, false, BT, Q, C, 1.0f, w.dres2, C, p.o_w, Q, 0.0f, w.datty, Q, w.wide);
   weight_grad(C, Q, BT, w.dres2, C, s.atty, Q, &LlamaBlockTensors::o_w);
   adapt(3, w.dres2, C, s.atty, Q, w.datty, Q, C);
-  ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att, B, T, H, KV, hd);
+  ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, KV, hd);
   ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
   ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
   sgemm_w(ops, false, false, BT, C, Q, 1.0f, w.dqkv, QKV, p.q_w, C, 0.0f, w.dxn, C, w.wide);

@@ -39,16 +39,16 @@ LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorV
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs.
 class LlamaActivations {
  public:
-  // attention_probs false: no `att` (decoding attends against a KV cache and keeps none).
-  LlamaActivations(const GptConfig& config, int max_batch, int max_seq, bool attention_probs = true);
+  // attention_stats false: no `att_stats` (decoding attends against a KV cache and keeps none).
+  LlamaActivations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // size_bytes() of such an object, without allocating it.
-  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_probs = true);
+  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true);
 
   float* xn1;    // (B,T,C) input_layernorm(x)
   float* rstd1;  // (B,T)
   float* qkv;    // (B,T,H*hd + 2*KV*hd) [q | k | v], q and k rotated
-  float* att;    // (B,H,T,T) softmax probabilities
+  float* att_stats; // (B,H,T,2) softmax row statistics (kernels/cpu/attention.h)
   float* atty;   // (B,T,H*hd)
   float* res2;   // (B,T,C) x + attention output
   float* xn2;    // (B,T,C) post_attention_layernorm(res2)
@@ -61,7 +61,7 @@ class LlamaActivations {
   struct NoBuffer {};
   explicit LlamaActivations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
-  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_probs);
+  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats);
   AlignedBuffer buffer_;
 };
 
@@ -80,7 +80,7 @@ class LlamaWorkspace {
   float* dqkv;   // (B,T,H*hd + 2*KV*hd)
   float* dgate;  // (B,T,I) (holds d hmid first)
   float* dup;    // (B,T,I)
-  float* attn_scratch;  // attention_scratch_floats(B, T, H, KV, hd)
+  float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, KV, hd)
   float* wide = nullptr;          // the largest matrix, widened from bf16 (bf16_weights only)
   float* wide_vectors = nullptr;  // (2 C) the widened norm weights (bf16_weights only)
 

@@ -88,16 +88,17 @@ class Ops {
   virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                                 const float* rstd, int N, int C, bool accumulate_params) const = 0;
 
-  // Causal grouped-query attention over a (B,T,H*hd + 2*KV*hd) qkv buffer (kernels/cpu/attention.h).
+  // Causal grouped-query attention over a (B,T,H*hd + 2*KV*hd) qkv buffer (kernels/cpu/attention.h);
+  // the forward keeps (B,H,T,2) softmax row statistics for the backward, never a (T,T) matrix.
   virtual std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const = 0;
   // Bytes the backend keeps for its matrix products when no dimension exceeds `rows` (the
   // tokens of a step) or `width` (the widest layer), and every weight is at most narrow x width
   // (bf16 products keep rounded copies of the operands).
   virtual std::size_t gemm_scratch_bytes(int rows, int width, int narrow) const = 0;
-  virtual void attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int H,
+  virtual void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int H,
                                  int KV, int hd) const = 0;
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                  const float* att, int B, int T, int H, int KV, int hd) const = 0;
+                                  const float* stats, int B, int T, int H, int KV, int hd) const = 0;
   // Attention of Tn new queries per sequence against a KV cache (bit-identical to the full forward).
   virtual std::size_t attention_cached_scratch_floats(int B, int Tn, int H, int max_T) const = 0;
   virtual void attention_cached(float* out, float* scratch, const float* q, const float* kcache,

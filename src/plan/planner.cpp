@@ -453,7 +453,7 @@ UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const Pl
 std::size_t plan_min_budget_bytes(const PlanRequest& r) {
   const ParamLayout layout = ParamLayout::of(r.config, r.lora);
   const UnitTable units = plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq), r);
-  ThreadPool pool(1);
+  ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   const Executor streaming(pool, r.config, units, r.batch, r.seq, r.keep_activations, plan_mode(r, true),
                            r.precision);
   return streaming.fixed_bytes() + streaming.min_store_bytes();
@@ -471,7 +471,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   cfg.validate();
   const ParamLayout layout = ParamLayout::of(cfg, r.lora);
   const UnitTable units = plan_units(layout, Executor::activation_unit_floats(cfg, r.batch, r.seq), r);
-  ThreadPool pool(1);
+  ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   Plan p;
   p.mode = plan_mode(r, r.mem_budget_bytes > 0);
   const Executor exec(pool, cfg, units, r.batch, r.seq, r.keep_activations, p.mode, r.precision);

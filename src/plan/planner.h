@@ -46,6 +46,7 @@ struct PlanRequest {
   bool zeroth_order = false;  // --optimizer zo-sgd: two forward passes a step (Note [zeroth-order step])
   LoraConfig lora = {};       // adapters over a frozen base (Note [lora segments]); r 0 = none
   bool base_bf16 = false;     // with lora: the frozen layers kept in bf16 (Note [frozen bf16 base])
+  int threads = 1;            // compute threads: the attention kernel's scratch is per thread
 };
 
 // How a request's executor runs its updates (with a budget or in RAM), and which units it has.

@@ -165,7 +165,8 @@ std::string train_checkpoint_root(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, bool keep_activations, double grad_clip,
+std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, int threads, bool keep_activations,
+                                   double grad_clip,
                                    Precision precision, TrainOptimizer optimizer, const LoraConfig& lora,
                                    bool base_bf16) {
   PlanRequest request;
@@ -175,6 +176,7 @@ std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, boo
   request.config = cfg;
   request.batch = batch;
   request.seq = seq;
+  request.threads = threads;
   request.keep_activations = keep_activations;
   request.grad_clip = grad_clip;
   request.precision = precision;
@@ -344,7 +346,7 @@ void TrainRun::store_make() {
   const bool base_bf16 = lora_.on() && !o_.model_dir.empty() && model_weights_bf16(o_.model_dir);
   const PlanRequest request{cfg_,         o_.batch,           o_.seq,      o_.keep_activations,
                             o_.grad_clip, o_.mem_budget_bytes, o_.prefetch, o_.precision,
-                            o_.optimizer == TrainOptimizer::ZoSgd, lora_, base_bf16};
+                            o_.optimizer == TrainOptimizer::ZoSgd, lora_, base_bf16, pool_->num_threads()};
   units_ = std::make_unique<UnitTable>(
       plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq), request));
   exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, o_.keep_activations,

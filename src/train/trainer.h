@@ -85,10 +85,11 @@ TrainerState train_peek_checkpoint(const std::string& path);
 // else the directory that holds the checkpoint directory `path`.
 std::string train_checkpoint_root(const std::string& path);
 
-// Smallest --mem-budget that can train this model at this batch shape (the engine's fixed
-// buffers plus the largest set of units held at once); base_bf16: a LoRA run's frozen layers
-// kept in bf16 (Note [frozen bf16 base] in model/block_policy.h).
-std::size_t train_min_budget_bytes(const GptConfig& config, int batch, int seq, bool keep_activations,
+// Smallest --mem-budget that can train this model at this batch shape on `threads` compute
+// threads (the engine's fixed buffers, some of them per thread, plus the largest set of units
+// held at once); base_bf16: a LoRA run's frozen layers kept in bf16 (Note [frozen bf16 base] in
+// model/block_policy.h).
+std::size_t train_min_budget_bytes(const GptConfig& config, int batch, int seq, int threads, bool keep_activations,
                                    double grad_clip, Precision precision = Precision::Fp32,
                                    TrainOptimizer optimizer = TrainOptimizer::AdamW, const LoraConfig& lora = {},
                                    bool base_bf16 = false);

@@ -3,7 +3,10 @@
 // (batch, kv head) pair (it alone writes that kv head's dk/dv, summing the group's query heads
 // in increasing order). All sums inside an item run in a fixed order, so results do not depend
 // on the thread count (Note [deterministic partition] in core/thread_pool.h). With KV == H the
-// arithmetic is exactly that of the original GPT-2 kernel.
+// arithmetic is exactly that of the original GPT-2 kernel. No (T, T) matrix: the forward keeps
+// two floats per row (Note [softmax row replay]) and both directions walk the sequence in
+// 32-row query blocks against 32-key tiles (Note [attention row blocks]), so memory is
+// O(T * head_dim) per head and the bits are those of the row-at-a-time kernel it replaced.
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
@@ -11,6 +14,9 @@
 #include <cstring>
 
 #include "core/simd.h"
+
+// The V16 helpers below are always inlined into their ISA clone: no vector crosses a call.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace stratum {
 
@@ -24,6 +30,10 @@ struct QkvLayout {
   std::size_t v(int kvh) const { return static_cast<std::size_t>(H + KV + kvh) * hd; }
 };
 
+// Query rows per block and per register sub-block (Note [attention row blocks]).
+constexpr int kBlockRows = 32;
+constexpr int kRows = 4;
+
 void check_shape(const char* what, int B, int T, int H, int KV, int hd) {
   STRATUM_CHECK(B >= 0 && T >= 0, "[kernels.attention] ", what, ": B and T must be >= 0, got ", B, " and ", T);
   STRATUM_CHECK(H > 0 && KV > 0 && hd > 0, "[kernels.attention] ", what, ": H, KV, hd must be > 0, got ", H, ", ",
@@ -32,25 +42,8 @@ void check_shape(const char* what, int B, int T, int H, int KV, int hd) {
                 " must be a multiple of the key/value heads KV=", KV);
 }
 
-// dst (hd, T) = the head's slice of rows [0, T) of src, where row t2 starts at base + t2 * stride.
-void transpose_head(float* dst, const float* base, std::size_t stride, int T, int hd) {
-  for (int t2 = 0; t2 < T; ++t2)
-    for (int i = 0; i < hd; ++i) dst[static_cast<std::size_t>(i) * T + t2] = base[t2 * stride + i];
-}
-
-// row[t2] = sum_i x[i] * xt[i][t2] for t2 in [0, n), summed over i in order (vectorised over t2).
-STRATUM_SIMD_CLONES
-void row_times_transposed(float* row, const float* x, const float* xt, int n, int hd, int T) {
-  for (int t2 = 0; t2 < n; ++t2) row[t2] = 0.0f;
-  for (int i = 0; i < hd; ++i) {
-    const float xi = x[i];
-    const float* col = xt + static_cast<std::size_t>(i) * T;
-    for (int t2 = 0; t2 < n; ++t2) row[t2] += xi * col[t2];
-  }
-}
-
 // row[t2] = sum_i x[i] * rows[t2][i] for t2 in [0, n), rows (n, hd) row-major: the same sums in
-// the same order as row_times_transposed (starting from 0, i increasing), computed kLanes rows at
+// the same order as scores_rows (starting from 0, i increasing), computed kLanes rows at
 // a time through a small transposed tile so the inner loop runs over contiguous lanes.
 STRATUM_SIMD_CLONES
 void row_times_rows(float* row, const float* x, const float* rows, int n, int hd) {
@@ -75,16 +68,38 @@ void row_times_rows(float* row, const float* x, const float* rows, int n, int hd
   }
 }
 
-// Scores of row[0..n) -> softmax probabilities in place (scale, max-subtracted exp, normalise),
-// then y (hd) = sum_t2 row[t2] * v[t2], v row t2 at v + t2 * v_stride. Shared by the forward and
-// the cached variant (Note [cached attention bits]).
-STRATUM_SIMD_CLONES
-void softmax_times_v(float* y, float* row, int n, float scale, const float* v, std::size_t v_stride, int hd) {
+// Note [softmax row replay]: a score row becomes probabilities in three elementwise passes (scale;
+// exp of the difference to the row's maximum; times the inverse of the exps' sum) and two
+// reductions (the maximum, the sum). The forward keeps the two reduction results per row (the
+// (B,H,T,2) stats) instead of the probabilities; the backward recomputes the scores with the
+// same arithmetic and replays the three passes with the kept values, so its probabilities are the
+// forward's bit for bit (-ffp-contract=off: each pass is the same float operations in every
+// clone) and no (T, T) matrix is ever held.
+inline void scale_row(float* row, int n, float scale) {
   for (int t2 = 0; t2 < n; ++t2) row[t2] *= scale;
-  const float mx = simd::max_f32(row, n);
+}
+inline void exp_row(float* row, int n, float mx) {
   for (int t2 = 0; t2 < n; ++t2) row[t2] = simd::exp_f32(row[t2] - mx);
-  const float inv = 1.0f / simd::sum_f32(row, n);
+}
+inline void mul_row(float* row, int n, float inv) {
   for (int t2 = 0; t2 < n; ++t2) row[t2] *= inv;
+}
+
+// Scores of row[0..n) -> softmax probabilities in place (Note [softmax row replay]); stats
+// receives {max of the scaled scores, 1 / sum of the exps}. Shared by the forward and the cached
+// variant (Note [cached attention bits]).
+inline void softmax_row(float* row, int n, float scale, float* stats) {
+  scale_row(row, n, scale);
+  const float mx = simd::max_f32(row, n);
+  exp_row(row, n, mx);
+  const float inv = 1.0f / simd::sum_f32(row, n);
+  mul_row(row, n, inv);
+  stats[0] = mx;
+  stats[1] = inv;
+}
+
+// y (hd) = sum_t2 row[t2] * v[t2], v row t2 at v + t2 * v_stride, t2 increasing.
+inline void row_times_v(float* y, const float* row, int n, const float* v, std::size_t v_stride, int hd) {
   for (int i = 0; i < hd; ++i) y[i] = 0.0f;
   for (int t2 = 0; t2 < n; ++t2) {
     const float* vr = v + t2 * v_stride;
@@ -93,75 +108,314 @@ void softmax_times_v(float* y, float* row, int n, float scale, const float* v, s
   }
 }
 
+// Keys per packed tile (Note [attention row blocks]).
+constexpr int kKeyTile = 32;
+
+// The scratch: one slot per thread (Note [deterministic partition]: parallel_for's ranges are
+// contiguous and in order, one per thread), each [K tiles | V tiles | rows | dk dv]. The keys and
+// values of the (batch, kv head) being worked on are packed in tiles of kKeyTile keys, tile j
+// holding key j*kKeyTile + l's element i at i * kKeyTile + l (zeros past T), so a block of scores
+// reads one contiguous tile per kKeyTile keys.
+struct ScratchLayout {
+  std::size_t T, hd;
+  std::size_t padded() const { return (T + kKeyTile - 1) / kKeyTile * kKeyTile; }
+  // Rows of ld >= T floats: min(kBlockRows, T) score rows for the forward, twice that
+  // (probabilities, gradients) for the backward. ld is T rounded up to 16, plus 16 where that is
+  // a multiple of 4 KiB: the rows of a block, read down a column, then fall into different cache
+  // sets.
+  std::size_t block_rows() const { return std::min<std::size_t>(kBlockRows, T); }
+  int ld() const {
+    const std::size_t r = (T + 15) / 16 * 16;
+    return static_cast<int>(r % 1024 == 0 ? r + 16 : r);
+  }
+  std::size_t slot_floats() const { return 2 * hd * padded() + 2 * block_rows() * ld() + 2 * T * hd; }
+  float* kt(float* s, int slot) const { return s + slot * slot_floats(); }
+  float* vt(float* s, int slot) const { return kt(s, slot) + hd * padded(); }
+  float* rows(float* s, int slot) const { return vt(s, slot) + hd * padded(); }
+  // The backward's dk and dv sums of a (batch, kv head), (T, hd) each, contiguous.
+  float* dkv(float* s, int slot) const { return rows(s, slot) + 2 * block_rows() * ld(); }
+};
+
+// dst = the head's slice of rows [0, T) of src (row t2 at base + t2 * stride) in key tiles.
+void pack_head(float* dst, const float* base, std::size_t stride, int T, int hd) {
+  for (int c0 = 0; c0 < T; c0 += kKeyTile) {
+    float* tile = dst + static_cast<std::size_t>(c0) * hd;
+    const int w = std::min(kKeyTile, T - c0);
+    for (int l = 0; l < kKeyTile; ++l)
+      for (int i = 0; i < hd; ++i) tile[i * kKeyTile + l] = l < w ? base[(c0 + l) * stride + i] : 0.0f;
+  }
+}
+
+// fn(slot, p0, p1) on pool.num_threads() contiguous ranges of [0, n) in order, one per scratch slot.
+template <class Fn>
+void for_each_slot(ThreadPool& pool, std::size_t n, const Fn& fn) {
+  const std::size_t slots = static_cast<std::size_t>(pool.num_threads());
+  pool.parallel_for(slots, [&](std::size_t s0, std::size_t s1) {
+    for (std::size_t s = s0; s < s1; ++s) {
+      const std::size_t p0 = s * n / slots, p1 = (s + 1) * n / slots;
+      if (p0 < p1) fn(static_cast<int>(s), p0, p1);
+    }
+  });
+}
+
+// Note [attention row blocks]: the forward and the backward take kBlockRows query rows at a time
+// (FlashAttention's query tile) and walk the keys tile by tile (kKeyTile keys), each tile feeding
+// every kRows-row sub-block of the block from registers while it sits in L1; a key's dk/dv rows
+// are updated once per block, not once per row. No output element changes its float operations
+// or their order: sums over the head dimension start from 0.0f with i increasing; sums over keys
+// run with t2 increasing (a partial sum stored between tiles and reloaded is the same float); a
+// key's dk/dv sum over query rows with t increasing, group heads in increasing order; mul and
+// add round separately (-ffp-contract=off). So the blocking changes the speed and not the bits,
+// and the cached variant (one row at a time) still matches the forward (Note [cached attention
+// bits]).
+using V16 = float __attribute__((vector_size(64)));  // GCC lowers it to what each clone has
+static_assert(simd::kLanes == 16 && kKeyTile == 32);
+
+#define STRATUM_INLINE inline __attribute__((always_inline))
+
+STRATUM_INLINE V16 load16(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+STRATUM_INLINE void store16(float* p, V16 v) { std::memcpy(p, &v, sizeof v); }
+
+// out[r][c0 + l] (row r at out + r * ld) = sum_i x[r][i] * key (c0 + l)'s element i, for the R rows
+// x[r] = x + r * x_stride and l < w; tile: the packed key tile of c0 (pack_head). As
+// row_times_rows does for the cached variant, each sum starts from 0.0f with i increasing.
+template <int R>
+STRATUM_INLINE void score_tile(float* out, const float* x, std::size_t x_stride, const float* tile, int c0, int w,
+                               int hd, int ld) {
+  V16 acc[R][2] = {};
+  for (int i = 0; i < hd; ++i) {
+    const V16 k0 = load16(tile + i * kKeyTile), k1 = load16(tile + i * kKeyTile + 16);
+    for (int r = 0; r < R; ++r) {
+      const float xi = x[r * x_stride + i];
+      acc[r][0] += xi * k0;
+      acc[r][1] += xi * k1;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* o = out + static_cast<std::size_t>(r) * ld + c0;
+    if (w == kKeyTile) {
+      store16(o, acc[r][0]);
+      store16(o + 16, acc[r][1]);
+    } else {
+      float tmp[kKeyTile];
+      store16(tmp, acc[r][0]);
+      store16(tmp + 16, acc[r][1]);
+      std::copy_n(tmp, w, o);
+    }
+  }
+}
+
+// Scores of the block's nb query rows T0.. (row r: x + r * x_stride) against keys [0, T0 + r] at
+// least, into out (nb, ld); tiles: the packed keys.
+STRATUM_INLINE void block_scores(float* out, const float* x, std::size_t x_stride, int T0, int nb,
+                                 const float* tiles, int hd, int ld) {
+  for (int c0 = 0; c0 < T0 + nb; c0 += kKeyTile) {
+    const float* tile = tiles + static_cast<std::size_t>(c0) * hd;
+    int r = 0;
+    for (; r + kRows <= nb; r += kRows)
+      if (c0 < T0 + r + kRows)
+        score_tile<kRows>(out + static_cast<std::size_t>(r) * ld, x + r * x_stride, x_stride, tile, c0,
+                          std::min(kKeyTile, T0 + r + kRows - c0), hd, ld);
+    for (; r < nb; ++r)
+      if (c0 <= T0 + r)
+        score_tile<1>(out + static_cast<std::size_t>(r) * ld, x + r * x_stride, x_stride, tile, c0,
+                      std::min(kKeyTile, T0 + r + 1 - c0), hd, ld);
+  }
+}
+
+// y[r][i] (row r at y + r * y_stride) (+)= sum over t2 in [c0, c1) with t2 <= t0 + r of p[r][t2] *
+// v[t2][i], t2 increasing (row r of p at p + r * ld, v row t2 at v + t2 * v_stride); from 0.0f
+// when `first`, else onto y's partial sums.
+template <int R>
+STRATUM_INLINE void probs_tile(float* y, std::size_t y_stride, const float* p, int t0, int c0, int c1,
+                               const float* v, std::size_t v_stride, int hd, int ld, bool first) {
+  const int common = std::min(c1, t0 + 1);  // keys every row attends to
+  int i0 = 0;
+  for (; i0 + 32 <= hd; i0 += 32) {
+    V16 acc[R][2];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 2; ++j) acc[r][j] = first ? V16{} : load16(y + r * y_stride + i0 + 16 * j);
+    for (int t2 = c0; t2 < common; ++t2) {
+      const float* vr = v + t2 * v_stride + i0;
+      const V16 v0 = load16(vr), v1 = load16(vr + 16);
+      for (int r = 0; r < R; ++r) {
+        const float a = p[static_cast<std::size_t>(r) * ld + t2];
+        acc[r][0] += a * v0;
+        acc[r][1] += a * v1;
+      }
+    }
+    for (int r = 1; r < R; ++r)  // the causal triangle's rest
+      for (int t2 = std::max(c0, t0 + 1); t2 < std::min(c1, t0 + r + 1); ++t2) {
+        const float* vr = v + t2 * v_stride + i0;
+        const float a = p[static_cast<std::size_t>(r) * ld + t2];
+        acc[r][0] += a * load16(vr);
+        acc[r][1] += a * load16(vr + 16);
+      }
+    for (int r = 0; r < R; ++r) {
+      store16(y + r * y_stride + i0, acc[r][0]);
+      store16(y + r * y_stride + i0 + 16, acc[r][1]);
+    }
+  }
+  for (; i0 < hd; ++i0)
+    for (int r = 0; r < R; ++r) {
+      float acc = first ? 0.0f : y[r * y_stride + i0];
+      for (int t2 = c0; t2 < std::min(c1, t0 + r + 1); ++t2)
+        acc += p[static_cast<std::size_t>(r) * ld + t2] * v[t2 * v_stride + i0];
+      y[r * y_stride + i0] = acc;
+    }
+}
+
+// y rows of the block's nb query rows T0.. = their p rows times v (probs_tile), keys tile by tile.
+STRATUM_INLINE void block_probs_times(float* y, std::size_t y_stride, const float* p, int T0, int nb,
+                                      const float* v, std::size_t v_stride, int hd, int ld) {
+  for (int c0 = 0; c0 < T0 + nb; c0 += kKeyTile) {
+    const int c1 = std::min(c0 + kKeyTile, T0 + nb);
+    int r = 0;
+    for (; r + kRows <= nb; r += kRows)
+      if (c0 < T0 + r + kRows)
+        probs_tile<kRows>(y + r * y_stride, y_stride, p + static_cast<std::size_t>(r) * ld, T0 + r, c0, c1, v,
+                          v_stride, hd, ld, c0 == 0);
+    for (; r < nb; ++r)
+      if (c0 <= T0 + r)
+        probs_tile<1>(y + r * y_stride, y_stride, p + static_cast<std::size_t>(r) * ld, T0 + r, c0, c1, v, v_stride,
+                      hd, ld, c0 == 0);
+  }
+}
+
+// Keys t2 and t2 + 1 of block_rank_update over the NV vectors of the head dimension at i0: two
+// keys' rows at once give 2 * NV independent sums (each one still over r in increasing order),
+// enough to hide the add latency. r0, r1: the first row of the block attending to t2, t2 + 1.
+template <int NV>
+STRATUM_INLINE void rank_update_pair(float* d0, float* d1, const float* c, int t2, int r0, int r1, int nb,
+                                     const float* x, std::size_t x_stride, int i0, int ld) {
+  V16 a0[NV], a1[NV];
+  for (int j = 0; j < NV; ++j) a0[j] = load16(d0 + i0 + 16 * j), a1[j] = load16(d1 + i0 + 16 * j);
+  for (int r = r0; r < r1; ++r) {  // rows that attend to t2 but not to t2 + 1
+    const float c0 = c[static_cast<std::size_t>(r) * ld + t2];
+    for (int j = 0; j < NV; ++j) a0[j] += c0 * load16(x + r * x_stride + i0 + 16 * j);
+  }
+  for (int r = r1; r < nb; ++r) {
+    const float c0 = c[static_cast<std::size_t>(r) * ld + t2], c1 = c[static_cast<std::size_t>(r) * ld + t2 + 1];
+    for (int j = 0; j < NV; ++j) {
+      const V16 xv = load16(x + r * x_stride + i0 + 16 * j);
+      a0[j] += c0 * xv;
+      a1[j] += c1 * xv;
+    }
+  }
+  for (int j = 0; j < NV; ++j) store16(d0 + i0 + 16 * j, a0[j]), store16(d1 + i0 + 16 * j, a1[j]);
+}
+
+// dst[t2][i] += c[r][t2] * x[r][i] for t2 in [0, T0 + nb), the block's rows r with t2 <= T0 + r in
+// increasing order (row r of c at c + r * ld, x[r] at x + r * x_stride, dst row t2 at dst + t2 *
+// d_stride).
+STRATUM_INLINE void block_rank_update(float* dst, std::size_t d_stride, const float* c, int T0, int nb,
+                                      const float* x, std::size_t x_stride, int hd, int ld) {
+  auto first_row = [&](int t2) { return t2 > T0 ? t2 - T0 : 0; };
+  int t2 = 0;
+  for (; t2 + 2 <= T0 + nb; t2 += 2) {
+    float* d0 = dst + t2 * d_stride;
+    float* d1 = d0 + d_stride;
+    const int r0 = first_row(t2), r1 = first_row(t2 + 1);
+    int i0 = 0;
+    for (; i0 + 64 <= hd; i0 += 64) rank_update_pair<4>(d0, d1, c, t2, r0, r1, nb, x, x_stride, i0, ld);
+    for (; i0 + 16 <= hd; i0 += 16) rank_update_pair<1>(d0, d1, c, t2, r0, r1, nb, x, x_stride, i0, ld);
+    for (; i0 < hd; ++i0) {
+      for (int r = r0; r < nb; ++r) d0[i0] += c[static_cast<std::size_t>(r) * ld + t2] * x[r * x_stride + i0];
+      for (int r = r1; r < nb; ++r) d1[i0] += c[static_cast<std::size_t>(r) * ld + t2 + 1] * x[r * x_stride + i0];
+    }
+  }
+  for (; t2 < T0 + nb; ++t2) {
+    float* d = dst + t2 * d_stride;
+    for (int i0 = 0; i0 < hd; ++i0)
+      for (int r = first_row(t2); r < nb; ++r) d[i0] += c[static_cast<std::size_t>(r) * ld + t2] * x[r * x_stride + i0];
+  }
+}
+
 STRATUM_SIMD_CLONES
-void attention_forward_pairs(float* out, float* att, float* scratch, const float* qkv, std::size_t p0,
-                             std::size_t p1, int T, QkvLayout lay) {
+void attention_forward_pairs(float* out, float* stats, float* scratch, int slot, const float* qkv, std::size_t p0,
+                             std::size_t p1, int T, QkvLayout lay, ScratchLayout sl) {
   const int hd = lay.hd, group = lay.H / lay.KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd;
-  for (std::size_t p = p0; p < p1; ++p) {
+  for (std::size_t p = p0; p < p1; ++p) {  // p = b * H + h
     const std::size_t b = p / lay.H;
     const int h = static_cast<int>(p % lay.H), kvh = h / group;
     const float* base = qkv + b * T * W;
-    float* kt = scratch + p * static_cast<std::size_t>(hd) * T;  // (hd, T)
-    transpose_head(kt, base + lay.k(kvh), W, T, hd);
-    for (int t = 0; t < T; ++t) {
-      const float* q = base + t * W + lay.q(h);
-      float* row = att + (p * T + t) * static_cast<std::size_t>(T);
-      row_times_transposed(row, q, kt, t + 1, hd, T);
-      float* y = out + (b * T + t) * out_w + lay.q(h);
-      softmax_times_v(y, row, t + 1, scale, base + lay.v(kvh), W, hd);
-      for (int t2 = t + 1; t2 < T; ++t2) row[t2] = 0.0f;
+    float* kt = sl.kt(scratch, slot);
+    if (p == p0 || h % group == 0) pack_head(kt, base + lay.k(kvh), W, T, hd);  // a new (batch, kv head)
+    float* rows = sl.rows(scratch, slot);
+    const int ld = sl.ld();
+    for (int T0 = 0; T0 < T; T0 += kBlockRows) {
+      const int nb = std::min(kBlockRows, T - T0);
+      block_scores(rows, base + T0 * W + lay.q(h), W, T0, nb, kt, hd, ld);
+      for (int r = 0; r < nb; ++r)
+        softmax_row(rows + static_cast<std::size_t>(r) * ld, T0 + r + 1, scale, stats + (p * T + T0 + r) * 2);
+      block_probs_times(out + (b * T + T0) * out_w + lay.q(h), out_w, rows, T0, nb, base + lay.v(kvh), W, hd, ld);
     }
   }
 }
 
 STRATUM_SIMD_CLONES
-void attention_backward_pairs(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
-                              std::size_t p0, std::size_t p1, int B, int T, QkvLayout lay) {
+void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float* dout, const float* qkv,
+                              const float* stats, std::size_t p0, std::size_t p1, int T, QkvLayout lay,
+                              ScratchLayout sl) {
   const int hd = lay.hd, group = lay.H / lay.KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd;
-  float* rows = scratch + static_cast<std::size_t>(B) * lay.H * hd * T;  // (B*H, T) after the transposes
   for (std::size_t p = p0; p < p1; ++p) {  // p = b * KV + kvh
     const std::size_t b = p / lay.KV;
     const int kvh = static_cast<int>(p % lay.KV);
     const float* base = qkv + b * T * W;
     float* dbase = dqkv + b * T * W;
-    float* vt = scratch + p * static_cast<std::size_t>(hd) * T;  // (hd, T)
-    float* datt = rows + p * static_cast<std::size_t>(T);         // (T)
-    transpose_head(vt, base + lay.v(kvh), W, T, hd);
-    for (int t = 0; t < T; ++t) {
-      float* drow = dbase + t * W;
-      for (int g = 0; g < group; ++g) std::memset(drow + lay.q(kvh * group + g), 0, sizeof(float) * hd);
-      std::memset(drow + lay.k(kvh), 0, sizeof(float) * hd);
-      std::memset(drow + lay.v(kvh), 0, sizeof(float) * hd);
-    }
+    float* kt = sl.kt(scratch, slot);
+    float* vt = sl.vt(scratch, slot);
+    pack_head(kt, base + lay.k(kvh), W, T, hd);
+    pack_head(vt, base + lay.v(kvh), W, T, hd);
+    const int ld = sl.ld();
+    float* prow = sl.rows(scratch, slot);             // (block rows, ld): the probabilities
+    float* drow = prow + sl.block_rows() * ld;        // (block rows, ld): datt, then dpre
+    // dk and dv summed in contiguous rows (every block updates all its keys'), copied out at the end.
+    float* dk = sl.dkv(scratch, slot);
+    float* dv = dk + static_cast<std::size_t>(T) * hd;
+    std::fill_n(dk, 2 * static_cast<std::size_t>(T) * hd, 0.0f);
     for (int g = 0; g < group; ++g) {
       const int h = kvh * group + g;
-      const std::size_t bh = b * lay.H + h;
-      for (int t = 0; t < T; ++t) {
-        const float* row = att + (bh * T + t) * static_cast<std::size_t>(T);
-        const float* dy = dout + (b * T + t) * out_w + lay.q(h);
+      const float* st = stats + (b * lay.H + h) * T * 2;
+      const float* dy = dout + b * T * out_w + lay.q(h);
+      for (int T0 = 0; T0 < T; T0 += kBlockRows) {
+        const int nb = std::min(kBlockRows, T - T0);
+        const float* q = base + T0 * W + lay.q(h);
+        // The forward's probabilities (Note [softmax row replay]).
+        block_scores(prow, q, W, T0, nb, kt, hd, ld);
+        for (int r = 0; r < nb; ++r) {
+          float* row = prow + static_cast<std::size_t>(r) * ld;
+          scale_row(row, T0 + r + 1, scale);
+          exp_row(row, T0 + r + 1, st[(T0 + r) * 2]);
+          mul_row(row, T0 + r + 1, st[(T0 + r) * 2 + 1]);
+        }
         // datt[t2] = dy . v[t2];  dv[t2] += att[t][t2] * dy
-        row_times_transposed(datt, dy, vt, t + 1, hd, T);
-        for (int t2 = 0; t2 <= t; ++t2) {
-          float* dv = dbase + t2 * W + lay.v(kvh);
-          const float a = row[t2];
-          for (int i = 0; i < hd; ++i) dv[i] += a * dy[i];
-        }
+        block_scores(drow, dy + T0 * out_w, out_w, T0, nb, vt, hd, ld);
+        block_rank_update(dv, hd, prow, T0, nb, dy + T0 * out_w, out_w, hd, ld);
         // softmax backward: dpre[t2] = att[t2] * (datt[t2] - sum_j att[j] datt[j])
-        const float s = simd::dot_f32(row, datt, t + 1);
-        const float* q = base + t * W + lay.q(h);
-        float* dq = dbase + t * W + lay.q(h);
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const float dpre = row[t2] * (datt[t2] - s) * scale;
-          const float* k = base + t2 * W + lay.k(kvh);
-          float* dk = dbase + t2 * W + lay.k(kvh);
-          for (int i = 0; i < hd; ++i) dq[i] += dpre * k[i];
-          for (int i = 0; i < hd; ++i) dk[i] += dpre * q[i];
+        for (int r = 0; r < nb; ++r) {
+          const float* pr = prow + static_cast<std::size_t>(r) * ld;
+          float* dr = drow + static_cast<std::size_t>(r) * ld;
+          const int n = T0 + r + 1;
+          const float s = simd::dot_f32(pr, dr, n);
+          for (int t2 = 0; t2 < n; ++t2) dr[t2] = pr[t2] * (dr[t2] - s) * scale;
         }
+        // dq[t] = sum_t2 dpre[t2] k[t2];  dk[t2] += dpre[t2] * q[t]
+        block_probs_times(dbase + T0 * W + lay.q(h), W, drow, T0, nb, base + lay.k(kvh), W, hd, ld);
+        block_rank_update(dk, hd, drow, T0, nb, q, W, hd, ld);
       }
+    }
+    for (int t = 0; t < T; ++t) {
+      std::copy_n(dk + static_cast<std::size_t>(t) * hd, hd, dbase + t * W + lay.k(kvh));
+      std::copy_n(dv + static_cast<std::size_t>(t) * hd, hd, dbase + t * W + lay.v(kvh));
     }
   }
 }
@@ -181,33 +435,38 @@ void attention_cached_pairs(float* out, float* scratch, const float* q, const fl
     for (int t = 0; t < Tn; ++t) {
       const int n = past[b] + t + 1;
       const std::size_t r = (b * Tn + t) * row_w + static_cast<std::size_t>(h) * hd;
+      float stats[2];
       row_times_rows(row, q + r, kcache + cache, n, hd);
-      softmax_times_v(out + r, row, n, scale, vcache + cache, static_cast<std::size_t>(hd), hd);
+      softmax_row(row, n, scale, stats);
+      row_times_v(out + r, row, n, vcache + cache, static_cast<std::size_t>(hd), hd);
     }
   }
 }
 }  // namespace
 
-std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) {
+std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd, int threads) {
   check_shape("attention_scratch_floats", B, T, H, KV, hd);
-  return static_cast<std::size_t>(B) * H * hd * T + static_cast<std::size_t>(B) * H * T;
+  STRATUM_CHECK(threads >= 1, "[kernels.attention] attention_scratch_floats: threads must be >= 1, got ", threads);
+  return static_cast<std::size_t>(threads) * ScratchLayout{std::size_t(T), std::size_t(hd)}.slot_floats();
 }
 
-void attention_forward(ThreadPool& pool, float* out, float* att, float* scratch, const float* qkv, int B, int T,
+void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B, int T,
                        int H, int KV, int hd) {
   check_shape("attention_forward", B, T, H, KV, hd);
   const QkvLayout lay{H, KV, hd};
-  pool.parallel_for(static_cast<std::size_t>(B) * H, [&](std::size_t p0, std::size_t p1) {
-    attention_forward_pairs(out, att, scratch, qkv, p0, p1, T, lay);
+  const ScratchLayout sl{std::size_t(T), std::size_t(hd)};
+  for_each_slot(pool, static_cast<std::size_t>(B) * H, [&](int slot, std::size_t p0, std::size_t p1) {
+    attention_forward_pairs(out, stats, scratch, slot, qkv, p0, p1, T, lay, sl);
   });
 }
 
 void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int H, int KV, int hd) {
+                        const float* stats, int B, int T, int H, int KV, int hd) {
   check_shape("attention_backward", B, T, H, KV, hd);
   const QkvLayout lay{H, KV, hd};
-  pool.parallel_for(static_cast<std::size_t>(B) * KV, [&](std::size_t p0, std::size_t p1) {
-    attention_backward_pairs(dqkv, scratch, dout, qkv, att, p0, p1, B, T, lay);
+  const ScratchLayout sl{std::size_t(T), std::size_t(hd)};
+  for_each_slot(pool, static_cast<std::size_t>(B) * KV, [&](int slot, std::size_t p0, std::size_t p1) {
+    attention_backward_pairs(dqkv, scratch, slot, dout, qkv, stats, p0, p1, T, lay, sl);
   });
 }
 

@@ -12,36 +12,35 @@
 
 namespace stratum {
 
-// Floats of scratch both directions need: a head's K (forward) or V (backward) transposed to
-// (hd, T) per (batch, query head), so score rows are contiguous, vectorised sums over the head
-// dimension, plus one (T) row per (batch, query head) for the backward.
-std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd);
+// Floats of scratch both directions need on a pool of `threads`: per thread one (batch, kv
+// head)'s keys and values packed in key tiles, 64 rows of (T) scores and its dk/dv sums:
+// O(threads * T * hd), no (T, T) matrix at any point and nothing that grows with B or H.
+std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd, int threads);
 
 // qkv rows (B,T,(H+2*KV)*hd) = [q (H*hd) | k (KV*hd) | v (KV*hd)], head j of each part owns
-// [j*hd, (j+1)*hd) of it; H % KV == 0. out (B,T,H*hd); att (B,H,T,T) receives the softmax
-// probabilities (row t is valid for t2 <= t, zero above) for the backward.
-void attention_forward(ThreadPool& pool, float* out, float* att, float* scratch, const float* qkv, int B, int T,
+// [j*hd, (j+1)*hd) of it; H % KV == 0. out (B,T,H*hd); stats (B,H,T,2) receives each softmax
+// row's {maximum scaled score, 1 / sum of exps}, from which the backward replays the
+// probabilities bit for bit (Note [softmax row replay] in attention.cpp). Both directions take
+// scratch of attention_scratch_floats(B, T, H, KV, hd, pool.num_threads()) floats.
+void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B, int T,
                        int H, int KV, int hd);
 
 // dqkv (B,T,(H+2*KV)*hd) = gradient w.r.t. qkv given dout (B,T,H*hd) (overwrites). The dk/dv of
-// a kv head sum its H/KV query heads' contributions in increasing head order.
+// a kv head sum its H/KV query heads' contributions in increasing head order. stats: the
+// forward's.
 void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int H, int KV, int hd);
+                        const float* stats, int B, int T, int H, int KV, int hd);
 
 // GPT-2 forms: qkv rows (B,T,3C) = [q (C) | k (C) | v (C)], H heads of C/H.
-inline std::size_t attention_scratch_floats(int B, int T, int C, int H) {
-  STRATUM_CHECK(H > 0 && C % H == 0, "[kernels.attention] C must be a multiple of H, got C ", C, " H ", H);
-  return attention_scratch_floats(B, T, H, H, C / H);
-}
-inline void attention_forward(ThreadPool& pool, float* out, float* att, float* scratch, const float* qkv, int B,
+inline void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B,
                               int T, int C, int H) {
   STRATUM_CHECK(H > 0 && C % H == 0, "[kernels.attention] C must be a multiple of H, got C ", C, " H ", H);
-  attention_forward(pool, out, att, scratch, qkv, B, T, H, H, C / H);
+  attention_forward(pool, out, stats, scratch, qkv, B, T, H, H, C / H);
 }
 inline void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                               const float* att, int B, int T, int C, int H) {
+                               const float* stats, int B, int T, int C, int H) {
   STRATUM_CHECK(H > 0 && C % H == 0, "[kernels.attention] C must be a multiple of H, got C ", C, " H ", H);
-  attention_backward(pool, dqkv, scratch, dout, qkv, att, B, T, H, H, C / H);
+  attention_backward(pool, dqkv, scratch, dout, qkv, stats, B, T, H, H, C / H);
 }
 
 // Floats of scratch attention_cached needs: one (max_T) score row per (batch, query head).

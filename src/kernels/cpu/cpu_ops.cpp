@@ -92,15 +92,15 @@ std::size_t CpuOps::gemm_scratch_bytes(int rows, int width, int narrow) const {
 }
 
 std::size_t CpuOps::attention_scratch_floats(int B, int T, int H, int KV, int hd) const {
-  return stratum::attention_scratch_floats(B, T, H, KV, hd);
+  return stratum::attention_scratch_floats(B, T, H, KV, hd, pool_.num_threads());
 }
-void CpuOps::attention_forward(float* out, float* att, float* scratch, const float* qkv, int B, int T, int H, int KV,
+void CpuOps::attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,
                                int hd) const {
-  stratum::attention_forward(pool_, out, att, scratch, qkv, B, T, H, KV, hd);
+  stratum::attention_forward(pool_, out, stats, scratch, qkv, B, T, H, KV, hd);
 }
-void CpuOps::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+void CpuOps::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* stats,
                                 int B, int T, int H, int KV, int hd) const {
-  stratum::attention_backward(pool_, dqkv, scratch, dout, qkv, att, B, T, H, KV, hd);
+  stratum::attention_backward(pool_, dqkv, scratch, dout, qkv, stats, B, T, H, KV, hd);
 }
 std::size_t CpuOps::attention_cached_scratch_floats(int B, int Tn, int H, int max_T) const {
   return stratum::attention_cached_scratch_floats(B, Tn, H, max_T);

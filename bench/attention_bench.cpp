@@ -1,0 +1,143 @@
+// Attention kernel benchmark (issue 16): causal attention forward + backward of one layer at
+// T = 256, 1024, 4096 (default shape: GPT-2 small's 12 heads of 64, B = 1), 2 threads. Prints one
+// JSON line per T: median ms of the forward and of the backward, the bytes the kernel keeps
+// between them, and the ratio of the measured time to the time the kernel's GEMM-shaped
+// products (2 in the forward, 5 in the backward, causal halves: 7 * 2 * T(T+1)/2 * hd * H * B
+// FLOPs) take at the sgemm rate measured on this machine in the same run.
+//   attention_bench [--threads N] [--heads H] [--kv-heads KV] [--head-dim hd] [--batch B]
+//                   [--seq T,T,...] [--reps R]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "stratum/error.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Best sgemm GFLOP/s over square-ish products of the size attention's tiles would use.
+double measure_sgemm_gflops() {
+  const int shapes[][3] = {{1024, 1024, 64}, {1024, 64, 1024}, {1024, 1024, 1024}};
+  double best = 0.0;
+  for (const auto& s : shapes) {
+    const int m = s[0], n = s[1], k = s[2];
+    stratum::AlignedBuffer a(sizeof(float) * m * k), b(sizeof(float) * k * n), c(sizeof(float) * m * n);
+    std::fill(a.as_f32(), a.as_f32() + static_cast<std::size_t>(m) * k, 0.01f);
+    std::fill(b.as_f32(), b.as_f32() + static_cast<std::size_t>(k) * n, 0.02f);
+    stratum::sgemm(false, false, m, n, k, 1.0f, a.as_f32(), k, b.as_f32(), n, 0.0f, c.as_f32(), n);
+    std::vector<double> t;
+    for (int r = 0; r < 5; ++r) {
+      const auto t0 = Clock::now();
+      stratum::sgemm(false, false, m, n, k, 1.0f, a.as_f32(), k, b.as_f32(), n, 0.0f, c.as_f32(), n);
+      t.push_back(seconds_since(t0));
+    }
+    best = std::max(best, 2.0 * m * n * k / median(t) / 1e9);
+  }
+  return best;
+}
+
+std::vector<int> parse_list(const char* s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::atoi(item.c_str()));
+  return out;
+}
+
+int run(int argc, char** argv) {
+  int threads = 2, H = 12, KV = -1, hd = 64, B = 1, reps = 5;
+  std::vector<int> seqs = {256, 1024, 4096};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      STRATUM_CHECK(i + 1 < argc, "attention_bench: ", a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "--threads") threads = std::atoi(next());
+    else if (a == "--heads") H = std::atoi(next());
+    else if (a == "--kv-heads") KV = std::atoi(next());
+    else if (a == "--head-dim") hd = std::atoi(next());
+    else if (a == "--batch") B = std::atoi(next());
+    else if (a == "--seq") seqs = parse_list(next());
+    else if (a == "--reps") reps = std::atoi(next());
+    else STRATUM_FAIL("attention_bench: unknown argument ", a);
+  }
+  if (KV < 0) KV = H;
+  stratum::blas_set_threads(threads);
+  stratum::ThreadPool pool(threads);
+  // The sgemm rate is measured after the kernel: OpenBLAS's threads spin for a while after a
+  // product and would take the cores from the first timings.
+  struct Row { int T; double f, b; std::size_t kept, scratch; };
+  std::vector<Row> rows;
+  bool warm = false;
+  for (int T : seqs) {
+    const std::size_t BT = static_cast<std::size_t>(B) * T, W = static_cast<std::size_t>(H + 2 * KV) * hd;
+    const std::size_t stats_floats = static_cast<std::size_t>(B) * H * T * 2;
+    std::vector<float> qkv(BT * W), out(BT * H * hd), dout(BT * H * hd), dqkv(BT * W), stats(stats_floats);
+    std::vector<float> scratch(stratum::attention_scratch_floats(B, T, H, KV, hd, threads));
+    stratum::Rng rng(7);
+    for (auto& v : qkv) v = static_cast<float>(rng.normal());
+    for (auto& v : dout) v = static_cast<float>(rng.normal());
+    std::vector<double> fwd, bwd;
+    // Warm-up: the first size runs untimed for half a second (the first runs are up to 2x slower:
+    // page faults, the pool's first wake-ups, the clock ramping up), later ones once.
+    for (const auto t_warm = Clock::now(); !warm && seconds_since(t_warm) < 0.5;) {
+      stratum::attention_forward(pool, out.data(), stats.data(), scratch.data(), qkv.data(), B, T, H, KV, hd);
+      stratum::attention_backward(pool, dqkv.data(), scratch.data(), dout.data(), qkv.data(), stats.data(), B, T, H,
+                                  KV, hd);
+    }
+    warm = true;
+    for (int r = -1; r < reps; ++r) {  // r = -1: untimed
+      auto t0 = Clock::now();
+      stratum::attention_forward(pool, out.data(), stats.data(), scratch.data(), qkv.data(), B, T, H, KV, hd);
+      if (r >= 0) fwd.push_back(seconds_since(t0));
+      t0 = Clock::now();
+      stratum::attention_backward(pool, dqkv.data(), scratch.data(), dout.data(), qkv.data(), stats.data(), B, T, H,
+                                  KV, hd);
+      if (r >= 0) bwd.push_back(seconds_since(t0));
+    }
+    rows.push_back({T, median(fwd), median(bwd), stats_floats * sizeof(float), scratch.size() * sizeof(float)});
+  }
+  const double gflops = measure_sgemm_gflops();
+  for (const Row& row : rows) {
+    const int T = row.T;
+    const double f = row.f, b = row.b;
+    const double flops = 7.0 * 2.0 * (static_cast<double>(T) * (T + 1) / 2) * hd * H * B;
+    const double ideal = flops / (gflops * 1e9);
+    std::printf("{\"T\": %d, \"B\": %d, \"H\": %d, \"KV\": %d, \"hd\": %d, \"threads\": %d, \"forward_ms\": %.2f, "
+                "\"backward_ms\": %.2f, \"kept_bytes\": %zu, \"scratch_bytes\": %zu, \"sgemm_gflops\": %.1f, "
+                "\"vs_sgemm_time\": %.2f}\n",
+                T, B, H, KV, hd, threads, f * 1e3, b * 1e3, row.kept, row.scratch, gflops, (f + b) / ideal);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attention_bench: %s\n", e.what());
+    return 1;
+  }
+}
