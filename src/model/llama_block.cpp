@@ -14,21 +14,26 @@ LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorV
                            vectors(view(kMlpNormW)),  view(kGateW), view(kUpW), view(kDownW)};
 }
 
-LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats)
-    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_stats))) {}
-
-std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
-  LlamaActivations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats));
+LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
+                                   float* hmid_buffer)
+    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_stats, hmid_buffer == nullptr))) {
+  if (hmid_buffer != nullptr) hmid = hmid_buffer;
 }
 
-CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
+std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
+                                        bool own_hmid) {
+  LlamaActivations probe{NoBuffer{}};
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, own_hmid));
+}
+
+CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
+                                     bool own_hmid) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
   return CarveSlices({{&xn1, BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, BT * Q},
                                   {&res2, BT * C}, {&xn2, BT * C}, {&rstd2, BT}, {&gate, BT * I}, {&up, BT * I},
-                                  {&hmid, BT * I}});
+                                  {&hmid, own_hmid ? BT * I : 0}});
 }
 
 LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights) {
@@ -97,11 +102,15 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     if (lora != nullptr) lora_backward(ops, *lora, k, dy, ldy, in, ldx, din, K, BT, K, N);
   };
 
-  // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2)
-  sgemm_w(ops, false, false, BT, I, C, 1.0f, dout, C, p.down_w, I, 0.0f, w.dgate, I, w.wide);   // d hmid (BT, I)
-  weight_grad(C, I, BT, dout, C, s.hmid, I, &LlamaBlockTensors::down_w);                   // d down (C, I)
-  adapt(6, dout, C, s.hmid, I, w.dgate, I, C);
-  ops.swiglu_backward(w.dgate, w.dup, w.dgate, s.gate, s.up, static_cast<std::size_t>(BT) * I);
+  // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2). hmid is in w.dgate
+  // (Note [hmid in the workspace]): the recompute just wrote it there; kept internals need it again.
+  const std::size_t rows_i = static_cast<std::size_t>(BT) * I;
+  STRATUM_ASSERT(s.hmid == w.dgate);
+  if (!recompute) ops.swiglu_forward(w.dgate, s.gate, s.up, rows_i);
+  sgemm_w(ops, false, false, BT, I, C, 1.0f, dout, C, p.down_w, I, 0.0f, w.dup, I, w.wide);   // d hmid (BT, I)
+  weight_grad(C, I, BT, dout, C, w.dgate, I, &LlamaBlockTensors::down_w);                // d down (C, I)
+  adapt(6, dout, C, w.dgate, I, w.dup, I, C);
+  ops.swiglu_backward(w.dgate, w.dup, w.dup, s.gate, s.up, rows_i);  // reads each d hmid before writing
   sgemm_w(ops, false, false, BT, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn, C, w.wide);
   sgemm_w(ops, false, false, BT, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C, w.wide);
   weight_grad(I, C, BT, w.dgate, I, s.xn2, C, &LlamaBlockTensors::gate_w);

@@ -36,14 +36,25 @@ struct LlamaBlockTensors {
 // into `widened` (2 C floats; may be null for fp32 chunks).
 LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened);
 
+// Note [hmid in the workspace]: silu(gate) * up, the widest internal (I = 2.75 C for Llama 2
+// and TinyLlama), is not kept with a training block's internals: the forward writes it into the
+// workspace's dgate rows (free until the backward's swiglu), and the backward reads it there
+// right after the recompute, or recomputes it from gate and up with the same kernel (the same
+// bits) when the internals were kept. One (B,T,I) buffer less per block of internals: 369 MB
+// for the 1.1B Llama at T = 16384.
+
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs.
 class LlamaActivations {
  public:
   // attention_stats false: no `att_stats` (decoding attends against a KV cache and keeps none).
-  LlamaActivations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true);
+  // hmid_buffer: where hmid lives, (B*T, I) floats (the training workspace's dgate, Note [hmid in
+  // the workspace]); null: a slice of its own.
+  LlamaActivations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
+                   float* hmid_buffer = nullptr);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
-  // size_bytes() of such an object, without allocating it.
-  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true);
+  // size_bytes() of such an object, without allocating it (own_hmid: hmid_buffer null).
+  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
+                               bool own_hmid = true);
 
   float* xn1;    // (B,T,C) input_layernorm(x)
   float* rstd1;  // (B,T)
@@ -55,13 +66,13 @@ class LlamaActivations {
   float* rstd2;  // (B,T)
   float* gate;   // (B,T,I)
   float* up;     // (B,T,I)
-  float* hmid;   // (B,T,I) silu(gate) * up
+  float* hmid;   // (B,T,I) silu(gate) * up (Note [hmid in the workspace])
 
  private:
   struct NoBuffer {};
   explicit LlamaActivations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
-  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats);
+  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool own_hmid);
   AlignedBuffer buffer_;
 };
 
@@ -78,8 +89,8 @@ class LlamaWorkspace {
   float* dxn;    // (B,T,C)
   float* datty;  // (B,T,H*hd)
   float* dqkv;   // (B,T,H*hd + 2*KV*hd)
-  float* dgate;  // (B,T,I) (holds d hmid first)
-  float* dup;    // (B,T,I)
+  float* dgate;  // (B,T,I) the forward's hmid (Note [hmid in the workspace]), then d gate
+  float* dup;    // (B,T,I) d hmid, then d up
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, KV, hd)
   float* wide = nullptr;          // the largest matrix, widened from bf16 (bf16_weights only)
   float* wide_vectors = nullptr;  // (2 C) the widened norm weights (bf16_weights only)
