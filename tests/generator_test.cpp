@@ -23,8 +23,10 @@ namespace stratum {
 namespace {
 
 // Sampling runs on host memory with the CPU backend's ops.
+// Two threads, as greedy_options' runs: the decoder's attention scratch is per thread, so the
+// budgets computed here must use the runs' count.
 const Ops& host_ops() {
-  static ThreadPool pool(1);
+  static ThreadPool pool(2);
   static const std::unique_ptr<Ops> ops = ops_make(pool);
   return *ops;
 }

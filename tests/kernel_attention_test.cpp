@@ -466,7 +466,7 @@ std::vector<float> run_cached(ThreadPool& pool, const CachedCase& c, const std::
       std::copy_n(&c.qkv[b][static_cast<std::size_t>(past[b] + t) * s.width()], row_w,
                   &q[(static_cast<std::size_t>(b) * Tn + t) * row_w]);
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> out(q.size(), nan), scratch(attention_cached_scratch_floats(s.B, Tn, s.H, c.max_T), nan);
+  std::vector<float> out(q.size(), nan), scratch(attention_cached_scratch_floats(s.hd, c.max_T, pool.num_threads()), nan);
   attention_cached(pool, out.data(), scratch.data(), q.data(), c.kcache.data(), c.vcache.data(), s.B, Tn, past.data(),
                    c.max_T, s.H, s.KV, s.hd);
   return out;
@@ -502,7 +502,8 @@ TEST(KernelAttention, CachedPrefillEqualsForwardBitForBit) {
 }
 
 // Decode of each sequence's last position with a different past per sequence (lengths 37, 20,
-// 1), and a chunked prefill of 5 positions after 12 / 3 / 0 cached ones: bit for bit.
+// 1), a chunked prefill of 5 positions after 12 / 3 / 0 cached ones, and 67 positions after 3
+// (the 32-row blocks against packed tiles): bit for bit.
 TEST(KernelAttention, CachedDecodeEqualsForwardBitForBit) {
   ThreadPool pool(2);
   for (int KV : {2, 1}) {
@@ -512,6 +513,9 @@ TEST(KernelAttention, CachedDecodeEqualsForwardBitForBit) {
     expect_rows_equal_forward(c, run_cached(pool, c, last, 1), last, 1, "decode");
     const std::vector<int> chunk = {12, 3, 0};
     expect_rows_equal_forward(c, run_cached(pool, c, chunk, 5), chunk, 5, "chunked prefill");
+    // 67 new positions after 3 cached ones: three 32-row blocks starting off a tile boundary
+    const CachedCase long_case = make_cached_case(pool, GqaShape{1, 70, 4, KV, 72}, {70}, 80, 85 + KV);
+    expect_rows_equal_forward(long_case, run_cached(pool, long_case, {3}, 67), {3}, 67, "long chunk");
   }
 }
 

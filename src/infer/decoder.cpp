@@ -25,7 +25,7 @@ CarveSlices Decoder::slices(const Ops& ops, Buffers& b, const GptConfig& cfg, in
           {&b.q, R * Q},
           {&b.tmp, R * C},
           {&b.last, static_cast<std::size_t>(max_batch) * C},
-          {&b.scratch, ops.attention_cached_scratch_floats(max_batch, 1, cfg.n_head, max_ctx)},
+          {&b.scratch, ops.attention_cached_scratch_floats(cfg.head_dim(), max_ctx)},
           {&b.widened, (cfg.llama() ? 2 : 13) * C}};
 }
 

@@ -100,7 +100,7 @@ class Ops {
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                   const float* stats, int B, int T, int H, int KV, int hd) const = 0;
   // Attention of Tn new queries per sequence against a KV cache (bit-identical to the full forward).
-  virtual std::size_t attention_cached_scratch_floats(int B, int Tn, int H, int max_T) const = 0;
+  virtual std::size_t attention_cached_scratch_floats(int hd, int max_T) const = 0;
   virtual void attention_cached(float* out, float* scratch, const float* q, const float* kcache,
                                 const float* vcache, int B, int Tn, const int* past, int max_T, int H, int KV,
                                 int hd) const = 0;

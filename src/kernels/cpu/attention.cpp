@@ -420,25 +420,42 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
   }
 }
 
+// A single new position (decoding) goes row by row against the cache as it is; several (a
+// prompt's chunk) go in 32-row blocks against the (batch, kv head)'s keys packed into the slot's
+// tiles, at absolute positions past + t. Either way each row's arithmetic is the forward's (Note
+// [cached attention bits], Note [attention row blocks]).
 STRATUM_SIMD_CLONES
-void attention_cached_pairs(float* out, float* scratch, const float* q, const float* kcache, const float* vcache,
-                            std::size_t p0, std::size_t p1, int Tn, const int* past, int max_T, int H, int KV,
-                            int hd) {
+void attention_cached_pairs(float* out, float* scratch, int slot, const float* q, const float* kcache,
+                            const float* vcache, std::size_t p0, std::size_t p1, int Tn, const int* past, int max_T,
+                            int H, int KV, int hd, ScratchLayout sl) {
   const int group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t row_w = static_cast<std::size_t>(H) * hd;
+  const int ld = sl.ld();
+  float* kt = sl.kt(scratch, slot);
+  float* rows = sl.rows(scratch, slot);
   for (std::size_t p = p0; p < p1; ++p) {  // p = b * H + h
     const std::size_t b = p / H;
     const int h = static_cast<int>(p % H), kvh = h / group;
     const std::size_t cache = (b * KV + kvh) * static_cast<std::size_t>(max_T) * hd;
-    float* row = scratch + p * static_cast<std::size_t>(max_T);  // (max_T)
-    for (int t = 0; t < Tn; ++t) {
-      const int n = past[b] + t + 1;
-      const std::size_t r = (b * Tn + t) * row_w + static_cast<std::size_t>(h) * hd;
-      float stats[2];
-      row_times_rows(row, q + r, kcache + cache, n, hd);
-      softmax_row(row, n, scale, stats);
-      row_times_v(out + r, row, n, vcache + cache, static_cast<std::size_t>(hd), hd);
+    float stats[2];
+    if (Tn < kRows) {
+      for (int t = 0; t < Tn; ++t) {
+        const int n = past[b] + t + 1;
+        const std::size_t r = (b * Tn + t) * row_w + static_cast<std::size_t>(h) * hd;
+        row_times_rows(rows, q + r, kcache + cache, n, hd);
+        softmax_row(rows, n, scale, stats);
+        row_times_v(out + r, rows, n, vcache + cache, static_cast<std::size_t>(hd), hd);
+      }
+      continue;
+    }
+    if (p == p0 || h % group == 0) pack_head(kt, kcache + cache, hd, past[b] + Tn, hd);  // a new (batch, kv head)
+    for (int t0 = 0; t0 < Tn; t0 += kBlockRows) {
+      const int nb = std::min(kBlockRows, Tn - t0), T0 = past[b] + t0;
+      const std::size_t r = (b * Tn + t0) * row_w + static_cast<std::size_t>(h) * hd;
+      block_scores(rows, q + r, row_w, T0, nb, kt, hd, ld);
+      for (int i = 0; i < nb; ++i) softmax_row(rows + static_cast<std::size_t>(i) * ld, T0 + i + 1, scale, stats);
+      block_probs_times(out + r, row_w, rows, T0, nb, vcache + cache, hd, hd, ld);
     }
   }
 }
@@ -470,10 +487,10 @@ void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const flo
   });
 }
 
-std::size_t attention_cached_scratch_floats(int B, int Tn, int H, int max_T) {
-  STRATUM_CHECK(B >= 0 && Tn >= 0 && H > 0 && max_T > 0, "[kernels.attention] attention_cached_scratch_floats: bad "
-                "shape B ", B, " Tn ", Tn, " H ", H, " max_T ", max_T);
-  return static_cast<std::size_t>(B) * H * max_T;
+std::size_t attention_cached_scratch_floats(int hd, int max_T, int threads) {
+  STRATUM_CHECK(hd > 0 && max_T > 0 && threads >= 1, "[kernels.attention] attention_cached_scratch_floats: bad shape hd ",
+                hd, " max_T ", max_T, " threads ", threads);
+  return static_cast<std::size_t>(threads) * ScratchLayout{std::size_t(max_T), std::size_t(hd)}.slot_floats();
 }
 
 void attention_cached(ThreadPool& pool, float* out, float* scratch, const float* q, const float* kcache,
@@ -482,8 +499,9 @@ void attention_cached(ThreadPool& pool, float* out, float* scratch, const float*
   for (int b = 0; b < B; ++b)
     STRATUM_CHECK(past[b] >= 0 && past[b] <= max_T - Tn, "[kernels.attention] attention_cached: sequence ", b,
                   " has ", past[b], " cached positions + ", Tn, " new ones, beyond the cache's max_T ", max_T);
-  pool.parallel_for(static_cast<std::size_t>(B) * H, [&](std::size_t p0, std::size_t p1) {
-    attention_cached_pairs(out, scratch, q, kcache, vcache, p0, p1, Tn, past, max_T, H, KV, hd);
+  const ScratchLayout sl{std::size_t(max_T), std::size_t(hd)};
+  for_each_slot(pool, static_cast<std::size_t>(B) * H, [&](int slot, std::size_t p0, std::size_t p1) {
+    attention_cached_pairs(out, scratch, slot, q, kcache, vcache, p0, p1, Tn, past, max_T, H, KV, hd, sl);
   });
 }
 

@@ -43,8 +43,9 @@ inline void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, co
   attention_backward(pool, dqkv, scratch, dout, qkv, stats, B, T, H, H, C / H);
 }
 
-// Floats of scratch attention_cached needs: one (max_T) score row per (batch, query head).
-std::size_t attention_cached_scratch_floats(int B, int Tn, int H, int max_T);
+// Floats of scratch attention_cached needs on a pool of `threads`, for any B and Tn: per thread
+// a (batch, kv head)'s keys packed in tiles and 32 score rows of max_T.
+std::size_t attention_cached_scratch_floats(int hd, int max_T, int threads);
 
 // Causal attention of Tn new positions per sequence against a KV cache. q (B,Tn,H*hd) (RoPE
 // already applied); kcache, vcache (B,KV,max_T,hd) hold positions 0..past[b]+Tn-1 of sequence b

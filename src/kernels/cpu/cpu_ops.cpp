@@ -102,8 +102,8 @@ void CpuOps::attention_backward(float* dqkv, float* scratch, const float* dout, 
                                 int B, int T, int H, int KV, int hd) const {
   stratum::attention_backward(pool_, dqkv, scratch, dout, qkv, stats, B, T, H, KV, hd);
 }
-std::size_t CpuOps::attention_cached_scratch_floats(int B, int Tn, int H, int max_T) const {
-  return stratum::attention_cached_scratch_floats(B, Tn, H, max_T);
+std::size_t CpuOps::attention_cached_scratch_floats(int hd, int max_T) const {
+  return stratum::attention_cached_scratch_floats(hd, max_T, pool_.num_threads());
 }
 void CpuOps::attention_cached(float* out, float* scratch, const float* q, const float* kcache, const float* vcache,
                               int B, int Tn, const int* past, int max_T, int H, int KV, int hd) const {

@@ -43,7 +43,7 @@ class CpuOps final : public Ops {
                          int hd) const override;
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* stats, int B,
                           int T, int H, int KV, int hd) const override;
-  std::size_t attention_cached_scratch_floats(int B, int Tn, int H, int max_T) const override;
+  std::size_t attention_cached_scratch_floats(int hd, int max_T) const override;
   void attention_cached(float* out, float* scratch, const float* q, const float* kcache, const float* vcache, int B,
                         int Tn, const int* past, int max_T, int H, int KV, int hd) const override;
   void rope_forward(float* x, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
