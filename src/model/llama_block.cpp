@@ -15,25 +15,29 @@ LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorV
 }
 
 LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                   float* hmid_buffer)
-    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_stats, hmid_buffer == nullptr))) {
-  if (hmid_buffer != nullptr) hmid = hmid_buffer;
+                                   const LlamaWorkspace* borrow)
+    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr))) {
+  if (borrow != nullptr) {
+    hmid = borrow->dgate;
+    xn1 = xn2 = borrow->tmp;
+  }
 }
 
 std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                        bool own_hmid) {
+                                        bool borrow) {
   LlamaActivations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, own_hmid));
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrow));
 }
 
 CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                     bool own_hmid) {
+                                     bool borrow) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
-  return CarveSlices({{&xn1, BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, BT * Q},
-                                  {&res2, BT * C}, {&xn2, BT * C}, {&rstd2, BT}, {&gate, BT * I}, {&up, BT * I},
-                                  {&hmid, own_hmid ? BT * I : 0}});
+  const std::size_t own = borrow ? 0 : 1;
+  return CarveSlices({{&xn1, own * BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, BT * Q},
+                                  {&res2, BT * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, BT * I}, {&up, BT * I},
+                                  {&hmid, own * BT * I}});
 }
 
 LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights) {
@@ -105,14 +109,16 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2). hmid is in w.dgate
   // (Note [hmid in the workspace]): the recompute just wrote it there; kept internals need it again.
   const std::size_t rows_i = static_cast<std::size_t>(BT) * I;
-  STRATUM_ASSERT(s.hmid == w.dgate);
+  STRATUM_ASSERT(s.hmid == w.dgate && s.xn1 == w.tmp && s.xn2 == w.tmp);
   if (!recompute) ops.swiglu_forward(w.dgate, s.gate, s.up, rows_i);
+  const float eps = cfg.layer_norm_eps;
   sgemm_w(ops, false, false, BT, I, C, 1.0f, dout, C, p.down_w, I, 0.0f, w.dup, I, w.wide);   // d hmid (BT, I)
   weight_grad(C, I, BT, dout, C, w.dgate, I, &LlamaBlockTensors::down_w);                // d down (C, I)
   adapt(6, dout, C, w.dgate, I, w.dup, I, C);
   ops.swiglu_backward(w.dgate, w.dup, w.dup, s.gate, s.up, rows_i);  // reads each d hmid before writing
   sgemm_w(ops, false, false, BT, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn, C, w.wide);
   sgemm_w(ops, false, false, BT, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C, w.wide);
+  ops.rmsnorm_forward(s.xn2, s.rstd2, s.res2, p.mlp_norm_w, BT, C, eps);  // into tmp again
   weight_grad(I, C, BT, w.dgate, I, s.xn2, C, &LlamaBlockTensors::gate_w);
   weight_grad(I, C, BT, w.dup, I, s.xn2, C, &LlamaBlockTensors::up_w);
   adapt(4, w.dgate, I, s.xn2, C, w.dxn, C, I);
@@ -131,6 +137,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   sgemm_w(ops, false, false, BT, C, Q, 1.0f, w.dqkv, QKV, p.q_w, C, 0.0f, w.dxn, C, w.wide);
   sgemm_w(ops, false, false, BT, C, KVd, 1.0f, w.dqkv + Q, QKV, p.k_w, C, 1.0f, w.dxn, C, w.wide);
   sgemm_w(ops, false, false, BT, C, KVd, 1.0f, w.dqkv + Q + KVd, QKV, p.v_w, C, 1.0f, w.dxn, C, w.wide);
+  ops.rmsnorm_forward(s.xn1, s.rstd1, x, p.attn_norm_w, BT, C, eps);  // into tmp again
   weight_grad(Q, C, BT, w.dqkv, QKV, s.xn1, C, &LlamaBlockTensors::q_w);
   weight_grad(KVd, C, BT, w.dqkv + Q, QKV, s.xn1, C, &LlamaBlockTensors::k_w);
   weight_grad(KVd, C, BT, w.dqkv + Q + KVd, QKV, s.xn1, C, &LlamaBlockTensors::v_w);

@@ -36,33 +36,37 @@ struct LlamaBlockTensors {
 // into `widened` (2 C floats; may be null for fp32 chunks).
 LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened);
 
-// Note [hmid in the workspace]: silu(gate) * up, the widest internal (I = 2.75 C for Llama 2
-// and TinyLlama), is not kept with a training block's internals: the forward writes it into the
-// workspace's dgate rows (free until the backward's swiglu), and the backward reads it there
-// right after the recompute, or recomputes it from gate and up with the same kernel (the same
-// bits) when the internals were kept. One (B,T,I) buffer less per block of internals: 369 MB
-// for the 1.1B Llama at T = 16384.
+// Note [hmid in the workspace]: three internals that are cheap to recompute are not kept with
+// a training block's internals but borrow workspace rows: silu(gate) * up, the widest (I = 2.75 C
+// for Llama 2 and TinyLlama), lives in the workspace's dgate rows (free until the backward's
+// swiglu), and the two normed inputs xn1 = rmsnorm(x) and xn2 = rmsnorm(res2) in its tmp rows
+// (each dead in the forward before tmp is next written). The backward reads hmid right after the
+// recompute, or recomputes it from gate and up when the internals were kept, and recomputes xn2
+// and xn1 into tmp before their weight gradients: the same kernels on the same inputs, so the
+// same bits. (B,T,I) + 2 (B,T,C) floats less per block of internals: 637 MB for the 1.1B Llama
+// at T = 16384.
+class LlamaWorkspace;
 
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs.
 class LlamaActivations {
  public:
   // attention_stats false: no `att_stats` (decoding attends against a KV cache and keeps none).
-  // hmid_buffer: where hmid lives, (B*T, I) floats (the training workspace's dgate, Note [hmid in
-  // the workspace]); null: a slice of its own.
+  // borrow: a training workspace of the same shape whose rows hold hmid, xn1 and xn2 (Note [hmid
+  // in the workspace]); null: slices of their own.
   LlamaActivations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                   float* hmid_buffer = nullptr);
+                   const LlamaWorkspace* borrow = nullptr);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
-  // size_bytes() of such an object, without allocating it (own_hmid: hmid_buffer null).
+  // size_bytes() of such an object, without allocating it.
   static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                               bool own_hmid = true);
+                               bool borrow = false);
 
-  float* xn1;    // (B,T,C) input_layernorm(x)
+  float* xn1;    // (B,T,C) input_layernorm(x) (Note [hmid in the workspace])
   float* rstd1;  // (B,T)
   float* qkv;    // (B,T,H*hd + 2*KV*hd) [q | k | v], q and k rotated
   float* att_stats; // (B,H,T,2) softmax row statistics (kernels/cpu/attention.h)
   float* atty;   // (B,T,H*hd)
   float* res2;   // (B,T,C) x + attention output
-  float* xn2;    // (B,T,C) post_attention_layernorm(res2)
+  float* xn2;    // (B,T,C) post_attention_layernorm(res2) (Note [hmid in the workspace])
   float* rstd2;  // (B,T)
   float* gate;   // (B,T,I)
   float* up;     // (B,T,I)
@@ -72,7 +76,7 @@ class LlamaActivations {
   struct NoBuffer {};
   explicit LlamaActivations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
-  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool own_hmid);
+  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow);
   AlignedBuffer buffer_;
 };
 
@@ -84,7 +88,7 @@ class LlamaWorkspace {
   LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
-  float* tmp;    // (B,T,C) projections before the residual add
+  float* tmp;    // (B,T,C) projections before the residual add; xn1, xn2 (Note [hmid in the workspace])
   float* dres2;  // (B,T,C)
   float* dxn;    // (B,T,C)
   float* datty;  // (B,T,H*hd)

@@ -29,7 +29,7 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
   if (cfg.llama()) {
     llama_work_ = std::make_unique<LlamaWorkspace>(ops, cfg, max_batch, max_seq, bf16_weights);
     llama_acts_.reserve(static_cast<std::size_t>(copies));
-    for (int i = 0; i < copies; ++i) llama_acts_.emplace_back(cfg, max_batch, max_seq, true, llama_work_->dgate);
+    for (int i = 0; i < copies; ++i) llama_acts_.emplace_back(cfg, max_batch, max_seq, true, llama_work_.get());
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_seq, cfg.rope_theta, cfg.rope_scaling);
   } else {
     gpt2_acts_.reserve(static_cast<std::size_t>(copies));
