@@ -15,44 +15,25 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "stratum/error.h"
+#include "bench_util.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using stratum::bench::Clock;
+using stratum::bench::seconds_since;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
-// Best sgemm GFLOP/s over square-ish products of the size attention's tiles would use.
-double measure_sgemm_gflops() {
-  const int shapes[][3] = {{1024, 1024, 64}, {1024, 64, 1024}, {1024, 1024, 1024}};
-  double best = 0.0;
-  for (const auto& s : shapes) {
-    const int m = s[0], n = s[1], k = s[2];
-    stratum::AlignedBuffer a(sizeof(float) * m * k), b(sizeof(float) * k * n), c(sizeof(float) * m * n);
-    std::fill(a.as_f32(), a.as_f32() + static_cast<std::size_t>(m) * k, 0.01f);
-    std::fill(b.as_f32(), b.as_f32() + static_cast<std::size_t>(k) * n, 0.02f);
-    stratum::sgemm(false, false, m, n, k, 1.0f, a.as_f32(), k, b.as_f32(), n, 0.0f, c.as_f32(), n);
-    std::vector<double> t;
-    for (int r = 0; r < 5; ++r) {
-      const auto t0 = Clock::now();
-      stratum::sgemm(false, false, m, n, k, 1.0f, a.as_f32(), k, b.as_f32(), n, 0.0f, c.as_f32(), n);
-      t.push_back(seconds_since(t0));
-    }
-    best = std::max(best, 2.0 * m * n * k / median(t) / 1e9);
-  }
-  return best;
-}
+// Best sgemm GFLOP/s over products of the sizes attention's blocks would use.
+double measure_sgemm_gflops() { return stratum::bench::sgemm_gflops({{1024, 1024, 64}, {1024, 64, 1024}, {1024, 1024, 1024}}); }
 
 std::vector<int> parse_list(const char* s) {
   std::vector<int> out;
@@ -63,6 +44,7 @@ std::vector<int> parse_list(const char* s) {
 }
 
 int run(int argc, char** argv) {
+  stratum::blas_prepare_process(argv);
   int threads = 2, H = 12, KV = -1, hd = 64, B = 1, reps = 5;
   std::vector<int> seqs = {256, 1024, 4096};
   for (int i = 1; i < argc; ++i) {

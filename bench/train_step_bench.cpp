@@ -21,30 +21,16 @@
 #include "store/segment_store.h"
 #include "stratum/error.h"
 #include "exec/executor.h"
+#include "bench_util.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using stratum::bench::Clock;
+using stratum::bench::seconds_since;
 
 // Best sgemm GFLOP/s over the GEMM shapes a GPT-2 block uses at this batch size.
 double measure_sgemm_gflops(int M, int C) {
-  const int shapes[][3] = {{M, 3 * C, C}, {M, C, C}, {M, 4 * C, C}, {M, C, 4 * C}};
-  double best = 0.0;
-  for (const auto& s : shapes) {
-    const int m = s[0], n = s[1], k = s[2];
-    stratum::AlignedBuffer a(sizeof(float) * m * k), b(sizeof(float) * k * n), c(sizeof(float) * m * n);
-    std::fill(a.as_f32(), a.as_f32() + static_cast<std::size_t>(m) * k, 0.01f);
-    std::fill(b.as_f32(), b.as_f32() + static_cast<std::size_t>(k) * n, 0.02f);
-    stratum::sgemm(false, false, m, n, k, 1.0f, a.as_f32(), k, b.as_f32(), n, 0.0f, c.as_f32(), n);
-    const int reps = 5;
-    const auto t0 = Clock::now();
-    for (int r = 0; r < reps; ++r)
-      stratum::sgemm(false, false, m, n, k, 1.0f, a.as_f32(), k, b.as_f32(), n, 0.0f, c.as_f32(), n);
-    best = std::max(best, 2.0 * m * n * k * reps / seconds_since(t0) / 1e9);
-  }
-  return best;
+  return stratum::bench::sgemm_gflops({{M, 3 * C, C}, {M, C, C}, {M, 4 * C, C}, {M, C, 4 * C}});
 }
 
 long arg(int argc, char** argv, const char* name, long fallback) {
