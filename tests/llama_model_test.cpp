@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -162,6 +163,41 @@ TEST(LlamaModel, GreedyContinuationMatchesPyTorch) {
     ids.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
   }
   EXPECT_EQ(std::vector<std::int32_t>(ids.end() - static_cast<long>(want.size()), ids.end()), want);
+}
+
+// Positions beyond 8k under Llama 3.1's rope scaling (factor 8 over an original 8192): a
+// one-layer model with a 131072-token context (tests/golden/long_rope, tools/make_llama_golden.py
+// --only long_rope), its logits at positions 0, 8191, 8192 and 131071 against PyTorch's (computed
+// there from query row p alone, self-checked against the full forward). The full 131072-token
+// forward runs here: the tiled attention keeps no (T, T) matrix.
+TEST(LlamaModel, LongContextLogitsMatchPyTorchTo131072) {
+  const std::string dir = source_path("tests/golden/long_rope");
+  const GptConfig cfg = model_read_config(dir);
+  ASSERT_EQ(cfg.n_ctx, 131072);
+  ASSERT_EQ(cfg.rope_scaling.type, RopeScaling::Type::Llama3);
+  const ParamLayout layout = ParamLayout::of(cfg);
+  const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference.safetensors");
+  const std::vector<std::int32_t> positions = golden_i32(ref, "positions");
+  const std::vector<float> want = golden_f32(ref, "logits");
+  ASSERT_EQ(want.size(), positions.size() * static_cast<std::size_t>(cfg.vocab_size));
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(cfg.n_ctx));
+  for (std::size_t t = 0; t < ids.size(); ++t) ids[t] = static_cast<std::int32_t>((37 * t + (t >> 7)) % 64);
+  ThreadPool pool(2);
+  blas_set_threads(2);
+  RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, 1, cfg.n_ctx));
+  model_load_weights(dir, layout, store);
+  Executor exec(pool, cfg, store, 1, cfg.n_ctx);
+  std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
+  double worst = 0.0;
+  for (std::size_t k = 0; k < positions.size(); ++k) {
+    exec.logits_last(ids.data(), positions[k] + 1, logits.data());
+    double err = 0.0;
+    for (int v = 0; v < cfg.vocab_size; ++v)
+      err = std::max(err, std::abs(static_cast<double>(logits[v]) - want[k * cfg.vocab_size + v]));
+    EXPECT_LE(err, 1e-4) << "position " << positions[k];
+    worst = std::max(worst, err);
+  }
+  std::printf("[long rope] largest |logit - PyTorch| %.2e\n", worst);
 }
 
 TEST(LlamaModel, SaveWritesHuggingFaceNamesAndReloadsBitIdentical) {

@@ -57,6 +57,25 @@ MAX_SHARD_SIZE_BYTES = 240_000
 ROPE_SCALING_ALT = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                     "high_freq_factor": 4.0, "original_max_position_embeddings": 40}
 
+# A one-layer Llama with a 131072-token context and Llama 3.1's rope scaling (factor 8 over an
+# original 8192): its logits at positions up to 131071 (tests/golden/long_rope/). The tokens are
+# a formula the C++ test repeats, so nothing but the weights and the logits is stored.
+LONG_ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+LONG = dict(hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=16, max_position_embeddings=131072, vocab_size=64,
+            rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=LONG_ROPE_SCALING,
+            tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+LONG_SEED = 2468
+LONG_POSITIONS = [0, 8191, 8192, 131071]
+
+
+def long_rope_ids(n):
+    """Token t of the long sequence: (37 t + (t >> 7)) mod 64."""
+    t = torch.arange(n, dtype=torch.int64)
+    return (37 * t + (t >> 7)) % 64
+
+
 
 def _f32(t):
     return t.detach().to(torch.float32).contiguous()
@@ -420,6 +439,52 @@ def make_tiny(root):
                                                 for f in shard_files}}
 
 
+def long_rope_logits(params, cfg, ids, p):
+    """Logits at position p of a one-layer model, from query row p alone: the keys and values of
+    rows 0..p and the rest of row p (what the full forward gives at p, in O(p) memory)."""
+    assert cfg.num_hidden_layers == 1
+    eps, H, KV, hd = cfg.rms_norm_eps, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    pre = "model.layers.0."
+    x = params["model.embed_tokens.weight"][ids[: p + 1]][None]           # (1, p+1, C)
+    cos, sin = tl.rope_cos_sin(tl.rope_inv_freq(cfg), torch.arange(p + 1, dtype=torch.int64)[None])
+    h = tl.rms_norm(x, params[pre + "input_layernorm.weight"], eps)
+    lin = lambda m, v: torch.nn.functional.linear(v, params[pre + m + ".weight"])  # noqa: E731
+    k = tl.apply_rope(lin("self_attn.k_proj", h).view(1, p + 1, KV, hd).transpose(1, 2), cos, sin)
+    v = lin("self_attn.v_proj", h).view(1, p + 1, KV, hd).transpose(1, 2)
+    q = tl.apply_rope(lin("self_attn.q_proj", h[:, p:]).view(1, 1, H, hd).transpose(1, 2),
+                      cos[:, p:], sin[:, p:])
+    k, v = tl.repeat_kv(k, H // KV), tl.repeat_kv(v, H // KV)
+    att = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * (hd ** -0.5), dim=-1)  # (1,H,1,p+1)
+    y = torch.matmul(att, v).transpose(1, 2).reshape(1, 1, H * hd)
+    xp = x[:, p:] + lin("self_attn.o_proj", y)
+    xp = xp + tl.mlp(tl.rms_norm(xp, params[pre + "post_attention_layernorm.weight"], eps), params, pre)
+    xp = tl.rms_norm(xp, params["model.norm.weight"], eps)
+    return torch.nn.functional.linear(xp, params["lm_head.weight"])[0, 0]
+
+
+def make_long_rope(root):
+    """tests/golden/long_rope/: config.json, model.safetensors and reference.safetensors (the
+    logits at LONG_POSITIONS). Self-check: the one-row logits equal the full forward's at
+    positions below 600 (where the full (T, T) reference fits)."""
+    out_dir = os.path.join(root, "long_rope")
+    os.makedirs(out_dir, exist_ok=True)
+    cfg = tl.LlamaConfig(**LONG)
+    params = tl.init_params(cfg, torch.Generator().manual_seed(LONG_SEED), INIT_STDS)
+    ids = long_rope_ids(LONG_POSITIONS[-1] + 1)
+    full, _ = tl.forward(params, cfg, ids[:600][None])
+    for p in (0, 7, 599):
+        err = (long_rope_logits(params, cfg, ids, p) - full[0, p]).abs().max().item()
+        assert err < 1e-5, f"one-row logits at {p} differ from the full forward by {err}"
+    logits = torch.stack([long_rope_logits(params, cfg, ids, p) for p in LONG_POSITIONS])
+    tl.write_hf_config(os.path.join(out_dir, "config.json"), cfg, "float32")
+    tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), params,
+                           metadata={"format": "pt"})
+    tg.save_safetensors(os.path.join(out_dir, "reference.safetensors"),
+                        {"positions": _i32(LONG_POSITIONS), "logits": _f32(logits)},
+                        metadata={"generator": "tools/make_llama_golden.py --only long_rope"})
+    return logits
+
+
 def summarize(dirs):
     total = 0
     for d in dirs:
@@ -440,10 +505,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo", "lora"],
+    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
-                         "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}")
+                         "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}; "
+                         "long_rope: only long_rope/")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
@@ -457,7 +523,11 @@ def main():
         lo = make_lora(root)
         print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
         return
+    if args.only == "long_rope":
+        print(f"long_rope: logits at {LONG_POSITIONS}, spread {make_long_rope(root).std().item():.3f}")
+        return
     info = make_tiny(root)
+    make_long_rope(root)
     lo = make_lora(root)
     print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
     print(f"tiny_llama zo-sgd: projected gradients {[round(g, 4) for g in make_zo(root)]}")

@@ -227,39 +227,42 @@ STRATUM_INLINE void block_scores(float* out, const float* x, std::size_t x_strid
   }
 }
 
-// y[r][i] (row r at y + r * y_stride) (+)= sum over t2 in [c0, c1) with t2 <= t0 + r of p[r][t2] *
-// v[t2][i], t2 increasing (row r of p at p + r * ld, v row t2 at v + t2 * v_stride); from 0.0f
-// when `first`, else onto y's partial sums.
+// y[r][i0 + i] (row r at y + r * y_stride) (+)= sum over t2 in [c0, c1) with t2 <= t0 + r of
+// p[r][t2] * v[t2][i0 + i] for i < 16 * NV, t2 increasing (row r of p at p + r * ld, v row t2
+// at v + t2 * v_stride); from 0.0f when `first`, else onto y's partial sums.
+template <int R, int NV>
+STRATUM_INLINE void probs_tile_vectors(float* y, std::size_t y_stride, const float* p, int t0, int c0, int c1,
+                                       const float* v, std::size_t v_stride, int i0, int ld, bool first) {
+  const int common = std::min(c1, t0 + 1);  // keys every row attends to
+  V16 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) acc[r][j] = first ? V16{} : load16(y + r * y_stride + i0 + 16 * j);
+  for (int t2 = c0; t2 < common; ++t2) {
+    const float* vr = v + t2 * v_stride + i0;
+    V16 vv[NV];
+    for (int j = 0; j < NV; ++j) vv[j] = load16(vr + 16 * j);
+    for (int r = 0; r < R; ++r) {
+      const float a = p[static_cast<std::size_t>(r) * ld + t2];
+      for (int j = 0; j < NV; ++j) acc[r][j] += a * vv[j];
+    }
+  }
+  for (int r = 1; r < R; ++r)  // the causal triangle's rest
+    for (int t2 = std::max(c0, t0 + 1); t2 < std::min(c1, t0 + r + 1); ++t2) {
+      const float* vr = v + t2 * v_stride + i0;
+      const float a = p[static_cast<std::size_t>(r) * ld + t2];
+      for (int j = 0; j < NV; ++j) acc[r][j] += a * load16(vr + 16 * j);
+    }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) store16(y + r * y_stride + i0 + 16 * j, acc[r][j]);
+}
+
+// probs_tile_vectors over the whole head dimension: 32 lanes at a time, then 16, then scalars.
 template <int R>
 STRATUM_INLINE void probs_tile(float* y, std::size_t y_stride, const float* p, int t0, int c0, int c1,
                                const float* v, std::size_t v_stride, int hd, int ld, bool first) {
-  const int common = std::min(c1, t0 + 1);  // keys every row attends to
   int i0 = 0;
-  for (; i0 + 32 <= hd; i0 += 32) {
-    V16 acc[R][2];
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 2; ++j) acc[r][j] = first ? V16{} : load16(y + r * y_stride + i0 + 16 * j);
-    for (int t2 = c0; t2 < common; ++t2) {
-      const float* vr = v + t2 * v_stride + i0;
-      const V16 v0 = load16(vr), v1 = load16(vr + 16);
-      for (int r = 0; r < R; ++r) {
-        const float a = p[static_cast<std::size_t>(r) * ld + t2];
-        acc[r][0] += a * v0;
-        acc[r][1] += a * v1;
-      }
-    }
-    for (int r = 1; r < R; ++r)  // the causal triangle's rest
-      for (int t2 = std::max(c0, t0 + 1); t2 < std::min(c1, t0 + r + 1); ++t2) {
-        const float* vr = v + t2 * v_stride + i0;
-        const float a = p[static_cast<std::size_t>(r) * ld + t2];
-        acc[r][0] += a * load16(vr);
-        acc[r][1] += a * load16(vr + 16);
-      }
-    for (int r = 0; r < R; ++r) {
-      store16(y + r * y_stride + i0, acc[r][0]);
-      store16(y + r * y_stride + i0 + 16, acc[r][1]);
-    }
-  }
+  for (; i0 + 32 <= hd; i0 += 32) probs_tile_vectors<R, 2>(y, y_stride, p, t0, c0, c1, v, v_stride, i0, ld, first);
+  for (; i0 + 16 <= hd; i0 += 16) probs_tile_vectors<R, 1>(y, y_stride, p, t0, c0, c1, v, v_stride, i0, ld, first);
   for (; i0 < hd; ++i0)
     for (int r = 0; r < R; ++r) {
       float acc = first ? 0.0f : y[r * y_stride + i0];
