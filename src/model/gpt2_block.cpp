@@ -14,19 +14,25 @@ Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, const TensorVie
                           vec(kLn2W), vec(kLn2B), view(kFcW),   vec(kFcB),   view(kMlpProjW),  vec(kMlpProjB)};
 }
 
-Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats)
-    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_stats))) {}
-
-std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
-  Gpt2Activations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats));
+Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
+                                 const Gpt2Workspace* borrow)
+    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr))) {
+  if (borrow != nullptr) ln1 = ln2 = borrow->tmp;
 }
 
-CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
+std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
+                                       bool borrow) {
+  Gpt2Activations probe{NoBuffer{}};
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrow));
+}
+
+CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
+                                    bool borrow) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
-  return CarveSlices({{&ln1, BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att_stats, stats},
-                   {&atty, BT * C}, {&res2, BT * C}, {&ln2, BT * C}, {&ln2_mean, BT}, {&ln2_rstd, BT},
+  const std::size_t own = borrow ? 0 : 1;
+  return CarveSlices({{&ln1, own * BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att_stats, stats},
+                   {&atty, BT * C}, {&res2, BT * C}, {&ln2, own * BT * C}, {&ln2_mean, BT}, {&ln2_rstd, BT},
                    {&fch, BT * 4 * C}, {&fch_gelu, BT * 4 * C}});
 }
 
@@ -86,6 +92,10 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
                       s.fch_gelu, weight_f32(ops, p.mlp_proj_w, w.wide), BT, 4 * C, C, false);
   adapt(3, dout, C, s.fch_gelu, 4 * C, w.dfch, 4 * C, C);
   ops.gelu_backward(w.dfch, s.fch, w.dfch, static_cast<std::size_t>(BT) * 4 * C);
+  // ln2 and ln1 live in w.tmp (borrowed, Gpt2Activations): the same layernorm writes them again.
+  STRATUM_ASSERT(s.ln1 == w.tmp && s.ln2 == w.tmp);
+  const float eps = cfg.layer_norm_eps;
+  ops.layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, BT, C, eps);
   ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::fc_w), grad(&Gpt2BlockTensors::fc_b), w.dfch, s.ln2,
                       weight_f32(ops, p.fc_w, w.wide), BT, C, 4 * C, false);
   adapt(2, w.dfch, 4 * C, s.ln2, C, w.dln, C, 4 * C);
@@ -98,6 +108,7 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
                       s.atty, weight_f32(ops, p.attn_proj_w, w.wide), BT, C, C, false);
   adapt(1, w.dres2, C, s.atty, C, w.datty, C, C);
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, H, cfg.head_dim());
+  ops.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, eps);
   ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::attn_w), grad(&Gpt2BlockTensors::attn_b), w.dqkv, s.ln1,
                       weight_f32(ops, p.attn_w, w.wide), BT, C, 3 * C, false);
   adapt(0, w.dqkv, 3 * C, s.ln1, C, w.dln, C, 3 * C);

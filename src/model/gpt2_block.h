@@ -41,22 +41,27 @@ Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, const TensorVie
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs. The
 // executor keeps one (recompute mode: refilled by recomputing from the block input) or one per
 // block (keep mode).
+class Gpt2Workspace;
 class Gpt2Activations {
  public:
   // attention_stats false: no `att_stats` (decoding attends against a KV cache and keeps none).
-  Gpt2Activations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true);
+  // borrow: a training workspace of the same shape whose tmp rows hold ln1 and ln2 (as Llama's
+  // xn1 and xn2, Note [hmid in the workspace] in model/llama_block.h); null: slices of their own.
+  Gpt2Activations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
+                  const Gpt2Workspace* borrow = nullptr);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // size_bytes() of such an object, without allocating it.
-  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true);
+  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
+                               bool borrow = false);
 
-  float* ln1;       // (B,T,C)
+  float* ln1;       // (B,T,C) (the workspace's tmp rows in training)
   float* ln1_mean;  // (B,T)
   float* ln1_rstd;  // (B,T)
   float* qkv;       // (B,T,3C)
   float* att_stats; // (B,H,T,2) softmax row statistics (kernels/cpu/attention.h)
   float* atty;      // (B,T,C)
   float* res2;      // (B,T,C)
-  float* ln2;       // (B,T,C)
+  float* ln2;       // (B,T,C) (the workspace's tmp rows in training)
   float* ln2_mean;  // (B,T)
   float* ln2_rstd;  // (B,T)
   float* fch;       // (B,T,4C)
@@ -66,7 +71,7 @@ class Gpt2Activations {
   struct NoBuffer {};
   explicit Gpt2Activations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
-  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats);
+  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow);
   AlignedBuffer buffer_;
 };
 

@@ -32,9 +32,9 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
     for (int i = 0; i < copies; ++i) llama_acts_.emplace_back(cfg, max_batch, max_seq, true, llama_work_.get());
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_seq, cfg.rope_theta, cfg.rope_scaling);
   } else {
-    gpt2_acts_.reserve(static_cast<std::size_t>(copies));
-    for (int i = 0; i < copies; ++i) gpt2_acts_.emplace_back(cfg, max_batch, max_seq);
     gpt2_work_ = std::make_unique<Gpt2Workspace>(ops, cfg, max_batch, max_seq, bf16_weights);
+    gpt2_acts_.reserve(static_cast<std::size_t>(copies));
+    for (int i = 0; i < copies; ++i) gpt2_acts_.emplace_back(cfg, max_batch, max_seq, true, gpt2_work_.get());
   }
 }
 
