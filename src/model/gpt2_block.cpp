@@ -20,10 +20,9 @@ Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_se
   if (borrow != nullptr) ln1 = ln2 = borrow->tmp;
 }
 
-std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                       bool borrow) {
+std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
   Gpt2Activations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrow));
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, false));
 }
 
 CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,

@@ -50,9 +50,8 @@ class Gpt2Activations {
   Gpt2Activations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                   const Gpt2Workspace* borrow = nullptr);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
-  // size_bytes() of such an object, without allocating it.
-  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                               bool borrow = false);
+  // size_bytes() of such an object with slices of its own, without allocating it.
+  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true);
 
   float* ln1;       // (B,T,C) (the workspace's tmp rows in training)
   float* ln1_mean;  // (B,T)

@@ -23,10 +23,9 @@ LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_
   }
 }
 
-std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                        bool borrow) {
+std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
   LlamaActivations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrow));
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, false));
 }
 
 CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,

@@ -56,9 +56,8 @@ class LlamaActivations {
   LlamaActivations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                    const LlamaWorkspace* borrow = nullptr);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
-  // size_bytes() of such an object, without allocating it.
-  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                               bool borrow = false);
+  // size_bytes() of such an object with slices of its own, without allocating it.
+  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true);
 
   float* xn1;    // (B,T,C) input_layernorm(x) (Note [hmid in the workspace])
   float* rstd1;  // (B,T)

@@ -338,6 +338,19 @@ STRATUM_INLINE void block_rank_update(float* dst, std::size_t d_stride, const fl
   }
 }
 
+// The forward of one block of nb query rows at absolute positions T0.. (row r: x + r * x_stride)
+// against keys and values 0..T0 + r (tiles: the packed keys; v row t2 at v + t2 * v_stride):
+// scores into rows (nb, ld), softmax with row r's statistics to stats + 2 r, the output rows to
+// y + r * y_stride. The full forward and the cached variant's prompt chunks both run it, so their
+// rows have the same arithmetic (Note [cached attention bits]).
+STRATUM_INLINE void forward_block(float* y, std::size_t y_stride, float* stats, float* rows, const float* x,
+                                  std::size_t x_stride, int T0, int nb, const float* tiles, const float* v,
+                                  std::size_t v_stride, int hd, int ld, float scale) {
+  block_scores(rows, x, x_stride, T0, nb, tiles, hd, ld);
+  for (int r = 0; r < nb; ++r) softmax_row(rows + static_cast<std::size_t>(r) * ld, T0 + r + 1, scale, stats + 2 * r);
+  block_probs_times(y, y_stride, rows, T0, nb, v, v_stride, hd, ld);
+}
+
 STRATUM_SIMD_CLONES
 void attention_forward_pairs(float* out, float* stats, float* scratch, int slot, const float* qkv, std::size_t p0,
                              std::size_t p1, int T, QkvLayout lay, ScratchLayout sl) {
@@ -352,13 +365,10 @@ void attention_forward_pairs(float* out, float* stats, float* scratch, int slot,
     if (p == p0 || h % group == 0) pack_head(kt, base + lay.k(kvh), W, T, hd);  // a new (batch, kv head)
     float* rows = sl.rows(scratch, slot);
     const int ld = sl.ld();
-    for (int T0 = 0; T0 < T; T0 += kBlockRows) {
-      const int nb = std::min(kBlockRows, T - T0);
-      block_scores(rows, base + T0 * W + lay.q(h), W, T0, nb, kt, hd, ld);
-      for (int r = 0; r < nb; ++r)
-        softmax_row(rows + static_cast<std::size_t>(r) * ld, T0 + r + 1, scale, stats + (p * T + T0 + r) * 2);
-      block_probs_times(out + (b * T + T0) * out_w + lay.q(h), out_w, rows, T0, nb, base + lay.v(kvh), W, hd, ld);
-    }
+    for (int T0 = 0; T0 < T; T0 += kBlockRows)
+      forward_block(out + (b * T + T0) * out_w + lay.q(h), out_w, stats + (p * T + T0) * 2, rows,
+                    base + T0 * W + lay.q(h), W, T0, std::min(kBlockRows, T - T0), kt, base + lay.v(kvh), W, hd, ld,
+                    scale);
   }
 }
 
@@ -441,7 +451,7 @@ void attention_cached_pairs(float* out, float* scratch, int slot, const float* q
     const std::size_t b = p / H;
     const int h = static_cast<int>(p % H), kvh = h / group;
     const std::size_t cache = (b * KV + kvh) * static_cast<std::size_t>(max_T) * hd;
-    float stats[2];
+    float stats[2 * kBlockRows];  // not kept
     if (Tn < kRows) {
       for (int t = 0; t < Tn; ++t) {
         const int n = past[b] + t + 1;
@@ -454,11 +464,9 @@ void attention_cached_pairs(float* out, float* scratch, int slot, const float* q
     }
     if (p == p0 || h % group == 0) pack_head(kt, kcache + cache, hd, past[b] + Tn, hd);  // a new (batch, kv head)
     for (int t0 = 0; t0 < Tn; t0 += kBlockRows) {
-      const int nb = std::min(kBlockRows, Tn - t0), T0 = past[b] + t0;
       const std::size_t r = (b * Tn + t0) * row_w + static_cast<std::size_t>(h) * hd;
-      block_scores(rows, q + r, row_w, T0, nb, kt, hd, ld);
-      for (int i = 0; i < nb; ++i) softmax_row(rows + static_cast<std::size_t>(i) * ld, T0 + i + 1, scale, stats);
-      block_probs_times(out + r, row_w, rows, T0, nb, vcache + cache, hd, hd, ld);
+      forward_block(out + r, row_w, stats, rows, q + r, row_w, past[b] + t0, std::min(kBlockRows, Tn - t0), kt,
+                    vcache + cache, hd, hd, ld, scale);
     }
   }
 }
