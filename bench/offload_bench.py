@@ -11,7 +11,9 @@ io_sweep on the same directory, and peak RSS against the budget. Prints a table 
 
 Usage: python3 bench/offload_bench.py --dir /path/on/nvme [--steps 5] [--rounds 2]
            [--budget-frac 0.25,0.10] [--grad-clip 1.0] [--prefetch K] [--io auto] [--no-sweep]
-           [--optimizer adamw|zo-sgd]
+           [--optimizer adamw|zo-sgd] [--activations auto,recompute,offload]
+--activations: the policies the budgeted runs use, each run at each budget (default auto: the
+plan's choice, which the report names); the run in RAM recomputes.
 A budget fraction below the run's minimum budget runs at the minimum (and says so). Without
 --prefetch the runs use the plan's choice; the plan's predicted step time is reported next to
 the measured median.
@@ -29,11 +31,13 @@ def params_of(L, C, V, ctx):
     return V * C + ctx * C + L * (12 * C * C + 13 * C) + 2 * C
 
 
-def run_train(args, budget, log):
+def run_train(args, budget, log, activations="recompute"):
     cmd = [STRATUM, "train", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
            "--ctx", "1024", "--data", args.data, "--batch", str(args.batch), "--seq", str(args.seq), "--steps",
            str(args.steps), "--threads", str(args.threads), "--quiet", "--grad-clip", str(args.grad_clip),
            "--lr-schedule", "constant", "--log", log, "--optimizer", args.optimizer]
+    if args.optimizer != "zo-sgd":
+        cmd += ["--activations", activations]
     if args.optimizer == "zo-sgd":
         cmd += ["--lr", "1e-5"]
     if args.tokenizer:
@@ -51,7 +55,9 @@ def run_train(args, budget, log):
     wr = re.search(r"written [0-9.]+ MiB \(([0-9.]+) GB/s", r.stderr)
     h = re.search(r"params hash ([0-9a-f]+)", r.stderr)
     pf = re.search(r"prefetch (\d+) \(", r.stderr)
-    return {"steps": steps[1:] if len(steps) > 1 else steps, "rss_mib": float(rss.group(1)),
+    chosen = re.search(r"activations (\w+) \(auto", r.stderr)
+    return {"activations": chosen.group(1) if chosen else activations,
+            "steps": steps[1:] if len(steps) > 1 else steps, "rss_mib": float(rss.group(1)),
             "prefetch": int(pf.group(1)) if pf else None,
             "read_gbps": float(rd.group(1)) if rd else 0.0, "write_gbps": float(wr.group(1)) if wr else 0.0,
             "hash": h.group(1)}
@@ -97,7 +103,9 @@ def main():
     p.add_argument("--tokenizer", default=DATA)
     p.add_argument("--no-sweep", action="store_true")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "zo-sgd"])
+    p.add_argument("--activations", default="auto", help="comma-separated policies for the budgeted runs")
     args = p.parse_args()
+    policies = args.activations.split(",")
 
     state = (4 if args.optimizer == "zo-sgd" else 16) * params_of(args.layers, args.embd, 50257, 1024)
     floor = min_budget_mib(args) << 20
@@ -107,13 +115,14 @@ def main():
     print(f"model L{args.layers} C{args.embd} H{args.heads}, B={args.batch} T={args.seq}, training state "
           f"{state / 2**20:.0f} MiB, minimum budget {floor >> 20} MiB, optimizer {args.optimizer}, grad clip {args.grad_clip}, "
           f"offload dir {args.dir}")
-    ram, off = [], [[] for _ in budgets]
+    cases = [(b, a) for b in budgets for a in policies]
+    ram, off = [], [[] for _ in cases]
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "log.jsonl")
         for _ in range(args.rounds):
             ram.append(run_train(args, 0, log))
-            for i, budget in enumerate(budgets):
-                off[i].append(run_train(args, budget, log))
+            for i, (budget, activations) in enumerate(cases):
+                off[i].append(run_train(args, budget, log, activations))
     if len({r["hash"] for r in ram + [x for runs in off for x in runs]}) != 1:
         sys.exit("offload_bench: parameters differ between RAM and budget runs: exactness is broken")
 
@@ -122,12 +131,12 @@ def main():
 
     ram_ms = med(ram, "step_ms")
     print(f"in RAM:      {ram_ms:8.1f} ms/step, peak RSS {max(r['rss_mib'] for r in ram):.0f} MiB")
-    for budget, runs in zip(budgets, off):
+    for (budget, activations), runs in zip(cases, off):
         off_ms = med(runs, "step_ms")
         pred = med(runs, "predicted_step_ms")
         res = {
             "config": f"L{args.layers} C{args.embd} B{args.batch} T{args.seq}", "optimizer": args.optimizer,
-            "budget_mib": budget >> 20,
+            "budget_mib": budget >> 20, "activations": activations, "activations_used": runs[0]["activations"],
             "budget_frac": round(budget / state, 3), "grad_clip": args.grad_clip, "prefetch": runs[0]["prefetch"],
             "ram_step_ms": round(ram_ms, 1), "offload_step_ms": round(off_ms, 1), "ratio": round(off_ms / ram_ms, 3),
             "predicted_step_ms": round(pred, 1), "prediction_error": round(pred / off_ms - 1, 3),
@@ -140,7 +149,8 @@ def main():
             "ram_peak_rss_mib": max(r["rss_mib"] for r in ram), "offload_peak_rss_mib": max(r["rss_mib"] for r in runs),
             "offload_peak_engine_mib": round(max(s["peak_mem_bytes"] for r in runs for s in r["steps"]) / 2**20, 1),
         }
-        print(f"budget {budget >> 20} MiB ({100 * budget / state:.1f}%): {off_ms:8.1f} ms/step = {res['ratio']:.3f}x RAM "
+        print(f"budget {budget >> 20} MiB ({100 * budget / state:.1f}%), activations {activations}"
+              f"{' -> ' + runs[0]['activations'] if activations == 'auto' else ''}: {off_ms:8.1f} ms/step = {res['ratio']:.3f}x RAM "
               f"(plan predicted {pred:.0f} ms, {100 * res['prediction_error']:+.0f}%); stall "
               f"{res['stall_ms_per_step']:.0f} ms/step; read {res['read_mib_per_step']:.0f} MiB + write "
               f"{res['write_mib_per_step']:.0f} MiB per step; prefetch {res['prefetch']}")

@@ -64,7 +64,8 @@ int main(int argc, char** argv) try {
   const stratum::ParamLayout layout = stratum::ParamLayout::gpt2(cfg);
   stratum::RamSegmentStore store(layout, stratum::Executor::activation_unit_floats(cfg, B, T));
   stratum::model_init_random(cfg, layout, store, 1337);
-  stratum::Executor exec(pool, cfg, store, B, T, keep);
+  stratum::Executor exec(pool, cfg, store, B, T,
+                         keep ? stratum::ActivationPolicy::Keep : stratum::ActivationPolicy::Recompute);
   stratum::Rng rng(7);
   std::vector<std::int32_t> inputs(static_cast<std::size_t>(B) * T), targets(inputs.size());
   std::vector<double> ms;

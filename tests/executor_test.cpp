@@ -166,7 +166,7 @@ TEST(Executor, OverlappedOptimizerMatchesSequential) {
     model_load_weights(dir, layout, store);
     ThreadPool pool(2);
     blas_set_threads(1);  // OpenBLAS's own threads are invisible to ThreadSanitizer (tools/sanitize.sh)
-    Executor exec(pool, cfg, units, B, T, false, mode);
+    Executor exec(pool, cfg, units, B, T, ActivationPolicy::Recompute, mode);
     exec.attach(store);
     Run r;
     for (int step = 0; step < 3; ++step) {

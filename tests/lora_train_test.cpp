@@ -164,12 +164,20 @@ void check_run(const std::string& golden, bool dropout) {
   EXPECT_EQ(config["lora_dropout"].get<double>(), lora.dropout);
   const GptConfig cfg = model_read_config(dir);
   const std::size_t min_budget =
-      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, false, a["grad_clip"].get<double>(),
+      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, ActivationPolicy::Recompute, a["grad_clip"].get<double>(),
                              Precision::Fp32, TrainOptimizer::AdamW, lora);
-  EXPECT_LT(min_budget, train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, false,
+  EXPECT_LT(min_budget, train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, ActivationPolicy::Recompute,
                                                a["grad_clip"].get<double>()))
       << "no base gradients or moments: a smaller minimum than full training's";
   EXPECT_EQ(testing::streamed_runs_mismatch(base, min_budget, tmp.path(), testing::params_hash_of(ram.errors), {0, 2}),
+            "");
+  // Internals offloaded (Note [activations offload]): the adapters' x A^T rows travel in the
+  // Internals units with the block's; the same bits at offload's own minimum.
+  const std::size_t offload_min =
+      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, ActivationPolicy::Offload,
+                             a["grad_clip"].get<double>(), Precision::Fp32, TrainOptimizer::AdamW, lora);
+  EXPECT_EQ(testing::streamed_runs_mismatch(base + " --activations offload", offload_min, tmp.path(),
+                                            testing::params_hash_of(ram.errors), {1}),
             "");
   // Resumed from step 3 with the same base: the same bits; without it (a random base), refused.
   const auto resumed = testing::run_stratum("train --model " + dir + " --resume " + tmp.file("out") +
@@ -270,7 +278,7 @@ void check_zo_run(const std::string& golden) {
   std::printf("[lora zo] %s: largest |adapter - reference| %.2e\n", golden.c_str(), err);
   const GptConfig cfg = model_read_config(dir);
   const std::size_t min_budget =
-      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, false, 1.0, Precision::Fp32,
+      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, ActivationPolicy::Recompute, 1.0, Precision::Fp32,
                              TrainOptimizer::ZoSgd, adapter_config_read(dir + "/lora_init", cfg.arch));
   EXPECT_EQ(testing::streamed_runs_mismatch(base, min_budget, tmp.path(), testing::params_hash_of(ram.errors), {0, 2}),
             "");
@@ -466,7 +474,7 @@ TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
       const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T), UnitSet::Training, bf16);
       ThreadPool pool(2);
       std::unique_ptr<SegmentStore> store;  // outlives the executor
-      Executor exec(pool, cfg, units, B, T, false, OptimizerMode::Inline, precision);
+      Executor exec(pool, cfg, units, B, T, ActivationPolicy::Recompute, OptimizerMode::Inline, precision);
       if (streamed) {
         TieredStoreOptions so;
         so.budget_bytes = exec.min_store_bytes();
@@ -519,9 +527,9 @@ TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
     };
     EXPECT_NE(params_text(ram.errors), "");
     EXPECT_NE(params_text(ram.errors), params_text(wide_run.errors)) << ram.errors;
-    const std::size_t min_budget = train_min_budget_bytes(cfg, 2, 16, 2, false, 1.0, Precision::Fp32,
+    const std::size_t min_budget = train_min_budget_bytes(cfg, 2, 16, 2, ActivationPolicy::Recompute, 1.0, Precision::Fp32,
                                                           TrainOptimizer::AdamW, lora, true);
-    EXPECT_LT(min_budget, train_min_budget_bytes(cfg, 2, 16, 2, false, 1.0, Precision::Fp32, TrainOptimizer::AdamW, lora));
+    EXPECT_LT(min_budget, train_min_budget_bytes(cfg, 2, 16, 2, ActivationPolicy::Recompute, 1.0, Precision::Fp32, TrainOptimizer::AdamW, lora));
     EXPECT_EQ(testing::streamed_runs_mismatch(train + " --quiet", min_budget, tmp.path(),
                                               testing::params_hash_of(ram.errors), {0, 2}),
               "")
@@ -546,7 +554,7 @@ TEST(LoraTrain, KilledMidCheckpointResumesToTheUninterruptedBits) {
   LoraConfig lora = adapter_config_read(dir + "/lora_init", cfg.arch);
   lora.dropout = 0.1;
   const std::size_t min_budget =
-      train_min_budget_bytes(cfg, 2, 16, 2, false, 1.0, Precision::Fp32, TrainOptimizer::AdamW, lora);
+      train_min_budget_bytes(cfg, 2, 16, 2, ActivationPolicy::Recompute, 1.0, Precision::Fp32, TrainOptimizer::AdamW, lora);
   std::filesystem::create_directories(tmp.file("off"));
   const testing::CrashRounds c = testing::crash_rounds(
       tmp.path(), run_ms, testing::params_hash_of(ref.errors), 6, [&](const std::string& root, int run) {

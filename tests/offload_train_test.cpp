@@ -55,14 +55,16 @@ std::size_t state_bytes(const GptConfig& cfg) {
   return params * 4 * sizeof(float);
 }
 
-void check_matrix(double grad_clip) {
+// activations: the policy of the budgeted runs (the reference in RAM recomputes).
+void check_matrix(double grad_clip, ActivationPolicy activations) {
   testing::TempDir tmp;
   const std::string data = write_tokens(tmp);
   TrainOptions ram = base_options(data, grad_clip);
+  ram.activations = ActivationPolicy::Recompute;
   const TrainResult reference = train_run(ram);
   EXPECT_EQ(reference.read_bytes, 0u);
 
-  const std::size_t min_budget = train_min_budget_bytes(ram.config, ram.batch, ram.seq, 2, false, grad_clip);
+  const std::size_t min_budget = train_min_budget_bytes(ram.config, ram.batch, ram.seq, 2, activations, grad_clip);
   const std::size_t state = state_bytes(ram.config);
   struct Budget {
     const char* name;
@@ -77,6 +79,7 @@ void check_matrix(double grad_clip) {
         SCOPED_TRACE(std::string(budget.name) + " budget " + std::to_string(budget.bytes) + " bytes, " +
                      io_backend_name(backend) + ", prefetch " + std::to_string(prefetch));
         TrainOptions o = base_options(data, grad_clip);
+        o.activations = activations;
         o.mem_budget_bytes = budget.bytes;
         o.offload_dir = tmp.path();
         o.io_backend = backend;
@@ -95,14 +98,42 @@ void check_matrix(double grad_clip) {
   EXPECT_EQ(runs, 18);
 }
 
-TEST(OffloadTrain, BitIdenticalToRamUnderBudgetsWithExactClipping) { check_matrix(1.0); }
+TEST(OffloadTrain, BitIdenticalToRamUnderBudgetsWithExactClipping) { check_matrix(1.0, ActivationPolicy::Recompute); }
 
-TEST(OffloadTrain, BitIdenticalToRamWithOverlappedOptimizer) { check_matrix(0.0); }
+TEST(OffloadTrain, BitIdenticalToRamWithOverlappedOptimizer) { check_matrix(0.0, ActivationPolicy::Recompute); }
+
+// Note [activations offload]: each block's internals written to the offload dir in the forward
+// and read back for its backward give the recompute's bits, at every budget down to offload's
+// own minimum.
+TEST(OffloadTrain, OffloadedActivationsBitIdenticalUnderBudgets) { check_matrix(1.0, ActivationPolicy::Offload); }
+
+TEST(OffloadTrain, OffloadedActivationsCrossTheDisk) {
+  testing::TempDir tmp;
+  const std::string data = write_tokens(tmp);
+  TrainOptions o = base_options(data, 1.0);
+  o.eval_every = 0;
+  o.offload_dir = tmp.path();
+  o.mem_budget_bytes = state_bytes(o.config) / 5;
+  o.activations = ActivationPolicy::Recompute;
+  const TrainResult recompute = train_run(o);
+  o.activations = ActivationPolicy::Offload;
+  const TrainResult offload = train_run(o);
+  EXPECT_EQ(offload.params_hash, recompute.params_hash);
+  // Every step writes each layer's internals once and reads them back once (the first step's
+  // forward has nothing to read): at least L sets a step more in each direction.
+  const std::uint64_t internals = Executor::internals_unit_floats(o.config, o.batch, o.seq, ParamLayout::of(o.config)) *
+                                  sizeof(float) * o.config.n_layer;
+  EXPECT_GE(offload.write_bytes, recompute.write_bytes + internals * o.steps * 9 / 10);
+  EXPECT_GE(offload.read_bytes, recompute.read_bytes + internals * o.steps * 9 / 10);
+}
 
 TEST(OffloadTrain, RefusesBudgetBelowMinimumWithTheNumber) {
   testing::TempDir tmp;
   TrainOptions o = base_options(write_tokens(tmp), 1.0);
-  const std::size_t min_budget = train_min_budget_bytes(o.config, o.batch, o.seq, 2, false, 1.0);
+  // Auto (the default) refuses below the smaller of recompute's and offload's minimum.
+  const std::size_t min_budget = train_min_budget_bytes(o.config, o.batch, o.seq, 2, ActivationPolicy::Auto, 1.0);
+  EXPECT_EQ(min_budget, std::min(train_min_budget_bytes(o.config, o.batch, o.seq, 2, ActivationPolicy::Recompute, 1.0),
+                                 train_min_budget_bytes(o.config, o.batch, o.seq, 2, ActivationPolicy::Offload, 1.0)));
   o.mem_budget_bytes = min_budget - 4096;
   o.offload_dir = tmp.path();
   try {
@@ -126,7 +157,7 @@ TEST(OffloadTrain, OffloadFilesAreRemovedAfterTheRun) {
   dir_create(dir);
   TrainOptions o = base_options(data, 1.0);
   o.steps = 1;
-  o.mem_budget_bytes = train_min_budget_bytes(o.config, o.batch, o.seq, 2, false, 1.0);
+  o.mem_budget_bytes = train_min_budget_bytes(o.config, o.batch, o.seq, 2, ActivationPolicy::Recompute, 1.0);
   o.offload_dir = dir;
   train_run(o);
   EXPECT_TRUE(std::filesystem::is_empty(dir));

@@ -54,9 +54,10 @@ TEST(Plan, TrafficMatchesATrainingRunThatUsesThePlansDepth) {
   o.log_path = tmp.file("log.jsonl");
   o.offload_dir = tmp.path();
   const std::size_t state = (o.config.vocab_size + o.config.n_ctx + 12 * 8 * 128) * std::size_t{128} * 16;
-  o.mem_budget_bytes = std::max(train_min_budget_bytes(o.config, o.batch, o.seq, 2, false, o.grad_clip), state / 4);
+  o.mem_budget_bytes = std::max(train_min_budget_bytes(o.config, o.batch, o.seq, 2, ActivationPolicy::Recompute, o.grad_clip), state / 4);
+  o.activations = ActivationPolicy::Recompute;  // the plan below is recompute's
 
-  PlanRequest request{o.config, o.batch, o.seq, false, o.grad_clip, o.mem_budget_bytes, -1};
+  PlanRequest request{o.config, o.batch, o.seq, ActivationPolicy::Recompute, o.grad_clip, o.mem_budget_bytes, -1};
   ThreadPool pool(2);
   CalibrationOptions co;
   co.offload_dir = tmp.path();
@@ -152,7 +153,7 @@ TEST(Plan, LlamaWithItsOwnHeadDimAndA128kContextTrainsUnderABudgetAsPlanned) {
   const int batch = 2, seq = 32;
   std::size_t state = 0;  // params, grads and both moments, fp32
   for (const SegmentLayout& seg : layout.segments()) state += 4 * seg.size_floats * sizeof(float);
-  const std::size_t budget = std::max(train_min_budget_bytes(cfg, batch, seq, 2, false, 1.0), state / 4);
+  const std::size_t budget = std::max(train_min_budget_bytes(cfg, batch, seq, 2, ActivationPolicy::Recompute, 1.0), state / 4);
   const std::string offload = tmp.file("offload");
   std::filesystem::create_directories(offload);
   const std::string data = testing::write_random_tokens(tmp.file("tokens.bin"), 20000, cfg.vocab_size, 4);
@@ -164,7 +165,7 @@ TEST(Plan, LlamaWithItsOwnHeadDimAndA128kContextTrainsUnderABudgetAsPlanned) {
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_NE(r.errors.find("[stratum] plan:"), std::string::npos) << r.errors;
 
-  PlanRequest request{cfg, batch, seq, false, 1.0, (budget + 1023) / 1024 * 1024, -1};
+  PlanRequest request{cfg, batch, seq, ActivationPolicy::Recompute, 1.0, (budget + 1023) / 1024 * 1024, -1};
   ThreadPool pool(2);
   const Plan plan = plan_make(request, plan_measure_compute(pool, request), 1.0, 1.0);
   ASSERT_TRUE(plan.streaming);
@@ -192,7 +193,7 @@ TEST(Plan, LlamaWithItsOwnHeadDimAndA128kContextTrainsUnderABudgetAsPlanned) {
 // step at its compute; a slow disk makes the step at least its reads at that bandwidth and names
 // read as the bottleneck; the busy times add up to what the timing and the bytes say.
 TEST(Plan, PredictedTimeFollowsTheModel) {
-  PlanRequest request{plan_config(), 4, 64, false, 1.0, 0, -1};
+  PlanRequest request{plan_config(), 4, 64, ActivationPolicy::Recompute, 1.0, 0, -1};
   ComputeTiming t;
   t.layer_forward_ms = 2;
   t.layer_backward_ms = 4;
@@ -230,8 +231,47 @@ TEST(Plan, PredictedTimeFollowsTheModel) {
   EXPECT_EQ(slow.bottleneck.rfind("read", 0), 0u) << slow.bottleneck;
 }
 
+// --activations auto (Note [activations offload]) on fixed inputs: with free I/O offloading the
+// internals saves each block's recompute, so the plan takes it; on a 1 MB/s disk their bytes
+// cost seconds, so it recomputes; without a budget it recomputes and makes no plan.
+TEST(Plan, AutoActivationsOffloadOnAFastDiskRecomputeOnASlowOne) {
+  PlanRequest request{plan_config(), 4, 64, ActivationPolicy::Auto, 1.0, 0, -1};
+  ComputeTiming t;
+  t.layer_forward_ms = 2;
+  t.layer_backward_ms = 4;
+  t.head_lse_ms = 1;
+  t.head_backward_ms = 2;
+  t.adamw_inline_ns_per_float = 1;
+  t.adamw_worker_ns_per_float = 2;
+  const ActivationChoice ram = plan_choose_activations(request, t, 1e6, 1e6);
+  EXPECT_EQ(ram.policy, ActivationPolicy::Recompute) << ram.why;
+
+  const std::size_t state = (request.config.vocab_size + request.config.n_ctx + 12 * 8 * 128) * std::size_t{128} * 16;
+  PlanRequest recompute = request;
+  recompute.activations = ActivationPolicy::Recompute;
+  PlanRequest offload = request;
+  offload.activations = ActivationPolicy::Offload;
+  request.mem_budget_bytes = std::max({state / 4, plan_min_budget_bytes(recompute), plan_min_budget_bytes(offload)});
+  recompute.mem_budget_bytes = request.mem_budget_bytes;
+  const ActivationChoice fast = plan_choose_activations(request, t, 1e6, 1e6);
+  EXPECT_EQ(fast.policy, ActivationPolicy::Offload) << fast.why;
+  EXPECT_NE(fast.why.find("auto: recompute"), std::string::npos) << fast.why;
+  const Plan fast_recompute = plan_make(recompute, t, 1e6, 1e6);
+  const std::size_t internals = Executor::internals_unit_floats(request.config, request.batch, request.seq,
+                                                                ParamLayout::of(request.config));
+  EXPECT_GE(fast.plan.internals_bytes, request.config.n_layer * internals * sizeof(float));
+  EXPECT_EQ(fast_recompute.internals_bytes, 0u);
+  EXPECT_NEAR(fast_recompute.compute_ms - fast.plan.compute_ms, request.config.n_layer * t.layer_forward_ms, 1e-6)
+      << "offload saves one block forward per layer";
+  EXPECT_GT(fast.plan.write_bytes, fast_recompute.write_bytes);
+
+  const ActivationChoice slow = plan_choose_activations(request, t, 0.001, 0.001);
+  EXPECT_EQ(slow.policy, ActivationPolicy::Recompute) << slow.why;
+  EXPECT_GT(slow.plan.step_ms, 0.0);
+}
+
 TEST(Plan, EverythingFitsMeansNoTrafficAndTooSmallIsRefused) {
-  PlanRequest request{plan_config(), 2, 32, false, 1.0, 0, -1};
+  PlanRequest request{plan_config(), 2, 32, ActivationPolicy::Recompute, 1.0, 0, -1};
   ThreadPool pool(1);
   const ComputeTiming timing = plan_measure_compute(pool, request);
   // Every kind of compute the plan models was found by its span's GroupWork tag.

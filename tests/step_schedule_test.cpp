@@ -176,7 +176,7 @@ TEST(ScheduleRun, EveryUnitTheExecutorTouchesIsListedByTheGroupItRuns) {
       ScheduleCheckingStore store(units);
       model_load_weights(t.dir, t.layout, store.inner());
       ThreadPool pool(2);
-      Executor exec(pool, t.cfg, units, t.B, t.T, false, mode);
+      Executor exec(pool, t.cfg, units, t.B, t.T, ActivationPolicy::Recompute, mode);
       exec.attach(store);
       std::vector<int> every(static_cast<std::size_t>(exec.schedule().group_count()));
       std::iota(every.begin(), every.end(), 0);
@@ -210,7 +210,7 @@ TEST(ScheduleRun, MinimumBudgetTrainsInEveryModeWithTheBitsOfRam) {
         testing::TempDir tmp;
         std::unique_ptr<SegmentStore> store;  // outlives the executor
         ThreadPool pool(2);
-        Executor exec(pool, t.cfg, units, t.B, t.T, false, mode);
+        Executor exec(pool, t.cfg, units, t.B, t.T, ActivationPolicy::Recompute, mode);
         if (depth >= 0) {
           TieredStoreOptions so;
           so.budget_bytes = exec.min_store_bytes();

@@ -98,7 +98,7 @@ TEST(TraceRecorder, TrainingUnderABudgetShowsComputeOptimizerAndIoOverlapping) {
   o.steps = 3;
   o.threads = 2;
   o.quiet = true;
-  o.mem_budget_bytes = train_min_budget_bytes(o.config, o.batch, o.seq, 2, false, o.grad_clip);
+  o.mem_budget_bytes = train_min_budget_bytes(o.config, o.batch, o.seq, 2, ActivationPolicy::Recompute, o.grad_clip);
   o.offload_dir = tmp.path();
   o.trace_path = tmp.file("trace.json");
   train_run(o);

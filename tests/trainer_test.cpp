@@ -164,8 +164,11 @@ TEST(Trainer, SameSeedSameBitsDifferentSeedDifferentBits) {
   const auto d = train_run(o);
   EXPECT_EQ(c.params_hash, d.params_hash);
   EXPECT_NE(a.params_hash, c.params_hash) << "shuffled order must differ from sequential";
-  o.keep_activations = true;
+  o.activations = ActivationPolicy::Keep;
   EXPECT_EQ(train_run(o).params_hash, c.params_hash) << "keeping activations must give the recompute bits";
+  o.activations = ActivationPolicy::Offload;  // in RAM: the internals units stay in the RAM store
+  EXPECT_EQ(train_run(o).params_hash, c.params_hash) << "offloaded activations must give the recompute bits";
+  o.activations = ActivationPolicy::Auto;
   o.seed = 99;
   EXPECT_NE(train_run(o).params_hash, c.params_hash);
 }

@@ -86,9 +86,9 @@ void check_zo_run(const std::string& golden, const char* const* weights_files) {
 
   // Streaming at the smallest budget, with and without prefetch: the same bits.
   const std::size_t min_budget =
-      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, false, 1.0, Precision::Fp32,
+      train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, ActivationPolicy::Recompute, 1.0, Precision::Fp32,
                              TrainOptimizer::ZoSgd);
-  EXPECT_LT(min_budget, train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, false, 1.0))
+  EXPECT_LT(min_budget, train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, ActivationPolicy::Recompute, 1.0))
       << "no gradients or moments: a smaller minimum than AdamW's";
   EXPECT_EQ(testing::streamed_runs_mismatch(base, min_budget, tmp.path(), testing::params_hash_of(ram.errors), {0, 2}),
             "");

@@ -21,7 +21,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                          {{"batch", "B", "sequences per step (default 4)"},
                           {"seq", "T", "tokens per sequence (default 64)"},
                           {"grad-clip", "X", "as for train: 0 = off, which lets updates overlap the backward (default 1.0)"},
-                          {"activations", "MODE", "recompute (default) | keep, as for train"},
+                          {"activations", "MODE", "auto (default) | recompute | offload | keep, as for train"},
                           {"mem-budget", "SIZE", "the memory budget to plan for, e.g. 512M or 4G (default: all in RAM)"},
                           {"offload-dir", "DIR", "with --mem-budget: the directory the run would stream through (its disk is measured)"},
                           {"prefetch", "K", "with --mem-budget: plan with this prefetch depth instead of choosing one"},
@@ -53,10 +53,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                 r.config.n_ctx, "; use --seq <= ", r.config.n_ctx);
   r.grad_clip = args.number("grad-clip", 1.0);
   STRATUM_CHECK(r.grad_clip >= 0, "[cli] --grad-clip must be >= 0 (0 = off), got ", r.grad_clip);
-  const std::string activations = args.str("activations", "recompute");
-  STRATUM_CHECK(activations == "recompute" || activations == "keep",
-                "[cli] --activations must be 'recompute' or 'keep', got '", activations, "'");
-  r.keep_activations = activations == "keep";
+  r.activations = activation_policy_parse(args.str("activations", "auto"));
   r.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;
   STRATUM_CHECK(!args.has("mem-budget") || r.mem_budget_bytes > 0, "[cli] --mem-budget must be > 0, e.g. 512M");
   const std::string offload_dir = args.str("offload-dir");
@@ -92,8 +89,15 @@ int cmd_plan(const std::vector<std::string>& argv) {
     std::printf("%s\n", plan_measurement_json(measured).dump().c_str());
     return 0;
   }
+  std::string choice_text;
+  if (r.activations == ActivationPolicy::Auto) {  // Note [activations offload]: the plan chooses
+    const ActivationChoice choice = plan_choose_activations(r, measured.timing, measured.read_gbps, measured.write_gbps);
+    r.activations = choice.policy;
+    choice_text = choice.why + "\n";
+  }
   const Plan plan = plan_make(r, measured.timing, measured.read_gbps, measured.write_gbps);
   std::fputs(plan_describe(plan, r).c_str(), stdout);
+  std::fputs(choice_text.c_str(), stdout);
   if (r.mem_budget_bytes > 0)
     std::printf("calibration: %s, %s; compute measured on a one-layer model with %d threads, streamed under the "
                 "budget (peak RSS %s)\n",

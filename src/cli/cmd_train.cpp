@@ -130,8 +130,10 @@ int cmd_train(const std::vector<std::string>& argv) {
                              "the newest"},
              {"resume", "DIR", "continue from a checkpoint (DIR/step-N, or DIR: its newest that verifies); options "
                                "left out are the checkpoint's"},
-             {"activations", "MODE", "recompute (keep block inputs only, default) | keep (every block's "
-                                     "internals: faster, more memory, same bits)"},
+             {"activations", "MODE", "auto (default: the plan chooses under --mem-budget, else recompute) | "
+                                     "recompute (keep block inputs only) | offload (block internals to the offload "
+                                     "dir, read back in the backward) | keep (every block's internals in RAM); same "
+                                     "bits"},
              {"mem-budget", "SIZE", "bound all engine memory (params, grads, moments, activations) to SIZE, e.g. "
                                     "512M or 4G; what does not fit is streamed from --offload-dir (default: all in RAM)"},
              {"offload-dir", "DIR", "directory on a fast disk (NVMe) for state that does not fit --mem-budget"},
@@ -155,10 +157,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.log_path = args.str("log");
   o.trace_path = args.str("trace");
   o.save_dir = args.str("save");
-  const std::string activations = args.str("activations", "recompute");
-  STRATUM_CHECK(activations == "recompute" || activations == "keep",
-                "[cli] --activations must be 'recompute' or 'keep', got '", activations, "'");
-  o.keep_activations = activations == "keep";
+  o.activations = activation_policy_parse(args.str("activations", "auto"));
   o.threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
   o.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;
   STRATUM_CHECK(!args.has("mem-budget") || o.mem_budget_bytes > 0, "[cli] --mem-budget must be > 0, e.g. 512M");

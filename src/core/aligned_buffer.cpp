@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -85,13 +86,18 @@ std::size_t aligned_buffer_carve_bytes(const CarveSlices& slices) {
   return total * sizeof(float);
 }
 
-AlignedBuffer aligned_buffer_carve(const CarveSlices& slices) {
-  AlignedBuffer buffer(aligned_buffer_carve_bytes(slices));
-  float* cursor = buffer.as_f32();
+void aligned_carve_into(const CarveSlices& slices, float* base) {
+  STRATUM_ASSERT(reinterpret_cast<std::uintptr_t>(base) % 64 == 0);
+  float* cursor = base;
   for (const auto& s : slices) {
     *s.first = cursor;
     cursor += align_up(s.second, 16);
   }
+}
+
+AlignedBuffer aligned_buffer_carve(const CarveSlices& slices) {
+  AlignedBuffer buffer(aligned_buffer_carve_bytes(slices));
+  aligned_carve_into(slices, buffer.as_f32());
   return buffer;
 }
 

@@ -46,6 +46,9 @@ AlignedBuffer aligned_buffer_carve(const CarveSlices& slices);
 // Bytes aligned_buffer_carve(slices) allocates (the pointers are not written), so a size
 // estimate and the allocation come from one list of slices.
 std::size_t aligned_buffer_carve_bytes(const CarveSlices& slices);
+// The same slices laid out over memory someone else owns (aligned_buffer_carve_bytes(slices)
+// bytes from a 64-byte aligned base): the pointers aligned_buffer_carve would write, shifted.
+void aligned_carve_into(const CarveSlices& slices, float* base);
 
 inline std::size_t align_up(std::size_t value, std::size_t alignment) {
   return (value + alignment - 1) / alignment * alignment;

@@ -34,8 +34,30 @@ std::size_t Executor::activation_unit_floats(const GptConfig& config, int max_ba
   return static_cast<std::size_t>(max_batch) * max_seq * config.n_embd;
 }
 
+std::size_t Executor::internals_unit_floats(const GptConfig& config, int max_batch, int max_seq,
+                                            const ParamLayout& layout) {
+  return TransformerBlock::held_floats(config, max_batch, max_seq, &layout);
+}
+
+const char* activation_policy_name(ActivationPolicy policy) {
+  switch (policy) {
+    case ActivationPolicy::Recompute: return "recompute";
+    case ActivationPolicy::Keep: return "keep";
+    case ActivationPolicy::Offload: return "offload";
+    case ActivationPolicy::Auto: return "auto";
+  }
+  return "?";
+}
+
+ActivationPolicy activation_policy_parse(const std::string& text) {
+  for (ActivationPolicy p : {ActivationPolicy::Recompute, ActivationPolicy::Keep, ActivationPolicy::Offload,
+                             ActivationPolicy::Auto})
+    if (text == activation_policy_name(p)) return p;
+  STRATUM_FAIL("[cli] --activations must be recompute, keep, offload or auto, got '", text, "'");
+}
+
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
-                   bool keep_activations, OptimizerMode mode, Precision precision)
+                   ActivationPolicy activations, OptimizerMode mode, Precision precision)
     : ops_(ops_make(pool, precision)),
       cfg_(config),
       units_(units),
@@ -45,15 +67,20 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       dacts_(mode == OptimizerMode::ZerothOrder  // no backward
                  ? 0
                  : 2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
-      keep_activations_(keep_activations),
+      activations_(activations),
       mode_(mode),
-      blocks_(*ops_, config, max_batch, max_seq, keep_activations ? config.n_layer : 1, &units.layout(),
-              units.param_bf16()),
+      blocks_(*ops_, config, max_batch, max_seq,
+              activations == ActivationPolicy::Keep ? config.n_layer : activations == ActivationPolicy::Offload ? 0 : 1,
+              &units.layout(), units.param_bf16()),
       head_scratch_(config, max_batch * max_seq, precision),
       schedule_(units.count()) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");
   STRATUM_ASSERT(units.act_floats() >= activation_unit_floats(config, max_batch, max_seq));
+  STRATUM_ASSERT(activations != ActivationPolicy::Auto);
+  STRATUM_ASSERT((activations == ActivationPolicy::Offload) ==
+                 (units.internals_floats() > 0 &&
+                  units.internals_floats() >= internals_unit_floats(config, max_batch, max_seq, units.layout())));
   for (const SegmentLayout& seg : layout_.segments())  // only blocks are held as several chunks
     STRATUM_ASSERT(seg.role == SegmentRole::Layer || seg.role == SegmentRole::Lora || seg.chunk_count() == 1);
   grad_squares_.resize(static_cast<std::size_t>(layout_.segment_count()));
@@ -68,8 +95,8 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
 }
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
-                   bool keep_activations)
-    : Executor(pool, config, store.units(), max_batch, max_seq, keep_activations, OptimizerMode::Inline) {
+                   ActivationPolicy activations)
+    : Executor(pool, config, store.units(), max_batch, max_seq, activations, OptimizerMode::Inline) {
   attach(store);
 }
 
@@ -113,6 +140,7 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
     before(s);
     std::vector<UnitUse> uses = {{unit(s, K::Activations), A::Read},
                                  {unit(act_segment(l + 1), K::Activations), A::Overwrite}};
+    if (const int u = units_.find(s, K::Internals); u >= 0) uses.push_back({u, A::Overwrite});
     const A access = params(s);
     for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) uses.push_back({unit(s, K::Params, c), access});
     if (layout_.has_lora()) {  // the block's adapters beside it (Note [lora segments])
@@ -203,6 +231,7 @@ void Executor::schedule_build() {
   for (int l = L - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
     std::vector<UnitUse> uses = chunks({{unit(s, K::Activations), A::Read}}, s, K::Params, A::Read);
+    if (const int u = units_.find(s, K::Internals); u >= 0) uses.push_back({u, A::Read});
     if (trainable(s)) uses = chunks(std::move(uses), s, K::Grads, A::Overwrite);
     if (layout_.has_lora()) {
       const int a = layout_.lora_segment(l);
@@ -313,6 +342,16 @@ std::string Executor::group_name(int g, const Pass& pass) const {
   return seg;
 }
 
+TransformerBlock::InternalsAt Executor::internals_at(const GroupHolds& holds, int layer) const {
+  switch (activations_) {
+    case ActivationPolicy::Keep: return {layer, nullptr};
+    case ActivationPolicy::Offload: return {0, holds.data(layout_.layer_segment(layer), SegmentKind::Internals)};
+    case ActivationPolicy::Recompute:
+    case ActivationPolicy::Auto: break;
+  }
+  return {0, nullptr};
+}
+
 void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
   using K = SegmentKind;
   const int s = schedule_.group_segment(g), item = schedule_.group_item(g);
@@ -334,7 +373,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
     case GroupWork::LayerForward: {
       const LoraChunks lora = lora_chunks(holds, item, false, p);
       blocks_.forward(*ops_, seg, holds.views(s, K::Params), holds.data(s, K::Activations),
-                      holds.data(act_segment(item + 1), K::Activations), block_copy(item), B, T,
+                      holds.data(act_segment(item + 1), K::Activations), internals_at(holds, item), B, T,
                       layout_.has_lora() ? &lora : nullptr);
       return;
     }
@@ -379,7 +418,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       const LoraChunks lora = lora_chunks(holds, item, true, p);
       blocks_.backward(*ops_, seg, holds.views(s, K::Params),
                        layout_.trainable(s) ? holds.views(s, K::Grads) : nullptr, holds.data(s, K::Activations),
-                       p.dcur, p.dnext, block_copy(item), B, T, !keep_activations_,
+                       p.dcur, p.dnext, internals_at(holds, item), B, T, activations_ == ActivationPolicy::Recompute,
                        layout_.has_lora() ? &lora : nullptr);
       std::swap(p.dcur, p.dnext);
       return;

@@ -61,6 +61,22 @@
 
 namespace stratum {
 
+// Note [activations offload]: what a block's backward reads its forward internals (the
+// attention's inputs and statistics, the MLP's pre-activations: TransformerBlock) from.
+// Recompute: one set in the executor's buffers, refilled by running the block forward again from
+// its input (the boundary activation) in the backward. Keep: one set per layer in the executor's
+// buffers (L times the memory, no second forward). Offload: each layer's set is a store unit
+// (SegmentKind::Internals): its forward group overwrites it, its backward group reads it, and a
+// tiered store writes it behind the forward and reads it back ahead of the backward like any
+// unit, so under a budget the internals cross the disk instead of being recomputed (SSDTrain),
+// and with room they stay in RAM (as keep). The kernels and their inputs are the same in all
+// three, so the bits are. Auto: the plan chooses between recompute and offload from the budget
+// and the measured compute and disk rates (train and plan resolve it before making an executor).
+enum class ActivationPolicy { Recompute, Keep, Offload, Auto };
+const char* activation_policy_name(ActivationPolicy policy);  // "recompute", "keep", "offload", "auto"
+// Parses a --activations value; throws Error naming the flag and the choices.
+ActivationPolicy activation_policy_parse(const std::string& text);
+
 enum class OptimizerMode { Inline, Overlapped, Pipelined, ZerothOrder };
 // "inline", "overlapped", "pipelined", "zeroth-order"
 const char* optimizer_mode_name(OptimizerMode mode);
@@ -91,16 +107,20 @@ class Executor {
   // Floats of one boundary-activation unit for batches up to (max_batch, max_seq).
   static std::size_t activation_unit_floats(const GptConfig& config, int max_batch, int max_seq);
 
-  // keep_activations: keep every block's forward internals until its backward instead of
-  // recomputing them from the block input (faster, L times the activation memory; same bits).
+  // Floats of one Internals unit (--activations offload) for batches up to (max_batch, max_seq).
+  static std::size_t internals_unit_floats(const GptConfig& config, int max_batch, int max_seq,
+                                           const ParamLayout& layout);
+
+  // activations: where the backward finds each block's internals (Note [activations offload]);
+  // Offload needs a unit table with Internals units (internals_unit_floats). Not Auto.
   // mode: Note [optimizer overlap]; train_step() with Overlapped needs grad_clip <= 0.
   // The store is attached separately (attach) so its budget can be sized from fixed_bytes().
   // precision: what the matrix products compute in (Note [bf16 products]).
   Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
-           bool keep_activations = false, OptimizerMode mode = OptimizerMode::Inline,
+           ActivationPolicy activations = ActivationPolicy::Recompute, OptimizerMode mode = OptimizerMode::Inline,
            Precision precision = Precision::Fp32);
   Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
-           bool keep_activations = false);
+           ActivationPolicy activations = ActivationPolicy::Recompute);
   ~Executor();
   void attach(SegmentStore& store);
   // Records a span per block forward/backward, head, update and wait into `trace` (null = off).
@@ -195,7 +215,8 @@ class Executor {
                          float grad_scale);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
   void update_wait(int segment);  // Pipelined: the segment's queued update has been applied
-  int block_copy(int layer) const { return keep_activations_ ? layer : 0; }  // the internals set of a layer
+  // Where layer's internals are: its own set (keep), the one set (recompute) or its held Internals unit.
+  TransformerBlock::InternalsAt internals_at(const GroupHolds& holds, int layer) const;
   int act_segment(int layer) const;  // the segment whose acts unit holds layer's input
   void at(int group) { store_->schedule_at(group); }
   // A compute span's trace tag: the GroupWork it does (the planner times the spans by it).
@@ -208,9 +229,9 @@ class Executor {
   SegmentStore* store_ = nullptr;
   int max_batch_, max_seq_;
   AlignedBuffer dacts_;      // 2 x (B,T,C) fp32: gradient ping-pong for the backward
-  bool keep_activations_;
+  ActivationPolicy activations_;
   OptimizerMode mode_;
-  TransformerBlock blocks_;  // internals: 1 set (recompute) or n_layer (keep)
+  TransformerBlock blocks_;  // internals: 1 set (recompute), n_layer (keep) or none (offload: in the store)
   Gpt2HeadScratch head_scratch_;
   std::vector<std::vector<double>> grad_squares_;  // [segment][tensor] of the last backward
 

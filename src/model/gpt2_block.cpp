@@ -20,9 +20,17 @@ Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_se
   if (borrow != nullptr) ln1 = ln2 = borrow->tmp;
 }
 
-std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
+Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, const Gpt2Workspace& w,
+                                   float* memory) {
+  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true), memory);
+  const Gpt2Workspace* borrow = &w;
+  if (borrow != nullptr) ln1 = ln2 = borrow->tmp;
+}
+
+std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
+                                        bool borrowed) {
   Gpt2Activations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, false));
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed));
 }
 
 CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,

@@ -23,9 +23,20 @@ LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_
   }
 }
 
-std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats) {
+LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, const LlamaWorkspace& w,
+                                   float* memory) {
+  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true), memory);
+  const LlamaWorkspace* borrow = &w;
+  if (borrow != nullptr) {
+    hmid = borrow->dgate;
+    xn1 = xn2 = borrow->tmp;
+  }
+}
+
+std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
+                                        bool borrowed) {
   LlamaActivations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, false));
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed));
 }
 
 CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,

@@ -56,8 +56,14 @@ class LlamaActivations {
   LlamaActivations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                    const LlamaWorkspace* borrow = nullptr);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
-  // size_bytes() of such an object with slices of its own, without allocating it.
-  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true);
+  // A training set over memory the caller owns: bytes_for(..., true, true) bytes, 64-byte
+  // aligned (a store's Internals unit, Note [activations offload] in exec/executor.h), with
+  // `borrow`'s rows as above. size_bytes() is 0: the memory is not this object's.
+  LlamaActivations(const GptConfig& config, int max_batch, int max_seq, const LlamaWorkspace& borrow, float* memory);
+  // size_bytes() of such an object (borrowed: the training layout, without the borrowed rows),
+  // without allocating it.
+  static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
+                               bool borrowed = false);
 
   float* xn1;    // (B,T,C) input_layernorm(x) (Note [hmid in the workspace])
   float* rstd1;  // (B,T)

@@ -15,6 +15,7 @@ const char* segment_kind_name(SegmentKind kind) {
     case SegmentKind::AdamM: return "adam_m";
     case SegmentKind::AdamV: return "adam_v";
     case SegmentKind::Activations: return "acts";
+    case SegmentKind::Internals: return "internals";
   }
   return "?";
 }

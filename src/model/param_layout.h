@@ -42,8 +42,10 @@ namespace stratum {
 
 // Activations: the block input of a layer segment (the final blocks' output for "head"), kept
 // from forward to backward; "embed" and the vocabulary blocks have none. Sized by the batch.
-enum class SegmentKind { Params = 0, Grads = 1, AdamM = 2, AdamV = 3, Activations = 4 };
-inline constexpr int kSegmentKindCount = 5;
+// Internals: a layer's forward internals under --activations offload (Note [activations offload]
+// in exec/executor.h), written by its forward and read by its backward; layers only.
+enum class SegmentKind { Params = 0, Grads = 1, AdamM = 2, AdamV = 3, Activations = 4, Internals = 5 };
+inline constexpr int kSegmentKindCount = 6;
 const char* segment_kind_name(SegmentKind kind);
 
 struct TensorSlot {

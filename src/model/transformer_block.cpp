@@ -2,6 +2,7 @@
 #include "model/transformer_block.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -12,12 +13,12 @@ namespace stratum {
 
 TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, int copies,
                                    const ParamLayout* layout, bool bf16_weights)
-    : cfg_(cfg) {
+    : cfg_(cfg), max_batch_(max_batch), max_seq_(max_seq) {
   if (layout != nullptr && layout->has_lora()) {
     layout_ = layout;
     lora_rows_ = static_cast<std::size_t>(max_batch) * max_seq;
     const std::size_t r = static_cast<std::size_t>(layout->lora().r);
-    for (int i = 0; i < copies; ++i) lora_u_.emplace_back(kLoraMaxTargets * lora_rows_ * r * sizeof(float));
+    for (int i = 0; i < copies; ++i) lora_u_.emplace_back(lora_u_floats() * sizeof(float));
     lora_du_ = AlignedBuffer(lora_rows_ * r * sizeof(float));
     if (layout->lora().dropout > 0) {
       std::size_t widest = 0;
@@ -45,10 +46,27 @@ std::size_t TransformerBlock::size_bytes() const {
 }
 
 std::size_t TransformerBlock::internals_bytes() const {
-  if (cfg_.llama())
-    return llama_acts_.size() * llama_acts_[0].size_bytes() + llama_work_->size_bytes() +
+  std::size_t total = 0;
+  if (cfg_.llama()) {
+    for (const LlamaActivations& a : llama_acts_) total += a.size_bytes();
+    return total + llama_work_->size_bytes() +
            2 * sizeof(float) * static_cast<std::size_t>(rope_->max_pos()) * (rope_->head_dim() / 2);
-  return gpt2_acts_.size() * gpt2_acts_[0].size_bytes() + gpt2_work_->size_bytes();
+  }
+  for (const Gpt2Activations& a : gpt2_acts_) total += a.size_bytes();
+  return total + gpt2_work_->size_bytes();
+}
+
+std::size_t TransformerBlock::held_floats(const GptConfig& cfg, int max_batch, int max_seq, const ParamLayout* layout) {
+  const std::size_t acts = cfg.llama() ? LlamaActivations::bytes_for(cfg, max_batch, max_seq, true, true)
+                                       : Gpt2Activations::bytes_for(cfg, max_batch, max_seq, true, true);
+  std::size_t lora = 0;
+  if (layout != nullptr && layout->has_lora())
+    lora = kLoraMaxTargets * static_cast<std::size_t>(max_batch) * max_seq * static_cast<std::size_t>(layout->lora().r);
+  return acts / sizeof(float) + lora;
+}
+
+std::size_t TransformerBlock::lora_u_floats() const {
+  return kLoraMaxTargets * lora_rows_ * static_cast<std::size_t>(layout_->lora().r);
 }
 
 LoraBlock lora_block_of(const ParamLayout& layout, const LoraChunks& c) {
@@ -88,47 +106,68 @@ int lora_base_slot(ModelArch arch, int k) {
   return arch == ModelArch::Llama ? llama[k] : gpt2[k];
 }
 
-LoraBlock TransformerBlock::lora_block(const LoraChunks& c, int copy, int BT) {
+LoraBlock TransformerBlock::lora_block(const LoraChunks& c, InternalsAt at, int BT) {
   STRATUM_ASSERT(layout_ != nullptr && static_cast<std::size_t>(BT) <= lora_rows_);
   LoraBlock l = lora_block_of(*layout_, c);
   l.du = lora_du_.as_f32();
   if (l.dropout > 0) l.xd = lora_xd_.as_f32();
+  // Held: the x A^T buffers follow the activations in the held memory (held_floats).
+  float* const u = at.held != nullptr
+                       ? at.held + held_floats(cfg_, max_batch_, max_seq_, nullptr)
+                       : lora_u_[static_cast<std::size_t>(at.copy)].as_f32();
   for (int k = 0; k < kLoraMaxTargets; ++k)
-    if (l.t[k].a != nullptr) l.t[k].u = lora_u_[copy].as_f32() + static_cast<std::size_t>(k) * lora_rows_ * l.r;
+    if (l.t[k].a != nullptr) l.t[k].u = u + static_cast<std::size_t>(k) * lora_rows_ * l.r;
   return l;
 }
 
 void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const float* x,
-                               float* out, int copy, int B, int T, const LoraChunks* lora) {
-  const LoraBlock l = lora != nullptr ? lora_block(*lora, copy, B * T) : LoraBlock{};
+                               float* out, InternalsAt at, int B, int T, const LoraChunks* lora) {
+  const LoraBlock l = lora != nullptr ? lora_block(*lora, at, B * T) : LoraBlock{};
   const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
     LlamaWorkspace& w = *llama_work_;
+    std::optional<LlamaActivations> held;
+    if (at.held != nullptr) held.emplace(cfg_, max_batch_, max_seq_, w, at.held);
+    LlamaActivations& a = held ? *held : llama_acts_[static_cast<std::size_t>(at.copy)];
     llama_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, *rope_,
-                        llama_block_tensors(seg, params, w.wide_vectors), x, out, llama_acts_[copy], w.tmp,
+                        llama_block_tensors(seg, params, w.wide_vectors), x, out,
+                        a, w.tmp,
                         w.attn_scratch, B, T, lp);
   } else {
     Gpt2Workspace& w = *gpt2_work_;
+    std::optional<Gpt2Activations> held;
+    if (at.held != nullptr) held.emplace(cfg_, max_batch_, max_seq_, w, at.held);
+    Gpt2Activations& a = held ? *held : gpt2_acts_[static_cast<std::size_t>(at.copy)];
     gpt2_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, gpt2_block_tensors(seg, params, w.wide_vectors),
-                       x, out, gpt2_acts_[copy], w.tmp, w.attn_scratch, B, T, lp);
+                       x, out, a, w.tmp,
+                       w.attn_scratch, B, T, lp);
   }
 }
 
 void TransformerBlock::backward(const Ops& ops, const SegmentLayout& seg, const TensorView* params,
-                                const TensorView* grads, const float* x, const float* dout, float* dx, int copy, int B,
-                                int T, bool recompute, const LoraChunks* lora) {
-  const LoraBlock l = lora != nullptr ? lora_block(*lora, copy, B * T) : LoraBlock{};
+                                const TensorView* grads, const float* x, const float* dout, float* dx, InternalsAt at,
+                                int B, int T, bool recompute, const LoraChunks* lora) {
+  const LoraBlock l = lora != nullptr ? lora_block(*lora, at, B * T) : LoraBlock{};
   const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
+    LlamaWorkspace& w = *llama_work_;
+    std::optional<LlamaActivations> held;
+    if (at.held != nullptr) held.emplace(cfg_, max_batch_, max_seq_, w, at.held);
+    LlamaActivations& a = held ? *held : llama_acts_[static_cast<std::size_t>(at.copy)];
     const LlamaBlockTensors g = grads != nullptr ? llama_block_tensors(seg, grads, nullptr) : LlamaBlockTensors{};
-    llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(seg, params, llama_work_->wide_vectors),
-                         grads != nullptr ? &g : nullptr, x, dout, dx, llama_acts_[copy], *llama_work_, B, T,
+    llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(seg, params, w.wide_vectors),
+                         grads != nullptr ? &g : nullptr, x, dout, dx,
+                         a, w, B, T,
                          recompute, lp);
   } else {
+    Gpt2Workspace& w = *gpt2_work_;
+    std::optional<Gpt2Activations> held;
+    if (at.held != nullptr) held.emplace(cfg_, max_batch_, max_seq_, w, at.held);
+    Gpt2Activations& a = held ? *held : gpt2_acts_[static_cast<std::size_t>(at.copy)];
     const Gpt2BlockTensors g = grads != nullptr ? gpt2_block_tensors(seg, grads, nullptr) : Gpt2BlockTensors{};
-    gpt2_block_backward(ops, cfg_, gpt2_block_tensors(seg, params, gpt2_work_->wide_vectors),
-                        grads != nullptr ? &g : nullptr, x, dout, dx, gpt2_acts_[copy], *gpt2_work_, B, T, recompute,
-                        lp);
+    gpt2_block_backward(ops, cfg_, gpt2_block_tensors(seg, params, w.wide_vectors), grads != nullptr ? &g : nullptr, x,
+                        dout, dx, a, w, B, T,
+                        recompute, lp);
   }
 }
 

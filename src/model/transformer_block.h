@@ -36,29 +36,41 @@ int lora_base_slot(ModelArch arch, int k);
 
 class TransformerBlock {
  public:
-  // copies: sets of block internals (1 = recompute in the backward; n_layer = keep them). layout
+  // copies: sets of block internals (1 = recompute in the backward; n_layer = keep them; 0 = the
+  // store holds them, Note [activations offload] in exec/executor.h). layout
   // (may be null): where its LoRA adapters are, when it has them (each set of internals then
   // keeps the adapters' x A^T too). bf16_weights: params may come as bf16 views (Note [frozen
   // bf16 base] in model/block_policy.h; the workspace gets room to widen them).
   TransformerBlock(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, int copies,
                    const ParamLayout* layout = nullptr, bool bf16_weights = false);
   std::size_t size_bytes() const;  // internals + workspace + rotary table
+  // Floats of one set of internals held outside (an Internals unit): the family's training
+  // activations without the borrowed rows, then the adapters' x A^T (with LoRA).
+  static std::size_t held_floats(const GptConfig& config, int max_batch, int max_seq, const ParamLayout* layout);
 
+  // Where a pass's internals are: own set `copy`, or, with held non-null, held_floats() floats
+  // of memory the caller holds (64-byte aligned).
+  struct InternalsAt {
+    int copy = 0;
+    float* held = nullptr;
+  };
   // out (B,T,C) = block(x) with the parameters in params (one typed view per chunk of `seg`:
-  // fp32, or bf16 with bf16_weights), keeping the internals in set `copy`.
+  // fp32, or bf16 with bf16_weights), keeping the internals at `at`.
   void forward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const float* x, float* out,
-               int copy, int B, int T, const LoraChunks* lora = nullptr);
+               InternalsAt at, int B, int T, const LoraChunks* lora = nullptr);
   // dx (B,T,C) and the block's gradients (overwritten, in the fp32 chunks `grads`; null: a frozen
-  // base) for dout; with recompute the internals are first recomputed from x into set `copy`.
+  // base) for dout; with recompute the internals are first recomputed from x into `at`.
   void backward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const TensorView* grads,
-                const float* x, const float* dout, float* dx, int copy, int B, int T, bool recompute,
+                const float* x, const float* dout, float* dx, InternalsAt at, int B, int T, bool recompute,
                 const LoraChunks* lora = nullptr);
 
  private:
-  LoraBlock lora_block(const LoraChunks& chunks, int copy, int BT);
+  LoraBlock lora_block(const LoraChunks& chunks, InternalsAt at, int BT);
+  std::size_t lora_u_floats() const;  // one set's x A^T buffers
   std::size_t internals_bytes() const;  // without the adapters' buffers
 
   GptConfig cfg_;
+  int max_batch_, max_seq_;
   std::vector<Gpt2Activations> gpt2_acts_;
   std::unique_ptr<Gpt2Workspace> gpt2_work_;
   std::vector<LlamaActivations> llama_acts_;

@@ -150,10 +150,14 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
   // the executor are gone before AdamW's buffers are made.
   std::vector<ComputeTiming> steps;
   {
-    const UnitTable units = plan_units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq), r);
+    PlanRequest kept = r;
+    kept.activations = ActivationPolicy::Keep;
+    const UnitTable units = plan_units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq), kept);
     std::unique_ptr<OwnedDir> scratch;  // destroyed after the store, which after the executor
     std::unique_ptr<SegmentStore> store;
-    Executor exec(pool, mini, units, r.batch, r.seq, r.keep_activations,
+    // Its one layer keeps its internals (the buffers of recompute's one set), so the backward is
+    // timed without a recompute whatever the run's policy (ComputeTiming).
+    Executor exec(pool, mini, units, r.batch, r.seq, r.zeroth_order ? ActivationPolicy::Recompute : ActivationPolicy::Keep,
                   r.zeroth_order ? OptimizerMode::ZerothOrder : OptimizerMode::Inline, r.precision);
     if (r.mem_budget_bytes > 0 && !offload_dir.empty()) {
       const std::size_t need = exec.fixed_bytes() + exec.min_store_bytes();
@@ -301,7 +305,6 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
                                    "--model", config_dir.path,
                                    "--batch", std::to_string(r.batch),
                                    "--seq", std::to_string(r.seq),
-                                   "--activations", r.keep_activations ? "keep" : "recompute",
                                    "--threads", std::to_string(threads),
                                    "--precision", precision_name(r.precision),
                                    "--optimizer", r.zeroth_order ? "zo-sgd" : "adamw",
@@ -447,14 +450,26 @@ OptimizerMode plan_mode(const PlanRequest& r, bool budget) {
 UnitSet plan_unit_set(const PlanRequest& r) { return r.zeroth_order ? UnitSet::ForwardOnly : UnitSet::Training; }
 
 UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const PlanRequest& r) {
-  return UnitTable(layout, act_floats, plan_unit_set(r), r.base_bf16 && r.lora.on());
+  STRATUM_ASSERT(r.activations != ActivationPolicy::Auto);
+  const std::size_t internals = r.activations == ActivationPolicy::Offload
+                                    ? Executor::internals_unit_floats(r.config, r.batch, r.seq, layout)
+                                    : 0;
+  return UnitTable(layout, act_floats, plan_unit_set(r), r.base_bf16 && r.lora.on(), internals);
 }
 
-std::size_t plan_min_budget_bytes(const PlanRequest& r) {
+std::size_t plan_min_budget_bytes(const PlanRequest& request) {
+  if (request.activations == ActivationPolicy::Auto) {  // the smaller of the two it chooses from
+    PlanRequest r = request;
+    r.activations = ActivationPolicy::Recompute;
+    const std::size_t recompute = plan_min_budget_bytes(r);
+    r.activations = ActivationPolicy::Offload;
+    return std::min(recompute, plan_min_budget_bytes(r));
+  }
+  const PlanRequest& r = request;
   const ParamLayout layout = ParamLayout::of(r.config, r.lora);
   const UnitTable units = plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq), r);
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
-  const Executor streaming(pool, r.config, units, r.batch, r.seq, r.keep_activations, plan_mode(r, true),
+  const Executor streaming(pool, r.config, units, r.batch, r.seq, r.activations, plan_mode(r, true),
                            r.precision);
   return streaming.fixed_bytes() + streaming.min_store_bytes();
 }
@@ -466,7 +481,9 @@ void plan_budget_check(const PlanRequest& r, std::size_t min_budget_bytes) {
                 "; use --mem-budget ", (min_budget_bytes + (1 << 20) - 1) >> 20, "M or more");
 }
 
-Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, double write_gbps) {
+Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_gbps, double write_gbps) {
+  ComputeTiming t = measured;  // a recompute runs the block forward again inside the backward
+  if (r.activations == ActivationPolicy::Recompute) t.layer_backward_ms += t.layer_forward_ms;
   const GptConfig& cfg = r.config;
   cfg.validate();
   const ParamLayout layout = ParamLayout::of(cfg, r.lora);
@@ -474,7 +491,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   Plan p;
   p.mode = plan_mode(r, r.mem_budget_bytes > 0);
-  const Executor exec(pool, cfg, units, r.batch, r.seq, r.keep_activations, p.mode, r.precision);
+  const Executor exec(pool, cfg, units, r.batch, r.seq, r.activations, p.mode, r.precision);
   const StepSchedule& schedule = exec.schedule();
   p.engine_bytes = exec.fixed_bytes();
   // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's).
@@ -482,13 +499,14 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   p.min_budget_bytes = streaming_mode == p.mode ? exec.fixed_bytes() + exec.min_store_bytes() : plan_min_budget_bytes(r);
   p.read_gbps = read_gbps;
   p.write_gbps = write_gbps;
-  p.timing = t;
+  p.timing = measured;
   for (int u = 0; u < units.count(); ++u) {
     switch (units.kind(u)) {
       case SegmentKind::Params: p.params_bytes += units.bytes(u); break;
       case SegmentKind::Grads: p.grads_bytes += units.bytes(u); break;
       case SegmentKind::AdamM: case SegmentKind::AdamV: p.moments_bytes += units.bytes(u); break;
       case SegmentKind::Activations: p.activation_bytes += units.bytes(u); break;
+      case SegmentKind::Internals: p.internals_bytes += units.bytes(u); break;
     }
   }
   plan_budget_check(r, p.min_budget_bytes);
@@ -579,6 +597,46 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& t, double read_gbps, d
   return p;
 }
 
+ActivationChoice plan_choose_activations(const PlanRequest& request, const ComputeTiming& timing, double read_gbps,
+                                         double write_gbps) {
+  ActivationChoice choice;
+  if (request.mem_budget_bytes == 0) {
+    choice.why = "no budget: block internals recomputed (--activations keep keeps them, if RAM allows)";
+    return choice;
+  }
+  PlanRequest r = request;
+  struct Option {
+    ActivationPolicy policy;
+    std::size_t min_bytes;
+    Plan plan;
+  };
+  std::vector<Option> options;
+  for (ActivationPolicy policy : {ActivationPolicy::Recompute, ActivationPolicy::Offload}) {
+    r.activations = policy;
+    const std::size_t min_bytes = plan_min_budget_bytes(r);
+    options.push_back({policy, min_bytes, Plan{}});
+    if (request.mem_budget_bytes >= min_bytes) options.back().plan = plan_make(r, timing, read_gbps, write_gbps);
+  }
+  const Option& recompute = options[0];
+  const Option& offload = options[1];
+  const bool recompute_fits = request.mem_budget_bytes >= recompute.min_bytes;
+  const bool offload_fits = request.mem_budget_bytes >= offload.min_bytes;
+  if (!recompute_fits && !offload_fits) plan_budget_check(request, std::min(recompute.min_bytes, offload.min_bytes));
+  const bool pick_offload = offload_fits && (!recompute_fits || offload.plan.step_ms < 0.98 * recompute.plan.step_ms);
+  const Option& chosen = pick_offload ? offload : recompute;
+  choice.policy = chosen.policy;
+  choice.plan = chosen.plan;
+  auto predicted = [&](const Option& o) {
+    if (request.mem_budget_bytes < o.min_bytes) return "does not fit (minimum " + bytes_text(o.min_bytes) + ")";
+    char text[96];
+    std::snprintf(text, sizeof text, "%.0f ms a step", o.plan.step_ms);
+    return std::string(text);
+  };
+  choice.why = std::string("activations ") + activation_policy_name(choice.policy) + " (auto: recompute " +
+               predicted(recompute) + ", offload " + predicted(offload) + ")";
+  return choice;
+}
+
 std::string plan_describe(const Plan& p, const PlanRequest& r) {
   std::string out;
   char line[512];
@@ -587,10 +645,15 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
     out += line;
   };
   add("model %s, B=%d T=%d (%d tokens/step), %s activations, optimizer %s\n", r.config.describe().c_str(), r.batch,
-      r.seq, r.batch * r.seq, r.keep_activations ? "kept" : "recomputed", optimizer_mode_name(p.mode));
-  add("state: params %s, grads %s, AdamW moments %s, boundary activations %s; engine buffers %s\n",
+      r.seq, r.batch * r.seq,
+      r.activations == ActivationPolicy::Keep      ? "kept"
+      : r.activations == ActivationPolicy::Offload ? "offloaded"
+                                                   : "recomputed",
+      optimizer_mode_name(p.mode));
+  add("state: params %s, grads %s, AdamW moments %s, boundary activations %s%s%s; engine buffers %s\n",
       bytes_text(p.params_bytes).c_str(), bytes_text(p.grads_bytes).c_str(), bytes_text(p.moments_bytes).c_str(),
-      bytes_text(p.activation_bytes).c_str(), bytes_text(p.engine_bytes).c_str());
+      bytes_text(p.activation_bytes).c_str(), p.internals_bytes > 0 ? ", block internals " : "",
+      p.internals_bytes > 0 ? bytes_text(p.internals_bytes).c_str() : "", bytes_text(p.engine_bytes).c_str());
   add("memory: minimum budget %s; %s\n", bytes_text(p.min_budget_bytes).c_str(),
       r.mem_budget_bytes == 0 ? "no budget: everything in RAM"
       : p.streaming ? ("budget " + bytes_text(r.mem_budget_bytes) + " = " +
@@ -627,7 +690,7 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
         bytes_text(p.read_bytes).c_str(), bytes_text(p.write_bytes).c_str(), p.read_gbps, p.write_gbps, p.prefetch);
   }
   add("peak RAM (engine): %s\n", bytes_text(p.peak_ram_bytes).c_str());
-  add("measured: block forward %.1f ms, backward %.1f ms; per vocabulary block: embedding %.2f ms, head %.1f ms; "
+  add("measured: block forward %.1f ms, backward %.1f ms (without a recompute); per vocabulary block: embedding %.2f ms, head %.1f ms; "
       "AdamW %.2f ns/float inline, %.2f ns/float on the worker\n",
       p.timing.layer_forward_ms, p.timing.layer_backward_ms, p.timing.vocab_forward_ms + p.timing.vocab_backward_ms,
       p.timing.head_lse_ms + p.timing.head_backward_ms, p.timing.adamw_inline_ns_per_float,

@@ -38,7 +38,9 @@ namespace stratum {
 struct PlanRequest {
   GptConfig config;
   int batch = 4, seq = 64;
-  bool keep_activations = false;
+  // Resolved (not Auto) for plan_make and plan_units; Auto is resolved
+  // by plan_choose_activations (Note [activations offload] in exec/executor.h).
+  ActivationPolicy activations = ActivationPolicy::Recompute;
   double grad_clip = 1.0;
   std::size_t mem_budget_bytes = 0;  // 0 = everything in RAM
   int prefetch = -1;                 // < 0: the plan chooses
@@ -58,7 +60,9 @@ UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const Pl
 
 // Measured compute of one step's pieces on this machine (Note [plan calibration]).
 struct ComputeTiming {
-  double layer_forward_ms = 0, layer_backward_ms = 0;  // one transformer block
+  // One transformer block; the backward without a recompute (the plan adds a forward for
+  // --activations recompute).
+  double layer_forward_ms = 0, layer_backward_ms = 0;
   double vocab_forward_ms = 0, vocab_backward_ms = 0;  // one vocabulary block: embedding
   double head_lse_ms = 0, head_backward_ms = 0;        // one vocabulary block: LM head passes
   double other_ms = 0;                                 // positions, final layernorm, their backward
@@ -74,8 +78,9 @@ struct ComputeTiming {
 // `stratum plan` refuses a budget below the minimum before measuring. The measuring process
 // reports its peak RSS (PlanMeasurement::peak_rss_bytes), which the run prints.
 ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request, const std::string& offload_dir = "");
-// The smallest --mem-budget a streaming run of `request` can run in, and the check that refuses
-// less (one line with the number), as plan_make and train_run do.
+// The smallest --mem-budget a streaming run of `request` can run in (with activations Auto, the
+// smaller of recompute's and offload's), and the check that refuses less (one line with the
+// number), as plan_make and train_run do.
 std::size_t plan_min_budget_bytes(const PlanRequest& request);
 void plan_budget_check(const PlanRequest& request, std::size_t min_budget_bytes);
 
@@ -104,6 +109,7 @@ struct SegmentPlace {
 
 struct Plan {
   std::size_t params_bytes = 0, grads_bytes = 0, moments_bytes = 0, activation_bytes = 0;
+  std::size_t internals_bytes = 0;   // --activations offload: every layer's internals units
   std::size_t engine_bytes = 0;      // the executor's fixed buffers
   std::size_t min_budget_bytes = 0;  // smallest --mem-budget that can run
   std::size_t disk_bytes = 0;        // offload files (0 when everything fits)
@@ -124,6 +130,19 @@ struct Plan {
 // read_gbps/write_gbps: the offload dir's measured bandwidth (unused without a budget).
 // Throws Error when the budget is below the minimum (naming it).
 Plan plan_make(const PlanRequest& request, const ComputeTiming& timing, double read_gbps, double write_gbps);
+
+// --activations auto (Note [activations offload]): the plans of recompute and offload for the
+// same measurement; the policy whose predicted step is shorter, among those whose minimum fits
+// the budget (recompute unless offload is more than 2% faster: it moves fewer bytes). Without a
+// budget: recompute (no plan is made; keeping every layer's internals could exhaust RAM). `why`
+// says what was predicted for each. Throws Error when neither fits (with the smaller minimum).
+struct ActivationChoice {
+  ActivationPolicy policy = ActivationPolicy::Recompute;
+  Plan plan;        // the chosen policy's (empty without a budget)
+  std::string why;  // one line
+};
+ActivationChoice plan_choose_activations(const PlanRequest& request, const ComputeTiming& timing, double read_gbps,
+                                         double write_gbps);
 
 // The human-readable plan (several lines).
 std::string plan_describe(const Plan& plan, const PlanRequest& request);

@@ -8,9 +8,15 @@
 
 namespace stratum {
 
-UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet set, bool param_bf16)
-    : layout_(&layout), act_floats_(align_up(act_floats, 1024)), param_bf16_(param_bf16), set_(set) {
+UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet set, bool param_bf16,
+                     std::size_t internals_floats)
+    : layout_(&layout),
+      act_floats_(align_up(act_floats, 1024)),
+      internals_floats_(align_up(internals_floats, 1024)),
+      param_bf16_(param_bf16),
+      set_(set) {
   STRATUM_ASSERT(set == UnitSet::Inference || !param_bf16 || layout.has_lora());
+  STRATUM_ASSERT(set == UnitSet::Training || internals_floats == 0);
   const bool params_only = set != UnitSet::Training;
   const int segments = layout.segment_count();
   first_unit_.assign(static_cast<std::size_t>(segments) * kSegmentKindCount, -1);
@@ -18,11 +24,13 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet 
   for (int s = 0; s < segments; ++s) {
     for (int k = 0; k < kSegmentKindCount; ++k) {
       const auto kind = static_cast<SegmentKind>(k);
-      const bool state = kind != SegmentKind::Params && kind != SegmentKind::Activations;
+      const bool state = kind == SegmentKind::Grads || kind == SegmentKind::AdamM || kind == SegmentKind::AdamV;
       // Gradients and moments only where parameters are trained (Note [lora segments]).
       if (state && (params_only || !layout.trainable(s))) continue;
       std::vector<std::size_t> sizes;  // floats per chunk
-      if (kind != SegmentKind::Activations) {
+      if (kind == SegmentKind::Internals) {
+        if (layout.segments()[s].role == SegmentRole::Layer && internals_floats_ > 0) sizes.push_back(internals_floats_);
+      } else if (kind != SegmentKind::Activations) {
         for (int c = 0; c < layout.segments()[s].chunk_count(); ++c) sizes.push_back(layout.segments()[s].chunk_floats(c));
       } else {
         const SegmentRole role = layout.segments()[s].role;

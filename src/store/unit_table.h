@@ -36,7 +36,10 @@ class UnitTable {
   // fp32) instead of fp32: an inference store keeps a bf16 checkpoint as stored (Note [bf16
   // weights] in infer/decoder.h). With Inference every params unit but the adapters'; with a
   // LoRA layout in training, the frozen layers' (Note [frozen bf16 base] in model/block_policy.h).
-  UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet set = UnitSet::Training, bool param_bf16 = false);
+  // internals_floats: with Training, one Internals unit of that size per layer (--activations
+  // offload, Note [activations offload] in exec/executor.h); 0 = none.
+  UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet set = UnitSet::Training, bool param_bf16 = false,
+            std::size_t internals_floats = 0);
 
   const ParamLayout& layout() const { return *layout_; }
   int count() const { return static_cast<int>(units_.size()); }
@@ -62,6 +65,7 @@ class UnitTable {
   std::string name(int unit) const;       // "layer.3.adam_m[2]", "embed.params"
   std::size_t total_bytes() const;        // every unit
   std::size_t act_floats() const { return act_floats_; }
+  std::size_t internals_floats() const { return internals_floats_; }
   bool param_bf16() const { return param_bf16_; }
 
  private:
@@ -79,6 +83,7 @@ class UnitTable {
 
   const ParamLayout* layout_;
   std::size_t act_floats_;
+  std::size_t internals_floats_;
   bool param_bf16_;
   UnitSet set_;
   std::vector<Unit> units_;

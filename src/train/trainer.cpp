@@ -59,9 +59,10 @@ void options_check(const TrainOptions& o) {
                 o.beta2);
   STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
   STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
-  STRATUM_CHECK(o.optimizer != TrainOptimizer::ZoSgd || !o.keep_activations,
-                "[train] --activations keep keeps block internals for the backward, and --optimizer zo-sgd has none; "
-                "drop one of them");
+  STRATUM_CHECK(o.optimizer != TrainOptimizer::ZoSgd || o.activations == ActivationPolicy::Auto ||
+                    o.activations == ActivationPolicy::Recompute,
+                "[train] --activations ", activation_policy_name(o.activations),
+                " keeps block internals for the backward, and --optimizer zo-sgd has none; drop one of them");
   // Outputs never overwrite the run's own inputs (--log naming the data file truncated it).
   const std::pair<const char*, const std::string*> outputs[] = {{"--log", &o.log_path}, {"--trace", &o.trace_path}};
   const std::pair<const char*, const std::string*> inputs[] = {{"--data", &o.data_path},
@@ -165,7 +166,7 @@ std::string train_checkpoint_root(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
-std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, int threads, bool keep_activations,
+std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, int threads, ActivationPolicy activations,
                                    double grad_clip,
                                    Precision precision, TrainOptimizer optimizer, const LoraConfig& lora,
                                    bool base_bf16) {
@@ -177,7 +178,7 @@ std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, int
   request.batch = batch;
   request.seq = seq;
   request.threads = threads;
-  request.keep_activations = keep_activations;
+  request.activations = optimizer == TrainOptimizer::ZoSgd ? ActivationPolicy::Recompute : activations;
   request.grad_clip = grad_clip;
   request.precision = precision;
   return plan_min_budget_bytes(request);
@@ -231,6 +232,8 @@ class TrainRun {
   std::unique_ptr<SegmentStore> store_;
   std::unique_ptr<Executor> exec_;
   std::size_t min_budget_ = 0;
+  ActivationPolicy activations_ = ActivationPolicy::Recompute;  // resolved (Note [activations offload])
+  std::string activations_line_;  // what the plan chose for --activations auto, and why
   std::string store_text_ = "everything in RAM", plan_line_;
   LrSchedule sched_;
   std::vector<std::int32_t> inputs_, targets_;
@@ -344,19 +347,42 @@ void TrainRun::store_make() {
   // The run as the planner sees it: its units and optimizer mode come from the same request.
   // A LoRA run over a base stored in bf16 keeps its frozen layers bf16 (Note [frozen bf16 base]).
   const bool base_bf16 = lora_.on() && !o_.model_dir.empty() && model_weights_bf16(o_.model_dir);
-  const PlanRequest request{cfg_,         o_.batch,           o_.seq,      o_.keep_activations,
-                            o_.grad_clip, o_.mem_budget_bytes, o_.prefetch, o_.precision,
-                            o_.optimizer == TrainOptimizer::ZoSgd, lora_, base_bf16, pool_->num_threads()};
+  const bool zo = o_.optimizer == TrainOptimizer::ZoSgd;
+  PlanRequest request{cfg_,         o_.batch,           o_.seq,      zo ? ActivationPolicy::Recompute : o_.activations,
+                      o_.grad_clip, o_.mem_budget_bytes, o_.prefetch, o_.precision,
+                      zo,           lora_,              base_bf16,   pool_->num_threads()};
+  const bool budget = o_.mem_budget_bytes > 0;
+  STRATUM_CHECK(budget || o_.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
+  // The plan's measurement (Note [plan model]), with a budget: before the executor when the plan
+  // chooses the activations policy (Note [activations offload]), which the executor is made with.
+  PlanMeasurement measured;
+  bool have_measurement = false;
+  CalibrationOptions co;
+  co.offload_dir = o_.offload_dir;
+  co.threads = threads_;
+  if (request.activations == ActivationPolicy::Auto) {
+    if (!budget) {
+      request.activations = ActivationPolicy::Recompute;
+    } else {
+      plan_budget_check(request, plan_min_budget_bytes(request));  // before measuring
+      measured = plan_measure(request, co, threads_, o_.measure_exe);
+      have_measurement = true;
+      const ActivationChoice choice =
+          plan_choose_activations(request, measured.timing, measured.read_gbps, measured.write_gbps);
+      request.activations = choice.policy;
+      activations_line_ = "[stratum] " + choice.why + "\n";
+    }
+  }
+  activations_ = request.activations;
   units_ = std::make_unique<UnitTable>(
       plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq), request));
-  exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, o_.keep_activations,
-                                     plan_mode(request, o_.mem_budget_bytes > 0), o_.precision);
+  exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations,
+                                     plan_mode(request, budget), o_.precision);
   if (const std::string note = backend_precision_note(o_.precision); !note.empty())
     std::fprintf(stderr, "[stratum] %s\n", note.c_str());
   const Executor& exec = *exec_;
   min_budget_ = exec.fixed_bytes() + exec.min_store_bytes();
-  if (o_.mem_budget_bytes == 0) {
-    STRATUM_CHECK(o_.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
+  if (!budget) {
     store_ = std::make_unique<RamSegmentStore>(*units_);
     exec_->attach(*store_);
     return;
@@ -367,10 +393,7 @@ void TrainRun::store_make() {
                 "); use --mem-budget ", (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
   // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
   // unless --prefetch chose one.
-  CalibrationOptions co;
-  co.offload_dir = o_.offload_dir;
-  co.threads = threads_;
-  const PlanMeasurement measured = plan_measure(request, co, threads_, o_.measure_exe);
+  if (!have_measurement) measured = plan_measure(request, co, threads_, o_.measure_exe);
   const Plan plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
   result_.predicted_step_ms = plan.step_ms;
   result_.prefetch = plan.prefetch;
@@ -516,10 +539,12 @@ void TrainRun::loop() {
                o_.batch, o_.seq, threads_, backend_describe().c_str(), bytes_text(param_bytes).c_str(),
                zo ? "none (zo-sgd)" : bytes_text(trained_bytes).c_str(), zo ? "none" : bytes_text(2 * trained_bytes).c_str(),
                bytes_text(units_->act_floats() * sizeof(float) * (cfg_.n_layer + 1)).c_str(), bytes_text(exec_->fixed_bytes()).c_str(),
-               zo                    ? "forward only: two passes a step"
-               : o_.keep_activations ? "block internals kept"
-                                     : "block internals recomputed",
+               zo                                              ? "forward only: two passes a step"
+               : activations_ == ActivationPolicy::Keep    ? "block internals kept"
+               : activations_ == ActivationPolicy::Offload ? "block internals offloaded"
+                                                           : "block internals recomputed",
                store_text_.c_str());
+  std::fputs(activations_line_.c_str(), stderr);
   std::fputs(plan_line_.c_str(), stderr);
 
   const int BT = o_.batch * o_.seq;

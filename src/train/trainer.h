@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "exec/executor.h"
 #include "io/io_engine.h"
 #include "model/lora.h"
 #include "model/model_config.h"
@@ -40,7 +41,9 @@ struct TrainOptions : TrainSettings {
   // When set and it becomes non-zero (a signal handler), the run stops after the current step,
   // writes a checkpoint (with save_dir) and returns with `interrupted` set.
   const volatile std::sig_atomic_t* stop_requested = nullptr;
-  bool keep_activations = false;  // keep each block's internals instead of recomputing (same bits)
+  // Where the backward finds block internals (Note [activations offload] in exec/executor.h);
+  // Auto: the plan chooses under a budget, else recompute. Same bits in all.
+  ActivationPolicy activations = ActivationPolicy::Auto;
   // Memory budget for everything the engine allocates (parameters, gradients, moments,
   // activations, workspace); 0 = everything in RAM. With a budget, what does not fit lives in
   // files under offload_dir and is streamed (TieredSegmentStore).
@@ -87,9 +90,9 @@ std::string train_checkpoint_root(const std::string& path);
 
 // Smallest --mem-budget that can train this model at this batch shape on `threads` compute
 // threads (the engine's fixed buffers, some of them per thread, plus the largest set of units
-// held at once); base_bf16: a LoRA run's frozen layers kept in bf16 (Note [frozen bf16 base] in
+// held at once; with activations Auto, the smaller of recompute's and offload's); base_bf16: a LoRA run's frozen layers kept in bf16 (Note [frozen bf16 base] in
 // model/block_policy.h).
-std::size_t train_min_budget_bytes(const GptConfig& config, int batch, int seq, int threads, bool keep_activations,
+std::size_t train_min_budget_bytes(const GptConfig& config, int batch, int seq, int threads, ActivationPolicy activations,
                                    double grad_clip, Precision precision = Precision::Fp32,
                                    TrainOptimizer optimizer = TrainOptimizer::AdamW, const LoraConfig& lora = {},
                                    bool base_bf16 = false);
