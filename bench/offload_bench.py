@@ -51,8 +51,8 @@ def run_train(args, budget, log, activations="recompute"):
         sys.exit(f"offload_bench: {' '.join(cmd)} failed:\n{r.stderr}")
     steps = [json.loads(line) for line in open(log)]
     rss = re.search(r"peak RSS ([0-9.]+) MiB", r.stderr)
-    rd = re.search(r"read [0-9.]+ MiB \(([0-9.]+) GB/s", r.stderr)
-    wr = re.search(r"written [0-9.]+ MiB \(([0-9.]+) GB/s", r.stderr)
+    rd = re.search(r"read [0-9.]+ [KMG]iB \(([0-9.]+) GB/s", r.stderr)
+    wr = re.search(r"written [0-9.]+ [KMG]iB \(([0-9.]+) GB/s", r.stderr)
     h = re.search(r"params hash ([0-9a-f]+)", r.stderr)
     pf = re.search(r"prefetch (\d+) \(", r.stderr)
     chosen = re.search(r"activations (\w+) \(auto", r.stderr)
@@ -63,10 +63,11 @@ def run_train(args, budget, log, activations="recompute"):
             "hash": h.group(1)}
 
 
-def min_budget_mib(args):
+def min_budget_mib(args, activations="auto"):
     cmd = [STRATUM, "plan", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
            "--ctx", "1024", "--batch", str(args.batch), "--seq", str(args.seq), "--grad-clip", str(args.grad_clip),
-           "--threads", str(args.threads), "--mem-budget", "1M", "--offload-dir", args.dir, "--optimizer", args.optimizer]
+           "--threads", str(args.threads), "--mem-budget", "1M", "--offload-dir", args.dir, "--optimizer", args.optimizer,
+           "--activations", activations]
     r = subprocess.run(cmd, capture_output=True, text=True)
     m = re.search(r"use --mem-budget (\d+)M", r.stderr)
     if not m:
@@ -105,10 +106,11 @@ def main():
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "zo-sgd"])
     p.add_argument("--activations", default="auto", help="comma-separated policies for the budgeted runs")
     args = p.parse_args()
-    policies = args.activations.split(",")
+    policies = args.activations.split(",") if args.optimizer != "zo-sgd" else ["auto"]
 
     state = (4 if args.optimizer == "zo-sgd" else 16) * params_of(args.layers, args.embd, 50257, 1024)
-    floor = min_budget_mib(args) << 20
+    # Each policy's own minimum (auto's is the smaller of recompute's and offload's).
+    floor = max(min_budget_mib(args, a) for a in policies) << 20
     budgets = [max(int(float(f) * state) >> 20 << 20, floor) for f in args.budget_frac.split(",")]
     best_read, best_write = (0.0, 0.0) if args.no_sweep else sweep_best(args.dir)
     print(f"machine: {os.cpu_count()} CPUs, load {open('/proc/loadavg').read().split()[:3]}")

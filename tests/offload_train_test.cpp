@@ -119,12 +119,22 @@ TEST(OffloadTrain, OffloadedActivationsCrossTheDisk) {
   o.activations = ActivationPolicy::Offload;
   const TrainResult offload = train_run(o);
   EXPECT_EQ(offload.params_hash, recompute.params_hash);
-  // Every step writes each layer's internals once and reads them back once (the first step's
-  // forward has nothing to read): at least L sets a step more in each direction.
+  // Every step writes each layer's internals behind its forward (their next use is the backward,
+  // beyond the prefetch window). What is read back depends on timing and on what else the budget
+  // holds (offload has no internals set among the engine buffers, so its store has more room),
+  // so only the writes are bounded here.
   const std::uint64_t internals = Executor::internals_unit_floats(o.config, o.batch, o.seq, ParamLayout::of(o.config)) *
-                                  sizeof(float) * o.config.n_layer;
-  EXPECT_GE(offload.write_bytes, recompute.write_bytes + internals * o.steps * 9 / 10);
-  EXPECT_GE(offload.read_bytes, recompute.read_bytes + internals * o.steps * 9 / 10);
+                                  sizeof(float);
+  EXPECT_GE(offload.write_bytes, recompute.write_bytes + internals * o.steps * o.config.n_layer / 2)
+      << offload.write_bytes << " vs " << recompute.write_bytes;
+  EXPECT_GT(offload.read_bytes, 0u);
+  // Evaluation has no backward: its forwards write no internals to the disk (Access::Scratch).
+  // (It holds out validation data, so the parameters differ; the traffic per step does not.)
+  o.eval_every = 1;
+  o.eval_batches = 2;
+  const TrainResult evaluated = train_run(o);
+  EXPECT_LT(evaluated.write_bytes, offload.write_bytes + internals * o.config.n_layer * o.eval_batches)
+      << "evaluation passes wrote block internals";
 }
 
 TEST(OffloadTrain, RefusesBudgetBelowMinimumWithTheNumber) {

@@ -149,11 +149,26 @@ TEST(ZoTrain, BadInputGetsOneLine) {
       {" --optimizer sgd", "--optimizer must be 'adamw' or 'zo-sgd', got 'sgd'"},
       {" --optimizer zo-sgd --zo-eps 0", "--zo-eps must be in [1e-12, 1000], got 0"},
       {" --optimizer zo-sgd --activations keep", "--optimizer zo-sgd has none"},
+      {" --optimizer zo-sgd --activations offload", "--optimizer zo-sgd has none"},
+      {" --activations later", "--activations must be recompute, keep, offload or auto, got 'later'"},
   };
   for (const Case& c : cases) {
     const auto r = testing::run_stratum(base + c.flags);
     EXPECT_NE(r.exit_code, 0) << c.flags;
     EXPECT_NE(r.errors.find(c.says), std::string::npos) << c.flags << ": " << r.errors;
+  }
+  // stratum plan resolves --activations as train does: zo-sgd has no internals to offload, and a
+  // budget below its minimum is refused with the number (not an internal check).
+  const std::string plan = "plan --model " + dir + " --batch 2 --seq 16 --threads 2 --optimizer zo-sgd";
+  const Case plan_cases[] = {
+      {" --activations offload", "--optimizer zo-sgd has none"},
+      {" --mem-budget 64K --offload-dir /tmp", "is below the minimum of"},
+  };
+  for (const Case& c : plan_cases) {
+    const auto r = testing::run_stratum(plan + c.flags);
+    EXPECT_NE(r.exit_code, 0) << c.flags;
+    EXPECT_NE(r.errors.find(c.says), std::string::npos) << c.flags << ": " << r.errors;
+    EXPECT_EQ(r.errors.find("bug"), std::string::npos) << r.errors;
   }
 }
 

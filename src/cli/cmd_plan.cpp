@@ -1,6 +1,7 @@
 // `stratum plan`: flags -> PlanRequest -> calibration + plan_make -> the plan on stdout.
 #include <cstdio>
 
+#include "core/file_util.h"
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -53,7 +54,6 @@ int cmd_plan(const std::vector<std::string>& argv) {
                 r.config.n_ctx, "; use --seq <= ", r.config.n_ctx);
   r.grad_clip = args.number("grad-clip", 1.0);
   STRATUM_CHECK(r.grad_clip >= 0, "[cli] --grad-clip must be >= 0 (0 = off), got ", r.grad_clip);
-  r.activations = activation_policy_parse(args.str("activations", "auto"));
   r.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;
   STRATUM_CHECK(!args.has("mem-budget") || r.mem_budget_bytes > 0, "[cli] --mem-budget must be > 0, e.g. 512M");
   const std::string offload_dir = args.str("offload-dir");
@@ -64,6 +64,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.prefetch = static_cast<int>(args.integer("prefetch", -1, 0, 64));
   r.precision = precision_parse(args.str("precision", "fp32"));
   r.zeroth_order = train_optimizer_parse(args.str("optimizer", "adamw")) == TrainOptimizer::ZoSgd;
+  r.activations = plan_activations_resolve(activation_policy_parse(args.str("activations", "auto")), r.zeroth_order);
   r.lora = lora_config_make(r.config.arch, static_cast<int>(args.integer("lora-r", 0, 0, 65536)),
                             args.number("lora-alpha", 16.0), args.str("lora-targets"), args.flag("lora-rslora"),
                             args.number("lora-dropout", 0.0));
@@ -91,7 +92,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   }
   std::string choice_text;
   if (r.activations == ActivationPolicy::Auto) {  // Note [activations offload]: the plan chooses
-    const ActivationChoice choice = plan_choose_activations(r, measured.timing, measured.read_gbps, measured.write_gbps);
+    const ActivationChoice choice =
+        plan_choose_activations(r, measured.timing, measured.read_gbps, measured.write_gbps,
+                                r.mem_budget_bytes > 0 ? dir_free_bytes(offload_dir, "--offload-dir") : 0);
     r.activations = choice.policy;
     choice_text = choice.why + "\n";
   }

@@ -231,7 +231,9 @@ void Executor::schedule_build() {
   for (int l = L - 1; l >= 0; --l) {
     const int s = layout_.layer_segment(l);
     std::vector<UnitUse> uses = chunks({{unit(s, K::Activations), A::Read}}, s, K::Params, A::Read);
-    if (const int u = units_.find(s, K::Internals); u >= 0) uses.push_back({u, A::Read});
+    // Update, not Read: the backward recomputes a norm's statistics into it (the same values).
+    // Its next use overwrites it, so it is dropped, never written back.
+    if (const int u = units_.find(s, K::Internals); u >= 0) uses.push_back({u, A::Update});
     if (trainable(s)) uses = chunks(std::move(uses), s, K::Grads, A::Overwrite);
     if (layout_.has_lora()) {
       const int a = layout_.lora_segment(l);
@@ -308,7 +310,17 @@ void Executor::group_run(int g, Pass& pass) {
     return;
   }
   at(g);
-  const GroupHolds holds(*store_, schedule_.group(g));
+  // A pass without a backward (loss, logits) has no reader for the internals it writes: they are
+  // Scratch there, so a tiered store neither writes them behind nor keeps them dirty.
+  const std::vector<UnitUse>* uses = &schedule_.group(g);
+  std::vector<UnitUse> scratch;
+  if (pass.kind != PassKind::Train && activations_ == ActivationPolicy::Offload && work == GroupWork::LayerForward) {
+    scratch = *uses;
+    for (UnitUse& use : scratch)
+      if (units_.kind(use.unit) == SegmentKind::Internals) use.access = Access::Scratch;
+    uses = &scratch;
+  }
+  const GroupHolds holds(*store_, *uses);
   if (pass.kind == PassKind::ZoFlush) {  // a pending zeroth-order update alone, no compute
     zo_apply(g, holds, pass);
     return;

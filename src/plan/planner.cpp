@@ -447,6 +447,14 @@ OptimizerMode plan_mode(const PlanRequest& r, bool budget) {
   return r.zeroth_order ? OptimizerMode::ZerothOrder : optimizer_mode_for(r.grad_clip, budget);
 }
 
+ActivationPolicy plan_activations_resolve(ActivationPolicy activations, bool zeroth_order) {
+  if (!zeroth_order) return activations;
+  STRATUM_CHECK(activations == ActivationPolicy::Auto || activations == ActivationPolicy::Recompute,
+                "[train] --activations ", activation_policy_name(activations),
+                " keeps block internals for the backward, and --optimizer zo-sgd has none; drop one of them");
+  return ActivationPolicy::Recompute;
+}
+
 UnitSet plan_unit_set(const PlanRequest& r) { return r.zeroth_order ? UnitSet::ForwardOnly : UnitSet::Training; }
 
 UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const PlanRequest& r) {
@@ -458,6 +466,11 @@ UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const Pl
 }
 
 std::size_t plan_min_budget_bytes(const PlanRequest& request) {
+  if (request.zeroth_order && request.activations == ActivationPolicy::Auto) {
+    PlanRequest r = request;
+    r.activations = ActivationPolicy::Recompute;
+    return plan_min_budget_bytes(r);
+  }
   if (request.activations == ActivationPolicy::Auto) {  // the smaller of the two it chooses from
     PlanRequest r = request;
     r.activations = ActivationPolicy::Recompute;
@@ -598,8 +611,12 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
 }
 
 ActivationChoice plan_choose_activations(const PlanRequest& request, const ComputeTiming& timing, double read_gbps,
-                                         double write_gbps) {
+                                         double write_gbps, std::size_t disk_free_bytes) {
   ActivationChoice choice;
+  if (request.zeroth_order) {
+    choice.why = "zo-sgd: no backward, so no block internals to keep";
+    return choice;
+  }
   if (request.mem_budget_bytes == 0) {
     choice.why = "no budget: block internals recomputed (--activations keep keeps them, if RAM allows)";
     return choice;
@@ -622,12 +639,18 @@ ActivationChoice plan_choose_activations(const PlanRequest& request, const Compu
   const bool recompute_fits = request.mem_budget_bytes >= recompute.min_bytes;
   const bool offload_fits = request.mem_budget_bytes >= offload.min_bytes;
   if (!recompute_fits && !offload_fits) plan_budget_check(request, std::min(recompute.min_bytes, offload.min_bytes));
-  const bool pick_offload = offload_fits && (!recompute_fits || offload.plan.step_ms < 0.98 * recompute.plan.step_ms);
+  // Offload's files hold every layer's internals too: where they do not fit on the disk, recompute.
+  const bool offload_disk = disk_free_bytes == 0 || !offload_fits || offload.plan.disk_bytes <= disk_free_bytes;
+  const bool pick_offload = offload_fits && offload_disk &&
+                            (!recompute_fits || offload.plan.step_ms < 0.98 * recompute.plan.step_ms);
   const Option& chosen = pick_offload ? offload : recompute;
   choice.policy = chosen.policy;
   choice.plan = chosen.plan;
   auto predicted = [&](const Option& o) {
     if (request.mem_budget_bytes < o.min_bytes) return "does not fit (minimum " + bytes_text(o.min_bytes) + ")";
+    if (&o == &offload && !offload_disk)
+      return "does not fit on the disk (" + bytes_text(o.plan.disk_bytes) + " of files, " +
+             bytes_text(disk_free_bytes) + " free)";
     char text[96];
     std::snprintf(text, sizeof text, "%.0f ms a step", o.plan.step_ms);
     return std::string(text);

@@ -51,6 +51,10 @@ struct PlanRequest {
   int threads = 1;            // compute threads: the attention kernel's scratch is per thread
 };
 
+// --activations for a run with or without a backward: zeroth-order training has none, so Auto
+// is Recompute there and Keep or Offload are refused (one line); otherwise as given.
+ActivationPolicy plan_activations_resolve(ActivationPolicy activations, bool zeroth_order);
+
 // How a request's executor runs its updates (with a budget or in RAM), and which units it has.
 OptimizerMode plan_mode(const PlanRequest& request, bool budget);
 UnitSet plan_unit_set(const PlanRequest& request);
@@ -136,13 +140,15 @@ Plan plan_make(const PlanRequest& request, const ComputeTiming& timing, double r
 // the budget (recompute unless offload is more than 2% faster: it moves fewer bytes). Without a
 // budget: recompute (no plan is made; keeping every layer's internals could exhaust RAM). `why`
 // says what was predicted for each. Throws Error when neither fits (with the smaller minimum).
+// disk_free_bytes (0 = not checked): what the offload dir's file system has free; offload's larger
+// offload files must fit there too.
 struct ActivationChoice {
   ActivationPolicy policy = ActivationPolicy::Recompute;
   Plan plan;        // the chosen policy's (empty without a budget)
   std::string why;  // one line
 };
 ActivationChoice plan_choose_activations(const PlanRequest& request, const ComputeTiming& timing, double read_gbps,
-                                         double write_gbps);
+                                         double write_gbps, std::size_t disk_free_bytes = 0);
 
 // The human-readable plan (several lines).
 std::string plan_describe(const Plan& plan, const PlanRequest& request);

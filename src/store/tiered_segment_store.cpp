@@ -353,13 +353,14 @@ void* TieredSegmentStore::acquire_unit(int unit, Access access) {
     const std::size_t bytes = units().bytes(unit);
     space_make(lock, bytes, -1, true);
     if (e.state != State::Absent) continue;  // the other thread got to it while we waited
-    const bool load = access != Access::Overwrite && e.on_disk;
+    const bool overwrite = access == Access::Overwrite || access == Access::Scratch;
+    const bool load = !overwrite && e.on_disk;
     e.buffer = buffer_take(bytes);
     if (load) {
       io_start(unit, IoOp::Read);
       continue;
     }
-    if (access != Access::Overwrite) std::memset(e.buffer.data(), 0, bytes);  // never written: zeros
+    if (!overwrite) std::memset(e.buffer.data(), 0, bytes);  // never written: zeros
     e.state = State::Resident;
     e.dirty = false;
   }
@@ -367,7 +368,8 @@ void* TieredSegmentStore::acquire_unit(int unit, Access access) {
   ++e.holds;
   policy_.used(unit);
   ++(training ? holds_training_ : holds_other_);
-  if (access != Access::Read) e.dirty = true;
+  if (access == Access::Scratch) e.dirty = false;  // dead before and after: nothing to write back
+  else if (access != Access::Read) e.dirty = true;
   if (!ready && training) {
     const auto t1 = std::chrono::steady_clock::now();
     totals_.stall_ms += std::chrono::duration<double, std::milli>(t1 - t0).count();

@@ -17,8 +17,10 @@ namespace stratum {
 
 // How a unit is used between acquire and release: Read leaves it unchanged; Overwrite replaces
 // every byte the program will read later (the old contents need not be loaded); Update reads
-// and modifies it.
-enum class Access { Read, Overwrite, Update };
+// and modifies it. Scratch: as Overwrite, and what is written is dead after the release too
+// (never loaded, never written back): a forward-only pass's use of a layer's internals (Note
+// [activations offload] in exec/executor.h); never in a schedule, only in a hold.
+enum class Access { Read, Overwrite, Update, Scratch };
 
 // Which units a table has (see the constructor).
 enum class UnitSet { Training, ForwardOnly, Inference };

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -59,10 +60,7 @@ void options_check(const TrainOptions& o) {
                 o.beta2);
   STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
   STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
-  STRATUM_CHECK(o.optimizer != TrainOptimizer::ZoSgd || o.activations == ActivationPolicy::Auto ||
-                    o.activations == ActivationPolicy::Recompute,
-                "[train] --activations ", activation_policy_name(o.activations),
-                " keeps block internals for the backward, and --optimizer zo-sgd has none; drop one of them");
+  plan_activations_resolve(o.activations, o.optimizer == TrainOptimizer::ZoSgd);  // refuses keep/offload with zo-sgd
   // Outputs never overwrite the run's own inputs (--log naming the data file truncated it).
   const std::pair<const char*, const std::string*> outputs[] = {{"--log", &o.log_path}, {"--trace", &o.trace_path}};
   const std::pair<const char*, const std::string*> inputs[] = {{"--data", &o.data_path},
@@ -178,7 +176,7 @@ std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, int
   request.batch = batch;
   request.seq = seq;
   request.threads = threads;
-  request.activations = optimizer == TrainOptimizer::ZoSgd ? ActivationPolicy::Recompute : activations;
+  request.activations = plan_activations_resolve(activations, optimizer == TrainOptimizer::ZoSgd);
   request.grad_clip = grad_clip;
   request.precision = precision;
   return plan_min_budget_bytes(request);
@@ -348,7 +346,7 @@ void TrainRun::store_make() {
   // A LoRA run over a base stored in bf16 keeps its frozen layers bf16 (Note [frozen bf16 base]).
   const bool base_bf16 = lora_.on() && !o_.model_dir.empty() && model_weights_bf16(o_.model_dir);
   const bool zo = o_.optimizer == TrainOptimizer::ZoSgd;
-  PlanRequest request{cfg_,         o_.batch,           o_.seq,      zo ? ActivationPolicy::Recompute : o_.activations,
+  PlanRequest request{cfg_,         o_.batch,           o_.seq,      plan_activations_resolve(o_.activations, zo),
                       o_.grad_clip, o_.mem_budget_bytes, o_.prefetch, o_.precision,
                       zo,           lora_,              base_bf16,   pool_->num_threads()};
   const bool budget = o_.mem_budget_bytes > 0;
@@ -357,6 +355,7 @@ void TrainRun::store_make() {
   // chooses the activations policy (Note [activations offload]), which the executor is made with.
   PlanMeasurement measured;
   bool have_measurement = false;
+  std::optional<Plan> plan;  // auto under a budget: the chosen policy's
   CalibrationOptions co;
   co.offload_dir = o_.offload_dir;
   co.threads = threads_;
@@ -364,12 +363,16 @@ void TrainRun::store_make() {
     if (!budget) {
       request.activations = ActivationPolicy::Recompute;
     } else {
-      plan_budget_check(request, plan_min_budget_bytes(request));  // before measuring
+      const std::size_t smaller = plan_min_budget_bytes(request);  // recompute's or offload's
+      STRATUM_CHECK(o_.mem_budget_bytes >= smaller, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
+                    " is below the minimum of ", bytes_text(smaller), " for this model at B=", o_.batch, " T=", o_.seq,
+                    "; use --mem-budget ", (smaller + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
       measured = plan_measure(request, co, threads_, o_.measure_exe);
       have_measurement = true;
-      const ActivationChoice choice =
-          plan_choose_activations(request, measured.timing, measured.read_gbps, measured.write_gbps);
+      const ActivationChoice choice = plan_choose_activations(
+          request, measured.timing, measured.read_gbps, measured.write_gbps, dir_free_bytes(o_.offload_dir, "--offload-dir"));
       request.activations = choice.policy;
+      plan = choice.plan;
       activations_line_ = "[stratum] " + choice.why + "\n";
     }
   }
@@ -394,21 +397,21 @@ void TrainRun::store_make() {
   // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
   // unless --prefetch chose one.
   if (!have_measurement) measured = plan_measure(request, co, threads_, o_.measure_exe);
-  const Plan plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
-  result_.predicted_step_ms = plan.step_ms;
-  result_.prefetch = plan.prefetch;
+  if (!plan) plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
+  result_.predicted_step_ms = plan->step_ms;
+  result_.prefetch = plan->prefetch;
   char plan_text[320];
   std::snprintf(plan_text, sizeof plan_text,
                 "[stratum] plan: %s per step read, %s written, predicted step %.0f ms (bottleneck: %s), prefetch %d "
                 "(%s); measured with a peak RSS of %s\n",
-                bytes_text(plan.read_bytes).c_str(), bytes_text(plan.write_bytes).c_str(), plan.step_ms, plan.bottleneck.c_str(),
-                plan.prefetch, o_.prefetch >= 0 ? "--prefetch" : "chosen by the plan",
+                bytes_text(plan->read_bytes).c_str(), bytes_text(plan->write_bytes).c_str(), plan->step_ms, plan->bottleneck.c_str(),
+                plan->prefetch, o_.prefetch >= 0 ? "--prefetch" : "chosen by the plan",
                 bytes_text(measured.peak_rss_bytes).c_str());
   plan_line_ = plan_text;
   TieredStoreOptions so;
   so.budget_bytes = o_.mem_budget_bytes - exec.fixed_bytes();
   so.offload_dir = o_.offload_dir;
-  so.prefetch_depth = plan.prefetch;
+  so.prefetch_depth = plan->prefetch;
   so.io.backend = o_.io_backend;
   so.io.block_bytes = o_.io_block_bytes;
   so.io.queue_depth = o_.io_queue_depth;
@@ -538,7 +541,12 @@ void TrainRun::loop() {
                static_cast<long long>(loader_->batches_per_epoch()), val_loader_ ? ", validation held out" : "",
                o_.batch, o_.seq, threads_, backend_describe().c_str(), bytes_text(param_bytes).c_str(),
                zo ? "none (zo-sgd)" : bytes_text(trained_bytes).c_str(), zo ? "none" : bytes_text(2 * trained_bytes).c_str(),
-               bytes_text(units_->act_floats() * sizeof(float) * (cfg_.n_layer + 1)).c_str(), bytes_text(exec_->fixed_bytes()).c_str(),
+               (bytes_text(units_->act_floats() * sizeof(float) * (cfg_.n_layer + 1)) +
+                (units_->internals_floats() > 0
+                     ? " + block internals " + bytes_text(units_->internals_floats() * sizeof(float) * cfg_.n_layer)
+                     : std::string()))
+                   .c_str(),
+               bytes_text(exec_->fixed_bytes()).c_str(),
                zo                                              ? "forward only: two passes a step"
                : activations_ == ActivationPolicy::Keep    ? "block internals kept"
                : activations_ == ActivationPolicy::Offload ? "block internals offloaded"
