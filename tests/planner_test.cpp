@@ -192,8 +192,8 @@ TEST(Plan, LlamaWithItsOwnHeadDimAndA128kContextTrainsUnderABudgetAsPlanned) {
 // The time model on fixed inputs (no clock involved): a disk so fast it costs nothing leaves the
 // step at its compute; a slow disk makes the step at least its reads at that bandwidth and names
 // read as the bottleneck; the busy times add up to what the timing and the bytes say.
-TEST(Plan, PredictedTimeFollowsTheModel) {
-  PlanRequest request{plan_config(), 4, 64, ActivationPolicy::Recompute, 1.0, 0, -1};
+// A fixed measurement for the time model's tests (no clock involved).
+ComputeTiming fixed_timing() {
   ComputeTiming t;
   t.layer_forward_ms = 2;
   t.layer_backward_ms = 4;
@@ -204,6 +204,12 @@ TEST(Plan, PredictedTimeFollowsTheModel) {
   t.other_ms = 0.5;
   t.adamw_inline_ns_per_float = 1;
   t.adamw_worker_ns_per_float = 2;
+  return t;
+}
+
+TEST(Plan, PredictedTimeFollowsTheModel) {
+  PlanRequest request{plan_config(), 4, 64, ActivationPolicy::Recompute, 1.0, 0, -1};
+  const ComputeTiming t = fixed_timing();
   const Plan ram = plan_make(request, t, 0, 0);
   ASSERT_FALSE(ram.streaming);
   EXPECT_GE(ram.step_ms, ram.compute_ms);
@@ -236,13 +242,7 @@ TEST(Plan, PredictedTimeFollowsTheModel) {
 // cost seconds, so it recomputes; without a budget it recomputes and makes no plan.
 TEST(Plan, AutoActivationsOffloadOnAFastDiskRecomputeOnASlowOne) {
   PlanRequest request{plan_config(), 4, 64, ActivationPolicy::Auto, 1.0, 0, -1};
-  ComputeTiming t;
-  t.layer_forward_ms = 2;
-  t.layer_backward_ms = 4;
-  t.head_lse_ms = 1;
-  t.head_backward_ms = 2;
-  t.adamw_inline_ns_per_float = 1;
-  t.adamw_worker_ns_per_float = 2;
+  const ComputeTiming t = fixed_timing();
   const ActivationChoice ram = plan_choose_activations(request, t, 1e6, 1e6);
   EXPECT_EQ(ram.policy, ActivationPolicy::Recompute) << ram.why;
 
