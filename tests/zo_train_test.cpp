@@ -141,33 +141,26 @@ TEST(ZoTrain, EvaluationSeesTheUpdatedWeightsAndKeepsTheBits) {
 
 TEST(ZoTrain, BadInputGetsOneLine) {
   const std::string dir = source_path("tests/golden/tiny_gpt2");
-  const std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin --steps 2 --quiet";
-  struct Case {
-    const char* flags;
-    const char* says;
-  } cases[] = {
-      {" --optimizer sgd", "--optimizer must be 'adamw' or 'zo-sgd', got 'sgd'"},
-      {" --optimizer zo-sgd --zo-eps 0", "--zo-eps must be in [1e-12, 1000], got 0"},
-      {" --optimizer zo-sgd --activations keep", "--optimizer zo-sgd has none"},
-      {" --optimizer zo-sgd --activations offload", "--optimizer zo-sgd has none"},
-      {" --activations later", "--activations must be recompute, keep, offload or auto, got 'later'"},
-  };
-  for (const Case& c : cases) {
-    const auto r = testing::run_stratum(base + c.flags);
-    EXPECT_NE(r.exit_code, 0) << c.flags;
-    EXPECT_NE(r.errors.find(c.says), std::string::npos) << c.flags << ": " << r.errors;
-  }
+  const std::string train = "train --model " + dir + " --data " + dir + "/tokens.bin --steps 2 --quiet";
   // stratum plan resolves --activations as train does: zo-sgd has no internals to offload, and a
   // budget below its minimum is refused with the number (not an internal check).
   const std::string plan = "plan --model " + dir + " --batch 2 --seq 16 --threads 2 --optimizer zo-sgd";
-  const Case plan_cases[] = {
-      {" --activations offload", "--optimizer zo-sgd has none"},
-      {" --mem-budget 64K --offload-dir /tmp", "is below the minimum of"},
+  struct Case {
+    std::string command;
+    const char* says;
+  } cases[] = {
+      {train + " --optimizer sgd", "--optimizer must be 'adamw' or 'zo-sgd', got 'sgd'"},
+      {train + " --optimizer zo-sgd --zo-eps 0", "--zo-eps must be in [1e-12, 1000], got 0"},
+      {train + " --optimizer zo-sgd --activations keep", "--optimizer zo-sgd has none"},
+      {train + " --optimizer zo-sgd --activations offload", "--optimizer zo-sgd has none"},
+      {train + " --activations later", "--activations must be recompute, keep, offload or auto, got 'later'"},
+      {plan + " --activations offload", "--optimizer zo-sgd has none"},
+      {plan + " --mem-budget 64K --offload-dir /tmp", "is below the minimum of"},
   };
-  for (const Case& c : plan_cases) {
-    const auto r = testing::run_stratum(plan + c.flags);
-    EXPECT_NE(r.exit_code, 0) << c.flags;
-    EXPECT_NE(r.errors.find(c.says), std::string::npos) << c.flags << ": " << r.errors;
+  for (const Case& c : cases) {
+    const auto r = testing::run_stratum(c.command);
+    EXPECT_NE(r.exit_code, 0) << c.command;
+    EXPECT_NE(r.errors.find(c.says), std::string::npos) << c.command << ": " << r.errors;
     EXPECT_EQ(r.errors.find("bug"), std::string::npos) << r.errors;
   }
 }

@@ -31,8 +31,14 @@ SEED = 1234
 TOKENS_SEED = 4321
 CHECK_SEED = 999  # self-checks only; never affects the written files
 
-ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+
+def llama3_scaling(original_max):
+    """Llama 3's rope scaling (factor 8, low 1, high 4) over an original context of original_max."""
+    return {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": original_max}
+
+
+ROPE_SCALING = llama3_scaling(16)
 TINY = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, max_position_embeddings=64, vocab_size=131,
             rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=ROPE_SCALING,
@@ -54,14 +60,12 @@ TRAIN = dict(batch=2, seq=16, steps=8, lr=1e-3, lr_schedule="cosine", warmup=2, 
 MAX_SHARD_SIZE_BYTES = 240_000
 # A second llama3 setting whose inv_freq hits all three branches (kept / smoothed / divided);
 # the model's own setting has no wavelength below high_freq_wavelen = 4.
-ROPE_SCALING_ALT = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                    "high_freq_factor": 4.0, "original_max_position_embeddings": 40}
+ROPE_SCALING_ALT = llama3_scaling(40)
 
 # A one-layer Llama with a 131072-token context and Llama 3.1's rope scaling (factor 8 over an
 # original 8192): its logits at positions up to 131071 (tests/golden/long_rope/). The tokens are
 # a formula the C++ test repeats, so nothing but the weights and the logits is stored.
-LONG_ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+LONG_ROPE_SCALING = llama3_scaling(8192)
 LONG = dict(hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
             num_key_value_heads=1, head_dim=16, max_position_embeddings=131072, vocab_size=64,
             rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=LONG_ROPE_SCALING,

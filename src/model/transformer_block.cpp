@@ -18,7 +18,7 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
     layout_ = layout;
     lora_rows_ = static_cast<std::size_t>(max_batch) * max_seq;
     const std::size_t r = static_cast<std::size_t>(layout->lora().r);
-    for (int i = 0; i < copies; ++i) lora_u_.emplace_back(lora_u_floats() * sizeof(float));
+    for (int i = 0; i < copies; ++i) lora_u_.emplace_back(lora_u_floats(max_batch, max_seq, layout) * sizeof(float));
     lora_du_ = AlignedBuffer(lora_rows_ * r * sizeof(float));
     if (layout->lora().dropout > 0) {
       std::size_t widest = 0;
@@ -59,14 +59,22 @@ std::size_t TransformerBlock::internals_bytes() const {
 std::size_t TransformerBlock::held_floats(const GptConfig& cfg, int max_batch, int max_seq, const ParamLayout* layout) {
   const std::size_t acts = cfg.llama() ? LlamaActivations::bytes_for(cfg, max_batch, max_seq, true, true)
                                        : Gpt2Activations::bytes_for(cfg, max_batch, max_seq, true, true);
-  std::size_t lora = 0;
-  if (layout != nullptr && layout->has_lora())
-    lora = kLoraMaxTargets * static_cast<std::size_t>(max_batch) * max_seq * static_cast<std::size_t>(layout->lora().r);
-  return acts / sizeof(float) + lora;
+  return acts / sizeof(float) + lora_u_floats(max_batch, max_seq, layout);
 }
 
-std::size_t TransformerBlock::lora_u_floats() const {
-  return kLoraMaxTargets * lora_rows_ * static_cast<std::size_t>(layout_->lora().r);
+std::size_t TransformerBlock::lora_u_floats(int max_batch, int max_seq, const ParamLayout* layout) {
+  if (layout == nullptr || !layout->has_lora()) return 0;
+  return kLoraMaxTargets * static_cast<std::size_t>(max_batch) * max_seq * static_cast<std::size_t>(layout->lora().r);
+}
+
+LlamaActivations& TransformerBlock::internals(InternalsAt at, std::optional<LlamaActivations>& view) {
+  if (at.held == nullptr) return llama_acts_[static_cast<std::size_t>(at.copy)];
+  return view.emplace(cfg_, max_batch_, max_seq_, *llama_work_, at.held);
+}
+
+Gpt2Activations& TransformerBlock::internals(InternalsAt at, std::optional<Gpt2Activations>& view) {
+  if (at.held == nullptr) return gpt2_acts_[static_cast<std::size_t>(at.copy)];
+  return view.emplace(cfg_, max_batch_, max_seq_, *gpt2_work_, at.held);
 }
 
 LoraBlock lora_block_of(const ParamLayout& layout, const LoraChunks& c) {
@@ -126,21 +134,15 @@ void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const T
   const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
     LlamaWorkspace& w = *llama_work_;
-    std::optional<LlamaActivations> held;
-    if (at.held != nullptr) held.emplace(cfg_, max_batch_, max_seq_, w, at.held);
-    LlamaActivations& a = held ? *held : llama_acts_[static_cast<std::size_t>(at.copy)];
+    std::optional<LlamaActivations> view;
     llama_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, *rope_,
-                        llama_block_tensors(seg, params, w.wide_vectors), x, out,
-                        a, w.tmp,
+                        llama_block_tensors(seg, params, w.wide_vectors), x, out, internals(at, view), w.tmp,
                         w.attn_scratch, B, T, lp);
   } else {
     Gpt2Workspace& w = *gpt2_work_;
-    std::optional<Gpt2Activations> held;
-    if (at.held != nullptr) held.emplace(cfg_, max_batch_, max_seq_, w, at.held);
-    Gpt2Activations& a = held ? *held : gpt2_acts_[static_cast<std::size_t>(at.copy)];
+    std::optional<Gpt2Activations> view;
     gpt2_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, gpt2_block_tensors(seg, params, w.wide_vectors),
-                       x, out, a, w.tmp,
-                       w.attn_scratch, B, T, lp);
+                       x, out, internals(at, view), w.tmp, w.attn_scratch, B, T, lp);
   }
 }
 
@@ -150,24 +152,17 @@ void TransformerBlock::backward(const Ops& ops, const SegmentLayout& seg, const 
   const LoraBlock l = lora != nullptr ? lora_block(*lora, at, B * T) : LoraBlock{};
   const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
-    LlamaWorkspace& w = *llama_work_;
-    std::optional<LlamaActivations> held;
-    if (at.held != nullptr) held.emplace(cfg_, max_batch_, max_seq_, w, at.held);
-    LlamaActivations& a = held ? *held : llama_acts_[static_cast<std::size_t>(at.copy)];
+    std::optional<LlamaActivations> view;
     const LlamaBlockTensors g = grads != nullptr ? llama_block_tensors(seg, grads, nullptr) : LlamaBlockTensors{};
-    llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(seg, params, w.wide_vectors),
-                         grads != nullptr ? &g : nullptr, x, dout, dx,
-                         a, w, B, T,
+    llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(seg, params, llama_work_->wide_vectors),
+                         grads != nullptr ? &g : nullptr, x, dout, dx, internals(at, view), *llama_work_, B, T,
                          recompute, lp);
   } else {
-    Gpt2Workspace& w = *gpt2_work_;
-    std::optional<Gpt2Activations> held;
-    if (at.held != nullptr) held.emplace(cfg_, max_batch_, max_seq_, w, at.held);
-    Gpt2Activations& a = held ? *held : gpt2_acts_[static_cast<std::size_t>(at.copy)];
+    std::optional<Gpt2Activations> view;
     const Gpt2BlockTensors g = grads != nullptr ? gpt2_block_tensors(seg, grads, nullptr) : Gpt2BlockTensors{};
-    gpt2_block_backward(ops, cfg_, gpt2_block_tensors(seg, params, w.wide_vectors), grads != nullptr ? &g : nullptr, x,
-                        dout, dx, a, w, B, T,
-                        recompute, lp);
+    gpt2_block_backward(ops, cfg_, gpt2_block_tensors(seg, params, gpt2_work_->wide_vectors),
+                        grads != nullptr ? &g : nullptr, x, dout, dx, internals(at, view), *gpt2_work_, B, T, recompute,
+                        lp);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -66,7 +67,11 @@ class TransformerBlock {
 
  private:
   LoraBlock lora_block(const LoraChunks& chunks, InternalsAt at, int BT);
-  std::size_t lora_u_floats() const;  // one set's x A^T buffers
+  // One set's adapters' x A^T buffers (0 without adapters).
+  static std::size_t lora_u_floats(int max_batch, int max_seq, const ParamLayout* layout);
+  // The internals at `at`: an own set, or `view` made over the held memory.
+  LlamaActivations& internals(InternalsAt at, std::optional<LlamaActivations>& view);
+  Gpt2Activations& internals(InternalsAt at, std::optional<Gpt2Activations>& view);
   std::size_t internals_bytes() const;  // without the adapters' buffers
 
   GptConfig cfg_;

@@ -150,14 +150,14 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
   // the executor are gone before AdamW's buffers are made.
   std::vector<ComputeTiming> steps;
   {
+    // Its one layer keeps its internals (the buffers of recompute's one set), so the backward is
+    // timed without a recompute whatever the run's policy (ComputeTiming); zo-sgd has no backward.
     PlanRequest kept = r;
-    kept.activations = ActivationPolicy::Keep;
+    kept.activations = r.zeroth_order ? ActivationPolicy::Recompute : ActivationPolicy::Keep;
     const UnitTable units = plan_units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq), kept);
     std::unique_ptr<OwnedDir> scratch;  // destroyed after the store, which after the executor
     std::unique_ptr<SegmentStore> store;
-    // Its one layer keeps its internals (the buffers of recompute's one set), so the backward is
-    // timed without a recompute whatever the run's policy (ComputeTiming).
-    Executor exec(pool, mini, units, r.batch, r.seq, r.zeroth_order ? ActivationPolicy::Recompute : ActivationPolicy::Keep,
+    Executor exec(pool, mini, units, r.batch, r.seq, kept.activations,
                   r.zeroth_order ? OptimizerMode::ZerothOrder : OptimizerMode::Inline, r.precision);
     if (r.mem_budget_bytes > 0 && !offload_dir.empty()) {
       const std::size_t need = exec.fixed_bytes() + exec.min_store_bytes();
@@ -454,19 +454,14 @@ UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const Pl
 }
 
 std::size_t plan_min_budget_bytes(const PlanRequest& request) {
-  if (request.zeroth_order && request.activations == ActivationPolicy::Auto) {
-    PlanRequest r = request;
-    r.activations = ActivationPolicy::Recompute;
-    return plan_min_budget_bytes(r);
-  }
-  if (request.activations == ActivationPolicy::Auto) {  // the smaller of the two it chooses from
-    PlanRequest r = request;
+  PlanRequest r = request;
+  r.activations = plan_activations_resolve(request.activations, request.zeroth_order);
+  if (r.activations == ActivationPolicy::Auto) {  // the smaller of the two it chooses from
     r.activations = ActivationPolicy::Recompute;
     const std::size_t recompute = plan_min_budget_bytes(r);
     r.activations = ActivationPolicy::Offload;
     return std::min(recompute, plan_min_budget_bytes(r));
   }
-  const PlanRequest& r = request;
   const ParamLayout layout = ParamLayout::of(r.config, r.lora);
   const UnitTable units = plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq), r);
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing

@@ -314,8 +314,7 @@ void TrainRun::store_make() {
   // The plan's measurement (Note [plan model]), with a budget: before the executor when the plan
   // chooses the activations policy (Note [activations offload]), which the executor is made with.
   PlanMeasurement measured;
-  bool have_measurement = false;
-  std::optional<Plan> plan;  // auto under a budget: the chosen policy's
+  std::optional<Plan> plan;  // auto under a budget: the chosen policy's, made with `measured`
   CalibrationOptions co;
   co.offload_dir = o_.offload_dir;
   co.threads = threads_;
@@ -328,7 +327,6 @@ void TrainRun::store_make() {
                     " is below the minimum of ", bytes_text(smaller), " for this model at B=", o_.batch, " T=", o_.seq,
                     "; use --mem-budget ", (smaller + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
       measured = plan_measure(request, co, threads_, o_.measure_exe);
-      have_measurement = true;
       const ActivationChoice choice = plan_choose_activations(
           request, measured.timing, measured.read_gbps, measured.write_gbps, dir_free_bytes(o_.offload_dir, "--offload-dir"));
       request.activations = choice.policy;
@@ -356,8 +354,10 @@ void TrainRun::store_make() {
                 "); use --mem-budget ", (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
   // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
   // unless --prefetch chose one.
-  if (!have_measurement) measured = plan_measure(request, co, threads_, o_.measure_exe);
-  if (!plan) plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
+  if (!plan) {
+    measured = plan_measure(request, co, threads_, o_.measure_exe);
+    plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
+  }
   result_.predicted_step_ms = plan->step_ms;
   result_.prefetch = plan->prefetch;
   char plan_text[320];
