@@ -38,7 +38,7 @@ fi
 
 build=build-fuzz
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSTRATUM_FUZZ=ON -DSTRATUM_BUILD_TESTS=OFF >/dev/null
+  -DSTRATUM_FUZZ=ON -DSTRATUM_BUILD_TESTS=OFF -DSTRATUM_CUDA=OFF >/dev/null
 cmake --build "$build" --target "${targets[@]/%/_fuzz}"
 
 export STRATUM_SHARED_DATA="${STRATUM_SHARED_DATA:-$root/../shared/data}"

@@ -1,18 +1,173 @@
-// ops_make and the backend's library settings; see backend.h.
+// ops_make, backend memory and the backends' library settings; see backend.h.
 #include "backend/backend.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <utility>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_bf16.h"
+#include "stratum/error.h"
+#ifdef STRATUM_WITH_CUDA
+#include "kernels/cuda/cuda_device.h"
+#endif
 
 namespace stratum {
 
+#ifdef STRATUM_WITH_CUDA
+namespace {
+// libstratum_cuda.so beside the running executable (or $STRATUM_CUDA_LIB), loaded once on first
+// use; null with *why when it cannot be (no CUDA runtime libraries on this machine, say).
+const CudaBackendApi* cuda_api(std::string* why) {
+  static std::once_flag once;
+  static const CudaBackendApi* api = nullptr;
+  static std::string failure;
+  std::call_once(once, [] {
+    std::string path;
+    if (const char* env = std::getenv("STRATUM_CUDA_LIB"); env != nullptr && *env != '\0') {
+      path = env;
+    } else {
+      char exe[4096];
+      const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+      std::string dir = n > 0 ? std::string(exe, static_cast<std::size_t>(n)) : std::string();
+      dir = dir.substr(0, dir.find_last_of('/') + 1);
+      path = dir + "libstratum_cuda.so";
+    }
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* err = dlerror();
+      failure = "[backend.cuda] cannot load the CUDA backend " + path + " (" + (err ? err : "unknown error") +
+                "): install the CUDA runtime libraries (cuBLAS 13) or use the CPU";
+      return;
+    }
+    using Entry = const CudaBackendApi* (*)();
+    auto entry = reinterpret_cast<Entry>(dlsym(handle, "stratum_cuda_api"));
+    const CudaBackendApi* a = entry != nullptr ? entry() : nullptr;
+    if (a == nullptr || a->version != CudaBackendApi::kVersion) {
+      failure = "[backend.cuda] " + path + " is not this build's CUDA backend: rebuild Stratum";
+      return;
+    }
+    api = a;
+  });
+  if (api == nullptr && why != nullptr) *why = failure;
+  return api;
+}
+
+const CudaBackendApi& cuda_api_or_throw() {
+  std::string why;
+  const CudaBackendApi* api = cuda_api(&why);
+  if (api == nullptr) throw Error(why);
+  return *api;
+}
+}  // namespace
+#endif
+
+const char* backend_name(Backend backend) { return backend == Backend::Cuda ? "cuda" : "cpu"; }
+
+Backend backend_parse(const std::string& name) {
+  if (name == "cpu") return Backend::Cpu;
+  if (name == "cuda") return Backend::Cuda;
+  STRATUM_FAIL("[cli] --backend must be 'cpu' or 'cuda', got '", name, "'");
+}
+
+bool backend_available(Backend backend, std::string* why) {
+  if (backend == Backend::Cpu) return true;
+#ifdef STRATUM_WITH_CUDA
+  const CudaBackendApi* api = cuda_api(why);
+  return api != nullptr && api->available(why);
+#else
+  if (why)
+    *why = "[backend] this build has no CUDA backend: rebuild on a machine with the CUDA toolkit "
+           "(cmake -DSTRATUM_CUDA=ON) or use the CPU";
+  return false;
+#endif
+}
+
+std::string backend_inventory() {
+#ifdef STRATUM_WITH_CUDA
+  std::string why;
+  if (backend_available(Backend::Cuda, &why)) return "cpu; cuda: " + cuda_api_or_throw().describe();
+  return "cpu; cuda: built, not usable here (" + why + ")";
+#else
+  return "cpu; cuda: not built";
+#endif
+}
+
 std::unique_ptr<Ops> ops_make(ThreadPool& pool, Precision precision, Backend backend) {
-  switch (backend) {
-    case Backend::Cpu:
-      break;
+  if (backend == Backend::Cuda) {
+    std::string why;
+    if (!backend_available(backend, &why)) throw Error(why);
+#ifdef STRATUM_WITH_CUDA
+    return std::unique_ptr<Ops>(cuda_api_or_throw().make_ops(precision));
+#endif
   }
   return std::make_unique<CpuOps>(pool, precision);
+}
+
+BackendMemory::BackendMemory(Backend backend, std::size_t bytes) : backend_(backend), bytes_(bytes) {
+  if (bytes == 0) return;
+  if (backend == Backend::Cuda) {
+#ifdef STRATUM_WITH_CUDA
+    std::string why;
+    if (!backend_available(backend, &why)) throw Error(why);
+    data_ = cuda_api_or_throw().alloc(bytes);
+    return;
+#else
+    std::string why;
+    backend_available(backend, &why);
+    throw Error(why);
+#endif
+  }
+  data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!data_) throw std::bad_alloc();
+}
+
+BackendMemory::~BackendMemory() {
+  if (!data_) return;
+#ifdef STRATUM_WITH_CUDA
+  if (backend_ == Backend::Cuda) {
+    cuda_api_or_throw().free(data_);
+    return;
+  }
+#endif
+  std::free(data_);
+}
+
+BackendMemory::BackendMemory(BackendMemory&& other) noexcept
+    : backend_(other.backend_), data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+BackendMemory& BackendMemory::operator=(BackendMemory&& other) noexcept {
+  if (this != &other) {
+    BackendMemory dead(std::move(*this));
+    backend_ = other.backend_;
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void backend_upload(Backend backend, void* dst, const void* src_host, std::size_t bytes) {
+  if (bytes == 0) return;
+#ifdef STRATUM_WITH_CUDA
+  if (backend == Backend::Cuda) return cuda_api_or_throw().upload(dst, src_host, bytes);
+#endif
+  (void)backend;
+  std::memcpy(dst, src_host, bytes);
+}
+
+void backend_download(Backend backend, void* dst_host, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+#ifdef STRATUM_WITH_CUDA
+  if (backend == Backend::Cuda) return cuda_api_or_throw().download(dst_host, src, bytes);
+#endif
+  (void)backend;
+  std::memcpy(dst_host, src, bytes);
 }
 
 std::string backend_precision_note(Precision precision) {
@@ -25,6 +180,15 @@ void backend_set_threads(int threads) { blas_set_threads(threads); }
 
 void backend_prepare_process(char** argv) { blas_prepare_process(argv); }
 
-std::string backend_describe() { return blas_describe(); }
+std::string backend_describe(Backend backend) {
+#ifdef STRATUM_WITH_CUDA
+  if (backend == Backend::Cuda) return "CUDA on " + cuda_api_or_throw().describe();
+  // No probe for a CPU run: loading the CUDA backend maps cuBLAS (`stratum version` probes).
+  return blas_describe() + "; CUDA backend built, this run computes on the CPU (--backend cuda for the GPU)";
+#else
+  (void)backend;
+  return blas_describe();
+#endif
+}
 
 }  // namespace stratum

@@ -2,9 +2,11 @@
 // the process-wide settings of the backend's libraries. The only place that names a backend's
 // kernels; model, exec, train and infer code include this, never a kernels/ header. A second
 // backend (kernels/cuda) adds a Backend value and a branch here, nothing else above the seam.
+// Also the memory the backend computes in (backend_alloc) and the copies between it and host RAM.
 // Does not run kernels itself.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -13,11 +15,50 @@
 
 namespace stratum {
 
-enum class Backend { Cpu };
+enum class Backend { Cpu, Cuda };
+const char* backend_name(Backend backend);  // "cpu", "cuda"
+// "cpu" or "cuda"; anything else throws Error naming --backend.
+Backend backend_parse(const std::string& name);
 
-// An Ops bound to `pool` (the CPU backend runs its kernels on it), computing its matrix products
-// in `precision`. The pool must outlive it.
+// Whether `backend` can run here: Cpu always; Cuda when this binary was built with it
+// (-DSTRATUM_CUDA, CMakeLists.txt) and a usable GPU is present. false: *why says why, in one
+// line (e.g. "this build has no CUDA backend: ...").
+bool backend_available(Backend backend, std::string* why = nullptr);
+// One line naming the backends this binary has and the device each would run on, e.g.
+// "cpu; cuda: NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)" or "cpu; cuda: built, no GPU (...)".
+std::string backend_inventory();
+
+// An Ops bound to `pool` (the CPU backend runs its kernels on it; the CUDA backend runs on the
+// current GPU and ignores it), computing its matrix products in `precision`. The pool must
+// outlive it. A backend that is not available throws Error with backend_available's reason.
 std::unique_ptr<Ops> ops_make(ThreadPool& pool, Precision precision = Precision::Fp32, Backend backend = Backend::Cpu);
+
+// Memory `backend` computes in (RAM for the CPU, device memory for CUDA), at least 64-byte
+// aligned, uninitialised; owned, move-only.
+class BackendMemory {
+ public:
+  BackendMemory() = default;
+  BackendMemory(Backend backend, std::size_t bytes);
+  ~BackendMemory();
+  BackendMemory(BackendMemory&& other) noexcept;
+  BackendMemory& operator=(BackendMemory&& other) noexcept;
+  BackendMemory(const BackendMemory&) = delete;
+  BackendMemory& operator=(const BackendMemory&) = delete;
+  void* data() const { return data_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(data_); }
+  std::size_t bytes() const { return bytes_; }
+  Backend backend() const { return backend_; }
+
+ private:
+  Backend backend_ = Backend::Cpu;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+// Copies between host RAM and `backend`'s memory. A download waits for every op queued on the
+// backend before it, so it sees their results.
+void backend_upload(Backend backend, void* dst, const void* src_host, std::size_t bytes);
+void backend_download(Backend backend, void* dst_host, const void* src, std::size_t bytes);
 // Whether `precision` runs at full speed here; false: a line for the user saying why not.
 std::string backend_precision_note(Precision precision);
 
@@ -27,6 +68,8 @@ void backend_set_threads(int threads);
 // Once at the start of main, before any thread: the backend libraries' process settings
 // (OpenBLAS's environment, kernels/cpu/matmul.h); may re-exec the process with them.
 void backend_prepare_process(char** argv);
-std::string backend_describe();
+// What a run on `backend` computes with, for its header line: the CPU's BLAS (a CUDA build adds
+// that this run is on the CPU, said once, without starting the driver), or the GPU.
+std::string backend_describe(Backend backend = Backend::Cpu);
 
 }  // namespace stratum

@@ -142,6 +142,8 @@ int cmd_train(const std::vector<std::string>& argv) {
              {"io-block", "SIZE", "with --mem-budget: I/O block size, a multiple of 4K (default 1M; see bench/io_sweep)"},
              {"io-depth", "N", "with --mem-budget: I/O blocks in flight (default 16)"},
              {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"},
+             {"backend", "NAME", "cpu (default) | cuda: the whole step on the GPU, every parameter, gradient, "
+                                 "moment and activation in GPU memory (not with --mem-budget yet)"},
              {"lora-init", "DIR", "start the LoRA adapters from this PEFT adapter directory (its adapter_config.json "
                                   "gives r, alpha and the targets); default: PEFT's init from --seed"},
              {"quiet", "", "no progress bar"}})));
@@ -159,6 +161,7 @@ int cmd_train(const std::vector<std::string>& argv) {
   o.save_dir = args.str("save");
   o.activations = activation_policy_parse(args.str("activations", "auto"));
   o.threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
+  o.backend = backend_parse(args.str("backend", "cpu"));
   o.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;
   STRATUM_CHECK(!args.has("mem-budget") || o.mem_budget_bytes > 0, "[cli] --mem-budget must be > 0, e.g. 512M");
   o.offload_dir = args.str("offload-dir");

@@ -34,7 +34,7 @@ int run(const std::string& command, const std::vector<std::string>& args) {
   if (command == "verify") return stratum::cmd_verify(args);
   if (command == "merge") return stratum::cmd_merge(args);
   if (command == "version" || command == "--version") {
-    std::printf("stratum %s\n", STRATUM_VERSION);
+    std::printf("stratum %s\nbackends: %s\n", STRATUM_VERSION, stratum::backend_inventory().c_str());
     return 0;
   }
   if (command == "help" || command == "--help" || command == "-h") {

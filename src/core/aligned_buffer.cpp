@@ -20,32 +20,36 @@ namespace {
 constexpr std::size_t kMmapMinBytes = std::size_t{1} << 20;
 constexpr std::size_t kHugePageMinBytes = std::size_t{4} << 20;
 
-void buffer_free(void* data, std::size_t size_bytes) {
+}  // namespace
+
+void aligned_memory_free(void* data, std::size_t size_bytes) noexcept {
   if (data == nullptr) return;
   const std::size_t capacity = align_up(size_bytes, AlignedBuffer::kAlignmentBytes);
   if (capacity >= kMmapMinBytes) ::munmap(data, capacity);
   else std::free(data);
 }
-}  // namespace
 
-AlignedBuffer::AlignedBuffer(std::size_t size_bytes) : size_bytes_(size_bytes) {
-  if (size_bytes == 0) return;
-  const std::size_t capacity = align_up(size_bytes, kAlignmentBytes);
+void* aligned_memory_alloc(std::size_t size_bytes) {
+  if (size_bytes == 0) return nullptr;
+  const std::size_t capacity = align_up(size_bytes, AlignedBuffer::kAlignmentBytes);
+  void* data = nullptr;
   if (capacity >= kMmapMinBytes) {
     void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    data_ = p == MAP_FAILED ? nullptr : p;
+    data = p == MAP_FAILED ? nullptr : p;
     // Transparent huge pages where the system allows them on request (madvise mode): weights
     // streamed by the decoder read ~10% faster with fewer TLB misses (docs/benchmarks.md). Only
     // 2 MiB-aligned ranges inside the buffer become huge pages, so RSS is not rounded up.
-    if (data_ != nullptr && capacity >= kHugePageMinBytes) ::madvise(data_, capacity, MADV_HUGEPAGE);
+    if (data != nullptr && capacity >= kHugePageMinBytes) ::madvise(data, capacity, MADV_HUGEPAGE);
   } else {
-    data_ = std::aligned_alloc(kAlignmentBytes, capacity);
-    if (data_ != nullptr) std::memset(data_, 0, capacity);
+    data = std::aligned_alloc(AlignedBuffer::kAlignmentBytes, capacity);
+    if (data != nullptr) std::memset(data, 0, capacity);
   }
-  if (data_ == nullptr) size_bytes_ = 0;
-  STRATUM_CHECK(data_ != nullptr, "[core.memory] cannot allocate ", capacity,
+  STRATUM_CHECK(data != nullptr, "[core.memory] cannot allocate ", capacity,
                 " bytes: out of memory (reduce --batch/--seq or the model size, or set --mem-budget)");
+  return data;
 }
+
+AlignedBuffer::AlignedBuffer(std::size_t size_bytes) : data_(aligned_memory_alloc(size_bytes)), size_bytes_(size_bytes) {}
 
 bool AlignedBuffer::resize(std::size_t size_bytes) {
   STRATUM_ASSERT(size_bytes > 0);
@@ -71,14 +75,14 @@ AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
   if (this != &other) {
-    buffer_free(data_, size_bytes_);
+    aligned_memory_free(data_, size_bytes_);
     data_ = std::exchange(other.data_, nullptr);
     size_bytes_ = std::exchange(other.size_bytes_, 0);
   }
   return *this;
 }
 
-AlignedBuffer::~AlignedBuffer() { buffer_free(data_, size_bytes_); }
+AlignedBuffer::~AlignedBuffer() { aligned_memory_free(data_, size_bytes_); }
 
 std::size_t aligned_buffer_carve_bytes(const CarveSlices& slices) {
   std::size_t total = 0;

@@ -39,6 +39,12 @@ class AlignedBuffer {
   std::size_t size_bytes_ = 0;
 };
 
+// The memory behind AlignedBuffer, for owners that keep the size themselves (CpuOps::memory_alloc):
+// size_bytes rounded up to 4 KiB, zero-filled, from mmap (huge pages asked for from 4 MiB) at
+// 1 MiB and more, else the heap; throws Error when out of memory. Free with the same size.
+void* aligned_memory_alloc(std::size_t size_bytes);
+void aligned_memory_free(void* data, std::size_t size_bytes) noexcept;
+
 // One zeroed buffer carved into float slices of the given sizes (each 64-byte aligned); every
 // slice's pointer is written through its float**. The caller owns the returned buffer.
 using CarveSlices = std::vector<std::pair<float**, std::size_t>>;

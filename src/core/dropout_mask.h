@@ -26,7 +26,7 @@ inline std::uint64_t dropout_step_key(std::uint64_t seed, long step) {
 }
 inline std::uint32_t dropout_threshold(float p) { return static_cast<std::uint32_t>(std::llround(p * 16777216.0)); }
 inline float dropout_keep_scale(float p) { return static_cast<float>(1.0 / (1.0 - static_cast<double>(p))); }
-inline bool dropout_keep(std::uint64_t key, std::uint64_t i, std::uint32_t threshold) {
+STRATUM_HOST_DEVICE inline bool dropout_keep(std::uint64_t key, std::uint64_t i, std::uint32_t threshold) {
   return (splitmix64_mix(key + (i + 1) * kSplitMix64Gamma) >> 40) >= threshold;
 }
 

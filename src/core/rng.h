@@ -4,12 +4,14 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace stratum {
 
 // SplitMix64's increment and finaliser (uint64, wrapping): Rng's outputs, and the hash of the
 // zeroth-order noise (Note [zo noise] in core/zo_noise.h).
 constexpr std::uint64_t kSplitMix64Gamma = 0x9E3779B97F4A7C15ull;
-inline std::uint64_t splitmix64_mix(std::uint64_t z) {
+STRATUM_HOST_DEVICE inline std::uint64_t splitmix64_mix(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/host_device.h"
+
 // Compiles the annotated function for AVX-512, AVX2 and baseline x86-64 and picks one at load
 // time (GCC ifunc). An attribute, not code generation.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
@@ -22,7 +24,7 @@ namespace stratum::simd {
 
 inline constexpr int kLanes = 16;
 
-inline float bits_to_float(std::uint32_t bits) {
+STRATUM_HOST_DEVICE inline float bits_to_float(std::uint32_t bits) {
   float f;
   std::memcpy(&f, &bits, sizeof f);
   return f;
@@ -30,7 +32,7 @@ inline float bits_to_float(std::uint32_t bits) {
 
 // exp(x) for float, ~1 ulp on [-87, 88], vectorisable (no libm call). Inputs are clamped:
 // exp(x < -87.3) returns ~1.2e-38 instead of a denormal or 0; exp(x > 88.7) saturates.
-inline float exp_f32(float x) {
+STRATUM_HOST_DEVICE inline float exp_f32(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
   const float round_magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   float n = (x * 1.44269504088896341f + round_magic) - round_magic;
@@ -53,7 +55,7 @@ inline float exp_f32(float x) {
 }
 
 // tanh(x) = 1 - 2 / (exp(2x) + 1); absolute error ~1e-7, saturates to +-1.
-inline float tanh_f32(float x) { return 1.0f - 2.0f / (exp_f32(2.0f * x) + 1.0f); }
+STRATUM_HOST_DEVICE inline float tanh_f32(float x) { return 1.0f - 2.0f / (exp_f32(2.0f * x) + 1.0f); }
 
 // Fixed-order combination of kLanes partial sums: ((0+8)+(4+12))+... a balanced tree.
 inline float lanes_sum(float* acc) {

@@ -33,7 +33,7 @@ std::uint64_t zo_tensor_key(std::uint64_t step_key, std::string_view hf_name);
 // The 65536 levels Q (built once per process, thread-safe).
 const float* zo_normal_table();
 
-inline float zo_z(const float* table, std::uint64_t key, std::uint64_t i) {
+STRATUM_HOST_DEVICE inline float zo_z(const float* table, std::uint64_t key, std::uint64_t i) {
   return table[splitmix64_mix(key + (i + 1) * kSplitMix64Gamma) >> 48];
 }
 

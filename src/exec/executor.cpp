@@ -57,22 +57,22 @@ ActivationPolicy activation_policy_parse(const std::string& text) {
 }
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
-                   ActivationPolicy activations, OptimizerMode mode, Precision precision)
-    : ops_(ops_make(pool, precision)),
+                   ActivationPolicy activations, OptimizerMode mode, Precision precision, Backend backend)
+    : ops_(ops_make(pool, precision, backend)),
       cfg_(config),
       units_(units),
       layout_(units.layout()),
       max_batch_(max_batch),
       max_seq_(max_seq),
-      dacts_(mode == OptimizerMode::ZerothOrder  // no backward
-                 ? 0
-                 : 2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
+      dacts_(*ops_, mode == OptimizerMode::ZerothOrder  // no backward
+                        ? 0
+                        : 2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
       activations_(activations),
       mode_(mode),
       blocks_(*ops_, config, max_batch, max_seq,
               activations == ActivationPolicy::Keep ? config.n_layer : activations == ActivationPolicy::Offload ? 0 : 1,
               &units.layout(), units.param_bf16()),
-      head_scratch_(config, max_batch * max_seq, precision),
+      head_scratch_(*ops_, config, max_batch * max_seq, precision),
       schedule_(units.count()) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");
@@ -87,7 +87,11 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   for (int s = 0; s < layout_.segment_count(); ++s) grad_squares_[s].assign(layout_.segments()[s].tensors.size(), 0.0);
   schedule_build();
   update_job_.assign(static_cast<std::size_t>(layout_.segment_count()), 0);
-  if (mode == OptimizerMode::Overlapped || mode == OptimizerMode::Pipelined) {
+  if (!ops_->host_memory())
+    tokens_ = OpsBuffer(*ops_, 2 * static_cast<std::size_t>(max_batch) * max_seq * sizeof(std::int32_t));
+  // Off the host, updates run on the executor's Ops in schedule order (the device stream overlaps
+  // them with nothing else yet): no worker thread.
+  if ((mode == OptimizerMode::Overlapped || mode == OptimizerMode::Pipelined) && ops_->host_memory()) {
     worker_pool_ = std::make_unique<ThreadPool>(1);
     worker_ops_ = ops_make(*worker_pool_);
     worker_ = std::make_unique<OptimizerWorker>();
@@ -373,7 +377,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
     case GroupWork::EmbedForward: {
       float* const out = holds.data(act_segment(0), K::Activations);
       if (cfg_.llama())  // no positions: the token rows are added to zeros, which is exact
-        std::memset(out, 0, sizeof(float) * static_cast<std::size_t>(BT) * C);
+        ops_->fill(out, 0.0f, static_cast<std::size_t>(BT) * C);
       else
         ops_->embedding_forward_positions(out, holds.data(s, K::Params) + seg.tensors[kWpe].offset_floats, B, T, C);
       return;
@@ -408,7 +412,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       }
       gpt2_head_lse_block(*ops_, cfg_, holds.data(s, K::Params), layout_.vocab_row0(item), layout_.vocab_rows(item),
                           p.targets, BT, head_scratch_);
-      if (item == layout_.vocab_block_count() - 1) p.loss = gpt2_head_loss_finish(BT, head_scratch_);
+      if (item == layout_.vocab_block_count() - 1) p.loss = gpt2_head_loss_finish(*ops_, BT, head_scratch_);
       return;
     case GroupWork::HeadBackward:
       gpt2_head_backward_block(*ops_, cfg_, holds.data(s, K::Params),
@@ -438,14 +442,14 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
     case GroupWork::EmbedBackward:
       if (!cfg_.llama()) {  // Llama's embed segment is empty
         float* dwpe = holds.data(s, K::Grads) + seg.tensors[kWpe].offset_floats;
-        std::memset(dwpe, 0, seg.tensors[kWpe].numel * sizeof(float));
+        ops_->fill(dwpe, 0.0f, seg.tensors[kWpe].numel);
         ops_->embedding_backward_positions(dwpe, p.dcur, B, T, C);
       }
       return;
     case GroupWork::VocabBackward: {
       float* const dwte = holds.data(s, K::Grads);
       if (!layout_.head_tied())  // tied: adds to the head's gradient
-        std::memset(dwte, 0, sizeof(float) * static_cast<std::size_t>(layout_.vocab_rows(item)) * C);
+        ops_->fill(dwte, 0.0f, static_cast<std::size_t>(layout_.vocab_rows(item)) * C);
       ops_->embedding_backward_block(dwte, p.dcur, p.inputs, layout_.vocab_row0(item), layout_.vocab_rows(item), B, T,
                                      C);
       return;
@@ -473,8 +477,21 @@ void Executor::grads_final(int segment, float* const* grad_chunks) {
   }
 }
 
+void Executor::tokens_stage(const std::int32_t*& inputs, const std::int32_t*& targets, int BT) {
+  if (ops_->host_memory()) return;
+  std::int32_t* const dev = tokens_.as<std::int32_t>();
+  const std::size_t bytes = static_cast<std::size_t>(BT) * sizeof(std::int32_t);
+  ops_->upload(dev, inputs, bytes);
+  inputs = dev;
+  if (targets != nullptr) {
+    ops_->upload(dev + static_cast<std::size_t>(max_batch_) * max_seq_, targets, bytes);
+    targets = dev + static_cast<std::size_t>(max_batch_) * max_seq_;
+  }
+}
+
 float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool queue_updates,
                            const AdamWHyper& hyper, double weight_decay) {
+  tokens_stage(inputs, targets, B * T);
   Pass pass{PassKind::Train, inputs, targets, B, T, queue_updates, hyper, weight_decay};
   const std::size_t stride = dacts_.size_bytes() / sizeof(float) / 2;
   pass.dcur = dacts_.as_f32();
@@ -496,7 +513,7 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   StepResult r;
   const bool overlap = mode_ == OptimizerMode::Overlapped;
   r.loss = train_pass(inputs, targets, B, T, overlap, hyper, weight_decay);
-  if (overlap) {
+  if (overlap && worker_) {
     const auto t0 = std::chrono::steady_clock::now();
     TraceSpan span(trace_, TraceRecorder::kCompute, "stall", "wait for the updates");
     worker_->wait_idle();
@@ -515,6 +532,7 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
 float Executor::loss(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
   check_shape(B, T);
   zo_flush();
+  tokens_stage(inputs, targets, B * T);
   Pass pass{PassKind::Loss, inputs, targets, B, T};
   run(0, forward_end_, pass);
   return pass.loss;
@@ -522,6 +540,7 @@ float Executor::loss(const std::int32_t* inputs, const std::int32_t* targets, in
 
 void Executor::logits_last(const std::int32_t* tokens, int T, float* logits) {
   check_shape(1, T);
+  STRATUM_CHECK(ops_->host_memory(), "[exec] logits on the ", ops_->name(), " backend are not supported yet");
   zo_flush();
   Pass pass{PassKind::Logits, tokens, nullptr, 1, T};
   pass.logits_row = T - 1;
@@ -588,6 +607,10 @@ void Executor::sync() {
 
 void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale) {
   if (mode_ == OptimizerMode::Overlapped) at(group_opt_[segment]);
+  if (!worker_) {  // off the host: in schedule order on the executor's own Ops
+    optimizer_segment(*ops_, segment, hyper, weight_decay, grad_scale);
+    return;
+  }
   // The worker runs behind the schedule position: pin what it will use so the store does not
   // take the gradients for dead (their next use in the schedule is the next step's overwrite).
   for (const UnitUse& use : schedule_.group(group_opt_[segment])) store_->unit_pin(use.unit, +1);

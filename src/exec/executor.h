@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "backend/backend.h"
 #include "core/thread_pool.h"
 #include "ops/ops.h"
 #include "model/gpt2_head.h"
@@ -116,13 +117,19 @@ class Executor {
   // mode: Note [optimizer overlap]; train_step() with Overlapped needs grad_clip <= 0.
   // The store is attached separately (attach) so its budget can be sized from fixed_bytes().
   // precision: what the matrix products compute in (Note [bf16 products]).
+  // backend: where the ops run (backend/backend.h); off the CPU every buffer is the backend's
+  // (Note [ops memory]), the tokens are uploaded each pass, the attached store must hand out that
+  // memory (MirrorSegmentStore) and AdamW runs on the executor's own Ops in schedule order.
   Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute, OptimizerMode mode = OptimizerMode::Inline,
-           Precision precision = Precision::Fp32);
+           Precision precision = Precision::Fp32, Backend backend = Backend::Cpu);
   Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute);
   ~Executor();
   void attach(SegmentStore& store);
+  const Ops& ops() const { return *ops_; }
+  // For owners of memory of these ops that may outlive the executor (MirrorSegmentStore).
+  std::shared_ptr<const Ops> ops_shared() const { return ops_; }
   // Records a span per block forward/backward, head, update and wait into `trace` (null = off).
   void trace_set(TraceRecorder* trace) { trace_ = trace; }
 
@@ -195,6 +202,9 @@ class Executor {
   void zo_flush();                     // applies a pending update (a ZoFlush pass over the forward groups)
   void run(int first, int last, Pass& pass);  // groups [first, last)
   // Forward, head and backward (the groups before the inline updates); returns the mean loss.
+  // inputs/targets (B*T each) where the ops can read them: as given on the host backend, else
+  // uploaded into tokens_ (Note [ops memory]).
+  void tokens_stage(const std::int32_t*& inputs, const std::int32_t*& targets, int BT);
   float train_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool queue_updates,
                    const AdamWHyper& hyper, double weight_decay);
   void group_run(int g, Pass& pass);
@@ -222,13 +232,14 @@ class Executor {
   // A compute span's trace tag: the GroupWork it does (the planner times the spans by it).
   static int tag(GroupWork work) { return static_cast<int>(work); }
 
-  std::unique_ptr<Ops> ops_;  // the kernels, on the pool the executor was given
+  std::shared_ptr<Ops> ops_;  // the kernels, on the pool the executor was given (shared: ops_shared)
   GptConfig cfg_;
   UnitTable units_;
   const ParamLayout& layout_;
   SegmentStore* store_ = nullptr;
   int max_batch_, max_seq_;
-  AlignedBuffer dacts_;      // 2 x (B,T,C) fp32: gradient ping-pong for the backward
+  OpsBuffer dacts_;          // 2 x (B,T,C) fp32: gradient ping-pong for the backward
+  OpsBuffer tokens_;         // 2 x (B,T) int32: inputs and targets off the host (host_memory() false)
   ActivationPolicy activations_;
   OptimizerMode mode_;
   TransformerBlock blocks_;  // internals: 1 set (recompute), n_layer (keep) or none (offload: in the store)

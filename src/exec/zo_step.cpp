@@ -60,6 +60,7 @@ StepResult Executor::zo_step(const std::int32_t* inputs, const std::int32_t* tar
   STRATUM_ASSERT(mode_ == OptimizerMode::ZerothOrder);
   const std::uint64_t key = zo_step_key(hyper.seed, hyper.step);
   const float eps = static_cast<float>(hyper.eps);
+  tokens_stage(inputs, targets, B * T);
   Pass plus{PassKind::Loss, inputs, targets, B, T};  // the pending update, then +eps z
   plus.zo_update = zo_pending_;
   plus.zo_update.perturb = true;

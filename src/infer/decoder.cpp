@@ -100,7 +100,7 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
       cache_floats_(cache_floats_for(cfg, max_batch, max_ctx)),
       bf16_(store.units().param_bf16()),
       buffer_(aligned_buffer_carve(slices(*ops_, b_, cfg, max_batch, max_ctx))),
-      head_scratch_(cfg, max_batch),
+      head_scratch_(*ops_, cfg, max_batch),
       schedule_(0) {
   STRATUM_CHECK(max_ctx >= 1 && max_ctx <= cfg.n_ctx, "[generate] context ", max_ctx,
                 " exceeds the model's maximum of ", cfg.n_ctx);
@@ -109,9 +109,9 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
   if (layout_.has_lora()) lora_u_ = AlignedBuffer(static_cast<std::size_t>(R) * layout_.lora().r * sizeof(float));
   if (cfg.llama()) {
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_ctx, cfg.rope_theta, cfg.rope_scaling);
-    llama_acts_ = std::make_unique<LlamaActivations>(cfg, 1, R, /*attention_stats=*/false);
+    llama_acts_ = std::make_unique<LlamaActivations>(*ops_, cfg, 1, R, /*attention_stats=*/false);
   } else {
-    gpt2_acts_ = std::make_unique<Gpt2Activations>(cfg, 1, R, /*attention_stats=*/false);
+    gpt2_acts_ = std::make_unique<Gpt2Activations>(*ops_, cfg, 1, R, /*attention_stats=*/false);
   }
   DecodeSchedule d = decode_schedule_build(store.units());  // Note [decode schedule]
   STRATUM_ASSERT(static_cast<int>(d.layer.size()) == cfg.n_layer);
@@ -208,11 +208,11 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
 }
 
 LlamaBlockTensors Decoder::llama_tensors(const SegmentLayout& seg, const SegmentChunksHold& params) {
-  return llama_block_tensors(seg, params.views(), b_.widened);  // bf16: norm weights widened
+  return llama_block_tensors(*ops_, seg, params.views(), b_.widened);  // bf16: norm weights widened
 }
 
 Gpt2BlockTensors Decoder::gpt2_tensors(const SegmentLayout& seg, const SegmentChunksHold& params) {
-  return gpt2_block_tensors(seg, params.views(), b_.widened);  // bf16: norms and biases widened
+  return gpt2_block_tensors(*ops_, seg, params.views(), b_.widened);  // bf16: norms and biases widened
 }
 
 void Decoder::head(int B, int Tn, float* logits) {

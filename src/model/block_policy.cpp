@@ -23,7 +23,7 @@ float* WidenedVectors::operator()(const TensorView& v) {
   if (v.dtype() == DType::F32) return v.f32();
   STRATUM_ASSERT(next_ != nullptr);
   float* const at = next_;
-  bf16_widen(at, v.bf16(), v.elements());
+  ops_.bf16_widen(at, v.bf16(), v.elements());
   next_ += v.elements();
   return at;
 }

@@ -45,10 +45,11 @@ class Linear {
 // of the scratch it was made with (enough floats for every vector asked for).
 class WidenedVectors {
  public:
-  explicit WidenedVectors(float* scratch) : next_(scratch) {}
+  WidenedVectors(const Ops& ops, float* scratch) : ops_(ops), next_(scratch) {}
   float* operator()(const TensorView& v);
 
  private:
+  const Ops& ops_;
   float* next_;
 };
 

@@ -5,18 +5,19 @@
 
 namespace stratum {
 
-Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened) {
+Gpt2BlockTensors gpt2_block_tensors(const Ops& ops, const SegmentLayout& layout, const TensorView* chunks,
+                                    float* widened) {
   auto view = [&](int i) { return layout.tensor_view(chunks, layout.tensors[i]); };
-  WidenedVectors vectors(widened);
+  WidenedVectors vectors(ops, widened);
   auto vec = [&](int i) { return vectors(view(i)); };
   // Braced initialisation evaluates left to right: the slices follow one another.
   return Gpt2BlockTensors{vec(kLn1W), vec(kLn1B), view(kAttnW), vec(kAttnB), view(kAttnProjW), vec(kAttnProjB),
                           vec(kLn2W), vec(kLn2B), view(kFcW),   vec(kFcB),   view(kMlpProjW),  vec(kMlpProjB)};
 }
 
-Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
+Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
                                  const Gpt2Workspace* borrow)
-    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr))) {
+    : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr))) {
   if (borrow != nullptr) ln1 = ln2 = borrow->tmp;
 }
 
@@ -46,7 +47,7 @@ CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max
 Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t wide_floats = bf16_weights ? 4 * C * C : 0, vector_floats = bf16_weights ? 13 * C : 0;
-  buffer_ = aligned_buffer_carve({{&tmp, BT * C}, {&dres2, BT * C}, {&dfch, BT * 4 * C}, {&dln, BT * C}, {&datty, BT * C},
+  buffer_ = ops_buffer_carve(ops, {{&tmp, BT * C}, {&dres2, BT * C}, {&dfch, BT * 4 * C}, {&dln, BT * C}, {&datty, BT * C},
                    {&dqkv, BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())},
                    {&wide, wide_floats}, {&wide_vectors, vector_floats}});
   if (!bf16_weights) wide = wide_vectors = nullptr;
@@ -106,7 +107,7 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
   ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::fc_w), grad(&Gpt2BlockTensors::fc_b), w.dfch, s.ln2,
                       weight_f32(ops, p.fc_w, w.wide), BT, C, 4 * C, false);
   adapt(2, w.dfch, 4 * C, s.ln2, C, w.dln, C, 4 * C);
-  std::memcpy(w.dres2, dout, rows_c * sizeof(float));
+  ops.copy(w.dres2, dout, rows_c);
   ops.layernorm_backward(w.dres2, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln, s.res2,
                          p.ln2_w, s.ln2_mean, s.ln2_rstd, BT, C, false);
 
@@ -119,7 +120,7 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
   ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::attn_w), grad(&Gpt2BlockTensors::attn_b), w.dqkv, s.ln1,
                       weight_f32(ops, p.attn_w, w.wide), BT, C, 3 * C, false);
   adapt(0, w.dqkv, 3 * C, s.ln1, C, w.dln, C, 3 * C);
-  std::memcpy(dx, w.dres2, rows_c * sizeof(float));
+  ops.copy(dx, w.dres2, rows_c);
   ops.layernorm_backward(dx, grad(&Gpt2BlockTensors::ln1_w), grad(&Gpt2BlockTensors::ln1_b), w.dln, x, p.ln1_w,
                          s.ln1_mean, s.ln1_rstd, BT, C, false);
 }

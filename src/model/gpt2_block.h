@@ -7,6 +7,7 @@
 
 #include "core/aligned_buffer.h"
 #include "ops/ops.h"
+#include "ops/ops_buffer.h"
 #include "model/block_policy.h"
 #include "model/lora.h"
 #include "model/model_config.h"
@@ -36,7 +37,8 @@ struct Gpt2BlockTensors {
 // base] in model/block_policy.h, Note [bf16 weights] in infer/decoder.h), whose four matrices stay
 // bf16 views and whose norm weights and biases are widened into `widened` (13 C floats; may be
 // null for fp32 chunks).
-Gpt2BlockTensors gpt2_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened);
+Gpt2BlockTensors gpt2_block_tensors(const Ops& ops, const SegmentLayout& layout, const TensorView* chunks,
+                                    float* widened);
 
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs. The
 // executor keeps one (recompute mode: refilled by recomputing from the block input) or one per
@@ -47,7 +49,7 @@ class Gpt2Activations {
   // attention_stats false: no `att_stats` (decoding attends against a KV cache and keeps none).
   // borrow: a training workspace of the same shape whose tmp rows hold ln1 and ln2 (as Llama's
   // xn1 and xn2, Note [hmid in the workspace] in model/llama_block.h); null: slices of their own.
-  Gpt2Activations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
+  Gpt2Activations(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                   const Gpt2Workspace* borrow = nullptr);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // A training set over memory the caller owns: bytes_for(..., true, true) bytes, 64-byte
@@ -77,7 +79,7 @@ class Gpt2Activations {
   explicit Gpt2Activations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
   CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow);
-  AlignedBuffer buffer_;
+  OpsBuffer buffer_;
 };
 
 // Temporaries shared by every block (forward projections, backward gradients), fp32, RAM.
@@ -99,7 +101,7 @@ class Gpt2Workspace {
   float* wide_vectors = nullptr;  // (13 C) widened norm weights and biases (bf16_weights only)
 
  private:
-  AlignedBuffer buffer_;
+  OpsBuffer buffer_;
 };
 
 // out (B,T,C) = block(x (B,T,C)) (Note [one forward] in model/block_policy.h): linear layers by

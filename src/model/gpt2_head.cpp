@@ -19,10 +19,10 @@ CarveSlices Gpt2HeadScratch::slices(const GptConfig& cfg, int max_rows, int chun
           {f[4], R},     {f[5], R}, {f[6], R}, {f[7], R}, {f[8], R * C}};
 }
 
-Gpt2HeadScratch::Gpt2HeadScratch(const GptConfig& cfg, int max_rows, Precision precision)
+Gpt2HeadScratch::Gpt2HeadScratch(const Ops& ops, const GptConfig& cfg, int max_rows, Precision precision)
     : chunk_rows_(head_chunk_rows(precision)) {
   float** const fields[] = {&lnf, &mean, &rstd, &logits, &run_max, &run_sum, &target_logit, &lse, &dlnf};
-  buffer_ = aligned_buffer_carve(slices(cfg, max_rows, chunk_rows_, fields));
+  buffer_ = ops_buffer_carve(ops, slices(cfg, max_rows, chunk_rows_, fields));
 }
 
 std::size_t Gpt2HeadScratch::bytes_for(const GptConfig& cfg, int max_rows, Precision precision) {
@@ -37,9 +37,9 @@ void gpt2_head_begin(const Ops& ops, const GptConfig& cfg, const float* lnf_w, c
     ops.rmsnorm_forward(s.lnf, s.rstd, x, lnf_w, BT, cfg.n_embd, cfg.layer_norm_eps);
   else
     ops.layernorm_forward(s.lnf, s.mean, s.rstd, x, lnf_w, lnf_b, BT, cfg.n_embd, cfg.layer_norm_eps);
-  std::fill(s.run_max, s.run_max + BT, -std::numeric_limits<float>::infinity());
-  std::fill(s.run_sum, s.run_sum + BT, 0.0f);
-  std::fill(s.target_logit, s.target_logit + BT, 0.0f);
+  ops.fill(s.run_max, -std::numeric_limits<float>::infinity(), static_cast<std::size_t>(BT));
+  ops.fill(s.run_sum, 0.0f, static_cast<std::size_t>(BT));
+  ops.fill(s.target_logit, 0.0f, static_cast<std::size_t>(BT));
 }
 
 void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, int v0, int n,
@@ -53,13 +53,8 @@ void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_
   }
 }
 
-float gpt2_head_loss_finish(int BT, Gpt2HeadScratch& s) {
-  double total = 0.0;
-  for (int r = 0; r < BT; ++r) {
-    s.lse[r] = s.run_max[r] + std::log(s.run_sum[r]);
-    total += s.lse[r] - s.target_logit[r];
-  }
-  return static_cast<float>(total / BT);
+float gpt2_head_loss_finish(const Ops& ops, int BT, Gpt2HeadScratch& s) {
+  return ops.xent_loss_finish(s.lse, s.run_max, s.run_sum, s.target_logit, BT);
 }
 
 void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
@@ -82,7 +77,7 @@ void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float*
 void gpt2_head_backward_finish(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* x, float* dx,
                                float* dlnf_w, float* dlnf_b, int BT, Gpt2HeadScratch& s) {
   const int C = cfg.n_embd;
-  std::memset(dx, 0, sizeof(float) * static_cast<std::size_t>(BT) * C);
+  ops.fill(dx, 0.0f, static_cast<std::size_t>(BT) * C);
   if (cfg.llama())
     ops.rmsnorm_backward(dx, dlnf_w, s.dlnf, x, lnf_w, s.rstd, BT, C, false);
   else

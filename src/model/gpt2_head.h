@@ -17,6 +17,7 @@
 
 #include "core/aligned_buffer.h"
 #include "ops/ops.h"
+#include "ops/ops_buffer.h"
 #include "model/block_policy.h"
 #include "model/model_config.h"
 
@@ -31,7 +32,7 @@ int head_chunk_rows(Precision precision);
 class Gpt2HeadScratch {
  public:
   // Rows of up to max_rows, in chunks of head_chunk_rows(precision).
-  Gpt2HeadScratch(const GptConfig& config, int max_rows, Precision precision = Precision::Fp32);
+  Gpt2HeadScratch(const Ops& ops, const GptConfig& config, int max_rows, Precision precision = Precision::Fp32);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // size_bytes() before allocating.
   static std::size_t bytes_for(const GptConfig& config, int max_rows, Precision precision = Precision::Fp32);
@@ -50,7 +51,7 @@ class Gpt2HeadScratch {
   // The slices in field order, written through `fields` (9 pointers).
   static CarveSlices slices(const GptConfig& config, int max_rows, int chunk_rows, float** const* fields);
   int chunk_rows_ = 0;
-  AlignedBuffer buffer_;
+  OpsBuffer buffer_;
 };
 
 // Final LayerNorm of x (BT, C) (the last block's output) into s.lnf, and resets the
@@ -61,7 +62,7 @@ void gpt2_head_begin(const Ops& ops, const GptConfig& cfg, const float* lnf_w, c
 void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, int v0, int n,
                          const std::int32_t* targets, int BT, Gpt2HeadScratch& s);
 // After every block: the mean cross-entropy (and s.lse for the backward).
-float gpt2_head_loss_finish(int BT, Gpt2HeadScratch& s);
+float gpt2_head_loss_finish(const Ops& ops, int BT, Gpt2HeadScratch& s);
 // Backward of the mean loss for one block: overwrites dwte_rows (n, C; null for a frozen head,
 // Note [lora segments]) and adds the block's
 // contribution to s.dlnf (overwrites it for the first block).

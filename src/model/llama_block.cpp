@@ -6,17 +6,18 @@
 
 namespace stratum {
 
-LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened) {
+LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layout, const TensorView* chunks,
+                                    float* widened) {
   auto view = [&](int i) { return layout.tensor_view(chunks, layout.tensors[i]); };
-  WidenedVectors vectors(widened);
+  WidenedVectors vectors(ops, widened);
   // Braced initialisation evaluates left to right: the slices follow one another.
   return LlamaBlockTensors{vectors(view(kAttnNormW)), view(kQW),    view(kKW),  view(kVW), view(kOW),
                            vectors(view(kMlpNormW)),  view(kGateW), view(kUpW), view(kDownW)};
 }
 
-LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
+LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
                                    const LlamaWorkspace* borrow)
-    : buffer_(aligned_buffer_carve(slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr))) {
+    : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr))) {
   if (borrow != nullptr) {
     hmid = borrow->dgate;
     xn1 = xn2 = borrow->tmp;
@@ -54,7 +55,7 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   const std::size_t wide_floats = bf16_weights ? std::max(Q, I) * C : 0, vector_floats = bf16_weights ? 2 * C : 0;
-  buffer_ = aligned_buffer_carve(
+  buffer_ = ops_buffer_carve(ops, 
       {{&tmp, BT * C}, {&dres2, BT * C}, {&dxn, BT * C}, {&datty, BT * Q}, {&dqkv, BT * QKV}, {&dgate, BT * I},
        {&dup, BT * I},
        {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())},
@@ -133,7 +134,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   weight_grad(I, C, BT, w.dup, I, s.xn2, C, &LlamaBlockTensors::up_w);
   adapt(4, w.dgate, I, s.xn2, C, w.dxn, C, I);
   adapt(5, w.dup, I, s.xn2, C, w.dxn, C, I);
-  std::memcpy(w.dres2, dout, rows_c * sizeof(float));
+  ops.copy(w.dres2, dout, rows_c);
   ops.rmsnorm_backward(w.dres2, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn, s.res2, p.mlp_norm_w, s.rstd2, BT,
                        C, false);
 
@@ -154,7 +155,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   adapt(0, w.dqkv, QKV, s.xn1, C, w.dxn, C, Q);
   adapt(1, w.dqkv + Q, QKV, s.xn1, C, w.dxn, C, KVd);
   adapt(2, w.dqkv + Q + KVd, QKV, s.xn1, C, w.dxn, C, KVd);
-  std::memcpy(dx, w.dres2, rows_c * sizeof(float));
+  ops.copy(dx, w.dres2, rows_c);
   ops.rmsnorm_backward(dx, norm_grad(&LlamaBlockTensors::attn_norm_w), w.dxn, x, p.attn_norm_w, s.rstd1, BT, C, false);
 }
 

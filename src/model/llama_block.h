@@ -8,6 +8,7 @@
 
 #include "core/aligned_buffer.h"
 #include "ops/ops.h"
+#include "ops/ops_buffer.h"
 #include "model/block_policy.h"
 #include "model/lora.h"
 #include "model/model_config.h"
@@ -34,7 +35,8 @@ struct LlamaBlockTensors {
 // params (Note [frozen bf16 base] in model/block_policy.h, Note [bf16 weights] in
 // infer/decoder.h), whose seven matrices stay bf16 views and whose two norm weights are widened
 // into `widened` (2 C floats; may be null for fp32 chunks).
-LlamaBlockTensors llama_block_tensors(const SegmentLayout& layout, const TensorView* chunks, float* widened);
+LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layout, const TensorView* chunks,
+                                    float* widened);
 
 // Note [hmid in the workspace]: three internals that are cheap to recompute are not kept with
 // a training block's internals but borrow workspace rows: silu(gate) * up, the widest (I = 2.75 C
@@ -53,7 +55,7 @@ class LlamaActivations {
   // attention_stats false: no `att_stats` (decoding attends against a KV cache and keeps none).
   // borrow: a training workspace of the same shape whose rows hold hmid, xn1 and xn2 (Note [hmid
   // in the workspace]); null: slices of their own.
-  LlamaActivations(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
+  LlamaActivations(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                    const LlamaWorkspace* borrow = nullptr);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // A training set over memory the caller owns: bytes_for(..., true, true) bytes, 64-byte
@@ -82,7 +84,7 @@ class LlamaActivations {
   explicit LlamaActivations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
   CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow);
-  AlignedBuffer buffer_;
+  OpsBuffer buffer_;
 };
 
 // Temporaries shared by every block, fp32, RAM.
@@ -105,7 +107,7 @@ class LlamaWorkspace {
   float* wide_vectors = nullptr;  // (2 C) the widened norm weights (bf16_weights only)
 
  private:
-  AlignedBuffer buffer_;
+  OpsBuffer buffer_;
 };
 
 // out (B,T,C) = block(x (B,T,C)) at the attention's positions (Note [one forward] in

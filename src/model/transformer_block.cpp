@@ -18,30 +18,30 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
     layout_ = layout;
     lora_rows_ = static_cast<std::size_t>(max_batch) * max_seq;
     const std::size_t r = static_cast<std::size_t>(layout->lora().r);
-    for (int i = 0; i < copies; ++i) lora_u_.emplace_back(lora_u_floats(max_batch, max_seq, layout) * sizeof(float));
-    lora_du_ = AlignedBuffer(lora_rows_ * r * sizeof(float));
+    for (int i = 0; i < copies; ++i) lora_u_.emplace_back(ops, lora_u_floats(max_batch, max_seq, layout) * sizeof(float));
+    lora_du_ = OpsBuffer(ops, lora_rows_ * r * sizeof(float));
     if (layout->lora().dropout > 0) {
       std::size_t widest = 0;
       for (int k = 0; k < kLoraMaxTargets; ++k)
         if (layout->lora_slot(k) >= 0) widest = std::max<std::size_t>(widest, lora_module_dims(cfg, k)[0]);
-      lora_xd_ = AlignedBuffer(lora_rows_ * widest * sizeof(float));
+      lora_xd_ = OpsBuffer(ops, lora_rows_ * widest * sizeof(float));
     }
   }
   if (cfg.llama()) {
     llama_work_ = std::make_unique<LlamaWorkspace>(ops, cfg, max_batch, max_seq, bf16_weights);
     llama_acts_.reserve(static_cast<std::size_t>(copies));
-    for (int i = 0; i < copies; ++i) llama_acts_.emplace_back(cfg, max_batch, max_seq, true, llama_work_.get());
+    for (int i = 0; i < copies; ++i) llama_acts_.emplace_back(ops, cfg, max_batch, max_seq, true, llama_work_.get());
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_seq, cfg.rope_theta, cfg.rope_scaling);
   } else {
     gpt2_work_ = std::make_unique<Gpt2Workspace>(ops, cfg, max_batch, max_seq, bf16_weights);
     gpt2_acts_.reserve(static_cast<std::size_t>(copies));
-    for (int i = 0; i < copies; ++i) gpt2_acts_.emplace_back(cfg, max_batch, max_seq, true, gpt2_work_.get());
+    for (int i = 0; i < copies; ++i) gpt2_acts_.emplace_back(ops, cfg, max_batch, max_seq, true, gpt2_work_.get());
   }
 }
 
 std::size_t TransformerBlock::size_bytes() const {
   std::size_t lora = lora_du_.size_bytes() + lora_xd_.size_bytes();
-  for (const AlignedBuffer& u : lora_u_) lora += u.size_bytes();
+  for (const OpsBuffer& u : lora_u_) lora += u.size_bytes();
   return lora + internals_bytes();
 }
 
@@ -136,12 +136,12 @@ void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const T
     LlamaWorkspace& w = *llama_work_;
     std::optional<LlamaActivations> view;
     llama_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, *rope_,
-                        llama_block_tensors(seg, params, w.wide_vectors), x, out, internals(at, view), w.tmp,
+                        llama_block_tensors(ops, seg, params, w.wide_vectors), x, out, internals(at, view), w.tmp,
                         w.attn_scratch, B, T, lp);
   } else {
     Gpt2Workspace& w = *gpt2_work_;
     std::optional<Gpt2Activations> view;
-    gpt2_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, gpt2_block_tensors(seg, params, w.wide_vectors),
+    gpt2_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, gpt2_block_tensors(ops, seg, params, w.wide_vectors),
                        x, out, internals(at, view), w.tmp, w.attn_scratch, B, T, lp);
   }
 }
@@ -153,14 +153,14 @@ void TransformerBlock::backward(const Ops& ops, const SegmentLayout& seg, const 
   const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
     std::optional<LlamaActivations> view;
-    const LlamaBlockTensors g = grads != nullptr ? llama_block_tensors(seg, grads, nullptr) : LlamaBlockTensors{};
-    llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(seg, params, llama_work_->wide_vectors),
+    const LlamaBlockTensors g = grads != nullptr ? llama_block_tensors(ops, seg, grads, nullptr) : LlamaBlockTensors{};
+    llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(ops, seg, params, llama_work_->wide_vectors),
                          grads != nullptr ? &g : nullptr, x, dout, dx, internals(at, view), *llama_work_, B, T,
                          recompute, lp);
   } else {
     std::optional<Gpt2Activations> view;
-    const Gpt2BlockTensors g = grads != nullptr ? gpt2_block_tensors(seg, grads, nullptr) : Gpt2BlockTensors{};
-    gpt2_block_backward(ops, cfg_, gpt2_block_tensors(seg, params, gpt2_work_->wide_vectors),
+    const Gpt2BlockTensors g = grads != nullptr ? gpt2_block_tensors(ops, seg, grads, nullptr) : Gpt2BlockTensors{};
+    gpt2_block_backward(ops, cfg_, gpt2_block_tensors(ops, seg, params, gpt2_work_->wide_vectors),
                         grads != nullptr ? &g : nullptr, x, dout, dx, internals(at, view), *gpt2_work_, B, T, recompute,
                         lp);
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "ops/ops_buffer.h"
 #include "ops/ops.h"
 #include "model/gpt2_block.h"
 #include "model/llama_block.h"
@@ -82,9 +83,9 @@ class TransformerBlock {
   std::unique_ptr<LlamaWorkspace> llama_work_;
   std::unique_ptr<RopeTable> rope_;
   const ParamLayout* layout_ = nullptr;  // with adapters, else null
-  std::vector<AlignedBuffer> lora_u_;    // per set: (targets, B*T, r) x A^T of each adapter
-  AlignedBuffer lora_du_;                // (B*T, r) backward scratch
-  AlignedBuffer lora_xd_;                // (B*T, widest adapted in): the dropped input (lora_dropout > 0)
+  std::vector<OpsBuffer> lora_u_;    // per set: (targets, B*T, r) x A^T of each adapter
+  OpsBuffer lora_du_;                // (B*T, r) backward scratch
+  OpsBuffer lora_xd_;                // (B*T, widest adapted in): the dropped input (lora_dropout > 0)
   std::size_t lora_rows_ = 0;            // max B*T
 };
 

@@ -10,6 +10,10 @@
 // work item and runs every reduction in a fixed order, so the bits do not depend on the number
 // of threads (or blocks) or on where the inputs came from; sizes of scratch buffers are asked of
 // the backend (attention_scratch_floats) because they are its business.
+// Note [ops memory]: every buffer an op reads or writes comes from the Ops that runs it
+// (memory_alloc, through OpsBuffer), so model and exec code allocate the same way on every
+// backend; host code touches tensor data only where host_memory() is true or through
+// upload/download (tokens in, losses and norms out, the store's state across the tiers).
 #pragma once
 
 #include <cstddef>
@@ -52,7 +56,21 @@ struct ZoUpdate {
 class Ops {
  public:
   virtual ~Ops() = default;
-  virtual const char* name() const = 0;  // "cpu"
+  virtual const char* name() const = 0;  // "cpu", "cuda"
+
+  // Memory (Note [ops memory]). host_memory: the pointers ops take are host RAM (the CPU backend),
+  // so host code may read them and no copies are needed. memory_alloc: `bytes` of the memory this
+  // Ops computes in, zero-filled, at least 64-byte aligned (ops/ops_buffer.h owns it);
+  // memory_free takes the same size back. upload / download: host RAM <-> that memory; download
+  // waits for the ops queued before it.
+  virtual bool host_memory() const = 0;
+  virtual void* memory_alloc(std::size_t bytes) const = 0;
+  virtual void memory_free(void* p, std::size_t bytes) const noexcept = 0;
+  virtual void upload(void* dst, const void* src_host, std::size_t bytes) const = 0;
+  virtual void download(void* dst_host, const void* src, std::size_t bytes) const = 0;
+  // x (n) = value; dst (n) = src (n) (not overlapping).
+  virtual void fill(float* x, float value, std::size_t n) const = 0;
+  virtual void copy(float* dst, const float* src, std::size_t n) const = 0;
 
   // GEMM. C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major (kernels/cpu/matmul.h).
   virtual void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
@@ -130,6 +148,10 @@ class Ops {
                                   const std::int32_t* targets, int N, int n, int v0) const = 0;
   virtual void xent_chunk_backward(float* dlogits, const float* logits, const float* lse,
                                    const std::int32_t* targets, int N, int n, int v0, float dloss) const = 0;
+  // The end of the cross-entropy (Note [online log-sum-exp]): lse (N) = run_max + log(run_sum)
+  // (float), and the mean over the N rows of lse - target_logit, summed in double in row order.
+  virtual float xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit,
+                                 int N) const = 0;
   // probs (V) = softmax(logits / temperature) of one row (sampling; temperature > 0).
   virtual void softmax_row(float* probs, const float* logits, int V, float temperature) const = 0;
 

@@ -1,7 +1,10 @@
-// What the CLI asks about a training run without running one: a checkpoint's trainer state, the
-// root a resume saves to, the smallest budget; see trainer.h.
+// What the CLI asks about a training run without running one: whether its options hold together,
+// a checkpoint's trainer state, the root a resume saves to, the smallest budget; see trainer.h.
 #include <filesystem>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
 
 #include "core/file_util.h"
 #include "plan/planner.h"
@@ -51,6 +54,45 @@ std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, int
   request.grad_clip = grad_clip;
   request.precision = precision;
   return plan_min_budget_bytes(request);
+}
+
+void train_options_check(const TrainOptions& o) {
+  STRATUM_CHECK(!o.data_path.empty(), "[train] --data FILE is required (a text file, .bin token file or llm.c shard)");
+  // Each number within its row's range (Note [option table]), for callers that skip the CLI.
+  for (const TrainOption& option : train_option_table())
+    std::visit(
+        [&](const auto* p) {
+          using T = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
+          if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+            const double v = static_cast<double>(*p);
+            STRATUM_CHECK(v >= option.min && v <= option.max, "[train] --", option.flag, " must be in [", option.min,
+                          ", ", option.max, "], got ", v);
+          }
+        },
+        option.field(const_cast<TrainOptions&>(o)));
+  // What a range cannot say.
+  STRATUM_CHECK(o.lr.min_lr <= o.lr.max_lr, "[train] --min-lr must be in [0, --lr], got ", o.lr.min_lr);
+  STRATUM_CHECK(o.beta1 < 1 && o.beta2 < 1, "[train] --beta1 and --beta2 must be below 1, got ", o.beta1, " and ",
+                o.beta2);
+  STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
+  STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
+  plan_activations_resolve(o.activations, o.optimizer == TrainOptimizer::ZoSgd);  // refuses keep/offload with zo-sgd
+  // Outputs never overwrite the run's own inputs (--log naming the data file truncated it).
+  const std::pair<const char*, const std::string*> outputs[] = {{"--log", &o.log_path}, {"--trace", &o.trace_path}};
+  const std::pair<const char*, const std::string*> inputs[] = {{"--data", &o.data_path},
+                                                               {"--val-data", &o.val_data_path}};
+  for (const auto& [out_flag, out] : outputs) {
+    for (const auto& [in_flag, in] : inputs)
+      STRATUM_CHECK(!same_file(*out, *in), "[train] ", out_flag, " '", *out, "' is the ", in_flag,
+                    " file: the run would overwrite its own input; choose another path");
+  }
+  STRATUM_CHECK(!same_file(o.log_path, o.trace_path), "[train] --log and --trace name the same file '", o.log_path,
+                "'; give each its own");
+  STRATUM_CHECK(o.backend == Backend::Cpu || o.mem_budget_bytes == 0, "[train] --backend ", backend_name(o.backend),
+                " keeps the whole training state in GPU memory: drop --mem-budget (a GPU memory budget is not "
+                "there yet), or train with --backend cpu under the budget");
+  STRATUM_CHECK(o.backend == Backend::Cpu || o.precision == Precision::Fp32, "[train] --backend ",
+                backend_name(o.backend), " computes in fp32 only for now: drop --precision bf16");
 }
 
 }  // namespace stratum

@@ -28,6 +28,7 @@
 #include "obs/trace_recorder.h"
 #include "plan/calibration.h"
 #include "plan/planner.h"
+#include "store/mirror_segment_store.h"
 #include "store/segment_store.h"
 #include "store/tiered_segment_store.h"
 #include "core/byte_size.h"
@@ -40,40 +41,6 @@
 namespace stratum {
 
 namespace {
-void options_check(const TrainOptions& o) {
-  STRATUM_CHECK(!o.data_path.empty(), "[train] --data FILE is required (a text file, .bin token file or llm.c shard)");
-  // Each number within its row's range (Note [option table]), for callers that skip the CLI.
-  for (const TrainOption& option : train_option_table())
-    std::visit(
-        [&](const auto* p) {
-          using T = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
-          if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
-            const double v = static_cast<double>(*p);
-            STRATUM_CHECK(v >= option.min && v <= option.max, "[train] --", option.flag, " must be in [", option.min,
-                          ", ", option.max, "], got ", v);
-          }
-        },
-        option.field(const_cast<TrainOptions&>(o)));
-  // What a range cannot say.
-  STRATUM_CHECK(o.lr.min_lr <= o.lr.max_lr, "[train] --min-lr must be in [0, --lr], got ", o.lr.min_lr);
-  STRATUM_CHECK(o.beta1 < 1 && o.beta2 < 1, "[train] --beta1 and --beta2 must be below 1, got ", o.beta1, " and ",
-                o.beta2);
-  STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
-  STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
-  plan_activations_resolve(o.activations, o.optimizer == TrainOptimizer::ZoSgd);  // refuses keep/offload with zo-sgd
-  // Outputs never overwrite the run's own inputs (--log naming the data file truncated it).
-  const std::pair<const char*, const std::string*> outputs[] = {{"--log", &o.log_path}, {"--trace", &o.trace_path}};
-  const std::pair<const char*, const std::string*> inputs[] = {{"--data", &o.data_path},
-                                                               {"--val-data", &o.val_data_path}};
-  for (const auto& [out_flag, out] : outputs) {
-    for (const auto& [in_flag, in] : inputs)
-      STRATUM_CHECK(!same_file(*out, *in), "[train] ", out_flag, " '", *out, "' is the ", in_flag,
-                    " file: the run would overwrite its own input; choose another path");
-  }
-  STRATUM_CHECK(!same_file(o.log_path, o.trace_path), "[train] --log and --trace name the same file '", o.log_path,
-                "'; give each its own");
-}
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -188,6 +155,7 @@ class TrainRun {
   std::unique_ptr<TraceRecorder> trace_;  // outlives the store and the executor, which record into it
   // Declared before the executor so it outlives it (the executor's optimizer worker uses it).
   std::unique_ptr<SegmentStore> store_;
+  std::unique_ptr<MirrorSegmentStore> mirror_;  // --backend cuda: the device copy the executor computes on
   std::unique_ptr<Executor> exec_;
   std::size_t min_budget_ = 0;
   ActivationPolicy activations_ = ActivationPolicy::Recompute;  // resolved (Note [activations offload])
@@ -338,14 +306,20 @@ void TrainRun::store_make() {
   units_ = std::make_unique<UnitTable>(
       plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq), request));
   exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations,
-                                     plan_mode(request, budget), o_.precision);
+                                     plan_mode(request, budget), o_.precision, o_.backend);
   if (const std::string note = backend_precision_note(o_.precision); !note.empty())
     std::fprintf(stderr, "[stratum] %s\n", note.c_str());
   const Executor& exec = *exec_;
   min_budget_ = exec.fixed_bytes() + exec.min_store_bytes();
   if (!budget) {
     store_ = std::make_unique<RamSegmentStore>(*units_);
-    exec_->attach(*store_);
+    if (exec_->ops().host_memory() && !o_.mirror_store) {
+      exec_->attach(*store_);
+    } else {  // the device tier: the executor computes on the mirror (state_to_device / state_to_host)
+      mirror_ = std::make_unique<MirrorSegmentStore>(*store_, exec_->ops_shared());
+      exec_->attach(*mirror_);
+      store_text_ = std::string("everything in ") + exec_->ops().name() + " memory (mirrored to RAM for checkpoints)";
+    }
     return;
   }
   STRATUM_CHECK(o_.mem_budget_bytes >= min_budget_, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
@@ -454,6 +428,7 @@ float TrainRun::evaluate() {
 // Writes a checkpoint of the state after `done` steps (Note [checkpoints]).
 void TrainRun::checkpoint_save(long done, float loss) {
   exec_->sync();
+  if (mirror_) mirror_->pull();  // the device's state to RAM, where checkpoints are written from
   TrainerState state = run_state_;
   state.step = done;
   state.loss = loss;
@@ -499,7 +474,7 @@ void TrainRun::loop() {
                "(%s)\n[stratum] memory: %s\n",
                cfg_.describe().c_str(), static_cast<double>(layout_->num_params()) / 1e6, train_token_count_,
                static_cast<long long>(loader_->batches_per_epoch()), val_loader_ ? ", validation held out" : "",
-               o_.batch, o_.seq, threads_, backend_describe().c_str(), bytes_text(param_bytes).c_str(),
+               o_.batch, o_.seq, threads_, backend_describe(o_.backend).c_str(), bytes_text(param_bytes).c_str(),
                zo ? "none (zo-sgd)" : bytes_text(trained_bytes).c_str(), zo ? "none" : bytes_text(2 * trained_bytes).c_str(),
                (bytes_text(units_->act_floats() * sizeof(float) * (cfg_.n_layer + 1)) +
                 (units_->internals_floats() > 0
@@ -614,6 +589,7 @@ void TrainRun::loop() {
 
 void TrainRun::report(double total_ms) {
   exec_->sync();
+  if (mirror_) mirror_->pull();
   result_.params_hash = model_params_hash(*layout_, *store_);
   result_.min_budget_bytes = min_budget_;
   const StoreStats s = store_->stats();
@@ -640,7 +616,7 @@ void TrainRun::report(double total_ms) {
 }
 
 TrainResult TrainRun::run() {
-  options_check(o_);
+  train_options_check(o_);
   resume_find();
   save_claim();
   cfg_ = !resume_.dir.empty()    ? model_read_config(resume_.dir)
@@ -660,6 +636,7 @@ TrainResult TrainRun::run() {
   // what led up to it).
   try {
     weights_load();
+    if (mirror_) mirror_->push();  // loaded (or initialised) in RAM, trained on the device
     if (start_step_ == o_.steps) {
       const TrainResult done = finished_already();
       if (trace_) trace_->finish();

@@ -55,6 +55,10 @@ struct TrainOptions : TrainSettings {
   int io_queue_depth = 16;                            // blocks in flight
   IoFaultPlan io_fault;         // tests only (STRATUM_IO_FAULT)
   int threads = 0;            // 0 = default_thread_count()
+  // Where the step computes (backend/backend.h). Cuda: the whole training state in GPU memory
+  // (MirrorSegmentStore), no --mem-budget yet; its bits are the GPU's (Note [cuda determinism]).
+  Backend backend = Backend::Cpu;
+  bool mirror_store = false;  // tests only: compute on a MirrorSegmentStore on the CPU too
   // With a budget: the stratum binary to run the plan's measurement in (a separate process, so
   // it never counts against the budget); empty = measure in this process (tests).
   std::string measure_exe;
@@ -79,6 +83,11 @@ struct TrainResult {
   bool interrupted = false;                       // stopped early by stop_requested
   std::string checkpoint_dir;                     // the last checkpoint written (empty = none)
 };
+
+// Throws Error (one line naming the flag) when the options do not hold together: a number outside
+// its option-table range, --save-every without --save, --log/--trace over an input, --backend cuda
+// with --mem-budget or bf16. train_run calls it first.
+void train_options_check(const TrainOptions& o);
 
 // The trainer state of the checkpoint `path` names (a step directory or a root's `latest`, else
 // its newest step directory), without verifying the checkpoint: for filling in the options a

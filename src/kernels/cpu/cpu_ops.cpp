@@ -2,6 +2,9 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #include <algorithm>
+#include <cstring>
+
+#include "core/aligned_buffer.h"
 
 #include "core/bf16.h"
 #include "kernels/cpu/adamw.h"
@@ -21,6 +24,29 @@
 #include "kernels/cpu/swiglu.h"
 
 namespace stratum {
+
+void* CpuOps::memory_alloc(std::size_t bytes) const { return aligned_memory_alloc(bytes); }
+
+void CpuOps::memory_free(void* p, std::size_t bytes) const noexcept { aligned_memory_free(p, bytes); }
+
+void CpuOps::upload(void* dst, const void* src_host, std::size_t bytes) const {
+  if (bytes > 0) std::memcpy(dst, src_host, bytes);
+}
+
+void CpuOps::download(void* dst_host, const void* src, std::size_t bytes) const {
+  if (bytes > 0) std::memcpy(dst_host, src, bytes);
+}
+
+void CpuOps::fill(float* x, float value, std::size_t n) const { std::fill(x, x + n, value); }
+
+void CpuOps::copy(float* dst, const float* src, std::size_t n) const {
+  if (n > 0) std::memcpy(dst, src, n * sizeof(float));
+}
+
+float CpuOps::xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit,
+                               int N) const {
+  return stratum::xent_loss_finish(lse, run_max, run_sum, target_logit, N);
+}
 
 void CpuOps::sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                    const float* B, int ldb, float beta, float* C, int ldc) const {

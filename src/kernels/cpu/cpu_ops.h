@@ -12,6 +12,15 @@ class CpuOps final : public Ops {
  public:
   explicit CpuOps(ThreadPool& pool, Precision precision = Precision::Fp32) : pool_(pool), precision_(precision) {}
   const char* name() const override { return "cpu"; }
+  bool host_memory() const override { return true; }
+  void* memory_alloc(std::size_t bytes) const override;  // AlignedBuffer's memory (4 KiB aligned)
+  void memory_free(void* p, std::size_t bytes) const noexcept override;
+  void upload(void* dst, const void* src_host, std::size_t bytes) const override;
+  void download(void* dst_host, const void* src, std::size_t bytes) const override;
+  void fill(float* x, float value, std::size_t n) const override;
+  void copy(float* dst, const float* src, std::size_t n) const override;
+  float xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit,
+                         int N) const override;
 
   void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
              int ldb, float beta, float* C, int ldc) const override;

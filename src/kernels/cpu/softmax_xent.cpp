@@ -98,4 +98,13 @@ void softmax_row(float* probs, const float* logits, int V, float temperature) {
   for (int i = 0; i < V; ++i) probs[i] = simd::exp_f32(probs[i] - mx) * inv;
 }
 
+float xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit, int N) {
+  double total = 0.0;
+  for (int r = 0; r < N; ++r) {
+    lse[r] = run_max[r] + std::log(run_sum[r]);
+    total += lse[r] - target_logit[r];
+  }
+  return static_cast<float>(total / N);
+}
+
 }  // namespace stratum

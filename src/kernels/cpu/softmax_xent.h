@@ -26,6 +26,9 @@ void xent_chunk_forward(ThreadPool& pool, float* run_max, float* run_sum, float*
 void xent_chunk_backward(ThreadPool& pool, float* dlogits, const float* logits, const float* lse,
                          const std::int32_t* targets, int N, int n, int v0, float dloss);
 
+// lse (N) = run_max + log(run_sum) after the last block; returns the mean over rows of
+// lse - target_logit, summed in double in row order (Ops::xent_loss_finish).
+float xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit, int N);
 // probs (V) = softmax(logits / temperature) for one row (temperature > 0).
 void softmax_row(float* probs, const float* logits, int V, float temperature);
 

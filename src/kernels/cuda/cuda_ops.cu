@@ -1,0 +1,218 @@
+// CudaOps' life cycle and shared context, and the device API of cuda_device.h.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/zo_noise.h"
+#include "kernels/cuda/cuda_context.cuh"
+#include "kernels/cuda/cuda_device.h"
+#include "ops/rope_table.h"
+
+namespace stratum {
+
+namespace {
+
+constexpr std::size_t kBlasWorkspaceBytes = 32u << 20;  // fixed, so cuBLAS picks the same algorithms every run
+
+struct DeviceProbe {
+  bool ok = false;
+  std::string why;
+  std::string describe;
+};
+
+const DeviceProbe& probe() {
+  static const DeviceProbe p = [] {
+    DeviceProbe r;
+    int count = 0;
+    const cudaError_t err = cudaGetDeviceCount(&count);
+    if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) {  // no driver at all reads as "insufficient"
+      r.why = "[backend.cuda] no NVIDIA GPU or driver found";
+      cudaGetLastError();
+      return r;
+    }
+    if (err != cudaSuccess) {
+      r.why = std::string("[backend.cuda] the CUDA driver does not answer (") + cudaGetErrorString(err) +
+              "): check nvidia-smi";
+      cudaGetLastError();  // clear the sticky error of a missing driver
+      return r;
+    }
+    if (count == 0) {
+      r.why = "[backend.cuda] no CUDA device found";
+      return r;
+    }
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+      r.why = "[backend.cuda] could not read the properties of CUDA device 0";
+      return r;
+    }
+    // This build's kernels are machine code for one architecture family (CMAKE_CUDA_ARCHITECTURES);
+    // a kernel that cannot load fails at its first launch: try one now.
+    void* probe_mem = nullptr;
+    if (cudaMalloc(&probe_mem, 256) != cudaSuccess || cudaMemset(probe_mem, 0, 256) != cudaSuccess) {
+      r.why = std::string("[backend.cuda] CUDA device 0 (") + prop.name + ") cannot allocate memory";
+      cudaGetLastError();
+      return r;
+    }
+    cudaFree(probe_mem);
+    int driver = 0;
+    cudaDriverGetVersion(&driver);
+    char text[256];
+    std::snprintf(text, sizeof text, "%s (sm_%d%d, %.1f GiB, driver CUDA %d.%d)", prop.name, prop.major, prop.minor,
+                  static_cast<double>(prop.totalGlobalMem) / (1ull << 30), driver / 1000, (driver % 1000) / 10);
+    r.describe = text;
+    r.ok = true;
+    return r;
+  }();
+  return p;
+}
+
+}  // namespace
+
+bool cuda_device_available(std::string* why) {
+  const DeviceProbe& p = probe();
+  if (!p.ok && why) *why = p.why;
+  return p.ok;
+}
+
+std::string cuda_device_describe() { return probe().describe; }
+
+void* cuda_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    std::size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    STRATUM_FAIL("[backend.cuda] cannot allocate ", bytes, " bytes of GPU memory (", free_bytes,
+                 " free): use a smaller batch or budget (", cudaGetErrorString(err), ")");
+  }
+  return p;
+}
+
+void cuda_free(void* p) noexcept { cudaFree(p); }
+
+void cuda_upload(void* dst_device, const void* src_host, std::size_t bytes) {
+  STRATUM_CUDA_CHECK(cudaDeviceSynchronize());
+  STRATUM_CUDA_CHECK(cudaMemcpy(dst_device, src_host, bytes, cudaMemcpyHostToDevice));
+  STRATUM_CUDA_CHECK(cudaDeviceSynchronize());  // a pageable upload may still be in flight when cudaMemcpy returns
+}
+
+void cuda_download(void* dst_host, const void* src_device, std::size_t bytes) {
+  STRATUM_CUDA_CHECK(cudaDeviceSynchronize());
+  STRATUM_CUDA_CHECK(cudaMemcpy(dst_host, src_device, bytes, cudaMemcpyDeviceToHost));
+}
+
+void cuda_synchronize() { STRATUM_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+const CudaContext::RopeCopy& CudaContext::rope_copy(const RopeTable& table) {
+  std::lock_guard<std::mutex> lock(tables_mutex);
+  const int half = table.head_dim() / 2;
+  const float probe_value = table.max_pos() > 0 && half > 0 ? table.cos(table.max_pos() - 1)[half - 1] : 0.0f;
+  auto it = rope.find(&table);
+  if (it != rope.end()) {
+    const RopeCopy& c = it->second;
+    if (c.head_dim == table.head_dim() && c.max_pos == table.max_pos() &&
+        std::memcmp(&c.probe, &probe_value, sizeof probe_value) == 0)
+      return c;
+    cudaFree(c.cos);
+    cudaFree(c.sin);
+    rope.erase(it);
+  }
+  RopeCopy c;
+  c.head_dim = table.head_dim();
+  c.max_pos = table.max_pos();
+  c.probe = probe_value;
+  const std::size_t bytes = static_cast<std::size_t>(table.max_pos()) * half * sizeof(float);
+  c.cos = static_cast<float*>(cuda_alloc(bytes > 0 ? bytes : 4));
+  c.sin = static_cast<float*>(cuda_alloc(bytes > 0 ? bytes : 4));
+  if (bytes > 0) {
+    // The host table's rows are contiguous (RopeTable: (max_pos, head_dim/2) each).
+    STRATUM_CUDA_CHECK(cudaMemcpyAsync(c.cos, table.cos(0), bytes, cudaMemcpyHostToDevice, stream));
+    STRATUM_CUDA_CHECK(cudaMemcpyAsync(c.sin, table.sin(0), bytes, cudaMemcpyHostToDevice, stream));
+    STRATUM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  return rope.emplace(&table, c).first->second;
+}
+
+const float* CudaContext::zo_normal_table() {
+  std::lock_guard<std::mutex> lock(tables_mutex);
+  if (!zo_table) {
+    zo_table = static_cast<float*>(cuda_alloc(65536 * sizeof(float)));
+    STRATUM_CUDA_CHECK(cudaMemcpyAsync(zo_table, ::stratum::zo_normal_table(), 65536 * sizeof(float),
+                                       cudaMemcpyHostToDevice, stream));
+    STRATUM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  return zo_table;
+}
+
+void* CudaOps::memory_alloc(std::size_t bytes) const {
+  if (bytes == 0) return nullptr;
+  void* p = cuda_alloc(bytes);
+  STRATUM_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, ctx_->stream));
+  return p;
+}
+
+void CudaOps::memory_free(void* p, std::size_t) const noexcept {
+  if (p == nullptr) return;
+  cudaStreamSynchronize(ctx_->stream);  // no queued op may still use it
+  cudaFree(p);
+}
+
+// Pageable host memory: cudaMemcpyAsync on the stream stages it before returning, so the host
+// buffer may be reused at once, and the copy is ordered with the ops around it.
+void CudaOps::upload(void* dst, const void* src_host, std::size_t bytes) const {
+  if (bytes == 0) return;
+  STRATUM_CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, ctx_->stream));
+}
+
+void CudaOps::download(void* dst_host, const void* src, std::size_t bytes) const {
+  if (bytes == 0) return;
+  STRATUM_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, ctx_->stream));
+  STRATUM_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream));
+}
+
+CudaOps::CudaOps(Precision precision) : ctx_(std::make_unique<CudaContext>()), precision_(precision) {
+  std::string why;
+  if (!cuda_device_available(&why)) throw Error(why);
+  STRATUM_CHECK(precision == Precision::Fp32,
+                "[backend.cuda] --precision bf16 is not implemented on the CUDA backend yet: use fp32 there");
+  STRATUM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->stream, cudaStreamNonBlocking));
+  STRATUM_CUBLAS_CHECK(cublasCreate(&ctx_->blas));
+  STRATUM_CUBLAS_CHECK(cublasSetStream(ctx_->blas, ctx_->stream));
+  // Exact fp32: no TF32 tensor-op math, no reduced-precision reductions (Note [cuda determinism]).
+  STRATUM_CUBLAS_CHECK(cublasSetMathMode(
+      ctx_->blas, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  ctx_->blas_workspace = cuda_alloc(kBlasWorkspaceBytes);
+  STRATUM_CUBLAS_CHECK(cublasSetWorkspace(ctx_->blas, ctx_->blas_workspace, kBlasWorkspaceBytes));
+  ctx_->scalars = static_cast<double*>(cuda_alloc(CudaContext::kScalarSlots * sizeof(double)));
+}
+
+CudaOps::~CudaOps() {
+  if (ctx_->stream) cudaStreamSynchronize(ctx_->stream);
+  for (auto& [table, c] : ctx_->rope) {
+    cudaFree(c.cos);
+    cudaFree(c.sin);
+  }
+  cudaFree(ctx_->zo_table);
+  cudaFree(ctx_->scalars);
+  if (ctx_->blas) cublasDestroy(ctx_->blas);
+  cudaFree(ctx_->blas_workspace);
+  if (ctx_->stream) cudaStreamDestroy(ctx_->stream);
+}
+
+}  // namespace stratum
+
+namespace {
+stratum::Ops* make_cuda_ops(stratum::Precision precision) { return new stratum::CudaOps(precision); }
+const stratum::CudaBackendApi kApi{stratum::CudaBackendApi::kVersion,
+                                   stratum::cuda_device_available,
+                                   stratum::cuda_device_describe,
+                                   stratum::cuda_alloc,
+                                   stratum::cuda_free,
+                                   stratum::cuda_upload,
+                                   stratum::cuda_download,
+                                   make_cuda_ops};
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const stratum::CudaBackendApi* stratum_cuda_api() { return &kApi; }

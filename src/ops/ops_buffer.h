@@ -1,0 +1,57 @@
+// Memory an Ops computes in, owned: RAM for the CPU backend, device memory for CUDA (Ops::
+// memory_alloc). Model and exec code allocate every buffer an op reads or writes through it, so
+// the same code runs on either backend (Note [ops seam]). Zero-filled, at least 64-byte aligned,
+// move-only. Does not copy between host and device (Ops::upload / download do).
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+#include "core/aligned_buffer.h"
+#include "ops/ops.h"
+
+namespace stratum {
+
+class OpsBuffer {
+ public:
+  OpsBuffer() = default;
+  OpsBuffer(const Ops& ops, std::size_t bytes) : ops_(&ops), bytes_(bytes) {
+    if (bytes > 0) data_ = ops.memory_alloc(bytes);
+  }
+  ~OpsBuffer() {
+    if (data_ != nullptr) ops_->memory_free(data_, bytes_);
+  }
+  OpsBuffer(OpsBuffer&& o) noexcept
+      : ops_(o.ops_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  OpsBuffer& operator=(OpsBuffer&& o) noexcept {
+    if (this != &o) {
+      OpsBuffer dead(std::move(*this));
+      ops_ = o.ops_;
+      data_ = std::exchange(o.data_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  OpsBuffer(const OpsBuffer&) = delete;
+  OpsBuffer& operator=(const OpsBuffer&) = delete;
+
+  void* data() const { return data_; }
+  float* as_f32() const { return static_cast<float*>(data_); }
+  template <class T>
+  T* as() const { return static_cast<T*>(data_); }
+  std::size_t size_bytes() const { return bytes_; }
+
+ private:
+  const Ops* ops_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// aligned_buffer_carve's slices (core/aligned_buffer.h) in one OpsBuffer of `ops`.
+inline OpsBuffer ops_buffer_carve(const Ops& ops, const CarveSlices& slices) {
+  OpsBuffer buffer(ops, aligned_buffer_carve_bytes(slices));
+  aligned_carve_into(slices, buffer.as_f32());
+  return buffer;
+}
+
+}  // namespace stratum

@@ -1,0 +1,70 @@
+// Helpers of the cross-backend op tests (tests/cuda_*_test.cpp): the CPU backend (the reference,
+// Note [ops seam]) and the CUDA backend side by side over the same host inputs. A test calls
+// STRATUM_REQUIRE_CUDA() first: where this build has no CUDA backend or the machine no GPU it is
+// skipped with the reason (CI has no GPU; the project's GPU machine runs them). Each test states its
+// tolerance next to the op and what it measured.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+#include "test_util.h"
+
+namespace stratum::test {
+
+#define STRATUM_REQUIRE_CUDA()                                              \
+  do {                                                                      \
+    std::string stratum_why_;                                               \
+    if (!::stratum::backend_available(::stratum::Backend::Cuda, &stratum_why_)) \
+      GTEST_SKIP() << stratum_why_;                                         \
+  } while (0)
+
+// A host vector mirrored in device memory.
+template <class T>
+struct DeviceVec {
+  std::vector<T> host;
+  BackendMemory dev;
+  T* d() const { return dev.as<T>(); }
+  std::size_t size() const { return host.size(); }
+};
+
+class CrossBackend {
+ public:
+  CrossBackend() : pool_(2), cpu_(ops_make(pool_)), gpu_(ops_make(pool_, Precision::Fp32, Backend::Cuda)) {}
+  explicit CrossBackend(Precision p) : pool_(2), cpu_(ops_make(pool_, p)), gpu_(ops_make(pool_, p, Backend::Cuda)) {}
+  const Ops& cpu() const { return *cpu_; }
+  const Ops& gpu() const { return *gpu_; }
+
+  // A device copy of `host`.
+  template <class T>
+  static DeviceVec<T> up(std::vector<T> host) {
+    const std::size_t bytes = host.size() * sizeof(T);
+    DeviceVec<T> v{std::move(host), BackendMemory(Backend::Cuda, bytes == 0 ? 1 : bytes)};
+    backend_upload(Backend::Cuda, v.dev.data(), v.host.data(), v.host.size() * sizeof(T));
+    return v;
+  }
+  // n device elements, each `fill` (a NaN for outputs an op must overwrite).
+  template <class T>
+  static DeviceVec<T> filled(std::size_t n, T fill = T{}) {
+    return up(std::vector<T>(n, fill));
+  }
+  // The device copy's current contents.
+  template <class T>
+  static std::vector<T> down(const DeviceVec<T>& v) {
+    std::vector<T> out(v.host.size());
+    backend_download(Backend::Cuda, out.data(), v.dev.data(), out.size() * sizeof(T));
+    return out;
+  }
+
+ private:
+  ThreadPool pool_;
+  std::unique_ptr<Ops> cpu_, gpu_;
+};
+
+}  // namespace stratum::test
