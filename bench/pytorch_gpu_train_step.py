@@ -34,14 +34,20 @@ def main():
     a = ap.parse_args()
 
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(a.seed)
     cfg = GPT2Config(n_layer=a.layers, n_head=a.heads, n_embd=a.embd, n_positions=a.positions,
                      vocab_size=a.vocab, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    model = GPT2LMHeadModel(cfg, attn_implementation=a.attn).cuda().float().train()
+    try:
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation=a.attn)
+    except TypeError:  # older transformers: the choice lives on the config
+        cfg._attn_implementation = a.attn
+        model = AutoModelForCausalLM.from_config(cfg)
+    model = model.cuda().float().train()
+    assert isinstance(model, GPT2LMHeadModel)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -67,6 +73,7 @@ def main():
         "impl": "pytorch-cuda", "attn": a.attn,
         "ms_per_step_median": round(med, 3), "tokens_per_s": round(B * T / (med / 1e3), 1),
         "gpu": torch.cuda.get_device_name(), "torch_version": torch.__version__,
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
         "peak_gpu_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1),
         "config": {"n_layer": a.layers, "n_embd": a.embd, "n_head": a.heads, "vocab_size": a.vocab,
                    "batch": B, "seq": T, "dtype": "float32", "tf32": False},

@@ -31,7 +31,8 @@ int head_chunk_rows(Precision precision);
 
 class Gpt2HeadScratch {
  public:
-  // Rows of up to max_rows, in chunks of head_chunk_rows(precision).
+  // Rows of up to max_rows, in chunks of head_chunk_rows(precision) on the host, of max_rows on a
+  // device (bytes_for is the host's size).
   Gpt2HeadScratch(const Ops& ops, const GptConfig& config, int max_rows, Precision precision = Precision::Fp32);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // size_bytes() before allocating.
