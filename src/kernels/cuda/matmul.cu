@@ -1,8 +1,9 @@
 // Matrix products of the CUDA backend: cuBLAS sgemm in exact fp32 (Note [cuda determinism] in
 // cuda_ops.h) and the bias kernels around it, with the CPU's operation order (kernels/cpu/matmul.h):
 // the forward broadcasts the bias into out and adds the product (beta 1); the bias gradient sums
-// each column over rows in order.
+// each column over rows in order (cuda_reduce::column_sums_kernel).
 #include "kernels/cuda/cuda_context.cuh"
+#include "kernels/cuda/row_reduce.cuh"
 
 namespace stratum {
 
@@ -11,15 +12,6 @@ namespace {
 __global__ void broadcast_rows_kernel(float* out, const float* bias, int M, int N) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i < static_cast<std::size_t>(M) * N) out[i] = bias[i % N];
-}
-
-// dst (N) (= or +=) column sums of src (M,N), rows in order from 0 (kernels/cpu/matmul.h column_sum).
-__global__ void column_sum_kernel(float* dst, const float* src, int M, int N, bool accumulate) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= N) return;
-  float acc = 0.0f;
-  for (int r = 0; r < M; ++r) acc += src[static_cast<std::size_t>(r) * N + c];
-  dst[c] = accumulate ? dst[c] + acc : acc;
 }
 
 __global__ void widen_kernel(float* out, const std::uint16_t* in, int rows, int cols, int ld) {
@@ -68,7 +60,8 @@ void CudaOps::matmul_backward(float* dinp, float* dw, float* dbias, const float*
   if (dinp != nullptr) sgemm(false, true, M, K, N, 1.0f, dout, N, w, N, 0.0f, dinp, K);
   if (dw != nullptr) sgemm(true, false, K, N, M, 1.0f, inp, K, dout, N, accumulate ? 1.0f : 0.0f, dw, N);
   if (dbias != nullptr) {
-    column_sum_kernel<<<blocks_for(N, 128), 128, 0, ctx_->stream>>>(dbias, dout, M, N, accumulate);
+    cuda_reduce::column_sums_kernel<<<cuda_reduce::norm_param_grads_blocks(N), cuda_reduce::kGradThreads, 0,
+                                      ctx_->stream>>>(dbias, dout, M, N, accumulate);
     STRATUM_CUDA_LAUNCHED();
   }
 }

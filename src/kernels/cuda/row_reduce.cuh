@@ -158,4 +158,39 @@ __global__ void __launch_bounds__(kGradThreads)
   }
 }
 
+// dst (N) (= or += when accumulate) the column sums of src (M, N): each column summed by one
+// thread over rows 0..M-1 in order from 0 (kernels/cpu/matmul.h column_sum, the bias gradient),
+// its rows staged through shared memory by the whole block as in norm_param_grads_kernel: the
+// CPU's bits. Launch norm_param_grads_blocks(N) blocks of kGradThreads.
+static __global__ void __launch_bounds__(kGradThreads)
+    column_sums_kernel(float* dst, const float* src, int M, int N, bool accumulate) {
+  __shared__ float s_rows[2][kGradRows][kGradCols];
+  const int col = threadIdx.x % kGradCols;
+  const int row_in_pass = threadIdx.x / kGradCols;
+  const int c = blockIdx.x * kGradCols + col;
+  float v[kGradLoads];
+  auto load = [&](int r0) {
+#pragma unroll
+    for (int k = 0; k < kGradLoads; ++k) {
+      const int r = r0 + row_in_pass + k * kGradRowsPerPass;
+      v[k] = r < M && c < N ? src[static_cast<std::size_t>(r) * N + c] : 0.0f;
+    }
+  };
+  load(0);
+  float acc = 0.0f;
+  int buf = 0;
+  for (int r0 = 0; r0 < M; r0 += kGradRows) {
+#pragma unroll
+    for (int k = 0; k < kGradLoads; ++k) s_rows[buf][row_in_pass + k * kGradRowsPerPass][col] = v[k];
+    if (r0 + kGradRows < M) load(r0 + kGradRows);
+    __syncthreads();  // one per step: see norm_param_grads_kernel
+    if (threadIdx.x < kGradCols) {
+      const int rows = min(kGradRows, M - r0);
+      for (int rr = 0; rr < rows; ++rr) acc += s_rows[buf][rr][col];
+    }
+    buf ^= 1;
+  }
+  if (threadIdx.x < kGradCols && c < N) dst[c] = accumulate ? dst[c] + acc : acc;
+}
+
 }  // namespace stratum::cuda_reduce
