@@ -58,6 +58,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"seed", "N", "sampling seed (default 1337)"},
              {"tokenizer", "DIR", "tokenizer files if the model directory has none"},
              {"threads", "N", "worker threads (default: all CPUs)"},
+             {"backend", "NAME", "cpu (default) | cuda: weights and KV caches in GPU memory (not with --mem-budget yet)"},
              {"no-stop", "", "keep going past the end-of-sequence token"},
              {"output-ids", "", "print the generated token ids (comma-separated) instead of text"},
              {"mem-budget", "SIZE", "RAM for weights + KV cache, e.g. 512M; the rest streams from --offload-dir"},
@@ -117,6 +118,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   o.seed = static_cast<std::uint64_t>(args.integer("seed", 1337, 0, INT64_MAX));
   o.tokenizer_dir = args.str("tokenizer");
   o.threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
+  o.backend = backend_parse(args.str("backend", "cpu"));
   o.stop_at_eos = !args.flag("no-stop");
   o.mem_budget_bytes = args.size_bytes("mem-budget", 0);
   o.offload_dir = args.str("offload-dir");

@@ -90,8 +90,9 @@ std::size_t Decoder::min_store_bytes(const UnitTable& units) {
   return most;
 }
 
-Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, int max_batch, int max_ctx)
-    : ops_(ops_make(pool)),
+Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, int max_batch, int max_ctx,
+                 std::shared_ptr<const Ops> ops)
+    : ops_(ops != nullptr ? std::move(ops) : std::shared_ptr<const Ops>(ops_make(pool))),
       cfg_(cfg),
       store_(store),
       layout_(store.units().layout()),
@@ -99,14 +100,18 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
       max_ctx_(max_ctx),
       cache_floats_(cache_floats_for(cfg, max_batch, max_ctx)),
       bf16_(store.units().param_bf16()),
-      buffer_(aligned_buffer_carve(slices(*ops_, b_, cfg, max_batch, max_ctx))),
+      buffer_(ops_buffer_carve(*ops_, slices(*ops_, b_, cfg, max_batch, max_ctx))),
       head_scratch_(*ops_, cfg, max_batch),
       schedule_(0) {
   STRATUM_CHECK(max_ctx >= 1 && max_ctx <= cfg.n_ctx, "[generate] context ", max_ctx,
                 " exceeds the model's maximum of ", cfg.n_ctx);
   STRATUM_ASSERT(store.units().act_floats() >= kv_unit_floats(cfg, max_batch, max_ctx));  // Note [KV cache units]
   const int R = static_cast<int>(rows_for(max_batch));
-  if (layout_.has_lora()) lora_u_ = AlignedBuffer(static_cast<std::size_t>(R) * layout_.lora().r * sizeof(float));
+  if (layout_.has_lora()) lora_u_ = OpsBuffer(*ops_, static_cast<std::size_t>(R) * layout_.lora().r * sizeof(float));
+  if (!ops_->host_memory()) {  // tokens (R), past (max_batch)
+    dev_ints_ = OpsBuffer(*ops_, (static_cast<std::size_t>(R) + max_batch) * sizeof(std::int32_t));
+    dev_logits_ = OpsBuffer(*ops_, static_cast<std::size_t>(max_batch) * cfg.vocab_size * sizeof(float));
+  }
   if (cfg.llama()) {
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_ctx, cfg.rope_theta, cfg.rope_scaling);
     llama_acts_ = std::make_unique<LlamaActivations>(*ops_, cfg, 1, R, /*attention_stats=*/false);
@@ -140,30 +145,39 @@ void Decoder::step(const std::int32_t* tokens, int B, int Tn, const int* past, f
                     cfg_.vocab_size - 1, ")");
     }
   }
+  const std::int32_t* dev_tokens = tokens;
+  const int* dev_past = past;
+  if (!ops_->host_memory()) {  // Note [ops memory]: the ops read the step's ids from their memory
+    std::int32_t* const ints = dev_ints_.as<std::int32_t>();
+    ops_->upload(ints, tokens, static_cast<std::size_t>(B) * Tn * sizeof(std::int32_t));
+    ops_->upload(ints + rows_for(max_batch_), past, static_cast<std::size_t>(B) * sizeof(int));
+    dev_tokens = ints;
+    dev_past = ints + rows_for(max_batch_);
+  }
   {
     TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "embed");
-    embed(tokens, B, Tn, past);
+    embed(tokens, dev_tokens, B, Tn, past);
   }
   for (int l = 0; l < cfg_.n_layer; ++l) {
     TraceSpan span(trace_, TraceRecorder::kCompute, "forward", trace_ ? "layer." + std::to_string(l) : std::string());
-    layer(l, B, Tn, past, slots.data());
+    layer(l, B, Tn, past, dev_past, slots.data());
   }
   TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "head");
   head(B, Tn, logits);
 }
 
-void Decoder::embed(const std::int32_t* tokens, int B, int Tn, const int* past) {
+void Decoder::embed(const std::int32_t* tokens, const std::int32_t* dev_tokens, int B, int Tn, const int* past) {
   const int C = cfg_.n_embd;
   const std::size_t rows = static_cast<std::size_t>(B) * Tn;
   if (cfg_.llama()) {
-    std::memset(b_.x, 0, rows * C * sizeof(float));
+    ops_->fill(b_.x, 0.0f, rows * C);
   } else {  // positions past[b] + t of wpe
     SegmentHold embed(store_, layout_.embed_segment(), SegmentKind::Params, Access::Read);
     const std::size_t wpe = layout_.segments()[layout_.embed_segment()].tensors[kWpe].offset_floats;
     for (int b = 0; b < B; ++b) {
       float* const into = b_.x + static_cast<std::size_t>(b) * Tn * C;
       const float* rows = weights_f32(embed.view(), wpe + static_cast<std::size_t>(past[b]) * C, Tn * C, into);
-      if (rows != into) std::memcpy(into, rows, static_cast<std::size_t>(Tn) * C * sizeof(float));
+      if (rows != into) ops_->copy(into, rows, static_cast<std::size_t>(Tn) * C);
     }
   }
   // Only the vocabulary blocks holding one of the step's tokens.
@@ -173,19 +187,20 @@ void Decoder::embed(const std::int32_t* tokens, int B, int Tn, const int* past) 
     if (!needed[k]) continue;
     SegmentHold wte(store_, layout_.vocab_segment(k), SegmentKind::Params, Access::Read);
     if (bf16_)
-      ops_->embedding_forward_block_bf16(b_.x, tokens, wte.view().bf16(),
+      ops_->embedding_forward_block_bf16(b_.x, dev_tokens, wte.view().bf16(),
                                    layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
     else
-      ops_->embedding_forward_block(b_.x, tokens, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
+      ops_->embedding_forward_block(b_.x, dev_tokens, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn,
+                                    C);
   }
 }
 
-void Decoder::layer(int l, int B, int Tn, const int* past, const int* slot) {
+void Decoder::layer(int l, int B, int Tn, const int* past, const int* dev_past, const int* slot) {
   const int s = layout_.layer_segment(l);
   store_.schedule_at(group_layer_[l]);
   SegmentChunksHold params(store_, s, SegmentKind::Params, Access::Read);
   SegmentHold kv(store_, s, SegmentKind::Activations, Access::Update);  // Note [KV cache units]
-  const CachedAttention attention(kv.data(), kv.data() + cache_floats_, b_.q, max_ctx_, past, slot);
+  const CachedAttention attention(kv.data(), kv.data() + cache_floats_, b_.q, max_ctx_, past, dev_past, slot);
   const RowDotLinear linear;
   const SegmentLayout& seg = layout_.segments()[s];
   // LoRA adapters (generate --adapter), unmerged: each adapted module's x A^T goes through one
@@ -218,8 +233,9 @@ Gpt2BlockTensors Decoder::gpt2_tensors(const SegmentLayout& seg, const SegmentCh
 void Decoder::head(int B, int Tn, float* logits) {
   const int C = cfg_.n_embd, V = cfg_.vocab_size;
   for (int b = 0; b < B; ++b)
-    std::memcpy(b_.last + static_cast<std::size_t>(b) * C, b_.x + (static_cast<std::size_t>(b) * Tn + Tn - 1) * C,
-                C * sizeof(float));
+    ops_->copy(b_.last + static_cast<std::size_t>(b) * C, b_.x + (static_cast<std::size_t>(b) * Tn + Tn - 1) * C,
+               static_cast<std::size_t>(C));
+  float* const out = ops_->host_memory() ? logits : dev_logits_.as_f32();
   const int head = layout_.head_segment();
   store_.schedule_at(group_head_);
   {
@@ -234,13 +250,14 @@ void Decoder::head(int B, int Tn, float* logits) {
     SegmentHold rows(store_, layout_.head_vocab_segment(k), SegmentKind::Params, Access::Read);
     // logits[:, v0 : v0 + n] = lnf (B, C) @ rows^T
     gpt2_head_logits_block(*ops_, RowDotLinear{}, cfg_, rows.view(), layout_.vocab_rows(k), B,
-                           logits + layout_.vocab_row0(k), V, head_scratch_);
+                           out + layout_.vocab_row0(k), V, head_scratch_);
   }
+  if (out != logits) ops_->download(logits, out, static_cast<std::size_t>(B) * V * sizeof(float));
 }
 
 const float* Decoder::weights_f32(const TensorView& unit, std::size_t at, int n, float* into) const {
   if (unit.dtype() == DType::F32) return unit.f32() + at;
-  bf16_widen(into, unit.bf16() + at, static_cast<std::size_t>(n));
+  ops_->bf16_widen(into, unit.bf16() + at, static_cast<std::size_t>(n));
   return into;
 }
 

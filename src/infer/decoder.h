@@ -39,6 +39,7 @@
 #include "core/aligned_buffer.h"
 #include "core/thread_pool.h"
 #include "ops/ops.h"
+#include "ops/ops_buffer.h"
 #include "model/gpt2_block.h"
 #include "model/gpt2_head.h"
 #include "model/llama_block.h"
@@ -65,7 +66,10 @@ class Decoder {
   // head), or the embedding's holds outside it if larger.
   static std::size_t min_store_bytes(const UnitTable& units);
 
-  Decoder(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_ctx);
+  // ops: the backend to decode on (null: the CPU's, on `pool`); off the host the store must hand out
+  // that backend's memory (MirrorSegmentStore) and step() takes and returns host arrays as before.
+  Decoder(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_ctx,
+          std::shared_ptr<const Ops> ops = nullptr);
   ~Decoder();
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
@@ -84,8 +88,9 @@ class Decoder {
   void trace_set(TraceRecorder* trace) { trace_ = trace; }
 
  private:
-  void embed(const std::int32_t* tokens, int B, int Tn, const int* past);
-  void layer(int l, int B, int Tn, const int* past, const int* slot);
+  // tokens/past: host arrays; dev_tokens/dev_past: the same where the ops read them.
+  void embed(const std::int32_t* tokens, const std::int32_t* dev_tokens, int B, int Tn, const int* past);
+  void layer(int l, int B, int Tn, const int* past, const int* dev_past, const int* slot);
   // A Llama layer's tensors in a params unit's chunks; with bf16 params (Note [bf16 weights]) the
   // matrices stay bf16 and the two norm weights are widened into b_.widened.
   LlamaBlockTensors llama_tensors(const SegmentLayout& seg, const SegmentChunksHold& params);
@@ -108,7 +113,7 @@ class Decoder {
   // The buffer's slices, written through b's fields; fixed_bytes_for sizes the same list.
   static CarveSlices slices(const Ops& ops, Buffers& b, const GptConfig& config, int max_batch, int max_ctx);
 
-  std::unique_ptr<Ops> ops_;  // the kernels, on the pool the decoder was given
+  std::shared_ptr<const Ops> ops_;  // the kernels (the CPU's on the pool the decoder was given, or the caller's)
   GptConfig cfg_;
   SegmentStore& store_;
   const ParamLayout& layout_;
@@ -116,13 +121,17 @@ class Decoder {
   std::size_t cache_floats_;  // one layer's K (or V): (max_batch, KV, max_ctx, hd)
   bool bf16_;                 // the store's params are bf16 (Note [bf16 weights])
   Buffers b_{};           // before buffer_, whose initializer writes it
-  AlignedBuffer buffer_;
+  OpsBuffer buffer_;
   Gpt2HeadScratch head_scratch_;
   // The block forward's internals at up to rows_for(max_batch) rows (no attention probabilities).
   std::unique_ptr<Gpt2Activations> gpt2_acts_;
   std::unique_ptr<LlamaActivations> llama_acts_;
   std::unique_ptr<RopeTable> rope_;
-  AlignedBuffer lora_u_;  // (rows, r): an adapter's x A^T (generate --adapter), else empty
+  OpsBuffer lora_u_;
+  // Off the host: the step's tokens, past and (slot-ordered) positions in the ops' memory, and
+  // the logits before their download; empty on the CPU.
+  OpsBuffer dev_ints_;
+  OpsBuffer dev_logits_;  // (rows, r): an adapter's x A^T (generate --adapter), else empty
   StepSchedule schedule_;
   std::vector<int> group_layer_, group_head_vocab_;
   int group_head_ = 0;

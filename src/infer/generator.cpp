@@ -15,6 +15,7 @@
 #include "infer/decoder.h"
 #include "weights/adapter_io.h"
 #include "weights/model_io.h"
+#include "store/mirror_segment_store.h"
 #include "store/segment_store.h"
 #include "store/tiered_segment_store.h"
 #include "stratum/error.h"
@@ -137,6 +138,11 @@ GenerateResult generate_run(const GenerateOptions& o,
   UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), UnitSet::Inference, bf16);
   std::unique_ptr<SegmentStore> store;
   const std::size_t fixed = Decoder::fixed_bytes_for(*ops, cfg, batch, max_ctx);
+  STRATUM_CHECK(o.backend == Backend::Cpu || o.mem_budget_bytes == 0, "[generate] --backend ", backend_name(o.backend),
+                " keeps the weights and KV caches in GPU memory: drop --mem-budget (a GPU memory budget is not there "
+                "yet), or generate with --backend cpu under the budget");
+  STRATUM_CHECK(o.backend == Backend::Cpu || o.precision == Precision::Fp32, "[generate] --backend ",
+                backend_name(o.backend), " computes in fp32 only for now: drop --precision bf16");
   if (o.mem_budget_bytes > 0) {
     const std::size_t need = fixed + Decoder::min_store_bytes(units);
     auto mib = [](std::size_t b) {  // rounded up, in a unit --mem-budget takes
@@ -160,7 +166,15 @@ GenerateResult generate_run(const GenerateOptions& o,
   if (layout.has_lora()) adapter_load_weights(o.adapter_dir, layout, *store);
   const StoreStats loaded = store->stats();
   store->stats_reset_peak();
-  Decoder decoder(pool, cfg, *store, batch, max_ctx);
+  // Off the CPU the decoder reads a device mirror of the loaded weights (Note [ops memory]).
+  std::shared_ptr<const Ops> device;
+  std::unique_ptr<MirrorSegmentStore> mirror;
+  if (o.backend != Backend::Cpu) {
+    device = ops_make(pool, Precision::Fp32, o.backend);
+    mirror = std::make_unique<MirrorSegmentStore>(*store, device);
+    mirror->push();
+  }
+  Decoder decoder(pool, cfg, mirror ? *mirror : *store, batch, max_ctx, device);
   std::unique_ptr<TraceRecorder> trace;
   if (!o.trace_path.empty()) {
     trace = std::make_unique<TraceRecorder>();

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "ops/ops.h"
 
 namespace stratum {
@@ -43,6 +44,9 @@ struct GenerateOptions {
   // A Chrome/Perfetto trace of the run (each layer's compute, waits, each unit read or written);
   // "" = none.
   std::string trace_path;
+  // Where the decoder computes (backend/backend.h): Cuda keeps the weights and KV caches in GPU
+  // memory (no --mem-budget yet) and samples on the host from the downloaded logits.
+  Backend backend = Backend::Cpu;
 };
 
 struct GenerateSequence {

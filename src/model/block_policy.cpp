@@ -89,25 +89,25 @@ void CachedAttention::attend(const Ops& ops, float* atty, float*, float* scratch
     for (int t = 0; t < T; ++t) {
       const std::size_t r = static_cast<std::size_t>(b) * T + t;
       const float* row = qkv + r * W;
-      std::memcpy(q_ + r * Q, row, Q * sizeof(float));
+      ops.copy(q_ + r * Q, row, Q);
       for (int j = 0; j < KV; ++j) {
         const std::size_t at = ((static_cast<std::size_t>(slot_[b]) * KV + j) * max_ctx_ + past_[b] + t) * hd;
-        std::memcpy(kcache_ + at, row + Q + static_cast<std::size_t>(j) * hd, hd * sizeof(float));
-        std::memcpy(vcache_ + at, row + Q + KVd + static_cast<std::size_t>(j) * hd, hd * sizeof(float));
+        ops.copy(kcache_ + at, row + Q + static_cast<std::size_t>(j) * hd, static_cast<std::size_t>(hd));
+        ops.copy(vcache_ + at, row + Q + KVd + static_cast<std::size_t>(j) * hd, static_cast<std::size_t>(hd));
       }
     }
   // Slots run from 0 in the usual case (one call for the batch); otherwise sequence by sequence.
   bool identity = true;
   for (int b = 0; b < B; ++b) identity = identity && slot_[b] == b;
   if (identity) {
-    ops.attention_cached(atty, scratch, q_, kcache_, vcache_, B, T, past_, max_ctx_, H, KV, hd);
+    ops.attention_cached(atty, scratch, q_, kcache_, vcache_, B, T, ops_past_, max_ctx_, H, KV, hd);
     return;
   }
   const std::size_t per_slot = KVd * max_ctx_;
   for (int b = 0; b < B; ++b) {
     const std::size_t r = static_cast<std::size_t>(b) * T;
     ops.attention_cached(atty + r * Q, scratch, q_ + r * Q, kcache_ + slot_[b] * per_slot,
-                         vcache_ + slot_[b] * per_slot, 1, T, past_ + b, max_ctx_, H, KV, hd);
+                         vcache_ + slot_[b] * per_slot, 1, T, ops_past_ + b, max_ctx_, H, KV, hd);
   }
 }
 

@@ -110,9 +110,12 @@ class CausalAttention final : public Attention {
 // (slots, KV, max_ctx, hd); q is (B*T, H*hd) scratch for the contiguous queries.
 class CachedAttention final : public Attention {
  public:
-  CachedAttention(float* kcache, float* vcache, float* q, int max_ctx, const int* past, const int* slot)
-      : kcache_(kcache), vcache_(vcache), q_(q), max_ctx_(max_ctx), past_(past), slot_(slot) {}
-  const int* positions() const override { return past_; }
+  // past, slot: host arrays (where the rows go); ops_past: past where the ops read it (the same
+  // pointer on the CPU, a device copy on a GPU; Note [ops memory]).
+  CachedAttention(float* kcache, float* vcache, float* q, int max_ctx, const int* past, const int* ops_past,
+                  const int* slot)
+      : kcache_(kcache), vcache_(vcache), q_(q), max_ctx_(max_ctx), past_(past), ops_past_(ops_past), slot_(slot) {}
+  const int* positions() const override { return ops_past_; }
   void attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,
               int hd) const override;
 
@@ -122,6 +125,7 @@ class CachedAttention final : public Attention {
   float* q_;
   int max_ctx_;
   const int* past_;
+  const int* ops_past_;
   const int* slot_;
 };
 

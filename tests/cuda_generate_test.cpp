@@ -1,0 +1,78 @@
+// Generation on the CUDA backend (`stratum generate --backend cuda`: weights and KV caches in GPU
+// memory, the decoder's ops on the GPU, sampling on the host): greedy decoding gives the CPU's
+// tokens for GPT-2, Llama (fp32 and kept-bf16 weights) and batched prompts of different lengths
+// (KV cache slots and positions per sequence). The GPU's row dots are the CPU's bits (Note [row dot
+// products]); its cached attention sums in another order, so the tokens, not the logits' bits,
+// are compared. Skipped without a GPU; the refusals are tested everywhere.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cross_backend_util.h"
+#include "infer/generator.h"
+#include "integration_util.h"
+#include "stratum/error.h"
+
+namespace stratum::testing {
+namespace {
+
+GenerateOptions greedy(const std::string& dir) {
+  GenerateOptions o;
+  o.model_dir = source_path(dir);
+  o.prompt_ids = {{5, 17, 2, 40, 33, 8}, {9, 1}, {3, 60, 21, 7}};
+  o.batch = 3;
+  o.max_tokens = 12;
+  o.temperature = 0.0;
+  o.stop_at_eos = false;
+  o.threads = 2;
+  o.quiet = true;
+  return o;
+}
+
+std::vector<std::vector<std::int32_t>> tokens(const GenerateOptions& o) {
+  const GenerateResult r = generate_run(o, [](int, std::int32_t, const std::string&) {});
+  std::vector<std::vector<std::int32_t>> out;
+  for (const GenerateSequence& s : r.sequences) out.push_back(s.tokens);
+  return out;
+}
+
+TEST(CudaGenerate, GreedyTokensAreTheCpus) {
+  STRATUM_REQUIRE_CUDA();
+  for (const char* dir : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama", "tests/golden/tiny_llama_bf16"}) {
+    for (int batch : {1, 3}) {
+      GenerateOptions o = greedy(dir);
+      o.batch = batch;
+      const auto cpu = tokens(o);
+      o.backend = Backend::Cuda;
+      const auto gpu = tokens(o);
+      EXPECT_EQ(gpu, cpu) << dir << " batch " << batch;
+      EXPECT_EQ(tokens(o), gpu) << dir << ": two GPU runs";
+    }
+  }
+}
+
+TEST(CudaGenerate, RefusalsAreOneLine) {
+  GenerateOptions o = greedy("tests/golden/tiny_gpt2");
+  o.backend = Backend::Cuda;
+  auto message = [](const GenerateOptions& opts) {
+    try {
+      generate_run(opts, [](int, std::int32_t, const std::string&) {});
+    } catch (const BugError& e) {
+      return std::string("internal error: ") + e.what();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string why;
+  if (!backend_available(Backend::Cuda, &why)) EXPECT_EQ(message(o), why);
+  TempDir tmp;
+  GenerateOptions budget = o;
+  budget.mem_budget_bytes = 64 << 20;
+  budget.offload_dir = tmp.path();
+  EXPECT_NE(message(budget).find("drop --mem-budget"), std::string::npos) << message(budget);
+}
+
+}  // namespace
+}  // namespace stratum::testing
