@@ -6,33 +6,45 @@
 // allocate (the backward's scratch holds D, one float per query row, and with grouped heads each
 // query head's dk/dv sums) and does not synchronise the stream. No (T, T) matrix.
 //
-// Note [cuda attention rows]: one thread owns one row — a query row in the forward, the cached
-// variant and dq, a key row in dk/dv — and keeps its accumulators (the output, dq, dk, dv rows) in
-// registers. A block of kRows = 64 threads stages its rows in shared memory and walks the other
-// side in tiles of kTile = 32 rows (keys for the forward and dq, queries for dk/dv) that the block
-// loads together. Every sum runs in a fixed order that depends on no launch parameter:
-//  - a dot product over the head dimension starts from 0.0f with d increasing (the CPU's order, so
-//    the scores are usually the CPU's bits; q.k and k.q are the same float products);
-//  - the forward's softmax is online per key tile: m_new = max(m, tile max), alpha = exp(m -
-//    m_new), l = l * alpha + sum of the tile's exp(s - m_new) (keys increasing), the output row
-//    acc = acc * alpha + sum of p * v (keys increasing); finally out = acc * (1 / l), stats =
-//    {m, 1 / l}. m is the exact maximum of the scaled scores (a maximum does not depend on the
-//    order); l differs from the CPU's sum by rounding only;
-//  - the backward replays p = exp(s * scale - m) * inv with the stats (the CPU's three passes),
-//    D_i = sum_j p_ij * dP_ij (j increasing, dP_ij = dout_i . v_j; the CPU's dot of the rows),
-//    dS_ij = p_ij * (dP_ij - D_i) * scale, dq_i = sum_j dS_ij k_j (j increasing), and for a key
-//    row j dv_j = sum p_ij dout_i, dk_j = sum dS_ij q_i over queries i >= j increasing, per query
-//    head, the group's heads then added in increasing order (Note [cuda attention group sums]);
-//  - a row skips the key tiles past its position and the keys past it in its last tile, so its
-//    arithmetic depends only on its own inputs, not on which rows share its block.
+// Note [cuda attention rows]: a group of L lanes of a warp (L = 4, or 8 for HD = 128) owns one
+// row — a query row in the forward, the cached variant and dq, a key row in dk/dv. Lane g of the
+// group owns the DL = HD / L dimensions d = 4 * (g + L * c) + e (c < DL / 4, e < 4) of the row:
+// it keeps them of its own rows (q, or k and v; dout) and of the accumulators (out, dq, dk, dv)
+// in registers, and it alone writes them. A block of kRows = 32 rows (32 * L threads) walks the
+// other side in tiles of kTile = 32 rows (keys for the forward and dq, queries for dk/dv) that it
+// loads together into shared memory, row-major. Every sum runs in a fixed order that depends on
+// no launch parameter, only on the compile-time constants L, kTile and kChunk:
+//  - a score (q . k, and dout . v) is, per lane, a sum over the lane's dimensions from 0.0f with d
+//    increasing, then the group's partial sums combined by one fixed tree, ((p0 + p1) + (p2 +
+//    p3)) for L = 4 (and + ((p4 + p5) + (p6 + p7)) for L = 8): a reduce-scatter over kChunk rows
+//    of the tile at a time by __shfl_xor (xor 1, 2, 4), after which lane g holds the scores of
+//    the tile rows j = g + L * i. Float addition commutes, so the bits do not depend on which
+//    lane adds; every score of every row uses the same tree;
+//  - the lane owning a score computes its probability (no other lane does): p = exp(s * scale -
+//    m_new) in the forward, p = exp(s * scale - m) * inv with the stats in the backward, and dS =
+//    p * (dP - D) * scale; it writes them to its group's row of shared memory (a __syncwarp over
+//    the group), from which every lane of the group reads them for its own dimensions;
+//  - the forward's softmax is online per key tile: m_new = max(m, tile max) (the exact maximum,
+//    by a group max), alpha = exp(m - m_new), l = l * alpha + the tile's sum (each lane's own
+//    probabilities, tile rows increasing, then the group tree), the output acc = acc * alpha +
+//    sum of p * v (keys increasing); finally out = acc * (1 / l), stats = {m, 1 / l}. m is the
+//    maximum the CPU finds; l differs from the CPU's sum by rounding only;
+//  - the backward: D_i = sum_j p_ij * dP_ij (dP_ij = dout_i . v_j; each lane's own keys in
+//    increasing order over all tiles, then the group tree), dq_i = sum_j dS_ij k_j (j increasing),
+//    and for a key row j dv_j = sum p_ij dout_i, dk_j = sum dS_ij q_i over queries i >= j
+//    increasing, per query head, the group's heads then added in increasing order (Note [cuda
+//    attention group sums]);
+//  - a row skips the tiles past its position and, in the sums over rows of the other side, the
+//    rows it does not attend to (the masked scores are computed and dropped), so its arithmetic
+//    depends only on its own inputs, not on which rows share its block.
 // Hence the bits depend only on the inputs and the GPU model (Note [cuda determinism]), and the
 // cached variant, running the forward's row code on the cache, gives each row the forward's bits
 // (Note [cached attention bits] in kernels/cpu/attention.h), for any past and any Tn.
 //
-// Shared-memory tiles are stored transposed, element (d, r) of a tile of R rows at
-// tile_index<R>(d, r): a thread's own row is read one float per d without bank conflicts and a
-// shared row as float4 broadcasts along r; the XOR swizzle of groups of 4 rows by d % 8 also
-// keeps the coalesced loads (4 rows x 8 consecutive d per warp) free of conflicts.
+// Shared memory: a tile row j is read by a group as float4s at j * HD + 4 * (g + L * c), the
+// groups of a warp on the same row (broadcasts; the L lanes read consecutive float4s). The
+// per-row probability rows are kPStride = kTile + 4 floats apart, so the groups of a warp reading
+// their float4s of p hit distinct banks.
 #include <cmath>
 #include <cstddef>
 
@@ -42,122 +54,167 @@ namespace stratum {
 
 namespace {
 
-constexpr int kRows = 64;    // threads per block = rows each block owns (Note [cuda attention rows])
-constexpr int kTile = 32;    // rows of the other side per shared tile
-constexpr int kWarps = kRows / 32;
+constexpr int kRows = 32;              // rows each block owns (Note [cuda attention rows])
+constexpr int kTile = 32;              // rows of the other side per shared tile
+constexpr int kChunk = 16;             // tile rows whose scores are reduced together
+constexpr int kPStride = kTile + 4;    // floats between the groups' probability rows
 constexpr int kMaxHeadDim = 128;
 
-// ---- shared-memory tiles --------------------------------------------------------------------------
-
-// Where element (d, r) of a transposed tile of R rows lives (R a multiple of 32).
-template <int R>
-__device__ __forceinline__ int tile_index(int d, int r) {
-  static_assert(R % 32 == 0, "tiles of whole warps");
-  return d * R + ((((r >> 2) ^ (d & 7))) << 2) + (r & 3);
-}
-
-// Rows 4g .. 4g+3 of dimension d of a transposed tile of R rows.
-template <int R>
-__device__ __forceinline__ float4 tile_row4(const float* t, int d, int g) {
-  return *reinterpret_cast<const float4*>(t + d * R + ((g ^ (d & 7)) << 2));
-}
-
-// t (HD, R) transposed = rows [0, R) of src (row r at src + r * stride), zero for rows >= nvalid
-// and dimensions >= hd. All threads of the block take part; the caller synchronises.
-template <int HD, int R>
-__device__ __forceinline__ void tile_load(float* t, const float* src, std::size_t stride, int nvalid, int hd) {
-  static_assert(HD % 8 == 0, "whole groups of 8 dimensions");
-  const int lane = threadIdx.x & 31;
-  for (int s = threadIdx.x >> 5; s < (R / 4) * (HD / 8); s += kWarps) {
-    const int r = 4 * (s % (R / 4)) + (lane >> 3), d = 8 * (s / (R / 4)) + (lane & 7);
-    t[tile_index<R>(d, r)] = r < nvalid && d < hd ? src[static_cast<std::size_t>(r) * stride + d] : 0.0f;
-  }
-}
-
-// Rows [0, nvalid) and dimensions [0, hd) of dst (row r at dst + r * stride) = the tile's.
-template <int HD, int R>
-__device__ __forceinline__ void tile_store(float* dst, std::size_t stride, const float* t, int nvalid, int hd) {
-  const int lane = threadIdx.x & 31;
-  for (int s = threadIdx.x >> 5; s < (R / 4) * (HD / 8); s += kWarps) {
-    const int r = 4 * (s % (R / 4)) + (lane >> 3), d = 8 * (s / (R / 4)) + (lane & 7);
-    if (r < nvalid && d < hd) dst[static_cast<std::size_t>(r) * stride + d] = t[tile_index<R>(d, r)];
-  }
-}
-
-// ---- per-thread row arithmetic ----------------------------------------------------------------------
-
-// s[j] = sum_{d < hd} a[d] * b_{J0 + j}[d] for j < N, d increasing from 0.0f: a = row r of the
-// RA-row tile At (this thread's), b_i = row i of the kTile-row tile Bt.
-template <int RA, int N = kTile, int J0 = 0>
-__device__ __forceinline__ void row_dots(float (&s)[N], const float* At, int r, const float* Bt, int hd) {
-  static_assert(N % 4 == 0 && J0 % 4 == 0 && J0 + N <= kTile, "whole groups of 4 rows of the tile");
-#pragma unroll
-  for (int j = 0; j < N; ++j) s[j] = 0.0f;
-  for (int d = 0; d < hd; ++d) {
-    const float a = At[tile_index<RA>(d, r)];
-#pragma unroll
-    for (int g = 0; g < N / 4; ++g) {
-      const float4 b = tile_row4<kTile>(Bt, d, J0 / 4 + g);
-      s[4 * g] += a * b.x;
-      s[4 * g + 1] += a * b.y;
-      s[4 * g + 2] += a * b.z;
-      s[4 * g + 3] += a * b.w;
-    }
-  }
-}
-
-// row_dots for two pairs of tiles at once (s from At, Bt; t from Ct, Dt): the same sums.
-template <int RA, int N = kTile, int J0 = 0>
-__device__ __forceinline__ void row_dots2(float (&s)[N], const float* At, const float* Bt, float (&t)[N],
-                                          const float* Ct, const float* Dt, int r, int hd) {
-  static_assert(N % 4 == 0 && J0 % 4 == 0 && J0 + N <= kTile, "whole groups of 4 rows of the tile");
-#pragma unroll
-  for (int j = 0; j < N; ++j) s[j] = t[j] = 0.0f;
-  for (int d = 0; d < hd; ++d) {
-    const float a = At[tile_index<RA>(d, r)];
-    const float c = Ct[tile_index<RA>(d, r)];
-#pragma unroll
-    for (int g = 0; g < N / 4; ++g) {
-      const float4 b = tile_row4<kTile>(Bt, d, J0 / 4 + g);
-      const float4 e = tile_row4<kTile>(Dt, d, J0 / 4 + g);
-      s[4 * g] += a * b.x;
-      s[4 * g + 1] += a * b.y;
-      s[4 * g + 2] += a * b.z;
-      s[4 * g + 3] += a * b.w;
-      t[4 * g] += c * e.x;
-      t[4 * g + 1] += c * e.y;
-      t[4 * g + 2] += c * e.z;
-      t[4 * g + 3] += c * e.w;
-    }
-  }
-}
-
-// acc[d] += sum_{j in [j0, j1)} coef[j] * x_j[d], j increasing, for every d < HD: coef[j] at
-// coef[j * kRows + r] (this thread's column), x_j = row j of the kTile-row tile Xt. Groups of 4
-// aligned rows read float4 broadcasts; the ends go one row at a time (same arithmetic).
+// The lane split of a head size HD (Note [cuda attention rows]).
 template <int HD>
-__device__ __forceinline__ void row_accumulate(float (&acc)[HD], const float* coef, int r, const float* Xt, int j0,
-                                               int j1) {
-  for (int j = j0; j < j1;) {
-    if ((j & 3) == 0 && j + 4 <= j1) {
-      const float c0 = coef[j * kRows + r], c1 = coef[(j + 1) * kRows + r];
-      const float c2 = coef[(j + 2) * kRows + r], c3 = coef[(j + 3) * kRows + r];
-      const int g = j >> 2;
+struct Lanes {
+  static_assert(HD % 16 == 0 && HD <= kMaxHeadDim, "compiled head sizes");
+  static constexpr int L = HD >= 128 ? 8 : 4;  // lanes per row
+  static constexpr int DL = HD / L;            // dimensions per lane
+  static constexpr int NT = kRows * L;         // threads per block
+  static constexpr int NS = kTile / L;         // scores each lane owns per tile
+};
+
+// The lanes of this thread's group of L.
+template <int L>
+__device__ __forceinline__ unsigned group_mask() {
+  const unsigned lane = threadIdx.x & 31u;
+  return ((1u << L) - 1u) << (lane & ~static_cast<unsigned>(L - 1));
+}
+
+// ---- per-lane row arithmetic --------------------------------------------------------------------------
+
+// The lane's k-th dimension: 4 * (g + L * (k / 4)) + k % 4, increasing with k.
+template <int L>
+__device__ __forceinline__ int lane_dim(int g, int k) {
+  return 4 * (g + L * (k / 4)) + k % 4;
+}
+
+// x = this lane's dimensions of row (zero past hd or for a dead row).
+template <int HD>
+__device__ __forceinline__ void lane_load(float (&x)[Lanes<HD>::DL], const float* row, int g, int hd, bool live) {
 #pragma unroll
-      for (int d = 0; d < HD; ++d) {
-        const float4 x = tile_row4<kTile>(Xt, d, g);
-        acc[d] += c0 * x.x;
-        acc[d] += c1 * x.y;
-        acc[d] += c2 * x.z;
-        acc[d] += c3 * x.w;
-      }
-      j += 4;
-    } else {
-      const float c = coef[j * kRows + r];
+  for (int k = 0; k < Lanes<HD>::DL; ++k) {
+    const int d = lane_dim<Lanes<HD>::L>(g, k);
+    x[k] = live && d < hd ? row[d] : 0.0f;
+  }
+}
+
+// This lane's dimensions (below hd) of row = x.
+template <int HD>
+__device__ __forceinline__ void lane_store(float* row, const float (&x)[Lanes<HD>::DL], int g, int hd) {
 #pragma unroll
-      for (int d = 0; d < HD; ++d) acc[d] += c * Xt[tile_index<kTile>(d, j)];
-      ++j;
+  for (int k = 0; k < Lanes<HD>::DL; ++k) {
+    const int d = lane_dim<Lanes<HD>::L>(g, k);
+    if (d < hd) row[d] = x[k];
+  }
+}
+
+// sum over this lane's dimensions of x[d] * row[d], d increasing from 0.0f (row in shared memory).
+template <int HD>
+__device__ __forceinline__ float lane_dot(const float (&x)[Lanes<HD>::DL], const float* row, int g) {
+  constexpr int L = Lanes<HD>::L;
+  float s = 0.0f;
+#pragma unroll
+  for (int c = 0; c < Lanes<HD>::DL / 4; ++c) {
+    const float4 b = *reinterpret_cast<const float4*>(row + 4 * (g + L * c));
+    s += x[4 * c] * b.x;
+    s += x[4 * c + 1] * b.y;
+    s += x[4 * c + 2] * b.z;
+    s += x[4 * c + 3] * b.w;
+  }
+  return s;
+}
+
+// acc[d] += a * row[d] for this lane's dimensions.
+template <int HD>
+__device__ __forceinline__ void lane_axpy(float (&acc)[Lanes<HD>::DL], float a, const float* row, int g) {
+  constexpr int L = Lanes<HD>::L;
+#pragma unroll
+  for (int c = 0; c < Lanes<HD>::DL / 4; ++c) {
+    const float4 b = *reinterpret_cast<const float4*>(row + 4 * (g + L * c));
+    acc[4 * c] += a * b.x;
+    acc[4 * c + 1] += a * b.y;
+    acc[4 * c + 2] += a * b.z;
+    acc[4 * c + 3] += a * b.w;
+  }
+}
+
+// The group's maximum and sum of x (the xor tree; every lane gets the same bits).
+template <int L>
+__device__ __forceinline__ float group_max(float x, unsigned mask) {
+#pragma unroll
+  for (int b = 1; b < L; b <<= 1) x = fmaxf(x, __shfl_xor_sync(mask, x, b));
+  return x;
+}
+template <int L>
+__device__ __forceinline__ float group_sum(float x, unsigned mask) {
+#pragma unroll
+  for (int b = 1; b < L; b <<= 1) x += __shfl_xor_sync(mask, x, b);
+  return x;
+}
+
+// v[j] (j < N) = this lane's partial sums of N items; on return v[t] (t < N / L) = the group's sum
+// of item L * t + g, by the tree of Note [cuda attention rows]: at each level b = 1, 2, 4 the lane
+// keeps the items whose bit b matches its own and adds its partner's partial sums of them.
+template <int L, int N, int B = 1>
+__device__ __forceinline__ void reduce_scatter(float (&v)[N], int g, unsigned mask) {
+  if constexpr (B < L) {
+    constexpr int n = N / B;  // items still held
+    const bool hi = (g & B) != 0;
+#pragma unroll
+    for (int m = 0; m < n / 2; ++m) {
+      const float keep = hi ? v[2 * m + 1] : v[2 * m];
+      const float send = hi ? v[2 * m] : v[2 * m + 1];
+      v[m] = keep + __shfl_xor_sync(mask, send, B);
     }
+    reduce_scatter<L, N, 2 * B>(v, g, mask);
+  }
+}
+
+// s[i] = x . row j of the tile Xt (kTile rows of HD floats) for j = g + L * i: the scores this lane
+// owns (Note [cuda attention rows]).
+template <int HD>
+__device__ __forceinline__ void tile_scores(float (&s)[Lanes<HD>::NS], const float (&x)[Lanes<HD>::DL],
+                                            const float* Xt, int g, unsigned mask) {
+  constexpr int L = Lanes<HD>::L;
+  static_assert(kTile % kChunk == 0 && kChunk % L == 0, "whole chunks");
+#pragma unroll
+  for (int c0 = 0; c0 < kTile; c0 += kChunk) {
+    float part[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) part[j] = lane_dot<HD>(x, Xt + (c0 + j) * HD, g);
+    reduce_scatter<L, kChunk>(part, g, mask);
+#pragma unroll
+    for (int t = 0; t < kChunk / L; ++t) s[c0 / L + t] = part[t];
+  }
+}
+
+// acc[d] += sum_{j in [j0, j1)} coef[j] * row j of Xt, j increasing, this lane's dimensions; coef is
+// the group's row of probabilities in shared memory.
+template <int HD>
+__device__ __forceinline__ void lane_accumulate(float (&acc)[Lanes<HD>::DL], const float* coef, const float* Xt,
+                                                int g, int j0, int j1) {
+  if (j0 == 0 && j1 == kTile) {
+#pragma unroll 2
+    for (int j = 0; j < kTile; j += 4) {
+      const float4 c = *reinterpret_cast<const float4*>(coef + j);
+      lane_axpy<HD>(acc, c.x, Xt + j * HD, g);
+      lane_axpy<HD>(acc, c.y, Xt + (j + 1) * HD, g);
+      lane_axpy<HD>(acc, c.z, Xt + (j + 2) * HD, g);
+      lane_axpy<HD>(acc, c.w, Xt + (j + 3) * HD, g);
+    }
+  } else {
+    for (int j = j0; j < j1; ++j) lane_axpy<HD>(acc, coef[j], Xt + j * HD, g);
+  }
+}
+
+// ---- shared-memory tiles ----------------------------------------------------------------------------
+
+// t (kTile, HD) row-major = rows [0, kTile) of src (row r at src + r * stride), zero for rows >=
+// nvalid and dimensions >= hd. All NT threads of the block take part; the caller synchronises.
+template <int HD>
+__device__ __forceinline__ void tile_load(float* t, const float* src, std::size_t stride, int nvalid, int hd) {
+  static_assert(kTile * HD % Lanes<HD>::NT == 0, "whole passes of the block");
+#pragma unroll 4
+  for (int it = 0; it < kTile * HD / Lanes<HD>::NT; ++it) {  // loads issued 4 at a time
+    const int i = static_cast<int>(threadIdx.x) + it * Lanes<HD>::NT, r = i / HD, d = i % HD;
+    t[i] = r < nvalid && d < hd ? src[static_cast<std::size_t>(r) * stride + d] : 0.0f;
   }
 }
 
@@ -165,7 +222,7 @@ __device__ __forceinline__ void row_accumulate(float (&acc)[HD], const float* co
 
 template <int HD>
 constexpr std::size_t forward_smem_floats() {
-  return static_cast<std::size_t>(HD) * kRows + 2 * static_cast<std::size_t>(HD) * kTile + kTile * kRows;
+  return 2 * static_cast<std::size_t>(HD) * kTile + kRows * kPStride;
 }
 
 // Where one block's rows and keys are (Note [cuda attention rows]).
@@ -186,69 +243,70 @@ struct RowBlock {
 // The forward of one block's rows: online softmax per key tile in registers, out and stats.
 template <int HD>
 __device__ __forceinline__ void forward_rows(float* sm, const RowBlock& rb, int hd, float scale) {
-  float* Qt = sm;                                              // (HD, kRows) the block's query rows
-  float* Kt = Qt + static_cast<std::size_t>(HD) * kRows;       // (HD, kTile) keys of the tile
-  float* Vt = Kt + static_cast<std::size_t>(HD) * kTile;       // (HD, kTile) values of the tile
-  float* P = Vt + static_cast<std::size_t>(HD) * kTile;        // (kTile, kRows) each thread's p column
-  const int r = threadIdx.x;
+  using G = Lanes<HD>;
+  float* Kt = sm;                                         // (kTile, HD) keys of the tile
+  float* Vt = Kt + static_cast<std::size_t>(HD) * kTile;  // (kTile, HD) values of the tile
+  const int r = threadIdx.x / G::L, g = threadIdx.x % G::L;
+  float* P = Vt + static_cast<std::size_t>(HD) * kTile + r * kPStride;  // the group's p row
+  const unsigned mask = group_mask<G::L>();
   const int pos = rb.pos0 + r;
   const bool live = r < rb.nrows;
-  tile_load<HD, kRows>(Qt, rb.q, rb.q_stride, rb.nrows, hd);
-  float acc[HD];
+  float q[G::DL], acc[G::DL];
+  lane_load<HD>(q, rb.q + static_cast<std::size_t>(r) * rb.q_stride, g, hd, live);
 #pragma unroll
-  for (int d = 0; d < HD; ++d) acc[d] = 0.0f;
+  for (int k = 0; k < G::DL; ++k) acc[k] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   const int keys_needed = rb.pos0 + rb.nrows;
   for (int key0 = 0; key0 < keys_needed; key0 += kTile) {
-    __syncthreads();  // Qt loaded; the previous tile consumed
+    __syncthreads();  // the previous tile consumed
     const int nk = min(kTile, rb.nkeys - key0);
-    tile_load<HD, kTile>(Kt, rb.k + static_cast<std::size_t>(key0) * rb.kv_stride, rb.kv_stride, nk, hd);
-    tile_load<HD, kTile>(Vt, rb.v + static_cast<std::size_t>(key0) * rb.kv_stride, rb.kv_stride, nk, hd);
+    tile_load<HD>(Kt, rb.k + static_cast<std::size_t>(key0) * rb.kv_stride, rb.kv_stride, nk, hd);
+    tile_load<HD>(Vt, rb.v + static_cast<std::size_t>(key0) * rb.kv_stride, rb.kv_stride, nk, hd);
     __syncthreads();
-    if (!live || key0 > pos) continue;
+    if (!live || key0 > pos) continue;  // uniform over the group
     const int n = min(kTile, pos - key0 + 1);  // keys of this tile the row attends to
-    float s[kTile];
-    row_dots<kRows>(s, Qt, r, Kt, hd);
+    float s[G::NS];
+    tile_scores<HD>(s, q, Kt, g, mask);
     float tile_max = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kTile; ++j)
-      if (j < n) {
-        s[j] *= scale;
-        tile_max = fmaxf(tile_max, s[j]);
+    for (int i = 0; i < G::NS; ++i)
+      if (g + G::L * i < n) {
+        s[i] *= scale;
+        tile_max = fmaxf(tile_max, s[i]);
       }
-    const float m_new = fmaxf(m, tile_max);
+    const float m_new = fmaxf(m, group_max<G::L>(tile_max, mask));
     const float alpha = expf(m - m_new);  // 0 on the first tile (m = -inf)
-    l *= alpha;
+    float tile_sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kTile; ++j)
-      if (j < n) {
-        const float p = expf(s[j] - m_new);
-        l += p;
-        P[j * kRows + r] = p;
-      }
-#pragma unroll
-    for (int d = 0; d < HD; ++d) acc[d] *= alpha;
-    row_accumulate<HD>(acc, P, r, Vt, 0, n);
-    m = m_new;
-  }
-  __syncthreads();  // every thread done with Qt: it stages the output rows
-  if (live) {
-    const float inv = 1.0f / l;
-#pragma unroll
-    for (int d = 0; d < HD; ++d) Qt[tile_index<kRows>(d, r)] = acc[d] * inv;
-    if (rb.stats != nullptr) {
-      rb.stats[2 * r] = m;
-      rb.stats[2 * r + 1] = inv;
+    for (int i = 0; i < G::NS; ++i) {
+      const int j = g + G::L * i;
+      const float p = j < n ? expf(s[i] - m_new) : 0.0f;
+      tile_sum += p;
+      P[j] = p;
     }
+    l = l * alpha + group_sum<G::L>(tile_sum, mask);
+    __syncwarp(mask);  // the group's p row written
+#pragma unroll
+    for (int k = 0; k < G::DL; ++k) acc[k] *= alpha;
+    lane_accumulate<HD>(acc, P, Vt, g, 0, n);
+    m = m_new;
+    __syncwarp(mask);  // read before the next tile writes it
   }
-  __syncthreads();
-  tile_store<HD, kRows>(rb.out, rb.out_stride, Qt, rb.nrows, hd);
+  if (!live) return;  // no barrier follows
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int k = 0; k < G::DL; ++k) acc[k] *= inv;
+  lane_store<HD>(rb.out + static_cast<std::size_t>(r) * rb.out_stride, acc, g, hd);
+  if (rb.stats != nullptr && g == 0) {
+    rb.stats[2 * r] = m;
+    rb.stats[2 * r + 1] = inv;
+  }
 }
 
 // out (B,T,H*hd), stats (B,H,T,2) from qkv (B,T,(H+2KV)*hd). Block: kRows query rows of one
 // (batch, head), the last row tiles first (they have the most keys).
 template <int HD>
-__global__ void __launch_bounds__(kRows)
+__global__ void __launch_bounds__(Lanes<HD>::NT)
     attention_forward_kernel(float* out, float* stats, const float* qkv, int B, int T, int H, int KV, int hd,
                              float scale) {
   extern __shared__ float4 attention_smem[];
@@ -276,7 +334,7 @@ __global__ void __launch_bounds__(kRows)
 // out (B,Tn,H*hd) from q (B,Tn,H*hd) and the caches (B,KV,max_T,hd); past (B) on the device. A
 // sequence whose past is outside [0, max_T - Tn] gets NaN rows (the device cannot throw).
 template <int HD>
-__global__ void __launch_bounds__(kRows)
+__global__ void __launch_bounds__(Lanes<HD>::NT)
     attention_cached_kernel(float* out, const float* q, const float* kcache, const float* vcache, int B, int Tn,
                             const int* past, int max_T, int H, int KV, int hd, float scale) {
   extern __shared__ float4 attention_smem[];
@@ -288,8 +346,8 @@ __global__ void __launch_bounds__(kRows)
   float* y = out + (static_cast<std::size_t>(b) * Tn + t0) * row_w + static_cast<std::size_t>(h) * hd;
   const int pb = past[b];
   if (pb < 0 || pb > max_T - Tn) {  // uniform over the block: no barrier is skipped by only some threads
-    if (static_cast<int>(threadIdx.x) < nrows)
-      for (int d = 0; d < hd; ++d) y[static_cast<std::size_t>(threadIdx.x) * row_w + d] = NAN;
+    for (int i = threadIdx.x; i < nrows * hd; i += Lanes<HD>::NT)
+      y[static_cast<std::size_t>(i / hd) * row_w + i % hd] = NAN;
     return;
   }
   const std::size_t cache = (static_cast<std::size_t>(b) * KV + kvh) * static_cast<std::size_t>(max_T) * hd;
@@ -312,89 +370,90 @@ __global__ void __launch_bounds__(kRows)
 
 template <int HD>
 constexpr std::size_t dq_smem_floats() {
-  return 2 * static_cast<std::size_t>(HD) * kRows + 2 * static_cast<std::size_t>(HD) * kTile + kTile * kRows;
+  return 2 * static_cast<std::size_t>(HD) * kTile + kRows * kPStride;
 }
 
 // dq rows of dqkv and D (B,H,T) (the scratch) for kRows query rows of one (batch, head): first
 // D_i over all its keys, then dq_i (Note [cuda attention rows]). The last row tiles first.
 template <int HD>
-__global__ void __launch_bounds__(kRows)
+__global__ void __launch_bounds__(Lanes<HD>::NT)
     attention_backward_dq_kernel(float* dqkv, float* Dbuf, const float* dout, const float* qkv, const float* stats,
                                  int B, int T, int H, int KV, int hd, float scale) {
+  using G = Lanes<HD>;
   extern __shared__ float4 attention_smem[];
-  float* Qt = reinterpret_cast<float*>(attention_smem);     // (HD, kRows) query rows, later dq rows
-  float* dOt = Qt + static_cast<std::size_t>(HD) * kRows;   // (HD, kRows) dout rows
-  float* Kt = dOt + static_cast<std::size_t>(HD) * kRows;   // (HD, kTile) keys of the tile
-  float* Vt = Kt + static_cast<std::size_t>(HD) * kTile;    // (HD, kTile) values of the tile
-  float* S = Vt + static_cast<std::size_t>(HD) * kTile;     // (kTile, kRows) each thread's dS column
+  float* Kt = reinterpret_cast<float*>(attention_smem);    // (kTile, HD) keys of the tile
+  float* Vt = Kt + static_cast<std::size_t>(HD) * kTile;   // (kTile, HD) values of the tile
+  const int r = threadIdx.x / G::L, g = threadIdx.x % G::L;
+  float* S = Vt + static_cast<std::size_t>(HD) * kTile + r * kPStride;  // the group's dS row
+  const unsigned mask = group_mask<G::L>();
   const int BH = B * H, row_tiles = (T + kRows - 1) / kRows;
   const int bh = blockIdx.x % BH, tile = row_tiles - 1 - static_cast<int>(blockIdx.x / BH);
   const int b = bh / H, h = bh % H, kvh = h / (H / KV);
   const std::size_t W = static_cast<std::size_t>(H + 2 * KV) * hd, out_w = static_cast<std::size_t>(H) * hd;
   const int t0 = tile * kRows, nrows = min(kRows, T - t0);
-  const int r = threadIdx.x, pos = t0 + r;
+  const int pos = t0 + r;
   const bool live = r < nrows;
-  const std::size_t row0 = static_cast<std::size_t>(b) * T + t0;
+  const std::size_t row = static_cast<std::size_t>(b) * T + pos;  // this query row in (B,T)
   const float* base = qkv + static_cast<std::size_t>(b) * T * W;
   const float* k = base + static_cast<std::size_t>(H + kvh) * hd;
   const float* v = base + static_cast<std::size_t>(H + KV + kvh) * hd;
-  tile_load<HD, kRows>(Qt, qkv + row0 * W + static_cast<std::size_t>(h) * hd, W, nrows, hd);
-  tile_load<HD, kRows>(dOt, dout + row0 * out_w + static_cast<std::size_t>(h) * hd, out_w, nrows, hd);
+  float q[G::DL], dO[G::DL];
+  lane_load<HD>(q, qkv + row * W + static_cast<std::size_t>(h) * hd, g, hd, live);
+  lane_load<HD>(dO, dout + row * out_w + static_cast<std::size_t>(h) * hd, g, hd, live);
   const std::size_t st = static_cast<std::size_t>(bh) * T + pos;  // this row's index in (B,H,T)
   const float m = live ? stats[2 * st] : 0.0f, inv = live ? stats[2 * st + 1] : 0.0f;
   const int keys_needed = t0 + nrows;
-  float s[kTile], dp[kTile];
-  float D = 0.0f;
+  float s[G::NS], dp[G::NS];
+  float D = 0.0f;  // this lane's keys, then the group's sum
   for (int key0 = 0; key0 < keys_needed; key0 += kTile) {
     __syncthreads();
     const int nk = min(kTile, T - key0);
-    tile_load<HD, kTile>(Kt, k + key0 * W, W, nk, hd);
-    tile_load<HD, kTile>(Vt, v + key0 * W, W, nk, hd);
+    tile_load<HD>(Kt, k + key0 * W, W, nk, hd);
+    tile_load<HD>(Vt, v + key0 * W, W, nk, hd);
     __syncthreads();
     if (!live || key0 > pos) continue;
     const int n = min(kTile, pos - key0 + 1);
-    row_dots2<kRows>(s, Qt, Kt, dp, dOt, Vt, r, hd);
+    tile_scores<HD>(s, q, Kt, g, mask);
+    tile_scores<HD>(dp, dO, Vt, g, mask);
 #pragma unroll
-    for (int j = 0; j < kTile; ++j)
-      if (j < n) D += expf(s[j] * scale - m) * inv * dp[j];
+    for (int i = 0; i < G::NS; ++i)
+      if (g + G::L * i < n) D += expf(s[i] * scale - m) * inv * dp[i];
   }
-  float dq[HD];
+  if (live) D = group_sum<G::L>(D, mask);
+  float dq[G::DL];
 #pragma unroll
-  for (int d = 0; d < HD; ++d) dq[d] = 0.0f;
+  for (int c = 0; c < G::DL; ++c) dq[c] = 0.0f;
   for (int key0 = 0; key0 < keys_needed; key0 += kTile) {
     __syncthreads();
     const int nk = min(kTile, T - key0);
-    tile_load<HD, kTile>(Kt, k + key0 * W, W, nk, hd);
-    tile_load<HD, kTile>(Vt, v + key0 * W, W, nk, hd);
+    tile_load<HD>(Kt, k + key0 * W, W, nk, hd);
+    tile_load<HD>(Vt, v + key0 * W, W, nk, hd);
     __syncthreads();
     if (!live || key0 > pos) continue;
     const int n = min(kTile, pos - key0 + 1);
-    row_dots2<kRows>(s, Qt, Kt, dp, dOt, Vt, r, hd);
+    tile_scores<HD>(s, q, Kt, g, mask);
+    tile_scores<HD>(dp, dO, Vt, g, mask);
 #pragma unroll
-    for (int j = 0; j < kTile; ++j)
-      if (j < n) {
-        const float p = expf(s[j] * scale - m) * inv;
-        S[j * kRows + r] = p * (dp[j] - D) * scale;
-      }
-    row_accumulate<HD>(dq, S, r, Kt, 0, n);
+    for (int i = 0; i < G::NS; ++i) {
+      const int j = g + G::L * i;
+      const float p = expf(s[i] * scale - m) * inv;
+      S[j] = j < n ? p * (dp[i] - D) * scale : 0.0f;
+    }
+    __syncwarp(mask);
+    lane_accumulate<HD>(dq, S, Kt, g, 0, n);
+    __syncwarp(mask);
   }
-  if (live) Dbuf[st] = D;
-  __syncthreads();
-  if (live) {
-#pragma unroll
-    for (int d = 0; d < HD; ++d) Qt[tile_index<kRows>(d, r)] = dq[d];
-  }
-  __syncthreads();
-  tile_store<HD, kRows>(dqkv + row0 * W + static_cast<std::size_t>(h) * hd, W, Qt, nrows, hd);
+  if (!live) return;
+  if (g == 0) Dbuf[st] = D;
+  lane_store<HD>(dqkv + row * W + static_cast<std::size_t>(h) * hd, dq, g, hd);
 }
 
 template <int HD>
 constexpr std::size_t dkdv_smem_floats() {
-  return 2 * static_cast<std::size_t>(HD) * kRows + 2 * static_cast<std::size_t>(HD) * kTile +
-         2 * kTile * kRows + 3 * kTile;
+  return 2 * static_cast<std::size_t>(HD) * kTile + 2 * kRows * kPStride + 3 * kTile;
 }
 
-// What the dk/dv kernels read and write. part: with grouped heads (H > KV) the scratch after D,
+// What the dk/dv kernel reads and writes. part: with grouped heads (H > KV) the scratch after D,
 // (2, B, H, T, hd): each query head's own dk and dv sums (Note [cuda attention group sums]).
 struct DkdvArgs {
   float* dqkv;
@@ -415,117 +474,82 @@ struct DkdvArgs {
 // increasing head order (the first sum plus the second, plus the third, ...). With H == KV the
 // blocks write dqkv directly. Either way the order is fixed by the shape alone.
 
-// This thread's column of p (kDV) and dS (kDK) for query rows [I0, I0 + kTile / 2) of the tile
-// within [i_begin, i_end): P[i * kRows + r], S[i * kRows + r].
-template <bool kDK, bool kDV, int I0>
-__device__ __forceinline__ void dkdv_probs(float* P, float* S, const float* Kt, const float* Vt, const float* Qt,
-                                           const float* dOt, const float* Ms, const float* Is, const float* Ds, int r,
-                                           int hd, int i_begin, int i_end, float scale) {
-  constexpr int N = kTile / 2;
-  float s[N], dp[N];
-  if constexpr (kDK)
-    row_dots2<kRows, N, I0>(s, Kt, Qt, dp, Vt, dOt, r, hd);
-  else
-    row_dots<kRows, N, I0>(s, Kt, r, Qt, hd);
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const int i = I0 + k;
-    if (i >= i_begin && i < i_end) {
-      const float p = expf(s[k] * scale - Ms[i]) * Is[i];
-      if constexpr (kDV) P[i * kRows + r] = p;
-      if constexpr (kDK) S[i * kRows + r] = p * (dp[k] - Ds[i]) * scale;
-    }
-  }
-}
-
-// The dk rows (kDK) and/or the dv rows (kDV) for kRows key rows of one (batch, kv head) from one
-// query head's rows, queries increasing (Note [cuda attention rows]): into dqkv when H == KV, into
-// that head's sums in a.part otherwise (Note [cuda attention group sums]). Block `block` of
-// B * H * ceil(T / kRows), the first key tiles first (they have the most queries).
-template <int HD, bool kDK, bool kDV>
-__device__ __forceinline__ void dkdv_rows(float* sm, const DkdvArgs& a, unsigned block) {
-  float* Kt = sm;                                           // (HD, kRows) key rows, later dk rows
-  float* Vt = Kt + static_cast<std::size_t>(HD) * kRows;    // (HD, kRows) value rows, later dv rows
-  float* Qt = Vt + static_cast<std::size_t>(HD) * kRows;    // (HD, kTile) query rows of the tile
-  float* dOt = Qt + static_cast<std::size_t>(HD) * kTile;   // (HD, kTile) their dout rows
-  float* P = dOt + static_cast<std::size_t>(HD) * kTile;    // (kTile, kRows) each thread's p column
-  float* S = P + kTile * kRows;                             // (kTile, kRows) each thread's dS column
-  float* Ms = S + kTile * kRows;                            // (kTile) the query rows' max
-  float* Is = Ms + kTile;                                   // (kTile) their 1 / sum
-  float* Ds = Is + kTile;                                   // (kTile) their D
+// The dk and dv rows for kRows key rows of one (batch, kv head) from one query head's rows,
+// queries increasing (Note [cuda attention rows]): into dqkv when H == KV, into that head's sums in
+// a.part otherwise (Note [cuda attention group sums]). Block: one of B * H * ceil(T / kRows), the
+// first key tiles first (they have the most queries).
+template <int HD>
+__global__ void __launch_bounds__(Lanes<HD>::NT, 512 / Lanes<HD>::NT) attention_backward_dkdv_kernel(DkdvArgs a) {
+  using G = Lanes<HD>;
+  extern __shared__ float4 attention_smem[];
+  float* Qt = reinterpret_cast<float*>(attention_smem);    // (kTile, HD) query rows of the tile
+  float* dOt = Qt + static_cast<std::size_t>(HD) * kTile;  // (kTile, HD) their dout rows
+  float* Ms = dOt + static_cast<std::size_t>(HD) * kTile;  // (kTile) the query rows' max
+  float* Is = Ms + kTile;                                  // (kTile) their 1 / sum
+  float* Ds = Is + kTile;                                  // (kTile) their D
+  const int r = threadIdx.x / G::L, g = threadIdx.x % G::L;
+  float* P = Ds + kTile + r * kPStride;                    // the group's p row
+  float* S = P + kRows * kPStride;                         // the group's dS row
+  const unsigned mask = group_mask<G::L>();
   const int T = a.T, H = a.H, KV = a.KV, hd = a.hd, group = H / KV;
   const std::size_t W = static_cast<std::size_t>(H + 2 * KV) * hd, out_w = static_cast<std::size_t>(H) * hd;
-  const int bh = static_cast<int>(block % (a.B * H)), tile = static_cast<int>(block / (a.B * H));
+  const int bh = static_cast<int>(blockIdx.x % (a.B * H)), tile = static_cast<int>(blockIdx.x / (a.B * H));
   const int b = bh / H, h = bh % H, kvh = h / group;
   const int k0 = tile * kRows, nkeys = min(kRows, T - k0);
-  const int r = threadIdx.x, kpos = k0 + r;
+  const int kpos = k0 + r;
   const bool live = r < nkeys;
   const std::size_t row0 = static_cast<std::size_t>(b) * T;  // the batch's first row
-  const std::size_t krow0 = row0 + k0;
-  tile_load<HD, kRows>(Kt, a.qkv + krow0 * W + static_cast<std::size_t>(H + kvh) * hd, W, nkeys, hd);
-  tile_load<HD, kRows>(Vt, a.qkv + krow0 * W + static_cast<std::size_t>(H + KV + kvh) * hd, W, nkeys, hd);
-  float dk[kDK ? HD : 1], dv[kDV ? HD : 1];
+  const std::size_t krow = row0 + kpos;                      // this key row in (B,T)
+  float kr[G::DL], vr[G::DL], dk[G::DL], dv[G::DL];
+  lane_load<HD>(kr, a.qkv + krow * W + static_cast<std::size_t>(H + kvh) * hd, g, hd, live);
+  lane_load<HD>(vr, a.qkv + krow * W + static_cast<std::size_t>(H + KV + kvh) * hd, g, hd, live);
 #pragma unroll
-  for (int d = 0; d < (kDK ? HD : 1); ++d) dk[d] = 0.0f;
-#pragma unroll
-  for (int d = 0; d < (kDV ? HD : 1); ++d) dv[d] = 0.0f;
+  for (int c = 0; c < G::DL; ++c) dk[c] = dv[c] = 0.0f;
   const std::size_t st0 = static_cast<std::size_t>(bh) * T;  // row 0 of this head in (B,H,T)
   for (int i0 = k0; i0 < T; i0 += kTile) {  // k0 is a multiple of kTile: query tiles from the block's first key
     __syncthreads();
     const int nq = min(kTile, T - i0);
-    tile_load<HD, kTile>(Qt, a.qkv + (row0 + i0) * W + static_cast<std::size_t>(h) * hd, W, nq, hd);
-    tile_load<HD, kTile>(dOt, a.dout + (row0 + i0) * out_w + static_cast<std::size_t>(h) * hd, out_w, nq, hd);
-    if (r < kTile) {
-      const bool q_live = r < nq;
-      Ms[r] = q_live ? a.stats[2 * (st0 + i0 + r)] : 0.0f;
-      Is[r] = q_live ? a.stats[2 * (st0 + i0 + r) + 1] : 0.0f;
-      Ds[r] = q_live ? a.D[st0 + i0 + r] : 0.0f;
+    tile_load<HD>(Qt, a.qkv + (row0 + i0) * W + static_cast<std::size_t>(h) * hd, W, nq, hd);
+    tile_load<HD>(dOt, a.dout + (row0 + i0) * out_w + static_cast<std::size_t>(h) * hd, out_w, nq, hd);
+    if (static_cast<int>(threadIdx.x) < kTile) {
+      const int i = threadIdx.x;
+      const bool q_live = i < nq;
+      Ms[i] = q_live ? a.stats[2 * (st0 + i0 + i)] : 0.0f;
+      Is[i] = q_live ? a.stats[2 * (st0 + i0 + i) + 1] : 0.0f;
+      Ds[i] = q_live ? a.D[st0 + i0 + i] : 0.0f;
     }
     __syncthreads();
     if (!live || kpos >= i0 + nq) continue;  // no query of this tile attends to this key
     const int i_begin = max(0, kpos - i0), i_end = nq;
-    // p and dS of the tile's two halves in turn (fewer live registers beside dk and dv).
-    if (i_begin < kTile / 2)
-      dkdv_probs<kDK, kDV, 0>(P, S, Kt, Vt, Qt, dOt, Ms, Is, Ds, r, hd, i_begin, i_end, a.scale);
-    if (i_end > kTile / 2)
-      dkdv_probs<kDK, kDV, kTile / 2>(P, S, Kt, Vt, Qt, dOt, Ms, Is, Ds, r, hd, i_begin, i_end, a.scale);
-    if constexpr (kDV) row_accumulate<HD>(dv, P, r, dOt, i_begin, i_end);
-    if constexpr (kDK) row_accumulate<HD>(dk, S, r, Qt, i_begin, i_end);
-  }
-  __syncthreads();
-  if (live) {
-    if constexpr (kDK) {
+    float s[G::NS], dp[G::NS];
+    tile_scores<HD>(s, kr, Qt, g, mask);
+    tile_scores<HD>(dp, vr, dOt, g, mask);
 #pragma unroll
-      for (int d = 0; d < HD; ++d) Kt[tile_index<kRows>(d, r)] = dk[d];
+    for (int t = 0; t < G::NS; ++t) {
+      const int i = g + G::L * t;
+      const bool in = i >= i_begin && i < i_end;
+      const float p = expf(s[t] * a.scale - Ms[i]) * Is[i];
+      P[i] = in ? p : 0.0f;
+      S[i] = in ? p * (dp[t] - Ds[i]) * a.scale : 0.0f;
     }
-    if constexpr (kDV) {
-#pragma unroll
-      for (int d = 0; d < HD; ++d) Vt[tile_index<kRows>(d, r)] = dv[d];
-    }
+    __syncwarp(mask);
+    lane_accumulate<HD>(dv, P, dOt, g, i_begin, i_end);
+    lane_accumulate<HD>(dk, S, Qt, g, i_begin, i_end);
+    __syncwarp(mask);
   }
-  __syncthreads();
-  // Rows of dk at dk_out + r * stride, of dv at dv_out + r * stride.
+  if (!live) return;
+  // This key row's dk at dk_out, dv at dv_out.
   float *dk_out, *dv_out;
-  std::size_t stride;
   if (group > 1) {
     const std::size_t part_floats = static_cast<std::size_t>(a.B) * H * T * hd;
-    dk_out = a.part + (static_cast<std::size_t>(bh) * T + k0) * hd;
+    dk_out = a.part + (static_cast<std::size_t>(bh) * T + kpos) * hd;
     dv_out = dk_out + part_floats;
-    stride = static_cast<std::size_t>(hd);
   } else {
-    dk_out = a.dqkv + krow0 * W + static_cast<std::size_t>(H + kvh) * hd;
-    dv_out = a.dqkv + krow0 * W + static_cast<std::size_t>(H + KV + kvh) * hd;
-    stride = W;
+    dk_out = a.dqkv + krow * W + static_cast<std::size_t>(H + kvh) * hd;
+    dv_out = a.dqkv + krow * W + static_cast<std::size_t>(H + KV + kvh) * hd;
   }
-  if constexpr (kDK) tile_store<HD, kRows>(dk_out, stride, Kt, nkeys, hd);
-  if constexpr (kDV) tile_store<HD, kRows>(dv_out, stride, Vt, nkeys, hd);
-}
-
-// The dk rows (kDK) and/or the dv rows (kDV) of B * H * ceil(T / kRows) key blocks.
-template <int HD, bool kDK, bool kDV>
-__global__ void __launch_bounds__(kRows) attention_backward_dkdv_kernel(DkdvArgs a) {
-  extern __shared__ float4 attention_smem[];
-  dkdv_rows<HD, kDK, kDV>(reinterpret_cast<float*>(attention_smem), a, blockIdx.x);
+  lane_store<HD>(dk_out, dk, g, hd);
+  lane_store<HD>(dv_out, dv, g, hd);
 }
 
 // dk and dv of dqkv = the sums of the group's per-head sums in a.part, heads increasing (Note
@@ -565,13 +589,15 @@ void check_shape(const char* what, int B, int T, int H, int KV, int hd) {
 // The scale of the scores, computed as the CPU computes it (kernels/cpu/attention.cpp).
 float score_scale(int hd) { return 1.0f / std::sqrt(static_cast<float>(hd)); }
 
-// Launches kernel with `floats` of dynamic shared memory (opting in above the default 48 KiB).
+// Launches kernel with `threads` per block and `floats` of dynamic shared memory (opting in above
+// the default 48 KiB).
 template <class Kernel, class... Args>
-void launch(const CudaContext& ctx, Kernel kernel, std::size_t blocks, std::size_t floats, Args... args) {
+void launch(const CudaContext& ctx, Kernel kernel, std::size_t blocks, int threads, std::size_t floats,
+            Args... args) {
   const std::size_t bytes = floats * sizeof(float);
   STRATUM_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  kernel<<<static_cast<unsigned>(blocks), kRows, bytes, ctx.stream>>>(args...);
+  kernel<<<static_cast<unsigned>(blocks), threads, bytes, ctx.stream>>>(args...);
   STRATUM_CUDA_LAUNCHED();
 }
 
@@ -599,8 +625,8 @@ void forward_launch(const CudaContext& ctx, float* out, float* stats, const floa
   if (blocks == 0) return;
   const float scale = score_scale(hd);
   dispatch_head_dim(hd, [&]<int HD>() {
-    launch(ctx, attention_forward_kernel<HD>, blocks, forward_smem_floats<HD>(), out, stats, qkv, B, T, H, KV, hd,
-           scale);
+    launch(ctx, attention_forward_kernel<HD>, blocks, Lanes<HD>::NT, forward_smem_floats<HD>(), out, stats, qkv, B,
+           T, H, KV, hd, scale);
   });
 }
 
@@ -612,14 +638,9 @@ void backward_launch(const CudaContext& ctx, float* dqkv, float* scratch, const 
   const float scale = score_scale(hd);
   DkdvArgs a{dqkv, scratch + static_cast<std::size_t>(B) * H * T, scratch, dout, qkv, stats, B, T, H, KV, hd, scale};
   dispatch_head_dim(hd, [&]<int HD>() {
-    launch(ctx, attention_backward_dq_kernel<HD>, blocks, dq_smem_floats<HD>(), dqkv, scratch, dout, qkv, stats, B, T,
-           H, KV, hd, scale);
-    if constexpr (HD <= 64) {
-      launch(ctx, attention_backward_dkdv_kernel<HD, true, true>, blocks, dkdv_smem_floats<HD>(), a);
-    } else {  // dk and dv rows of 128 floats each do not fit one thread's registers together
-      launch(ctx, attention_backward_dkdv_kernel<HD, false, true>, blocks, dkdv_smem_floats<HD>(), a);
-      launch(ctx, attention_backward_dkdv_kernel<HD, true, false>, blocks, dkdv_smem_floats<HD>(), a);
-    }
+    launch(ctx, attention_backward_dq_kernel<HD>, blocks, Lanes<HD>::NT, dq_smem_floats<HD>(), dqkv, scratch, dout,
+           qkv, stats, B, T, H, KV, hd, scale);
+    launch(ctx, attention_backward_dkdv_kernel<HD>, blocks, Lanes<HD>::NT, dkdv_smem_floats<HD>(), a);
   });
   if (H > KV) {  // Note [cuda attention group sums]
     const std::size_t n = 2 * static_cast<std::size_t>(B) * T * KV * hd;
@@ -637,8 +658,8 @@ void cached_launch(const CudaContext& ctx, float* out, const float* q, const flo
   if (blocks == 0) return;
   const float scale = score_scale(hd);
   dispatch_head_dim(hd, [&]<int HD>() {
-    launch(ctx, attention_cached_kernel<HD>, blocks, forward_smem_floats<HD>(), out, q, kcache, vcache, B, Tn, past,
-           max_T, H, KV, hd, scale);
+    launch(ctx, attention_cached_kernel<HD>, blocks, Lanes<HD>::NT, forward_smem_floats<HD>(), out, q, kcache, vcache,
+           B, Tn, past, max_T, H, KV, hd, scale);
   });
 }
 
