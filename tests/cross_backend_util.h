@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,18 @@ struct DeviceVec {
   T* d() const { return dev.as<T>(); }
   std::size_t size() const { return host.size(); }
 };
+
+// Every element of got has want's bits (memcmp, so NaNs and signed zeros count); the first
+// difference is reported.
+template <class T>
+void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+      ADD_FAILURE() << what << ": bits differ at element " << i << ": " << got[i] << " vs " << want[i];
+      return;
+    }
+}
 
 class CrossBackend {
  public:

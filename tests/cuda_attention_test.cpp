@@ -34,6 +34,7 @@ namespace {
 using test::CrossBackend;
 using test::DeviceVec;
 using test::expect_close;
+using test::expect_same_bits;
 using test::TestRng;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -75,15 +76,6 @@ AttRun gpu_run(const CrossBackend& xb, const Shape& s, const std::vector<float>&
   xb.gpu().attention_backward(d_dqkv.d(), d_scratch.d(), d_dout.d(), d_qkv.d(), d_stats.d(), s.B, s.T, s.H, s.KV,
                               s.hd);
   return {CrossBackend::down(d_out), CrossBackend::down(d_stats), CrossBackend::down(d_dqkv)};
-}
-
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      ADD_FAILURE() << what << ": bits differ at element " << i << ": " << got[i] << " vs " << want[i];
-      return;
-    }
 }
 
 void expect_matches_cpu(const CrossBackend& xb, const Shape& s, TestRng& rng) {

@@ -31,6 +31,7 @@ namespace {
 using test::CrossBackend;
 using test::DeviceVec;
 using test::expect_close;
+using test::expect_same_bits;
 using test::TestRng;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -45,16 +46,6 @@ std::vector<float> down(const DeviceVec<float>& v) { return CrossBackend::down(v
 
 std::string shape_tag(const char* op, int N, int C) {
   return std::string(op) + " N=" + std::to_string(N) + " C=" + std::to_string(C);
-}
-
-void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      ADD_FAILURE() << what << ": bits differ at element " << i << ": " << got[i] << " vs " << want[i];
-      return;
-    }
-  }
 }
 
 // ---- layernorm ---------------------------------------------------------------------------------

@@ -22,16 +22,6 @@ namespace {
 
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-template <class T>
-void expect_same_bits(const std::vector<T>& got, const std::vector<T>& ref, const char* what) {
-  ASSERT_EQ(got.size(), ref.size()) << what;
-  std::size_t diffs = 0, first = 0;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &ref[i], sizeof(T)) != 0 && diffs++ == 0) first = i;
-  EXPECT_EQ(diffs, 0u) << what << ": first differing element " << first << " got " << got[first] << " want "
-                       << ref[first];
-}
-
 std::vector<std::uint16_t> to_bf16(const std::vector<float>& x) {
   std::vector<std::uint16_t> out(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) out[i] = f32_to_bf16(x[i]);

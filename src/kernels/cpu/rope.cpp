@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "core/simd.h"
+#include "ops/elementwise_math.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -26,17 +27,9 @@ void rope_rows(float* x, std::size_t r0, std::size_t r1, int T, int heads, int h
       float* lo = x + r * row_stride + static_cast<std::size_t>(h) * hd;  // (hd/2) first half
       float* hi = lo + half;                                                // (hd/2) second half
       if (!transpose) {
-        for (int i = 0; i < half; ++i) {
-          const float a = lo[i], bb = hi[i];
-          lo[i] = a * c[i] - bb * s[i];
-          hi[i] = bb * c[i] + a * s[i];
-        }
+        for (int i = 0; i < half; ++i) rope_rotate(lo[i], hi[i], c[i], s[i], false);
       } else {
-        for (int i = 0; i < half; ++i) {
-          const float a = lo[i], bb = hi[i];
-          lo[i] = a * c[i] + bb * s[i];
-          hi[i] = bb * c[i] - a * s[i];
-        }
+        for (int i = 0; i < half; ++i) rope_rotate(lo[i], hi[i], c[i], s[i], true);
       }
     }
   }

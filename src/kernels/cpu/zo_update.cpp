@@ -3,22 +3,14 @@
 
 #include "core/simd.h"
 #include "core/zo_noise.h"
+#include "ops/elementwise_math.h"
 
 namespace stratum {
 
 namespace {
 STRATUM_SIMD_CLONES
 void zo_range(float* x, std::size_t i0, std::size_t i1, std::uint64_t first, const float* table, ZoUpdate u) {
-  for (std::size_t i = i0; i < i1; ++i) {
-    float p = x[i];
-    if (u.update) {
-      const float z = zo_z(table, u.update_key, first + i);
-      p = p + z * u.eps;
-      p = p - u.lr * (u.g * z + u.weight_decay * p);
-    }
-    if (u.perturb) p = p + zo_z(table, u.perturb_key, first + i) * u.scale;
-    x[i] = p;
-  }
+  for (std::size_t i = i0; i < i1; ++i) x[i] = zo_element(x[i], table, first + i, u);
 }
 }  // namespace
 

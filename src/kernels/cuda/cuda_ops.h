@@ -12,8 +12,11 @@
 // (no TF32: CUBLAS_DEFAULT_MATH with reduced-precision reductions disallowed) with a fixed
 // workspace on one stream, which NVIDIA documents as bitwise reproducible on one GPU model.
 // Compiled with -fmad=false and no fast math. So the bits depend only on the GPU model, not on
-// the run; they differ from the CPU's (other summation orders, no FMA in cuBLAS's absence of
-// ours), within the tolerances the op tests state.
+// the run. Ops whose CPU arithmetic is a fixed expression or order share it (simd::exp_f32 and
+// tanh_f32, ops/elementwise_math.h, the dropout mask, the zo noise; the same per-element orders in
+// rowdot, column sums, embeddings, sum_squares) and give the CPU's bits; the rest (cuBLAS,
+// attention, norm rows, cross-entropy) sum in other orders, within the tolerances the op tests
+// state.
 #pragma once
 
 #include <memory>

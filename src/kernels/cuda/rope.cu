@@ -3,6 +3,7 @@
 // positions are the caller's to keep below the table's max_pos (the model checks the context
 // length), and a position outside the table leaves its row unrotated rather than read outside it.
 #include "kernels/cuda/cuda_context.cuh"
+#include "ops/elementwise_math.h"
 #include "ops/rope_table.h"
 
 namespace stratum {
@@ -25,14 +26,7 @@ __global__ void rope_kernel(float* x, int B, int T, int heads, int hd, std::size
   const float c = cos_table[static_cast<std::size_t>(pos) * half + i];
   const float s = sin_table[static_cast<std::size_t>(pos) * half + i];
   float* lo = x + r * row_stride + static_cast<std::size_t>(h) * hd;
-  const float a = lo[i], bb = lo[i + half];
-  if (!transpose) {
-    lo[i] = a * c - bb * s;
-    lo[i + half] = bb * c + a * s;
-  } else {
-    lo[i] = a * c + bb * s;
-    lo[i + half] = bb * c - a * s;
-  }
+  rope_rotate(lo[i], lo[i + half], c, s, transpose);
 }
 
 void rope_apply(CudaContext& ctx, float* x, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,

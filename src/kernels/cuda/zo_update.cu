@@ -1,8 +1,9 @@
 // Zeroth-order perturbation and update of the CUDA backend: z from the device copy of the CPU's
-// table (CudaContext::zo_normal_table) through the same zo_z (core/zo_noise.h), and the CPU's
-// expression (kernels/cpu/zo_update.h), so the same bits.
+// table (CudaContext::zo_normal_table) and the CPU's element expression (ops/elementwise_math.h), so
+// the same bits.
 #include "core/zo_noise.h"
 #include "kernels/cuda/cuda_context.cuh"
+#include "ops/elementwise_math.h"
 
 namespace stratum {
 
@@ -11,14 +12,7 @@ namespace {
 __global__ void zo_kernel(float* x, std::size_t n, std::uint64_t first, const float* table, ZoUpdate u) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  float p = x[i];
-  if (u.update) {
-    const float z = zo_z(table, u.update_key, first + i);
-    p = p + z * u.eps;
-    p = p - u.lr * (u.g * z + u.weight_decay * p);
-  }
-  if (u.perturb) p = p + zo_z(table, u.perturb_key, first + i) * u.scale;
-  x[i] = p;
+  x[i] = zo_element(x[i], table, first + i, u);
 }
 
 }  // namespace
