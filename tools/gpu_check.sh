@@ -17,7 +17,7 @@ if [[ -n $libs ]]; then
   export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -e $d/libcublas.so.13 ]] && export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+  [[ -e $d/libcublas.so.13 ]] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 build/stratum version | tee -a "$out/gpu.txt"

@@ -39,11 +39,17 @@ const CudaBackendApi* cuda_api(std::string* why) {
       dir = dir.substr(0, dir.find_last_of('/') + 1);
       path = dir + "libstratum_cuda.so";
     }
+    if (::access(path.c_str(), R_OK) != 0) {
+      failure = "[backend.cuda] this build's CUDA backend " + path +
+                " is missing: keep libstratum_cuda.so beside the stratum binary (or set STRATUM_CUDA_LIB), or use "
+                "--backend cpu";
+      return;
+    }
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* err = dlerror();
       failure = "[backend.cuda] cannot load the CUDA backend " + path + " (" + (err ? err : "unknown error") +
-                "): install the CUDA runtime libraries (cuBLAS 13) or use the CPU";
+                "): install the CUDA runtime libraries it was built with (cuBLAS), or use --backend cpu";
       return;
     }
     using Entry = const CudaBackendApi* (*)();

@@ -127,11 +127,11 @@ class Decoder {
   std::unique_ptr<Gpt2Activations> gpt2_acts_;
   std::unique_ptr<LlamaActivations> llama_acts_;
   std::unique_ptr<RopeTable> rope_;
-  OpsBuffer lora_u_;
+  OpsBuffer lora_u_;  // (rows, r): an adapter's x A^T (generate --adapter), else empty
   // Off the host: the step's tokens, past and (slot-ordered) positions in the ops' memory, and
   // the logits before their download; empty on the CPU.
   OpsBuffer dev_ints_;
-  OpsBuffer dev_logits_;  // (rows, r): an adapter's x A^T (generate --adapter), else empty
+  OpsBuffer dev_logits_;
   StepSchedule schedule_;
   std::vector<int> group_layer_, group_head_vocab_;
   int group_head_ = 0;

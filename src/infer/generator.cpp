@@ -76,6 +76,12 @@ struct Sequence {
 
 GenerateResult generate_run(const GenerateOptions& o,
                             const std::function<void(int, std::int32_t, const std::string&)>& on_token) {
+  STRATUM_CHECK(o.backend == Backend::Cpu || o.mem_budget_bytes == 0, "[generate] --backend ", backend_name(o.backend),
+                " keeps the weights and KV caches in GPU memory: drop --mem-budget (a GPU memory budget is not there "
+                "yet), or generate with --backend cpu under the budget");
+  STRATUM_CHECK(o.backend == Backend::Cpu || o.precision == Precision::Fp32, "[generate] --backend ",
+                backend_name(o.backend), " computes in fp32 only for now: drop --precision bf16");
+  if (std::string why; !backend_available(o.backend, &why)) throw Error(why);  // before the model is read
   STRATUM_CHECK(o.max_tokens >= 0, "[generate] --max-tokens must be >= 0, got ", o.max_tokens);
   STRATUM_CHECK(o.temperature >= 0.0, "[generate] --temperature must be >= 0 (0 = greedy), got ", o.temperature);
   STRATUM_CHECK(o.top_k >= 0, "[generate] --top-k must be >= 0 (0 = off), got ", o.top_k);
@@ -138,11 +144,6 @@ GenerateResult generate_run(const GenerateOptions& o,
   UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), UnitSet::Inference, bf16);
   std::unique_ptr<SegmentStore> store;
   const std::size_t fixed = Decoder::fixed_bytes_for(*ops, cfg, batch, max_ctx);
-  STRATUM_CHECK(o.backend == Backend::Cpu || o.mem_budget_bytes == 0, "[generate] --backend ", backend_name(o.backend),
-                " keeps the weights and KV caches in GPU memory: drop --mem-budget (a GPU memory budget is not there "
-                "yet), or generate with --backend cpu under the budget");
-  STRATUM_CHECK(o.backend == Backend::Cpu || o.precision == Precision::Fp32, "[generate] --backend ",
-                backend_name(o.backend), " computes in fp32 only for now: drop --precision bf16");
   if (o.mem_budget_bytes > 0) {
     const std::size_t need = fixed + Decoder::min_store_bytes(units);
     auto mib = [](std::size_t b) {  // rounded up, in a unit --mem-budget takes

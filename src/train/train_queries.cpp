@@ -6,6 +6,7 @@
 #include <utility>
 #include <variant>
 
+#include "backend/backend.h"
 #include "core/file_util.h"
 #include "plan/planner.h"
 #include "stratum/error.h"
@@ -93,6 +94,7 @@ void train_options_check(const TrainOptions& o) {
                 "there yet), or train with --backend cpu under the budget");
   STRATUM_CHECK(o.backend == Backend::Cpu || o.precision == Precision::Fp32, "[train] --backend ",
                 backend_name(o.backend), " computes in fp32 only for now: drop --precision bf16");
+  if (std::string why; !backend_available(o.backend, &why)) throw Error(why);  // after the conflicts above, before any data is read
 }
 
 }  // namespace stratum

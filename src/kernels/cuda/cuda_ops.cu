@@ -15,6 +15,8 @@ namespace {
 
 constexpr std::size_t kBlasWorkspaceBytes = 32u << 20;  // fixed, so cuBLAS picks the same algorithms every run
 
+__global__ void probe_kernel(int* out) { *out = 42; }
+
 struct DeviceProbe {
   bool ok = false;
   std::string why;
@@ -47,14 +49,30 @@ const DeviceProbe& probe() {
       return r;
     }
     // This build's kernels are machine code for one architecture family (CMAKE_CUDA_ARCHITECTURES);
-    // a kernel that cannot load fails at its first launch: try one now.
-    void* probe_mem = nullptr;
-    if (cudaMalloc(&probe_mem, 256) != cudaSuccess || cudaMemset(probe_mem, 0, 256) != cudaSuccess) {
+    // a kernel that cannot load fails at its first launch: run one now.
+    int* probe_mem = nullptr;
+    if (cudaMalloc(&probe_mem, 256) != cudaSuccess) {
       r.why = std::string("[backend.cuda] CUDA device 0 (") + prop.name + ") cannot allocate memory";
       cudaGetLastError();
       return r;
     }
+    int seen = 0;
+    probe_kernel<<<1, 1>>>(probe_mem);
+    const cudaError_t launched = cudaGetLastError();
+    if (launched == cudaSuccess) cudaMemcpy(&seen, probe_mem, sizeof seen, cudaMemcpyDeviceToHost);
     cudaFree(probe_mem);
+    if (launched != cudaSuccess || seen != 42) {
+      char text[320];
+      std::snprintf(text, sizeof text,
+                    "[backend.cuda] %s (sm_%d%d) cannot run this build's kernels (%s): rebuild with "
+                    "-DCMAKE_CUDA_ARCHITECTURES=%d%d",
+                    prop.name, prop.major, prop.minor,
+                    launched != cudaSuccess ? cudaGetErrorString(launched) : "the probe kernel wrote nothing",
+                    prop.major, prop.minor);
+      r.why = text;
+      cudaGetLastError();
+      return r;
+    }
     int driver = 0;
     cudaDriverGetVersion(&driver);
     char text[256];
@@ -85,7 +103,8 @@ void* cuda_alloc(std::size_t bytes) {
     std::size_t free_bytes = 0, total = 0;
     cudaMemGetInfo(&free_bytes, &total);
     STRATUM_FAIL("[backend.cuda] cannot allocate ", bytes, " bytes of GPU memory (", free_bytes,
-                 " free): use a smaller batch or budget (", cudaGetErrorString(err), ")");
+                 " free): lower --batch/--seq or the model size, or run with --backend cpu --mem-budget (",
+                 cudaGetErrorString(err), ")");
   }
   return p;
 }

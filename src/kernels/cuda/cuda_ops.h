@@ -1,6 +1,6 @@
 // The CUDA backend of the ops seam (ops/ops.h): each op runs the kernel of the same name in this
 // folder (one .cu per op, cuBLAS for the matrix products) on one CUDA stream of the current
-// device. Pointers are device memory (backend_alloc in backend/backend.h), the integer index
+// device. Pointers are device memory (Ops::memory_alloc, Note [ops memory]), the integer index
 // arrays (tokens, targets, past, pos0) included; AdamWHyper, ZoUpdate and RopeTable stay host
 // values (the rope and z tables are copied to the device once and cached). Ops are queued in call
 // order on the stream and return before they finish, except sum_squares (it returns a value).
