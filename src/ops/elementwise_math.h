@@ -1,14 +1,15 @@
 // The per-element arithmetic of the ops that both backends compute with the same expression
-// (AdamW, the zeroth-order update, the rotary rotation): one definition, STRATUM_HOST_DEVICE, so
-// the CPU kernels (kernels/cpu) and the CUDA kernels (kernels/cuda) give the same bits by
-// construction (Note [cuda determinism] in kernels/cuda/cuda_ops.h). Scalar code, no loops: each
-// backend loops its own way. Does not touch memory beyond its arguments.
+// (AdamW, the zeroth-order update, the rotary rotation, GELU, SwiGLU): one definition,
+// STRATUM_HOST_DEVICE, so the CPU kernels (kernels/cpu) and the CUDA kernels (kernels/cuda) give
+// the same bits by construction (Note [cuda determinism] in kernels/cuda/cuda_ops.h). Scalar
+// code, no loops: each backend loops its own way. Does not touch memory beyond its arguments.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "core/host_device.h"
+#include "core/simd.h"
 #include "core/zo_noise.h"
 #include "ops/ops.h"
 
@@ -59,6 +60,33 @@ STRATUM_HOST_DEVICE inline float zo_element(float p, const float* table, std::ui
   }
   if (u.perturb) p = p + zo_z(table, u.perturb_key, i) * u.scale;
   return p;
+}
+
+// GELU, tanh form (kernels/cpu/gelu.h): forward, and dout * gelu'(x), with simd::tanh_f32.
+STRATUM_HOST_DEVICE inline float gelu_element(float x) {
+  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + simd::tanh_f32(u));
+}
+STRATUM_HOST_DEVICE inline float gelu_grad_element(float x, float dout) {
+  const float k = 0.7978845608028654f, c = 0.044715f;
+  const float u = k * (x + c * x * x * x);
+  const float t = simd::tanh_f32(u);
+  const float du = k * (1.0f + 3.0f * c * x * x);
+  const float grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+  return dout * grad;
+}
+
+// SwiGLU (kernels/cpu/swiglu.h): silu(gate) * up, and its gradients in torch's silu_backward order
+// (dy read before either output is written, so they may alias dout).
+STRATUM_HOST_DEVICE inline float swiglu_element(float gate, float up) {
+  return gate / (1.0f + simd::exp_f32(-gate)) * up;
+}
+STRATUM_HOST_DEVICE inline void swiglu_grad_element(float dy, float x, float u, float& dgate, float& dup) {
+  const float denom = 1.0f + simd::exp_f32(-x);
+  const float sig = 1.0f / denom;
+  const float silu = x / denom;  // the forward's value
+  dup = dy * silu;
+  dgate = (dy * u) * sig * (1.0f + x * (1.0f - sig));
 }
 
 // The rotate-half rotation of one (lo, hi) pair by cos c, sin s, or by its transpose (kernels/cpu/rope.h).

@@ -2,32 +2,19 @@
 #include "kernels/cpu/gelu.h"
 
 #include "core/simd.h"
+#include "ops/elementwise_math.h"
 
 namespace stratum {
 
 namespace {
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
-
 STRATUM_SIMD_CLONES
 void gelu_forward_range(float* out, const float* inp, std::size_t i0, std::size_t i1) {
-  for (std::size_t i = i0; i < i1; ++i) {
-    const float x = inp[i];
-    const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    out[i] = 0.5f * x * (1.0f + simd::tanh_f32(u));
-  }
+  for (std::size_t i = i0; i < i1; ++i) out[i] = gelu_element(inp[i]);
 }
 
 STRATUM_SIMD_CLONES
 void gelu_backward_range(float* dinp, const float* inp, const float* dout, std::size_t i0, std::size_t i1) {
-  for (std::size_t i = i0; i < i1; ++i) {
-    const float x = inp[i];
-    const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-    const float t = simd::tanh_f32(u);
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    const float grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-    dinp[i] = dout[i] * grad;
-  }
+  for (std::size_t i = i0; i < i1; ++i) dinp[i] = gelu_grad_element(inp[i], dout[i]);
 }
 }  // namespace
 

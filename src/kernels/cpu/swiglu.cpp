@@ -3,6 +3,7 @@
 #include "kernels/cpu/swiglu.h"
 
 #include "core/simd.h"
+#include "ops/elementwise_math.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -10,11 +11,7 @@ namespace stratum {
 namespace {
 STRATUM_SIMD_CLONES
 void swiglu_forward_range(float* out, const float* gate, const float* up, std::size_t i0, std::size_t i1) {
-  for (std::size_t i = i0; i < i1; ++i) {
-    const float x = gate[i];
-    const float silu = x / (1.0f + simd::exp_f32(-x));
-    out[i] = silu * up[i];
-  }
+  for (std::size_t i = i0; i < i1; ++i) out[i] = swiglu_element(gate[i], up[i]);
 }
 
 // silu'(x) = sig(x) * (1 + x * (1 - sig(x))), applied to dy * up in torch's silu_backward
@@ -23,12 +20,10 @@ STRATUM_SIMD_CLONES
 void swiglu_backward_range(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                            std::size_t i0, std::size_t i1) {
   for (std::size_t i = i0; i < i1; ++i) {
-    const float dy = dout[i], x = gate[i], u = up[i];
-    const float denom = 1.0f + simd::exp_f32(-x);
-    const float sig = 1.0f / denom;
-    const float silu = x / denom;  // the forward's value
-    dup[i] = dy * silu;
-    dgate[i] = (dy * u) * sig * (1.0f + x * (1.0f - sig));
+    float dg, du;
+    swiglu_grad_element(dout[i], gate[i], up[i], dg, du);
+    dup[i] = du;
+    dgate[i] = dg;
   }
 }
 }  // namespace

@@ -1,32 +1,21 @@
-// GELU (tanh form) of the CUDA backend: the CPU's expression with the CPU's tanh (simd::tanh_f32,
-// one definition for both), so the same bits (kernels/cpu/gelu.h).
+// GELU (tanh form) of the CUDA backend: the CPU's element expressions (ops/elementwise_math.h, one
+// definition for both), so the same bits (kernels/cpu/gelu.h).
 #include "core/simd.h"
 #include "kernels/cuda/cuda_context.cuh"
+#include "ops/elementwise_math.h"
 
 namespace stratum {
 
 namespace {
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
-
 __global__ void gelu_forward_kernel(float* out, const float* inp, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const float x = inp[i];
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  out[i] = 0.5f * x * (1.0f + simd::tanh_f32(u));
+  if (i < n) out[i] = gelu_element(inp[i]);
 }
 
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const float x = inp[i];
-  const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  const float t = simd::tanh_f32(u);
-  const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-  const float grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-  dinp[i] = dout[i] * grad;
+  if (i < n) dinp[i] = gelu_grad_element(inp[i], dout[i]);
 }
 
 }  // namespace

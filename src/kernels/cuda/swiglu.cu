@@ -1,7 +1,8 @@
-// SwiGLU of the CUDA backend: the CPU's expressions with the CPU's exp (simd::exp_f32, one
-// definition for both), so the same bits (kernels/cpu/swiglu.h).
+// SwiGLU of the CUDA backend: the CPU's element expressions (ops/elementwise_math.h, one definition
+// for both), so the same bits (kernels/cpu/swiglu.h).
 #include "core/simd.h"
 #include "kernels/cuda/cuda_context.cuh"
+#include "ops/elementwise_math.h"
 
 namespace stratum {
 
@@ -9,10 +10,7 @@ namespace {
 
 __global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const float x = gate[i];
-  const float silu = x / (1.0f + simd::exp_f32(-x));
-  out[i] = silu * up[i];
+  if (i < n) out[i] = swiglu_element(gate[i], up[i]);
 }
 
 // dout[i] is read before dgate[i] / dup[i] are written, so either may be dout itself.
@@ -20,12 +18,10 @@ __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* do
                                        std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const float dy = dout[i], x = gate[i], u = up[i];
-  const float denom = 1.0f + simd::exp_f32(-x);
-  const float sig = 1.0f / denom;
-  const float silu = x / denom;
-  dup[i] = dy * silu;
-  dgate[i] = (dy * u) * sig * (1.0f + x * (1.0f - sig));
+  float dg, du;
+  swiglu_grad_element(dout[i], gate[i], up[i], dg, du);
+  dup[i] = du;
+  dgate[i] = dg;
 }
 
 }  // namespace
