@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "core/thread_pool.h"
+#include "ops/ops_buffer.h"
 #include "test_util.h"
 
 namespace stratum::test {
@@ -26,11 +27,19 @@ namespace stratum::test {
       GTEST_SKIP() << stratum_why_;                                         \
   } while (0)
 
-// A host vector mirrored in device memory.
+// The GPU Ops of every cross-backend test: one per process, so one stream orders the uploads, the
+// ops under test and the downloads.
+inline const Ops& test_gpu_ops() {
+  static ThreadPool pool(1);
+  static const std::unique_ptr<Ops> ops = ops_make(pool, Precision::Fp32, Backend::Cuda);
+  return *ops;
+}
+
+// A host vector mirrored in the GPU Ops' memory.
 template <class T>
 struct DeviceVec {
   std::vector<T> host;
-  BackendMemory dev;
+  OpsBuffer dev;
   T* d() const { return dev.as<T>(); }
   std::size_t size() const { return host.size(); }
 };
@@ -49,17 +58,16 @@ void expect_same_bits(const std::vector<T>& got, const std::vector<T>& want, con
 
 class CrossBackend {
  public:
-  CrossBackend() : pool_(2), cpu_(ops_make(pool_)), gpu_(ops_make(pool_, Precision::Fp32, Backend::Cuda)) {}
-  explicit CrossBackend(Precision p) : pool_(2), cpu_(ops_make(pool_, p)), gpu_(ops_make(pool_, p, Backend::Cuda)) {}
+  CrossBackend() : pool_(2), cpu_(ops_make(pool_)) {}
   const Ops& cpu() const { return *cpu_; }
-  const Ops& gpu() const { return *gpu_; }
+  const Ops& gpu() const { return test_gpu_ops(); }
 
   // A device copy of `host`.
   template <class T>
   static DeviceVec<T> up(std::vector<T> host) {
     const std::size_t bytes = host.size() * sizeof(T);
-    DeviceVec<T> v{std::move(host), BackendMemory(Backend::Cuda, bytes == 0 ? 1 : bytes)};
-    backend_upload(Backend::Cuda, v.dev.data(), v.host.data(), v.host.size() * sizeof(T));
+    DeviceVec<T> v{std::move(host), OpsBuffer(test_gpu_ops(), bytes == 0 ? 1 : bytes)};
+    test_gpu_ops().upload(v.dev.data(), v.host.data(), bytes);
     return v;
   }
   // n device elements, each `fill` (a NaN for outputs an op must overwrite).
@@ -71,13 +79,13 @@ class CrossBackend {
   template <class T>
   static std::vector<T> down(const DeviceVec<T>& v) {
     std::vector<T> out(v.host.size());
-    backend_download(Backend::Cuda, out.data(), v.dev.data(), out.size() * sizeof(T));
+    test_gpu_ops().download(out.data(), v.dev.data(), out.size() * sizeof(T));
     return out;
   }
 
  private:
   ThreadPool pool_;
-  std::unique_ptr<Ops> cpu_, gpu_;
+  std::unique_ptr<Ops> cpu_;
 };
 
 }  // namespace stratum::test

@@ -1,14 +1,11 @@
-// ops_make, backend memory and the backends' library settings; see backend.h.
+// ops_make and the backends' library settings; see backend.h.
 #include "backend/backend.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
-#include <new>
-#include <utility>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/matmul.h"
@@ -114,66 +111,6 @@ std::unique_ptr<Ops> ops_make(ThreadPool& pool, Precision precision, Backend bac
 #endif
   }
   return std::make_unique<CpuOps>(pool, precision);
-}
-
-BackendMemory::BackendMemory(Backend backend, std::size_t bytes) : backend_(backend), bytes_(bytes) {
-  if (bytes == 0) return;
-  if (backend == Backend::Cuda) {
-#ifdef STRATUM_WITH_CUDA
-    std::string why;
-    if (!backend_available(backend, &why)) throw Error(why);
-    data_ = cuda_api_or_throw().alloc(bytes);
-    return;
-#else
-    std::string why;
-    backend_available(backend, &why);
-    throw Error(why);
-#endif
-  }
-  data_ = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!data_) throw std::bad_alloc();
-}
-
-BackendMemory::~BackendMemory() {
-  if (!data_) return;
-#ifdef STRATUM_WITH_CUDA
-  if (backend_ == Backend::Cuda) {
-    cuda_api_or_throw().free(data_);
-    return;
-  }
-#endif
-  std::free(data_);
-}
-
-BackendMemory::BackendMemory(BackendMemory&& other) noexcept
-    : backend_(other.backend_), data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-
-BackendMemory& BackendMemory::operator=(BackendMemory&& other) noexcept {
-  if (this != &other) {
-    BackendMemory dead(std::move(*this));
-    backend_ = other.backend_;
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
-void backend_upload(Backend backend, void* dst, const void* src_host, std::size_t bytes) {
-  if (bytes == 0) return;
-#ifdef STRATUM_WITH_CUDA
-  if (backend == Backend::Cuda) return cuda_api_or_throw().upload(dst, src_host, bytes);
-#endif
-  (void)backend;
-  std::memcpy(dst, src_host, bytes);
-}
-
-void backend_download(Backend backend, void* dst_host, const void* src, std::size_t bytes) {
-  if (bytes == 0) return;
-#ifdef STRATUM_WITH_CUDA
-  if (backend == Backend::Cuda) return cuda_api_or_throw().download(dst_host, src, bytes);
-#endif
-  (void)backend;
-  std::memcpy(dst_host, src, bytes);
 }
 
 std::string backend_precision_note(Precision precision) {

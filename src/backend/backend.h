@@ -2,11 +2,9 @@
 // the process-wide settings of the backend's libraries. The only place that names a backend's
 // kernels; model, exec, train and infer code include this, never a kernels/ header. A second
 // backend (kernels/cuda) adds a Backend value and a branch here, nothing else above the seam.
-// Also the memory the backend computes in (backend_alloc) and the copies between it and host RAM.
 // Does not run kernels itself.
 #pragma once
 
-#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -33,32 +31,6 @@ std::string backend_inventory();
 // outlive it. A backend that is not available throws Error with backend_available's reason.
 std::unique_ptr<Ops> ops_make(ThreadPool& pool, Precision precision = Precision::Fp32, Backend backend = Backend::Cpu);
 
-// Memory `backend` computes in (RAM for the CPU, device memory for CUDA), at least 64-byte
-// aligned, uninitialised; owned, move-only.
-class BackendMemory {
- public:
-  BackendMemory() = default;
-  BackendMemory(Backend backend, std::size_t bytes);
-  ~BackendMemory();
-  BackendMemory(BackendMemory&& other) noexcept;
-  BackendMemory& operator=(BackendMemory&& other) noexcept;
-  BackendMemory(const BackendMemory&) = delete;
-  BackendMemory& operator=(const BackendMemory&) = delete;
-  void* data() const { return data_; }
-  template <class T>
-  T* as() const { return static_cast<T*>(data_); }
-  std::size_t bytes() const { return bytes_; }
-  Backend backend() const { return backend_; }
-
- private:
-  Backend backend_ = Backend::Cpu;
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-// Copies between host RAM and `backend`'s memory. A download waits for every op queued on the
-// backend before it, so it sees their results.
-void backend_upload(Backend backend, void* dst, const void* src_host, std::size_t bytes);
-void backend_download(Backend backend, void* dst_host, const void* src, std::size_t bytes);
 // Whether `precision` runs at full speed here; false: a line for the user saying why not.
 std::string backend_precision_note(Precision precision);
 

@@ -86,4 +86,13 @@ RopeTable::RopeTable(int head_dim, int max_pos, double theta, const RopeScaling&
     }
 }
 
+void rope_check_shape(const RopeTable& table, int B, int T, int heads, int hd, std::size_t row_stride) {
+  STRATUM_CHECK(hd == table.head_dim(), "[kernels.rope] head size ", hd, " does not match the table's head_dim ",
+                table.head_dim());
+  STRATUM_CHECK(B >= 0 && T >= 0 && heads >= 0, "[kernels.rope] B, T, heads must be >= 0, got ", B, ", ", T, ", ",
+                heads);
+  STRATUM_CHECK(row_stride >= static_cast<std::size_t>(heads) * hd || B * T <= 1,
+                "[kernels.rope] row_stride ", row_stride, " is smaller than heads * hd = ", heads * hd);
+}
+
 }  // namespace stratum

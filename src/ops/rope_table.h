@@ -50,4 +50,9 @@ class RopeTable {
   std::vector<float> sin_;  // (max_pos, head_dim/2) fp32
 };
 
+// Throws Error (one line) unless rope_forward/rope_backward can rotate `heads` vectors of hd
+// floats in B*T rows row_stride apart with `table`: hd is the table's head_dim, the counts are
+// >= 0, the rows do not overlap. Both backends call it before touching memory.
+void rope_check_shape(const RopeTable& table, int B, int T, int heads, int hd, std::size_t row_stride);
+
 }  // namespace stratum

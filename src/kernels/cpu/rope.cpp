@@ -37,12 +37,7 @@ void rope_rows(float* x, std::size_t r0, std::size_t r1, int T, int heads, int h
 
 void rope_apply(ThreadPool& pool, float* x, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
                 const RopeTable& table, bool transpose) {
-  STRATUM_CHECK(hd == table.head_dim(), "[kernels.rope] head size ", hd, " does not match the table's head_dim ",
-                table.head_dim());
-  STRATUM_CHECK(B >= 0 && T >= 0 && heads >= 0, "[kernels.rope] B, T, heads must be >= 0, got ", B, ", ", T, ", ",
-                heads);
-  STRATUM_CHECK(row_stride >= static_cast<std::size_t>(heads) * hd || B * T <= 1,
-                "[kernels.rope] row_stride ", row_stride, " is smaller than heads * hd = ", heads * hd);
+  rope_check_shape(table, B, T, heads, hd, row_stride);
   if (B == 0 || T == 0 || heads == 0) return;
   for (int b = 0; b < B; ++b) {
     const int first = pos0 != nullptr ? pos0[b] : 0;

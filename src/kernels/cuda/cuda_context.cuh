@@ -35,6 +35,10 @@
 
 namespace stratum {
 
+// Device memory: cudaMalloc'd, at least 256-byte aligned. Throws Error when there is not enough.
+// (Ops::memory_alloc, the tables and the cuBLAS workspace; cuda_ops.cu.)
+void* cuda_alloc(std::size_t bytes);
+
 struct CudaContext {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;

@@ -109,21 +109,6 @@ void* cuda_alloc(std::size_t bytes) {
   return p;
 }
 
-void cuda_free(void* p) noexcept { cudaFree(p); }
-
-void cuda_upload(void* dst_device, const void* src_host, std::size_t bytes) {
-  STRATUM_CUDA_CHECK(cudaDeviceSynchronize());
-  STRATUM_CUDA_CHECK(cudaMemcpy(dst_device, src_host, bytes, cudaMemcpyHostToDevice));
-  STRATUM_CUDA_CHECK(cudaDeviceSynchronize());  // a pageable upload may still be in flight when cudaMemcpy returns
-}
-
-void cuda_download(void* dst_host, const void* src_device, std::size_t bytes) {
-  STRATUM_CUDA_CHECK(cudaDeviceSynchronize());
-  STRATUM_CUDA_CHECK(cudaMemcpy(dst_host, src_device, bytes, cudaMemcpyDeviceToHost));
-}
-
-void cuda_synchronize() { STRATUM_CUDA_CHECK(cudaDeviceSynchronize()); }
-
 const CudaContext::RopeCopy& CudaContext::rope_copy(const RopeTable& table) {
   std::lock_guard<std::mutex> lock(tables_mutex);
   const int half = table.head_dim() / 2;
@@ -226,12 +211,7 @@ namespace {
 stratum::Ops* make_cuda_ops(stratum::Precision precision) { return new stratum::CudaOps(precision); }
 const stratum::CudaBackendApi kApi{stratum::CudaBackendApi::kVersion,
                                    stratum::cuda_device_available,
-                                   stratum::cuda_device_describe,
-                                   stratum::cuda_alloc,
-                                   stratum::cuda_free,
-                                   stratum::cuda_upload,
-                                   stratum::cuda_download,
-                                   make_cuda_ops};
+                                   stratum::cuda_device_describe, make_cuda_ops};
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const stratum::CudaBackendApi* stratum_cuda_api() { return &kApi; }

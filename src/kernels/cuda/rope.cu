@@ -31,12 +31,7 @@ __global__ void rope_kernel(float* x, int B, int T, int heads, int hd, std::size
 
 void rope_apply(CudaContext& ctx, float* x, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
                 const RopeTable& table, bool transpose) {
-  STRATUM_CHECK(hd == table.head_dim(), "[kernels.rope] head size ", hd, " does not match the table's head_dim ",
-                table.head_dim());
-  STRATUM_CHECK(B >= 0 && T >= 0 && heads >= 0, "[kernels.rope] B, T, heads must be >= 0, got ", B, ", ", T, ", ",
-                heads);
-  STRATUM_CHECK(row_stride >= static_cast<std::size_t>(heads) * hd || B * T <= 1,
-                "[kernels.rope] row_stride ", row_stride, " is smaller than heads * hd = ", heads * hd);
+  rope_check_shape(table, B, T, heads, hd, row_stride);
   const std::size_t total = static_cast<std::size_t>(B) * T * heads * (hd / 2);
   if (total == 0) return;
   const CudaContext::RopeCopy& c = ctx.rope_copy(table);
