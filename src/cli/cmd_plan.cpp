@@ -21,6 +21,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
             concat_specs(model_flag_specs(),
                          {{"batch", "B", "sequences per step (default 4)"},
                           {"seq", "T", "tokens per sequence (default 64)"},
+                          {"grad-accum", "N", "micro-batches of B sequences per step, as for train (default 1)"},
                           {"grad-clip", "X", "as for train: 0 = off, which lets updates overlap the backward (default 1.0)"},
                           {"activations", "MODE", "auto (default) | recompute | offload | keep, as for train"},
                           {"mem-budget", "SIZE", "the memory budget to plan for, e.g. 512M or 4G (default: all in RAM)"},
@@ -52,6 +53,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.seq = static_cast<int>(args.integer("seq", 64, 1, 1 << 20));
   STRATUM_CHECK(r.seq <= r.config.n_ctx, "[plan] --seq ", r.seq, " is longer than the model context n_ctx=",
                 r.config.n_ctx, "; use --seq <= ", r.config.n_ctx);
+  r.grad_accum = static_cast<int>(args.integer("grad-accum", 1, 1, 65536));
   r.grad_clip = args.number("grad-clip", 1.0);
   STRATUM_CHECK(r.grad_clip >= 0, "[cli] --grad-clip must be >= 0 (0 = off), got ", r.grad_clip);
   r.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;
@@ -65,6 +67,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.precision = precision_parse(args.str("precision", "fp32"));
   r.zeroth_order = train_optimizer_parse(args.str("optimizer", "adamw")) == TrainOptimizer::ZoSgd;
   r.activations = plan_activations_resolve(activation_policy_parse(args.str("activations", "auto")), r.zeroth_order);
+  STRATUM_CHECK(r.grad_accum == 1 || !r.zeroth_order,
+                "[plan] --grad-accum sums backpropagated gradients, and --optimizer zo-sgd has none; drop one of them");
   r.lora = lora_config_make(r.config.arch, static_cast<int>(args.integer("lora-r", 0, 0, 65536)),
                             args.number("lora-alpha", 16.0), args.str("lora-targets"), args.flag("lora-rslora"),
                             args.number("lora-dropout", 0.0));

@@ -57,7 +57,8 @@ ActivationPolicy activation_policy_parse(const std::string& text) {
 }
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
-                   ActivationPolicy activations, OptimizerMode mode, Precision precision, Backend backend)
+                   ActivationPolicy activations, OptimizerMode mode, Precision precision, Backend backend,
+                   int micro_batches)
     : ops_(ops_make(pool, precision, backend)),
       cfg_(config),
       units_(units),
@@ -73,11 +74,14 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
               activations == ActivationPolicy::Keep ? config.n_layer : activations == ActivationPolicy::Offload ? 0 : 1,
               &units.layout(), units.param_bf16()),
       head_scratch_(*ops_, config, max_batch * max_seq, precision),
-      schedule_(units.count()) {
+      schedule_(units.count()),
+      micro_batches_(micro_batches) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");
   STRATUM_ASSERT(units.act_floats() >= activation_unit_floats(config, max_batch, max_seq));
   STRATUM_ASSERT(activations != ActivationPolicy::Auto);
+  STRATUM_ASSERT(micro_batches >= 1 && (micro_batches == 1 || mode != OptimizerMode::ZerothOrder));
+  STRATUM_ASSERT(units.grad_sum() == (micro_batches > 1));
   STRATUM_ASSERT((activations == ActivationPolicy::Offload) ==
                  (units.internals_floats() > 0 &&
                   units.internals_floats() >= internals_unit_floats(config, max_batch, max_seq, units.layout())));
@@ -213,50 +217,67 @@ void Executor::schedule_build() {
   // parameters and write no gradients, and the embedding's backward has nothing to compute.
   auto trainable = [&](int s) { return layout_.trainable(s); };
   const bool pipelined = mode_ == OptimizerMode::Pipelined;
-  forward_groups_add([&](int s) { if (pipelined && trainable(s)) opt_group(s); }, [](int) { return A::Read; });
-  forward_end_ = schedule_.group_count();
-  const std::vector<UnitUse> head_in = {{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}};
-  for (int k = 0; k < nv; ++k) {
-    const int v = layout_.head_vocab_segment(k);
-    std::vector<UnitUse> uses = {{unit(v, K::Params), A::Read}};
-    if (trainable(v)) uses.push_back({unit(v, K::Grads), A::Overwrite});
-    schedule_.group_add(std::move(uses), W::HeadBackward, v, k);
-  }
-  std::vector<UnitUse> head_end = head_in;
-  if (trainable(head)) head_end.push_back({unit(head, K::Grads), A::Overwrite});
-  schedule_.group_add(std::move(head_end), W::HeadEnd, head);
   const bool overlap = mode_ == OptimizerMode::Overlapped;
-  auto overlap_update = [&](int s) {
-    if (overlap && trainable(s)) opt_group(s);
-  };
-  overlap_update(head);
-  if (!tied)
-    for (int k = 0; k < nv; ++k) overlap_update(layout_.head_vocab_segment(k));
-  for (int l = L - 1; l >= 0; --l) {
-    const int s = layout_.layer_segment(l);
-    std::vector<UnitUse> uses = chunks({{unit(s, K::Activations), A::Read}}, s, K::Params, A::Read);
-    // Update, not Read: the backward recomputes a norm's statistics into it (the same values).
-    // Its next use overwrites it, so it is dropped, never written back.
-    if (const int u = units_.find(s, K::Internals); u >= 0) uses.push_back({u, A::Update});
-    if (trainable(s)) uses = chunks(std::move(uses), s, K::Grads, A::Overwrite);
-    if (layout_.has_lora()) {
-      const int a = layout_.lora_segment(l);
-      uses = chunks(chunks(std::move(uses), a, K::Params, A::Read), a, K::Grads, A::Overwrite);
-    }
-    schedule_.group_add(std::move(uses), W::LayerBackward, s, l);
-    overlap_update(s);
-    if (layout_.has_lora()) overlap_update(layout_.lora_segment(l));
-  }
-  if (trainable(embed)) {
-    schedule_.group_add({{unit(embed, K::Grads), A::Overwrite}}, W::EmbedBackward, embed);
-    overlap_update(embed);
+  const int N = micro_batches_;
+  micro_begin_.clear();
+  for (int mb = 0; mb < N; ++mb) {  // Note [gradient accumulation]
+    micro_begin_.push_back(schedule_.group_count());
+    forward_groups_add([&](int s) { if (pipelined && mb == 0 && trainable(s)) opt_group(s); },
+                       [](int) { return A::Read; });
+    if (mb == 0) forward_end_ = schedule_.group_count();
+    const std::vector<UnitUse> head_in = {{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}};
     for (int k = 0; k < nv; ++k) {
-      const int v = layout_.vocab_segment(k);
-      // Tied: adds to the head's gradient; untied: the embedding's is the only one.
-      schedule_.group_add({{unit(v, K::Grads), tied ? A::Update : A::Overwrite}}, W::VocabBackward, v, k);
-      overlap_update(v);
+      const int v = layout_.head_vocab_segment(k);
+      std::vector<UnitUse> uses = {{unit(v, K::Params), A::Read}};
+      if (trainable(v)) uses.push_back({unit(v, K::Grads), A::Overwrite});
+      schedule_.group_add(std::move(uses), W::HeadBackward, v, k);
     }
-  }
+    std::vector<UnitUse> head_end = head_in;
+    if (trainable(head)) head_end.push_back({unit(head, K::Grads), A::Overwrite});
+    schedule_.group_add(std::move(head_end), W::HeadEnd, head);
+    // Segment s's gradients of this micro-batch are complete: fold them into the sum; after the
+    // last micro-batch they are final, and Overlapped queues the update.
+    auto grads_done = [&](int s) {
+      if (!trainable(s)) return;
+      if (N > 1) {
+        std::vector<UnitUse> uses;  // chunk by chunk: grads, grad_sum (kGradAccumChunkUses)
+        for (int c = 0; c < units_.chunk_count(s, K::Grads); ++c) {
+          uses.push_back({unit(s, K::Grads, c), mb == N - 1 ? A::Update : A::Read});
+          uses.push_back({unit(s, K::GradSum, c), mb == 0 ? A::Overwrite : mb == N - 1 ? A::Read : A::Update});
+        }
+        schedule_.group_add(std::move(uses), W::GradAccum, s, mb);
+      }
+      if (overlap && mb == N - 1) opt_group(s);
+    };
+    grads_done(head);
+    if (!tied)
+      for (int k = 0; k < nv; ++k) grads_done(layout_.head_vocab_segment(k));
+    for (int l = L - 1; l >= 0; --l) {
+      const int s = layout_.layer_segment(l);
+      std::vector<UnitUse> uses = chunks({{unit(s, K::Activations), A::Read}}, s, K::Params, A::Read);
+      // Update, not Read: the backward recomputes a norm's statistics into it (the same values).
+      // Its next use overwrites it, so it is dropped, never written back.
+      if (const int u = units_.find(s, K::Internals); u >= 0) uses.push_back({u, A::Update});
+      if (trainable(s)) uses = chunks(std::move(uses), s, K::Grads, A::Overwrite);
+      if (layout_.has_lora()) {
+        const int a = layout_.lora_segment(l);
+        uses = chunks(chunks(std::move(uses), a, K::Params, A::Read), a, K::Grads, A::Overwrite);
+      }
+      schedule_.group_add(std::move(uses), W::LayerBackward, s, l);
+      grads_done(s);
+      if (layout_.has_lora()) grads_done(layout_.lora_segment(l));
+    }
+    if (trainable(embed)) {
+      schedule_.group_add({{unit(embed, K::Grads), A::Overwrite}}, W::EmbedBackward, embed);
+      grads_done(embed);
+      for (int k = 0; k < nv; ++k) {
+        const int v = layout_.vocab_segment(k);
+        // Tied: adds to the head's gradient; untied: the embedding's is the only one.
+        schedule_.group_add({{unit(v, K::Grads), tied ? A::Update : A::Overwrite}}, W::VocabBackward, v, k);
+        grads_done(v);
+      }
+    }
+  }  // micro-batches
   compute_end_ = schedule_.group_count();
   if (mode_ == OptimizerMode::Inline)
     for (int s : forward_segments_)
@@ -267,7 +288,7 @@ void Executor::schedule_build() {
   std::vector<int> last(static_cast<std::size_t>(layout_.segment_count()), -1);
   for (int g = 0; g < G; ++g) {
     if (schedule_.group_work(g) == W::Optimizer) continue;
-    for (const UnitUse& use : schedule_.group(g))
+    for (const UnitUse& use : schedule_.group(g))  // with micro-batches: the last GradAccum group
       if (units_.kind(use.unit) == K::Grads && use.access != A::Read) last[units_.segment(use.unit)] = g;
   }
   final_at_.assign(static_cast<std::size_t>(G), {});
@@ -313,6 +334,10 @@ void Executor::group_run(int g, Pass& pass) {
     }
     return;
   }
+  if (work == GroupWork::GradAccum) {
+    grad_accum_run(g, pass);
+    return;
+  }
   at(g);
   // A pass without a backward (loss, logits) has no reader for the internals it writes: they are
   // Scratch there, so a tiered store neither writes them behind nor keeps them dirty.
@@ -337,7 +362,37 @@ void Executor::group_run(int g, Pass& pass) {
     group_compute(g, holds, pass);
   }
   if (pass.kind == PassKind::Train)
-    for (int s : final_at_[g]) grads_final(s, holds.chunks(s, SegmentKind::Grads));
+    for (int s : final_at_[g]) {
+      float* const* chunks = holds.chunks(s, SegmentKind::Grads);
+      for (int c = 0; c < units_.chunk_count(s, SegmentKind::Grads); ++c) grads_final(s, c, chunks[c]);
+    }
+}
+
+void Executor::grad_accum_run(int g, const Pass& pass) {
+  STRATUM_ASSERT(pass.kind == PassKind::Train);
+  at(g);
+  const int s = schedule_.group_segment(g), mb = schedule_.group_item(g);
+  const bool final = !final_at_[g].empty();
+  TraceSpan span(trace_, TraceRecorder::kCompute, "backward", trace_ != nullptr ? group_name(g, pass) : std::string(),
+                 tag(GroupWork::GradAccum));
+  const std::vector<UnitUse>& uses = schedule_.group(g);
+  for (std::size_t i = 0; i < uses.size(); i += kGradAccumChunkUses) {
+    {
+      const GroupHolds holds(*store_, uses.data() + i, kGradAccumChunkUses);
+      const int c = units_.chunk(uses[i].unit);
+      float* const grads = holds.data(s, SegmentKind::Grads, c);
+      float* const sum = holds.data(s, SegmentKind::GradSum, c);
+      const std::size_t n = layout_.segments()[s].chunk_floats(c);
+      if (mb == 0)
+        ops_->copy(sum, grads, n);
+      else if (mb < micro_batches_ - 1)
+        ops_->add(sum, sum, grads, n);
+      else
+        ops_->add(grads, sum, grads, n);
+      if (final) grads_final(s, c, grads);
+    }
+    store_->schedule_refresh();  // this chunk was released: load further ahead
+  }
 }
 
 std::string Executor::group_name(int g, const Pass& pass) const {
@@ -353,6 +408,7 @@ std::string Executor::group_name(int g, const Pass& pass) const {
     case GroupWork::LayerBackward: return seg + " backward";
     case GroupWork::EmbedBackward: return "embed backward";
     case GroupWork::VocabBackward: return seg + " embed backward";
+    case GroupWork::GradAccum: return seg + " grads micro-batch " + std::to_string(schedule_.group_item(g));
     case GroupWork::Optimizer: return seg + " AdamW";
   }
   return seg;
@@ -418,7 +474,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       gpt2_head_backward_block(*ops_, cfg_, holds.data(s, K::Params),
                                layout_.trainable(s) ? holds.data(s, K::Grads) : nullptr,
                                layout_.vocab_row0(item), layout_.vocab_rows(item), p.targets, BT, item == 0,
-                               head_scratch_);
+                               head_scratch_, p.mean_rows);
       return;
     case GroupWork::HeadEnd: {
       const float* params = holds.data(s, K::Params);
@@ -454,9 +510,10 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
                                      C);
       return;
     }
+    case GroupWork::GradAccum:
     case GroupWork::Optimizer: break;
   }
-  STRATUM_ASSERT(false);  // Optimizer groups are run by group_run()
+  STRATUM_ASSERT(false);  // GradAccum and Optimizer groups are run by group_run()
 }
 
 LoraChunks Executor::lora_chunks(const GroupHolds& holds, int layer, bool grads, const Pass& pass) const {
@@ -467,13 +524,18 @@ LoraChunks Executor::lora_chunks(const GroupHolds& holds, int layer, bool grads,
           pass.kind == PassKind::Train && layout_.lora().dropout > 0, dropout_step_key_};
 }
 
-void Executor::lora_dropout_step(std::uint64_t seed, long step) { dropout_step_key_ = dropout_step_key(seed, step); }
+void Executor::lora_dropout_step(std::uint64_t seed, long step) {
+  dropout_step_key_ = dropout_step_key(seed, step);
+  dropout_seed_ = seed;
+  dropout_step_ = step;
+}
 
-void Executor::grads_final(int segment, float* const* grad_chunks) {
+void Executor::grads_final(int segment, int chunk, const float* grads) {
   const SegmentLayout& seg = layout_.segments()[segment];
   for (std::size_t t = 0; t < seg.tensors.size(); ++t) {
     const TensorSlot& slot = seg.tensors[t];
-    grad_squares_[segment][t] = ops_->sum_squares(grad_chunks[slot.chunk] + seg.offset_in_chunk(slot), slot.numel);
+    if (slot.chunk != chunk) continue;
+    grad_squares_[segment][t] = ops_->sum_squares(grads + seg.offset_in_chunk(slot), slot.numel);
   }
 }
 
@@ -491,13 +553,22 @@ void Executor::tokens_stage(const std::int32_t*& inputs, const std::int32_t*& ta
 
 float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool queue_updates,
                            const AdamWHyper& hyper, double weight_decay) {
-  tokens_stage(inputs, targets, B * T);
-  Pass pass{PassKind::Train, inputs, targets, B, T, queue_updates, hyper, weight_decay};
-  const std::size_t stride = dacts_.size_bytes() / sizeof(float) / 2;
-  pass.dcur = dacts_.as_f32();
-  pass.dnext = dacts_.as_f32() + stride;
-  run(0, compute_end_, pass);
-  return pass.loss;
+  const int BT = B * T;
+  double total = 0.0;  // the micro-batches' losses, in order (Note [gradient accumulation])
+  for (int mb = 0; mb < micro_batches_; ++mb) {
+    const std::int32_t* in = inputs + static_cast<std::size_t>(mb) * BT;
+    const std::int32_t* tg = targets + static_cast<std::size_t>(mb) * BT;
+    tokens_stage(in, tg, BT);
+    if (micro_batches_ > 1) dropout_step_key_ = dropout_step_key(dropout_seed_, dropout_step_ * micro_batches_ + mb);
+    Pass pass{PassKind::Train, in, tg, B, T, queue_updates, hyper, weight_decay};
+    pass.mean_rows = micro_batches_ * BT;
+    const std::size_t stride = dacts_.size_bytes() / sizeof(float) / 2;
+    pass.dcur = dacts_.as_f32();
+    pass.dnext = dacts_.as_f32() + stride;
+    run(micro_begin_[mb], mb + 1 < micro_batches_ ? micro_begin_[mb + 1] : compute_end_, pass);
+    total += pass.loss;
+  }
+  return static_cast<float>(total / micro_batches_);
 }
 
 float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {

@@ -39,6 +39,21 @@
 // pass 2; its update waits, pending, for the next step's pass 1, or for sync(), loss() or
 // logits_last(), which apply it in a pass over the parameters alone (the same elementwise
 // arithmetic: the same bits wherever it lands).
+// Note [gradient accumulation]: with micro_batches N > 1 (--grad-accum N), a training step runs
+// the forward, head and backward groups N times, once per micro-batch of (B, T) tokens (the
+// inputs and targets hold the N micro-batches back to back), then updates once. Each
+// micro-batch's head backward scales by 1 / (N*B*T), so its gradients are its share of the mean
+// loss over the global batch. After the group that completes a segment's gradients in micro-batch
+// k, a GradAccum group folds them into the segment's GradSum units, chunk by chunk: k = 0 copies
+// (GradSum = Grads), 0 < k < N-1 adds (GradSum += Grads), k = N-1 writes Grads = GradSum + Grads.
+// So Grads then hold ((g0 + g1) + ...) + g(N-1), summed in micro-batch order whatever runs them,
+// and the norm, the clipping and AdamW read them as with one batch (the last GradAccum group is
+// where Note [gradients final] declares them final). Optimizer groups sit where they do with one
+// micro-batch: in the first one's forward (Pipelined), after the last one's backward
+// (Overlapped), after everything (Inline). The step's loss is the mean of the micro-batch losses,
+// summed in double in order. N = 1 has no GradSum units and no GradAccum groups: its bits are the
+// same as before accumulation existed. Micro-batch k of step t draws LoRA dropout with pass
+// index t*N + k (Note [lora dropout] in model/lora.h). Not with zeroth-order steps.
 #pragma once
 
 #include <cstdint>
@@ -120,9 +135,11 @@ class Executor {
   // backend: where the ops run (backend/backend.h); off the CPU every buffer is the backend's
   // (Note [ops memory]), the tokens are uploaded each pass, the attached store must hand out that
   // memory (MirrorSegmentStore) and AdamW runs on the executor's own Ops in schedule order.
+  // micro_batches: of (max_batch, max_seq) each per training step (Note [gradient accumulation]);
+  // above 1 the unit table needs GradSum units.
   Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute, OptimizerMode mode = OptimizerMode::Inline,
-           Precision precision = Precision::Fp32, Backend backend = Backend::Cpu);
+           Precision precision = Precision::Fp32, Backend backend = Backend::Cpu, int micro_batches = 1);
   Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute);
   ~Executor();
@@ -141,7 +158,10 @@ class Executor {
   std::size_t min_store_bytes() const;
   const StepSchedule& schedule() const { return schedule_; }
 
+  int micro_batches() const { return micro_batches_; }
+
   // One optimizer step: forward, backward, global-norm clipping (grad_clip > 0) and AdamW.
+  // inputs/targets: micro_batches() micro-batches of (B,T), back to back.
   StepResult train_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
                         const AdamWHyper& hyper, double weight_decay, double grad_clip);
 
@@ -149,8 +169,8 @@ class Executor {
   // grad_norm the projected gradient |g|.
   StepResult zo_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, const ZoHyper& hyper);
 
-  // Forward + backward for inputs/targets (B,T); writes every parameter's gradient into the
-  // store's Grads units (overwriting) and returns the mean cross-entropy.
+  // Forward + backward for inputs/targets (micro_batches() x (B,T)); writes every parameter's
+  // gradient into the store's Grads units (overwriting) and returns the mean cross-entropy.
   float forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
   // Forward only: mean cross-entropy.
   float loss(const std::int32_t* inputs, const std::int32_t* targets, int B, int T);
@@ -164,7 +184,8 @@ class Executor {
   // weight_decay set.
   void optimizer_step(const AdamWHyper& hyper, double weight_decay, float grad_scale);
   // The step whose LoRA dropout masks the following training passes draw (Note [lora dropout]
-  // in model/lora.h): the run's seed and the 0-based optimizer step. Without lora_dropout, no-op.
+  // in model/lora.h): the run's seed and the 0-based optimizer step (micro-batches: Note [gradient
+  // accumulation]). Without lora_dropout, no-op.
   void lora_dropout_step(std::uint64_t seed, long step);
   // Waits until every queued update has been applied (before reading parameters from outside:
   // saving, hashing), and applies a pending zeroth-order update; rethrows a failed update's error.
@@ -183,6 +204,7 @@ class Executor {
     double weight_decay = 0.0;
     int logits_row = 0;          // Logits: the row whose logits are wanted, and where they go (V)
     float* logits = nullptr;
+    int mean_rows = 0;           // Train: the rows the step's mean loss is over (Note [gradient accumulation])
     float loss = 0.0f;           // after the last HeadLse group (Train, Loss)
     float* dcur = nullptr;       // backward: gradient ping-pong in dacts_
     float* dnext = nullptr;
@@ -208,6 +230,7 @@ class Executor {
   float train_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool queue_updates,
                    const AdamWHyper& hyper, double weight_decay);
   void group_run(int g, Pass& pass);
+  void grad_accum_run(int g, const Pass& pass);  // a GradAccum group, chunk by chunk
   void group_compute(int g, const GroupHolds& holds, Pass& pass);
   std::string group_name(int g, const Pass& pass) const;  // the trace span's name
   // Note [gradients final]: the one place a segment's gradients are declared final for the step.
@@ -217,7 +240,7 @@ class Executor {
   // still held. It records the per-tensor squared sums the global norm needs; a data-parallel
   // run reduces the segment's gradient across ranks here, before anything reads it. The update
   // is queued by the segment's Optimizer group, after the hold ends.
-  void grads_final(int segment, float* const* grad_chunks);  // one pointer per chunk
+  void grads_final(int segment, int chunk, const float* grads);  // the segment's chunk `chunk`
   // The adapters of a layer's group as held (empty without LoRA; grads: the backward's), with
   // dropout in a training pass (Note [lora dropout]).
   LoraChunks lora_chunks(const GroupHolds& holds, int layer, bool grads, const Pass& pass) const;
@@ -249,6 +272,8 @@ class Executor {
   StepSchedule schedule_;
   int forward_end_ = 0;  // one past the head's log-sum-exp groups: where a loss or logits pass ends
   int compute_end_ = 0;  // one past the last group a training pass runs (Inline: the updates follow)
+  int micro_batches_ = 1;
+  std::vector<int> micro_begin_;  // per micro-batch: its first group (Note [gradient accumulation])
   std::vector<int> group_opt_;               // per segment: its Optimizer group
   std::vector<std::vector<int>> final_at_;   // per group: segments whose gradients are final after it
   std::vector<int> forward_segments_;  // segments in the order the forward first reads them
@@ -258,6 +283,8 @@ class Executor {
   std::unique_ptr<OptimizerWorker> worker_;
   std::vector<long> update_job_;   // per segment: worker job number of its pending update, 0 = none
   std::uint64_t dropout_step_key_ = 0;  // lora_dropout_step's (Note [lora dropout])
+  std::uint64_t dropout_seed_ = 0;      // lora_dropout_step's arguments, for micro-batches' keys
+  long dropout_step_ = 0;
   double update_wait_ms_ = 0.0;    // waited in update_wait since the last train_step returned
   TraceRecorder* trace_ = nullptr;
   // The last zeroth-order step's update, not yet applied (update set while pending; no perturb;

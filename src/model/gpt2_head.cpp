@@ -60,9 +60,10 @@ float gpt2_head_loss_finish(const Ops& ops, int BT, Gpt2HeadScratch& s) {
 }
 
 void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
-                              int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s) {
+                              int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s,
+                              int mean_rows) {
   const int C = cfg.n_embd;
-  const float dloss = 1.0f / static_cast<float>(BT);
+  const float dloss = 1.0f / static_cast<float>(mean_rows);
   for (int r0 = 0; r0 < BT; r0 += s.chunk_rows()) {
     const int rows = std::min(s.chunk_rows(), BT - r0);
     const float* xr = s.lnf + static_cast<std::size_t>(r0) * C;

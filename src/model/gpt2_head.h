@@ -66,9 +66,11 @@ void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_
 float gpt2_head_loss_finish(const Ops& ops, int BT, Gpt2HeadScratch& s);
 // Backward of the mean loss for one block: overwrites dwte_rows (n, C; null for a frozen head,
 // Note [lora segments]) and adds the block's
-// contribution to s.dlnf (overwrites it for the first block).
+// contribution to s.dlnf (overwrites it for the first block). mean_rows: the rows the loss is the
+// mean over: BT, or N * BT for one of N accumulated micro-batches (Note [gradient accumulation]).
 void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
-                              int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s);
+                              int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s,
+                              int mean_rows);
 // After every block: dx (BT, C) and the final LayerNorm's gradients (all overwritten; dlnf_w null:
 // frozen, none).
 void gpt2_head_backward_finish(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* x, float* dx,

@@ -16,6 +16,7 @@ const char* segment_kind_name(SegmentKind kind) {
     case SegmentKind::AdamV: return "adam_v";
     case SegmentKind::Activations: return "acts";
     case SegmentKind::Internals: return "internals";
+    case SegmentKind::GradSum: return "grad_sum";
   }
   return "?";
 }

@@ -44,8 +44,10 @@ namespace stratum {
 // from forward to backward; "embed" and the vocabulary blocks have none. Sized by the batch.
 // Internals: a layer's forward internals under --activations offload (Note [activations offload]
 // in exec/executor.h), written by its forward and read by its backward; layers only.
-enum class SegmentKind { Params = 0, Grads = 1, AdamM = 2, AdamV = 3, Activations = 4, Internals = 5 };
-inline constexpr int kSegmentKindCount = 6;
+// GradSum: with --grad-accum N > 1, the running sum of a trainable segment's gradients over the
+// step's micro-batches (Note [gradient accumulation] in exec/executor.h), cut at the same chunks.
+enum class SegmentKind { Params = 0, Grads = 1, AdamM = 2, AdamV = 3, Activations = 4, Internals = 5, GradSum = 6 };
+inline constexpr int kSegmentKindCount = 7;
 const char* segment_kind_name(SegmentKind kind);
 
 struct TensorSlot {

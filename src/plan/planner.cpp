@@ -117,7 +117,7 @@ std::vector<ComputeTiming> time_passes(Executor& exec, const GptConfig& mini, co
       const double ms = e.dur_us / 1000.0;
       // By the schedule group's work the executor tagged the span with (names are for people).
       switch (e.tag < 0 ? GroupWork::HeadBegin : static_cast<GroupWork>(e.tag)) {
-        case GroupWork::Optimizer: break;
+        case GroupWork::Optimizer: case GroupWork::GradAccum: break;  // not in a forward_backward of one micro-batch
         case GroupWork::LayerForward: t.layer_forward_ms += ms; break;
         case GroupWork::LayerBackward: t.layer_backward_ms += ms; break;
         case GroupWork::VocabForward: t.vocab_forward_ms += ms; break;
@@ -154,6 +154,7 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
     // timed without a recompute whatever the run's policy (ComputeTiming); zo-sgd has no backward.
     PlanRequest kept = r;
     kept.activations = r.zeroth_order ? ActivationPolicy::Recompute : ActivationPolicy::Keep;
+    kept.grad_accum = 1;  // one micro-batch's pieces; the plan runs them N times
     const UnitTable units = plan_units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq), kept);
     std::unique_ptr<OwnedDir> scratch;  // destroyed after the store, which after the executor
     std::unique_ptr<SegmentStore> store;
@@ -377,9 +378,22 @@ double group_compute_ms(GroupWork work, const ComputeTiming& t) {
     case GroupWork::HeadBackward: return t.head_backward_ms;
     case GroupWork::EmbedForward: case GroupWork::HeadBegin: case GroupWork::HeadEnd: case GroupWork::EmbedBackward:
       return t.other_ms / 4;
-    case GroupWork::Optimizer: return 0.0;
+    case GroupWork::GradAccum: case GroupWork::Optimizer: return 0.0;  // per float: group_update_ms
   }
   return 0.0;
+}
+
+// Compute time of an elementwise group over a segment's chunks: an update (AdamW at ns_per_float
+// a parameter) or a GradAccum group (Note [gradient accumulation]), which moves 12 bytes a float
+// (two read, one written) against AdamW's 28 (four read, three written) and is memory-bound like
+// it: timed at 12/28 of AdamW's rate on the same threads.
+double group_update_ms(const StepSchedule& schedule, const UnitTable& units, int g, double adamw_ns_per_float) {
+  std::size_t floats = 0;  // the params (update) or grads (accumulation) chunks of the segment
+  const SegmentKind counted = schedule.group_work(g) == GroupWork::Optimizer ? SegmentKind::Params : SegmentKind::Grads;
+  for (const UnitUse& use : schedule.group(g))
+    if (units.kind(use.unit) == counted) floats += units.bytes(use.unit) / sizeof(float);
+  const double ns = schedule.group_work(g) == GroupWork::Optimizer ? adamw_ns_per_float : adamw_ns_per_float * 12 / 28;
+  return floats * ns / 1e6;
 }
 
 struct PipelineResult {
@@ -406,17 +420,15 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
       disk_free = std::max(disk_free, previous) + static_cast<double>(writes[g]) / (write_gbps * 1e6);
     double start = std::max(previous, read_end);
     double ms = group_compute_ms(schedule.group_work(g), t);
+    if (schedule.group_work(g) == GroupWork::GradAccum) ms = group_update_ms(schedule, units, g, t.adamw_inline_ns_per_float);
     if (schedule.group_work(g) == GroupWork::Optimizer) {
-      std::size_t floats = 0;  // the params chunks of the segment
-      for (const UnitUse& use : schedule.group(g))
-        if (units.kind(use.unit) == SegmentKind::Params) floats += units.bytes(use.unit) / sizeof(float);
       if (mode == OptimizerMode::Inline) {
-        ms = floats * t.adamw_inline_ns_per_float / 1e6;
+        ms = group_update_ms(schedule, units, g, t.adamw_inline_ns_per_float);
       } else {
         // The worker: starts when queued (after the group's reads) and when free; the training
         // thread waits for it only before the segment's next forward (Pipelined) or at the end of
         // the step (Overlapped).
-        const double worker_ms = floats * t.adamw_worker_ns_per_float / 1e6;
+        const double worker_ms = group_update_ms(schedule, units, g, t.adamw_worker_ns_per_float);
         worker_free = std::max(worker_free, std::max(previous, read_end)) + worker_ms;
         if (i >= G) optimizer_ms += worker_ms;
         if (mode == OptimizerMode::Pipelined) start = std::max(start, worker_free);
@@ -450,7 +462,8 @@ UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const Pl
   const std::size_t internals = r.activations == ActivationPolicy::Offload
                                     ? Executor::internals_unit_floats(r.config, r.batch, r.seq, layout)
                                     : 0;
-  return UnitTable(layout, act_floats, plan_unit_set(r), r.base_bf16 && r.lora.on(), internals);
+  return UnitTable(layout, act_floats, plan_unit_set(r), r.base_bf16 && r.lora.on(), internals,
+                   r.grad_accum > 1 && !r.zeroth_order);
 }
 
 std::size_t plan_min_budget_bytes(const PlanRequest& request) {
@@ -466,7 +479,7 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request) {
   const UnitTable units = plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq), r);
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   const Executor streaming(pool, r.config, units, r.batch, r.seq, r.activations, plan_mode(r, true),
-                           r.precision);
+                           r.precision, Backend::Cpu, r.grad_accum);
   return streaming.fixed_bytes() + streaming.min_store_bytes();
 }
 
@@ -487,7 +500,8 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   Plan p;
   p.mode = plan_mode(r, r.mem_budget_bytes > 0);
-  const Executor exec(pool, cfg, units, r.batch, r.seq, r.activations, p.mode, r.precision);
+  const Executor exec(pool, cfg, units, r.batch, r.seq, r.activations, p.mode, r.precision, Backend::Cpu,
+                      r.grad_accum);
   const StepSchedule& schedule = exec.schedule();
   p.engine_bytes = exec.fixed_bytes();
   // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's).
@@ -499,7 +513,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   for (int u = 0; u < units.count(); ++u) {
     switch (units.kind(u)) {
       case SegmentKind::Params: p.params_bytes += units.bytes(u); break;
-      case SegmentKind::Grads: p.grads_bytes += units.bytes(u); break;
+      case SegmentKind::Grads: case SegmentKind::GradSum: p.grads_bytes += units.bytes(u); break;
       case SegmentKind::AdamM: case SegmentKind::AdamV: p.moments_bytes += units.bytes(u); break;
       case SegmentKind::Activations: p.activation_bytes += units.bytes(u); break;
       case SegmentKind::Internals: p.internals_bytes += units.bytes(u); break;
@@ -570,13 +584,19 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   const std::size_t floats = segment_floats(layout);
   const double adamw_ns = p.mode == OptimizerMode::Inline ? t.adamw_inline_ns_per_float : t.adamw_worker_ns_per_float;
   p.optimizer_ms = p.mode == OptimizerMode::ZerothOrder ? 0.0 : floats * adamw_ns / 1e6;  // zo: inside the forward
-  for (int g = 0; g < G; ++g) p.compute_ms += group_compute_ms(schedule.group_work(g), t);
+  double accum_ms = 0;  // the GradAccum groups (Note [gradient accumulation])
+  for (int g = 0; g < G; ++g) {
+    p.compute_ms += group_compute_ms(schedule.group_work(g), t);
+    if (schedule.group_work(g) == GroupWork::GradAccum)
+      accum_ms += group_update_ms(schedule, units, g, t.adamw_inline_ns_per_float);
+  }
+  p.compute_ms += accum_ms;
   p.read_ms = read_gbps > 0 ? p.read_bytes / (read_gbps * 1e6) : 0.0;
   p.write_ms = write_gbps > 0 ? p.write_bytes / (write_gbps * 1e6) : 0.0;
   const int nv = layout.vocab_block_count();
-  p.ram_step_ms = t.other_ms + cfg.n_layer * (t.layer_forward_ms + t.layer_backward_ms) +
-                  nv * (t.vocab_forward_ms + t.vocab_backward_ms + t.head_lse_ms + t.head_backward_ms) +
-                  floats * t.adamw_inline_ns_per_float / 1e6;
+  p.ram_step_ms = r.grad_accum * (t.other_ms + cfg.n_layer * (t.layer_forward_ms + t.layer_backward_ms) +
+                                  nv * (t.vocab_forward_ms + t.vocab_backward_ms + t.head_lse_ms + t.head_backward_ms)) +
+                  accum_ms + floats * t.adamw_inline_ns_per_float / 1e6;
   if (p.mode == OptimizerMode::ZerothOrder) p.ram_step_ms = p.compute_ms;  // two forward passes
   const double cpu_ms = p.mode == OptimizerMode::Inline ? p.compute_ms + p.optimizer_ms : p.compute_ms;
   struct Candidate {

@@ -49,6 +49,7 @@ struct PlanRequest {
   LoraConfig lora = {};       // adapters over a frozen base (Note [lora segments]); r 0 = none
   bool base_bf16 = false;     // with lora: the frozen layers kept in bf16 (Note [frozen bf16 base])
   int threads = 1;            // compute threads: the attention kernel's scratch is per thread
+  int grad_accum = 1;         // micro-batches of (batch, seq) per step (Note [gradient accumulation])
 };
 
 // --activations for a run with or without a backward: zeroth-order training has none, so Auto

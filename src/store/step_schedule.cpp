@@ -21,13 +21,18 @@ int StepSchedule::group_add(std::vector<UnitUse> uses, GroupWork work, int segme
     }
   }
   STRATUM_ASSERT(work != GroupWork::Optimizer || uses.size() % kOptimizerChunkUses == 0);
+  STRATUM_ASSERT(work != GroupWork::GradAccum || uses.size() % kGradAccumChunkUses == 0);
   groups_.push_back(std::move(uses));
   info_.push_back({work, segment, item});
   return g;
 }
 
 int StepSchedule::hold_span(int g) const {
-  return info_[g].work == GroupWork::Optimizer ? kOptimizerChunkUses : static_cast<int>(groups_[g].size());
+  switch (info_[g].work) {
+    case GroupWork::Optimizer: return kOptimizerChunkUses;
+    case GroupWork::GradAccum: return kGradAccumChunkUses;
+    default: return static_cast<int>(groups_[g].size());
+  }
 }
 
 const StepSchedule::Use* StepSchedule::next_use(int unit, int now, long* distance) const {

@@ -23,12 +23,14 @@ struct UnitUse {
 // planner's time model times it (plan/planner.h); the store ignores it.
 enum class GroupWork {
   EmbedForward, VocabForward, LayerForward, HeadBegin, HeadLse, HeadBackward, HeadEnd, LayerBackward,
-  EmbedBackward, VocabBackward, Optimizer
+  EmbedBackward, VocabBackward, GradAccum, Optimizer
 };
 
 // An Optimizer group lists its segment chunk by chunk, four units a chunk (params, grads, both
-// moments), and holds one chunk's four at a time; every other group holds all its units together.
+// moments), and holds one chunk's four at a time; a GradAccum group (Note [gradient accumulation]
+// in exec/executor.h) two a chunk (grads, grad_sum); every other group holds all its units together.
 constexpr int kOptimizerChunkUses = 4;
+constexpr int kGradAccumChunkUses = 2;
 
 class StepSchedule {
  public:
@@ -43,7 +45,7 @@ class StepSchedule {
   GroupWork group_work(int g) const { return info_[g].work; }
   int group_segment(int g) const { return info_[g].segment; }
   int group_item(int g) const { return info_[g].item; }
-  // How many consecutive uses of group g are held at once (kOptimizerChunkUses or all).
+  // How many consecutive uses of group g are held at once (kOptimizerChunkUses, kGradAccumChunkUses or all).
   int hold_span(int g) const;
 
   // Groups from `now` to the unit's next use at or after `now` (0 = used by group `now`),

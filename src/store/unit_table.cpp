@@ -9,11 +9,12 @@
 namespace stratum {
 
 UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet set, bool param_bf16,
-                     std::size_t internals_floats)
+                     std::size_t internals_floats, bool grad_sum)
     : layout_(&layout),
       act_floats_(align_up(act_floats, 1024)),
       internals_floats_(align_up(internals_floats, 1024)),
       param_bf16_(param_bf16),
+      grad_sum_(grad_sum && set == UnitSet::Training),
       set_(set) {
   STRATUM_ASSERT(set == UnitSet::Inference || !param_bf16 || layout.has_lora());
   STRATUM_ASSERT(set == UnitSet::Training || internals_floats == 0);
@@ -24,9 +25,11 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet 
   for (int s = 0; s < segments; ++s) {
     for (int k = 0; k < kSegmentKindCount; ++k) {
       const auto kind = static_cast<SegmentKind>(k);
-      const bool state = kind == SegmentKind::Grads || kind == SegmentKind::AdamM || kind == SegmentKind::AdamV;
+      const bool state = kind == SegmentKind::Grads || kind == SegmentKind::AdamM || kind == SegmentKind::AdamV ||
+                         kind == SegmentKind::GradSum;
       // Gradients and moments only where parameters are trained (Note [lora segments]).
       if (state && (params_only || !layout.trainable(s))) continue;
+      if (kind == SegmentKind::GradSum && !grad_sum_) continue;
       std::vector<std::size_t> sizes;  // floats per chunk
       if (kind == SegmentKind::Internals) {
         if (layout.segments()[s].role == SegmentRole::Layer && internals_floats_ > 0) sizes.push_back(internals_floats_);

@@ -40,8 +40,10 @@ class UnitTable {
   // LoRA layout in training, the frozen layers' (Note [frozen bf16 base] in model/block_policy.h).
   // internals_floats: with Training, one Internals unit of that size per layer (--activations
   // offload, Note [activations offload] in exec/executor.h); 0 = none.
+  // grad_sum: with Training, a GradSum unit beside every Grads unit (--grad-accum N > 1, Note
+  // [gradient accumulation] in exec/executor.h).
   UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet set = UnitSet::Training, bool param_bf16 = false,
-            std::size_t internals_floats = 0);
+            std::size_t internals_floats = 0, bool grad_sum = false);
 
   const ParamLayout& layout() const { return *layout_; }
   int count() const { return static_cast<int>(units_.size()); }
@@ -69,6 +71,7 @@ class UnitTable {
   std::size_t act_floats() const { return act_floats_; }
   std::size_t internals_floats() const { return internals_floats_; }
   bool param_bf16() const { return param_bf16_; }
+  bool grad_sum() const { return grad_sum_; }
 
  private:
   struct Unit {
@@ -87,6 +90,7 @@ class UnitTable {
   std::size_t act_floats_;
   std::size_t internals_floats_;
   bool param_bf16_;
+  bool grad_sum_;
   UnitSet set_;
   std::vector<Unit> units_;
   std::vector<int> first_unit_;   // [segment * kSegmentKindCount + kind] -> first unit, -1 if none

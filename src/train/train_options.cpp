@@ -39,6 +39,10 @@ const TrainOption kTable[] = {
      [](TrainSettings& s) -> TrainOptionField { return &s.batch; }},
     {"seq", "seq", "T", "tokens per sequence", 1, 1 << 20, true,
      [](TrainSettings& s) -> TrainOptionField { return &s.seq; }},
+    {"grad-accum", "grad_accum", "N",
+     "micro-batches of B sequences per optimizer step: gradients summed in micro-batch order, global batch N*B, "
+     "loss the mean over it (memory of one micro-batch, plus one more gradient copy)",
+     1, 65536, true, [](TrainSettings& s) -> TrainOptionField { return &s.grad_accum; }, true},
     {"steps", "total_steps", "S", "optimizer steps (the LR schedule's length)", 1, kMaxSteps, true,
      [](TrainSettings& s) -> TrainOptionField { return &s.steps; }},
     {"lr", "max_lr", "X", "peak learning rate", 0, kBig, true,

@@ -34,6 +34,7 @@ struct TrainSettings {
   std::string tokenizer_dir;  // encoder.json+vocab.bpe or vocab.json+merges.txt; default: the model's
   int batch = 4;
   int seq = 64;
+  int grad_accum = 1;         // micro-batches of `batch` sequences per step (Note [gradient accumulation])
   long steps = 100;
   LrSchedule lr;              // total_steps is set from `steps`
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;

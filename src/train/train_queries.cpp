@@ -42,8 +42,9 @@ std::string train_checkpoint_root(const std::string& path) {
 std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, int threads, ActivationPolicy activations,
                                    double grad_clip,
                                    Precision precision, TrainOptimizer optimizer, const LoraConfig& lora,
-                                   bool base_bf16) {
+                                   bool base_bf16, int grad_accum) {
   PlanRequest request;
+  request.grad_accum = grad_accum;
   request.lora = lora;
   request.base_bf16 = base_bf16;
   request.zeroth_order = optimizer == TrainOptimizer::ZoSgd;
@@ -78,6 +79,8 @@ void train_options_check(const TrainOptions& o) {
   STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
   STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
   plan_activations_resolve(o.activations, o.optimizer == TrainOptimizer::ZoSgd);  // refuses keep/offload with zo-sgd
+  STRATUM_CHECK(o.grad_accum == 1 || o.optimizer == TrainOptimizer::AdamW, "[train] --grad-accum ", o.grad_accum,
+                " sums backpropagated gradients, and --optimizer zo-sgd has none; drop --grad-accum (or raise --batch)");
   // Outputs never overwrite the run's own inputs (--log naming the data file truncated it).
   const std::pair<const char*, const std::string*> outputs[] = {{"--log", &o.log_path}, {"--trace", &o.trace_path}};
   const std::pair<const char*, const std::string*> inputs[] = {{"--data", &o.data_path},

@@ -276,7 +276,7 @@ void TrainRun::store_make() {
   const bool zo = o_.optimizer == TrainOptimizer::ZoSgd;
   PlanRequest request{cfg_,         o_.batch,           o_.seq,      plan_activations_resolve(o_.activations, zo),
                       o_.grad_clip, o_.mem_budget_bytes, o_.prefetch, o_.precision,
-                      zo,           lora_,              base_bf16,   pool_->num_threads()};
+                      zo,           lora_,              base_bf16,   pool_->num_threads(), o_.grad_accum};
   const bool budget = o_.mem_budget_bytes > 0;
   STRATUM_CHECK(budget || o_.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
   // The plan's measurement (Note [plan model]), with a budget: before the executor when the plan
@@ -306,7 +306,7 @@ void TrainRun::store_make() {
   units_ = std::make_unique<UnitTable>(
       plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq), request));
   exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations,
-                                     plan_mode(request, budget), o_.precision, o_.backend);
+                                     plan_mode(request, budget), o_.precision, o_.backend, o_.grad_accum);
   if (const std::string note = backend_precision_note(o_.precision); !note.empty())
     std::fprintf(stderr, "[stratum] %s\n", note.c_str());
   const Executor& exec = *exec_;
@@ -468,14 +468,18 @@ void TrainRun::loop() {
                  lora_.alpha, lora_.rslora ? " (rsLoRA)" : "", lora_targets_text(lora_).c_str(),
                  static_cast<double>(layout_->num_trainable_params()) / 1e6);
   std::fprintf(stderr,
-               "[stratum] model %s, %.2fM parameters | data %zu tokens (%lld batches/epoch)%s | B=%d T=%d | %d "
+               "[stratum] model %s, %.2fM parameters | data %zu tokens (%lld batches/epoch)%s | B=%d T=%d%s | %d "
                "threads, %s\n"
                "[stratum] state: params %s, grads %s, AdamW moments %s, boundary activations %s; engine buffers %s "
                "(%s)\n[stratum] memory: %s\n",
                cfg_.describe().c_str(), static_cast<double>(layout_->num_params()) / 1e6, train_token_count_,
                static_cast<long long>(loader_->batches_per_epoch()), val_loader_ ? ", validation held out" : "",
-               o_.batch, o_.seq, threads_, backend_describe(o_.backend).c_str(), bytes_text(param_bytes).c_str(),
-               zo ? "none (zo-sgd)" : bytes_text(trained_bytes).c_str(), zo ? "none" : bytes_text(2 * trained_bytes).c_str(),
+               o_.batch, o_.seq,
+               o_.grad_accum > 1 ? (" x " + std::to_string(o_.grad_accum) + " micro-batches").c_str() : "", threads_,
+               backend_describe(o_.backend).c_str(), bytes_text(param_bytes).c_str(),
+               zo                  ? "none (zo-sgd)"
+               : o_.grad_accum > 1 ? (bytes_text(trained_bytes) + " + their running sum").c_str()
+                                   : bytes_text(trained_bytes).c_str(), zo ? "none" : bytes_text(2 * trained_bytes).c_str(),
                (bytes_text(units_->act_floats() * sizeof(float) * (cfg_.n_layer + 1)) +
                 (units_->internals_floats() > 0
                      ? " + block internals " + bytes_text(units_->internals_floats() * sizeof(float) * cfg_.n_layer)
@@ -491,6 +495,7 @@ void TrainRun::loop() {
   std::fputs(plan_line_.c_str(), stderr);
 
   const int BT = o_.batch * o_.seq;
+  const long step_tokens = static_cast<long>(BT) * o_.grad_accum;
   ProgressBar progress(o_.steps, o_.quiet);
   std::vector<double> step_ms;
   double total_ms = 0.0, timed_s = 0.0;
@@ -499,7 +504,9 @@ void TrainRun::loop() {
   result_.start_step = start_step_;
   result_.steps_done = start_step_;
   for (long step = start_step_; step < o_.steps; ++step) {
-    loader_->batch(step, inputs_.data(), targets_.data());
+    for (int mb = 0; mb < o_.grad_accum; ++mb)  // the single-batch order, micro-batch by micro-batch
+      loader_->batch(step * o_.grad_accum + mb, inputs_.data() + static_cast<std::size_t>(mb) * BT,
+                     targets_.data() + static_cast<std::size_t>(mb) * BT);
     store.stats_reset_peak();
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = sched_.lr_at(step);
@@ -530,7 +537,7 @@ void TrainRun::loop() {
     const bool only_step = o_.steps - start_step_ == 1;
     if (step > start_step_ || only_step) timed_s += ms / 1000.0;
     const long timed_steps = only_step ? 1 : step - start_step_;
-    const double tokens_per_s = BT / (ms / 1000.0);
+    const double tokens_per_s = step_tokens / (ms / 1000.0);
     const double avg_s = timed_steps > 0 ? timed_s / timed_steps : ms / 1000.0;
     result_.final_loss = loss;
 
@@ -581,8 +588,8 @@ void TrainRun::loop() {
   const long ran = result_.steps_done - start_step_;
   const long timed_steps = ran <= 1 ? ran : ran - 1;
   // A run stopped after its untimed first step has only that step to go by.
-  result_.tokens_per_s = timed_s > 0    ? static_cast<double>(BT) * timed_steps / timed_s
-                         : total_ms > 0 ? static_cast<double>(BT) * ran / (total_ms / 1000.0)
+  result_.tokens_per_s = timed_s > 0    ? static_cast<double>(step_tokens) * timed_steps / timed_s
+                         : total_ms > 0 ? static_cast<double>(step_tokens) * ran / (total_ms / 1000.0)
                                         : 0.0;
   report(total_ms);
 }
@@ -644,7 +651,7 @@ TrainResult TrainRun::run() {
     }
     sched_ = o_.lr;
     sched_.total_steps = o_.steps;
-    inputs_.assign(static_cast<std::size_t>(o_.batch) * o_.seq, 0);
+    inputs_.assign(static_cast<std::size_t>(o_.batch) * o_.seq * o_.grad_accum, 0);
     targets_.assign(inputs_.size(), 0);
     loop();
   } catch (...) {

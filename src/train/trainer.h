@@ -104,7 +104,7 @@ std::string train_checkpoint_root(const std::string& path);
 std::size_t train_min_budget_bytes(const GptConfig& config, int batch, int seq, int threads, ActivationPolicy activations,
                                    double grad_clip, Precision precision = Precision::Fp32,
                                    TrainOptimizer optimizer = TrainOptimizer::AdamW, const LoraConfig& lora = {},
-                                   bool base_bf16 = false);
+                                   bool base_bf16 = false, int grad_accum = 1);
 
 TrainResult train_run(const TrainOptions& options);
 
