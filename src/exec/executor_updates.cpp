@@ -1,0 +1,138 @@
+// Executor: where a step's gradients go once computed: the micro-batches' accumulation (Note
+// [gradient accumulation]), the point they become final (Note [gradients final]), and AdamW
+// inline, on the worker or waited for (Note [optimizer overlap]); see executor.h.
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "exec/executor.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+void Executor::grad_accum_run(int g, const Pass& pass) {
+  STRATUM_ASSERT(pass.kind == PassKind::Train);
+  at(g);
+  const int s = schedule_.group_segment(g), mb = schedule_.group_item(g);
+  const bool final = !final_at_[g].empty();
+  TraceSpan span(trace_, TraceRecorder::kCompute, "backward", trace_ != nullptr ? group_name(g, pass) : std::string(),
+                 tag(GroupWork::GradAccum));
+  const std::vector<UnitUse>& uses = schedule_.group(g);
+  for (std::size_t i = 0; i < uses.size(); i += kGradAccumChunkUses) {
+    {
+      const GroupHolds holds(*store_, uses.data() + i, kGradAccumChunkUses);
+      const int c = units_.chunk(uses[i].unit);
+      float* const grads = holds.data(s, SegmentKind::Grads, c);
+      float* const sum = holds.data(s, SegmentKind::GradSum, c);
+      const std::size_t n = layout_.segments()[s].chunk_floats(c);
+      if (mb == 0)
+        ops_->copy(sum, grads, n);
+      else if (mb < micro_batches_ - 1)
+        ops_->add(sum, sum, grads, n);
+      else
+        ops_->add(grads, sum, grads, n);
+      if (final) grads_final(s, c, grads);
+    }
+    store_->schedule_refresh();  // this chunk was released: load further ahead
+  }
+}
+
+void Executor::grads_final(int segment, int chunk, const float* grads) {
+  const SegmentLayout& seg = layout_.segments()[segment];
+  for (std::size_t t = 0; t < seg.tensors.size(); ++t) {
+    const TensorSlot& slot = seg.tensors[t];
+    if (slot.chunk != chunk) continue;
+    grad_squares_[segment][t] = ops_->sum_squares(grads + seg.offset_in_chunk(slot), slot.numel);
+  }
+}
+
+double Executor::grad_sum_squares() const {
+  double total = 0.0;
+  for (const auto& segment : grad_squares_)
+    for (double t : segment) total += t;
+  return total;
+}
+
+void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper, double weight_decay,
+                                 float grad_scale) {
+  TraceSpan span(trace_, &ops == worker_ops_.get() ? TraceRecorder::kOptimizer : TraceRecorder::kCompute,
+                 "optimizer", layout_.segments()[s].name + " AdamW", tag(GroupWork::Optimizer));
+  // Read-ahead of the next chunks: the worker may run ahead of the schedule position, where the
+  // store's prefetch window does not reach (no-op when they are resident or in RAM).
+  const int chunks = units_.chunk_count(s, SegmentKind::Params);
+  auto read_ahead = [&](int c) {
+    if (c >= chunks) return;
+    for (SegmentKind k : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
+      store_->unit_prefetch(units_.index(s, k, c));
+  };
+  read_ahead(0);
+  read_ahead(1);
+  const SegmentLayout& seg = layout_.segments()[s];
+  for (int c = 0; c < chunks; ++c) {
+    read_ahead(c + 2);
+    {
+      SegmentHold params(*store_, s, SegmentKind::Params, Access::Update, c);
+      SegmentHold grads(*store_, s, SegmentKind::Grads, Access::Read, c);
+      SegmentHold m(*store_, s, SegmentKind::AdamM, Access::Update, c);
+      SegmentHold v(*store_, s, SegmentKind::AdamV, Access::Update, c);
+      for (const TensorSlot& t : seg.tensors) {
+        if (t.chunk != c) continue;
+        const std::size_t at = seg.offset_in_chunk(t);
+        ops.adamw_update(params.data() + at, m.data() + at, v.data() + at, grads.data() + at, t.numel, hyper,
+                     t.weight_decay ? weight_decay : 0.0, grad_scale);
+      }
+    }
+    store_->schedule_refresh();  // this chunk was released (written behind): load further ahead
+  }
+}
+
+void Executor::update_wait(int segment) {
+  if (mode_ == OptimizerMode::Pipelined) at(group_opt_[segment]);
+  if (update_job_[segment] == 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const long job = std::exchange(update_job_[segment], 0);
+  TraceSpan span(trace_, TraceRecorder::kCompute, "stall", "wait for " + layout_.segments()[segment].name + " update");
+  worker_->wait_done(job);
+  update_wait_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Executor::sync() {
+  zo_flush();
+  if (!worker_) return;
+  std::fill(update_job_.begin(), update_job_.end(), 0);
+  worker_->wait_idle();
+}
+
+void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale) {
+  if (mode_ == OptimizerMode::Overlapped) at(group_opt_[segment]);
+  if (!worker_) {  // off the host: in schedule order on the executor's own Ops
+    optimizer_segment(*ops_, segment, hyper, weight_decay, grad_scale);
+    return;
+  }
+  // The worker runs behind the schedule position: pin what it will use so the store does not
+  // take the gradients for dead (their next use in the schedule is the next step's overwrite).
+  for (const UnitUse& use : schedule_.group(group_opt_[segment])) store_->unit_pin(use.unit, +1);
+  const long job = worker_->submit([this, segment, hyper, weight_decay, grad_scale] {
+    struct Unpin {
+      Executor* self;
+      int group;
+      ~Unpin() {
+        for (const UnitUse& use : self->schedule_.group(group)) self->store_->unit_pin(use.unit, -1);
+      }
+    } unpin{this, group_opt_[segment]};
+    optimizer_segment(*worker_ops_, segment, hyper, weight_decay, grad_scale);
+  });
+  if (mode_ == OptimizerMode::Pipelined) update_job_[segment] = job;
+}
+
+void Executor::optimizer_step(const AdamWHyper& hyper, double weight_decay, float grad_scale) {
+  STRATUM_ASSERT(store_ != nullptr);
+  sync();
+  for (int s : forward_segments_) {
+    if (!layout_.trainable(s)) continue;
+    if (mode_ != OptimizerMode::Overlapped) at(group_opt_[s]);
+    optimizer_segment(*ops_, s, hyper, weight_decay, grad_scale);
+  }
+}
+
+}  // namespace stratum
