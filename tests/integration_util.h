@@ -91,11 +91,12 @@ class ScopedEnv {
 
 // The stratum binary started in the background (for signals): stdout and stderr go to files in
 // its own temporary directory. wait() reaps it; the destructor kills and reaps one still running.
+// launcher: a command line before the binary ("mpirun -np 2 "), exec'd in its place.
 class StratumProcess {
  public:
-  explicit StratumProcess(const std::string& args) {
-    const std::string cmd = "exec " + std::string(STRATUM_BINARY) + " " + args + " >" + dir_.file("out") + " 2>" +
-                            dir_.file("err");
+  explicit StratumProcess(const std::string& args, const std::string& launcher = "") {
+    const std::string cmd = "exec " + launcher + std::string(STRATUM_BINARY) + " " + args + " >" + dir_.file("out") +
+                            " 2>" + dir_.file("err");
     pid_ = ::fork();
     if (pid_ == 0) {
       ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
@@ -112,6 +113,7 @@ class StratumProcess {
   StratumProcess& operator=(const StratumProcess&) = delete;
 
   void signal(int sig) const { ::kill(pid_, sig); }
+  pid_t pid() const { return pid_; }
   bool running() {
     if (reaped_) return false;
     int status = 0;

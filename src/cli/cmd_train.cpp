@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <variant>
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "dist/communicator.h"
 #include "stratum/error.h"
 #include "train/trainer.h"
 #include "weights/model_io.h"
@@ -119,7 +121,28 @@ void fill_from_checkpoint(const Args& args, TrainOptions& o) {
 }
 }  // namespace
 
+namespace {
+int train_command(const std::vector<std::string>& argv, Communicator* comm);
+}  // namespace
+
+// Under mpirun (Note [mpi lifetime]) every rank runs this command; rank 0 prints, the others only
+// their errors, and a rank that fails ends the whole job (no peer waits for it).
 int cmd_train(const std::vector<std::string>& argv) {
+  if (!Communicator::launched_by_mpirun()) return train_command(argv, nullptr);
+  const std::unique_ptr<Communicator> comm = Communicator::world();
+  if (comm->size() == 1) return train_command(argv, comm.get());
+  const int err = ::dup(STDERR_FILENO);
+  if (comm->rank() > 0 && err >= 0 && std::freopen("/dev/null", "w", stderr) == nullptr) std::clearerr(stderr);
+  try {
+    return train_command(argv, comm.get());
+  } catch (const std::exception& e) {
+    dprintf(err >= 0 ? err : STDERR_FILENO, "stratum: rank %d of %d: %s\n", comm->rank(), comm->size(), e.what());
+    comm->abort(1);
+  }
+}
+
+namespace {
+int train_command(const std::vector<std::string>& argv, Communicator* comm) {
   Args args("train", argv,
             concat_specs(model_flag_specs(),
                          concat_specs(train_option_specs(), {
@@ -153,6 +176,7 @@ int cmd_train(const std::vector<std::string>& argv) {
     return 0;
   }
   TrainOptions o;
+  o.comm = comm;
   o.model_dir = args.has("model") ? model_dir_resolve(args.str("model")) : "";
   o.config = model_flags_config(args);
   train_options_parse(args, o);
@@ -200,5 +224,6 @@ int cmd_train(const std::vector<std::string>& argv) {
                result.steps_done, result.checkpoint_dir.c_str(), o.save_dir.c_str());
   return 0;
 }
+}  // namespace
 
 }  // namespace stratum

@@ -58,7 +58,7 @@ ActivationPolicy activation_policy_parse(const std::string& text) {
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
                    ActivationPolicy activations, OptimizerMode mode, Precision precision, Backend backend,
-                   int micro_batches)
+                   int micro_batches, Communicator* comm)
     : ops_(ops_make(pool, precision, backend)),
       cfg_(config),
       units_(units),
@@ -75,13 +75,17 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
               &units.layout(), units.param_bf16()),
       head_scratch_(*ops_, config, max_batch * max_seq, precision),
       schedule_(units.count()),
-      micro_batches_(micro_batches) {
+      micro_batches_(micro_batches),
+      comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr),
+      ranks_(comm_ != nullptr ? comm_->size() : 1),
+      rank_(comm_ != nullptr ? comm_->rank() : 0) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");
   STRATUM_ASSERT(units.act_floats() >= activation_unit_floats(config, max_batch, max_seq));
   STRATUM_ASSERT(activations != ActivationPolicy::Auto);
-  STRATUM_ASSERT(micro_batches >= 1 && (micro_batches == 1 || mode != OptimizerMode::ZerothOrder));
-  STRATUM_ASSERT(units.grad_sum() == (micro_batches > 1));
+  STRATUM_ASSERT(micro_batches >= 1 && (step_micro_batches() == 1 || mode != OptimizerMode::ZerothOrder));
+  STRATUM_ASSERT(units.grad_sum() == (step_micro_batches() > 1));
+  STRATUM_ASSERT(comm_ == nullptr || ops_->host_memory());
   STRATUM_ASSERT((activations == ActivationPolicy::Offload) ==
                  (units.internals_floats() > 0 &&
                   units.internals_floats() >= internals_unit_floats(config, max_batch, max_seq, units.layout())));
@@ -218,7 +222,8 @@ void Executor::schedule_build() {
   auto trainable = [&](int s) { return layout_.trainable(s); };
   const bool pipelined = mode_ == OptimizerMode::Pipelined;
   const bool overlap = mode_ == OptimizerMode::Overlapped;
-  const int N = micro_batches_;
+  const int N = micro_batches_, P = ranks_, step_n = step_micro_batches();
+  std::vector<int> final_order;  // P > 1: segments in the order their last micro-batch completes them
   micro_begin_.clear();
   for (int mb = 0; mb < N; ++mb) {  // Note [gradient accumulation]
     micro_begin_.push_back(schedule_.group_count());
@@ -239,15 +244,22 @@ void Executor::schedule_build() {
     // last micro-batch they are final, and Overlapped queues the update.
     auto grads_done = [&](int s) {
       if (!trainable(s)) return;
-      if (N > 1) {
-        std::vector<UnitUse> uses;  // chunk by chunk: grads, grad_sum (kGradAccumChunkUses)
+      if (step_n > 1) {
+        const int k = mb * P + rank_;  // the micro-batch of the whole step (Note [data parallel])
+        std::vector<UnitUse> uses;     // chunk by chunk: grads, grad_sum (kGradAccumChunkUses)
         for (int c = 0; c < units_.chunk_count(s, K::Grads); ++c) {
-          uses.push_back({unit(s, K::Grads, c), mb == N - 1 ? A::Update : A::Read});
-          uses.push_back({unit(s, K::GradSum, c), mb == 0 ? A::Overwrite : mb == N - 1 ? A::Read : A::Update});
+          uses.push_back({unit(s, K::Grads, c), k == step_n - 1 ? A::Update : A::Read});
+          // With ranks the sum so far arrives from the previous rank: nothing of it is kept here.
+          const A sum = k == 0 || P > 1 ? A::Overwrite : k == step_n - 1 ? A::Read : A::Update;
+          uses.push_back({unit(s, K::GradSum, c), sum});
         }
         schedule_.group_add(std::move(uses), W::GradAccum, s, mb);
       }
-      if (overlap && mb == N - 1) opt_group(s);
+      if (mb < N - 1) return;
+      if (P > 1)
+        final_order.push_back(s);
+      else if (overlap)
+        opt_group(s);
     };
     grads_done(head);
     if (!tied)
@@ -278,6 +290,10 @@ void Executor::schedule_build() {
       }
     }
   }  // micro-batches
+  for (int s : final_order) {  // Note [data parallel]: the final gradients from rank P-1
+    if (rank_ != P - 1) schedule_.group_add(chunks({}, s, K::Grads, A::Overwrite), W::GradShare, s);
+    if (overlap) opt_group(s);
+  }
   compute_end_ = schedule_.group_count();
   if (mode_ == OptimizerMode::Inline)
     for (int s : forward_segments_)
@@ -338,6 +354,10 @@ void Executor::group_run(int g, Pass& pass) {
     grad_accum_run(g, pass);
     return;
   }
+  if (work == GroupWork::GradShare) {
+    grad_share_run(g);
+    return;
+  }
   at(g);
   // A pass without a backward (loss, logits) has no reader for the internals it writes: they are
   // Scratch there, so a tiered store neither writes them behind nor keeps them dirty.
@@ -382,6 +402,7 @@ std::string Executor::group_name(int g, const Pass& pass) const {
     case GroupWork::EmbedBackward: return "embed backward";
     case GroupWork::VocabBackward: return seg + " embed backward";
     case GroupWork::GradAccum: return seg + " grads micro-batch " + std::to_string(schedule_.group_item(g));
+    case GroupWork::GradShare: return seg + " grads from rank " + std::to_string(ranks_ - 1);
     case GroupWork::Optimizer: return seg + " AdamW";
   }
   return seg;
@@ -484,6 +505,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       return;
     }
     case GroupWork::GradAccum:
+    case GroupWork::GradShare:
     case GroupWork::Optimizer: break;
   }
   STRATUM_ASSERT(false);  // GradAccum and Optimizer groups are run by group_run()
@@ -517,22 +539,30 @@ void Executor::tokens_stage(const std::int32_t*& inputs, const std::int32_t*& ta
 
 float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool queue_updates,
                            const AdamWHyper& hyper, double weight_decay) {
-  const int BT = B * T;
-  double total = 0.0;  // the micro-batches' losses, in order (Note [gradient accumulation])
+  const int BT = B * T, step_n = step_micro_batches();
+  std::vector<float> losses(static_cast<std::size_t>(micro_batches_));
   for (int mb = 0; mb < micro_batches_; ++mb) {
     const std::int32_t* in = inputs + static_cast<std::size_t>(mb) * BT;
     const std::int32_t* tg = targets + static_cast<std::size_t>(mb) * BT;
     tokens_stage(in, tg, BT);
-    if (micro_batches_ > 1) dropout_step_key_ = dropout_step_key(dropout_seed_, dropout_step_ * micro_batches_ + mb);
+    const int k = mb * ranks_ + rank_;  // in the whole step (Note [data parallel])
+    if (step_n > 1) dropout_step_key_ = dropout_step_key(dropout_seed_, dropout_step_ * step_n + k);
     Pass pass{PassKind::Train, in, tg, B, T, queue_updates, hyper, weight_decay};
-    pass.mean_rows = micro_batches_ * BT;
+    pass.mean_rows = step_n * BT;
     const std::size_t stride = dacts_.size_bytes() / sizeof(float) / 2;
     pass.dcur = dacts_.as_f32();
     pass.dnext = dacts_.as_f32() + stride;
     run(micro_begin_[mb], mb + 1 < micro_batches_ ? micro_begin_[mb + 1] : compute_end_, pass);
-    total += pass.loss;
+    losses[static_cast<std::size_t>(mb)] = pass.loss;
   }
-  return static_cast<float>(total / micro_batches_);
+  std::vector<float> all = losses;  // rank r's micro-batch i at r * micro_batches_ + i
+  if (comm_ != nullptr) {
+    all.resize(static_cast<std::size_t>(step_n));
+    comm_->allgather(losses.data(), losses.size() * sizeof(float), all.data());
+  }
+  double total = 0.0;  // the micro-batches' losses, in order (Note [gradient accumulation])
+  for (int k = 0; k < step_n; ++k) total += all[static_cast<std::size_t>((k % ranks_) * micro_batches_ + k / ranks_)];
+  return static_cast<float>(total / step_n);
 }
 
 float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {
@@ -548,6 +578,7 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   StepResult r;
   const bool overlap = mode_ == OptimizerMode::Overlapped;
   r.loss = train_pass(inputs, targets, B, T, overlap, hyper, weight_decay);
+  if (comm_ != nullptr) comm_->sends_wait();  // every rank has received what the step sent it
   if (overlap && worker_) {
     const auto t0 = std::chrono::steady_clock::now();
     TraceSpan span(trace_, TraceRecorder::kCompute, "stall", "wait for the updates");

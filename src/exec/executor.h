@@ -54,6 +54,18 @@
 // summed in double in order. N = 1 has no GradSum units and no GradAccum groups: its bits are the
 // same as before accumulation existed. Micro-batch k of step t draws LoRA dropout with pass
 // index t*N + k (Note [lora dropout] in model/lora.h). Not with zeroth-order steps.
+// Note [data parallel]: with a Communicator of P ranks (`mpirun -np P`), rank r runs micro-batches
+// k = i*P + r (i = 0 .. micro_batches - 1) of the step's N = micro_batches * P, and its GradAccum
+// groups pass the running sum along the ranks in k order: for k > 0 a rank receives the sum of
+// micro-batches 0 .. k-1 from rank (r-1) mod P into its GradSum chunk (in place of a sum of its
+// own), adds its gradient as above, and sends the new sum to rank (r+1) mod P. Rank P-1 (k = N-1)
+// completes the final gradients and sends them to every other rank, which receive them in one
+// GradShare group per segment after their last micro-batch (where their gradients become final).
+// So every rank holds the single process's gradients, summed in the same order whatever P is,
+// computes the same norm and applies the same AdamW (the optimizer state is replicated on every
+// rank; not sharded yet), and the step's loss is gathered from every rank and summed in k order.
+// Sends are copies in flight (Communicator::send), awaited at the end of the step; receives
+// block where the data is first needed. With P > 1, GradSum never holds anything past its group.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +86,7 @@
 #include "store/segment_store.h"
 #include "store/step_schedule.h"
 #include "exec/optimizer_worker.h"
+#include "dist/communicator.h"
 
 namespace stratum {
 
@@ -135,11 +148,13 @@ class Executor {
   // backend: where the ops run (backend/backend.h); off the CPU every buffer is the backend's
   // (Note [ops memory]), the tokens are uploaded each pass, the attached store must hand out that
   // memory (MirrorSegmentStore) and AdamW runs on the executor's own Ops in schedule order.
-  // micro_batches: of (max_batch, max_seq) each per training step (Note [gradient accumulation]);
-  // above 1 the unit table needs GradSum units.
+  // micro_batches: of (max_batch, max_seq) each per training step on this rank (Note [gradient
+  // accumulation]); comm: the ranks of a data-parallel run (Note [data parallel]; null: one
+  // process). With micro_batches * ranks above 1 the unit table needs GradSum units.
   Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute, OptimizerMode mode = OptimizerMode::Inline,
-           Precision precision = Precision::Fp32, Backend backend = Backend::Cpu, int micro_batches = 1);
+           Precision precision = Precision::Fp32, Backend backend = Backend::Cpu, int micro_batches = 1,
+           Communicator* comm = nullptr);
   Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute);
   ~Executor();
@@ -231,6 +246,7 @@ class Executor {
                    const AdamWHyper& hyper, double weight_decay);
   void group_run(int g, Pass& pass);
   void grad_accum_run(int g, const Pass& pass);  // a GradAccum group, chunk by chunk
+  void grad_share_run(int g);                    // a GradShare group (Note [data parallel])
   void group_compute(int g, const GroupHolds& holds, Pass& pass);
   std::string group_name(int g, const Pass& pass) const;  // the trace span's name
   // Note [gradients final]: the one place a segment's gradients are declared final for the step.
@@ -272,7 +288,10 @@ class Executor {
   StepSchedule schedule_;
   int forward_end_ = 0;  // one past the head's log-sum-exp groups: where a loss or logits pass ends
   int compute_end_ = 0;  // one past the last group a training pass runs (Inline: the updates follow)
-  int micro_batches_ = 1;
+  int micro_batches_ = 1;  // on this rank
+  Communicator* comm_ = nullptr;
+  int ranks_ = 1, rank_ = 0;
+  int step_micro_batches() const { return micro_batches_ * ranks_; }  // N of the whole step
   std::vector<int> micro_begin_;  // per micro-batch: its first group (Note [gradient accumulation])
   std::vector<int> group_opt_;               // per segment: its Optimizer group
   std::vector<std::vector<int>> final_at_;   // per group: segments whose gradients are final after it

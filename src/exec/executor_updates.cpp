@@ -10,10 +10,16 @@
 
 namespace stratum {
 
+namespace {
+constexpr int kTagGradSum = 1;    // the running sum of micro-batches 0 .. k-1, to the next rank
+constexpr int kTagGradFinal = 2;  // the step's gradients, from the rank that completed them
+}  // namespace
+
 void Executor::grad_accum_run(int g, const Pass& pass) {
   STRATUM_ASSERT(pass.kind == PassKind::Train);
   at(g);
-  const int s = schedule_.group_segment(g), mb = schedule_.group_item(g);
+  const int s = schedule_.group_segment(g), step_n = step_micro_batches();
+  const int k = schedule_.group_item(g) * ranks_ + rank_;  // in the whole step (Note [data parallel])
   const bool final = !final_at_[g].empty();
   TraceSpan span(trace_, TraceRecorder::kCompute, "backward", trace_ != nullptr ? group_name(g, pass) : std::string(),
                  tag(GroupWork::GradAccum));
@@ -25,12 +31,17 @@ void Executor::grad_accum_run(int g, const Pass& pass) {
       float* const grads = holds.data(s, SegmentKind::Grads, c);
       float* const sum = holds.data(s, SegmentKind::GradSum, c);
       const std::size_t n = layout_.segments()[s].chunk_floats(c);
-      if (mb == 0)
+      const std::size_t bytes = n * sizeof(float);
+      if (k > 0 && comm_ != nullptr) comm_->recv((rank_ + ranks_ - 1) % ranks_, kTagGradSum, sum, bytes);
+      if (k == 0)
         ops_->copy(sum, grads, n);
-      else if (mb < micro_batches_ - 1)
+      else if (k < step_n - 1)
         ops_->add(sum, sum, grads, n);
       else
         ops_->add(grads, sum, grads, n);
+      if (comm_ != nullptr && k < step_n - 1) comm_->send((rank_ + 1) % ranks_, kTagGradSum, sum, bytes);
+      if (comm_ != nullptr && k == step_n - 1)
+        for (int to = 0; to < ranks_ - 1; ++to) comm_->send(to, kTagGradFinal, grads, bytes);
       if (final) grads_final(s, c, grads);
     }
     store_->schedule_refresh();  // this chunk was released: load further ahead
@@ -43,6 +54,26 @@ void Executor::grads_final(int segment, int chunk, const float* grads) {
     const TensorSlot& slot = seg.tensors[t];
     if (slot.chunk != chunk) continue;
     grad_squares_[segment][t] = ops_->sum_squares(grads + seg.offset_in_chunk(slot), slot.numel);
+  }
+}
+
+void Executor::grad_share_run(int g) {
+  at(g);
+  const int s = schedule_.group_segment(g);
+  TraceSpan span(trace_, TraceRecorder::kCompute, "backward",
+                 trace_ != nullptr ? layout_.segments()[s].name + " grads from rank " + std::to_string(ranks_ - 1)
+                                   : std::string(),
+                 tag(GroupWork::GradShare));
+  const std::vector<UnitUse>& uses = schedule_.group(g);
+  for (const UnitUse& use : uses) {
+    {
+      const GroupHolds holds(*store_, &use, 1);
+      const int c = units_.chunk(use.unit);
+      float* const grads = holds.data(s, SegmentKind::Grads, c);
+      comm_->recv(ranks_ - 1, kTagGradFinal, grads, layout_.segments()[s].chunk_floats(c) * sizeof(float));
+      grads_final(s, c, grads);
+    }
+    store_->schedule_refresh();
   }
 }
 

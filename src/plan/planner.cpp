@@ -117,7 +117,7 @@ std::vector<ComputeTiming> time_passes(Executor& exec, const GptConfig& mini, co
       const double ms = e.dur_us / 1000.0;
       // By the schedule group's work the executor tagged the span with (names are for people).
       switch (e.tag < 0 ? GroupWork::HeadBegin : static_cast<GroupWork>(e.tag)) {
-        case GroupWork::Optimizer: case GroupWork::GradAccum: break;  // not in a forward_backward of one micro-batch
+        case GroupWork::Optimizer: case GroupWork::GradAccum: case GroupWork::GradShare: break;  // not timed here
         case GroupWork::LayerForward: t.layer_forward_ms += ms; break;
         case GroupWork::LayerBackward: t.layer_backward_ms += ms; break;
         case GroupWork::VocabForward: t.vocab_forward_ms += ms; break;
@@ -379,6 +379,7 @@ double group_compute_ms(GroupWork work, const ComputeTiming& t) {
     case GroupWork::EmbedForward: case GroupWork::HeadBegin: case GroupWork::HeadEnd: case GroupWork::EmbedBackward:
       return t.other_ms / 4;
     case GroupWork::GradAccum: case GroupWork::Optimizer: return 0.0;  // per float: group_update_ms
+    case GroupWork::GradShare: return 0.0;  // a receive (the plan has one rank)
   }
   return 0.0;
 }

@@ -31,6 +31,7 @@ int StepSchedule::hold_span(int g) const {
   switch (info_[g].work) {
     case GroupWork::Optimizer: return kOptimizerChunkUses;
     case GroupWork::GradAccum: return kGradAccumChunkUses;
+    case GroupWork::GradShare: return 1;
     default: return static_cast<int>(groups_[g].size());
   }
 }

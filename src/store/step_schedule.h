@@ -23,12 +23,13 @@ struct UnitUse {
 // planner's time model times it (plan/planner.h); the store ignores it.
 enum class GroupWork {
   EmbedForward, VocabForward, LayerForward, HeadBegin, HeadLse, HeadBackward, HeadEnd, LayerBackward,
-  EmbedBackward, VocabBackward, GradAccum, Optimizer
+  EmbedBackward, VocabBackward, GradAccum, GradShare, Optimizer
 };
 
 // An Optimizer group lists its segment chunk by chunk, four units a chunk (params, grads, both
 // moments), and holds one chunk's four at a time; a GradAccum group (Note [gradient accumulation]
-// in exec/executor.h) two a chunk (grads, grad_sum); every other group holds all its units together.
+// in exec/executor.h) two a chunk (grads, grad_sum), a GradShare group (Note [data parallel]) one;
+// every other group holds all its units together.
 constexpr int kOptimizerChunkUses = 4;
 constexpr int kGradAccumChunkUses = 2;
 

@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "backend/backend.h"
+#include "dist/communicator.h"
 #include "core/file_util.h"
 #include "plan/planner.h"
 #include "stratum/error.h"
@@ -97,7 +98,33 @@ void train_options_check(const TrainOptions& o) {
                 "there yet), or train with --backend cpu under the budget");
   STRATUM_CHECK(o.backend == Backend::Cpu || o.precision == Precision::Fp32, "[train] --backend ",
                 backend_name(o.backend), " computes in fp32 only for now: drop --precision bf16");
+  if (o.comm != nullptr && o.comm->size() > 1) {
+    const int P = o.comm->size();
+    STRATUM_CHECK(o.grad_accum % P == 0, "[train] --grad-accum ", o.grad_accum, " must be a multiple of the ", P,
+                  " ranks (each runs --grad-accum / ranks micro-batches of every step); use --grad-accum ",
+                  (o.grad_accum + P - 1) / P * P);
+    STRATUM_CHECK(o.optimizer == TrainOptimizer::AdamW, "[train] --optimizer zo-sgd runs on one process; run it "
+                  "without mpirun");
+    STRATUM_CHECK(o.backend == Backend::Cpu, "[train] data-parallel ranks compute on the CPU for now: drop --backend");
+  }
   if (std::string why; !backend_available(o.backend, &why)) throw Error(why);  // after the conflicts above, before any data is read
+}
+
+void train_options_for_rank(TrainOptions& o) {
+  if (o.comm == nullptr || o.comm->size() < 2) return;
+  const int rank = o.comm->rank();
+  if (!o.offload_dir.empty()) {  // each rank's own files (one run per offload directory)
+    STRATUM_CHECK(dir_exists(o.offload_dir), "[train] --offload-dir '", o.offload_dir,
+                  "' does not exist: create it or choose another");
+    o.offload_dir += "/rank-" + std::to_string(rank);
+    dir_create(o.offload_dir);
+  }
+  if (rank == 0) return;
+  o.quiet = true;
+  o.log_path.clear();
+  o.trace_path.clear();
+  o.save_dir.clear();
+  o.save_every = 0;
 }
 
 }  // namespace stratum

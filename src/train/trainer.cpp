@@ -12,12 +12,14 @@
 #include <memory>
 #include <type_traits>
 #include <variant>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/file_util.h"
 #include "core/hash.h"
 #include "core/thread_pool.h"
+#include "dist/communicator.h"
 #include "data/corpus.h"
 #include "data/data_loader.h"
 #include "weights/adapter_io.h"
@@ -36,6 +38,7 @@
 #include "stratum/error.h"
 #include "io/io_engine.h"
 #include "train/checkpoint.h"
+#include "train/train_run_state.h"
 #include "exec/executor.h"
 
 namespace stratum {
@@ -45,66 +48,6 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-}  // namespace
-
-namespace {
-std::string absolute_path(const std::string& path) {
-  if (path.empty()) return path;
-  std::error_code ec;
-  const auto abs = std::filesystem::absolute(path, ec);
-  return ec ? path : abs.lexically_normal().string();
-}
-
-std::uint64_t tokens_hash(const std::vector<std::int32_t>& tokens) {
-  return hash64(tokens.data(), tokens.size() * sizeof(std::int32_t));
-}
-
-// The options of this run as a trainer state (Note [checkpoints]); step, loss, next_lr and
-// params_hash are filled in when a checkpoint is written.
-TrainerState state_of(const TrainOptions& o, const GptConfig& cfg, const std::string& tokenizer_dir,
-                      const std::vector<std::int32_t>& train_tokens, const std::vector<std::int32_t>& val_tokens) {
-  TrainerState s;
-  static_cast<TrainSettings&>(s) = o;  // every recorded option (Note [option table])
-  s.lr.total_steps = o.steps;
-  s.config = cfg;
-  s.model = cfg.describe();
-  s.data_path = absolute_path(o.data_path);
-  s.val_data_path = absolute_path(o.val_data_path);
-  s.tokenizer_dir = absolute_path(tokenizer_dir);
-  s.train_tokens = train_tokens.size();
-  s.train_hash = tokens_hash(train_tokens);
-  s.val_tokens = val_tokens.size();
-  s.val_hash = tokens_hash(val_tokens);
-  return s;
-}
-
-// A resume must do the same math as the run it continues: the model, every option of the table
-// that changes the math (Note [option table]) and the data's contents must match.
-// The fix each mismatch names: an option differs only where its flag was given (left out, it is
-// the checkpoint's), while the model and the data can differ with no flag given (a file changed).
-void resume_check(const TrainerState& want, const TrainerState& have, const std::string& dir) {
-  auto same = [&](bool equal, const std::string& what, const std::string& now, const std::string& then,
-                  const char* fix) {
-    STRATUM_CHECK(equal, "[train] --resume ", dir, ": ", what, " is ", now, " but the checkpoint was trained with ",
-                  then, "; ", fix);
-  };
-  same(want.model == have.model && want.config.layer_norm_eps == have.config.layer_norm_eps, "the model", have.model,
-       want.model, "a resumed run continues the checkpoint's model");
-  for (const TrainOption& option : train_option_table())
-    if (option.math)
-      same(train_option_equal(option, want, have), std::string("--") + option.flag, train_option_text(option, have),
-           train_option_text(option, want),  // %g text may print alike; the comparison is exact
-           "a resumed run must use the same value (leave the flag out to take the checkpoint's)");
-  const char* data_fix = "a resumed run must read the same tokens: give the data it was trained on, unchanged";
-  same(want.train_tokens == have.train_tokens && want.train_hash == have.train_hash, "the training data",
-       "'" + have.data_path + "' (" + std::to_string(have.train_tokens) + " tokens" +
-           (have.train_tokens == want.train_tokens ? ", other contents)" : ")"),
-       "'" + want.data_path + "' (" + std::to_string(want.train_tokens) + " tokens)", data_fix);
-  same(want.val_tokens == have.val_tokens && want.val_hash == have.val_hash, "the validation data",
-       std::to_string(have.val_tokens) + " tokens" + (have.val_tokens == want.val_tokens ? ", other contents" : ""),
-       std::to_string(want.val_tokens) + " tokens", data_fix);
 }
 
 }  // namespace
@@ -129,6 +72,9 @@ class TrainRun {
   void loop();           // the steps, logging, evaluation, checkpoints, stop on a signal
   float evaluate();
   bool stop_requested() const { return o_.stop_requested != nullptr && *o_.stop_requested != 0; }
+  bool stop_agreed() const;  // stop_requested() on any rank (every rank stops after the same step)
+  int ranks() const { return o_.comm != nullptr ? o_.comm->size() : 1; }
+  int rank() const { return o_.comm != nullptr ? o_.comm->rank() : 0; }
   void checkpoint_save(long done, float loss);
   void report(double total_ms);
   // adapter_config.json's base_model_name_or_path: --model as an absolute path ("" for a random base).
@@ -163,6 +109,8 @@ class TrainRun {
   std::string store_text_ = "everything in RAM", plan_line_;
   LrSchedule sched_;
   std::vector<std::int32_t> inputs_, targets_;
+  double comm_wait_ms_ = 0.0;   // the communicator's totals at the last step's end
+  std::uint64_t comm_sent_ = 0;
   TrainResult result_;
 };
 
@@ -248,10 +196,10 @@ void TrainRun::data_load() {
     train_tokens.resize(train_tokens.size() - holdout);
   }
   train_token_count_ = train_tokens.size();
-  run_state_ = state_of(o_, cfg_, tokenizer_dir_, train_tokens, val_tokens);
+  run_state_ = train_state_of(o_, cfg_, tokenizer_dir_, train_tokens, val_tokens);
   run_state_.run_id = run_id_;
   if (!resume_.dir.empty()) {
-    resume_check(resume_.state, run_state_, resume_.dir);
+    train_resume_check(resume_.state, run_state_, resume_.dir);
     std::fprintf(stderr, "[stratum] resuming from %s (step %ld of %ld)\n", resume_.dir.c_str(), resume_.state.step,
                  o_.steps);
   }
@@ -306,7 +254,8 @@ void TrainRun::store_make() {
   units_ = std::make_unique<UnitTable>(
       plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq), request));
   exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations,
-                                     plan_mode(request, budget), o_.precision, o_.backend, o_.grad_accum);
+                                     plan_mode(request, budget), o_.precision, o_.backend, o_.grad_accum / ranks(),
+                                     o_.comm);
   if (const std::string note = backend_precision_note(o_.precision); !note.empty())
     std::fprintf(stderr, "[stratum] %s\n", note.c_str());
   const Executor& exec = *exec_;
@@ -475,7 +424,11 @@ void TrainRun::loop() {
                cfg_.describe().c_str(), static_cast<double>(layout_->num_params()) / 1e6, train_token_count_,
                static_cast<long long>(loader_->batches_per_epoch()), val_loader_ ? ", validation held out" : "",
                o_.batch, o_.seq,
-               o_.grad_accum > 1 ? (" x " + std::to_string(o_.grad_accum) + " micro-batches").c_str() : "", threads_,
+               o_.grad_accum > 1 ? (" x " + std::to_string(o_.grad_accum) + " micro-batches" +
+                                    (ranks() > 1 ? " on " + std::to_string(ranks()) + " ranks" : std::string()))
+                                       .c_str()
+                                 : "",
+               threads_,
                backend_describe(o_.backend).c_str(), bytes_text(param_bytes).c_str(),
                zo                  ? "none (zo-sgd)"
                : o_.grad_accum > 1 ? (bytes_text(trained_bytes) + " + their running sum").c_str()
@@ -504,8 +457,8 @@ void TrainRun::loop() {
   result_.start_step = start_step_;
   result_.steps_done = start_step_;
   for (long step = start_step_; step < o_.steps; ++step) {
-    for (int mb = 0; mb < o_.grad_accum; ++mb)  // the single-batch order, micro-batch by micro-batch
-      loader_->batch(step * o_.grad_accum + mb, inputs_.data() + static_cast<std::size_t>(mb) * BT,
+    for (int mb = 0; mb < o_.grad_accum / ranks(); ++mb)  // this rank's micro-batches (Note [data parallel])
+      loader_->batch(step * o_.grad_accum + mb * ranks() + rank(), inputs_.data() + static_cast<std::size_t>(mb) * BT,
                      targets_.data() + static_cast<std::size_t>(mb) * BT);
     store.stats_reset_peak();
     const auto t0 = std::chrono::steady_clock::now();
@@ -545,6 +498,10 @@ void TrainRun::loop() {
                              {"grad_norm", r.grad_norm}, {"step_ms", ms},    {"tokens_per_s", tokens_per_s},
                              {"read_bytes", read},       {"write_bytes", written}, {"stall_ms", stall},
                              {"peak_mem_bytes", peak}};
+    if (ranks() > 1) {  // this rank's (0's) messages this step (Note [data parallel])
+      record["comm_wait_ms"] = o_.comm->wait_ms() - std::exchange(comm_wait_ms_, o_.comm->wait_ms());
+      record["sent_bytes"] = o_.comm->sent_bytes() - std::exchange(comm_sent_, o_.comm->sent_bytes());
+    }
     if (o_.mem_budget_bytes > 0) {
       record["mem_budget_bytes"] = o_.mem_budget_bytes;
       record["predicted_step_ms"] = result_.predicted_step_ms;
@@ -573,7 +530,7 @@ void TrainRun::loop() {
     }
     progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o_.steps - step - 1), traffic);
     result_.steps_done = step + 1;
-    const bool stop = !last && stop_requested();
+    const bool stop = !last && stop_agreed();
     if (!o_.save_dir.empty() && ((o_.save_every > 0 && (step + 1) % o_.save_every == 0) || last || stop)) {
       checkpoint_save(step + 1, loss);
       if (!last) progress.message("[stratum] saved checkpoint " + result_.checkpoint_dir);
@@ -595,6 +552,10 @@ void TrainRun::loop() {
 }
 
 void TrainRun::report(double total_ms) {
+  if (ranks() > 1 && result_.steps_done > start_step_)
+    std::fprintf(stderr, "[stratum] rank 0 of %d: sent %s a step, waited %.0f ms a step for the other ranks (%.1f%% of "
+                 "the step)\n", ranks(), bytes_text(o_.comm->sent_bytes() / (result_.steps_done - start_step_)).c_str(),
+                 o_.comm->wait_ms() / (result_.steps_done - start_step_), 100.0 * o_.comm->wait_ms() / std::max(1.0, total_ms));
   exec_->sync();
   if (mirror_) mirror_->pull();
   result_.params_hash = model_params_hash(*layout_, *store_);
@@ -622,8 +583,17 @@ void TrainRun::report(double total_ms) {
                result_.checkpoint_dir.c_str());
 }
 
+bool TrainRun::stop_agreed() const {
+  const char mine = stop_requested() ? 1 : 0;
+  if (ranks() == 1) return mine != 0;
+  std::vector<char> all(static_cast<std::size_t>(ranks()));
+  o_.comm->allgather(&mine, 1, all.data());
+  return std::find(all.begin(), all.end(), 1) != all.end();
+}
+
 TrainResult TrainRun::run() {
   train_options_check(o_);
+  train_options_for_rank(o_);
   resume_find();
   save_claim();
   cfg_ = !resume_.dir.empty()    ? model_read_config(resume_.dir)
@@ -651,7 +621,7 @@ TrainResult TrainRun::run() {
     }
     sched_ = o_.lr;
     sched_.total_steps = o_.steps;
-    inputs_.assign(static_cast<std::size_t>(o_.batch) * o_.seq * o_.grad_accum, 0);
+    inputs_.assign(static_cast<std::size_t>(o_.batch) * o_.seq * (o_.grad_accum / ranks()), 0);
     targets_.assign(inputs_.size(), 0);
     loop();
   } catch (...) {

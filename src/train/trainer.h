@@ -17,6 +17,8 @@
 
 namespace stratum {
 
+class Communicator;
+
 // The recorded options (data, batch shape, LR, AdamW, clipping, seed, evaluation, checkpoint
 // cadence) are TrainSettings' (Note [option table]); these are the rest, which never change
 // the bits.
@@ -63,6 +65,10 @@ struct TrainOptions : TrainSettings {
   // it never counts against the budget); empty = measure in this process (tests).
   std::string measure_exe;
   bool quiet = false;         // no progress bar
+  // The ranks of an `mpirun` job (Note [data parallel] in exec/executor.h); null or one rank: this
+  // process alone. Rank r runs micro-batches r, r + P, ... of each step's --grad-accum N (a multiple
+  // of P); rank 0 prints, logs, traces and saves, the others only report errors.
+  Communicator* comm = nullptr;
 };
 
 struct TrainResult {
@@ -86,8 +92,11 @@ struct TrainResult {
 
 // Throws Error (one line naming the flag) when the options do not hold together: a number outside
 // its option-table range, --save-every without --save, --log/--trace over an input, --backend cuda
-// with --mem-budget or bf16. train_run calls it first.
+// with --mem-budget or bf16, --grad-accum not a multiple of the ranks. train_run calls it first.
 void train_options_check(const TrainOptions& o);
+// A rank's own options in a data-parallel run (o.comm of several ranks): rank r streams through
+// OFFLOAD/rank-r (created); ranks but 0 are quiet and do not log, trace or save. No-op otherwise.
+void train_options_for_rank(TrainOptions& o);
 
 // The trainer state of the checkpoint `path` names (a step directory or a root's `latest`, else
 // its newest step directory), without verifying the checkpoint: for filling in the options a

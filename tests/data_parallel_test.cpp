@@ -1,0 +1,138 @@
+// Data-parallel training over MPI (Note [data parallel] in exec/executor.h), run as `mpirun -np P
+// stratum train ...` on loopback (oversubscribed; allowed as root, where CI runs as root): for
+// P = 1, 2, 3 ranks, in RAM and under a budget, with clipping and without, the parameters after
+// training are the single process's bits (same --grad-accum); a checkpoint written by 2 ranks
+// resumes on 3 ranks and on one process to the same bits; a --grad-accum that the ranks do not
+// divide is refused; a rank killed mid-run ends the job within seconds, naming the rank.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "integration_util.h"
+
+namespace stratum {
+namespace {
+
+using testing::CommandResult;
+using testing::run_stratum;
+using testing::ScopedEnv;
+using testing::StratumProcess;
+using testing::TempDir;
+
+// mpirun on one machine, whoever runs it: root allowed, more ranks than cores, no single-copy
+// shared memory (refused by the kernel's ptrace rules in some containers).
+std::string mpirun(int ranks) {
+  return "mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none -np " + std::to_string(ranks) + " ";
+}
+
+class DataParallel : public ::testing::Test {
+ protected:
+  ScopedEnv root_{"OMPI_ALLOW_RUN_AS_ROOT", "1"};
+  ScopedEnv root_confirm_{"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"};
+};
+
+CommandResult run_ranks(int ranks, const std::string& args) {
+  StratumProcess p(args, ranks > 0 ? mpirun(ranks) : "");
+  return p.wait();
+}
+
+std::string params_hash(const CommandResult& r) {
+  const std::size_t at = r.errors.rfind("params hash ");
+  EXPECT_NE(at, std::string::npos) << r.errors;
+  return at == std::string::npos ? std::string() : r.errors.substr(at + 12, 16);
+}
+
+std::string model_args(const TempDir& tmp) {
+  const std::string data = testing::write_random_tokens(tmp.file("tokens.bin"), 6000, 1024, 3);
+  return "--layers 3 --heads 2 --embd 64 --ctx 32 --vocab 1024 --seq 32 --batch 2 --data " + data +
+         " --threads 1 --quiet --lr 1e-3 --shuffle --eval-every 2 --eval-batches 2 ";
+}
+
+TEST_F(DataParallel, SameBitsAsOneProcessForOneTwoThreeRanks) {
+  TempDir tmp;
+  const std::string model = model_args(tmp);
+  for (const std::string clip : {"1.0", "0"}) {
+    SCOPED_TRACE("--grad-clip " + clip);
+    const std::string args = "train " + model + "--steps 4 --grad-accum 6 --grad-clip " + clip;
+    const CommandResult one = run_stratum(args);
+    ASSERT_EQ(one.exit_code, 0) << one.errors;
+    const std::string want = params_hash(one);
+    for (const int ranks : {1, 2, 3}) {
+      const CommandResult r = run_ranks(ranks, args);
+      ASSERT_EQ(r.exit_code, 0) << r.errors;
+      EXPECT_EQ(params_hash(r), want) << ranks << " ranks";
+      if (ranks > 1) {
+        EXPECT_NE(r.errors.find("on " + std::to_string(ranks) + " ranks"), std::string::npos) << r.errors;
+      }
+    }
+    // Each rank streams its own copy of the state through its own directory under one budget.
+    const CommandResult streamed =
+        run_ranks(2, args + " --mem-budget 4M --offload-dir " + tmp.path() + " --prefetch 1");
+    ASSERT_EQ(streamed.exit_code, 0) << streamed.errors;
+    EXPECT_EQ(params_hash(streamed), want);
+    EXPECT_NE(streamed.errors.find("tier traffic"), std::string::npos);
+  }
+}
+
+TEST_F(DataParallel, CheckpointResumesOnAnotherNumberOfRanks) {
+  TempDir tmp;
+  const std::string args = "train " + model_args(tmp) + "--steps 4 --grad-accum 6";
+  const std::string want = params_hash(run_stratum(args));
+  const CommandResult first = run_ranks(2, args + " --save " + tmp.file("ck") + " --save-every 2");
+  ASSERT_EQ(first.exit_code, 0) << first.errors;
+  EXPECT_EQ(params_hash(first), want);
+  const std::string from = " --resume " + tmp.file("ck") + "/step-00000002 --threads 1 --quiet --save ";
+  const CommandResult on_three = run_ranks(3, "train" + from + tmp.file("ck3"));
+  ASSERT_EQ(on_three.exit_code, 0) << on_three.errors;
+  EXPECT_EQ(params_hash(on_three), want);
+  const CommandResult alone = run_stratum("train" + from + tmp.file("ck1"));
+  ASSERT_EQ(alone.exit_code, 0) << alone.errors;
+  EXPECT_EQ(params_hash(alone), want);
+}
+
+TEST_F(DataParallel, GradAccumNotAMultipleOfTheRanksIsRefused) {
+  TempDir tmp;
+  const CommandResult r = run_ranks(2, "train " + model_args(tmp) + "--steps 1 --grad-accum 3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.errors.find("must be a multiple of the 2 ranks"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("--grad-accum 4"), std::string::npos) << r.errors;
+}
+
+// The job never hangs on a rank that is gone: mpirun ends the others and says which rank died.
+TEST_F(DataParallel, AKilledRankEndsTheJobWithinSeconds) {
+  TempDir tmp;
+  StratumProcess job("train " + model_args(tmp) + "--steps 100000 --grad-accum 2", mpirun(2));
+  pid_t victim = -1;  // a rank: a child of mpirun, once it is training
+  for (int i = 0; i < 200 && victim <= 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    FILE* f = ::popen(("pgrep -P " + std::to_string(job.pid()) + " -f 'stratum train' | tail -n 1").c_str(), "r");
+    if (f != nullptr) {
+      if (std::fscanf(f, "%d", &victim) != 1) victim = -1;
+      ::pclose(f);
+    }
+  }
+  ASSERT_GT(victim, 0) << "no rank started";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // into the training steps
+  ::kill(victim, SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool ended = false;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
+    if (!job.running()) {
+      ended = true;
+      break;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  ASSERT_TRUE(ended) << "the job must not hang when a rank dies";
+  const CommandResult r = job.wait();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE((r.output + r.errors).find("rank"), std::string::npos) << r.output << r.errors;
+}
+
+}  // namespace
+}  // namespace stratum
