@@ -402,7 +402,7 @@ std::string Executor::group_name(int g, const Pass& pass) const {
     case GroupWork::EmbedBackward: return "embed backward";
     case GroupWork::VocabBackward: return seg + " embed backward";
     case GroupWork::GradAccum: return seg + " grads micro-batch " + std::to_string(schedule_.group_item(g));
-    case GroupWork::GradShare: return seg + " grads from rank " + std::to_string(ranks_ - 1);
+    case GroupWork::GradShare: return seg + " final grads";
     case GroupWork::Optimizer: return seg + " AdamW";
   }
   return seg;

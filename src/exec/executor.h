@@ -59,8 +59,9 @@
 // groups pass the running sum along the ranks in k order: for k > 0 a rank receives the sum of
 // micro-batches 0 .. k-1 from rank (r-1) mod P into its GradSum chunk (in place of a sum of its
 // own), adds its gradient as above, and sends the new sum to rank (r+1) mod P. Rank P-1 (k = N-1)
-// completes the final gradients and sends them to every other rank, which receive them in one
-// GradShare group per segment after their last micro-batch (where their gradients become final).
+// completes the final gradients and sends them down a second chain, P-1 -> 0 -> 1 -> ... -> P-2
+// (so no rank sends more than one copy), which the others receive, and forward, in one GradShare
+// group per segment after their last micro-batch (where their gradients become final).
 // So every rank holds the single process's gradients, summed in the same order whatever P is,
 // computes the same norm and applies the same AdamW (the optimizer state is replicated on every
 // rank; not sharded yet), and the step's loss is gathered from every rank and summed in k order.

@@ -40,8 +40,7 @@ void Executor::grad_accum_run(int g, const Pass& pass) {
       else
         ops_->add(grads, sum, grads, n);
       if (comm_ != nullptr && k < step_n - 1) comm_->send((rank_ + 1) % ranks_, kTagGradSum, sum, bytes);
-      if (comm_ != nullptr && k == step_n - 1)
-        for (int to = 0; to < ranks_ - 1; ++to) comm_->send(to, kTagGradFinal, grads, bytes);
+      if (comm_ != nullptr && k == step_n - 1) comm_->send(0, kTagGradFinal, grads, bytes);  // down the final chain
       if (final) grads_final(s, c, grads);
     }
     store_->schedule_refresh();  // this chunk was released: load further ahead
@@ -61,8 +60,7 @@ void Executor::grad_share_run(int g) {
   at(g);
   const int s = schedule_.group_segment(g);
   TraceSpan span(trace_, TraceRecorder::kCompute, "backward",
-                 trace_ != nullptr ? layout_.segments()[s].name + " grads from rank " + std::to_string(ranks_ - 1)
-                                   : std::string(),
+                 trace_ != nullptr ? layout_.segments()[s].name + " final grads" : std::string(),
                  tag(GroupWork::GradShare));
   const std::vector<UnitUse>& uses = schedule_.group(g);
   for (const UnitUse& use : uses) {
@@ -70,7 +68,10 @@ void Executor::grad_share_run(int g) {
       const GroupHolds holds(*store_, &use, 1);
       const int c = units_.chunk(use.unit);
       float* const grads = holds.data(s, SegmentKind::Grads, c);
-      comm_->recv(ranks_ - 1, kTagGradFinal, grads, layout_.segments()[s].chunk_floats(c) * sizeof(float));
+      // The final chain P-1 -> 0 -> 1 -> ... -> P-2: every rank sends the gradients once.
+      const std::size_t bytes = layout_.segments()[s].chunk_floats(c) * sizeof(float);
+      comm_->recv(rank_ == 0 ? ranks_ - 1 : rank_ - 1, kTagGradFinal, grads, bytes);
+      if (rank_ + 1 < ranks_ - 1) comm_->send(rank_ + 1, kTagGradFinal, grads, bytes);
       grads_final(s, c, grads);
     }
     store_->schedule_refresh();
