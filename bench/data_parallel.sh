@@ -5,6 +5,7 @@
 # on messages per step (what the compute did not hide) and bytes it sent per step, and the params
 # hash of each (they must be equal).
 # Usage: bash bench/data_parallel.sh TOKENS.bin [STEPS]   (from the repository root, after a build)
+# MPIRUN_FLAGS: extra mpirun flags, e.g. "--mca btl_vader_single_copy_mechanism none" (no CMA).
 set -euo pipefail
 data=${1:?usage: bench/data_parallel.sh TOKENS.bin [STEPS]}
 steps=${2:-3}
@@ -16,7 +17,7 @@ trap 'rm -rf "$out"' EXIT
 model="--layers 12 --heads 12 --embd 768 --ctx 1024 --vocab 50257 --seq 256 --batch 4 --grad-accum 4 --data $data --steps $steps --quiet"
 run() {  # name ranks threads
   local name=$1 ranks=$2 threads=$3 launcher=""
-  if ((ranks > 0)); then launcher="mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none -np $ranks"; fi
+  if ((ranks > 0)); then launcher="mpirun --oversubscribe ${MPIRUN_FLAGS:-} -np $ranks"; fi
   $launcher "$bin" train $model --threads "$threads" --log "$out/$name.jsonl" 2>"$out/$name.err"
   /usr/bin/python3 - "$out/$name.jsonl" "$out/$name.err" "$name" <<'PY'
 import json, re, statistics, sys
@@ -31,5 +32,6 @@ PY
 }
 echo "machine: $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 run "1 process, 4 micro-batches" 0 "$cores"
+run "1 process, 1 thread" 0 1  # the ranks' arithmetic (OpenBLAS's split depends on its threads): their hash
 run "2 ranks x 2 micro-batches" 2 $(( cores / 2 > 0 ? cores / 2 : 1 ))
 run "4 ranks x 1 micro-batch" 4 1

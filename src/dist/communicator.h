@@ -38,6 +38,10 @@ class Communicator {
   void recv(int from, int tag, void* data, std::size_t bytes);
   // Waits until every send so far has been received (and frees their copies).
   void sends_wait();
+  // Lets MPI move the sends in flight (and frees the copies of finished ones) without waiting:
+  // without a single-copy transport a large send advances only inside MPI calls, so the executor
+  // calls this between schedule groups.
+  void progress() { sends_reap(); }
   // all (size() * bytes) = every rank's `mine` (bytes), in rank order.
   void allgather(const void* mine, std::size_t bytes, void* all);
   // Ends every rank of the job with `code` (MPI_Abort); for a rank that failed.

@@ -338,6 +338,7 @@ void Executor::run(int first, int last, Pass& pass) {
 
 void Executor::group_run(int g, Pass& pass) {
   const GroupWork work = schedule_.group_work(g);
+  if (comm_ != nullptr) comm_->progress();  // Note [data parallel]: sends in flight advance
   if (work == GroupWork::Optimizer) {
     const int s = schedule_.group_segment(g);
     switch (mode_) {
