@@ -323,5 +323,42 @@ TEST(GradAccum, PlanCountsEveryMicroBatch) {
   EXPECT_NEAR(two.ram_step_ms, two.step_ms, 1e-6 * two.step_ms);
 }
 
+// Note [plan ranks]: P ranks are one rank's plan for N / P micro-batches, plus the network: the
+// busiest rank sends one gradient copy per micro-batch it runs and (beyond 2 ranks) the final copy
+// it forwards; a slow enough network becomes the bottleneck.
+TEST(GradAccum, PlanOfRanksIsOneRanksStepPlusTheNetwork) {
+  PlanRequest r;
+  r.config = small_config();
+  r.batch = 2;
+  r.seq = 32;
+  r.threads = 2;
+  r.grad_accum = 8;
+  ComputeTiming t;
+  t.layer_forward_ms = 2;
+  t.layer_backward_ms = 4;
+  t.vocab_forward_ms = t.vocab_backward_ms = 0.1;
+  t.head_lse_ms = t.head_backward_ms = 0.5;
+  t.other_ms = 1;
+  t.adamw_inline_ns_per_float = t.adamw_worker_ns_per_float = 1;
+  PlanRequest two = r;
+  two.grad_accum = 2;
+  const Plan local = plan_make(two, t, 1, 1);
+  const std::uint64_t grads = local.grads_bytes / 2;  // without the running sum
+  r.ranks = 4;
+  r.net_gbps = 1000;
+  const Plan fast = plan_make(r, t, 1, 1);
+  EXPECT_EQ(fast.ranks, 4);
+  EXPECT_EQ(fast.net_sent_bytes, 3 * grads) << "2 micro-batches' sums and one forwarded final copy";
+  EXPECT_NEAR(fast.step_ms, local.step_ms + fast.net_tail_ms, 1e-9);
+  EXPECT_EQ(fast.bottleneck, local.bottleneck);
+  r.net_gbps = 0.001;
+  const Plan slow = plan_make(r, t, 1, 1);
+  EXPECT_EQ(slow.bottleneck, "network");
+  EXPECT_NEAR(slow.step_ms, slow.net_ms + slow.net_tail_ms, 1e-6 * slow.step_ms);
+  EXPECT_GT(slow.net_ms, 100 * local.step_ms);
+  r.grad_accum = 6;
+  EXPECT_THROW(plan_make(r, t, 1, 1), Error);
+}
+
 }  // namespace
 }  // namespace stratum

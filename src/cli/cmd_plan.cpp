@@ -22,6 +22,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
                          {{"batch", "B", "sequences per step (default 4)"},
                           {"seq", "T", "tokens per sequence (default 64)"},
                           {"grad-accum", "N", "micro-batches of B sequences per step, as for train (default 1)"},
+                          {"ranks", "P", "plan the step of `mpirun -np P` on P machines (--grad-accum a multiple of P; default 1)"},
+                          {"net-gbps", "X", "with --ranks: the network between the machines, in Gb/s each way"},
                           {"grad-clip", "X", "as for train: 0 = off, which lets updates overlap the backward (default 1.0)"},
                           {"activations", "MODE", "auto (default) | recompute | offload | keep, as for train"},
                           {"mem-budget", "SIZE", "the memory budget to plan for, e.g. 512M or 4G (default: all in RAM)"},
@@ -54,6 +56,12 @@ int cmd_plan(const std::vector<std::string>& argv) {
   STRATUM_CHECK(r.seq <= r.config.n_ctx, "[plan] --seq ", r.seq, " is longer than the model context n_ctx=",
                 r.config.n_ctx, "; use --seq <= ", r.config.n_ctx);
   r.grad_accum = static_cast<int>(args.integer("grad-accum", 1, 1, 65536));
+  r.ranks = static_cast<int>(args.integer("ranks", 1, 1, 65536));
+  r.net_gbps = args.number("net-gbps", 0.0);
+  STRATUM_CHECK(r.ranks == 1 || r.net_gbps > 0, "[plan] --ranks ", r.ranks, " needs --net-gbps X (e.g. 25)");
+  STRATUM_CHECK(r.ranks > 1 || !args.has("net-gbps"), "[plan] --net-gbps only applies with --ranks P");
+  STRATUM_CHECK(r.grad_accum % r.ranks == 0, "[plan] --grad-accum ", r.grad_accum, " must be a multiple of --ranks ",
+                r.ranks, "; use --grad-accum ", (r.grad_accum + r.ranks - 1) / r.ranks * r.ranks);
   r.grad_clip = args.number("grad-clip", 1.0);
   STRATUM_CHECK(r.grad_clip >= 0, "[cli] --grad-clip must be >= 0 (0 = off), got ", r.grad_clip);
   r.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;

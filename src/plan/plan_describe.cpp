@@ -29,8 +29,9 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
     std::snprintf(line, sizeof line, fmt, args...);
     out += line;
   };
-  add("model %s, B=%d T=%d (%d tokens/step), %s activations, optimizer %s\n", r.config.describe().c_str(), r.batch,
-      r.seq, r.batch * r.seq,
+  add("model %s, B=%d T=%d x %d micro-batches (%d tokens/step)%s, %s activations, optimizer %s\n",
+      r.config.describe().c_str(), r.batch, r.seq, r.grad_accum, r.batch * r.seq * r.grad_accum,
+      p.ranks > 1 ? (" on " + std::to_string(p.ranks) + " ranks; what follows is one rank's").c_str() : "",
       r.activations == ActivationPolicy::Keep      ? "kept"
       : r.activations == ActivationPolicy::Offload ? "offloaded"
                                                    : "recomputed",
@@ -84,8 +85,13 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
       p.optimizer_ms, p.mode == OptimizerMode::Inline        ? "inline"
       : p.mode == OptimizerMode::ZerothOrder ? "in the forward passes"
                                              : "on the worker", p.read_ms, p.write_ms);
+  if (p.ranks > 1)
+    add("network (Note [plan ranks]): the busiest rank sends %s a step, %.0f ms at %g Gb/s beside its compute; "
+        "%.1f ms after the last backward for the chains to end\n",
+        bytes_text(p.net_sent_bytes).c_str(), p.net_ms, r.net_gbps, p.net_tail_ms);
   add("predicted step: %.0f ms (%.0f tokens/s), %.2fx the in-RAM step of %.0f ms; bottleneck: %s\n", p.step_ms,
-      r.batch * r.seq / (p.step_ms / 1000.0), p.step_ms / p.ram_step_ms, p.ram_step_ms, p.bottleneck.c_str());
+      static_cast<double>(r.batch) * r.seq * r.grad_accum / (p.step_ms / 1000.0), p.step_ms / p.ram_step_ms,
+      p.ram_step_ms, p.bottleneck.c_str());
   return out;
 }
 

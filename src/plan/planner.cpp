@@ -492,6 +492,34 @@ void plan_budget_check(const PlanRequest& r, std::size_t min_budget_bytes) {
 }
 
 Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_gbps, double write_gbps) {
+  if (r.ranks > 1) {  // Note [plan ranks]: one rank's plan, then the network
+    STRATUM_CHECK(r.grad_accum % r.ranks == 0, "[plan] --grad-accum ", r.grad_accum, " must be a multiple of --ranks ",
+                  r.ranks, "; use --grad-accum ", (r.grad_accum + r.ranks - 1) / r.ranks * r.ranks);
+    STRATUM_CHECK(r.net_gbps > 0, "[plan] --ranks ", r.ranks, " needs --net-gbps X, the network's rate in Gb/s");
+    PlanRequest one = r;
+    one.ranks = 1;
+    one.grad_accum = r.grad_accum / r.ranks;
+    Plan p = plan_make(one, measured, read_gbps, write_gbps);
+    if (one.grad_accum == 1) p.grads_bytes *= 2;  // the running sum a rank receives
+    const ParamLayout layout = ParamLayout::of(r.config, r.lora);
+    std::uint64_t grads = 0, chunk = 0;  // the gradient copy a message chain moves, its largest message
+    for (int s = 0; s < layout.segment_count(); ++s) {
+      if (!layout.trainable(s)) continue;
+      for (int c = 0; c < layout.segments()[s].chunk_count(); ++c) {
+        const std::uint64_t bytes = layout.segments()[s].chunk_floats(c) * sizeof(float);
+        grads += bytes;
+        chunk = std::max(chunk, bytes);
+      }
+    }
+    const double bytes_per_ms = r.net_gbps * 1e9 / 8 / 1e3;
+    p.ranks = r.ranks;
+    p.net_sent_bytes = grads * static_cast<std::uint64_t>(one.grad_accum + (r.ranks > 2 ? 1 : 0));
+    p.net_ms = static_cast<double>(p.net_sent_bytes) / bytes_per_ms;
+    p.net_tail_ms = 2.0 * (r.ranks - 1) * static_cast<double>(chunk) / bytes_per_ms;
+    if (p.net_ms > p.step_ms) p.bottleneck = "network";
+    p.step_ms = std::max(p.step_ms, p.net_ms) + p.net_tail_ms;
+    return p;
+  }
   ComputeTiming t = measured;  // a recompute runs the block forward again inside the backward
   if (r.activations == ActivationPolicy::Recompute) t.layer_backward_ms += t.layer_forward_ms;
   const GptConfig& cfg = r.config;

@@ -50,6 +50,10 @@ struct PlanRequest {
   bool base_bf16 = false;     // with lora: the frozen layers kept in bf16 (Note [frozen bf16 base])
   int threads = 1;            // compute threads: the attention kernel's scratch is per thread
   int grad_accum = 1;         // micro-batches of (batch, seq) per step (Note [gradient accumulation])
+  // Data parallelism (Note [data parallel]): the step on `ranks` machines, each running
+  // grad_accum / ranks micro-batches, linked at net_gbps (gigabits a second each way; Note [plan ranks]).
+  int ranks = 1;
+  double net_gbps = 0;
 };
 
 // --activations for a run with or without a backward: zeroth-order training has none, so Auto
@@ -130,6 +134,15 @@ struct Plan {
   double read_gbps = 0, write_gbps = 0;
   ComputeTiming timing;  // what the prediction was made from
   std::vector<SegmentPlace> segments;
+  // Note [plan ranks]: with ranks > 1 everything above is one rank's (its micro-batches, its
+  // memory), and step_ms = max(that step, net_ms) + net_tail_ms: net_ms is what the busiest rank
+  // sends a step at net_gbps (one gradient copy per micro-batch it runs, and the final copy it
+  // forwards), which overlaps its compute; net_tail_ms is the two chains (running sums, final
+  // gradients) crossing 2(P-1) links after the last backward with one segment chunk each, which
+  // nothing overlaps.
+  int ranks = 1;
+  std::uint64_t net_sent_bytes = 0;  // per step, by the busiest rank
+  double net_ms = 0, net_tail_ms = 0;
 };
 
 // read_gbps/write_gbps: the offload dir's measured bandwidth (unused without a budget).
