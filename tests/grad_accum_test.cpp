@@ -298,14 +298,17 @@ TEST(GradAccum, RefusedWhereItHasNoMeaning) {
           "zo-sgd has none");
 }
 
-// The plan runs the micro-batches' groups N times: twice the compute of one micro-batch (plus
-// the accumulation), more gradient memory, and a minimum budget no smaller than one batch's.
-TEST(GradAccum, PlanCountsEveryMicroBatch) {
+// A request for small_config() and made-up compute times, for the plan's arithmetic alone.
+PlanRequest plan_request() {
   PlanRequest r;
   r.config = small_config();
   r.batch = 2;
   r.seq = 32;
   r.threads = 2;
+  return r;
+}
+
+ComputeTiming plan_timing() {
   ComputeTiming t;
   t.layer_forward_ms = 2;
   t.layer_backward_ms = 4;
@@ -313,6 +316,14 @@ TEST(GradAccum, PlanCountsEveryMicroBatch) {
   t.head_lse_ms = t.head_backward_ms = 0.5;
   t.other_ms = 1;
   t.adamw_inline_ns_per_float = t.adamw_worker_ns_per_float = 1;
+  return t;
+}
+
+// The plan runs the micro-batches' groups N times: twice the compute of one micro-batch (plus
+// the accumulation), more gradient memory, and a minimum budget no smaller than one batch's.
+TEST(GradAccum, PlanCountsEveryMicroBatch) {
+  PlanRequest r = plan_request();
+  const ComputeTiming t = plan_timing();
   const Plan one = plan_make(r, t, 1, 1);
   r.grad_accum = 2;
   const Plan two = plan_make(r, t, 1, 1);
@@ -327,19 +338,9 @@ TEST(GradAccum, PlanCountsEveryMicroBatch) {
 // busiest rank sends one gradient copy per micro-batch it runs and (beyond 2 ranks) the final copy
 // it forwards; a slow enough network becomes the bottleneck.
 TEST(GradAccum, PlanOfRanksIsOneRanksStepPlusTheNetwork) {
-  PlanRequest r;
-  r.config = small_config();
-  r.batch = 2;
-  r.seq = 32;
-  r.threads = 2;
+  PlanRequest r = plan_request();
   r.grad_accum = 8;
-  ComputeTiming t;
-  t.layer_forward_ms = 2;
-  t.layer_backward_ms = 4;
-  t.vocab_forward_ms = t.vocab_backward_ms = 0.1;
-  t.head_lse_ms = t.head_backward_ms = 0.5;
-  t.other_ms = 1;
-  t.adamw_inline_ns_per_float = t.adamw_worker_ns_per_float = 1;
+  const ComputeTiming t = plan_timing();
   PlanRequest two = r;
   two.grad_accum = 2;
   const Plan local = plan_make(two, t, 1, 1);
