@@ -19,6 +19,8 @@
 // optimizer step and M the module's Hugging Face name ("transformer.h.0.attn.c_attn",
 // "model.layers.3.mlp.down_proj"): zo_tensor_key's derivation (core/zo_noise.h). The mask is
 // regenerated in the backward (and the recompute), never stored; a resumed run draws the same.
+// With --grad-accum N the "step" of micro-batch k of optimizer step t is t*N + k (Note [gradient
+// accumulation] in exec/executor.h), so every micro-batch draws its own masks, on any rank.
 #pragma once
 
 #include <array>
