@@ -1,4 +1,5 @@
 // `stratum train`: flags -> TrainOptions -> train_run.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -131,8 +132,14 @@ int cmd_train(const std::vector<std::string>& argv) {
   if (!Communicator::launched_by_mpirun()) return train_command(argv, nullptr);
   const std::unique_ptr<Communicator> comm = Communicator::world();
   if (comm->size() == 1) return train_command(argv, comm.get());
-  const int err = ::dup(STDERR_FILENO);
-  if (comm->rank() > 0 && err >= 0 && std::freopen("/dev/null", "w", stderr) == nullptr) std::clearerr(stderr);
+  const int err = ::dup(STDERR_FILENO);  // errors still reach the terminal on every rank
+  if (comm->rank() > 0 && err >= 0) {  // the others' output is rank 0's again: silenced
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) {
+      ::dup2(null, STDERR_FILENO);
+      ::close(null);
+    }
+  }
   try {
     return train_command(argv, comm.get());
   } catch (const std::exception& e) {

@@ -63,7 +63,7 @@ Communicator::~Communicator() {
 }
 
 void Communicator::send(int to, int tag, const void* data, std::size_t bytes) {
-  sends_reap();
+  progress();
   auto p = std::make_unique<Pending>();
   p->bytes.resize(bytes);
   if (bytes > 0) std::memcpy(p->bytes.data(), data, bytes);
@@ -82,7 +82,7 @@ void Communicator::recv(int from, int tag, void* data, std::size_t bytes) {
   STRATUM_ASSERT(static_cast<std::size_t>(got) == bytes);
 }
 
-void Communicator::sends_reap() {
+void Communicator::progress() {
   std::size_t kept = 0;
   for (auto& p : pending_) {
     int done = 0;

@@ -41,7 +41,7 @@ class Communicator {
   // Lets MPI move the sends in flight (and frees the copies of finished ones) without waiting:
   // without a single-copy transport a large send advances only inside MPI calls, so the executor
   // calls this between schedule groups.
-  void progress() { sends_reap(); }
+  void progress();
   // all (size() * bytes) = every rank's `mine` (bytes), in rank order.
   void allgather(const void* mine, std::size_t bytes, void* all);
   // Ends every rank of the job with `code` (MPI_Abort); for a rank that failed.
@@ -54,7 +54,6 @@ class Communicator {
 
  private:
   Communicator(int rank, int size);
-  void sends_reap();  // frees the copies of the sends that have completed
   struct Pending;
   int rank_, size_;
   std::uint64_t sent_bytes_ = 0;

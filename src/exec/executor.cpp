@@ -76,9 +76,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       head_scratch_(*ops_, config, max_batch * max_seq, precision),
       schedule_(units.count()),
       micro_batches_(micro_batches),
-      comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr),
-      ranks_(comm_ != nullptr ? comm_->size() : 1),
-      rank_(comm_ != nullptr ? comm_->rank() : 0) {
+      comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");
   STRATUM_ASSERT(units.act_floats() >= activation_unit_floats(config, max_batch, max_seq));
@@ -222,7 +220,7 @@ void Executor::schedule_build() {
   auto trainable = [&](int s) { return layout_.trainable(s); };
   const bool pipelined = mode_ == OptimizerMode::Pipelined;
   const bool overlap = mode_ == OptimizerMode::Overlapped;
-  const int N = micro_batches_, P = ranks_, step_n = step_micro_batches();
+  const int N = micro_batches_, P = ranks(), step_n = step_micro_batches();
   std::vector<int> final_order;  // P > 1: segments in the order their last micro-batch completes them
   micro_begin_.clear();
   for (int mb = 0; mb < N; ++mb) {  // Note [gradient accumulation]
@@ -245,7 +243,7 @@ void Executor::schedule_build() {
     auto grads_done = [&](int s) {
       if (!trainable(s)) return;
       if (step_n > 1) {
-        const int k = mb * P + rank_;  // the micro-batch of the whole step (Note [data parallel])
+        const int k = mb * P + rank();  // the micro-batch of the whole step (Note [data parallel])
         std::vector<UnitUse> uses;     // chunk by chunk: grads, grad_sum (kGradAccumChunkUses)
         for (int c = 0; c < units_.chunk_count(s, K::Grads); ++c) {
           uses.push_back({unit(s, K::Grads, c), k == step_n - 1 ? A::Update : A::Read});
@@ -291,7 +289,7 @@ void Executor::schedule_build() {
     }
   }  // micro-batches
   for (int s : final_order) {  // Note [data parallel]: the final gradients from rank P-1
-    if (rank_ != P - 1) schedule_.group_add(chunks({}, s, K::Grads, A::Overwrite), W::GradShare, s);
+    if (rank() != P - 1) schedule_.group_add(chunks({}, s, K::Grads, A::Overwrite), W::GradShare, s);
     if (overlap) opt_group(s);
   }
   compute_end_ = schedule_.group_count();
@@ -356,7 +354,7 @@ void Executor::group_run(int g, Pass& pass) {
     return;
   }
   if (work == GroupWork::GradShare) {
-    grad_share_run(g);
+    grad_share_run(g, pass);
     return;
   }
   at(g);
@@ -509,7 +507,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
     case GroupWork::GradShare:
     case GroupWork::Optimizer: break;
   }
-  STRATUM_ASSERT(false);  // GradAccum and Optimizer groups are run by group_run()
+  STRATUM_ASSERT(false);  // GradAccum, GradShare and Optimizer groups are run by group_run()
 }
 
 LoraChunks Executor::lora_chunks(const GroupHolds& holds, int layer, bool grads, const Pass& pass) const {
@@ -546,7 +544,7 @@ float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targe
     const std::int32_t* in = inputs + static_cast<std::size_t>(mb) * BT;
     const std::int32_t* tg = targets + static_cast<std::size_t>(mb) * BT;
     tokens_stage(in, tg, BT);
-    const int k = mb * ranks_ + rank_;  // in the whole step (Note [data parallel])
+    const int k = mb * ranks() + rank();  // in the whole step (Note [data parallel])
     if (step_n > 1) dropout_step_key_ = dropout_step_key(dropout_seed_, dropout_step_ * step_n + k);
     Pass pass{PassKind::Train, in, tg, B, T, queue_updates, hyper, weight_decay};
     pass.mean_rows = step_n * BT;
@@ -562,7 +560,7 @@ float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targe
     comm_->allgather(losses.data(), losses.size() * sizeof(float), all.data());
   }
   double total = 0.0;  // the micro-batches' losses, in order (Note [gradient accumulation])
-  for (int k = 0; k < step_n; ++k) total += all[static_cast<std::size_t>((k % ranks_) * micro_batches_ + k / ranks_)];
+  for (int k = 0; k < step_n; ++k) total += all[static_cast<std::size_t>((k % ranks()) * micro_batches_ + k / ranks())];
   return static_cast<float>(total / step_n);
 }
 

@@ -246,8 +246,11 @@ class Executor {
   float train_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool queue_updates,
                    const AdamWHyper& hyper, double weight_decay);
   void group_run(int g, Pass& pass);
-  void grad_accum_run(int g, const Pass& pass);  // a GradAccum group, chunk by chunk
-  void grad_share_run(int g);                    // a GradShare group (Note [data parallel])
+  // A group held a part at a time (StepSchedule::hold_span): each(holds, chunk) per part, in a
+  // trace span, the store's window refilled after each release.
+  void chunks_run(int g, const Pass& pass, const std::function<void(const GroupHolds&, int)>& each);
+  void grad_accum_run(int g, const Pass& pass);  // a GradAccum group (Note [gradient accumulation])
+  void grad_share_run(int g, const Pass& pass);  // a GradShare group (Note [data parallel])
   void group_compute(int g, const GroupHolds& holds, Pass& pass);
   std::string group_name(int g, const Pass& pass) const;  // the trace span's name
   // Note [gradients final]: the one place a segment's gradients are declared final for the step.
@@ -290,9 +293,10 @@ class Executor {
   int forward_end_ = 0;  // one past the head's log-sum-exp groups: where a loss or logits pass ends
   int compute_end_ = 0;  // one past the last group a training pass runs (Inline: the updates follow)
   int micro_batches_ = 1;  // on this rank
-  Communicator* comm_ = nullptr;
-  int ranks_ = 1, rank_ = 0;
-  int step_micro_batches() const { return micro_batches_ * ranks_; }  // N of the whole step
+  Communicator* comm_ = nullptr;  // null: one process (or one rank)
+  int ranks() const { return comm_ != nullptr ? comm_->size() : 1; }
+  int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
+  int step_micro_batches() const { return micro_batches_ * ranks(); }  // N of the whole step
   std::vector<int> micro_begin_;  // per micro-batch: its first group (Note [gradient accumulation])
   std::vector<int> group_opt_;               // per segment: its Optimizer group
   std::vector<std::vector<int>> final_at_;   // per group: segments whose gradients are final after it

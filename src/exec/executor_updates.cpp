@@ -3,6 +3,7 @@
 // inline, on the worker or waited for (Note [optimizer overlap]); see executor.h.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <utility>
 
 #include "exec/executor.h"
@@ -15,36 +16,42 @@ constexpr int kTagGradSum = 1;    // the running sum of micro-batches 0 .. k-1, 
 constexpr int kTagGradFinal = 2;  // the step's gradients, from the rank that completed them
 }  // namespace
 
-void Executor::grad_accum_run(int g, const Pass& pass) {
-  STRATUM_ASSERT(pass.kind == PassKind::Train);
+void Executor::chunks_run(int g, const Pass& pass, const std::function<void(const GroupHolds&, int)>& each) {
   at(g);
-  const int s = schedule_.group_segment(g), step_n = step_micro_batches();
-  const int k = schedule_.group_item(g) * ranks_ + rank_;  // in the whole step (Note [data parallel])
-  const bool final = !final_at_[g].empty();
   TraceSpan span(trace_, TraceRecorder::kCompute, "backward", trace_ != nullptr ? group_name(g, pass) : std::string(),
-                 tag(GroupWork::GradAccum));
+                 tag(schedule_.group_work(g)));
   const std::vector<UnitUse>& uses = schedule_.group(g);
-  for (std::size_t i = 0; i < uses.size(); i += kGradAccumChunkUses) {
+  const std::size_t held = static_cast<std::size_t>(schedule_.hold_span(g));
+  for (std::size_t i = 0; i < uses.size(); i += held) {
     {
-      const GroupHolds holds(*store_, uses.data() + i, kGradAccumChunkUses);
-      const int c = units_.chunk(uses[i].unit);
-      float* const grads = holds.data(s, SegmentKind::Grads, c);
-      float* const sum = holds.data(s, SegmentKind::GradSum, c);
-      const std::size_t n = layout_.segments()[s].chunk_floats(c);
-      const std::size_t bytes = n * sizeof(float);
-      if (k > 0 && comm_ != nullptr) comm_->recv((rank_ + ranks_ - 1) % ranks_, kTagGradSum, sum, bytes);
-      if (k == 0)
-        ops_->copy(sum, grads, n);
-      else if (k < step_n - 1)
-        ops_->add(sum, sum, grads, n);
-      else
-        ops_->add(grads, sum, grads, n);
-      if (comm_ != nullptr && k < step_n - 1) comm_->send((rank_ + 1) % ranks_, kTagGradSum, sum, bytes);
-      if (comm_ != nullptr && k == step_n - 1) comm_->send(0, kTagGradFinal, grads, bytes);  // down the final chain
-      if (final) grads_final(s, c, grads);
+      const GroupHolds holds(*store_, uses.data() + i, held);
+      each(holds, units_.chunk(uses[i].unit));
     }
     store_->schedule_refresh();  // this chunk was released: load further ahead
   }
+}
+
+void Executor::grad_accum_run(int g, const Pass& pass) {
+  STRATUM_ASSERT(pass.kind == PassKind::Train);
+  const int s = schedule_.group_segment(g), step_n = step_micro_batches();
+  const int k = schedule_.group_item(g) * ranks() + rank();  // in the whole step (Note [data parallel])
+  const bool final = !final_at_[g].empty();
+  chunks_run(g, pass, [&](const GroupHolds& holds, int c) {
+    float* const grads = holds.data(s, SegmentKind::Grads, c);
+    float* const sum = holds.data(s, SegmentKind::GradSum, c);
+    const std::size_t n = layout_.segments()[s].chunk_floats(c);
+    const std::size_t bytes = n * sizeof(float);
+    if (k > 0 && comm_ != nullptr) comm_->recv((rank() + ranks() - 1) % ranks(), kTagGradSum, sum, bytes);
+    if (k == 0)
+      ops_->copy(sum, grads, n);
+    else if (k < step_n - 1)
+      ops_->add(sum, sum, grads, n);
+    else
+      ops_->add(grads, sum, grads, n);
+    if (comm_ != nullptr && k < step_n - 1) comm_->send((rank() + 1) % ranks(), kTagGradSum, sum, bytes);
+    if (comm_ != nullptr && k == step_n - 1) comm_->send(0, kTagGradFinal, grads, bytes);  // down the final chain
+    if (final) grads_final(s, c, grads);
+  });
 }
 
 void Executor::grads_final(int segment, int chunk, const float* grads) {
@@ -56,26 +63,16 @@ void Executor::grads_final(int segment, int chunk, const float* grads) {
   }
 }
 
-void Executor::grad_share_run(int g) {
-  at(g);
+void Executor::grad_share_run(int g, const Pass& pass) {
   const int s = schedule_.group_segment(g);
-  TraceSpan span(trace_, TraceRecorder::kCompute, "backward",
-                 trace_ != nullptr ? layout_.segments()[s].name + " final grads" : std::string(),
-                 tag(GroupWork::GradShare));
-  const std::vector<UnitUse>& uses = schedule_.group(g);
-  for (const UnitUse& use : uses) {
-    {
-      const GroupHolds holds(*store_, &use, 1);
-      const int c = units_.chunk(use.unit);
-      float* const grads = holds.data(s, SegmentKind::Grads, c);
-      // The final chain P-1 -> 0 -> 1 -> ... -> P-2: every rank sends the gradients once.
-      const std::size_t bytes = layout_.segments()[s].chunk_floats(c) * sizeof(float);
-      comm_->recv(rank_ == 0 ? ranks_ - 1 : rank_ - 1, kTagGradFinal, grads, bytes);
-      if (rank_ + 1 < ranks_ - 1) comm_->send(rank_ + 1, kTagGradFinal, grads, bytes);
-      grads_final(s, c, grads);
-    }
-    store_->schedule_refresh();
-  }
+  chunks_run(g, pass, [&](const GroupHolds& holds, int c) {
+    float* const grads = holds.data(s, SegmentKind::Grads, c);
+    // The final chain P-1 -> 0 -> 1 -> ... -> P-2: every rank sends the gradients once.
+    const std::size_t bytes = layout_.segments()[s].chunk_floats(c) * sizeof(float);
+    comm_->recv(rank() == 0 ? ranks() - 1 : rank() - 1, kTagGradFinal, grads, bytes);
+    if (rank() + 1 < ranks() - 1) comm_->send(rank() + 1, kTagGradFinal, grads, bytes);
+    grads_final(s, c, grads);
+  });
 }
 
 double Executor::grad_sum_squares() const {

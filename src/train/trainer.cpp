@@ -17,7 +17,6 @@
 
 #include "backend/backend.h"
 #include "core/file_util.h"
-#include "core/hash.h"
 #include "core/thread_pool.h"
 #include "dist/communicator.h"
 #include "data/corpus.h"
