@@ -172,8 +172,11 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
              {"io-block", "SIZE", "with --mem-budget: I/O block size, a multiple of 4K (default 1M; see bench/io_sweep)"},
              {"io-depth", "N", "with --mem-budget: I/O blocks in flight (default 16)"},
              {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"},
-             {"backend", "NAME", "cpu (default) | cuda: the whole step on the GPU, every parameter, gradient, "
-                                 "moment and activation in GPU memory (not with --mem-budget yet)"},
+             {"backend", "NAME", "cpu (default) | cuda: the whole step on the GPU; the parameters, gradients, "
+                                 "moments and activations it uses in GPU memory (all of them unless --gpu-mem-budget)"},
+             {"gpu-mem-budget", "SIZE", "with --backend cuda: bound the GPU memory the engine uses to SIZE, e.g. 6G; "
+                                        "what does not fit stays in RAM (or under --mem-budget on --offload-dir) and "
+                                        "is copied in when used (default: the whole state on the GPU)"},
              {"lora-init", "DIR", "start the LoRA adapters from this PEFT adapter directory (its adapter_config.json "
                                   "gives r, alpha and the targets); default: PEFT's init from --seed"},
              {"quiet", "", "no progress bar"}})));
@@ -195,6 +198,8 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
   o.backend = backend_parse(args.str("backend", "cpu"));
   o.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;
   STRATUM_CHECK(!args.has("mem-budget") || o.mem_budget_bytes > 0, "[cli] --mem-budget must be > 0, e.g. 512M");
+  o.gpu_mem_budget_bytes = args.has("gpu-mem-budget") ? args.size_bytes("gpu-mem-budget", 0) : 0;
+  STRATUM_CHECK(!args.has("gpu-mem-budget") || o.gpu_mem_budget_bytes > 0, "[cli] --gpu-mem-budget must be > 0, e.g. 6G");
   o.offload_dir = args.str("offload-dir");
   STRATUM_CHECK(o.mem_budget_bytes > 0 || o.offload_dir.empty(),
                 "[cli] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");

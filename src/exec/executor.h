@@ -148,7 +148,7 @@ class Executor {
   // precision: what the matrix products compute in (Note [bf16 products]).
   // backend: where the ops run (backend/backend.h); off the CPU every buffer is the backend's
   // (Note [ops memory]), the tokens are uploaded each pass, the attached store must hand out that
-  // memory (MirrorSegmentStore) and AdamW runs on the executor's own Ops in schedule order.
+  // memory (DeviceSegmentStore) and AdamW runs on the executor's own Ops in schedule order.
   // micro_batches: of (max_batch, max_seq) each per training step on this rank (Note [gradient
   // accumulation]); comm: the ranks of a data-parallel run (Note [data parallel]; null: one
   // process). With micro_batches * ranks above 1 the unit table needs GradSum units.
@@ -161,7 +161,7 @@ class Executor {
   ~Executor();
   void attach(SegmentStore& store);
   const Ops& ops() const { return *ops_; }
-  // For owners of memory of these ops that may outlive the executor (MirrorSegmentStore).
+  // For owners of memory of these ops that may outlive the executor (DeviceSegmentStore).
   std::shared_ptr<const Ops> ops_shared() const { return ops_; }
   // Records a span per block forward/backward, head, update and wait into `trace` (null = off).
   void trace_set(TraceRecorder* trace) { trace_ = trace; }

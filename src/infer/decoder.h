@@ -67,7 +67,7 @@ class Decoder {
   static std::size_t min_store_bytes(const UnitTable& units);
 
   // ops: the backend to decode on (null: the CPU's, on `pool`); off the host the store must hand out
-  // that backend's memory (MirrorSegmentStore) and step() takes and returns host arrays as before.
+  // that backend's memory (DeviceSegmentStore) and step() takes and returns host arrays as before.
   Decoder(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_ctx,
           std::shared_ptr<const Ops> ops = nullptr);
   ~Decoder();

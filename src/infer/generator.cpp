@@ -15,7 +15,7 @@
 #include "infer/decoder.h"
 #include "weights/adapter_io.h"
 #include "weights/model_io.h"
-#include "store/mirror_segment_store.h"
+#include "store/device_segment_store.h"
 #include "store/segment_store.h"
 #include "store/tiered_segment_store.h"
 #include "stratum/error.h"
@@ -169,10 +169,10 @@ GenerateResult generate_run(const GenerateOptions& o,
   store->stats_reset_peak();
   // Off the CPU the decoder reads a device mirror of the loaded weights (Note [ops memory]).
   std::shared_ptr<const Ops> device;
-  std::unique_ptr<MirrorSegmentStore> mirror;
+  std::unique_ptr<DeviceSegmentStore> mirror;
   if (o.backend != Backend::Cpu) {
     device = ops_make(pool, Precision::Fp32, o.backend);
-    mirror = std::make_unique<MirrorSegmentStore>(*store, device);
+    mirror = std::make_unique<DeviceSegmentStore>(*store, device);
     mirror->push();
   }
   Decoder decoder(pool, cfg, mirror ? *mirror : *store, batch, max_ctx, device);

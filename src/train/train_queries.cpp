@@ -93,9 +93,8 @@ void train_options_check(const TrainOptions& o) {
   }
   STRATUM_CHECK(!same_file(o.log_path, o.trace_path), "[train] --log and --trace name the same file '", o.log_path,
                 "'; give each its own");
-  STRATUM_CHECK(o.backend == Backend::Cpu || o.mem_budget_bytes == 0, "[train] --backend ", backend_name(o.backend),
-                " keeps the whole training state in GPU memory: drop --mem-budget (a GPU memory budget is not "
-                "there yet), or train with --backend cpu under the budget");
+  STRATUM_CHECK(o.gpu_mem_budget_bytes == 0 || o.backend != Backend::Cpu || o.mirror_store,
+                "[train] --gpu-mem-budget bounds the GPU's memory: add --backend cuda, or use --mem-budget for RAM");
   STRATUM_CHECK(o.backend == Backend::Cpu || o.precision == Precision::Fp32, "[train] --backend ",
                 backend_name(o.backend), " computes in fp32 only for now: drop --precision bf16");
   if (o.comm != nullptr && o.comm->size() > 1) {

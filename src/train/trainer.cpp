@@ -29,7 +29,7 @@
 #include "obs/trace_recorder.h"
 #include "plan/calibration.h"
 #include "plan/planner.h"
-#include "store/mirror_segment_store.h"
+#include "store/device_segment_store.h"
 #include "store/segment_store.h"
 #include "store/tiered_segment_store.h"
 #include "core/byte_size.h"
@@ -100,7 +100,7 @@ class TrainRun {
   std::unique_ptr<TraceRecorder> trace_;  // outlives the store and the executor, which record into it
   // Declared before the executor so it outlives it (the executor's optimizer worker uses it).
   std::unique_ptr<SegmentStore> store_;
-  std::unique_ptr<MirrorSegmentStore> mirror_;  // --backend cuda: the device copy the executor computes on
+  std::unique_ptr<DeviceSegmentStore> mirror_;  // --backend cuda: the device copy the executor computes on
   std::unique_ptr<Executor> exec_;
   std::size_t min_budget_ = 0;
   ActivationPolicy activations_ = ActivationPolicy::Recompute;  // resolved (Note [activations offload])
@@ -234,7 +234,7 @@ void TrainRun::store_make() {
   co.offload_dir = o_.offload_dir;
   co.threads = threads_;
   if (request.activations == ActivationPolicy::Auto) {
-    if (!budget) {
+    if (!budget || o_.backend != Backend::Cpu || o_.mirror_store) {  // the plan models the CPU's compute only
       request.activations = ActivationPolicy::Recompute;
     } else {
       const std::size_t smaller = plan_min_budget_bytes(request);  // recompute's or offload's
@@ -258,42 +258,60 @@ void TrainRun::store_make() {
   if (const std::string note = backend_precision_note(o_.precision); !note.empty())
     std::fprintf(stderr, "[stratum] %s\n", note.c_str());
   const Executor& exec = *exec_;
+  // Off the host the executor computes on the device tier (Note [device tier]) in front of the
+  // RAM store or the RAM-over-NVMe store; its buffers (fixed_bytes) are device memory then.
+  const bool device_tier = !exec.ops().host_memory() || o_.mirror_store;
+  const std::size_t host_fixed = device_tier ? 0 : exec.fixed_bytes();
   min_budget_ = exec.fixed_bytes() + exec.min_store_bytes();
+  STRATUM_CHECK(o_.gpu_mem_budget_bytes == 0 || o_.gpu_mem_budget_bytes >= min_budget_, "[train] --gpu-mem-budget ",
+                bytes_text(o_.gpu_mem_budget_bytes), " is below the minimum of ", bytes_text(min_budget_),
+                " for this model at B=", o_.batch, " T=", o_.seq, " (engine buffers ", bytes_text(exec.fixed_bytes()),
+                " + largest working set ", bytes_text(exec.min_store_bytes()), "); use --gpu-mem-budget ",
+                (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
+  auto device_attach = [&] {
+    const std::size_t device_budget = o_.gpu_mem_budget_bytes > 0 ? o_.gpu_mem_budget_bytes - exec.fixed_bytes() : 0;
+    mirror_ = std::make_unique<DeviceSegmentStore>(*store_, exec_->ops_shared(), device_budget);
+    exec_->attach(*mirror_);
+    store_text_ = std::string(exec.ops().name()) + " memory " +
+                  (device_budget > 0 ? "budget " + bytes_text(o_.gpu_mem_budget_bytes) + " (minimum " + bytes_text(min_budget_) + ")"
+                                     : std::string("holds everything")) +
+                  " over " + (budget ? store_text_ : std::string("RAM (checkpoints are written from there)"));
+  };
   if (!budget) {
     store_ = std::make_unique<RamSegmentStore>(*units_);
-    if (exec_->ops().host_memory() && !o_.mirror_store) {
-      exec_->attach(*store_);
-    } else {  // the device tier: the executor computes on the mirror (state_to_device / state_to_host)
-      mirror_ = std::make_unique<MirrorSegmentStore>(*store_, exec_->ops_shared());
-      exec_->attach(*mirror_);
-      store_text_ = std::string("everything in ") + exec_->ops().name() + " memory (mirrored to RAM for checkpoints)";
-    }
+    if (device_tier) device_attach();
+    else exec_->attach(*store_);
     return;
   }
-  STRATUM_CHECK(o_.mem_budget_bytes >= min_budget_, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
-                " is below the minimum of ", bytes_text(min_budget_), " for this model at B=", o_.batch, " T=", o_.seq,
-                " (engine buffers ", bytes_text(exec.fixed_bytes()), " + largest working set ", bytes_text(exec.min_store_bytes()),
-                "); use --mem-budget ", (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
-  // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
-  // unless --prefetch chose one.
-  if (!plan) {
-    measured = plan_measure(request, co, threads_, o_.measure_exe);
-    plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
+  const std::size_t host_min = host_fixed + exec.min_store_bytes();
+  STRATUM_CHECK(o_.mem_budget_bytes >= host_min, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
+                " is below the minimum of ", bytes_text(host_min), " for this model at B=", o_.batch, " T=", o_.seq,
+                " (engine buffers ", bytes_text(host_fixed), " + largest working set ", bytes_text(exec.min_store_bytes()),
+                "); use --mem-budget ", (host_min + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
+  if (device_tier) {  // the plan models the CPU's compute, not the GPU's: the prefetch is --prefetch's or 2
+    result_.prefetch = o_.prefetch >= 0 ? o_.prefetch : 2;
+  } else {
+    // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
+    // unless --prefetch chose one.
+    if (!plan) {
+      measured = plan_measure(request, co, threads_, o_.measure_exe);
+      plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
+    }
+    result_.predicted_step_ms = plan->step_ms;
+    result_.prefetch = plan->prefetch;
+    char plan_text[320];
+    std::snprintf(plan_text, sizeof plan_text,
+                  "[stratum] plan: %s per step read, %s written, predicted step %.0f ms (bottleneck: %s), prefetch %d "
+                  "(%s); measured with a peak RSS of %s\n",
+                  bytes_text(plan->read_bytes).c_str(), bytes_text(plan->write_bytes).c_str(), plan->step_ms,
+                  plan->bottleneck.c_str(), plan->prefetch, o_.prefetch >= 0 ? "--prefetch" : "chosen by the plan",
+                  bytes_text(measured.peak_rss_bytes).c_str());
+    plan_line_ = plan_text;
   }
-  result_.predicted_step_ms = plan->step_ms;
-  result_.prefetch = plan->prefetch;
-  char plan_text[320];
-  std::snprintf(plan_text, sizeof plan_text,
-                "[stratum] plan: %s per step read, %s written, predicted step %.0f ms (bottleneck: %s), prefetch %d "
-                "(%s); measured with a peak RSS of %s\n",
-                bytes_text(plan->read_bytes).c_str(), bytes_text(plan->write_bytes).c_str(), plan->step_ms, plan->bottleneck.c_str(),
-                plan->prefetch, o_.prefetch >= 0 ? "--prefetch" : "chosen by the plan",
-                bytes_text(measured.peak_rss_bytes).c_str());
-  plan_line_ = plan_text;
   TieredStoreOptions so;
-  so.budget_bytes = o_.mem_budget_bytes - exec.fixed_bytes();
+  so.budget_bytes = o_.mem_budget_bytes - host_fixed;
   so.offload_dir = o_.offload_dir;
-  so.prefetch_depth = plan->prefetch;
+  so.prefetch_depth = result_.prefetch;
   so.io.backend = o_.io_backend;
   so.io.block_bytes = o_.io_block_bytes;
   so.io.queue_depth = o_.io_queue_depth;
@@ -302,7 +320,8 @@ void TrainRun::store_make() {
   store_text_ = "budget " + bytes_text(o_.mem_budget_bytes) + " (minimum " + bytes_text(min_budget_) + "), offload to " +
                 o_.offload_dir + ": " + tiered->describe();
   store_ = std::move(tiered);
-  exec_->attach(*store_);
+  if (device_tier) device_attach();
+  else exec_->attach(*store_);
 }
 
 void TrainRun::trace_start() {
@@ -452,7 +471,7 @@ void TrainRun::loop() {
   std::vector<double> step_ms;
   double total_ms = 0.0, timed_s = 0.0;
   SegmentStore& store = *store_;
-  StoreStats before = store.stats();
+  StoreStats before = store.stats(), device_before = mirror_ ? mirror_->stats() : StoreStats{};
   result_.start_step = start_step_;
   result_.steps_done = start_step_;
   for (long step = start_step_; step < o_.steps; ++step) {
@@ -460,6 +479,7 @@ void TrainRun::loop() {
       loader_->batch(step * o_.grad_accum + mb * ranks() + rank(), inputs_.data() + static_cast<std::size_t>(mb) * BT,
                      targets_.data() + static_cast<std::size_t>(mb) * BT);
     store.stats_reset_peak();
+    if (mirror_) mirror_->stats_reset_peak();
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = sched_.lr_at(step);
     exec_->lora_dropout_step(o_.seed, step);
@@ -476,7 +496,7 @@ void TrainRun::loop() {
     const StoreStats now = store.stats();
     const std::uint64_t read = now.read_bytes - before.read_bytes, written = now.write_bytes - before.write_bytes;
     const double stall = now.stall_ms - before.stall_ms + r.optimizer_wait_ms;
-    const std::size_t peak = exec_->fixed_bytes() + now.peak_held_bytes;
+    const std::size_t peak = (mirror_ ? 0 : exec_->fixed_bytes()) + now.peak_held_bytes;  // RAM
     before = now;
     result_.read_bytes += read;
     result_.write_bytes += written;
@@ -500,6 +520,17 @@ void TrainRun::loop() {
     if (ranks() > 1) {  // this rank's (0's) messages this step (Note [data parallel])
       record["comm_wait_ms"] = o_.comm->wait_ms() - std::exchange(comm_wait_ms_, o_.comm->wait_ms());
       record["sent_bytes"] = o_.comm->sent_bytes() - std::exchange(comm_sent_, o_.comm->sent_bytes());
+    }
+    if (mirror_) {  // the device tier's copies this step (Note [device tier])
+      const StoreStats d = mirror_->stats();
+      record["device_read_bytes"] = d.read_bytes - device_before.read_bytes;
+      record["device_write_bytes"] = d.write_bytes - device_before.write_bytes;
+      record["device_copy_ms"] = d.stall_ms - device_before.stall_ms;
+      record["device_peak_bytes"] = exec_->fixed_bytes() + d.peak_held_bytes;
+      result_.device_read_bytes += d.read_bytes - device_before.read_bytes;
+      result_.device_write_bytes += d.write_bytes - device_before.write_bytes;
+      result_.device_peak_bytes = std::max(result_.device_peak_bytes, exec_->fixed_bytes() + d.peak_held_bytes);
+      device_before = d;
     }
     if (o_.mem_budget_bytes > 0) {
       record["mem_budget_bytes"] = o_.mem_budget_bytes;
@@ -569,10 +600,16 @@ void TrainRun::report(double total_ms) {
                  bytes_text(result_.read_bytes).c_str(), result_.read_gbps, bytes_text(result_.write_bytes).c_str(),
                  result_.write_gbps, result_.stall_ms, 100.0 * result_.stall_ms / std::max(1.0, total_ms),
                  bytes_text(result_.peak_mem_bytes).c_str(), bytes_text(o_.mem_budget_bytes).c_str());
-    std::fprintf(stderr, "[stratum] plan check: median step %.0f ms, predicted %.0f ms (%+.0f%%)\n",
+    if (result_.predicted_step_ms > 0)
+      std::fprintf(stderr, "[stratum] plan check: median step %.0f ms, predicted %.0f ms (%+.0f%%)\n",
                  result_.step_ms_median, result_.predicted_step_ms,
                  100.0 * (result_.predicted_step_ms - result_.step_ms_median) / std::max(1e-9, result_.step_ms_median));
   }
+  if (mirror_ && o_.gpu_mem_budget_bytes > 0)
+    std::fprintf(stderr, "[stratum] %s tier traffic: copied in %s, out %s (%.0f ms on the training thread), peak %s of the %s "
+                 "budget\n", exec_->ops().name(), bytes_text(result_.device_read_bytes).c_str(),
+                 bytes_text(result_.device_write_bytes).c_str(), mirror_->stats().stall_ms,
+                 bytes_text(result_.device_peak_bytes).c_str(), bytes_text(o_.gpu_mem_budget_bytes).c_str());
   std::fprintf(stderr,
                "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, peak RSS %s, params "
                "hash %016llx%s%s\n",

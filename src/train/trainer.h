@@ -57,10 +57,14 @@ struct TrainOptions : TrainSettings {
   int io_queue_depth = 16;                            // blocks in flight
   IoFaultPlan io_fault;         // tests only (STRATUM_IO_FAULT)
   int threads = 0;            // 0 = default_thread_count()
-  // Where the step computes (backend/backend.h). Cuda: the whole training state in GPU memory
-  // (MirrorSegmentStore), no --mem-budget yet; its bits are the GPU's (Note [cuda determinism]).
+  // Where the step computes (backend/backend.h). Cuda: the executor computes on the device tier
+  // (DeviceSegmentStore, Note [device tier]) over the RAM store (or, with mem_budget_bytes, the
+  // RAM-over-NVMe store); its bits are the GPU's (Note [cuda determinism]) for every budget.
   Backend backend = Backend::Cpu;
-  bool mirror_store = false;  // tests only: compute on a MirrorSegmentStore on the CPU too
+  // --gpu-mem-budget: device memory for the executor's buffers and the units it holds; 0 = the
+  // whole training state on the device.
+  std::size_t gpu_mem_budget_bytes = 0;
+  bool mirror_store = false;  // tests only: compute on a DeviceSegmentStore on the CPU too
   // With a budget: the stratum binary to run the plan's measurement in (a separate process, so
   // it never counts against the budget); empty = measure in this process (tests).
   std::string measure_exe;
@@ -81,6 +85,10 @@ struct TrainResult {
   double stall_ms = 0.0;                          // compute waiting on I/O over the run
   double read_gbps = 0.0, write_gbps = 0.0;       // offload bandwidth while the disk was busy
   std::size_t peak_mem_bytes = 0;                 // executor + store, highest over the run
+  // The device tier (Note [device tier]): host -> device and device -> host bytes over the run,
+  // and the executor's buffers + the units held on the device, highest over the run.
+  std::uint64_t device_read_bytes = 0, device_write_bytes = 0;
+  std::size_t device_peak_bytes = 0;
   std::size_t min_budget_bytes = 0;               // smallest --mem-budget this run could use
   double predicted_step_ms = 0.0;                 // the plan's prediction (with a budget), else 0
   int prefetch = 0;                               // the prefetch depth used (with a budget)
@@ -92,7 +100,7 @@ struct TrainResult {
 
 // Throws Error (one line naming the flag) when the options do not hold together: a number outside
 // its option-table range, --save-every without --save, --log/--trace over an input, --backend cuda
-// with --mem-budget or bf16, --grad-accum not a multiple of the ranks. train_run calls it first.
+// with bf16, --gpu-mem-budget without the GPU, --grad-accum not a multiple of the ranks. train_run calls it first.
 void train_options_check(const TrainOptions& o);
 // A rank's own options in a data-parallel run (o.comm of several ranks): rank r streams through
 // OFFLOAD/rank-r (created); ranks but 0 are quiet and do not log, trace or save. No-op otherwise.

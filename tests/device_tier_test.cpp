@@ -1,0 +1,145 @@
+// The device tier under a budget (Note [device tier], store/device_segment_store.h), run on the
+// CPU backend through the trainer's test knob (mirror_store: the executor computes on a
+// DeviceSegmentStore whose "device" memory is the CPU Ops' RAM), so CI checks the tier's logic:
+// for every --gpu-mem-budget, over the RAM store and over the RAM-over-NVMe store, with the
+// optimizer worker acquiring beside the training thread, the bits are the in-memory run's, the
+// units do stream (copies in and out), and the device never holds more than its budget. The same
+// runs on a GPU are in cuda_train_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "integration_util.h"
+#include "stratum/error.h"
+#include "train/trainer.h"
+
+namespace stratum::testing {
+namespace {
+
+TrainOptions tiny(bool llama) {
+  TrainOptions o;
+  o.config.arch = llama ? ModelArch::Llama : ModelArch::Gpt2;
+  o.config.n_layer = 3;
+  o.config.n_head = 4;
+  o.config.n_embd = 64;
+  o.config.n_ctx = 64;
+  o.config.vocab_size = 211;
+  if (llama) {
+    o.config.n_kv_head = 2;
+    o.config.n_inner = 160;
+    o.config.tie_word_embeddings = false;
+  }
+  o.data_path = source_path("tests/golden/tiny_gpt2/tokens.bin");
+  o.batch = 2;
+  o.seq = 32;
+  o.steps = 4;
+  o.lr.max_lr = 3e-3;
+  o.lr.warmup_steps = 1;
+  o.quiet = true;
+  o.threads = 2;
+  return o;
+}
+
+std::string message(const TrainOptions& o) {
+  try {
+    train_run(o);
+  } catch (const BugError& e) {
+    return std::string("internal error: ") + e.what();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Runs `o` on the device tier at its smallest budget and at a middle one, over RAM and (the
+// smallest) over a RAM budget with an offload dir: each gives `want`'s bits. The smallest budget
+// is the one a run with the same options reports (the optimizer's order under a RAM budget
+// changes the working set).
+void expect_budgets_keep_bits(const TrainOptions& o, const char* what) {
+  const TrainResult want = train_run(o);
+  ASSERT_TRUE(std::isfinite(want.final_loss)) << what;
+  testing::TempDir tmp;
+  for (const bool host_budget : {false, true}) {
+    TrainOptions d = o;
+    d.mirror_store = true;
+    d.gpu_mem_budget_bytes = std::size_t{1} << 30;
+    if (host_budget) {
+      d.mem_budget_bytes = std::size_t{1} << 30;
+      d.offload_dir = tmp.path();
+    }
+    const std::size_t smallest = train_run(d).min_budget_bytes;
+    ASSERT_GT(smallest, 0u);
+    if (host_budget) d.mem_budget_bytes = smallest;  // the RAM tier's own minimum is below it
+    for (const std::size_t budget : {smallest, smallest + (smallest >> 1)}) {
+      if (host_budget && budget != smallest) continue;
+      SCOPED_TRACE(std::string(what) + " gpu budget " + std::to_string(budget) + (host_budget ? " over NVMe" : ""));
+      d.gpu_mem_budget_bytes = budget;
+      const TrainResult got = train_run(d);
+      EXPECT_EQ(got.params_hash, want.params_hash);
+      EXPECT_EQ(got.final_loss, want.final_loss);
+      EXPECT_GT(got.device_read_bytes, 0u) << "the units must stream through the device tier";
+      EXPECT_GT(got.device_write_bytes, 0u) << "dirty units must be written back";
+      EXPECT_LE(got.device_peak_bytes, budget);
+      if (host_budget) EXPECT_GT(got.read_bytes, 0u) << "the host tier must stream from the offload dir too";
+    }
+  }
+}
+
+TEST(DeviceTier, EveryGpuBudgetGivesTheInMemoryBits) {
+  for (const bool llama : {false, true}) {
+    TrainOptions o = tiny(llama);
+    o.grad_clip = 1.0;  // exact clipping: updates after the global norm
+    expect_budgets_keep_bits(o, llama ? "llama clipped" : "gpt2 clipped");
+    o.grad_clip = 0.0;  // the overlapped update: the optimizer worker acquires beside the training thread
+    o.activations = ActivationPolicy::Keep;
+    o.grad_accum = 2;
+    expect_budgets_keep_bits(o, llama ? "llama overlapped keep accum" : "gpt2 overlapped keep accum");
+  }
+}
+
+TEST(DeviceTier, LoraAndZerothOrderUnderAGpuBudget) {
+  TrainOptions lora = tiny(true);
+  lora.lora_r = 4;
+  lora.lora_alpha = 8;
+  lora.lora_targets = "q_proj,v_proj,down_proj";
+  lora.lora_dropout = 0.1;
+  expect_budgets_keep_bits(lora, "llama lora");
+  TrainOptions zo = tiny(false);
+  zo.optimizer = TrainOptimizer::ZoSgd;
+  zo.lr.max_lr = 1e-4;
+  expect_budgets_keep_bits(zo, "gpt2 zo-sgd");
+}
+
+// A checkpoint written under a device budget holds the device's state (pulled first), and a
+// resume under another budget continues with the straight run's bits.
+TEST(DeviceTier, CheckpointsUnderAGpuBudgetResume) {
+  testing::TempDir tmp;
+  TrainOptions o = tiny(false);
+  o.steps = 6;
+  const TrainResult straight = train_run(o);
+  o.mirror_store = true;
+  o.gpu_mem_budget_bytes = straight.min_budget_bytes;
+  o.save_dir = tmp.file("ckpt");
+  o.save_every = 3;
+  EXPECT_EQ(train_run(o).params_hash, straight.params_hash);
+  o.gpu_mem_budget_bytes = straight.min_budget_bytes * 2;
+  o.save_dir = tmp.file("ckpt2");
+  o.save_every = 0;
+  o.resume_path = tmp.file("ckpt") + "/step-00000003";
+  EXPECT_EQ(train_run(o).params_hash, straight.params_hash);
+}
+
+TEST(DeviceTier, BadGpuBudgetsAreOneLine) {
+  TrainOptions o = tiny(false);
+  o.gpu_mem_budget_bytes = 1 << 30;
+  EXPECT_NE(message(o).find("add --backend cuda"), std::string::npos) << message(o);
+  o.mirror_store = true;
+  o.gpu_mem_budget_bytes = 4096;
+  const std::string m = message(o);
+  EXPECT_NE(m.find("--gpu-mem-budget 4.0 KiB is below the minimum"), std::string::npos) << m;
+  EXPECT_NE(m.find("use --gpu-mem-budget"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace stratum::testing
