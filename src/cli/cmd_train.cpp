@@ -167,7 +167,7 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
              {"mem-budget", "SIZE", "bound all engine memory (params, grads, moments, activations) to SIZE, e.g. "
                                     "512M or 4G; what does not fit is streamed from --offload-dir (default: all in RAM)"},
              {"offload-dir", "DIR", "directory on a fast disk (NVMe) for state that does not fit --mem-budget"},
-             {"prefetch", "K", "with --mem-budget: schedule groups loaded ahead of the one computing (default: the plan's choice, see stratum plan)"},
+             {"prefetch", "K", "with --mem-budget: schedule groups loaded ahead of the one computing (default: the plan's choice, see stratum plan); with --gpu-mem-budget: copied to the GPU ahead (default 2)"},
              {"io", "BACKEND", "with --mem-budget: auto (io_uring, else threads) | uring | threads (default auto)"},
              {"io-block", "SIZE", "with --mem-budget: I/O block size, a multiple of 4K (default 1M; see bench/io_sweep)"},
              {"io-depth", "N", "with --mem-budget: I/O blocks in flight (default 16)"},
@@ -205,9 +205,10 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
                 "[cli] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
   STRATUM_CHECK(o.mem_budget_bytes == 0 || !o.offload_dir.empty(),
                 "[cli] --mem-budget needs --offload-dir DIR (a directory on a fast disk for what does not fit)");
-  STRATUM_CHECK(o.mem_budget_bytes > 0 || !(args.has("prefetch") || args.has("io") || args.has("io-block") ||
-                                              args.has("io-depth")),
-                "[cli] --prefetch, --io, --io-block and --io-depth only apply with --mem-budget SIZE");
+  STRATUM_CHECK(o.mem_budget_bytes > 0 || !(args.has("io") || args.has("io-block") || args.has("io-depth")),
+                "[cli] --io, --io-block and --io-depth only apply with --mem-budget SIZE");
+  STRATUM_CHECK(o.mem_budget_bytes > 0 || o.gpu_mem_budget_bytes > 0 || !args.has("prefetch"),
+                "[cli] --prefetch only applies with --mem-budget SIZE or --gpu-mem-budget SIZE");
   o.io_block_bytes = args.size_bytes("io-block", std::size_t{1} << 20);
   STRATUM_CHECK(o.io_block_bytes >= 4096 && o.io_block_bytes % 4096 == 0 && o.io_block_bytes <= (std::size_t{1} << 30),
                 "[cli] --io-block must be a multiple of 4K between 4K and 1G, got ", o.io_block_bytes, " bytes");

@@ -68,6 +68,33 @@ class Ops {
   virtual void memory_free(void* p, std::size_t bytes) const noexcept = 0;
   virtual void upload(void* dst, const void* src_host, std::size_t bytes) const = 0;
   virtual void download(void* dst_host, const void* src, std::size_t bytes) const = 0;
+  // Note [ops transfers]: copies between host RAM and this Ops' memory that run beside the
+  // compute (the device tier's prefetch and write-back, Note [device tier] in
+  // store/device_segment_store.h). An event (event_create; OpsEvent owns one) marks a point in one
+  // of the Ops' queues; transfers run in order on a copy queue of their own:
+  //   event_record(e): e = everything queued for compute so far;
+  //   transfer(dst, src, bytes, to_device, after, done): on the copy queue once event `after`
+  //     (may be null) has passed; records `done` (may be null) when the copy has finished;
+  //   compute_wait(e): compute queued from now on waits for e (the host does not);
+  //   event_done(e) / event_sync(e): has e passed / the host waits until it has.
+  // Host memory a transfer reads or writes must stay valid until its `done` has passed. host_pin
+  // page-locks host memory (true when it did) so transfers from and to it are asynchronous;
+  // pageable host memory is staged before transfer() returns (uploads) or copied by then
+  // (downloads). These defaults are a backend computing in host memory: copies done at once,
+  // every event passed.
+  virtual void* event_create() const { return nullptr; }
+  virtual void event_destroy(void* /*event*/) const noexcept {}
+  virtual void event_record(void* /*event*/) const {}
+  virtual void transfer(void* dst, const void* src, std::size_t bytes, bool to_device, void* /*after*/,
+                        void* /*done*/) const {
+    if (to_device) upload(dst, src, bytes);
+    else download(dst, src, bytes);
+  }
+  virtual void compute_wait(void* /*event*/) const {}
+  virtual bool event_done(void* /*event*/) const { return true; }
+  virtual void event_sync(void* /*event*/) const {}
+  virtual bool host_pin(void* /*p*/, std::size_t /*bytes*/) const { return false; }
+  virtual void host_unpin(void* /*p*/) const noexcept {}
   // x (n) = value; dst (n) = src (n) (not overlapping).
   virtual void fill(float* x, float value, std::size_t n) const = 0;
   virtual void copy(float* dst, const float* src, std::size_t n) const = 0;

@@ -47,6 +47,33 @@ class OpsBuffer {
   std::size_t bytes_ = 0;
 };
 
+// An event of an Ops (Note [ops transfers] in ops/ops.h), owned; null on a backend without
+// queues. Move-only.
+class OpsEvent {
+ public:
+  OpsEvent() = default;
+  explicit OpsEvent(const Ops& ops) : ops_(&ops), event_(ops.event_create()) {}
+  ~OpsEvent() {
+    if (event_ != nullptr) ops_->event_destroy(event_);
+  }
+  OpsEvent(OpsEvent&& o) noexcept : ops_(o.ops_), event_(std::exchange(o.event_, nullptr)) {}
+  OpsEvent& operator=(OpsEvent&& o) noexcept {
+    if (this != &o) {
+      OpsEvent dead(std::move(*this));
+      ops_ = o.ops_;
+      event_ = std::exchange(o.event_, nullptr);
+    }
+    return *this;
+  }
+  OpsEvent(const OpsEvent&) = delete;
+  OpsEvent& operator=(const OpsEvent&) = delete;
+  void* get() const { return event_; }
+
+ private:
+  const Ops* ops_ = nullptr;
+  void* event_ = nullptr;
+};
+
 // aligned_buffer_carve's slices (core/aligned_buffer.h) in one OpsBuffer of `ops`.
 inline OpsBuffer ops_buffer_carve(const Ops& ops, const CarveSlices& slices) {
   OpsBuffer buffer(ops, aligned_buffer_carve_bytes(slices));

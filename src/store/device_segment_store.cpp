@@ -9,23 +9,40 @@
 
 namespace stratum {
 
-DeviceSegmentStore::DeviceSegmentStore(SegmentStore& host, std::shared_ptr<const Ops> ops, std::size_t budget_bytes)
+DeviceSegmentStore::DeviceSegmentStore(SegmentStore& host, std::shared_ptr<const Ops> ops, std::size_t budget_bytes,
+                                       int prefetch)
     : SegmentStore(host.units()), host_(host), ops_(std::move(ops)), budget_bytes_(budget_bytes),
-      entries_(static_cast<std::size_t>(units().count())), policy_(units().count()),
-      training_thread_(std::this_thread::get_id()) {
+      prefetch_depth_(prefetch), streaming_(budget_bytes > 0 && units().total_bytes() > budget_bytes),
+      entries_(static_cast<std::size_t>(units().count())), pinned_(entries_.size(), {nullptr, 0}),
+      policy_(units().count()), training_thread_(std::this_thread::get_id()) {
   totals_.budget_bytes = budget_bytes;
+}
+
+DeviceSegmentStore::~DeviceSegmentStore() {
+  try {
+    Lock lock(mutex_);
+    drain(lock);  // no copy may still read or write a host buffer; the host units are released
+  } catch (...) {  // a failed device: nothing left to wait for
+  }
+  for (const auto& [p, bytes] : pinned_)
+    if (p != nullptr) ops_->host_unpin(p);
 }
 
 bool DeviceSegmentStore::persistent(SegmentKind kind) {
   return kind == SegmentKind::Params || kind == SegmentKind::AdamM || kind == SegmentKind::AdamV;
 }
 
-// Exact fit from the pool, else a new buffer (zero-filled by Ops::memory_alloc), dropping pool
-// buffers first when the budget needs their room.
-OpsBuffer DeviceSegmentStore::buffer_take(std::size_t bytes, bool* zeroed) {
+bool DeviceSegmentStore::evictable(int unit) const {
+  const Entry& e = entries_[unit];
+  return e.state == State::Resident && e.holds == 0 && !e.in_flight;
+}
+
+// Exact fit from the pool, else a new buffer (zero-filled by Ops::memory_alloc on the compute
+// queue, which its free event follows), dropping pool buffers first when the budget needs their room.
+DeviceSegmentStore::Buffer DeviceSegmentStore::buffer_take(std::size_t bytes, bool* zeroed) {
   for (std::size_t i = 0; i < free_buffers_.size(); ++i) {
-    if (free_buffers_[i].size_bytes() != bytes) continue;
-    OpsBuffer b = std::move(free_buffers_[i]);
+    if (free_buffers_[i].memory.size_bytes() != bytes) continue;
+    Buffer b = std::move(free_buffers_[i]);
     free_buffers_.erase(free_buffers_.begin() + static_cast<std::ptrdiff_t>(i));
     free_bytes_ -= bytes;
     *zeroed = false;
@@ -33,60 +50,142 @@ OpsBuffer DeviceSegmentStore::buffer_take(std::size_t bytes, bool* zeroed) {
   }
   while (budget_bytes_ > 0 && held_bytes_ + bytes > budget_bytes_) {
     STRATUM_ASSERT(!free_buffers_.empty());  // space_make() ran first: in use + bytes fits
-    held_bytes_ -= free_buffers_.back().size_bytes();
-    free_bytes_ -= free_buffers_.back().size_bytes();
+    held_bytes_ -= free_buffers_.back().memory.size_bytes();
+    free_bytes_ -= free_buffers_.back().memory.size_bytes();
     free_buffers_.pop_back();
   }
-  OpsBuffer b(*ops_, bytes);
+  Buffer b{OpsBuffer(*ops_, bytes), OpsEvent(*ops_)};
+  ops_->event_record(b.free.get());
   held_bytes_ += bytes;
   peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
   *zeroed = true;
   return b;
 }
 
-void DeviceSegmentStore::upload(int unit) {
+void DeviceSegmentStore::buffer_give(Buffer buffer) {
+  ops_->event_record(buffer.free.get());  // after every use of the unit queued so far
+  free_bytes_ += buffer.memory.size_bytes();
+  free_buffers_.push_back(std::move(buffer));
+}
+
+void* DeviceSegmentStore::host_unit(int unit, Access access, bool* pinned) {
+  void* p = host_.acquire_unit(unit, access);
+  *pinned = false;
+  if (ops_->host_memory() || !host_.buffers_stable()) return p;
+  auto& [where, bytes] = pinned_[unit];
+  if (where == p) {
+    *pinned = true;
+  } else if (where == nullptr && !pin_failed_) {
+    if (ops_->host_pin(p, units().bytes(unit))) {
+      where = p;
+      bytes = units().bytes(unit);
+      *pinned = true;
+    } else {
+      pin_failed_ = true;  // out of lockable memory: the rest stays pageable
+    }
+  }
+  return p;
+}
+
+void DeviceSegmentStore::copy_started(int unit, bool pinned) {
+  Entry& e = entries_[unit];
+  if (pinned) e.host_held = true;  // released when the copy has finished (reap)
+  else host_.release_unit(unit);   // pageable: staged or copied already
+  e.in_flight = true;
+  in_flight_.push_back(unit);
+}
+
+void DeviceSegmentStore::upload_start(int unit) {
   const auto t0 = std::chrono::steady_clock::now();
-  const void* src = host_.acquire_unit(unit, Access::Read);
-  ops_->upload(entries_[unit].buffer.data(), src, units().bytes(unit));
-  host_.release_unit(unit);
+  Entry& e = entries_[unit];
+  bool pinned = false;
+  const void* src = host_unit(unit, Access::Read, &pinned);
+  if (e.done.get() == nullptr) e.done = OpsEvent(*ops_);
+  ops_->transfer(e.buffer.memory.data(), src, units().bytes(unit), true, e.buffer.free.get(), e.done.get());
+  e.loading = true;
+  copy_started(unit, pinned);
   totals_.read_bytes += units().bytes(unit);
   if (trace_ != nullptr) trace_->span(TraceRecorder::kRead, "device", units().name(unit), t0, std::chrono::steady_clock::now());
 }
 
-void DeviceSegmentStore::download(int unit) {
+void DeviceSegmentStore::download_start(int unit) {
   const auto t0 = std::chrono::steady_clock::now();
   Entry& e = entries_[unit];
-  void* dst = host_.acquire_unit(unit, Access::Overwrite);
-  ops_->download(dst, e.buffer.data(), units().bytes(unit));
-  host_.release_unit(unit);
-  e.on_host = true;
+  bool pinned = false;
+  void* dst = host_unit(unit, Access::Overwrite, &pinned);
+  if (e.done.get() == nullptr) e.done = OpsEvent(*ops_);
+  ops_->event_record(e.buffer.free.get());  // after the compute that wrote the unit
+  ops_->transfer(dst, e.buffer.memory.data(), units().bytes(unit), false, e.buffer.free.get(), e.done.get());
+  e.state = State::Writing;
   e.dirty = false;
+  e.on_host = true;  // current once the copy finishes; nothing reads it before (the unit is held)
+  copy_started(unit, pinned);
   totals_.write_bytes += units().bytes(unit);
   if (trace_ != nullptr) trace_->span(TraceRecorder::kWrite, "device", units().name(unit), t0, std::chrono::steady_clock::now());
 }
 
-void DeviceSegmentStore::evict(int unit) {
-  Entry& e = entries_[unit];
-  if (e.dirty && !dead(unit)) download(unit);
-  if (e.dirty) e.on_host = false;  // dead data: its next use overwrites it
-  e.dirty = false;
-  free_bytes_ += e.buffer.size_bytes();
-  free_buffers_.push_back(std::move(e.buffer));
+void DeviceSegmentStore::reap() {
+  for (std::size_t i = 0; i < in_flight_.size();) {
+    const int unit = in_flight_[i];
+    Entry& e = entries_[unit];
+    if (!ops_->event_done(e.done.get())) {
+      ++i;
+      continue;
+    }
+    in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
+    e.in_flight = false;
+    e.loading = false;
+    if (e.host_held) {
+      e.host_held = false;
+      host_.release_unit(unit);
+    }
+    if (e.state == State::Writing) {  // written back and not asked for since: the buffer is free
+      buffer_give(std::move(e.buffer));
+      e.state = State::Absent;
+    }
+    released_.notify_all();
+  }
 }
 
-void DeviceSegmentStore::space_make(Lock& lock, std::size_t bytes) {
-  if (budget_bytes_ == 0) return;
+void DeviceSegmentStore::wait_one(Lock&) {
+  STRATUM_ASSERT(!in_flight_.empty());
+  ops_->event_sync(entries_[in_flight_.front()].done.get());
+  reap();
+}
+
+void DeviceSegmentStore::drain(Lock& lock) {
+  while (!in_flight_.empty()) wait_one(lock);
+}
+
+void DeviceSegmentStore::evict(int unit) {
+  Entry& e = entries_[unit];
+  if (e.dirty && !dead(unit)) {
+    download_start(unit);  // the buffer comes back when the copy has finished
+    return;
+  }
+  if (e.dirty) e.on_host = false;  // dead data: its next use overwrites it
+  e.dirty = false;
+  buffer_give(std::move(e.buffer));
+  e.state = State::Absent;
+}
+
+bool DeviceSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, bool block) {
+  if (budget_bytes_ == 0) return true;
   if (bytes > budget_bytes_)
     throw BugError(detail::concat("[store] bug: one unit (", bytes, " bytes) exceeds the device budget of ", budget_bytes_,
                                   "; the minimum-budget check should have refused it"));
   const bool training = std::this_thread::get_id() == training_thread_;
-  while (held_bytes_ - free_bytes_ + bytes > budget_bytes_) {
-    const int victim = policy_.victim(-1, [&](int u) {
-      const Entry& e = entries_[u];
-      return e.buffer.data() != nullptr && e.holds == 0;
-    });
+  for (;;) {
+    reap();
+    if (held_bytes_ - free_bytes_ + bytes <= budget_bytes_) return true;
+    const int victim = policy_.victim(beyond, [&](int u) { return evictable(u); });
     if (victim >= 0) {
       evict(victim);
+      continue;
+    }
+    if (!block) return false;
+    if (!in_flight_.empty()) {
+      wait_one(lock);
       continue;
     }
     if ((training ? holds_other_ : holds_training_) > 0) {
@@ -103,28 +202,40 @@ void* DeviceSegmentStore::acquire_unit(int unit, Access access) {
   STRATUM_ASSERT(unit >= 0 && unit < units().count());
   Lock lock(mutex_);
   const bool training = std::this_thread::get_id() == training_thread_;
+  reap();
   Entry& e = entries_[unit];
-  if (e.buffer.data() == nullptr) {
+  if (e.state == State::Writing) {  // asked for again while written back: keep it
+    e.state = State::Resident;
+    if (access != Access::Read) ops_->compute_wait(e.done.get());  // no change before the copy has read it
+  }
+  if (e.state == State::Absent) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t bytes = units().bytes(unit);
-    space_make(lock, bytes);
-    if (e.buffer.data() == nullptr) {  // else the other thread loaded it while this one waited
+    space_make(lock, bytes, -1, true);
+    if (e.state == State::Absent) {  // else the other thread brought it in while this one waited
       bool zeroed = false;
       e.buffer = buffer_take(bytes, &zeroed);
+      e.state = State::Resident;
       e.dirty = false;
       if (access != Access::Overwrite && access != Access::Scratch) {
-        if (e.on_host) upload(unit);
-        else if (!zeroed) ops_->fill(e.buffer.as_f32(), 0.0f, bytes / sizeof(float));  // never written: zeros
+        if (e.on_host) upload_start(unit);
+        else if (!zeroed) ops_->fill(e.buffer.memory.as_f32(), 0.0f, bytes / sizeof(float));  // never written: zeros
       }
     }
-    if (training) totals_.stall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (training) {
+      const auto t1 = std::chrono::steady_clock::now();
+      totals_.stall_ms += std::chrono::duration<double, std::milli>(t1 - t0).count();
+      if (trace_ != nullptr && t1 - t0 > std::chrono::microseconds(100))
+        trace_->span(TraceRecorder::kCompute, "stall", "device: wait for " + units().name(unit), t0, t1);
+    }
   }
+  if (e.loading) ops_->compute_wait(e.done.get());  // the compute that uses it follows its upload
   ++e.holds;
   ++(training ? holds_training_ : holds_other_);
   policy_.used(unit);
   if (access == Access::Scratch) e.dirty = false;  // dead before and after: nothing to write back
   else if (access != Access::Read) e.dirty = true;
-  return e.buffer.data();
+  return e.buffer.memory.data();
 }
 
 void DeviceSegmentStore::release_unit(int unit) {
@@ -133,6 +244,10 @@ void DeviceSegmentStore::release_unit(int unit) {
   STRATUM_ASSERT(e.holds > 0);
   --e.holds;
   --(std::this_thread::get_id() == training_thread_ ? holds_training_ : holds_other_);
+  // Note [write-behind] (store/eviction_policy.h): written back now, off the critical path.
+  if (streaming_ && e.holds == 0 && e.state == State::Resident && e.dirty && !e.in_flight &&
+      policy_.write_behind(unit, prefetch_depth_))
+    download_start(unit);
   released_.notify_all();
 }
 
@@ -149,7 +264,41 @@ void DeviceSegmentStore::schedule_at(int group) {
     Lock lock(mutex_);
     policy_.at(group);
   }
-  host_.schedule_at(group);
+  host_.schedule_at(group);  // the host tier's prefetch from NVMe first: the device's reads from it
+  Lock lock(mutex_);
+  prefetch(lock);
+}
+
+void DeviceSegmentStore::schedule_refresh() {
+  host_.schedule_refresh();
+  Lock lock(mutex_);
+  prefetch(lock);
+}
+
+// Note [prefetch window] on the device: the current group's and the next prefetch_depth_ groups'
+// units that hold data are uploaded in schedule order as far as the budget allows without
+// evicting anything needed sooner.
+void DeviceSegmentStore::prefetch(Lock& lock) {
+  reap();
+  const StepSchedule* schedule = policy_.schedule();
+  if (schedule == nullptr || budget_bytes_ == 0) return;
+  const int group = policy_.now();
+  const int groups = schedule->group_count();
+  for (int d = 0; d <= prefetch_depth_ && d < groups; ++d) {
+    for (const UnitUse& use : schedule->group((group + d) % groups)) {
+      if (d == 0 && policy_.used_now(use.unit)) continue;
+      Entry& e = entries_[use.unit];
+      if (e.state != State::Absent || !e.on_host || use.access == Access::Overwrite || use.access == Access::Scratch)
+        continue;
+      if (!space_make(lock, units().bytes(use.unit), d, false)) return;
+      if (e.state != State::Absent) continue;
+      bool zeroed = false;
+      e.buffer = buffer_take(units().bytes(use.unit), &zeroed);
+      e.state = State::Resident;
+      e.dirty = false;
+      upload_start(use.unit);
+    }
+  }
 }
 
 // A pinned unit is needed by a consumer behind the schedule position: live on both tiers.
@@ -182,24 +331,38 @@ void DeviceSegmentStore::stats_reset_peak() {
 
 void DeviceSegmentStore::push() {
   Lock lock(mutex_);
+  drain(lock);
   for (int u = 0; u < units().count(); ++u) {
     if (!persistent(units().kind(u))) continue;
     Entry& e = entries_[u];
     e.on_host = true;
     e.dirty = false;
-    if (e.buffer.data() == nullptr) {
-      if (budget_bytes_ > 0) continue;  // loaded from the host when first acquired
+    if (e.state == State::Absent) {
+      if (budget_bytes_ > 0) continue;  // uploaded when the schedule needs it
       bool zeroed = false;
       e.buffer = buffer_take(units().bytes(u), &zeroed);
+      e.state = State::Resident;
     }
-    upload(u);
+    const void* src = host_.acquire_unit(u, Access::Read);
+    ops_->upload(e.buffer.memory.data(), src, units().bytes(u));
+    host_.release_unit(u);
+    totals_.read_bytes += units().bytes(u);
   }
 }
 
 void DeviceSegmentStore::pull() {
   Lock lock(mutex_);
-  for (int u = 0; u < units().count(); ++u)
-    if (persistent(units().kind(u)) && entries_[u].buffer.data() != nullptr && entries_[u].dirty) download(u);
+  drain(lock);
+  for (int u = 0; u < units().count(); ++u) {
+    Entry& e = entries_[u];
+    if (!persistent(units().kind(u)) || e.state != State::Resident || !e.dirty) continue;
+    void* dst = host_.acquire_unit(u, Access::Overwrite);
+    ops_->download(dst, e.buffer.memory.data(), units().bytes(u));
+    host_.release_unit(u);
+    e.dirty = false;
+    e.on_host = true;
+    totals_.write_bytes += units().bytes(u);
+  }
 }
 
 }  // namespace stratum

@@ -7,18 +7,27 @@
 // Note [device tier]: with no budget every unit stays in device memory once touched (the whole
 // state fits). With a budget (--gpu-mem-budget less the executor's buffers) the device holds what
 // fits and the host store holds the rest, as the RAM tier does over the offload dir:
-//   - a miss acquires the unit from the host store (which may load it from NVMe) and uploads it;
-//     a unit the host never received reads as zeros, an Overwrite/Scratch acquire copies nothing;
+//   - a unit is uploaded from the host store (which may load it from NVMe) ahead of its use: the
+//     current group's and the next `prefetch` schedule groups' units (Note [prefetch window]) as
+//     far as the budget allows without evicting anything needed sooner, or at the latest when it
+//     is acquired. A unit the host never received reads as zeros; an Overwrite/Scratch use copies
+//     nothing;
 //   - space is made by the host tier's rule (Note [schedule eviction]): the resident unit with the
-//     farthest next use in the step schedule goes; a dirty one is downloaded into the host store
-//     first unless its next use overwrites it (dead gradients and activations are dropped);
+//     farthest next use goes; a dirty one is downloaded into the host store first unless its next
+//     use overwrites it (dead gradients and activations are dropped), and a dirty unit released
+//     far from its next use is downloaded at once (Note [write-behind]);
+//   - the copies run on the Ops' copy queue (Note [ops transfers]): an upload waits for the compute
+//     that last used its buffer, the compute waits for the upload of a unit it acquires (the host
+//     does not), a download waits for the compute that wrote the unit, and its buffer is reused
+//     only after the download has finished. The host store's units are page-locked where their
+//     buffers do not move (the RAM store), so the copies are asynchronous; from a pageable host
+//     buffer (the tiered store's) they are staged by the driver before the call returns;
 //   - buffers of evicted units are kept for the next unit of the same size (a device free waits
-//     for the queue) and dropped only when the budget needs the room;
-//   - copies are queued on the Ops' one stream (Ops::upload / download), so the compute that
-//     follows sees them in order; the bits are those of the whole state on the device, for every
-//     budget. (The copies do not yet overlap compute: docs/architecture.md, "How a CUDA tier
-//     plugs in".)
-// Thread-safe (the CPU backend's optimizer worker acquires beside the training thread). Does not
+//     for the queues) and dropped only when the budget needs the room.
+// The kernels see the same bytes in the same buffers' places as with the whole state on the
+// device, so the bits are those of that run, for every budget and prefetch depth.
+// Thread-safe (the CPU backend's optimizer worker acquires beside the training thread; copies on
+// the CPU finish at once, so only the training thread ever leaves a host unit held). Does not
 // own the host store; shares the Ops (its buffers must not outlive it).
 #pragma once
 
@@ -26,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ops/ops_buffer.h"
@@ -36,34 +46,50 @@ namespace stratum {
 
 class DeviceSegmentStore final : public SegmentStore {
  public:
-  // budget_bytes: device memory for units (0 = unbounded: everything resident once touched).
-  DeviceSegmentStore(SegmentStore& host, std::shared_ptr<const Ops> ops, std::size_t budget_bytes = 0);
+  // budget_bytes: device memory for units (0 = unbounded: everything resident once touched);
+  // prefetch: schedule groups uploaded ahead of the one computing.
+  DeviceSegmentStore(SegmentStore& host, std::shared_ptr<const Ops> ops, std::size_t budget_bytes = 0,
+                     int prefetch = 2);
+  ~DeviceSegmentStore() override;  // waits for the copies in flight, unpins the host buffers
   void* acquire_unit(int unit, Access access) override;
   void release_unit(int unit) override;
-  // The schedule drives eviction here and is passed on to the host store (its prefetch from NVMe).
+  // The schedule drives prefetch and eviction here and is passed on to the host store (its
+  // prefetch from NVMe).
   void schedule_set(const StepSchedule* schedule) override;
   void schedule_at(int group) override;
-  void schedule_refresh() override { host_.schedule_refresh(); }
+  void schedule_refresh() override;
   void unit_pin(int unit, int delta) override;
   void unit_prefetch(int unit) override { host_.unit_prefetch(unit); }
   void trace_set(TraceRecorder* trace) override;
   // read_bytes: host -> device, write_bytes: device -> host, stall_ms: the training thread's time
-  // in those copies, held/peak/budget: device memory of units.
+  // blocked in the tier (copies from pageable memory, waits for room), held/peak/budget: device
+  // memory of units.
   StoreStats stats() const override;
   void stats_reset_peak() override;
 
   // Every Params, AdamM and AdamV unit (the state a step leaves behind): push makes the host's
   // copy current on the device (uploads what is resident; with no budget, everything), pull
-  // downloads what the device changed; pull waits for the ops queued before it.
+  // downloads what the device changed; both wait for the copies and ops queued before them.
   void push();
   void pull();
-  SegmentStore& host() { return host_; }
 
  private:
+  // A device buffer and the event its reuse waits for: recorded on the compute queue when the
+  // buffer was made or its unit let go of it.
+  struct Buffer {
+    OpsBuffer memory;
+    OpsEvent free;
+  };
+  enum class State { Absent, Resident, Writing };  // Writing: a download in flight
   struct Entry {
-    OpsBuffer buffer;      // null when absent from the device
-    bool dirty = false;    // the device's copy is newer than the host's
-    bool on_host = false;  // the host store holds this unit's data (else it reads as zeros)
+    State state = State::Absent;
+    Buffer buffer;
+    OpsEvent done;           // the unit's copy in flight passes it when finished
+    bool in_flight = false;  // a copy of it has not been seen finished (in_flight_)
+    bool loading = false;    // an upload in flight: compute waits for `done` before using the unit
+    bool host_held = false;  // the host store's unit is acquired until `done` (page-locked copies)
+    bool dirty = false;      // the device's copy is newer than the host's
+    bool on_host = false;    // the host store holds this unit's data (else it reads as zeros)
     int holds = 0;
     int pins = 0;
   };
@@ -71,19 +97,36 @@ class DeviceSegmentStore final : public SegmentStore {
 
   static bool persistent(SegmentKind kind);
   bool dead(int unit) const { return entries_[unit].pins == 0 && policy_.dead(unit); }
-  void space_make(Lock& lock, std::size_t bytes);
+  bool evictable(int unit) const;
+  // Makes room for `bytes`, evicting only units whose next use is farther than `beyond`; with
+  // block=false returns false instead of waiting for a copy or the other thread.
+  bool space_make(Lock& lock, std::size_t bytes, long beyond, bool block);
   void evict(int unit);
-  OpsBuffer buffer_take(std::size_t bytes, bool* zeroed);
-  void upload(int unit);    // host store -> device
-  void download(int unit);  // device -> host store
+  Buffer buffer_take(std::size_t bytes, bool* zeroed);
+  void buffer_give(Buffer buffer);  // records its free event
+  void upload_start(int unit);      // host store -> device, into the entry's buffer
+  void download_start(int unit);    // device -> host store
+  // Acquires the host store's unit; pinned: it is page-locked (the copy is asynchronous, so the
+  // unit stays acquired until the copy has finished).
+  void* host_unit(int unit, Access access, bool* pinned);
+  void copy_started(int unit, bool pinned);  // in flight; a pageable host unit is released at once
+  void reap();                      // finishes the copies that are done
+  void wait_one(Lock& lock);        // the host waits for the oldest copy in flight
+  void drain(Lock& lock);           // ... for all of them
+  void prefetch(Lock& lock);
 
   SegmentStore& host_;
   std::shared_ptr<const Ops> ops_;  // before the buffers: outlives them
   std::size_t budget_bytes_;
+  int prefetch_depth_;
+  bool streaming_ = false;  // the units do not all fit the budget (Note [write-behind])
   mutable std::mutex mutex_;
   std::condition_variable released_;
   std::vector<Entry> entries_;        // per unit
-  std::vector<OpsBuffer> free_buffers_;  // evicted units' buffers, counted in held_bytes_
+  std::vector<int> in_flight_;        // units with a copy in flight, oldest first
+  std::vector<Buffer> free_buffers_;  // evicted units' buffers, counted in held_bytes_
+  std::vector<std::pair<void*, std::size_t>> pinned_;  // per unit: its host buffer page-locked (host_pin)
+  bool pin_failed_ = false;                            // host_pin refused once: stop asking
   std::size_t held_bytes_ = 0, free_bytes_ = 0, peak_held_bytes_ = 0;
   EvictionPolicy policy_;
   std::thread::id training_thread_;

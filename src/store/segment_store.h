@@ -65,6 +65,10 @@ class SegmentStore {
   // while pinned it is never treated as dead (Note [schedule eviction]). delta is +1 or -1.
   virtual void unit_pin(int /*unit*/, int /*delta*/) {}
 
+  // A unit's buffer stays at one address for the store's life once acquired (the RAM store's):
+  // the device tier may page-lock it for asynchronous copies (Note [device tier]).
+  virtual bool buffers_stable() const { return false; }
+
   // Records I/O and stall spans into `trace` (borrowed; null = off).
   virtual void trace_set(TraceRecorder* /*trace*/) {}
 
@@ -86,6 +90,7 @@ class RamSegmentStore final : public SegmentStore {
       : RamSegmentStore(UnitTable(layout, act_floats)) {}
   void* acquire_unit(int unit, Access access) override;
   void release_unit(int unit) override;
+  bool buffers_stable() const override { return true; }
   StoreStats stats() const override;
   void stats_reset_peak() override {}
 

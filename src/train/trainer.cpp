@@ -270,7 +270,8 @@ void TrainRun::store_make() {
                 (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
   auto device_attach = [&] {
     const std::size_t device_budget = o_.gpu_mem_budget_bytes > 0 ? o_.gpu_mem_budget_bytes - exec.fixed_bytes() : 0;
-    mirror_ = std::make_unique<DeviceSegmentStore>(*store_, exec_->ops_shared(), device_budget);
+    result_.prefetch = o_.prefetch >= 0 ? o_.prefetch : 2;  // the plan models the CPU's compute, not the GPU's
+    mirror_ = std::make_unique<DeviceSegmentStore>(*store_, exec_->ops_shared(), device_budget, result_.prefetch);
     exec_->attach(*mirror_);
     store_text_ = std::string(exec.ops().name()) + " memory " +
                   (device_budget > 0 ? "budget " + bytes_text(o_.gpu_mem_budget_bytes) + " (minimum " + bytes_text(min_budget_) + ")"
@@ -288,9 +289,7 @@ void TrainRun::store_make() {
                 " is below the minimum of ", bytes_text(host_min), " for this model at B=", o_.batch, " T=", o_.seq,
                 " (engine buffers ", bytes_text(host_fixed), " + largest working set ", bytes_text(exec.min_store_bytes()),
                 "); use --mem-budget ", (host_min + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
-  if (device_tier) {  // the plan models the CPU's compute, not the GPU's: the prefetch is --prefetch's or 2
-    result_.prefetch = o_.prefetch >= 0 ? o_.prefetch : 2;
-  } else {
+  if (!device_tier) {
     // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
     // unless --prefetch chose one.
     if (!plan) {
@@ -311,7 +310,7 @@ void TrainRun::store_make() {
   TieredStoreOptions so;
   so.budget_bytes = o_.mem_budget_bytes - host_fixed;
   so.offload_dir = o_.offload_dir;
-  so.prefetch_depth = result_.prefetch;
+  so.prefetch_depth = device_tier ? (o_.prefetch >= 0 ? o_.prefetch : 2) : result_.prefetch;
   so.io.backend = o_.io_backend;
   so.io.block_bytes = o_.io_block_bytes;
   so.io.queue_depth = o_.io_queue_depth;

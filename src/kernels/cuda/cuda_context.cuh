@@ -41,6 +41,7 @@ void* cuda_alloc(std::size_t bytes);
 
 struct CudaContext {
   cudaStream_t stream = nullptr;
+  cudaStream_t copy_stream = nullptr;  // Note [ops transfers]: the device tier's copies, beside the compute
   cublasHandle_t blas = nullptr;
   void* blas_workspace = nullptr;  // fixed cuBLAS workspace (reproducibility, Note [cuda determinism])
   // Device copies of host tables, made on first use.

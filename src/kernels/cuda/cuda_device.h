@@ -20,7 +20,7 @@ std::string cuda_device_describe();
 
 // The module's table of entry points; version guards a module built from other sources.
 struct CudaBackendApi {
-  static constexpr int kVersion = 2;
+  static constexpr int kVersion = 3;
   int version;
   bool (*available)(std::string* why);
   std::string (*describe)();

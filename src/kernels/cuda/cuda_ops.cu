@@ -159,9 +159,58 @@ void* CudaOps::memory_alloc(std::size_t bytes) const {
 
 void CudaOps::memory_free(void* p, std::size_t) const noexcept {
   if (p == nullptr) return;
-  cudaStreamSynchronize(ctx_->stream);  // no queued op may still use it
+  cudaStreamSynchronize(ctx_->stream);  // no queued op or copy may still use it
+  cudaStreamSynchronize(ctx_->copy_stream);
   cudaFree(p);
 }
+
+void* CudaOps::event_create() const {
+  cudaEvent_t e = nullptr;
+  STRATUM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+
+void CudaOps::event_destroy(void* event) const noexcept {
+  if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void CudaOps::event_record(void* event) const {
+  STRATUM_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), ctx_->stream));
+}
+
+void CudaOps::transfer(void* dst, const void* src, std::size_t bytes, bool to_device, void* after, void* done) const {
+  if (after != nullptr) STRATUM_CUDA_CHECK(cudaStreamWaitEvent(ctx_->copy_stream, static_cast<cudaEvent_t>(after), 0));
+  if (bytes > 0)
+    STRATUM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                       ctx_->copy_stream));
+  if (done != nullptr) STRATUM_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(done), ctx_->copy_stream));
+}
+
+void CudaOps::compute_wait(void* event) const {
+  if (event != nullptr) STRATUM_CUDA_CHECK(cudaStreamWaitEvent(ctx_->stream, static_cast<cudaEvent_t>(event), 0));
+}
+
+bool CudaOps::event_done(void* event) const {
+  if (event == nullptr) return true;
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (e == cudaErrorNotReady) return false;
+  STRATUM_CUDA_CHECK(e);
+  return true;
+}
+
+void CudaOps::event_sync(void* event) const {
+  if (event != nullptr) STRATUM_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+// A failed registration (not enough lockable memory, say) leaves the memory pageable: the copies
+// stay correct, only not asynchronous.
+bool CudaOps::host_pin(void* p, std::size_t bytes) const {
+  if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+  cudaGetLastError();  // take the failed call's error off the thread's last-error slot
+  return false;
+}
+
+void CudaOps::host_unpin(void* p) const noexcept { cudaHostUnregister(p); }
 
 // Pageable host memory: cudaMemcpyAsync on the stream stages it before returning, so the host
 // buffer may be reused at once, and the copy is ordered with the ops around it.
@@ -182,6 +231,7 @@ CudaOps::CudaOps(Precision precision) : ctx_(std::make_unique<CudaContext>()), p
   STRATUM_CHECK(precision == Precision::Fp32,
                 "[backend.cuda] --precision bf16 is not implemented on the CUDA backend yet: use fp32 there");
   STRATUM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->stream, cudaStreamNonBlocking));
+  STRATUM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->copy_stream, cudaStreamNonBlocking));
   STRATUM_CUBLAS_CHECK(cublasCreate(&ctx_->blas));
   STRATUM_CUBLAS_CHECK(cublasSetStream(ctx_->blas, ctx_->stream));
   // Exact fp32: no TF32 tensor-op math, no reduced-precision reductions (Note [cuda determinism]).
@@ -194,6 +244,7 @@ CudaOps::CudaOps(Precision precision) : ctx_(std::make_unique<CudaContext>()), p
 
 CudaOps::~CudaOps() {
   if (ctx_->stream) cudaStreamSynchronize(ctx_->stream);
+  if (ctx_->copy_stream) cudaStreamSynchronize(ctx_->copy_stream);
   for (auto& [table, c] : ctx_->rope) {
     cudaFree(c.cos);
     cudaFree(c.sin);
@@ -203,6 +254,7 @@ CudaOps::~CudaOps() {
   if (ctx_->blas) cublasDestroy(ctx_->blas);
   cudaFree(ctx_->blas_workspace);
   if (ctx_->stream) cudaStreamDestroy(ctx_->stream);
+  if (ctx_->copy_stream) cudaStreamDestroy(ctx_->copy_stream);
 }
 
 }  // namespace stratum

@@ -40,6 +40,16 @@ class CudaOps final : public Ops {
   void memory_free(void* p, std::size_t bytes) const noexcept override;
   void upload(void* dst, const void* src_host, std::size_t bytes) const override;
   void download(void* dst_host, const void* src, std::size_t bytes) const override;
+  void* event_create() const override;  // Note [ops transfers]: cudaEvent_t without timing
+  void event_destroy(void* event) const noexcept override;
+  void event_record(void* event) const override;
+  void transfer(void* dst, const void* src, std::size_t bytes, bool to_device, void* after,
+                void* done) const override;
+  void compute_wait(void* event) const override;
+  bool event_done(void* event) const override;
+  void event_sync(void* event) const override;
+  bool host_pin(void* p, std::size_t bytes) const override;  // cudaHostRegister
+  void host_unpin(void* p) const noexcept override;
   void fill(float* x, float value, std::size_t n) const override;
   void copy(float* dst, const float* src, std::size_t n) const override;
   // lse on the device; the double sum on the host over the downloaded rows (the CPU's order).
