@@ -139,10 +139,13 @@ void DeviceSegmentStore::reap() {
       e.host_held = false;
       host_.release_unit(unit);
     }
-    if (e.state == State::Writing) {  // written back and not asked for since: the buffer is free
+    if (e.state == State::Writing && e.evicting) {  // evicted, written back and not asked for since
       buffer_give(std::move(e.buffer));
       e.state = State::Absent;
+    } else if (e.state == State::Writing) {  // written behind: stays, clean, until space is needed
+      e.state = State::Resident;
     }
+    e.evicting = false;
     released_.notify_all();
   }
 }
@@ -161,6 +164,7 @@ void DeviceSegmentStore::evict(int unit) {
   Entry& e = entries_[unit];
   if (e.dirty && !dead(unit)) {
     download_start(unit);  // the buffer comes back when the copy has finished
+    e.evicting = true;
     return;
   }
   if (e.dirty) e.on_host = false;  // dead data: its next use overwrites it
@@ -206,6 +210,7 @@ void* DeviceSegmentStore::acquire_unit(int unit, Access access) {
   Entry& e = entries_[unit];
   if (e.state == State::Writing) {  // asked for again while written back: keep it
     e.state = State::Resident;
+    e.evicting = false;
     if (access != Access::Read) ops_->compute_wait(e.done.get());  // no change before the copy has read it
   }
   if (e.state == State::Absent) {
