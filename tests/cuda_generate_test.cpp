@@ -67,11 +67,38 @@ TEST(CudaGenerate, RefusalsAreOneLine) {
   };
   std::string why;
   if (!backend_available(Backend::Cuda, &why)) EXPECT_EQ(message(o), why);
+}
+
+// --gpu-mem-budget (Note [device tier]): the weights and KV caches that do not fit are copied in
+// by the decode schedule; the smallest budget and a middle one give the whole-state GPU tokens
+// (which are the CPU's), over RAM and over a RAM budget on NVMe.
+TEST(CudaGenerate, GpuMemoryBudgetsGiveTheSameTokens) {
+  STRATUM_REQUIRE_CUDA();
   TempDir tmp;
-  GenerateOptions budget = o;
-  budget.mem_budget_bytes = 64 << 20;
-  budget.offload_dir = tmp.path();
-  EXPECT_NE(message(budget).find("drop --mem-budget"), std::string::npos) << message(budget);
+  for (const char* dir : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama_bf16"}) {
+    GenerateOptions o = greedy(dir);
+    o.backend = Backend::Cuda;
+    o.gpu_mem_budget_bytes = std::size_t{1} << 30;
+    const GenerateResult roomy = generate_run(o, [](int, std::int32_t, const std::string&) {});
+    o.gpu_mem_budget_bytes = 0;
+    const auto want = tokens(o);
+    for (const std::size_t budget : {roomy.device_min_bytes, roomy.device_min_bytes * 3 / 2}) {
+      for (const bool host_budget : {false, true}) {
+        GenerateOptions d = o;
+        d.gpu_mem_budget_bytes = budget;
+        if (host_budget) {
+          d.mem_budget_bytes = std::size_t{64} << 20;
+          d.offload_dir = tmp.path();
+        }
+        const GenerateResult r = generate_run(d, [](int, std::int32_t, const std::string&) {});
+        std::vector<std::vector<std::int32_t>> got;
+        for (const GenerateSequence& s : r.sequences) got.push_back(s.tokens);
+        EXPECT_EQ(got, want) << dir << " budget " << budget << (host_budget ? " over NVMe" : "");
+        EXPECT_GT(r.device_read_bytes, 0u);
+        EXPECT_LE(r.device_peak_bytes, budget);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -9,9 +9,11 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "integration_util.h"
 #include "stratum/error.h"
+#include "infer/generator.h"
 #include "train/trainer.h"
 
 namespace stratum::testing {
@@ -39,6 +41,17 @@ TrainOptions tiny(bool llama) {
   o.quiet = true;
   o.threads = 2;
   return o;
+}
+
+std::string message(const GenerateOptions& o) {
+  try {
+    generate_run(o, [](int, std::int32_t, const std::string&) {});
+  } catch (const BugError& e) {
+    return std::string("internal error: ") + e.what();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 std::string message(const TrainOptions& o) {
@@ -131,6 +144,57 @@ TEST(DeviceTier, CheckpointsUnderAGpuBudgetResume) {
   o.save_every = 0;
   o.resume_path = tmp.file("ckpt") + "/step-00000003";
   EXPECT_EQ(train_run(o).params_hash, straight.params_hash);
+}
+
+// Generation through the device tier under a budget: the weights and KV caches that do not fit
+// are copied in by the decode schedule, and greedy decoding gives the in-RAM tokens (the same
+// bits: the kernels read the same bytes), batched, fp32 and kept-bf16 weights, over RAM and over
+// a RAM budget on NVMe.
+TEST(DeviceTier, GenerateUnderAGpuBudgetGivesTheSameTokens) {
+  testing::TempDir tmp;
+  for (const char* dir : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama_bf16"}) {
+    GenerateOptions o;
+    o.model_dir = source_path(dir);
+    o.prompt_ids = {{5, 17, 2, 40, 33, 8}, {9, 1}, {3, 60, 21, 7}};
+    o.batch = 3;
+    o.max_tokens = 12;
+    o.temperature = 0.0;
+    o.stop_at_eos = false;
+    o.threads = 2;
+    o.quiet = true;
+    auto run = [](const GenerateOptions& opts, GenerateResult* result = nullptr) {
+      const GenerateResult r = generate_run(opts, [](int, std::int32_t, const std::string&) {});
+      if (result != nullptr) *result = r;
+      std::vector<std::vector<std::int32_t>> ids;
+      for (const GenerateSequence& s : r.sequences) ids.push_back(s.tokens);
+      return ids;
+    };
+    const auto want = run(o);
+    GenerateOptions d = o;
+    d.device_tier_on_cpu = true;
+    d.gpu_mem_budget_bytes = std::size_t{1} << 30;
+    GenerateResult roomy;
+    EXPECT_EQ(run(d, &roomy), want) << dir;
+    ASSERT_GT(roomy.device_min_bytes, 0u);
+    EXPECT_EQ(roomy.device_write_bytes, 0u);
+    for (const std::size_t budget : {roomy.device_min_bytes, roomy.device_min_bytes * 3 / 2}) {
+      for (const bool host_budget : {false, true}) {
+        SCOPED_TRACE(std::string(dir) + " budget " + std::to_string(budget) + (host_budget ? " over NVMe" : ""));
+        d.gpu_mem_budget_bytes = budget;
+        d.mem_budget_bytes = host_budget ? std::size_t{64} << 20 : 0;
+        d.offload_dir = host_budget ? tmp.path() : "";
+        GenerateResult r;
+        EXPECT_EQ(run(d, &r), want);
+        if (budget == roomy.device_min_bytes)
+          EXPECT_GT(r.device_read_bytes, roomy.device_read_bytes) << "the weights must stream";
+        EXPECT_LE(r.device_peak_bytes, budget);
+      }
+    }
+    d.gpu_mem_budget_bytes = 4096;
+    d.mem_budget_bytes = 0;
+    d.offload_dir = "";
+    EXPECT_NE(message(d).find("use --gpu-mem-budget"), std::string::npos) << message(d);
+  }
 }
 
 TEST(DeviceTier, BadGpuBudgetsAreOneLine) {

@@ -58,7 +58,11 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"seed", "N", "sampling seed (default 1337)"},
              {"tokenizer", "DIR", "tokenizer files if the model directory has none"},
              {"threads", "N", "worker threads (default: all CPUs)"},
-             {"backend", "NAME", "cpu (default) | cuda: weights and KV caches in GPU memory (not with --mem-budget yet)"},
+             {"backend", "NAME", "cpu (default) | cuda: weights and KV caches in GPU memory (all of them unless "
+                                 "--gpu-mem-budget)"},
+             {"gpu-mem-budget", "SIZE", "with --backend cuda: bound the GPU memory the decoder uses to SIZE; the "
+                                        "weights that do not fit are copied in from RAM (or --offload-dir) as each "
+                                        "step needs them"},
              {"no-stop", "", "keep going past the end-of-sequence token"},
              {"output-ids", "", "print the generated token ids (comma-separated) instead of text"},
              {"mem-budget", "SIZE", "RAM for weights + KV cache, e.g. 512M; the rest streams from --offload-dir"},
@@ -121,6 +125,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
   o.backend = backend_parse(args.str("backend", "cpu"));
   o.stop_at_eos = !args.flag("no-stop");
   o.mem_budget_bytes = args.size_bytes("mem-budget", 0);
+  o.gpu_mem_budget_bytes = args.size_bytes("gpu-mem-budget", 0);
+  STRATUM_CHECK(!args.has("gpu-mem-budget") || o.gpu_mem_budget_bytes > 0, "[cli] --gpu-mem-budget must be > 0, e.g. 4G");
   o.offload_dir = args.str("offload-dir");
   STRATUM_CHECK(o.mem_budget_bytes == 0 || !o.offload_dir.empty(),
                 "[cli] --mem-budget needs --offload-dir DIR for the weights that do not fit");
@@ -177,6 +183,10 @@ int cmd_generate(const std::vector<std::string>& argv) {
                  !r.weights_bf16                   ? "fp32"
                  : o.precision == Precision::Bf16 ? "bf16 (--precision bf16)"
                                                   : "bf16 (kept as stored)");
+    if (o.gpu_mem_budget_bytes > 0)
+      std::fprintf(stderr, "[stratum] %s tier: copied in %.1f MiB, out %.1f MiB, peak %.1f MiB of the %.1f MiB budget\n",
+                   backend_name(o.backend), r.device_read_bytes / 1048576.0, r.device_write_bytes / 1048576.0,
+                   r.device_peak_bytes / 1048576.0, o.gpu_mem_budget_bytes / 1048576.0);
     if (o.mem_budget_bytes > 0)
       std::fprintf(stderr,
                    "[stratum] weights streamed from %s: %.1f MiB read, peak RAM %.1f MiB of the %.1f MiB budget; "

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "backend/backend.h"
+#include "core/byte_size.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "data/bpe_tokenizer.h"
@@ -76,9 +77,8 @@ struct Sequence {
 
 GenerateResult generate_run(const GenerateOptions& o,
                             const std::function<void(int, std::int32_t, const std::string&)>& on_token) {
-  STRATUM_CHECK(o.backend == Backend::Cpu || o.mem_budget_bytes == 0, "[generate] --backend ", backend_name(o.backend),
-                " keeps the weights and KV caches in GPU memory: drop --mem-budget (a GPU memory budget is not there "
-                "yet), or generate with --backend cpu under the budget");
+  STRATUM_CHECK(o.gpu_mem_budget_bytes == 0 || o.backend != Backend::Cpu || o.device_tier_on_cpu,
+                "[generate] --gpu-mem-budget bounds the GPU's memory: add --backend cuda, or use --mem-budget for RAM");
   STRATUM_CHECK(o.backend == Backend::Cpu || o.precision == Precision::Fp32, "[generate] --backend ",
                 backend_name(o.backend), " computes in fp32 only for now: drop --precision bf16");
   if (std::string why; !backend_available(o.backend, &why)) throw Error(why);  // before the model is read
@@ -167,20 +167,31 @@ GenerateResult generate_run(const GenerateOptions& o,
   if (layout.has_lora()) adapter_load_weights(o.adapter_dir, layout, *store);
   const StoreStats loaded = store->stats();
   store->stats_reset_peak();
-  // Off the CPU the decoder reads a device mirror of the loaded weights (Note [ops memory]).
+  // Off the CPU the decoder reads the device tier over the loaded weights (Note [ops memory],
+  // Note [device tier]): all of them, or what --gpu-mem-budget holds, copied in by the decode schedule.
   std::shared_ptr<const Ops> device;
   std::unique_ptr<DeviceSegmentStore> mirror;
-  if (o.backend != Backend::Cpu) {
+  std::size_t device_fixed = 0;
+  if (o.backend != Backend::Cpu || o.device_tier_on_cpu) {
     device = ops_make(pool, Precision::Fp32, o.backend);
-    mirror = std::make_unique<DeviceSegmentStore>(*store, device);
+    device_fixed = Decoder::fixed_bytes_for(*device, cfg, batch, max_ctx);
+    const std::size_t need = device_fixed + Decoder::min_store_bytes(units);
+    STRATUM_CHECK(o.gpu_mem_budget_bytes == 0 || o.gpu_mem_budget_bytes >= need, "[generate] --gpu-mem-budget ",
+                  bytes_text(o.gpu_mem_budget_bytes), " is below the minimum of ", bytes_text(need), " for batch ", batch,
+                  " and context ", max_ctx, " (buffers ", bytes_text(device_fixed), " + a layer with its KV cache, or a "
+                  "vocabulary block); use --gpu-mem-budget ", (need + (1 << 20) - 1) >> 20,
+                  "M or more, or lower --batch/--max-tokens");
+    mirror = std::make_unique<DeviceSegmentStore>(
+        *store, device, o.gpu_mem_budget_bytes > 0 ? o.gpu_mem_budget_bytes - device_fixed : 0, o.prefetch);
     mirror->push();
   }
+  const StoreStats device_loaded = mirror ? mirror->stats() : StoreStats{};
   Decoder decoder(pool, cfg, mirror ? *mirror : *store, batch, max_ctx, device);
   std::unique_ptr<TraceRecorder> trace;
   if (!o.trace_path.empty()) {
     trace = std::make_unique<TraceRecorder>();
     trace->stream_to(o.trace_path, "stratum generate");  // Note [streamed trace]; an unwritable path fails now
-    store->trace_set(trace.get());
+    (mirror ? static_cast<SegmentStore&>(*mirror) : *store).trace_set(trace.get());
     decoder.trace_set(trace.get());
   }
 
@@ -279,8 +290,15 @@ GenerateResult generate_run(const GenerateOptions& o,
   result.read_busy_seconds = (st.read_busy_ms - loaded.read_busy_ms) / 1e3;
   result.stall_seconds = (st.stall_ms - loaded.stall_ms) / 1e3;
   result.peak_ram_bytes = st.peak_held_bytes + fixed;
+  if (mirror) {
+    const StoreStats d = mirror->stats();
+    result.device_read_bytes = d.read_bytes - device_loaded.read_bytes;
+    result.device_write_bytes = d.write_bytes - device_loaded.write_bytes;
+    result.device_peak_bytes = d.peak_held_bytes + device_fixed;
+    result.device_min_bytes = device_fixed + Decoder::min_store_bytes(units);
+  }
   if (trace) {
-    store->trace_set(nullptr);
+    (mirror ? static_cast<SegmentStore&>(*mirror) : *store).trace_set(nullptr);
     decoder.trace_set(nullptr);
     trace->finish();
   }

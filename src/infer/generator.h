@@ -44,9 +44,14 @@ struct GenerateOptions {
   // A Chrome/Perfetto trace of the run (each layer's compute, waits, each unit read or written);
   // "" = none.
   std::string trace_path;
-  // Where the decoder computes (backend/backend.h): Cuda keeps the weights and KV caches in GPU
-  // memory (no --mem-budget yet) and samples on the host from the downloaded logits.
+  // Where the decoder computes (backend/backend.h): Cuda reads the weights and KV caches from the
+  // device tier (DeviceSegmentStore, Note [device tier]) over the RAM or tiered store and samples
+  // on the host from the downloaded logits.
   Backend backend = Backend::Cpu;
+  // --gpu-mem-budget: device memory for the decoder's buffers and the units it holds (0 = all the
+  // weights and KV caches on the device); the rest is copied in as the decode schedule needs it.
+  std::size_t gpu_mem_budget_bytes = 0;
+  bool device_tier_on_cpu = false;  // tests only: decode through a device tier on the CPU backend
 };
 
 struct GenerateSequence {
@@ -71,6 +76,11 @@ struct GenerateResult {
   std::size_t peak_ram_bytes = 0;       // store + decoder (budget only)
   double read_busy_seconds = 0.0;       // wall time with a read in flight (budget only)
   double stall_seconds = 0.0;           // time the decoder waited for reads or space (budget only)
+  // The device tier (--gpu-mem-budget): bytes copied host -> device and back during generation,
+  // and the decoder's buffers + the units held on the device at the most.
+  std::uint64_t device_read_bytes = 0, device_write_bytes = 0;
+  std::size_t device_peak_bytes = 0;
+  std::size_t device_min_bytes = 0;     // the smallest --gpu-mem-budget this run could use
   bool weights_bf16 = false;            // the weights were kept in bf16 (GenerateOptions::keep_bf16)
   std::size_t weight_bytes = 0;         // the weights as the store holds them
 };
