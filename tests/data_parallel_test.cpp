@@ -123,6 +123,25 @@ TEST_F(DataParallel, CheckpointResumesOnAnotherNumberOfRanks) {
   EXPECT_EQ(params_hash(alone), want);
 }
 
+// Note [zero sharding]: each rank updates its own segments and holds only their AdamW moments, so
+// rank 0's RAM (the log's peak_mem_bytes: engine buffers + the units it allocated) falls by about
+// half the moments at 2 ranks, and its own share is reported; the bits stay the single process's
+// (above) and a checkpoint still holds every moment (CheckpointResumesOnAnotherNumberOfRanks).
+TEST_F(DataParallel, ZeroShardsTheAdamWMomentsAcrossRanks) {
+  TempDir tmp;
+  const std::string args = "train " + model_args(tmp) + "--steps 3 --grad-accum 6 --log ";
+  const CommandResult one = run_stratum(args + tmp.file("one.jsonl"));
+  ASSERT_EQ(one.exit_code, 0) << one.errors;
+  const CommandResult two = run_ranks(2, args + tmp.file("two.jsonl"));
+  ASSERT_EQ(two.exit_code, 0) << two.errors;
+  EXPECT_EQ(params_hash(two), params_hash(one));
+  EXPECT_NE(two.errors.find("ZeRO sharding: rank 0 updates"), std::string::npos) << two.errors;
+  const double peak_one = testing::read_jsonl(tmp.file("one.jsonl")).back()["peak_mem_bytes"].get<double>();
+  const double peak_two = testing::read_jsonl(tmp.file("two.jsonl")).back()["peak_mem_bytes"].get<double>();
+  // This model's moments are 1.7 MiB (2 x 0.218M floats); half of them is 0.87 MiB.
+  EXPECT_LT(peak_two, peak_one - 0.6 * (1 << 20)) << "rank 0 must not hold the other ranks' moments";
+}
+
 TEST_F(DataParallel, GradAccumNotAMultipleOfTheRanksIsRefused) {
   TempDir tmp;
   const CommandResult r = run_ranks(2, "train " + model_args(tmp) + "--steps 1 --grad-accum 3");

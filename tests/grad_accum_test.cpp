@@ -335,8 +335,9 @@ TEST(GradAccum, PlanCountsEveryMicroBatch) {
 }
 
 // Note [plan ranks]: P ranks are one rank's plan for N / P micro-batches, plus the network: the
-// busiest rank sends one gradient copy per micro-batch it runs and (beyond 2 ranks) the final copy
-// it forwards; a slow enough network becomes the bottleneck.
+// busiest rank sends one gradient copy per micro-batch it runs, overlapped, and after the backward
+// its owned parameters (1/P) to the P-1 others (Note [zero sharding]); a slow enough network becomes
+// the bottleneck.
 TEST(GradAccum, PlanOfRanksIsOneRanksStepPlusTheNetwork) {
   PlanRequest r = plan_request();
   r.grad_accum = 8;
@@ -349,7 +350,10 @@ TEST(GradAccum, PlanOfRanksIsOneRanksStepPlusTheNetwork) {
   r.net_gbps = 1000;
   const Plan fast = plan_make(r, t, 1, 1);
   EXPECT_EQ(fast.ranks, 4);
-  EXPECT_EQ(fast.net_sent_bytes, 3 * grads) << "2 micro-batches' sums and one forwarded final copy";
+  EXPECT_EQ(fast.net_sent_bytes, 2 * grads + grads * 3 / 4) << "2 micro-batches' sums and 3/4 of the parameters";
+  const double bytes_per_ms = 1000 * 1e9 / 8 / 1e3;  // 1000 Gb/s
+  EXPECT_GT(fast.net_tail_ms, static_cast<double>(grads * 3 / 4) / bytes_per_ms) << "the parameters follow the backward";
+  EXPECT_NEAR(fast.net_ms, 2.0 * static_cast<double>(grads) / bytes_per_ms, 1e-9);
   EXPECT_NEAR(fast.step_ms, local.step_ms + fast.net_tail_ms, 1e-9);
   EXPECT_EQ(fast.bottleneck, local.bottleneck);
   r.net_gbps = 0.001;

@@ -182,8 +182,8 @@ void Executor::schedule_build() {
   const int nv = layout_.vocab_block_count();
   auto unit = [&](int s, K k, int c = 0) { return units_.index(s, k, c); };
   auto opt_group = [&](int s) {  // chunk by chunk: params, grads, both moments (kOptimizerChunkUses)
-    std::vector<UnitUse> uses;
-    for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) {
+    std::vector<UnitUse> uses;  // another rank's segment: an empty group (Note [zero sharding])
+    for (int c = 0; c < (owns(s) ? units_.chunk_count(s, K::Params) : 0); ++c) {
       uses.push_back({unit(s, K::Params, c), A::Update});
       uses.push_back({unit(s, K::Grads, c), A::Read});
       uses.push_back({unit(s, K::AdamM, c), A::Update});
@@ -211,6 +211,25 @@ void Executor::schedule_build() {
   if (mode_ == OptimizerMode::ZerothOrder) {
     zo_schedule_build();
     return;
+  }
+  // Note [zero sharding]: contiguous runs of trainable segments of about total/P bytes each.
+  owner_.assign(static_cast<std::size_t>(layout_.segment_count()), -1);
+  {
+    auto bytes = [&](int s) {
+      std::size_t b = 0;
+      for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) b += units_.bytes(unit(s, K::Params, c));
+      return b;
+    };
+    std::size_t total = 0, before = 0;
+    for (int s : forward_segments_)
+      if (layout_.trainable(s)) total += bytes(s);
+    for (int s : forward_segments_) {
+      if (!layout_.trainable(s)) continue;
+      const std::size_t mid = before + bytes(s) / 2;  // the segment goes where its middle falls
+      owner_[s] = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(ranks()) - 1,
+                                                         mid * static_cast<std::size_t>(ranks()) / std::max<std::size_t>(total, 1)));
+      before += bytes(s);
+    }
   }
   // Pipelined: a segment's update (of the previous step) runs just before its forward, so that is
   // where the schedule lists it (the forward waits for it there); its prefetch then rides the
@@ -289,7 +308,7 @@ void Executor::schedule_build() {
     }
   }  // micro-batches
   for (int s : final_order) {  // Note [data parallel]: the final gradients from rank P-1
-    if (rank() != P - 1) schedule_.group_add(chunks({}, s, K::Grads, A::Overwrite), W::GradShare, s);
+    if (rank() != P - 1 && owns(s)) schedule_.group_add(chunks({}, s, K::Grads, A::Overwrite), W::GradShare, s);
     if (overlap) opt_group(s);
   }
   compute_end_ = schedule_.group_count();
@@ -577,7 +596,10 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   StepResult r;
   const bool overlap = mode_ == OptimizerMode::Overlapped;
   r.loss = train_pass(inputs, targets, B, T, overlap, hyper, weight_decay);
-  if (comm_ != nullptr) comm_->sends_wait();  // every rank has received what the step sent it
+  if (comm_ != nullptr) {
+    comm_->sends_wait();  // every rank has received what the step sent it
+    grad_squares_share();
+  }
   if (overlap && worker_) {
     const auto t0 = std::chrono::steady_clock::now();
     TraceSpan span(trace_, TraceRecorder::kCompute, "stall", "wait for the updates");
@@ -590,6 +612,7 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   if (mode_ == OptimizerMode::Pipelined)
     for (int s : forward_segments_)
       if (layout_.trainable(s)) optimizer_queue(s, hyper, weight_decay, r.grad_scale);
+  if (comm_ != nullptr) params_share();
   r.optimizer_wait_ms = std::exchange(update_wait_ms_, 0.0);
   return r;
 }

@@ -62,11 +62,20 @@
 // completes the final gradients and sends them down a second chain, P-1 -> 0 -> 1 -> ... -> P-2
 // (so no rank sends more than one copy), which the others receive, and forward, in one GradShare
 // group per segment after their last micro-batch (where their gradients become final).
-// So every rank holds the single process's gradients, summed in the same order whatever P is,
-// computes the same norm and applies the same AdamW (the optimizer state is replicated on every
-// rank; not sharded yet), and the step's loss is gathered from every rank and summed in k order.
-// Sends are copies in flight (Communicator::send), awaited at the end of the step; receives
-// block where the data is first needed. With P > 1, GradSum never holds anything past its group.
+// The step's loss is gathered from every rank and summed in k order. Sends are copies in flight
+// (Communicator::send), awaited at the end of the step; receives block where the data is first
+// needed. With P > 1, GradSum never holds anything past its group.
+// Note [zero sharding]: each trainable segment has one owner rank (owner_: the segments in
+// forward order cut into P contiguous runs of about equal bytes). Rank P-1 (k = N-1) sends a
+// segment's final gradients to its owner only, which receives them in a GradShare group where
+// they become final (ZeRO stage 2: no other rank holds them); each rank computes the squared
+// norms of its own segments' tensors and the ranks all-gather them, so every rank sums the
+// single process's values in the single process's order (exact global-norm clipping). Only the
+// owner runs a segment's AdamW, so only the owner ever touches its moments (stage 1: a rank's RAM
+// or budget holds about 1/P of them); at the end of the step (after the updates, which waits for
+// the optimizer worker) each owner sends its updated parameters to every other rank
+// (params_share), so all ranks start the next step with the same bits. moments_gather brings
+// every moment to rank 0 for a checkpoint in the single-process format.
 #pragma once
 
 #include <cstdint>
@@ -206,6 +215,11 @@ class Executor {
   // Waits until every queued update has been applied (before reading parameters from outside:
   // saving, hashing), and applies a pending zeroth-order update; rethrows a failed update's error.
   void sync();
+  // Note [zero sharding]: every rank calls it before rank 0 writes a checkpoint; the owners send
+  // their segments' AdamW moments to rank 0. No-op in one process.
+  void moments_gather();
+  // Trainable parameters this rank updates (and holds AdamW moments for): all in one process.
+  std::size_t owned_trainable_params() const;
 
  private:
   // What a pass over the groups computes and the state its groups hand on.
@@ -297,6 +311,10 @@ class Executor {
   int ranks() const { return comm_ != nullptr ? comm_->size() : 1; }
   int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
   int step_micro_batches() const { return micro_batches_ * ranks(); }  // N of the whole step
+  std::vector<int> owner_;  // per segment: the rank that updates it (Note [zero sharding]); -1 frozen
+  bool owns(int s) const { return comm_ == nullptr || owner_[s] == rank(); }
+  void grad_squares_share();  // Note [zero sharding]: every rank gets the owners' squared norms
+  void params_share();        // ... and their updated parameters
   std::vector<int> micro_begin_;  // per micro-batch: its first group (Note [gradient accumulation])
   std::vector<int> group_opt_;               // per segment: its Optimizer group
   std::vector<std::vector<int>> final_at_;   // per group: segments whose gradients are final after it

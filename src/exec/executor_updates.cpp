@@ -14,6 +14,8 @@ namespace stratum {
 namespace {
 constexpr int kTagGradSum = 1;    // the running sum of micro-batches 0 .. k-1, to the next rank
 constexpr int kTagGradFinal = 2;  // the step's gradients, from the rank that completed them
+constexpr int kTagParams = 3;     // a segment's updated parameters, from its owner
+constexpr int kTagMoments = 4;    // a segment's AdamW moments, to rank 0 for a checkpoint
 }  // namespace
 
 void Executor::chunks_run(int g, const Pass& pass, const std::function<void(const GroupHolds&, int)>& each) {
@@ -49,7 +51,8 @@ void Executor::grad_accum_run(int g, const Pass& pass) {
     else
       ops_->add(grads, sum, grads, n);
     if (comm_ != nullptr && k < step_n - 1) comm_->send((rank() + 1) % ranks(), kTagGradSum, sum, bytes);
-    if (comm_ != nullptr && k == step_n - 1) comm_->send(0, kTagGradFinal, grads, bytes);  // down the final chain
+    if (comm_ != nullptr && k == step_n - 1 && owner_[s] != rank())  // to the owner (Note [zero sharding])
+      comm_->send(owner_[s], kTagGradFinal, grads, bytes);
     if (final) grads_final(s, c, grads);
   });
 }
@@ -67,10 +70,9 @@ void Executor::grad_share_run(int g, const Pass& pass) {
   const int s = schedule_.group_segment(g);
   chunks_run(g, pass, [&](const GroupHolds& holds, int c) {
     float* const grads = holds.data(s, SegmentKind::Grads, c);
-    // The final chain P-1 -> 0 -> 1 -> ... -> P-2: every rank sends the gradients once.
+    // From rank P-1, which completed them, to this segment's owner (Note [zero sharding]).
     const std::size_t bytes = layout_.segments()[s].chunk_floats(c) * sizeof(float);
-    comm_->recv(rank() == 0 ? ranks() - 1 : rank() - 1, kTagGradFinal, grads, bytes);
-    if (rank() + 1 < ranks() - 1) comm_->send(rank() + 1, kTagGradFinal, grads, bytes);
+    comm_->recv(ranks() - 1, kTagGradFinal, grads, bytes);
     grads_final(s, c, grads);
   });
 }
@@ -115,6 +117,64 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
   }
 }
 
+void Executor::grad_squares_share() {
+  std::vector<double> mine;  // every trainable tensor's squared norm, this rank's segments' filled in
+  for (int s = 0; s < layout_.segment_count(); ++s)
+    if (layout_.trainable(s))
+      for (double t : grad_squares_[s]) mine.push_back(owns(s) ? t : 0.0);
+  std::vector<double> all(mine.size() * static_cast<std::size_t>(ranks()));
+  comm_->allgather(mine.data(), mine.size() * sizeof(double), all.data());
+  std::size_t i = 0;
+  for (int s = 0; s < layout_.segment_count(); ++s)
+    if (layout_.trainable(s))
+      for (double& t : grad_squares_[s]) t = all[static_cast<std::size_t>(owner_[s]) * mine.size() + i++];
+}
+
+// Each segment's parameters, chunk by chunk, from its owner to every other rank, in forward order
+// (every rank walks the same order; sends are copies, so owners never wait on a receiver).
+void Executor::params_share() {
+  sync();  // the owners' updates are applied
+  for (int s : forward_segments_) {
+    if (!layout_.trainable(s)) continue;
+    for (int c = 0; c < units_.chunk_count(s, SegmentKind::Params); ++c) {
+      SegmentHold params(*store_, s, SegmentKind::Params, owns(s) ? Access::Read : Access::Overwrite, c);
+      const std::size_t bytes = layout_.segments()[s].chunk_floats(c) * sizeof(float);
+      if (!owns(s)) {
+        comm_->recv(owner_[s], kTagParams, params.data(), bytes);
+        continue;
+      }
+      for (int r = 0; r < ranks(); ++r)
+        if (r != rank()) comm_->send(r, kTagParams, params.data(), bytes);
+    }
+  }
+  comm_->sends_wait();
+}
+
+void Executor::moments_gather() {
+  if (comm_ == nullptr) return;
+  sync();
+  for (int s : forward_segments_) {
+    if (!layout_.trainable(s) || owner_[s] == 0 || (rank() != 0 && !owns(s))) continue;
+    for (SegmentKind kind : {SegmentKind::AdamM, SegmentKind::AdamV}) {
+      for (int c = 0; c < units_.chunk_count(s, kind); ++c) {
+        SegmentHold m(*store_, s, kind, rank() == 0 ? Access::Overwrite : Access::Read, c);
+        const std::size_t bytes = layout_.segments()[s].chunk_floats(c) * sizeof(float);
+        if (rank() == 0) comm_->recv(owner_[s], kTagMoments, m.data(), bytes);
+        else comm_->send(0, kTagMoments, m.data(), bytes);
+      }
+    }
+  }
+  comm_->sends_wait();
+}
+
+std::size_t Executor::owned_trainable_params() const {
+  std::size_t n = 0;
+  for (int s = 0; s < layout_.segment_count(); ++s)
+    if (layout_.trainable(s) && (owner_.empty() || owns(s)))
+      for (const TensorSlot& t : layout_.segments()[s].tensors) n += t.numel;
+  return n;
+}
+
 void Executor::update_wait(int segment) {
   if (mode_ == OptimizerMode::Pipelined) at(group_opt_[segment]);
   if (update_job_[segment] == 0) return;
@@ -134,6 +194,7 @@ void Executor::sync() {
 
 void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale) {
   if (mode_ == OptimizerMode::Overlapped) at(group_opt_[segment]);
+  if (!owns(segment)) return;  // its owner updates it (Note [zero sharding])
   if (!worker_) {  // off the host: in schedule order on the executor's own Ops
     optimizer_segment(*ops_, segment, hyper, weight_decay, grad_scale);
     return;
@@ -160,7 +221,7 @@ void Executor::optimizer_step(const AdamWHyper& hyper, double weight_decay, floa
   for (int s : forward_segments_) {
     if (!layout_.trainable(s)) continue;
     if (mode_ != OptimizerMode::Overlapped) at(group_opt_[s]);
-    optimizer_segment(*ops_, s, hyper, weight_decay, grad_scale);
+    if (owns(s)) optimizer_segment(*ops_, s, hyper, weight_decay, grad_scale);
   }
 }
 

@@ -135,11 +135,12 @@ struct Plan {
   ComputeTiming timing;  // what the prediction was made from
   std::vector<SegmentPlace> segments;
   // Note [plan ranks]: with ranks > 1 everything above is one rank's (its micro-batches, its
-  // memory), and step_ms = max(that step, net_ms) + net_tail_ms: net_ms is what the busiest rank
-  // sends a step at net_gbps (one gradient copy per micro-batch it runs, and the final copy it
-  // forwards), which overlaps its compute; net_tail_ms is the two chains (running sums, final
-  // gradients) crossing 2(P-1) links after the last backward with one segment chunk each, which
-  // nothing overlaps.
+  // memory), and step_ms = max(that step, net_ms) + net_tail_ms: net_ms is the gradient copy the
+  // busiest rank sends per micro-batch it runs at net_gbps, which overlaps its compute;
+  // net_tail_ms is what follows the last backward and nothing overlaps: the running-sum chain's
+  // P-1 links and the final hop to the owner with one segment chunk each, and the owner's updated
+  // parameters (1/P of them) to the P-1 other ranks (Note [zero sharding]). net_sent_bytes is
+  // both. The AdamW time above is the whole model's (each rank updates 1/P of it).
   int ranks = 1;
   std::uint64_t net_sent_bytes = 0;  // per step, by the busiest rank
   double net_ms = 0, net_tail_ms = 0;

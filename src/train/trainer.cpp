@@ -72,6 +72,8 @@ class TrainRun {
   float evaluate();
   bool stop_requested() const { return o_.stop_requested != nullptr && *o_.stop_requested != 0; }
   bool stop_agreed() const;  // stop_requested() on any rank (every rank stops after the same step)
+  bool save_all_ = false;  // --save as given on the command line (ranks but 0 clear theirs)
+  long save_every_all_ = 0;
   int ranks() const { return o_.comm != nullptr ? o_.comm->size() : 1; }
   int rank() const { return o_.comm != nullptr ? o_.comm->rank() : 0; }
   void checkpoint_save(long done, float loss);
@@ -461,6 +463,10 @@ void TrainRun::loop() {
                : activations_ == ActivationPolicy::Offload ? "block internals offloaded"
                                                            : "block internals recomputed",
                store_text_.c_str());
+  if (ranks() > 1)  // Note [zero sharding]
+    std::fprintf(stderr, "[stratum] ZeRO sharding: rank 0 updates %.3fM of the %.3fM trainable parameters and holds "
+                 "only their AdamW moments; the other %d ranks hold the rest\n",
+                 exec_->owned_trainable_params() / 1e6, layout_->num_trainable_params() / 1e6, ranks() - 1);
   std::fputs(activations_line_.c_str(), stderr);
   std::fputs(plan_line_.c_str(), stderr);
 
@@ -560,6 +566,9 @@ void TrainRun::loop() {
     progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o_.steps - step - 1), traffic);
     result_.steps_done = step + 1;
     const bool stop = !last && stop_agreed();
+    if (save_all_ && ((save_every_all_ > 0 && (step + 1) % save_every_all_ == 0) || last || stop)) {
+      exec_->moments_gather();  // every rank: rank 0 writes the whole optimizer state (Note [zero sharding])
+    }
     if (!o_.save_dir.empty() && ((o_.save_every > 0 && (step + 1) % o_.save_every == 0) || last || stop)) {
       checkpoint_save(step + 1, loss);
       if (!last) progress.message("[stratum] saved checkpoint " + result_.checkpoint_dir);
@@ -628,6 +637,8 @@ bool TrainRun::stop_agreed() const {
 
 TrainResult TrainRun::run() {
   train_options_check(o_);
+  save_all_ = !o_.save_dir.empty();  // rank 0's saves, which every rank's moments_gather joins
+  save_every_all_ = o_.save_every;
   train_options_for_rank(o_);
   resume_find();
   save_claim();
