@@ -140,6 +140,19 @@ TEST_F(DataParallel, ZeroShardsTheAdamWMomentsAcrossRanks) {
   const double peak_two = testing::read_jsonl(tmp.file("two.jsonl")).back()["peak_mem_bytes"].get<double>();
   // This model's moments are 1.7 MiB (2 x 0.218M floats); half of them is 0.87 MiB.
   EXPECT_LT(peak_two, peak_one - 0.6 * (1 << 20)) << "rank 0 must not hold the other ranks' moments";
+  // Resumed on 2 ranks from a single process's checkpoint: each rank loads only its own moments.
+  const CommandResult saved = run_stratum(args + tmp.file("saved.jsonl") + " --save-every 2 --save " + tmp.file("ck"));
+  ASSERT_EQ(saved.exit_code, 0) << saved.errors;
+  const std::string from = "train --resume " + tmp.file("ck") + "/step-00000002 --steps 3 --threads 1 --quiet --log ";
+  const CommandResult resumed_one = run_stratum(from + tmp.file("r1.jsonl"));
+  ASSERT_EQ(resumed_one.exit_code, 0) << resumed_one.errors;
+  const CommandResult resumed_two = run_ranks(2, from + tmp.file("r2.jsonl"));
+  ASSERT_EQ(resumed_two.exit_code, 0) << resumed_two.errors;
+  EXPECT_EQ(params_hash(resumed_two), params_hash(one));
+  EXPECT_EQ(params_hash(resumed_one), params_hash(one));
+  const double resumed_peak_one = testing::read_jsonl(tmp.file("r1.jsonl")).back()["peak_mem_bytes"].get<double>();
+  const double resumed_peak_two = testing::read_jsonl(tmp.file("r2.jsonl")).back()["peak_mem_bytes"].get<double>();
+  EXPECT_LT(resumed_peak_two, resumed_peak_one - 0.6 * (1 << 20)) << "a resumed rank must load only its moments";
 }
 
 TEST_F(DataParallel, GradAccumNotAMultipleOfTheRanksIsRefused) {

@@ -220,6 +220,8 @@ class Executor {
   void moments_gather();
   // Trainable parameters this rank updates (and holds AdamW moments for): all in one process.
   std::size_t owned_trainable_params() const;
+  // This rank updates segment s and holds its moments (Note [zero sharding]); always in one process.
+  bool updates_segment(int s) const { return owns(s); }
 
  private:
   // What a pass over the groups computes and the state its groups hand on.

@@ -349,8 +349,11 @@ void TrainRun::weights_load() {
     } else {
       model_load_weights(resume_.dir, *layout_, *store_);
     }
-    if (o_.optimizer == TrainOptimizer::AdamW)  // zo-sgd keeps no optimizer state
-      optimizer_load_file(resume_.dir + "/optimizer.safetensors", *layout_, *store_);
+    if (o_.optimizer == TrainOptimizer::AdamW) {  // zo-sgd keeps no optimizer state
+      // Each rank its own segments' moments (Note [zero sharding]).
+      const std::function<bool(int)> mine = [&](int s) { return exec_->updates_segment(s); };
+      optimizer_load_file(resume_.dir + "/optimizer.safetensors", *layout_, *store_, ranks() > 1 ? &mine : nullptr);
+    }
     STRATUM_CHECK(model_params_hash(*layout_, *store_) == resume_.state.params_hash, "[train] --resume ", resume_.dir,
                   ": the weights loaded do not hash to the trainer state's params_hash (",
                   lora_.on() ? "give the --model the adapters were trained on, or the checkpoint was altered"

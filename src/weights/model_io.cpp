@@ -72,7 +72,8 @@ bool segment_selected(const ParamLayout& layout, int s, SegmentSelect select) {
 void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout, SegmentStore& store,
                 const std::vector<std::pair<SegmentKind, std::string>>& kinds,
                 const std::function<bool(const std::string&)>& ignore, const char* what,
-                const std::map<std::string, std::string>* expect, SegmentSelect select, const std::string& prefix) {
+                const std::map<std::string, std::string>* expect, SegmentSelect select, const std::string& prefix,
+                const std::function<bool(int)>* keep) {
   std::vector<std::vector<std::vector<bool>>> seen(kinds.size(), std::vector<std::vector<bool>>(layout.segment_count()));
   for (auto& per_kind : seen)
     for (int s = 0; s < layout.segment_count(); ++s)
@@ -115,6 +116,10 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
       const TensorSlot& slot = layout.segments()[s].tensors[t];
       STRATUM_CHECK(!seen[k][s][t], "[model] ", path, ": tensor '", info.name,
                     "' appears twice (with and without prefix)");
+      if (keep != nullptr && !(*keep)(s)) {  // present and shaped right; another rank's to hold
+        seen[k][s][t] = true;
+        continue;
+      }
       // A slot may hold rows [row0, row0 + rows) of the tensor (Note [vocab blocks]).
       SegmentHold hold(store, s, kinds[k].first, Access::Update, slot.chunk);
       const std::size_t at = layout.segments()[s].offset_in_chunk(slot);
@@ -269,10 +274,11 @@ void model_load_weights(const std::string& dir, const ParamLayout& layout, Segme
              weight_map.empty() ? nullptr : &weight_map, SegmentSelect::Base);
 }
 
-void optimizer_load_file(const std::string& path, const ParamLayout& layout, SegmentStore& store) {
+void optimizer_load_file(const std::string& path, const ParamLayout& layout, SegmentStore& store,
+                         const std::function<bool(int)>* keep) {
   STRATUM_CHECK(file_exists(path), "[checkpoint] '", path, "' is missing");
   load_kinds({path}, layout, store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
-             [](const std::string&) { return false; }, "the AdamW state", nullptr, SegmentSelect::Trainable);
+             [](const std::string&) { return false; }, "the AdamW state", nullptr, SegmentSelect::Trainable, "", keep);
 }
 
 void optimizer_write_file(const std::string& path, const ParamLayout& layout, SegmentStore& store) {

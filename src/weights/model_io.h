@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,7 +63,10 @@ void model_write_files(const std::string& dir, const GptConfig& cfg, const Param
 // parameter's Hugging Face shape), written one chunk at a time; loading checks every tensor is
 // there with its shape, like model_load_weights.
 void optimizer_write_file(const std::string& path, const ParamLayout& layout, SegmentStore& store);
-void optimizer_load_file(const std::string& path, const ParamLayout& layout, SegmentStore& store);
+// keep (may be null): the trainable segments whose moments this process holds (Note [zero sharding]);
+// the others' are only checked.
+void optimizer_load_file(const std::string& path, const ParamLayout& layout, SegmentStore& store,
+                         const std::function<bool(int)>* keep = nullptr);
 
 // 64-bit FNV-1a hash of all parameters (the bits, in layout order): equal hashes = identical models.
 std::uint64_t model_params_hash(const ParamLayout& layout, SegmentStore& store);

@@ -24,12 +24,14 @@ bool segment_selected(const ParamLayout& layout, int s, SegmentSelect select);
 // "transformer."), goes to the units of `kind` for `suffix` (Note [vocab blocks]: a slot may hold
 // a row range of it). `ignore` says which other names may be present; every selected tensor must
 // be found once per (kind, suffix) across the files. `expect` (may be null) names the file each
-// tensor must be in (a sharded model's index).
+// tensor must be in (a sharded model's index). `keep` (may be null): the selected segments whose
+// tensors go to the store; the others' are checked for presence and shape only (a data-parallel
+// rank's share of the optimizer state, Note [zero sharding]).
 void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout, SegmentStore& store,
                 const std::vector<std::pair<SegmentKind, std::string>>& kinds,
                 const std::function<bool(const std::string&)>& ignore, const char* what,
                 const std::map<std::string, std::string>* expect, SegmentSelect select,
-                const std::string& prefix = "");
+                const std::string& prefix = "", const std::function<bool(int)>* keep = nullptr);
 
 // Writes the selected segments' units of each (kind, suffix) as PREFIX + HF name + SUFFIX F32
 // tensors in Hugging Face shapes, one chunk held at a time (so it works under a memory budget);
