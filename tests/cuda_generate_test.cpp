@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cross_backend_util.h"
+#include "tiny_run_options.h"
 #include "infer/generator.h"
 #include "integration_util.h"
 #include "stratum/error.h"
@@ -17,25 +18,9 @@
 namespace stratum::testing {
 namespace {
 
-GenerateOptions greedy(const std::string& dir) {
-  GenerateOptions o;
-  o.model_dir = source_path(dir);
-  o.prompt_ids = {{5, 17, 2, 40, 33, 8}, {9, 1}, {3, 60, 21, 7}};
-  o.batch = 3;
-  o.max_tokens = 12;
-  o.temperature = 0.0;
-  o.stop_at_eos = false;
-  o.threads = 2;
-  o.quiet = true;
-  return o;
-}
+GenerateOptions greedy(const std::string& dir) { return greedy_generate_options(dir); }
 
-std::vector<std::vector<std::int32_t>> tokens(const GenerateOptions& o) {
-  const GenerateResult r = generate_run(o, [](int, std::int32_t, const std::string&) {});
-  std::vector<std::vector<std::int32_t>> out;
-  for (const GenerateSequence& s : r.sequences) out.push_back(s.tokens);
-  return out;
-}
+std::vector<std::vector<std::int32_t>> tokens(const GenerateOptions& o) { return generated_ids(o); }
 
 TEST(CudaGenerate, GreedyTokensAreTheCpus) {
   STRATUM_REQUIRE_CUDA();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cross_backend_util.h"
+#include "tiny_run_options.h"
 #include "integration_util.h"
 #include "stratum/error.h"
 #include "train/trainer.h"
@@ -18,30 +19,7 @@
 namespace stratum::testing {
 namespace {
 
-TrainOptions tiny(bool llama, const std::string& log) {
-  TrainOptions o;
-  o.config.arch = llama ? ModelArch::Llama : ModelArch::Gpt2;
-  o.config.n_layer = 2;
-  o.config.n_head = 4;
-  o.config.n_embd = 64;
-  o.config.n_ctx = 64;
-  o.config.vocab_size = 211;
-  if (llama) {
-    o.config.n_kv_head = 2;
-    o.config.n_inner = 160;
-    o.config.tie_word_embeddings = false;
-  }
-  o.data_path = source_path("tests/golden/tiny_gpt2/tokens.bin");
-  o.batch = 3;
-  o.seq = 32;
-  o.steps = 8;
-  o.lr.max_lr = 3e-3;
-  o.lr.warmup_steps = 2;
-  o.quiet = true;
-  o.threads = 2;
-  o.log_path = log;
-  return o;
-}
+TrainOptions tiny(bool llama, const std::string& log) { return tiny_train_options(llama, log); }
 
 std::vector<double> losses(const std::string& log) {
   std::vector<double> out;

@@ -13,33 +13,17 @@
 
 #include "integration_util.h"
 #include "stratum/error.h"
-#include "infer/generator.h"
-#include "train/trainer.h"
+#include "tiny_run_options.h"
 
 namespace stratum::testing {
 namespace {
 
 TrainOptions tiny(bool llama) {
-  TrainOptions o;
-  o.config.arch = llama ? ModelArch::Llama : ModelArch::Gpt2;
-  o.config.n_layer = 3;
-  o.config.n_head = 4;
-  o.config.n_embd = 64;
-  o.config.n_ctx = 64;
-  o.config.vocab_size = 211;
-  if (llama) {
-    o.config.n_kv_head = 2;
-    o.config.n_inner = 160;
-    o.config.tie_word_embeddings = false;
-  }
-  o.data_path = source_path("tests/golden/tiny_gpt2/tokens.bin");
+  TrainOptions o = tiny_train_options(llama);
+  o.config.n_layer = 3;  // more units than the smallest budget holds
   o.batch = 2;
-  o.seq = 32;
   o.steps = 4;
-  o.lr.max_lr = 3e-3;
   o.lr.warmup_steps = 1;
-  o.quiet = true;
-  o.threads = 2;
   return o;
 }
 
@@ -153,22 +137,8 @@ TEST(DeviceTier, CheckpointsUnderAGpuBudgetResume) {
 TEST(DeviceTier, GenerateUnderAGpuBudgetGivesTheSameTokens) {
   testing::TempDir tmp;
   for (const char* dir : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama_bf16"}) {
-    GenerateOptions o;
-    o.model_dir = source_path(dir);
-    o.prompt_ids = {{5, 17, 2, 40, 33, 8}, {9, 1}, {3, 60, 21, 7}};
-    o.batch = 3;
-    o.max_tokens = 12;
-    o.temperature = 0.0;
-    o.stop_at_eos = false;
-    o.threads = 2;
-    o.quiet = true;
-    auto run = [](const GenerateOptions& opts, GenerateResult* result = nullptr) {
-      const GenerateResult r = generate_run(opts, [](int, std::int32_t, const std::string&) {});
-      if (result != nullptr) *result = r;
-      std::vector<std::vector<std::int32_t>> ids;
-      for (const GenerateSequence& s : r.sequences) ids.push_back(s.tokens);
-      return ids;
-    };
+    const GenerateOptions o = greedy_generate_options(dir);
+    auto run = [](const GenerateOptions& opts, GenerateResult* result = nullptr) { return generated_ids(opts, result); };
     const auto want = run(o);
     GenerateOptions d = o;
     d.device_tier_on_cpu = true;
