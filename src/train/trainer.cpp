@@ -1,5 +1,6 @@
 // The training loop; see trainer.h.
 #include "train/trainer.h"
+#include "train/train_run.h"
 
 #include <unistd.h>
 
@@ -51,69 +52,7 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-namespace {
-// One training run, phase by phase: train_run calls them in order (each a member function, so
-// the phases share the run's objects without a 300-line body).
-class TrainRun {
- public:
-  explicit TrainRun(const TrainOptions& o) : o_(o) {}  // a copy: lora_resolve() fills in --lora-init's settings
-  TrainResult run();
-
- private:
-  void resume_find();    // --save usable; the checkpoint to continue from (verified)
-  void save_claim();     // the run's identity; the --save root locked and checked to be this run's
-  void lora_resolve();   // the adapters' settings (from --lora-init's adapter_config.json, or the options)
-  void data_load();      // tokenizer, training and validation tokens, loaders, the run's trainer state
-  void store_make();     // the executor, then RAM or the tiered store under the budget (with the plan)
-  void trace_start();
-  void weights_load();   // checkpoint, HF directory or random init
-  TrainResult finished_already() const;
-  void loop();           // the steps, logging, evaluation, checkpoints, stop on a signal
-  float evaluate();
-  bool stop_requested() const { return o_.stop_requested != nullptr && *o_.stop_requested != 0; }
-  bool stop_agreed() const;  // stop_requested() on any rank (every rank stops after the same step)
-  bool save_all_ = false;  // --save as given on the command line (ranks but 0 clear theirs)
-  long save_every_all_ = 0;
-  int ranks() const { return o_.comm != nullptr ? o_.comm->size() : 1; }
-  int rank() const { return o_.comm != nullptr ? o_.comm->rank() : 0; }
-  void checkpoint_save(long done, float loss);
-  void report(double total_ms);
-  // adapter_config.json's base_model_name_or_path: --model as an absolute path ("" for a random base).
-  std::string base_model_name() const {
-    return o_.model_dir.empty() ? std::string() : std::filesystem::absolute(o_.model_dir).lexically_normal().string();
-  }
-
-  TrainOptions o_;
-  LoraConfig lora_;  // the run's adapters (r 0: full training)
-  ResumePoint resume_;
-  std::uint64_t run_id_ = 0;
-  int eval_batches_ = 0;  // --eval-batches, at most the held-out set's batches
-  DirLock save_lock_;  // held while the run may save
-  GptConfig cfg_;
-  int threads_ = 0;
-  std::unique_ptr<ThreadPool> pool_;
-  std::string tokenizer_dir_;
-  std::size_t train_token_count_ = 0;
-  TrainerState run_state_;
-  std::unique_ptr<DataLoader> loader_, val_loader_;
-  long start_step_ = 0;
-  std::unique_ptr<ParamLayout> layout_;
-  std::unique_ptr<UnitTable> units_;
-  std::unique_ptr<TraceRecorder> trace_;  // outlives the store and the executor, which record into it
-  // Declared before the executor so it outlives it (the executor's optimizer worker uses it).
-  std::unique_ptr<SegmentStore> store_;
-  std::unique_ptr<DeviceSegmentStore> mirror_;  // --backend cuda: the device copy the executor computes on
-  std::unique_ptr<Executor> exec_;
-  std::size_t min_budget_ = 0;
-  ActivationPolicy activations_ = ActivationPolicy::Recompute;  // resolved (Note [activations offload])
-  std::string activations_line_;  // what the plan chose for --activations auto, and why
-  std::string store_text_ = "everything in RAM", plan_line_;
-  LrSchedule sched_;
-  std::vector<std::int32_t> inputs_, targets_;
-  double comm_wait_ms_ = 0.0;   // the communicator's totals at the last step's end
-  std::uint64_t comm_sent_ = 0;
-  TrainResult result_;
-};
+namespace detail {
 
 void TrainRun::resume_find() {
   if (!o_.save_dir.empty()) {  // an unusable --save fails now, not after hours of training
@@ -215,114 +154,6 @@ void TrainRun::data_load() {
       std::fprintf(stderr, "[stratum] --eval-batches %d: the held-out set holds %d batches of %dx%d; evaluating those\n",
                    static_cast<int>(o_.eval_batches), eval_batches_, o_.batch, o_.seq);
   }
-}
-
-void TrainRun::store_make() {
-  layout_ = std::make_unique<ParamLayout>(ParamLayout::of(cfg_, lora_));
-  // The run as the planner sees it: its units and optimizer mode come from the same request.
-  // A LoRA run over a base stored in bf16 keeps its frozen layers bf16 (Note [frozen bf16 base]).
-  const bool base_bf16 = lora_.on() && !o_.model_dir.empty() && model_weights_bf16(o_.model_dir);
-  const bool zo = o_.optimizer == TrainOptimizer::ZoSgd;
-  PlanRequest request{cfg_,         o_.batch,           o_.seq,      plan_activations_resolve(o_.activations, zo),
-                      o_.grad_clip, o_.mem_budget_bytes, o_.prefetch, o_.precision,
-                      zo,           lora_,              base_bf16,   pool_->num_threads(), o_.grad_accum};
-  const bool budget = o_.mem_budget_bytes > 0;
-  STRATUM_CHECK(budget || o_.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
-  // The plan's measurement (Note [plan model]), with a budget: before the executor when the plan
-  // chooses the activations policy (Note [activations offload]), which the executor is made with.
-  PlanMeasurement measured;
-  std::optional<Plan> plan;  // auto under a budget: the chosen policy's, made with `measured`
-  CalibrationOptions co;
-  co.offload_dir = o_.offload_dir;
-  co.threads = threads_;
-  if (request.activations == ActivationPolicy::Auto) {
-    if (!budget || o_.backend != Backend::Cpu || o_.mirror_store) {  // the plan models the CPU's compute only
-      request.activations = ActivationPolicy::Recompute;
-    } else {
-      const std::size_t smaller = plan_min_budget_bytes(request);  // recompute's or offload's
-      STRATUM_CHECK(o_.mem_budget_bytes >= smaller, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
-                    " is below the minimum of ", bytes_text(smaller), " for this model at B=", o_.batch, " T=", o_.seq,
-                    "; use --mem-budget ", (smaller + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
-      measured = plan_measure(request, co, threads_, o_.measure_exe);
-      const ActivationChoice choice = plan_choose_activations(
-          request, measured.timing, measured.read_gbps, measured.write_gbps, dir_free_bytes(o_.offload_dir, "--offload-dir"));
-      request.activations = choice.policy;
-      plan = choice.plan;
-      activations_line_ = "[stratum] " + choice.why + "\n";
-    }
-  }
-  activations_ = request.activations;
-  units_ = std::make_unique<UnitTable>(
-      plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq), request));
-  exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations,
-                                     plan_mode(request, budget), o_.precision, o_.backend, o_.grad_accum / ranks(),
-                                     o_.comm);
-  if (const std::string note = backend_precision_note(o_.precision); !note.empty())
-    std::fprintf(stderr, "[stratum] %s\n", note.c_str());
-  const Executor& exec = *exec_;
-  // Off the host the executor computes on the device tier (Note [device tier]) in front of the
-  // RAM store or the RAM-over-NVMe store; its buffers (fixed_bytes) are device memory then.
-  const bool device_tier = !exec.ops().host_memory() || o_.mirror_store;
-  const std::size_t host_fixed = device_tier ? 0 : exec.fixed_bytes();
-  min_budget_ = exec.fixed_bytes() + exec.min_store_bytes();
-  STRATUM_CHECK(o_.gpu_mem_budget_bytes == 0 || o_.gpu_mem_budget_bytes >= min_budget_, "[train] --gpu-mem-budget ",
-                bytes_text(o_.gpu_mem_budget_bytes), " is below the minimum of ", bytes_text(min_budget_),
-                " for this model at B=", o_.batch, " T=", o_.seq, " (engine buffers ", bytes_text(exec.fixed_bytes()),
-                " + largest working set ", bytes_text(exec.min_store_bytes()), "); use --gpu-mem-budget ",
-                (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
-  auto device_attach = [&] {
-    const std::size_t device_budget = o_.gpu_mem_budget_bytes > 0 ? o_.gpu_mem_budget_bytes - exec.fixed_bytes() : 0;
-    result_.prefetch = o_.prefetch >= 0 ? o_.prefetch : 2;  // the plan models the CPU's compute, not the GPU's
-    mirror_ = std::make_unique<DeviceSegmentStore>(*store_, exec_->ops_shared(), device_budget, result_.prefetch);
-    exec_->attach(*mirror_);
-    store_text_ = std::string(exec.ops().name()) + " memory " +
-                  (device_budget > 0 ? "budget " + bytes_text(o_.gpu_mem_budget_bytes) + " (minimum " + bytes_text(min_budget_) + ")"
-                                     : std::string("holds everything")) +
-                  " over " + (budget ? store_text_ : std::string("RAM (checkpoints are written from there)"));
-  };
-  if (!budget) {
-    store_ = std::make_unique<RamSegmentStore>(*units_);
-    if (device_tier) device_attach();
-    else exec_->attach(*store_);
-    return;
-  }
-  const std::size_t host_min = host_fixed + exec.min_store_bytes();
-  STRATUM_CHECK(o_.mem_budget_bytes >= host_min, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
-                " is below the minimum of ", bytes_text(host_min), " for this model at B=", o_.batch, " T=", o_.seq,
-                " (engine buffers ", bytes_text(host_fixed), " + largest working set ", bytes_text(exec.min_store_bytes()),
-                "); use --mem-budget ", (host_min + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
-  if (!device_tier) {
-    // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
-    // unless --prefetch chose one.
-    if (!plan) {
-      measured = plan_measure(request, co, threads_, o_.measure_exe);
-      plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
-    }
-    result_.predicted_step_ms = plan->step_ms;
-    result_.prefetch = plan->prefetch;
-    char plan_text[320];
-    std::snprintf(plan_text, sizeof plan_text,
-                  "[stratum] plan: %s per step read, %s written, predicted step %.0f ms (bottleneck: %s), prefetch %d "
-                  "(%s); measured with a peak RSS of %s\n",
-                  bytes_text(plan->read_bytes).c_str(), bytes_text(plan->write_bytes).c_str(), plan->step_ms,
-                  plan->bottleneck.c_str(), plan->prefetch, o_.prefetch >= 0 ? "--prefetch" : "chosen by the plan",
-                  bytes_text(measured.peak_rss_bytes).c_str());
-    plan_line_ = plan_text;
-  }
-  TieredStoreOptions so;
-  so.budget_bytes = o_.mem_budget_bytes - host_fixed;
-  so.offload_dir = o_.offload_dir;
-  so.prefetch_depth = device_tier ? (o_.prefetch >= 0 ? o_.prefetch : 2) : result_.prefetch;
-  so.io.backend = o_.io_backend;
-  so.io.block_bytes = o_.io_block_bytes;
-  so.io.queue_depth = o_.io_queue_depth;
-  so.io.fault = o_.io_fault;
-  auto tiered = std::make_unique<TieredSegmentStore>(*units_, so);
-  store_text_ = "budget " + bytes_text(o_.mem_budget_bytes) + " (minimum " + bytes_text(min_budget_) + "), offload to " +
-                o_.offload_dir + ": " + tiered->describe();
-  store_ = std::move(tiered);
-  if (device_tier) device_attach();
-  else exec_->attach(*store_);
 }
 
 void TrainRun::trace_start() {
@@ -592,44 +423,6 @@ void TrainRun::loop() {
   report(total_ms);
 }
 
-void TrainRun::report(double total_ms) {
-  if (ranks() > 1 && result_.steps_done > start_step_)
-    std::fprintf(stderr, "[stratum] rank 0 of %d: sent %s a step, waited %.0f ms a step for the other ranks (%.1f%% of "
-                 "the step)\n", ranks(), bytes_text(o_.comm->sent_bytes() / (result_.steps_done - start_step_)).c_str(),
-                 o_.comm->wait_ms() / (result_.steps_done - start_step_), 100.0 * o_.comm->wait_ms() / std::max(1.0, total_ms));
-  exec_->sync();
-  if (mirror_) mirror_->pull();
-  result_.params_hash = model_params_hash(*layout_, *store_);
-  result_.min_budget_bytes = min_budget_;
-  const StoreStats s = store_->stats();
-  if (s.read_busy_ms > 0) result_.read_gbps = s.read_bytes / (s.read_busy_ms * 1e6);
-  if (s.write_busy_ms > 0) result_.write_gbps = s.write_bytes / (s.write_busy_ms * 1e6);
-  if (o_.mem_budget_bytes > 0) {
-    std::fprintf(stderr,
-                 "[stratum] tier traffic: read %s (%.2f GB/s while reading), written %s (%.2f GB/s), compute stalled "
-                 "%.0f ms (%.1f%% of step time), peak RAM %s of the %s budget\n",
-                 bytes_text(result_.read_bytes).c_str(), result_.read_gbps, bytes_text(result_.write_bytes).c_str(),
-                 result_.write_gbps, result_.stall_ms, 100.0 * result_.stall_ms / std::max(1.0, total_ms),
-                 bytes_text(result_.peak_mem_bytes).c_str(), bytes_text(o_.mem_budget_bytes).c_str());
-    if (result_.predicted_step_ms > 0)
-      std::fprintf(stderr, "[stratum] plan check: median step %.0f ms, predicted %.0f ms (%+.0f%%)\n",
-                 result_.step_ms_median, result_.predicted_step_ms,
-                 100.0 * (result_.predicted_step_ms - result_.step_ms_median) / std::max(1e-9, result_.step_ms_median));
-  }
-  if (mirror_ && o_.gpu_mem_budget_bytes > 0)
-    std::fprintf(stderr, "[stratum] %s tier traffic: copied in %s, out %s (%.0f ms on the training thread), peak %s of the %s "
-                 "budget\n", exec_->ops().name(), bytes_text(result_.device_read_bytes).c_str(),
-                 bytes_text(result_.device_write_bytes).c_str(), mirror_->stats().stall_ms,
-                 bytes_text(result_.device_peak_bytes).c_str(), bytes_text(o_.gpu_mem_budget_bytes).c_str());
-  std::fprintf(stderr,
-               "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, peak RSS %s, params "
-               "hash %016llx%s%s\n",
-               result_.steps_done, result_.final_loss, result_.tokens_per_s, result_.step_ms_median,
-               bytes_text(process_peak_rss_bytes()).c_str(),
-               static_cast<unsigned long long>(result_.params_hash), result_.checkpoint_dir.empty() ? "" : ", saved to ",
-               result_.checkpoint_dir.c_str());
-}
-
 bool TrainRun::stop_agreed() const {
   const char mine = stop_requested() ? 1 : 0;
   if (ranks() == 1) return mine != 0;
@@ -689,8 +482,8 @@ TrainResult TrainRun::run() {
   }
   return result_;
 }
-}  // namespace
+}  // namespace detail
 
-TrainResult train_run(const TrainOptions& o) { return TrainRun(o).run(); }
+TrainResult train_run(const TrainOptions& o) { return detail::TrainRun(o).run(); }
 
 }  // namespace stratum
