@@ -1,29 +1,17 @@
 // TrainRun's executor and stores (store_make: RAM, the tiered store under --mem-budget with the
 // plan, the device tier in front of either) and its end-of-run report; see train_run.h.
 #include <algorithm>
-#include <chrono>
 #include <optional>
-#include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
-#include <type_traits>
-#include <variant>
-#include <utility>
-#include <vector>
 
 #include "backend/backend.h"
 #include "core/file_util.h"
 #include "core/thread_pool.h"
 #include "dist/communicator.h"
-#include "data/corpus.h"
-#include "data/data_loader.h"
-#include "weights/adapter_io.h"
-#include "weights/model_io.h"
 #include "model/param_layout.h"
-#include "obs/metrics_log.h"
-#include "obs/progress_bar.h"
 #include "obs/trace_recorder.h"
+#include "weights/model_io.h"
 #include "plan/calibration.h"
 #include "plan/planner.h"
 #include "store/device_segment_store.h"
@@ -32,9 +20,6 @@
 #include "core/byte_size.h"
 #include "core/process_memory.h"
 #include "stratum/error.h"
-#include "io/io_engine.h"
-#include "train/checkpoint.h"
-#include "train/train_run_state.h"
 #include "exec/executor.h"
 
 #include "train/train_run.h"
