@@ -124,6 +124,11 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"resume with --model", "train --resume " + kTiny + " --model " + kTiny, "no checkpoint"},
       {"verify missing", "verify " + tmp.file("nothing"), "does not exist"},
       {"verify a model dir", "verify " + kTiny, "neither a checkpoint"},
+      {"zero gpu budget", "train --gpu-mem-budget 0" + data, "--gpu-mem-budget must be > 0"},
+      {"gpu budget on the cpu", "train --steps 1 --gpu-mem-budget 1G" + data, "add --backend cuda"},
+      {"generate gpu budget on the cpu", "generate --model " + kTiny + " --prompt-ids 1,2 --gpu-mem-budget 1G",
+       "add --backend cuda"},
+      {"prefetch without a budget", "train --prefetch 2" + data, "--prefetch only applies"},
   };
   for (const auto& c : cases) {
     const auto r = run_stratum(c.args);
