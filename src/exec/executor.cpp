@@ -183,7 +183,7 @@ void Executor::schedule_build() {
   auto unit = [&](int s, K k, int c = 0) { return units_.index(s, k, c); };
   auto opt_group = [&](int s) {  // chunk by chunk: params, grads, both moments (kOptimizerChunkUses)
     std::vector<UnitUse> uses;  // another rank's segment: an empty group (Note [zero sharding])
-    for (int c = 0; c < (owns(s) ? units_.chunk_count(s, K::Params) : 0); ++c) {
+    for (int c = 0; c < (updates_segment(s) ? units_.chunk_count(s, K::Params) : 0); ++c) {
       uses.push_back({unit(s, K::Params, c), A::Update});
       uses.push_back({unit(s, K::Grads, c), A::Read});
       uses.push_back({unit(s, K::AdamM, c), A::Update});
@@ -308,7 +308,8 @@ void Executor::schedule_build() {
     }
   }  // micro-batches
   for (int s : final_order) {  // Note [data parallel]: the final gradients from rank P-1
-    if (rank() != P - 1 && owns(s)) schedule_.group_add(chunks({}, s, K::Grads, A::Overwrite), W::GradShare, s);
+    if (rank() != P - 1 && updates_segment(s))  // from rank P-1 to the owner (Note [zero sharding])
+      schedule_.group_add(chunks({}, s, K::Grads, A::Overwrite), W::GradShare, s);
     if (overlap) opt_group(s);
   }
   compute_end_ = schedule_.group_count();

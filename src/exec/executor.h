@@ -59,9 +59,8 @@
 // groups pass the running sum along the ranks in k order: for k > 0 a rank receives the sum of
 // micro-batches 0 .. k-1 from rank (r-1) mod P into its GradSum chunk (in place of a sum of its
 // own), adds its gradient as above, and sends the new sum to rank (r+1) mod P. Rank P-1 (k = N-1)
-// completes the final gradients and sends them down a second chain, P-1 -> 0 -> 1 -> ... -> P-2
-// (so no rank sends more than one copy), which the others receive, and forward, in one GradShare
-// group per segment after their last micro-batch (where their gradients become final).
+// completes the final gradients, summed in the single process's order whatever P is; where they
+// go from there is Note [zero sharding].
 // The step's loss is gathered from every rank and summed in k order. Sends are copies in flight
 // (Communicator::send), awaited at the end of the step; receives block where the data is first
 // needed. With P > 1, GradSum never holds anything past its group.
@@ -220,8 +219,9 @@ class Executor {
   void moments_gather();
   // Trainable parameters this rank updates (and holds AdamW moments for): all in one process.
   std::size_t owned_trainable_params() const;
-  // This rank updates segment s and holds its moments (Note [zero sharding]); always in one process.
-  bool updates_segment(int s) const { return owns(s); }
+  // This rank updates segment s and holds its moments (Note [zero sharding]); always in one process
+  // (and in zeroth-order runs, which have no owners).
+  bool updates_segment(int s) const { return comm_ == nullptr || owner_.empty() || owner_[s] == rank(); }
 
  private:
   // What a pass over the groups computes and the state its groups hand on.
@@ -314,7 +314,6 @@ class Executor {
   int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
   int step_micro_batches() const { return micro_batches_ * ranks(); }  // N of the whole step
   std::vector<int> owner_;  // per segment: the rank that updates it (Note [zero sharding]); -1 frozen
-  bool owns(int s) const { return comm_ == nullptr || owner_[s] == rank(); }
   void grad_squares_share();  // Note [zero sharding]: every rank gets the owners' squared norms
   void params_share();        // ... and their updated parameters
   std::vector<int> micro_begin_;  // per micro-batch: its first group (Note [gradient accumulation])

@@ -121,7 +121,7 @@ void Executor::grad_squares_share() {
   std::vector<double> mine;  // every trainable tensor's squared norm, this rank's segments' filled in
   for (int s = 0; s < layout_.segment_count(); ++s)
     if (layout_.trainable(s))
-      for (double t : grad_squares_[s]) mine.push_back(owns(s) ? t : 0.0);
+      for (double t : grad_squares_[s]) mine.push_back(updates_segment(s) ? t : 0.0);
   std::vector<double> all(mine.size() * static_cast<std::size_t>(ranks()));
   comm_->allgather(mine.data(), mine.size() * sizeof(double), all.data());
   std::size_t i = 0;
@@ -137,9 +137,9 @@ void Executor::params_share() {
   for (int s : forward_segments_) {
     if (!layout_.trainable(s)) continue;
     for (int c = 0; c < units_.chunk_count(s, SegmentKind::Params); ++c) {
-      SegmentHold params(*store_, s, SegmentKind::Params, owns(s) ? Access::Read : Access::Overwrite, c);
+      SegmentHold params(*store_, s, SegmentKind::Params, updates_segment(s) ? Access::Read : Access::Overwrite, c);
       const std::size_t bytes = layout_.segments()[s].chunk_floats(c) * sizeof(float);
-      if (!owns(s)) {
+      if (!updates_segment(s)) {
         comm_->recv(owner_[s], kTagParams, params.data(), bytes);
         continue;
       }
@@ -154,7 +154,7 @@ void Executor::moments_gather() {
   if (comm_ == nullptr) return;
   sync();
   for (int s : forward_segments_) {
-    if (!layout_.trainable(s) || owner_[s] == 0 || (rank() != 0 && !owns(s))) continue;
+    if (!layout_.trainable(s) || owner_[s] == 0 || (rank() != 0 && !updates_segment(s))) continue;
     for (SegmentKind kind : {SegmentKind::AdamM, SegmentKind::AdamV}) {
       for (int c = 0; c < units_.chunk_count(s, kind); ++c) {
         SegmentHold m(*store_, s, kind, rank() == 0 ? Access::Overwrite : Access::Read, c);
@@ -170,7 +170,7 @@ void Executor::moments_gather() {
 std::size_t Executor::owned_trainable_params() const {
   std::size_t n = 0;
   for (int s = 0; s < layout_.segment_count(); ++s)
-    if (layout_.trainable(s) && (owner_.empty() || owns(s)))
+    if (layout_.trainable(s) && updates_segment(s))
       for (const TensorSlot& t : layout_.segments()[s].tensors) n += t.numel;
   return n;
 }
@@ -194,7 +194,7 @@ void Executor::sync() {
 
 void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale) {
   if (mode_ == OptimizerMode::Overlapped) at(group_opt_[segment]);
-  if (!owns(segment)) return;  // its owner updates it (Note [zero sharding])
+  if (!updates_segment(segment)) return;  // its owner updates it (Note [zero sharding])
   if (!worker_) {  // off the host: in schedule order on the executor's own Ops
     optimizer_segment(*ops_, segment, hyper, weight_decay, grad_scale);
     return;
@@ -221,7 +221,7 @@ void Executor::optimizer_step(const AdamWHyper& hyper, double weight_decay, floa
   for (int s : forward_segments_) {
     if (!layout_.trainable(s)) continue;
     if (mode_ != OptimizerMode::Overlapped) at(group_opt_[s]);
-    if (owns(s)) optimizer_segment(*ops_, s, hyper, weight_decay, grad_scale);
+    if (updates_segment(s)) optimizer_segment(*ops_, s, hyper, weight_decay, grad_scale);
   }
 }
 
