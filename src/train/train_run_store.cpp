@@ -73,6 +73,7 @@ void TrainRun::store_make() {
   // RAM store or the RAM-over-NVMe store; its buffers (fixed_bytes) are device memory then.
   const bool device_tier = !exec.ops().host_memory() || o_.mirror_store;
   const std::size_t host_fixed = device_tier ? 0 : exec.fixed_bytes();
+  if (device_tier) result_.prefetch = o_.prefetch >= 0 ? o_.prefetch : 2;  // the plan models the CPU's compute only
   min_budget_ = exec.fixed_bytes() + exec.min_store_bytes();
   STRATUM_CHECK(o_.gpu_mem_budget_bytes == 0 || o_.gpu_mem_budget_bytes >= min_budget_, "[train] --gpu-mem-budget ",
                 bytes_text(o_.gpu_mem_budget_bytes), " is below the minimum of ", bytes_text(min_budget_),
@@ -81,7 +82,6 @@ void TrainRun::store_make() {
                 (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
   auto device_attach = [&] {
     const std::size_t device_budget = o_.gpu_mem_budget_bytes > 0 ? o_.gpu_mem_budget_bytes - exec.fixed_bytes() : 0;
-    result_.prefetch = o_.prefetch >= 0 ? o_.prefetch : 2;  // the plan models the CPU's compute, not the GPU's
     mirror_ = std::make_unique<DeviceSegmentStore>(*store_, exec_->ops_shared(), device_budget, result_.prefetch);
     exec_->attach(*mirror_);
     store_text_ = std::string(exec.ops().name()) + " memory " +
@@ -121,7 +121,7 @@ void TrainRun::store_make() {
   TieredStoreOptions so;
   so.budget_bytes = o_.mem_budget_bytes - host_fixed;
   so.offload_dir = o_.offload_dir;
-  so.prefetch_depth = device_tier ? (o_.prefetch >= 0 ? o_.prefetch : 2) : result_.prefetch;
+  so.prefetch_depth = result_.prefetch;
   so.io.backend = o_.io_backend;
   so.io.block_bytes = o_.io_block_bytes;
   so.io.queue_depth = o_.io_queue_depth;
