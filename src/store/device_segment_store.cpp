@@ -13,7 +13,7 @@ DeviceSegmentStore::DeviceSegmentStore(SegmentStore& host, std::shared_ptr<const
                                        int prefetch)
     : SegmentStore(host.units()), host_(host), ops_(std::move(ops)), budget_bytes_(budget_bytes),
       prefetch_depth_(prefetch), streaming_(budget_bytes > 0 && units().total_bytes() > budget_bytes),
-      entries_(static_cast<std::size_t>(units().count())), pinned_(entries_.size(), {nullptr, 0}),
+      entries_(static_cast<std::size_t>(units().count())), pinned_(entries_.size(), nullptr),
       policy_(units().count()), training_thread_(std::this_thread::get_id()) {
   totals_.budget_bytes = budget_bytes;
 }
@@ -24,7 +24,7 @@ DeviceSegmentStore::~DeviceSegmentStore() {
     drain(lock);  // no copy may still read or write a host buffer; the host units are released
   } catch (...) {  // a failed device: nothing left to wait for
   }
-  for (const auto& [p, bytes] : pinned_)
+  for (void* p : pinned_)
     if (p != nullptr) ops_->host_unpin(p);
 }
 
@@ -72,13 +72,12 @@ void* DeviceSegmentStore::host_unit(int unit, Access access, bool* pinned) {
   void* p = host_.acquire_unit(unit, access);
   *pinned = false;
   if (ops_->host_memory() || !host_.buffers_stable()) return p;
-  auto& [where, bytes] = pinned_[unit];
+  void*& where = pinned_[unit];
   if (where == p) {
     *pinned = true;
   } else if (where == nullptr && !pin_failed_) {
     if (ops_->host_pin(p, units().bytes(unit))) {
       where = p;
-      bytes = units().bytes(unit);
       *pinned = true;
     } else {
       pin_failed_ = true;  // out of lockable memory: the rest stays pageable

@@ -37,7 +37,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "ops/ops_buffer.h"
@@ -128,7 +127,7 @@ class DeviceSegmentStore final : public SegmentStore {
   std::vector<Entry> entries_;        // per unit
   std::vector<int> in_flight_;        // units with a copy in flight, oldest first
   std::vector<Buffer> free_buffers_;  // evicted units' buffers, counted in held_bytes_
-  std::vector<std::pair<void*, std::size_t>> pinned_;  // per unit: its host buffer page-locked (host_pin)
+  std::vector<void*> pinned_;  // per unit: its host buffer, page-locked (host_pin); null = not
   bool pin_failed_ = false;                            // host_pin refused once: stop asking
   std::size_t held_bytes_ = 0, free_bytes_ = 0, peak_held_bytes_ = 0;
   EvictionPolicy policy_;

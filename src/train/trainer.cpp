@@ -400,12 +400,13 @@ void TrainRun::loop() {
     progress.update(step + 1, loss, tokens_per_s, avg_s * static_cast<double>(o_.steps - step - 1), traffic);
     result_.steps_done = step + 1;
     const bool stop = !last && stop_agreed();
+    // Every rank decides alike; only rank 0 keeps its --save (train_options_for_rank).
     if (save_all_ && ((save_every_all_ > 0 && (step + 1) % save_every_all_ == 0) || last || stop)) {
       exec_->moments_gather();  // every rank: rank 0 writes the whole optimizer state (Note [zero sharding])
-    }
-    if (!o_.save_dir.empty() && ((o_.save_every > 0 && (step + 1) % o_.save_every == 0) || last || stop)) {
-      checkpoint_save(step + 1, loss);
-      if (!last) progress.message("[stratum] saved checkpoint " + result_.checkpoint_dir);
+      if (!o_.save_dir.empty()) {
+        checkpoint_save(step + 1, loss);
+        if (!last) progress.message("[stratum] saved checkpoint " + result_.checkpoint_dir);
+      }
     }
     if (stop) {
       result_.interrupted = true;
