@@ -13,6 +13,8 @@
 // the bits a full forward would compute with row dot products.
 #pragma once
 
+#include <cstddef>
+
 #include "core/tensor_view.h"
 #include "ops/ops.h"
 
@@ -30,6 +32,26 @@ class Linear {
   virtual void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
                   int K) const = 0;
 };
+
+// Note [mlp row chunks]: the MLP half of a block (norm, the up projections, the activation, the
+// down projection, the residual add) is row-wise, so the block forwards and backwards run it over
+// fixed chunks of kMlpChunkRows rows of the B*T rows, in order: [0, R), [R, 2R), ... Its widest
+// buffers (GPT-2's fch, fch_gelu and their gradient, 4C wide; Llama's gate, up, hmid and their
+// gradients, I wide) then hold one chunk where nothing needs more: the one set of internals that
+// --activations recompute refills (TransformerBlock with recompute) and the workspace. Kept and
+// held internals (keep, offload) and the decoder's keep every row, at the chunk's offset. The
+// backward's recompute runs the attention half only; each chunk's MLP internals are recomputed
+// just before its backward, without the down projection whose output the backward never reads
+// (its adapter's u is recomputed alone, lora_forward_u). Weight, bias and norm gradients are
+// summed chunk by chunk in that order (the first chunk overwrites). The chunks are a function of
+// B*T alone, so every budget, policy and prefetch depth gets the same bits; at B*T <= R there is
+// one chunk and the bits are those of an unchunked block. Above R the weight gradients' sums are
+// split at the chunk boundaries (the same math, other roundings).
+inline constexpr int kMlpChunkRows = 1024;
+// Rows of one MLP chunk buffer for passes of up to max_rows rows.
+inline int mlp_chunk_rows(std::size_t max_rows) {
+  return max_rows < static_cast<std::size_t>(kMlpChunkRows) ? static_cast<int>(max_rows) : kMlpChunkRows;
+}
 
 // Note [frozen bf16 base]: a LoRA run over a base stored in bf16 keeps the frozen layers in bf16
 // in the training store too (UnitTable with param_bf16: half the RAM, budget and offload reads of

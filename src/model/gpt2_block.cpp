@@ -1,6 +1,7 @@
 // GPT-2 block forward/backward; see gpt2_block.h.
 #include "model/gpt2_block.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace stratum {
@@ -16,67 +17,90 @@ Gpt2BlockTensors gpt2_block_tensors(const Ops& ops, const SegmentLayout& layout,
 }
 
 Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                 const Gpt2Workspace* borrow)
-    : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr))) {
+                                 const Gpt2Workspace* borrow, bool chunked)
+    : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked))) {
+  mlp_chunked = chunked;
   if (borrow != nullptr) ln1 = ln2 = borrow->tmp;
 }
 
 Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, const Gpt2Workspace& w,
                                    float* memory) {
-  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true), memory);
-  const Gpt2Workspace* borrow = &w;
-  if (borrow != nullptr) ln1 = ln2 = borrow->tmp;
+  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false), memory);
+  ln1 = ln2 = w.tmp;
 }
 
 std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                        bool borrowed) {
+                                        bool borrowed, bool chunked) {
   Gpt2Activations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed));
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked));
 }
 
 CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                    bool borrow) {
+                                    bool borrow, bool chunked) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
   const std::size_t own = borrow ? 0 : 1;
+  const std::size_t mlp = chunked ? static_cast<std::size_t>(mlp_chunk_rows(BT)) : BT;
   return CarveSlices({{&ln1, own * BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att_stats, stats},
                    {&atty, BT * C}, {&res2, BT * C}, {&ln2, own * BT * C}, {&ln2_mean, BT}, {&ln2_rstd, BT},
-                   {&fch, BT * 4 * C}, {&fch_gelu, BT * 4 * C}});
+                   {&fch, mlp * 4 * C}, {&fch_gelu, mlp * 4 * C}});
 }
 
 Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t wide_floats = bf16_weights ? 4 * C * C : 0, vector_floats = bf16_weights ? 13 * C : 0;
-  buffer_ = ops_buffer_carve(ops, {{&tmp, BT * C}, {&dres2, BT * C}, {&dfch, BT * 4 * C}, {&dln, BT * C}, {&datty, BT * C},
+  const std::size_t chunk = static_cast<std::size_t>(mlp_chunk_rows(BT));
+  buffer_ = ops_buffer_carve(ops, {{&tmp, BT * C}, {&dres2, BT * C}, {&dfch, chunk * 4 * C}, {&dln, BT * C}, {&datty, BT * C},
                    {&dqkv, BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())},
                    {&wide, wide_floats}, {&wide_vectors, vector_floats}});
   if (!bf16_weights) wide = wide_vectors = nullptr;
 }
 
+namespace {
+// Rows [r0, r0 + n) of the MLP half (Note [mlp row chunks]): ln2 (into its tmp rows), fch and
+// fch_gelu at the chunk's rows, adapter 2 (c_fc) added; then, with out, out rows = res2 +
+// mlp_proj(fch_gelu) (through tmp's rows), adapter 3 added; without, only adapter 3's u.
+void gpt2_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const Gpt2BlockTensors& p,
+                   Gpt2Activations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora) {
+  const int C = cfg.n_embd;
+  const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * 4 * C;
+  float* const ln2 = s.ln2 + at;
+  float* const fch = s.fch + mlp;
+  float* const fch_gelu = s.fch_gelu + mlp;
+  ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + at, p.ln2_w, p.ln2_b, n, C,
+                        cfg.layer_norm_eps);
+  linear.kn(ops, fch, ln2, p.fc_w, p.fc_b, n, C, 4 * C);
+  if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 2, r0, C), 2, fch, 4 * C, ln2, C, n, C, 4 * C);
+  ops.gelu_forward(fch_gelu, fch, static_cast<std::size_t>(n) * 4 * C);
+  if (out == nullptr) {
+    if (lora != nullptr) lora_forward_u(ops, lora_rows(*lora, 3, r0, 4 * C), 3, fch_gelu, 4 * C, n, 4 * C);
+    return;
+  }
+  linear.kn(ops, tmp + at, fch_gelu, p.mlp_proj_w, p.mlp_proj_b, n, 4 * C, C);
+  if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 3, r0, 4 * C), 3, tmp + at, C, fch_gelu, 4 * C, n, 4 * C, C);
+  ops.add(out + at, s.res2 + at, tmp + at, static_cast<std::size_t>(n) * C);
+}
+}  // namespace
+
 void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                         const Gpt2BlockTensors& p, const float* x, float* out, Gpt2Activations& s, float* tmp,
-                        float* attn_scratch, int B, int T, const LoraBlock* lora) {
+                        float* attn_scratch, int B, int T, const LoraBlock* lora, bool with_mlp) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
-  const float eps = cfg.layer_norm_eps;
   // Adapters (Note [lora math]) add to each module's output before it is used.
   auto adapt = [&](int k, float* y, int ldy, const float* in, int ldx, int K, int N) {
     if (lora != nullptr) lora_forward(ops, *lora, k, y, ldy, in, ldx, BT, K, N);
   };
-  ops.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, eps);
+  ops.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, cfg.layer_norm_eps);
   linear.kn(ops, s.qkv, s.ln1, p.attn_w, p.attn_b, BT, C, 3 * C);
   adapt(0, s.qkv, 3 * C, s.ln1, C, C, 3 * C);
   attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim());
   linear.kn(ops, tmp, s.atty, p.attn_proj_w, p.attn_proj_b, BT, C, C);
   adapt(1, tmp, C, s.atty, C, C, C);
   ops.add(s.res2, x, tmp, rows_c);
-  ops.layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, BT, C, eps);
-  linear.kn(ops, s.fch, s.ln2, p.fc_w, p.fc_b, BT, C, 4 * C);
-  adapt(2, s.fch, 4 * C, s.ln2, C, C, 4 * C);
-  ops.gelu_forward(s.fch_gelu, s.fch, static_cast<std::size_t>(BT) * 4 * C);
-  linear.kn(ops, tmp, s.fch_gelu, p.mlp_proj_w, p.mlp_proj_b, BT, 4 * C, C);
-  adapt(3, tmp, C, s.fch_gelu, 4 * C, 4 * C, C);
-  ops.add(out, s.res2, tmp, rows_c);
+  if (!with_mlp) return;
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows)
+    gpt2_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, std::min(kMlpChunkRows, BT - r0), lora);
 }
 
 void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p,
@@ -84,42 +108,54 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
                          Gpt2Activations& s, Gpt2Workspace& w, int B, int T, bool recompute, const LoraBlock* lora) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
-  // Recompute the forward internals (the block output itself is not needed).
+  // Recompute the attention half's internals (each MLP chunk's are recomputed below; the block
+  // output itself is not needed).
   if (recompute)
-    gpt2_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg, p, x, w.tmp, s, w.tmp, w.attn_scratch, B, T,
-                       lora);
+    gpt2_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg, p, x, nullptr, s, w.tmp, w.attn_scratch, B, T,
+                       lora, false);
   // A frozen base (g null, Note [lora segments]) gets no parameter gradients; dx is the same.
   auto grad = [&](float* Gpt2BlockTensors::*field) { return g != nullptr ? g->*field : nullptr; };
   auto grad_w = [&](TensorView Gpt2BlockTensors::*field) { return g != nullptr ? (g->*field).f32() : nullptr; };
-  auto adapt = [&](int k, const float* dy, int ldy, const float* in, int ldx, float* din, int K, int N) {
-    if (lora != nullptr) lora_backward(ops, *lora, k, dy, ldy, in, ldx, din, K, BT, K, N);
+  auto adapt = [&](int k, int r0, int n, bool acc, const float* dy, int ldy, const float* in, int ldx, float* din, int K,
+                   int N) {
+    if (lora != nullptr) lora_backward(ops, lora_rows(*lora, k, r0, K), k, dy, ldy, in, ldx, din, K, n, K, N, acc);
   };
 
-  // MLP: out = res2 + mlp_proj(gelu(fc(ln2(res2))))
-  ops.matmul_backward(w.dfch, grad_w(&Gpt2BlockTensors::mlp_proj_w), grad(&Gpt2BlockTensors::mlp_proj_b), dout,
-                      s.fch_gelu, weight_f32(ops, p.mlp_proj_w, w.wide), BT, 4 * C, C, false);
-  adapt(3, dout, C, s.fch_gelu, 4 * C, w.dfch, 4 * C, C);
-  ops.gelu_backward(w.dfch, s.fch, w.dfch, static_cast<std::size_t>(BT) * 4 * C);
-  // ln2 and ln1 live in w.tmp (borrowed, Gpt2Activations): the same layernorm writes them again.
+  // MLP: out = res2 + mlp_proj(gelu(fc(ln2(res2)))), chunk by chunk (Note [mlp row chunks]); ln2
+  // and ln1 live in w.tmp (borrowed, Gpt2Activations): the same layernorm writes them again.
   STRATUM_ASSERT(s.ln1 == w.tmp && s.ln2 == w.tmp);
-  const float eps = cfg.layer_norm_eps;
-  ops.layernorm_forward(s.ln2, s.ln2_mean, s.ln2_rstd, s.res2, p.ln2_w, p.ln2_b, BT, C, eps);
-  ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::fc_w), grad(&Gpt2BlockTensors::fc_b), w.dfch, s.ln2,
-                      weight_f32(ops, p.fc_w, w.wide), BT, C, 4 * C, false);
-  adapt(2, w.dfch, 4 * C, s.ln2, C, w.dln, C, 4 * C);
-  ops.copy(w.dres2, dout, rows_c);
-  ops.layernorm_backward(w.dres2, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln, s.res2,
-                         p.ln2_w, s.ln2_mean, s.ln2_rstd, BT, C, false);
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
+    const int n = std::min(kMlpChunkRows, BT - r0);
+    const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * 4 * C;
+    const bool acc = r0 > 0;  // later chunks add to the gradients
+    const float* const dout_c = dout + at;
+    float* const ln2 = s.ln2 + at;
+    const float* const fch = s.fch + mlp;
+    const float* const fch_gelu = s.fch_gelu + mlp;
+    if (recompute) gpt2_mlp_rows(ops, GemmLinear{w.wide}, cfg, p, s, nullptr, nullptr, r0, n, lora);
+    else ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + at, p.ln2_w, p.ln2_b, n, C,
+                               cfg.layer_norm_eps);
+    ops.matmul_backward(w.dfch, grad_w(&Gpt2BlockTensors::mlp_proj_w), grad(&Gpt2BlockTensors::mlp_proj_b), dout_c,
+                        fch_gelu, weight_f32(ops, p.mlp_proj_w, w.wide), n, 4 * C, C, acc);
+    adapt(3, r0, n, acc, dout_c, C, fch_gelu, 4 * C, w.dfch, 4 * C, C);
+    ops.gelu_backward(w.dfch, fch, w.dfch, static_cast<std::size_t>(n) * 4 * C);
+    ops.matmul_backward(w.dln + at, grad_w(&Gpt2BlockTensors::fc_w), grad(&Gpt2BlockTensors::fc_b), w.dfch, ln2,
+                        weight_f32(ops, p.fc_w, w.wide), n, C, 4 * C, acc);
+    adapt(2, r0, n, acc, w.dfch, 4 * C, ln2, C, w.dln + at, C, 4 * C);
+    ops.copy(w.dres2 + at, dout_c, static_cast<std::size_t>(n) * C);
+    ops.layernorm_backward(w.dres2 + at, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln + at,
+                           s.res2 + at, p.ln2_w, s.ln2_mean + r0, s.ln2_rstd + r0, n, C, acc);
+  }
 
   // Attention: res2 = x + attn_proj(attention(c_attn(ln1(x))))
   ops.matmul_backward(w.datty, grad_w(&Gpt2BlockTensors::attn_proj_w), grad(&Gpt2BlockTensors::attn_proj_b), w.dres2,
                       s.atty, weight_f32(ops, p.attn_proj_w, w.wide), BT, C, C, false);
-  adapt(1, w.dres2, C, s.atty, C, w.datty, C, C);
+  adapt(1, 0, BT, false, w.dres2, C, s.atty, C, w.datty, C, C);
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, H, cfg.head_dim());
-  ops.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, eps);
+  ops.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, cfg.layer_norm_eps);
   ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::attn_w), grad(&Gpt2BlockTensors::attn_b), w.dqkv, s.ln1,
                       weight_f32(ops, p.attn_w, w.wide), BT, C, 3 * C, false);
-  adapt(0, w.dqkv, 3 * C, s.ln1, C, w.dln, C, 3 * C);
+  adapt(0, 0, BT, false, w.dqkv, 3 * C, s.ln1, C, w.dln, C, 3 * C);
   ops.copy(dx, w.dres2, rows_c);
   ops.layernorm_backward(dx, grad(&Gpt2BlockTensors::ln1_w), grad(&Gpt2BlockTensors::ln1_b), w.dln, x, p.ln1_w,
                          s.ln1_mean, s.ln1_rstd, BT, C, false);

@@ -16,38 +16,39 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
 }
 
 LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                   const LlamaWorkspace* borrow)
-    : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr))) {
+                                   const LlamaWorkspace* borrow, bool chunked)
+    : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked))) {
+  mlp_chunked = chunked;
   if (borrow != nullptr) {
     hmid = borrow->dgate;
+    hmid_borrowed = true;
     xn1 = xn2 = borrow->tmp;
   }
 }
 
 LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, const LlamaWorkspace& w,
                                    float* memory) {
-  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true), memory);
-  const LlamaWorkspace* borrow = &w;
-  if (borrow != nullptr) {
-    hmid = borrow->dgate;
-    xn1 = xn2 = borrow->tmp;
-  }
+  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false), memory);
+  hmid = w.dgate;
+  hmid_borrowed = true;
+  xn1 = xn2 = w.tmp;
 }
 
 std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                        bool borrowed) {
+                                        bool borrowed, bool chunked) {
   LlamaActivations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed));
+  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked));
 }
 
 CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                     bool borrow) {
+                                     bool borrow, bool chunked) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
   const std::size_t own = borrow ? 0 : 1;
+  const std::size_t mlp = chunked ? static_cast<std::size_t>(mlp_chunk_rows(BT)) : BT;
   return CarveSlices({{&xn1, own * BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, BT * Q},
-                                  {&res2, BT * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, BT * I}, {&up, BT * I},
+                                  {&res2, BT * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, mlp * I}, {&up, mlp * I},
                                   {&hmid, own * BT * I}});
 }
 
@@ -55,19 +56,51 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   const std::size_t wide_floats = bf16_weights ? std::max(Q, I) * C : 0, vector_floats = bf16_weights ? 2 * C : 0;
-  buffer_ = ops_buffer_carve(ops, 
-      {{&tmp, BT * C}, {&dres2, BT * C}, {&dxn, BT * C}, {&datty, BT * Q}, {&dqkv, BT * QKV}, {&dgate, BT * I},
-       {&dup, BT * I},
+  const std::size_t chunk = static_cast<std::size_t>(mlp_chunk_rows(BT));
+  buffer_ = ops_buffer_carve(ops,
+      {{&tmp, BT * C}, {&dres2, BT * C}, {&dxn, BT * C}, {&datty, BT * Q}, {&dqkv, BT * QKV}, {&dgate, chunk * I},
+       {&dup, chunk * I},
        {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())},
        {&wide, wide_floats}, {&wide_vectors, vector_floats}});
   if (!bf16_weights) wide = wide_vectors = nullptr;
 }
 
+namespace {
+// Rows [r0, r0 + n) of the MLP half (Note [mlp row chunks]): xn2 (into its tmp rows), gate, up
+// and hmid at the chunk's rows, adapters 4 and 5 (gate_proj, up_proj) added; then, with out, out
+// rows = res2 + down(hmid) (through tmp's rows), adapter 6 added; without, only adapter 6's u.
+void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const LlamaBlockTensors& p,
+                    LlamaActivations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora) {
+  const int C = cfg.n_embd, I = cfg.mlp_width();
+  const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * I;
+  float* const xn2 = s.xn2 + at;
+  float* const gate = s.gate + mlp;
+  float* const up = s.up + mlp;
+  float* const hmid = s.hmid + s.hmid_row(r0) * I;
+  ops.rmsnorm_forward(xn2, s.rstd2 + r0, s.res2 + at, p.mlp_norm_w, n, C, cfg.layer_norm_eps);
+  linear.nt(ops, gate, I, xn2, C, p.gate_w, n, I, C);
+  linear.nt(ops, up, I, xn2, C, p.up_w, n, I, C);
+  if (lora != nullptr) {
+    lora_forward(ops, lora_rows(*lora, 4, r0, C), 4, gate, I, xn2, C, n, C, I);
+    lora_forward(ops, lora_rows(*lora, 5, r0, C), 5, up, I, xn2, C, n, C, I);
+  }
+  ops.swiglu_forward(hmid, gate, up, static_cast<std::size_t>(n) * I);
+  if (out == nullptr) {
+    if (lora != nullptr) lora_forward_u(ops, lora_rows(*lora, 6, r0, I), 6, hmid, I, n, I);
+    return;
+  }
+  linear.nt(ops, tmp + at, C, hmid, I, p.down_w, n, C, I);
+  if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 6, r0, I), 6, tmp + at, C, hmid, I, n, I, C);
+  ops.add(out + at, s.res2 + at, tmp + at, static_cast<std::size_t>(n) * C);
+}
+}  // namespace
+
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                          const RopeTable& rope, const LlamaBlockTensors& p, const float* x, float* out,
-                         LlamaActivations& s, float* tmp, float* attn_scratch, int B, int T, const LoraBlock* lora) {
+                         LlamaActivations& s, float* tmp, float* attn_scratch, int B, int T, const LoraBlock* lora,
+                         bool with_mlp) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
-  const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
+  const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd;
   const float eps = cfg.layer_norm_eps;
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
   // Adapters (Note [lora math]) add to each projection before it is used (q and k before rope).
@@ -87,15 +120,9 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
   linear.nt(ops, tmp, C, s.atty, Q, p.o_w, BT, C, Q);
   adapt(3, tmp, C, s.atty, Q, Q, C);
   ops.add(s.res2, x, tmp, rows_c);
-  ops.rmsnorm_forward(s.xn2, s.rstd2, s.res2, p.mlp_norm_w, BT, C, eps);
-  linear.nt(ops, s.gate, I, s.xn2, C, p.gate_w, BT, I, C);
-  linear.nt(ops, s.up, I, s.xn2, C, p.up_w, BT, I, C);
-  adapt(4, s.gate, I, s.xn2, C, C, I);
-  adapt(5, s.up, I, s.xn2, C, C, I);
-  ops.swiglu_forward(s.hmid, s.gate, s.up, static_cast<std::size_t>(BT) * I);
-  linear.nt(ops, tmp, C, s.hmid, I, p.down_w, BT, C, I);
-  adapt(6, tmp, C, s.hmid, I, I, C);
-  ops.add(out, s.res2, tmp, rows_c);
+  if (!with_mlp) return;
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows)
+    llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, std::min(kMlpChunkRows, BT - r0), lora);
 }
 
 void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
@@ -104,44 +131,59 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
   const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
-  if (recompute)
-    llama_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg, rope, p, x, w.tmp, s, w.tmp, w.attn_scratch,
-                        B, T, lora);
+  if (recompute)  // the attention half; each MLP chunk's internals are recomputed below
+    llama_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg, rope, p, x, nullptr, s, w.tmp, w.attn_scratch,
+                        B, T, lora, false);
   // A frozen base (g null, Note [lora segments]) gets no weight gradients; dx is the same.
   auto weight_grad = [&](int M, int N, int K, const float* a, int lda, const float* b, int ldb,
-                         TensorView LlamaBlockTensors::*field) {  // g.field (M,N) = a^T b, a (K,M), b (K,N)
-    if (g != nullptr) ops.sgemm(true, false, M, N, K, 1.0f, a, lda, b, ldb, 0.0f, (g->*field).f32(), N);
+                         TensorView LlamaBlockTensors::*field, bool acc = false) {  // g.field (M,N) (+)= a^T b
+    if (g != nullptr) ops.sgemm(true, false, M, N, K, 1.0f, a, lda, b, ldb, acc ? 1.0f : 0.0f, (g->*field).f32(), N);
   };
   auto norm_grad = [&](float* LlamaBlockTensors::*field) { return g != nullptr ? g->*field : nullptr; };
-  auto adapt = [&](int k, const float* dy, int ldy, const float* in, int ldx, float* din, int K, int N) {
-    if (lora != nullptr) lora_backward(ops, *lora, k, dy, ldy, in, ldx, din, K, BT, K, N);
+  auto adapt = [&](int k, int r0, int n, bool acc, const float* dy, int ldy, const float* in, int ldx, float* din, int K,
+                   int N) {
+    if (lora != nullptr) lora_backward(ops, lora_rows(*lora, k, r0, K), k, dy, ldy, in, ldx, din, K, n, K, N, acc);
   };
 
-  // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2). hmid is in w.dgate
-  // (Note [hmid in the workspace]): the recompute just wrote it there; kept internals need it again.
-  const std::size_t rows_i = static_cast<std::size_t>(BT) * I;
+  // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2), chunk by chunk (Note
+  // [mlp row chunks]). hmid is in w.dgate (Note [hmid in the workspace]): the chunk's recompute
+  // writes it there, or it is recomputed from kept gate and up.
   STRATUM_ASSERT(s.hmid == w.dgate && s.xn1 == w.tmp && s.xn2 == w.tmp);
-  if (!recompute) ops.swiglu_forward(w.dgate, s.gate, s.up, rows_i);
   const float eps = cfg.layer_norm_eps;
-  sgemm_w(ops, false, false, BT, I, C, 1.0f, dout, C, p.down_w, I, 0.0f, w.dup, I, w.wide);   // d hmid (BT, I)
-  weight_grad(C, I, BT, dout, C, w.dgate, I, &LlamaBlockTensors::down_w);                // d down (C, I)
-  adapt(6, dout, C, w.dgate, I, w.dup, I, C);
-  ops.swiglu_backward(w.dgate, w.dup, w.dup, s.gate, s.up, rows_i);  // reads each d hmid before writing
-  sgemm_w(ops, false, false, BT, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn, C, w.wide);
-  sgemm_w(ops, false, false, BT, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C, w.wide);
-  ops.rmsnorm_forward(s.xn2, s.rstd2, s.res2, p.mlp_norm_w, BT, C, eps);  // into tmp again
-  weight_grad(I, C, BT, w.dgate, I, s.xn2, C, &LlamaBlockTensors::gate_w);
-  weight_grad(I, C, BT, w.dup, I, s.xn2, C, &LlamaBlockTensors::up_w);
-  adapt(4, w.dgate, I, s.xn2, C, w.dxn, C, I);
-  adapt(5, w.dup, I, s.xn2, C, w.dxn, C, I);
-  ops.copy(w.dres2, dout, rows_c);
-  ops.rmsnorm_backward(w.dres2, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn, s.res2, p.mlp_norm_w, s.rstd2, BT,
-                       C, false);
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
+    const int n = std::min(kMlpChunkRows, BT - r0);
+    const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * I;
+    const std::size_t rows_i = static_cast<std::size_t>(n) * I;
+    const bool acc = r0 > 0;  // later chunks add to the gradients
+    const float* const dout_c = dout + at;
+    const float* const gate = s.gate + mlp;
+    const float* const up = s.up + mlp;
+    const float* const xn2 = s.xn2 + at;
+    if (recompute) {
+      llama_mlp_rows(ops, GemmLinear{w.wide}, cfg, p, s, nullptr, nullptr, r0, n, lora);
+    } else {
+      ops.rmsnorm_forward(s.xn2 + at, s.rstd2 + r0, s.res2 + at, p.mlp_norm_w, n, C, eps);  // into tmp again
+      ops.swiglu_forward(w.dgate, gate, up, rows_i);
+    }
+    sgemm_w(ops, false, false, n, I, C, 1.0f, dout_c, C, p.down_w, I, 0.0f, w.dup, I, w.wide);  // d hmid (n, I)
+    weight_grad(C, I, n, dout_c, C, w.dgate, I, &LlamaBlockTensors::down_w, acc);           // d down (C, I)
+    adapt(6, r0, n, acc, dout_c, C, w.dgate, I, w.dup, I, C);
+    ops.swiglu_backward(w.dgate, w.dup, w.dup, gate, up, rows_i);  // reads each d hmid before writing
+    sgemm_w(ops, false, false, n, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn + at, C, w.wide);
+    sgemm_w(ops, false, false, n, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn + at, C, w.wide);
+    weight_grad(I, C, n, w.dgate, I, xn2, C, &LlamaBlockTensors::gate_w, acc);
+    weight_grad(I, C, n, w.dup, I, xn2, C, &LlamaBlockTensors::up_w, acc);
+    adapt(4, r0, n, acc, w.dgate, I, xn2, C, w.dxn + at, C, I);
+    adapt(5, r0, n, acc, w.dup, I, xn2, C, w.dxn + at, C, I);
+    ops.copy(w.dres2 + at, dout_c, static_cast<std::size_t>(n) * C);
+    ops.rmsnorm_backward(w.dres2 + at, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn + at, s.res2 + at,
+                         p.mlp_norm_w, s.rstd2 + r0, n, C, acc);
+  }
 
   // Attention: res2 = x + o(attention(rope(q(xn1)), rope(k(xn1)), v(xn1))), xn1 = rmsnorm(x)
   sgemm_w(ops, false, false, BT, Q, C, 1.0f, w.dres2, C, p.o_w, Q, 0.0f, w.datty, Q, w.wide);
   weight_grad(C, Q, BT, w.dres2, C, s.atty, Q, &LlamaBlockTensors::o_w);
-  adapt(3, w.dres2, C, s.atty, Q, w.datty, Q, C);
+  adapt(3, 0, BT, false, w.dres2, C, s.atty, Q, w.datty, Q, C);
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, KV, hd);
   ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
   ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
@@ -152,9 +194,9 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   weight_grad(Q, C, BT, w.dqkv, QKV, s.xn1, C, &LlamaBlockTensors::q_w);
   weight_grad(KVd, C, BT, w.dqkv + Q, QKV, s.xn1, C, &LlamaBlockTensors::k_w);
   weight_grad(KVd, C, BT, w.dqkv + Q + KVd, QKV, s.xn1, C, &LlamaBlockTensors::v_w);
-  adapt(0, w.dqkv, QKV, s.xn1, C, w.dxn, C, Q);
-  adapt(1, w.dqkv + Q, QKV, s.xn1, C, w.dxn, C, KVd);
-  adapt(2, w.dqkv + Q + KVd, QKV, s.xn1, C, w.dxn, C, KVd);
+  adapt(0, 0, BT, false, w.dqkv, QKV, s.xn1, C, w.dxn, C, Q);
+  adapt(1, 0, BT, false, w.dqkv + Q, QKV, s.xn1, C, w.dxn, C, KVd);
+  adapt(2, 0, BT, false, w.dqkv + Q + KVd, QKV, s.xn1, C, w.dxn, C, KVd);
   ops.copy(dx, w.dres2, rows_c);
   ops.rmsnorm_backward(dx, norm_grad(&LlamaBlockTensors::attn_norm_w), w.dxn, x, p.attn_norm_w, s.rstd1, BT, C, false);
 }

@@ -55,8 +55,10 @@ class LlamaActivations {
   // attention_stats false: no `att_stats` (decoding attends against a KV cache and keeps none).
   // borrow: a training workspace of the same shape whose rows hold hmid, xn1 and xn2 (Note [hmid
   // in the workspace]); null: slices of their own.
+  // mlp_chunked: gate and up hold one MLP chunk (Note [mlp row chunks] in model/block_policy.h),
+  // for a set the backward refills by recomputing; false: every row.
   LlamaActivations(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                   const LlamaWorkspace* borrow = nullptr);
+                   const LlamaWorkspace* borrow = nullptr, bool mlp_chunked = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // A training set over memory the caller owns: bytes_for(..., true, true) bytes, 64-byte
   // aligned (a store's Internals unit, Note [activations offload] in exec/executor.h), with
@@ -65,8 +67,14 @@ class LlamaActivations {
   // size_bytes() of such an object (borrowed: the training layout, without the borrowed rows),
   // without allocating it.
   static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                               bool borrowed = false);
+                               bool borrowed = false, bool mlp_chunked = false);
+  // Row r0's offset in gate and up (0 when they hold one chunk), and in hmid (0 when it is the
+  // workspace's one-chunk dgate rows).
+  std::size_t mlp_row(int r0) const { return mlp_chunked ? 0 : static_cast<std::size_t>(r0); }
+  std::size_t hmid_row(int r0) const { return hmid_borrowed ? 0 : static_cast<std::size_t>(r0); }
 
+  bool mlp_chunked = false;
+  bool hmid_borrowed = false;
   float* xn1;    // (B,T,C) input_layernorm(x) (Note [hmid in the workspace])
   float* rstd1;  // (B,T)
   float* qkv;    // (B,T,H*hd + 2*KV*hd) [q | k | v], q and k rotated
@@ -75,15 +83,16 @@ class LlamaActivations {
   float* res2;   // (B,T,C) x + attention output
   float* xn2;    // (B,T,C) post_attention_layernorm(res2) (Note [hmid in the workspace])
   float* rstd2;  // (B,T)
-  float* gate;   // (B,T,I)
-  float* up;     // (B,T,I)
-  float* hmid;   // (B,T,I) silu(gate) * up (Note [hmid in the workspace])
+  float* gate;   // (B,T,I), or (mlp_chunk_rows, I) when mlp_chunked
+  float* up;     // (B,T,I), or (mlp_chunk_rows, I) when mlp_chunked
+  float* hmid;   // (B,T,I) silu(gate) * up, or one chunk's (Note [hmid in the workspace])
 
  private:
   struct NoBuffer {};
   explicit LlamaActivations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
-  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow);
+  CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow,
+                     bool mlp_chunked);
   OpsBuffer buffer_;
 };
 
@@ -100,8 +109,8 @@ class LlamaWorkspace {
   float* dxn;    // (B,T,C)
   float* datty;  // (B,T,H*hd)
   float* dqkv;   // (B,T,H*hd + 2*KV*hd)
-  float* dgate;  // (B,T,I) the forward's hmid (Note [hmid in the workspace]), then d gate
-  float* dup;    // (B,T,I) d hmid, then d up
+  float* dgate;  // (mlp_chunk_rows, I) a chunk's hmid (Note [hmid in the workspace]), then d gate
+  float* dup;    // (mlp_chunk_rows, I) d hmid, then d up (Note [mlp row chunks] in model/block_policy.h)
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, KV, hd)
   float* wide = nullptr;          // the largest matrix, widened from bf16 (bf16_weights only)
   float* wide_vectors = nullptr;  // (2 C) the widened norm weights (bf16_weights only)
@@ -113,11 +122,12 @@ class LlamaWorkspace {
 // out (B,T,C) = block(x (B,T,C)) at the attention's positions (Note [one forward] in
 // model/block_policy.h): linear layers by `linear`, attention by `attention`; fills a with the
 // block's internals. out may be x. tmp is (B,T,C) scratch, attn_scratch the backend's attention
-// scratch.
+// scratch. The MLP half runs in row chunks (Note [mlp row chunks] in model/block_policy.h);
+// with_mlp false stops after res2 (the backward's recompute) and leaves out unwritten.
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                          const RopeTable& rope, const LlamaBlockTensors& p, const float* x, float* out,
                          LlamaActivations& a, float* tmp, float* attn_scratch, int B, int T,
-                         const LoraBlock* lora = nullptr);
+                         const LoraBlock* lora = nullptr, bool with_mlp = true);
 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
 // upstream gradient dout (B,T,C); with recompute, first refills a from x (bit-identical). g null:

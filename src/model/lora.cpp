@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/rng.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -94,22 +95,38 @@ std::array<bool, kLoraMaxTargets> lora_config_validate(const LoraConfig& lora, M
   return lora_targets_resolve(arch, lora.targets);
 }
 
-void lora_forward(const Ops& ops, const LoraBlock& lora, int k, float* y, int ldy, const float* x, int ldx, int M,
-                  int in, int out) {
+void lora_forward_u(const Ops& ops, const LoraBlock& lora, int k, const float* x, int ldx, int M, int in) {
   const LoraBlock::Target& t = lora.t[k];
   if (t.a == nullptr) return;
-  const int r = lora.r;
   if (lora.dropout > 0) {  // x -> dropout(x) (Note [lora dropout])
     ops.dropout(lora.xd, in, x, ldx, M, in, t.drop_key, lora.dropout, false);
     x = lora.xd;
     ldx = in;
   }
-  ops.sgemm(false, true, M, r, in, 1.0f, x, ldx, t.a, in, 0.0f, t.u, r);              // u = x A^T
-  ops.sgemm(false, true, M, out, r, lora.scale, t.u, r, t.b, r, 1.0f, y, ldy);        // y += s u B^T
+  ops.sgemm(false, true, M, lora.r, in, 1.0f, x, ldx, t.a, in, 0.0f, t.u, lora.r);  // u = x A^T
+}
+
+void lora_forward(const Ops& ops, const LoraBlock& lora, int k, float* y, int ldy, const float* x, int ldx, int M,
+                  int in, int out) {
+  const LoraBlock::Target& t = lora.t[k];
+  if (t.a == nullptr) return;
+  lora_forward_u(ops, lora, k, x, ldx, M, in);
+  ops.sgemm(false, true, M, out, lora.r, lora.scale, t.u, lora.r, t.b, lora.r, 1.0f, y, ldy);  // y += s u B^T
+}
+
+LoraBlock lora_rows(const LoraBlock& lora, int k, int r0, int in) {
+  LoraBlock rows = lora;
+  LoraBlock::Target& t = rows.t[k];
+  if (t.a == nullptr || r0 == 0) return rows;
+  t.u += static_cast<std::size_t>(r0) * lora.r;
+  // Element i of the rows' (M, in) input is element r0 * in + i of the pass's: the key moves by
+  // r0 * in steps of the mask's counter (Note [dropout mask] in core/dropout_mask.h).
+  t.drop_key += static_cast<std::uint64_t>(r0) * static_cast<std::uint64_t>(in) * kSplitMix64Gamma;
+  return rows;
 }
 
 void lora_backward(const Ops& ops, const LoraBlock& lora, int k, const float* dy, int ldy, const float* x, int ldx,
-                   float* dx, int lddx, int M, int in, int out) {
+                   float* dx, int lddx, int M, int in, int out, bool accumulate) {
   const LoraBlock::Target& t = lora.t[k];
   if (t.a == nullptr) return;
   const int r = lora.r;
@@ -119,9 +136,10 @@ void lora_backward(const Ops& ops, const LoraBlock& lora, int k, const float* dy
     x = lora.xd;
     ldx = in;
   }
-  ops.sgemm(true, false, out, r, M, lora.scale, dy, ldy, t.u, r, 0.0f, t.db, r);      // dB = s dy^T u
+  const float beta = accumulate ? 1.0f : 0.0f;
+  ops.sgemm(true, false, out, r, M, lora.scale, dy, ldy, t.u, r, beta, t.db, r);      // dB (+)= s dy^T u
   ops.sgemm(false, false, M, r, out, lora.scale, dy, ldy, t.b, r, 0.0f, lora.du, r);  // du = s dy B
-  ops.sgemm(true, false, r, in, M, 1.0f, lora.du, r, x, ldx, 0.0f, t.da, in);         // dA = du^T x
+  ops.sgemm(true, false, r, in, M, 1.0f, lora.du, r, x, ldx, beta, t.da, in);         // dA (+)= du^T x
   if (!drop) {
     ops.sgemm(false, false, M, in, r, 1.0f, lora.du, r, t.a, in, 1.0f, dx, lddx);     // dx += du A
     return;

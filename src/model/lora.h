@@ -87,10 +87,15 @@ struct LoraBlock {
 // y (M, out), row stride ldy, += s * (x A^T) B^T for x (M, in), row stride ldx; keeps u.
 void lora_forward(const Ops& ops, const LoraBlock& lora, int k, float* y, int ldy, const float* x, int ldx, int M,
                   int in, int out);
-// For dy (M, out) (stride ldy) of module k's output: writes dA, dB and adds the input gradient
-// to dx (M, in) (stride lddx).
+// lora_forward's u alone (the backward's recompute of a module whose output is not needed).
+void lora_forward_u(const Ops& ops, const LoraBlock& lora, int k, const float* x, int ldx, int M, int in);
+// For dy (M, out) (stride ldy) of module k's output: writes dA, dB (accumulate: adds to them)
+// and adds the input gradient to dx (M, in) (stride lddx).
 void lora_backward(const Ops& ops, const LoraBlock& lora, int k, const float* dy, int ldy, const float* x, int ldx,
-                   float* dx, int lddx, int M, int in, int out);
+                   float* dx, int lddx, int M, int in, int out, bool accumulate = false);
+// Module k of `lora` for rows r0.. of its pass (Note [mlp row chunks] in model/block_policy.h):
+// its kept u and its dropout mask (input width `in`) start at row r0.
+LoraBlock lora_rows(const LoraBlock& lora, int k, int r0, int in);
 
 // Folds module k's adapter into its base weight w, as PEFT's merge: w += s * (B A), transposed
 // for GPT-2's Conv1D w (in, out) (fan_in_fan_out); nn.Linear's w is (out, in).

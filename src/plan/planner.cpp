@@ -139,6 +139,13 @@ std::vector<ComputeTiming> time_passes(Executor& exec, const GptConfig& mini, co
 }
 }  // namespace
 
+double plan_recompute_share(const GptConfig& cfg, int T) {
+  const double C = cfg.n_embd, I = cfg.mlp_width(), Q = cfg.q_dim(), KV = cfg.kv_dim();
+  const double qkv = C * (Q + 2 * KV), out = Q * C, up = (cfg.llama() ? 2 : 1) * C * I, down = I * C;
+  const double attention = Q * static_cast<double>(T);  // scores and weighted values, T/2 keys a row
+  return (qkv + out + up + attention) / (qkv + out + up + down + attention);
+}
+
 ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const std::string& offload_dir) {
   GptConfig mini = r.config;
   mini.n_layer = 1;
@@ -150,10 +157,11 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
   // the executor are gone before AdamW's buffers are made.
   std::vector<ComputeTiming> steps;
   {
-    // Its one layer keeps its internals (the buffers of recompute's one set), so the backward is
-    // timed without a recompute whatever the run's policy (ComputeTiming); zo-sgd has no backward.
+    // Its one layer keeps its internals for a run that keeps them; otherwise it recomputes them
+    // (the engine buffers of every other run are at least that one layer's), and the recompute's
+    // share of a forward is taken off the backward below (ComputeTiming); zo-sgd has no backward.
     PlanRequest kept = r;
-    kept.activations = r.zeroth_order ? ActivationPolicy::Recompute : ActivationPolicy::Keep;
+    kept.activations = r.activations == ActivationPolicy::Keep ? ActivationPolicy::Keep : ActivationPolicy::Recompute;
     kept.grad_accum = 1;  // one micro-batch's pieces; the plan runs them N times
     const UnitTable units = plan_units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq), kept);
     std::unique_ptr<OwnedDir> scratch;  // destroyed after the store, which after the executor
@@ -187,6 +195,9 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
   const double blocks = layout.vocab_block_count();
   t.layer_forward_ms = med(&ComputeTiming::layer_forward_ms);
   t.layer_backward_ms = med(&ComputeTiming::layer_backward_ms);
+  if (r.activations != ActivationPolicy::Keep && !r.zeroth_order)  // the backward alone
+    t.layer_backward_ms =
+        std::max(0.0, t.layer_backward_ms - t.layer_forward_ms * plan_recompute_share(r.config, r.seq));
   t.other_ms = med(&ComputeTiming::other_ms);
   t.vocab_forward_ms = med(&ComputeTiming::vocab_forward_ms) / blocks;
   t.vocab_backward_ms = med(&ComputeTiming::vocab_backward_ms) / blocks;
@@ -525,8 +536,9 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     p.step_ms = std::max(p.step_ms, p.net_ms) + p.net_tail_ms;
     return p;
   }
-  ComputeTiming t = measured;  // a recompute runs the block forward again inside the backward
-  if (r.activations == ActivationPolicy::Recompute) t.layer_backward_ms += t.layer_forward_ms;
+  ComputeTiming t = measured;  // a recompute runs most of the block forward again in the backward
+  if (r.activations == ActivationPolicy::Recompute)
+    t.layer_backward_ms += t.layer_forward_ms * plan_recompute_share(r.config, r.seq);
   const GptConfig& cfg = r.config;
   cfg.validate();
   const ParamLayout layout = ParamLayout::of(cfg, r.lora);

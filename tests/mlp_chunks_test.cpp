@@ -1,0 +1,225 @@
+// The MLP half of a block in row chunks (Note [mlp row chunks] in model/block_policy.h): a pass of
+// more than kMlpChunkRows rows gives the gradients of the same sequences run as one-sequence
+// micro-batches (each a single chunk, the unchunked computation), for GPT-2 and Llama, with and
+// without adapters on every linear; training at such a size gives the same bits whatever the
+// activation policy, budget and prefetch depth; an adapter's rows see the rows of its pass's
+// dropout mask and kept u; and the one recomputed set of internals holds one chunk of the MLP.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/rng.h"
+#include "exec/executor.h"
+#include "integration_util.h"
+#include "kernels/cpu/matmul.h"
+#include "model/block_policy.h"
+#include "model/lora.h"
+#include "model/transformer_block.h"
+#include "store/tiered_segment_store.h"
+#include "weights/model_io.h"
+
+namespace stratum {
+namespace {
+
+// 3 sequences of 400 tokens: 1200 rows, MLP chunks [0, 1024) and [1024, 1200); the second starts
+// inside the third sequence.
+constexpr int kB = 3, kT = 400;
+static_assert(kB * kT > kMlpChunkRows && (kMlpChunkRows % kT) != 0, "two chunks, split inside a sequence");
+
+GptConfig chunk_config(bool llama) {
+  GptConfig c;
+  c.arch = llama ? ModelArch::Llama : ModelArch::Gpt2;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 32;
+  c.n_ctx = 512;
+  c.vocab_size = 97;
+  if (llama) {
+    c.n_kv_head = 2;
+    c.n_inner = 88;
+    c.tie_word_embeddings = false;
+  }
+  return c;
+}
+
+LoraConfig every_linear(bool llama, double dropout) {
+  return lora_config_make(llama ? ModelArch::Llama : ModelArch::Gpt2, 4, 8,
+                          llama ? "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj" : "c_attn,c_proj,c_fc",
+                          false, dropout);
+}
+
+std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::uint64_t seed) {
+  Rng rng(seed);
+  std::vector<std::int32_t> out(n);
+  for (std::int32_t& t : out) t = static_cast<std::int32_t>(rng.next_u64() % static_cast<std::uint64_t>(vocab));
+  return out;
+}
+
+// Every adapter's A and B set to small random values (a fresh adapter's B is zero, which would
+// leave A's gradient zero).
+void lora_fill(const ParamLayout& layout, SegmentStore& store) {
+  Rng rng(99);
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    if (layout.segments()[s].role != SegmentRole::Lora) continue;
+    SegmentChunksHold params(store, s, SegmentKind::Params, Access::Update);
+    for (const TensorSlot& t : layout.segments()[s].tensors)
+      for (std::size_t i = 0; i < t.numel; ++i) params.tensor(t)[i] = 0.1f * static_cast<float>(rng.normal());
+  }
+}
+
+// Every trainable gradient after one forward and backward of the kB x kT batch as `micro`
+// micro-batches of kB / micro sequences.
+std::vector<std::vector<float>> batch_grads(const GptConfig& cfg, const LoraConfig& lora, int micro) {
+  const ParamLayout layout = ParamLayout::of(cfg, lora);
+  const int B = kB / micro;
+  const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, kT), UnitSet::Training, false, 0, micro > 1);
+  RamSegmentStore store(units);
+  ThreadPool pool(2);
+  Executor exec(pool, cfg, units, B, kT, ActivationPolicy::Recompute, OptimizerMode::Inline, Precision::Fp32,
+                Backend::Cpu, micro);
+  exec.attach(store);
+  model_init_random(cfg, layout, store, 7);
+  lora_fill(layout, store);
+  const std::vector<std::int32_t> tokens = random_tokens(static_cast<std::size_t>(kB) * kT + 1, cfg.vocab_size, 5);
+  const std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.end());
+  exec.forward_backward(tokens.data(), targets.data(), B, kT);
+  exec.sync();
+  std::vector<std::vector<float>> out;
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    if (!layout.trainable(s)) continue;
+    SegmentChunksHold grads(store, s, SegmentKind::Grads, Access::Read);
+    for (const TensorSlot& t : layout.segments()[s].tensors) out.emplace_back(grads.tensor(t), grads.tensor(t) + t.numel);
+  }
+  return out;
+}
+
+TEST(MlpChunks, ChunkedPassGivesTheGradientsOfOneSequenceMicroBatches) {
+  blas_set_threads(2);
+  for (const bool llama : {false, true}) {
+    for (const bool adapters : {false, true}) {
+      SCOPED_TRACE(std::string(llama ? "llama" : "gpt2") + (adapters ? " lora" : ""));
+      const GptConfig cfg = chunk_config(llama);
+      const LoraConfig lora = adapters ? every_linear(llama, 0.0) : LoraConfig{};
+      const auto chunked = batch_grads(cfg, lora, 1);  // 1200 rows: two MLP chunks
+      const auto micro = batch_grads(cfg, lora, kB);   // 400 rows each: one chunk
+      ASSERT_EQ(chunked.size(), micro.size());
+      ASSERT_FALSE(chunked.empty());
+      for (std::size_t i = 0; i < chunked.size(); ++i) {
+        double max_err = 0, max_ref = 0;
+        for (std::size_t j = 0; j < chunked[i].size(); ++j) {
+          max_err = std::max(max_err, std::abs(static_cast<double>(chunked[i][j]) - micro[i][j]));
+          max_ref = std::max(max_ref, std::abs(static_cast<double>(micro[i][j])));
+        }
+        EXPECT_GT(max_ref, 0.0) << "tensor " << i;
+        EXPECT_LE(max_err, 1e-7 + 1e-5 * max_ref) << "tensor " << i << " max |ref| " << max_ref;
+      }
+    }
+  }
+}
+
+// Two optimizer steps of the kB x kT batch: the params hash of recompute in RAM, whatever the
+// policy (keep: every row kept; offload: held internals), budget and prefetch depth.
+TEST(MlpChunks, EveryPolicyAndBudgetGivesTheBitsOfRam) {
+  blas_set_threads(2);
+  for (const bool llama : {false, true}) {
+    for (const bool adapters : {false, true}) {
+      const GptConfig cfg = chunk_config(llama);
+      const LoraConfig lora = adapters ? every_linear(llama, 0.1) : LoraConfig{};
+      const ParamLayout layout = ParamLayout::of(cfg, lora);
+      const std::vector<std::int32_t> tokens = random_tokens(static_cast<std::size_t>(kB) * kT + 1, cfg.vocab_size, 3);
+      const std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.end());
+      auto run = [&](ActivationPolicy policy, int depth) {  // depth -1: in RAM
+        SCOPED_TRACE(std::string(llama ? "llama " : "gpt2 ") + (adapters ? "lora " : "") +
+                     activation_policy_name(policy) + " prefetch " + std::to_string(depth));
+        const std::size_t internals = policy == ActivationPolicy::Offload
+                                          ? Executor::internals_unit_floats(cfg, kB, kT, layout)
+                                          : 0;
+        const UnitTable units(layout, Executor::activation_unit_floats(cfg, kB, kT), UnitSet::Training, false,
+                              internals);
+        testing::TempDir tmp;
+        std::unique_ptr<SegmentStore> store;  // outlives the executor
+        ThreadPool pool(2);
+        Executor exec(pool, cfg, units, kB, kT, policy, OptimizerMode::Inline);
+        if (depth >= 0) {
+          TieredStoreOptions so;
+          so.budget_bytes = exec.min_store_bytes();
+          so.offload_dir = tmp.path();
+          so.prefetch_depth = depth;
+          store = std::make_unique<TieredSegmentStore>(units, so);
+        } else {
+          store = std::make_unique<RamSegmentStore>(units);
+        }
+        model_init_random(cfg, layout, *store, 11);
+        lora_fill(layout, *store);
+        exec.attach(*store);
+        for (int step = 0; step < 2; ++step)
+          exec.train_step(tokens.data(), targets.data(), kB, kT, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1, 1.0);
+        exec.sync();
+        return model_params_hash(layout, *store);
+      };
+      const std::uint64_t ram = run(ActivationPolicy::Recompute, -1);
+      EXPECT_EQ(run(ActivationPolicy::Keep, -1), ram);
+      EXPECT_EQ(run(ActivationPolicy::Recompute, 1), ram);
+      EXPECT_EQ(run(ActivationPolicy::Offload, 2), ram);
+    }
+  }
+}
+
+// lora_rows: rows r0.. of a pass see that pass's dropout mask and write its u rows.
+TEST(MlpChunks, AdapterRowsSeeThePassesMaskAndKeptRows) {
+  ThreadPool pool(2);
+  blas_set_threads(2);
+  const std::unique_ptr<Ops> ops = ops_make(pool);
+  constexpr int M = 10, in = 12, out = 8, r = 3, r0 = 4;
+  Rng rng(1);
+  auto randoms = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& f : v) f = static_cast<float>(rng.normal());
+    return v;
+  };
+  const std::vector<float> x = randoms(M * in), a = randoms(r * in), b = randoms(out * r);
+  std::vector<float> u(M * r), xd(M * in), y(M * out, 0.0f), u_rows(M * r, 0.0f), y_rows(M * out, 0.0f);
+  LoraBlock lora;
+  lora.r = r;
+  lora.scale = 0.5f;
+  lora.dropout = 0.5f;
+  lora.xd = xd.data();
+  lora.t[0].a = a.data();
+  lora.t[0].b = b.data();
+  lora.t[0].drop_key = 0x1234;
+  lora.t[0].u = u.data();
+  lora_forward(*ops, lora, 0, y.data(), out, x.data(), in, M, in, out);  // the whole pass
+  lora.t[0].u = u_rows.data();
+  const LoraBlock rows = lora_rows(lora, 0, r0, in);
+  lora_forward(*ops, rows, 0, y_rows.data() + r0 * out, out, x.data() + r0 * in, in, M - r0, in, out);
+  for (int i = r0 * r; i < M * r; ++i) EXPECT_NEAR(u_rows[i], u[i], 1e-5f * (1 + std::abs(u[i]))) << "u " << i;
+  for (int i = r0 * out; i < M * out; ++i) EXPECT_NEAR(y_rows[i], y[i], 1e-5f * (1 + std::abs(y[i]))) << "y " << i;
+  for (int i = 0; i < r0 * r; ++i) EXPECT_EQ(u_rows[i], 0.0f) << "rows before r0 untouched";
+  EXPECT_EQ(lora_rows(lora, 0, 0, in).t[0].drop_key, lora.t[0].drop_key);
+}
+
+// The one set of internals --activations recompute refills holds one MLP chunk: at 4096 rows it
+// is smaller than a kept set by the rows of fch and fch_gelu (GPT-2) or gate and up (Llama) past
+// the chunk.
+TEST(MlpChunks, TheRecomputedSetHoldsOneChunkOfTheMlp) {
+  ThreadPool pool(1);
+  const std::unique_ptr<Ops> ops = ops_make(pool);
+  for (const bool llama : {false, true}) {
+    GptConfig cfg = chunk_config(llama);
+    cfg.n_ctx = 4096;
+    const std::size_t width = llama ? static_cast<std::size_t>(cfg.mlp_width()) : 4u * cfg.n_embd;
+    const TransformerBlock kept(*ops, cfg, 1, 4096, 1, nullptr, false, false);
+    const TransformerBlock recomputed(*ops, cfg, 1, 4096, 1, nullptr, false, true);
+    EXPECT_GE(kept.size_bytes() - recomputed.size_bytes(), 2 * (4096 - kMlpChunkRows) * width * sizeof(float))
+        << (llama ? "llama" : "gpt2");
+  }
+}
+
+}  // namespace
+}  // namespace stratum
