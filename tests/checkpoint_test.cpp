@@ -22,9 +22,30 @@
 #include "integration_util.h"
 #include "stratum/error.h"
 #include "train/checkpoint.h"
+#include "weights/model_io.h"
 
 namespace stratum {
 namespace {
+
+// A data-parallel checkpoint's optimizer shards (Note [zero sharding]): exact names, and only a
+// complete set (or the single file) counts as the optimizer state.
+TEST(OptimizerShards, NamesParseExactlyAndOnlyACompleteSetCounts) {
+  EXPECT_EQ(optimizer_shard_name(0, 2), "optimizer-00001-of-00002.safetensors");
+  int i = -1, n = -1;
+  EXPECT_TRUE(optimizer_shard_parse("optimizer-00002-of-00003.safetensors", &i, &n));
+  EXPECT_EQ(i, 1);
+  EXPECT_EQ(n, 3);
+  for (const char* bad : {"optimizer-00000-of-00002.safetensors", "optimizer-00003-of-00002.safetensors",
+                          "optimizer-1-of-2.safetensors", "optimizer-00001-of-00002.safetensors.tmp",
+                          "optimizer.safetensors", "model-00001-of-00002.safetensors"})
+    EXPECT_FALSE(optimizer_shard_parse(bad, &i, &n)) << bad;
+  const std::string a = optimizer_shard_name(0, 2), b = optimizer_shard_name(1, 2), c = optimizer_shard_name(0, 3);
+  EXPECT_EQ(optimizer_files({"config.json", b, a}), (std::vector<std::string>{a, b}));
+  EXPECT_EQ(optimizer_files({"optimizer.safetensors", a}), std::vector<std::string>{"optimizer.safetensors"});
+  EXPECT_TRUE(optimizer_files({a}).empty()) << "a shard missing";
+  EXPECT_TRUE(optimizer_files({a, b, c}).empty()) << "shards of two sets";
+  EXPECT_TRUE(optimizer_files({"config.json"}).empty());
+}
 
 using testing::CommandResult;
 using testing::run_stratum;

@@ -8,6 +8,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -17,7 +18,9 @@
 #include <string>
 #include <thread>
 
+#include "formats/safetensors.h"
 #include "integration_util.h"
+#include "weights/model_io.h"
 
 namespace stratum {
 namespace {
@@ -121,6 +124,29 @@ TEST_F(DataParallel, CheckpointResumesOnAnotherNumberOfRanks) {
   const CommandResult alone = run_stratum("train" + from + tmp.file("ck1"));
   ASSERT_EQ(alone.exit_code, 0) << alone.errors;
   EXPECT_EQ(params_hash(alone), want);
+  // Each rank wrote its own shard of the moments (Note [zero sharding]): whole tensors, none twice,
+  // together the single process's.
+  auto names = [](const std::string& path) {
+    std::vector<std::string> out;
+    const SafetensorsFile file = SafetensorsFile::open(path);
+    for (const auto& t : file.tensors()) out.push_back(t.name);
+    return out;
+  };
+  const std::string two = tmp.file("ck") + "/step-00000004", three = tmp.file("ck3") + "/step-00000004";
+  EXPECT_FALSE(file_exists(two + "/optimizer.safetensors"));
+  std::vector<std::string> sharded;
+  for (int r = 0; r < 3; ++r) {
+    if (r < 2) {
+      const std::vector<std::string> shard = names(two + "/" + optimizer_shard_name(r, 2));
+      EXPECT_FALSE(shard.empty()) << "rank " << r;
+      sharded.insert(sharded.end(), shard.begin(), shard.end());
+    }
+    EXPECT_TRUE(file_exists(three + "/" + optimizer_shard_name(r, 3))) << "rank " << r << " of 3";
+  }
+  std::vector<std::string> whole = names(tmp.file("ck1") + "/step-00000004/optimizer.safetensors");
+  std::sort(sharded.begin(), sharded.end());
+  std::sort(whole.begin(), whole.end());
+  EXPECT_EQ(sharded, whole);
 }
 
 // Note [zero sharding]: each rank updates its own segments and holds only their AdamW moments, so
@@ -153,6 +179,46 @@ TEST_F(DataParallel, ZeroShardsTheAdamWMomentsAcrossRanks) {
   const double resumed_peak_one = testing::read_jsonl(tmp.file("r1.jsonl")).back()["peak_mem_bytes"].get<double>();
   const double resumed_peak_two = testing::read_jsonl(tmp.file("r2.jsonl")).back()["peak_mem_bytes"].get<double>();
   EXPECT_LT(resumed_peak_two, resumed_peak_one - 0.6 * (1 << 20)) << "a resumed rank must load only its moments";
+  // Saving on 2 ranks: each writes its own shard, so rank 0 still holds only its moments.
+  const CommandResult saving_two = run_ranks(2, args + tmp.file("s2.jsonl") + " --save-every 1 --save " + tmp.file("ck2"));
+  ASSERT_EQ(saving_two.exit_code, 0) << saving_two.errors;
+  EXPECT_EQ(params_hash(saving_two), params_hash(one));
+  const double saving_peak_two = testing::read_jsonl(tmp.file("s2.jsonl")).back()["peak_mem_bytes"].get<double>();
+  EXPECT_LT(saving_peak_two, peak_one - 0.6 * (1 << 20)) << "a checkpoint must not bring every moment to rank 0";
+}
+
+// A rank that cannot write its optimizer shard, or dies writing it, leaves the previous checkpoint
+// and `latest` as they were; the failure names the rank, and a resume then gives the bits.
+TEST_F(DataParallel, AShardThatFailsLeavesThePreviousCheckpoint) {
+  TempDir tmp;
+  const std::string args = "train " + model_args(tmp) + "--steps 4 --grad-accum 2";
+  const std::string want = params_hash(run_stratum(args));
+  const std::string root = tmp.file("ck");
+  const CommandResult first = run_ranks(2, args + " --save " + root + " --save-every 2");
+  ASSERT_EQ(first.exit_code, 0) << first.errors;
+  std::filesystem::remove_all(root + "/step-00000004");  // as if the run had stopped after step 2
+  file_write_atomic(root + "/latest", "step-00000002\n");
+  const std::string resume = "train --resume " + root + " --threads 1 --quiet";
+  for (const char* fault : {"enospc@optimizer-00002-of-00002.safetensors", "kill@optimizer-00002-of-00002.safetensors"}) {
+    SCOPED_TRACE(fault);
+    CommandResult r;
+    {
+      ScopedEnv env("STRATUM_FILE_FAULT", fault);
+      r = run_ranks(2, resume);
+    }
+    EXPECT_NE(r.exit_code, 0);
+    if (std::string(fault).starts_with("enospc")) {
+      EXPECT_NE(r.errors.find("rank 1 could not write its optimizer shard"), std::string::npos) << r.errors;
+      EXPECT_NE(r.errors.find("No space left on device"), std::string::npos) << r.errors;
+      EXPECT_NE(r.errors.find("the checkpoints written before are intact"), std::string::npos) << r.errors;
+    }
+    EXPECT_EQ(file_read_all(root + "/latest"), "step-00000002\n");
+    EXPECT_FALSE(std::filesystem::exists(root + "/step-00000004"));
+  }
+  const CommandResult resumed = run_ranks(2, resume);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.errors;
+  EXPECT_EQ(params_hash(resumed), want);
+  EXPECT_EQ(testing::checkpoint_temporaries(root), 0);
 }
 
 TEST_F(DataParallel, GradAccumNotAMultipleOfTheRanksIsRefused) {

@@ -17,6 +17,14 @@
 
 namespace stratum {
 
+// The tags of every message a run sends (one list, so that no two uses share one).
+enum CommTag : int {
+  kTagGradSum = 1,     // the running sum of micro-batches 0 .. k-1, to the next rank
+  kTagGradFinal = 2,   // the step's gradients, from the rank that completed them
+  kTagParams = 3,      // a segment's updated parameters, from its owner
+  kTagCheckpoint = 4,  // a checkpoint's temporary directory (from rank 0) and each shard's outcome
+};
+
 class Communicator {
  public:
   // True when this process is a rank of an mpirun job (Note [mpi lifetime]).

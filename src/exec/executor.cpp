@@ -212,7 +212,9 @@ void Executor::schedule_build() {
     zo_schedule_build();
     return;
   }
-  // Note [zero sharding]: contiguous runs of trainable segments of about total/P bytes each.
+  // Note [zero sharding]: contiguous runs of trainable segments of about total/P bytes each; the
+  // segments that hold pieces of one tensor (vocabulary blocks) go together, so that each rank's
+  // optimizer shard holds whole tensors.
   owner_.assign(static_cast<std::size_t>(layout_.segment_count()), -1);
   {
     auto bytes = [&](int s) {
@@ -220,15 +222,29 @@ void Executor::schedule_build() {
       for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) b += units_.bytes(unit(s, K::Params, c));
       return b;
     };
-    std::size_t total = 0, before = 0;
-    for (int s : forward_segments_)
-      if (layout_.trainable(s)) total += bytes(s);
+    auto shares_tensor = [&](int a, int b) {  // a tensor of b has a piece in a
+      for (const TensorSlot& t : layout_.segments()[b].tensors)
+        for (const auto& slot : layout_.find(t.name))
+          if (slot.first == a) return true;
+      return false;
+    };
+    std::vector<std::vector<int>> runs;  // trainable segments in forward order, tensor-sharing ones together
+    std::size_t total = 0;
     for (int s : forward_segments_) {
       if (!layout_.trainable(s)) continue;
-      const std::size_t mid = before + bytes(s) / 2;  // the segment goes where its middle falls
-      owner_[s] = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(ranks()) - 1,
-                                                         mid * static_cast<std::size_t>(ranks()) / std::max<std::size_t>(total, 1)));
-      before += bytes(s);
+      if (runs.empty() || !shares_tensor(runs.back().back(), s)) runs.emplace_back();
+      runs.back().push_back(s);
+      total += bytes(s);
+    }
+    std::size_t before = 0;
+    for (const std::vector<int>& run : runs) {
+      std::size_t run_bytes = 0;
+      for (int s : run) run_bytes += bytes(s);
+      const std::size_t mid = before + run_bytes / 2;  // the run goes where its middle falls
+      const int owner = static_cast<int>(std::min<std::size_t>(
+          static_cast<std::size_t>(ranks()) - 1, mid * static_cast<std::size_t>(ranks()) / std::max<std::size_t>(total, 1)));
+      for (int s : run) owner_[s] = owner;
+      before += run_bytes;
     }
   }
   // Pipelined: a segment's update (of the previous step) runs just before its forward, so that is

@@ -73,8 +73,12 @@
 // owner runs a segment's AdamW, so only the owner ever touches its moments (stage 1: a rank's RAM
 // or budget holds about 1/P of them); at the end of the step (after the updates, which waits for
 // the optimizer worker) each owner sends its updated parameters to every other rank
-// (params_share), so all ranks start the next step with the same bits. moments_gather brings
-// every moment to rank 0 for a checkpoint in the single-process format.
+// (params_share), so all ranks start the next step with the same bits. A segment's tensors go
+// to one owner whole: the vocabulary blocks of the embedding (and of an untied head) are one run,
+// placed where its middle falls. A checkpoint's optimizer state is one shard per rank, each
+// written by its rank into the checkpoint rank 0 is writing (TrainRun::checkpoint_optimizer_write
+// and checkpoint_shard_write, optimizer_shard_name in weights/model_io.h): no rank ever holds
+// another's moments, and the shards load on any number of ranks.
 #pragma once
 
 #include <cstdint>
@@ -214,9 +218,6 @@ class Executor {
   // Waits until every queued update has been applied (before reading parameters from outside:
   // saving, hashing), and applies a pending zeroth-order update; rethrows a failed update's error.
   void sync();
-  // Note [zero sharding]: every rank calls it before rank 0 writes a checkpoint; the owners send
-  // their segments' AdamW moments to rank 0. No-op in one process.
-  void moments_gather();
   // Trainable parameters this rank updates (and holds AdamW moments for): all in one process.
   std::size_t owned_trainable_params() const;
   // This rank updates segment s and holds its moments (Note [zero sharding]); always in one process

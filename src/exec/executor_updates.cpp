@@ -11,13 +11,6 @@
 
 namespace stratum {
 
-namespace {
-constexpr int kTagGradSum = 1;    // the running sum of micro-batches 0 .. k-1, to the next rank
-constexpr int kTagGradFinal = 2;  // the step's gradients, from the rank that completed them
-constexpr int kTagParams = 3;     // a segment's updated parameters, from its owner
-constexpr int kTagMoments = 4;    // a segment's AdamW moments, to rank 0 for a checkpoint
-}  // namespace
-
 void Executor::chunks_run(int g, const Pass& pass, const std::function<void(const GroupHolds&, int)>& each) {
   at(g);
   TraceSpan span(trace_, TraceRecorder::kCompute, "backward", trace_ != nullptr ? group_name(g, pass) : std::string(),
@@ -145,23 +138,6 @@ void Executor::params_share() {
       }
       for (int r = 0; r < ranks(); ++r)
         if (r != rank()) comm_->send(r, kTagParams, params.data(), bytes);
-    }
-  }
-  comm_->sends_wait();
-}
-
-void Executor::moments_gather() {
-  if (comm_ == nullptr) return;
-  sync();
-  for (int s : forward_segments_) {
-    if (!layout_.trainable(s) || owner_[s] == 0 || (rank() != 0 && !updates_segment(s))) continue;
-    for (SegmentKind kind : {SegmentKind::AdamM, SegmentKind::AdamV}) {
-      for (int c = 0; c < units_.chunk_count(s, kind); ++c) {
-        SegmentHold m(*store_, s, kind, rank() == 0 ? Access::Overwrite : Access::Read, c);
-        const std::size_t bytes = layout_.segments()[s].chunk_floats(c) * sizeof(float);
-        if (rank() == 0) comm_->recv(owner_[s], kTagMoments, m.data(), bytes);
-        else comm_->send(0, kTagMoments, m.data(), bytes);
-      }
     }
   }
   comm_->sends_wait();

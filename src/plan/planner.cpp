@@ -195,9 +195,11 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
   const double blocks = layout.vocab_block_count();
   t.layer_forward_ms = med(&ComputeTiming::layer_forward_ms);
   t.layer_backward_ms = med(&ComputeTiming::layer_backward_ms);
-  if (r.activations != ActivationPolicy::Keep && !r.zeroth_order)  // the backward alone
-    t.layer_backward_ms =
-        std::max(0.0, t.layer_backward_ms - t.layer_forward_ms * plan_recompute_share(r.config, r.seq));
+  // The backward alone; never below a forward (it multiplies twice as much), which only the noise
+  // of a tiny model's timings could suggest.
+  if (r.activations != ActivationPolicy::Keep && !r.zeroth_order)
+    t.layer_backward_ms = std::max(t.layer_forward_ms,
+                                   t.layer_backward_ms - t.layer_forward_ms * plan_recompute_share(r.config, r.seq));
   t.other_ms = med(&ComputeTiming::other_ms);
   t.vocab_forward_ms = med(&ComputeTiming::vocab_forward_ms) / blocks;
   t.vocab_backward_ms = med(&ComputeTiming::vocab_backward_ms) / blocks;

@@ -28,6 +28,7 @@
 #include "formats/json_fields.h"
 #include "core/hash.h"
 #include "stratum/error.h"
+#include "weights/model_io.h"
 
 namespace stratum {
 
@@ -176,8 +177,8 @@ std::string checkpoint_name(long step) {
 }
 
 namespace {
-// The files every checkpoint has (the tokenizer files are optional; optimizer.safetensors is
-// required of AdamW runs: zo-sgd keeps no optimizer state; the weights are model.safetensors, or
+// The files every checkpoint has (the tokenizer files are optional; optimizer.safetensors, or its
+// shards from a data-parallel run, are required of AdamW runs: zo-sgd keeps no optimizer state; the weights are model.safetensors, or
 // for LoRA runs the PEFT adapter's two files).
 const char* const kRequired[] = {"config.json", "trainer_state.json"};
 const char* const kRequiredModel[] = {"model.safetensors"};
@@ -289,8 +290,10 @@ CheckpointCheck checkpoint_verify(const std::string& dir_in) {
       auto listed = [&](const std::string& name) {
         return std::any_of(m.files.begin(), m.files.end(), [&](const ManifestEntry& e) { return e.name == name; });
       };
-      STRATUM_CHECK(listed("optimizer.safetensors") || state.optimizer != TrainOptimizer::AdamW,
-                    "manifest.json does not list optimizer.safetensors");
+      std::vector<std::string> names;
+      for (const ManifestEntry& e : m.files) names.push_back(e.name);
+      STRATUM_CHECK(!optimizer_files(names).empty() || state.optimizer != TrainOptimizer::AdamW,
+                    "manifest.json lists neither optimizer.safetensors nor a complete set of optimizer shards");
       for (const char* required : state.lora_r > 0 ? std::span<const char* const>(kRequiredAdapter)
                                                    : std::span<const char* const>(kRequiredModel))
         STRATUM_CHECK(listed(required), "manifest.json does not list ", required);

@@ -7,7 +7,9 @@
 //   ROOT/step-00000200/  config.json, model.safetensors (a Hugging Face GPT-2 directory, loadable
 //                        by GPT2LMHeadModel), vocab.json + merges.txt (when the run has a
 //                        tokenizer), optimizer.safetensors (AdamW's moments; none with zo-sgd,
-//                        which keeps no optimizer state), trainer_state.json
+//                        which keeps no optimizer state; from P ranks one shard per rank,
+//                        optimizer-0000R-of-0000P.safetensors, written by each rank into the
+//                        temporary directory, Note [zero sharding] in exec/executor.h), trainer_state.json
 //                        (step, options, data identity, LR), manifest.json (every other file's
 //                        size and checksum)
 //   ROOT/latest          the name of the newest verified checkpoint ("step-00000200")

@@ -48,6 +48,12 @@ class TrainRun {
   int ranks() const { return o_.comm != nullptr ? o_.comm->size() : 1; }
   int rank() const { return o_.comm != nullptr ? o_.comm->rank() : 0; }
   void checkpoint_save(long done, float loss);
+  // The AdamW state into checkpoint directory tmp (rank 0, inside checkpoint_save): the whole
+  // optimizer.safetensors in one process; with ranks, rank 0's shard, then tmp to every other
+  // rank and their outcomes back (Note [zero sharding]).
+  void checkpoint_optimizer_write(const std::string& tmp);
+  // Every rank but 0, when rank 0 saves: its optimizer shard into the directory rank 0 names.
+  void checkpoint_shard_write();
   void report(double total_ms);
   // adapter_config.json's base_model_name_or_path: --model as an absolute path ("" for a random base).
   std::string base_model_name() const {

@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <optional>
 #include <cmath>
 #include <cstdio>
@@ -183,7 +186,7 @@ void TrainRun::weights_load() {
     if (o_.optimizer == TrainOptimizer::AdamW) {  // zo-sgd keeps no optimizer state
       // Each rank its own segments' moments (Note [zero sharding]).
       const std::function<bool(int)> mine = [&](int s) { return exec_->updates_segment(s); };
-      optimizer_load_file(resume_.dir + "/optimizer.safetensors", *layout_, *store_, ranks() > 1 ? &mine : nullptr);
+      optimizer_load(resume_.dir, *layout_, *store_, ranks() > 1 ? &mine : nullptr);
     }
     STRATUM_CHECK(model_params_hash(*layout_, *store_) == resume_.state.params_hash, "[train] --resume ", resume_.dir,
                   ": the weights loaded do not hash to the trainer state's params_hash (",
@@ -241,7 +244,7 @@ void TrainRun::checkpoint_save(long done, float loss) {
       // LoRA: the base's config and tokenizer beside a PEFT adapter, no base weights (Note [lora segments]).
       model_write_files(tmp, cfg_, *layout_, *store_, tokenizer_dir_, !lora_.on());
       if (lora_.on()) adapter_write_files(tmp, *layout_, *store_, base_model_name());
-      if (o_.optimizer == TrainOptimizer::AdamW) optimizer_write_file(tmp + "/optimizer.safetensors", *layout_, *store_);
+      if (o_.optimizer == TrainOptimizer::AdamW) checkpoint_optimizer_write(tmp);
       file_write_atomic(tmp + "/trainer_state.json", trainer_state_json(state));
     });
   } catch (const BugError&) {
@@ -250,6 +253,57 @@ void TrainRun::checkpoint_save(long done, float loss) {
     STRATUM_FAIL("[checkpoint] saving step ", done, " under '", o_.save_dir, "' failed: ", e.what(),
                  "; the checkpoints written before are intact");
   }
+}
+
+namespace {
+// A checkpoint message (Note [zero sharding]): a path, or an outcome (empty: written; otherwise
+// the error), NUL-terminated in a fixed-size buffer.
+using CheckpointMessage = std::array<char, 4096>;
+CheckpointMessage checkpoint_message(const std::string& text) {
+  CheckpointMessage m{};
+  std::memcpy(m.data(), text.data(), std::min(text.size(), m.size() - 1));
+  return m;
+}
+}  // namespace
+
+void TrainRun::checkpoint_optimizer_write(const std::string& tmp) {
+  if (ranks() == 1) {
+    optimizer_write_file(tmp + "/optimizer.safetensors", *layout_, *store_);
+    return;
+  }
+  const std::function<bool(int)> mine = [&](int s) { return exec_->updates_segment(s); };
+  optimizer_write_file(tmp + "/" + optimizer_shard_name(0, ranks()), *layout_, *store_, &mine);
+  const std::string dir = std::filesystem::absolute(tmp).string();
+  STRATUM_CHECK(dir.size() < CheckpointMessage().size(), "[checkpoint] the path '", dir, "' is too long");
+  const CheckpointMessage path = checkpoint_message(dir);
+  for (int r = 1; r < ranks(); ++r) o_.comm->send(r, kTagCheckpoint, path.data(), path.size());
+  for (int r = 1; r < ranks(); ++r) {
+    CheckpointMessage outcome;
+    o_.comm->recv(r, kTagCheckpoint, outcome.data(), outcome.size());
+    STRATUM_CHECK(outcome[0] == '\0', "rank ", r, " could not write its optimizer shard: ", outcome.data(),
+                  " (every rank writes into the --save directory: it must be one they all see)");
+  }
+  o_.comm->sends_wait();
+}
+
+void TrainRun::checkpoint_shard_write() {
+  if (o_.optimizer != TrainOptimizer::AdamW) return;  // zo-sgd keeps no optimizer state
+  exec_->sync();
+  CheckpointMessage path;
+  o_.comm->recv(0, kTagCheckpoint, path.data(), path.size());
+  std::string error;
+  try {
+    const std::function<bool(int)> mine = [&](int s) { return exec_->updates_segment(s); };
+    optimizer_write_file(std::string(path.data()) + "/" + optimizer_shard_name(rank(), ranks()), *layout_, *store_,
+                         &mine);
+  } catch (const BugError&) {
+    throw;
+  } catch (const Error& e) {  // rank 0 reports it, and the checkpoint is not made
+    error = e.what();
+  }
+  const CheckpointMessage outcome = checkpoint_message(error);
+  o_.comm->send(0, kTagCheckpoint, outcome.data(), outcome.size());
+  o_.comm->sends_wait();
 }
 
 void TrainRun::loop() {
@@ -402,10 +456,11 @@ void TrainRun::loop() {
     const bool stop = !last && stop_agreed();
     // Every rank decides alike; only rank 0 keeps its --save (train_options_for_rank).
     if (save_all_ && ((save_every_all_ > 0 && (step + 1) % save_every_all_ == 0) || last || stop)) {
-      exec_->moments_gather();  // every rank: rank 0 writes the whole optimizer state (Note [zero sharding])
       if (!o_.save_dir.empty()) {
         checkpoint_save(step + 1, loss);
         if (!last) progress.message("[stratum] saved checkpoint " + result_.checkpoint_dir);
+      } else {
+        checkpoint_shard_write();  // every other rank: its optimizer shard (Note [zero sharding])
       }
     }
     if (stop) {
@@ -434,7 +489,7 @@ bool TrainRun::stop_agreed() const {
 
 TrainResult TrainRun::run() {
   train_options_check(o_);
-  save_all_ = !o_.save_dir.empty();  // rank 0's saves, which every rank's moments_gather joins
+  save_all_ = !o_.save_dir.empty();  // rank 0's saves, which every rank joins with its optimizer shard
   save_every_all_ = o_.save_every;
   train_options_for_rank(o_);
   resume_find();

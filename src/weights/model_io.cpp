@@ -7,7 +7,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -165,7 +167,7 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
 void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStore& store,
                  const std::vector<std::pair<SegmentKind, std::string>>& kinds,
                  const std::map<std::string, std::string>& metadata, SegmentSelect select, const std::string& prefix,
-                 DType out) {
+                 DType out, const std::function<bool(int)>* keep) {
   STRATUM_ASSERT(out == DType::F32 || out == DType::BF16);
   std::unique_ptr<SegmentHold> hold;
   std::vector<std::uint16_t> rounded;  // the current BF16 piece (valid until the next data_fn call)
@@ -179,7 +181,7 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
   for (int k = 0; k < layout.vocab_block_count(); ++k) order.push_back(layout.vocab_segment(k));
   for (int s = 0; s < layout.segment_count(); ++s)
     if (layout.segments()[s].role != SegmentRole::Vocab) order.push_back(s);
-  std::erase_if(order, [&](int s) { return !segment_selected(layout, s, select); });
+  std::erase_if(order, [&](int s) { return !segment_selected(layout, s, select) || (keep != nullptr && !(*keep)(s)); });
   for (const auto& [kind, suffix] : kinds) {
     for (int s : order) {
       for (const auto& t : layout.segments()[s].tensors) {
@@ -192,6 +194,7 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
         };
         std::vector<Piece> pieces;
         for (const auto& [ps, pt] : layout.find(t.name)) {
+          STRATUM_ASSERT(keep == nullptr || (*keep)(ps));  // a tensor is written whole
           const TensorSlot& slot = layout.segments()[ps].tensors[pt];
           pieces.push_back({ps, slot.chunk, layout.segments()[ps].offset_in_chunk(slot), slot.numel});
           e.piece_bytes.push_back(slot.numel * dtype_size_bytes(out));
@@ -274,16 +277,55 @@ void model_load_weights(const std::string& dir, const ParamLayout& layout, Segme
              weight_map.empty() ? nullptr : &weight_map, SegmentSelect::Base);
 }
 
-void optimizer_load_file(const std::string& path, const ParamLayout& layout, SegmentStore& store,
-                         const std::function<bool(int)>* keep) {
-  STRATUM_CHECK(file_exists(path), "[checkpoint] '", path, "' is missing");
-  load_kinds({path}, layout, store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
+std::string optimizer_shard_name(int shard, int shards) {
+  char name[64];
+  std::snprintf(name, sizeof name, "optimizer-%05d-of-%05d.safetensors", shard + 1, shards);
+  return name;
+}
+
+bool optimizer_shard_parse(const std::string& name, int* shard, int* shards) {
+  int i = 0, n = 0, used = 0;
+  if (std::sscanf(name.c_str(), "optimizer-%5d-of-%5d.safetensors%n", &i, &n, &used) != 2 ||
+      static_cast<std::size_t>(used) != name.size() || n < 1 || i < 1 || i > n || name != optimizer_shard_name(i - 1, n))
+    return false;
+  *shard = i - 1;
+  *shards = n;
+  return true;
+}
+
+std::vector<std::string> optimizer_files(const std::vector<std::string>& names) {
+  if (std::find(names.begin(), names.end(), "optimizer.safetensors") != names.end()) return {"optimizer.safetensors"};
+  int count = 0;
+  std::vector<std::string> shards;
+  for (const std::string& name : names) {
+    int i = 0, n = 0;
+    if (!optimizer_shard_parse(name, &i, &n)) continue;
+    if (shards.empty()) shards.assign(static_cast<std::size_t>(n), "");
+    if (n != static_cast<int>(shards.size()) || !shards[static_cast<std::size_t>(i)].empty()) return {};
+    shards[static_cast<std::size_t>(i)] = name;
+    ++count;
+  }
+  if (count == 0 || count != static_cast<int>(shards.size())) return {};
+  return shards;
+}
+
+void optimizer_load(const std::string& dir, const ParamLayout& layout, SegmentStore& store,
+                    const std::function<bool(int)>* keep) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) names.push_back(entry.path().filename().string());
+  std::vector<std::string> paths = optimizer_files(names);
+  STRATUM_CHECK(!paths.empty(), "[checkpoint] '", dir,
+                "' has no optimizer.safetensors and no complete set of optimizer-NNNNN-of-NNNNN.safetensors shards");
+  for (std::string& p : paths) p = dir + "/" + p;
+  load_kinds(paths, layout, store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
              [](const std::string&) { return false; }, "the AdamW state", nullptr, SegmentSelect::Trainable, "", keep);
 }
 
-void optimizer_write_file(const std::string& path, const ParamLayout& layout, SegmentStore& store) {
+void optimizer_write_file(const std::string& path, const ParamLayout& layout, SegmentStore& store,
+                          const std::function<bool(int)>* keep) {
   write_kinds(path, layout, store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
-              {{"format", "pt"}, {"stratum", "adamw_moments"}}, SegmentSelect::Trainable);
+              {{"format", "pt"}, {"stratum", "adamw_moments"}}, SegmentSelect::Trainable, "", DType::F32, keep);
 }
 
 namespace {

@@ -61,12 +61,25 @@ void model_write_files(const std::string& dir, const GptConfig& cfg, const Param
 
 // AdamW's moments as a safetensors file: "HF_NAME.exp_avg" and ".exp_avg_sq" (F32, the
 // parameter's Hugging Face shape), written one chunk at a time; loading checks every tensor is
-// there with its shape, like model_load_weights.
-void optimizer_write_file(const std::string& path, const ParamLayout& layout, SegmentStore& store);
-// keep (may be null): the trainable segments whose moments this process holds (Note [zero sharding]);
+// there with its shape, like model_load_weights. A checkpoint holds them as optimizer.safetensors
+// (one process) or as one shard per data-parallel rank, optimizer_shard_name(r, P), each with the
+// whole tensors of the segments rank r updates (Note [zero sharding] in exec/executor.h); either
+// form loads on any number of ranks.
+// keep (may be null): only the trainable segments it keeps (a rank's shard).
+void optimizer_write_file(const std::string& path, const ParamLayout& layout, SegmentStore& store,
+                          const std::function<bool(int)>* keep = nullptr);
+// "optimizer-00001-of-00002.safetensors" for shard 0 of 2 (Hugging Face's sharded names).
+std::string optimizer_shard_name(int shard, int shards);
+// Whether `name` is exactly such a name; shard (0-based) and shards when it is.
+bool optimizer_shard_parse(const std::string& name, int* shard, int* shards);
+// The optimizer files among a checkpoint's file names: {"optimizer.safetensors"}, or a complete
+// set of shards in order; empty when neither is there.
+std::vector<std::string> optimizer_files(const std::vector<std::string>& names);
+// Loads the moments of checkpoint directory `dir` from its optimizer files (either form). keep
+// (may be null): the trainable segments whose moments this process holds (Note [zero sharding]);
 // the others' are only checked.
-void optimizer_load_file(const std::string& path, const ParamLayout& layout, SegmentStore& store,
-                         const std::function<bool(int)>* keep = nullptr);
+void optimizer_load(const std::string& dir, const ParamLayout& layout, SegmentStore& store,
+                    const std::function<bool(int)>* keep = nullptr);
 
 // 64-bit FNV-1a hash of all parameters (the bits, in layout order): equal hashes = identical models.
 std::uint64_t model_params_hash(const ParamLayout& layout, SegmentStore& store);

@@ -37,10 +37,13 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
 // tensors in Hugging Face shapes, one chunk held at a time (so it works under a memory budget);
 // wte, split into vocabulary blocks, is one tensor written piece by piece (first, as Hugging
 // Face does).
-// out: F32, or BF16 (fp32 values rounded nearest-even, bf16 units as held).
+// out: F32, or BF16 (fp32 values rounded nearest-even, bf16 units as held). keep (may be null):
+// only those of the selected segments (a data-parallel rank's optimizer shard, Note [zero
+// sharding]); every segment holding a piece of a written tensor must be kept.
 void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStore& store,
                  const std::vector<std::pair<SegmentKind, std::string>>& kinds,
                  const std::map<std::string, std::string>& metadata, SegmentSelect select,
-                 const std::string& prefix = "", DType out = DType::F32);
+                 const std::string& prefix = "", DType out = DType::F32,
+                 const std::function<bool(int)>* keep = nullptr);
 
 }  // namespace stratum
