@@ -335,9 +335,9 @@ TEST(GradAccum, PlanCountsEveryMicroBatch) {
 }
 
 // Note [plan ranks]: P ranks are one rank's plan for N / P micro-batches, plus the network: the
-// busiest rank sends one gradient copy per micro-batch it runs, overlapped, and after the backward
-// its owned parameters (1/P) to the P-1 others (Note [zero sharding]); a slow enough network becomes
-// the bottleneck.
+// busiest rank sends one gradient copy per micro-batch it runs and its owned parameters (1/P) to
+// the P-1 others (taken in during the next forward, Note [zero sharding]), overlapped; after the
+// backward only the chain's tail; a slow enough network becomes the bottleneck.
 TEST(GradAccum, PlanOfRanksIsOneRanksStepPlusTheNetwork) {
   PlanRequest r = plan_request();
   r.grad_accum = 8;
@@ -352,8 +352,10 @@ TEST(GradAccum, PlanOfRanksIsOneRanksStepPlusTheNetwork) {
   EXPECT_EQ(fast.ranks, 4);
   EXPECT_EQ(fast.net_sent_bytes, 2 * grads + grads * 3 / 4) << "2 micro-batches' sums and 3/4 of the parameters";
   const double bytes_per_ms = 1000 * 1e9 / 8 / 1e3;  // 1000 Gb/s
-  EXPECT_GT(fast.net_tail_ms, static_cast<double>(grads * 3 / 4) / bytes_per_ms) << "the parameters follow the backward";
-  EXPECT_NEAR(fast.net_ms, 2.0 * static_cast<double>(grads) / bytes_per_ms, 1e-9);
+  EXPECT_LT(fast.net_tail_ms, static_cast<double>(grads * 3 / 4) / bytes_per_ms)
+      << "the parameters overlap the next forward";
+  EXPECT_GT(fast.net_tail_ms, 0.0);
+  EXPECT_NEAR(fast.net_ms, static_cast<double>(2 * grads + grads * 3 / 4) / bytes_per_ms, 1e-9);
   EXPECT_NEAR(fast.step_ms, local.step_ms + fast.net_tail_ms, 1e-9);
   EXPECT_EQ(fast.bottleneck, local.bottleneck);
   r.net_gbps = 0.001;

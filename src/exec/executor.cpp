@@ -404,6 +404,9 @@ void Executor::group_run(int g, Pass& pass) {
       if (units_.kind(use.unit) == SegmentKind::Internals) use.access = Access::Scratch;
     uses = &scratch;
   }
+  if (comm_ != nullptr)  // another rank's update of a segment this group reads (Note [zero sharding])
+    for (const UnitUse& use : *uses)
+      if (units_.kind(use.unit) == SegmentKind::Params) params_receive(units_.segment(use.unit));
   const GroupHolds holds(*store_, *uses);
   if (pass.kind == PassKind::ZoFlush) {  // a pending zeroth-order update alone, no compute
     zo_apply(g, holds, pass);

@@ -73,7 +73,11 @@
 // owner runs a segment's AdamW, so only the owner ever touches its moments (stage 1: a rank's RAM
 // or budget holds about 1/P of them); at the end of the step (after the updates, which waits for
 // the optimizer worker) each owner sends its updated parameters to every other rank
-// (params_share), so all ranks start the next step with the same bits. A segment's tensors go
+// (params_share), so all ranks start the next step with the same bits. Those sends leave at the
+// end of the step; each rank receives a segment's parameters only where a group first reads them
+// (group_run, params_receive: in the next forward, so the transfer of later segments overlaps
+// the compute of earlier ones) or before anything outside reads them (sync). Every owner sends in
+// forward order and every rank receives in forward order, so one tag keeps them matched. A segment's tensors go
 // to one owner whole: the vocabulary blocks of the embedding (and of an untied head) are one run,
 // placed where its middle falls. A checkpoint's optimizer state is one shard per rank, each
 // written by its rank into the checkpoint rank 0 is writing (TrainRun::checkpoint_optimizer_write
@@ -215,8 +219,9 @@ class Executor {
   // in model/lora.h): the run's seed and the 0-based optimizer step (micro-batches: Note [gradient
   // accumulation]). Without lora_dropout, no-op.
   void lora_dropout_step(std::uint64_t seed, long step);
-  // Waits until every queued update has been applied (before reading parameters from outside:
-  // saving, hashing), and applies a pending zeroth-order update; rethrows a failed update's error.
+  // Waits until every queued update has been applied and every other rank's updated parameters
+  // have arrived (before reading parameters from outside: saving, hashing), and applies a pending
+  // zeroth-order update; rethrows a failed update's error.
   void sync();
   // Trainable parameters this rank updates (and holds AdamW moments for): all in one process.
   std::size_t owned_trainable_params() const;
@@ -316,7 +321,10 @@ class Executor {
   int step_micro_batches() const { return micro_batches_ * ranks(); }  // N of the whole step
   std::vector<int> owner_;  // per segment: the rank that updates it (Note [zero sharding]); -1 frozen
   void grad_squares_share();  // Note [zero sharding]: every rank gets the owners' squared norms
-  void params_share();        // ... and their updated parameters
+  void params_share();        // ... and their updated parameters (sent; received lazily:)
+  std::vector<char> params_pending_;  // per segment: its owner's update is sent, not yet received
+  void params_receive(int s);         // receives segment s's parameters if pending
+  void params_settle();               // ... every pending segment's, in forward order
   std::vector<int> micro_begin_;  // per micro-batch: its first group (Note [gradient accumulation])
   std::vector<int> group_opt_;               // per segment: its Optimizer group
   std::vector<std::vector<int>> final_at_;   // per group: segments whose gradients are final after it

@@ -127,20 +127,33 @@ void Executor::grad_squares_share() {
 // (every rank walks the same order; sends are copies, so owners never wait on a receiver).
 void Executor::params_share() {
   sync();  // the owners' updates are applied
+  params_pending_.resize(static_cast<std::size_t>(layout_.segment_count()), 0);
   for (int s : forward_segments_) {
     if (!layout_.trainable(s)) continue;
+    if (!updates_segment(s)) {  // received where it is next read (Note [zero sharding])
+      params_pending_[static_cast<std::size_t>(s)] = 1;
+      continue;
+    }
     for (int c = 0; c < units_.chunk_count(s, SegmentKind::Params); ++c) {
-      SegmentHold params(*store_, s, SegmentKind::Params, updates_segment(s) ? Access::Read : Access::Overwrite, c);
+      const SegmentHold params(*store_, s, SegmentKind::Params, Access::Read, c);
       const std::size_t bytes = layout_.segments()[s].chunk_floats(c) * sizeof(float);
-      if (!updates_segment(s)) {
-        comm_->recv(owner_[s], kTagParams, params.data(), bytes);
-        continue;
-      }
       for (int r = 0; r < ranks(); ++r)
         if (r != rank()) comm_->send(r, kTagParams, params.data(), bytes);
     }
   }
-  comm_->sends_wait();
+}
+
+void Executor::params_receive(int s) {
+  if (static_cast<std::size_t>(s) >= params_pending_.size() || params_pending_[static_cast<std::size_t>(s)] == 0) return;
+  params_pending_[static_cast<std::size_t>(s)] = 0;
+  for (int c = 0; c < units_.chunk_count(s, SegmentKind::Params); ++c) {
+    const SegmentHold params(*store_, s, SegmentKind::Params, Access::Overwrite, c);
+    comm_->recv(owner_[s], kTagParams, params.data(), layout_.segments()[s].chunk_floats(c) * sizeof(float));
+  }
+}
+
+void Executor::params_settle() {
+  for (int s : forward_segments_) params_receive(s);
 }
 
 std::size_t Executor::owned_trainable_params() const {
@@ -162,6 +175,7 @@ void Executor::update_wait(int segment) {
 }
 
 void Executor::sync() {
+  if (comm_ != nullptr) params_settle();
   zo_flush();
   if (!worker_) return;
   std::fill(update_job_.begin(), update_job_.end(), 0);

@@ -527,13 +527,14 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     const double bytes_per_ms = r.net_gbps * 1e9 / 8 / 1e3;
     p.ranks = r.ranks;
     // Note [zero sharding]: a copy of the gradients per micro-batch (the running sums; rank P-1's
-    // last one goes to the owners instead), overlapped with the compute; then, after the last
-    // backward, the running-sum chain's tail, the final hop to the owner and the owners'
-    // parameters to every other rank (a 1/P share to P-1 ranks), which nothing overlaps.
+    // last one goes to the owners instead) and the owners' parameters to every other rank (a 1/P
+    // share to P-1 ranks, taken in during the next forward), overlapped with the compute; then,
+    // after the last backward, the running-sum chain's tail and the final hop to the owner, which
+    // nothing overlaps.
     const std::uint64_t share = grads * static_cast<std::uint64_t>(r.ranks - 1) / static_cast<std::uint64_t>(r.ranks);
     p.net_sent_bytes = grads * static_cast<std::uint64_t>(one.grad_accum) + share;
-    p.net_ms = static_cast<double>(grads * static_cast<std::uint64_t>(one.grad_accum)) / bytes_per_ms;
-    p.net_tail_ms = (r.ranks * static_cast<double>(chunk) + static_cast<double>(share)) / bytes_per_ms;
+    p.net_ms = static_cast<double>(p.net_sent_bytes) / bytes_per_ms;
+    p.net_tail_ms = r.ranks * static_cast<double>(chunk) / bytes_per_ms;
     if (p.net_ms > p.step_ms) p.bottleneck = "network";
     p.step_ms = std::max(p.step_ms, p.net_ms) + p.net_tail_ms;
     return p;

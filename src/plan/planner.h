@@ -139,11 +139,11 @@ struct Plan {
   std::vector<SegmentPlace> segments;
   // Note [plan ranks]: with ranks > 1 everything above is one rank's (its micro-batches, its
   // memory), and step_ms = max(that step, net_ms) + net_tail_ms: net_ms is the gradient copy the
-  // busiest rank sends per micro-batch it runs at net_gbps, which overlaps its compute;
-  // net_tail_ms is what follows the last backward and nothing overlaps: the running-sum chain's
-  // P-1 links and the final hop to the owner with one segment chunk each, and the owner's updated
-  // parameters (1/P of them) to the P-1 other ranks (Note [zero sharding]). net_sent_bytes is
-  // both. The AdamW time above is the whole model's (each rank updates 1/P of it).
+  // busiest rank sends per micro-batch it runs, plus the owner's updated parameters (1/P of
+  // them) to the P-1 other ranks, which the receivers take in during the next forward (Note
+  // [zero sharding]), at net_gbps, overlapping its compute; net_tail_ms is what follows the last
+  // backward and nothing overlaps: the running-sum chain's P-1 links and the final hop to the
+  // owner with one segment chunk each. net_sent_bytes is both. The AdamW time above is the whole model's (each rank updates 1/P of it).
   int ranks = 1;
   std::uint64_t net_sent_bytes = 0;  // per step, by the busiest rank
   double net_ms = 0, net_tail_ms = 0;
