@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -29,6 +30,7 @@
 #include "data/token_file.h"
 #include "formats/safetensors.h"
 #include "store/segment_store.h"
+#include "store/tiered_segment_store.h"
 #include "train/checkpoint.h"
 #include "weights/model_io.h"
 
@@ -241,6 +243,18 @@ inline std::string streamed_runs_mismatch(const std::string& train_command, std:
 }
 
 // The first batch (B, T) of a golden directory's tokens.bin: inputs and the targets one token on.
+// A store for `units`: in RAM (depth < 0), or tiered under budget_bytes in dir with prefetch
+// depth `depth`.
+inline std::unique_ptr<SegmentStore> store_in_ram_or_under(const UnitTable& units, int depth, std::size_t budget_bytes,
+                                                          const std::string& dir) {
+  if (depth < 0) return std::make_unique<RamSegmentStore>(units);
+  TieredStoreOptions so;
+  so.budget_bytes = budget_bytes;
+  so.offload_dir = dir;
+  so.prefetch_depth = depth;
+  return std::make_unique<TieredSegmentStore>(units, so);
+}
+
 struct GoldenBatch {
   std::vector<std::int32_t> inputs, targets;
 };

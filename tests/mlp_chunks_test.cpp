@@ -146,15 +146,7 @@ TEST(MlpChunks, EveryPolicyAndBudgetGivesTheBitsOfRam) {
         std::unique_ptr<SegmentStore> store;  // outlives the executor
         ThreadPool pool(2);
         Executor exec(pool, cfg, units, kB, kT, policy, OptimizerMode::Inline);
-        if (depth >= 0) {
-          TieredStoreOptions so;
-          so.budget_bytes = exec.min_store_bytes();
-          so.offload_dir = tmp.path();
-          so.prefetch_depth = depth;
-          store = std::make_unique<TieredSegmentStore>(units, so);
-        } else {
-          store = std::make_unique<RamSegmentStore>(units);
-        }
+        store = testing::store_in_ram_or_under(units, depth, exec.min_store_bytes(), tmp.path());
         model_init_random(cfg, layout, *store, 11);
         lora_fill(layout, *store);
         exec.attach(*store);

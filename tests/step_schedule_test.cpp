@@ -211,15 +211,7 @@ TEST(ScheduleRun, MinimumBudgetTrainsInEveryModeWithTheBitsOfRam) {
         std::unique_ptr<SegmentStore> store;  // outlives the executor
         ThreadPool pool(2);
         Executor exec(pool, t.cfg, units, t.B, t.T, ActivationPolicy::Recompute, mode);
-        if (depth >= 0) {
-          TieredStoreOptions so;
-          so.budget_bytes = exec.min_store_bytes();
-          so.offload_dir = tmp.path();
-          so.prefetch_depth = depth;
-          store = std::make_unique<TieredSegmentStore>(units, so);
-        } else {
-          store = std::make_unique<RamSegmentStore>(units);
-        }
+        store = testing::store_in_ram_or_under(units, depth, exec.min_store_bytes(), tmp.path());
         model_load_weights(t.dir, t.layout, *store);
         exec.attach(*store);
         for (int step = 0; step < 3; ++step)
