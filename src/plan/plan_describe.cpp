@@ -86,9 +86,9 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
       : p.mode == OptimizerMode::ZerothOrder ? "in the forward passes"
                                              : "on the worker", p.read_ms, p.write_ms);
   if (p.ranks > 1)
-    add("network (Note [plan ranks]): the busiest rank sends %s a step, %.0f ms at %g Gb/s beside its compute; "
-        "%.1f ms after the last backward (the sums' chain, the final gradients to their owners, the owners' "
-        "updated parameters to every rank)\n",
+    add("network (Note [plan ranks]): the busiest rank sends %s a step (gradient sums, and its updated parameters "
+        "to every rank during the next forward), %.0f ms at %g Gb/s beside its compute; %.1f ms after the last "
+        "backward (the sums' chain, the final gradients to their owners)\n",
         bytes_text(p.net_sent_bytes).c_str(), p.net_ms, r.net_gbps, p.net_tail_ms);
   add("predicted step: %.0f ms (%.0f tokens/s), %.2fx the in-RAM step of %.0f ms; bottleneck: %s\n", p.step_ms,
       static_cast<double>(r.batch) * r.seq * r.grad_accum / (p.step_ms / 1000.0), p.step_ms / p.ram_step_ms,
