@@ -34,11 +34,15 @@ class Linear {
 };
 
 // Note [mlp row chunks]: the MLP half of a block (norm, the up projections, the activation, the
-// down projection, the residual add) is row-wise, so the block forwards and backwards run it over
-// fixed chunks of kMlpChunkRows rows of the B*T rows, in order: [0, R), [R, 2R), ... Its widest
-// buffers (GPT-2's fch, fch_gelu and their gradient, 4C wide; Llama's gate, up, hmid and their
-// gradients, I wide) then hold one chunk where nothing needs more: the one set of internals that
-// --activations recompute refills (TransformerBlock with recompute) and the workspace. Kept and
+// down projection, the residual add) is row-wise, and so is all of the attention half but the
+// attention itself (norm, q/k/v projections, output projection, residual add), so the block
+// forwards and backwards run them over fixed chunks of kMlpChunkRows rows of the B*T rows, in
+// order: [0, R), [R, 2R), ...; only qkv, the attention output and their gradients (and res2) keep
+// every row. The workspace's tmp (the normed inputs, the projections before the residual add)
+// and the normed inputs' gradient hold one chunk, and the gradient at res2 is built in dx's rows.
+// The MLP's widest buffers (GPT-2's fch, fch_gelu and their gradient, 4C wide; Llama's gate, up,
+// hmid and their gradients, I wide) hold one chunk where nothing needs more: the one set of
+// internals --activations recompute refills (TransformerBlock with recompute) and the workspace. Kept and
 // held internals (keep, offload) and the decoder's keep every row, at the chunk's offset. The
 // backward's recompute runs the attention half only; each chunk's MLP internals are recomputed
 // just before its backward, without the down projection whose output the backward never reads

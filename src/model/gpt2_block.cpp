@@ -20,13 +20,17 @@ Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_b
                                  const Gpt2Workspace* borrow, bool chunked)
     : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked))) {
   mlp_chunked = chunked;
-  if (borrow != nullptr) ln1 = ln2 = borrow->tmp;
+  if (borrow != nullptr) {
+    ln1 = ln2 = borrow->tmp;
+    ln_borrowed = true;
+  }
 }
 
 Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, const Gpt2Workspace& w,
                                    float* memory) {
   aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false), memory);
   ln1 = ln2 = w.tmp;
+  ln_borrowed = true;
 }
 
 std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
@@ -50,21 +54,21 @@ Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t wide_floats = bf16_weights ? 4 * C * C : 0, vector_floats = bf16_weights ? 13 * C : 0;
   const std::size_t chunk = static_cast<std::size_t>(mlp_chunk_rows(BT));
-  buffer_ = ops_buffer_carve(ops, {{&tmp, BT * C}, {&dres2, BT * C}, {&dfch, chunk * 4 * C}, {&dln, BT * C}, {&datty, BT * C},
+  buffer_ = ops_buffer_carve(ops, {{&tmp, chunk * C}, {&dfch, chunk * 4 * C}, {&dln, chunk * C}, {&datty, BT * C},
                    {&dqkv, BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())},
                    {&wide, wide_floats}, {&wide_vectors, vector_floats}});
   if (!bf16_weights) wide = wide_vectors = nullptr;
 }
 
 namespace {
-// Rows [r0, r0 + n) of the MLP half (Note [mlp row chunks]): ln2 (into its tmp rows), fch and
-// fch_gelu at the chunk's rows, adapter 2 (c_fc) added; then, with out, out rows = res2 +
-// mlp_proj(fch_gelu) (through tmp's rows), adapter 3 added; without, only adapter 3's u.
+// Rows [r0, r0 + n) of the MLP half (Note [mlp row chunks]): ln2, fch and fch_gelu at the
+// chunk's rows, adapter 2 (c_fc) added; then, with out, out rows = res2 + mlp_proj(fch_gelu)
+// (through tmp), adapter 3 added; without, only adapter 3's u.
 void gpt2_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const Gpt2BlockTensors& p,
                    Gpt2Activations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora) {
   const int C = cfg.n_embd;
   const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * 4 * C;
-  float* const ln2 = s.ln2 + at;
+  float* const ln2 = s.ln2 + s.ln_row(r0) * C;
   float* const fch = s.fch + mlp;
   float* const fch_gelu = s.fch_gelu + mlp;
   ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + at, p.ln2_w, p.ln2_b, n, C,
@@ -76,9 +80,9 @@ void gpt2_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, c
     if (lora != nullptr) lora_forward_u(ops, lora_rows(*lora, 3, r0, 4 * C), 3, fch_gelu, 4 * C, n, 4 * C);
     return;
   }
-  linear.kn(ops, tmp + at, fch_gelu, p.mlp_proj_w, p.mlp_proj_b, n, 4 * C, C);
-  if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 3, r0, 4 * C), 3, tmp + at, C, fch_gelu, 4 * C, n, 4 * C, C);
-  ops.add(out + at, s.res2 + at, tmp + at, static_cast<std::size_t>(n) * C);
+  linear.kn(ops, tmp, fch_gelu, p.mlp_proj_w, p.mlp_proj_b, n, 4 * C, C);
+  if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 3, r0, 4 * C), 3, tmp, C, fch_gelu, 4 * C, n, 4 * C, C);
+  ops.add(out + at, s.res2 + at, tmp, static_cast<std::size_t>(n) * C);
 }
 }  // namespace
 
@@ -86,18 +90,24 @@ void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& a
                         const Gpt2BlockTensors& p, const float* x, float* out, Gpt2Activations& s, float* tmp,
                         float* attn_scratch, int B, int T, const LoraBlock* lora, bool with_mlp) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
-  const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
-  // Adapters (Note [lora math]) add to each module's output before it is used.
-  auto adapt = [&](int k, float* y, int ldy, const float* in, int ldx, int K, int N) {
-    if (lora != nullptr) lora_forward(ops, *lora, k, y, ldy, in, ldx, BT, K, N);
-  };
-  ops.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, cfg.layer_norm_eps);
-  linear.kn(ops, s.qkv, s.ln1, p.attn_w, p.attn_b, BT, C, 3 * C);
-  adapt(0, s.qkv, 3 * C, s.ln1, C, C, 3 * C);
+  // The row-wise parts run chunk by chunk (Note [mlp row chunks]); adapters (Note [lora math])
+  // add to each module's output before it is used.
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
+    const int n = std::min(kMlpChunkRows, BT - r0);
+    const std::size_t at = static_cast<std::size_t>(r0) * C;
+    float* const ln1 = s.ln1 + s.ln_row(r0) * C;
+    ops.layernorm_forward(ln1, s.ln1_mean + r0, s.ln1_rstd + r0, x + at, p.ln1_w, p.ln1_b, n, C, cfg.layer_norm_eps);
+    linear.kn(ops, s.qkv + 3 * at, ln1, p.attn_w, p.attn_b, n, C, 3 * C);
+    if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 0, r0, C), 0, s.qkv + 3 * at, 3 * C, ln1, C, n, C, 3 * C);
+  }
   attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim());
-  linear.kn(ops, tmp, s.atty, p.attn_proj_w, p.attn_proj_b, BT, C, C);
-  adapt(1, tmp, C, s.atty, C, C, C);
-  ops.add(s.res2, x, tmp, rows_c);
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
+    const int n = std::min(kMlpChunkRows, BT - r0);
+    const std::size_t at = static_cast<std::size_t>(r0) * C;
+    linear.kn(ops, tmp, s.atty + at, p.attn_proj_w, p.attn_proj_b, n, C, C);
+    if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, tmp, C, s.atty + at, C, n, C, C);
+    ops.add(s.res2 + at, x + at, tmp, static_cast<std::size_t>(n) * C);
+  }
   if (!with_mlp) return;
   for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows)
     gpt2_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, std::min(kMlpChunkRows, BT - r0), lora);
@@ -107,7 +117,6 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
                          const Gpt2BlockTensors* g, const float* x, const float* dout, float* dx,
                          Gpt2Activations& s, Gpt2Workspace& w, int B, int T, bool recompute, const LoraBlock* lora) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
-  const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
   // Recompute the attention half's internals (each MLP chunk's are recomputed below; the block
   // output itself is not needed).
   if (recompute)
@@ -122,43 +131,53 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
   };
 
   // MLP: out = res2 + mlp_proj(gelu(fc(ln2(res2)))), chunk by chunk (Note [mlp row chunks]); ln2
-  // and ln1 live in w.tmp (borrowed, Gpt2Activations): the same layernorm writes them again.
+  // and ln1 live in w.tmp (borrowed, Gpt2Activations): the same layernorm writes them again. The
+  // gradient at res2 is built in dx's rows, where the attention half's input gradient is added.
   STRATUM_ASSERT(s.ln1 == w.tmp && s.ln2 == w.tmp);
   for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
     const int n = std::min(kMlpChunkRows, BT - r0);
     const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * 4 * C;
     const bool acc = r0 > 0;  // later chunks add to the gradients
     const float* const dout_c = dout + at;
-    float* const ln2 = s.ln2 + at;
+    float* const ln2 = s.ln2;
     const float* const fch = s.fch + mlp;
     const float* const fch_gelu = s.fch_gelu + mlp;
     if (recompute) gpt2_mlp_rows(ops, GemmLinear{w.wide}, cfg, p, s, nullptr, nullptr, r0, n, lora);
-    else ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + at, p.ln2_w, p.ln2_b, n, C,
-                               cfg.layer_norm_eps);
+    else
+      ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + at, p.ln2_w, p.ln2_b, n, C,
+                            cfg.layer_norm_eps);
     ops.matmul_backward(w.dfch, grad_w(&Gpt2BlockTensors::mlp_proj_w), grad(&Gpt2BlockTensors::mlp_proj_b), dout_c,
                         fch_gelu, weight_f32(ops, p.mlp_proj_w, w.wide), n, 4 * C, C, acc);
     adapt(3, r0, n, acc, dout_c, C, fch_gelu, 4 * C, w.dfch, 4 * C, C);
     ops.gelu_backward(w.dfch, fch, w.dfch, static_cast<std::size_t>(n) * 4 * C);
-    ops.matmul_backward(w.dln + at, grad_w(&Gpt2BlockTensors::fc_w), grad(&Gpt2BlockTensors::fc_b), w.dfch, ln2,
+    ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::fc_w), grad(&Gpt2BlockTensors::fc_b), w.dfch, ln2,
                         weight_f32(ops, p.fc_w, w.wide), n, C, 4 * C, acc);
-    adapt(2, r0, n, acc, w.dfch, 4 * C, ln2, C, w.dln + at, C, 4 * C);
-    ops.copy(w.dres2 + at, dout_c, static_cast<std::size_t>(n) * C);
-    ops.layernorm_backward(w.dres2 + at, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln + at,
+    adapt(2, r0, n, acc, w.dfch, 4 * C, ln2, C, w.dln, C, 4 * C);
+    ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);  // d res2
+    ops.layernorm_backward(dx + at, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln,
                            s.res2 + at, p.ln2_w, s.ln2_mean + r0, s.ln2_rstd + r0, n, C, acc);
   }
 
-  // Attention: res2 = x + attn_proj(attention(c_attn(ln1(x))))
-  ops.matmul_backward(w.datty, grad_w(&Gpt2BlockTensors::attn_proj_w), grad(&Gpt2BlockTensors::attn_proj_b), w.dres2,
-                      s.atty, weight_f32(ops, p.attn_proj_w, w.wide), BT, C, C, false);
-  adapt(1, 0, BT, false, w.dres2, C, s.atty, C, w.datty, C, C);
+  // Attention: res2 = x + attn_proj(attention(c_attn(ln1(x)))); d res2 is in dx.
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
+    const int n = std::min(kMlpChunkRows, BT - r0);
+    const std::size_t at = static_cast<std::size_t>(r0) * C;
+    ops.matmul_backward(w.datty + at, grad_w(&Gpt2BlockTensors::attn_proj_w), grad(&Gpt2BlockTensors::attn_proj_b),
+                        dx + at, s.atty + at, weight_f32(ops, p.attn_proj_w, w.wide), n, C, C, r0 > 0);
+    adapt(1, r0, n, r0 > 0, dx + at, C, s.atty + at, C, w.datty + at, C, C);
+  }
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, H, cfg.head_dim());
-  ops.layernorm_forward(s.ln1, s.ln1_mean, s.ln1_rstd, x, p.ln1_w, p.ln1_b, BT, C, cfg.layer_norm_eps);
-  ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::attn_w), grad(&Gpt2BlockTensors::attn_b), w.dqkv, s.ln1,
-                      weight_f32(ops, p.attn_w, w.wide), BT, C, 3 * C, false);
-  adapt(0, 0, BT, false, w.dqkv, 3 * C, s.ln1, C, w.dln, C, 3 * C);
-  ops.copy(dx, w.dres2, rows_c);
-  ops.layernorm_backward(dx, grad(&Gpt2BlockTensors::ln1_w), grad(&Gpt2BlockTensors::ln1_b), w.dln, x, p.ln1_w,
-                         s.ln1_mean, s.ln1_rstd, BT, C, false);
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
+    const int n = std::min(kMlpChunkRows, BT - r0);
+    const std::size_t at = static_cast<std::size_t>(r0) * C;
+    const bool acc = r0 > 0;
+    ops.layernorm_forward(s.ln1, s.ln1_mean + r0, s.ln1_rstd + r0, x + at, p.ln1_w, p.ln1_b, n, C, cfg.layer_norm_eps);
+    ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::attn_w), grad(&Gpt2BlockTensors::attn_b), w.dqkv + 3 * at,
+                        s.ln1, weight_f32(ops, p.attn_w, w.wide), n, C, 3 * C, acc);
+    adapt(0, r0, n, acc, w.dqkv + 3 * at, 3 * C, s.ln1, C, w.dln, C, 3 * C);
+    ops.layernorm_backward(dx + at, grad(&Gpt2BlockTensors::ln1_w), grad(&Gpt2BlockTensors::ln1_b), w.dln, x + at,
+                           p.ln1_w, s.ln1_mean + r0, s.ln1_rstd + r0, n, C, acc);
+  }
 }
 
 }  // namespace stratum

@@ -62,18 +62,21 @@ class Gpt2Activations {
   // without allocating it.
   static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                                bool borrowed = false, bool mlp_chunked = false);
-  // Row r0's offset in fch and fch_gelu (0 when they hold one chunk).
+  // Row r0's offset in fch and fch_gelu (0 when they hold one chunk), and in ln1 and ln2 (0 when
+  // they are the workspace's one-chunk tmp rows).
   std::size_t mlp_row(int r0) const { return mlp_chunked ? 0 : static_cast<std::size_t>(r0); }
+  std::size_t ln_row(int r0) const { return ln_borrowed ? 0 : static_cast<std::size_t>(r0); }
 
   bool mlp_chunked = false;
-  float* ln1;       // (B,T,C) (the workspace's tmp rows in training)
+  bool ln_borrowed = false;
+  float* ln1;       // (B,T,C) (one chunk: the workspace's tmp rows in training)
   float* ln1_mean;  // (B,T)
   float* ln1_rstd;  // (B,T)
   float* qkv;       // (B,T,3C)
   float* att_stats; // (B,H,T,2) softmax row statistics (kernels/cpu/attention.h)
   float* atty;      // (B,T,C)
   float* res2;      // (B,T,C)
-  float* ln2;       // (B,T,C) (the workspace's tmp rows in training)
+  float* ln2;       // (B,T,C) (one chunk: the workspace's tmp rows in training)
   float* ln2_mean;  // (B,T)
   float* ln2_rstd;  // (B,T)
   float* fch;       // (B,T,4C), or (mlp_chunk_rows, 4C) when mlp_chunked
@@ -96,10 +99,10 @@ class Gpt2Workspace {
   Gpt2Workspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
-  float* tmp;       // (B,T,C) projections before the residual add
-  float* dres2;     // (B,T,C)
-  float* dfch;      // (mlp_chunk_rows, 4C) one MLP chunk's (Note [mlp row chunks]); also d fch_gelu
-  float* dln;       // (B,T,C)
+  // Note [mlp row chunks] (model/block_policy.h): tmp, dfch and dln hold one chunk of rows.
+  float* tmp;       // (chunk, C) projections before the residual add; ln1, ln2
+  float* dfch;      // (chunk, 4C) d fch, then d fch_gelu
+  float* dln;       // (chunk, C)
   float* datty;     // (B,T,C)
   float* dqkv;      // (B,T,3C)
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, H, C / H)
@@ -112,7 +115,7 @@ class Gpt2Workspace {
 
 // out (B,T,C) = block(x (B,T,C)) (Note [one forward] in model/block_policy.h): linear layers by
 // `linear`, attention by `attention`; fills a with the block's internals. out may be x. tmp is
-// (B,T,C) scratch, attn_scratch the backend's attention scratch. lora (may be null): adapters
+// (mlp_chunk_rows(B*T), C) scratch, attn_scratch the backend's attention scratch. lora (may be null): adapters
 // added to the modules they target (Note [lora math] in model/lora.h). The MLP half runs in row
 // chunks (Note [mlp row chunks] in model/block_policy.h); with_mlp false stops after res2 (the
 // backward's recompute: it recomputes each chunk's MLP itself) and leaves out unwritten.

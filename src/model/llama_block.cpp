@@ -58,7 +58,7 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
   const std::size_t wide_floats = bf16_weights ? std::max(Q, I) * C : 0, vector_floats = bf16_weights ? 2 * C : 0;
   const std::size_t chunk = static_cast<std::size_t>(mlp_chunk_rows(BT));
   buffer_ = ops_buffer_carve(ops,
-      {{&tmp, BT * C}, {&dres2, BT * C}, {&dxn, BT * C}, {&datty, BT * Q}, {&dqkv, BT * QKV}, {&dgate, chunk * I},
+      {{&tmp, chunk * C}, {&dxn, chunk * C}, {&datty, BT * Q}, {&dqkv, BT * QKV}, {&dgate, chunk * I},
        {&dup, chunk * I},
        {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())},
        {&wide, wide_floats}, {&wide_vectors, vector_floats}});
@@ -66,14 +66,14 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
 }
 
 namespace {
-// Rows [r0, r0 + n) of the MLP half (Note [mlp row chunks]): xn2 (into its tmp rows), gate, up
-// and hmid at the chunk's rows, adapters 4 and 5 (gate_proj, up_proj) added; then, with out, out
-// rows = res2 + down(hmid) (through tmp's rows), adapter 6 added; without, only adapter 6's u.
+// Rows [r0, r0 + n) of the MLP half (Note [mlp row chunks]): xn2, gate, up and hmid at the
+// chunk's rows, adapters 4 and 5 (gate_proj, up_proj) added; then, with out, out rows = res2 +
+// down(hmid) (through tmp), adapter 6 added; without, only adapter 6's u.
 void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const LlamaBlockTensors& p,
                     LlamaActivations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora) {
   const int C = cfg.n_embd, I = cfg.mlp_width();
   const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * I;
-  float* const xn2 = s.xn2 + at;
+  float* const xn2 = s.xn2 + s.xn_row(r0) * C;
   float* const gate = s.gate + mlp;
   float* const up = s.up + mlp;
   float* const hmid = s.hmid + s.hmid_row(r0) * I;
@@ -89,9 +89,9 @@ void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, 
     if (lora != nullptr) lora_forward_u(ops, lora_rows(*lora, 6, r0, I), 6, hmid, I, n, I);
     return;
   }
-  linear.nt(ops, tmp + at, C, hmid, I, p.down_w, n, C, I);
-  if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 6, r0, I), 6, tmp + at, C, hmid, I, n, I, C);
-  ops.add(out + at, s.res2 + at, tmp + at, static_cast<std::size_t>(n) * C);
+  linear.nt(ops, tmp, C, hmid, I, p.down_w, n, C, I);
+  if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 6, r0, I), 6, tmp, C, hmid, I, n, I, C);
+  ops.add(out + at, s.res2 + at, tmp, static_cast<std::size_t>(n) * C);
 }
 }  // namespace
 
@@ -101,25 +101,34 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
                          bool with_mlp) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd;
-  const float eps = cfg.layer_norm_eps;
-  const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
-  // Adapters (Note [lora math]) add to each projection before it is used (q and k before rope).
-  auto adapt = [&](int k, float* y, int ldy, const float* in, int ldx, int K, int N) {
-    if (lora != nullptr) lora_forward(ops, *lora, k, y, ldy, in, ldx, BT, K, N);
-  };
-  ops.rmsnorm_forward(s.xn1, s.rstd1, x, p.attn_norm_w, BT, C, eps);
-  linear.nt(ops, s.qkv, QKV, s.xn1, C, p.q_w, BT, Q, C);
-  linear.nt(ops, s.qkv + Q, QKV, s.xn1, C, p.k_w, BT, KVd, C);
-  linear.nt(ops, s.qkv + Q + KVd, QKV, s.xn1, C, p.v_w, BT, KVd, C);
-  adapt(0, s.qkv, QKV, s.xn1, C, C, Q);
-  adapt(1, s.qkv + Q, QKV, s.xn1, C, C, KVd);
-  adapt(2, s.qkv + Q + KVd, QKV, s.xn1, C, C, KVd);
+  // The row-wise parts run chunk by chunk (Note [mlp row chunks]); adapters (Note [lora math])
+  // add to each projection before it is used (q and k before rope).
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
+    const int n = std::min(kMlpChunkRows, BT - r0);
+    const std::size_t at = static_cast<std::size_t>(r0) * C;
+    float* const xn1 = s.xn1 + s.xn_row(r0) * C;
+    float* const qkv = s.qkv + static_cast<std::size_t>(r0) * QKV;
+    ops.rmsnorm_forward(xn1, s.rstd1 + r0, x + at, p.attn_norm_w, n, C, cfg.layer_norm_eps);
+    linear.nt(ops, qkv, QKV, xn1, C, p.q_w, n, Q, C);
+    linear.nt(ops, qkv + Q, QKV, xn1, C, p.k_w, n, KVd, C);
+    linear.nt(ops, qkv + Q + KVd, QKV, xn1, C, p.v_w, n, KVd, C);
+    if (lora != nullptr) {
+      lora_forward(ops, lora_rows(*lora, 0, r0, C), 0, qkv, QKV, xn1, C, n, C, Q);
+      lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, qkv + Q, QKV, xn1, C, n, C, KVd);
+      lora_forward(ops, lora_rows(*lora, 2, r0, C), 2, qkv + Q + KVd, QKV, xn1, C, n, C, KVd);
+    }
+  }
   ops.rope_forward(s.qkv, B, T, H, hd, QKV, attention.positions(), rope);
   ops.rope_forward(s.qkv + Q, B, T, KV, hd, QKV, attention.positions(), rope);
   attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, H, KV, hd);
-  linear.nt(ops, tmp, C, s.atty, Q, p.o_w, BT, C, Q);
-  adapt(3, tmp, C, s.atty, Q, Q, C);
-  ops.add(s.res2, x, tmp, rows_c);
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
+    const int n = std::min(kMlpChunkRows, BT - r0);
+    const std::size_t at = static_cast<std::size_t>(r0) * C;
+    const float* const atty = s.atty + static_cast<std::size_t>(r0) * Q;
+    linear.nt(ops, tmp, C, atty, Q, p.o_w, n, C, Q);
+    if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 3, r0, Q), 3, tmp, C, atty, Q, n, Q, C);
+    ops.add(s.res2 + at, x + at, tmp, static_cast<std::size_t>(n) * C);
+  }
   if (!with_mlp) return;
   for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows)
     llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, std::min(kMlpChunkRows, BT - r0), lora);
@@ -130,7 +139,6 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
                           LlamaActivations& s, LlamaWorkspace& w, int B, int T, bool recompute, const LoraBlock* lora) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
-  const std::size_t rows_c = static_cast<std::size_t>(BT) * C;
   if (recompute)  // the attention half; each MLP chunk's internals are recomputed below
     llama_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg, rope, p, x, nullptr, s, w.tmp, w.attn_scratch,
                         B, T, lora, false);
@@ -158,47 +166,58 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     const float* const dout_c = dout + at;
     const float* const gate = s.gate + mlp;
     const float* const up = s.up + mlp;
-    const float* const xn2 = s.xn2 + at;
+    const float* const xn2 = s.xn2;
     if (recompute) {
       llama_mlp_rows(ops, GemmLinear{w.wide}, cfg, p, s, nullptr, nullptr, r0, n, lora);
     } else {
-      ops.rmsnorm_forward(s.xn2 + at, s.rstd2 + r0, s.res2 + at, p.mlp_norm_w, n, C, eps);  // into tmp again
+      ops.rmsnorm_forward(s.xn2, s.rstd2 + r0, s.res2 + at, p.mlp_norm_w, n, C, eps);  // into tmp again
       ops.swiglu_forward(w.dgate, gate, up, rows_i);
     }
     sgemm_w(ops, false, false, n, I, C, 1.0f, dout_c, C, p.down_w, I, 0.0f, w.dup, I, w.wide);  // d hmid (n, I)
     weight_grad(C, I, n, dout_c, C, w.dgate, I, &LlamaBlockTensors::down_w, acc);           // d down (C, I)
     adapt(6, r0, n, acc, dout_c, C, w.dgate, I, w.dup, I, C);
     ops.swiglu_backward(w.dgate, w.dup, w.dup, gate, up, rows_i);  // reads each d hmid before writing
-    sgemm_w(ops, false, false, n, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn + at, C, w.wide);
-    sgemm_w(ops, false, false, n, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn + at, C, w.wide);
+    sgemm_w(ops, false, false, n, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn, C, w.wide);
+    sgemm_w(ops, false, false, n, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C, w.wide);
     weight_grad(I, C, n, w.dgate, I, xn2, C, &LlamaBlockTensors::gate_w, acc);
     weight_grad(I, C, n, w.dup, I, xn2, C, &LlamaBlockTensors::up_w, acc);
-    adapt(4, r0, n, acc, w.dgate, I, xn2, C, w.dxn + at, C, I);
-    adapt(5, r0, n, acc, w.dup, I, xn2, C, w.dxn + at, C, I);
-    ops.copy(w.dres2 + at, dout_c, static_cast<std::size_t>(n) * C);
-    ops.rmsnorm_backward(w.dres2 + at, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn + at, s.res2 + at,
-                         p.mlp_norm_w, s.rstd2 + r0, n, C, acc);
+    adapt(4, r0, n, acc, w.dgate, I, xn2, C, w.dxn, C, I);
+    adapt(5, r0, n, acc, w.dup, I, xn2, C, w.dxn, C, I);
+    ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);  // d res2, in dx's rows
+    ops.rmsnorm_backward(dx + at, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn, s.res2 + at, p.mlp_norm_w,
+                         s.rstd2 + r0, n, C, acc);
   }
 
-  // Attention: res2 = x + o(attention(rope(q(xn1)), rope(k(xn1)), v(xn1))), xn1 = rmsnorm(x)
-  sgemm_w(ops, false, false, BT, Q, C, 1.0f, w.dres2, C, p.o_w, Q, 0.0f, w.datty, Q, w.wide);
-  weight_grad(C, Q, BT, w.dres2, C, s.atty, Q, &LlamaBlockTensors::o_w);
-  adapt(3, 0, BT, false, w.dres2, C, s.atty, Q, w.datty, Q, C);
+  // Attention: res2 = x + o(attention(rope(q(xn1)), rope(k(xn1)), v(xn1))), xn1 = rmsnorm(x);
+  // d res2 is in dx.
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
+    const int n = std::min(kMlpChunkRows, BT - r0);
+    const std::size_t at = static_cast<std::size_t>(r0) * C, at_q = static_cast<std::size_t>(r0) * Q;
+    sgemm_w(ops, false, false, n, Q, C, 1.0f, dx + at, C, p.o_w, Q, 0.0f, w.datty + at_q, Q, w.wide);
+    weight_grad(C, Q, n, dx + at, C, s.atty + at_q, Q, &LlamaBlockTensors::o_w, r0 > 0);
+    adapt(3, r0, n, r0 > 0, dx + at, C, s.atty + at_q, Q, w.datty + at_q, Q, C);
+  }
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, KV, hd);
   ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
   ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
-  sgemm_w(ops, false, false, BT, C, Q, 1.0f, w.dqkv, QKV, p.q_w, C, 0.0f, w.dxn, C, w.wide);
-  sgemm_w(ops, false, false, BT, C, KVd, 1.0f, w.dqkv + Q, QKV, p.k_w, C, 1.0f, w.dxn, C, w.wide);
-  sgemm_w(ops, false, false, BT, C, KVd, 1.0f, w.dqkv + Q + KVd, QKV, p.v_w, C, 1.0f, w.dxn, C, w.wide);
-  ops.rmsnorm_forward(s.xn1, s.rstd1, x, p.attn_norm_w, BT, C, eps);  // into tmp again
-  weight_grad(Q, C, BT, w.dqkv, QKV, s.xn1, C, &LlamaBlockTensors::q_w);
-  weight_grad(KVd, C, BT, w.dqkv + Q, QKV, s.xn1, C, &LlamaBlockTensors::k_w);
-  weight_grad(KVd, C, BT, w.dqkv + Q + KVd, QKV, s.xn1, C, &LlamaBlockTensors::v_w);
-  adapt(0, 0, BT, false, w.dqkv, QKV, s.xn1, C, w.dxn, C, Q);
-  adapt(1, 0, BT, false, w.dqkv + Q, QKV, s.xn1, C, w.dxn, C, KVd);
-  adapt(2, 0, BT, false, w.dqkv + Q + KVd, QKV, s.xn1, C, w.dxn, C, KVd);
-  ops.copy(dx, w.dres2, rows_c);
-  ops.rmsnorm_backward(dx, norm_grad(&LlamaBlockTensors::attn_norm_w), w.dxn, x, p.attn_norm_w, s.rstd1, BT, C, false);
+  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
+    const int n = std::min(kMlpChunkRows, BT - r0);
+    const std::size_t at = static_cast<std::size_t>(r0) * C;
+    const bool acc = r0 > 0;
+    const float* const dqkv = w.dqkv + static_cast<std::size_t>(r0) * QKV;
+    sgemm_w(ops, false, false, n, C, Q, 1.0f, dqkv, QKV, p.q_w, C, 0.0f, w.dxn, C, w.wide);
+    sgemm_w(ops, false, false, n, C, KVd, 1.0f, dqkv + Q, QKV, p.k_w, C, 1.0f, w.dxn, C, w.wide);
+    sgemm_w(ops, false, false, n, C, KVd, 1.0f, dqkv + Q + KVd, QKV, p.v_w, C, 1.0f, w.dxn, C, w.wide);
+    ops.rmsnorm_forward(s.xn1, s.rstd1 + r0, x + at, p.attn_norm_w, n, C, eps);  // into tmp again
+    weight_grad(Q, C, n, dqkv, QKV, s.xn1, C, &LlamaBlockTensors::q_w, acc);
+    weight_grad(KVd, C, n, dqkv + Q, QKV, s.xn1, C, &LlamaBlockTensors::k_w, acc);
+    weight_grad(KVd, C, n, dqkv + Q + KVd, QKV, s.xn1, C, &LlamaBlockTensors::v_w, acc);
+    adapt(0, r0, n, acc, dqkv, QKV, s.xn1, C, w.dxn, C, Q);
+    adapt(1, r0, n, acc, dqkv + Q, QKV, s.xn1, C, w.dxn, C, KVd);
+    adapt(2, r0, n, acc, dqkv + Q + KVd, QKV, s.xn1, C, w.dxn, C, KVd);
+    ops.rmsnorm_backward(dx + at, norm_grad(&LlamaBlockTensors::attn_norm_w), w.dxn, x + at, p.attn_norm_w,
+                         s.rstd1 + r0, n, C, acc);
+  }
 }
 
 }  // namespace stratum

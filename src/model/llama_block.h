@@ -72,6 +72,8 @@ class LlamaActivations {
   // workspace's one-chunk dgate rows).
   std::size_t mlp_row(int r0) const { return mlp_chunked ? 0 : static_cast<std::size_t>(r0); }
   std::size_t hmid_row(int r0) const { return hmid_borrowed ? 0 : static_cast<std::size_t>(r0); }
+  // ... and in xn1 and xn2 (0 when they are the workspace's one-chunk tmp rows).
+  std::size_t xn_row(int r0) const { return hmid_borrowed ? 0 : static_cast<std::size_t>(r0); }
 
   bool mlp_chunked = false;
   bool hmid_borrowed = false;
@@ -104,9 +106,9 @@ class LlamaWorkspace {
   LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
-  float* tmp;    // (B,T,C) projections before the residual add; xn1, xn2 (Note [hmid in the workspace])
-  float* dres2;  // (B,T,C)
-  float* dxn;    // (B,T,C)
+  // Note [mlp row chunks] (model/block_policy.h): tmp, dxn, dgate and dup hold one chunk of rows.
+  float* tmp;    // (chunk, C) projections before the residual add; xn1, xn2 (Note [hmid in the workspace])
+  float* dxn;    // (chunk, C)
   float* datty;  // (B,T,H*hd)
   float* dqkv;   // (B,T,H*hd + 2*KV*hd)
   float* dgate;  // (mlp_chunk_rows, I) a chunk's hmid (Note [hmid in the workspace]), then d gate
@@ -121,7 +123,7 @@ class LlamaWorkspace {
 
 // out (B,T,C) = block(x (B,T,C)) at the attention's positions (Note [one forward] in
 // model/block_policy.h): linear layers by `linear`, attention by `attention`; fills a with the
-// block's internals. out may be x. tmp is (B,T,C) scratch, attn_scratch the backend's attention
+// block's internals. out may be x. tmp is (mlp_chunk_rows(B*T), C) scratch, attn_scratch the backend's attention
 // scratch. The MLP half runs in row chunks (Note [mlp row chunks] in model/block_policy.h);
 // with_mlp false stops after res2 (the backward's recompute) and leaves out unwritten.
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
