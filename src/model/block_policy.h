@@ -13,6 +13,7 @@
 // the bits a full forward would compute with row dot products.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 #include "core/tensor_view.h"
@@ -33,10 +34,10 @@ class Linear {
                   int K) const = 0;
 };
 
-// Note [mlp row chunks]: the MLP half of a block (norm, the up projections, the activation, the
+// Note [row chunks]: the MLP half of a block (norm, the up projections, the activation, the
 // down projection, the residual add) is row-wise, and so is all of the attention half but the
 // attention itself (norm, q/k/v projections, output projection, residual add), so the block
-// forwards and backwards run them over fixed chunks of kMlpChunkRows rows of the B*T rows, in
+// forwards and backwards run them over fixed chunks of kRowChunk rows of the B*T rows, in
 // order: [0, R), [R, 2R), ...; only qkv, the attention output and their gradients (and res2) keep
 // every row. The workspace's tmp (the normed inputs, the projections before the residual add)
 // and the normed inputs' gradient hold one chunk, and the gradient at res2 is built in dx's rows.
@@ -51,10 +52,16 @@ class Linear {
 // B*T alone, so every budget, policy and prefetch depth gets the same bits; at B*T <= R there is
 // one chunk and the bits are those of an unchunked block. Above R the weight gradients' sums are
 // split at the chunk boundaries (the same math, other roundings).
-inline constexpr int kMlpChunkRows = 1024;
-// Rows of one MLP chunk buffer for passes of up to max_rows rows.
-inline int mlp_chunk_rows(std::size_t max_rows) {
-  return max_rows < static_cast<std::size_t>(kMlpChunkRows) ? static_cast<int>(max_rows) : kMlpChunkRows;
+inline constexpr int kRowChunk = 1024;
+// f(r0, n) for each chunk [r0, r0 + n) of `rows` rows, in order: the one partition every block
+// forward and backward uses (Note [row chunks]).
+template <class F>
+void for_each_row_chunk(int rows, F&& f) {
+  for (int r0 = 0; r0 < rows; r0 += kRowChunk) f(r0, std::min(kRowChunk, rows - r0));
+}
+// Rows of one chunk buffer for passes of up to max_rows rows.
+inline int row_chunk_rows(std::size_t max_rows) {
+  return max_rows < static_cast<std::size_t>(kRowChunk) ? static_cast<int>(max_rows) : kRowChunk;
 }
 
 // Note [frozen bf16 base]: a LoRA run over a base stored in bf16 keeps the frozen layers in bf16

@@ -22,7 +22,7 @@ Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_b
   mlp_chunked = chunked;
   if (borrow != nullptr) {
     ln1 = ln2 = borrow->tmp;
-    ln_borrowed = true;
+    borrowed = true;
   }
 }
 
@@ -30,7 +30,7 @@ Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_se
                                    float* memory) {
   aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false), memory);
   ln1 = ln2 = w.tmp;
-  ln_borrowed = true;
+  borrowed = true;
 }
 
 std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
@@ -44,7 +44,7 @@ CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
   const std::size_t own = borrow ? 0 : 1;
-  const std::size_t mlp = chunked ? static_cast<std::size_t>(mlp_chunk_rows(BT)) : BT;
+  const std::size_t mlp = chunked ? static_cast<std::size_t>(row_chunk_rows(BT)) : BT;
   return CarveSlices({{&ln1, own * BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att_stats, stats},
                    {&atty, BT * C}, {&res2, BT * C}, {&ln2, own * BT * C}, {&ln2_mean, BT}, {&ln2_rstd, BT},
                    {&fch, mlp * 4 * C}, {&fch_gelu, mlp * 4 * C}});
@@ -53,7 +53,7 @@ CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max
 Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t wide_floats = bf16_weights ? 4 * C * C : 0, vector_floats = bf16_weights ? 13 * C : 0;
-  const std::size_t chunk = static_cast<std::size_t>(mlp_chunk_rows(BT));
+  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT));
   buffer_ = ops_buffer_carve(ops, {{&tmp, chunk * C}, {&dfch, chunk * 4 * C}, {&dln, chunk * C}, {&datty, BT * C},
                    {&dqkv, BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())},
                    {&wide, wide_floats}, {&wide_vectors, vector_floats}});
@@ -61,14 +61,14 @@ Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch
 }
 
 namespace {
-// Rows [r0, r0 + n) of the MLP half (Note [mlp row chunks]): ln2, fch and fch_gelu at the
+// Rows [r0, r0 + n) of the MLP half (Note [row chunks]): ln2, fch and fch_gelu at the
 // chunk's rows, adapter 2 (c_fc) added; then, with out, out rows = res2 + mlp_proj(fch_gelu)
 // (through tmp), adapter 3 added; without, only adapter 3's u.
 void gpt2_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const Gpt2BlockTensors& p,
                    Gpt2Activations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora) {
   const int C = cfg.n_embd;
   const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * 4 * C;
-  float* const ln2 = s.ln2 + s.ln_row(r0) * C;
+  float* const ln2 = s.ln2 + s.work_row(r0) * C;
   float* const fch = s.fch + mlp;
   float* const fch_gelu = s.fch_gelu + mlp;
   ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + at, p.ln2_w, p.ln2_b, n, C,
@@ -90,27 +90,24 @@ void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& a
                         const Gpt2BlockTensors& p, const float* x, float* out, Gpt2Activations& s, float* tmp,
                         float* attn_scratch, int B, int T, const LoraBlock* lora, bool with_mlp) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
-  // The row-wise parts run chunk by chunk (Note [mlp row chunks]); adapters (Note [lora math])
+  // The row-wise parts run chunk by chunk (Note [row chunks]); adapters (Note [lora math])
   // add to each module's output before it is used.
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
-    const int n = std::min(kMlpChunkRows, BT - r0);
+  for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
-    float* const ln1 = s.ln1 + s.ln_row(r0) * C;
+    float* const ln1 = s.ln1 + s.work_row(r0) * C;
     ops.layernorm_forward(ln1, s.ln1_mean + r0, s.ln1_rstd + r0, x + at, p.ln1_w, p.ln1_b, n, C, cfg.layer_norm_eps);
     linear.kn(ops, s.qkv + 3 * at, ln1, p.attn_w, p.attn_b, n, C, 3 * C);
     if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 0, r0, C), 0, s.qkv + 3 * at, 3 * C, ln1, C, n, C, 3 * C);
-  }
+  });
   attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim());
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
-    const int n = std::min(kMlpChunkRows, BT - r0);
+  for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     linear.kn(ops, tmp, s.atty + at, p.attn_proj_w, p.attn_proj_b, n, C, C);
     if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, tmp, C, s.atty + at, C, n, C, C);
     ops.add(s.res2 + at, x + at, tmp, static_cast<std::size_t>(n) * C);
-  }
+  });
   if (!with_mlp) return;
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows)
-    gpt2_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, std::min(kMlpChunkRows, BT - r0), lora);
+  for_each_row_chunk(BT, [&](int r0, int n) { gpt2_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora); });
 }
 
 void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p,
@@ -130,12 +127,11 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
     if (lora != nullptr) lora_backward(ops, lora_rows(*lora, k, r0, K), k, dy, ldy, in, ldx, din, K, n, K, N, acc);
   };
 
-  // MLP: out = res2 + mlp_proj(gelu(fc(ln2(res2)))), chunk by chunk (Note [mlp row chunks]); ln2
+  // MLP: out = res2 + mlp_proj(gelu(fc(ln2(res2)))), chunk by chunk (Note [row chunks]); ln2
   // and ln1 live in w.tmp (borrowed, Gpt2Activations): the same layernorm writes them again. The
   // gradient at res2 is built in dx's rows, where the attention half's input gradient is added.
   STRATUM_ASSERT(s.ln1 == w.tmp && s.ln2 == w.tmp);
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
-    const int n = std::min(kMlpChunkRows, BT - r0);
+  for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * 4 * C;
     const bool acc = r0 > 0;  // later chunks add to the gradients
     const float* const dout_c = dout + at;
@@ -156,19 +152,17 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
     ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);  // d res2
     ops.layernorm_backward(dx + at, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln,
                            s.res2 + at, p.ln2_w, s.ln2_mean + r0, s.ln2_rstd + r0, n, C, acc);
-  }
+  });
 
   // Attention: res2 = x + attn_proj(attention(c_attn(ln1(x)))); d res2 is in dx.
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
-    const int n = std::min(kMlpChunkRows, BT - r0);
+  for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     ops.matmul_backward(w.datty + at, grad_w(&Gpt2BlockTensors::attn_proj_w), grad(&Gpt2BlockTensors::attn_proj_b),
                         dx + at, s.atty + at, weight_f32(ops, p.attn_proj_w, w.wide), n, C, C, r0 > 0);
     adapt(1, r0, n, r0 > 0, dx + at, C, s.atty + at, C, w.datty + at, C, C);
-  }
+  });
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, H, cfg.head_dim());
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
-    const int n = std::min(kMlpChunkRows, BT - r0);
+  for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     const bool acc = r0 > 0;
     ops.layernorm_forward(s.ln1, s.ln1_mean + r0, s.ln1_rstd + r0, x + at, p.ln1_w, p.ln1_b, n, C, cfg.layer_norm_eps);
@@ -177,7 +171,7 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
     adapt(0, r0, n, acc, w.dqkv + 3 * at, 3 * C, s.ln1, C, w.dln, C, 3 * C);
     ops.layernorm_backward(dx + at, grad(&Gpt2BlockTensors::ln1_w), grad(&Gpt2BlockTensors::ln1_b), w.dln, x + at,
                            p.ln1_w, s.ln1_mean + r0, s.ln1_rstd + r0, n, C, acc);
-  }
+  });
 }
 
 }  // namespace stratum

@@ -21,7 +21,7 @@ LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max
   mlp_chunked = chunked;
   if (borrow != nullptr) {
     hmid = borrow->dgate;
-    hmid_borrowed = true;
+    borrowed = true;
     xn1 = xn2 = borrow->tmp;
   }
 }
@@ -30,7 +30,7 @@ LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_
                                    float* memory) {
   aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false), memory);
   hmid = w.dgate;
-  hmid_borrowed = true;
+  borrowed = true;
   xn1 = xn2 = w.tmp;
 }
 
@@ -46,7 +46,7 @@ CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int ma
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
   const std::size_t own = borrow ? 0 : 1;
-  const std::size_t mlp = chunked ? static_cast<std::size_t>(mlp_chunk_rows(BT)) : BT;
+  const std::size_t mlp = chunked ? static_cast<std::size_t>(row_chunk_rows(BT)) : BT;
   return CarveSlices({{&xn1, own * BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, BT * Q},
                                   {&res2, BT * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, mlp * I}, {&up, mlp * I},
                                   {&hmid, own * BT * I}});
@@ -56,7 +56,7 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   const std::size_t wide_floats = bf16_weights ? std::max(Q, I) * C : 0, vector_floats = bf16_weights ? 2 * C : 0;
-  const std::size_t chunk = static_cast<std::size_t>(mlp_chunk_rows(BT));
+  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT));
   buffer_ = ops_buffer_carve(ops,
       {{&tmp, chunk * C}, {&dxn, chunk * C}, {&datty, BT * Q}, {&dqkv, BT * QKV}, {&dgate, chunk * I},
        {&dup, chunk * I},
@@ -66,17 +66,17 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
 }
 
 namespace {
-// Rows [r0, r0 + n) of the MLP half (Note [mlp row chunks]): xn2, gate, up and hmid at the
+// Rows [r0, r0 + n) of the MLP half (Note [row chunks]): xn2, gate, up and hmid at the
 // chunk's rows, adapters 4 and 5 (gate_proj, up_proj) added; then, with out, out rows = res2 +
 // down(hmid) (through tmp), adapter 6 added; without, only adapter 6's u.
 void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const LlamaBlockTensors& p,
                     LlamaActivations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora) {
   const int C = cfg.n_embd, I = cfg.mlp_width();
   const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * I;
-  float* const xn2 = s.xn2 + s.xn_row(r0) * C;
+  float* const xn2 = s.xn2 + s.work_row(r0) * C;
   float* const gate = s.gate + mlp;
   float* const up = s.up + mlp;
-  float* const hmid = s.hmid + s.hmid_row(r0) * I;
+  float* const hmid = s.hmid + s.work_row(r0) * I;
   ops.rmsnorm_forward(xn2, s.rstd2 + r0, s.res2 + at, p.mlp_norm_w, n, C, cfg.layer_norm_eps);
   linear.nt(ops, gate, I, xn2, C, p.gate_w, n, I, C);
   linear.nt(ops, up, I, xn2, C, p.up_w, n, I, C);
@@ -101,12 +101,11 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
                          bool with_mlp) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd;
-  // The row-wise parts run chunk by chunk (Note [mlp row chunks]); adapters (Note [lora math])
+  // The row-wise parts run chunk by chunk (Note [row chunks]); adapters (Note [lora math])
   // add to each projection before it is used (q and k before rope).
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
-    const int n = std::min(kMlpChunkRows, BT - r0);
+  for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
-    float* const xn1 = s.xn1 + s.xn_row(r0) * C;
+    float* const xn1 = s.xn1 + s.work_row(r0) * C;
     float* const qkv = s.qkv + static_cast<std::size_t>(r0) * QKV;
     ops.rmsnorm_forward(xn1, s.rstd1 + r0, x + at, p.attn_norm_w, n, C, cfg.layer_norm_eps);
     linear.nt(ops, qkv, QKV, xn1, C, p.q_w, n, Q, C);
@@ -117,21 +116,19 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
       lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, qkv + Q, QKV, xn1, C, n, C, KVd);
       lora_forward(ops, lora_rows(*lora, 2, r0, C), 2, qkv + Q + KVd, QKV, xn1, C, n, C, KVd);
     }
-  }
+  });
   ops.rope_forward(s.qkv, B, T, H, hd, QKV, attention.positions(), rope);
   ops.rope_forward(s.qkv + Q, B, T, KV, hd, QKV, attention.positions(), rope);
   attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, H, KV, hd);
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
-    const int n = std::min(kMlpChunkRows, BT - r0);
+  for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     const float* const atty = s.atty + static_cast<std::size_t>(r0) * Q;
     linear.nt(ops, tmp, C, atty, Q, p.o_w, n, C, Q);
     if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 3, r0, Q), 3, tmp, C, atty, Q, n, Q, C);
     ops.add(s.res2 + at, x + at, tmp, static_cast<std::size_t>(n) * C);
-  }
+  });
   if (!with_mlp) return;
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows)
-    llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, std::min(kMlpChunkRows, BT - r0), lora);
+  for_each_row_chunk(BT, [&](int r0, int n) { llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora); });
 }
 
 void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
@@ -154,12 +151,11 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   };
 
   // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2), chunk by chunk (Note
-  // [mlp row chunks]). hmid is in w.dgate (Note [hmid in the workspace]): the chunk's recompute
+  // [row chunks]). hmid is in w.dgate (Note [hmid in the workspace]): the chunk's recompute
   // writes it there, or it is recomputed from kept gate and up.
   STRATUM_ASSERT(s.hmid == w.dgate && s.xn1 == w.tmp && s.xn2 == w.tmp);
   const float eps = cfg.layer_norm_eps;
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
-    const int n = std::min(kMlpChunkRows, BT - r0);
+  for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * I;
     const std::size_t rows_i = static_cast<std::size_t>(n) * I;
     const bool acc = r0 > 0;  // later chunks add to the gradients
@@ -186,22 +182,20 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);  // d res2, in dx's rows
     ops.rmsnorm_backward(dx + at, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn, s.res2 + at, p.mlp_norm_w,
                          s.rstd2 + r0, n, C, acc);
-  }
+  });
 
   // Attention: res2 = x + o(attention(rope(q(xn1)), rope(k(xn1)), v(xn1))), xn1 = rmsnorm(x);
   // d res2 is in dx.
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
-    const int n = std::min(kMlpChunkRows, BT - r0);
+  for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C, at_q = static_cast<std::size_t>(r0) * Q;
     sgemm_w(ops, false, false, n, Q, C, 1.0f, dx + at, C, p.o_w, Q, 0.0f, w.datty + at_q, Q, w.wide);
     weight_grad(C, Q, n, dx + at, C, s.atty + at_q, Q, &LlamaBlockTensors::o_w, r0 > 0);
     adapt(3, r0, n, r0 > 0, dx + at, C, s.atty + at_q, Q, w.datty + at_q, Q, C);
-  }
+  });
   ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, KV, hd);
   ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
   ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
-  for (int r0 = 0; r0 < BT; r0 += kMlpChunkRows) {
-    const int n = std::min(kMlpChunkRows, BT - r0);
+  for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     const bool acc = r0 > 0;
     const float* const dqkv = w.dqkv + static_cast<std::size_t>(r0) * QKV;
@@ -217,7 +211,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     adapt(2, r0, n, acc, dqkv + Q + KVd, QKV, s.xn1, C, w.dxn, C, KVd);
     ops.rmsnorm_backward(dx + at, norm_grad(&LlamaBlockTensors::attn_norm_w), w.dxn, x + at, p.attn_norm_w,
                          s.rstd1 + r0, n, C, acc);
-  }
+  });
 }
 
 }  // namespace stratum

@@ -55,7 +55,7 @@ class LlamaActivations {
   // attention_stats false: no `att_stats` (decoding attends against a KV cache and keeps none).
   // borrow: a training workspace of the same shape whose rows hold hmid, xn1 and xn2 (Note [hmid
   // in the workspace]); null: slices of their own.
-  // mlp_chunked: gate and up hold one MLP chunk (Note [mlp row chunks] in model/block_policy.h),
+  // mlp_chunked: gate and up hold one MLP chunk (Note [row chunks] in model/block_policy.h),
   // for a set the backward refills by recomputing; false: every row.
   LlamaActivations(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                    const LlamaWorkspace* borrow = nullptr, bool mlp_chunked = false);
@@ -68,15 +68,13 @@ class LlamaActivations {
   // without allocating it.
   static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                                bool borrowed = false, bool mlp_chunked = false);
-  // Row r0's offset in gate and up (0 when they hold one chunk), and in hmid (0 when it is the
-  // workspace's one-chunk dgate rows).
+  // Row r0's offset in gate and up (0 when they hold one chunk), and in hmid, xn1 and xn2 (0 when
+  // they are the workspace's one-chunk dgate and tmp rows).
   std::size_t mlp_row(int r0) const { return mlp_chunked ? 0 : static_cast<std::size_t>(r0); }
-  std::size_t hmid_row(int r0) const { return hmid_borrowed ? 0 : static_cast<std::size_t>(r0); }
-  // ... and in xn1 and xn2 (0 when they are the workspace's one-chunk tmp rows).
-  std::size_t xn_row(int r0) const { return hmid_borrowed ? 0 : static_cast<std::size_t>(r0); }
+  std::size_t work_row(int r0) const { return borrowed ? 0 : static_cast<std::size_t>(r0); }
 
   bool mlp_chunked = false;
-  bool hmid_borrowed = false;
+  bool borrowed = false;  // hmid, xn1 and xn2 are a training workspace's rows
   float* xn1;    // (B,T,C) input_layernorm(x) (Note [hmid in the workspace])
   float* rstd1;  // (B,T)
   float* qkv;    // (B,T,H*hd + 2*KV*hd) [q | k | v], q and k rotated
@@ -85,8 +83,8 @@ class LlamaActivations {
   float* res2;   // (B,T,C) x + attention output
   float* xn2;    // (B,T,C) post_attention_layernorm(res2) (Note [hmid in the workspace])
   float* rstd2;  // (B,T)
-  float* gate;   // (B,T,I), or (mlp_chunk_rows, I) when mlp_chunked
-  float* up;     // (B,T,I), or (mlp_chunk_rows, I) when mlp_chunked
+  float* gate;   // (B,T,I), or (row_chunk_rows, I) when mlp_chunked
+  float* up;     // (B,T,I), or (row_chunk_rows, I) when mlp_chunked
   float* hmid;   // (B,T,I) silu(gate) * up, or one chunk's (Note [hmid in the workspace])
 
  private:
@@ -106,13 +104,13 @@ class LlamaWorkspace {
   LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
-  // Note [mlp row chunks] (model/block_policy.h): tmp, dxn, dgate and dup hold one chunk of rows.
+  // Note [row chunks] (model/block_policy.h): tmp, dxn, dgate and dup hold one chunk of rows.
   float* tmp;    // (chunk, C) projections before the residual add; xn1, xn2 (Note [hmid in the workspace])
   float* dxn;    // (chunk, C)
   float* datty;  // (B,T,H*hd)
   float* dqkv;   // (B,T,H*hd + 2*KV*hd)
-  float* dgate;  // (mlp_chunk_rows, I) a chunk's hmid (Note [hmid in the workspace]), then d gate
-  float* dup;    // (mlp_chunk_rows, I) d hmid, then d up (Note [mlp row chunks] in model/block_policy.h)
+  float* dgate;  // (row_chunk_rows, I) a chunk's hmid (Note [hmid in the workspace]), then d gate
+  float* dup;    // (row_chunk_rows, I) d hmid, then d up (Note [row chunks] in model/block_policy.h)
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, KV, hd)
   float* wide = nullptr;          // the largest matrix, widened from bf16 (bf16_weights only)
   float* wide_vectors = nullptr;  // (2 C) the widened norm weights (bf16_weights only)
@@ -123,8 +121,8 @@ class LlamaWorkspace {
 
 // out (B,T,C) = block(x (B,T,C)) at the attention's positions (Note [one forward] in
 // model/block_policy.h): linear layers by `linear`, attention by `attention`; fills a with the
-// block's internals. out may be x. tmp is (mlp_chunk_rows(B*T), C) scratch, attn_scratch the backend's attention
-// scratch. The MLP half runs in row chunks (Note [mlp row chunks] in model/block_policy.h);
+// block's internals. out may be x. tmp is (row_chunk_rows(B*T), C) scratch, attn_scratch the backend's attention
+// scratch. The MLP half runs in row chunks (Note [row chunks] in model/block_policy.h);
 // with_mlp false stops after res2 (the backward's recompute) and leaves out unwritten.
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                          const RopeTable& rope, const LlamaBlockTensors& p, const float* x, float* out,

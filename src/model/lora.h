@@ -93,7 +93,7 @@ void lora_forward_u(const Ops& ops, const LoraBlock& lora, int k, const float* x
 // and adds the input gradient to dx (M, in) (stride lddx).
 void lora_backward(const Ops& ops, const LoraBlock& lora, int k, const float* dy, int ldy, const float* x, int ldx,
                    float* dx, int lddx, int M, int in, int out, bool accumulate = false);
-// Module k of `lora` for rows r0.. of its pass (Note [mlp row chunks] in model/block_policy.h):
+// Module k of `lora` for rows r0.. of its pass (Note [row chunks] in model/block_policy.h):
 // its kept u and its dropout mask (input width `in`) start at row r0.
 LoraBlock lora_rows(const LoraBlock& lora, int k, int r0, int in);
 

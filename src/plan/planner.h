@@ -70,7 +70,7 @@ UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const Pl
 // Measured compute of one step's pieces on this machine (Note [plan calibration]).
 struct ComputeTiming {
   // One transformer block; the backward without a recompute (for --activations recompute the
-  // plan adds the share of a forward the recompute runs again, Note [mlp row chunks]).
+  // plan adds the share of a forward the recompute runs again, Note [row chunks]).
   double layer_forward_ms = 0, layer_backward_ms = 0;
   double vocab_forward_ms = 0, vocab_backward_ms = 0;  // one vocabulary block: embedding
   double head_lse_ms = 0, head_backward_ms = 0;        // one vocabulary block: LM head passes
@@ -87,7 +87,7 @@ struct ComputeTiming {
 // `stratum plan` refuses a budget below the minimum before measuring. The measuring process
 // reports its peak RSS (PlanMeasurement::peak_rss_bytes), which the run prints.
 // The share of a block forward's multiply-adds the backward's recompute runs again: all but the
-// MLP's down projection (Note [mlp row chunks] in model/block_policy.h), attention's included.
+// MLP's down projection (Note [row chunks] in model/block_policy.h), attention's included.
 double plan_recompute_share(const GptConfig& config, int seq);
 ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request, const std::string& offload_dir = "");
 // The smallest --mem-budget a streaming run of `request` can run in (with activations Auto, the

@@ -1,5 +1,5 @@
-// The MLP half of a block in row chunks (Note [mlp row chunks] in model/block_policy.h): a pass of
-// more than kMlpChunkRows rows gives the gradients of the same sequences run as one-sequence
+// The MLP half of a block in row chunks (Note [row chunks] in model/block_policy.h): a pass of
+// more than kRowChunk rows gives the gradients of the same sequences run as one-sequence
 // micro-batches (each a single chunk, the unchunked computation), for GPT-2 and Llama, with and
 // without adapters on every linear; training at such a size gives the same bits whatever the
 // activation policy, budget and prefetch depth; an adapter's rows see the rows of its pass's
@@ -30,7 +30,7 @@ namespace {
 // 3 sequences of 400 tokens: 1200 rows, MLP chunks [0, 1024) and [1024, 1200); the second starts
 // inside the third sequence.
 constexpr int kB = 3, kT = 400;
-static_assert(kB * kT > kMlpChunkRows && (kMlpChunkRows % kT) != 0, "two chunks, split inside a sequence");
+static_assert(kB * kT > kRowChunk && (kRowChunk % kT) != 0, "two chunks, split inside a sequence");
 
 GptConfig chunk_config(bool llama) {
   GptConfig c;
@@ -99,7 +99,7 @@ std::vector<std::vector<float>> batch_grads(const GptConfig& cfg, const LoraConf
   return out;
 }
 
-TEST(MlpChunks, ChunkedPassGivesTheGradientsOfOneSequenceMicroBatches) {
+TEST(RowChunks, ChunkedPassGivesTheGradientsOfOneSequenceMicroBatches) {
   blas_set_threads(2);
   for (const bool llama : {false, true}) {
     for (const bool adapters : {false, true}) {
@@ -125,7 +125,7 @@ TEST(MlpChunks, ChunkedPassGivesTheGradientsOfOneSequenceMicroBatches) {
 
 // Two optimizer steps of the kB x kT batch: the params hash of recompute in RAM, whatever the
 // policy (keep: every row kept; offload: held internals), budget and prefetch depth.
-TEST(MlpChunks, EveryPolicyAndBudgetGivesTheBitsOfRam) {
+TEST(RowChunks, EveryPolicyAndBudgetGivesTheBitsOfRam) {
   blas_set_threads(2);
   for (const bool llama : {false, true}) {
     for (const bool adapters : {false, true}) {
@@ -164,7 +164,7 @@ TEST(MlpChunks, EveryPolicyAndBudgetGivesTheBitsOfRam) {
 }
 
 // lora_rows: rows r0.. of a pass see that pass's dropout mask and write its u rows.
-TEST(MlpChunks, AdapterRowsSeeThePassesMaskAndKeptRows) {
+TEST(RowChunks, AdapterRowsSeeThePassesMaskAndKeptRows) {
   ThreadPool pool(2);
   blas_set_threads(2);
   const std::unique_ptr<Ops> ops = ops_make(pool);
@@ -199,7 +199,7 @@ TEST(MlpChunks, AdapterRowsSeeThePassesMaskAndKeptRows) {
 // The one set of internals --activations recompute refills holds one MLP chunk: at 4096 rows it
 // is smaller than a kept set by the rows of fch and fch_gelu (GPT-2) or gate and up (Llama) past
 // the chunk.
-TEST(MlpChunks, TheRecomputedSetHoldsOneChunkOfTheMlp) {
+TEST(RowChunks, TheRecomputedSetHoldsOneChunkOfTheMlp) {
   ThreadPool pool(1);
   const std::unique_ptr<Ops> ops = ops_make(pool);
   for (const bool llama : {false, true}) {
@@ -208,7 +208,7 @@ TEST(MlpChunks, TheRecomputedSetHoldsOneChunkOfTheMlp) {
     const std::size_t width = llama ? static_cast<std::size_t>(cfg.mlp_width()) : 4u * cfg.n_embd;
     const TransformerBlock kept(*ops, cfg, 1, 4096, 1, nullptr, false, false);
     const TransformerBlock recomputed(*ops, cfg, 1, 4096, 1, nullptr, false, true);
-    EXPECT_GE(kept.size_bytes() - recomputed.size_bytes(), 2 * (4096 - kMlpChunkRows) * width * sizeof(float))
+    EXPECT_GE(kept.size_bytes() - recomputed.size_bytes(), 2 * (4096 - kRowChunk) * width * sizeof(float))
         << (llama ? "llama" : "gpt2");
   }
 }
