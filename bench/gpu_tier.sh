@@ -4,8 +4,8 @@
 # First measures the machine's host<->device copy rate with page-locked buffers (PyTorch, when
 # installed), then trains the model with the whole state on the GPU and under each budget; prints
 # per run the median step, tokens/s, the ratio to the whole-state run, the copies a step and the
-# params hash (the same for every budget: Note [device tier]). A budget below the minimum prints
-# the minimum and goes on.
+# params hash (the same for every budget: Note [device tier]) and the process's wall time. A
+# budget below the minimum prints the minimum and goes on.
 # Usage: bash bench/gpu_tier.sh STRATUM TOKENS OUT_DIR {gpt2|llama1b} BUDGET... [-- EXTRA TRAIN FLAGS]
 #   gpt2: GPT-2 small, B4 T1024, 8 steps; llama1b: TinyLlama's shape (random init), B1 T2048, 5 steps
 #   (its tokens must be < 32000). Example: bash bench/gpu_tier.sh build/stratum tok.bin out gpt2 1200M 900M
@@ -37,10 +37,12 @@ for budget in whole "${budgets[@]}"; do
   log=$out/$model-$budget.jsonl err=$out/$model-$budget.err
   args=(train --backend cuda "${flags[@]}" --data "$tokens" --threads 16 --quiet --log "$log" "${extra[@]}")
   [[ $budget != whole ]] && args+=(--gpu-mem-budget "$budget")
+  t0=$(date +%s.%N)
   if ! "$stratum" "${args[@]}" 2> "$err"; then
     echo "$budget: $(grep -m1 -E '^\[|error' "$err" | tail -1)"
     continue
   fi
+  wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   ms=$(sed -n 's/.*median step \([0-9.]*\) ms.*/\1/p' "$err")
   tps=$(sed -n 's/.*final loss [0-9.]*, \([0-9]*\) tokens\/s.*/\1/p' "$err")
   hash=$(sed -n 's/.*params hash \([0-9a-f]*\).*/\1/p' "$err")
@@ -49,5 +51,5 @@ for budget in whole "${budgets[@]}"; do
   traffic=$(grep -m1 "tier traffic" "$err" | sed 's/^\[stratum\] //')
   # the last step's copies (steps after the first stream the same)
   last=$(tail -1 "$log" | python3 -c 'import json,sys; j=json.loads(sys.stdin.read()); print("last step: in %.0f MiB, out %.0f MiB, blocked %.1f ms" % (j.get("device_read_bytes",0)/2**20, j.get("device_write_bytes",0)/2**20, j.get("device_copy_ms",0)))' 2>/dev/null)
-  echo "$budget: median step $ms ms, $tps tokens/s, x$ratio of the whole state's tokens/s, hash $hash${traffic:+; $traffic}${last:+; $last}"
+  echo "$budget: median step $ms ms, $tps tokens/s, x$ratio of the whole state's tokens/s, wall ${wall} s, hash $hash${traffic:+; $traffic}${last:+; $last}"
 done

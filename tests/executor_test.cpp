@@ -12,6 +12,7 @@
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/matmul.h"
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "weights/model_io.h"
 #include "stratum/error.h"
 
@@ -139,6 +140,56 @@ TEST(Executor, RandomInitIsSeeded) {
   model_init_random(cfg, layout, c, 8);
   EXPECT_EQ(model_params_hash(layout, a), model_params_hash(layout, b));
   EXPECT_NE(model_params_hash(layout, a), model_params_hash(layout, c));
+}
+
+// The pool makes the values in 64Ki pieces (Rng::skip): the same bits as one thread taking the
+// stream in order, for GPT-2 and Llama, with tensors of several pieces.
+TEST(Executor, RandomInitOnAPoolIsTheSequentialStream) {
+  Rng r(5), s(5);
+  for (int i = 0; i < 7; ++i) r.next_u64();
+  s.skip(7);
+  EXPECT_EQ(r.next_u64(), s.next_u64());
+  for (const bool llama : {false, true}) {
+    GptConfig cfg;
+    cfg.arch = llama ? ModelArch::Llama : ModelArch::Gpt2;
+    cfg.n_layer = 2;
+    cfg.n_head = 2;
+    cfg.n_kv_head = llama ? 2 : 0;
+    cfg.n_embd = 512;
+    cfg.n_inner = llama ? 1376 : 0;  // GPT-2's c_fc and Llama's MLP matrices: 11-16 pieces
+    cfg.n_ctx = 16;
+    cfg.vocab_size = 301;
+    const ParamLayout layout = ParamLayout::of(cfg);
+    RamSegmentStore a(layout), b(layout);
+    ThreadPool pool(3);
+    model_init_random(cfg, layout, a, 11);
+    model_init_random(cfg, layout, b, 11, &pool);
+    EXPECT_EQ(model_params_hash(layout, a), model_params_hash(layout, b)) << (llama ? "llama" : "gpt2");
+    // ... and those are the stream's values: the first tensor's first and last
+    // The largest N(0, 0.02) matrix against the stream at its place: matrices take values in
+    // segment and tensor order, vectors none.
+    int seg = -1;
+    std::size_t slot = 0, offset = 0, before = 0, best = 0;
+    for (int g = 0; g < layout.segment_count(); ++g) {
+      const auto& ts = layout.segments()[g].tensors;
+      for (std::size_t i = 0; i < ts.size(); ++i) {
+        if (ts[i].shape.size() != 2) continue;
+        if (ts[i].numel > best && ts[i].name.find("c_proj") == std::string::npos) {
+          seg = g, slot = i, offset = before, best = ts[i].numel;
+        }
+        before += ts[i].numel;
+      }
+    }
+    ASSERT_GT(best, 3u << 16);  // several pieces
+    const TensorSlot& t = layout.segments()[seg].tensors[slot];
+    SegmentChunksHold held(b, seg, SegmentKind::Params, Access::Read);
+    const float* w = held.tensor_view(t).f32();
+    Rng seq(11);
+    seq.skip(2 * offset);
+    EXPECT_EQ(w[0], static_cast<float>(seq.normal() * 0.02)) << t.name;
+    seq.skip(2 * (t.numel - 2));
+    EXPECT_EQ(w[t.numel - 1], static_cast<float>(seq.normal() * 0.02)) << t.name;
+  }
 }
 
 }  // namespace

@@ -25,6 +25,9 @@ class Rng {
   double normal();                        // N(0, 1)
   std::uint64_t below(std::uint64_t n);   // uniform integer in [0, n), n > 0
   std::uint64_t state() const { return state_; }
+  // As if next_u64 had been called n times (SplitMix64 counts: the state moves by n gammas), so
+  // the stream can be split into pieces made in parallel with the same values. normal() takes two.
+  void skip(std::uint64_t n) { state_ += n * kSplitMix64Gamma; }
 
  private:
   std::uint64_t state_;

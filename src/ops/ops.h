@@ -71,9 +71,10 @@ class Ops {
   // Note [ops transfers]: copies between host RAM and this Ops' memory that run beside the
   // compute (the device tier's prefetch and write-back, Note [device tier] in
   // store/device_segment_store.h). An event (event_create; OpsEvent owns one) marks a point in one
-  // of the Ops' queues; transfers run in order on a copy queue of their own:
+  // of the Ops' queues; transfers run on two copy queues of their own, one per direction (in order
+  // within a direction; an upload never waits for a download queued before it, nor the reverse):
   //   event_record(e): e = everything queued for compute so far;
-  //   transfer(dst, src, bytes, to_device, after, done): on the copy queue once event `after`
+  //   transfer(dst, src, bytes, to_device, after, done): on its direction's queue once event `after`
   //     (may be null) has passed; records `done` (may be null) when the copy has finished;
   //   compute_wait(e): compute queued from now on waits for e (the host does not);
   //   event_done(e) / event_sync(e): has e passed / the host waits until it has.

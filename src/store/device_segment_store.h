@@ -18,10 +18,12 @@
 //     far from its next use is downloaded at once (Note [write-behind]) but stays, clean, until
 //     the room is needed (freeing it as the RAM tier does made every unit cross both ways every
 //     step whatever the budget: 2.2 GB each way a GPT-2 small step at 58% and at 42% of its state);
-//   - the copies run on the Ops' copy queue (Note [ops transfers]): an upload waits for the compute
-//     that last used its buffer, the compute waits for the upload of a unit it acquires (the host
-//     does not), a download waits for the compute that wrote the unit, and its buffer is reused
-//     only after the download has finished. The host store's units are page-locked where their
+//   - the copies run on the Ops' copy queues, one per direction (Note [ops transfers]): an upload
+//     waits for the compute that last used its buffer, the compute waits for the upload of a unit
+//     it acquires (the host does not), a download waits for the compute that wrote the unit, and
+//     its buffer is reused (a unit with a copy in flight is never evicted) and its host unit read
+//     only after the download has been seen finished, so nothing relies on the order between the
+//     two queues. The host store's units are page-locked where their
 //     buffers do not move (the RAM store), so the copies are asynchronous; from a pageable host
 //     buffer (the tiered store's) they are staged by the driver before the call returns;
 //   - buffers of evicted units are kept for the next unit of the same size (a device free waits

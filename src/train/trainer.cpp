@@ -170,7 +170,7 @@ void TrainRun::trace_start() {
 void TrainRun::weights_load() {
   auto base_load = [&] {  // the first run's weights, or (LoRA) the frozen base
     if (o_.model_dir.empty()) {
-      model_init_random(cfg_, *layout_, *store_, o_.seed);
+      model_init_random(cfg_, *layout_, *store_, o_.seed, pool_.get());
     } else {
       checkpoint_dir_check(o_.model_dir, "train");  // Note [checked reads]
       model_load_weights(o_.model_dir, *layout_, *store_);

@@ -24,6 +24,7 @@
 #include "core/file_util.h"
 #include "core/hash.h"
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "model/hf_config.h"
 #include "formats/safetensors.h"
 #include "stratum/error.h"
@@ -349,7 +350,30 @@ const float* tensor_get(const SegmentChunksHold& params, const TensorSlot& t, st
 }
 }  // namespace
 
-void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store, std::uint64_t seed) {
+namespace {
+// p[0, n) = rng.normal() * std, n calls in order, made in fixed pieces on the pool (Rng::skip: the
+// same values for any thread count); rng moves past them. One thread made the 1.1B Llama's
+// weights at about 400 ns a value on the GPU machine (7 minutes before its first step).
+void normal_fill(ThreadPool* pool, Rng& rng, float* p, std::size_t n, double std) {
+  constexpr std::size_t kPiece = std::size_t{1} << 16;
+  const std::uint64_t start = rng.state();
+  auto run = [&](std::size_t first, std::size_t last) {
+    for (std::size_t c = first; c < last; ++c) {
+      Rng r(start);
+      r.skip(2 * c * kPiece);
+      const std::size_t end = std::min(n, (c + 1) * kPiece);
+      for (std::size_t i = c * kPiece; i < end; ++i) p[i] = static_cast<float>(r.normal() * std);
+    }
+  };
+  const std::size_t pieces = (n + kPiece - 1) / kPiece;
+  if (pool != nullptr) pool->parallel_for(pieces, run);
+  else run(0, pieces);
+  rng.skip(2 * n);
+}
+}  // namespace
+
+void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store, std::uint64_t seed,
+                       ThreadPool* pool) {
   Rng rng(seed);
   std::vector<float> values;
   if (cfg.llama()) {  // transformers' LlamaPreTrainedModel: every weight N(0, 0.02), norms 1
@@ -362,7 +386,7 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
         if (t.shape.size() == 1) {
           std::fill(p, p + t.numel, 1.0f);
         } else {
-          for (std::size_t i = 0; i < t.numel; ++i) p[i] = static_cast<float>(rng.normal() * 0.02);
+          normal_fill(pool, rng, p, t.numel, 0.02);
         }
         tensor_put(params, t, values);
       }
@@ -385,7 +409,7 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
       } else {
         const bool residual = t.name.find("c_proj.weight") != std::string::npos;
         const double std = residual ? residual_std : 0.02;
-        for (std::size_t i = 0; i < t.numel; ++i) p[i] = static_cast<float>(rng.normal() * std);
+        normal_fill(pool, rng, p, t.numel, std);
       }
       tensor_put(params, t, values);
     }

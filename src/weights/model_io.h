@@ -16,6 +16,8 @@
 
 namespace stratum {
 
+class ThreadPool;
+
 // Reads DIR/config.json (GPT-2 or Llama).
 GptConfig model_read_config(const std::string& dir);
 
@@ -37,8 +39,10 @@ bool model_weights_bf16(const std::string& dir);
 
 // Initialisation from a seed. GPT-2: weights N(0, 0.02) (residual projections N(0, 0.02/sqrt(2L))),
 // biases 0, LayerNorm weight 1 / bias 0. Llama (as transformers does): every weight N(0, 0.02),
-// RMSNorm weights 1. Same seed => same bits.
-void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store, std::uint64_t seed);
+// RMSNorm weights 1. Same seed => same bits: the values are those of one Rng stream taken in
+// tensor order, made in fixed 64Ki-value pieces on `pool` when given (Rng::skip; any thread count).
+void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store, std::uint64_t seed,
+                       ThreadPool* pool = nullptr);
 
 // Writes a Hugging Face directory loadable by GPT2LMHeadModel / LlamaForCausalLM: config.json and
 // model.safetensors (GPT-2 names with "transformer.", lm_head tied, so absent; Llama names as

@@ -41,7 +41,11 @@ void* cuda_alloc(std::size_t bytes);
 
 struct CudaContext {
   cudaStream_t stream = nullptr;
-  cudaStream_t copy_stream = nullptr;  // Note [ops transfers]: the device tier's copies, beside the compute
+  // Note [ops transfers]: the device tier's copies, beside the compute, one stream per direction
+  // (a download waiting for the compute that wrote its unit holds back no upload; the two
+  // directions also run at once over PCIe/NVLink-C2C).
+  cudaStream_t upload_stream = nullptr;
+  cudaStream_t download_stream = nullptr;
   cublasHandle_t blas = nullptr;
   void* blas_workspace = nullptr;  // fixed cuBLAS workspace (reproducibility, Note [cuda determinism])
   // Device copies of host tables, made on first use.

@@ -160,7 +160,8 @@ void* CudaOps::memory_alloc(std::size_t bytes) const {
 void CudaOps::memory_free(void* p, std::size_t) const noexcept {
   if (p == nullptr) return;
   cudaStreamSynchronize(ctx_->stream);  // no queued op or copy may still use it
-  cudaStreamSynchronize(ctx_->copy_stream);
+  cudaStreamSynchronize(ctx_->upload_stream);
+  cudaStreamSynchronize(ctx_->download_stream);
   cudaFree(p);
 }
 
@@ -179,11 +180,11 @@ void CudaOps::event_record(void* event) const {
 }
 
 void CudaOps::transfer(void* dst, const void* src, std::size_t bytes, bool to_device, void* after, void* done) const {
-  if (after != nullptr) STRATUM_CUDA_CHECK(cudaStreamWaitEvent(ctx_->copy_stream, static_cast<cudaEvent_t>(after), 0));
+  cudaStream_t s = to_device ? ctx_->upload_stream : ctx_->download_stream;
+  if (after != nullptr) STRATUM_CUDA_CHECK(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(after), 0));
   if (bytes > 0)
-    STRATUM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
-                                       ctx_->copy_stream));
-  if (done != nullptr) STRATUM_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(done), ctx_->copy_stream));
+    STRATUM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s));
+  if (done != nullptr) STRATUM_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(done), s));
 }
 
 void CudaOps::compute_wait(void* event) const {
@@ -231,7 +232,8 @@ CudaOps::CudaOps(Precision precision) : ctx_(std::make_unique<CudaContext>()), p
   STRATUM_CHECK(precision == Precision::Fp32,
                 "[backend.cuda] --precision bf16 is not implemented on the CUDA backend yet: use fp32 there");
   STRATUM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->stream, cudaStreamNonBlocking));
-  STRATUM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->copy_stream, cudaStreamNonBlocking));
+  STRATUM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->upload_stream, cudaStreamNonBlocking));
+  STRATUM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->download_stream, cudaStreamNonBlocking));
   STRATUM_CUBLAS_CHECK(cublasCreate(&ctx_->blas));
   STRATUM_CUBLAS_CHECK(cublasSetStream(ctx_->blas, ctx_->stream));
   // Exact fp32: no TF32 tensor-op math, no reduced-precision reductions (Note [cuda determinism]).
@@ -244,7 +246,8 @@ CudaOps::CudaOps(Precision precision) : ctx_(std::make_unique<CudaContext>()), p
 
 CudaOps::~CudaOps() {
   if (ctx_->stream) cudaStreamSynchronize(ctx_->stream);
-  if (ctx_->copy_stream) cudaStreamSynchronize(ctx_->copy_stream);
+  if (ctx_->upload_stream) cudaStreamSynchronize(ctx_->upload_stream);
+  if (ctx_->download_stream) cudaStreamSynchronize(ctx_->download_stream);
   for (auto& [table, c] : ctx_->rope) {
     cudaFree(c.cos);
     cudaFree(c.sin);
@@ -254,7 +257,8 @@ CudaOps::~CudaOps() {
   if (ctx_->blas) cublasDestroy(ctx_->blas);
   cudaFree(ctx_->blas_workspace);
   if (ctx_->stream) cudaStreamDestroy(ctx_->stream);
-  if (ctx_->copy_stream) cudaStreamDestroy(ctx_->copy_stream);
+  if (ctx_->upload_stream) cudaStreamDestroy(ctx_->upload_stream);
+  if (ctx_->download_stream) cudaStreamDestroy(ctx_->download_stream);
 }
 
 }  // namespace stratum
