@@ -126,6 +126,8 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"verify a model dir", "verify " + kTiny, "neither a checkpoint"},
       {"zero gpu budget", "train --gpu-mem-budget 0" + data, "--gpu-mem-budget must be > 0"},
       {"gpu budget on the cpu", "train --steps 1 --gpu-mem-budget 1G" + data, "add --backend cuda"},
+      {"bad adamw place", "train --steps 1 --adamw-on disk" + data, "--adamw-on must be 'auto', 'gpu' or 'cpu'"},
+      {"adamw place on the cpu", "train --steps 1 --adamw-on cpu" + data, "--adamw-on chooses between the GPU"},
       {"generate gpu budget on the cpu", "generate --model " + kTiny + " --prompt-ids 1,2 --gpu-mem-budget 1G",
        "add --backend cuda"},
       {"prefetch without a budget", "train --prefetch 2" + data, "--prefetch only applies"},

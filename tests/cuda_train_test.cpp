@@ -99,7 +99,9 @@ TEST(CudaTrain, CheckpointsFromTheGpuResumeOnTheGpu) {
 // RAM and over a RAM budget with an offload dir, gives the bits of the whole state on the GPU
 // (the copies move bytes, the kernels are the same), streams, and stays within the budget.
 // Clipped (AdamW in the update groups after the norm) and the overlapped order with kept
-// activations and --grad-accum 2; the accumulated run also follows the CPU's.
+// activations and --grad-accum 2, AdamW on the GPU and on the CPU beside it (Note [host
+// optimizer]: the CUDA AdamW is the CPU's arithmetic, so the same bits); the accumulated run also
+// follows the CPU's.
 TEST(CudaTrain, GpuMemoryBudgetsGiveTheWholeStatesBits) {
   STRATUM_REQUIRE_CUDA();
   for (bool llama : {false, true}) {
@@ -114,24 +116,29 @@ TEST(CudaTrain, GpuMemoryBudgetsGiveTheWholeStatesBits) {
       o.backend = Backend::Cuda;
       const TrainResult whole = train_run(o);
       testing::TempDir tmp;
-      for (const bool host_budget : {false, true}) {
-        TrainOptions d = o;
-        d.gpu_mem_budget_bytes = std::size_t{1} << 30;
-        if (host_budget) {
-          d.mem_budget_bytes = std::size_t{1} << 30;
-          d.offload_dir = tmp.path();
-        }
-        const std::size_t smallest = train_run(d).min_budget_bytes;  // for these options
-        if (host_budget) d.mem_budget_bytes = smallest;
-        for (const std::size_t budget : {smallest, smallest + (smallest >> 1)}) {
-          if (host_budget && budget != smallest) continue;
-          SCOPED_TRACE(std::string(llama ? "llama" : "gpt2") + (accum ? " accum" : " clipped") + " budget " +
-                       std::to_string(budget) + (host_budget ? " over NVMe" : ""));
-          d.gpu_mem_budget_bytes = budget;
-          const TrainResult got = train_run(d);
-          EXPECT_EQ(got.params_hash, whole.params_hash);
-          EXPECT_GT(got.device_read_bytes, 0u);
-          EXPECT_LE(got.device_peak_bytes, budget);
+      for (const AdamWOn place : {AdamWOn::Device, AdamWOn::Host}) {  // Note [host optimizer]
+        for (const bool host_budget : {false, true}) {
+          TrainOptions d = o;
+          d.adamw_on = place;
+          d.gpu_mem_budget_bytes = std::size_t{1} << 30;
+          if (host_budget) {
+            d.mem_budget_bytes = std::size_t{1} << 30;
+            d.offload_dir = tmp.path();
+          }
+          const std::size_t smallest = train_run(d).min_budget_bytes;  // for these options
+          if (host_budget) d.mem_budget_bytes = 2 * smallest;  // with AdamW on the CPU the host holds the updates too
+          for (const std::size_t budget : {smallest, smallest + (smallest >> 1)}) {
+            if (host_budget && budget != smallest) continue;
+            SCOPED_TRACE(std::string(llama ? "llama" : "gpt2") + (accum ? " accum" : " clipped") + " budget " +
+                         std::to_string(budget) + (host_budget ? " over NVMe" : "") +
+                         (place == AdamWOn::Host ? " adamw on the cpu" : " adamw on the gpu"));
+            d.gpu_mem_budget_bytes = budget;
+            const TrainResult got = train_run(d);
+            EXPECT_EQ(got.params_hash, whole.params_hash);
+            EXPECT_EQ(got.adamw_on_host, place == AdamWOn::Host);
+            EXPECT_GT(got.device_read_bytes, 0u);
+            EXPECT_LE(got.device_peak_bytes, budget);
+          }
         }
       }
     }

@@ -98,6 +98,65 @@ TEST(DeviceTier, EveryGpuBudgetGivesTheInMemoryBits) {
   }
 }
 
+// Note [host optimizer]: AdamW on the host store on the worker thread while the "device"
+// computes (ZeRO-Offload), with the whole state on the device and at the smallest and a middle
+// budget, over RAM and over NVMe, clipped (updates pipelined into the next forward) and
+// overlapped with accumulation: the in-memory bits; the moments never cross (fewer bytes copied
+// in than with AdamW on the device at the same budget) and the smallest budget is lower;
+// --adamw-on auto puts AdamW on the host exactly when the state does not fit the budget.
+TEST(DeviceTier, AdamWOnTheHostGivesTheInMemoryBits) {
+  testing::TempDir tmp;
+  for (const bool llama : {false, true}) {
+    for (const bool clipped : {true, false}) {
+      TrainOptions o = tiny(llama);
+      o.grad_clip = clipped ? 1.0 : 0.0;
+      if (!clipped) o.grad_accum = 2;
+      const std::string what = std::string(llama ? "llama" : "gpt2") + (clipped ? " clipped" : " overlapped accum");
+      const TrainResult want = train_run(o);
+      TrainOptions d = o;
+      d.mirror_store = true;
+      d.adamw_on = AdamWOn::Host;
+      const TrainResult whole = train_run(d);
+      EXPECT_TRUE(whole.adamw_on_host) << what;
+      EXPECT_EQ(whole.params_hash, want.params_hash) << what << " whole state on the device";
+      const std::size_t smallest = whole.min_budget_bytes;
+      d.adamw_on = AdamWOn::Device;
+      const std::size_t device_smallest = train_run(d).min_budget_bytes;
+      EXPECT_LT(smallest, device_smallest) << what << ": the updates need no device memory";
+      for (const bool host_budget : {false, true}) {
+        for (const std::size_t budget : {smallest, smallest + (smallest >> 1)}) {
+          if (host_budget && budget != smallest) continue;
+          SCOPED_TRACE(what + " gpu budget " + std::to_string(budget) + (host_budget ? " over NVMe" : ""));
+          d.gpu_mem_budget_bytes = budget;
+          d.mem_budget_bytes = host_budget ? 2 * smallest : 0;  // the host's own minimum holds the updates too
+          d.offload_dir = host_budget ? tmp.path() : "";
+          d.adamw_on = AdamWOn::Host;
+          const TrainResult got = train_run(d);
+          EXPECT_EQ(got.params_hash, want.params_hash);
+          EXPECT_EQ(got.final_loss, want.final_loss);
+          EXPECT_LE(got.device_peak_bytes, budget);
+          if (host_budget) EXPECT_GT(got.read_bytes, 0u) << "the host tier must stream from the offload dir too";
+          d.adamw_on = AdamWOn::Auto;  // the state does not fit: the host
+          const TrainResult automatic = train_run(d);
+          EXPECT_TRUE(automatic.adamw_on_host);
+          EXPECT_EQ(automatic.params_hash, want.params_hash);
+          if (budget < device_smallest) continue;
+          d.adamw_on = AdamWOn::Device;
+          const TrainResult on_device = train_run(d);
+          EXPECT_FALSE(on_device.adamw_on_host);
+          EXPECT_EQ(on_device.params_hash, want.params_hash);
+          EXPECT_LT(got.device_read_bytes, on_device.device_read_bytes) << "the moments must stay on the host";
+        }
+      }
+      d.gpu_mem_budget_bytes = 0;
+      d.mem_budget_bytes = 0;
+      d.offload_dir.clear();
+      d.adamw_on = AdamWOn::Auto;  // everything fits: the device
+      EXPECT_FALSE(train_run(d).adamw_on_host) << what;
+    }
+  }
+}
+
 TEST(DeviceTier, LoraAndZerothOrderUnderAGpuBudget) {
   TrainOptions lora = tiny(true);
   lora.lora_r = 4;
@@ -176,6 +235,10 @@ TEST(DeviceTier, BadGpuBudgetsAreOneLine) {
   const std::string m = message(o);
   EXPECT_NE(m.find("--gpu-mem-budget 4.0 KiB is below the minimum"), std::string::npos) << m;
   EXPECT_NE(m.find("use --gpu-mem-budget"), std::string::npos) << m;
+  o.gpu_mem_budget_bytes = 0;
+  o.optimizer = TrainOptimizer::ZoSgd;
+  o.adamw_on = AdamWOn::Host;
+  EXPECT_NE(message(o).find("--optimizer zo-sgd has none: drop --adamw-on"), std::string::npos) << message(o);
 }
 
 }  // namespace

@@ -177,6 +177,9 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
              {"gpu-mem-budget", "SIZE", "with --backend cuda: bound the GPU memory the engine uses to SIZE, e.g. 6G; "
                                         "what does not fit stays in RAM (or under --mem-budget on --offload-dir) and "
                                         "is copied in when used (default: the whole state on the GPU)"},
+             {"adamw-on", "WHERE", "with --backend cuda: auto (default: the CPU, beside the GPU's compute, when the "
+                                   "state does not fit --gpu-mem-budget; else the GPU) | gpu | cpu (ZeRO-Offload: the "
+                                   "AdamW moments stay in RAM, gradients come down, parameters go up); same bits"},
              {"lora-init", "DIR", "start the LoRA adapters from this PEFT adapter directory (its adapter_config.json "
                                   "gives r, alpha and the targets); default: PEFT's init from --seed"},
              {"quiet", "", "no progress bar"}})));
@@ -199,6 +202,7 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
   o.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;
   STRATUM_CHECK(!args.has("mem-budget") || o.mem_budget_bytes > 0, "[cli] --mem-budget must be > 0, e.g. 512M");
   o.gpu_mem_budget_bytes = args.has("gpu-mem-budget") ? args.size_bytes("gpu-mem-budget", 0) : 0;
+  o.adamw_on = adamw_on_parse(args.str("adamw-on", "auto"));
   STRATUM_CHECK(!args.has("gpu-mem-budget") || o.gpu_mem_budget_bytes > 0, "[cli] --gpu-mem-budget must be > 0, e.g. 6G");
   o.offload_dir = args.str("offload-dir");
   STRATUM_CHECK(o.mem_budget_bytes > 0 || o.offload_dir.empty(),

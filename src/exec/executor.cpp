@@ -96,7 +96,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   if (!ops_->host_memory())
     tokens_ = OpsBuffer(*ops_, 2 * static_cast<std::size_t>(max_batch) * max_seq * sizeof(std::int32_t));
   // Off the host, updates run on the executor's Ops in schedule order (the device stream overlaps
-  // them with nothing else yet): no worker thread.
+  // them with nothing else): no worker thread, unless optimizer_on_host() puts them on the CPU.
   if ((mode == OptimizerMode::Overlapped || mode == OptimizerMode::Pipelined) && ops_->host_memory()) {
     worker_pool_ = std::make_unique<ThreadPool>(1);
     worker_ops_ = ops_make(*worker_pool_);
@@ -120,9 +120,24 @@ Executor::~Executor() {
   if (store_ != nullptr) store_->schedule_set(nullptr);
 }
 
+void Executor::optimizer_on_host() {
+  STRATUM_ASSERT(store_ == nullptr && comm_ == nullptr &&
+                 (mode_ == OptimizerMode::Overlapped || mode_ == OptimizerMode::Pipelined));
+  host_optimizer_ = true;
+  if (worker_) return;
+  worker_pool_ = std::make_unique<ThreadPool>(1);
+  worker_ops_ = ops_make(*worker_pool_);  // the CPU's kernels: the host store's memory
+  worker_ = std::make_unique<OptimizerWorker>();
+}
+
 void Executor::attach(SegmentStore& store) {
   STRATUM_ASSERT(store.units().count() == units_.count() && store.units().act_floats() >= units_.act_floats());
   store_ = &store;
+  if (host_optimizer_) {
+    device_ = dynamic_cast<DeviceSegmentStore*>(&store);
+    STRATUM_ASSERT(device_ != nullptr);
+    device_->optimizer_on_host();
+  }
   store_->schedule_set(&schedule_);
 }
 
@@ -350,7 +365,12 @@ void Executor::schedule_build() {
 }
 
 std::size_t Executor::min_store_bytes() const {
-  return schedule_min_bytes(schedule_, units_, worker_ != nullptr);
+  // Note [host optimizer]: the updates hold nothing of this store then.
+  return schedule_min_bytes(schedule_, units_, worker_ != nullptr && !host_optimizer_, host_optimizer_);
+}
+
+std::size_t Executor::min_host_store_bytes() const {
+  return host_optimizer_ ? schedule_min_bytes(schedule_, units_, true) : min_store_bytes();
 }
 
 std::size_t Executor::fixed_bytes() const {

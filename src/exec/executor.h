@@ -100,6 +100,7 @@
 #include "model/param_layout.h"
 #include "model/transformer_block.h"
 #include "obs/trace_recorder.h"
+#include "store/device_segment_store.h"
 #include "store/segment_store.h"
 #include "store/step_schedule.h"
 #include "exec/optimizer_worker.h"
@@ -164,7 +165,8 @@ class Executor {
   // precision: what the matrix products compute in (Note [bf16 products]).
   // backend: where the ops run (backend/backend.h); off the CPU every buffer is the backend's
   // (Note [ops memory]), the tokens are uploaded each pass, the attached store must hand out that
-  // memory (DeviceSegmentStore) and AdamW runs on the executor's own Ops in schedule order.
+  // memory (DeviceSegmentStore) and AdamW runs on the executor's own Ops in schedule order, or
+  // on the CPU beside it (optimizer_on_host).
   // micro_batches: of (max_batch, max_seq) each per training step on this rank (Note [gradient
   // accumulation]); comm: the ranks of a data-parallel run (Note [data parallel]; null: one
   // process). With micro_batches * ranks above 1 the unit table needs GradSum units.
@@ -176,6 +178,11 @@ class Executor {
            ActivationPolicy activations = ActivationPolicy::Recompute);
   ~Executor();
   void attach(SegmentStore& store);
+  // Note [host optimizer] (store/device_segment_store.h): off the host, AdamW runs on the CPU, on
+  // the optimizer worker, over the attached DeviceSegmentStore's host store, overlapped with the
+  // device's compute (ZeRO-Offload); the moments never reach the device. Before attach, with mode
+  // Overlapped or Pipelined, in one process. The same arithmetic: the same bits.
+  void optimizer_on_host();
   const Ops& ops() const { return *ops_; }
   // For owners of memory of these ops that may outlive the executor (DeviceSegmentStore).
   std::shared_ptr<const Ops> ops_shared() const { return ops_; }
@@ -188,6 +195,9 @@ class Executor {
   // Smallest store RAM budget that can run a training step: the largest set of units held at
   // once (with the optimizer overlap, plus what the worker holds).
   std::size_t min_store_bytes() const;
+  // The same for the host store under a device tier: with the host optimizer the updates hold
+  // the host's units beside the step's (Note [host optimizer]); else min_store_bytes().
+  std::size_t min_host_store_bytes() const;
   const StepSchedule& schedule() const { return schedule_; }
 
   int micro_batches() const { return micro_batches_; }
@@ -333,6 +343,8 @@ class Executor {
   std::unique_ptr<ThreadPool> worker_pool_;  // 1 thread: the optimizer worker's kernels
   std::unique_ptr<Ops> worker_ops_;          // the kernels, on worker_pool_
   std::unique_ptr<OptimizerWorker> worker_;
+  bool host_optimizer_ = false;          // Note [host optimizer]
+  DeviceSegmentStore* device_ = nullptr;  // the attached store, with host_optimizer_
   std::vector<long> update_job_;   // per segment: worker job number of its pending update, 0 = none
   std::uint64_t dropout_step_key_ = 0;  // lora_dropout_step's (Note [lora dropout])
   std::uint64_t dropout_seed_ = 0;      // lora_dropout_step's arguments, for micro-batches' keys

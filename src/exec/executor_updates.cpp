@@ -81,24 +81,53 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
                                  float grad_scale) {
   TraceSpan span(trace_, &ops == worker_ops_.get() ? TraceRecorder::kOptimizer : TraceRecorder::kCompute,
                  "optimizer", layout_.segments()[s].name + " AdamW", tag(GroupWork::Optimizer));
+  // Note [host optimizer]: on the host store, each chunk's gradients and parameters taken from
+  // the device tier around the update (the gradients downloaded, the parameters' device copy
+  // dropped after).
+  SegmentStore& store = device_ != nullptr && &ops == worker_ops_.get() ? device_->host() : *store_;
+  DeviceSegmentStore* const device = &store == store_ ? nullptr : device_;
   // Read-ahead of the next chunks: the worker may run ahead of the schedule position, where the
   // store's prefetch window does not reach (no-op when they are resident or in RAM).
   const int chunks = units_.chunk_count(s, SegmentKind::Params);
   auto read_ahead = [&](int c) {
     if (c >= chunks) return;
     for (SegmentKind k : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
-      store_->unit_prefetch(units_.index(s, k, c));
+      store.unit_prefetch(units_.index(s, k, c));
   };
   read_ahead(0);
   read_ahead(1);
   const SegmentLayout& seg = layout_.segments()[s];
   for (int c = 0; c < chunks; ++c) {
     read_ahead(c + 2);
+    const int grads_unit = units_.index(s, SegmentKind::Grads, c), params_unit = units_.index(s, SegmentKind::Params, c);
+    struct Taken {  // given back on every path out, so a failed update never leaves the device waiting
+      DeviceSegmentStore* device;
+      int grads, params;
+      bool changed = false;
+      ~Taken() {
+        if (device == nullptr) return;
+        try {
+          device->host_give(grads, false);
+          device->host_give(params, changed);
+        } catch (...) {  // the failure that brought us here is the one reported
+        }
+      }
+    } taken{nullptr, grads_unit, params_unit};
+    if (device != nullptr) {
+      device->host_take(grads_unit);
+      try {
+        device->host_take(params_unit);
+      } catch (...) {
+        device->host_give(grads_unit, false);
+        throw;
+      }
+      taken.device = device;
+    }
     {
-      SegmentHold params(*store_, s, SegmentKind::Params, Access::Update, c);
-      SegmentHold grads(*store_, s, SegmentKind::Grads, Access::Read, c);
-      SegmentHold m(*store_, s, SegmentKind::AdamM, Access::Update, c);
-      SegmentHold v(*store_, s, SegmentKind::AdamV, Access::Update, c);
+      SegmentHold params(store, s, SegmentKind::Params, Access::Update, c);
+      SegmentHold grads(store, s, SegmentKind::Grads, Access::Read, c);
+      SegmentHold m(store, s, SegmentKind::AdamM, Access::Update, c);
+      SegmentHold v(store, s, SegmentKind::AdamV, Access::Update, c);
       for (const TensorSlot& t : seg.tensors) {
         if (t.chunk != c) continue;
         const std::size_t at = seg.offset_in_chunk(t);
@@ -106,6 +135,7 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
                      t.weight_decay ? weight_decay : 0.0, grad_scale);
       }
     }
+    taken.changed = true;
     store_->schedule_refresh();  // this chunk was released (written behind): load further ahead
   }
 }

@@ -207,6 +207,11 @@ void* DeviceSegmentStore::acquire_unit(int unit, Access access) {
   const bool training = std::this_thread::get_id() == training_thread_;
   reap();
   Entry& e = entries_[unit];
+  STRATUM_ASSERT(!host_optimizer_ || (units().kind(unit) != SegmentKind::AdamM && units().kind(unit) != SegmentKind::AdamV));
+  if (e.host_taken) {  // the optimizer worker is updating the host's copy (Note [host optimizer])
+    released_.wait(lock, [&] { return !e.host_taken; });
+    reap();
+  }
   if (e.state == State::Writing) {  // asked for again while written back: keep it
     e.state = State::Resident;
     e.evicting = false;
@@ -289,10 +294,13 @@ void DeviceSegmentStore::prefetch(Lock& lock) {
   const int group = policy_.now();
   const int groups = schedule->group_count();
   for (int d = 0; d <= prefetch_depth_ && d < groups; ++d) {
-    for (const UnitUse& use : schedule->group((group + d) % groups)) {
+    const int g = (group + d) % groups;
+    if (host_optimizer_ && schedule->group_work(g) == GroupWork::Optimizer) continue;  // runs on the host
+    for (const UnitUse& use : schedule->group(g)) {
       if (d == 0 && policy_.used_now(use.unit)) continue;
       Entry& e = entries_[use.unit];
-      if (e.state != State::Absent || !e.on_host || use.access == Access::Overwrite || use.access == Access::Scratch)
+      if (e.state != State::Absent || !e.on_host || e.host_taken || use.access == Access::Overwrite ||
+          use.access == Access::Scratch)
         continue;
       if (!space_make(lock, units().bytes(use.unit), d, false)) return;
       if (e.state != State::Absent) continue;
@@ -340,6 +348,7 @@ void DeviceSegmentStore::push() {
     if (!persistent(units().kind(u))) continue;
     Entry& e = entries_[u];
     e.on_host = true;
+    if (host_optimizer_ && units().kind(u) != SegmentKind::Params) continue;  // the moments stay on the host
     e.dirty = false;
     if (e.state == State::Absent) {
       if (budget_bytes_ > 0) continue;  // uploaded when the schedule needs it
@@ -367,6 +376,44 @@ void DeviceSegmentStore::pull() {
     e.on_host = true;
     totals_.write_bytes += units().bytes(u);
   }
+}
+
+// Note [host optimizer].
+void DeviceSegmentStore::optimizer_on_host() {
+  Lock lock(mutex_);
+  host_optimizer_ = true;
+}
+
+void DeviceSegmentStore::host_take(int unit) {
+  Lock lock(mutex_);
+  Entry& e = entries_[unit];
+  released_.wait(lock, [&] { return e.holds == 0 && !e.host_taken; });
+  e.host_taken = true;  // no upload starts and no acquire returns it from now on
+  reap();
+  if (e.state == State::Resident && e.dirty) download_start(unit);
+  while (e.in_flight) {  // its copy (this download, or a write-behind) finishes with the store unlocked
+    void* const done = e.done.get();
+    lock.unlock();
+    ops_->event_sync(done);
+    lock.lock();
+    reap();
+  }
+}
+
+void DeviceSegmentStore::host_give(int unit, bool changed) {
+  Lock lock(mutex_);
+  Entry& e = entries_[unit];
+  STRATUM_ASSERT(e.host_taken && e.holds == 0 && !e.in_flight);
+  e.host_taken = false;
+  if (changed) {
+    e.on_host = true;
+    if (e.state == State::Resident) {  // stale now: the next use uploads the host's copy
+      STRATUM_ASSERT(!e.dirty);
+      buffer_give(std::move(e.buffer));
+      e.state = State::Absent;
+    }
+  }
+  released_.notify_all();
 }
 
 }  // namespace stratum

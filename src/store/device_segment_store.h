@@ -76,6 +76,20 @@ class DeviceSegmentStore final : public SegmentStore {
   void push();
   void pull();
 
+  // Note [host optimizer]: AdamW on the CPU over the host store while the device computes
+  // (ZeRO-Offload). After optimizer_on_host() the AdamW moments never come to the device (push
+  // skips them; acquiring one is a bug) and prefetch skips the schedule's Optimizer groups. The
+  // optimizer worker brackets each chunk it updates with host_take / host_give:
+  //   host_take(unit): the host store's copy is made current (a dirty unit downloaded, the
+  //     worker waiting for the copy with the store unlocked) and the unit is the host's until
+  //     host_give: nothing uploads it, and an acquire waits;
+  //   host_give(unit, changed): changed (the parameters) drops the device's stale copy, so the
+  //     next use uploads the updated one.
+  void optimizer_on_host();
+  void host_take(int unit);
+  void host_give(int unit, bool changed);
+  SegmentStore& host() { return host_; }
+
  private:
   // A device buffer and the event its reuse waits for: recorded on the compute queue when the
   // buffer was made or its unit let go of it.
@@ -94,6 +108,7 @@ class DeviceSegmentStore final : public SegmentStore {
     bool host_held = false;  // the host store's unit is acquired until `done` (page-locked copies)
     bool dirty = false;      // the device's copy is newer than the host's
     bool on_host = false;    // the host store holds this unit's data (else it reads as zeros)
+    bool host_taken = false; // host_take'n (Note [host optimizer]): not copied, not acquired
     int holds = 0;
     int pins = 0;
   };
@@ -124,6 +139,7 @@ class DeviceSegmentStore final : public SegmentStore {
   std::size_t budget_bytes_;
   int prefetch_depth_;
   bool streaming_ = false;  // the units do not all fit the budget (Note [write-behind])
+  bool host_optimizer_ = false;  // Note [host optimizer]
   mutable std::mutex mutex_;
   std::condition_variable released_;
   std::vector<Entry> entries_;        // per unit

@@ -63,12 +63,14 @@ Access StepSchedule::next_use_access(int unit, int now) const {
   return use == nullptr ? Access::Read : use->access;
 }
 
-std::size_t schedule_min_bytes(const StepSchedule& schedule, const UnitTable& units, bool worker) {
+std::size_t schedule_min_bytes(const StepSchedule& schedule, const UnitTable& units, bool worker,
+                               bool updates_elsewhere) {
   const int G = schedule.group_count();
   std::vector<std::size_t> held(static_cast<std::size_t>(G), 0);  // the largest hold of each group
   int first_update = G, last_update = -1;
   std::size_t update_hold = 0;
   for (int g = 0; g < G; ++g) {
+    if (updates_elsewhere && schedule.group_work(g) == GroupWork::Optimizer) continue;
     const auto& uses = schedule.group(g);
     const std::size_t span = static_cast<std::size_t>(schedule.hold_span(g));
     for (std::size_t i = 0; i < uses.size(); i += span) {

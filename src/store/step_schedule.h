@@ -77,6 +77,9 @@ class StepSchedule {
 // group, plus, with `worker`, one Optimizer hold beside every other group that lies between the
 // schedule's first and last Optimizer group (where an optimizer worker may be updating beside
 // the training thread: the forward when updates are pipelined, the backward when they overlap it).
-std::size_t schedule_min_bytes(const StepSchedule& schedule, const UnitTable& units, bool worker);
+// updates_elsewhere: the Optimizer groups hold nothing of this store (AdamW on the host store
+// beside a device tier, Note [host optimizer] in store/device_segment_store.h).
+std::size_t schedule_min_bytes(const StepSchedule& schedule, const UnitTable& units, bool worker,
+                               bool updates_elsewhere = false);
 
 }  // namespace stratum

@@ -110,6 +110,13 @@ Precision precision_parse(const std::string& name) {
   STRATUM_FAIL("[train] --precision must be 'fp32' or 'bf16', got '", name, "'");
 }
 
+AdamWOn adamw_on_parse(const std::string& name) {
+  if (name == "auto") return AdamWOn::Auto;
+  if (name == "gpu") return AdamWOn::Device;
+  if (name == "cpu") return AdamWOn::Host;
+  STRATUM_FAIL("[train] --adamw-on must be 'auto', 'gpu' or 'cpu', got '", name, "'");
+}
+
 const char* train_optimizer_name(TrainOptimizer o) { return o == TrainOptimizer::ZoSgd ? "zo-sgd" : "adamw"; }
 
 TrainOptimizer train_optimizer_parse(const std::string& name) {

@@ -24,6 +24,10 @@ namespace stratum {
 // What updates the weights: AdamW on backpropagated gradients, or zeroth-order SGD (MeZO: two
 // forward passes a step, Note [zeroth-order step] in exec/executor.h).
 enum class TrainOptimizer { AdamW, ZoSgd };
+// Where AdamW runs when the step computes off the CPU (--adamw-on auto|gpu|cpu; Note [host optimizer]).
+enum class AdamWOn { Auto, Device, Host };
+// "auto", "gpu", "cpu"; anything else throws Error naming --adamw-on.
+AdamWOn adamw_on_parse(const std::string& name);
 const char* train_optimizer_name(TrainOptimizer o);  // "adamw", "zo-sgd"
 // "adamw" or "zo-sgd"; anything else throws Error naming --optimizer.
 TrainOptimizer train_optimizer_parse(const std::string& name);

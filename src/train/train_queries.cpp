@@ -95,6 +95,13 @@ void train_options_check(const TrainOptions& o) {
                 "'; give each its own");
   STRATUM_CHECK(o.gpu_mem_budget_bytes == 0 || o.backend != Backend::Cpu || o.mirror_store,
                 "[train] --gpu-mem-budget bounds the GPU's memory: add --backend cuda, or use --mem-budget for RAM");
+  STRATUM_CHECK(o.adamw_on == AdamWOn::Auto || o.backend != Backend::Cpu || o.mirror_store,
+                "[train] --adamw-on chooses between the GPU and the CPU: add --backend cuda (on the CPU backend "
+                "AdamW always runs on the CPU)");
+  STRATUM_CHECK(o.adamw_on == AdamWOn::Auto || o.optimizer == TrainOptimizer::AdamW,
+                "[train] --adamw-on places AdamW, and --optimizer zo-sgd has none: drop --adamw-on");
+  STRATUM_CHECK(o.adamw_on != AdamWOn::Host || o.comm == nullptr || o.comm->size() == 1,
+                "[train] --adamw-on cpu is for one process for now: drop it under mpirun");
   STRATUM_CHECK(o.backend == Backend::Cpu || o.precision == Precision::Fp32, "[train] --backend ",
                 backend_name(o.backend), " computes in fp32 only for now: drop --precision bf16");
   if (o.comm != nullptr && o.comm->size() > 1) {

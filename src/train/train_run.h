@@ -84,6 +84,7 @@ class TrainRun {
   std::size_t min_budget_ = 0;
   ActivationPolicy activations_ = ActivationPolicy::Recompute;  // resolved (Note [activations offload])
   std::string activations_line_;  // what the plan chose for --activations auto, and why
+  std::string optimizer_line_;    // on the device tier: where AdamW runs, and why (Note [host optimizer])
   std::string store_text_ = "everything in RAM", plan_line_;
   LrSchedule sched_;
   std::vector<std::int32_t> inputs_, targets_;

@@ -68,10 +68,44 @@ void TrainRun::store_make() {
                                      o_.comm);
   if (const std::string note = backend_precision_note(o_.precision); !note.empty())
     std::fprintf(stderr, "[stratum] %s\n", note.c_str());
-  const Executor& exec = *exec_;
   // Off the host the executor computes on the device tier (Note [device tier]) in front of the
   // RAM store or the RAM-over-NVMe store; its buffers (fixed_bytes) are device memory then.
-  const bool device_tier = !exec.ops().host_memory() || o_.mirror_store;
+  const bool device_tier = !exec_->ops().host_memory() || o_.mirror_store;
+  if (device_tier && !zo) {  // Note [host optimizer]: where AdamW runs
+    const std::size_t state = units_->total_bytes() + exec_->fixed_bytes();
+    const bool host = o_.adamw_on == AdamWOn::Host ||
+                      (o_.adamw_on == AdamWOn::Auto && o_.gpu_mem_budget_bytes > 0 && state > o_.gpu_mem_budget_bytes);
+    std::size_t moments = 0;
+    for (int u = 0; u < units_->count(); ++u)
+      if (units_->kind(u) == SegmentKind::AdamM || units_->kind(u) == SegmentKind::AdamV) moments += units_->bytes(u);
+    const char* device = exec_->ops().name();
+    if (host) {
+      const OptimizerMode mode = optimizer_mode_for(o_.grad_clip, true);  // on the worker thread
+      if (mode != plan_mode(request, budget)) {
+        exec_.reset();  // its device buffers first
+        exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations, mode,
+                                           o_.precision, o_.backend, o_.grad_accum / ranks(), o_.comm);
+      }
+      exec_->optimizer_on_host();
+      result_.adamw_on_host = true;
+      optimizer_line_ = "[stratum] AdamW on the CPU beside the " + std::string(device) + " compute (ZeRO-Offload): " +
+                        (o_.adamw_on == AdamWOn::Host
+                             ? std::string("--adamw-on cpu")
+                             : "the state and engine buffers (" + bytes_text(state) + ") exceed --gpu-mem-budget " +
+                                   bytes_text(o_.gpu_mem_budget_bytes)) +
+                        "; the AdamW moments (" + bytes_text(moments) + ") stay in host memory, gradients come down "
+                        "and updated parameters go up\n";
+    } else {
+      optimizer_line_ = "[stratum] AdamW on the " + std::string(device) + ": " +
+                        (o_.adamw_on == AdamWOn::Device ? std::string("--adamw-on gpu")
+                                                        : "the whole state and the engine buffers (" + bytes_text(state) +
+                                                              ") fit " + (o_.gpu_mem_budget_bytes > 0
+                                                                              ? "--gpu-mem-budget " + bytes_text(o_.gpu_mem_budget_bytes)
+                                                                              : std::string("the device"))) +
+                        "\n";
+    }
+  }
+  const Executor& exec = *exec_;
   const std::size_t host_fixed = device_tier ? 0 : exec.fixed_bytes();
   if (device_tier) result_.prefetch = o_.prefetch >= 0 ? o_.prefetch : 2;  // the plan models the CPU's compute only
   min_budget_ = exec.fixed_bytes() + exec.min_store_bytes();
@@ -95,7 +129,7 @@ void TrainRun::store_make() {
     else exec_->attach(*store_);
     return;
   }
-  const std::size_t host_min = host_fixed + exec.min_store_bytes();
+  const std::size_t host_min = host_fixed + exec.min_host_store_bytes();
   STRATUM_CHECK(o_.mem_budget_bytes >= host_min, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
                 " is below the minimum of ", bytes_text(host_min), " for this model at B=", o_.batch, " T=", o_.seq,
                 " (engine buffers ", bytes_text(host_fixed), " + largest working set ", bytes_text(exec.min_store_bytes()),

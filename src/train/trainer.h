@@ -64,6 +64,10 @@ struct TrainOptions : TrainSettings {
   // --gpu-mem-budget: device memory for the executor's buffers and the units it holds; 0 = the
   // whole training state on the device.
   std::size_t gpu_mem_budget_bytes = 0;
+  // --adamw-on: where AdamW runs off the CPU backend (Note [host optimizer]). Auto: on the CPU,
+  // beside the device's compute, when the whole state and the engine's buffers exceed
+  // gpu_mem_budget_bytes (the moments then never cross to the device), else on the device.
+  AdamWOn adamw_on = AdamWOn::Auto;
   bool mirror_store = false;  // tests only: compute on a DeviceSegmentStore on the CPU too
   // With a budget: the stratum binary to run the plan's measurement in (a separate process, so
   // it never counts against the budget); empty = measure in this process (tests).
@@ -89,6 +93,7 @@ struct TrainResult {
   // and the executor's buffers + the units held on the device, highest over the run.
   std::uint64_t device_read_bytes = 0, device_write_bytes = 0;
   std::size_t device_peak_bytes = 0;
+  bool adamw_on_host = false;                     // AdamW ran on the CPU beside the device (Note [host optimizer])
   std::size_t min_budget_bytes = 0;               // smallest --mem-budget this run could use
   double predicted_step_ms = 0.0;                 // the plan's prediction (with a budget), else 0
   int prefetch = 0;                               // the prefetch depth used (with a budget)

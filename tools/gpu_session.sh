@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 18's checks and benchmarks in one bounded run, most important first, for a session that
+# has the GPU machine for a few minutes (start it with the device tool, keep it warm: a fresh
+# machine is not started with under 4 minutes of device time left). Each step has its own
+# timeout, so a slow one cannot eat the rest; everything is logged under OUT_DIR and a summary
+# printed at the end.
+#   1. the CUDA op, train and generate tests against the CPU (stratum_tests 'Cuda*:Backend*');
+#   2. GPT-2 small, B4 T1024: the whole state, then --gpu-mem-budget 1000M with AdamW on the CPU
+#      beside the GPU (auto: Note [host optimizer]) and on the GPU (bench/gpu_tier.sh);
+#   3. the ~1.1B Llama (TinyLlama's shape, B1 T2048): the whole state, then 4300M (25% of its
+#      training state) both ways;
+#   4. decoding the 1.1B Llama (bf16) with 25% of its weights on the GPU (bench/gpu_decode.sh).
+# Needs build/ configured with the CUDA toolkit present, TOKENS.bin GPT-2 ids, TOKENS32K.bin ids
+# below 32000. LIBS_TAR: optional tarball of the shared libraries the binaries need on a machine
+# that is not Debian (see tools/gpu_check.sh).
+# Usage: bash tools/gpu_session.sh TOKENS.bin TOKENS32K.bin OUT_DIR [LIBS_TAR]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tokens=$1 tokens32k=$2 out=$3 libs=${4:-}
+mkdir -p "$out"
+if [[ -n $libs ]]; then
+  libdir=$(mktemp -d)
+  tar -xJf "$libs" -C "$libdir"
+  export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -e $d/libcublas.so.13 ]] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
+done
+start=$(date +%s)
+step() { echo "== t+$(( $(date +%s) - start )) s: $*" | tee -a "$out/summary.txt"; }
+step "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+step "cuda tests"
+timeout 200 build/stratum_tests --gtest_filter='Cuda*:Backend*' > "$out/cuda_tests.log" 2>&1
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \] [A-Z]" "$out/cuda_tests.log" | tee -a "$out/summary.txt"
+step "gpt2 tier, AdamW placed by the run (auto), then on the GPU"
+timeout 150 bash bench/gpu_tier.sh build/stratum "$tokens" "$out/gpt2" gpt2 1000M 2>&1 | tee -a "$out/summary.txt"
+timeout 100 bash bench/gpu_tier.sh build/stratum "$tokens" "$out/gpt2-gpu" gpt2 1000M -- --adamw-on gpu 2>&1 |
+  grep "^1000M" | sed 's/^/adamw on the gpu: /' | tee -a "$out/summary.txt"
+step "llama 1.1B tier at 25% of its state, auto then on the GPU"
+timeout 300 bash bench/gpu_tier.sh build/stratum "$tokens32k" "$out/llama" llama1b 4300M 2>&1 | tee -a "$out/summary.txt"
+timeout 200 bash bench/gpu_tier.sh build/stratum "$tokens32k" "$out/llama-gpu" llama1b 4300M -- --adamw-on gpu 2>&1 |
+  grep "^4300M" | sed 's/^/adamw on the gpu: /' | tee -a "$out/summary.txt"
+step "decoding the 1.1B Llama with 25% of its weights on the GPU"
+model=$(mktemp -d)
+timeout 60 python3 tools/make_random_llama.py --out "$model" --preset 1b --dtype bf16 --threads 16 > /dev/null 2>&1 &&
+  timeout 120 bash bench/gpu_decode.sh build/stratum "$model" "$out/decode" 560M 2>&1 | tee -a "$out/summary.txt"
+rm -rf "$model"
+find "$out" -name '*.jsonl' -delete  # the per-step logs: the summary has what matters
+step done
