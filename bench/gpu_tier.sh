@@ -5,7 +5,9 @@
 # installed), then trains the model with the whole state on the GPU and under each budget; prints
 # per run the median step, tokens/s, the ratio to the whole-state run, the copies a step and the
 # params hash (the same for every budget: Note [device tier]) and the process's wall time. A
-# budget below the minimum prints the minimum and goes on.
+# budget below the minimum prints the minimum and goes on. AdamW runs where the run puts it
+# (Note [host optimizer]: on the CPU when the state exceeds the budget); `-- --adamw-on gpu` keeps
+# it on the GPU for the comparison.
 # Usage: bash bench/gpu_tier.sh STRATUM TOKENS OUT_DIR {gpt2|llama1b} BUDGET... [-- EXTRA TRAIN FLAGS]
 #   gpt2: GPT-2 small, B4 T1024, 8 steps; llama1b: TinyLlama's shape (random init), B1 T2048, 5 steps
 #   (its tokens must be < 32000). Example: bash bench/gpu_tier.sh build/stratum tok.bin out gpt2 1200M 900M

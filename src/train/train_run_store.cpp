@@ -63,46 +63,40 @@ void TrainRun::store_make() {
   activations_ = request.activations;
   units_ = std::make_unique<UnitTable>(
       plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq), request));
-  exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations,
-                                     plan_mode(request, budget), o_.precision, o_.backend, o_.grad_accum / ranks(),
-                                     o_.comm);
+  auto exec_make = [&](OptimizerMode mode) {
+    exec_.reset();  // a previous one's device buffers first
+    exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations, mode,
+                                       o_.precision, o_.backend, o_.grad_accum / ranks(), o_.comm);
+  };
+  exec_make(plan_mode(request, budget));
   if (const std::string note = backend_precision_note(o_.precision); !note.empty())
     std::fprintf(stderr, "[stratum] %s\n", note.c_str());
   // Off the host the executor computes on the device tier (Note [device tier]) in front of the
   // RAM store or the RAM-over-NVMe store; its buffers (fixed_bytes) are device memory then.
   const bool device_tier = !exec_->ops().host_memory() || o_.mirror_store;
-  if (device_tier && !zo) {  // Note [host optimizer]: where AdamW runs
+  if (device_tier && !zo) {  // Note [host optimizer]: where AdamW runs, and why
     const std::size_t state = units_->total_bytes() + exec_->fixed_bytes();
-    const bool host = o_.adamw_on == AdamWOn::Host ||
-                      (o_.adamw_on == AdamWOn::Auto && o_.gpu_mem_budget_bytes > 0 && state > o_.gpu_mem_budget_bytes);
-    std::size_t moments = 0;
-    for (int u = 0; u < units_->count(); ++u)
-      if (units_->kind(u) == SegmentKind::AdamM || units_->kind(u) == SegmentKind::AdamV) moments += units_->bytes(u);
-    const char* device = exec_->ops().name();
-    if (host) {
+    const bool fits = o_.gpu_mem_budget_bytes == 0 || state <= o_.gpu_mem_budget_bytes;
+    const std::string device = exec_->ops().name();
+    const std::string why =
+        o_.adamw_on != AdamWOn::Auto ? std::string(o_.adamw_on == AdamWOn::Host ? "--adamw-on cpu" : "--adamw-on gpu")
+        : o_.gpu_mem_budget_bytes == 0
+            ? std::string("the whole state is there: no --gpu-mem-budget")
+            : "the state and the engine buffers (" + bytes_text(state) + ") " + (fits ? "fit" : "exceed") +
+                  " --gpu-mem-budget " + bytes_text(o_.gpu_mem_budget_bytes);
+    if (o_.adamw_on == AdamWOn::Host || (o_.adamw_on == AdamWOn::Auto && !fits)) {
       const OptimizerMode mode = optimizer_mode_for(o_.grad_clip, true);  // on the worker thread
-      if (mode != plan_mode(request, budget)) {
-        exec_.reset();  // its device buffers first
-        exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations, mode,
-                                           o_.precision, o_.backend, o_.grad_accum / ranks(), o_.comm);
-      }
+      if (mode != plan_mode(request, budget)) exec_make(mode);
       exec_->optimizer_on_host();
       result_.adamw_on_host = true;
-      optimizer_line_ = "[stratum] AdamW on the CPU beside the " + std::string(device) + " compute (ZeRO-Offload): " +
-                        (o_.adamw_on == AdamWOn::Host
-                             ? std::string("--adamw-on cpu")
-                             : "the state and engine buffers (" + bytes_text(state) + ") exceed --gpu-mem-budget " +
-                                   bytes_text(o_.gpu_mem_budget_bytes)) +
-                        "; the AdamW moments (" + bytes_text(moments) + ") stay in host memory, gradients come down "
-                        "and updated parameters go up\n";
+      std::size_t moments = 0;
+      for (int u = 0; u < units_->count(); ++u)
+        if (units_->kind(u) == SegmentKind::AdamM || units_->kind(u) == SegmentKind::AdamV) moments += units_->bytes(u);
+      optimizer_line_ = "[stratum] AdamW on the CPU beside the " + device + " (ZeRO-Offload; " + why +
+                        "): its moments (" + bytes_text(moments) +
+                        ") stay in host memory, gradients come down, updated parameters go up\n";
     } else {
-      optimizer_line_ = "[stratum] AdamW on the " + std::string(device) + ": " +
-                        (o_.adamw_on == AdamWOn::Device ? std::string("--adamw-on gpu")
-                                                        : "the whole state and the engine buffers (" + bytes_text(state) +
-                                                              ") fit " + (o_.gpu_mem_budget_bytes > 0
-                                                                              ? "--gpu-mem-budget " + bytes_text(o_.gpu_mem_budget_bytes)
-                                                                              : std::string("the device"))) +
-                        "\n";
+      optimizer_line_ = "[stratum] AdamW on the " + device + " (" + why + ")\n";
     }
   }
   const Executor& exec = *exec_;
@@ -132,7 +126,7 @@ void TrainRun::store_make() {
   const std::size_t host_min = host_fixed + exec.min_host_store_bytes();
   STRATUM_CHECK(o_.mem_budget_bytes >= host_min, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
                 " is below the minimum of ", bytes_text(host_min), " for this model at B=", o_.batch, " T=", o_.seq,
-                " (engine buffers ", bytes_text(host_fixed), " + largest working set ", bytes_text(exec.min_store_bytes()),
+                " (engine buffers ", bytes_text(host_fixed), " + largest working set ", bytes_text(exec.min_host_store_bytes()),
                 "); use --mem-budget ", (host_min + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
   if (!device_tier) {
     // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
