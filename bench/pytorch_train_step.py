@@ -7,7 +7,9 @@ groups) at --batch x --seq (default 4 x 256). --warmup-steps steps run first and
 Prints one JSON line:
   {"impl":"pytorch","ms_per_step_median":..,"tokens_per_s":..,"peak_rss_mib":..,
    "torch_version":..,"threads":..,"openblas_coretype":..,...}
-What it does not do: data loading from disk, mixed precision, compile, multi-process.
+--autocast runs each step under torch.autocast("cpu", torch.bfloat16) (PyTorch's CPU mixed
+precision: bf16 products, fp32 weights and optimizer), the peer of `stratum train --precision bf16`.
+What it does not do: data loading from disk, compile, multi-process.
 
 Environment: run it with OPENBLAS_CORETYPE *unset* (the caller unsets it), so OpenBLAS picks
 its kernels for this CPU on its own; the value seen is reported as "openblas_coretype" (null
@@ -42,6 +44,8 @@ def parse_args():
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--autocast", action="store_true",
+                    help="run each step under torch.autocast('cpu', torch.bfloat16): PyTorch's bf16 mixed precision")
     a = ap.parse_args()
     if a.steps < 1 or a.warmup_steps < 0 or a.threads < 1:
         ap.error("need --steps >= 1, --warmup-steps >= 0, --threads >= 1")
@@ -79,7 +83,8 @@ def main():
     times_ms, losses = [], []
     for s in range(total):
         t0 = time.perf_counter()
-        loss, _ = tg.train_step(params, cfg, opt, tokens, s, B, T, a.lr, a.clip)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast):
+            loss, _ = tg.train_step(params, cfg, opt, tokens, s, B, T, a.lr, a.clip)
         dt_ms = (time.perf_counter() - t0) * 1e3
         losses.append(loss)
         if s >= a.warmup_steps:
@@ -101,7 +106,8 @@ def main():
         "ms_per_step_all": [round(x, 3) for x in times_ms],
         "config": {"n_layer": a.layers, "n_embd": a.embd, "n_head": a.heads,
                    "vocab_size": a.vocab, "n_positions": a.positions, "batch": B, "seq": T,
-                   "n_params": n_params, "dtype": "float32", "clip": a.clip},
+                   "n_params": n_params, "clip": a.clip,
+                   "dtype": "bfloat16 autocast" if a.autocast else "float32"},
         "steps": a.steps,
         "warmup_steps": a.warmup_steps,
         "final_loss": losses[-1],
