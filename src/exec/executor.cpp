@@ -93,6 +93,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   for (int s = 0; s < layout_.segment_count(); ++s) grad_squares_[s].assign(layout_.segments()[s].tensors.size(), 0.0);
   schedule_build();
   update_job_.assign(static_cast<std::size_t>(layout_.segment_count()), 0);
+  host_threads_ = pool.num_threads();
   if (!ops_->host_memory())
     tokens_ = OpsBuffer(*ops_, 2 * static_cast<std::size_t>(max_batch) * max_seq * sizeof(std::int32_t));
   // Off the host, updates run on the executor's Ops in schedule order (the device stream overlaps
@@ -124,8 +125,9 @@ void Executor::optimizer_on_host() {
   STRATUM_ASSERT(store_ == nullptr && comm_ == nullptr &&
                  (mode_ == OptimizerMode::Overlapped || mode_ == OptimizerMode::Pipelined));
   host_optimizer_ = true;
-  if (worker_) return;
-  worker_pool_ = std::make_unique<ThreadPool>(1);
+  if (worker_) return;  // the CPU backend's own (tests: mirror_store), one thread beside the compute
+  // Off the host the training pool's CPUs are idle: AdamW gets as many (elementwise: the same bits).
+  worker_pool_ = std::make_unique<ThreadPool>(host_threads_);
   worker_ops_ = ops_make(*worker_pool_);  // the CPU's kernels: the host store's memory
   worker_ = std::make_unique<OptimizerWorker>();
 }

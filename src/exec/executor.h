@@ -340,10 +340,11 @@ class Executor {
   std::vector<std::vector<int>> final_at_;   // per group: segments whose gradients are final after it
   std::vector<int> forward_segments_;  // segments in the order the forward first reads them
 
-  std::unique_ptr<ThreadPool> worker_pool_;  // 1 thread: the optimizer worker's kernels
+  std::unique_ptr<ThreadPool> worker_pool_;  // the optimizer worker's kernels: 1 thread beside CPU compute
   std::unique_ptr<Ops> worker_ops_;          // the kernels, on worker_pool_
   std::unique_ptr<OptimizerWorker> worker_;
   bool host_optimizer_ = false;          // Note [host optimizer]
+  int host_threads_ = 1;                  // the training pool's threads (idle off the host)
   DeviceSegmentStore* device_ = nullptr;  // the attached store, with host_optimizer_
   std::vector<long> update_job_;   // per segment: worker job number of its pending update, 0 = none
   std::uint64_t dropout_step_key_ = 0;  // lora_dropout_step's (Note [lora dropout])
