@@ -12,25 +12,29 @@ namespace stratum {
 
 int head_chunk_rows(Precision precision) { return precision == Precision::Bf16 ? 1024 : 256; }
 
-CarveSlices Gpt2HeadScratch::slices(const GptConfig& cfg, int max_rows, int chunk_rows, float** const* f) {
+CarveSlices Gpt2HeadScratch::slices(const GptConfig& cfg, int max_rows, int chunk_rows, bool keep_logits,
+                                    float** const* f) {
   const std::size_t R = static_cast<std::size_t>(max_rows), C = cfg.n_embd;
   const std::size_t n = static_cast<std::size_t>(vocab_block_rows(cfg));
   return {{f[0], R * C}, {f[1], R}, {f[2], R}, {f[3], static_cast<std::size_t>(std::min(chunk_rows, max_rows)) * n},
-          {f[4], R},     {f[5], R}, {f[6], R}, {f[7], R}, {f[8], R * C}};
+          {f[4], R},     {f[5], R}, {f[6], R}, {f[7], R}, {f[8], R * C},
+          {f[9], keep_logits ? R * static_cast<std::size_t>(cfg.vocab_size) : 0}};
 }
 
-Gpt2HeadScratch::Gpt2HeadScratch(const Ops& ops, const GptConfig& cfg, int max_rows, Precision precision)
+Gpt2HeadScratch::Gpt2HeadScratch(const Ops& ops, const GptConfig& cfg, int max_rows, Precision precision,
+                                 bool keep_logits)
     // Off the host (the GPU) one chunk of every row: 256-row products left an H100 idle (the head
     // took 204 of 346 ms of a GPT-2 small step), and a backend's bits are its own anyway.
     : chunk_rows_(ops.host_memory() ? head_chunk_rows(precision) : std::max(1, max_rows)) {
-  float** const fields[] = {&lnf, &mean, &rstd, &logits, &run_max, &run_sum, &target_logit, &lse, &dlnf};
-  buffer_ = ops_buffer_carve(ops, slices(cfg, max_rows, chunk_rows_, fields));
+  float** const fields[] = {&lnf, &mean, &rstd, &logits, &run_max, &run_sum, &target_logit, &lse, &dlnf, &kept};
+  buffer_ = ops_buffer_carve(ops, slices(cfg, max_rows, chunk_rows_, keep_logits, fields));
+  if (!keep_logits) kept = nullptr;
 }
 
-std::size_t Gpt2HeadScratch::bytes_for(const GptConfig& cfg, int max_rows, Precision precision) {
+std::size_t Gpt2HeadScratch::bytes_for(const GptConfig& cfg, int max_rows, Precision precision, bool keep_logits) {
   float* sink = nullptr;
-  float** const fields[] = {&sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink};
-  return aligned_buffer_carve_bytes(slices(cfg, max_rows, head_chunk_rows(precision), fields));
+  float** const fields[] = {&sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink};
+  return aligned_buffer_carve_bytes(slices(cfg, max_rows, head_chunk_rows(precision), keep_logits, fields));
 }
 
 void gpt2_head_begin(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,
@@ -49,9 +53,11 @@ void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_
   const int C = cfg.n_embd;
   for (int r0 = 0; r0 < BT; r0 += s.chunk_rows()) {
     const int rows = std::min(s.chunk_rows(), BT - r0);
-    // logits (rows, n) = lnf (rows, C) @ wte_rows^T
-    ops.sgemm(false, true, rows, n, C, 1.0f, s.lnf + static_cast<std::size_t>(r0) * C, C, wte_rows, C, 0.0f, s.logits, n);
-    ops.xent_chunk_forward(s.run_max + r0, s.run_sum + r0, s.target_logit + r0, s.logits, targets + r0, rows, n, v0);
+    // logits (rows, n) = lnf (rows, C) @ wte_rows^T, into the kept block's rows (Note [kept logits])
+    float* const logits =
+        s.kept != nullptr ? s.kept + static_cast<std::size_t>(v0) * BT + static_cast<std::size_t>(r0) * n : s.logits;
+    ops.sgemm(false, true, rows, n, C, 1.0f, s.lnf + static_cast<std::size_t>(r0) * C, C, wte_rows, C, 0.0f, logits, n);
+    ops.xent_chunk_forward(s.run_max + r0, s.run_sum + r0, s.target_logit + r0, logits, targets + r0, rows, n, v0);
   }
 }
 
@@ -67,8 +73,12 @@ void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float*
   for (int r0 = 0; r0 < BT; r0 += s.chunk_rows()) {
     const int rows = std::min(s.chunk_rows(), BT - r0);
     const float* xr = s.lnf + static_cast<std::size_t>(r0) * C;
-    ops.sgemm(false, true, rows, n, C, 1.0f, xr, C, wte_rows, C, 0.0f, s.logits, n);
-    ops.xent_chunk_backward(s.logits, s.logits, s.lse + r0, targets + r0, rows, n, v0, dloss);
+    const float* logits = s.logits;
+    if (s.kept != nullptr)  // the first pass's (Note [kept logits])
+      logits = s.kept + static_cast<std::size_t>(v0) * BT + static_cast<std::size_t>(r0) * n;
+    else
+      ops.sgemm(false, true, rows, n, C, 1.0f, xr, C, wte_rows, C, 0.0f, s.logits, n);
+    ops.xent_chunk_backward(s.logits, logits, s.lse + r0, targets + r0, rows, n, v0, dloss);
     // dlnf (rows, C) (+)= dlogits @ wte_rows ; dwte_rows (n, C) (+)= dlogits^T @ lnf
     ops.sgemm(false, false, rows, C, n, 1.0f, s.logits, n, wte_rows, C, first_block ? 0.0f : 1.0f,
           s.dlnf + static_cast<std::size_t>(r0) * C, C);

@@ -11,6 +11,10 @@
 // final log-sum-exp, accumulates dlnf over blocks in block order and writes the block's wte
 // gradient (accumulated over row chunks in row order). Inference needs only the first pass.
 // Every sum runs in a fixed order, so the bits do not depend on where the blocks live.
+// Note [kept logits]: a scratch made with keep_logits (the executor's, under --activations keep)
+// also holds every block's logits of the first pass (BT x V floats), and the second pass reads
+// them instead of multiplying again: one of the head's four products a step less, the same
+// values (the same product of the same operands), so the same bits.
 #pragma once
 
 #include <cstdint>
@@ -33,10 +37,13 @@ class Gpt2HeadScratch {
  public:
   // Rows of up to max_rows, in chunks of head_chunk_rows(precision) on the host, of max_rows on a
   // device (bytes_for is the host's size).
-  Gpt2HeadScratch(const Ops& ops, const GptConfig& config, int max_rows, Precision precision = Precision::Fp32);
+  // keep_logits: Note [kept logits].
+  Gpt2HeadScratch(const Ops& ops, const GptConfig& config, int max_rows, Precision precision = Precision::Fp32,
+                  bool keep_logits = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // size_bytes() before allocating.
-  static std::size_t bytes_for(const GptConfig& config, int max_rows, Precision precision = Precision::Fp32);
+  static std::size_t bytes_for(const GptConfig& config, int max_rows, Precision precision = Precision::Fp32,
+                               bool keep_logits = false);
   int chunk_rows() const { return chunk_rows_; }
   float* lnf;           // (BT, C)
   float* mean;          // (BT)
@@ -47,10 +54,14 @@ class Gpt2HeadScratch {
   float* target_logit;  // (BT)
   float* lse;           // (BT) after gpt2_head_loss_finish
   float* dlnf;          // (BT, C)
+  // Note [kept logits]: vocabulary rows [v0, v0 + n) at v0 * BT as (BT, n) row-major, every block
+  // of the first pass; null without keep_logits.
+  float* kept = nullptr;
 
  private:
-  // The slices in field order, written through `fields` (9 pointers).
-  static CarveSlices slices(const GptConfig& config, int max_rows, int chunk_rows, float** const* fields);
+  // The slices in field order, written through `fields` (10 pointers).
+  static CarveSlices slices(const GptConfig& config, int max_rows, int chunk_rows, bool keep_logits,
+                            float** const* fields);
   int chunk_rows_ = 0;
   OpsBuffer buffer_;
 };
