@@ -11,14 +11,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 tokens=$1 libs=${2:-} out=${3:-build/gpu_check}
 mkdir -p "$out"
-if [[ -n $libs ]]; then
-  libdir=$(mktemp -d)
-  tar -xJf "$libs" -C "$libdir"
-  export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -e $d/libcublas.so.13 ]] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
-done
+source tools/gpu_env.sh
+gpu_env_libs "$libs"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 build/stratum version | tee -a "$out/gpu.txt"
 status=0

@@ -18,14 +18,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 tokens=$1 tokens32k=$2 out=$3 libs=${4:-}
 mkdir -p "$out"
-if [[ -n $libs ]]; then
-  libdir=$(mktemp -d)
-  tar -xJf "$libs" -C "$libdir"
-  export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -e $d/libcublas.so.13 ]] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
-done
+source tools/gpu_env.sh
+gpu_env_libs "$libs"
 start=$(date +%s)
 step() { echo "== t+$(( $(date +%s) - start )) s: $*" | tee -a "$out/summary.txt"; }
 step "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
