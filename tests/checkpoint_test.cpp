@@ -167,6 +167,25 @@ TEST_F(Checkpoint, KeepsTheNewestAndLatestNamesAVerifiedOne) {
   EXPECT_NE(info.output.find("L2 H4 C64 ctx64 V2048"), std::string::npos) << info.output;
 }
 
+// A run killed while pruning, moving `latest` or claiming the root leaves ".tmp." names; the next
+// run that claims the root removes them even when it has no step left to write (a kill after the
+// last checkpoint: seen once in CheckpointCrash as "temporaries left").
+TEST_F(Checkpoint, ARunThatClaimsTheRootRemovesAKilledRunsLeftovers) {
+  const std::string root = tmp_.file("ck");
+  const CommandResult r = run_stratum(train_args(tokens_, 3) + " --save " + quote(root) + " --save-every 1");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  std::filesystem::create_directories(root + "/.step-00000001.tmp.99999.old");
+  file_write_atomic(root + "/.step-00000001.tmp.99999.old/model.safetensors", std::string("half"));
+  file_write_atomic(root + "/latest.tmp.99999", std::string("step-0000"));
+  file_write_atomic(root + "/run.tmp.99999", std::string("stratum-run"));
+  ASSERT_EQ(checkpoint_temporaries(root), 3);
+  const CommandResult again = run_stratum("train --resume " + quote(root) + " --quiet");
+  EXPECT_EQ(again.exit_code, 0) << again.errors;
+  EXPECT_EQ(checkpoint_temporaries(root), 0);
+  EXPECT_EQ(latest_of(root), "step-00000003\n");
+  EXPECT_EQ(run_stratum("verify " + quote(root)).exit_code, 0);
+}
+
 TEST_F(Checkpoint, WriteFaultsAndACrashMidWriteLeaveThePreviousCheckpoint) {
   const std::string root = tmp_.file("ck");
   CommandResult r =

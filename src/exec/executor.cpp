@@ -67,7 +67,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       max_seq_(max_seq),
       dacts_(*ops_, mode == OptimizerMode::ZerothOrder  // no backward
                         ? 0
-                        : 2 * align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
+                        : align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
       activations_(activations),
       mode_(mode),
       blocks_(*ops_, config, max_batch, max_seq,
@@ -544,9 +544,8 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       const LoraChunks lora = lora_chunks(holds, item, true, p);
       blocks_.backward(*ops_, seg, holds.views(s, K::Params),
                        layout_.trainable(s) ? holds.views(s, K::Grads) : nullptr, holds.data(s, K::Activations),
-                       p.dcur, p.dnext, internals_at(holds, item), B, T, activations_ == ActivationPolicy::Recompute,
-                       layout_.has_lora() ? &lora : nullptr);
-      std::swap(p.dcur, p.dnext);
+                       p.dcur, p.dcur, internals_at(holds, item), B, T, activations_ == ActivationPolicy::Recompute,
+                       layout_.has_lora() ? &lora : nullptr);  // in place
       return;
     }
     case GroupWork::EmbedBackward:
@@ -609,9 +608,7 @@ float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targe
     if (step_n > 1) dropout_step_key_ = dropout_step_key(dropout_seed_, dropout_step_ * step_n + k);
     Pass pass{PassKind::Train, in, tg, B, T, queue_updates, hyper, weight_decay};
     pass.mean_rows = step_n * BT;
-    const std::size_t stride = dacts_.size_bytes() / sizeof(float) / 2;
     pass.dcur = dacts_.as_f32();
-    pass.dnext = dacts_.as_f32() + stride;
     run(micro_begin_[mb], mb + 1 < micro_batches_ ? micro_begin_[mb + 1] : compute_end_, pass);
     losses[static_cast<std::size_t>(mb)] = pass.loss;
   }

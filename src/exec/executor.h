@@ -189,7 +189,7 @@ class Executor {
   // Records a span per block forward/backward, head, update and wait into `trace` (null = off).
   void trace_set(TraceRecorder* trace) { trace_ = trace; }
 
-  // Bytes the executor itself holds (gradient ping-pong, block internals, workspace, head scratch,
+  // Bytes the executor itself holds (the backward's gradient, block internals, workspace, head scratch,
   // the backend's matrix-product scratch).
   std::size_t fixed_bytes() const;
   // Smallest store RAM budget that can run a training step: the largest set of units held at
@@ -254,8 +254,7 @@ class Executor {
     float* logits = nullptr;
     int mean_rows = 0;           // Train: the rows the step's mean loss is over (Note [gradient accumulation])
     float loss = 0.0f;           // after the last HeadLse group (Train, Loss)
-    float* dcur = nullptr;       // backward: gradient ping-pong in dacts_
-    float* dnext = nullptr;
+    float* dcur = nullptr;       // backward: the gradient at the current block boundary, in dacts_
     // ZerothOrder: what the first hold of a segment's parameters in this pass applies, when it
     // updates or perturbs (keys are step keys here, made per tensor in zo_apply).
     ZoUpdate zo_update{};
@@ -313,7 +312,7 @@ class Executor {
   const ParamLayout& layout_;
   SegmentStore* store_ = nullptr;
   int max_batch_, max_seq_;
-  OpsBuffer dacts_;          // 2 x (B,T,C) fp32: gradient ping-pong for the backward
+  OpsBuffer dacts_;          // (B,T,C) fp32: the backward's gradient, each block's computed in place
   OpsBuffer tokens_;         // 2 x (B,T) int32: inputs and targets off the host (host_memory() false)
   ActivationPolicy activations_;
   OptimizerMode mode_;

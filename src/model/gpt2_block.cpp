@@ -149,7 +149,8 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
     ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::fc_w), grad(&Gpt2BlockTensors::fc_b), w.dfch, ln2,
                         weight_f32(ops, p.fc_w, w.wide), n, C, 4 * C, acc);
     adapt(2, r0, n, acc, w.dfch, 4 * C, ln2, C, w.dln, C, 4 * C);
-    ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);  // d res2
+    // d res2, in dx's rows: dout_c's last read (dx may be dout: in place)
+    if (dx != dout) ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);
     ops.layernorm_backward(dx + at, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln,
                            s.res2 + at, p.ln2_w, s.ln2_mean + r0, s.ln2_rstd + r0, n, C, acc);
   });

@@ -179,7 +179,8 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     weight_grad(I, C, n, w.dup, I, xn2, C, &LlamaBlockTensors::up_w, acc);
     adapt(4, r0, n, acc, w.dgate, I, xn2, C, w.dxn, C, I);
     adapt(5, r0, n, acc, w.dup, I, xn2, C, w.dxn, C, I);
-    ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);  // d res2, in dx's rows
+    // d res2, in dx's rows: dout_c's last read (dx may be dout: in place)
+    if (dx != dout) ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);
     ops.rmsnorm_backward(dx + at, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn, s.res2 + at, p.mlp_norm_w,
                          s.rstd2 + r0, n, C, acc);
   });

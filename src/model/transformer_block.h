@@ -63,7 +63,8 @@ class TransformerBlock {
   void forward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const float* x, float* out,
                InternalsAt at, int B, int T, const LoraChunks* lora = nullptr);
   // dx (B,T,C) and the block's gradients (overwritten, in the fp32 chunks `grads`; null: a frozen
-  // base) for dout; with recompute the internals are first recomputed from x into `at`.
+  // base) for dout; with recompute the internals are first recomputed from x into `at`. dx may be
+  // dout (in place: each chunk reads its dout rows before it writes its dx rows).
   void backward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const TensorView* grads,
                 const float* x, const float* dout, float* dx, InternalsAt at, int B, int T, bool recompute,
                 const LoraChunks* lora = nullptr);

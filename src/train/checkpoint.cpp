@@ -304,6 +304,27 @@ CheckpointCheck checkpoint_verify(const std::string& dir_in) {
   return check;
 }
 
+namespace {
+constexpr const char* kOwnerFile = "run";  // ROOT/run: the run that owns the root
+constexpr const char* kOwnerPrefix = "stratum-run ";
+constexpr const char* kSaveLockFile = "stratum-save.lock";
+
+// Leftovers of writes that never finished (a run killed while writing a checkpoint, moving
+// `latest` or pruning old checkpoints aside): never a complete checkpoint. Called by the one run
+// that holds the root's lock, when it claims the root (a resumed run that has no step left to
+// write still leaves the root clean) and before every checkpoint it writes.
+void leftovers_remove(const std::string& root) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string leftover = entry.path().filename().string();
+    if ((leftover.rfind(".step-", 0) == 0 || leftover.rfind("latest.tmp.", 0) == 0 ||
+         leftover.rfind(std::string(kOwnerFile) + ".tmp.", 0) == 0) &&
+        leftover.find(".tmp.") != std::string::npos)
+      std::filesystem::remove_all(entry.path(), ec);
+  }
+}
+}  // namespace
+
 std::string checkpoint_write(const std::string& root_in, long step, int keep,
                              const std::function<void(const std::string& tmp_dir)>& write_files) {
   STRATUM_CHECK(keep >= 1, "[checkpoint] --keep must be at least 1");
@@ -313,14 +334,8 @@ std::string checkpoint_write(const std::string& root_in, long step, int keep,
                 "': permission denied; choose another --save directory");
   const std::string name = checkpoint_name(step);
   const std::string final_dir = root + "/" + name;
-  // Leftovers of writes that never finished (a crash): never a complete checkpoint.
+  leftovers_remove(root);
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
-    const std::string leftover = entry.path().filename().string();
-    if ((leftover.rfind(".step-", 0) == 0 || leftover.rfind("latest.tmp.", 0) == 0) &&
-        leftover.find(".tmp.") != std::string::npos)
-      std::filesystem::remove_all(entry.path(), ec);
-  }
   const std::string tmp = root + "/." + name + ".tmp." + std::to_string(::getpid());
   dir_create(tmp);
   try {
@@ -426,12 +441,6 @@ std::uint64_t run_id_new() {
   return id;
 }
 
-namespace {
-constexpr const char* kOwnerFile = "run";
-constexpr const char* kOwnerPrefix = "stratum-run ";
-constexpr const char* kSaveLockFile = "stratum-save.lock";
-}  // namespace
-
 std::uint64_t checkpoint_root_owner(const std::string& root) {
   const std::string path = trim_slashes(root) + "/" + kOwnerFile;
   if (!file_exists(path) || file_size_bytes(path) > 64) return 0;
@@ -447,6 +456,7 @@ DirLock checkpoint_root_claim(const std::string& root_in, std::uint64_t run_id, 
   const std::string root = trim_slashes(root_in);
   DirLock lock(root, kSaveLockFile,
                "[train] another stratum run is saving into --save '" + root + "'; give each run its own directory");
+  leftovers_remove(root);  // ours now: a killed run's unfinished writes go
   const std::vector<std::string> existing = checkpoint_list(root);
   if (!existing.empty()) {
     std::uint64_t owner = checkpoint_root_owner(root);
