@@ -135,7 +135,9 @@ TEST(DeviceTier, AdamWOnTheHostGivesTheInMemoryBits) {
           EXPECT_EQ(got.params_hash, want.params_hash);
           EXPECT_EQ(got.final_loss, want.final_loss);
           EXPECT_LE(got.device_peak_bytes, budget);
-          if (host_budget) EXPECT_GT(got.read_bytes, 0u) << "the host tier must stream from the offload dir too";
+          if (host_budget) {
+            EXPECT_GT(got.read_bytes, 0u) << "the host tier must stream from the offload dir too";
+          }
           d.adamw_on = AdamWOn::Auto;  // the state does not fit: the host
           const TrainResult automatic = train_run(d);
           EXPECT_TRUE(automatic.adamw_on_host);

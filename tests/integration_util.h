@@ -242,7 +242,6 @@ inline std::string streamed_runs_mismatch(const std::string& train_command, std:
   return out;
 }
 
-// The first batch (B, T) of a golden directory's tokens.bin: inputs and the targets one token on.
 // A store for `units`: in RAM (depth < 0), or tiered under budget_bytes in dir with prefetch
 // depth `depth`.
 inline std::unique_ptr<SegmentStore> store_in_ram_or_under(const UnitTable& units, int depth, std::size_t budget_bytes,
@@ -255,6 +254,7 @@ inline std::unique_ptr<SegmentStore> store_in_ram_or_under(const UnitTable& unit
   return std::make_unique<TieredSegmentStore>(units, so);
 }
 
+// The first batch (B, T) of a golden directory's tokens.bin: inputs and the targets one token on.
 struct GoldenBatch {
   std::vector<std::int32_t> inputs, targets;
 };

@@ -99,30 +99,9 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
   const SegmentLayout& seg = layout_.segments()[s];
   for (int c = 0; c < chunks; ++c) {
     read_ahead(c + 2);
-    const int grads_unit = units_.index(s, SegmentKind::Grads, c), params_unit = units_.index(s, SegmentKind::Params, c);
-    struct Taken {  // given back on every path out, so a failed update never leaves the device waiting
-      DeviceSegmentStore* device;
-      int grads, params;
-      bool changed = false;
-      ~Taken() {
-        if (device == nullptr) return;
-        try {
-          device->host_give(grads, false);
-          device->host_give(params, changed);
-        } catch (...) {  // the failure that brought us here is the one reported
-        }
-      }
-    } taken{nullptr, grads_unit, params_unit};
-    if (device != nullptr) {
-      device->host_take(grads_unit);
-      try {
-        device->host_take(params_unit);
-      } catch (...) {
-        device->host_give(grads_unit, false);
-        throw;
-      }
-      taken.device = device;
-    }
+    // Given back on every path out, so a failed update never leaves the device waiting.
+    const DeviceSegmentStore::HostTaken grads_taken(device, units_.index(s, SegmentKind::Grads, c));
+    DeviceSegmentStore::HostTaken params_taken(device, units_.index(s, SegmentKind::Params, c));
     {
       SegmentHold params(store, s, SegmentKind::Params, Access::Update, c);
       SegmentHold grads(store, s, SegmentKind::Grads, Access::Read, c);
@@ -135,7 +114,7 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
                      t.weight_decay ? weight_decay : 0.0, grad_scale);
       }
     }
-    taken.changed = true;
+    params_taken.changed();
     store_->schedule_refresh();  // this chunk was released (written behind): load further ahead
   }
 }

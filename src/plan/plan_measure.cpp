@@ -218,15 +218,33 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
   return t;
 }
 
+namespace {
+// ComputeTiming's numbers by their JSON names: plan_measurement_json writes them and
+// plan_measurement_parse reads them, from this one list.
+struct TimingField {
+  const char* name;
+  double ComputeTiming::*field;
+};
+constexpr TimingField kTimingFields[] = {
+    {"layer_forward_ms", &ComputeTiming::layer_forward_ms},
+    {"layer_backward_ms", &ComputeTiming::layer_backward_ms},
+    {"vocab_forward_ms", &ComputeTiming::vocab_forward_ms},
+    {"vocab_backward_ms", &ComputeTiming::vocab_backward_ms},
+    {"head_lse_ms", &ComputeTiming::head_lse_ms},
+    {"head_backward_ms", &ComputeTiming::head_backward_ms},
+    {"other_ms", &ComputeTiming::other_ms},
+    {"adamw_inline_ns_per_float", &ComputeTiming::adamw_inline_ns_per_float},
+    {"adamw_worker_ns_per_float", &ComputeTiming::adamw_worker_ns_per_float},
+};
+}  // namespace
+
 nlohmann::json plan_measurement_json(const PlanMeasurement& m) {
-  const ComputeTiming& t = m.timing;
-  return {{"layer_forward_ms", t.layer_forward_ms},     {"layer_backward_ms", t.layer_backward_ms},
-          {"vocab_forward_ms", t.vocab_forward_ms},     {"vocab_backward_ms", t.vocab_backward_ms},
-          {"head_lse_ms", t.head_lse_ms},               {"head_backward_ms", t.head_backward_ms},
-          {"other_ms", t.other_ms},                     {"adamw_inline_ns_per_float", t.adamw_inline_ns_per_float},
-          {"adamw_worker_ns_per_float", t.adamw_worker_ns_per_float},
-          {"read_gbps", m.read_gbps},                   {"write_gbps", m.write_gbps},
-          {"disk_from_cache", m.disk_from_cache},       {"peak_rss_bytes", m.peak_rss_bytes}};
+  nlohmann::json j = {{"read_gbps", m.read_gbps},
+                      {"write_gbps", m.write_gbps},
+                      {"disk_from_cache", m.disk_from_cache},
+                      {"peak_rss_bytes", m.peak_rss_bytes}};
+  for (const TimingField& f : kTimingFields) j[f.name] = m.timing.*f.field;
+  return j;
 }
 
 namespace {
@@ -234,16 +252,7 @@ PlanMeasurement plan_measurement_parse(const std::string& text) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     PlanMeasurement m;
-    ComputeTiming& t = m.timing;
-    t.layer_forward_ms = j.at("layer_forward_ms").get<double>();
-    t.layer_backward_ms = j.at("layer_backward_ms").get<double>();
-    t.vocab_forward_ms = j.at("vocab_forward_ms").get<double>();
-    t.vocab_backward_ms = j.at("vocab_backward_ms").get<double>();
-    t.head_lse_ms = j.at("head_lse_ms").get<double>();
-    t.head_backward_ms = j.at("head_backward_ms").get<double>();
-    t.other_ms = j.at("other_ms").get<double>();
-    t.adamw_inline_ns_per_float = j.at("adamw_inline_ns_per_float").get<double>();
-    t.adamw_worker_ns_per_float = j.at("adamw_worker_ns_per_float").get<double>();
+    for (const TimingField& f : kTimingFields) m.timing.*f.field = j.at(f.name).get<double>();
     m.read_gbps = j.at("read_gbps").get<double>();
     m.write_gbps = j.at("write_gbps").get<double>();
     m.disk_from_cache = j.at("disk_from_cache").get<bool>();

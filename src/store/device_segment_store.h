@@ -89,6 +89,29 @@ class DeviceSegmentStore final : public SegmentStore {
   void host_take(int unit);
   void host_give(int unit, bool changed);
   SegmentStore& host() { return host_; }
+  // host_take in the constructor, host_give in the destructor (a null store: nothing); changed()
+  // before it goes out of scope marks the host's copy updated.
+  class HostTaken {
+   public:
+    HostTaken(DeviceSegmentStore* store, int unit) : store_(store), unit_(unit) {
+      if (store_ != nullptr) store_->host_take(unit_);
+    }
+    ~HostTaken() {
+      if (store_ == nullptr) return;
+      try {
+        store_->host_give(unit_, changed_);
+      } catch (...) {  // a failure already on its way out is the one reported
+      }
+    }
+    HostTaken(const HostTaken&) = delete;
+    HostTaken& operator=(const HostTaken&) = delete;
+    void changed() { changed_ = true; }
+
+   private:
+    DeviceSegmentStore* store_;
+    int unit_;
+    bool changed_ = false;
+  };
 
  private:
   // A device buffer and the event its reuse waits for: recorded on the compute queue when the
