@@ -56,25 +56,42 @@ struct AttRun {
   std::vector<float> out, stats, dqkv;
 };
 
-AttRun cpu_run(const CrossBackend& xb, const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
+// Query row ranges [first, second) in increasing order (Note [attention row ranges]); empty: one
+// call for every row.
+using Ranges = std::vector<std::pair<int, int>>;
+Ranges whole(const Shape& s) { return {{0, s.B * s.T}}; }
+
+AttRun cpu_run(const CrossBackend& xb, const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
+               Ranges ranges = {}) {
+  if (ranges.empty()) ranges = whole(s);
   AttRun r{std::vector<float>(s.out(), kNaN), std::vector<float>(s.stats(), kNaN), std::vector<float>(s.qkv(), kNaN)};
   std::vector<float> scratch(xb.cpu().attention_scratch_floats(s.B, s.T, s.H, s.KV, s.hd), kNaN);
-  xb.cpu().attention_forward(r.out.data(), r.stats.data(), scratch.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.hd);
-  xb.cpu().attention_backward(r.dqkv.data(), scratch.data(), dout.data(), qkv.data(), r.stats.data(), s.B, s.T, s.H,
-                              s.KV, s.hd);
+  const std::size_t row = static_cast<std::size_t>(s.H) * s.hd;
+  for (auto [r0, r1] : ranges)
+    xb.cpu().attention_forward(r.out.data() + r0 * row, r.stats.data(), scratch.data(), qkv.data(), s.B, s.T, s.H,
+                               s.KV, s.hd, r0, r1 - r0);
+  for (auto [r0, r1] : ranges)
+    xb.cpu().attention_backward(r.dqkv.data(), scratch.data(), dout.data() + r0 * row, qkv.data(), r.stats.data(), s.B,
+                                s.T, s.H, s.KV, s.hd, r0, r1 - r0);
   return r;
 }
 
 // The GPU's forward and, from its own statistics, its backward.
-AttRun gpu_run(const CrossBackend& xb, const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
+AttRun gpu_run(const CrossBackend& xb, const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
+               Ranges ranges = {}) {
+  if (ranges.empty()) ranges = whole(s);
   const auto d_qkv = CrossBackend::up(qkv), d_dout = CrossBackend::up(dout);
   const auto d_out = CrossBackend::filled<float>(s.out(), kNaN), d_stats = CrossBackend::filled<float>(s.stats(), kNaN);
   const auto d_dqkv = CrossBackend::filled<float>(s.qkv(), kNaN);
   const auto d_scratch =
       CrossBackend::filled<float>(xb.gpu().attention_scratch_floats(s.B, s.T, s.H, s.KV, s.hd), kNaN);
-  xb.gpu().attention_forward(d_out.d(), d_stats.d(), d_scratch.d(), d_qkv.d(), s.B, s.T, s.H, s.KV, s.hd);
-  xb.gpu().attention_backward(d_dqkv.d(), d_scratch.d(), d_dout.d(), d_qkv.d(), d_stats.d(), s.B, s.T, s.H, s.KV,
-                              s.hd);
+  const std::size_t row = static_cast<std::size_t>(s.H) * s.hd;
+  for (auto [r0, r1] : ranges)
+    xb.gpu().attention_forward(d_out.d() + r0 * row, d_stats.d(), d_scratch.d(), d_qkv.d(), s.B, s.T, s.H, s.KV, s.hd,
+                               r0, r1 - r0);
+  for (auto [r0, r1] : ranges)
+    xb.gpu().attention_backward(d_dqkv.d(), d_scratch.d(), d_dout.d() + r0 * row, d_qkv.d(), d_stats.d(), s.B, s.T,
+                                s.H, s.KV, s.hd, r0, r1 - r0);
   return {CrossBackend::down(d_out), CrossBackend::down(d_stats), CrossBackend::down(d_dqkv)};
 }
 
@@ -203,14 +220,40 @@ TEST(CudaAttention, CachedPastOutOfRangeGivesNaN) {
   }
 }
 
+// Note [attention row ranges]: ranges in increasing order (splitting sequences inside a tile,
+// across a sequence boundary, one row) give the GPU's whole-pass bits, grouped heads included, and
+// the CPU's values; and the CPU's own ranges its whole-pass bits with KV == H.
+TEST(CudaAttention, RowRangesGiveTheWholePassBits) {
+  STRATUM_REQUIRE_CUDA();
+  CrossBackend xb;
+  TestRng rng(317);
+  for (const Shape& s : {Shape{2, 130, 2, 2, 64}, Shape{2, 130, 4, 2, 32}, Shape{3, 45, 8, 2, 16}}) {
+    const int BT = s.B * s.T;
+    const Ranges ranges{{0, 37}, {37, 38}, {38, s.T + 5}, {s.T + 5, BT - 3}, {BT - 3, BT}};
+    const std::vector<float> qkv = rng.normal_f32(s.qkv());
+    const std::vector<float> dout = rng.normal_f32(s.out());
+    const AttRun all = gpu_run(xb, s, qkv, dout), ranged = gpu_run(xb, s, qkv, dout, ranges);
+    EXPECT_EQ(ranged.out, all.out) << s.tag();
+    EXPECT_EQ(ranged.stats, all.stats) << s.tag();
+    EXPECT_EQ(ranged.dqkv, all.dqkv) << s.tag();
+    const AttRun cpu = cpu_run(xb, s, qkv, dout, ranges);
+    expect_close(ranged.out, cpu.out, kTol, s.tag() + " out");
+    expect_close(ranged.dqkv, cpu.dqkv, kTol, s.tag() + " dqkv");
+    if (s.H == s.KV) {
+      EXPECT_EQ(cpu.dqkv, cpu_run(xb, s, qkv, dout).dqkv) << s.tag();
+    }
+  }
+}
+
 TEST(CudaAttention, RejectsHeadSizeAbove128) {
   STRATUM_REQUIRE_CUDA();
   CrossBackend xb;
   EXPECT_THROW(xb.gpu().attention_scratch_floats(1, 4, 2, 2, 129), Error);
-  EXPECT_THROW(xb.gpu().attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 2, 129), Error);
-  EXPECT_THROW(xb.gpu().attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 2, 129), Error);
+  EXPECT_THROW(xb.gpu().attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 2, 129, 0, 4), Error);
+  EXPECT_THROW(xb.gpu().attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 2, 129, 0, 4), Error);
+  EXPECT_THROW(xb.gpu().attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 2, 64, 2, 3), Error);  // rows
   EXPECT_THROW(xb.gpu().attention_cached_scratch_floats(129, 16), Error);
-  EXPECT_THROW(xb.gpu().attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 3, 2, 64), Error);  // H % KV
+  EXPECT_THROW(xb.gpu().attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 3, 2, 64, 0, 4), Error);  // H % KV
 }
 
 }  // namespace

@@ -312,6 +312,48 @@ TEST(KernelAttention, GqaThreadCountIndependent) {
   }
 }
 
+// Note [attention row ranges]: the block passes give the attention their row chunks in
+// increasing order. The ranges below split sequences inside a 32-row block, at a sequence
+// boundary and to one row; every element is written (NaN-filled outputs). The forward's rows and
+// statistics are the whole pass's bits; with KV == H so is the backward (each key continues its
+// sums where the earlier ranges left them: starting them again from 0 fails this); with grouped
+// heads the backward sums each range's heads in turn, the same math to rounding.
+TEST(KernelAttention, RowRangesGiveTheWholePassBits) {
+  ThreadPool pool(2);
+  for (int KV : {4, 2, 1}) {
+    const GqaShape s{2, 75, 4, KV, 20};
+    const int BT = s.B * s.T;
+    const std::size_t row = static_cast<std::size_t>(s.H) * s.hd;
+    test::TestRng rng(60 + KV);
+    const auto qkv = rng.normal_f32(s.qkv()), dout = rng.normal_f32(s.out());
+    const AttFwd whole = gqa_forward(pool, qkv, s);
+    const auto dqkv_whole = gqa_backward(pool, dout, qkv, whole.stats, s);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    AttFwd ranged{std::vector<float>(s.out(), nan), std::vector<float>(s.stats(), nan)};
+    std::vector<float> dqkv(s.qkv(), nan);
+    std::vector<float> scratch(attention_scratch_floats(s.B, s.T, s.H, s.KV, s.hd, pool.num_threads()), nan);
+    const std::vector<std::pair<int, int>> ranges{{0, 33}, {33, 34}, {34, 75}, {75, 147}, {147, BT}};
+    for (auto [r0, r1] : ranges)
+      attention_forward(pool, ranged.out.data() + r0 * row, ranged.stats.data(), scratch.data(), qkv.data(), s.B, s.T,
+                        s.H, s.KV, s.hd, r0, r1 - r0);
+    for (auto [r0, r1] : ranges)
+      attention_backward(pool, dqkv.data(), scratch.data(), dout.data() + r0 * row, qkv.data(), ranged.stats.data(),
+                         s.B, s.T, s.H, s.KV, s.hd, r0, r1 - r0);
+    EXPECT_EQ(ranged.out, whole.out) << "KV " << KV;
+    EXPECT_EQ(ranged.stats, whole.stats) << "KV " << KV;
+    if (KV == s.H) {
+      EXPECT_EQ(dqkv, dqkv_whole);
+    } else {
+      for (std::size_t i = 0; i < dqkv.size(); ++i)
+        ASSERT_NEAR(dqkv[i], dqkv_whole[i], 1e-5 * (1 + std::abs(dqkv_whole[i]))) << "KV " << KV << " element " << i;
+    }
+  }
+  std::vector<float> buf(4096);
+  EXPECT_THROW(attention_forward(pool, buf.data(), buf.data(), buf.data(), buf.data(), 2, 4, 2, 2, 8, 6, 3), Error);
+  EXPECT_THROW(attention_backward(pool, buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), 2, 4, 2, 2, 8, -1, 2),
+               Error);
+}
+
 TEST(KernelAttention, RejectsBadHeadCounts) {
   ThreadPool pool(1);
   std::vector<float> buf(4096);

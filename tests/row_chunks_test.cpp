@@ -3,7 +3,7 @@
 // micro-batches (each a single chunk, the unchunked computation), for GPT-2 and Llama, with and
 // without adapters on every linear; training at such a size gives the same bits whatever the
 // activation policy, budget and prefetch depth; an adapter's rows see the rows of its pass's
-// dropout mask and kept u; and the one recomputed set of internals holds one chunk of the MLP.
+// dropout mask and kept u; and the one recomputed set of internals holds one chunk of its row-wise internals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -196,20 +196,31 @@ TEST(RowChunks, AdapterRowsSeeThePassesMaskAndKeptRows) {
   EXPECT_EQ(lora_rows(lora, 0, 0, in).t[0].drop_key, lora.t[0].drop_key);
 }
 
-// The one set of internals --activations recompute refills holds one MLP chunk: at 4096 rows it
-// is smaller than a kept set by the rows of fch and fch_gelu (GPT-2) or gate and up (Llama) past
-// the chunk.
-TEST(RowChunks, TheRecomputedSetHoldsOneChunkOfTheMlp) {
+// The one set of internals --activations recompute refills holds one row chunk of everything but
+// qkv (Note [row chunks], Note [attention row ranges]): at 4096 rows it is smaller than a kept set
+// by the rows of the attention output, res2 and fch and fch_gelu (GPT-2) or gate and up (Llama)
+// past the chunk; and the workspace's attention-output gradient holds one chunk too.
+TEST(RowChunks, TheRecomputedSetHoldsOneChunkOfTheRowWiseInternals) {
   ThreadPool pool(1);
   const std::unique_ptr<Ops> ops = ops_make(pool);
   for (const bool llama : {false, true}) {
     GptConfig cfg = chunk_config(llama);
     cfg.n_ctx = 4096;
     const std::size_t width = llama ? static_cast<std::size_t>(cfg.mlp_width()) : 4u * cfg.n_embd;
+    const std::size_t C = cfg.n_embd, Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim());
     const TransformerBlock kept(*ops, cfg, 1, 4096, 1, nullptr, false, false);
     const TransformerBlock recomputed(*ops, cfg, 1, 4096, 1, nullptr, false, true);
-    EXPECT_GE(kept.size_bytes() - recomputed.size_bytes(), 2 * (4096 - kRowChunk) * width * sizeof(float))
+    EXPECT_GE(kept.size_bytes() - recomputed.size_bytes(), (4096 - kRowChunk) * (2 * width + Q + C) * sizeof(float))
         << (llama ? "llama" : "gpt2");
+    // The workspace: dqkv keeps every row; the rest is one chunk of rows (tmp, the normed inputs'
+    // gradient, the MLP's gradients, datty), the attention scratch and the carve's alignment.
+    const std::size_t chunk_floats = kRowChunk * (2 * C + (llama ? 2 * width : width) + Q);
+    const std::size_t bound = (4096 * QKV + chunk_floats + ops->attention_scratch_floats(1, 4096, cfg.n_head,
+                                                                                         cfg.kv_heads(), cfg.head_dim())) *
+                                  sizeof(float) + 16 * 64;
+    const std::size_t workspace = llama ? LlamaWorkspace(*ops, cfg, 1, 4096).size_bytes()
+                                        : Gpt2Workspace(*ops, cfg, 1, 4096).size_bytes();
+    EXPECT_LE(workspace, bound) << (llama ? "llama" : "gpt2");
   }
 }
 

@@ -76,12 +76,13 @@ void RowDotLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx
 }
 
 void CausalAttention::attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T,
-                             int H, int KV, int hd) const {
-  ops.attention_forward(atty, stats, scratch, qkv, B, T, H, KV, hd);
+                             int H, int KV, int hd, int r0, int n) const {
+  ops.attention_forward(atty, stats, scratch, qkv, B, T, H, KV, hd, r0, n);
 }
 
 void CachedAttention::attend(const Ops& ops, float* atty, float*, float* scratch, const float* qkv, int B, int T,
-                             int H, int KV, int hd) const {
+                             int H, int KV, int hd, int r0, int n) const {
+  STRATUM_ASSERT(r0 == 0 && n == B * T);  // by_row_chunks() is false: the whole pass at once
   const std::size_t Q = static_cast<std::size_t>(H) * hd, KVd = static_cast<std::size_t>(KV) * hd;
   const std::size_t W = Q + 2 * KVd;
   // Append the new keys and values to the cache; queries to a contiguous buffer.

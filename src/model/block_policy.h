@@ -34,24 +34,29 @@ class Linear {
                   int K) const = 0;
 };
 
-// Note [row chunks]: the MLP half of a block (norm, the up projections, the activation, the
-// down projection, the residual add) is row-wise, and so is all of the attention half but the
-// attention itself (norm, q/k/v projections, output projection, residual add), so the block
-// forwards and backwards run them over fixed chunks of kRowChunk rows of the B*T rows, in
-// order: [0, R), [R, 2R), ...; only qkv, the attention output and their gradients (and res2) keep
-// every row. The workspace's tmp (the normed inputs, the projections before the residual add)
-// and the normed inputs' gradient hold one chunk, and the gradient at res2 is built in dx's rows.
-// The MLP's widest buffers (GPT-2's fch, fch_gelu and their gradient, 4C wide; Llama's gate, up,
-// hmid and their gradients, I wide) hold one chunk where nothing needs more: the one set of
-// internals --activations recompute refills (TransformerBlock with recompute) and the workspace. Kept and
-// held internals (keep, offload) and the decoder's keep every row, at the chunk's offset. The
-// backward's recompute runs the attention half only; each chunk's MLP internals are recomputed
-// just before its backward, without the down projection whose output the backward never reads
-// (its adapter's u is recomputed alone, lora_forward_u). Weight, bias and norm gradients are
-// summed chunk by chunk in that order (the first chunk overwrites). The chunks are a function of
-// B*T alone, so every budget, policy and prefetch depth gets the same bits; at B*T <= R there is
-// one chunk and the bits are those of an unchunked block. Above R the weight gradients' sums are
-// split at the chunk boundaries (the same math, other roundings).
+// Note [row chunks]: a block runs over fixed chunks of kRowChunk rows of the B*T rows, in order:
+// [0, R), [R, 2R), .... The forward first computes every chunk's q, k and v (norm, projections;
+// Llama then rotates every row), because a row attends to the keys of every row before it in its
+// sequence; then, chunk by chunk, the attention of the chunk's query rows (Note [attention row
+// ranges] in kernels/cpu/attention.h), the output projection and residual add, and the MLP half
+// (norm, up projections, activation, down projection, residual add). The backward goes chunk by
+// chunk in the same order through the MLP half, the output projection and the attention's rows
+// (each chunk adds to the dk and dv of the rows before it), then through every chunk's q, k and v
+// projections and norm. Only qkv and its gradient keep every row. The workspace's tmp (the
+// normed inputs, the projections before the residual add), the normed inputs' gradient, the
+// attention output's gradient and the MLP's gradients hold one chunk, and the gradient at res2 is
+// built in dx's rows. The one set of internals --activations recompute refills
+// (TransformerBlock with recompute) holds one chunk of the attention output, res2 and the MLP's
+// widest buffers (GPT-2's fch, fch_gelu; Llama's gate, up; hmid is the workspace's): the
+// backward recomputes every row's qkv first, then each chunk's attention rows and MLP internals
+// just before that chunk's backward, without the down projection whose output the backward
+// never reads (its adapter's u is recomputed alone, lora_forward_u). Kept and held internals
+// (keep, offload) and the decoder's keep every row, at the chunk's offset. Weight, bias and norm
+// gradients are summed chunk by chunk in that order (the first chunk overwrites). The chunks are
+// a function of B*T alone, so every budget, policy and prefetch depth gets the same bits; at B*T
+// <= R there is one chunk and the bits are those of an unchunked block. Above R the weight
+// gradients' sums are split at the chunk boundaries (the same math, other roundings), and so are
+// a grouped-query kv head's dk/dv sums where a chunk boundary splits a sequence.
 inline constexpr int kRowChunk = 1024;
 // f(r0, n) for each chunk [r0, r0 + n) of `rows` rows, in order: the one partition every block
 // forward and backward uses (Note [row chunks]).
@@ -122,11 +127,14 @@ class Attention {
   // Position of each sequence's first row (B entries; null = every sequence starts at 0): the
   // rotary embedding rotates row (b, t) by position positions[b] + t.
   virtual const int* positions() const = 0;
-  // atty (B*T, H*hd) = causal attention of the (rotated) qkv (B*T, H*hd + 2*KV*hd). stats: the
-  // (B,H,T,2) softmax row statistics the backward needs (CausalAttention only); scratch: the backend's
-  // attention scratch.
+  // atty (n, H*hd) = causal attention of query rows [r0, r0 + n) of the (rotated) qkv (B*T, H*hd +
+  // 2*KV*hd). stats: the (B,H,T,2) softmax row statistics the backward needs (CausalAttention
+  // only); scratch: the backend's attention scratch.
   virtual void attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T, int H,
-                      int KV, int hd) const = 0;
+                      int KV, int hd, int r0, int n) const = 0;
+  // Whether attend takes the block's row chunks in turn (Note [attention row ranges] in
+  // kernels/cpu/attention.h), or the whole pass in one call (r0 0, n B*T).
+  virtual bool by_row_chunks() const = 0;
 };
 
 // Every row attends to rows 0..itself of its own sequence; positions start at 0.
@@ -134,7 +142,8 @@ class CausalAttention final : public Attention {
  public:
   const int* positions() const override { return nullptr; }
   void attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,
-              int hd) const override;
+              int hd, int r0, int n) const override;
+  bool by_row_chunks() const override { return true; }
 };
 
 // Decoding against a KV cache (Note [KV cache units] in infer/decoder.h): row (b, t) is at
@@ -149,8 +158,10 @@ class CachedAttention final : public Attention {
                   const int* slot)
       : kcache_(kcache), vcache_(vcache), q_(q), max_ctx_(max_ctx), past_(past), ops_past_(ops_past), slot_(slot) {}
   const int* positions() const override { return ops_past_; }
+  // Appends the pass's keys and values to the cache before any query reads it: the whole pass at once.
   void attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,
-              int hd) const override;
+              int hd, int r0, int n) const override;
+  bool by_row_chunks() const override { return false; }
 
  private:
   float* kcache_;

@@ -19,7 +19,7 @@ Gpt2BlockTensors gpt2_block_tensors(const Ops& ops, const SegmentLayout& layout,
 Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
                                  const Gpt2Workspace* borrow, bool chunked)
     : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked))) {
-  mlp_chunked = chunked;
+  this->chunked = chunked;
   if (borrow != nullptr) {
     ln1 = ln2 = borrow->tmp;
     borrowed = true;
@@ -44,34 +44,60 @@ CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
   const std::size_t own = borrow ? 0 : 1;
-  const std::size_t mlp = chunked ? static_cast<std::size_t>(row_chunk_rows(BT)) : BT;
+  const std::size_t rows = chunked ? static_cast<std::size_t>(row_chunk_rows(BT)) : BT;
   return CarveSlices({{&ln1, own * BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att_stats, stats},
-                   {&atty, BT * C}, {&res2, BT * C}, {&ln2, own * BT * C}, {&ln2_mean, BT}, {&ln2_rstd, BT},
-                   {&fch, mlp * 4 * C}, {&fch_gelu, mlp * 4 * C}});
+                   {&atty, rows * C}, {&res2, rows * C}, {&ln2, own * BT * C}, {&ln2_mean, BT}, {&ln2_rstd, BT},
+                   {&fch, rows * 4 * C}, {&fch_gelu, rows * 4 * C}});
 }
 
 Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t wide_floats = bf16_weights ? 4 * C * C : 0, vector_floats = bf16_weights ? 13 * C : 0;
   const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT));
-  buffer_ = ops_buffer_carve(ops, {{&tmp, chunk * C}, {&dfch, chunk * 4 * C}, {&dln, chunk * C}, {&datty, BT * C},
+  buffer_ = ops_buffer_carve(ops, {{&tmp, chunk * C}, {&dfch, chunk * 4 * C}, {&dln, chunk * C}, {&datty, chunk * C},
                    {&dqkv, BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())},
                    {&wide, wide_floats}, {&wide_vectors, vector_floats}});
   if (!bf16_weights) wide = wide_vectors = nullptr;
 }
 
 namespace {
+// Rows [r0, r0 + n) of ln1 and qkv (Note [row chunks]), adapter 0 (c_attn) added.
+void gpt2_qkv_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const Gpt2BlockTensors& p,
+                   const float* x, Gpt2Activations& s, int r0, int n, const LoraBlock* lora) {
+  const int C = cfg.n_embd;
+  const std::size_t at = static_cast<std::size_t>(r0) * C;
+  float* const ln1 = s.ln1 + s.work_row(r0) * C;
+  ops.layernorm_forward(ln1, s.ln1_mean + r0, s.ln1_rstd + r0, x + at, p.ln1_w, p.ln1_b, n, C, cfg.layer_norm_eps);
+  linear.kn(ops, s.qkv + 3 * at, ln1, p.attn_w, p.attn_b, n, C, 3 * C);
+  if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 0, r0, C), 0, s.qkv + 3 * at, 3 * C, ln1, C, n, C, 3 * C);
+}
+
+// Rows [r0, r0 + n) of the attention output (Note [attention row ranges] in
+// kernels/cpu/attention.h; already there when the attention takes the whole pass) and res2 = x +
+// attn_proj(atty) (through tmp), adapter 1 added.
+void gpt2_attention_rows(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
+                         const Gpt2BlockTensors& p, const float* x, Gpt2Activations& s, float* tmp,
+                         float* attn_scratch, int B, int T, int r0, int n, const LoraBlock* lora) {
+  const int C = cfg.n_embd, H = cfg.n_head;
+  const std::size_t at = static_cast<std::size_t>(r0) * C, own = s.chunk_row(r0) * C;
+  if (attention.by_row_chunks())
+    attention.attend(ops, s.atty + own, s.att_stats, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim(), r0, n);
+  linear.kn(ops, tmp, s.atty + own, p.attn_proj_w, p.attn_proj_b, n, C, C);
+  if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, tmp, C, s.atty + own, C, n, C, C);
+  ops.add(s.res2 + own, x + at, tmp, static_cast<std::size_t>(n) * C);
+}
+
 // Rows [r0, r0 + n) of the MLP half (Note [row chunks]): ln2, fch and fch_gelu at the
 // chunk's rows, adapter 2 (c_fc) added; then, with out, out rows = res2 + mlp_proj(fch_gelu)
 // (through tmp), adapter 3 added; without, only adapter 3's u.
 void gpt2_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const Gpt2BlockTensors& p,
                    Gpt2Activations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora) {
   const int C = cfg.n_embd;
-  const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * 4 * C;
+  const std::size_t at = static_cast<std::size_t>(r0) * C, own = s.chunk_row(r0) * C, mlp = s.chunk_row(r0) * 4 * C;
   float* const ln2 = s.ln2 + s.work_row(r0) * C;
   float* const fch = s.fch + mlp;
   float* const fch_gelu = s.fch_gelu + mlp;
-  ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + at, p.ln2_w, p.ln2_b, n, C,
+  ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + own, p.ln2_w, p.ln2_b, n, C,
                         cfg.layer_norm_eps);
   linear.kn(ops, fch, ln2, p.fc_w, p.fc_b, n, C, 4 * C);
   if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 2, r0, C), 2, fch, 4 * C, ln2, C, n, C, 4 * C);
@@ -82,43 +108,34 @@ void gpt2_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, c
   }
   linear.kn(ops, tmp, fch_gelu, p.mlp_proj_w, p.mlp_proj_b, n, 4 * C, C);
   if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 3, r0, 4 * C), 3, tmp, C, fch_gelu, 4 * C, n, 4 * C, C);
-  ops.add(out + at, s.res2 + at, tmp, static_cast<std::size_t>(n) * C);
+  ops.add(out + at, s.res2 + own, tmp, static_cast<std::size_t>(n) * C);
 }
 }  // namespace
 
 void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                         const Gpt2BlockTensors& p, const float* x, float* out, Gpt2Activations& s, float* tmp,
-                        float* attn_scratch, int B, int T, const LoraBlock* lora, bool with_mlp) {
-  const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
-  // The row-wise parts run chunk by chunk (Note [row chunks]); adapters (Note [lora math])
-  // add to each module's output before it is used.
+                        float* attn_scratch, int B, int T, const LoraBlock* lora) {
+  const int BT = B * T;
+  // Row chunk by row chunk (Note [row chunks]): every row's q, k and v first (a row attends to
+  // the keys before it), then the rest of the block; adapters (Note [lora math]) add to each
+  // module's output before it is used.
+  for_each_row_chunk(BT, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
+  if (!attention.by_row_chunks())
+    attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.n_head, cfg.head_dim(), 0, BT);
   for_each_row_chunk(BT, [&](int r0, int n) {
-    const std::size_t at = static_cast<std::size_t>(r0) * C;
-    float* const ln1 = s.ln1 + s.work_row(r0) * C;
-    ops.layernorm_forward(ln1, s.ln1_mean + r0, s.ln1_rstd + r0, x + at, p.ln1_w, p.ln1_b, n, C, cfg.layer_norm_eps);
-    linear.kn(ops, s.qkv + 3 * at, ln1, p.attn_w, p.attn_b, n, C, 3 * C);
-    if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 0, r0, C), 0, s.qkv + 3 * at, 3 * C, ln1, C, n, C, 3 * C);
+    gpt2_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora);
+    gpt2_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora);
   });
-  attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim());
-  for_each_row_chunk(BT, [&](int r0, int n) {
-    const std::size_t at = static_cast<std::size_t>(r0) * C;
-    linear.kn(ops, tmp, s.atty + at, p.attn_proj_w, p.attn_proj_b, n, C, C);
-    if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, tmp, C, s.atty + at, C, n, C, C);
-    ops.add(s.res2 + at, x + at, tmp, static_cast<std::size_t>(n) * C);
-  });
-  if (!with_mlp) return;
-  for_each_row_chunk(BT, [&](int r0, int n) { gpt2_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora); });
 }
 
 void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p,
                          const Gpt2BlockTensors* g, const float* x, const float* dout, float* dx,
                          Gpt2Activations& s, Gpt2Workspace& w, int B, int T, bool recompute, const LoraBlock* lora) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
-  // Recompute the attention half's internals (each MLP chunk's are recomputed below; the block
-  // output itself is not needed).
-  if (recompute)
-    gpt2_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg, p, x, nullptr, s, w.tmp, w.attn_scratch, B, T,
-                       lora, false);
+  const GemmLinear linear{w.wide};
+  // Recompute every row's qkv; each chunk's attention rows and MLP internals are recomputed
+  // below, just before its backward (the block output itself is not needed).
+  if (recompute) for_each_row_chunk(BT, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
   // A frozen base (g null, Note [lora segments]) gets no parameter gradients; dx is the same.
   auto grad = [&](float* Gpt2BlockTensors::*field) { return g != nullptr ? g->*field : nullptr; };
   auto grad_w = [&](TensorView Gpt2BlockTensors::*field) { return g != nullptr ? (g->*field).f32() : nullptr; };
@@ -127,21 +144,26 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
     if (lora != nullptr) lora_backward(ops, lora_rows(*lora, k, r0, K), k, dy, ldy, in, ldx, din, K, n, K, N, acc);
   };
 
-  // MLP: out = res2 + mlp_proj(gelu(fc(ln2(res2)))), chunk by chunk (Note [row chunks]); ln2
-  // and ln1 live in w.tmp (borrowed, Gpt2Activations): the same layernorm writes them again. The
-  // gradient at res2 is built in dx's rows, where the attention half's input gradient is added.
+  // Chunk by chunk (Note [row chunks]): the MLP, out = res2 + mlp_proj(gelu(fc(ln2(res2)))), then
+  // the attention output's projection, res2 = x + attn_proj(atty), and the attention's rows (Note
+  // [attention row ranges]), which add to the dk and dv of every row before them. ln2 and ln1 live
+  // in w.tmp (borrowed, Gpt2Activations): the same layernorm writes them again. The gradient at
+  // res2 is built in dx's rows, where the attention half's input gradient is added.
   STRATUM_ASSERT(s.ln1 == w.tmp && s.ln2 == w.tmp);
   for_each_row_chunk(BT, [&](int r0, int n) {
-    const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * 4 * C;
+    const std::size_t at = static_cast<std::size_t>(r0) * C, own = s.chunk_row(r0) * C, mlp = own * 4;
     const bool acc = r0 > 0;  // later chunks add to the gradients
     const float* const dout_c = dout + at;
     float* const ln2 = s.ln2;
     const float* const fch = s.fch + mlp;
     const float* const fch_gelu = s.fch_gelu + mlp;
-    if (recompute) gpt2_mlp_rows(ops, GemmLinear{w.wide}, cfg, p, s, nullptr, nullptr, r0, n, lora);
-    else
-      ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + at, p.ln2_w, p.ln2_b, n, C,
+    if (recompute) {
+      gpt2_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora);
+      gpt2_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, r0, n, lora);
+    } else {
+      ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + own, p.ln2_w, p.ln2_b, n, C,
                             cfg.layer_norm_eps);
+    }
     ops.matmul_backward(w.dfch, grad_w(&Gpt2BlockTensors::mlp_proj_w), grad(&Gpt2BlockTensors::mlp_proj_b), dout_c,
                         fch_gelu, weight_f32(ops, p.mlp_proj_w, w.wide), n, 4 * C, C, acc);
     adapt(3, r0, n, acc, dout_c, C, fch_gelu, 4 * C, w.dfch, 4 * C, C);
@@ -152,17 +174,13 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
     // d res2, in dx's rows: dout_c's last read (dx may be dout: in place)
     if (dx != dout) ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);
     ops.layernorm_backward(dx + at, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln,
-                           s.res2 + at, p.ln2_w, s.ln2_mean + r0, s.ln2_rstd + r0, n, C, acc);
+                           s.res2 + own, p.ln2_w, s.ln2_mean + r0, s.ln2_rstd + r0, n, C, acc);
+    ops.matmul_backward(w.datty, grad_w(&Gpt2BlockTensors::attn_proj_w), grad(&Gpt2BlockTensors::attn_proj_b),
+                        dx + at, s.atty + own, weight_f32(ops, p.attn_proj_w, w.wide), n, C, C, acc);
+    adapt(1, r0, n, acc, dx + at, C, s.atty + own, C, w.datty, C, C);
+    ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, H, cfg.head_dim(), r0, n);
   });
-
-  // Attention: res2 = x + attn_proj(attention(c_attn(ln1(x)))); d res2 is in dx.
-  for_each_row_chunk(BT, [&](int r0, int n) {
-    const std::size_t at = static_cast<std::size_t>(r0) * C;
-    ops.matmul_backward(w.datty + at, grad_w(&Gpt2BlockTensors::attn_proj_w), grad(&Gpt2BlockTensors::attn_proj_b),
-                        dx + at, s.atty + at, weight_f32(ops, p.attn_proj_w, w.wide), n, C, C, r0 > 0);
-    adapt(1, r0, n, r0 > 0, dx + at, C, s.atty + at, C, w.datty + at, C, C);
-  });
-  ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, H, cfg.head_dim());
+  // Attention: qkv = c_attn(ln1(x)); every row's dk and dv are complete now.
   for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     const bool acc = r0 > 0;

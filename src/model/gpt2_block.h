@@ -49,10 +49,10 @@ class Gpt2Activations {
   // attention_stats false: no `att_stats` (decoding attends against a KV cache and keeps none).
   // borrow: a training workspace of the same shape whose tmp rows hold ln1 and ln2 (as Llama's
   // xn1 and xn2, Note [hmid in the workspace] in model/llama_block.h); null: slices of their own.
-  // mlp_chunked: fch and fch_gelu hold one MLP chunk (Note [row chunks] in
+  // chunked: atty, res2, fch and fch_gelu hold one row chunk (Note [row chunks] in
   // model/block_policy.h), for a set the backward refills by recomputing; false: every row.
   Gpt2Activations(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                  const Gpt2Workspace* borrow = nullptr, bool mlp_chunked = false);
+                  const Gpt2Workspace* borrow = nullptr, bool chunked = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // A training set over memory the caller owns: bytes_for(..., true, true) bytes, 64-byte
   // aligned (a store's Internals unit, Note [activations offload] in exec/executor.h), with
@@ -61,33 +61,33 @@ class Gpt2Activations {
   // size_bytes() of such an object (borrowed: the training layout, without the borrowed rows),
   // without allocating it.
   static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                               bool borrowed = false, bool mlp_chunked = false);
-  // Row r0's offset in fch and fch_gelu (0 when they hold one chunk), and in ln1 and ln2 (0 when
-  // they are the workspace's one-chunk tmp rows).
-  std::size_t mlp_row(int r0) const { return mlp_chunked ? 0 : static_cast<std::size_t>(r0); }
+                               bool borrowed = false, bool chunked = false);
+  // Row r0's offset in atty, res2, fch and fch_gelu (0 when they hold one chunk), and in ln1 and
+  // ln2 (0 when they are the workspace's one-chunk tmp rows).
+  std::size_t chunk_row(int r0) const { return chunked ? 0 : static_cast<std::size_t>(r0); }
   std::size_t work_row(int r0) const { return borrowed ? 0 : static_cast<std::size_t>(r0); }
 
-  bool mlp_chunked = false;
+  bool chunked = false;
   bool borrowed = false;  // ln1 and ln2 are a training workspace's rows
   float* ln1;       // (B,T,C) (one chunk: the workspace's tmp rows in training)
   float* ln1_mean;  // (B,T)
   float* ln1_rstd;  // (B,T)
   float* qkv;       // (B,T,3C)
   float* att_stats; // (B,H,T,2) softmax row statistics (kernels/cpu/attention.h)
-  float* atty;      // (B,T,C)
-  float* res2;      // (B,T,C)
+  float* atty;      // (B,T,C), or (row_chunk_rows, C) when chunked
+  float* res2;      // (B,T,C), or (row_chunk_rows, C) when chunked
   float* ln2;       // (B,T,C) (one chunk: the workspace's tmp rows in training)
   float* ln2_mean;  // (B,T)
   float* ln2_rstd;  // (B,T)
-  float* fch;       // (B,T,4C), or (row_chunk_rows, 4C) when mlp_chunked
-  float* fch_gelu;  // (B,T,4C), or (row_chunk_rows, 4C) when mlp_chunked
+  float* fch;       // (B,T,4C), or (row_chunk_rows, 4C) when chunked
+  float* fch_gelu;  // (B,T,4C), or (row_chunk_rows, 4C) when chunked
 
  private:
   struct NoBuffer {};
   explicit Gpt2Activations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
   CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow,
-                     bool mlp_chunked);
+                     bool chunked);
   OpsBuffer buffer_;
 };
 
@@ -99,11 +99,11 @@ class Gpt2Workspace {
   Gpt2Workspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
-  // Note [row chunks] (model/block_policy.h): tmp, dfch and dln hold one chunk of rows.
+  // Note [row chunks] (model/block_policy.h): tmp, dfch, dln and datty hold one chunk of rows.
   float* tmp;       // (chunk, C) projections before the residual add; ln1, ln2
   float* dfch;      // (chunk, 4C) d fch, then d fch_gelu
   float* dln;       // (chunk, C)
-  float* datty;     // (B,T,C)
+  float* datty;     // (chunk, C)
   float* dqkv;      // (B,T,3C)
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, H, C / H)
   float* wide = nullptr;          // (4C * C) a widened bf16 matrix (bf16_weights only)
@@ -116,12 +116,11 @@ class Gpt2Workspace {
 // out (B,T,C) = block(x (B,T,C)) (Note [one forward] in model/block_policy.h): linear layers by
 // `linear`, attention by `attention`; fills a with the block's internals. out may be x. tmp is
 // (row_chunk_rows(B*T), C) scratch, attn_scratch the backend's attention scratch. lora (may be null): adapters
-// added to the modules they target (Note [lora math] in model/lora.h). The MLP half runs in row
-// chunks (Note [row chunks] in model/block_policy.h); with_mlp false stops after res2 (the
-// backward's recompute: it recomputes each chunk's MLP itself) and leaves out unwritten.
+// added to the modules they target (Note [lora math] in model/lora.h). Runs in row chunks (Note
+// [row chunks] in model/block_policy.h).
 void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                         const Gpt2BlockTensors& p, const float* x, float* out, Gpt2Activations& a, float* tmp,
-                        float* attn_scratch, int B, int T, const LoraBlock* lora = nullptr, bool with_mlp = true);
+                        float* attn_scratch, int B, int T, const LoraBlock* lora = nullptr);
 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
 // upstream gradient dout (B,T,C). With recompute, first refills a by re-running the forward

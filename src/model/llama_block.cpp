@@ -18,7 +18,7 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
 LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
                                    const LlamaWorkspace* borrow, bool chunked)
     : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked))) {
-  mlp_chunked = chunked;
+  this->chunked = chunked;
   if (borrow != nullptr) {
     hmid = borrow->dgate;
     borrowed = true;
@@ -46,9 +46,9 @@ CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int ma
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
   const std::size_t own = borrow ? 0 : 1;
-  const std::size_t mlp = chunked ? static_cast<std::size_t>(row_chunk_rows(BT)) : BT;
-  return CarveSlices({{&xn1, own * BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, BT * Q},
-                                  {&res2, BT * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, mlp * I}, {&up, mlp * I},
+  const std::size_t rows = chunked ? static_cast<std::size_t>(row_chunk_rows(BT)) : BT;
+  return CarveSlices({{&xn1, own * BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, rows * Q},
+                                  {&res2, rows * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, rows * I}, {&up, rows * I},
                                   {&hmid, own * BT * I}});
 }
 
@@ -58,7 +58,7 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
   const std::size_t wide_floats = bf16_weights ? std::max(Q, I) * C : 0, vector_floats = bf16_weights ? 2 * C : 0;
   const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT));
   buffer_ = ops_buffer_carve(ops,
-      {{&tmp, chunk * C}, {&dxn, chunk * C}, {&datty, BT * Q}, {&dqkv, BT * QKV}, {&dgate, chunk * I},
+      {{&tmp, chunk * C}, {&dxn, chunk * C}, {&datty, chunk * Q}, {&dqkv, BT * QKV}, {&dgate, chunk * I},
        {&dup, chunk * I},
        {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())},
        {&wide, wide_floats}, {&wide_vectors, vector_floats}});
@@ -66,18 +66,66 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
 }
 
 namespace {
+// Rows [r0, r0 + n) of xn1 and qkv (Note [row chunks]), adapters 0, 1 and 2 (q, k, v) added;
+// not rotated.
+void llama_qkv_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const LlamaBlockTensors& p,
+                    const float* x, LlamaActivations& s, int r0, int n, const LoraBlock* lora) {
+  const int C = cfg.n_embd, Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd;
+  const std::size_t at = static_cast<std::size_t>(r0) * C;
+  float* const xn1 = s.xn1 + s.work_row(r0) * C;
+  float* const qkv = s.qkv + static_cast<std::size_t>(r0) * QKV;
+  ops.rmsnorm_forward(xn1, s.rstd1 + r0, x + at, p.attn_norm_w, n, C, cfg.layer_norm_eps);
+  linear.nt(ops, qkv, QKV, xn1, C, p.q_w, n, Q, C);
+  linear.nt(ops, qkv + Q, QKV, xn1, C, p.k_w, n, KVd, C);
+  linear.nt(ops, qkv + Q + KVd, QKV, xn1, C, p.v_w, n, KVd, C);
+  if (lora != nullptr) {
+    lora_forward(ops, lora_rows(*lora, 0, r0, C), 0, qkv, QKV, xn1, C, n, C, Q);
+    lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, qkv + Q, QKV, xn1, C, n, C, KVd);
+    lora_forward(ops, lora_rows(*lora, 2, r0, C), 2, qkv + Q + KVd, QKV, xn1, C, n, C, KVd);
+  }
+}
+
+// Every row's qkv, q and k rotated: what the attention of any row needs.
+void llama_qkv(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
+               const RopeTable& rope, const LlamaBlockTensors& p, const float* x, LlamaActivations& s, int B, int T,
+               const LoraBlock* lora) {
+  const int Q = cfg.q_dim(), QKV = Q + 2 * cfg.kv_dim();
+  for_each_row_chunk(B * T, [&](int r0, int n) { llama_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
+  ops.rope_forward(s.qkv, B, T, cfg.n_head, cfg.head_dim(), QKV, attention.positions(), rope);
+  ops.rope_forward(s.qkv + Q, B, T, cfg.kv_heads(), cfg.head_dim(), QKV, attention.positions(), rope);
+}
+
+// Rows [r0, r0 + n) of the attention output (Note [attention row ranges] in
+// kernels/cpu/attention.h; already there when the attention takes the whole pass) and res2 = x +
+// o(atty) (through tmp), adapter 3 (o_proj) added.
+void llama_attention_rows(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
+                          const LlamaBlockTensors& p, const float* x, LlamaActivations& s, float* tmp,
+                          float* attn_scratch, int B, int T, int r0, int n, const LoraBlock* lora) {
+  const int C = cfg.n_embd, Q = cfg.q_dim();
+  const std::size_t at = static_cast<std::size_t>(r0) * C;
+  float* const atty = s.atty + s.chunk_row(r0) * Q;
+  float* const res2 = s.res2 + s.chunk_row(r0) * C;
+  if (attention.by_row_chunks())
+    attention.attend(ops, atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.kv_heads(), cfg.head_dim(),
+                     r0, n);
+  linear.nt(ops, tmp, C, atty, Q, p.o_w, n, C, Q);
+  if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 3, r0, Q), 3, tmp, C, atty, Q, n, Q, C);
+  ops.add(res2, x + at, tmp, static_cast<std::size_t>(n) * C);
+}
+
 // Rows [r0, r0 + n) of the MLP half (Note [row chunks]): xn2, gate, up and hmid at the
 // chunk's rows, adapters 4 and 5 (gate_proj, up_proj) added; then, with out, out rows = res2 +
 // down(hmid) (through tmp), adapter 6 added; without, only adapter 6's u.
 void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const LlamaBlockTensors& p,
                     LlamaActivations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora) {
   const int C = cfg.n_embd, I = cfg.mlp_width();
-  const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * I;
+  const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.chunk_row(r0) * I;
+  const float* const res2 = s.res2 + s.chunk_row(r0) * C;
   float* const xn2 = s.xn2 + s.work_row(r0) * C;
   float* const gate = s.gate + mlp;
   float* const up = s.up + mlp;
   float* const hmid = s.hmid + s.work_row(r0) * I;
-  ops.rmsnorm_forward(xn2, s.rstd2 + r0, s.res2 + at, p.mlp_norm_w, n, C, cfg.layer_norm_eps);
+  ops.rmsnorm_forward(xn2, s.rstd2 + r0, res2, p.mlp_norm_w, n, C, cfg.layer_norm_eps);
   linear.nt(ops, gate, I, xn2, C, p.gate_w, n, I, C);
   linear.nt(ops, up, I, xn2, C, p.up_w, n, I, C);
   if (lora != nullptr) {
@@ -91,44 +139,25 @@ void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, 
   }
   linear.nt(ops, tmp, C, hmid, I, p.down_w, n, C, I);
   if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 6, r0, I), 6, tmp, C, hmid, I, n, I, C);
-  ops.add(out + at, s.res2 + at, tmp, static_cast<std::size_t>(n) * C);
+  ops.add(out + at, res2, tmp, static_cast<std::size_t>(n) * C);
 }
 }  // namespace
 
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                          const RopeTable& rope, const LlamaBlockTensors& p, const float* x, float* out,
-                         LlamaActivations& s, float* tmp, float* attn_scratch, int B, int T, const LoraBlock* lora,
-                         bool with_mlp) {
-  const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
-  const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd;
-  // The row-wise parts run chunk by chunk (Note [row chunks]); adapters (Note [lora math])
-  // add to each projection before it is used (q and k before rope).
+                         LlamaActivations& s, float* tmp, float* attn_scratch, int B, int T, const LoraBlock* lora) {
+  const int BT = B * T;
+  // Row chunk by row chunk (Note [row chunks]): every row's q, k and v first (a row attends to
+  // the keys before it), then the rest of the block; adapters (Note [lora math]) add to each
+  // projection before it is used (q and k before rope).
+  llama_qkv(ops, linear, attention, cfg, rope, p, x, s, B, T, lora);
+  if (!attention.by_row_chunks())
+    attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.kv_heads(), cfg.head_dim(),
+                     0, BT);
   for_each_row_chunk(BT, [&](int r0, int n) {
-    const std::size_t at = static_cast<std::size_t>(r0) * C;
-    float* const xn1 = s.xn1 + s.work_row(r0) * C;
-    float* const qkv = s.qkv + static_cast<std::size_t>(r0) * QKV;
-    ops.rmsnorm_forward(xn1, s.rstd1 + r0, x + at, p.attn_norm_w, n, C, cfg.layer_norm_eps);
-    linear.nt(ops, qkv, QKV, xn1, C, p.q_w, n, Q, C);
-    linear.nt(ops, qkv + Q, QKV, xn1, C, p.k_w, n, KVd, C);
-    linear.nt(ops, qkv + Q + KVd, QKV, xn1, C, p.v_w, n, KVd, C);
-    if (lora != nullptr) {
-      lora_forward(ops, lora_rows(*lora, 0, r0, C), 0, qkv, QKV, xn1, C, n, C, Q);
-      lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, qkv + Q, QKV, xn1, C, n, C, KVd);
-      lora_forward(ops, lora_rows(*lora, 2, r0, C), 2, qkv + Q + KVd, QKV, xn1, C, n, C, KVd);
-    }
+    llama_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora);
+    llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora);
   });
-  ops.rope_forward(s.qkv, B, T, H, hd, QKV, attention.positions(), rope);
-  ops.rope_forward(s.qkv + Q, B, T, KV, hd, QKV, attention.positions(), rope);
-  attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, H, KV, hd);
-  for_each_row_chunk(BT, [&](int r0, int n) {
-    const std::size_t at = static_cast<std::size_t>(r0) * C;
-    const float* const atty = s.atty + static_cast<std::size_t>(r0) * Q;
-    linear.nt(ops, tmp, C, atty, Q, p.o_w, n, C, Q);
-    if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 3, r0, Q), 3, tmp, C, atty, Q, n, Q, C);
-    ops.add(s.res2 + at, x + at, tmp, static_cast<std::size_t>(n) * C);
-  });
-  if (!with_mlp) return;
-  for_each_row_chunk(BT, [&](int r0, int n) { llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora); });
 }
 
 void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
@@ -136,9 +165,10 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
                           LlamaActivations& s, LlamaWorkspace& w, int B, int T, bool recompute, const LoraBlock* lora) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
-  if (recompute)  // the attention half; each MLP chunk's internals are recomputed below
-    llama_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg, rope, p, x, nullptr, s, w.tmp, w.attn_scratch,
-                        B, T, lora, false);
+  const GemmLinear linear{w.wide};
+  // Recompute every row's qkv; each chunk's attention rows and MLP internals are recomputed
+  // below, just before its backward.
+  if (recompute) llama_qkv(ops, linear, CausalAttention{}, cfg, rope, p, x, s, B, T, lora);
   // A frozen base (g null, Note [lora segments]) gets no weight gradients; dx is the same.
   auto weight_grad = [&](int M, int N, int K, const float* a, int lda, const float* b, int ldb,
                          TensorView LlamaBlockTensors::*field, bool acc = false) {  // g.field (M,N) (+)= a^T b
@@ -150,23 +180,28 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     if (lora != nullptr) lora_backward(ops, lora_rows(*lora, k, r0, K), k, dy, ldy, in, ldx, din, K, n, K, N, acc);
   };
 
-  // MLP: out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2 = rmsnorm(res2), chunk by chunk (Note
-  // [row chunks]). hmid is in w.dgate (Note [hmid in the workspace]): the chunk's recompute
-  // writes it there, or it is recomputed from kept gate and up.
+  // Chunk by chunk (Note [row chunks]): the MLP, out = res2 + down(silu(gate(xn2)) * up(xn2)), xn2
+  // = rmsnorm(res2), then the attention output's projection, res2 = x + o(atty), and the
+  // attention's rows (Note [attention row ranges]), which add to the dk and dv of every row before
+  // them. hmid is in w.dgate (Note [hmid in the workspace]): the chunk's recompute writes it
+  // there, or it is recomputed from kept gate and up. d res2 is built in dx's rows.
   STRATUM_ASSERT(s.hmid == w.dgate && s.xn1 == w.tmp && s.xn2 == w.tmp);
   const float eps = cfg.layer_norm_eps;
   for_each_row_chunk(BT, [&](int r0, int n) {
-    const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.mlp_row(r0) * I;
+    const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.chunk_row(r0) * I;
     const std::size_t rows_i = static_cast<std::size_t>(n) * I;
+    const float* const res2 = s.res2 + s.chunk_row(r0) * C;
+    const float* const atty = s.atty + s.chunk_row(r0) * Q;
     const bool acc = r0 > 0;  // later chunks add to the gradients
     const float* const dout_c = dout + at;
     const float* const gate = s.gate + mlp;
     const float* const up = s.up + mlp;
     const float* const xn2 = s.xn2;
     if (recompute) {
-      llama_mlp_rows(ops, GemmLinear{w.wide}, cfg, p, s, nullptr, nullptr, r0, n, lora);
+      llama_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora);
+      llama_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, r0, n, lora);
     } else {
-      ops.rmsnorm_forward(s.xn2, s.rstd2 + r0, s.res2 + at, p.mlp_norm_w, n, C, eps);  // into tmp again
+      ops.rmsnorm_forward(s.xn2, s.rstd2 + r0, res2, p.mlp_norm_w, n, C, eps);  // into tmp again
       ops.swiglu_forward(w.dgate, gate, up, rows_i);
     }
     sgemm_w(ops, false, false, n, I, C, 1.0f, dout_c, C, p.down_w, I, 0.0f, w.dup, I, w.wide);  // d hmid (n, I)
@@ -181,19 +216,16 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     adapt(5, r0, n, acc, w.dup, I, xn2, C, w.dxn, C, I);
     // d res2, in dx's rows: dout_c's last read (dx may be dout: in place)
     if (dx != dout) ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);
-    ops.rmsnorm_backward(dx + at, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn, s.res2 + at, p.mlp_norm_w,
+    ops.rmsnorm_backward(dx + at, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn, res2, p.mlp_norm_w,
                          s.rstd2 + r0, n, C, acc);
+    sgemm_w(ops, false, false, n, Q, C, 1.0f, dx + at, C, p.o_w, Q, 0.0f, w.datty, Q, w.wide);
+    weight_grad(C, Q, n, dx + at, C, atty, Q, &LlamaBlockTensors::o_w, acc);
+    adapt(3, r0, n, acc, dx + at, C, atty, Q, w.datty, Q, C);
+    ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, KV, hd, r0, n);
   });
 
-  // Attention: res2 = x + o(attention(rope(q(xn1)), rope(k(xn1)), v(xn1))), xn1 = rmsnorm(x);
-  // d res2 is in dx.
-  for_each_row_chunk(BT, [&](int r0, int n) {
-    const std::size_t at = static_cast<std::size_t>(r0) * C, at_q = static_cast<std::size_t>(r0) * Q;
-    sgemm_w(ops, false, false, n, Q, C, 1.0f, dx + at, C, p.o_w, Q, 0.0f, w.datty + at_q, Q, w.wide);
-    weight_grad(C, Q, n, dx + at, C, s.atty + at_q, Q, &LlamaBlockTensors::o_w, r0 > 0);
-    adapt(3, r0, n, r0 > 0, dx + at, C, s.atty + at_q, Q, w.datty + at_q, Q, C);
-  });
-  ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, KV, hd);
+  // Attention: qkv = rope(q(xn1)), rope(k(xn1)), v(xn1), xn1 = rmsnorm(x); every row's dk and dv
+  // are complete now.
   ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
   ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
   for_each_row_chunk(BT, [&](int r0, int n) {

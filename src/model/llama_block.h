@@ -55,10 +55,10 @@ class LlamaActivations {
   // attention_stats false: no `att_stats` (decoding attends against a KV cache and keeps none).
   // borrow: a training workspace of the same shape whose rows hold hmid, xn1 and xn2 (Note [hmid
   // in the workspace]); null: slices of their own.
-  // mlp_chunked: gate and up hold one MLP chunk (Note [row chunks] in model/block_policy.h),
+  // chunked: atty, res2, gate and up hold one row chunk (Note [row chunks] in model/block_policy.h),
   // for a set the backward refills by recomputing; false: every row.
   LlamaActivations(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                   const LlamaWorkspace* borrow = nullptr, bool mlp_chunked = false);
+                   const LlamaWorkspace* borrow = nullptr, bool chunked = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // A training set over memory the caller owns: bytes_for(..., true, true) bytes, 64-byte
   // aligned (a store's Internals unit, Note [activations offload] in exec/executor.h), with
@@ -67,24 +67,24 @@ class LlamaActivations {
   // size_bytes() of such an object (borrowed: the training layout, without the borrowed rows),
   // without allocating it.
   static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                               bool borrowed = false, bool mlp_chunked = false);
-  // Row r0's offset in gate and up (0 when they hold one chunk), and in hmid, xn1 and xn2 (0 when
+                               bool borrowed = false, bool chunked = false);
+  // Row r0's offset in atty, res2, gate and up (0 when they hold one chunk), and in hmid, xn1 and xn2 (0 when
   // they are the workspace's one-chunk dgate and tmp rows).
-  std::size_t mlp_row(int r0) const { return mlp_chunked ? 0 : static_cast<std::size_t>(r0); }
+  std::size_t chunk_row(int r0) const { return chunked ? 0 : static_cast<std::size_t>(r0); }
   std::size_t work_row(int r0) const { return borrowed ? 0 : static_cast<std::size_t>(r0); }
 
-  bool mlp_chunked = false;
+  bool chunked = false;
   bool borrowed = false;  // hmid, xn1 and xn2 are a training workspace's rows
   float* xn1;    // (B,T,C) input_layernorm(x) (Note [hmid in the workspace])
   float* rstd1;  // (B,T)
   float* qkv;    // (B,T,H*hd + 2*KV*hd) [q | k | v], q and k rotated
   float* att_stats; // (B,H,T,2) softmax row statistics (kernels/cpu/attention.h)
-  float* atty;   // (B,T,H*hd)
-  float* res2;   // (B,T,C) x + attention output
+  float* atty;   // (B,T,H*hd), or (row_chunk_rows, H*hd) when chunked
+  float* res2;   // (B,T,C) x + attention output, or (row_chunk_rows, C) when chunked
   float* xn2;    // (B,T,C) post_attention_layernorm(res2) (Note [hmid in the workspace])
   float* rstd2;  // (B,T)
-  float* gate;   // (B,T,I), or (row_chunk_rows, I) when mlp_chunked
-  float* up;     // (B,T,I), or (row_chunk_rows, I) when mlp_chunked
+  float* gate;   // (B,T,I), or (row_chunk_rows, I) when chunked
+  float* up;     // (B,T,I), or (row_chunk_rows, I) when chunked
   float* hmid;   // (B,T,I) silu(gate) * up, or one chunk's (Note [hmid in the workspace])
 
  private:
@@ -92,7 +92,7 @@ class LlamaActivations {
   explicit LlamaActivations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
   CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow,
-                     bool mlp_chunked);
+                     bool chunked);
   OpsBuffer buffer_;
 };
 
@@ -104,10 +104,10 @@ class LlamaWorkspace {
   LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
-  // Note [row chunks] (model/block_policy.h): tmp, dxn, dgate and dup hold one chunk of rows.
+  // Note [row chunks] (model/block_policy.h): tmp, dxn, datty, dgate and dup hold one chunk of rows.
   float* tmp;    // (chunk, C) projections before the residual add; xn1, xn2 (Note [hmid in the workspace])
   float* dxn;    // (chunk, C)
-  float* datty;  // (B,T,H*hd)
+  float* datty;  // (chunk, H*hd)
   float* dqkv;   // (B,T,H*hd + 2*KV*hd)
   float* dgate;  // (row_chunk_rows, I) a chunk's hmid (Note [hmid in the workspace]), then d gate
   float* dup;    // (row_chunk_rows, I) d hmid, then d up (Note [row chunks] in model/block_policy.h)
@@ -122,12 +122,11 @@ class LlamaWorkspace {
 // out (B,T,C) = block(x (B,T,C)) at the attention's positions (Note [one forward] in
 // model/block_policy.h): linear layers by `linear`, attention by `attention`; fills a with the
 // block's internals. out may be x. tmp is (row_chunk_rows(B*T), C) scratch, attn_scratch the backend's attention
-// scratch. The MLP half runs in row chunks (Note [row chunks] in model/block_policy.h);
-// with_mlp false stops after res2 (the backward's recompute) and leaves out unwritten.
+// scratch. Runs in row chunks (Note [row chunks] in model/block_policy.h).
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                          const RopeTable& rope, const LlamaBlockTensors& p, const float* x, float* out,
                          LlamaActivations& a, float* tmp, float* attn_scratch, int B, int T,
-                         const LoraBlock* lora = nullptr, bool with_mlp = true);
+                         const LoraBlock* lora = nullptr);
 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
 // upstream gradient dout (B,T,C); with recompute, first refills a from x (bit-identical). g null:

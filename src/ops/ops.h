@@ -136,15 +136,17 @@ class Ops {
 
   // Causal grouped-query attention over a (B,T,H*hd + 2*KV*hd) qkv buffer (kernels/cpu/attention.h);
   // the forward keeps (B,H,T,2) softmax row statistics for the backward, never a (T,T) matrix.
+  // Both take the query rows [r0, r0 + n) of the B*T rows: out and dout hold those n rows; the
+  // backward is called for ranges in increasing order (Note [attention row ranges]).
   virtual std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const = 0;
   // Bytes the backend keeps for its matrix products when no dimension exceeds `rows` (the
   // tokens of a step) or `width` (the widest layer), and every weight is at most narrow x width
   // (bf16 products keep rounded copies of the operands).
   virtual std::size_t gemm_scratch_bytes(int rows, int width, int narrow) const = 0;
   virtual void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int H,
-                                 int KV, int hd) const = 0;
+                                 int KV, int hd, int r0, int n) const = 0;
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                  const float* stats, int B, int T, int H, int KV, int hd) const = 0;
+                                  const float* stats, int B, int T, int H, int KV, int hd, int r0, int n) const = 0;
   // Attention of Tn new queries per sequence against a KV cache (bit-identical to the full forward).
   virtual std::size_t attention_cached_scratch_floats(int hd, int max_T) const = 0;
   virtual void attention_cached(float* out, float* scratch, const float* q, const float* kcache,

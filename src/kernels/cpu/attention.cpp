@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/simd.h"
@@ -351,57 +352,78 @@ STRATUM_INLINE void forward_block(float* y, std::size_t y_stride, float* stats, 
   block_probs_times(y, y_stride, rows, T0, nb, v, v_stride, hd, ld);
 }
 
+// The query rows [r0, r0 + n) of the B*T rows, as each sequence's part of them: sequence b's
+// query positions [q0(b), q1(b)), empty for the sequences the range does not touch.
+struct RowRange {
+  std::size_t r0, n, T;
+  std::size_t first_seq() const { return r0 / T; }
+  std::size_t seqs() const { return n == 0 ? 0 : (r0 + n - 1) / T + 1 - first_seq(); }
+  int q0(std::size_t b) const { return static_cast<int>(std::max(r0, b * T) - b * T); }
+  int q1(std::size_t b) const { return static_cast<int>(std::min(r0 + n, (b + 1) * T) - b * T); }
+  // Offset of row (b, t) in the range's own (n)-row buffers.
+  std::size_t local(std::size_t b, int t) const { return b * T + t - r0; }
+};
+
 STRATUM_SIMD_CLONES
 void attention_forward_pairs(float* out, float* stats, float* scratch, int slot, const float* qkv, std::size_t p0,
-                             std::size_t p1, int T, QkvLayout lay, ScratchLayout sl) {
+                             std::size_t p1, RowRange rr, QkvLayout lay, ScratchLayout sl) {
   const int hd = lay.hd, group = lay.H / lay.KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd;
-  for (std::size_t p = p0; p < p1; ++p) {  // p = b * H + h
-    const std::size_t b = p / lay.H;
+  const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd, T = rr.T;
+  for (std::size_t p = p0; p < p1; ++p) {  // p = (b - first_seq) * H + h
+    const std::size_t b = rr.first_seq() + p / lay.H;
     const int h = static_cast<int>(p % lay.H), kvh = h / group;
+    const int q0 = rr.q0(b), q1 = rr.q1(b);
     const float* base = qkv + b * T * W;
     float* kt = sl.kt(scratch, slot);
-    if (p == p0 || h % group == 0) pack_head(kt, base + lay.k(kvh), W, T, hd);  // a new (batch, kv head)
+    if (p == p0 || h % group == 0) pack_head(kt, base + lay.k(kvh), W, q1, hd);  // a new (batch, kv head)
     float* rows = sl.rows(scratch, slot);
     const int ld = sl.ld();
-    for (int T0 = 0; T0 < T; T0 += kBlockRows)
-      forward_block(out + (b * T + T0) * out_w + lay.q(h), out_w, stats + (p * T + T0) * 2, rows,
-                    base + T0 * W + lay.q(h), W, T0, std::min(kBlockRows, T - T0), kt, base + lay.v(kvh), W, hd, ld,
+    for (int T0 = q0; T0 < q1; T0 += kBlockRows)
+      forward_block(out + rr.local(b, T0) * out_w + lay.q(h), out_w, stats + ((b * lay.H + h) * T + T0) * 2, rows,
+                    base + T0 * W + lay.q(h), W, T0, std::min(kBlockRows, q1 - T0), kt, base + lay.v(kvh), W, hd, ld,
                     scale);
   }
 }
 
 STRATUM_SIMD_CLONES
 void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float* dout, const float* qkv,
-                              const float* stats, std::size_t p0, std::size_t p1, int T, QkvLayout lay,
+                              const float* stats, std::size_t p0, std::size_t p1, RowRange rr, QkvLayout lay,
                               ScratchLayout sl) {
   const int hd = lay.hd, group = lay.H / lay.KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd;
-  for (std::size_t p = p0; p < p1; ++p) {  // p = b * KV + kvh
-    const std::size_t b = p / lay.KV;
+  const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd, T = rr.T;
+  for (std::size_t p = p0; p < p1; ++p) {  // p = (b - first_seq) * KV + kvh
+    const std::size_t b = rr.first_seq() + p / lay.KV;
     const int kvh = static_cast<int>(p % lay.KV);
+    const int q0 = rr.q0(b), q1 = rr.q1(b);
     const float* base = qkv + b * T * W;
     float* dbase = dqkv + b * T * W;
     float* kt = sl.kt(scratch, slot);
     float* vt = sl.vt(scratch, slot);
-    pack_head(kt, base + lay.k(kvh), W, T, hd);
-    pack_head(vt, base + lay.v(kvh), W, T, hd);
+    pack_head(kt, base + lay.k(kvh), W, q1, hd);
+    pack_head(vt, base + lay.v(kvh), W, q1, hd);
     const int ld = sl.ld();
     float* prow = sl.rows(scratch, slot);             // (block rows, ld): the probabilities
     float* drow = prow + sl.block_rows() * ld;        // (block rows, ld): datt, then dpre
-    // dk and dv summed in contiguous rows (every block updates all its keys'), copied out at the end.
+    // dk and dv summed in contiguous rows (every block updates all its keys'), copied out at the
+    // end. Keys before q0 continue the sums earlier row ranges left in dqkv (Note [attention row
+    // ranges]); the range's own keys start from 0.
     float* dk = sl.dkv(scratch, slot);
-    float* dv = dk + static_cast<std::size_t>(T) * hd;
-    std::fill_n(dk, 2 * static_cast<std::size_t>(T) * hd, 0.0f);
+    float* dv = dk + T * hd;
+    for (int t = 0; t < q0; ++t) {
+      std::copy_n(dbase + t * W + lay.k(kvh), hd, dk + static_cast<std::size_t>(t) * hd);
+      std::copy_n(dbase + t * W + lay.v(kvh), hd, dv + static_cast<std::size_t>(t) * hd);
+    }
+    std::fill_n(dk + static_cast<std::size_t>(q0) * hd, static_cast<std::size_t>(q1 - q0) * hd, 0.0f);
+    std::fill_n(dv + static_cast<std::size_t>(q0) * hd, static_cast<std::size_t>(q1 - q0) * hd, 0.0f);
     for (int g = 0; g < group; ++g) {
       const int h = kvh * group + g;
       const float* st = stats + (b * lay.H + h) * T * 2;
-      const float* dy = dout + b * T * out_w + lay.q(h);
-      for (int T0 = 0; T0 < T; T0 += kBlockRows) {
-        const int nb = std::min(kBlockRows, T - T0);
+      for (int T0 = q0; T0 < q1; T0 += kBlockRows) {
+        const int nb = std::min(kBlockRows, q1 - T0);
         const float* q = base + T0 * W + lay.q(h);
+        const float* dy = dout + rr.local(b, T0) * out_w + lay.q(h);  // the block's rows of dout
         // The forward's probabilities (Note [softmax row replay]).
         block_scores(prow, q, W, T0, nb, kt, hd, ld);
         for (int r = 0; r < nb; ++r) {
@@ -411,8 +433,8 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
           mul_row(row, T0 + r + 1, st[(T0 + r) * 2 + 1]);
         }
         // datt[t2] = dy . v[t2];  dv[t2] += att[t][t2] * dy
-        block_scores(drow, dy + T0 * out_w, out_w, T0, nb, vt, hd, ld);
-        block_rank_update(dv, hd, prow, T0, nb, dy + T0 * out_w, out_w, hd, ld);
+        block_scores(drow, dy, out_w, T0, nb, vt, hd, ld);
+        block_rank_update(dv, hd, prow, T0, nb, dy, out_w, hd, ld);
         // softmax backward: dpre[t2] = att[t2] * (datt[t2] - sum_j att[j] datt[j])
         for (int r = 0; r < nb; ++r) {
           const float* pr = prow + static_cast<std::size_t>(r) * ld;
@@ -426,7 +448,7 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
         block_rank_update(dk, hd, drow, T0, nb, q, W, hd, ld);
       }
     }
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < q1; ++t) {
       std::copy_n(dk + static_cast<std::size_t>(t) * hd, hd, dbase + t * W + lay.k(kvh));
       std::copy_n(dv + static_cast<std::size_t>(t) * hd, hd, dbase + t * W + lay.v(kvh));
     }
@@ -478,23 +500,34 @@ std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd, int th
   return static_cast<std::size_t>(threads) * ScratchLayout{std::size_t(T), std::size_t(hd)}.slot_floats();
 }
 
+namespace {
+RowRange row_range(const char* what, int B, int T, int r0, int n) {
+  STRATUM_CHECK(r0 >= 0 && n >= 0 && static_cast<std::int64_t>(r0) + n <= static_cast<std::int64_t>(B) * T,
+                "[kernels.attention] ", what, ": query rows [", r0, ", ", static_cast<std::int64_t>(r0) + n,
+                ") are outside the ", static_cast<std::int64_t>(B) * T, " rows of B=", B, " T=", T);
+  return RowRange{std::size_t(r0), std::size_t(n), std::size_t(T)};
+}
+}  // namespace
+
 void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B, int T,
-                       int H, int KV, int hd) {
+                       int H, int KV, int hd, int r0, int n) {
   check_shape("attention_forward", B, T, H, KV, hd);
+  const RowRange rr = row_range("attention_forward", B, T, r0, n);
   const QkvLayout lay{H, KV, hd};
   const ScratchLayout sl{std::size_t(T), std::size_t(hd)};
-  for_each_slot(pool, static_cast<std::size_t>(B) * H, [&](int slot, std::size_t p0, std::size_t p1) {
-    attention_forward_pairs(out, stats, scratch, slot, qkv, p0, p1, T, lay, sl);
+  for_each_slot(pool, rr.seqs() * H, [&](int slot, std::size_t p0, std::size_t p1) {
+    attention_forward_pairs(out, stats, scratch, slot, qkv, p0, p1, rr, lay, sl);
   });
 }
 
 void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* stats, int B, int T, int H, int KV, int hd) {
+                        const float* stats, int B, int T, int H, int KV, int hd, int r0, int n) {
   check_shape("attention_backward", B, T, H, KV, hd);
+  const RowRange rr = row_range("attention_backward", B, T, r0, n);
   const QkvLayout lay{H, KV, hd};
   const ScratchLayout sl{std::size_t(T), std::size_t(hd)};
-  for_each_slot(pool, static_cast<std::size_t>(B) * KV, [&](int slot, std::size_t p0, std::size_t p1) {
-    attention_backward_pairs(dqkv, scratch, slot, dout, qkv, stats, p0, p1, T, lay, sl);
+  for_each_slot(pool, rr.seqs() * KV, [&](int slot, std::size_t p0, std::size_t p1) {
+    attention_backward_pairs(dqkv, scratch, slot, dout, qkv, stats, p0, p1, rr, lay, sl);
   });
 }
 

@@ -18,18 +18,44 @@ namespace stratum {
 std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd, int threads);
 
 // qkv rows (B,T,(H+2*KV)*hd) = [q (H*hd) | k (KV*hd) | v (KV*hd)], head j of each part owns
-// [j*hd, (j+1)*hd) of it; H % KV == 0. out (B,T,H*hd); stats (B,H,T,2) receives each softmax
-// row's {maximum scaled score, 1 / sum of exps}, from which the backward replays the
-// probabilities bit for bit (Note [softmax row replay] in attention.cpp). Both directions take
+// [j*hd, (j+1)*hd) of it; H % KV == 0. The queries are rows [r0, r0 + n) of the B*T rows (Note
+// [attention row ranges]); out (n, H*hd) receives their outputs; stats (B,H,T,2) receives each
+// of their softmax rows' {maximum scaled score, 1 / sum of exps}, from which the backward replays
+// the probabilities bit for bit (Note [softmax row replay] in attention.cpp). Both directions take
 // scratch of attention_scratch_floats(B, T, H, KV, hd, pool.num_threads()) floats.
+//
+// Note [attention row ranges]: a causal query row needs the keys and values of its sequence up to
+// itself and nothing after, so the block forwards and backwards take the attention in the same
+// row chunks as everything else (Note [row chunks] in model/block_policy.h), in increasing order:
+// the attention output, its gradient and res2 then hold one chunk. qkv and dqkv keep every row.
+// The forward's rows are independent: any partition gives every row the same bits. The backward
+// writes the q part of its rows of dqkv; a key's dk and dv sum the query rows in increasing order,
+// so a range continues the sums the earlier ranges left in dqkv for the keys before its first
+// query row (q0) and starts its own keys' sums from 0 — with KV == H the bits of one whole-pass
+// call for any partition. With grouped heads (KV < H) a key's sum runs over the group's heads
+// within each range, so ranges that split a sequence change the order of its sums (the same math,
+// other roundings); the partition is a function of B*T alone, so every budget and policy still
+// gets the same bits.
 void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B, int T,
-                       int H, int KV, int hd);
+                       int H, int KV, int hd, int r0, int n);
 
-// dqkv (B,T,(H+2*KV)*hd) = gradient w.r.t. qkv given dout (B,T,H*hd) (overwrites). The dk/dv of
-// a kv head sum its H/KV query heads' contributions in increasing head order. stats: the
-// forward's.
+// dqkv (B,T,(H+2*KV)*hd): the gradient w.r.t. qkv given dout (n, H*hd), the gradient of the
+// outputs of query rows [r0, r0 + n), when every earlier row was passed in increasing order
+// before (Note [attention row ranges]): writes q of rows [r0, r0 + n) and k, v of each touched
+// sequence's rows up to the range's end. The dk/dv of a kv head sum its H/KV query heads'
+// contributions in increasing head order. stats: the forward's.
 void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* stats, int B, int T, int H, int KV, int hd);
+                        const float* stats, int B, int T, int H, int KV, int hd, int r0, int n);
+
+// Every row at once: rows [0, B*T).
+inline void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B,
+                              int T, int H, int KV, int hd) {
+  attention_forward(pool, out, stats, scratch, qkv, B, T, H, KV, hd, 0, B * T);
+}
+inline void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
+                               const float* stats, int B, int T, int H, int KV, int hd) {
+  attention_backward(pool, dqkv, scratch, dout, qkv, stats, B, T, H, KV, hd, 0, B * T);
+}
 
 // GPT-2 forms: qkv rows (B,T,3C) = [q (C) | k (C) | v (C)], H heads of C/H.
 inline void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B,
