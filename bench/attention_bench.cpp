@@ -5,7 +5,9 @@
 // products (2 in the forward, 5 in the backward, causal halves: 7 * 2 * T(T+1)/2 * hd * H * B
 // FLOPs) take at the sgemm rate measured on this machine in the same run.
 //   attention_bench [--threads N] [--heads H] [--kv-heads KV] [--head-dim hd] [--batch B]
-//                   [--seq T,T,...] [--reps R]
+//                   [--seq T,T,...] [--reps R] [--row-chunk R]
+// --row-chunk: the query rows per call, in increasing order, as the blocks call it (Note [attention
+// row ranges]; default the blocks' kRowChunk, 0: every row in one call).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +19,7 @@
 
 #include "core/rng.h"
 #include "core/thread_pool.h"
+#include "model/block_policy.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "stratum/error.h"
@@ -45,7 +48,7 @@ std::vector<int> parse_list(const char* s) {
 
 int run(int argc, char** argv) {
   stratum::blas_prepare_process(argv);
-  int threads = 2, H = 12, KV = -1, hd = 64, B = 1, reps = 5;
+  int threads = 2, H = 12, KV = -1, hd = 64, B = 1, reps = 5, row_chunk = stratum::kRowChunk;
   std::vector<int> seqs = {256, 1024, 4096};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -60,6 +63,7 @@ int run(int argc, char** argv) {
     else if (a == "--batch") B = std::atoi(next());
     else if (a == "--seq") seqs = parse_list(next());
     else if (a == "--reps") reps = std::atoi(next());
+    else if (a == "--row-chunk") row_chunk = std::atoi(next());
     else STRATUM_FAIL("attention_bench: unknown argument ", a);
   }
   if (KV < 0) KV = H;
@@ -78,22 +82,32 @@ int run(int argc, char** argv) {
     stratum::Rng rng(7);
     for (auto& v : qkv) v = static_cast<float>(rng.normal());
     for (auto& v : dout) v = static_cast<float>(rng.normal());
+    const int BTi = B * T, R = row_chunk > 0 ? row_chunk : BTi;
+    const std::size_t row = static_cast<std::size_t>(H) * hd;
+    auto forward = [&] {
+      for (int r0 = 0; r0 < BTi; r0 += R)
+        stratum::attention_forward(pool, out.data() + r0 * row, stats.data(), scratch.data(), qkv.data(), B, T, H, KV,
+                                   hd, r0, std::min(R, BTi - r0));
+    };
+    auto backward = [&] {
+      for (int r0 = 0; r0 < BTi; r0 += R)
+        stratum::attention_backward(pool, dqkv.data(), scratch.data(), dout.data() + r0 * row, qkv.data(), stats.data(),
+                                    B, T, H, KV, hd, r0, std::min(R, BTi - r0));
+    };
     std::vector<double> fwd, bwd;
     // Warm-up: the first size runs untimed for half a second (the first runs are up to 2x slower:
     // page faults, the pool's first wake-ups, the clock ramping up), later ones once.
     for (const auto t_warm = Clock::now(); !warm && seconds_since(t_warm) < 0.5;) {
-      stratum::attention_forward(pool, out.data(), stats.data(), scratch.data(), qkv.data(), B, T, H, KV, hd);
-      stratum::attention_backward(pool, dqkv.data(), scratch.data(), dout.data(), qkv.data(), stats.data(), B, T, H,
-                                  KV, hd);
+      forward();
+      backward();
     }
     warm = true;
     for (int r = -1; r < reps; ++r) {  // r = -1: untimed
       auto t0 = Clock::now();
-      stratum::attention_forward(pool, out.data(), stats.data(), scratch.data(), qkv.data(), B, T, H, KV, hd);
+      forward();
       if (r >= 0) fwd.push_back(seconds_since(t0));
       t0 = Clock::now();
-      stratum::attention_backward(pool, dqkv.data(), scratch.data(), dout.data(), qkv.data(), stats.data(), B, T, H,
-                                  KV, hd);
+      backward();
       if (r >= 0) bwd.push_back(seconds_since(t0));
     }
     rows.push_back({T, median(fwd), median(bwd), stats_floats * sizeof(float), scratch.size() * sizeof(float)});
@@ -104,10 +118,10 @@ int run(int argc, char** argv) {
     const double f = row.f, b = row.b;
     const double flops = 7.0 * 2.0 * (static_cast<double>(T) * (T + 1) / 2) * hd * H * B;
     const double ideal = flops / (gflops * 1e9);
-    std::printf("{\"T\": %d, \"B\": %d, \"H\": %d, \"KV\": %d, \"hd\": %d, \"threads\": %d, \"forward_ms\": %.2f, "
+    std::printf("{\"T\": %d, \"row_chunk\": %d, \"B\": %d, \"H\": %d, \"KV\": %d, \"hd\": %d, \"threads\": %d, \"forward_ms\": %.2f, "
                 "\"backward_ms\": %.2f, \"kept_bytes\": %zu, \"scratch_bytes\": %zu, \"sgemm_gflops\": %.1f, "
                 "\"vs_sgemm_time\": %.2f}\n",
-                T, B, H, KV, hd, threads, f * 1e3, b * 1e3, row.kept, row.scratch, gflops, (f + b) / ideal);
+                T, row_chunk, B, H, KV, hd, threads, f * 1e3, b * 1e3, row.kept, row.scratch, gflops, (f + b) / ideal);
     std::fflush(stdout);
   }
   return 0;
