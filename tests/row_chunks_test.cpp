@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -18,6 +19,7 @@
 #include "exec/executor.h"
 #include "integration_util.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_bf16.h"
 #include "model/block_policy.h"
 #include "model/lora.h"
 #include "model/transformer_block.h"
@@ -221,6 +223,43 @@ TEST(RowChunks, TheRecomputedSetHoldsOneChunkOfTheRowWiseInternals) {
     const std::size_t workspace = llama ? LlamaWorkspace(*ops, cfg, 1, 4096).size_bytes()
                                         : Gpt2Workspace(*ops, cfg, 1, 4096).size_bytes();
     EXPECT_LE(workspace, bound) << (llama ? "llama" : "gpt2");
+  }
+}
+
+// bf16 products round their operands into per-thread scratch that grows to the largest call's;
+// the engine reserves it for a row chunk's (or a head chunk's) products, not for every row
+// (Executor::fixed_bytes). So a 1200-row bf16 pass (two chunks) grows it no further than a
+// 1024-row pass (one chunk): no product takes more rows than a chunk.
+std::size_t bf16_scratch_after_pass(const GptConfig& cfg, int B, int T) {
+  std::size_t held = 0;
+  std::thread([&] {  // a thread of its own: fresh thread-local scratch
+    const ParamLayout layout = ParamLayout::of(cfg);
+    const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T), UnitSet::Training, false, 0, false);
+    RamSegmentStore store(units);
+    ThreadPool pool(2);
+    Executor exec(pool, cfg, units, B, T, ActivationPolicy::Recompute, OptimizerMode::Inline, Precision::Bf16,
+                  Backend::Cpu, 1);
+    exec.attach(store);
+    model_init_random(cfg, layout, store, 7);
+    const std::vector<std::int32_t> tokens = random_tokens(static_cast<std::size_t>(B) * T + 1, cfg.vocab_size, 5);
+    const std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.end());
+    exec.forward_backward(tokens.data(), targets.data(), B, T);
+    exec.sync();
+    held = bf16_scratch_bytes_held();
+  }).join();
+  return held;
+}
+
+TEST(RowChunks, Bf16ProductsTakeNoMoreRowsThanAChunk) {
+  blas_set_threads(2);
+  for (const bool llama : {false, true}) {
+    GptConfig cfg = chunk_config(llama);
+    cfg.vocab_size = 600;  // the head's products the widest: a head chunk's rows count too
+    ASSERT_EQ(2 * cfg.n_ctx, kRowChunk);
+    const std::size_t one_chunk = bf16_scratch_after_pass(cfg, 2, cfg.n_ctx);
+    const std::size_t two_chunks = bf16_scratch_after_pass(cfg, kB, kT);
+    EXPECT_GT(one_chunk, 0u) << "the products ran in bf16";
+    EXPECT_LE(two_chunks, one_chunk) << (llama ? "llama" : "gpt2");
   }
 }
 

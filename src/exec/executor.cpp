@@ -376,11 +376,13 @@ std::size_t Executor::min_host_store_bytes() const {
 }
 
 std::size_t Executor::fixed_bytes() const {
-  // The widest product: an MLP or attention projection, or a vocabulary block of the head.
+  // The widest product: an MLP or attention projection, or a vocabulary block of the head; the
+  // most rows: a block's row chunk (Note [row chunks]) or a head chunk.
   const int width = std::max({cfg_.n_embd, cfg_.mlp_width(), cfg_.q_dim() + 2 * cfg_.kv_dim(),
                               vocab_block_rows(cfg_)});
+  const int rows = std::min(max_batch_ * max_seq_, std::max(kRowChunk, head_scratch_.chunk_rows()));
   return dacts_.size_bytes() + blocks_.size_bytes() + head_scratch_.size_bytes() +
-         ops_->gemm_scratch_bytes(max_batch_ * max_seq_, width, cfg_.n_embd);
+         ops_->gemm_scratch_bytes(rows, width, cfg_.n_embd);
 }
 
 void Executor::check_shape(int B, int T) const {

@@ -16,6 +16,22 @@
 namespace stratum {
 
 namespace {
+// The calling thread's scratch (Note [bf16 products]): grown to the largest call's, never freed.
+struct Bf16Scratch {
+  std::vector<std::uint16_t> a16, b16;  // the rounded copies, dense as stored
+  std::vector<float> a32, b32;          // the same widened back (no oneDNN bf16)
+  AlignedBuffer pad;                    // oneDNN's scratchpad
+  std::size_t bytes() const {
+    return (a16.capacity() + b16.capacity()) * sizeof(std::uint16_t) + (a32.capacity() + b32.capacity()) * sizeof(float) +
+           pad.size_bytes();
+  }
+};
+thread_local Bf16Scratch t_scratch;
+}  // namespace
+
+std::size_t bf16_scratch_bytes_held() { return t_scratch.bytes(); }
+
+namespace {
 
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -91,7 +107,8 @@ void round_operands(ThreadPool& pool, std::vector<Out>& a, std::vector<Out>& b, 
 // summed in OpenBLAS's order, at fp32 speed.
 void sgemm_rounded_fp32(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                         const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-  thread_local std::vector<float> a32, b32;
+  std::vector<float>& a32 = t_scratch.a32;
+  std::vector<float>& b32 = t_scratch.b32;
   round_operands(pool, a32, b32, trans_a, trans_b, M, N, K, A, lda, B, ldb);
   sgemm(trans_a, trans_b, M, N, K, alpha, a32.data(), trans_a ? M : K, b32.data(), trans_b ? K : N, beta, C, ldc);
 }
@@ -137,7 +154,7 @@ void onednn_matmul(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, i
   }
   const dnnl::matmul matmul(pd);
   const dnnl::memory::desc pad_desc = pd.scratchpad_desc();
-  thread_local AlignedBuffer pad;
+  AlignedBuffer& pad = t_scratch.pad;
   if (pad.size_bytes() < pad_desc.get_size()) pad = AlignedBuffer(pad_desc.get_size());
   dnnl::memory a_mem(a_desc, engine, const_cast<std::uint16_t*>(a16)),
       b_mem(b_desc, engine, const_cast<std::uint16_t*>(b16)), c_mem(c_desc, engine, C);
@@ -157,7 +174,8 @@ void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int 
     sgemm_rounded_fp32(pool, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  thread_local std::vector<std::uint16_t> a16, b16;  // the rounded copies, dense as stored
+  std::vector<std::uint16_t>& a16 = t_scratch.a16;
+  std::vector<std::uint16_t>& b16 = t_scratch.b16;
   round_operands(pool, a16, b16, trans_a, trans_b, M, N, K, A, lda, B, ldb);
   onednn_matmul(pool, trans_a, trans_b, M, N, K, alpha, a16.data(), b16.data(), trans_b ? K : N, beta, C, ldc);
 }
@@ -165,7 +183,7 @@ void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int 
 void sgemm_bf16_b16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                     int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc) {
   STRATUM_ASSERT(M > 0 && N > 0 && K > 0 && onednn_has_bf16());
-  thread_local std::vector<std::uint16_t> a16;  // op(A) rounded, dense as stored
+  std::vector<std::uint16_t>& a16 = t_scratch.a16;  // op(A) rounded, dense as stored
   a16.resize(static_cast<std::size_t>(M) * K);
   if (trans_a) round_rows(pool, a16.data(), A, K, M, lda);
   else round_rows(pool, a16.data(), A, M, K, lda);

@@ -28,6 +28,9 @@ void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int 
 void sgemm_bf16_b16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                     int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc);
 
+// Bytes the calling thread's scratch holds now: what its largest call so far grew it to.
+std::size_t bf16_scratch_bytes_held();
+
 // Bytes of the rounded copies one call of these sizes keeps (for the engine's memory budget).
 inline std::size_t bf16_gemm_scratch_bytes(int M, int N, int K) {
   return (static_cast<std::size_t>(M) * K + static_cast<std::size_t>(K) * N) * 2;
