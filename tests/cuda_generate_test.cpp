@@ -51,7 +51,9 @@ TEST(CudaGenerate, RefusalsAreOneLine) {
     return std::string("no error");
   };
   std::string why;
-  if (!backend_available(Backend::Cuda, &why)) EXPECT_EQ(message(o), why);
+  if (!backend_available(Backend::Cuda, &why)) {
+    EXPECT_EQ(message(o), why);
+  }
 }
 
 // --gpu-mem-budget (Note [device tier]): the weights and KV caches that do not fit are copied in

@@ -161,7 +161,9 @@ TEST(CudaTrain, RefusalsAreOneLine) {
     }
     return std::string("no error");
   };
-  if (!gpu) EXPECT_EQ(message(o), why);
+  if (!gpu) {
+    EXPECT_EQ(message(o), why);
+  }
   TrainOptions bf16 = o;
   bf16.precision = Precision::Bf16;
   EXPECT_NE(message(bf16).find("--precision bf16"), std::string::npos) << message(bf16);

@@ -81,7 +81,9 @@ void expect_budgets_keep_bits(const TrainOptions& o, const char* what) {
       EXPECT_GT(got.device_read_bytes, 0u) << "the units must stream through the device tier";
       EXPECT_GT(got.device_write_bytes, 0u) << "dirty units must be written back";
       EXPECT_LE(got.device_peak_bytes, budget);
-      if (host_budget) EXPECT_GT(got.read_bytes, 0u) << "the host tier must stream from the offload dir too";
+      if (host_budget) {
+        EXPECT_GT(got.read_bytes, 0u) << "the host tier must stream from the offload dir too";
+      }
     }
   }
 }
@@ -216,8 +218,9 @@ TEST(DeviceTier, GenerateUnderAGpuBudgetGivesTheSameTokens) {
         d.offload_dir = host_budget ? tmp.path() : "";
         GenerateResult r;
         EXPECT_EQ(run(d, &r), want);
-        if (budget == roomy.device_min_bytes)
+        if (budget == roomy.device_min_bytes) {
           EXPECT_GT(r.device_read_bytes, roomy.device_read_bytes) << "the weights must stream";
+        }
         EXPECT_LE(r.device_peak_bytes, budget);
       }
     }

@@ -138,7 +138,9 @@ std::vector<float> batch_logits(const std::string& dir, bool bf16, bool streamed
     decoder.step(next, B, 1, past, logits.data());
     all.insert(all.end(), logits.begin(), logits.end());
   }
-  if (streamed) EXPECT_GT(store->stats().read_bytes, 0u) << "the smallest budget must stream";
+  if (streamed) {
+    EXPECT_GT(store->stats().read_bytes, 0u) << "the smallest budget must stream";
+  }
   return all;
 }
 

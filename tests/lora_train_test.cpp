@@ -114,7 +114,9 @@ void check_gradients(const std::string& golden, bool dropout) {
     }
   }
   EXPECT_GE(checked, 8);
-  if (dropout) EXPECT_GT(largest_dropout_effect, 0.05) << "the masks change the gradients well beyond the tolerance";
+  if (dropout) {
+    EXPECT_GT(largest_dropout_effect, 0.05) << "the masks change the gradients well beyond the tolerance";
+  }
 }
 
 TEST(LoraTrain, Gpt2LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_gpt2", false); }
@@ -347,7 +349,9 @@ TEST(LoraTrain, MergeKeepsABf16BaseBf16) {
         info.name.find("_proj.weight") != std::string::npos && info.name.find("layers.") != std::string::npos;
     if (adapted) changed += a != b;
     else same += a == b;
-    if (!adapted) EXPECT_EQ(a, b) << info.name;
+    if (!adapted) {
+      EXPECT_EQ(a, b) << info.name;
+    }
   }
   EXPECT_EQ(changed, 2 * 7) << "every adapted projection of both layers moved";
   EXPECT_GT(same, 0);

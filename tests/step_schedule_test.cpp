@@ -191,7 +191,9 @@ TEST(ScheduleRun, EveryUnitTheExecutorTouchesIsListedByTheGroupItRuns) {
       std::vector<float> logits(static_cast<std::size_t>(t.cfg.vocab_size));
       exec.logits_last(t.inputs(0), t.T, logits.data());
       exec.sync();
-      if (mode != OptimizerMode::Inline) EXPECT_GT(store.worker_acquires(), 0);
+      if (mode != OptimizerMode::Inline) {
+        EXPECT_GT(store.worker_acquires(), 0);
+      }
     }
   }
 }

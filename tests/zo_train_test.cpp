@@ -38,7 +38,9 @@ TEST(ZoNoise, IsTheDocumentedGenerator) {
   double sum = 0.0, squares = 0.0;
   for (int j = 0; j < 65536; ++j) {
     EXPECT_EQ(q[j], -q[65535 - j]);
-    if (j > 0) EXPECT_LT(q[j - 1], q[j]);
+    if (j > 0) {
+      EXPECT_LT(q[j - 1], q[j]);
+    }
     sum += q[j];
     squares += static_cast<double>(q[j]) * q[j];
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,10 @@ class TrainRun {
   long save_every_all_ = 0;
   int ranks() const { return o_.comm != nullptr ? o_.comm->size() : 1; }
   int rank() const { return o_.comm != nullptr ? o_.comm->rank() : 0; }
+  // The segments whose optimizer state this rank owns (Note [zero sharding]).
+  std::function<bool(int)> owned_segments() const {
+    return [this](int s) { return exec_->updates_segment(s); };
+  }
   void checkpoint_save(long done, float loss);
   // The AdamW state into checkpoint directory tmp (rank 0, inside checkpoint_save): the whole
   // optimizer.safetensors in one process; with ranks, rank 0's shard, then tmp to every other

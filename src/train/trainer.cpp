@@ -185,7 +185,7 @@ void TrainRun::weights_load() {
     }
     if (o_.optimizer == TrainOptimizer::AdamW) {  // zo-sgd keeps no optimizer state
       // Each rank its own segments' moments (Note [zero sharding]).
-      const std::function<bool(int)> mine = [&](int s) { return exec_->updates_segment(s); };
+      const std::function<bool(int)> mine = owned_segments();
       optimizer_load(resume_.dir, *layout_, *store_, ranks() > 1 ? &mine : nullptr);
     }
     STRATUM_CHECK(model_params_hash(*layout_, *store_) == resume_.state.params_hash, "[train] --resume ", resume_.dir,
@@ -271,7 +271,7 @@ void TrainRun::checkpoint_optimizer_write(const std::string& tmp) {
     optimizer_write_file(tmp + "/optimizer.safetensors", *layout_, *store_);
     return;
   }
-  const std::function<bool(int)> mine = [&](int s) { return exec_->updates_segment(s); };
+  const std::function<bool(int)> mine = owned_segments();
   optimizer_write_file(tmp + "/" + optimizer_shard_name(0, ranks()), *layout_, *store_, &mine);
   const std::string dir = std::filesystem::absolute(tmp).string();
   STRATUM_CHECK(dir.size() < CheckpointMessage().size(), "[checkpoint] the path '", dir, "' is too long");
@@ -293,7 +293,7 @@ void TrainRun::checkpoint_shard_write() {
   o_.comm->recv(0, kTagCheckpoint, path.data(), path.size());
   std::string error;
   try {
-    const std::function<bool(int)> mine = [&](int s) { return exec_->updates_segment(s); };
+    const std::function<bool(int)> mine = owned_segments();
     optimizer_write_file(std::string(path.data()) + "/" + optimizer_shard_name(rank(), ranks()), *layout_, *store_,
                          &mine);
   } catch (const BugError&) {
