@@ -6,16 +6,21 @@ namespace stratum {
 
 namespace {
 
-// The outputs (out: the range's rows, H*hd each, row (b, q0) at local0) and stats (B,H,T,2) of
-// sequence b's query positions [q0, q1) from qkv (B,T,(H+2KV)*hd). Block: kRows query rows of one
-// head, the last row tiles first (they have the most keys).
+// The outputs (out: the range's rows, H*hd each) and stats (B,H,T,2) of query rows rr from qkv
+// (B,T,(H+2KV)*hd). Block: kRows query rows of one (sequence, head), the last row tiles first (they
+// have the most keys; RowRange).
 template <int HD>
 __global__ void __launch_bounds__(Lanes<HD>::NT)
-    attention_forward_kernel(float* out, float* stats, const float* qkv, int b, SeqRange sr, int T, int H, int KV,
-                             int hd, float scale) {
+    attention_forward_kernel(float* out, float* stats, const float* qkv, RowRange rr, int H, int KV, int hd,
+                             float scale) {
   extern __shared__ float4 attention_smem[];
-  const int row_tiles = (sr.q1 - sr.q0 + kRows - 1) / kRows;
-  const int h = blockIdx.x % H, tile = row_tiles - 1 - static_cast<int>(blockIdx.x / H);
+  const int SH = rr.seqs * H, T = rr.T;
+  const int si = static_cast<int>(blockIdx.x % SH) / H, h = static_cast<int>(blockIdx.x % SH) % H;
+  const int b = rr.first + si;
+  const SeqRange sr = rr.seq(si);
+  const int row_tiles = (sr.q1 - sr.q0 + kRows - 1) / kRows, from_last = static_cast<int>(blockIdx.x / SH);
+  if (from_last >= row_tiles) return;  // a partial sequence's spare blocks
+  const int tile = row_tiles - 1 - from_last;
   const int kvh = h / (H / KV);
   const std::size_t W = static_cast<std::size_t>(H + 2 * KV) * hd, out_w = static_cast<std::size_t>(H) * hd;
   const int t0 = sr.q0 + tile * kRows;
@@ -74,16 +79,14 @@ void forward_launch(const CudaContext& ctx, float* out, float* stats, const floa
                     int hd, int r0, int n) {
   check_shape("attention_forward", B, T, H, KV, hd);
   check_rows("attention_forward", B, T, r0, n);
+  const RowRange rr = row_range_of(T, r0, n);
+  const std::size_t blocks = static_cast<std::size_t>(rr.seqs) * H * tiles_of(range_widest(rr, false));
+  if (blocks == 0) return;
   const float scale = score_scale(hd);
-  for (int b = T > 0 ? r0 / T : B; b < B && static_cast<long long>(b) * T < static_cast<long long>(r0) + n; ++b) {
-    const SeqRange sr = seq_range(b, T, r0, n);
-    const std::size_t blocks = row_blocks(1, H, sr.q1 - sr.q0);
-    if (blocks == 0) continue;
-    dispatch_head_dim(hd, [&]<int HD>() {
-      launch(ctx, attention_forward_kernel<HD>, blocks, Lanes<HD>::NT, forward_smem_floats<HD>(), out, stats, qkv, b,
-             sr, T, H, KV, hd, scale);
-    });
-  }
+  dispatch_head_dim(hd, [&]<int HD>() {
+    launch(ctx, attention_forward_kernel<HD>, blocks, Lanes<HD>::NT, forward_smem_floats<HD>(), out, stats, qkv, rr, H,
+           KV, hd, scale);
+  });
 }
 
 void cached_launch(const CudaContext& ctx, float* out, const float* q, const float* kcache, const float* vcache, int B,

@@ -14,13 +14,13 @@ constexpr std::size_t dq_smem_floats() {
   return 2 * static_cast<std::size_t>(HD) * kTile + kRows * kPStride;
 }
 
-// dq rows of dqkv and D (B,H,T) (the scratch) for kRows query rows of one head of sequence b's
-// positions [q0, q1) (dout: the range's rows, row (b, q0) at local0): first D_i over all its keys,
-// then dq_i (Note [cuda attention rows]). The last row tiles first.
+// dq rows of dqkv and D (B,H,T) (the scratch) for kRows query rows of one (sequence, head) of the
+// query rows rr (dout: the range's rows): first D_i over all its keys, then dq_i (Note [cuda
+// attention rows]). The last row tiles first (RowRange).
 template <int HD>
 __global__ void __launch_bounds__(Lanes<HD>::NT)
     attention_backward_dq_kernel(float* dqkv, float* Dbuf, const float* dout, const float* qkv, const float* stats,
-                                 int b, SeqRange sr, int T, int H, int KV, int hd, float scale) {
+                                 RowRange rr, int H, int KV, int hd, float scale) {
   using G = Lanes<HD>;
   extern __shared__ float4 attention_smem[];
   float* Kt = reinterpret_cast<float*>(attention_smem);    // (kTile, HD) keys of the tile
@@ -28,8 +28,13 @@ __global__ void __launch_bounds__(Lanes<HD>::NT)
   const int r = threadIdx.x / G::L, g = threadIdx.x % G::L;
   float* S = Vt + static_cast<std::size_t>(HD) * kTile + r * kPStride;  // the group's dS row
   const unsigned mask = group_mask<G::L>();
-  const int row_tiles = (sr.q1 - sr.q0 + kRows - 1) / kRows;
-  const int h = blockIdx.x % H, tile = row_tiles - 1 - static_cast<int>(blockIdx.x / H);
+  const int SH = rr.seqs * H, T = rr.T;
+  const int si = static_cast<int>(blockIdx.x % SH) / H, h = static_cast<int>(blockIdx.x % SH) % H;
+  const int b = rr.first + si;
+  const SeqRange sr = rr.seq(si);
+  const int row_tiles = (sr.q1 - sr.q0 + kRows - 1) / kRows, from_last = static_cast<int>(blockIdx.x / SH);
+  if (from_last >= row_tiles) return;  // a partial sequence's spare blocks
+  const int tile = row_tiles - 1 - from_last;
   const int bh = b * H + h, kvh = h / (H / KV);
   const std::size_t W = static_cast<std::size_t>(H + 2 * KV) * hd, out_w = static_cast<std::size_t>(H) * hd;
   const int t0 = sr.q0 + tile * kRows, nrows = min(kRows, sr.q1 - t0);
@@ -106,8 +111,7 @@ struct DkdvArgs {
   const float* stats;
   int B, T, H, KV, hd;
   float scale;
-  int b;       // the sequence
-  SeqRange sr; // its query positions in the range
+  RowRange rr;  // the query rows
 };
 
 // Note [cuda attention group sums]: a key row's dk and dv sum the contributions of its group's
@@ -119,10 +123,10 @@ struct DkdvArgs {
 // blocks write dqkv directly. Either way the order is fixed by the shape alone.
 
 // The dk and dv rows for kRows key rows (below q1) of one (sequence b, kv head) from one query
-// head's rows in [q0, q1), queries increasing (Note [cuda attention rows]), continuing the sums of
-// the keys before q0: into dqkv when H == KV, into that head's sums in a.part otherwise (Note [cuda
-// attention group sums]). Block: one of H * ceil(q1 / kRows), the first key tiles first (they have
-// the most queries).
+// head's rows in [q0, q1) of the range, queries increasing (Note [cuda attention rows]),
+// continuing the sums of the keys before q0: into dqkv when H == KV, into that head's sums in
+// a.part otherwise (Note [cuda attention group sums]). Block: one per (sequence, head, key tile),
+// the first key tiles first (they have the most queries; RowRange).
 template <int HD>
 __global__ void __launch_bounds__(Lanes<HD>::NT, 512 / Lanes<HD>::NT) attention_backward_dkdv_kernel(DkdvArgs a) {
   using G = Lanes<HD>;
@@ -138,8 +142,12 @@ __global__ void __launch_bounds__(Lanes<HD>::NT, 512 / Lanes<HD>::NT) attention_
   const unsigned mask = group_mask<G::L>();
   const int T = a.T, H = a.H, KV = a.KV, hd = a.hd, group = H / KV;
   const std::size_t W = static_cast<std::size_t>(H + 2 * KV) * hd, out_w = static_cast<std::size_t>(H) * hd;
-  const int b = a.b, q0 = a.sr.q0, q1 = a.sr.q1;
-  const int h = static_cast<int>(blockIdx.x % H), tile = static_cast<int>(blockIdx.x / H);
+  const int SH = a.rr.seqs * H;
+  const int si = static_cast<int>(blockIdx.x % SH) / H, h = static_cast<int>(blockIdx.x % SH) % H;
+  const int b = a.rr.first + si, tile = static_cast<int>(blockIdx.x / SH);
+  const SeqRange sr = a.rr.seq(si);
+  const int q0 = sr.q0, q1 = sr.q1;
+  if (tile * kRows >= q1) return;  // keys past the sequence's part of the range
   const int bh = b * H + h, kvh = h / group;
   const int k0 = tile * kRows, nkeys = min(kRows, q1 - k0);
   const int kpos = k0 + r;
@@ -167,7 +175,7 @@ __global__ void __launch_bounds__(Lanes<HD>::NT, 512 / Lanes<HD>::NT) attention_
     __syncthreads();
     const int nq = min(kTile, q1 - i0);
     tile_load<HD>(Qt, a.qkv + (row0 + i0) * W + static_cast<std::size_t>(h) * hd, W, nq, hd);
-    tile_load<HD>(dOt, a.dout + (a.sr.local0 + (i0 - q0)) * out_w + static_cast<std::size_t>(h) * hd, out_w, nq, hd);
+    tile_load<HD>(dOt, a.dout + (sr.local0 + (i0 - q0)) * out_w + static_cast<std::size_t>(h) * hd, out_w, nq, hd);
     if (static_cast<int>(threadIdx.x) < kTile) {
       const int i = threadIdx.x;
       const bool q_live = i < nq;
@@ -199,19 +207,22 @@ __global__ void __launch_bounds__(Lanes<HD>::NT, 512 / Lanes<HD>::NT) attention_
   lane_store<HD>(dv_out, dv, g, hd);
 }
 
-// dk and dv of sequence b's rows before q1 in dqkv = the sums of the group's per-head sums in
-// a.part, heads increasing (Note [cuda attention group sums]). One thread per element.
+// dk and dv of each range sequence's rows before its q1 in dqkv = the sums of the group's per-head
+// sums in a.part, heads increasing (Note [cuda attention group sums]). One thread per element of
+// (which, sequence, row < T, kv head, d); rows past the sequence's q1 do nothing.
 __global__ void attention_backward_group_sum_kernel(DkdvArgs a) {
-  const int q1 = a.sr.q1;
-  const std::size_t n = 2 * static_cast<std::size_t>(q1) * a.KV * a.hd;
+  const int T = a.T;
+  const std::size_t n = 2 * static_cast<std::size_t>(a.rr.seqs) * T * a.KV * a.hd;
   const std::size_t idx = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (idx >= n) return;
   const int hd = a.hd, group = a.H / a.KV;
   const int d = static_cast<int>(idx % hd);
   const int kvh = static_cast<int>(idx / hd % a.KV);
-  const std::size_t row = idx / (static_cast<std::size_t>(hd) * a.KV);  // (which, t)
-  const int which = static_cast<int>(row / q1);  // 0: dk, 1: dv
-  const std::size_t b = a.b, t = row % q1, bt = b * a.T + t;
+  const std::size_t row = idx / (static_cast<std::size_t>(hd) * a.KV);  // (which, sequence, t)
+  const int which = static_cast<int>(row / (static_cast<std::size_t>(a.rr.seqs) * T));  // 0: dk, 1: dv
+  const int i = static_cast<int>(row / T % a.rr.seqs);
+  const std::size_t t = row % T, b = static_cast<std::size_t>(a.rr.first) + i, bt = b * T + t;
+  if (static_cast<int>(t) >= a.rr.seq(i).q1) return;
   const float* src = a.part + which * static_cast<std::size_t>(a.B) * a.H * a.T * hd +
                      ((b * a.H + static_cast<std::size_t>(kvh) * group) * a.T + t) * hd + d;
   const std::size_t head_stride = static_cast<std::size_t>(a.T) * hd;
@@ -221,28 +232,26 @@ __global__ void attention_backward_group_sum_kernel(DkdvArgs a) {
   a.dqkv[bt * W + static_cast<std::size_t>(a.H + which * a.KV + kvh) * hd + d] = acc;
 }
 
-
 void backward_launch(const CudaContext& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
                      const float* stats, int B, int T, int H, int KV, int hd, int r0, int n) {
   check_shape("attention_backward", B, T, H, KV, hd);
   check_rows("attention_backward", B, T, r0, n);
+  const RowRange rr = row_range_of(T, r0, n);
+  const std::size_t sh = static_cast<std::size_t>(rr.seqs) * H;
+  if (sh == 0) return;
   const float scale = score_scale(hd);
-  for (int b = T > 0 ? r0 / T : B; b < B && static_cast<long long>(b) * T < static_cast<long long>(r0) + n; ++b) {
-    const SeqRange sr = seq_range(b, T, r0, n);
-    if (sr.q1 == sr.q0) continue;
-    DkdvArgs a{dqkv, scratch + static_cast<std::size_t>(B) * H * T, scratch, dout, qkv, stats, B, T, H, KV, hd, scale,
-               b, sr};
-    dispatch_head_dim(hd, [&]<int HD>() {
-      launch(ctx, attention_backward_dq_kernel<HD>, row_blocks(1, H, sr.q1 - sr.q0), Lanes<HD>::NT,
-             dq_smem_floats<HD>(), dqkv, scratch, dout, qkv, stats, b, sr, T, H, KV, hd, scale);
-      launch(ctx, attention_backward_dkdv_kernel<HD>, row_blocks(1, H, sr.q1), Lanes<HD>::NT, dkdv_smem_floats<HD>(),
-             a);
-    });
-    if (H > KV) {  // Note [cuda attention group sums]
-      const std::size_t elems = 2 * static_cast<std::size_t>(sr.q1) * KV * hd;
-      attention_backward_group_sum_kernel<<<blocks_for(elems, 256), 256, 0, ctx.stream>>>(a);
-      STRATUM_CUDA_LAUNCHED();
-    }
+  const DkdvArgs a{dqkv, scratch + static_cast<std::size_t>(B) * H * T, scratch, dout, qkv, stats, B, T, H, KV, hd,
+                   scale, rr};
+  dispatch_head_dim(hd, [&]<int HD>() {
+    launch(ctx, attention_backward_dq_kernel<HD>, sh * tiles_of(range_widest(rr, false)), Lanes<HD>::NT,
+           dq_smem_floats<HD>(), dqkv, scratch, dout, qkv, stats, rr, H, KV, hd, scale);
+    launch(ctx, attention_backward_dkdv_kernel<HD>, sh * tiles_of(range_widest(rr, true)), Lanes<HD>::NT,
+           dkdv_smem_floats<HD>(), a);
+  });
+  if (H > KV) {  // Note [cuda attention group sums]
+    const std::size_t elems = 2 * static_cast<std::size_t>(rr.seqs) * T * KV * hd;
+    attention_backward_group_sum_kernel<<<blocks_for(elems, 256), 256, 0, ctx.stream>>>(a);
+    STRATUM_CUDA_LAUNCHED();
   }
 }
 

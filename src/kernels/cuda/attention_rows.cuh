@@ -365,11 +365,36 @@ struct SeqRange {
   int q0, q1;
   std::size_t local0;
 };
-inline SeqRange seq_range(int b, int T, int r0, int n) {
-  const long long first = static_cast<long long>(b) * T;
-  const long long q0 = std::max<long long>(r0, first) - first, q1 = std::min<long long>(static_cast<long long>(r0) + n, first + T) - first;
-  return SeqRange{static_cast<int>(q0), static_cast<int>(std::max(q0, q1)), static_cast<std::size_t>(first + q0 - r0)};
+// The range's rows as whole or partial sequences first .. first + seqs - 1. One launch covers them
+// all: block i takes sequence first + (i % (seqs * heads)) / heads, head i % heads, and its tile
+// i / (seqs * heads) counted as the kernel counts it; a sequence with fewer tiles skips the rest
+// (uniformly over the block, before any barrier). For a whole pass (r0 0, n B*T) this is the
+// grid and the block order of one call over every sequence.
+struct RowRange {
+  int r0, n, T, first, seqs;
+  __host__ __device__ SeqRange seq(int i) const {
+    const long long b = first + i, lo = b * T, hi = lo + T;
+    const long long q0 = (r0 > lo ? r0 : lo) - lo;
+    const long long end = static_cast<long long>(r0) + n;
+    const long long q1 = (end < hi ? end : hi) - lo;
+    return SeqRange{static_cast<int>(q0), static_cast<int>(q1 > q0 ? q1 : q0), static_cast<std::size_t>(lo + q0 - r0)};
+  }
+};
+inline RowRange row_range_of(int T, int r0, int n) {
+  const int first = T > 0 ? r0 / T : 0;
+  const int seqs = (T == 0 || n == 0) ? 0 : static_cast<int>((static_cast<long long>(r0) + n - 1) / T) + 1 - first;
+  return RowRange{r0, n, T, first, seqs};
 }
+// The most query positions (max_q1 false) or the furthest end (true) of any of the range's sequences.
+inline int range_widest(const RowRange& rr, bool max_q1) {
+  int widest = 0;
+  for (int i = 0; i < rr.seqs; ++i) {
+    const SeqRange sr = rr.seq(i);
+    widest = std::max(widest, max_q1 ? sr.q1 : sr.q1 - sr.q0);
+  }
+  return widest;
+}
+inline std::size_t tiles_of(int rows) { return (static_cast<std::size_t>(rows) + kRows - 1) / kRows; }
 inline void check_rows(const char* what, int B, int T, int r0, int n) {
   STRATUM_CHECK(r0 >= 0 && n >= 0 && static_cast<long long>(r0) + n <= static_cast<long long>(B) * T,
                 "[kernels.attention] ", what, ": query rows [", r0, ", ", static_cast<long long>(r0) + n,
