@@ -72,8 +72,10 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       mode_(mode),
       blocks_(*ops_, config, max_batch, max_seq,
               activations == ActivationPolicy::Keep ? config.n_layer : activations == ActivationPolicy::Offload ? 0 : 1,
-              &units.layout(), units.param_bf16(), activations == ActivationPolicy::Recompute),
-      head_scratch_(*ops_, config, max_batch * max_seq, precision, activations == ActivationPolicy::Keep),
+              &units.layout(), units.param_bf16(), activations == ActivationPolicy::Recompute,
+              mode != OptimizerMode::ZerothOrder),
+      head_scratch_(*ops_, config, max_batch * max_seq, precision, activations == ActivationPolicy::Keep,
+                    mode != OptimizerMode::ZerothOrder),
       schedule_(units.count()),
       micro_batches_(micro_batches),
       comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {

@@ -50,14 +50,16 @@ CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max
                    {&fch, rows * 4 * C}, {&fch_gelu, rows * 4 * C}});
 }
 
-Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights) {
+Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights,
+                             bool backward) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t wide_floats = bf16_weights ? 4 * C * C : 0, vector_floats = bf16_weights ? 13 * C : 0;
-  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT));
-  buffer_ = ops_buffer_carve(ops, {{&tmp, chunk * C}, {&dfch, chunk * 4 * C}, {&dln, chunk * C}, {&datty, chunk * C},
-                   {&dqkv, BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())},
+  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT)), bwd = backward ? 1 : 0;
+  buffer_ = ops_buffer_carve(ops, {{&tmp, chunk * C}, {&dfch, bwd * chunk * 4 * C}, {&dln, bwd * chunk * C},
+                   {&datty, bwd * chunk * C}, {&dqkv, bwd * BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())},
                    {&wide, wide_floats}, {&wide_vectors, vector_floats}});
   if (!bf16_weights) wide = wide_vectors = nullptr;
+  if (!backward) dfch = dln = datty = dqkv = nullptr;
 }
 
 namespace {

@@ -96,7 +96,9 @@ class Gpt2Workspace {
  public:
   // bf16_weights: the block's params may be bf16 (Note [frozen bf16 base] in model/block_policy.h):
   // room to widen its largest matrix (wide) and its norm weights and biases (wide_vectors).
-  Gpt2Workspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false);
+  // backward false: forward passes only; dfch, dln, datty and dqkv are null.
+  Gpt2Workspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false,
+                bool backward = true);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   // Note [row chunks] (model/block_policy.h): tmp, dfch, dln and datty hold one chunk of rows.

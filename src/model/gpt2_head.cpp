@@ -13,28 +13,29 @@ namespace stratum {
 int head_chunk_rows(Precision precision) { return precision == Precision::Bf16 ? 1024 : 256; }
 
 CarveSlices Gpt2HeadScratch::slices(const GptConfig& cfg, int max_rows, int chunk_rows, bool keep_logits,
-                                    float** const* f) {
+                                    bool backward, float** const* f) {
   const std::size_t R = static_cast<std::size_t>(max_rows), C = cfg.n_embd;
   const std::size_t n = static_cast<std::size_t>(vocab_block_rows(cfg));
   return {{f[0], R * C}, {f[1], R}, {f[2], R}, {f[3], static_cast<std::size_t>(std::min(chunk_rows, max_rows)) * n},
-          {f[4], R},     {f[5], R}, {f[6], R}, {f[7], R}, {f[8], R * C},
+          {f[4], R},     {f[5], R}, {f[6], R}, {f[7], R}, {f[8], backward ? R * C : 0},
           {f[9], keep_logits ? R * static_cast<std::size_t>(cfg.vocab_size) : 0}};
 }
 
 Gpt2HeadScratch::Gpt2HeadScratch(const Ops& ops, const GptConfig& cfg, int max_rows, Precision precision,
-                                 bool keep_logits)
+                                 bool keep_logits, bool backward)
     // Off the host (the GPU) one chunk of every row: 256-row products left an H100 idle (the head
     // took 204 of 346 ms of a GPT-2 small step), and a backend's bits are its own anyway.
     : chunk_rows_(ops.host_memory() ? head_chunk_rows(precision) : std::max(1, max_rows)) {
   float** const fields[] = {&lnf, &mean, &rstd, &logits, &run_max, &run_sum, &target_logit, &lse, &dlnf, &kept};
-  buffer_ = ops_buffer_carve(ops, slices(cfg, max_rows, chunk_rows_, keep_logits, fields));
+  buffer_ = ops_buffer_carve(ops, slices(cfg, max_rows, chunk_rows_, keep_logits, backward, fields));
   if (!keep_logits) kept = nullptr;
+  if (!backward) dlnf = nullptr;
 }
 
 std::size_t Gpt2HeadScratch::bytes_for(const GptConfig& cfg, int max_rows, Precision precision, bool keep_logits) {
   float* sink = nullptr;
   float** const fields[] = {&sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink};
-  return aligned_buffer_carve_bytes(slices(cfg, max_rows, head_chunk_rows(precision), keep_logits, fields));
+  return aligned_buffer_carve_bytes(slices(cfg, max_rows, head_chunk_rows(precision), keep_logits, true, fields));
 }
 
 void gpt2_head_begin(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,

@@ -37,9 +37,9 @@ class Gpt2HeadScratch {
  public:
   // Rows of up to max_rows, in chunks of head_chunk_rows(precision) on the host, of max_rows on a
   // device (bytes_for is the host's size).
-  // keep_logits: Note [kept logits].
+  // keep_logits: Note [kept logits]. backward false: forward passes only, no dlnf.
   Gpt2HeadScratch(const Ops& ops, const GptConfig& config, int max_rows, Precision precision = Precision::Fp32,
-                  bool keep_logits = false);
+                  bool keep_logits = false, bool backward = true);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
   // size_bytes() before allocating.
   static std::size_t bytes_for(const GptConfig& config, int max_rows, Precision precision = Precision::Fp32,
@@ -53,14 +53,14 @@ class Gpt2HeadScratch {
   float* run_sum;       // (BT)
   float* target_logit;  // (BT)
   float* lse;           // (BT) after gpt2_head_loss_finish
-  float* dlnf;          // (BT, C)
+  float* dlnf;          // (BT, C); null for forward passes only
   // Note [kept logits]: vocabulary rows [v0, v0 + n) at v0 * BT as (BT, n) row-major, every block
   // of the first pass; null without keep_logits.
   float* kept = nullptr;
 
  private:
   // The slices in field order, written through `fields` (10 pointers).
-  static CarveSlices slices(const GptConfig& config, int max_rows, int chunk_rows, bool keep_logits,
+  static CarveSlices slices(const GptConfig& config, int max_rows, int chunk_rows, bool keep_logits, bool backward,
                             float** const* fields);
   int chunk_rows_ = 0;
   OpsBuffer buffer_;

@@ -52,17 +52,19 @@ CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int ma
                                   {&hmid, own * BT * I}});
 }
 
-LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights) {
+LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights,
+                               bool backward) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   const std::size_t wide_floats = bf16_weights ? std::max(Q, I) * C : 0, vector_floats = bf16_weights ? 2 * C : 0;
-  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT));
+  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT)), bwd = backward ? 1 : 0;
   buffer_ = ops_buffer_carve(ops,
-      {{&tmp, chunk * C}, {&dxn, chunk * C}, {&datty, chunk * Q}, {&dqkv, BT * QKV}, {&dgate, chunk * I},
-       {&dup, chunk * I},
+      {{&tmp, chunk * C}, {&dxn, bwd * chunk * C}, {&datty, bwd * chunk * Q}, {&dqkv, bwd * BT * QKV},
+       {&dgate, chunk * I}, {&dup, bwd * chunk * I},
        {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())},
        {&wide, wide_floats}, {&wide_vectors, vector_floats}});
   if (!bf16_weights) wide = wide_vectors = nullptr;
+  if (!backward) dxn = datty = dqkv = dup = nullptr;
 }
 
 namespace {

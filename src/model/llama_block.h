@@ -101,7 +101,9 @@ class LlamaWorkspace {
  public:
   // bf16_weights: the block's params may be bf16 (Note [frozen bf16 base] in model/block_policy.h):
   // room to widen its largest matrix (wide) and its two norm weights (wide_vectors).
-  LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false);
+  // backward false: forward passes only; dxn, datty, dqkv and dup are null (dgate still holds hmid).
+  LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false,
+                 bool backward = true);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   // Note [row chunks] (model/block_policy.h): tmp, dxn, datty, dgate and dup hold one chunk of rows.

@@ -12,7 +12,7 @@
 namespace stratum {
 
 TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, int copies,
-                                   const ParamLayout* layout, bool bf16_weights, bool recompute)
+                                   const ParamLayout* layout, bool bf16_weights, bool recompute, bool backward)
     : cfg_(cfg), max_batch_(max_batch), max_seq_(max_seq) {
   if (layout != nullptr && layout->has_lora()) {
     layout_ = layout;
@@ -28,12 +28,12 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
     }
   }
   if (cfg.llama()) {
-    llama_work_ = std::make_unique<LlamaWorkspace>(ops, cfg, max_batch, max_seq, bf16_weights);
+    llama_work_ = std::make_unique<LlamaWorkspace>(ops, cfg, max_batch, max_seq, bf16_weights, backward);
     llama_acts_.reserve(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) llama_acts_.emplace_back(ops, cfg, max_batch, max_seq, true, llama_work_.get(), recompute);
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_seq, cfg.rope_theta, cfg.rope_scaling);
   } else {
-    gpt2_work_ = std::make_unique<Gpt2Workspace>(ops, cfg, max_batch, max_seq, bf16_weights);
+    gpt2_work_ = std::make_unique<Gpt2Workspace>(ops, cfg, max_batch, max_seq, bf16_weights, backward);
     gpt2_acts_.reserve(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) gpt2_acts_.emplace_back(ops, cfg, max_batch, max_seq, true, gpt2_work_.get(), recompute);
   }

@@ -43,10 +43,12 @@ class TransformerBlock {
   // (may be null): where its LoRA adapters are, when it has them (each set of internals then
   // keeps the adapters' x A^T too). bf16_weights: params may come as bf16 views (Note [frozen
   // bf16 base] in model/block_policy.h; the workspace gets room to widen them). recompute: the
-  // sets are refilled by the backward's recompute, so their MLP buffers hold one chunk (Note [mlp
-  // row chunks] in model/block_policy.h); kept sets hold every row.
+  // sets are refilled by the backward's recompute, so their row-wise buffers hold one chunk (Note
+  // [row chunks] in model/block_policy.h); kept sets hold every row. backward false: forward passes
+  // only (zeroth-order training): the workspace has none of the backward's gradient buffers.
   TransformerBlock(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, int copies,
-                   const ParamLayout* layout = nullptr, bool bf16_weights = false, bool recompute = false);
+                   const ParamLayout* layout = nullptr, bool bf16_weights = false, bool recompute = false,
+                   bool backward = true);
   std::size_t size_bytes() const;  // internals + workspace + rotary table
   // Floats of one set of internals held outside (an Internals unit): the family's training
   // activations without the borrowed rows, then the adapters' x A^T (with LoRA).
