@@ -14,13 +14,10 @@ __global__ void __launch_bounds__(Lanes<HD>::NT)
     attention_forward_kernel(float* out, float* stats, const float* qkv, RowRange rr, int H, int KV, int hd,
                              float scale) {
   extern __shared__ float4 attention_smem[];
-  const int SH = rr.seqs * H, T = rr.T;
-  const int si = static_cast<int>(blockIdx.x % SH) / H, h = static_cast<int>(blockIdx.x % SH) % H;
-  const int b = rr.first + si;
-  const SeqRange sr = rr.seq(si);
-  const int row_tiles = (sr.q1 - sr.q0 + kRows - 1) / kRows, from_last = static_cast<int>(blockIdx.x / SH);
-  if (from_last >= row_tiles) return;  // a partial sequence's spare blocks
-  const int tile = row_tiles - 1 - from_last;
+  const QueryBlock qb = query_block(rr, H);
+  if (qb.tile < 0) return;  // a partial sequence's spare blocks
+  const int T = rr.T, b = qb.b, h = qb.h, tile = qb.tile;
+  const SeqRange sr = qb.sr;
   const int kvh = h / (H / KV);
   const std::size_t W = static_cast<std::size_t>(H + 2 * KV) * hd, out_w = static_cast<std::size_t>(H) * hd;
   const int t0 = sr.q0 + tile * kRows;

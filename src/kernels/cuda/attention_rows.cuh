@@ -380,6 +380,23 @@ struct RowRange {
     return SeqRange{static_cast<int>(q0), static_cast<int>(q1 > q0 ? q1 : q0), static_cast<std::size_t>(lo + q0 - r0)};
   }
 };
+// What block blockIdx.x of a query-row launch (forward, dq) over rr takes (RowRange): sequence b
+// (the range's si-th) and its part sr, head h, and row tile `tile` counted from the first, the
+// last tiles first; tile -1 for a partial sequence's spare blocks.
+struct QueryBlock {
+  int b, h, tile;
+  SeqRange sr;
+};
+__device__ inline QueryBlock query_block(const RowRange& rr, int H) {
+  const int SH = rr.seqs * H, si = static_cast<int>(blockIdx.x % SH) / H;
+  QueryBlock qb;
+  qb.b = rr.first + si;
+  qb.h = static_cast<int>(blockIdx.x % SH) % H;
+  qb.sr = rr.seq(si);
+  const int row_tiles = (qb.sr.q1 - qb.sr.q0 + kRows - 1) / kRows, from_last = static_cast<int>(blockIdx.x / SH);
+  qb.tile = from_last < row_tiles ? row_tiles - 1 - from_last : -1;
+  return qb;
+}
 inline RowRange row_range_of(int T, int r0, int n) {
   const int first = T > 0 ? r0 / T : 0;
   const int seqs = (T == 0 || n == 0) ? 0 : static_cast<int>((static_cast<long long>(r0) + n - 1) / T) + 1 - first;
