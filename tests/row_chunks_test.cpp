@@ -21,6 +21,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_bf16.h"
 #include "model/block_policy.h"
+#include "model/gpt2_head.h"
 #include "model/lora.h"
 #include "model/transformer_block.h"
 #include "store/tiered_segment_store.h"
@@ -223,6 +224,29 @@ TEST(RowChunks, TheRecomputedSetHoldsOneChunkOfTheRowWiseInternals) {
     const std::size_t workspace = llama ? LlamaWorkspace(*ops, cfg, 1, 4096).size_bytes()
                                         : Gpt2Workspace(*ops, cfg, 1, 4096).size_bytes();
     EXPECT_LE(workspace, bound) << (llama ? "llama" : "gpt2");
+  }
+}
+
+// Forward passes only (zeroth-order training): the engine keeps none of the backward's gradient
+// buffers (the workspace's dqkv, the attention output's, the normed inputs' and the MLP's
+// gradients; the head's dlnf), so its smallest budget leaves them out.
+TEST(RowChunks, TheForwardOnlyEngineHasNoBackwardBuffers) {
+  ThreadPool pool(1);
+  const std::unique_ptr<Ops> ops = ops_make(pool);
+  for (const bool llama : {false, true}) {
+    GptConfig cfg = chunk_config(llama);
+    cfg.n_ctx = 2048;
+    const int B = 1, T = 2048;  // two row chunks
+    const std::size_t C = cfg.n_embd, Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim());
+    const std::size_t chunk = kRowChunk, I = llama ? cfg.mlp_width() : 4 * C;
+    // GPT-2: dqkv, datty, dln, dfch (4C); Llama: dqkv, datty, dxn, dup (I).
+    const std::size_t backward_floats = static_cast<std::size_t>(B) * T * QKV + chunk * (Q + C + I);
+    const TransformerBlock train(*ops, cfg, B, T, 1, nullptr, false, true, true);
+    const TransformerBlock zo(*ops, cfg, B, T, 1, nullptr, false, true, false);
+    EXPECT_GE(train.size_bytes() - zo.size_bytes(), backward_floats * sizeof(float)) << (llama ? "llama" : "gpt2");
+    const Gpt2HeadScratch head(*ops, cfg, B * T), zo_head(*ops, cfg, B * T, Precision::Fp32, false, false);
+    EXPECT_GE(head.size_bytes() - zo_head.size_bytes(), static_cast<std::size_t>(B) * T * C * sizeof(float));
+    EXPECT_EQ(zo_head.dlnf, nullptr);
   }
 }
 

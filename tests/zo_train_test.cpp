@@ -8,12 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "backend/backend.h"
-#include "core/thread_pool.h"
 #include "core/zo_noise.h"
-#include "model/block_policy.h"
-#include "model/gpt2_head.h"
-#include "model/transformer_block.h"
 #include "integration_util.h"
 #include "store/segment_store.h"
 #include "train/checkpoint.h"
@@ -144,35 +139,6 @@ TEST(ZoTrain, EvaluationSeesTheUpdatedWeightsAndKeepsTheBits) {
   const auto check = read_jsonl(tmp.file("again.jsonl"));
   ASSERT_EQ(check.size(), 1u);
   EXPECT_EQ(check[0]["val_loss"].get<double>(), log.back()["val_loss"].get<double>());
-}
-
-// Forward passes only: the zeroth-order engine keeps none of the backward's gradient buffers
-// (the workspace's dqkv, datty, the normed inputs' and the MLP's gradients; the head's dlnf), so
-// its smallest budget leaves them out.
-TEST(ZoTrain, TheForwardOnlyEngineHasNoBackwardBuffers) {
-  ThreadPool pool(1);
-  const std::unique_ptr<Ops> ops = ops_make(pool);
-  for (const bool llama : {false, true}) {
-    GptConfig cfg;
-    cfg.arch = llama ? ModelArch::Llama : ModelArch::Gpt2;
-    cfg.n_layer = 2;
-    cfg.n_head = 4;
-    cfg.n_embd = 64;
-    cfg.n_ctx = 2048;
-    cfg.vocab_size = 97;
-    if (llama) cfg.n_kv_head = 2, cfg.n_inner = 160;
-    const int B = 1, T = 2048;  // two row chunks
-    const std::size_t C = cfg.n_embd, Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim());
-    const std::size_t chunk = kRowChunk, I = llama ? cfg.mlp_width() : 4 * C;
-    // GPT-2: dqkv, datty, dln, dfch (4C); Llama: dqkv, datty, dxn, dup (I).
-    const std::size_t backward_floats = static_cast<std::size_t>(B) * T * QKV + chunk * (Q + C + I);
-    const TransformerBlock train(*ops, cfg, B, T, 1, nullptr, false, true, true);
-    const TransformerBlock zo(*ops, cfg, B, T, 1, nullptr, false, true, false);
-    EXPECT_GE(train.size_bytes() - zo.size_bytes(), backward_floats * sizeof(float)) << (llama ? "llama" : "gpt2");
-    const Gpt2HeadScratch head(*ops, cfg, B * T), zo_head(*ops, cfg, B * T, Precision::Fp32, false, false);
-    EXPECT_GE(head.size_bytes() - zo_head.size_bytes(), static_cast<std::size_t>(B) * T * C * sizeof(float));
-    EXPECT_EQ(zo_head.dlnf, nullptr);
-  }
 }
 
 TEST(ZoTrain, BadInputGetsOneLine) {

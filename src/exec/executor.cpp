@@ -25,6 +25,12 @@ const char* optimizer_mode_name(OptimizerMode mode) {
   return "?";
 }
 
+namespace {
+// Whether a step in this mode runs a backward: zeroth-order runs forward passes only, and its
+// engine keeps none of the backward's buffers.
+bool has_backward(OptimizerMode mode) { return mode != OptimizerMode::ZerothOrder; }
+}  // namespace
+
 OptimizerMode optimizer_mode_for(double grad_clip, bool budget) {
   if (grad_clip <= 0) return OptimizerMode::Overlapped;
   return budget ? OptimizerMode::Pipelined : OptimizerMode::Inline;
@@ -65,17 +71,17 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       layout_(units.layout()),
       max_batch_(max_batch),
       max_seq_(max_seq),
-      dacts_(*ops_, mode == OptimizerMode::ZerothOrder  // no backward
-                        ? 0
-                        : align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)),
+      dacts_(*ops_, has_backward(mode)
+                        ? align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)
+                        : 0),
       activations_(activations),
       mode_(mode),
       blocks_(*ops_, config, max_batch, max_seq,
               activations == ActivationPolicy::Keep ? config.n_layer : activations == ActivationPolicy::Offload ? 0 : 1,
               &units.layout(), units.param_bf16(), activations == ActivationPolicy::Recompute,
-              mode != OptimizerMode::ZerothOrder),
+              has_backward(mode)),
       head_scratch_(*ops_, config, max_batch * max_seq, precision, activations == ActivationPolicy::Keep,
-                    mode != OptimizerMode::ZerothOrder),
+                    has_backward(mode)),
       schedule_(units.count()),
       micro_batches_(micro_batches),
       comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {

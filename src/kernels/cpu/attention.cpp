@@ -11,10 +11,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 
 #include "core/simd.h"
+#include "ops/attention_rows.h"
 
 // The V16 helpers below are always inlined into their ISA clone: no vector crosses a call.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -34,14 +34,6 @@ struct QkvLayout {
 // Query rows per block and per register sub-block (Note [attention row blocks]).
 constexpr int kBlockRows = 32;
 constexpr int kRows = 4;
-
-void check_shape(const char* what, int B, int T, int H, int KV, int hd) {
-  STRATUM_CHECK(B >= 0 && T >= 0, "[kernels.attention] ", what, ": B and T must be >= 0, got ", B, " and ", T);
-  STRATUM_CHECK(H > 0 && KV > 0 && hd > 0, "[kernels.attention] ", what, ": H, KV, hd must be > 0, got ", H, ", ",
-                KV, ", ", hd);
-  STRATUM_CHECK(H % KV == 0, "[kernels.attention] ", what, ": query heads H=", H,
-                " must be a multiple of the key/value heads KV=", KV);
-}
 
 // row[t2] = sum_i x[i] * rows[t2][i] for t2 in [0, n), rows (n, hd) row-major: the same sums in
 // the same order as scores_rows (starting from 0, i increasing), computed kLanes rows at
@@ -352,35 +344,24 @@ STRATUM_INLINE void forward_block(float* y, std::size_t y_stride, float* stats, 
   block_probs_times(y, y_stride, rows, T0, nb, v, v_stride, hd, ld);
 }
 
-// The query rows [r0, r0 + n) of the B*T rows, as each sequence's part of them: sequence b's
-// query positions [q0(b), q1(b)), empty for the sequences the range does not touch.
-struct RowRange {
-  std::size_t r0, n, T;
-  std::size_t first_seq() const { return r0 / T; }
-  std::size_t seqs() const { return n == 0 ? 0 : (r0 + n - 1) / T + 1 - first_seq(); }
-  int q0(std::size_t b) const { return static_cast<int>(std::max(r0, b * T) - b * T); }
-  int q1(std::size_t b) const { return static_cast<int>(std::min(r0 + n, (b + 1) * T) - b * T); }
-  // Offset of row (b, t) in the range's own (n)-row buffers.
-  std::size_t local(std::size_t b, int t) const { return b * T + t - r0; }
-};
-
 STRATUM_SIMD_CLONES
 void attention_forward_pairs(float* out, float* stats, float* scratch, int slot, const float* qkv, std::size_t p0,
                              std::size_t p1, RowRange rr, QkvLayout lay, ScratchLayout sl) {
   const int hd = lay.hd, group = lay.H / lay.KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd, T = rr.T;
-  for (std::size_t p = p0; p < p1; ++p) {  // p = (b - first_seq) * H + h
-    const std::size_t b = rr.first_seq() + p / lay.H;
+  for (std::size_t p = p0; p < p1; ++p) {  // p = (b - first) * H + h
+    const SeqRange sr = rr.seq(static_cast<int>(p / lay.H));
+    const std::size_t b = rr.first + p / lay.H;
     const int h = static_cast<int>(p % lay.H), kvh = h / group;
-    const int q0 = rr.q0(b), q1 = rr.q1(b);
+    const int q0 = sr.q0, q1 = sr.q1;
     const float* base = qkv + b * T * W;
     float* kt = sl.kt(scratch, slot);
     if (p == p0 || h % group == 0) pack_head(kt, base + lay.k(kvh), W, q1, hd);  // a new (batch, kv head)
     float* rows = sl.rows(scratch, slot);
     const int ld = sl.ld();
     for (int T0 = q0; T0 < q1; T0 += kBlockRows)
-      forward_block(out + rr.local(b, T0) * out_w + lay.q(h), out_w, stats + ((b * lay.H + h) * T + T0) * 2, rows,
+      forward_block(out + (sr.local0 + (T0 - q0)) * out_w + lay.q(h), out_w, stats + ((b * lay.H + h) * T + T0) * 2, rows,
                     base + T0 * W + lay.q(h), W, T0, std::min(kBlockRows, q1 - T0), kt, base + lay.v(kvh), W, hd, ld,
                     scale);
   }
@@ -393,10 +374,11 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
   const int hd = lay.hd, group = lay.H / lay.KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd, T = rr.T;
-  for (std::size_t p = p0; p < p1; ++p) {  // p = (b - first_seq) * KV + kvh
-    const std::size_t b = rr.first_seq() + p / lay.KV;
+  for (std::size_t p = p0; p < p1; ++p) {  // p = (b - first) * KV + kvh
+    const SeqRange sr = rr.seq(static_cast<int>(p / lay.KV));
+    const std::size_t b = rr.first + p / lay.KV;
     const int kvh = static_cast<int>(p % lay.KV);
-    const int q0 = rr.q0(b), q1 = rr.q1(b);
+    const int q0 = sr.q0, q1 = sr.q1;
     const float* base = qkv + b * T * W;
     float* dbase = dqkv + b * T * W;
     float* kt = sl.kt(scratch, slot);
@@ -423,7 +405,7 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
       for (int T0 = q0; T0 < q1; T0 += kBlockRows) {
         const int nb = std::min(kBlockRows, q1 - T0);
         const float* q = base + T0 * W + lay.q(h);
-        const float* dy = dout + rr.local(b, T0) * out_w + lay.q(h);  // the block's rows of dout
+        const float* dy = dout + (sr.local0 + (T0 - q0)) * out_w + lay.q(h);  // the block's rows of dout
         // The forward's probabilities (Note [softmax row replay]).
         block_scores(prow, q, W, T0, nb, kt, hd, ld);
         for (int r = 0; r < nb; ++r) {
@@ -495,38 +477,29 @@ void attention_cached_pairs(float* out, float* scratch, int slot, const float* q
 }  // namespace
 
 std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd, int threads) {
-  check_shape("attention_scratch_floats", B, T, H, KV, hd);
+  attention_check_shape("attention_scratch_floats", B, T, H, KV, hd);
   STRATUM_CHECK(threads >= 1, "[kernels.attention] attention_scratch_floats: threads must be >= 1, got ", threads);
   return static_cast<std::size_t>(threads) * ScratchLayout{std::size_t(T), std::size_t(hd)}.slot_floats();
 }
 
-namespace {
-RowRange row_range(const char* what, int B, int T, int r0, int n) {
-  STRATUM_CHECK(r0 >= 0 && n >= 0 && static_cast<std::int64_t>(r0) + n <= static_cast<std::int64_t>(B) * T,
-                "[kernels.attention] ", what, ": query rows [", r0, ", ", static_cast<std::int64_t>(r0) + n,
-                ") are outside the ", static_cast<std::int64_t>(B) * T, " rows of B=", B, " T=", T);
-  return RowRange{std::size_t(r0), std::size_t(n), std::size_t(T)};
-}
-}  // namespace
-
 void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B, int T,
                        int H, int KV, int hd, int r0, int n) {
-  check_shape("attention_forward", B, T, H, KV, hd);
-  const RowRange rr = row_range("attention_forward", B, T, r0, n);
+  attention_check_shape("attention_forward", B, T, H, KV, hd);
+  const RowRange rr = attention_row_range("attention_forward", B, T, r0, n);
   const QkvLayout lay{H, KV, hd};
   const ScratchLayout sl{std::size_t(T), std::size_t(hd)};
-  for_each_slot(pool, rr.seqs() * H, [&](int slot, std::size_t p0, std::size_t p1) {
+  for_each_slot(pool, static_cast<std::size_t>(rr.seqs) * H, [&](int slot, std::size_t p0, std::size_t p1) {
     attention_forward_pairs(out, stats, scratch, slot, qkv, p0, p1, rr, lay, sl);
   });
 }
 
 void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* stats, int B, int T, int H, int KV, int hd, int r0, int n) {
-  check_shape("attention_backward", B, T, H, KV, hd);
-  const RowRange rr = row_range("attention_backward", B, T, r0, n);
+  attention_check_shape("attention_backward", B, T, H, KV, hd);
+  const RowRange rr = attention_row_range("attention_backward", B, T, r0, n);
   const QkvLayout lay{H, KV, hd};
   const ScratchLayout sl{std::size_t(T), std::size_t(hd)};
-  for_each_slot(pool, rr.seqs() * KV, [&](int slot, std::size_t p0, std::size_t p1) {
+  for_each_slot(pool, static_cast<std::size_t>(rr.seqs) * KV, [&](int slot, std::size_t p0, std::size_t p1) {
     attention_backward_pairs(dqkv, scratch, slot, dout, qkv, stats, p0, p1, rr, lay, sl);
   });
 }
@@ -539,7 +512,7 @@ std::size_t attention_cached_scratch_floats(int hd, int max_T, int threads) {
 
 void attention_cached(ThreadPool& pool, float* out, float* scratch, const float* q, const float* kcache,
                       const float* vcache, int B, int Tn, const int* past, int max_T, int H, int KV, int hd) {
-  check_shape("attention_cached", B, Tn, H, KV, hd);
+  attention_check_shape("attention_cached", B, Tn, H, KV, hd);
   for (int b = 0; b < B; ++b)
     STRATUM_CHECK(past[b] >= 0 && past[b] <= max_T - Tn, "[kernels.attention] attention_cached: sequence ", b,
                   " has ", past[b], " cached positions + ", Tn, " new ones, beyond the cache's max_T ", max_T);

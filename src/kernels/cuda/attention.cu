@@ -75,8 +75,7 @@ __global__ void __launch_bounds__(Lanes<HD>::NT)
 void forward_launch(const CudaContext& ctx, float* out, float* stats, const float* qkv, int B, int T, int H, int KV,
                     int hd, int r0, int n) {
   check_shape("attention_forward", B, T, H, KV, hd);
-  check_rows("attention_forward", B, T, r0, n);
-  const RowRange rr = row_range_of(T, r0, n);
+  const RowRange rr = attention_row_range("attention_forward", B, T, r0, n);
   const std::size_t blocks = static_cast<std::size_t>(rr.seqs) * H * tiles_of(range_widest(rr, false));
   if (blocks == 0) return;
   const float scale = score_scale(hd);
@@ -91,7 +90,7 @@ void cached_launch(const CudaContext& ctx, float* out, const float* q, const flo
   check_shape("attention_cached", B, Tn, H, KV, hd);
   STRATUM_CHECK(Tn <= max_T, "[kernels.attention] attention_cached: ", Tn, " new positions exceed the cache's max_T ",
                 max_T);
-  const std::size_t blocks = row_blocks(B, H, Tn);
+  const std::size_t blocks = static_cast<std::size_t>(B) * H * tiles_of(Tn);
   if (blocks == 0) return;
   const float scale = score_scale(hd);
   dispatch_head_dim(hd, [&]<int HD>() {

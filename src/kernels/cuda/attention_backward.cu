@@ -232,8 +232,7 @@ __global__ void attention_backward_group_sum_kernel(DkdvArgs a) {
 void backward_launch(const CudaContext& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
                      const float* stats, int B, int T, int H, int KV, int hd, int r0, int n) {
   check_shape("attention_backward", B, T, H, KV, hd);
-  check_rows("attention_backward", B, T, r0, n);
-  const RowRange rr = row_range_of(T, r0, n);
+  const RowRange rr = attention_row_range("attention_backward", B, T, r0, n);
   const std::size_t sh = static_cast<std::size_t>(rr.seqs) * H;
   if (sh == 0) return;
   const float scale = score_scale(hd);

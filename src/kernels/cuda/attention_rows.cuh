@@ -61,6 +61,7 @@
 #include <cstddef>
 
 #include "kernels/cuda/cuda_context.cuh"
+#include "ops/attention_rows.h"
 
 namespace stratum {
 
@@ -317,12 +318,9 @@ __device__ __forceinline__ void forward_rows(float* sm, const RowBlock& rb, int 
 
 // ---- launches -----------------------------------------------------------------------------------------
 
+// attention_check_shape (ops/attention_rows.h), and head sizes this backend compiles kernels for.
 void check_shape(const char* what, int B, int T, int H, int KV, int hd) {
-  STRATUM_CHECK(B >= 0 && T >= 0, "[kernels.attention] ", what, ": B and T must be >= 0, got ", B, " and ", T);
-  STRATUM_CHECK(H > 0 && KV > 0 && hd > 0, "[kernels.attention] ", what, ": H, KV, hd must be > 0, got ", H, ", ",
-                KV, ", ", hd);
-  STRATUM_CHECK(H % KV == 0, "[kernels.attention] ", what, ": query heads H=", H,
-                " must be a multiple of the key/value heads KV=", KV);
+  attention_check_shape(what, B, T, H, KV, hd);
   STRATUM_CHECK(hd <= kMaxHeadDim, "[kernels.attention] ", what, ": the CUDA backend supports head sizes up to ",
                 kMaxHeadDim, ", got ", hd);
 }
@@ -355,31 +353,12 @@ void dispatch_head_dim(int hd, Fn&& fn) {
     fn.template operator()<128>();
 }
 
-std::size_t row_blocks(int B, int heads, int rows) {
-  return static_cast<std::size_t>(B) * heads * ((static_cast<std::size_t>(rows) + kRows - 1) / kRows);
-}
-
-// Sequence b's query positions [q0, q1) among query rows [r0, r0 + n) of the B*T rows (empty when
-// q0 >= q1), and where row (b, q0) is among the range's own n rows.
-struct SeqRange {
-  int q0, q1;
-  std::size_t local0;
-};
-// The range's rows as whole or partial sequences first .. first + seqs - 1. One launch covers them
-// all: block i takes sequence first + (i % (seqs * heads)) / heads, head i % heads, and its tile
+// RowRange (ops/attention_rows.h) in a launch: one launch covers every sequence of the range.
+// Block i takes sequence first + (i % (seqs * heads)) / heads, head i % heads, and its tile
 // i / (seqs * heads) counted as the kernel counts it; a sequence with fewer tiles skips the rest
 // (uniformly over the block, before any barrier). For a whole pass (r0 0, n B*T) this is the
 // grid and the block order of one call over every sequence.
-struct RowRange {
-  int r0, n, T, first, seqs;
-  __host__ __device__ SeqRange seq(int i) const {
-    const long long b = first + i, lo = b * T, hi = lo + T;
-    const long long q0 = (r0 > lo ? r0 : lo) - lo;
-    const long long end = static_cast<long long>(r0) + n;
-    const long long q1 = (end < hi ? end : hi) - lo;
-    return SeqRange{static_cast<int>(q0), static_cast<int>(q1 > q0 ? q1 : q0), static_cast<std::size_t>(lo + q0 - r0)};
-  }
-};
+//
 // What block blockIdx.x of a query-row launch (forward, dq) over rr takes (RowRange): sequence b
 // (the range's si-th) and its part sr, head h, and row tile `tile` counted from the first, the
 // last tiles first; tile -1 for a partial sequence's spare blocks.
@@ -397,11 +376,6 @@ __device__ inline QueryBlock query_block(const RowRange& rr, int H) {
   qb.tile = from_last < row_tiles ? row_tiles - 1 - from_last : -1;
   return qb;
 }
-inline RowRange row_range_of(int T, int r0, int n) {
-  const int first = T > 0 ? r0 / T : 0;
-  const int seqs = (T == 0 || n == 0) ? 0 : static_cast<int>((static_cast<long long>(r0) + n - 1) / T) + 1 - first;
-  return RowRange{r0, n, T, first, seqs};
-}
 // The most query positions (max_q1 false) or the furthest end (true) of any of the range's sequences.
 inline int range_widest(const RowRange& rr, bool max_q1) {
   int widest = 0;
@@ -412,11 +386,6 @@ inline int range_widest(const RowRange& rr, bool max_q1) {
   return widest;
 }
 inline std::size_t tiles_of(int rows) { return (static_cast<std::size_t>(rows) + kRows - 1) / kRows; }
-inline void check_rows(const char* what, int B, int T, int r0, int n) {
-  STRATUM_CHECK(r0 >= 0 && n >= 0 && static_cast<long long>(r0) + n <= static_cast<long long>(B) * T,
-                "[kernels.attention] ", what, ": query rows [", r0, ", ", static_cast<long long>(r0) + n,
-                ") are outside the ", static_cast<long long>(B) * T, " rows of B=", B, " T=", T);
-}
 
 }  // namespace
 

@@ -1,0 +1,54 @@
+// What every backend's attention kernels share about their arguments (kernels/cpu/attention.h,
+// kernels/cuda/attention_rows.cuh): the shape checks, and the query rows [r0, r0 + n) of the B*T
+// rows as each sequence's part of them (Note [attention row ranges] in kernels/cpu/attention.h).
+// One definition, compiled for the host and (STRATUM_HOST_DEVICE) for a device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/host_device.h"
+#include "stratum/error.h"
+
+namespace stratum {
+
+// Sequence b's query positions [q0, q1) among the range's rows (empty when q0 >= q1), and where
+// row (b, q0) is among the range's own n rows.
+struct SeqRange {
+  int q0, q1;
+  std::size_t local0;
+};
+
+// The range's rows as whole or partial sequences first .. first + seqs - 1.
+struct RowRange {
+  int r0, n, T, first, seqs;
+  // The part of sequence first + i.
+  STRATUM_HOST_DEVICE SeqRange seq(int i) const {
+    const std::int64_t b = first + i, lo = b * T, hi = lo + T;
+    const std::int64_t q0 = (r0 > lo ? r0 : lo) - lo;
+    const std::int64_t end = static_cast<std::int64_t>(r0) + n;
+    const std::int64_t q1 = (end < hi ? end : hi) - lo;
+    return SeqRange{static_cast<int>(q0), static_cast<int>(q1 > q0 ? q1 : q0), static_cast<std::size_t>(lo + q0 - r0)};
+  }
+};
+
+// B, T >= 0, H, KV, hd > 0, H a multiple of KV: one line naming `what` otherwise.
+inline void attention_check_shape(const char* what, int B, int T, int H, int KV, int hd) {
+  STRATUM_CHECK(B >= 0 && T >= 0, "[kernels.attention] ", what, ": B and T must be >= 0, got ", B, " and ", T);
+  STRATUM_CHECK(H > 0 && KV > 0 && hd > 0, "[kernels.attention] ", what, ": H, KV, hd must be > 0, got ", H, ", ",
+                KV, ", ", hd);
+  STRATUM_CHECK(H % KV == 0, "[kernels.attention] ", what, ": query heads H=", H,
+                " must be a multiple of the key/value heads KV=", KV);
+}
+
+// The query rows [r0, r0 + n) of B sequences of T rows, checked to lie among them.
+inline RowRange attention_row_range(const char* what, int B, int T, int r0, int n) {
+  const std::int64_t rows = static_cast<std::int64_t>(B) * T, end = static_cast<std::int64_t>(r0) + n;
+  STRATUM_CHECK(r0 >= 0 && n >= 0 && end <= rows, "[kernels.attention] ", what, ": query rows [", r0, ", ", end,
+                ") are outside the ", rows, " rows of B=", B, " T=", T);
+  const int first = T > 0 ? r0 / T : 0;
+  const int seqs = (T == 0 || n == 0) ? 0 : static_cast<int>((end - 1) / T) + 1 - first;
+  return RowRange{r0, n, T, first, seqs};
+}
+
+}  // namespace stratum
