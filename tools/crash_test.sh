@@ -34,7 +34,8 @@ while (( kills < kills_wanted || rounds == 0 )); do
   root="$work/ck$rounds"
   while :; do
     runs=$((runs + 1))
-    if [[ -f $root/latest ]]; then args=(train --resume "$root" --quiet)
+    # A kill between a checkpoint's rename and its `latest` leaves step-N alone: resume that too.
+    if compgen -G "$root/step-*" >/dev/null; then args=(train --resume "$root" --quiet)
     else args=(train $model --data "$work/tokens.bin" --steps "$steps" --save "$root" --save-every 1 --quiet); fi
     if (( runs % 2 == 0 )); then
       mkdir -p "$work/off"
