@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <set>
@@ -97,6 +98,39 @@ TEST(TieredStore, ARefreshAfterTheRunningGroupKeepsWhatItWrote) {
 // so streaming units of mixed sizes through the budget takes a handful of buffers from the
 // system, not one per load (the pool served exact sizes only: a miss freed pool buffers and
 // allocated a fresh one, paying page faults and a kernel zero fill on every read).
+// Note [prefetch on write completion]: the window's read of b cannot start while a fills the
+// budget; once a is released it is written behind, and the finished write alone (no further call
+// into the store) starts b's read. Before, b waited for the next schedule_at or acquire.
+TEST(TieredStore, AFinishedWriteBackStartsTheWindowsNextRead) {
+  Fixture f;
+  const int a = f.units.index(1, SegmentKind::Params), b = f.units.index(2, SegmentKind::Params);
+  ASSERT_EQ(f.units.bytes(a), f.units.bytes(b));
+  StepSchedule schedule(f.units.count());
+  schedule.group_add({{a, Access::Update}});  // 0
+  schedule.group_add({{b, Access::Read}});    // 1: in the window of group 0
+  schedule.group_add({{b, Access::Read}});    // 2
+  schedule.group_add({{a, Access::Read}});    // 3: far enough for a's write-behind
+  TieredStoreOptions o = f.options(f.units.bytes(a));  // room for one of them
+  o.prefetch_depth = 1;
+  TieredSegmentStore store(f.units, o);
+  store.schedule_set(&schedule);
+  fill(store, b);
+  fill(store, a);  // evicts b: written, so b is on disk
+  const std::uint64_t read0 = store.stats().read_bytes;
+  store.schedule_at(0);  // b's read would need a's room: not started
+  EXPECT_EQ(store.stats().read_bytes, read0);
+  float* p = store.acquire_view(a, Access::Update).f32();
+  p[0] += 1.0f;
+  store.release_unit(a);  // a is written behind; nothing else calls the store from here
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (store.stats().read_bytes == read0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(store.stats().read_bytes, read0 + f.units.bytes(b)) << "b's read did not start when a's write finished";
+  store.schedule_at(1);
+  EXPECT_TRUE(check(store, b));
+  store.schedule_set(nullptr);
+}
+
 TEST(TieredStore, BuffersOfEvictedUnitsServeUnitsOfOtherSizes) {
   GptConfig cfg = small_config();
   cfg.n_layer = 2;

@@ -43,6 +43,7 @@ class IoRequestTicket final : public IoTicket {
 
   void wait() override;
   bool done() const override;
+  bool failed() const override;
   std::chrono::steady_clock::time_point completed_at() const override;
 
  private:

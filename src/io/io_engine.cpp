@@ -138,16 +138,22 @@ void IoRequestTicket::block_done(std::size_t index, std::exception_ptr error) {
     }
     error = nullptr;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!message.empty() && (!failed_ || index < error_block_)) {
-    failed_ = true;
-    error_message_ = std::move(message);
-    error_block_ = index;
+  bool last = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!message.empty() && (!failed_ || index < error_block_)) {
+      failed_ = true;
+      error_message_ = std::move(message);
+      error_block_ = index;
+    }
+    if (--blocks_left_ == 0) {
+      completed_at_ = std::chrono::steady_clock::now();
+      all_done_.notify_all();
+      last = true;
+    }
   }
-  if (--blocks_left_ == 0) {
-    completed_at_ = std::chrono::steady_clock::now();
-    all_done_.notify_all();
-  }
+  // The engine's block still holds the ticket, so request_ outlives the call.
+  if (last && request_.on_done) request_.on_done();
 }
 
 std::chrono::steady_clock::time_point IoRequestTicket::completed_at() const {
@@ -164,6 +170,11 @@ void IoRequestTicket::wait() {
 bool IoRequestTicket::done() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return blocks_left_ == 0;
+}
+
+bool IoRequestTicket::failed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return blocks_left_ == 0 && failed_;
 }
 
 void IoBlockQueue::push(std::shared_ptr<IoRequestTicket> ticket) {

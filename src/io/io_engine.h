@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -49,6 +50,8 @@ class IoTicket {
   virtual ~IoTicket() = default;
   virtual void wait() = 0;
   virtual bool done() const = 0;
+  // Done, and wait() would throw. Never blocks.
+  virtual bool failed() const = 0;
   // When the last block finished (valid once done()).
   virtual std::chrono::steady_clock::time_point completed_at() const = 0;
 };
@@ -64,6 +67,10 @@ struct IoRequest {
   // Null: no checksums are computed or verified.
   std::uint64_t* block_sums = nullptr;
   std::string what;               // for errors, e.g. "layer.3.params (/dir/layer.3.params.bin)"
+  // Called once on an engine thread right after the ticket became done (successful or not):
+  // a wake-up for whoever waits on more than one ticket. Must be quick, must not block and must
+  // not call into the engine. Empty, or a request of no bytes (done at once): nothing is called.
+  std::function<void()> on_done;
 };
 
 // Per op: bytes moved and the wall time with at least one block of that op in flight, so

@@ -101,9 +101,51 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
   describe_ = text + notes;
   streaming_ = units().total_bytes() > options.budget_bytes;
   totals_.budget_bytes = options.budget_bytes;
+  if (streaming_) {
+    try {
+      refresher_ = std::thread([this] { refresher_run(); });
+    } catch (...) {
+      files_remove();
+      throw;
+    }
+  }
+}
+
+void TieredSegmentStore::refresher_wake() {
+  {
+    std::lock_guard<std::mutex> wake(wake_mutex_);
+    wake_pending_ = true;
+  }
+  wake_cv_.notify_one();
+}
+
+void TieredSegmentStore::refresher_run() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> wake(wake_mutex_);
+      wake_cv_.wait(wake, [this] { return wake_pending_ || wake_stop_; });
+      if (wake_stop_) return;
+      wake_pending_ = false;
+    }
+    Lock lock(mutex_);
+    try {
+      prefetch(lock);
+    } catch (const std::exception&) {
+      // Only a bug gets here (reap leaves failed tickets to the training thread); the training
+      // thread's own prefetch or acquire meets the same state and reports it.
+    }
+  }
 }
 
 TieredSegmentStore::~TieredSegmentStore() {
+  if (refresher_.joinable()) {
+    {
+      std::lock_guard<std::mutex> wake(wake_mutex_);
+      wake_stop_ = true;
+    }
+    wake_cv_.notify_one();
+    refresher_.join();
+  }
   {
     Lock lock(mutex_);
     while (!in_flight_.empty()) {
@@ -215,7 +257,9 @@ void TieredSegmentStore::io_start(int unit, IoOp op) {
   e.state = op == IoOp::Read ? State::Loading : State::Writing;
   if (op == IoOp::Write) e.dirty = false;  // the buffer is not modified while it is written
   IoRequest request{op, files_[units().file(unit)].get(), units().file_offset_bytes(unit), e.buffer.data(),
-                    units().bytes(unit), e.block_sums.data(), where(unit)};
+                    units().bytes(unit), e.block_sums.data(), where(unit), nullptr};
+  // A finished write-back makes room: prefetch again (Note [prefetch on write completion]).
+  if (op == IoOp::Write && refresher_.joinable()) request.on_done = [this] { refresher_wake(); };
   e.ticket = (op == IoOp::Read ? read_engine_ : write_engine_)->submit(std::move(request));
   e.io_started = std::chrono::steady_clock::now();
   in_flight_.push_back(unit);
@@ -261,9 +305,10 @@ void TieredSegmentStore::complete(int unit) {
 }
 
 void TieredSegmentStore::reap(Lock&) {
+  const bool refresher = std::this_thread::get_id() == refresher_.get_id();
   for (std::size_t i = 0; i < in_flight_.size();) {
-    const int unit = in_flight_[i];
-    if (entries_[unit].ticket->done()) complete(unit);  // erases in_flight_[i]
+    const IoTicket& ticket = *entries_[in_flight_[i]].ticket;
+    if (ticket.done() && !(refresher && ticket.failed())) complete(in_flight_[i]);  // erases in_flight_[i]
     else ++i;
   }
 }
