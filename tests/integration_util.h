@@ -275,7 +275,8 @@ inline int checkpoint_temporaries(const std::string& root) {
 }
 
 // Crash rounds (Note [checkpoints]): each round runs command(root, run) (a fresh run saving a
-// checkpoint every step into `root`, or, once root has `latest`, its resume; run counts every
+// checkpoint every step into `root`, or, once root holds a checkpoint (with or without `latest`:
+// a kill can land between the two), its resume; run counts every
 // start) and SIGKILLs it at a random moment (uniform in [0.05, 0.7] x run_ms) until one run
 // finishes; that run's params hash must be want_hash, `stratum verify root` must pass and no
 // temporaries may be left. Rounds go on until `kills` kills have landed. problem: the failures
