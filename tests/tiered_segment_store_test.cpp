@@ -131,6 +131,47 @@ TEST(TieredStore, AFinishedWriteBackStartsTheWindowsNextRead) {
   store.schedule_set(nullptr);
 }
 
+// Note [discarded holds]: a hold that began with the file's data drops its changes instead of
+// writing them, and the unit says it is stale until the next hold (which redoes them) ends; a
+// hold that began dirty keeps its changes. Reading a stale unit is a bug.
+TEST(TieredStore, ADiscardedHoldDropsItsChangesAndLeavesTheUnitStale) {
+  Fixture f;
+  const int a = f.units.index(1, SegmentKind::Params), b = f.units.index(2, SegmentKind::Params);
+  StepSchedule schedule(f.units.count());
+  schedule.group_add({{a, Access::Update}});
+  schedule.group_add({{b, Access::Update}});
+  TieredSegmentStore store(f.units, f.options(f.units.bytes(a)));  // room for one
+  store.schedule_set(&schedule);
+  fill(store, a);
+  fill(store, b);  // a is written and evicted
+  const std::uint64_t written = store.stats().write_bytes;
+  float* p = store.acquire_view(a, Access::Update).f32();
+  ASSERT_EQ(p[0], pattern(a, 0));
+  p[0] = -1.0f;
+  store.release_unit_discard(a);
+  EXPECT_TRUE(store.unit_stale(a));
+  EXPECT_EQ(store.stats().discarded_holds, 1u);
+  EXPECT_THROW(store.acquire_unit(a, Access::Read), BugError);
+  EXPECT_TRUE(check(store, b));  // b stays as written
+  p = store.acquire_view(a, Access::Update).f32();
+  EXPECT_EQ(p[0], pattern(a, 0)) << "the file's data, not the dropped change";
+  p[0] = 5.0f;
+  store.release_unit(a);
+  EXPECT_FALSE(store.unit_stale(a));
+  p = store.acquire_view(a, Access::Update).f32();  // dirty when acquired: the change is kept
+  p[1] = 7.0f;
+  store.release_unit_discard(a);
+  EXPECT_FALSE(store.unit_stale(a));
+  EXPECT_EQ(store.stats().discarded_holds, 1u);
+  EXPECT_TRUE(check(store, b));  // evicts a: written
+  EXPECT_GT(store.stats().write_bytes, written);
+  p = store.acquire_view(a, Access::Read).f32();
+  EXPECT_EQ(p[0], 5.0f);
+  EXPECT_EQ(p[1], 7.0f);
+  store.release_unit(a);
+  store.schedule_set(nullptr);
+}
+
 TEST(TieredStore, BuffersOfEvictedUnitsServeUnitsOfOtherSizes) {
   GptConfig cfg = small_config();
   cfg.n_layer = 2;

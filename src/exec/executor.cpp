@@ -439,7 +439,7 @@ void Executor::group_run(int g, Pass& pass) {
   if (comm_ != nullptr)  // another rank's update of a segment this group reads (Note [zero sharding])
     for (const UnitUse& use : *uses)
       if (units_.kind(use.unit) == SegmentKind::Params) params_receive(units_.segment(use.unit));
-  const GroupHolds holds(*store_, *uses);
+  GroupHolds holds(*store_, *uses);
   if (pass.kind == PassKind::ZoFlush) {  // a pending zeroth-order update alone, no compute
     zo_apply(g, holds, pass);
     return;
@@ -451,6 +451,8 @@ void Executor::group_run(int g, Pass& pass) {
     if (pass.zo()) zo_apply(g, holds, pass);
     group_compute(g, holds, pass);
   }
+  if (mode_ == OptimizerMode::ZerothOrder && pass.kind == PassKind::Loss && pass.zo() && g < static_cast<int>(zo_discard_at_.size()))
+    for (int u : zo_discard_at_[g]) holds.discard(u);  // Note [zeroth-order step]
   if (pass.kind == PassKind::Train)
     for (int s : final_at_[g]) {
       float* const* chunks = holds.chunks(s, SegmentKind::Grads);

@@ -38,7 +38,12 @@
 // [zo noise] in core/zo_noise.h). The projected gradient g = (L+ - L-) / (2 eps) is known after
 // pass 2; its update waits, pending, for the next step's pass 1, or for sync(), loss() or
 // logits_last(), which apply it in a pass over the parameters alone (the same elementwise
-// arithmetic: the same bits wherever it lands).
+// arithmetic: the same bits wherever it lands). Pass 2 releases a unit it holds once
+// (a layer's parameters) discarded (Note [discarded holds] in store/segment_store.h): a tiered
+// store whose file holds the pass-1 weights drops the -2*eps*z' copy instead of writing it, and
+// the next hold, seeing the unit stale, applies the same -2*eps*z' to it again before its own
+// update: the same operation on the same data, so the same bits, with one write of the weights a
+// step instead of two.
 // Note [gradient accumulation]: with micro_batches N > 1 (--grad-accum N), a training step runs
 // the forward, head and backward groups N times, once per micro-batch of (B, T) tokens (the
 // inputs and targets hold the N micro-batches back to back), then updates once. Each
@@ -199,6 +204,8 @@ class Executor {
   // the host's units beside the step's (Note [host optimizer]); else min_store_bytes().
   std::size_t min_host_store_bytes() const;
   const StepSchedule& schedule() const { return schedule_; }
+  // Per group: the units it releases discarded (Note [zeroth-order step]; empty outside it).
+  const std::vector<std::vector<int>>& discards() const { return zo_discard_at_; }
 
   int micro_batches() const { return micro_batches_; }
 
@@ -337,6 +344,7 @@ class Executor {
   std::vector<int> micro_begin_;  // per micro-batch: its first group (Note [gradient accumulation])
   std::vector<int> group_opt_;               // per segment: its Optimizer group
   std::vector<std::vector<int>> final_at_;   // per group: segments whose gradients are final after it
+  std::vector<std::vector<int>> zo_discard_at_;  // per group: params units pass 2 releases discarded
   std::vector<int> forward_segments_;  // segments in the order the forward first reads them
 
   std::unique_ptr<ThreadPool> worker_pool_;  // the optimizer worker's kernels: 1 thread beside CPU compute

@@ -25,6 +25,15 @@ void Executor::zo_schedule_build() {
   }
   compute_end_ = schedule_.group_count();
   final_at_.assign(static_cast<std::size_t>(compute_end_), {});
+  // Pass 2's holds that may be discarded: a trainable unit's one hold in the pass, for Update.
+  zo_discard_at_.assign(static_cast<std::size_t>(compute_end_), {});
+  std::vector<int> holds(static_cast<std::size_t>(units_.count()), 0);
+  for (int g = forward_end_; g < compute_end_; ++g)
+    for (const UnitUse& use : schedule_.group(g)) ++holds[use.unit];
+  for (int g = forward_end_; g < compute_end_; ++g)
+    for (const UnitUse& use : schedule_.group(g))
+      if (use.access == Access::Update && units_.kind(use.unit) == SegmentKind::Params && holds[use.unit] == 1)
+        zo_discard_at_[g].push_back(use.unit);
 }
 
 void Executor::zo_apply(int g, const GroupHolds& holds, const Pass& pass) {
@@ -33,9 +42,20 @@ void Executor::zo_apply(int g, const GroupHolds& holds, const Pass& pass) {
     const int s = units_.segment(use.unit), c = units_.chunk(use.unit);
     const SegmentLayout& seg = layout_.segments()[s];
     float* const base = holds.data(s, SegmentKind::Params, c);
+    // A stale unit holds the pass-1 weights of the step whose update is pending: its pass 2's
+    // -2*eps*z first, as that pass applied it (Note [zeroth-order step]).
+    const bool stale = store_->unit_stale(use.unit);
+    STRATUM_ASSERT(!stale || pass.zo_update.update);
     for (const TensorSlot& t : seg.tensors) {
       if (t.chunk != c) continue;
       const std::string name = layout_.hf_name(t);
+      if (stale) {
+        ZoUpdate redo;
+        redo.perturb = true;
+        redo.perturb_key = zo_tensor_key(pass.zo_update.update_key, name);
+        redo.scale = -2.0f * pass.zo_update.eps;
+        ops_->zo_update(base + seg.offset_in_chunk(t), t.numel, t.hf_first(), redo);
+      }
       ZoUpdate u = pass.zo_update;  // step keys -> this tensor's keys (Note [zo noise])
       if (u.update) u.update_key = zo_tensor_key(u.update_key, name);
       if (u.perturb) u.perturb_key = zo_tensor_key(u.perturb_key, name);

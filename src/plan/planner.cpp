@@ -240,13 +240,13 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     };
     if (r.prefetch >= 0) {
       p.prefetch = r.prefetch;
-      traffic = traffic_replay(units, schedule, capacity, p.prefetch);
+      traffic = traffic_replay(units, schedule, capacity, p.prefetch, &exec.discards());
       p.step_ms = step_ms_at(p.prefetch, traffic);
     } else {
       std::vector<Traffic> by_depth_traffic;
       std::vector<double> by_depth;
       for (int k = 0; k <= 6; ++k) {
-        by_depth_traffic.push_back(traffic_replay(units, schedule, capacity, k));
+        by_depth_traffic.push_back(traffic_replay(units, schedule, capacity, k, &exec.discards()));
         by_depth.push_back(step_ms_at(k, by_depth_traffic.back()));
       }
       const double best = *std::min_element(by_depth.begin(), by_depth.end());

@@ -27,9 +27,10 @@ class StoreModel {
 
   // Runs group g; returns the bytes read for it (writes accumulate in written).
   std::uint64_t run_group(int g, std::vector<std::uint64_t>* unit_read, std::vector<std::uint64_t>* unit_written,
-                          std::uint64_t* written) {
+                          std::uint64_t* written, const std::vector<int>* discards) {
     policy_.at(g);
     std::uint64_t read = 0;
+    std::vector<int> clean_at_acquire;  // of the discards: began clean, with the file's data
     const auto& uses = schedule_.group(g);
     const std::size_t span = static_cast<std::size_t>(schedule_.hold_span(g));  // held at once
     for (std::size_t i = 0; i < uses.size(); ++i) {
@@ -48,13 +49,19 @@ class StoreModel {
         }
         dirty_[u] = false;
       }
+      if (discards != nullptr && !dirty_[u] && on_disk_[u] &&
+          std::find(discards->begin(), discards->end(), u) != discards->end())
+        clean_at_acquire.push_back(u);
       if (use.access != Access::Read) dirty_[u] = true;
       held_[u] = true;
       policy_.used(u);
     }
     const std::size_t last_hold = uses.empty() ? 0 : (uses.size() - 1) / span * span;
+    for (int u : clean_at_acquire) dirty_[u] = false;  // the file keeps its data
     for (std::size_t j = last_hold; j < uses.size(); ++j)
       release(uses[j].unit, unit_written, written);
+    for (int u : clean_at_acquire)  // dropped at release
+      if (resident_[u] && !held_[u]) evict(u, unit_written, written);
     return read;
   }
   void evictions_reset() { std::fill(evicted_.begin(), evicted_.end(), false); }
@@ -100,7 +107,8 @@ class StoreModel {
 
 }  // namespace
 
-Traffic traffic_replay(const UnitTable& units, const StepSchedule& schedule, std::size_t capacity, int depth) {
+Traffic traffic_replay(const UnitTable& units, const StepSchedule& schedule, std::size_t capacity, int depth,
+                       const std::vector<std::vector<int>>* discards) {
   StoreModel store(units, schedule, capacity, depth);
   const int G = schedule.group_count();
   Traffic t;
@@ -117,7 +125,8 @@ Traffic traffic_replay(const UnitTable& units, const StepSchedule& schedule, std
     }
     for (int g = 0; g < G; ++g) {
       const std::uint64_t before = t.written;
-      t.group_read[g] = store.run_group(g, &t.unit_read, &t.unit_written, &t.written);
+      t.group_read[g] = store.run_group(g, &t.unit_read, &t.unit_written, &t.written,
+                                        discards != nullptr && g < static_cast<int>(discards->size()) ? &(*discards)[g] : nullptr);
       t.group_written[g] = t.written - before;
     }
   }

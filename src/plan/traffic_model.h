@@ -21,7 +21,9 @@ struct Traffic {
 
 // Three steps through the store model; the third is the steady state. capacity: the store's RAM
 // budget; depth: the prefetch depth of a streaming run (its write-behind depends on it), -1 when
-// not streaming.
-Traffic traffic_replay(const UnitTable& units, const StepSchedule& schedule, std::size_t capacity, int depth);
+// not streaming. discards (optional, per group): units the group releases discarded (Note
+// [discarded holds] in store/segment_store.h): dropped unwritten when their hold began clean.
+Traffic traffic_replay(const UnitTable& units, const StepSchedule& schedule, std::size_t capacity, int depth,
+                       const std::vector<std::vector<int>>* discards = nullptr);
 
 }  // namespace stratum

@@ -111,7 +111,13 @@ const TensorView* GroupHolds::views(int segment, SegmentKind kind) const {
 
 void GroupHolds::release() {
   while (!units_.empty()) {
-    store_->release_unit(units_.back());
+    const int unit = units_.back();
+    if (std::find(discards_.begin(), discards_.end(), unit) != discards_.end()) {
+      store_->release_unit_discard(unit);
+      discards_.erase(std::find(discards_.begin(), discards_.end(), unit));
+    } else {
+      store_->release_unit(unit);
+    }
     units_.pop_back();
     views_.pop_back();
     data_.pop_back();

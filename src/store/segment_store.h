@@ -33,6 +33,7 @@ struct StoreStats {
   std::size_t peak_held_bytes = 0;  // highest held_bytes since the last stats_reset_peak()
   std::size_t budget_bytes = 0;     // RAM the store may hold; 0 = unbounded
   std::uint64_t buffers_made = 0;   // unit buffers taken from the system (not recycled), Note [buffer pool]
+  std::uint64_t discarded_holds = 0;  // holds whose changes were dropped, not written (Note [discarded holds])
 };
 
 class SegmentStore {
@@ -49,6 +50,14 @@ class SegmentStore {
     return TensorView(acquire_unit(unit, access), units_.dtype(unit), units_.elements(unit));
   }
   virtual void release_unit(int unit) = 0;
+  // Note [discarded holds]: ends a hold whose changes the caller can make again from the data
+  // the hold began with. A tiered store whose offload file holds that data (the unit was clean
+  // and on disk when this hold acquired it) drops the buffer without writing it; the unit is then
+  // stale: its next acquire returns the older data and unit_stale() says so until that hold is
+  // released. Any other store, or a unit that was dirty, is simply released (keeping the
+  // changes; never stale). The zeroth-order step's second pass (Note [zeroth-order step]).
+  virtual void release_unit_discard(int unit) { release_unit(unit); }
+  virtual bool unit_stale(int /*unit*/) const { return false; }
 
   // The step's access order (borrowed; may be null) and the group the training thread is about
   // to run: a tiered store prefetches what the next groups need. No-ops in RAM.
@@ -156,6 +165,8 @@ class GroupHolds {
   GroupHolds(SegmentStore& store, const UnitUse* uses, std::size_t count);
   GroupHolds(SegmentStore& store, const std::vector<UnitUse>& uses) : GroupHolds(store, uses.data(), uses.size()) {}
   GroupHolds(const GroupHolds&) = delete;
+  // At the end of the hold, release `unit` (held by this group) with release_unit_discard.
+  void discard(int unit) { discards_.push_back(unit); }
   GroupHolds& operator=(const GroupHolds&) = delete;
   ~GroupHolds() { release(); }
   // The held unit (segment, kind, chunk); asserts the group lists it. data() asserts fp32.
@@ -173,6 +184,7 @@ class GroupHolds {
   std::vector<int> units_;          // acquired so far, in order
   std::vector<TensorView> views_;   // per acquired unit
   std::vector<float*> data_;        // per acquired unit; null when it is not fp32
+  std::vector<int> discards_;       // discard()
 };
 
 }  // namespace stratum

@@ -410,6 +410,11 @@ void* TieredSegmentStore::acquire_unit(int unit, Access access) {
     e.dirty = false;
   }
   e.wanted = false;
+  // A stale unit (Note [discarded holds]) is taken again only by the caller that redoes the
+  // dropped changes, which writes it.
+  if (e.stale && access == Access::Read)
+    throw BugError("[store] bug: " + units().name(unit) + " is stale after a discarded hold and was acquired to read");
+  if (e.holds == 0) e.clean_on_disk_at_acquire = !e.dirty && e.on_disk;
   ++e.holds;
   policy_.used(unit);
   ++(training ? holds_training_ : holds_other_);
@@ -424,11 +429,38 @@ void* TieredSegmentStore::acquire_unit(int unit, Access access) {
   return e.buffer.as_f32();
 }
 
+bool TieredSegmentStore::unit_stale(int unit) const {
+  Lock lock(mutex_);
+  return entries_[unit].stale;
+}
+
+void TieredSegmentStore::release_unit_discard(int unit) {
+  {
+    Lock lock(mutex_);
+    Entry& e = entries_[unit];
+    STRATUM_ASSERT(e.holds > 0);
+    if (streaming_ && e.holds == 1 && e.clean_on_disk_at_acquire && e.state == State::Resident && !e.stale) {
+      // The file holds what the hold began with: drop the changes instead of writing them.
+      --e.holds;
+      --(std::this_thread::get_id() == training_thread_ ? holds_training_ : holds_other_);
+      buffer_give(std::move(e.buffer));
+      e.state = State::Absent;
+      e.dirty = false;
+      e.stale = true;
+      ++totals_.discarded_holds;
+      released_.notify_all();
+      return;
+    }
+  }
+  release_unit(unit);
+}
+
 void TieredSegmentStore::release_unit(int unit) {
   Lock lock(mutex_);
   Entry& e = entries_[unit];
   STRATUM_ASSERT(e.holds > 0);
   --e.holds;
+  e.stale = false;  // the hold that took it stale has redone the changes (Note [discarded holds])
   const bool training = std::this_thread::get_id() == training_thread_;
   --(training ? holds_training_ : holds_other_);
   // Note [write-behind] (store/eviction_policy.h).

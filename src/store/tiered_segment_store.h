@@ -61,6 +61,8 @@ class TieredSegmentStore final : public SegmentStore {
 
   void* acquire_unit(int unit, Access access) override;
   void release_unit(int unit) override;
+  void release_unit_discard(int unit) override;  // Note [discarded holds] (store/segment_store.h)
+  bool unit_stale(int unit) const override;
   void schedule_set(const StepSchedule* schedule) override;
   void schedule_at(int group) override;
   void schedule_refresh() override;
@@ -82,6 +84,8 @@ class TieredSegmentStore final : public SegmentStore {
     bool wanted = false;     // someone waits for this unit: keep it after a write-back
     int holds = 0;
     int pins = 0;            // unit_pin(): needed by a consumer behind the schedule position
+    bool clean_on_disk_at_acquire = false;  // the file held the data this hold began with
+    bool stale = false;      // Note [discarded holds]: holds the data from before a discarded hold
     AlignedBuffer buffer;
     std::shared_ptr<IoTicket> ticket;
     std::chrono::steady_clock::time_point io_started;
