@@ -69,7 +69,11 @@ class TieredSegmentStore final : public SegmentStore {
   void unit_pin(int unit, int delta) override;
   void unit_prefetch(int unit) override;
   StoreStats stats() const override;
-  void trace_set(TraceRecorder* trace) override { trace_ = trace; }
+  // Under the lock: the refresher thread records I/O spans whenever a write finishes.
+  void trace_set(TraceRecorder* trace) override {
+    Lock lock(mutex_);
+    trace_ = trace;
+  }
   void stats_reset_peak() override;
 
   // "io_uring, O_DIRECT, 1 MiB blocks, queue depth 8, prefetch 2" and any fallback notes.
