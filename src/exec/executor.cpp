@@ -451,8 +451,8 @@ void Executor::group_run(int g, Pass& pass) {
     if (pass.zo()) zo_apply(g, holds, pass);
     group_compute(g, holds, pass);
   }
-  if (mode_ == OptimizerMode::ZerothOrder && pass.kind == PassKind::Loss && pass.zo() && g < static_cast<int>(zo_discard_at_.size()))
-    for (int u : zo_discard_at_[g]) holds.discard(u);  // Note [zeroth-order step]
+  if (pass.zo() && g < static_cast<int>(zo_discard_at_.size()))  // a zeroth-order pass
+    for (int u : zo_discard_at_[g]) holds.discard(u);              // Note [zeroth-order step]
   if (pass.kind == PassKind::Train)
     for (int s : final_at_[g]) {
       float* const* chunks = holds.chunks(s, SegmentKind::Grads);

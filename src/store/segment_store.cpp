@@ -112,9 +112,10 @@ const TensorView* GroupHolds::views(int segment, SegmentKind kind) const {
 void GroupHolds::release() {
   while (!units_.empty()) {
     const int unit = units_.back();
-    if (std::find(discards_.begin(), discards_.end(), unit) != discards_.end()) {
+    const auto discard = std::find(discards_.begin(), discards_.end(), unit);
+    if (discard != discards_.end()) {
       store_->release_unit_discard(unit);
-      discards_.erase(std::find(discards_.begin(), discards_.end(), unit));
+      discards_.erase(discard);
     } else {
       store_->release_unit(unit);
     }

@@ -434,39 +434,33 @@ bool TieredSegmentStore::unit_stale(int unit) const {
   return entries_[unit].stale;
 }
 
-void TieredSegmentStore::release_unit_discard(int unit) {
-  {
-    Lock lock(mutex_);
-    Entry& e = entries_[unit];
-    STRATUM_ASSERT(e.holds > 0);
-    if (streaming_ && e.holds == 1 && e.clean_on_disk_at_acquire && e.state == State::Resident && !e.stale) {
-      // The file holds what the hold began with: drop the changes instead of writing them.
-      --e.holds;
-      --(std::this_thread::get_id() == training_thread_ ? holds_training_ : holds_other_);
-      buffer_give(std::move(e.buffer));
-      e.state = State::Absent;
-      e.dirty = false;
-      e.stale = true;
-      ++totals_.discarded_holds;
-      released_.notify_all();
-      return;
-    }
-  }
-  release_unit(unit);
-}
+void TieredSegmentStore::release_unit(int unit) { release(unit, false); }
 
-void TieredSegmentStore::release_unit(int unit) {
+void TieredSegmentStore::release_unit_discard(int unit) { release(unit, true); }
+
+void TieredSegmentStore::release(int unit, bool discard) {
   Lock lock(mutex_);
   Entry& e = entries_[unit];
   STRATUM_ASSERT(e.holds > 0);
+  // Note [discarded holds]: the file holds what the hold began with, so the changes can go.
+  const bool drop =
+      discard && streaming_ && e.holds == 1 && e.clean_on_disk_at_acquire && e.state == State::Resident && !e.stale;
   --e.holds;
-  e.stale = false;  // the hold that took it stale has redone the changes (Note [discarded holds])
   const bool training = std::this_thread::get_id() == training_thread_;
   --(training ? holds_training_ : holds_other_);
-  // Note [write-behind] (store/eviction_policy.h).
-  if (streaming_ && e.holds == 0 && e.state == State::Resident && e.dirty &&
-      policy_.write_behind(unit, options_.prefetch_depth))
-    io_start(unit, IoOp::Write);
+  if (drop) {
+    buffer_give(std::move(e.buffer));
+    e.state = State::Absent;
+    e.dirty = false;
+    e.stale = true;
+    ++totals_.discarded_holds;
+  } else {
+    e.stale = false;  // the hold that took it stale has redone the changes
+    // Note [write-behind] (store/eviction_policy.h).
+    if (streaming_ && e.holds == 0 && e.state == State::Resident && e.dirty &&
+        policy_.write_behind(unit, options_.prefetch_depth))
+      io_start(unit, IoOp::Write);
+  }
   released_.notify_all();
 }
 

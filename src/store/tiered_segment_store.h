@@ -110,6 +110,7 @@ class TieredSegmentStore final : public SegmentStore {
   void buffer_give(AlignedBuffer buffer);
   void io_start(int unit, IoOp op);  // Loading or Writing
   void prefetch(Lock& lock);
+  void release(int unit, bool discard);  // release_unit and release_unit_discard
   void refresher_run();  // Note [prefetch on write completion]
   void refresher_wake();
   std::string where(int unit) const;
