@@ -99,6 +99,15 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
     STRATUM_ASSERT(seg.role == SegmentRole::Layer || seg.role == SegmentRole::Lora || seg.chunk_count() == 1);
   grad_squares_.resize(static_cast<std::size_t>(layout_.segment_count()));
   for (int s = 0; s < layout_.segment_count(); ++s) grad_squares_[s].assign(layout_.segments()[s].tensors.size(), 0.0);
+  const int vocab0 = layout_.vocab_block_count() > 0 ? layout_.vocab_segment(0) : -1;
+  rows_ahead_ = mode == OptimizerMode::Pipelined && comm_ == nullptr && ops_->host_memory() && vocab0 >= 0 &&
+                layout_.trainable(vocab0) && !units.param_bf16();
+  if (rows_ahead_) {  // Note [embedding rows ahead]
+    rows_max_ = std::min<std::size_t>(static_cast<std::size_t>(micro_batches) * max_batch * max_seq,
+                                      static_cast<std::size_t>(config.vocab_size));
+    const std::size_t n = rows_max_ * static_cast<std::size_t>(config.n_embd);
+    rows_mem_ = aligned_buffer_carve({{&next_p_, n}, {&next_m_, n}, {&next_v_, n}, {&next_g_, n}, {&ready_p_, n}});
+  }
   schedule_build();
   update_job_.assign(static_cast<std::size_t>(layout_.segment_count()), 0);
   host_threads_ = pool.num_threads();
@@ -133,6 +142,12 @@ void Executor::optimizer_on_host() {
   STRATUM_ASSERT(store_ == nullptr && comm_ == nullptr &&
                  (mode_ == OptimizerMode::Overlapped || mode_ == OptimizerMode::Pipelined));
   host_optimizer_ = true;
+  if (rows_ahead_) {  // the moments are the host store's (Note [embedding rows ahead]: not with it)
+    rows_ahead_ = false;
+    rows_mem_ = AlignedBuffer();
+    schedule_ = StepSchedule(units_.count());
+    schedule_build();
+  }
   if (worker_) return;  // the CPU backend's own (tests: mirror_store), one thread beside the compute
   // Off the host the training pool's CPUs are idle: AdamW gets as many (elementwise: the same bits).
   worker_pool_ = std::make_unique<ThreadPool>(host_threads_);
@@ -155,7 +170,8 @@ int Executor::act_segment(int layer) const {
   return layer < cfg_.n_layer ? layout_.layer_segment(layer) : layout_.head_segment();
 }
 
-void Executor::forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params) {
+void Executor::forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params,
+                                  bool rows) {
   using A = Access;
   using K = SegmentKind;
   using W = GroupWork;
@@ -165,11 +181,19 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
   const int act0 = unit(act_segment(0), K::Activations);
   before(embed);
   schedule_.group_add({{unit(embed, K::Params), params(embed)}, {act0, A::Overwrite}}, W::EmbedForward, embed);
+  // Note [embedding rows ahead]: with rows ahead the lookup from the blocks, and gathering the next
+  // step's rows from them, are optional groups; the lookup from the rows holds no block.
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.vocab_segment(k);
-    before(v);
-    schedule_.group_add({{unit(v, K::Params), params(v)}, {act0, A::Update}}, W::VocabForward, v, k);
+    if (!rows) before(v);
+    schedule_.group_add({{unit(v, K::Params), params(v)}, {act0, A::Update}}, W::VocabForward, v, k, rows);
   }
+  for (int k = 0; k < nv && rows; ++k) {
+    const int v = layout_.vocab_segment(k);
+    schedule_.group_add({{unit(v, K::Params), A::Read}, {unit(v, K::AdamM), A::Read}, {unit(v, K::AdamV), A::Read}},
+                        W::VocabRows, v, k, true);
+  }
+  if (rows) schedule_.group_add({{act0, A::Update}}, W::VocabForward, layout_.vocab_segment(0), -1);
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const int s = layout_.layer_segment(l);
     before(s);
@@ -188,13 +212,13 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
   }
   const bool tied = layout_.head_tied();
   before(head);
-  if (!tied)
-    for (int k = 0; k < nv; ++k) before(layout_.head_vocab_segment(k));
   // Note [head passes]: the log-sum-exp pass, then the backward pass, over the vocabulary blocks.
   schedule_.group_add({{unit(head, K::Params), params(head)}, {unit(head, K::Activations), A::Read}}, W::HeadBegin,
                       head);
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.head_vocab_segment(k);
+    if (rows) before(layout_.vocab_segment(k));  // tied: v, whose first read this step is here
+    if (!tied) before(v);
     schedule_.group_add({{unit(v, K::Params), params(v)}}, W::HeadLse, v, k);
   }
 }
@@ -286,7 +310,7 @@ void Executor::schedule_build() {
   for (int mb = 0; mb < N; ++mb) {  // Note [gradient accumulation]
     micro_begin_.push_back(schedule_.group_count());
     forward_groups_add([&](int s) { if (pipelined && mb == 0 && trainable(s)) opt_group(s); },
-                       [](int) { return A::Read; });
+                       [](int) { return A::Read; }, rows_ahead_);
     if (mb == 0) forward_end_ = schedule_.group_count();
     const std::vector<UnitUse> head_in = {{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}};
     for (int k = 0; k < nv; ++k) {
@@ -357,6 +381,9 @@ void Executor::schedule_build() {
   if (mode_ == OptimizerMode::Inline)
     for (int s : forward_segments_)
       if (trainable(s)) opt_group(s);
+  update_order_.clear();  // Pipelined: queued in the order the step waits for them
+  for (int g = 0; g < schedule_.group_count(); ++g)
+    if (schedule_.group_work(g) == W::Optimizer) update_order_.push_back(schedule_.group_segment(g));
 
   // Note [gradients final]: after the last group (not an update) that writes the segment's gradients.
   const int G = schedule_.group_count();
@@ -389,7 +416,7 @@ std::size_t Executor::fixed_bytes() const {
   const int width = std::max({cfg_.n_embd, cfg_.mlp_width(), cfg_.q_dim() + 2 * cfg_.kv_dim(),
                               vocab_block_rows(cfg_)});
   const int rows = std::min(max_batch_ * max_seq_, std::max(kRowChunk, head_scratch_.chunk_rows()));
-  return dacts_.size_bytes() + blocks_.size_bytes() + head_scratch_.size_bytes() +
+  return dacts_.size_bytes() + blocks_.size_bytes() + head_scratch_.size_bytes() + rows_mem_.size_bytes() +
          ops_->gemm_scratch_bytes(rows, width, cfg_.n_embd);
 }
 
@@ -399,7 +426,13 @@ void Executor::check_shape(int B, int T) const {
 }
 
 void Executor::run(int first, int last, Pass& pass) {
-  for (int g = first; g < last; ++g) group_run(g, pass);
+  for (int g = first; g < last; ++g) {
+    if (schedule_.group_optional(g)) {  // Note [embedding rows ahead]
+      if (!rows_optional_run(g, pass)) continue;
+      update_wait(schedule_.group_segment(g), false);  // the block as updated, before it is held
+    }
+    group_run(g, pass);
+  }
 }
 
 void Executor::group_run(int g, Pass& pass) {
@@ -464,7 +497,8 @@ std::string Executor::group_name(int g, const Pass& pass) const {
   const std::string& seg = layout_.segments()[schedule_.group_segment(g)].name;
   switch (schedule_.group_work(g)) {
     case GroupWork::EmbedForward: return "embed forward";
-    case GroupWork::VocabForward: return seg + " embed forward";
+    case GroupWork::VocabForward: return schedule_.group_item(g) < 0 ? "embed rows forward" : seg + " embed forward";
+    case GroupWork::VocabRows: return seg + " rows ahead";
     case GroupWork::LayerForward: return seg + " forward";
     case GroupWork::HeadBegin: return "head: final norm";
     case GroupWork::HeadLse: return seg + (pass.kind == PassKind::Logits ? " logits" : " head log-sum-exp");
@@ -505,6 +539,10 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       return;
     }
     case GroupWork::VocabForward:
+      if (item < 0) {  // Note [embedding rows ahead]
+        rows_lookup(p, holds.data(act_segment(0), K::Activations));
+        return;
+      }
       ops_->embedding_forward_block(holds.data(act_segment(0), K::Activations), p.inputs, holds.data(s, K::Params),
                                     layout_.vocab_row0(item), layout_.vocab_rows(item), B, T, C);
       return;
@@ -575,6 +613,9 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
                                      C);
       return;
     }
+    case GroupWork::VocabRows:
+      rows_gather_blocks(item, holds, s);
+      return;
     case GroupWork::GradAccum:
     case GroupWork::GradShare:
     case GroupWork::Optimizer: break;
@@ -620,6 +661,7 @@ float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targe
     if (step_n > 1) dropout_step_key_ = dropout_step_key(dropout_seed_, dropout_step_ * step_n + k);
     Pass pass{PassKind::Train, in, tg, B, T, queue_updates, hyper, weight_decay};
     pass.mean_rows = step_n * BT;
+    pass.micro = mb;
     pass.dcur = dacts_.as_f32();
     run(micro_begin_[mb], mb + 1 < micro_batches_ ? micro_begin_[mb + 1] : compute_end_, pass);
     losses[static_cast<std::size_t>(mb)] = pass.loss;
@@ -640,12 +682,14 @@ float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t*
 }
 
 StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
-                                const AdamWHyper& hyper, double weight_decay, double grad_clip) {
+                                const AdamWHyper& hyper, double weight_decay, double grad_clip,
+                                const InputsAhead& ahead) {
   check_shape(B, T);
   STRATUM_ASSERT(mode_ != OptimizerMode::Overlapped || grad_clip <= 0);
   STRATUM_ASSERT(mode_ != OptimizerMode::ZerothOrder);
   StepResult r;
   const bool overlap = mode_ == OptimizerMode::Overlapped;
+  if (rows_ahead_) rows_begin(inputs, static_cast<std::size_t>(micro_batches_) * B * T, ahead);
   r.loss = train_pass(inputs, targets, B, T, overlap, hyper, weight_decay);
   if (comm_ != nullptr) {
     comm_->sends_wait();  // every rank has received what the step sent it
@@ -660,9 +704,9 @@ StepResult Executor::train_step(const std::int32_t* inputs, const std::int32_t* 
   r.grad_norm = static_cast<float>(std::sqrt(grad_sum_squares()));
   if (grad_clip > 0) r.grad_scale = std::min(1.0f, static_cast<float>(grad_clip) / (r.grad_norm + 1e-6f));
   if (mode_ == OptimizerMode::Inline) optimizer_step(hyper, weight_decay, r.grad_scale);
+  if (rows_ahead_) rows_end(hyper, weight_decay, r.grad_scale, ahead);
   if (mode_ == OptimizerMode::Pipelined)
-    for (int s : forward_segments_)
-      if (layout_.trainable(s)) optimizer_queue(s, hyper, weight_decay, r.grad_scale);
+    for (int s : update_order_) optimizer_queue(s, hyper, weight_decay, r.grad_scale);
   if (comm_ != nullptr) params_share();
   r.optimizer_wait_ms = std::exchange(update_wait_ms_, 0.0);
   return r;

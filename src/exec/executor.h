@@ -27,6 +27,23 @@
 // reading it, and sync() waits for all. Every element gets the same arithmetic in every mode,
 // so the bits are the same. ZerothOrder: Note [zeroth-order step]. Does not choose placement or
 // own the store.
+// Note [embedding rows ahead]: with Pipelined updates the forward would start by waiting for the
+// whole token embedding's update (every vocabulary block's params, grads and moments read, three
+// written back, with nothing computing beside it: under a budget the largest wait of a step),
+// although its lookup needs only the rows of the step's tokens. So those rows are gathered one
+// step ahead: the trainer says which inputs follow (InputsAhead; its batches are a function of
+// the step), the worker copies their rows of the params and moments from each block it has just
+// updated (the previous step's update), the block's final gradients give theirs, and once the
+// clip coefficient is known the same elementwise AdamW runs on those rows (the same arithmetic
+// on the same values: the rows the blocks' own update will give). The next step's lookup is one
+// group that holds no vocabulary block and adds them; the blocks' Optimizer groups sit before
+// the head's log-sum-exp groups (a tied head reads them there; an untied LM head's blocks wait
+// there too), so their updates overlap the forward. A step whose inputs are not the ones
+// gathered for (the first, one without InputsAhead, a wrong guess), and every loss and logits
+// pass, reads the blocks, updated, outside the schedule, as does gathering rows the updates
+// queued before did not know to gather. The same bits in every case. In one process on the
+// host with a trained token embedding (a data-parallel owner sends its parameters at the step's
+// end instead).
 // Note [zeroth-order step]: MeZO/ZO2's forward-only training (zo_step). The schedule is two
 // forward passes, each ending with the head's log-sum-exp groups and no backward; the store holds
 // parameters and boundary activations only (UnitSet::ForwardOnly). With LoRA adapters only their
@@ -209,10 +226,18 @@ class Executor {
 
   int micro_batches() const { return micro_batches_; }
 
+  // The inputs (micro_batches() x (B,T), back to back) of the training step `ahead` (1 or 2) steps
+  // after the one in progress; false when there is none (Note [embedding rows ahead]).
+  using InputsAhead = std::function<bool(int ahead, std::int32_t* inputs)>;
   // One optimizer step: forward, backward, global-norm clipping (grad_clip > 0) and AdamW.
-  // inputs/targets: micro_batches() micro-batches of (B,T), back to back.
+  // inputs/targets: micro_batches() micro-batches of (B,T), back to back. ahead: the following
+  // steps' inputs, for Note [embedding rows ahead] (without it every lookup reads the blocks; the
+  // bits are the same either way).
   StepResult train_step(const std::int32_t* inputs, const std::int32_t* targets, int B, int T,
-                        const AdamWHyper& hyper, double weight_decay, double grad_clip);
+                        const AdamWHyper& hyper, double weight_decay, double grad_clip,
+                        const InputsAhead& ahead = {});
+  // Training steps whose embedding lookup took its rows ahead (Note [embedding rows ahead]).
+  long rows_ahead_steps() const { return rows_ahead_steps_; }
 
   // One zeroth-order step (mode ZerothOrder, Note [zeroth-order step]): loss is (L+ + L-) / 2,
   // grad_norm the projected gradient |g|.
@@ -260,6 +285,7 @@ class Executor {
     int logits_row = 0;          // Logits: the row whose logits are wanted, and where they go (V)
     float* logits = nullptr;
     int mean_rows = 0;           // Train: the rows the step's mean loss is over (Note [gradient accumulation])
+    int micro = 0;               // Train: the micro-batch on this rank
     float loss = 0.0f;           // after the last HeadLse group (Train, Loss)
     float* dcur = nullptr;       // backward: the gradient at the current block boundary, in dacts_
     // ZerothOrder: what the first hold of a segment's parameters in this pass applies, when it
@@ -272,7 +298,10 @@ class Executor {
   void schedule_build();
   // The forward's groups (embed, vocabulary blocks, layers, head's log-sum-exp), with before(s)
   // called ahead of a segment's first group and params(s) the access of its parameters.
-  void forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params);
+  // rows: one lookup group from the rows ahead (Note [embedding rows ahead]) in place of the
+  // vocabulary blocks' groups, whose before() then comes ahead of their head log-sum-exp groups.
+  void forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params,
+                          bool rows = false);
   void zo_schedule_build();
   void zo_apply(int g, const GroupHolds& holds, const Pass& pass);  // pass.zo(): at the parameters' first hold
   void zo_flush();                     // applies a pending update (a ZoFlush pass over the forward groups)
@@ -305,7 +334,19 @@ class Executor {
   void optimizer_segment(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
                          float grad_scale);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
-  void update_wait(int segment);  // Pipelined: the segment's queued update has been applied
+  // Pipelined: the segment's queued update has been applied; at_group: the store told the step is
+  // at its Optimizer group.
+  void update_wait(int segment, bool at_group = true);
+  // Note [embedding rows ahead] (exec/embed_rows.cpp).
+  void rows_begin(const std::int32_t* inputs, std::size_t n, const InputsAhead& ahead);  // train_step's start
+  void rows_end(const AdamWHyper& hyper, double weight_decay, float grad_scale, const InputsAhead& ahead);
+  void rows_lookup(const Pass& pass, float* out);  // the lookup group
+  bool rows_optional_run(int g, const Pass& pass) const;  // whether this pass runs optional group g
+  void rows_gather_blocks(int block, const GroupHolds& holds, int segment);  // a VocabRows group
+  void rows_blocks_wait();  // every vocabulary block's queued update applied
+  // Copies the rows of next_ that vocabulary block k holds, from its params, moments or grads.
+  void rows_gather(int block, const float* data, float* rows) const;
+  bool rows_target(int ahead, const InputsAhead& fn);  // next_ = that step's rows; false: none
   // Where layer's internals are: its own set (keep), the one set (recompute) or its held Internals unit.
   TransformerBlock::InternalsAt internals_at(const GroupHolds& holds, int layer) const;
   int act_segment(int layer) const;  // the segment whose acts unit holds layer's input
@@ -346,6 +387,33 @@ class Executor {
   std::vector<std::vector<int>> final_at_;   // per group: segments whose gradients are final after it
   std::vector<std::vector<int>> zo_discard_at_;  // per group: params units pass 2 releases discarded
   std::vector<int> forward_segments_;  // segments in the order the forward first reads them
+  std::vector<int> update_order_;      // Pipelined: trainable segments in the order their Optimizer groups wait
+  // Note [embedding rows ahead].
+  struct EmbedRows {
+    std::vector<std::int32_t> inputs;  // a step's inputs (micro_batches() x B x T)
+    std::vector<std::int32_t> rows;    // their tokens, distinct, ascending
+    std::vector<std::int32_t> local;   // inputs as indices into rows
+    bool known = false;
+  };
+  bool rows_ahead_ = false;     // Pipelined, one process, on the host, trained token embedding
+  std::size_t rows_max_ = 0;    // rows the buffers have room for
+  std::size_t rows_n_ = 0;      // tokens of a step (the last train_step's)
+  AlignedBuffer rows_mem_;      // next_'s params, moments and grads rows, ready_'s params rows
+  float* next_p_ = nullptr;
+  float* next_m_ = nullptr;
+  float* next_v_ = nullptr;
+  float* next_g_ = nullptr;
+  float* ready_p_ = nullptr;
+  EmbedRows next_;              // the following step's rows, gathered during this step
+  EmbedRows ready_;             // the coming step's rows, updated (in ready_p_)
+  bool ready_valid_ = false;
+  int next_pmv_blocks_ = 0;     // vocabulary blocks whose rows next_ holds (params and moments)
+  int next_g_blocks_ = 0;       // ... (gradients)
+  bool next_by_jobs_ = false;   // the queued updates gather next_ (it was known when they were queued)
+  bool rows_use_ = false;       // this step's lookup takes ready_
+  bool rows_direct_ = false;    // this step's VocabRows groups gather next_ (the updates queued before did not)
+  bool rows_gather_g_ = false;  // this step's final gradients fill next_g_
+  long rows_ahead_steps_ = 0;
 
   std::unique_ptr<ThreadPool> worker_pool_;  // the optimizer worker's kernels: 1 thread beside CPU compute
   std::unique_ptr<Ops> worker_ops_;          // the kernels, on worker_pool_

@@ -57,6 +57,10 @@ void Executor::grads_final(int segment, int chunk, const float* grads) {
     if (slot.chunk != chunk) continue;
     grad_squares_[segment][t] = ops_->sum_squares(grads + seg.offset_in_chunk(slot), slot.numel);
   }
+  if (rows_gather_g_ && seg.role == SegmentRole::Vocab) {  // Note [embedding rows ahead]
+    rows_gather(segment - layout_.vocab_segment(0), grads, next_g_);
+    ++next_g_blocks_;
+  }
 }
 
 void Executor::grad_share_run(int g, const Pass& pass) {
@@ -112,6 +116,13 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
         const std::size_t at = seg.offset_in_chunk(t);
         ops.adamw_update(params.data() + at, m.data() + at, v.data() + at, grads.data() + at, t.numel, hyper,
                      t.weight_decay ? weight_decay : 0.0, grad_scale);
+      }
+      if (next_by_jobs_ && seg.role == SegmentRole::Vocab) {  // Note [embedding rows ahead]
+        const int k = s - layout_.vocab_segment(0);
+        rows_gather(k, params.data(), next_p_);
+        rows_gather(k, m.data(), next_m_);
+        rows_gather(k, v.data(), next_v_);
+        ++next_pmv_blocks_;
       }
     }
     params_taken.changed();
@@ -173,8 +184,8 @@ std::size_t Executor::owned_trainable_params() const {
   return n;
 }
 
-void Executor::update_wait(int segment) {
-  if (mode_ == OptimizerMode::Pipelined) at(group_opt_[segment]);
+void Executor::update_wait(int segment, bool at_group) {
+  if (mode_ == OptimizerMode::Pipelined && at_group) at(group_opt_[segment]);
   if (update_job_[segment] == 0) return;
   const auto t0 = std::chrono::steady_clock::now();
   const long job = std::exchange(update_job_[segment], 0);

@@ -105,7 +105,8 @@ std::vector<ComputeTiming> time_passes(Executor& exec, const GptConfig& mini, co
       const double ms = e.dur_us / 1000.0;
       // By the schedule group's work the executor tagged the span with (names are for people).
       switch (e.tag < 0 ? GroupWork::HeadBegin : static_cast<GroupWork>(e.tag)) {
-        case GroupWork::Optimizer: case GroupWork::GradAccum: case GroupWork::GradShare: break;  // not timed here
+        case GroupWork::Optimizer: case GroupWork::GradAccum: case GroupWork::GradShare:
+        case GroupWork::VocabRows: break;  // not timed here
         case GroupWork::LayerForward: t.layer_forward_ms += ms; break;
         case GroupWork::LayerBackward: t.layer_backward_ms += ms; break;
         case GroupWork::VocabForward: t.vocab_forward_ms += ms; break;

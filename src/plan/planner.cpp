@@ -42,6 +42,7 @@ double group_compute_ms(GroupWork work, const ComputeTiming& t) {
       return t.other_ms / 4;
     case GroupWork::GradAccum: case GroupWork::Optimizer: return 0.0;  // per float: group_update_ms
     case GroupWork::GradShare: return 0.0;  // a receive (the plan has one rank)
+    case GroupWork::VocabRows: return 0.0;  // optional: a step does not run it
   }
   return 0.0;
 }
@@ -82,7 +83,7 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
     if (write_gbps > 0 && writes[g] > 0)
       disk_free = std::max(disk_free, previous) + static_cast<double>(writes[g]) / (write_gbps * 1e6);
     double start = std::max(previous, read_end);
-    double ms = group_compute_ms(schedule.group_work(g), t);
+    double ms = schedule.group_optional(g) ? 0.0 : group_compute_ms(schedule.group_work(g), t);
     if (schedule.group_work(g) == GroupWork::GradAccum) ms = group_update_ms(schedule, units, g, t.adamw_inline_ns_per_float);
     if (schedule.group_work(g) == GroupWork::Optimizer) {
       if (mode == OptimizerMode::Inline) {

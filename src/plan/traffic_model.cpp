@@ -124,6 +124,7 @@ Traffic traffic_replay(const UnitTable& units, const StepSchedule& schedule, std
       std::fill(t.unit_written.begin(), t.unit_written.end(), 0);
     }
     for (int g = 0; g < G; ++g) {
+      if (schedule.group_optional(g)) continue;  // Note [optional groups]: a step does not run it
       const std::uint64_t before = t.written;
       t.group_read[g] = store.run_group(g, &t.unit_read, &t.unit_written, &t.written,
                                         discards != nullptr && g < static_cast<int>(discards->size()) ? &(*discards)[g] : nullptr);

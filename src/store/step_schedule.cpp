@@ -7,10 +7,11 @@
 
 namespace stratum {
 
-int StepSchedule::group_add(std::vector<UnitUse> uses, GroupWork work, int segment, int item) {
+int StepSchedule::group_add(std::vector<UnitUse> uses, GroupWork work, int segment, int item, bool optional) {
   const int g = static_cast<int>(groups_.size());
   for (const UnitUse& u : uses) {
     STRATUM_ASSERT(u.unit >= 0 && static_cast<std::size_t>(u.unit) < uses_of_unit_.size());
+    if (optional) continue;  // Note [optional groups]: not a next use
     auto& list = uses_of_unit_[u.unit];
     if (!list.empty() && list.back().group == g) {
       // The same unit twice in one group: the strongest access wins (Update > Overwrite > Read).
@@ -23,7 +24,7 @@ int StepSchedule::group_add(std::vector<UnitUse> uses, GroupWork work, int segme
   STRATUM_ASSERT(work != GroupWork::Optimizer || uses.size() % kOptimizerChunkUses == 0);
   STRATUM_ASSERT(work != GroupWork::GradAccum || uses.size() % kGradAccumChunkUses == 0);
   groups_.push_back(std::move(uses));
-  info_.push_back({work, segment, item});
+  info_.push_back({work, segment, item, optional});
   return g;
 }
 

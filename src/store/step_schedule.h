@@ -22,10 +22,17 @@ struct UnitUse {
 // What a group computes: the executor dispatches on it, trace spans are tagged with it and the
 // planner's time model times it (plan/planner.h); the store ignores it.
 enum class GroupWork {
-  EmbedForward, VocabForward, LayerForward, HeadBegin, HeadLse, HeadBackward, HeadEnd, LayerBackward,
+  EmbedForward, VocabForward, VocabRows, LayerForward, HeadBegin, HeadLse, HeadBackward, HeadEnd, LayerBackward,
   EmbedBackward, VocabBackward, GradAccum, GradShare, Optimizer
 };
 
+// Note [optional groups]: a group marked optional is one the executor runs only when a step or
+// pass needs it (the embedding lookup from the vocabulary blocks when its rows were not gathered
+// ahead, Note [embedding rows ahead] in exec/executor.h). Its uses are still the only units it
+// touches, and count for the minimum budget; but the next-use distances, the store's prefetch
+// window and the planner's replay skip it, as a step that does not run it would. So an optional
+// group loads what it holds on demand, and may only read units whose data the schedule keeps
+// (whose next use in the groups that always run is not an Overwrite).
 // An Optimizer group lists its segment chunk by chunk, four units a chunk (params, grads, both
 // moments), and holds one chunk's four at a time; a GradAccum group (Note [gradient accumulation]
 // in exec/executor.h) two a chunk (grads, grad_sum), a GradShare group (Note [data parallel]) one;
@@ -38,9 +45,11 @@ class StepSchedule {
   explicit StepSchedule(int unit_count) : uses_of_unit_(static_cast<std::size_t>(unit_count)) {}
 
   // Appends a group and returns its index. segment: the segment it works on (-1: none in
-  // particular); item: its layer or vocabulary block (-1: none).
+  // particular); item: its layer or vocabulary block (-1: none). optional: a group the executor
+  // runs only in some steps or passes (Note [optional groups]).
   int group_add(std::vector<UnitUse> uses, GroupWork work = GroupWork::LayerForward, int segment = -1,
-                int item = -1);
+                int item = -1, bool optional = false);
+  bool group_optional(int g) const { return info_[g].optional; }
   int group_count() const { return static_cast<int>(groups_.size()); }
   const std::vector<UnitUse>& group(int g) const { return groups_[g]; }
   GroupWork group_work(int g) const { return info_[g].work; }
@@ -67,6 +76,7 @@ class StepSchedule {
   struct Info {
     GroupWork work;
     int segment, item;
+    bool optional;
   };
   std::vector<std::vector<UnitUse>> groups_;
   std::vector<Info> info_;

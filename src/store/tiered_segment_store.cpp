@@ -490,7 +490,9 @@ void TieredSegmentStore::prefetch(Lock& lock) {
   // loaded in schedule order as far as the budget allows without evicting anything needed
   // sooner. Units the window will overwrite get their buffer now too (no read), so the space
   // is made while compute runs rather than when the acquire comes.
-  for (int d = 0; d <= options_.prefetch_depth && d < groups; ++d) {
+  for (int d = 0, window = 0; window <= options_.prefetch_depth && d < groups; ++d) {
+    if (d > 0 && schedule->group_optional((group + d) % groups)) continue;  // Note [optional groups]
+    ++window;
     for (const UnitUse& use : schedule->group((group + d) % groups)) {
       // The running group's own uses that it has made already are done: the unit holds what that
       // use wrote (a refresh from another thread comes after them; taking an Overwrite use for

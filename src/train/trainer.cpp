@@ -382,7 +382,16 @@ void TrainRun::loop() {
             ? exec_->zo_step(inputs_.data(), targets_.data(), o_.batch, o_.seq,
                              ZoHyper{o_.seed, step, o_.zo_eps, lr, o_.weight_decay})
             : exec_->train_step(inputs_.data(), targets_.data(), o_.batch, o_.seq,
-                                AdamWHyper{lr, o_.beta1, o_.beta2, o_.eps, step + 1}, o_.weight_decay, o_.grad_clip);
+                                AdamWHyper{lr, o_.beta1, o_.beta2, o_.eps, step + 1}, o_.weight_decay, o_.grad_clip,
+                                [&](int ahead, std::int32_t* inputs) {  // Note [embedding rows ahead]
+                                  const long next = step + ahead;
+                                  if (next >= o_.steps) return false;
+                                  std::vector<std::int32_t> targets(static_cast<std::size_t>(BT));
+                                  for (int mb = 0; mb < o_.grad_accum / ranks(); ++mb)
+                                    loader_->batch(next * o_.grad_accum + mb * ranks() + rank(),
+                                                   inputs + static_cast<std::size_t>(mb) * BT, targets.data());
+                                  return true;
+                                });
     const float loss = r.loss;
     STRATUM_CHECK(std::isfinite(loss), "[train] loss became ", loss, " at step ", step + 1,
                   o_.grad_clip > 0 ? "; lower --lr" : "; lower --lr or enable --grad-clip");
