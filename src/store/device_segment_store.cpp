@@ -293,8 +293,10 @@ void DeviceSegmentStore::prefetch(Lock& lock) {
   if (schedule == nullptr || budget_bytes_ == 0) return;
   const int group = policy_.now();
   const int groups = schedule->group_count();
-  for (int d = 0; d <= prefetch_depth_ && d < groups; ++d) {
+  for (int d = 0, window = 0; window <= prefetch_depth_ && d < groups; ++d) {
     const int g = (group + d) % groups;
+    if (d > 0 && schedule->group_optional(g)) continue;  // Note [optional groups]
+    ++window;
     if (host_optimizer_ && schedule->group_work(g) == GroupWork::Optimizer) continue;  // runs on the host
     for (const UnitUse& use : schedule->group(g)) {
       if (d == 0 && policy_.used_now(use.unit)) continue;
