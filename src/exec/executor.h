@@ -350,6 +350,7 @@ class Executor {
   // Where layer's internals are: its own set (keep), the one set (recompute) or its held Internals unit.
   TransformerBlock::InternalsAt internals_at(const GroupHolds& holds, int layer) const;
   int act_segment(int layer) const;  // the segment whose acts unit holds layer's input
+  int unit_at(int segment, SegmentKind kind, int chunk = 0) const { return units_.index(segment, kind, chunk); }
   void at(int group) { store_->schedule_at(group); }
   // A compute span's trace tag: the GroupWork it does (the planner times the spans by it).
   static int tag(GroupWork work) { return static_cast<int>(work); }

@@ -16,49 +16,48 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
   using W = GroupWork;
   const int embed = layout_.embed_segment(), head = layout_.head_segment();
   const int nv = layout_.vocab_block_count();
-  auto unit = [&](int s, K k, int c = 0) { return units_.index(s, k, c); };
-  const int act0 = unit(act_segment(0), K::Activations);
+  const int act0 = unit_at(act_segment(0), K::Activations);
   before(embed);
-  schedule_.group_add({{unit(embed, K::Params), params(embed)}, {act0, A::Overwrite}}, W::EmbedForward, embed);
+  schedule_.group_add({{unit_at(embed, K::Params), params(embed)}, {act0, A::Overwrite}}, W::EmbedForward, embed);
   // Note [embedding rows ahead]: with rows ahead the lookup from the blocks, and gathering the next
   // step's rows from them, are optional groups; the lookup from the rows holds no block.
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.vocab_segment(k);
     if (!rows) before(v);
-    schedule_.group_add({{unit(v, K::Params), params(v)}, {act0, A::Update}}, W::VocabForward, v, k, rows);
+    schedule_.group_add({{unit_at(v, K::Params), params(v)}, {act0, A::Update}}, W::VocabForward, v, k, rows);
   }
   for (int k = 0; k < nv && rows; ++k) {
     const int v = layout_.vocab_segment(k);
-    schedule_.group_add({{unit(v, K::Params), A::Read}, {unit(v, K::AdamM), A::Read}, {unit(v, K::AdamV), A::Read}},
+    schedule_.group_add({{unit_at(v, K::Params), A::Read}, {unit_at(v, K::AdamM), A::Read}, {unit_at(v, K::AdamV), A::Read}},
                         W::VocabRows, v, k, true);
   }
   if (rows) schedule_.group_add({{act0, A::Update}}, W::VocabForward, layout_.vocab_segment(0), -1);
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const int s = layout_.layer_segment(l);
     before(s);
-    std::vector<UnitUse> uses = {{unit(s, K::Activations), A::Read},
-                                 {unit(act_segment(l + 1), K::Activations), A::Overwrite}};
+    std::vector<UnitUse> uses = {{unit_at(s, K::Activations), A::Read},
+                                 {unit_at(act_segment(l + 1), K::Activations), A::Overwrite}};
     if (const int u = units_.find(s, K::Internals); u >= 0) uses.push_back({u, A::Overwrite});
     const A access = params(s);
-    for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) uses.push_back({unit(s, K::Params, c), access});
+    for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) uses.push_back({unit_at(s, K::Params, c), access});
     if (layout_.has_lora()) {  // the block's adapters beside it (Note [lora segments])
       const int a = layout_.lora_segment(l);
       before(a);
       const A adapter_access = params(a);
-      for (int c = 0; c < units_.chunk_count(a, K::Params); ++c) uses.push_back({unit(a, K::Params, c), adapter_access});
+      for (int c = 0; c < units_.chunk_count(a, K::Params); ++c) uses.push_back({unit_at(a, K::Params, c), adapter_access});
     }
     schedule_.group_add(std::move(uses), W::LayerForward, s, l);
   }
   const bool tied = layout_.head_tied();
   before(head);
   // Note [head passes]: the log-sum-exp pass, then the backward pass, over the vocabulary blocks.
-  schedule_.group_add({{unit(head, K::Params), params(head)}, {unit(head, K::Activations), A::Read}}, W::HeadBegin,
+  schedule_.group_add({{unit_at(head, K::Params), params(head)}, {unit_at(head, K::Activations), A::Read}}, W::HeadBegin,
                       head);
   for (int k = 0; k < nv; ++k) {
     const int v = layout_.head_vocab_segment(k);
     if (rows) before(layout_.vocab_segment(k));  // tied: v, whose first read this step is here
     if (!tied) before(v);
-    schedule_.group_add({{unit(v, K::Params), params(v)}}, W::HeadLse, v, k);
+    schedule_.group_add({{unit_at(v, K::Params), params(v)}}, W::HeadLse, v, k);
   }
 }
 
@@ -68,19 +67,18 @@ void Executor::schedule_build() {
   using W = GroupWork;
   const int embed = layout_.embed_segment(), head = layout_.head_segment();
   const int nv = layout_.vocab_block_count();
-  auto unit = [&](int s, K k, int c = 0) { return units_.index(s, k, c); };
   auto opt_group = [&](int s) {  // chunk by chunk: params, grads, both moments (kOptimizerChunkUses)
     std::vector<UnitUse> uses;  // another rank's segment: an empty group (Note [zero sharding])
     for (int c = 0; c < (updates_segment(s) ? units_.chunk_count(s, K::Params) : 0); ++c) {
-      uses.push_back({unit(s, K::Params, c), A::Update});
-      uses.push_back({unit(s, K::Grads, c), A::Read});
-      uses.push_back({unit(s, K::AdamM, c), A::Update});
-      uses.push_back({unit(s, K::AdamV, c), A::Update});
+      uses.push_back({unit_at(s, K::Params, c), A::Update});
+      uses.push_back({unit_at(s, K::Grads, c), A::Read});
+      uses.push_back({unit_at(s, K::AdamM, c), A::Update});
+      uses.push_back({unit_at(s, K::AdamV, c), A::Update});
     }
     group_opt_[s] = schedule_.group_add(std::move(uses), W::Optimizer, s);
   };
   auto chunks = [&](std::vector<UnitUse> uses, int s, K kind, A access) {  // every chunk of (s, kind)
-    for (int c = 0; c < units_.chunk_count(s, kind); ++c) uses.push_back({unit(s, kind, c), access});
+    for (int c = 0; c < units_.chunk_count(s, kind); ++c) uses.push_back({unit_at(s, kind, c), access});
     return uses;
   };
   const int L = cfg_.n_layer;
@@ -107,7 +105,7 @@ void Executor::schedule_build() {
   {
     auto bytes = [&](int s) {
       std::size_t b = 0;
-      for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) b += units_.bytes(unit(s, K::Params, c));
+      for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) b += units_.bytes(unit_at(s, K::Params, c));
       return b;
     };
     auto shares_tensor = [&](int a, int b) {  // a tensor of b has a piece in a
@@ -151,15 +149,15 @@ void Executor::schedule_build() {
     forward_groups_add([&](int s) { if (pipelined && mb == 0 && trainable(s)) opt_group(s); },
                        [](int) { return A::Read; }, rows_ahead_);
     if (mb == 0) forward_end_ = schedule_.group_count();
-    const std::vector<UnitUse> head_in = {{unit(head, K::Params), A::Read}, {unit(head, K::Activations), A::Read}};
+    const std::vector<UnitUse> head_in = {{unit_at(head, K::Params), A::Read}, {unit_at(head, K::Activations), A::Read}};
     for (int k = 0; k < nv; ++k) {
       const int v = layout_.head_vocab_segment(k);
-      std::vector<UnitUse> uses = {{unit(v, K::Params), A::Read}};
-      if (trainable(v)) uses.push_back({unit(v, K::Grads), A::Overwrite});
+      std::vector<UnitUse> uses = {{unit_at(v, K::Params), A::Read}};
+      if (trainable(v)) uses.push_back({unit_at(v, K::Grads), A::Overwrite});
       schedule_.group_add(std::move(uses), W::HeadBackward, v, k);
     }
     std::vector<UnitUse> head_end = head_in;
-    if (trainable(head)) head_end.push_back({unit(head, K::Grads), A::Overwrite});
+    if (trainable(head)) head_end.push_back({unit_at(head, K::Grads), A::Overwrite});
     schedule_.group_add(std::move(head_end), W::HeadEnd, head);
     // Segment s's gradients of this micro-batch are complete: fold them into the sum; after the
     // last micro-batch they are final, and Overlapped queues the update.
@@ -169,10 +167,10 @@ void Executor::schedule_build() {
         const int k = mb * P + rank();  // the micro-batch of the whole step (Note [data parallel])
         std::vector<UnitUse> uses;     // chunk by chunk: grads, grad_sum (kGradAccumChunkUses)
         for (int c = 0; c < units_.chunk_count(s, K::Grads); ++c) {
-          uses.push_back({unit(s, K::Grads, c), k == step_n - 1 ? A::Update : A::Read});
+          uses.push_back({unit_at(s, K::Grads, c), k == step_n - 1 ? A::Update : A::Read});
           // With ranks the sum so far arrives from the previous rank: nothing of it is kept here.
           const A sum = k == 0 || P > 1 ? A::Overwrite : k == step_n - 1 ? A::Read : A::Update;
-          uses.push_back({unit(s, K::GradSum, c), sum});
+          uses.push_back({unit_at(s, K::GradSum, c), sum});
         }
         schedule_.group_add(std::move(uses), W::GradAccum, s, mb);
       }
@@ -187,7 +185,7 @@ void Executor::schedule_build() {
       for (int k = 0; k < nv; ++k) grads_done(layout_.head_vocab_segment(k));
     for (int l = L - 1; l >= 0; --l) {
       const int s = layout_.layer_segment(l);
-      std::vector<UnitUse> uses = chunks({{unit(s, K::Activations), A::Read}}, s, K::Params, A::Read);
+      std::vector<UnitUse> uses = chunks({{unit_at(s, K::Activations), A::Read}}, s, K::Params, A::Read);
       // Update, not Read: the backward recomputes a norm's statistics into it (the same values).
       // Its next use overwrites it, so it is dropped, never written back.
       if (const int u = units_.find(s, K::Internals); u >= 0) uses.push_back({u, A::Update});
@@ -201,12 +199,12 @@ void Executor::schedule_build() {
       if (layout_.has_lora()) grads_done(layout_.lora_segment(l));
     }
     if (trainable(embed)) {
-      schedule_.group_add({{unit(embed, K::Grads), A::Overwrite}}, W::EmbedBackward, embed);
+      schedule_.group_add({{unit_at(embed, K::Grads), A::Overwrite}}, W::EmbedBackward, embed);
       grads_done(embed);
       for (int k = 0; k < nv; ++k) {
         const int v = layout_.vocab_segment(k);
         // Tied: adds to the head's gradient; untied: the embedding's is the only one.
-        schedule_.group_add({{unit(v, K::Grads), tied ? A::Update : A::Overwrite}}, W::VocabBackward, v, k);
+        schedule_.group_add({{unit_at(v, K::Grads), tied ? A::Update : A::Overwrite}}, W::VocabBackward, v, k);
         grads_done(v);
       }
     }
