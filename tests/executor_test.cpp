@@ -241,72 +241,84 @@ TEST(Executor, OverlappedOptimizerMatchesSequential) {
 }
 
 // Note [embedding rows ahead]: a pipelined step's lookup from the rows gathered ahead gives the
-// bits of the lookup from the updated blocks, tied (GPT-2) and untied (Llama): with every
-// following step's inputs known, with one guessed wrong (that step reads the blocks), with a loss
-// pass and a sync between steps, and with no InputsAhead at all.
+// bits of the lookup from the updated blocks, tied (GPT-2) and untied (Llama), with one and two
+// micro-batches: with every following step's inputs known, with one guessed wrong (that step reads
+// the blocks), with a loss pass and a sync between steps, and with no InputsAhead at all. The
+// clipping is active (the rows' update takes the clip coefficient) and the logits after agree.
 TEST(Executor, EmbeddingRowsAheadGiveTheUpdatedBlocksBits) {
-  for (const std::string name : {kTiny, std::string("tests/golden/tiny_llama")}) {
-    SCOPED_TRACE(name);
-    const std::string dir = source_path(name);
-    const GptConfig cfg = model_read_config(dir);
-    const ParamLayout layout = ParamLayout::of(cfg);
-    const int B = 2, T = 16, BT = B * T;
-    const long steps = 5;
-    const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
-    auto batch = [&](long step, std::int32_t* in, std::int32_t* tg) {
-      for (int i = 0; i < BT; ++i) {
-        const std::size_t at = static_cast<std::size_t>(step * 7 + i) % (tokens.size() - 1);
-        in[i] = tokens[at];
-        if (tg != nullptr) tg[i] = tokens[at + 1];
-      }
-    };
-    enum class Ahead { None, Right, WrongOnce };
-    struct Run {
-      std::uint64_t hash;
-      std::vector<float> losses;
-      long rows_ahead_steps;
-    };
-    auto run = [&](OptimizerMode mode, Ahead how) {
-      const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T));
-      RamSegmentStore store(units);
-      model_load_weights(dir, layout, store);
-      ThreadPool pool(2);
-      blas_set_threads(1);
-      Executor exec(pool, cfg, units, B, T, ActivationPolicy::Recompute, mode);
-      exec.attach(store);
-      Run r;
-      for (long step = 0; step < steps; ++step) {
-        std::vector<std::int32_t> in(BT), tg(BT);
-        batch(step, in.data(), tg.data());
-        Executor::InputsAhead ahead;
-        if (how != Ahead::None)
-          ahead = [&, step](int k, std::int32_t* next) {
-            if (step + k >= steps) return false;
-            batch(how == Ahead::WrongOnce && step + k == 3 ? 99 : step + k, next, nullptr);
-            return true;
-          };
-        r.losses.push_back(exec.train_step(in.data(), tg.data(), B, T, AdamWHyper{1e-2, 0.9, 0.95, 1e-8, step + 1},
-                                           0.1, 0.5, ahead).loss);
-        if (step == 1) {  // reads the blocks as updated; leaves the rows ahead as they were
-          r.losses.push_back(exec.loss(in.data(), tg.data(), B, T));
-          exec.sync();
+  for (const std::string name : {kTiny, std::string("tests/golden/tiny_llama")})
+    for (const int micro : {1, 2}) {
+      SCOPED_TRACE(name + " micro-batches " + std::to_string(micro));
+      const std::string dir = source_path(name);
+      const GptConfig cfg = model_read_config(dir);
+      const ParamLayout layout = ParamLayout::of(cfg);
+      const int B = 2, T = 16, BT = B * T, N = micro * BT;
+      const long steps = 5;
+      const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
+      auto batch = [&](long step, std::int32_t* in, std::int32_t* tg) {
+        for (int i = 0; i < N; ++i) {
+          const std::size_t at = static_cast<std::size_t>(step * 7 + i) % (tokens.size() - 1);
+          in[i] = tokens[at];
+          if (tg != nullptr) tg[i] = tokens[at + 1];
         }
+      };
+      enum class Ahead { None, Right, WrongOnce };
+      struct Run {
+        std::uint64_t hash;
+        std::vector<float> losses, logits;
+        long rows_ahead_steps;
+        float least_scale = 1.0f;
+      };
+      auto run = [&](OptimizerMode mode, Ahead how) {
+        const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T), UnitSet::Training, false, 0,
+                              micro > 1);
+        RamSegmentStore store(units);
+        model_load_weights(dir, layout, store);
+        ThreadPool pool(2);
+        blas_set_threads(1);
+        Executor exec(pool, cfg, units, B, T, ActivationPolicy::Recompute, mode, Precision::Fp32, Backend::Cpu, micro);
+        exec.attach(store);
+        Run r;
+        for (long step = 0; step < steps; ++step) {
+          std::vector<std::int32_t> in(N), tg(N);
+          batch(step, in.data(), tg.data());
+          Executor::InputsAhead ahead;
+          if (how != Ahead::None)
+            ahead = [&, step](int k, std::int32_t* next, std::size_t n) {
+              if (step + k >= steps || n != static_cast<std::size_t>(N)) return false;
+              batch(how == Ahead::WrongOnce && step + k == 3 ? 99 : step + k, next, nullptr);
+              return true;
+            };
+          const StepResult s = exec.train_step(in.data(), tg.data(), B, T, AdamWHyper{1e-2, 0.9, 0.95, 1e-8, step + 1},
+                                               0.1, 0.5, ahead);
+          r.losses.push_back(s.loss);
+          r.least_scale = std::min(r.least_scale, s.grad_scale);
+          if (step == 1) {  // reads the blocks as updated; leaves the rows ahead as they were
+            r.losses.push_back(exec.loss(in.data(), tg.data(), B, T));
+            exec.sync();
+          }
+        }
+        r.logits.resize(static_cast<std::size_t>(cfg.vocab_size));
+        std::vector<std::int32_t> prompt(N);
+        batch(0, prompt.data(), nullptr);
+        exec.logits_last(prompt.data(), T, r.logits.data());
+        exec.sync();
+        r.hash = model_params_hash(layout, store);
+        r.rows_ahead_steps = exec.rows_ahead_steps();
+        return r;
+      };
+      const Run want = run(OptimizerMode::Inline, Ahead::None);
+      EXPECT_LT(want.least_scale, 1.0f) << "the clipping takes part";
+      for (const Ahead how : {Ahead::Right, Ahead::WrongOnce, Ahead::None}) {
+        const Run got = run(OptimizerMode::Pipelined, how);
+        EXPECT_EQ(got.hash, want.hash);
+        EXPECT_EQ(got.losses, want.losses);
+        EXPECT_EQ(got.logits, want.logits);
+        // The first step has nothing gathered; the wrong guess costs step 3 its rows.
+        EXPECT_EQ(got.rows_ahead_steps, how == Ahead::Right ? 4 : how == Ahead::WrongOnce ? 3 : 0);
       }
-      exec.sync();
-      r.hash = model_params_hash(layout, store);
-      r.rows_ahead_steps = exec.rows_ahead_steps();
-      return r;
-    };
-    const Run want = run(OptimizerMode::Inline, Ahead::None);
-    for (const Ahead how : {Ahead::Right, Ahead::WrongOnce, Ahead::None}) {
-      const Run got = run(OptimizerMode::Pipelined, how);
-      EXPECT_EQ(got.hash, want.hash);
-      EXPECT_EQ(got.losses, want.losses);
-      // The first step has nothing gathered; the wrong guess costs step 3 its rows.
-      EXPECT_EQ(got.rows_ahead_steps, how == Ahead::Right ? 4 : how == Ahead::WrongOnce ? 3 : 0);
+      EXPECT_EQ(want.rows_ahead_steps, 0);
     }
-    EXPECT_EQ(want.rows_ahead_steps, 0);
-  }
 }
 
 }  // namespace

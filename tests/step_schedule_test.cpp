@@ -185,7 +185,7 @@ TEST(ScheduleRun, EveryUnitTheExecutorTouchesIsListedByTheGroupItRuns) {
       EXPECT_EQ(always.size() < every.size(), mode == OptimizerMode::Pipelined) << "Note [embedding rows ahead]";
       const double clip = mode == OptimizerMode::Overlapped ? 0.0 : 1.0;
       for (int step = 0; step < 3; ++step) {
-        const Executor::InputsAhead ahead = [&](int k, std::int32_t* next) {
+        const Executor::InputsAhead ahead = [&](int k, std::int32_t* next, std::size_t) {
           std::copy(t.inputs(step + k), t.inputs(step + k) + t.B * t.T, next);
           return true;
         };

@@ -14,7 +14,7 @@ bool Executor::rows_target(int ahead, const InputsAhead& fn) {
   next_g_blocks_ = 0;
   if (!fn) return false;
   next_.inputs.resize(rows_n_);
-  if (!fn(ahead, next_.inputs.data())) return false;
+  if (!fn(ahead, next_.inputs.data(), rows_n_)) return false;
   for (std::int32_t t : next_.inputs)
     if (t < 0 || t >= cfg_.vocab_size) return false;  // that step itself will say what is wrong
   next_.rows = next_.inputs;

@@ -105,6 +105,13 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   if (rows_ahead_) {  // Note [embedding rows ahead]
     rows_max_ = std::min<std::size_t>(static_cast<std::size_t>(micro_batches) * max_batch * max_seq,
                                       static_cast<std::size_t>(config.vocab_size));
+    // Its five buffers of rows stay within a quarter of the embedding (or 16 MiB): beyond that
+    // (large batches) a step's compute dwarfs the update's wait anyway, and the budget needs the room.
+    const std::size_t row_bytes = static_cast<std::size_t>(config.n_embd) * sizeof(float);
+    rows_ahead_ = 5 * rows_max_ * row_bytes <=
+                  std::max(static_cast<std::size_t>(config.vocab_size) * row_bytes / 4, std::size_t{16} << 20);
+  }
+  if (rows_ahead_) {
     const std::size_t n = rows_max_ * static_cast<std::size_t>(config.n_embd);
     rows_mem_ = aligned_buffer_carve({{&next_p_, n}, {&next_m_, n}, {&next_v_, n}, {&next_g_, n}, {&ready_p_, n}});
   }
@@ -158,6 +165,8 @@ void Executor::optimizer_on_host() {
 void Executor::attach(SegmentStore& store) {
   STRATUM_ASSERT(store.units().count() == units_.count() && store.units().act_floats() >= units_.act_floats());
   store_ = &store;
+  ready_valid_ = false;  // rows gathered from another store's blocks (Note [embedding rows ahead])
+  next_.known = next_by_jobs_ = false;
   if (host_optimizer_) {
     device_ = dynamic_cast<DeviceSegmentStore*>(&store);
     STRATUM_ASSERT(device_ != nullptr);

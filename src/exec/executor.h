@@ -41,9 +41,13 @@
 // there too), so their updates overlap the forward. A step whose inputs are not the ones
 // gathered for (the first, one without InputsAhead, a wrong guess), and every loss and logits
 // pass, reads the blocks, updated, outside the schedule, as does gathering rows the updates
-// queued before did not know to gather. The same bits in every case. In one process on the
-// host with a trained token embedding (a data-parallel owner sends its parameters at the step's
-// end instead).
+// queued before did not know to gather. The same bits in every case. A fallback waits for every
+// queued update (the embedding's are queued last): a validation pass right after a step no
+// longer overlaps its forward with the layers' updates (it is not timed). In one process on the host with a
+// trained token embedding (a data-parallel owner sends its parameters at the step's end instead),
+// when the five buffers of rows (N*B*T rows at most, counted in fixed_bytes) stay within a
+// quarter of the embedding or 16 MiB: with larger batches the step's compute dwarfs the wait.
+// attach() forgets the rows (they came from another store's blocks).
 // Note [zeroth-order step]: MeZO/ZO2's forward-only training (zo_step). The schedule is two
 // forward passes, each ending with the head's log-sum-exp groups and no backward; the store holds
 // parameters and boundary activations only (UnitSet::ForwardOnly). With LoRA adapters only their
@@ -226,9 +230,10 @@ class Executor {
 
   int micro_batches() const { return micro_batches_; }
 
-  // The inputs (micro_batches() x (B,T), back to back) of the training step `ahead` (1 or 2) steps
-  // after the one in progress; false when there is none (Note [embedding rows ahead]).
-  using InputsAhead = std::function<bool(int ahead, std::int32_t* inputs)>;
+  // Writes the n inputs (micro_batches() x (B,T), back to back) of the training step `ahead` (1
+  // or 2) steps after the one in progress; false when there is none or it has another size (Note
+  // [embedding rows ahead]).
+  using InputsAhead = std::function<bool(int ahead, std::int32_t* inputs, std::size_t n)>;
   // One optimizer step: forward, backward, global-norm clipping (grad_clip > 0) and AdamW.
   // inputs/targets: micro_batches() micro-batches of (B,T), back to back. ahead: the following
   // steps' inputs, for Note [embedding rows ahead] (without it every lookup reads the blocks; the
@@ -300,8 +305,10 @@ class Executor {
   // called ahead of a segment's first group and params(s) the access of its parameters.
   // rows: one lookup group from the rows ahead (Note [embedding rows ahead]) in place of the
   // vocabulary blocks' groups, whose before() then comes ahead of their head log-sum-exp groups.
+  // gather: with rows, also the optional groups that gather the next step's rows (the first
+  // micro-batch's forward).
   void forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params,
-                          bool rows = false);
+                          bool rows = false, bool gather = false);
   void zo_schedule_build();
   void zo_apply(int g, const GroupHolds& holds, const Pass& pass);  // pass.zo(): at the parameters' first hold
   void zo_flush();                     // applies a pending update (a ZoFlush pass over the forward groups)

@@ -10,7 +10,7 @@
 namespace stratum {
 
 void Executor::forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params,
-                                  bool rows) {
+                                  bool rows, bool gather) {
   using A = Access;
   using K = SegmentKind;
   using W = GroupWork;
@@ -26,7 +26,7 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
     if (!rows) before(v);
     schedule_.group_add({{unit_at(v, K::Params), params(v)}, {act0, A::Update}}, W::VocabForward, v, k, rows);
   }
-  for (int k = 0; k < nv && rows; ++k) {
+  for (int k = 0; k < nv && rows && gather; ++k) {
     const int v = layout_.vocab_segment(k);
     schedule_.group_add({{unit_at(v, K::Params), A::Read}, {unit_at(v, K::AdamM), A::Read}, {unit_at(v, K::AdamV), A::Read}},
                         W::VocabRows, v, k, true);
@@ -147,7 +147,7 @@ void Executor::schedule_build() {
   for (int mb = 0; mb < N; ++mb) {  // Note [gradient accumulation]
     micro_begin_.push_back(schedule_.group_count());
     forward_groups_add([&](int s) { if (pipelined && mb == 0 && trainable(s)) opt_group(s); },
-                       [](int) { return A::Read; }, rows_ahead_);
+                       [](int) { return A::Read; }, rows_ahead_, mb == 0);
     if (mb == 0) forward_end_ = schedule_.group_count();
     const std::vector<UnitUse> head_in = {{unit_at(head, K::Params), A::Read}, {unit_at(head, K::Activations), A::Read}};
     for (int k = 0; k < nv; ++k) {

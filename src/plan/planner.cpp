@@ -75,7 +75,10 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
     const int g = i % G;
     if (g == 0) step_start = previous;
     const double read_ms = read_gbps > 0 ? static_cast<double>(reads[g]) / (read_gbps * 1e6) : 0.0;
-    const double window_open = i - prefetch - 1 >= 0 ? compute_end[i - prefetch - 1] : 0.0;
+    int opens = i;  // the group whose start opens i's reads: `prefetch` groups back, optional ones skipped
+    for (int counted = 0; counted < prefetch && opens > 0;)
+      if (!schedule.group_optional(--opens % G)) ++counted;
+    const double window_open = opens >= 1 ? compute_end[opens - 1] : 0.0;
     const double read_start = std::max(disk_free, window_open);
     const double read_end = read_start + read_ms;
     if (read_ms > 0) disk_free = read_end;

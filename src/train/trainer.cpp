@@ -383,9 +383,9 @@ void TrainRun::loop() {
                              ZoHyper{o_.seed, step, o_.zo_eps, lr, o_.weight_decay})
             : exec_->train_step(inputs_.data(), targets_.data(), o_.batch, o_.seq,
                                 AdamWHyper{lr, o_.beta1, o_.beta2, o_.eps, step + 1}, o_.weight_decay, o_.grad_clip,
-                                [&](int ahead, std::int32_t* inputs) {  // Note [embedding rows ahead]
+                                [&](int ahead, std::int32_t* inputs, std::size_t n) {  // Note [embedding rows ahead]
                                   const long next = step + ahead;
-                                  if (next >= o_.steps) return false;
+                                  if (next >= o_.steps || n != inputs_.size()) return false;
                                   std::vector<std::int32_t> targets(static_cast<std::size_t>(BT));
                                   for (int mb = 0; mb < o_.grad_accum / ranks(); ++mb)
                                     loader_->batch(next * o_.grad_accum + mb * ranks() + rank(),
