@@ -228,7 +228,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   p.disk_bytes = r.mem_budget_bytes > 0 ? total : 0;
 
   // Traffic and time: the store model per prefetch depth (its write-behind depends on the depth),
-  // the pipeline over each; the smallest depth within 2% of the best (deeper windows hold more).
+  // the pipeline over each; the smallest depth from 2 within 2% of the best (deeper windows hold more).
   const int G = schedule.group_count();
   Traffic traffic;
   if (!p.streaming) {
@@ -253,9 +253,14 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
         by_depth_traffic.push_back(traffic_replay(units, schedule, capacity, k, &exec.discards()));
         by_depth.push_back(step_ms_at(k, by_depth_traffic.back()));
       }
-      const double best = *std::min_element(by_depth.begin(), by_depth.end());
-      p.prefetch = 6;
-      for (int k = 1; k <= 6; ++k)
+      // The fastest depth from 1, or the smallest from 2 within 2% of it: the model does not see
+      // what a second group of lookahead gains where the budget is full of write-backs, and runs
+      // measured it 3-8% faster than 1 at GPT-2 small's 25%, 2-4% on an 8-layer Llama at 17%, the
+      // same at 10% and in the quickstart (docs/benchmarks.md).
+      const auto fastest = std::min_element(by_depth.begin() + 1, by_depth.end());
+      const double best = *fastest;
+      p.prefetch = static_cast<int>(fastest - by_depth.begin());
+      for (int k = 2; k <= 6; ++k)
         if (by_depth[k] <= best * 1.02) {
           p.prefetch = k;
           break;
