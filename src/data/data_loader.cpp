@@ -37,7 +37,7 @@ void DataLoader::batch(std::int64_t k, std::int32_t* inputs, std::int32_t* targe
   const std::size_t start = static_cast<std::size_t>(batch_start(k)) % n;
   for (std::size_t i = 0; i < count; ++i) {
     inputs[i] = tokens_[(start + i) % n];
-    targets[i] = tokens_[(start + i + 1) % n];
+    if (targets != nullptr) targets[i] = tokens_[(start + i + 1) % n];
   }
 }
 

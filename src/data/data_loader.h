@@ -14,7 +14,7 @@ namespace stratum {
 class DataLoader {
  public:
   DataLoader(std::vector<std::int32_t> tokens, int batch, int seq, bool shuffle, std::uint64_t seed);
-  // inputs, targets: (B, T) each.
+  // inputs, targets: (B, T) each; targets null: the inputs only.
   void batch(std::int64_t k, std::int32_t* inputs, std::int32_t* targets) const;
   std::int64_t batches_per_epoch() const { return batches_per_epoch_; }
   std::size_t token_count() const { return tokens_.size(); }

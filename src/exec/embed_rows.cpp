@@ -41,10 +41,10 @@ void Executor::rows_gather(int block, const float* data, float* rows) const {
                 base + static_cast<std::size_t>(*it - r0) * C, C * sizeof(float));
 }
 
-void Executor::rows_gather_blocks(int block, const GroupHolds& holds, int segment) {
-  rows_gather(block, holds.data(segment, SegmentKind::Params), next_p_);
-  rows_gather(block, holds.data(segment, SegmentKind::AdamM), next_m_);
-  rows_gather(block, holds.data(segment, SegmentKind::AdamV), next_v_);
+void Executor::rows_gather_state(int block, const float* params, const float* m, const float* v) {
+  rows_gather(block, params, next_p_);
+  rows_gather(block, m, next_m_);
+  rows_gather(block, v, next_v_);
   ++next_pmv_blocks_;
 }
 

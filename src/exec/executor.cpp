@@ -110,10 +110,9 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
     const std::size_t row_bytes = static_cast<std::size_t>(config.n_embd) * sizeof(float);
     rows_ahead_ = 5 * rows_max_ * row_bytes <=
                   std::max(static_cast<std::size_t>(config.vocab_size) * row_bytes / 4, std::size_t{16} << 20);
-  }
-  if (rows_ahead_) {
     const std::size_t n = rows_max_ * static_cast<std::size_t>(config.n_embd);
-    rows_mem_ = aligned_buffer_carve({{&next_p_, n}, {&next_m_, n}, {&next_v_, n}, {&next_g_, n}, {&ready_p_, n}});
+    if (rows_ahead_)
+      rows_mem_ = aligned_buffer_carve({{&next_p_, n}, {&next_m_, n}, {&next_v_, n}, {&next_g_, n}, {&ready_p_, n}});
   }
   schedule_build();
   update_job_.assign(static_cast<std::size_t>(layout_.segment_count()), 0);
@@ -392,7 +391,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       return;
     }
     case GroupWork::VocabRows:
-      rows_gather_blocks(item, holds, s);
+      rows_gather_state(item, holds.data(s, K::Params), holds.data(s, K::AdamM), holds.data(s, K::AdamV));
       return;
     case GroupWork::GradAccum:
     case GroupWork::GradShare:

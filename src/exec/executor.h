@@ -349,7 +349,8 @@ class Executor {
   void rows_end(const AdamWHyper& hyper, double weight_decay, float grad_scale, const InputsAhead& ahead);
   void rows_lookup(const Pass& pass, float* out);  // the lookup group
   bool rows_optional_run(int g, const Pass& pass) const;  // whether this pass runs optional group g
-  void rows_gather_blocks(int block, const GroupHolds& holds, int segment);  // a VocabRows group
+  // next_'s rows of vocabulary block k's params and moments (the worker's update, a VocabRows group).
+  void rows_gather_state(int block, const float* params, const float* m, const float* v);
   void rows_blocks_wait();  // every vocabulary block's queued update applied
   // Copies the rows of next_ that vocabulary block k holds, from its params, moments or grads.
   void rows_gather(int block, const float* data, float* rows) const;

@@ -117,13 +117,8 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
         ops.adamw_update(params.data() + at, m.data() + at, v.data() + at, grads.data() + at, t.numel, hyper,
                      t.weight_decay ? weight_decay : 0.0, grad_scale);
       }
-      if (next_by_jobs_ && seg.role == SegmentRole::Vocab) {  // Note [embedding rows ahead]
-        const int k = s - layout_.vocab_segment(0);
-        rows_gather(k, params.data(), next_p_);
-        rows_gather(k, m.data(), next_m_);
-        rows_gather(k, v.data(), next_v_);
-        ++next_pmv_blocks_;
-      }
+      if (next_by_jobs_ && seg.role == SegmentRole::Vocab)  // Note [embedding rows ahead]
+        rows_gather_state(s - layout_.vocab_segment(0), params.data(), m.data(), v.data());
     }
     params_taken.changed();
     store_->schedule_refresh();  // this chunk was released (written behind): load further ahead

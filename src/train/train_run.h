@@ -41,6 +41,8 @@ class TrainRun {
   void weights_load();   // checkpoint, HF directory or random init
   TrainResult finished_already() const;
   void loop();           // the steps, logging, evaluation, checkpoints, stop on a signal
+  // This rank's micro-batches of training step `step`, back to back (targets null: inputs only).
+  void step_batches(long step, std::int32_t* inputs, std::int32_t* targets) const;
   float evaluate();
   bool stop_requested() const { return o_.stop_requested != nullptr && *o_.stop_requested != 0; }
   bool stop_agreed() const;  // stop_requested() on any rank (every rank stops after the same step)

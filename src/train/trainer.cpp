@@ -306,6 +306,13 @@ void TrainRun::checkpoint_shard_write() {
   o_.comm->sends_wait();
 }
 
+void TrainRun::step_batches(long step, std::int32_t* inputs, std::int32_t* targets) const {
+  const std::size_t BT = static_cast<std::size_t>(o_.batch) * o_.seq;
+  for (int mb = 0; mb < o_.grad_accum / ranks(); ++mb)  // this rank's micro-batches (Note [data parallel])
+    loader_->batch(step * o_.grad_accum + mb * ranks() + rank(), inputs + mb * BT,
+                   targets != nullptr ? targets + mb * BT : nullptr);
+}
+
 void TrainRun::loop() {
   MetricsLog log = o_.log_path.empty() ? MetricsLog()
                    : start_step_ > 0   ? MetricsLog(o_.log_path, start_step_)
@@ -369,9 +376,7 @@ void TrainRun::loop() {
   result_.start_step = start_step_;
   result_.steps_done = start_step_;
   for (long step = start_step_; step < o_.steps; ++step) {
-    for (int mb = 0; mb < o_.grad_accum / ranks(); ++mb)  // this rank's micro-batches (Note [data parallel])
-      loader_->batch(step * o_.grad_accum + mb * ranks() + rank(), inputs_.data() + static_cast<std::size_t>(mb) * BT,
-                     targets_.data() + static_cast<std::size_t>(mb) * BT);
+    step_batches(step, inputs_.data(), targets_.data());
     store.stats_reset_peak();
     if (mirror_) mirror_->stats_reset_peak();
     const auto t0 = std::chrono::steady_clock::now();
@@ -384,12 +389,8 @@ void TrainRun::loop() {
             : exec_->train_step(inputs_.data(), targets_.data(), o_.batch, o_.seq,
                                 AdamWHyper{lr, o_.beta1, o_.beta2, o_.eps, step + 1}, o_.weight_decay, o_.grad_clip,
                                 [&](int ahead, std::int32_t* inputs, std::size_t n) {  // Note [embedding rows ahead]
-                                  const long next = step + ahead;
-                                  if (next >= o_.steps || n != inputs_.size()) return false;
-                                  std::vector<std::int32_t> targets(static_cast<std::size_t>(BT));
-                                  for (int mb = 0; mb < o_.grad_accum / ranks(); ++mb)
-                                    loader_->batch(next * o_.grad_accum + mb * ranks() + rank(),
-                                                   inputs + static_cast<std::size_t>(mb) * BT, targets.data());
+                                  if (step + ahead >= o_.steps || n != inputs_.size()) return false;
+                                  step_batches(step + ahead, inputs, nullptr);
                                   return true;
                                 });
     const float loss = r.loss;
