@@ -194,7 +194,7 @@ void TieredSegmentStore::unit_prefetch(int unit) {
   Entry& e = entries_[unit];
   if (e.state != State::Absent || !e.on_disk) return;
   const std::size_t bytes = units().bytes(unit);
-  if (!space_make(lock, bytes, policy_.distance(unit), false) || e.state != State::Absent) return;
+  if (!space_make(lock, bytes, policy_.distance(unit), false, unit) || e.state != State::Absent) return;
   e.buffer = buffer_take(bytes);
   io_start(unit, IoOp::Read);
 }
@@ -324,12 +324,13 @@ void TieredSegmentStore::wait_ticket(Lock& lock, int unit) {
   reap(lock);
 }
 
-bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, bool block) {
+bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, bool block, int unit) {
   if (bytes > options_.budget_bytes)
     throw BugError(detail::concat("[store] bug: one unit (", bytes, " bytes) exceeds the budget of ",
                                   options_.budget_bytes, "; the minimum-budget check should have refused it"));
   for (;;) {
     reap(lock);
+    if (unit >= 0 && entries_[unit].state != State::Absent) return true;  // Note [room for a unit once]
     // The pool serves any size (Note [buffer pool]): what counts is the memory in use.
     const std::size_t in_use = held_bytes_ - free_bytes_;
     if (in_use + bytes <= options_.budget_bytes) return true;
@@ -346,10 +347,13 @@ bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, 
       }
     }
     if (in_use - freeing + bytes > options_.budget_bytes) {
-      const int victim = policy_.victim(beyond, [&](int u) {
+      auto evictable = [&](int u) {
         const Entry& e = entries_[u];
         return e.state == State::Resident && e.holds == 0 && !e.wanted;
-      });
+      };
+      // Note [room for a unit once]: distance 0 (the running group's, not yet acquired) last.
+      int victim = policy_.victim(std::max(beyond, 0L), evictable);
+      if (victim < 0 && beyond < 0 && writing < 0 && loading < 0) victim = policy_.victim(beyond, evictable);
       if (victim >= 0) {
         Entry& e = entries_[victim];
         if (e.dirty && !dead(victim)) {
@@ -396,7 +400,7 @@ void* TieredSegmentStore::acquire_unit(int unit, Access access) {
       continue;
     }
     const std::size_t bytes = units().bytes(unit);
-    space_make(lock, bytes, -1, true);
+    space_make(lock, bytes, -1, true, unit);
     if (e.state != State::Absent) continue;  // the other thread got to it while we waited
     const bool overwrite = access == Access::Overwrite || access == Access::Scratch;
     const bool load = !overwrite && e.on_disk;
@@ -507,7 +511,7 @@ void TieredSegmentStore::prefetch(Lock& lock) {
       // optimizer worker, whose queued update reads these gradients): never taken for dead here,
       // it is loaded on its next acquire.
       if (!load && e.pins > 0) continue;
-      if (!space_make(lock, units().bytes(use.unit), d, false)) return;
+      if (!space_make(lock, units().bytes(use.unit), d, false, use.unit)) return;
       if (e.state != State::Absent) continue;
       e.buffer = buffer_take(units().bytes(use.unit));
       if (load) {

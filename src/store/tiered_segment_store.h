@@ -104,8 +104,15 @@ class TieredSegmentStore final : public SegmentStore {
   void wait_ticket(Lock& lock, int unit);
   bool dead(int unit) const;  // its next use overwrites it and nobody has it pinned
   // Makes room for `bytes`; evicts only units whose next use is farther than `beyond`. With
-  // block=false returns false instead of waiting.
-  bool space_make(Lock& lock, std::size_t bytes, long beyond, bool block);
+  // block=false returns false instead of waiting. unit: the one the room is for (Note [room for a
+  // unit once]).
+  // Note [room for a unit once]: making room may wait (for a write-back, for a hold elsewhere),
+  // and meanwhile another thread (the refresher's prefetch) may load the very unit it is for. It
+  // then returns at once: going on would make room for a second copy, evicting what the running
+  // group still needs (the unit itself among them: it was read twice a step). An acquire also
+  // evicts a unit the running group still needs (read ahead, not yet acquired) only when nothing
+  // else can go and no transfer in flight can make room.
+  bool space_make(Lock& lock, std::size_t bytes, long beyond, bool block, int unit = -1);
   AlignedBuffer buffer_take(std::size_t bytes);
   void buffer_give(AlignedBuffer buffer);
   void io_start(int unit, IoOp op);  // Loading or Writing
