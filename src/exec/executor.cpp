@@ -36,8 +36,9 @@ OptimizerMode optimizer_mode_for(double grad_clip, bool budget) {
   return budget ? OptimizerMode::Pipelined : OptimizerMode::Inline;
 }
 
-std::size_t Executor::activation_unit_floats(const GptConfig& config, int max_batch, int max_seq) {
-  return static_cast<std::size_t>(max_batch) * max_seq * config.n_embd;
+std::size_t Executor::activation_unit_floats(const GptConfig& config, int max_batch, int max_seq,
+                                             bool zeroth_order) {
+  return (zeroth_order ? 2 : 1) * static_cast<std::size_t>(max_batch) * max_seq * config.n_embd;
 }
 
 std::size_t Executor::internals_unit_floats(const GptConfig& config, int max_batch, int max_seq,
@@ -87,7 +88,8 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");
-  STRATUM_ASSERT(units.act_floats() >= activation_unit_floats(config, max_batch, max_seq));
+  STRATUM_ASSERT(units.act_floats() >=
+                 activation_unit_floats(config, max_batch, max_seq, mode == OptimizerMode::ZerothOrder));
   STRATUM_ASSERT(activations != ActivationPolicy::Auto);
   STRATUM_ASSERT(micro_batches >= 1 && (step_micro_batches() == 1 || mode != OptimizerMode::ZerothOrder));
   STRATUM_ASSERT(units.grad_sum() == (step_micro_batches() > 1));
@@ -113,6 +115,11 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
     const std::size_t n = rows_max_ * static_cast<std::size_t>(config.n_embd);
     if (rows_ahead_)
       rows_mem_ = aligned_buffer_carve({{&next_p_, n}, {&next_m_, n}, {&next_v_, n}, {&next_g_, n}, {&ready_p_, n}});
+  }
+  if (mode == OptimizerMode::ZerothOrder) {  // Note [zeroth-order step]: the second pass's head
+    head_scratch_minus_ = std::make_unique<Gpt2HeadScratch>(*ops_, config, max_batch * max_seq, precision, false, false);
+    if (layout_.head_tied() && vocab0 >= 0 && layout_.trainable(vocab0))  // and its tied lookup's copy
+      zo_block_ = OpsBuffer(*ops_, static_cast<std::size_t>(vocab_block_rows(config)) * config.n_embd * sizeof(float));
   }
   schedule_build();
   update_job_.assign(static_cast<std::size_t>(layout_.segment_count()), 0);
@@ -194,6 +201,7 @@ std::size_t Executor::fixed_bytes() const {
                               vocab_block_rows(cfg_)});
   const int rows = std::min(max_batch_ * max_seq_, std::max(kRowChunk, head_scratch_.chunk_rows()));
   return dacts_.size_bytes() + blocks_.size_bytes() + head_scratch_.size_bytes() + rows_mem_.size_bytes() +
+         (head_scratch_minus_ ? head_scratch_minus_->size_bytes() : 0) + zo_block_.size_bytes() +
          ops_->gemm_scratch_bytes(rows, width, cfg_.n_embd);
 }
 
@@ -246,6 +254,14 @@ void Executor::group_run(int g, Pass& pass) {
       if (units_.kind(use.unit) == SegmentKind::Internals) use.access = Access::Scratch;
     uses = &scratch;
   }
+  // A tied block's second hold changes it only in a zeroth-order step (Note [zeroth-order step]).
+  if (!pass.dual && mode_ == OptimizerMode::ZerothOrder && !zo_discard_at_[g].empty()) {
+    scratch = *uses;
+    for (UnitUse& use : scratch)
+      if (std::find(zo_discard_at_[g].begin(), zo_discard_at_[g].end(), use.unit) != zo_discard_at_[g].end())
+        use.access = Access::Read;
+    uses = &scratch;
+  }
   if (comm_ != nullptr)  // another rank's update of a segment this group reads (Note [zero sharding])
     for (const UnitUse& use : *uses)
       if (units_.kind(use.unit) == SegmentKind::Params) params_receive(units_.segment(use.unit));
@@ -258,11 +274,15 @@ void Executor::group_run(int g, Pass& pass) {
     const char* phase = work <= GroupWork::LayerForward ? "forward" : work <= GroupWork::HeadEnd ? "head" : "backward";
     TraceSpan span(trace_, TraceRecorder::kCompute, phase, trace_ != nullptr ? group_name(g, pass) : std::string(),
                    tag(work));
-    if (pass.zo()) zo_apply(g, holds, pass);
-    group_compute(g, holds, pass);
+    if (pass.dual) {
+      zo_dual_compute(g, holds, pass);
+    } else {
+      if (pass.zo()) zo_apply(g, holds, pass);
+      group_compute(g, holds, pass);
+    }
   }
-  if (pass.zo() && g < static_cast<int>(zo_discard_at_.size()))  // a zeroth-order pass
-    for (int u : zo_discard_at_[g]) holds.discard(u);              // Note [zeroth-order step]
+  if (pass.dual)  // Note [zeroth-order step]
+    for (int u : zo_discard_at_[g]) holds.discard(u);
   if (pass.kind == PassKind::Train)
     for (int s : final_at_[g]) {
       float* const* chunks = holds.chunks(s, SegmentKind::Grads);
@@ -306,9 +326,13 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
   const int s = schedule_.group_segment(g), item = schedule_.group_item(g);
   const SegmentLayout& seg = layout_.segments()[s];
   const int C = cfg_.n_embd, B = p.B, T = p.T, BT = p.B * p.T;
+  // A zeroth-order step's second pass: the second hidden state of each activation unit, the
+  // second head scratch (Note [zeroth-order step]).
+  const std::size_t half = static_cast<std::size_t>(p.half) * BT * C;
+  Gpt2HeadScratch& hs = p.half == 0 ? head_scratch_ : *head_scratch_minus_;
   switch (schedule_.group_work(g)) {
     case GroupWork::EmbedForward: {
-      float* const out = holds.data(act_segment(0), K::Activations);
+      float* const out = holds.data(act_segment(0), K::Activations) + half;
       if (cfg_.llama())  // no positions: the token rows are added to zeros, which is exact
         ops_->fill(out, 0.0f, static_cast<std::size_t>(BT) * C);
       else
@@ -320,25 +344,26 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
         rows_lookup(p, holds.data(act_segment(0), K::Activations));
         return;
       }
-      ops_->embedding_forward_block(holds.data(act_segment(0), K::Activations), p.inputs, holds.data(s, K::Params),
+      ops_->embedding_forward_block(holds.data(act_segment(0), K::Activations) + half, p.inputs,
+                                    p.vocab_copy != nullptr ? p.vocab_copy : holds.data(s, K::Params),
                                     layout_.vocab_row0(item), layout_.vocab_rows(item), B, T, C);
       return;
     case GroupWork::LayerForward: {
       const LoraChunks lora = lora_chunks(holds, item, false, p);
-      blocks_.forward(*ops_, seg, holds.views(s, K::Params), holds.data(s, K::Activations),
-                      holds.data(act_segment(item + 1), K::Activations), internals_at(holds, item), B, T,
+      blocks_.forward(*ops_, seg, holds.views(s, K::Params), holds.data(s, K::Activations) + half,
+                      holds.data(act_segment(item + 1), K::Activations) + half, internals_at(holds, item), B, T,
                       layout_.has_lora() ? &lora : nullptr);
       return;
     }
     case GroupWork::HeadBegin: {
       const float* params = holds.data(s, K::Params);
       const float* lnf_b = cfg_.llama() ? nullptr : params + seg.tensors[kLnFB].offset_floats;
-      const float* in = holds.data(s, K::Activations);
+      const float* in = holds.data(s, K::Activations) + half;
       if (p.kind == PassKind::Logits)
         gpt2_head_begin(*ops_, cfg_, params + seg.tensors[kLnFW].offset_floats, lnf_b,
                         in + static_cast<std::size_t>(p.logits_row) * C, 1, head_scratch_);
       else
-        gpt2_head_begin(*ops_, cfg_, params + seg.tensors[kLnFW].offset_floats, lnf_b, in, BT, head_scratch_);
+        gpt2_head_begin(*ops_, cfg_, params + seg.tensors[kLnFW].offset_floats, lnf_b, in, BT, hs);
       return;
     }
     case GroupWork::HeadLse:
@@ -348,8 +373,9 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
         return;
       }
       gpt2_head_lse_block(*ops_, cfg_, holds.data(s, K::Params), layout_.vocab_row0(item), layout_.vocab_rows(item),
-                          p.targets, BT, head_scratch_);
-      if (item == layout_.vocab_block_count() - 1) p.loss = gpt2_head_loss_finish(*ops_, BT, head_scratch_);
+                          p.targets, BT, hs);
+      if (item == layout_.vocab_block_count() - 1)
+        (p.half == 0 ? p.loss : p.loss_minus) = gpt2_head_loss_finish(*ops_, BT, hs);
       return;
     case GroupWork::HeadBackward:
       gpt2_head_backward_block(*ops_, cfg_, holds.data(s, K::Params),

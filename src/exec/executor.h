@@ -48,23 +48,30 @@
 // when the five buffers of rows (N*B*T rows at most, counted in fixed_bytes) stay within a
 // quarter of the embedding or 16 MiB: with larger batches the step's compute dwarfs the wait.
 // attach() forgets the rows (they came from another store's blocks).
-// Note [zeroth-order step]: MeZO/ZO2's forward-only training (zo_step). The schedule is two
-// forward passes, each ending with the head's log-sum-exp groups and no backward; the store holds
-// parameters and boundary activations only (UnitSet::ForwardOnly). With LoRA adapters only their
-// segments are perturbed and updated (the base's groups read it). The first group of a pass that
-// holds a segment's parameters holds them for Update and applies Ops::zo_update to them before
-// computing: in pass 1, the previous step's pending update (restore +eps*z, then
-// p -= lr * (g * z + wd * p)) and this step's perturbation +eps*z'; in pass 2, -2*eps*z'. So the
-// weights cross the disk once per forward (as in ZO2) and z is regenerated, never stored (Note
-// [zo noise] in core/zo_noise.h). The projected gradient g = (L+ - L-) / (2 eps) is known after
-// pass 2; its update waits, pending, for the next step's pass 1, or for sync(), loss() or
-// logits_last(), which apply it in a pass over the parameters alone (the same elementwise
-// arithmetic: the same bits wherever it lands). Pass 2 releases a unit it holds once
-// (a layer's parameters) discarded (Note [discarded holds] in store/segment_store.h): a tiered
-// store whose file holds the pass-1 weights drops the -2*eps*z' copy instead of writing it, and
-// the next hold, seeing the unit stale, applies the same -2*eps*z' to it again before its own
-// update: the same operation on the same data, so the same bits, with one write of the weights a
-// step instead of two.
+// Note [zeroth-order step]: MeZO/ZO2's forward-only training (zo_step). The schedule is one
+// forward (ending with the head's log-sum-exp groups, no backward) whose every group computes
+// both of MeZO's passes on one hold of its parameters, as ZO2 does: the boundary activation
+// units are two (B,T) hidden states wide (activation_unit_floats with zeroth_order), the first
+// for the +eps*z pass, the second for the -eps*z pass, and the head keeps a scratch per pass.
+// The store holds parameters and boundary activations only (UnitSet::ForwardOnly). With LoRA
+// adapters only their segments are perturbed and updated (the base's groups read it). A group
+// that holds a segment's parameters for the first time in the step applies Ops::zo_update to
+// them and computes the first pass: the previous step's pending update (restore +eps*z, then
+// p -= lr * (g * z + wd * p)) and this step's perturbation +eps*z'; then -2*eps*z' and the
+// second pass. So the weights cross the disk once per step (ZO2) and z is regenerated, never
+// stored (Note [zo noise] in core/zo_noise.h). A tied token embedding is held twice, by the
+// lookup and by the head: the lookup's second pass reads a copy of the block given -2*eps*z'
+// (the same elementwise operation on the same values), so that the head's first pass still
+// finds +eps*z'; the head's hold then applies -2*eps*z' for its second pass and is released
+// discarded (Note [discarded holds] in store/segment_store.h): a tiered store whose file holds
+// the +eps*z' weights drops that copy instead of writing it, and the next hold, seeing the unit
+// stale, applies the same -2*eps*z' to it again before its own update: the same operation on the
+// same data. Every weight thus sees the operations of the two-pass schedule in the same order,
+// and each pass's kernels run on the same operands: the same bits as two separate forwards. The
+// projected gradient g = (L+ - L-) / (2 eps) is known after the head; its update waits, pending,
+// for the next step's first holds, or for sync(), loss() or logits_last(), which apply it in a
+// pass over the parameters alone (the same elementwise arithmetic: the same bits wherever it
+// lands).
 // Note [gradient accumulation]: with micro_batches N > 1 (--grad-accum N), a training step runs
 // the forward, head and backward groups N times, once per micro-batch of (B, T) tokens (the
 // inputs and targets hold the N micro-batches back to back), then updates once. Each
@@ -177,8 +184,10 @@ struct ZoHyper {
 
 class Executor {
  public:
-  // Floats of one boundary-activation unit for batches up to (max_batch, max_seq).
-  static std::size_t activation_unit_floats(const GptConfig& config, int max_batch, int max_seq);
+  // Floats of one boundary-activation unit for batches up to (max_batch, max_seq); zeroth_order:
+  // the hidden states of both passes (Note [zeroth-order step]).
+  static std::size_t activation_unit_floats(const GptConfig& config, int max_batch, int max_seq,
+                                            bool zeroth_order = false);
 
   // Floats of one Internals unit (--activations offload) for batches up to (max_batch, max_seq).
   static std::size_t internals_unit_floats(const GptConfig& config, int max_batch, int max_seq,
@@ -225,7 +234,8 @@ class Executor {
   // the host's units beside the step's (Note [host optimizer]); else min_store_bytes().
   std::size_t min_host_store_bytes() const;
   const StepSchedule& schedule() const { return schedule_; }
-  // Per group: the units it releases discarded (Note [zeroth-order step]; empty outside it).
+  // Per group: the units it releases discarded (Note [zeroth-order step]: a tied block's second
+  // hold; empty outside it).
   const std::vector<std::vector<int>>& discards() const { return zo_discard_at_; }
 
   int micro_batches() const { return micro_batches_; }
@@ -294,9 +304,17 @@ class Executor {
     float loss = 0.0f;           // after the last HeadLse group (Train, Loss)
     float* dcur = nullptr;       // backward: the gradient at the current block boundary, in dacts_
     // ZerothOrder: what the first hold of a segment's parameters in this pass applies, when it
-    // updates or perturbs (keys are step keys here, made per tensor in zo_apply).
+    // updates or perturbs (keys are step keys here, made per tensor in zo_apply_unit).
     ZoUpdate zo_update{};
     bool zo() const { return zo_update.update || zo_update.perturb; }
+    // A zeroth-order step (Note [zeroth-order step]): each group computes half 0 (after
+    // zo_update), then applies zo_minus and computes half 1 (the second hidden state of each
+    // activation unit, the second head scratch); loss_minus is half 1's loss.
+    bool dual = false;
+    ZoUpdate zo_minus{};
+    int half = 0;
+    float loss_minus = 0.0f;
+    const float* vocab_copy = nullptr;  // half 1 of a tied block's lookup: its -eps*z copy
   };
 
   void check_shape(int B, int T) const;
@@ -310,7 +328,12 @@ class Executor {
   void forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params,
                           bool rows = false, bool gather = false);
   void zo_schedule_build();
-  void zo_apply(int g, const GroupHolds& holds, const Pass& pass);  // pass.zo(): at the parameters' first hold
+  // pass.zo_update applied to the parameters group g holds first in the step (a stale unit's
+  // pass-2 perturbation redone first).
+  void zo_apply(int g, const GroupHolds& holds, const Pass& pass);
+  // u (step keys) applied to a params unit's tensors at base (its buffer, or a copy of it).
+  void zo_apply_unit(int unit, float* base, const ZoUpdate& u);
+  void zo_dual_compute(int g, const GroupHolds& holds, Pass& pass);  // both halves (Pass::dual)
   void zo_flush();                     // applies a pending update (a ZoFlush pass over the forward groups)
   void run(int first, int last, Pass& pass);  // groups [first, last)
   // Forward, head and backward (the groups before the inline updates); returns the mean loss.
@@ -394,7 +417,11 @@ class Executor {
   std::vector<int> micro_begin_;  // per micro-batch: its first group (Note [gradient accumulation])
   std::vector<int> group_opt_;               // per segment: its Optimizer group
   std::vector<std::vector<int>> final_at_;   // per group: segments whose gradients are final after it
-  std::vector<std::vector<int>> zo_discard_at_;  // per group: params units pass 2 releases discarded
+  std::vector<std::vector<int>> zo_first_at_;    // per group: params units first held in a zo step
+  std::vector<std::vector<int>> zo_discard_at_;  // per group: params units held again (released discarded)
+  std::vector<char> zo_held_again_;              // per unit: a later group of the step holds it again
+  OpsBuffer zo_block_;  // a tied vocabulary block's -eps*z copy (Note [zeroth-order step])
+  std::unique_ptr<Gpt2HeadScratch> head_scratch_minus_;  // zeroth-order: the second pass's head
   std::vector<int> forward_segments_;  // segments in the order the forward first reads them
   std::vector<int> update_order_;      // Pipelined: trainable segments in the order their Optimizer groups wait
   // Note [embedding rows ahead].

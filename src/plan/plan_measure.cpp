@@ -117,12 +117,6 @@ std::vector<ComputeTiming> time_passes(Executor& exec, const GptConfig& mini, co
         case GroupWork::EmbedBackward: t.other_ms += ms; break;
       }
     }
-    if (r.zeroth_order) {  // two forward passes a step: the times of one (each with its zo update)
-      t.layer_forward_ms /= 2;
-      t.vocab_forward_ms /= 2;
-      t.head_lse_ms /= 2;
-      t.other_ms /= 2;
-    }
   }
   return steps;
 }
@@ -152,7 +146,8 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
     PlanRequest kept = r;
     kept.activations = r.activations == ActivationPolicy::Keep ? ActivationPolicy::Keep : ActivationPolicy::Recompute;
     kept.grad_accum = 1;  // one micro-batch's pieces; the plan runs them N times
-    const UnitTable units = plan_units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq), kept);
+    const UnitTable units =
+        plan_units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq, r.zeroth_order), kept);
     std::unique_ptr<OwnedDir> scratch;  // destroyed after the store, which after the executor
     std::unique_ptr<SegmentStore> store;
     Executor exec(pool, mini, units, r.batch, r.seq, kept.activations,

@@ -143,7 +143,8 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request) {
     return std::min(recompute, plan_min_budget_bytes(r));
   }
   const ParamLayout layout = ParamLayout::of(r.config, r.lora);
-  const UnitTable units = plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq), r);
+  const UnitTable units =
+      plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq, r.zeroth_order), r);
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   const Executor streaming(pool, r.config, units, r.batch, r.seq, r.activations, plan_mode(r, true),
                            r.precision, Backend::Cpu, r.grad_accum);
@@ -198,7 +199,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   const GptConfig& cfg = r.config;
   cfg.validate();
   const ParamLayout layout = ParamLayout::of(cfg, r.lora);
-  const UnitTable units = plan_units(layout, Executor::activation_unit_floats(cfg, r.batch, r.seq), r);
+  const UnitTable units = plan_units(layout, Executor::activation_unit_floats(cfg, r.batch, r.seq, r.zeroth_order), r);
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   Plan p;
   p.mode = plan_mode(r, r.mem_budget_bytes > 0);

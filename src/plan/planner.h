@@ -70,7 +70,8 @@ UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const Pl
 // Measured compute of one step's pieces on this machine (Note [plan calibration]).
 struct ComputeTiming {
   // One transformer block; the backward without a recompute (for --activations recompute the
-  // plan adds the share of a forward the recompute runs again, Note [row chunks]).
+  // plan adds the share of a forward the recompute runs again, Note [row chunks]). With zo-sgd
+  // each forward piece is both passes' (one group computes both, Note [zeroth-order step]).
   double layer_forward_ms = 0, layer_backward_ms = 0;
   double vocab_forward_ms = 0, vocab_backward_ms = 0;  // one vocabulary block: embedding
   double head_lse_ms = 0, head_backward_ms = 0;        // one vocabulary block: LM head passes

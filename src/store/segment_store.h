@@ -55,7 +55,7 @@ class SegmentStore {
   // and on disk when this hold acquired it) drops the buffer without writing it; the unit is then
   // stale: its next acquire returns the older data and unit_stale() says so until that hold is
   // released. Any other store, or a unit that was dirty, is simply released (keeping the
-  // changes; never stale). The zeroth-order step's second pass (Note [zeroth-order step]).
+  // changes; never stale). The zeroth-order step's tied head (Note [zeroth-order step]).
   virtual void release_unit_discard(int unit) { release_unit(unit); }
   virtual bool unit_stale(int /*unit*/) const { return false; }
 

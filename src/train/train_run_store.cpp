@@ -62,7 +62,7 @@ void TrainRun::store_make() {
   }
   activations_ = request.activations;
   units_ = std::make_unique<UnitTable>(
-      plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq), request));
+      plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq, request.zeroth_order), request));
   auto exec_make = [&](OptimizerMode mode) {
     exec_.reset();  // a previous one's device buffers first
     exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations, mode,
