@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -224,6 +225,70 @@ TEST(RowChunks, TheRecomputedSetHoldsOneChunkOfTheRowWiseInternals) {
     const std::size_t workspace = llama ? LlamaWorkspace(*ops, cfg, 1, 4096).size_bytes()
                                         : Gpt2Workspace(*ops, cfg, 1, 4096).size_bytes();
     EXPECT_LE(workspace, bound) << (llama ? "llama" : "gpt2");
+  }
+}
+
+// A block forward run as its two halves (Note [block halves] in model/param_layout.h), each given
+// only the chunks that hold its tensors (the others empty, as a zeroth-order step's groups hold
+// them), gives the whole block's bits: GPT-2 and Llama with adapters on every linear, two row
+// chunks, layers wide enough (C = 512) to span several chunks, some holding both halves' tensors.
+TEST(RowChunks, TheBlockHalvesGiveTheWholeBlocksBits) {
+  ThreadPool pool(2);
+  const std::unique_ptr<Ops> ops = ops_make(pool);
+  for (const bool llama : {false, true}) {
+    SCOPED_TRACE(llama ? "llama" : "gpt2");
+    GptConfig cfg = chunk_config(llama);
+    cfg.n_embd = 512;
+    cfg.n_head = 8;
+    if (llama) {
+      cfg.n_kv_head = 4;
+      cfg.n_inner = 1376;
+    }
+    const ParamLayout layout = ParamLayout::of(cfg, every_linear(llama, 0.0));
+    const int s = layout.layer_segment(0), a = layout.lora_segment(0);
+    const SegmentLayout& seg = layout.segments()[s];
+    ASSERT_GE(seg.chunk_count(), 3) << "the halves must hold different chunks";
+    RamSegmentStore store(UnitTable(layout, Executor::activation_unit_floats(cfg, kB, kT)));
+    model_init_random(cfg, layout, store, 7);
+    lora_fill(layout, store);
+    TransformerBlock block(*ops, cfg, kB, kT, 1, &layout, false, true, false);
+    const std::size_t n = static_cast<std::size_t>(kB) * kT * cfg.n_embd;
+    std::vector<float> x(n), whole(n), halves(n);
+    Rng rng(3);
+    for (float& v : x) v = static_cast<float>(rng.normal());
+    const SegmentChunksHold params(store, s, SegmentKind::Params, Access::Read);
+    const SegmentChunksHold adapters(store, a, SegmentKind::Params, Access::Read);
+    const LoraChunks lora{&layout.segments()[a], adapters.chunks(), nullptr, false, 0};
+    block.forward(*ops, seg, params.views(), x.data(), whole.data(), {0, nullptr}, kB, kT, &lora);
+    for (const BlockPart part : {BlockPart::Attention, BlockPart::Mlp}) {
+      auto holds_part = [&](int segment, int c) {
+        const SegmentLayout& l = layout.segments()[segment];
+        for (const TensorSlot& t : l.tensors) {
+          const int i = static_cast<int>(&t - l.tensors.data());
+          if (t.chunk != c) continue;
+          if (segment == s && block_tensor_part(cfg.arch, i) == part) return true;
+          if (segment == a) {
+            for (int k = 0; k < kLoraMaxTargets; ++k) {
+              const int slot = layout.lora_slot(k);
+              if (slot < 0 || (i != slot && i != slot + 1)) continue;
+              const bool mlp = lora_modules(cfg.arch)[static_cast<std::size_t>(k)].rfind("mlp.", 0) == 0;
+              if (mlp == (part == BlockPart::Mlp)) return true;
+            }
+          }
+        }
+        return false;
+      };
+      std::vector<TensorView> views(params.views(), params.views() + seg.chunk_count());
+      for (int c = 0; c < seg.chunk_count(); ++c)
+        if (!holds_part(s, c)) views[static_cast<std::size_t>(c)] = TensorView();
+      std::vector<float*> chunks(adapters.chunks(), adapters.chunks() + layout.segments()[a].chunk_count());
+      for (int c = 0; c < layout.segments()[a].chunk_count(); ++c)
+        if (!holds_part(a, c)) chunks[static_cast<std::size_t>(c)] = nullptr;
+      const LoraChunks half_lora{&layout.segments()[a], chunks.data(), nullptr, false, 0};
+      block.forward(*ops, seg, views.data(), part == BlockPart::Attention ? x.data() : halves.data(), halves.data(),
+                    {0, nullptr}, kB, kT, &half_lora, part);
+    }
+    EXPECT_EQ(std::memcmp(whole.data(), halves.data(), n * sizeof(float)), 0);
   }
 }
 

@@ -296,7 +296,10 @@ std::string Executor::group_name(int g, const Pass& pass) const {
     case GroupWork::EmbedForward: return "embed forward";
     case GroupWork::VocabForward: return schedule_.group_item(g) < 0 ? "embed rows forward" : seg + " embed forward";
     case GroupWork::VocabRows: return seg + " rows ahead";
-    case GroupWork::LayerForward: return seg + " forward";
+    case GroupWork::LayerForward:
+      return seg + (group_part(g) == BlockPart::Attention ? " forward (attention)"
+                    : group_part(g) == BlockPart::Mlp    ? " forward (MLP)"
+                                                         : " forward");
     case GroupWork::HeadBegin: return "head: final norm";
     case GroupWork::HeadLse: return seg + (pass.kind == PassKind::Logits ? " logits" : " head log-sum-exp");
     case GroupWork::HeadBackward: return seg + " head backward";
@@ -349,10 +352,14 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
                                     layout_.vocab_row0(item), layout_.vocab_rows(item), B, T, C);
       return;
     case GroupWork::LayerForward: {
+      float* const out = holds.data(act_segment(item + 1), K::Activations) + half;
+      if (group_part(g) != BlockPart::Whole) {
+        layer_half_forward(g, holds, p, out);
+        return;
+      }
       const LoraChunks lora = lora_chunks(holds, item, false, p);
-      blocks_.forward(*ops_, seg, holds.views(s, K::Params), holds.data(s, K::Activations) + half,
-                      holds.data(act_segment(item + 1), K::Activations) + half, internals_at(holds, item), B, T,
-                      layout_.has_lora() ? &lora : nullptr);
+      blocks_.forward(*ops_, seg, holds.views(s, K::Params), holds.data(s, K::Activations) + half, out,
+                      internals_at(holds, item), B, T, layout_.has_lora() ? &lora : nullptr);
       return;
     }
     case GroupWork::HeadBegin: {
@@ -424,6 +431,30 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
     case GroupWork::Optimizer: break;
   }
   STRATUM_ASSERT(false);  // GradAccum, GradShare and Optimizer groups are run by group_run()
+}
+
+void Executor::layer_half_forward(int g, const GroupHolds& holds, const Pass& p, float* out) {
+  // The held chunks of the layer and of its adapters; the others empty (Note [block halves]).
+  const int s = schedule_.group_segment(g), layer = schedule_.group_item(g);
+  const int a = layout_.has_lora() ? layout_.lora_segment(layer) : -1;
+  std::vector<TensorView> views(static_cast<std::size_t>(units_.chunk_count(s, SegmentKind::Params)));
+  std::vector<float*> adapters(a >= 0 ? static_cast<std::size_t>(units_.chunk_count(a, SegmentKind::Params)) : 0,
+                               nullptr);
+  for (const UnitUse& use : schedule_.group(g)) {
+    if (units_.kind(use.unit) != SegmentKind::Params) continue;
+    const int c = units_.chunk(use.unit);
+    if (units_.segment(use.unit) == s) views[static_cast<std::size_t>(c)] = holds.view(s, SegmentKind::Params, c);
+    else adapters[static_cast<std::size_t>(c)] = holds.data(a, SegmentKind::Params, c);
+  }
+  const LoraChunks lora{a >= 0 ? &layout_.segments()[a] : nullptr, adapters.data(), nullptr, false, 0};
+  const BlockPart part = group_part(g);
+  // The MLP half reads res2 from out (where the attention half left it), not x.
+  const float* const x = part == BlockPart::Attention
+                             ? holds.data(s, SegmentKind::Activations) + static_cast<std::size_t>(p.half) * p.B * p.T *
+                                                                             cfg_.n_embd
+                             : out;
+  blocks_.forward(*ops_, layout_.segments()[s], views.data(), x, out, internals_at(holds, layer), p.B, p.T,
+                  a >= 0 ? &lora : nullptr, part);
 }
 
 LoraChunks Executor::lora_chunks(const GroupHolds& holds, int layer, bool grads, const Pass& pass) const {

@@ -59,7 +59,10 @@
 // them and computes the first pass: the previous step's pending update (restore +eps*z, then
 // p -= lr * (g * z + wd * p)) and this step's perturbation +eps*z'; then -2*eps*z' and the
 // second pass. So the weights cross the disk once per step (ZO2) and z is regenerated, never
-// stored (Note [zo noise] in core/zo_noise.h). A tied token embedding is held twice, by the
+// stored (Note [zo noise] in core/zo_noise.h). Each layer is two such groups, its attention half
+// and its MLP half (Note [block halves] in model/param_layout.h), each holding the chunks with
+// a tensor of its half and applying the perturbations to that half's tensors only: a group holds
+// at most the MLP's weights, so the next layer's attention and more are read while it computes. A tied token embedding is held twice, by the
 // lookup and by the head: the lookup's second pass reads a copy of the block given -2*eps*z'
 // (the same elementwise operation on the same values), so that the head's first pass still
 // finds +eps*z'; the head's hold then applies -2*eps*z' for its second pass and is released
@@ -325,14 +328,22 @@ class Executor {
   // vocabulary blocks' groups, whose before() then comes ahead of their head log-sum-exp groups.
   // gather: with rows, also the optional groups that gather the next step's rows (the first
   // micro-batch's forward).
+  // halves: each layer as two groups, its attention half and its MLP half (Note [block halves] in
+  // model/param_layout.h), each holding the chunks with a tensor of its half.
   void forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params,
-                          bool rows = false, bool gather = false);
+                          bool rows = false, bool gather = false, bool halves = false);
+  // The half of a block tensor (a layer's, or an adapter's: its module's) or Whole (any other).
+  BlockPart tensor_part(int segment, int tensor) const;
+  double attention_share() const;  // the attention half's share of a block forward's multiply-adds
+  BlockPart group_part(int g) const {
+    return static_cast<std::size_t>(g) < group_part_.size() ? group_part_[g] : BlockPart::Whole;
+  }
   void zo_schedule_build();
   // pass.zo_update applied to the parameters group g holds first in the step (a stale unit's
   // pass-2 perturbation redone first).
   void zo_apply(int g, const GroupHolds& holds, const Pass& pass);
-  // u (step keys) applied to a params unit's tensors at base (its buffer, or a copy of it).
-  void zo_apply_unit(int unit, float* base, const ZoUpdate& u);
+  // u (step keys) applied to a params unit's tensors of `part` at base (its buffer, or a copy).
+  void zo_apply_unit(int unit, float* base, const ZoUpdate& u, BlockPart part);
   void zo_dual_compute(int g, const GroupHolds& holds, Pass& pass);  // both halves (Pass::dual)
   void zo_flush();                     // applies a pending update (a ZoFlush pass over the forward groups)
   void run(int first, int last, Pass& pass);  // groups [first, last)
@@ -349,6 +360,8 @@ class Executor {
   void grad_accum_run(int g, const Pass& pass);  // a GradAccum group (Note [gradient accumulation])
   void grad_share_run(int g, const Pass& pass);  // a GradShare group (Note [data parallel])
   void group_compute(int g, const GroupHolds& holds, Pass& pass);
+  // A LayerForward group of one half (Note [block halves]): out is the half's activation rows.
+  void layer_half_forward(int g, const GroupHolds& holds, const Pass& pass, float* out);
   std::string group_name(int g, const Pass& pass) const;  // the trace span's name
   // Note [gradients final]: the one place a segment's gradients are declared final for the step.
   // group_run() calls it after the group that last writes them (derived from the schedule in
@@ -422,6 +435,7 @@ class Executor {
   std::vector<char> zo_held_again_;              // per unit: a later group of the step holds it again
   OpsBuffer zo_block_;  // a tied vocabulary block's -eps*z copy (Note [zeroth-order step])
   std::unique_ptr<Gpt2HeadScratch> head_scratch_minus_;  // zeroth-order: the second pass's head
+  std::vector<BlockPart> group_part_;  // per group (Whole past its end): a layer group's half
   std::vector<int> forward_segments_;  // segments in the order the forward first reads them
   std::vector<int> update_order_;      // Pipelined: trainable segments in the order their Optimizer groups wait
   // Note [embedding rows ahead].

@@ -5,12 +5,13 @@
 #include <utility>
 
 #include "exec/executor.h"
+#include "model/lora.h"
 #include "stratum/error.h"
 
 namespace stratum {
 
 void Executor::forward_groups_add(const std::function<void(int)>& before, const std::function<Access(int)>& params,
-                                  bool rows, bool gather) {
+                                  bool rows, bool gather, bool halves) {
   using A = Access;
   using K = SegmentKind;
   using W = GroupWork;
@@ -32,7 +33,36 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
                         W::VocabRows, v, k, true);
   }
   if (rows) schedule_.group_add({{act0, A::Update}}, W::VocabForward, layout_.vocab_segment(0), -1);
-  for (int l = 0; l < cfg_.n_layer; ++l) {
+  for (int l = 0; l < cfg_.n_layer && halves; ++l) {  // Note [block halves]
+    const int s = layout_.layer_segment(l);
+    const int a = layout_.has_lora() ? layout_.lora_segment(l) : -1;
+    before(s);
+    if (a >= 0) before(a);
+    const A access = params(s), adapter_access = a >= 0 ? params(a) : A::Read;
+    const int out = unit_at(act_segment(l + 1), K::Activations);
+    for (const BlockPart part : {BlockPart::Attention, BlockPart::Mlp}) {
+      std::vector<UnitUse> uses;
+      if (part == BlockPart::Attention)
+        uses = {{unit_at(s, K::Activations), A::Read}, {out, A::Overwrite}};
+      else
+        uses = {{out, A::Update}};
+      // The chunks that hold a tensor of this half (a chunk may hold both halves' tensors).
+      for (const int seg : {s, a}) {
+        if (seg < 0) continue;
+        for (int c = 0; c < units_.chunk_count(seg, K::Params); ++c) {
+          bool has = false;
+          for (int i = 0; i < static_cast<int>(layout_.segments()[seg].tensors.size()); ++i)
+            has = has || (layout_.segments()[seg].tensors[i].chunk == c && tensor_part(seg, i) == part);
+          if (has) uses.push_back({unit_at(seg, K::Params, c), seg == s ? access : adapter_access});
+        }
+      }
+      const int g = schedule_.group_add(std::move(uses), W::LayerForward, s, l);
+      schedule_.group_share_set(g, part == BlockPart::Attention ? attention_share() : 1.0 - attention_share());
+      group_part_.resize(static_cast<std::size_t>(g) + 1, BlockPart::Whole);
+      group_part_[g] = part;
+    }
+  }
+  for (int l = 0; l < cfg_.n_layer && !halves; ++l) {
     const int s = layout_.layer_segment(l);
     before(s);
     std::vector<UnitUse> uses = {{unit_at(s, K::Activations), A::Read},
@@ -61,6 +91,29 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
   }
 }
 
+BlockPart Executor::tensor_part(int segment, int tensor) const {
+  const SegmentLayout& seg = layout_.segments()[segment];
+  if (seg.role == SegmentRole::Layer) return block_tensor_part(cfg_.arch, tensor);
+  if (seg.role != SegmentRole::Lora) return BlockPart::Whole;
+  for (int k = 0; k < kLoraMaxTargets; ++k) {  // lora_A at lora_slot(k), lora_B after it
+    const int slot = layout_.lora_slot(k);
+    if (slot >= 0 && (tensor == slot || tensor == slot + 1))
+      return lora_modules(cfg_.arch)[static_cast<std::size_t>(k)].rfind("mlp.", 0) == 0 ? BlockPart::Mlp
+                                                                                         : BlockPart::Attention;
+  }
+  STRATUM_ASSERT(false);
+  return BlockPart::Whole;
+}
+
+double Executor::attention_share() const {
+  // Multiply-adds a row: q, k, v and o, the attention (T/2 keys on average, scores and values),
+  // against the MLP's (two or three matrices of C x I).
+  const double C = cfg_.n_embd, I = cfg_.mlp_width(), Q = cfg_.q_dim(), KV = cfg_.kv_dim();
+  const double attention = C * (Q + 2 * KV) + Q * C + Q * static_cast<double>(max_seq_);
+  const double mlp = (cfg_.llama() ? 3 : 2) * C * I;
+  return attention / (attention + mlp);
+}
+
 void Executor::schedule_build() {
   using A = Access;
   using K = SegmentKind;
@@ -82,6 +135,7 @@ void Executor::schedule_build() {
     return uses;
   };
   const int L = cfg_.n_layer;
+  group_part_.clear();
   group_opt_.assign(layout_.segment_count(), 0);
   forward_segments_.clear();
   forward_segments_.push_back(embed);

@@ -18,20 +18,28 @@ void Executor::zo_schedule_build() {
                        if (!layout_.trainable(s)) return Access::Read;
                        held[s] = true;
                        return Access::Update;
-                     });
+                     },
+                     false, false, true);
   forward_end_ = compute_end_ = schedule_.group_count();
   final_at_.assign(static_cast<std::size_t>(compute_end_), {});
-  // Each trainable params unit's first hold applies the step's update and perturbations; a tied
-  // block's second hold (the head) applies the second pass's and is released discarded.
+  // Each trainable params unit's first hold (for a block's half: the first of its tensors of that
+  // half, Note [block halves]) applies the step's update and perturbations; a tied block's second
+  // hold (the head) applies the second pass's and is released discarded.
   zo_first_at_.assign(static_cast<std::size_t>(compute_end_), {});
   zo_discard_at_.assign(static_cast<std::size_t>(compute_end_), {});
   zo_held_again_.assign(static_cast<std::size_t>(units_.count()), 0);
   std::vector<int> first(static_cast<std::size_t>(units_.count()), -1);
+  std::vector<int> parts(static_cast<std::size_t>(units_.count()), 0);  // the halves held so far
+  auto mask = [&](int g) {
+    const BlockPart part = group_part(g);
+    return part == BlockPart::Whole ? 3 : part == BlockPart::Attention ? 1 : 2;
+  };
   for (int g = 0; g < compute_end_; ++g)
     for (const UnitUse& use : schedule_.group(g)) {
       if (use.access != Access::Update || units_.kind(use.unit) != SegmentKind::Params) continue;
-      if (first[use.unit] < 0) {
-        first[use.unit] = g;
+      if ((parts[use.unit] & mask(g)) == 0) {
+        if (first[use.unit] < 0) first[use.unit] = g;
+        parts[use.unit] |= mask(g);
         zo_first_at_[g].push_back(use.unit);
       } else {  // held twice at most: the lookup's block, again in the tied head
         STRATUM_ASSERT(zo_held_again_[use.unit] == 0 && schedule_.group_work(g) == GroupWork::HeadLse &&
@@ -42,11 +50,12 @@ void Executor::zo_schedule_build() {
     }
 }
 
-void Executor::zo_apply_unit(int unit, float* base, const ZoUpdate& step) {
+void Executor::zo_apply_unit(int unit, float* base, const ZoUpdate& step, BlockPart part) {
   const int s = units_.segment(unit), c = units_.chunk(unit);
   const SegmentLayout& seg = layout_.segments()[s];
-  for (const TensorSlot& t : seg.tensors) {
-    if (t.chunk != c) continue;
+  for (int i = 0; i < static_cast<int>(seg.tensors.size()); ++i) {
+    const TensorSlot& t = seg.tensors[static_cast<std::size_t>(i)];
+    if (t.chunk != c || (part != BlockPart::Whole && tensor_part(s, i) != part)) continue;
     const std::string name = layout_.hf_name(t);
     ZoUpdate u = step;  // step keys -> this tensor's keys (Note [zo noise])
     if (u.update) u.update_key = zo_tensor_key(u.update_key, name);
@@ -67,9 +76,9 @@ void Executor::zo_apply(int g, const GroupHolds& holds, const Pass& pass) {
       redo.perturb = true;
       redo.perturb_key = pass.zo_update.update_key;
       redo.scale = -2.0f * pass.zo_update.eps;
-      zo_apply_unit(unit, base, redo);
+      zo_apply_unit(unit, base, redo, BlockPart::Whole);
     }
-    zo_apply_unit(unit, base, pass.zo_update);
+    zo_apply_unit(unit, base, pass.zo_update, group_part(g));
   }
 }
 
@@ -81,17 +90,17 @@ void Executor::zo_dual_compute(int g, const GroupHolds& holds, Pass& pass) {
   auto params = [&](int unit) { return holds.data(units_.segment(unit), SegmentKind::Params, units_.chunk(unit)); };
   for (int unit : zo_first_at_[g]) {
     if (zo_held_again_[unit] == 0) {
-      zo_apply_unit(unit, params(unit), pass.zo_minus);
+      zo_apply_unit(unit, params(unit), pass.zo_minus, group_part(g));
       continue;
     }
     // The tied head reads the block at +eps*z: this lookup reads a copy at -eps*z.
     STRATUM_ASSERT(schedule_.group_work(g) == GroupWork::VocabForward && pass.vocab_copy == nullptr);
     float* const copy = zo_block_.as_f32();
     ops_->copy(copy, params(unit), units_.bytes(unit) / sizeof(float));
-    zo_apply_unit(unit, copy, pass.zo_minus);
+    zo_apply_unit(unit, copy, pass.zo_minus, BlockPart::Whole);
     pass.vocab_copy = copy;
   }
-  for (int unit : zo_discard_at_[g]) zo_apply_unit(unit, params(unit), pass.zo_minus);
+  for (int unit : zo_discard_at_[g]) zo_apply_unit(unit, params(unit), pass.zo_minus, BlockPart::Whole);
   group_compute(g, holds, pass);
   pass.half = 0;
   pass.vocab_copy = nullptr;

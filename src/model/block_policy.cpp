@@ -20,6 +20,7 @@ void shape_check(const TensorView& w, int rows, int cols) {
 }  // namespace
 
 float* WidenedVectors::operator()(const TensorView& v) {
+  if (v.data() == nullptr) return nullptr;  // a tensor the caller does not hold (Note [block halves])
   if (v.dtype() == DType::F32) return v.f32();
   STRATUM_ASSERT(next_ != nullptr);
   float* const at = next_;

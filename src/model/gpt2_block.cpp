@@ -76,31 +76,32 @@ void gpt2_qkv_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, c
 
 // Rows [r0, r0 + n) of the attention output (Note [attention row ranges] in
 // kernels/cpu/attention.h; already there when the attention takes the whole pass) and res2 = x +
-// attn_proj(atty) (through tmp), adapter 1 added.
+// attn_proj(atty) (through tmp) at `res2` (the chunk's rows), adapter 1 added.
 void gpt2_attention_rows(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                          const Gpt2BlockTensors& p, const float* x, Gpt2Activations& s, float* tmp,
-                         float* attn_scratch, int B, int T, int r0, int n, const LoraBlock* lora) {
+                         float* attn_scratch, int B, int T, int r0, int n, const LoraBlock* lora, float* res2) {
   const int C = cfg.n_embd, H = cfg.n_head;
   const std::size_t at = static_cast<std::size_t>(r0) * C, own = s.chunk_row(r0) * C;
   if (attention.by_row_chunks())
     attention.attend(ops, s.atty + own, s.att_stats, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim(), r0, n);
   linear.kn(ops, tmp, s.atty + own, p.attn_proj_w, p.attn_proj_b, n, C, C);
   if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, tmp, C, s.atty + own, C, n, C, C);
-  ops.add(s.res2 + own, x + at, tmp, static_cast<std::size_t>(n) * C);
+  ops.add(res2, x + at, tmp, static_cast<std::size_t>(n) * C);
 }
 
 // Rows [r0, r0 + n) of the MLP half (Note [row chunks]): ln2, fch and fch_gelu at the
 // chunk's rows, adapter 2 (c_fc) added; then, with out, out rows = res2 + mlp_proj(fch_gelu)
-// (through tmp), adapter 3 added; without, only adapter 3's u.
+// (through tmp), adapter 3 added; without, only adapter 3's u. res2: the chunk's rows (may be
+// out's: in place).
 void gpt2_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const Gpt2BlockTensors& p,
-                   Gpt2Activations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora) {
+                   Gpt2Activations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora,
+                   const float* res2) {
   const int C = cfg.n_embd;
-  const std::size_t at = static_cast<std::size_t>(r0) * C, own = s.chunk_row(r0) * C, mlp = s.chunk_row(r0) * 4 * C;
+  const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.chunk_row(r0) * 4 * C;
   float* const ln2 = s.ln2 + s.work_row(r0) * C;
   float* const fch = s.fch + mlp;
   float* const fch_gelu = s.fch_gelu + mlp;
-  ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + own, p.ln2_w, p.ln2_b, n, C,
-                        cfg.layer_norm_eps);
+  ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, res2, p.ln2_w, p.ln2_b, n, C, cfg.layer_norm_eps);
   linear.kn(ops, fch, ln2, p.fc_w, p.fc_b, n, C, 4 * C);
   if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 2, r0, C), 2, fch, 4 * C, ln2, C, n, C, 4 * C);
   ops.gelu_forward(fch_gelu, fch, static_cast<std::size_t>(n) * 4 * C);
@@ -110,23 +111,29 @@ void gpt2_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, c
   }
   linear.kn(ops, tmp, fch_gelu, p.mlp_proj_w, p.mlp_proj_b, n, 4 * C, C);
   if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 3, r0, 4 * C), 3, tmp, C, fch_gelu, 4 * C, n, 4 * C, C);
-  ops.add(out + at, s.res2 + own, tmp, static_cast<std::size_t>(n) * C);
+  ops.add(out + at, res2, tmp, static_cast<std::size_t>(n) * C);
 }
 }  // namespace
 
 void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                         const Gpt2BlockTensors& p, const float* x, float* out, Gpt2Activations& s, float* tmp,
-                        float* attn_scratch, int B, int T, const LoraBlock* lora) {
-  const int BT = B * T;
+                        float* attn_scratch, int B, int T, const LoraBlock* lora, BlockPart part) {
+  const int BT = B * T, C = cfg.n_embd;
+  STRATUM_ASSERT(part != BlockPart::Attention || x != out);
   // Row chunk by row chunk (Note [row chunks]): every row's q, k and v first (a row attends to
   // the keys before it), then the rest of the block; adapters (Note [lora math]) add to each
-  // module's output before it is used.
-  for_each_row_chunk(BT, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
-  if (!attention.by_row_chunks())
-    attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.n_head, cfg.head_dim(), 0, BT);
+  // module's output before it is used. A half (Note [block halves]) keeps res2 in out.
+  if (part != BlockPart::Mlp) {
+    for_each_row_chunk(BT, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
+    if (!attention.by_row_chunks())
+      attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.n_head, cfg.head_dim(), 0,
+                       BT);
+  }
   for_each_row_chunk(BT, [&](int r0, int n) {
-    gpt2_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora);
-    gpt2_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora);
+    float* const res2 = part == BlockPart::Whole ? s.res2 + s.chunk_row(r0) * C : out + static_cast<std::size_t>(r0) * C;
+    if (part != BlockPart::Mlp)
+      gpt2_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora, res2);
+    if (part != BlockPart::Attention) gpt2_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora, res2);
   });
 }
 
@@ -160,8 +167,9 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
     const float* const fch = s.fch + mlp;
     const float* const fch_gelu = s.fch_gelu + mlp;
     if (recompute) {
-      gpt2_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora);
-      gpt2_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, r0, n, lora);
+      gpt2_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora,
+                          s.res2 + own);
+      gpt2_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, r0, n, lora, s.res2 + own);
     } else {
       ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + own, p.ln2_w, p.ln2_b, n, C,
                             cfg.layer_norm_eps);

@@ -116,13 +116,15 @@ class Gpt2Workspace {
 };
 
 // out (B,T,C) = block(x (B,T,C)) (Note [one forward] in model/block_policy.h): linear layers by
-// `linear`, attention by `attention`; fills a with the block's internals. out may be x. tmp is
+// `linear`, attention by `attention`; fills a with the block's internals. out may be x (not
+// for the attention half: part, Note [block halves] in model/param_layout.h). tmp is
 // (row_chunk_rows(B*T), C) scratch, attn_scratch the backend's attention scratch. lora (may be null): adapters
 // added to the modules they target (Note [lora math] in model/lora.h). Runs in row chunks (Note
 // [row chunks] in model/block_policy.h).
 void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                         const Gpt2BlockTensors& p, const float* x, float* out, Gpt2Activations& a, float* tmp,
-                        float* attn_scratch, int B, int T, const LoraBlock* lora = nullptr);
+                        float* attn_scratch, int B, int T, const LoraBlock* lora = nullptr,
+                        BlockPart part = BlockPart::Whole);
 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
 // upstream gradient dout (B,T,C). With recompute, first refills a by re-running the forward

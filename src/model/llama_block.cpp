@@ -99,14 +99,13 @@ void llama_qkv(const Ops& ops, const Linear& linear, const Attention& attention,
 
 // Rows [r0, r0 + n) of the attention output (Note [attention row ranges] in
 // kernels/cpu/attention.h; already there when the attention takes the whole pass) and res2 = x +
-// o(atty) (through tmp), adapter 3 (o_proj) added.
+// o(atty) (through tmp) at `res2` (the chunk's rows), adapter 3 (o_proj) added.
 void llama_attention_rows(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                           const LlamaBlockTensors& p, const float* x, LlamaActivations& s, float* tmp,
-                          float* attn_scratch, int B, int T, int r0, int n, const LoraBlock* lora) {
+                          float* attn_scratch, int B, int T, int r0, int n, const LoraBlock* lora, float* res2) {
   const int C = cfg.n_embd, Q = cfg.q_dim();
   const std::size_t at = static_cast<std::size_t>(r0) * C;
   float* const atty = s.atty + s.chunk_row(r0) * Q;
-  float* const res2 = s.res2 + s.chunk_row(r0) * C;
   if (attention.by_row_chunks())
     attention.attend(ops, atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.kv_heads(), cfg.head_dim(),
                      r0, n);
@@ -117,12 +116,13 @@ void llama_attention_rows(const Ops& ops, const Linear& linear, const Attention&
 
 // Rows [r0, r0 + n) of the MLP half (Note [row chunks]): xn2, gate, up and hmid at the
 // chunk's rows, adapters 4 and 5 (gate_proj, up_proj) added; then, with out, out rows = res2 +
-// down(hmid) (through tmp), adapter 6 added; without, only adapter 6's u.
+// down(hmid) (through tmp), adapter 6 added; without, only adapter 6's u. res2: the chunk's rows
+// (may be out's: in place).
 void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const LlamaBlockTensors& p,
-                    LlamaActivations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora) {
+                    LlamaActivations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora,
+                    const float* res2) {
   const int C = cfg.n_embd, I = cfg.mlp_width();
   const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.chunk_row(r0) * I;
-  const float* const res2 = s.res2 + s.chunk_row(r0) * C;
   float* const xn2 = s.xn2 + s.work_row(r0) * C;
   float* const gate = s.gate + mlp;
   float* const up = s.up + mlp;
@@ -147,18 +147,25 @@ void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, 
 
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                          const RopeTable& rope, const LlamaBlockTensors& p, const float* x, float* out,
-                         LlamaActivations& s, float* tmp, float* attn_scratch, int B, int T, const LoraBlock* lora) {
-  const int BT = B * T;
+                         LlamaActivations& s, float* tmp, float* attn_scratch, int B, int T, const LoraBlock* lora,
+                         BlockPart part) {
+  const int BT = B * T, C = cfg.n_embd;
+  STRATUM_ASSERT(part != BlockPart::Attention || x != out);
   // Row chunk by row chunk (Note [row chunks]): every row's q, k and v first (a row attends to
   // the keys before it), then the rest of the block; adapters (Note [lora math]) add to each
-  // projection before it is used (q and k before rope).
-  llama_qkv(ops, linear, attention, cfg, rope, p, x, s, B, T, lora);
-  if (!attention.by_row_chunks())
-    attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.kv_heads(), cfg.head_dim(),
-                     0, BT);
+  // projection before it is used (q and k before rope). A half (Note [block halves]) keeps res2
+  // in out.
+  if (part != BlockPart::Mlp) {
+    llama_qkv(ops, linear, attention, cfg, rope, p, x, s, B, T, lora);
+    if (!attention.by_row_chunks())
+      attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.kv_heads(),
+                       cfg.head_dim(), 0, BT);
+  }
   for_each_row_chunk(BT, [&](int r0, int n) {
-    llama_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora);
-    llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora);
+    float* const res2 = part == BlockPart::Whole ? s.res2 + s.chunk_row(r0) * C : out + static_cast<std::size_t>(r0) * C;
+    if (part != BlockPart::Mlp)
+      llama_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora, res2);
+    if (part != BlockPart::Attention) llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora, res2);
   });
 }
 
@@ -200,8 +207,10 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     const float* const up = s.up + mlp;
     const float* const xn2 = s.xn2;
     if (recompute) {
-      llama_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora);
-      llama_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, r0, n, lora);
+      float* const res2 = s.res2 + s.chunk_row(r0) * C;
+      llama_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora,
+                           res2);
+      llama_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, r0, n, lora, res2);
     } else {
       ops.rmsnorm_forward(s.xn2, s.rstd2 + r0, res2, p.mlp_norm_w, n, C, eps);  // into tmp again
       ops.swiglu_forward(w.dgate, gate, up, rows_i);

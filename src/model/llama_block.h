@@ -123,12 +123,14 @@ class LlamaWorkspace {
 
 // out (B,T,C) = block(x (B,T,C)) at the attention's positions (Note [one forward] in
 // model/block_policy.h): linear layers by `linear`, attention by `attention`; fills a with the
-// block's internals. out may be x. tmp is (row_chunk_rows(B*T), C) scratch, attn_scratch the backend's attention
+// block's internals. out may be x (not for the attention half: part, Note [block halves] in
+// model/param_layout.h). tmp is (row_chunk_rows(B*T), C) scratch, attn_scratch the backend's attention
 // scratch. Runs in row chunks (Note [row chunks] in model/block_policy.h).
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                          const RopeTable& rope, const LlamaBlockTensors& p, const float* x, float* out,
                          LlamaActivations& a, float* tmp, float* attn_scratch, int B, int T,
-                         const LoraBlock* lora = nullptr);
+                         const LoraBlock* lora = nullptr,
+                         BlockPart part = BlockPart::Whole);
 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
 // upstream gradient dout (B,T,C); with recompute, first refills a from x (bit-identical). g null:

@@ -84,7 +84,9 @@ struct SegmentLayout {
   std::size_t offset_in_chunk(const TensorSlot& t) const { return t.offset_floats - chunk_first[t.chunk]; }
   // Tensor t in a held copy of the segment (chunks: one typed view per chunk), shaped as the layout
   // says when it is a matrix.
+  // An empty view when its chunk is (a group holding part of the segment, Note [block halves]).
   TensorView tensor_view(const TensorView* chunks, const TensorSlot& t) const {
+    if (chunks[t.chunk].data() == nullptr) return TensorView();
     const TensorView flat = chunks[t.chunk].slice(offset_in_chunk(t), t.numel);
     return t.shape.size() == 2 ? flat.matrix(static_cast<std::size_t>(t.shape[0]), static_cast<std::size_t>(t.shape[1]))
                                : flat;
@@ -100,6 +102,19 @@ enum BlockTensor : int {
 enum LlamaBlockTensor : int {
   kAttnNormW, kQW, kKW, kVW, kOW, kMlpNormW, kGateW, kUpW, kDownW, kLlamaBlockTensorCount
 };
+// Note [block halves]: a block's forward is its attention half (the norm before it, q, k, v,
+// the attention and its output projection, res2 = x + o(atty)) and its MLP half (the norm
+// before it and the MLP, out = res2 + mlp(res2)). A zeroth-order step runs them as two groups
+// (Note [zeroth-order step] in exec/executor.h) holding each half's tensors: the block
+// forwards (BlockPart) then keep res2 for every row in `out` between the halves, and the same
+// row chunks run the same ops on the same operands as the whole block does.
+enum class BlockPart { Whole, Attention, Mlp };
+// The half tensor `tensor` of a block segment of `arch` belongs to (BlockTensor, LlamaBlockTensor).
+inline BlockPart block_tensor_part(ModelArch arch, int tensor) {
+  return tensor < (arch == ModelArch::Llama ? static_cast<int>(kMlpNormW) : static_cast<int>(kLn2W))
+             ? BlockPart::Attention
+             : BlockPart::Mlp;
+}
 enum EmbedTensor : int { kWpe };             // GPT-2 only
 enum HeadTensor : int { kLnFW, kLnFB };      // Llama: model.norm.weight only
 // Rows of one vocabulary block: at most kVocabBlockFloats floats, and at least kMinVocabBlocks

@@ -89,7 +89,7 @@ LoraBlock lora_block_of(const ParamLayout& layout, const LoraChunks& c) {
   };
   for (int k = 0; k < kLoraMaxTargets; ++k) {
     const int slot = layout.lora_slot(k);
-    if (slot < 0) continue;
+    if (slot < 0 || c.params[seg.tensors[slot].chunk] == nullptr) continue;
     l.t[k].a = at(c.params, slot);
     l.t[k].b = at(c.params, slot + 1);
     if (c.grads != nullptr) {
@@ -129,7 +129,7 @@ LoraBlock TransformerBlock::lora_block(const LoraChunks& c, InternalsAt at, int 
 }
 
 void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const float* x,
-                               float* out, InternalsAt at, int B, int T, const LoraChunks* lora) {
+                               float* out, InternalsAt at, int B, int T, const LoraChunks* lora, BlockPart part) {
   const LoraBlock l = lora != nullptr ? lora_block(*lora, at, B * T) : LoraBlock{};
   const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
@@ -137,12 +137,12 @@ void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const T
     std::optional<LlamaActivations> view;
     llama_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, *rope_,
                         llama_block_tensors(ops, seg, params, w.wide_vectors), x, out, internals(at, view), w.tmp,
-                        w.attn_scratch, B, T, lp);
+                        w.attn_scratch, B, T, lp, part);
   } else {
     Gpt2Workspace& w = *gpt2_work_;
     std::optional<Gpt2Activations> view;
     gpt2_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, gpt2_block_tensors(ops, seg, params, w.wide_vectors),
-                       x, out, internals(at, view), w.tmp, w.attn_scratch, B, T, lp);
+                       x, out, internals(at, view), w.tmp, w.attn_scratch, B, T, lp, part);
   }
 }
 

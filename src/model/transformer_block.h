@@ -31,7 +31,8 @@ struct LoraChunks {
 };
 
 // A block's adapters as LoraBlock pointers into held chunks (Note [lora segments]), with each
-// module's dropout key when c.dropout; no u, du or xd.
+// module's dropout key when c.dropout; no u, du or xd. A module in a chunk not given (null) has
+// none.
 LoraBlock lora_block_of(const ParamLayout& layout, const LoraChunks& chunks);
 // Slot of module k's base weight in a block segment (Note [lora math] numbers the modules).
 int lora_base_slot(ModelArch arch, int k);
@@ -61,9 +62,11 @@ class TransformerBlock {
     float* held = nullptr;
   };
   // out (B,T,C) = block(x) with the parameters in params (one typed view per chunk of `seg`:
-  // fp32, or bf16 with bf16_weights), keeping the internals at `at`.
+  // fp32, or bf16 with bf16_weights), keeping the internals at `at`. part: one half (Note [block
+  // halves] in model/param_layout.h), whose chunks alone need be given (the others empty views,
+  // the adapters' chunks null).
   void forward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const float* x, float* out,
-               InternalsAt at, int B, int T, const LoraChunks* lora = nullptr);
+               InternalsAt at, int B, int T, const LoraChunks* lora = nullptr, BlockPart part = BlockPart::Whole);
   // dx (B,T,C) and the block's gradients (overwritten, in the fp32 chunks `grads`; null: a frozen
   // base) for dout; with recompute the internals are first recomputed from x into `at`. dx may be
   // dout (in place: each chunk reads its dout rows before it writes its dx rows).

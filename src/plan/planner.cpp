@@ -86,7 +86,7 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
     if (write_gbps > 0 && writes[g] > 0)
       disk_free = std::max(disk_free, previous) + static_cast<double>(writes[g]) / (write_gbps * 1e6);
     double start = std::max(previous, read_end);
-    double ms = schedule.group_optional(g) ? 0.0 : group_compute_ms(schedule.group_work(g), t);
+    double ms = schedule.group_optional(g) ? 0.0 : group_compute_ms(schedule.group_work(g), t) * schedule.group_share(g);
     if (schedule.group_work(g) == GroupWork::GradAccum) ms = group_update_ms(schedule, units, g, t.adamw_inline_ns_per_float);
     if (schedule.group_work(g) == GroupWork::Optimizer) {
       if (mode == OptimizerMode::Inline) {
@@ -294,7 +294,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   p.optimizer_ms = p.mode == OptimizerMode::ZerothOrder ? 0.0 : floats * adamw_ns / 1e6;  // zo: inside the forward
   double accum_ms = 0;  // the GradAccum groups (Note [gradient accumulation])
   for (int g = 0; g < G; ++g) {
-    p.compute_ms += group_compute_ms(schedule.group_work(g), t);
+    p.compute_ms += group_compute_ms(schedule.group_work(g), t) * schedule.group_share(g);
     if (schedule.group_work(g) == GroupWork::GradAccum)
       accum_ms += group_update_ms(schedule, units, g, t.adamw_inline_ns_per_float);
   }

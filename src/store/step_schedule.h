@@ -55,6 +55,10 @@ class StepSchedule {
   GroupWork group_work(int g) const { return info_[g].work; }
   int group_segment(int g) const { return info_[g].segment; }
   int group_item(int g) const { return info_[g].item; }
+  // The share of its work's compute the group does: 1, or less for a part of it (a block's
+  // half, Note [block halves] in model/param_layout.h); the planner times groups by it.
+  double group_share(int g) const { return info_[g].share; }
+  void group_share_set(int g, double share) { info_[g].share = share; }
   // How many consecutive uses of group g are held at once (kOptimizerChunkUses, kGradAccumChunkUses or all).
   int hold_span(int g) const;
 
@@ -77,6 +81,7 @@ class StepSchedule {
     GroupWork work;
     int segment, item;
     bool optional;
+    double share = 1.0;
   };
   std::vector<std::vector<UnitUse>> groups_;
   std::vector<Info> info_;
