@@ -172,7 +172,7 @@ void DeviceSegmentStore::evict(int unit) {
   e.state = State::Absent;
 }
 
-bool DeviceSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, bool block) {
+bool DeviceSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, bool block, int unit) {
   if (budget_bytes_ == 0) return true;
   if (bytes > budget_bytes_)
     throw BugError(detail::concat("[store] bug: one unit (", bytes, " bytes) exceeds the device budget of ", budget_bytes_,
@@ -180,6 +180,8 @@ bool DeviceSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, 
   const bool training = std::this_thread::get_id() == training_thread_;
   for (;;) {
     reap();
+    // Note [room for a unit once] (store/tiered_segment_store.h): the other thread brought it in.
+    if (unit >= 0 && entries_[unit].state != State::Absent) return true;
     if (held_bytes_ - free_bytes_ + bytes <= budget_bytes_) return true;
     const int victim = policy_.victim(beyond, [&](int u) { return evictable(u); });
     if (victim >= 0) {
@@ -220,7 +222,7 @@ void* DeviceSegmentStore::acquire_unit(int unit, Access access) {
   if (e.state == State::Absent) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t bytes = units().bytes(unit);
-    space_make(lock, bytes, -1, true);
+    space_make(lock, bytes, -1, true, unit);
     if (e.state == State::Absent) {  // else the other thread brought it in while this one waited
       bool zeroed = false;
       e.buffer = buffer_take(bytes, &zeroed);

@@ -141,8 +141,10 @@ class DeviceSegmentStore final : public SegmentStore {
   bool dead(int unit) const { return entries_[unit].pins == 0 && policy_.dead(unit); }
   bool evictable(int unit) const;
   // Makes room for `bytes`, evicting only units whose next use is farther than `beyond`; with
-  // block=false returns false instead of waiting for a copy or the other thread.
-  bool space_make(Lock& lock, std::size_t bytes, long beyond, bool block);
+  // block=false returns false instead of waiting for a copy or the other thread. unit: the one the
+  // room is for; true once the other thread has brought it in (Note [room for a unit once] in
+  // store/tiered_segment_store.h).
+  bool space_make(Lock& lock, std::size_t bytes, long beyond, bool block, int unit = -1);
   void evict(int unit);
   Buffer buffer_take(std::size_t bytes, bool* zeroed);
   void buffer_give(Buffer buffer);  // records its free event
