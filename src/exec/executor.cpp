@@ -187,7 +187,16 @@ int Executor::act_segment(int layer) const {
 
 std::size_t Executor::min_store_bytes() const {
   // Note [host optimizer]: the updates hold nothing of this store then.
-  return schedule_min_bytes(schedule_, units_, worker_ != nullptr && !host_optimizer_, host_optimizer_);
+  std::size_t bytes = schedule_min_bytes(schedule_, units_, worker_ != nullptr && !host_optimizer_, host_optimizer_);
+  // Loading, saving and hashing hold every chunk of one segment's kind at once (SegmentChunksHold),
+  // which a block's half holds less of (Note [block halves]).
+  for (int s = 0; s < layout_.segment_count(); ++s)
+    for (const SegmentKind kind : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV}) {
+      std::size_t segment = 0;
+      for (int c = 0; c < units_.chunk_count(s, kind); ++c) segment += units_.bytes(unit_at(s, kind, c));
+      bytes = std::max(bytes, segment);
+    }
+  return bytes;
 }
 
 std::size_t Executor::min_host_store_bytes() const {
