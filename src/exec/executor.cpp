@@ -118,8 +118,12 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   }
   if (mode == OptimizerMode::ZerothOrder) {  // Note [zeroth-order step]: the second pass's head
     head_scratch_minus_ = std::make_unique<Gpt2HeadScratch>(*ops_, config, max_batch * max_seq, precision, false, false);
-    if (layout_.head_tied() && vocab0 >= 0 && layout_.trainable(vocab0))  // and its tied lookup's copy
-      zo_block_ = OpsBuffer(*ops_, static_cast<std::size_t>(vocab_block_rows(config)) * config.n_embd * sizeof(float));
+    if (layout_.head_tied() && vocab0 >= 0 && layout_.trainable(vocab0)) {  // and its tied lookup's copy
+      std::size_t block = 0;  // the largest block's unit (padded as the store holds it)
+      for (int k = 0; k < layout_.vocab_block_count(); ++k)
+        block = std::max(block, units.bytes(units.index(layout_.vocab_segment(k), SegmentKind::Params, 0)));
+      zo_block_ = OpsBuffer(*ops_, block);
+    }
   }
   schedule_build();
   update_job_.assign(static_cast<std::size_t>(layout_.segment_count()), 0);

@@ -11,13 +11,10 @@
 namespace stratum {
 
 void Executor::zo_schedule_build() {
-  std::vector<bool> held(static_cast<std::size_t>(layout_.segment_count()), false);
   forward_groups_add([](int) {},
                      [&](int s) {
                        // A frozen base (LoRA: only the adapters move, Note [lora segments]) is read.
-                       if (!layout_.trainable(s)) return Access::Read;
-                       held[s] = true;
-                       return Access::Update;
+                       return layout_.trainable(s) ? Access::Update : Access::Read;
                      },
                      false, false, true);
   forward_end_ = compute_end_ = schedule_.group_count();
@@ -96,6 +93,7 @@ void Executor::zo_dual_compute(int g, const GroupHolds& holds, Pass& pass) {
     // The tied head reads the block at +eps*z: this lookup reads a copy at -eps*z.
     STRATUM_ASSERT(schedule_.group_work(g) == GroupWork::VocabForward && pass.vocab_copy == nullptr);
     float* const copy = zo_block_.as_f32();
+    STRATUM_ASSERT(units_.bytes(unit) <= zo_block_.size_bytes());
     ops_->copy(copy, params(unit), units_.bytes(unit) / sizeof(float));
     zo_apply_unit(unit, copy, pass.zo_minus, BlockPart::Whole);
     pass.vocab_copy = copy;
