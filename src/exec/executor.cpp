@@ -195,11 +195,8 @@ std::size_t Executor::min_store_bytes() const {
   // Loading, saving and hashing hold every chunk of one segment's kind at once (SegmentChunksHold),
   // which a block's half holds less of (Note [block halves]).
   for (int s = 0; s < layout_.segment_count(); ++s)
-    for (const SegmentKind kind : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV}) {
-      std::size_t segment = 0;
-      for (int c = 0; c < units_.chunk_count(s, kind); ++c) segment += units_.bytes(unit_at(s, kind, c));
-      bytes = std::max(bytes, segment);
-    }
+    for (const SegmentKind kind : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
+      bytes = std::max(bytes, units_.segment_bytes(s, kind));
   return bytes;
 }
 
@@ -365,14 +362,14 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
                                     layout_.vocab_row0(item), layout_.vocab_rows(item), B, T, C);
       return;
     case GroupWork::LayerForward: {
-      float* const out = holds.data(act_segment(item + 1), K::Activations) + half;
       if (group_part(g) != BlockPart::Whole) {
-        layer_half_forward(g, holds, p, out);
+        layer_half_forward(g, holds, p, half);
         return;
       }
       const LoraChunks lora = lora_chunks(holds, item, false, p);
-      blocks_.forward(*ops_, seg, holds.views(s, K::Params), holds.data(s, K::Activations) + half, out,
-                      internals_at(holds, item), B, T, layout_.has_lora() ? &lora : nullptr);
+      blocks_.forward(*ops_, seg, holds.views(s, K::Params), holds.data(s, K::Activations) + half,
+                      holds.data(act_segment(item + 1), K::Activations) + half, internals_at(holds, item), B, T,
+                      layout_.has_lora() ? &lora : nullptr);
       return;
     }
     case GroupWork::HeadBegin: {
@@ -446,7 +443,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
   STRATUM_ASSERT(false);  // GradAccum, GradShare and Optimizer groups are run by group_run()
 }
 
-void Executor::layer_half_forward(int g, const GroupHolds& holds, const Pass& p, float* out) {
+void Executor::layer_half_forward(int g, const GroupHolds& holds, const Pass& p, std::size_t half) {
   // The held chunks of the layer and of its adapters; the others empty (Note [block halves]).
   const int s = schedule_.group_segment(g), layer = schedule_.group_item(g);
   const int a = layout_.has_lora() ? layout_.lora_segment(layer) : -1;
@@ -462,10 +459,8 @@ void Executor::layer_half_forward(int g, const GroupHolds& holds, const Pass& p,
   const LoraChunks lora{a >= 0 ? &layout_.segments()[a] : nullptr, adapters.data(), nullptr, false, 0};
   const BlockPart part = group_part(g);
   // The MLP half reads res2 from out (where the attention half left it), not x.
-  const float* const x = part == BlockPart::Attention
-                             ? holds.data(s, SegmentKind::Activations) + static_cast<std::size_t>(p.half) * p.B * p.T *
-                                                                             cfg_.n_embd
-                             : out;
+  float* const out = holds.data(act_segment(layer + 1), SegmentKind::Activations) + half;
+  const float* const x = part == BlockPart::Attention ? holds.data(s, SegmentKind::Activations) + half : out;
   blocks_.forward(*ops_, layout_.segments()[s], views.data(), x, out, internals_at(holds, layer), p.B, p.T,
                   a >= 0 ? &lora : nullptr, part);
 }

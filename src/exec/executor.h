@@ -360,8 +360,9 @@ class Executor {
   void grad_accum_run(int g, const Pass& pass);  // a GradAccum group (Note [gradient accumulation])
   void grad_share_run(int g, const Pass& pass);  // a GradShare group (Note [data parallel])
   void group_compute(int g, const GroupHolds& holds, Pass& pass);
-  // A LayerForward group of one half (Note [block halves]): out is the half's activation rows.
-  void layer_half_forward(int g, const GroupHolds& holds, const Pass& pass, float* out);
+  // A LayerForward group of one half (Note [block halves]); half: the offset of the pass's hidden
+  // state in the activation units (Pass::half).
+  void layer_half_forward(int g, const GroupHolds& holds, const Pass& pass, std::size_t half);
   std::string group_name(int g, const Pass& pass) const;  // the trace span's name
   // Note [gradients final]: the one place a segment's gradients are declared final for the step.
   // group_run() calls it after the group that last writes them (derived from the schedule in

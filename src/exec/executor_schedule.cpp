@@ -157,11 +157,7 @@ void Executor::schedule_build() {
   // optimizer shard holds whole tensors.
   owner_.assign(static_cast<std::size_t>(layout_.segment_count()), -1);
   {
-    auto bytes = [&](int s) {
-      std::size_t b = 0;
-      for (int c = 0; c < units_.chunk_count(s, K::Params); ++c) b += units_.bytes(unit_at(s, K::Params, c));
-      return b;
-    };
+    auto bytes = [&](int s) { return units_.segment_bytes(s, K::Params); };
     auto shares_tensor = [&](int a, int b) {  // a tensor of b has a piece in a
       for (const TensorSlot& t : layout_.segments()[b].tensors)
         for (const auto& slot : layout_.find(t.name))

@@ -100,4 +100,10 @@ std::size_t UnitTable::total_bytes() const {
   return total;
 }
 
+std::size_t UnitTable::segment_bytes(int segment, SegmentKind kind) const {
+  std::size_t total = 0;
+  for (int c = 0; c < chunk_count(segment, kind); ++c) total += units_[index(segment, kind, c)].bytes;
+  return total;
+}
+
 }  // namespace stratum

@@ -68,6 +68,7 @@ class UnitTable {
   std::string file_name(int file) const;  // "layer.3.adam_m.bin"
   std::string name(int unit) const;       // "layer.3.adam_m[2]", "embed.params"
   std::size_t total_bytes() const;        // every unit
+  std::size_t segment_bytes(int segment, SegmentKind kind) const;  // every chunk of (segment, kind)
   std::size_t act_floats() const { return act_floats_; }
   std::size_t internals_floats() const { return internals_floats_; }
   bool param_bf16() const { return param_bf16_; }
