@@ -1,8 +1,8 @@
 // Tests for src/kernels/cpu/matmul_bf16 (Note [bf16 products]): f32_to_bf16's rounding (ties to
 // even, NaN, overflow); sgemm_bf16 against a float64 product of the bf16-rounded operands for
 // every transpose, leading dimensions wider than the matrix, alpha and beta; run-to-run bits;
-// that the operands really are rounded (the result differs from fp32 sgemm); and a bf16 weight
-// given as it is gives the bits of its widening.
+// that the operands really are rounded (the result differs from fp32 sgemm); a bf16 weight
+// given as it is gives the bits of its widening, also widened in panels (sgemm_w).
 #include "kernels/cpu/matmul_bf16.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +16,8 @@
 #include "core/bf16.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/matmul.h"
+#include "model/block_policy.h"
+#include "core/tensor_view.h"
 
 namespace stratum {
 namespace {
@@ -123,6 +125,52 @@ TEST(MatmulBf16, Bf16WeightGivesTheBitsOfItsWidening) {
                       scratch.data());
         EXPECT_EQ(std::memcmp(w2.data(), g2.data(), w2.size() * sizeof(float)), 0)
             << precision_name(precision) << " " << trans_b << " " << beta;
+      }
+    }
+  }
+}
+
+// Note [widened in panels]: sgemm_w widens a bf16 weight panel by panel into a scratch smaller than
+// the matrix and gives the bits of one sgemm on the whole widening: both transposes, beta 0 and 1,
+// a last panel narrower than the others, widths not a multiple of 64, a few rows, and the ~1.1B
+// Llama's MLP shapes at its row chunk (1024 rows) with the real scratch (kWidenPanelFloats).
+TEST(MatmulBf16, PanelsGiveTheBitsOfOneWidening) {
+  ThreadPool pool(2);
+  struct Shape {
+    int M, N, K;
+    std::size_t scratch;
+  };
+  const Shape shapes[] = {{16, 1000, 512, 512 * 300},    {3, 1300, 4096, 4096 * 500},
+                          {1, 2048, 5632, kWidenPanelFloats}, {1024, 5632, 2048, kWidenPanelFloats},
+                          {1024, 2048, 5632, kWidenPanelFloats}};
+  for (const Shape& sh : shapes) {
+    const int M = sh.M, N = sh.N, K = sh.K;
+    std::vector<float> A(static_cast<std::size_t>(M) * K), C0(static_cast<std::size_t>(M) * N);
+    for (std::size_t i = 0; i < A.size(); ++i) A[i] = std::sin(0.37f * static_cast<float>(i % 100003)) * 1.001f;
+    for (std::size_t i = 0; i < C0.size(); ++i) C0[i] = std::cos(0.05f * static_cast<float>(i % 10007));
+    std::vector<std::uint16_t> B16(static_cast<std::size_t>(K) * N);
+    std::vector<float> Bw(B16.size());
+    for (std::size_t i = 0; i < B16.size(); ++i) {
+      B16[i] = f32_to_bf16(std::cos(0.11f * static_cast<float>(i % 100019)) * 0.02f);
+      Bw[i] = bf16_to_f32(B16[i]);
+    }
+    for (Precision precision : {Precision::Fp32, Precision::Bf16}) {
+      const CpuOps ops(pool, precision);
+      if (!ops.sgemm_b16_widens()) continue;  // oneDNN takes the bf16 weight as it is
+      for (bool trans_b : {false, true}) {
+        if (M == 1024 && !trans_b && N == 2048) continue;  // one large case per product the block runs
+        const int ldb = trans_b ? K : N;
+        const TensorView w = TensorView(B16.data(), DType::BF16, B16.size()).matrix(trans_b ? N : K, trans_b ? K : N);
+        for (float beta : {0.0f, 1.0f}) {
+          if (M == 1024 && beta != 0.0f) continue;
+          std::vector<float> want = C0, got = C0, scratch(sh.scratch);
+          ops.sgemm(false, trans_b, M, N, K, 0.5f, A.data(), K, Bw.data(), ldb, beta, want.data(), N);
+          sgemm_w(ops, false, trans_b, M, N, K, 0.5f, A.data(), K, w, ldb, beta, got.data(), N, scratch.data(),
+                  scratch.size());
+          EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+              << precision_name(precision) << " M" << M << " N" << N << " K" << K << " trans_b " << trans_b
+              << " beta " << beta;
+        }
       }
     }
   }

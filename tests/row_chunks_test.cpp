@@ -315,6 +315,79 @@ TEST(RowChunks, TheForwardOnlyEngineHasNoBackwardBuffers) {
   }
 }
 
+// Note [frozen MLP rows]: where the blocks' MLPs train nothing (LoRA on the attention only, or
+// zo-sgd) they may run in sub-chunks of fewer rows than a chunk: the same bits for any sub-chunk
+// (256, and 100, which splits both chunks unevenly), policy, budget and prefetch depth, in less
+// memory (the recomputed set's and the workspace's MLP buffers hold one sub-chunk). The MLP must
+// be wide enough for its products to stay off OpenBLAS's small-matrix path (mlp_sub_chunks_exact).
+TEST(RowChunks, FrozenMlpSubChunksKeepTheBitsInLessMemory) {
+  blas_set_threads(2);
+  for (const bool llama : {false, true}) {
+    GptConfig cfg = chunk_config(llama);  // one layer whose MLP products are above OpenBLAS's small ones
+    cfg.n_layer = 1;
+    cfg.n_head = 8;
+    cfg.n_embd = llama ? 512 : 576;
+    if (llama) cfg.n_inner = 2304;
+    ASSERT_TRUE(mlp_sub_chunks_exact(cfg));
+    ASSERT_FALSE(mlp_sub_chunks_exact(chunk_config(llama)));
+    const LoraConfig lora = lora_config_make(llama ? ModelArch::Llama : ModelArch::Gpt2, 4, 8,
+                                             llama ? "q_proj,v_proj,o_proj" : "c_attn,attn.c_proj", false, 0.1);
+    const ParamLayout layout = ParamLayout::of(cfg, lora);
+    ASSERT_TRUE(layout.mlp_frozen());
+    ASSERT_FALSE(ParamLayout::of(cfg, every_linear(llama, 0.0)).mlp_frozen());
+    const std::vector<std::int32_t> tokens = random_tokens(static_cast<std::size_t>(kB) * kT + 1, cfg.vocab_size, 3);
+    const std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.end());
+    std::size_t fixed_full = 0, fixed_sub = 0;
+    auto run = [&](const LoraConfig& adapters, OptimizerMode mode, ActivationPolicy policy, int rows, int depth) {
+      SCOPED_TRACE(std::string(llama ? "llama " : "gpt2 ") + activation_policy_name(policy) + " rows " +
+                   std::to_string(rows) + " prefetch " + std::to_string(depth));
+      const ParamLayout l = ParamLayout::of(cfg, adapters);
+      const bool zo = mode == OptimizerMode::ZerothOrder;
+      const std::size_t internals =
+          policy == ActivationPolicy::Offload ? Executor::internals_unit_floats(cfg, kB, kT, l) : 0;
+      const UnitTable units(l, Executor::activation_unit_floats(cfg, kB, kT, zo),
+                            zo ? UnitSet::ForwardOnly : UnitSet::Training, false, internals);
+      testing::TempDir tmp;
+      std::unique_ptr<SegmentStore> store;  // outlives the executor
+      ThreadPool pool(2);
+      Executor exec(pool, cfg, units, kB, kT, policy, mode, Precision::Fp32, Backend::Cpu, 1, nullptr, rows);
+      (rows == kRowChunk ? fixed_full : fixed_sub) = exec.fixed_bytes();
+      store = testing::store_in_ram_or_under(units, depth, exec.min_store_bytes(), tmp.path());
+      model_init_random(cfg, l, *store, 11);
+      if (adapters.on()) lora_fill(l, *store);
+      exec.attach(*store);
+      for (int step = 0; step < 2; ++step) {
+        if (zo) {
+          ZoHyper h;
+          h.seed = 5;
+          h.step = step;
+          h.lr = 1e-3;
+          exec.zo_step(tokens.data(), targets.data(), kB, kT, h);
+        } else {
+          exec.lora_dropout_step(7, step);
+          exec.train_step(tokens.data(), targets.data(), kB, kT, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1, 1.0);
+        }
+      }
+      exec.sync();
+      return model_params_hash(l, *store);
+    };
+    const OptimizerMode adamw = OptimizerMode::Inline;
+    const std::uint64_t ram = run(lora, adamw, ActivationPolicy::Recompute, kRowChunk, -1);
+    EXPECT_EQ(run(lora, adamw, ActivationPolicy::Recompute, kFrozenMlpRows, -1), ram);
+    // The recomputed set's gate and up (fch, fch_gelu) and the workspace's dgate and dup (dfch).
+    const std::size_t width = llama ? static_cast<std::size_t>(cfg.mlp_width()) : 4u * cfg.n_embd;
+    EXPECT_GE(fixed_full - fixed_sub, (kRowChunk - kFrozenMlpRows) * width * (llama ? 4 : 3) * sizeof(float));
+    EXPECT_EQ(run(lora, adamw, ActivationPolicy::Recompute, 100, -1), ram);
+    EXPECT_EQ(run(lora, adamw, ActivationPolicy::Recompute, kFrozenMlpRows, 1), ram);
+    EXPECT_EQ(run(lora, adamw, ActivationPolicy::Offload, kFrozenMlpRows, 2), ram);
+    EXPECT_EQ(run(lora, adamw, ActivationPolicy::Keep, 100, -1), ram);
+    // zo-sgd on every weight: no backward, so no MLP trains through a sum over rows.
+    const OptimizerMode zo = OptimizerMode::ZerothOrder;
+    const std::uint64_t zo_ram = run(LoraConfig{}, zo, ActivationPolicy::Recompute, kRowChunk, -1);
+    EXPECT_EQ(run(LoraConfig{}, zo, ActivationPolicy::Recompute, kFrozenMlpRows, 1), zo_ram);
+  }
+}
+
 // bf16 products round their operands into per-thread scratch that grows to the largest call's;
 // the engine reserves it for a row chunk's (or a head chunk's) products, not for every row
 // (Executor::fixed_bytes). So a 1200-row bf16 pass (two chunks) grows it no further than a

@@ -65,7 +65,7 @@ ActivationPolicy activation_policy_parse(const std::string& text) {
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
                    ActivationPolicy activations, OptimizerMode mode, Precision precision, Backend backend,
-                   int micro_batches, Communicator* comm)
+                   int micro_batches, Communicator* comm, int mlp_rows)
     : ops_(ops_make(pool, precision, backend)),
       cfg_(config),
       units_(units),
@@ -80,7 +80,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       blocks_(*ops_, config, max_batch, max_seq,
               activations == ActivationPolicy::Keep ? config.n_layer : activations == ActivationPolicy::Offload ? 0 : 1,
               &units.layout(), units.param_bf16(), activations == ActivationPolicy::Recompute,
-              has_backward(mode)),
+              has_backward(mode), mlp_rows),
       head_scratch_(*ops_, config, max_batch * max_seq, precision, activations == ActivationPolicy::Keep,
                     has_backward(mode)),
       schedule_(units.count()),

@@ -211,7 +211,7 @@ class Executor {
   Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute, OptimizerMode mode = OptimizerMode::Inline,
            Precision precision = Precision::Fp32, Backend backend = Backend::Cpu, int micro_batches = 1,
-           Communicator* comm = nullptr);
+           Communicator* comm = nullptr, int mlp_rows = kRowChunk);
   Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute);
   ~Executor();

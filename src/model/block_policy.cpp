@@ -1,6 +1,7 @@
 // Linear policies and attention strategies of the block forwards; see block_policy.h.
 #include "model/block_policy.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -37,13 +38,31 @@ const float* weight_f32(const Ops& ops, const TensorView& w, float* scratch) {
 }
 
 void sgemm_w(const Ops& ops, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-             const TensorView& w, int ldw, float beta, float* C, int ldc, float* scratch) {
+             const TensorView& w, int ldw, float beta, float* C, int ldc, float* scratch, std::size_t scratch_floats) {
   if (w.dtype() == DType::F32) {
     ops.sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, w.f32(), ldw, beta, C, ldc);
     return;
   }
+  if (!ops.sgemm_b16_widens()) {
+    ops.sgemm_b16(trans_a, trans_b, M, N, K, alpha, A, lda, w.bf16(), ldw, beta, C, ldc, nullptr);
+    return;
+  }
   STRATUM_ASSERT(scratch != nullptr);
-  ops.sgemm_b16(trans_a, trans_b, M, N, K, alpha, A, lda, w.bf16(), ldw, beta, C, ldc, scratch);
+  // Note [widened in panels]: columns [n0, n0 + panel) of op(w) (K, N): rows of w (N, K) when
+  // trans_b, else columns of w (K, N). As few panels as fit the scratch, of equal widths (the last
+  // at most `panels` columns narrower), so each holds over half of it.
+  const std::size_t whole = static_cast<std::size_t>(K) * N;
+  int panel = N;
+  if (whole > scratch_floats) {
+    int panels = static_cast<int>((whole + scratch_floats - 1) / scratch_floats);
+    while (static_cast<std::size_t>((N + panels - 1) / panels) * K > scratch_floats) ++panels;
+    panel = (N + panels - 1) / panels;
+  }
+  for (int n0 = 0; n0 < N; n0 += panel) {
+    const int n = std::min(panel, N - n0);
+    const std::uint16_t* const b = w.bf16() + (trans_b ? static_cast<std::size_t>(n0) * ldw : static_cast<std::size_t>(n0));
+    ops.sgemm_b16(trans_a, trans_b, M, n, K, alpha, A, lda, b, ldw, beta, C + n0, ldc, scratch);
+  }
 }
 
 void GemmLinear::kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,
@@ -55,7 +74,7 @@ void GemmLinear::kn(const Ops& ops, float* y, const float* x, const TensorView& 
 void GemmLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
                     int K) const {
   shape_check(w, N, K);
-  sgemm_w(ops, false, true, M, N, K, 1.0f, x, ldx, w, K, 0.0f, y, ldy, widen_);
+  sgemm_w(ops, false, true, M, N, K, 1.0f, x, ldx, w, K, 0.0f, y, ldy, widen_, widen_floats_);
 }
 
 void RowDotLinear::kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,

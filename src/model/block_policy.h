@@ -17,6 +17,7 @@
 #include <cstddef>
 
 #include "core/tensor_view.h"
+#include "model/model_config.h"
 #include "ops/ops.h"
 
 namespace stratum {
@@ -68,6 +69,29 @@ void for_each_row_chunk(int rows, F&& f) {
 inline int row_chunk_rows(std::size_t max_rows) {
   return max_rows < static_cast<std::size_t>(kRowChunk) ? static_cast<int>(max_rows) : kRowChunk;
 }
+// Note [frozen MLP rows]: where a block's MLP half gets no gradient in a run (ParamLayout::
+// mlp_frozen: LoRA with no adapter on the MLP, or no backward at all), nothing sums over its
+// rows: every op of the half, forward and backward (norm, products, activation, the input's
+// gradient), is row by row. A product's element is then the same dot product over K for any
+// number of rows, provided the GEMM never takes its small-matrix path (OpenBLAS's sums in another
+// order, for at most 10^6 multiply-adds): so only MLPs whose products are above that for one row
+// (mlp_sub_chunks_exact: C x I > 2^20), in fp32 (oneDNN's bf16 products may split K by shape).
+// Such a half may run each row chunk in sub-chunks of mlp_rows rows (Executor, TransformerBlock;
+// the plan takes the largest of 1024, 512, 256 whose minimum fits the budget, plan_mlp_rows), in
+// order, its widest buffers (GPT-2's fch, fch_gelu, dfch; Llama's gate, up, dgate, dup, with
+// hmid) holding one sub-chunk: at B*T = 1024 on the ~1.1B Llama 22 MiB at 256 rows instead of
+// 88 MiB. Same bits (RowChunks.FrozenMlpSubChunksKeepTheBitsInLessMemory); the weights'
+// widening and packing is repeated per sub-chunk, which costs time (docs/benchmarks.md), so in
+// RAM and where a budget allows the sub-chunk is the chunk.
+inline constexpr int kFrozenMlpRows = 256;
+inline bool mlp_sub_chunks_exact(const GptConfig& cfg) {
+  return static_cast<std::size_t>(cfg.n_embd) * static_cast<std::size_t>(cfg.mlp_width()) > (std::size_t{1} << 20);
+}
+// f(q0, m) for each sub-chunk [q0, q0 + m) of `step` rows of the row chunk [r0, r0 + n).
+template <class F>
+void for_each_sub_chunk(int r0, int n, int step, F&& f) {
+  for (int q0 = r0; q0 < r0 + n; q0 += step) f(q0, std::min(step, r0 + n - q0));
+}
 
 // Note [frozen bf16 base]: a LoRA run over a base stored in bf16 keeps the frozen layers in bf16
 // in the training store too (UnitTable with param_bf16: half the RAM, budget and offload reads of
@@ -93,16 +117,32 @@ class WidenedVectors {
 
 // w's elements as fp32: w's own (fp32), or (bf16) widened into scratch (at least w's elements).
 const float* weight_f32(const Ops& ops, const TensorView& w, float* scratch);
+// Note [widened in panels]: a bf16 weight reaches a widening backend (Ops::sgemm_b16_widens) in
+// panels of output columns, each widened into the same scratch of at most kWidenPanelFloats
+// floats just before its product: C's columns [n0, n1) = alpha op(A) op(w)[:, n0:n1] + beta C's.
+// Each of C's elements is then the same dot product over K, in the same order, as in one product
+// over every column: the GEMM blocks K the same way for any N, and a panel (as few as fit, of
+// equal widths, so each over half the scratch: more than 10^6 multiply-adds a row) never reaches
+// OpenBLAS's small-matrix kernels, which sum in another order. MatmulBf16.PanelsGiveTheBitsOfOneWidening
+// checks it at the ~1.1B Llama's shapes. A 5632 x 2048 MLP matrix needs 8 MiB of scratch instead
+// of 44 MiB; GPT-2's Conv1D products (GemmLinear::kn, bias first) still widen a whole matrix.
+inline constexpr std::size_t kWidenPanelFloats = std::size_t{1} << 21;
+// Floats of widening scratch for bf16 matrices of up to `largest` elements.
+inline std::size_t widen_scratch_floats(std::size_t largest) { return std::min(largest, kWidenPanelFloats); }
+
 // C = alpha op(A) op(w) + beta C for a weight w, fp32 (Ops::sgemm) or bf16 (Ops::sgemm_b16, which
-// may widen it into scratch, at least w's elements): the same bits either way.
+// may widen it into scratch, scratch_floats floats, in panels: Note [widened in panels]): the same
+// bits either way.
 void sgemm_w(const Ops& ops, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-             const TensorView& w, int ldw, float beta, float* C, int ldc, float* scratch);
+             const TensorView& w, int ldw, float beta, float* C, int ldc, float* scratch, std::size_t scratch_floats);
 
 // GEMM (sgemm / matmul_forward): training and recompute. fp32 weights, or bf16 ones widened
-// into widen_scratch first (Note [frozen bf16 base]).
+// into widen_scratch first (Note [frozen bf16 base]): nt() in panels (Note [widened in panels]),
+// kn() (GPT-2's Conv1D, bias first) the whole matrix.
 class GemmLinear final : public Linear {
  public:
-  explicit GemmLinear(float* widen_scratch = nullptr) : widen_(widen_scratch) {}
+  explicit GemmLinear(float* widen_scratch = nullptr, std::size_t widen_floats = 0)
+      : widen_(widen_scratch), widen_floats_(widen_floats) {}
   void kn(const Ops& ops, float* y, const float* x, const TensorView& w, const float* bias, int M, int K,
           int N) const override;
   void nt(const Ops& ops, float* y, int ldy, const float* x, int ldx, const TensorView& w, int M, int N,
@@ -110,6 +150,7 @@ class GemmLinear final : public Linear {
 
  private:
   float* widen_;
+  std::size_t widen_floats_;  // nt(): the scratch's floats (Note [widened in panels]); kn() widens whole
 };
 
 // Row dot products (Note [row dot products] in kernels/cpu/rowdot.h): decoding. fp32 or bf16.

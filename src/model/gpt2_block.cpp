@@ -18,9 +18,11 @@ Gpt2BlockTensors gpt2_block_tensors(const Ops& ops, const SegmentLayout& layout,
 
 Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
                                  const Gpt2Workspace* borrow, bool chunked)
-    : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked))) {
+    : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked,
+                                           borrow != nullptr ? borrow->mlp_rows : kRowChunk))) {
   this->chunked = chunked;
   if (borrow != nullptr) {
+    mlp_rows = borrow->mlp_rows;
     ln1 = ln2 = borrow->tmp;
     borrowed = true;
   }
@@ -28,34 +30,40 @@ Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_b
 
 Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, const Gpt2Workspace& w,
                                    float* memory) {
-  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false), memory);
+  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false, w.mlp_rows), memory);
+  mlp_rows = w.mlp_rows;
   ln1 = ln2 = w.tmp;
   borrowed = true;
 }
 
 std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                        bool borrowed, bool chunked) {
+                                        bool borrowed, bool chunked, int mlp_rows) {
   Gpt2Activations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked));
+  return aligned_buffer_carve_bytes(
+      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked, mlp_rows));
 }
 
 CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                    bool borrow, bool chunked) {
+                                    bool borrow, bool chunked, int mlp_rows) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
   const std::size_t own = borrow ? 0 : 1;
   const std::size_t rows = chunked ? static_cast<std::size_t>(row_chunk_rows(BT)) : BT;
+  const std::size_t mlp = chunked ? std::min(rows, static_cast<std::size_t>(mlp_rows)) : BT;
   return CarveSlices({{&ln1, own * BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att_stats, stats},
                    {&atty, rows * C}, {&res2, rows * C}, {&ln2, own * BT * C}, {&ln2_mean, BT}, {&ln2_rstd, BT},
-                   {&fch, rows * 4 * C}, {&fch_gelu, rows * 4 * C}});
+                   {&fch, mlp * 4 * C}, {&fch_gelu, mlp * 4 * C}});
 }
 
 Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights,
-                             bool backward) {
+                             bool backward, int mlp_rows) {
+  this->mlp_rows = mlp_rows;
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
-  const std::size_t wide_floats = bf16_weights ? 4 * C * C : 0, vector_floats = bf16_weights ? 13 * C : 0;
+  wide_floats = bf16_weights ? 4 * C * C : 0;  // kn() widens a whole matrix (GemmLinear)
+  const std::size_t vector_floats = bf16_weights ? 13 * C : 0;
   const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT)), bwd = backward ? 1 : 0;
-  buffer_ = ops_buffer_carve(ops, {{&tmp, chunk * C}, {&dfch, bwd * chunk * 4 * C}, {&dln, bwd * chunk * C},
+  const std::size_t mlp = std::min(chunk, static_cast<std::size_t>(mlp_rows));
+  buffer_ = ops_buffer_carve(ops, {{&tmp, chunk * C}, {&dfch, bwd * mlp * 4 * C}, {&dln, bwd * chunk * C},
                    {&datty, bwd * chunk * C}, {&dqkv, bwd * BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())},
                    {&wide, wide_floats}, {&wide_vectors, vector_floats}});
   if (!bf16_weights) wide = wide_vectors = nullptr;
@@ -133,7 +141,10 @@ void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& a
     float* const res2 = part == BlockPart::Whole ? s.res2 + s.chunk_row(r0) * C : out + static_cast<std::size_t>(r0) * C;
     if (part != BlockPart::Mlp)
       gpt2_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora, res2);
-    if (part != BlockPart::Attention) gpt2_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora, res2);
+    if (part != BlockPart::Attention)  // in sub-chunks (Note [frozen MLP rows])
+      for_each_sub_chunk(r0, n, s.mlp_rows, [&](int q0, int m) {
+        gpt2_mlp_rows(ops, linear, cfg, p, s, tmp, out, q0, m, lora, res2 + static_cast<std::size_t>(q0 - r0) * C);
+      });
   });
 }
 
@@ -141,7 +152,7 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
                          const Gpt2BlockTensors* g, const float* x, const float* dout, float* dx,
                          Gpt2Activations& s, Gpt2Workspace& w, int B, int T, bool recompute, const LoraBlock* lora) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
-  const GemmLinear linear{w.wide};
+  const GemmLinear linear{w.wide, w.wide_floats};
   // Recompute every row's qkv; each chunk's attention rows and MLP internals are recomputed
   // below, just before its backward (the block output itself is not needed).
   if (recompute) for_each_row_chunk(BT, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
@@ -159,32 +170,42 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
   // in w.tmp (borrowed, Gpt2Activations): the same layernorm writes them again. The gradient at
   // res2 is built in dx's rows, where the attention half's input gradient is added.
   STRATUM_ASSERT(s.ln1 == w.tmp && s.ln2 == w.tmp);
+  STRATUM_ASSERT(s.mlp_rows == w.mlp_rows);
   for_each_row_chunk(BT, [&](int r0, int n) {
-    const std::size_t at = static_cast<std::size_t>(r0) * C, own = s.chunk_row(r0) * C, mlp = own * 4;
+    const std::size_t at = static_cast<std::size_t>(r0) * C, own = s.chunk_row(r0) * C;
     const bool acc = r0 > 0;  // later chunks add to the gradients
-    const float* const dout_c = dout + at;
     float* const ln2 = s.ln2;
-    const float* const fch = s.fch + mlp;
-    const float* const fch_gelu = s.fch_gelu + mlp;
-    if (recompute) {
+    if (recompute)
       gpt2_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora,
                           s.res2 + own);
-      gpt2_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, r0, n, lora, s.res2 + own);
-    } else {
-      ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, s.res2 + own, p.ln2_w, p.ln2_b, n, C,
-                            cfg.layer_norm_eps);
-    }
-    ops.matmul_backward(w.dfch, grad_w(&Gpt2BlockTensors::mlp_proj_w), grad(&Gpt2BlockTensors::mlp_proj_b), dout_c,
-                        fch_gelu, weight_f32(ops, p.mlp_proj_w, w.wide), n, 4 * C, C, acc);
-    adapt(3, r0, n, acc, dout_c, C, fch_gelu, 4 * C, w.dfch, 4 * C, C);
-    ops.gelu_backward(w.dfch, fch, w.dfch, static_cast<std::size_t>(n) * 4 * C);
-    ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::fc_w), grad(&Gpt2BlockTensors::fc_b), w.dfch, ln2,
-                        weight_f32(ops, p.fc_w, w.wide), n, C, 4 * C, acc);
-    adapt(2, r0, n, acc, w.dfch, 4 * C, ln2, C, w.dln, C, 4 * C);
-    // d res2, in dx's rows: dout_c's last read (dx may be dout: in place)
-    if (dx != dout) ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);
-    ops.layernorm_backward(dx + at, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln,
-                           s.res2 + own, p.ln2_w, s.ln2_mean + r0, s.ln2_rstd + r0, n, C, acc);
+    // The MLP half in sub-chunks (Note [frozen MLP rows]: one, the chunk, where it trains).
+    STRATUM_ASSERT(w.mlp_rows >= n ||
+                   (g == nullptr && (lora == nullptr || (lora->t[2].a == nullptr && lora->t[3].a == nullptr))));
+    for_each_sub_chunk(r0, n, w.mlp_rows, [&](int q0, int m) {
+      const std::size_t qat = static_cast<std::size_t>(q0) * C, mlp = s.chunk_row(q0) * 4 * C;
+      const bool qacc = q0 > 0;
+      const float* const dout_c = dout + qat;
+      const float* const fch = s.fch + mlp;
+      const float* const fch_gelu = s.fch_gelu + mlp;
+      float* const res2 = s.res2 + own + static_cast<std::size_t>(q0 - r0) * C;
+      if (recompute) {
+        gpt2_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, q0, m, lora, res2);
+      } else {
+        ops.layernorm_forward(ln2, s.ln2_mean + q0, s.ln2_rstd + q0, res2, p.ln2_w, p.ln2_b, m, C,
+                              cfg.layer_norm_eps);
+      }
+      ops.matmul_backward(w.dfch, grad_w(&Gpt2BlockTensors::mlp_proj_w), grad(&Gpt2BlockTensors::mlp_proj_b), dout_c,
+                          fch_gelu, weight_f32(ops, p.mlp_proj_w, w.wide), m, 4 * C, C, qacc);
+      adapt(3, q0, m, qacc, dout_c, C, fch_gelu, 4 * C, w.dfch, 4 * C, C);
+      ops.gelu_backward(w.dfch, fch, w.dfch, static_cast<std::size_t>(m) * 4 * C);
+      ops.matmul_backward(w.dln, grad_w(&Gpt2BlockTensors::fc_w), grad(&Gpt2BlockTensors::fc_b), w.dfch, ln2,
+                          weight_f32(ops, p.fc_w, w.wide), m, C, 4 * C, qacc);
+      adapt(2, q0, m, qacc, w.dfch, 4 * C, ln2, C, w.dln, C, 4 * C);
+      // d res2, in dx's rows: dout_c's last read (dx may be dout: in place)
+      if (dx != dout) ops.copy(dx + qat, dout_c, static_cast<std::size_t>(m) * C);
+      ops.layernorm_backward(dx + qat, grad(&Gpt2BlockTensors::ln2_w), grad(&Gpt2BlockTensors::ln2_b), w.dln, res2,
+                             p.ln2_w, s.ln2_mean + q0, s.ln2_rstd + q0, m, C, qacc);
+    });
     ops.matmul_backward(w.datty, grad_w(&Gpt2BlockTensors::attn_proj_w), grad(&Gpt2BlockTensors::attn_proj_b),
                         dx + at, s.atty + own, weight_f32(ops, p.attn_proj_w, w.wide), n, C, C, acc);
     adapt(1, r0, n, acc, dx + at, C, s.atty + own, C, w.datty, C, C);

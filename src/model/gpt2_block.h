@@ -51,6 +51,8 @@ class Gpt2Activations {
   // xn1 and xn2, Note [hmid in the workspace] in model/llama_block.h); null: slices of their own.
   // chunked: atty, res2, fch and fch_gelu hold one row chunk (Note [row chunks] in
   // model/block_policy.h), for a set the backward refills by recomputing; false: every row.
+  // With a borrowed workspace the MLP half runs in its sub-chunks (mlp_rows, Note [frozen MLP rows]
+  // in model/block_policy.h), and chunked fch and fch_gelu hold one sub-chunk.
   Gpt2Activations(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                   const Gpt2Workspace* borrow = nullptr, bool chunked = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
@@ -61,13 +63,14 @@ class Gpt2Activations {
   // size_bytes() of such an object (borrowed: the training layout, without the borrowed rows),
   // without allocating it.
   static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                               bool borrowed = false, bool chunked = false);
+                               bool borrowed = false, bool chunked = false, int mlp_rows = kRowChunk);
   // Row r0's offset in atty, res2, fch and fch_gelu (0 when they hold one chunk), and in ln1 and
   // ln2 (0 when they are the workspace's one-chunk tmp rows).
   std::size_t chunk_row(int r0) const { return chunked ? 0 : static_cast<std::size_t>(r0); }
   std::size_t work_row(int r0) const { return borrowed ? 0 : static_cast<std::size_t>(r0); }
 
   bool chunked = false;
+  int mlp_rows = kRowChunk;  // rows of the MLP half's sub-chunks (Note [frozen MLP rows])
   bool borrowed = false;  // ln1 and ln2 are a training workspace's rows
   float* ln1;       // (B,T,C) (one chunk: the workspace's tmp rows in training)
   float* ln1_mean;  // (B,T)
@@ -87,7 +90,7 @@ class Gpt2Activations {
   explicit Gpt2Activations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
   CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow,
-                     bool chunked);
+                     bool chunked, int mlp_rows);
   OpsBuffer buffer_;
 };
 
@@ -97,19 +100,23 @@ class Gpt2Workspace {
   // bf16_weights: the block's params may be bf16 (Note [frozen bf16 base] in model/block_policy.h):
   // room to widen its largest matrix (wide) and its norm weights and biases (wide_vectors).
   // backward false: forward passes only; dfch, dln, datty and dqkv are null.
+  // mlp_rows: the MLP half's sub-chunk (kFrozenMlpRows where it has nothing to train, Note [frozen
+  // MLP rows] in model/block_policy.h), whose rows dfch holds.
   Gpt2Workspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false,
-                bool backward = true);
+                bool backward = true, int mlp_rows = kRowChunk);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   // Note [row chunks] (model/block_policy.h): tmp, dfch, dln and datty hold one chunk of rows.
   float* tmp;       // (chunk, C) projections before the residual add; ln1, ln2
-  float* dfch;      // (chunk, 4C) d fch, then d fch_gelu
+  float* dfch;      // (mlp rows, 4C) d fch, then d fch_gelu
   float* dln;       // (chunk, C)
   float* datty;     // (chunk, C)
   float* dqkv;      // (B,T,3C)
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, H, C / H)
   float* wide = nullptr;          // (4C * C) a widened bf16 matrix (bf16_weights only)
+  std::size_t wide_floats = 0;    // wide's floats
   float* wide_vectors = nullptr;  // (13 C) widened norm weights and biases (bf16_weights only)
+  int mlp_rows = kRowChunk;       // the MLP half's sub-chunk (Note [frozen MLP rows])
 
  private:
   OpsBuffer buffer_;

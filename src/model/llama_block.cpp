@@ -17,9 +17,11 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
 
 LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
                                    const LlamaWorkspace* borrow, bool chunked)
-    : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked))) {
+    : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked,
+                                           borrow != nullptr ? borrow->mlp_rows : kRowChunk))) {
   this->chunked = chunked;
   if (borrow != nullptr) {
+    mlp_rows = borrow->mlp_rows;
     hmid = borrow->dgate;
     borrowed = true;
     xn1 = xn2 = borrow->tmp;
@@ -28,39 +30,46 @@ LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max
 
 LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, const LlamaWorkspace& w,
                                    float* memory) {
-  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false), memory);
+  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false, w.mlp_rows), memory);
+  mlp_rows = w.mlp_rows;
   hmid = w.dgate;
   borrowed = true;
   xn1 = xn2 = w.tmp;
 }
 
 std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                        bool borrowed, bool chunked) {
+                                        bool borrowed, bool chunked, int mlp_rows) {
   LlamaActivations probe{NoBuffer{}};
-  return aligned_buffer_carve_bytes(probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked));
+  return aligned_buffer_carve_bytes(
+      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked, mlp_rows));
 }
 
 CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                     bool borrow, bool chunked) {
+                                     bool borrow, bool chunked, int mlp_rows) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
   const std::size_t own = borrow ? 0 : 1;
   const std::size_t rows = chunked ? static_cast<std::size_t>(row_chunk_rows(BT)) : BT;
+  const std::size_t mlp = chunked ? std::min(rows, static_cast<std::size_t>(mlp_rows)) : BT;
   return CarveSlices({{&xn1, own * BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, rows * Q},
-                                  {&res2, rows * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, rows * I}, {&up, rows * I},
+                                  {&res2, rows * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, mlp * I}, {&up, mlp * I},
                                   {&hmid, own * BT * I}});
 }
 
 LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights,
-                               bool backward) {
+                               bool backward, int mlp_rows) {
+  this->mlp_rows = mlp_rows;
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
-  const std::size_t wide_floats = bf16_weights ? std::max(Q, I) * C : 0, vector_floats = bf16_weights ? 2 * C : 0;
+  // Note [widened in panels]: the scratch holds a panel of the largest matrix.
+  wide_floats = bf16_weights ? widen_scratch_floats(std::max(Q, I) * C) : 0;
+  const std::size_t vector_floats = bf16_weights ? 2 * C : 0;
   const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT)), bwd = backward ? 1 : 0;
+  const std::size_t mlp = std::min(chunk, static_cast<std::size_t>(mlp_rows));
   buffer_ = ops_buffer_carve(ops,
       {{&tmp, chunk * C}, {&dxn, bwd * chunk * C}, {&datty, bwd * chunk * Q}, {&dqkv, bwd * BT * QKV},
-       {&dgate, chunk * I}, {&dup, bwd * chunk * I},
+       {&dgate, mlp * I}, {&dup, bwd * mlp * I},
        {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())},
        {&wide, wide_floats}, {&wide_vectors, vector_floats}});
   if (!bf16_weights) wide = wide_vectors = nullptr;
@@ -165,7 +174,10 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
     float* const res2 = part == BlockPart::Whole ? s.res2 + s.chunk_row(r0) * C : out + static_cast<std::size_t>(r0) * C;
     if (part != BlockPart::Mlp)
       llama_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora, res2);
-    if (part != BlockPart::Attention) llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, r0, n, lora, res2);
+    if (part != BlockPart::Attention)  // in sub-chunks (Note [frozen MLP rows])
+      for_each_sub_chunk(r0, n, s.mlp_rows, [&](int q0, int m) {
+        llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, q0, m, lora, res2 + static_cast<std::size_t>(q0 - r0) * C);
+      });
   });
 }
 
@@ -174,7 +186,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
                           LlamaActivations& s, LlamaWorkspace& w, int B, int T, bool recompute, const LoraBlock* lora) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
-  const GemmLinear linear{w.wide};
+  const GemmLinear linear{w.wide, w.wide_floats};
   // Recompute every row's qkv; each chunk's attention rows and MLP internals are recomputed
   // below, just before its backward.
   if (recompute) llama_qkv(ops, linear, CausalAttention{}, cfg, rope, p, x, s, B, T, lora);
@@ -196,40 +208,49 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   // there, or it is recomputed from kept gate and up. d res2 is built in dx's rows.
   STRATUM_ASSERT(s.hmid == w.dgate && s.xn1 == w.tmp && s.xn2 == w.tmp);
   const float eps = cfg.layer_norm_eps;
+  STRATUM_ASSERT(s.mlp_rows == w.mlp_rows);
   for_each_row_chunk(BT, [&](int r0, int n) {
-    const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.chunk_row(r0) * I;
-    const std::size_t rows_i = static_cast<std::size_t>(n) * I;
-    const float* const res2 = s.res2 + s.chunk_row(r0) * C;
+    const std::size_t at = static_cast<std::size_t>(r0) * C;
+    float* const res2_chunk = s.res2 + s.chunk_row(r0) * C;
     const float* const atty = s.atty + s.chunk_row(r0) * Q;
     const bool acc = r0 > 0;  // later chunks add to the gradients
-    const float* const dout_c = dout + at;
-    const float* const gate = s.gate + mlp;
-    const float* const up = s.up + mlp;
-    const float* const xn2 = s.xn2;
-    if (recompute) {
-      float* const res2 = s.res2 + s.chunk_row(r0) * C;
+    if (recompute)
       llama_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora,
-                           res2);
-      llama_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, r0, n, lora, res2);
-    } else {
-      ops.rmsnorm_forward(s.xn2, s.rstd2 + r0, res2, p.mlp_norm_w, n, C, eps);  // into tmp again
-      ops.swiglu_forward(w.dgate, gate, up, rows_i);
-    }
-    sgemm_w(ops, false, false, n, I, C, 1.0f, dout_c, C, p.down_w, I, 0.0f, w.dup, I, w.wide);  // d hmid (n, I)
-    weight_grad(C, I, n, dout_c, C, w.dgate, I, &LlamaBlockTensors::down_w, acc);           // d down (C, I)
-    adapt(6, r0, n, acc, dout_c, C, w.dgate, I, w.dup, I, C);
-    ops.swiglu_backward(w.dgate, w.dup, w.dup, gate, up, rows_i);  // reads each d hmid before writing
-    sgemm_w(ops, false, false, n, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn, C, w.wide);
-    sgemm_w(ops, false, false, n, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C, w.wide);
-    weight_grad(I, C, n, w.dgate, I, xn2, C, &LlamaBlockTensors::gate_w, acc);
-    weight_grad(I, C, n, w.dup, I, xn2, C, &LlamaBlockTensors::up_w, acc);
-    adapt(4, r0, n, acc, w.dgate, I, xn2, C, w.dxn, C, I);
-    adapt(5, r0, n, acc, w.dup, I, xn2, C, w.dxn, C, I);
-    // d res2, in dx's rows: dout_c's last read (dx may be dout: in place)
-    if (dx != dout) ops.copy(dx + at, dout_c, static_cast<std::size_t>(n) * C);
-    ops.rmsnorm_backward(dx + at, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn, res2, p.mlp_norm_w,
-                         s.rstd2 + r0, n, C, acc);
-    sgemm_w(ops, false, false, n, Q, C, 1.0f, dx + at, C, p.o_w, Q, 0.0f, w.datty, Q, w.wide);
+                           res2_chunk);
+    // The MLP half in sub-chunks (Note [frozen MLP rows]: one, the chunk, where it trains).
+    STRATUM_ASSERT(w.mlp_rows >= n || (g == nullptr && (lora == nullptr || (lora->t[4].a == nullptr &&
+                                                         lora->t[5].a == nullptr && lora->t[6].a == nullptr))));
+    for_each_sub_chunk(r0, n, w.mlp_rows, [&](int q0, int m) {
+      const std::size_t qat = static_cast<std::size_t>(q0) * C, mlp = s.chunk_row(q0) * I;
+      const std::size_t rows_i = static_cast<std::size_t>(m) * I;
+      const bool qacc = q0 > 0;
+      float* const res2 = res2_chunk + static_cast<std::size_t>(q0 - r0) * C;
+      const float* const dout_c = dout + qat;
+      const float* const gate = s.gate + mlp;
+      const float* const up = s.up + mlp;
+      const float* const xn2 = s.xn2;
+      if (recompute) {
+        llama_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, q0, m, lora, res2);
+      } else {
+        ops.rmsnorm_forward(s.xn2, s.rstd2 + q0, res2, p.mlp_norm_w, m, C, eps);  // into tmp again
+        ops.swiglu_forward(w.dgate, gate, up, rows_i);
+      }
+      sgemm_w(ops, false, false, m, I, C, 1.0f, dout_c, C, p.down_w, I, 0.0f, w.dup, I, w.wide, w.wide_floats);  // d hmid (m, I)
+      weight_grad(C, I, m, dout_c, C, w.dgate, I, &LlamaBlockTensors::down_w, qacc);          // d down (C, I)
+      adapt(6, q0, m, qacc, dout_c, C, w.dgate, I, w.dup, I, C);
+      ops.swiglu_backward(w.dgate, w.dup, w.dup, gate, up, rows_i);  // reads each d hmid before writing
+      sgemm_w(ops, false, false, m, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn, C, w.wide, w.wide_floats);
+      sgemm_w(ops, false, false, m, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C, w.wide, w.wide_floats);
+      weight_grad(I, C, m, w.dgate, I, xn2, C, &LlamaBlockTensors::gate_w, qacc);
+      weight_grad(I, C, m, w.dup, I, xn2, C, &LlamaBlockTensors::up_w, qacc);
+      adapt(4, q0, m, qacc, w.dgate, I, xn2, C, w.dxn, C, I);
+      adapt(5, q0, m, qacc, w.dup, I, xn2, C, w.dxn, C, I);
+      // d res2, in dx's rows: dout_c's last read (dx may be dout: in place)
+      if (dx != dout) ops.copy(dx + qat, dout_c, static_cast<std::size_t>(m) * C);
+      ops.rmsnorm_backward(dx + qat, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn, res2, p.mlp_norm_w,
+                           s.rstd2 + q0, m, C, qacc);
+    });
+    sgemm_w(ops, false, false, n, Q, C, 1.0f, dx + at, C, p.o_w, Q, 0.0f, w.datty, Q, w.wide, w.wide_floats);
     weight_grad(C, Q, n, dx + at, C, atty, Q, &LlamaBlockTensors::o_w, acc);
     adapt(3, r0, n, acc, dx + at, C, atty, Q, w.datty, Q, C);
     ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, KV, hd, r0, n);
@@ -243,9 +264,9 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     const bool acc = r0 > 0;
     const float* const dqkv = w.dqkv + static_cast<std::size_t>(r0) * QKV;
-    sgemm_w(ops, false, false, n, C, Q, 1.0f, dqkv, QKV, p.q_w, C, 0.0f, w.dxn, C, w.wide);
-    sgemm_w(ops, false, false, n, C, KVd, 1.0f, dqkv + Q, QKV, p.k_w, C, 1.0f, w.dxn, C, w.wide);
-    sgemm_w(ops, false, false, n, C, KVd, 1.0f, dqkv + Q + KVd, QKV, p.v_w, C, 1.0f, w.dxn, C, w.wide);
+    sgemm_w(ops, false, false, n, C, Q, 1.0f, dqkv, QKV, p.q_w, C, 0.0f, w.dxn, C, w.wide, w.wide_floats);
+    sgemm_w(ops, false, false, n, C, KVd, 1.0f, dqkv + Q, QKV, p.k_w, C, 1.0f, w.dxn, C, w.wide, w.wide_floats);
+    sgemm_w(ops, false, false, n, C, KVd, 1.0f, dqkv + Q + KVd, QKV, p.v_w, C, 1.0f, w.dxn, C, w.wide, w.wide_floats);
     ops.rmsnorm_forward(s.xn1, s.rstd1 + r0, x + at, p.attn_norm_w, n, C, eps);  // into tmp again
     weight_grad(Q, C, n, dqkv, QKV, s.xn1, C, &LlamaBlockTensors::q_w, acc);
     weight_grad(KVd, C, n, dqkv + Q, QKV, s.xn1, C, &LlamaBlockTensors::k_w, acc);

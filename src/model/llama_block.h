@@ -57,6 +57,8 @@ class LlamaActivations {
   // in the workspace]); null: slices of their own.
   // chunked: atty, res2, gate and up hold one row chunk (Note [row chunks] in model/block_policy.h),
   // for a set the backward refills by recomputing; false: every row.
+  // With a borrowed workspace the MLP half runs in its sub-chunks (mlp_rows, Note [frozen MLP rows]
+  // in model/block_policy.h), and chunked gate and up hold one sub-chunk.
   LlamaActivations(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                    const LlamaWorkspace* borrow = nullptr, bool chunked = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
@@ -67,7 +69,7 @@ class LlamaActivations {
   // size_bytes() of such an object (borrowed: the training layout, without the borrowed rows),
   // without allocating it.
   static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                               bool borrowed = false, bool chunked = false);
+                               bool borrowed = false, bool chunked = false, int mlp_rows = kRowChunk);
   // Row r0's offset in atty, res2, gate and up (0 when they hold one chunk), and in hmid, xn1 and xn2 (0 when
   // they are the workspace's one-chunk dgate and tmp rows).
   std::size_t chunk_row(int r0) const { return chunked ? 0 : static_cast<std::size_t>(r0); }
@@ -75,6 +77,7 @@ class LlamaActivations {
 
   bool chunked = false;
   bool borrowed = false;  // hmid, xn1 and xn2 are a training workspace's rows
+  int mlp_rows = kRowChunk;  // rows of the MLP half's sub-chunks (Note [frozen MLP rows])
   float* xn1;    // (B,T,C) input_layernorm(x) (Note [hmid in the workspace])
   float* rstd1;  // (B,T)
   float* qkv;    // (B,T,H*hd + 2*KV*hd) [q | k | v], q and k rotated
@@ -92,7 +95,7 @@ class LlamaActivations {
   explicit LlamaActivations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
   CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow,
-                     bool chunked);
+                     bool chunked, int mlp_rows);
   OpsBuffer buffer_;
 };
 
@@ -100,10 +103,12 @@ class LlamaActivations {
 class LlamaWorkspace {
  public:
   // bf16_weights: the block's params may be bf16 (Note [frozen bf16 base] in model/block_policy.h):
-  // room to widen its largest matrix (wide) and its two norm weights (wide_vectors).
+  // room to widen a panel of its largest matrix (wide) and its two norm weights (wide_vectors).
   // backward false: forward passes only; dxn, datty, dqkv and dup are null (dgate still holds hmid).
+  // mlp_rows: the MLP half's sub-chunk (kFrozenMlpRows where it has nothing to train, Note [frozen
+  // MLP rows] in model/block_policy.h), whose rows dgate and dup hold.
   LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false,
-                 bool backward = true);
+                 bool backward = true, int mlp_rows = kRowChunk);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   // Note [row chunks] (model/block_policy.h): tmp, dxn, datty, dgate and dup hold one chunk of rows.
@@ -111,10 +116,12 @@ class LlamaWorkspace {
   float* dxn;    // (chunk, C)
   float* datty;  // (chunk, H*hd)
   float* dqkv;   // (B,T,H*hd + 2*KV*hd)
-  float* dgate;  // (row_chunk_rows, I) a chunk's hmid (Note [hmid in the workspace]), then d gate
-  float* dup;    // (row_chunk_rows, I) d hmid, then d up (Note [row chunks] in model/block_policy.h)
+  float* dgate;  // (mlp rows, I) a sub-chunk's hmid (Note [hmid in the workspace]), then d gate
+  float* dup;    // (mlp rows, I) d hmid, then d up (Note [row chunks] in model/block_policy.h)
+  int mlp_rows = kRowChunk;  // the MLP half's sub-chunk (Note [frozen MLP rows])
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, KV, hd)
-  float* wide = nullptr;          // the largest matrix, widened from bf16 (bf16_weights only)
+  float* wide = nullptr;          // a panel of a matrix widened from bf16 (bf16_weights only; Note [widened in panels])
+  std::size_t wide_floats = 0;    // wide's floats
   float* wide_vectors = nullptr;  // (2 C) the widened norm weights (bf16_weights only)
 
  private:

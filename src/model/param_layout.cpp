@@ -190,6 +190,14 @@ std::size_t ParamLayout::num_params() const {
   return total;
 }
 
+bool ParamLayout::mlp_frozen() const {
+  if (!has_lora()) return false;
+  const std::vector<std::string>& modules = lora_modules(arch_);
+  for (std::size_t k = 0; k < modules.size(); ++k)  // "mlp.c_fc", "mlp.down_proj", ...
+    if (lora_slot_[k] >= 0 && modules[k].rfind("mlp.", 0) == 0) return false;
+  return true;
+}
+
 std::size_t ParamLayout::num_trainable_params() const {
   std::size_t total = 0;
   for (int s = 0; s < segment_count(); ++s)

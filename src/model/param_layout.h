@@ -162,6 +162,9 @@ class ParamLayout {
   int lora_slot(int k) const { return lora_slot_[k]; }
   // Whether a segment's parameters are trained (everything, or with LoRA the adapters only).
   bool trainable(int s) const { return !lora_.on() || segments_[s].role == SegmentRole::Lora; }
+  // Whether the blocks' MLP halves have nothing to train: LoRA with no adapter on them (Note
+  // [frozen MLP rows] in model/block_policy.h).
+  bool mlp_frozen() const;
   // Every slot holding (part of) a tensor by Hugging Face name (with or without the prefix
   // "transformer."), as (segment, tensor) pairs in row order; empty if unknown.
   std::vector<std::pair<int, int>> find(std::string_view hf_name) const;

@@ -12,7 +12,8 @@
 namespace stratum {
 
 TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, int copies,
-                                   const ParamLayout* layout, bool bf16_weights, bool recompute, bool backward)
+                                   const ParamLayout* layout, bool bf16_weights, bool recompute, bool backward,
+                                   int mlp_rows)
     : cfg_(cfg), max_batch_(max_batch), max_seq_(max_seq) {
   if (layout != nullptr && layout->has_lora()) {
     layout_ = layout;
@@ -27,13 +28,17 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
       lora_xd_ = OpsBuffer(ops, lora_rows_ * widest * sizeof(float));
     }
   }
+  // Note [frozen MLP rows]: only an MLP half with nothing to train in this run goes in sub-chunks.
+  STRATUM_ASSERT(mlp_rows >= 1 && mlp_rows <= kRowChunk);
+  STRATUM_ASSERT(mlp_rows == kRowChunk ||
+                 (mlp_sub_chunks_exact(cfg) && (!backward || (layout != nullptr && layout->mlp_frozen()))));
   if (cfg.llama()) {
-    llama_work_ = std::make_unique<LlamaWorkspace>(ops, cfg, max_batch, max_seq, bf16_weights, backward);
+    llama_work_ = std::make_unique<LlamaWorkspace>(ops, cfg, max_batch, max_seq, bf16_weights, backward, mlp_rows);
     llama_acts_.reserve(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) llama_acts_.emplace_back(ops, cfg, max_batch, max_seq, true, llama_work_.get(), recompute);
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_seq, cfg.rope_theta, cfg.rope_scaling);
   } else {
-    gpt2_work_ = std::make_unique<Gpt2Workspace>(ops, cfg, max_batch, max_seq, bf16_weights, backward);
+    gpt2_work_ = std::make_unique<Gpt2Workspace>(ops, cfg, max_batch, max_seq, bf16_weights, backward, mlp_rows);
     gpt2_acts_.reserve(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) gpt2_acts_.emplace_back(ops, cfg, max_batch, max_seq, true, gpt2_work_.get(), recompute);
   }
@@ -135,13 +140,13 @@ void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const T
   if (cfg_.llama()) {
     LlamaWorkspace& w = *llama_work_;
     std::optional<LlamaActivations> view;
-    llama_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, *rope_,
+    llama_block_forward(ops, GemmLinear{w.wide, w.wide_floats}, CausalAttention{}, cfg_, *rope_,
                         llama_block_tensors(ops, seg, params, w.wide_vectors), x, out, internals(at, view), w.tmp,
                         w.attn_scratch, B, T, lp, part);
   } else {
     Gpt2Workspace& w = *gpt2_work_;
     std::optional<Gpt2Activations> view;
-    gpt2_block_forward(ops, GemmLinear{w.wide}, CausalAttention{}, cfg_, gpt2_block_tensors(ops, seg, params, w.wide_vectors),
+    gpt2_block_forward(ops, GemmLinear{w.wide, w.wide_floats}, CausalAttention{}, cfg_, gpt2_block_tensors(ops, seg, params, w.wide_vectors),
                        x, out, internals(at, view), w.tmp, w.attn_scratch, B, T, lp, part);
   }
 }

@@ -105,9 +105,12 @@ class Ops {
                      const float* B, int ldb, float beta, float* C, int ldc) const = 0;
   // sgemm with B given in bfloat16 (a weight kept as stored, Note [frozen bf16 base] in
   // model/block_policy.h): the bits of sgemm on B's exact fp32 widening. scratch: room for op(B)
-  // widened (K*N floats), which the backend may use.
+  // widened (K*N floats) where sgemm_b16_widens(), else unused (may be null).
   virtual void sgemm_b16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                          const std::uint16_t* B, int ldb, float beta, float* C, int ldc, float* scratch) const = 0;
+  // Whether sgemm_b16 widens B into its scratch (callers then hand it panels of columns, Note
+  // [widened in panels] in model/block_policy.h), or multiplies bf16 as it is.
+  virtual bool sgemm_b16_widens() const { return true; }
   // out (M,N) = inp (M,K) @ w (K,N) + bias (N) (Conv1D layout), and its backward.
   virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int M, int K,
                               int N) const = 0;

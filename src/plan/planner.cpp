@@ -133,8 +133,25 @@ UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const Pl
                    r.grad_accum > 1 && !r.zeroth_order);
 }
 
+bool plan_mlp_frozen(const PlanRequest& r) {  // and its sub-chunks exact (Note [frozen MLP rows])
+  return r.precision == Precision::Fp32 && mlp_sub_chunks_exact(r.config) &&
+         (r.zeroth_order || ParamLayout::of(r.config, r.lora).mlp_frozen());
+}
+
+int plan_mlp_rows(const PlanRequest& r) {
+  if (r.mlp_rows > 0) return r.mlp_rows;
+  if (r.mem_budget_bytes == 0 || !plan_mlp_frozen(r)) return kRowChunk;
+  PlanRequest t = r;
+  for (int rows = kRowChunk; rows > kFrozenMlpRows; rows /= 2) {
+    t.mlp_rows = rows;
+    if (plan_min_budget_bytes(t) <= r.mem_budget_bytes) return rows;
+  }
+  return kFrozenMlpRows;
+}
+
 std::size_t plan_min_budget_bytes(const PlanRequest& request) {
   PlanRequest r = request;
+  if (r.mlp_rows == 0) r.mlp_rows = plan_mlp_frozen(r) ? kFrozenMlpRows : kRowChunk;
   r.activations = plan_activations_resolve(request.activations, request.zeroth_order);
   if (r.activations == ActivationPolicy::Auto) {  // the smaller of the two it chooses from
     r.activations = ActivationPolicy::Recompute;
@@ -147,7 +164,7 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request) {
       plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq, r.zeroth_order), r);
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   const Executor streaming(pool, r.config, units, r.batch, r.seq, r.activations, plan_mode(r, true),
-                           r.precision, Backend::Cpu, r.grad_accum);
+                           r.precision, Backend::Cpu, r.grad_accum, nullptr, r.mlp_rows);
   return streaming.fixed_bytes() + streaming.min_store_bytes();
 }
 
@@ -203,13 +220,16 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   Plan p;
   p.mode = plan_mode(r, r.mem_budget_bytes > 0);
+  p.mlp_rows = plan_mlp_rows(r);
   const Executor exec(pool, cfg, units, r.batch, r.seq, r.activations, p.mode, r.precision, Backend::Cpu,
-                      r.grad_accum);
+                      r.grad_accum, nullptr, p.mlp_rows);
   const StepSchedule& schedule = exec.schedule();
   p.engine_bytes = exec.fixed_bytes();
   // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's).
   const OptimizerMode streaming_mode = plan_mode(r, true);
-  p.min_budget_bytes = streaming_mode == p.mode ? exec.fixed_bytes() + exec.min_store_bytes() : plan_min_budget_bytes(r);
+  PlanRequest smallest = r;  // the minimum at the smallest MLP sub-chunk the run may take
+  smallest.mlp_rows = 0;
+  p.min_budget_bytes = plan_min_budget_bytes(smallest);
   p.read_gbps = read_gbps;
   p.write_gbps = write_gbps;
   p.timing = measured;

@@ -54,6 +54,9 @@ struct PlanRequest {
   // grad_accum / ranks micro-batches, linked at net_gbps (gigabits a second each way; Note [plan ranks]).
   int ranks = 1;
   double net_gbps = 0;
+  // Rows of the blocks' MLP sub-chunks where the MLP trains nothing (Note [frozen MLP rows] in
+  // model/block_policy.h); 0: plan_mlp_rows chooses.
+  int mlp_rows = 0;
 };
 
 // --activations for a run with or without a backward: zeroth-order training has none, so Auto
@@ -95,6 +98,15 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request,
 // smaller of recompute's and offload's), and the check that refuses less (one line with the
 // number), as plan_make and train_run do.
 std::size_t plan_min_budget_bytes(const PlanRequest& request);
+// Note [frozen MLP rows]: whether the request's block MLPs train nothing (zo-sgd, or LoRA without
+// MLP adapters) and may run in sub-chunks with the same bits (fp32, mlp_sub_chunks_exact); and
+// the sub-chunk's rows: request.mlp_rows
+// when set, else kRowChunk in RAM or where the MLP trains, else the largest of kRowChunk,
+// kRowChunk / 2, ... kFrozenMlpRows whose minimum budget fits --mem-budget (smaller sub-chunks
+// repeat the weights' widening and packing: docs/benchmarks.md), the smallest where none does.
+// plan_min_budget_bytes with mlp_rows 0 is the smallest sub-chunk's.
+bool plan_mlp_frozen(const PlanRequest& request);
+int plan_mlp_rows(const PlanRequest& request);
 void plan_budget_check(const PlanRequest& request, std::size_t min_budget_bytes);
 
 // What the plan needs measured: the offload dir's disk (plan/calibration.h, cached) when
@@ -129,6 +141,7 @@ struct Plan {
   std::size_t peak_ram_bytes = 0;    // engine buffers + store, at most the budget
   bool streaming = false;
   int prefetch = 0;
+  int mlp_rows = 0;  // plan_mlp_rows
   OptimizerMode mode = OptimizerMode::Inline;
   std::uint64_t read_bytes = 0, write_bytes = 0;  // per step
   double compute_ms = 0, optimizer_ms = 0, read_ms = 0, write_ms = 0;  // busy time per step

@@ -92,6 +92,7 @@ class TrainRun {
   ActivationPolicy activations_ = ActivationPolicy::Recompute;  // resolved (Note [activations offload])
   std::string activations_line_;  // what the plan chose for --activations auto, and why
   std::string optimizer_line_;    // on the device tier: where AdamW runs, and why (Note [host optimizer])
+  std::string mlp_line_;          // the MLP's sub-chunks under the budget (Note [frozen MLP rows])
   std::string store_text_ = "everything in RAM", plan_line_;
   LrSchedule sched_;
   std::vector<std::int32_t> inputs_, targets_;

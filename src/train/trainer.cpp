@@ -364,6 +364,7 @@ void TrainRun::loop() {
                  exec_->owned_trainable_params() / 1e6, layout_->num_trainable_params() / 1e6, ranks() - 1);
   std::fputs(activations_line_.c_str(), stderr);
   std::fputs(optimizer_line_.c_str(), stderr);
+  std::fputs(mlp_line_.c_str(), stderr);
   std::fputs(plan_line_.c_str(), stderr);
 
   const int BT = o_.batch * o_.seq;

@@ -55,7 +55,7 @@ void CpuOps::sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
 
 void CpuOps::sgemm_b16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                        const std::uint16_t* B, int ldb, float beta, float* C, int ldc, float* scratch) const {
-  if (precision_ == Precision::Bf16 && bf16_onednn()) {
+  if (!sgemm_b16_widens()) {
     sgemm_bf16_b16(pool_, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
@@ -66,6 +66,8 @@ void CpuOps::sgemm_b16(bool trans_a, bool trans_b, int M, int N, int K, float al
   }, 64);
   gemm(pool_, precision_, trans_a, trans_b, M, N, K, alpha, A, lda, scratch, cols, beta, C, ldc);
 }
+bool CpuOps::sgemm_b16_widens() const { return !(precision_ == Precision::Bf16 && bf16_onednn()); }
+
 void CpuOps::matmul_forward(float* out, const float* inp, const float* w, const float* bias, int M, int K,
                             int N) const {
   stratum::matmul_forward(pool_, precision_, out, inp, w, bias, M, K, N);

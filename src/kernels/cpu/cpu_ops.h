@@ -27,6 +27,7 @@ class CpuOps final : public Ops {
   // Bf16 with oneDNN: B straight to oneDNN (sgemm_bf16_b16); otherwise widened into scratch.
   void sgemm_b16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                  const std::uint16_t* B, int ldb, float beta, float* C, int ldc, float* scratch) const override;
+  bool sgemm_b16_widens() const override;
   void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int M, int K,
                       int N) const override;
   void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
