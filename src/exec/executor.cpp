@@ -456,7 +456,8 @@ void Executor::layer_half_forward(int g, const GroupHolds& holds, const Pass& p,
     if (units_.segment(use.unit) == s) views[static_cast<std::size_t>(c)] = holds.view(s, SegmentKind::Params, c);
     else adapters[static_cast<std::size_t>(c)] = holds.data(a, SegmentKind::Params, c);
   }
-  const LoraChunks lora{a >= 0 ? &layout_.segments()[a] : nullptr, adapters.data(), nullptr, false, 0};
+  const LoraChunks lora{a >= 0 ? &layout_.segments()[a] : nullptr, adapters.data(), nullptr,
+                        p.kind == PassKind::Train && layout_.has_lora() && layout_.lora().dropout > 0, dropout_step_key_};
   const BlockPart part = group_part(g);
   // The MLP half reads res2 from out (where the attention half left it), not x.
   float* const out = holds.data(act_segment(layer + 1), SegmentKind::Activations) + half;

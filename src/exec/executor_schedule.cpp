@@ -196,8 +196,12 @@ void Executor::schedule_build() {
   micro_begin_.clear();
   for (int mb = 0; mb < N; ++mb) {  // Note [gradient accumulation]
     micro_begin_.push_back(schedule_.group_count());
+    // Note [block halves]: the forward's layers as two groups each where the backward recomputes
+    // the internals (a half keeps res2 in its output, not in the internals), so that one half is
+    // read while the other computes.
     forward_groups_add([&](int s) { if (pipelined && mb == 0 && trainable(s)) opt_group(s); },
-                       [](int) { return A::Read; }, rows_ahead_, mb == 0);
+                       [](int) { return A::Read; }, rows_ahead_, mb == 0,
+                       activations_ == ActivationPolicy::Recompute);
     if (mb == 0) forward_end_ = schedule_.group_count();
     const std::vector<UnitUse> head_in = {{unit_at(head, K::Params), A::Read}, {unit_at(head, K::Activations), A::Read}};
     for (int k = 0; k < nv; ++k) {

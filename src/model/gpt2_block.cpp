@@ -19,9 +19,12 @@ Gpt2BlockTensors gpt2_block_tensors(const Ops& ops, const SegmentLayout& layout,
 Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
                                  const Gpt2Workspace* borrow, bool chunked)
     : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked,
-                                           borrow != nullptr ? borrow->mlp_rows : kRowChunk))) {
+                                           borrow != nullptr ? borrow->mlp_rows : kRowChunk,
+                                           borrow != nullptr && borrow->gelu_in_fch))) {
   this->chunked = chunked;
   if (borrow != nullptr) {
+    STRATUM_ASSERT(!borrow->gelu_in_fch || chunked);
+    if (borrow->gelu_in_fch) fch_gelu = fch;
     mlp_rows = borrow->mlp_rows;
     ln1 = ln2 = borrow->tmp;
     borrowed = true;
@@ -31,6 +34,7 @@ Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_b
 Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, const Gpt2Workspace& w,
                                    float* memory) {
   aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false, w.mlp_rows), memory);
+  STRATUM_ASSERT(!w.gelu_in_fch);  // a held set keeps fch_gelu for the backward
   mlp_rows = w.mlp_rows;
   ln1 = ln2 = w.tmp;
   borrowed = true;
@@ -44,7 +48,7 @@ std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int 
 }
 
 CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                    bool borrow, bool chunked, int mlp_rows) {
+                                    bool borrow, bool chunked, int mlp_rows, bool gelu_in_fch) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
   const std::size_t own = borrow ? 0 : 1;
@@ -52,12 +56,13 @@ CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max
   const std::size_t mlp = chunked ? std::min(rows, static_cast<std::size_t>(mlp_rows)) : BT;
   return CarveSlices({{&ln1, own * BT * C}, {&ln1_mean, BT}, {&ln1_rstd, BT}, {&qkv, BT * 3 * C}, {&this->att_stats, stats},
                    {&atty, rows * C}, {&res2, rows * C}, {&ln2, own * BT * C}, {&ln2_mean, BT}, {&ln2_rstd, BT},
-                   {&fch, mlp * 4 * C}, {&fch_gelu, mlp * 4 * C}});
+                   {&fch, mlp * 4 * C}, {&fch_gelu, gelu_in_fch ? 0 : mlp * 4 * C}});
 }
 
 Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights,
-                             bool backward, int mlp_rows) {
+                             bool backward, int mlp_rows, bool gelu_in_fch) {
   this->mlp_rows = mlp_rows;
+  this->gelu_in_fch = gelu_in_fch;
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   wide_floats = bf16_weights ? 4 * C * C : 0;  // kn() widens a whole matrix (GemmLinear)
   const std::size_t vector_floats = bf16_weights ? 13 * C : 0;
@@ -99,11 +104,11 @@ void gpt2_attention_rows(const Ops& ops, const Linear& linear, const Attention& 
 
 // Rows [r0, r0 + n) of the MLP half (Note [row chunks]): ln2, fch and fch_gelu at the
 // chunk's rows, adapter 2 (c_fc) added; then, with out, out rows = res2 + mlp_proj(fch_gelu)
-// (through tmp), adapter 3 added; without, only adapter 3's u. res2: the chunk's rows (may be
-// out's: in place).
+// (through tmp), adapter 3 added; without, only adapter 3's u, and without gelu_needed not even
+// fch_gelu. res2: the chunk's rows (may be out's: in place).
 void gpt2_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const Gpt2BlockTensors& p,
                    Gpt2Activations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora,
-                   const float* res2) {
+                   const float* res2, bool gelu_needed = true) {
   const int C = cfg.n_embd;
   const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.chunk_row(r0) * 4 * C;
   float* const ln2 = s.ln2 + s.work_row(r0) * C;
@@ -112,6 +117,7 @@ void gpt2_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, c
   ops.layernorm_forward(ln2, s.ln2_mean + r0, s.ln2_rstd + r0, res2, p.ln2_w, p.ln2_b, n, C, cfg.layer_norm_eps);
   linear.kn(ops, fch, ln2, p.fc_w, p.fc_b, n, C, 4 * C);
   if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 2, r0, C), 2, fch, 4 * C, ln2, C, n, C, 4 * C);
+  if (out == nullptr && !gelu_needed) return;  // a backward that reads fch only
   ops.gelu_forward(fch_gelu, fch, static_cast<std::size_t>(n) * 4 * C);
   if (out == nullptr) {
     if (lora != nullptr) lora_forward_u(ops, lora_rows(*lora, 3, r0, 4 * C), 3, fch_gelu, 4 * C, n, 4 * C);
@@ -171,6 +177,10 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
   // res2 is built in dx's rows, where the attention half's input gradient is added.
   STRATUM_ASSERT(s.ln1 == w.tmp && s.ln2 == w.tmp);
   STRATUM_ASSERT(s.mlp_rows == w.mlp_rows);
+  // fch_gelu feeds only mlp_proj's weight gradient and its adapter: without them the recompute
+  // stops before the gelu (Gpt2Workspace::gelu_in_fch).
+  const bool gelu_needed = g != nullptr || (lora != nullptr && lora->t[3].a != nullptr);
+  STRATUM_ASSERT(!w.gelu_in_fch || !gelu_needed);
   for_each_row_chunk(BT, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C, own = s.chunk_row(r0) * C;
     const bool acc = r0 > 0;  // later chunks add to the gradients
@@ -189,7 +199,7 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
       const float* const fch_gelu = s.fch_gelu + mlp;
       float* const res2 = s.res2 + own + static_cast<std::size_t>(q0 - r0) * C;
       if (recompute) {
-        gpt2_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, q0, m, lora, res2);
+        gpt2_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, q0, m, lora, res2, gelu_needed);
       } else {
         ops.layernorm_forward(ln2, s.ln2_mean + q0, s.ln2_rstd + q0, res2, p.ln2_w, p.ln2_b, m, C,
                               cfg.layer_norm_eps);

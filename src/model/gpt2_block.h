@@ -83,14 +83,15 @@ class Gpt2Activations {
   float* ln2_mean;  // (B,T)
   float* ln2_rstd;  // (B,T)
   float* fch;       // (B,T,4C), or (row_chunk_rows, 4C) when chunked
-  float* fch_gelu;  // (B,T,4C), or (row_chunk_rows, 4C) when chunked
+  float* fch_gelu;  // (B,T,4C), or (row_chunk_rows, 4C) when chunked; fch's rows (gelu in place)
+                    // in a recomputed set of an MLP that trains nothing (Gpt2Workspace::gelu_in_fch)
 
  private:
   struct NoBuffer {};
   explicit Gpt2Activations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
   CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow,
-                     bool chunked, int mlp_rows);
+                     bool chunked, int mlp_rows, bool gelu_in_fch = false);
   OpsBuffer buffer_;
 };
 
@@ -102,8 +103,12 @@ class Gpt2Workspace {
   // backward false: forward passes only; dfch, dln, datty and dqkv are null.
   // mlp_rows: the MLP half's sub-chunk (kFrozenMlpRows where it has nothing to train, Note [frozen
   // MLP rows] in model/block_policy.h), whose rows dfch holds.
+  // gelu_in_fch: its sets are recomputed ones of an MLP that trains nothing, whose backward needs
+  // only fch (pre-gelu; fch_gelu feeds mlp_proj's weight gradient and adapter): their fch_gelu is
+  // fch's rows, the gelu runs in place in the forward and not at all in the backward's recompute
+  // (as Llama's hmid, Note [hmid in the workspace] in model/llama_block.h).
   Gpt2Workspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false,
-                bool backward = true, int mlp_rows = kRowChunk);
+                bool backward = true, int mlp_rows = kRowChunk, bool gelu_in_fch = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   // Note [row chunks] (model/block_policy.h): tmp, dfch, dln and datty hold one chunk of rows.
@@ -117,6 +122,7 @@ class Gpt2Workspace {
   std::size_t wide_floats = 0;    // wide's floats
   float* wide_vectors = nullptr;  // (13 C) widened norm weights and biases (bf16_weights only)
   int mlp_rows = kRowChunk;       // the MLP half's sub-chunk (Note [frozen MLP rows])
+  bool gelu_in_fch = false;       // the sets' fch_gelu is their fch
 
  private:
   OpsBuffer buffer_;

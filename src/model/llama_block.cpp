@@ -22,7 +22,8 @@ LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max
   this->chunked = chunked;
   if (borrow != nullptr) {
     mlp_rows = borrow->mlp_rows;
-    hmid = borrow->dgate;
+    STRATUM_ASSERT(!borrow->gate_holds_hmid || chunked);
+    hmid = borrow->gate_holds_hmid ? gate : borrow->dgate;
     borrowed = true;
     xn1 = xn2 = borrow->tmp;
   }
@@ -31,6 +32,7 @@ LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max
 LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, const LlamaWorkspace& w,
                                    float* memory) {
   aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false, w.mlp_rows), memory);
+  STRATUM_ASSERT(!w.gate_holds_hmid);  // a held set keeps gate for the backward
   mlp_rows = w.mlp_rows;
   hmid = w.dgate;
   borrowed = true;
@@ -58,8 +60,9 @@ CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int ma
 }
 
 LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights,
-                               bool backward, int mlp_rows) {
+                               bool backward, int mlp_rows, bool gate_holds_hmid) {
   this->mlp_rows = mlp_rows;
+  this->gate_holds_hmid = gate_holds_hmid;
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   // Note [widened in panels]: the scratch holds a panel of the largest matrix.
@@ -69,11 +72,12 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
   const std::size_t mlp = std::min(chunk, static_cast<std::size_t>(mlp_rows));
   buffer_ = ops_buffer_carve(ops,
       {{&tmp, chunk * C}, {&dxn, bwd * chunk * C}, {&datty, bwd * chunk * Q}, {&dqkv, bwd * BT * QKV},
-       {&dgate, mlp * I}, {&dup, bwd * mlp * I},
+       {&dgate, gate_holds_hmid ? 0 : mlp * I}, {&dup, bwd * mlp * I},
        {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())},
        {&wide, wide_floats}, {&wide_vectors, vector_floats}});
   if (!bf16_weights) wide = wide_vectors = nullptr;
   if (!backward) dxn = datty = dqkv = dup = nullptr;
+  if (gate_holds_hmid) dgate = nullptr;
 }
 
 namespace {
@@ -125,11 +129,12 @@ void llama_attention_rows(const Ops& ops, const Linear& linear, const Attention&
 
 // Rows [r0, r0 + n) of the MLP half (Note [row chunks]): xn2, gate, up and hmid at the
 // chunk's rows, adapters 4 and 5 (gate_proj, up_proj) added; then, with out, out rows = res2 +
-// down(hmid) (through tmp), adapter 6 added; without, only adapter 6's u. res2: the chunk's rows
-// (may be out's: in place).
+// down(hmid) (through tmp), adapter 6 added; without, only adapter 6's u, and without
+// hmid_needed (a backward that needs no hmid) not even hmid. res2: the chunk's rows (may be
+// out's: in place).
 void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const LlamaBlockTensors& p,
                     LlamaActivations& s, float* tmp, float* out, int r0, int n, const LoraBlock* lora,
-                    const float* res2) {
+                    const float* res2, bool hmid_needed = true) {
   const int C = cfg.n_embd, I = cfg.mlp_width();
   const std::size_t at = static_cast<std::size_t>(r0) * C, mlp = s.chunk_row(r0) * I;
   float* const xn2 = s.xn2 + s.work_row(r0) * C;
@@ -143,6 +148,7 @@ void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, 
     lora_forward(ops, lora_rows(*lora, 4, r0, C), 4, gate, I, xn2, C, n, C, I);
     lora_forward(ops, lora_rows(*lora, 5, r0, C), 5, up, I, xn2, C, n, C, I);
   }
+  if (out == nullptr && !hmid_needed) return;  // Note [hmid in the workspace]: a frozen MLP's backward
   ops.swiglu_forward(hmid, gate, up, static_cast<std::size_t>(n) * I);
   if (out == nullptr) {
     if (lora != nullptr) lora_forward_u(ops, lora_rows(*lora, 6, r0, I), 6, hmid, I, n, I);
@@ -206,7 +212,11 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   // attention's rows (Note [attention row ranges]), which add to the dk and dv of every row before
   // them. hmid is in w.dgate (Note [hmid in the workspace]): the chunk's recompute writes it
   // there, or it is recomputed from kept gate and up. d res2 is built in dx's rows.
-  STRATUM_ASSERT(s.hmid == w.dgate && s.xn1 == w.tmp && s.xn2 == w.tmp);
+  STRATUM_ASSERT((s.hmid == w.dgate || (w.gate_holds_hmid && s.hmid == s.gate)) && s.xn1 == w.tmp && s.xn2 == w.tmp);
+  // hmid feeds only down's weight gradient and its adapter; where neither is, its swiglu is
+  // skipped, and the d gate rows may be gate's (Note [hmid in the workspace]).
+  const bool hmid_needed = g != nullptr || (lora != nullptr && lora->t[6].a != nullptr);
+  STRATUM_ASSERT(!w.gate_holds_hmid || !hmid_needed);
   const float eps = cfg.layer_norm_eps;
   STRATUM_ASSERT(s.mlp_rows == w.mlp_rows);
   for_each_row_chunk(BT, [&](int r0, int n) {
@@ -230,20 +240,22 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
       const float* const up = s.up + mlp;
       const float* const xn2 = s.xn2;
       if (recompute) {
-        llama_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, q0, m, lora, res2);
+        llama_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, q0, m, lora, res2, hmid_needed);
       } else {
         ops.rmsnorm_forward(s.xn2, s.rstd2 + q0, res2, p.mlp_norm_w, m, C, eps);  // into tmp again
-        ops.swiglu_forward(w.dgate, gate, up, rows_i);
+        if (hmid_needed) ops.swiglu_forward(w.dgate, gate, up, rows_i);
       }
+      // d gate's rows: the workspace's, or gate's own (read by the swiglu backward before it writes)
+      float* const dgate = w.gate_holds_hmid ? s.gate + mlp : w.dgate;
       sgemm_w(ops, false, false, m, I, C, 1.0f, dout_c, C, p.down_w, I, 0.0f, w.dup, I, w.wide, w.wide_floats);  // d hmid (m, I)
-      weight_grad(C, I, m, dout_c, C, w.dgate, I, &LlamaBlockTensors::down_w, qacc);          // d down (C, I)
-      adapt(6, q0, m, qacc, dout_c, C, w.dgate, I, w.dup, I, C);
-      ops.swiglu_backward(w.dgate, w.dup, w.dup, gate, up, rows_i);  // reads each d hmid before writing
-      sgemm_w(ops, false, false, m, C, I, 1.0f, w.dgate, I, p.gate_w, C, 0.0f, w.dxn, C, w.wide, w.wide_floats);
+      weight_grad(C, I, m, dout_c, C, s.hmid, I, &LlamaBlockTensors::down_w, qacc);  // d down (C, I)
+      adapt(6, q0, m, qacc, dout_c, C, s.hmid, I, w.dup, I, C);
+      ops.swiglu_backward(dgate, w.dup, w.dup, gate, up, rows_i);  // reads each d hmid and gate before writing
+      sgemm_w(ops, false, false, m, C, I, 1.0f, dgate, I, p.gate_w, C, 0.0f, w.dxn, C, w.wide, w.wide_floats);
       sgemm_w(ops, false, false, m, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C, w.wide, w.wide_floats);
-      weight_grad(I, C, m, w.dgate, I, xn2, C, &LlamaBlockTensors::gate_w, qacc);
+      weight_grad(I, C, m, dgate, I, xn2, C, &LlamaBlockTensors::gate_w, qacc);
       weight_grad(I, C, m, w.dup, I, xn2, C, &LlamaBlockTensors::up_w, qacc);
-      adapt(4, q0, m, qacc, w.dgate, I, xn2, C, w.dxn, C, I);
+      adapt(4, q0, m, qacc, dgate, I, xn2, C, w.dxn, C, I);
       adapt(5, q0, m, qacc, w.dup, I, xn2, C, w.dxn, C, I);
       // d res2, in dx's rows: dout_c's last read (dx may be dout: in place)
       if (dx != dout) ops.copy(dx + qat, dout_c, static_cast<std::size_t>(m) * C);

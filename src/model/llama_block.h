@@ -46,7 +46,12 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
 // recompute, or recomputes it from gate and up when the internals were kept, and recomputes xn2
 // and xn1 into tmp before their weight gradients: the same kernels on the same inputs, so the
 // same bits. (B,T,I) + 2 (B,T,C) floats less per block of internals: 637 MB for the 1.1B Llama
-// at T = 16384.
+// at T = 16384. Where the MLP trains nothing (Note [frozen MLP rows] in model/block_policy.h)
+// the backward needs no hmid at all (it feeds only down's weight gradient and its adapter): a
+// recomputed set then keeps hmid in its gate rows (the forward's swiglu runs in place, and the
+// backward's recompute stops before it) and its d gate too (the swiglu backward writes it over
+// gate), so the workspace has no dgate rows (LlamaWorkspace with gate_holds_hmid): one (mlp
+// rows, I) buffer less, and no swiglu forward in the backward.
 class LlamaWorkspace;
 
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs.
@@ -107,8 +112,10 @@ class LlamaWorkspace {
   // backward false: forward passes only; dxn, datty, dqkv and dup are null (dgate still holds hmid).
   // mlp_rows: the MLP half's sub-chunk (kFrozenMlpRows where it has nothing to train, Note [frozen
   // MLP rows] in model/block_policy.h), whose rows dgate and dup hold.
+  // gate_holds_hmid: its sets are recomputed ones of an MLP that trains nothing (Note [hmid in the
+  // workspace]): no dgate rows.
   LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false,
-                 bool backward = true, int mlp_rows = kRowChunk);
+                 bool backward = true, int mlp_rows = kRowChunk, bool gate_holds_hmid = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   // Note [row chunks] (model/block_policy.h): tmp, dxn, datty, dgate and dup hold one chunk of rows.
@@ -119,6 +126,7 @@ class LlamaWorkspace {
   float* dgate;  // (mlp rows, I) a sub-chunk's hmid (Note [hmid in the workspace]), then d gate
   float* dup;    // (mlp rows, I) d hmid, then d up (Note [row chunks] in model/block_policy.h)
   int mlp_rows = kRowChunk;  // the MLP half's sub-chunk (Note [frozen MLP rows])
+  bool gate_holds_hmid = false;  // dgate is null: the sets' gate rows hold hmid (Note [hmid in the workspace])
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, KV, hd)
   float* wide = nullptr;          // a panel of a matrix widened from bf16 (bf16_weights only; Note [widened in panels])
   std::size_t wide_floats = 0;    // wide's floats
