@@ -389,6 +389,55 @@ TEST(RowChunks, FrozenMlpSubChunksKeepTheBitsInLessMemory) {
   }
 }
 
+// Note [attention recompute first]: a frozen base's recomputing backward of one row chunk holds
+// the attention half alone first, then the whole layer; the bits of the whole backward (keep and
+// offload run it whole), in RAM and streamed, GPT-2 and Llama, adapters on every linear or on the
+// attention only, with dropout.
+TEST(RowChunks, TheAttentionRecomputeFirstGivesTheWholeBackwardsBits) {
+  blas_set_threads(2);
+  constexpr int B = 2, T = 256;  // one row chunk
+  for (const bool llama : {false, true}) {
+    for (const bool mlp_adapters : {false, true}) {
+      const GptConfig cfg = chunk_config(llama);
+      const LoraConfig lora = mlp_adapters ? every_linear(llama, 0.1)
+                                           : lora_config_make(llama ? ModelArch::Llama : ModelArch::Gpt2, 4, 8,
+                                                              llama ? "q_proj,v_proj" : "c_attn", false, 0.1);
+      const ParamLayout layout = ParamLayout::of(cfg, lora);
+      const std::vector<std::int32_t> tokens = random_tokens(static_cast<std::size_t>(B) * T + 1, cfg.vocab_size, 3);
+      const std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.end());
+      auto run = [&](ActivationPolicy policy, int depth) {  // depth -1: in RAM
+        SCOPED_TRACE(std::string(llama ? "llama " : "gpt2 ") + (mlp_adapters ? "every linear " : "attention ") +
+                     activation_policy_name(policy) + " prefetch " + std::to_string(depth));
+        const std::size_t internals =
+            policy == ActivationPolicy::Offload ? Executor::internals_unit_floats(cfg, B, T, layout) : 0;
+        const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T), UnitSet::Training, false, internals);
+        testing::TempDir tmp;
+        std::unique_ptr<SegmentStore> store;  // outlives the executor
+        ThreadPool pool(2);
+        Executor exec(pool, cfg, units, B, T, policy, OptimizerMode::Inline);
+        int backward_groups = 0;
+        for (int g = 0; g < exec.schedule().group_count(); ++g)
+          backward_groups += exec.schedule().group_work(g) == GroupWork::LayerBackward;
+        EXPECT_EQ(backward_groups, cfg.n_layer * (policy == ActivationPolicy::Recompute ? 2 : 1));
+        store = testing::store_in_ram_or_under(units, depth, exec.min_store_bytes(), tmp.path());
+        model_init_random(cfg, layout, *store, 11);
+        lora_fill(layout, *store);
+        exec.attach(*store);
+        for (int step = 0; step < 2; ++step) {
+          exec.lora_dropout_step(3, step);
+          exec.train_step(tokens.data(), targets.data(), B, T, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1, 1.0);
+        }
+        exec.sync();
+        return model_params_hash(layout, *store);
+      };
+      const std::uint64_t keep = run(ActivationPolicy::Keep, -1);
+      EXPECT_EQ(run(ActivationPolicy::Recompute, -1), keep);
+      EXPECT_EQ(run(ActivationPolicy::Recompute, 1), keep);
+      EXPECT_EQ(run(ActivationPolicy::Offload, 2), keep);
+    }
+  }
+}
+
 // bf16 products round their operands into per-thread scratch that grows to the largest call's;
 // the engine reserves it for a row chunk's (or a head chunk's) products, not for every row
 // (Executor::fixed_bytes). So a 1200-row bf16 pass (two chunks) grows it no further than a

@@ -314,7 +314,8 @@ std::string Executor::group_name(int g, const Pass& pass) const {
     case GroupWork::HeadLse: return seg + (pass.kind == PassKind::Logits ? " logits" : " head log-sum-exp");
     case GroupWork::HeadBackward: return seg + " head backward";
     case GroupWork::HeadEnd: return "head: final norm backward";
-    case GroupWork::LayerBackward: return seg + " backward";
+    case GroupWork::LayerBackward:
+      return seg + (group_part(g) == BlockPart::Attention ? " backward: attention recompute" : " backward");
     case GroupWork::EmbedBackward: return "embed backward";
     case GroupWork::VocabBackward: return seg + " embed backward";
     case GroupWork::GradAccum: return seg + " grads micro-batch " + std::to_string(schedule_.group_item(g));
@@ -411,11 +412,17 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       return;
     }
     case GroupWork::LayerBackward: {
+      if (group_part(g) == BlockPart::Attention) {  // Note [attention recompute first]
+        HeldLayer held(*this, g, holds, p);
+        blocks_.backward(*ops_, seg, held.views.data(), nullptr, holds.data(s, K::Activations), p.dcur, p.dcur,
+                         internals_at(holds, item), B, T, true, &held.lora, BlockPart::Attention);
+        return;
+      }
       const LoraChunks lora = lora_chunks(holds, item, true, p);
       blocks_.backward(*ops_, seg, holds.views(s, K::Params),
                        layout_.trainable(s) ? holds.views(s, K::Grads) : nullptr, holds.data(s, K::Activations),
                        p.dcur, p.dcur, internals_at(holds, item), B, T, activations_ == ActivationPolicy::Recompute,
-                       layout_.has_lora() ? &lora : nullptr);  // in place
+                       layout_.has_lora() ? &lora : nullptr, group_part(g));  // in place
       return;
     }
     case GroupWork::EmbedBackward:
@@ -443,27 +450,31 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
   STRATUM_ASSERT(false);  // GradAccum, GradShare and Optimizer groups are run by group_run()
 }
 
-void Executor::layer_half_forward(int g, const GroupHolds& holds, const Pass& p, std::size_t half) {
+Executor::HeldLayer::HeldLayer(const Executor& e, int g, const GroupHolds& holds, const Pass& p) {
   // The held chunks of the layer and of its adapters; the others empty (Note [block halves]).
-  const int s = schedule_.group_segment(g), layer = schedule_.group_item(g);
-  const int a = layout_.has_lora() ? layout_.lora_segment(layer) : -1;
-  std::vector<TensorView> views(static_cast<std::size_t>(units_.chunk_count(s, SegmentKind::Params)));
-  std::vector<float*> adapters(a >= 0 ? static_cast<std::size_t>(units_.chunk_count(a, SegmentKind::Params)) : 0,
-                               nullptr);
-  for (const UnitUse& use : schedule_.group(g)) {
-    if (units_.kind(use.unit) != SegmentKind::Params) continue;
-    const int c = units_.chunk(use.unit);
-    if (units_.segment(use.unit) == s) views[static_cast<std::size_t>(c)] = holds.view(s, SegmentKind::Params, c);
+  const int s = e.schedule_.group_segment(g), layer = e.schedule_.group_item(g);
+  const int a = e.layout_.has_lora() ? e.layout_.lora_segment(layer) : -1;
+  views.resize(static_cast<std::size_t>(e.units_.chunk_count(s, SegmentKind::Params)));
+  adapters.assign(a >= 0 ? static_cast<std::size_t>(e.units_.chunk_count(a, SegmentKind::Params)) : 0, nullptr);
+  for (const UnitUse& use : e.schedule_.group(g)) {
+    if (e.units_.kind(use.unit) != SegmentKind::Params) continue;
+    const int c = e.units_.chunk(use.unit);
+    if (e.units_.segment(use.unit) == s) views[static_cast<std::size_t>(c)] = holds.view(s, SegmentKind::Params, c);
     else adapters[static_cast<std::size_t>(c)] = holds.data(a, SegmentKind::Params, c);
   }
-  const LoraChunks lora{a >= 0 ? &layout_.segments()[a] : nullptr, adapters.data(), nullptr,
-                        p.kind == PassKind::Train && layout_.has_lora() && layout_.lora().dropout > 0, dropout_step_key_};
+  lora = LoraChunks{a >= 0 ? &e.layout_.segments()[a] : nullptr, adapters.data(), nullptr,
+                    p.kind == PassKind::Train && a >= 0 && e.layout_.lora().dropout > 0, e.dropout_step_key_};
+}
+
+void Executor::layer_half_forward(int g, const GroupHolds& holds, const Pass& p, std::size_t half) {
+  const int s = schedule_.group_segment(g), layer = schedule_.group_item(g);
+  const HeldLayer held(*this, g, holds, p);
   const BlockPart part = group_part(g);
   // The MLP half reads res2 from out (where the attention half left it), not x.
   float* const out = holds.data(act_segment(layer + 1), SegmentKind::Activations) + half;
   const float* const x = part == BlockPart::Attention ? holds.data(s, SegmentKind::Activations) + half : out;
-  blocks_.forward(*ops_, layout_.segments()[s], views.data(), x, out, internals_at(holds, layer), p.B, p.T,
-                  a >= 0 ? &lora : nullptr, part);
+  blocks_.forward(*ops_, layout_.segments()[s], held.views.data(), x, out, internals_at(holds, layer), p.B, p.T,
+                  layout_.has_lora() ? &held.lora : nullptr, part);
 }
 
 LoraChunks Executor::lora_chunks(const GroupHolds& holds, int layer, bool grads, const Pass& pass) const {

@@ -335,6 +335,9 @@ class Executor {
   // The half of a block tensor (a layer's, or an adapter's: its module's) or Whole (any other).
   BlockPart tensor_part(int segment, int tensor) const;
   double attention_share() const;  // the attention half's share of a block forward's multiply-adds
+  // Appends a use of each params chunk of segment seg that holds a tensor of `part` (Note [block
+  // halves]).
+  void part_chunks_add(std::vector<UnitUse>& uses, int seg, BlockPart part, Access access) const;
   BlockPart group_part(int g) const {
     return static_cast<std::size_t>(g) < group_part_.size() ? group_part_[g] : BlockPart::Whole;
   }
@@ -360,6 +363,14 @@ class Executor {
   void grad_accum_run(int g, const Pass& pass);  // a GradAccum group (Note [gradient accumulation])
   void grad_share_run(int g, const Pass& pass);  // a GradShare group (Note [data parallel])
   void group_compute(int g, const GroupHolds& holds, Pass& pass);
+  // A layer group's held parameter chunks as the block takes them: views of the layer's (empty
+  // where not held) and the adapters' chunks (null where not held), with the pass's dropout.
+  struct HeldLayer {
+    HeldLayer(const Executor& e, int g, const GroupHolds& holds, const Pass& p);
+    std::vector<TensorView> views;
+    std::vector<float*> adapters;
+    LoraChunks lora;
+  };
   // A LayerForward group of one half (Note [block halves]); half: the offset of the pass's hidden
   // state in the activation units (Pass::half).
   void layer_half_forward(int g, const GroupHolds& holds, const Pass& pass, std::size_t half);

@@ -46,16 +46,8 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
         uses = {{unit_at(s, K::Activations), A::Read}, {out, A::Overwrite}};
       else
         uses = {{out, A::Update}};
-      // The chunks that hold a tensor of this half (a chunk may hold both halves' tensors).
-      for (const int seg : {s, a}) {
-        if (seg < 0) continue;
-        for (int c = 0; c < units_.chunk_count(seg, K::Params); ++c) {
-          bool has = false;
-          for (int i = 0; i < static_cast<int>(layout_.segments()[seg].tensors.size()); ++i)
-            has = has || (layout_.segments()[seg].tensors[i].chunk == c && tensor_part(seg, i) == part);
-          if (has) uses.push_back({unit_at(seg, K::Params, c), seg == s ? access : adapter_access});
-        }
-      }
+      part_chunks_add(uses, s, part, access);
+      if (a >= 0) part_chunks_add(uses, a, part, adapter_access);
       const int g = schedule_.group_add(std::move(uses), W::LayerForward, s, l);
       schedule_.group_share_set(g, part == BlockPart::Attention ? attention_share() : 1.0 - attention_share());
       group_part_.resize(static_cast<std::size_t>(g) + 1, BlockPart::Whole);
@@ -88,6 +80,16 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
     if (rows) before(layout_.vocab_segment(k));  // tied: v, whose first read this step is here
     if (!tied) before(v);
     schedule_.group_add({{unit_at(v, K::Params), params(v)}}, W::HeadLse, v, k);
+  }
+}
+
+void Executor::part_chunks_add(std::vector<UnitUse>& uses, int seg, BlockPart part, Access access) const {
+  // The chunks that hold a tensor of this half (a chunk may hold both halves' tensors).
+  for (int c = 0; c < units_.chunk_count(seg, SegmentKind::Params); ++c) {
+    bool has = false;
+    for (int i = 0; i < static_cast<int>(layout_.segments()[seg].tensors.size()); ++i)
+      has = has || (layout_.segments()[seg].tensors[i].chunk == c && tensor_part(seg, i) == part);
+    if (has) uses.push_back({unit_at(seg, SegmentKind::Params, c), access});
   }
 }
 
@@ -196,12 +198,13 @@ void Executor::schedule_build() {
   micro_begin_.clear();
   for (int mb = 0; mb < N; ++mb) {  // Note [gradient accumulation]
     micro_begin_.push_back(schedule_.group_count());
-    // Note [block halves]: the forward's layers as two groups each where the backward recomputes
-    // the internals (a half keeps res2 in its output, not in the internals), so that one half is
-    // read while the other computes.
+    // Note [block halves]: a frozen base's layers (LoRA) as two groups each in the forward, so
+    // that one half is read while the other computes; where the backward recomputes the internals
+    // (a half keeps res2 in its output, not in the internals). Not for trained layers: on GPT-2
+    // small under AdamW at 10% the step took 5% longer (docs/benchmarks.md).
     forward_groups_add([&](int s) { if (pipelined && mb == 0 && trainable(s)) opt_group(s); },
                        [](int) { return A::Read; }, rows_ahead_, mb == 0,
-                       activations_ == ActivationPolicy::Recompute);
+                       activations_ == ActivationPolicy::Recompute && layout_.has_lora());
     if (mb == 0) forward_end_ = schedule_.group_count();
     const std::vector<UnitUse> head_in = {{unit_at(head, K::Params), A::Read}, {unit_at(head, K::Activations), A::Read}};
     for (int k = 0; k < nv; ++k) {
@@ -237,8 +240,22 @@ void Executor::schedule_build() {
     grads_done(head);
     if (!tied)
       for (int k = 0; k < nv; ++k) grads_done(layout_.head_vocab_segment(k));
+    // Note [attention recompute first]: a frozen base's recomputing backward of one row chunk
+    // first holds the attention half alone.
+    const bool attention_first = layout_.has_lora() && activations_ == ActivationPolicy::Recompute &&
+                                 static_cast<std::size_t>(max_batch_) * max_seq_ <= static_cast<std::size_t>(kRowChunk);
     for (int l = L - 1; l >= 0; --l) {
       const int s = layout_.layer_segment(l);
+      if (attention_first) {
+        std::vector<UnitUse> first = {{unit_at(s, K::Activations), A::Read}};
+        part_chunks_add(first, s, BlockPart::Attention, A::Read);
+        part_chunks_add(first, layout_.lora_segment(l), BlockPart::Attention, A::Read);
+        const int g = schedule_.group_add(std::move(first), W::LayerBackward, s, l);
+        // Of the backward's time (about three forwards with the recompute), the attention's forward.
+        schedule_.group_share_set(g, attention_share() / 3.0);
+        group_part_.resize(static_cast<std::size_t>(g) + 1, BlockPart::Whole);
+        group_part_[g] = BlockPart::Attention;
+      }
       std::vector<UnitUse> uses = chunks({{unit_at(s, K::Activations), A::Read}}, s, K::Params, A::Read);
       // Update, not Read: the backward recomputes a norm's statistics into it (the same values).
       // Its next use overwrites it, so it is dropped, never written back.
@@ -248,7 +265,12 @@ void Executor::schedule_build() {
         const int a = layout_.lora_segment(l);
         uses = chunks(chunks(std::move(uses), a, K::Params, A::Read), a, K::Grads, A::Overwrite);
       }
-      schedule_.group_add(std::move(uses), W::LayerBackward, s, l);
+      const int g = schedule_.group_add(std::move(uses), W::LayerBackward, s, l);
+      if (attention_first) {  // the rest, after the attention's recompute
+        schedule_.group_share_set(g, 1.0 - attention_share() / 3.0);
+        group_part_.resize(static_cast<std::size_t>(g) + 1, BlockPart::Whole);
+        group_part_[g] = BlockPart::Mlp;
+      }
       grads_done(s);
       if (layout_.has_lora()) grads_done(layout_.lora_segment(l));
     }

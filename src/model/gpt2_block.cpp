@@ -156,12 +156,20 @@ void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& a
 
 void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p,
                          const Gpt2BlockTensors* g, const float* x, const float* dout, float* dx,
-                         Gpt2Activations& s, Gpt2Workspace& w, int B, int T, bool recompute, const LoraBlock* lora) {
+                         Gpt2Activations& s, Gpt2Workspace& w, int B, int T, bool recompute, const LoraBlock* lora,
+                         BlockPart part) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head;
   const GemmLinear linear{w.wide, w.wide_floats};
   // Recompute every row's qkv; each chunk's attention rows and MLP internals are recomputed
-  // below, just before its backward (the block output itself is not needed).
-  if (recompute) for_each_row_chunk(BT, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
+  // below, just before its backward (the block output itself is not needed); or, in two parts
+  // (Note [attention recompute first]), the attention half's first, for the pass's one chunk.
+  STRATUM_ASSERT(part == BlockPart::Whole || (recompute && BT <= kRowChunk));
+  if (recompute && part != BlockPart::Mlp)
+    for_each_row_chunk(BT, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
+  if (part == BlockPart::Attention) {
+    gpt2_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, 0, BT, lora, s.res2);
+    return;
+  }
   // A frozen base (g null, Note [lora segments]) gets no parameter gradients; dx is the same.
   auto grad = [&](float* Gpt2BlockTensors::*field) { return g != nullptr ? g->*field : nullptr; };
   auto grad_w = [&](TensorView Gpt2BlockTensors::*field) { return g != nullptr ? (g->*field).f32() : nullptr; };
@@ -185,7 +193,7 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
     const std::size_t at = static_cast<std::size_t>(r0) * C, own = s.chunk_row(r0) * C;
     const bool acc = r0 > 0;  // later chunks add to the gradients
     float* const ln2 = s.ln2;
-    if (recompute)
+    if (recompute && part == BlockPart::Whole)
       gpt2_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora,
                           s.res2 + own);
     // The MLP half in sub-chunks (Note [frozen MLP rows]: one, the chunk, where it trains).

@@ -144,9 +144,12 @@ void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& a
 // from x (bit-identical to the original forward); otherwise a must still hold this block's
 // forward internals. g null: a frozen base, no parameter gradients (Note [lora segments]); lora:
 // the adapters' gradients into their da, db.
+// part (Note [attention recompute first] in model/param_layout.h): Attention runs only the
+// recompute of the attention half (one row chunk), Mlp the rest after it, Whole both.
 void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTensors& p,
                          const Gpt2BlockTensors* g, const float* x, const float* dout, float* dx,
                          Gpt2Activations& a, Gpt2Workspace& w, int B, int T, bool recompute,
-                         const LoraBlock* lora = nullptr);
+                         const LoraBlock* lora = nullptr,
+                          BlockPart part = BlockPart::Whole);
 
 }  // namespace stratum

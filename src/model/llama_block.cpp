@@ -189,13 +189,20 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
 
 void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
                           const LlamaBlockTensors* g, const float* x, const float* dout, float* dx,
-                          LlamaActivations& s, LlamaWorkspace& w, int B, int T, bool recompute, const LoraBlock* lora) {
+                          LlamaActivations& s, LlamaWorkspace& w, int B, int T, bool recompute, const LoraBlock* lora,
+                          BlockPart part) {
   const int BT = B * T, C = cfg.n_embd, H = cfg.n_head, KV = cfg.kv_heads(), hd = cfg.head_dim();
   const int Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd, I = cfg.mlp_width();
   const GemmLinear linear{w.wide, w.wide_floats};
   // Recompute every row's qkv; each chunk's attention rows and MLP internals are recomputed
-  // below, just before its backward.
-  if (recompute) llama_qkv(ops, linear, CausalAttention{}, cfg, rope, p, x, s, B, T, lora);
+  // below, just before its backward; or, in two parts (Note [attention recompute first]), the
+  // attention half's first, for the pass's one chunk.
+  STRATUM_ASSERT(part == BlockPart::Whole || (recompute && BT <= kRowChunk));
+  if (recompute && part != BlockPart::Mlp) llama_qkv(ops, linear, CausalAttention{}, cfg, rope, p, x, s, B, T, lora);
+  if (part == BlockPart::Attention) {
+    llama_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, 0, BT, lora, s.res2);
+    return;
+  }
   // A frozen base (g null, Note [lora segments]) gets no weight gradients; dx is the same.
   auto weight_grad = [&](int M, int N, int K, const float* a, int lda, const float* b, int ldb,
                          TensorView LlamaBlockTensors::*field, bool acc = false) {  // g.field (M,N) (+)= a^T b
@@ -224,7 +231,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     float* const res2_chunk = s.res2 + s.chunk_row(r0) * C;
     const float* const atty = s.atty + s.chunk_row(r0) * Q;
     const bool acc = r0 > 0;  // later chunks add to the gradients
-    if (recompute)
+    if (recompute && part == BlockPart::Whole)
       llama_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora,
                            res2_chunk);
     // The MLP half in sub-chunks (Note [frozen MLP rows]: one, the chunk, where it trains).

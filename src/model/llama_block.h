@@ -150,9 +150,12 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
 // Writes dx (B,T,C) and the block's parameter gradients into g (overwriting them) for the
 // upstream gradient dout (B,T,C); with recompute, first refills a from x (bit-identical). g null:
 // a frozen base (Note [lora segments]); lora (may be null): adapters, as gpt2_block_backward.
+// part (Note [attention recompute first] in model/param_layout.h): Attention runs only the
+// recompute of the attention half (one row chunk), Mlp the rest after it, Whole both.
 void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, const LlamaBlockTensors& p,
                           const LlamaBlockTensors* g, const float* x, const float* dout, float* dx,
                           LlamaActivations& a, LlamaWorkspace& w, int B, int T, bool recompute,
-                          const LoraBlock* lora = nullptr);
+                          const LoraBlock* lora = nullptr,
+                          BlockPart part = BlockPart::Whole);
 
 }  // namespace stratum

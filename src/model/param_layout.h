@@ -108,6 +108,14 @@ enum LlamaBlockTensor : int {
 // (Note [zeroth-order step] in exec/executor.h) holding each half's tensors: the block
 // forwards (BlockPart) then keep res2 for every row in `out` between the halves, and the same
 // row chunks run the same ops on the same operands as the whole block does.
+//
+// Note [attention recompute first]: a recomputing backward of a frozen base's layer (LoRA) whose
+// pass is one row chunk (B*T <= kRowChunk) runs as two groups too: the attention half's recompute
+// (every row's qkv, attention, output projection and res2 into the recomputed set: BlockPart::
+// Attention, holding that half's chunks) and then the rest (BlockPart::Mlp: the MLP's recompute
+// and backward, then the attention's backward, holding the whole layer). The same ops in the
+// same order as the whole backward, on the same set, so the same bits; the store reads the MLP
+// half while the attention recomputes, where it would otherwise wait for the whole layer.
 enum class BlockPart { Whole, Attention, Mlp };
 // The half tensor `tensor` of a block segment of `arch` belongs to (BlockTensor, LlamaBlockTensor).
 inline BlockPart block_tensor_part(ModelArch arch, int tensor) {

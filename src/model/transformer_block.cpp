@@ -156,7 +156,7 @@ void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const T
 
 void TransformerBlock::backward(const Ops& ops, const SegmentLayout& seg, const TensorView* params,
                                 const TensorView* grads, const float* x, const float* dout, float* dx, InternalsAt at,
-                                int B, int T, bool recompute, const LoraChunks* lora) {
+                                int B, int T, bool recompute, const LoraChunks* lora, BlockPart part) {
   const LoraBlock l = lora != nullptr ? lora_block(*lora, at, B * T) : LoraBlock{};
   const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {
@@ -164,13 +164,13 @@ void TransformerBlock::backward(const Ops& ops, const SegmentLayout& seg, const 
     const LlamaBlockTensors g = grads != nullptr ? llama_block_tensors(ops, seg, grads, nullptr) : LlamaBlockTensors{};
     llama_block_backward(ops, cfg_, *rope_, llama_block_tensors(ops, seg, params, llama_work_->wide_vectors),
                          grads != nullptr ? &g : nullptr, x, dout, dx, internals(at, view), *llama_work_, B, T,
-                         recompute, lp);
+                         recompute, lp, part);
   } else {
     std::optional<Gpt2Activations> view;
     const Gpt2BlockTensors g = grads != nullptr ? gpt2_block_tensors(ops, seg, grads, nullptr) : Gpt2BlockTensors{};
     gpt2_block_backward(ops, cfg_, gpt2_block_tensors(ops, seg, params, gpt2_work_->wide_vectors),
                         grads != nullptr ? &g : nullptr, x, dout, dx, internals(at, view), *gpt2_work_, B, T, recompute,
-                        lp);
+                        lp, part);
   }
 }
 

@@ -77,9 +77,11 @@ class TransformerBlock {
   // dx (B,T,C) and the block's gradients (overwritten, in the fp32 chunks `grads`; null: a frozen
   // base) for dout; with recompute the internals are first recomputed from x into `at`. dx may be
   // dout (in place: each chunk reads its dout rows before it writes its dx rows).
+  // part: Note [attention recompute first] in model/param_layout.h (Attention: only the held
+  // attention half's chunks need be given).
   void backward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const TensorView* grads,
                 const float* x, const float* dout, float* dx, InternalsAt at, int B, int T, bool recompute,
-                const LoraChunks* lora = nullptr);
+                const LoraChunks* lora = nullptr, BlockPart part = BlockPart::Whole);
 
  private:
   LoraBlock lora_block(const LoraChunks& chunks, InternalsAt at, int BT);
