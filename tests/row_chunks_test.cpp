@@ -127,6 +127,40 @@ TEST(RowChunks, ChunkedPassGivesTheGradientsOfOneSequenceMicroBatches) {
   }
 }
 
+// The params hash after two AdamW steps of a B x T batch of random tokens (adapters filled, the
+// dropout keyed by the step) under `policy`, in RAM (depth -1) or at the smallest budget with
+// prefetch depth `depth`; backward_groups: the schedule's LayerBackward groups.
+std::uint64_t two_steps_hash(const GptConfig& cfg, const LoraConfig& lora, int B, int T, ActivationPolicy policy,
+                             int depth, int* backward_groups = nullptr) {
+  SCOPED_TRACE(std::string(cfg.llama() ? "llama " : "gpt2 ") + (lora.on() ? "lora " : "") +
+               activation_policy_name(policy) + " prefetch " + std::to_string(depth));
+  const ParamLayout layout = ParamLayout::of(cfg, lora);
+  const std::vector<std::int32_t> tokens = random_tokens(static_cast<std::size_t>(B) * T + 1, cfg.vocab_size, 3);
+  const std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.end());
+  const std::size_t internals =
+      policy == ActivationPolicy::Offload ? Executor::internals_unit_floats(cfg, B, T, layout) : 0;
+  const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T), UnitSet::Training, false, internals);
+  testing::TempDir tmp;
+  std::unique_ptr<SegmentStore> store;  // outlives the executor
+  ThreadPool pool(2);
+  Executor exec(pool, cfg, units, B, T, policy, OptimizerMode::Inline);
+  if (backward_groups != nullptr) {
+    *backward_groups = 0;
+    for (int g = 0; g < exec.schedule().group_count(); ++g)
+      *backward_groups += exec.schedule().group_work(g) == GroupWork::LayerBackward;
+  }
+  store = testing::store_in_ram_or_under(units, depth, exec.min_store_bytes(), tmp.path());
+  model_init_random(cfg, layout, *store, 11);
+  lora_fill(layout, *store);
+  exec.attach(*store);
+  for (int step = 0; step < 2; ++step) {
+    exec.lora_dropout_step(3, step);
+    exec.train_step(tokens.data(), targets.data(), B, T, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1, 1.0);
+  }
+  exec.sync();
+  return model_params_hash(layout, *store);
+}
+
 // Two optimizer steps of the kB x kT batch: the params hash of recompute in RAM, whatever the
 // policy (keep: every row kept; offload: held internals), budget and prefetch depth.
 TEST(RowChunks, EveryPolicyAndBudgetGivesTheBitsOfRam) {
@@ -135,34 +169,10 @@ TEST(RowChunks, EveryPolicyAndBudgetGivesTheBitsOfRam) {
     for (const bool adapters : {false, true}) {
       const GptConfig cfg = chunk_config(llama);
       const LoraConfig lora = adapters ? every_linear(llama, 0.1) : LoraConfig{};
-      const ParamLayout layout = ParamLayout::of(cfg, lora);
-      const std::vector<std::int32_t> tokens = random_tokens(static_cast<std::size_t>(kB) * kT + 1, cfg.vocab_size, 3);
-      const std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.end());
-      auto run = [&](ActivationPolicy policy, int depth) {  // depth -1: in RAM
-        SCOPED_TRACE(std::string(llama ? "llama " : "gpt2 ") + (adapters ? "lora " : "") +
-                     activation_policy_name(policy) + " prefetch " + std::to_string(depth));
-        const std::size_t internals = policy == ActivationPolicy::Offload
-                                          ? Executor::internals_unit_floats(cfg, kB, kT, layout)
-                                          : 0;
-        const UnitTable units(layout, Executor::activation_unit_floats(cfg, kB, kT), UnitSet::Training, false,
-                              internals);
-        testing::TempDir tmp;
-        std::unique_ptr<SegmentStore> store;  // outlives the executor
-        ThreadPool pool(2);
-        Executor exec(pool, cfg, units, kB, kT, policy, OptimizerMode::Inline);
-        store = testing::store_in_ram_or_under(units, depth, exec.min_store_bytes(), tmp.path());
-        model_init_random(cfg, layout, *store, 11);
-        lora_fill(layout, *store);
-        exec.attach(*store);
-        for (int step = 0; step < 2; ++step)
-          exec.train_step(tokens.data(), targets.data(), kB, kT, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1, 1.0);
-        exec.sync();
-        return model_params_hash(layout, *store);
-      };
-      const std::uint64_t ram = run(ActivationPolicy::Recompute, -1);
-      EXPECT_EQ(run(ActivationPolicy::Keep, -1), ram);
-      EXPECT_EQ(run(ActivationPolicy::Recompute, 1), ram);
-      EXPECT_EQ(run(ActivationPolicy::Offload, 2), ram);
+      const std::uint64_t ram = two_steps_hash(cfg, lora, kB, kT, ActivationPolicy::Recompute, -1);
+      EXPECT_EQ(two_steps_hash(cfg, lora, kB, kT, ActivationPolicy::Keep, -1), ram);
+      EXPECT_EQ(two_steps_hash(cfg, lora, kB, kT, ActivationPolicy::Recompute, 1), ram);
+      EXPECT_EQ(two_steps_hash(cfg, lora, kB, kT, ActivationPolicy::Offload, 2), ram);
     }
   }
 }
@@ -398,42 +408,18 @@ TEST(RowChunks, TheAttentionRecomputeFirstGivesTheWholeBackwardsBits) {
   constexpr int B = 2, T = 256;  // one row chunk
   for (const bool llama : {false, true}) {
     for (const bool mlp_adapters : {false, true}) {
+      SCOPED_TRACE(mlp_adapters ? "every linear" : "attention only");
       const GptConfig cfg = chunk_config(llama);
       const LoraConfig lora = mlp_adapters ? every_linear(llama, 0.1)
                                            : lora_config_make(llama ? ModelArch::Llama : ModelArch::Gpt2, 4, 8,
                                                               llama ? "q_proj,v_proj" : "c_attn", false, 0.1);
-      const ParamLayout layout = ParamLayout::of(cfg, lora);
-      const std::vector<std::int32_t> tokens = random_tokens(static_cast<std::size_t>(B) * T + 1, cfg.vocab_size, 3);
-      const std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.end());
-      auto run = [&](ActivationPolicy policy, int depth) {  // depth -1: in RAM
-        SCOPED_TRACE(std::string(llama ? "llama " : "gpt2 ") + (mlp_adapters ? "every linear " : "attention ") +
-                     activation_policy_name(policy) + " prefetch " + std::to_string(depth));
-        const std::size_t internals =
-            policy == ActivationPolicy::Offload ? Executor::internals_unit_floats(cfg, B, T, layout) : 0;
-        const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T), UnitSet::Training, false, internals);
-        testing::TempDir tmp;
-        std::unique_ptr<SegmentStore> store;  // outlives the executor
-        ThreadPool pool(2);
-        Executor exec(pool, cfg, units, B, T, policy, OptimizerMode::Inline);
-        int backward_groups = 0;
-        for (int g = 0; g < exec.schedule().group_count(); ++g)
-          backward_groups += exec.schedule().group_work(g) == GroupWork::LayerBackward;
-        EXPECT_EQ(backward_groups, cfg.n_layer * (policy == ActivationPolicy::Recompute ? 2 : 1));
-        store = testing::store_in_ram_or_under(units, depth, exec.min_store_bytes(), tmp.path());
-        model_init_random(cfg, layout, *store, 11);
-        lora_fill(layout, *store);
-        exec.attach(*store);
-        for (int step = 0; step < 2; ++step) {
-          exec.lora_dropout_step(3, step);
-          exec.train_step(tokens.data(), targets.data(), B, T, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1, 1.0);
-        }
-        exec.sync();
-        return model_params_hash(layout, *store);
-      };
-      const std::uint64_t keep = run(ActivationPolicy::Keep, -1);
-      EXPECT_EQ(run(ActivationPolicy::Recompute, -1), keep);
-      EXPECT_EQ(run(ActivationPolicy::Recompute, 1), keep);
-      EXPECT_EQ(run(ActivationPolicy::Offload, 2), keep);
+      int split = 0, whole = 0;
+      const std::uint64_t keep = two_steps_hash(cfg, lora, B, T, ActivationPolicy::Keep, -1, &whole);
+      EXPECT_EQ(two_steps_hash(cfg, lora, B, T, ActivationPolicy::Recompute, -1, &split), keep);
+      EXPECT_EQ(split, 2 * cfg.n_layer);
+      EXPECT_EQ(whole, cfg.n_layer);
+      EXPECT_EQ(two_steps_hash(cfg, lora, B, T, ActivationPolicy::Recompute, 1), keep);
+      EXPECT_EQ(two_steps_hash(cfg, lora, B, T, ActivationPolicy::Offload, 2), keep);
     }
   }
 }
