@@ -341,6 +341,35 @@ TEST(Plan, CliPrintsThePlanAndRefusesBadInput) {
   const auto no_dir = testing::run_stratum("plan" + shape + " --mem-budget 3M");
   EXPECT_EQ(no_dir.exit_code, 1);
   EXPECT_NE(no_dir.errors.find("--offload-dir"), std::string::npos) << no_dir.errors;
+  // Note [frozen MLP rows]: sub-chunks only where the MLP trains nothing and is wide enough.
+  const auto rows_range = testing::run_stratum("plan" + shape + " --mlp-rows 2048");
+  EXPECT_EQ(rows_range.exit_code, 1);
+  EXPECT_NE(rows_range.errors.find("--mlp-rows must be in 1..1024"), std::string::npos) << rows_range.errors;
+  const auto rows_trained = testing::run_stratum("plan" + shape + " --mlp-rows 256");
+  EXPECT_EQ(rows_trained.exit_code, 1);
+  EXPECT_NE(rows_trained.errors.find("needs MLPs that train nothing"), std::string::npos) << rows_trained.errors;
+}
+
+// Note [frozen MLP rows]: LoRA on the attention of a GPT-2 wide enough (C = 576): the minimum is
+// the 256-row sub-chunks', the plan takes them just above it and keeps whole chunks where they fit.
+TEST(Plan, TakesTheLargestMlpSubChunkThatFits) {
+  testing::TempDir tmp;
+  const std::string shape = " --layers 2 --heads 8 --embd 576 --ctx 128 --vocab 512 --batch 4 --seq 128 --threads 2"
+                            " --lora-r 4 --lora-targets c_attn";
+  const auto ram = testing::run_stratum("plan" + shape + " --activations recompute");
+  ASSERT_EQ(ram.exit_code, 0) << ram.errors;
+  const auto at = ram.output.find("minimum budget ");
+  ASSERT_NE(at, std::string::npos) << ram.output;
+  const double min_mib = std::stod(ram.output.substr(at + 15));
+  ASSERT_NE(ram.output.find("MiB", at), std::string::npos);
+  const auto tight = testing::run_stratum("plan" + shape + " --activations recompute --mem-budget " +
+                                          std::to_string(static_cast<int>(min_mib) + 1) + "M --offload-dir " + tmp.path());
+  ASSERT_EQ(tight.exit_code, 0) << tight.errors;
+  EXPECT_NE(tight.output.find("MLP in sub-chunks of 256 rows"), std::string::npos) << tight.output;
+  const auto roomy = testing::run_stratum("plan" + shape + " --activations recompute --mem-budget 400M --offload-dir " +
+                                          tmp.path());
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.errors;
+  EXPECT_EQ(roomy.output.find("MLP in sub-chunks"), std::string::npos) << roomy.output;
 }
 
 
