@@ -225,9 +225,9 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
                       r.grad_accum, nullptr, p.mlp_rows);
   const StepSchedule& schedule = exec.schedule();
   p.engine_bytes = exec.fixed_bytes();
-  // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's).
-  const OptimizerMode streaming_mode = plan_mode(r, true);
-  PlanRequest smallest = r;  // the minimum at the smallest MLP sub-chunk the run may take
+  // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's), at the
+  // smallest MLP sub-chunk the run may take.
+  PlanRequest smallest = r;
   smallest.mlp_rows = 0;
   p.min_budget_bytes = plan_min_budget_bytes(smallest);
   p.read_gbps = read_gbps;
