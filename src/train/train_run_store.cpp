@@ -37,13 +37,6 @@ void TrainRun::store_make() {
                       zo,           lora_,              base_bf16,   pool_->num_threads(), o_.grad_accum};
   const bool budget = o_.mem_budget_bytes > 0;
   STRATUM_CHECK(budget || o_.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
-  // Note [frozen MLP rows]: the MLP's sub-chunk, chosen for the CPU's buffers under the budget
-  // (on a device tier they are device memory, outside --mem-budget).
-  const bool host_buffers = o_.backend == Backend::Cpu && !o_.mirror_store;
-  request.mlp_rows = host_buffers ? plan_mlp_rows(request) : kRowChunk;
-  if (request.mlp_rows < kRowChunk)
-    mlp_line_ = "[stratum] MLP in sub-chunks of " + std::to_string(request.mlp_rows) +
-                " rows (it trains nothing here; the largest sub-chunk whose buffers fit --mem-budget; same bits)\n";
   // The plan's measurement (Note [plan model]), with a budget: before the executor when the plan
   // chooses the activations policy (Note [activations offload]), which the executor is made with.
   PlanMeasurement measured;
@@ -68,6 +61,14 @@ void TrainRun::store_make() {
     }
   }
   activations_ = request.activations;
+  // Note [frozen MLP rows]: the MLP's sub-chunk for the chosen policy (as its plan took it),
+  // for the CPU's buffers under the budget (on a device tier they are device memory, outside
+  // --mem-budget).
+  const bool host_buffers = o_.backend == Backend::Cpu && !o_.mirror_store;
+  request.mlp_rows = host_buffers ? plan_mlp_rows(request) : kRowChunk;
+  if (request.mlp_rows < kRowChunk)
+    mlp_line_ = "[stratum] MLP in sub-chunks of " + std::to_string(request.mlp_rows) +
+                " rows (it trains nothing here; the largest sub-chunk whose buffers fit --mem-budget; same bits)\n";
   units_ = std::make_unique<UnitTable>(
       plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq, request.zeroth_order), request));
   auto exec_make = [&](OptimizerMode mode) {
@@ -110,9 +111,10 @@ void TrainRun::store_make() {
   const std::size_t host_fixed = device_tier ? 0 : exec.fixed_bytes();
   if (device_tier) result_.prefetch = o_.prefetch >= 0 ? o_.prefetch : 2;  // the plan models the CPU's compute only
   min_budget_ = exec.fixed_bytes() + exec.min_store_bytes();
-  if (budget && host_buffers) {  // the smallest MLP sub-chunk's, which the run may take
+  if (budget && host_buffers) {  // the smallest MLP sub-chunk's, which the run may take (of either policy under auto)
     PlanRequest smallest = request;
     smallest.mlp_rows = 0;
+    smallest.activations = plan_activations_resolve(o_.activations, zo);
     min_budget_ = std::min(min_budget_, plan_min_budget_bytes(smallest));
   }
   STRATUM_CHECK(o_.gpu_mem_budget_bytes == 0 || o_.gpu_mem_budget_bytes >= min_budget_, "[train] --gpu-mem-budget ",
