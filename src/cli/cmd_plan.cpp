@@ -88,7 +88,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.base_bf16 = r.lora.on() && (args.flag("lora-base-bf16") ||
                                 (args.has("model") && model_weights_bf16(model_dir_resolve(args.str("model")))));
   r.mlp_rows = static_cast<int>(args.integer("mlp-rows", 0, 1, kRowChunk));
-  STRATUM_CHECK(r.mlp_rows == 0 || r.mlp_rows == kRowChunk || plan_mlp_frozen(r), "[plan] --mlp-rows ", r.mlp_rows,
+  STRATUM_CHECK(r.mlp_rows == 0 || r.mlp_rows == kRowChunk || plan_mlp_may_sub_chunk(r), "[plan] --mlp-rows ", r.mlp_rows,
                 " needs MLPs that train nothing (--optimizer zo-sgd, or --lora-targets without MLP modules), in fp32, "
                 "wider than n_embd x MLP width 2^20");
   const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));

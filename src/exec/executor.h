@@ -338,6 +338,9 @@ class Executor {
   // Appends a use of each params chunk of segment seg that holds a tensor of `part` (Note [block
   // halves]).
   void part_chunks_add(std::vector<UnitUse>& uses, int seg, BlockPart part, Access access) const;
+  // Group g is `part` of its layer (group_part), with that share of the layer's compute time
+  // (StepSchedule::group_share, for the plan).
+  void group_part_set(int g, BlockPart part, double share);
   BlockPart group_part(int g) const {
     return static_cast<std::size_t>(g) < group_part_.size() ? group_part_[g] : BlockPart::Whole;
   }

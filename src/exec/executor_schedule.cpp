@@ -48,10 +48,8 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
         uses = {{out, A::Update}};
       part_chunks_add(uses, s, part, access);
       if (a >= 0) part_chunks_add(uses, a, part, adapter_access);
-      const int g = schedule_.group_add(std::move(uses), W::LayerForward, s, l);
-      schedule_.group_share_set(g, part == BlockPart::Attention ? attention_share() : 1.0 - attention_share());
-      group_part_.resize(static_cast<std::size_t>(g) + 1, BlockPart::Whole);
-      group_part_[g] = part;
+      group_part_set(schedule_.group_add(std::move(uses), W::LayerForward, s, l), part,
+                     part == BlockPart::Attention ? attention_share() : 1.0 - attention_share());
     }
   }
   for (int l = 0; l < cfg_.n_layer && !halves; ++l) {
@@ -83,6 +81,12 @@ void Executor::forward_groups_add(const std::function<void(int)>& before, const 
   }
 }
 
+void Executor::group_part_set(int g, BlockPart part, double share) {
+  schedule_.group_share_set(g, share);
+  group_part_.resize(static_cast<std::size_t>(g) + 1, BlockPart::Whole);
+  group_part_[g] = part;
+}
+
 void Executor::part_chunks_add(std::vector<UnitUse>& uses, int seg, BlockPart part, Access access) const {
   // The chunks that hold a tensor of this half (a chunk may hold both halves' tensors).
   for (int c = 0; c < units_.chunk_count(seg, SegmentKind::Params); ++c) {
@@ -100,8 +104,7 @@ BlockPart Executor::tensor_part(int segment, int tensor) const {
   for (int k = 0; k < kLoraMaxTargets; ++k) {  // lora_A at lora_slot(k), lora_B after it
     const int slot = layout_.lora_slot(k);
     if (slot >= 0 && (tensor == slot || tensor == slot + 1))
-      return lora_modules(cfg_.arch)[static_cast<std::size_t>(k)].rfind("mlp.", 0) == 0 ? BlockPart::Mlp
-                                                                                         : BlockPart::Attention;
+      return lora_module_in_mlp(cfg_.arch, k) ? BlockPart::Mlp : BlockPart::Attention;
   }
   STRATUM_ASSERT(false);
   return BlockPart::Whole;
@@ -250,11 +253,9 @@ void Executor::schedule_build() {
         std::vector<UnitUse> first = {{unit_at(s, K::Activations), A::Read}};
         part_chunks_add(first, s, BlockPart::Attention, A::Read);
         part_chunks_add(first, layout_.lora_segment(l), BlockPart::Attention, A::Read);
-        const int g = schedule_.group_add(std::move(first), W::LayerBackward, s, l);
         // Of the backward's time (about three forwards with the recompute), the attention's forward.
-        schedule_.group_share_set(g, attention_share() / 3.0);
-        group_part_.resize(static_cast<std::size_t>(g) + 1, BlockPart::Whole);
-        group_part_[g] = BlockPart::Attention;
+        group_part_set(schedule_.group_add(std::move(first), W::LayerBackward, s, l), BlockPart::Attention,
+                       attention_share() / 3.0);
       }
       std::vector<UnitUse> uses = chunks({{unit_at(s, K::Activations), A::Read}}, s, K::Params, A::Read);
       // Update, not Read: the backward recomputes a norm's statistics into it (the same values).
@@ -266,11 +267,7 @@ void Executor::schedule_build() {
         uses = chunks(chunks(std::move(uses), a, K::Params, A::Read), a, K::Grads, A::Overwrite);
       }
       const int g = schedule_.group_add(std::move(uses), W::LayerBackward, s, l);
-      if (attention_first) {  // the rest, after the attention's recompute
-        schedule_.group_share_set(g, 1.0 - attention_share() / 3.0);
-        group_part_.resize(static_cast<std::size_t>(g) + 1, BlockPart::Whole);
-        group_part_[g] = BlockPart::Mlp;
-      }
+      if (attention_first) group_part_set(g, BlockPart::Mlp, 1.0 - attention_share() / 3.0);  // the rest
       grads_done(s);
       if (layout_.has_lora()) grads_done(layout_.lora_segment(l));
     }

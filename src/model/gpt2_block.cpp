@@ -41,10 +41,10 @@ Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_se
 }
 
 std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                        bool borrowed, bool chunked, int mlp_rows) {
+                                        bool borrowed, bool chunked) {
   Gpt2Activations probe{NoBuffer{}};
   return aligned_buffer_carve_bytes(
-      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked, mlp_rows));
+      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked, kRowChunk));
 }
 
 CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,

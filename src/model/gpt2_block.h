@@ -63,7 +63,7 @@ class Gpt2Activations {
   // size_bytes() of such an object (borrowed: the training layout, without the borrowed rows),
   // without allocating it.
   static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                               bool borrowed = false, bool chunked = false, int mlp_rows = kRowChunk);
+                               bool borrowed = false, bool chunked = false);
   // Row r0's offset in atty, res2, fch and fch_gelu (0 when they hold one chunk), and in ln1 and
   // ln2 (0 when they are the workspace's one-chunk tmp rows).
   std::size_t chunk_row(int r0) const { return chunked ? 0 : static_cast<std::size_t>(r0); }

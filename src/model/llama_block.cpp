@@ -40,10 +40,10 @@ LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_
 }
 
 std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                        bool borrowed, bool chunked, int mlp_rows) {
+                                        bool borrowed, bool chunked) {
   LlamaActivations probe{NoBuffer{}};
   return aligned_buffer_carve_bytes(
-      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked, mlp_rows));
+      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked, kRowChunk));
 }
 
 CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,

@@ -21,6 +21,10 @@ const std::vector<std::string>& lora_modules(ModelArch arch) {
   return arch == ModelArch::Llama ? llama : gpt2;
 }
 
+bool lora_module_in_mlp(ModelArch arch, int k) {
+  return lora_modules(arch)[static_cast<std::size_t>(k)].rfind("mlp.", 0) == 0;
+}
+
 std::array<int, 2> lora_module_dims(const GptConfig& cfg, int k) {
   const int C = cfg.n_embd, I = cfg.mlp_width();
   if (!cfg.llama()) {

@@ -49,6 +49,9 @@ struct LoraConfig {
 // A block's adaptable linears, in block order, as module paths under the block: GPT-2
 // "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"; Llama "self_attn.q_proj" .. "mlp.down_proj".
 const std::vector<std::string>& lora_modules(ModelArch arch);
+// Whether module k of lora_modules(arch) is in a block's MLP half ("mlp.c_fc", "mlp.down_proj",
+// ...), not its attention half (Note [block halves] in model/param_layout.h).
+bool lora_module_in_mlp(ModelArch arch, int k);
 // (in, out) of module k.
 std::array<int, 2> lora_module_dims(const GptConfig& cfg, int k);
 // Which modules the targets name, PEFT's way (a key matches a module whose path is the key or ends

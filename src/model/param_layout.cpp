@@ -192,9 +192,8 @@ std::size_t ParamLayout::num_params() const {
 
 bool ParamLayout::mlp_frozen() const {
   if (!has_lora()) return false;
-  const std::vector<std::string>& modules = lora_modules(arch_);
-  for (std::size_t k = 0; k < modules.size(); ++k)  // "mlp.c_fc", "mlp.down_proj", ...
-    if (lora_slot_[k] >= 0 && modules[k].rfind("mlp.", 0) == 0) return false;
+  for (int k = 0; k < static_cast<int>(lora_modules(arch_).size()); ++k)
+    if (lora_slot_[k] >= 0 && lora_module_in_mlp(arch_, k)) return false;
   return true;
 }
 

@@ -133,14 +133,14 @@ UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const Pl
                    r.grad_accum > 1 && !r.zeroth_order);
 }
 
-bool plan_mlp_frozen(const PlanRequest& r) {  // and its sub-chunks exact (Note [frozen MLP rows])
+bool plan_mlp_may_sub_chunk(const PlanRequest& r) {
   return r.precision == Precision::Fp32 && mlp_sub_chunks_exact(r.config) &&
          (r.zeroth_order || ParamLayout::of(r.config, r.lora).mlp_frozen());
 }
 
 int plan_mlp_rows(const PlanRequest& r) {
   if (r.mlp_rows > 0) return r.mlp_rows;
-  if (r.mem_budget_bytes == 0 || !plan_mlp_frozen(r)) return kRowChunk;
+  if (r.mem_budget_bytes == 0 || !plan_mlp_may_sub_chunk(r)) return kRowChunk;
   PlanRequest t = r;
   for (int rows = kRowChunk; rows > kFrozenMlpRows; rows /= 2) {
     t.mlp_rows = rows;
@@ -151,7 +151,7 @@ int plan_mlp_rows(const PlanRequest& r) {
 
 std::size_t plan_min_budget_bytes(const PlanRequest& request) {
   PlanRequest r = request;
-  if (r.mlp_rows == 0) r.mlp_rows = plan_mlp_frozen(r) ? kFrozenMlpRows : kRowChunk;
+  if (r.mlp_rows == 0) r.mlp_rows = plan_mlp_may_sub_chunk(r) ? kFrozenMlpRows : kRowChunk;
   r.activations = plan_activations_resolve(request.activations, request.zeroth_order);
   if (r.activations == ActivationPolicy::Auto) {  // the smaller of the two it chooses from
     r.activations = ActivationPolicy::Recompute;

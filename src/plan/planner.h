@@ -100,12 +100,12 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request,
 std::size_t plan_min_budget_bytes(const PlanRequest& request);
 // Note [frozen MLP rows]: whether the request's block MLPs train nothing (zo-sgd, or LoRA without
 // MLP adapters) and may run in sub-chunks with the same bits (fp32, mlp_sub_chunks_exact); and
-// the sub-chunk's rows: request.mlp_rows
-// when set, else kRowChunk in RAM or where the MLP trains, else the largest of kRowChunk,
-// kRowChunk / 2, ... kFrozenMlpRows whose minimum budget fits --mem-budget (smaller sub-chunks
-// repeat the weights' widening and packing: docs/benchmarks.md), the smallest where none does.
-// plan_min_budget_bytes with mlp_rows 0 is the smallest sub-chunk's.
-bool plan_mlp_frozen(const PlanRequest& request);
+// the sub-chunk's rows: request.mlp_rows when set, else kRowChunk in RAM or where the MLP may not
+// take sub-chunks, else the largest of kRowChunk, kRowChunk / 2, ... kFrozenMlpRows whose minimum
+// budget fits --mem-budget (smaller sub-chunks repeat the weights' widening and packing:
+// docs/benchmarks.md), the smallest where none does. plan_min_budget_bytes with mlp_rows 0 is the
+// smallest sub-chunk's.
+bool plan_mlp_may_sub_chunk(const PlanRequest& request);
 int plan_mlp_rows(const PlanRequest& request);
 void plan_budget_check(const PlanRequest& request, std::size_t min_budget_bytes);
 
