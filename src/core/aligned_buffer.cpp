@@ -18,28 +18,61 @@ namespace {
 // freeing one lowers RSS at once: the store's budget accounting relies on that. Small ones use
 // the heap.
 constexpr std::size_t kMmapMinBytes = std::size_t{1} << 20;
-constexpr std::size_t kHugePageMinBytes = std::size_t{4} << 20;
+constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
+
+// Note [huge-page-aligned buffers]: a mapping of 2 MiB or more starts on a 2 MiB boundary, so
+// every whole 2 MiB of it can be a transparent huge page (madvise mode; the tail past the last
+// boundary stays in 4 KiB pages, so RSS is not rounded up). The kernel aligns only anonymous
+// mappings whose length is a multiple of 2 MiB, and the store's units are not; unaligned, about
+// half of a 200 MiB budget's buffers were 4 KiB pages. Each O_DIRECT read or write pins, dirties
+// and releases its buffer page by page, so on the I/O threads that per-page work (and the zeroing
+// of freshly faulted pages) is 512x rarer on a huge page.
+// The bytes a buffer of size_bytes takes: whole 4 KiB pages, and a mapped one just under a
+// multiple of 2 MiB (within 1/64: the LM head's and embedding's vocabulary blocks, 2.09 MB on
+// GPT-2 small) rounded up to it, so that its last 2 MiB can be a huge page too.
+std::size_t capacity_of(std::size_t size_bytes) {
+  const std::size_t capacity = align_up(size_bytes, AlignedBuffer::kAlignmentBytes);
+  if (capacity < kMmapMinBytes) return capacity;
+  const std::size_t huge = align_up(capacity, kHugePageBytes);
+  return huge - capacity <= capacity / 64 ? huge : capacity;
+}
+
+// Reserves capacity + 2 MiB of address space and keeps the aligned capacity bytes of it.
+void* aligned_map(std::size_t capacity) {
+  if (capacity < kHugePageBytes) {
+    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+  const std::size_t reserve = capacity + kHugePageBytes;
+  void* p = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const auto base = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t aligned = (base + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+  if (aligned > base) ::munmap(p, aligned - base);
+  const std::uintptr_t end = aligned + capacity;
+  if (base + reserve > end) ::munmap(reinterpret_cast<void*>(end), base + reserve - end);
+  void* data = reinterpret_cast<void*>(aligned);
+  // Transparent huge pages where the system allows them on request (madvise mode): also weights
+  // streamed by the decoder read ~10% faster with fewer TLB misses (docs/benchmarks.md).
+  ::madvise(data, capacity, MADV_HUGEPAGE);
+  return data;
+}
 
 }  // namespace
 
 void aligned_memory_free(void* data, std::size_t size_bytes) noexcept {
   if (data == nullptr) return;
-  const std::size_t capacity = align_up(size_bytes, AlignedBuffer::kAlignmentBytes);
+  const std::size_t capacity = capacity_of(size_bytes);
   if (capacity >= kMmapMinBytes) ::munmap(data, capacity);
   else std::free(data);
 }
 
 void* aligned_memory_alloc(std::size_t size_bytes) {
   if (size_bytes == 0) return nullptr;
-  const std::size_t capacity = align_up(size_bytes, AlignedBuffer::kAlignmentBytes);
+  const std::size_t capacity = capacity_of(size_bytes);
   void* data = nullptr;
   if (capacity >= kMmapMinBytes) {
-    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    data = p == MAP_FAILED ? nullptr : p;
-    // Transparent huge pages where the system allows them on request (madvise mode): weights
-    // streamed by the decoder read ~10% faster with fewer TLB misses (docs/benchmarks.md). Only
-    // 2 MiB-aligned ranges inside the buffer become huge pages, so RSS is not rounded up.
-    if (data != nullptr && capacity >= kHugePageMinBytes) ::madvise(data, capacity, MADV_HUGEPAGE);
+    data = aligned_map(capacity);  // Note [huge-page-aligned buffers]
   } else {
     data = std::aligned_alloc(AlignedBuffer::kAlignmentBytes, capacity);
     if (data != nullptr) std::memset(data, 0, capacity);
@@ -53,18 +86,25 @@ AlignedBuffer::AlignedBuffer(std::size_t size_bytes) : data_(aligned_memory_allo
 
 bool AlignedBuffer::resize(std::size_t size_bytes) {
   STRATUM_ASSERT(size_bytes > 0);
-  const std::size_t old_capacity = align_up(size_bytes_, kAlignmentBytes);
-  const std::size_t capacity = align_up(size_bytes, kAlignmentBytes);
+  const std::size_t old_capacity = capacity_of(size_bytes_);
+  const std::size_t capacity = capacity_of(size_bytes);
   if (data_ == nullptr || old_capacity < kMmapMinBytes || capacity < kMmapMinBytes) {
     *this = AlignedBuffer(size_bytes);
     return false;
   }
-  if (capacity != old_capacity) {
-    void* p = ::mremap(data_, old_capacity, capacity, MREMAP_MAYMOVE);
+  if (capacity < old_capacity) {  // in place: the tail goes back to the kernel
+    ::munmap(static_cast<char*>(data_) + capacity, old_capacity - capacity);
+  } else if (capacity > old_capacity) {
+    // Moved (its pages, not copies) onto a fresh huge-page-aligned range when it grows
+    // (Note [huge-page-aligned buffers]); mremap may not grow in place.
+    void* target = aligned_map(capacity);
+    void* p = target == nullptr ? MAP_FAILED
+                                : ::mremap(data_, old_capacity, capacity, MREMAP_MAYMOVE | MREMAP_FIXED, target);
+    if (p == MAP_FAILED && target != nullptr) ::munmap(target, capacity);
     STRATUM_CHECK(p != MAP_FAILED, "[core.memory] cannot resize a buffer from ", old_capacity, " to ", capacity,
                   " bytes: out of memory (reduce --batch/--seq or the model size, or set --mem-budget)");
     data_ = p;
-    if (capacity >= kHugePageMinBytes) ::madvise(data_, capacity, MADV_HUGEPAGE);
+    if (capacity >= kHugePageBytes) ::madvise(data_, capacity, MADV_HUGEPAGE);  // the moved range's flags
   }
   size_bytes_ = size_bytes;
   return true;
