@@ -166,8 +166,13 @@ void Executor::optimizer_on_host() {
     schedule_build();
   }
   if (worker_) return;  // the CPU backend's own (tests: mirror_store), one thread beside the compute
-  // Off the host the training pool's CPUs are idle: AdamW gets as many (elementwise: the same bits).
-  worker_pool_ = std::make_unique<ThreadPool>(host_threads_);
+  // Off the host the training pool's CPUs are idle: AdamW gets as many but one (elementwise: the
+  // same bits), which stays with the training thread that drives the device (its synchronisations
+  // spin). On an H200's 16 cores with all 16, each vocabulary chunk's AdamW (524K values, one
+  // parallel_for) took 2.8-7 ms against 0.2 ms when the training thread slept (10x a layer's time
+  // per value): most likely a pool thread preempted and the others waiting for it
+  // (docs/benchmarks.md, thirteenth session; this split not yet timed on a GPU).
+  worker_pool_ = std::make_unique<ThreadPool>(std::max(1, host_threads_ - 1));
   worker_ops_ = ops_make(*worker_pool_);  // the CPU's kernels: the host store's memory
   worker_ = std::make_unique<OptimizerWorker>();
 }
