@@ -27,6 +27,7 @@ constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
 // half of a 200 MiB budget's buffers were 4 KiB pages. Each O_DIRECT read or write pins, dirties
 // and releases its buffer page by page, so on the I/O threads that per-page work (and the zeroing
 // of freshly faulted pages) is 512x rarer on a huge page.
+
 // The bytes a buffer of size_bytes takes: whole 4 KiB pages, and a mapped one just under a
 // multiple of 2 MiB (within 1/64: the LM head's and embedding's vocabulary blocks, 2.09 MB on
 // GPT-2 small) rounded up to it, so that its last 2 MiB can be a huge page too.
@@ -37,15 +38,13 @@ std::size_t capacity_of(std::size_t size_bytes) {
   return huge - capacity <= capacity / 64 ? huge : capacity;
 }
 
-// Reserves capacity + 2 MiB of address space and keeps the aligned capacity bytes of it.
+// A mapping of capacity bytes; from 2 MiB, the aligned capacity bytes of a reserve 2 MiB larger.
 void* aligned_map(std::size_t capacity) {
-  if (capacity < kHugePageBytes) {
-    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? nullptr : p;
-  }
-  const std::size_t reserve = capacity + kHugePageBytes;
+  const bool huge = capacity >= kHugePageBytes;
+  const std::size_t reserve = huge ? capacity + kHugePageBytes : capacity;
   void* p = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return nullptr;
+  if (!huge) return p;
   const auto base = reinterpret_cast<std::uintptr_t>(p);
   const std::uintptr_t aligned = (base + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
   if (aligned > base) ::munmap(p, aligned - base);

@@ -41,7 +41,8 @@ class AlignedBuffer {
 
 // The memory behind AlignedBuffer, for owners that keep the size themselves (CpuOps::memory_alloc):
 // size_bytes rounded up to 4 KiB, zero-filled, from mmap at 1 MiB and more (from 2 MiB on a 2 MiB
-// boundary, asking for transparent huge pages: Note [huge-page-aligned buffers]), else the heap; throws Error when out of memory. Free with the same size.
+// boundary, asking for transparent huge pages: Note [huge-page-aligned buffers]), else the heap;
+// throws Error when out of memory. Free with the same size.
 void* aligned_memory_alloc(std::size_t size_bytes);
 void aligned_memory_free(void* data, std::size_t size_bytes) noexcept;
 
