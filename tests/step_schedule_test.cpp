@@ -68,6 +68,49 @@ TEST(EvictionPolicy, DistancesCountFromTheNextGroupOnceTheRunningGroupUsedAUnit)
   EXPECT_FALSE(policy.write_behind(1, 1));
 }
 
+// Note [done ahead]: a consumer ahead of the position (the optimizer worker under exact
+// clipping) marks the uses it made; until the position passes that group, its units count from
+// the group after it, so updated moments are far and updated parameters near.
+TEST(EvictionPolicy, UsesMadeAheadOfThePositionCountFromTheGroupAfterThem) {
+  StepSchedule s(3);
+  s.group_add({{0, Access::Read}});                            // 0: the position
+  s.group_add({{1, Access::Update}, {2, Access::Update}});     // 1: an update (params 1, moment 2)
+  s.group_add({{1, Access::Read}});                            // 2: the forward reads the params
+  s.group_add({{0, Access::Read}});                            // 3
+  s.group_add({{0, Access::Read}});                            // 4
+  EvictionPolicy policy(3);
+  policy.schedule_set(&s);
+  policy.at(0);
+  EXPECT_EQ(policy.distance(1), 1);
+  EXPECT_EQ(policy.distance(2), 1) << "before the mark the moment looks as near as the params";
+  policy.done_ahead(1, 1);
+  policy.done_ahead(2, 1);
+  EXPECT_TRUE(policy.done_ahead_in(2, 1));
+  EXPECT_FALSE(policy.done_ahead_in(2, 2));
+  EXPECT_EQ(policy.distance(1), 2) << "the forward at group 2";
+  EXPECT_EQ(policy.distance(2), 6) << "the next step's group 1";
+  EXPECT_EQ(policy.victim(-1, [](int u) { return u != 0; }), 2);
+  EXPECT_TRUE(policy.write_behind(2, 1));
+  EXPECT_FALSE(policy.write_behind(1, 1));
+  EXPECT_FALSE(policy.dead(2));
+  policy.at(1);  // at the marked group: still made
+  EXPECT_EQ(policy.distance(1), 1);
+  EXPECT_EQ(policy.distance(2), 5);
+  policy.at(2);  // passed: forgotten, the plain rule gives the same next uses
+  EXPECT_FALSE(policy.done_ahead_in(2, 1));
+  EXPECT_EQ(policy.distance(1), 0);
+  EXPECT_EQ(policy.distance(2), 4);
+  policy.done_ahead(2, 1);  // marked again past the position, the way round the schedule...
+  policy.at(4);
+  policy.at(0);  // ...and passed when the position wraps over it
+  EXPECT_TRUE(policy.done_ahead_in(2, 1));
+  policy.at(2);
+  EXPECT_FALSE(policy.done_ahead_in(2, 1));
+  policy.done_ahead(2, 3);
+  policy.schedule_set(&s);  // a new schedule forgets every mark
+  EXPECT_FALSE(policy.done_ahead_in(2, 3));
+}
+
 TEST(StepSchedule, MinimumBytesAreTheLargestHoldPlusAnUpdateBesideTheWorkersGroups) {
   const GptConfig cfg = model_read_config(source_path("tests/golden/tiny_gpt2"));
   const ParamLayout layout = ParamLayout::of(cfg);

@@ -119,6 +119,12 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
       }
       if (next_by_jobs_ && seg.role == SegmentRole::Vocab)  // Note [embedding rows ahead]
         rows_gather_state(s - layout_.vocab_segment(0), params.data(), m.data(), v.data());
+      // Ahead of the schedule position (the forward waits for this update): this chunk's use of
+      // the update group is made, so its moments and gradients are far from their next use and
+      // the parameters near (Note [done ahead] in store/eviction_policy.h).
+      if (&ops == worker_ops_.get() && mode_ == OptimizerMode::Pipelined)
+        for (SegmentKind k : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
+          store.unit_done_ahead(units_.index(s, k, c), group_opt_[s]);
     }
     params_taken.changed();
     store_->schedule_refresh();  // this chunk was released (written behind): load further ahead

@@ -63,6 +63,7 @@ class DeviceSegmentStore final : public SegmentStore {
   void schedule_refresh() override;
   void unit_pin(int unit, int delta) override;
   void unit_prefetch(int unit) override { host_.unit_prefetch(unit); }
+  void unit_done_ahead(int unit, int group) override { host_.unit_done_ahead(unit, group); }
   void trace_set(TraceRecorder* trace) override;
   // read_bytes: host -> device, write_bytes: device -> host, stall_ms: the training thread's time
   // blocked in the tier (copies from pageable memory, waits for room), held/peak/budget: device

@@ -7,23 +7,46 @@ void EvictionPolicy::schedule_set(const StepSchedule* schedule) {
   schedule_ = schedule;
   now_ = 0;
   ++visit_;
+  for (int u : ahead_units_) ahead_[u] = -1;
+  ahead_units_.clear();
 }
 
 void EvictionPolicy::at(int group) {
+  if (!ahead_units_.empty() && group != now_) {
+    // Forget the marks of the groups the position has now passed: those in [now_, group).
+    const int G = schedule_->group_count();
+    const int moved = (group - now_ + G) % G;
+    std::size_t kept = 0;
+    for (int u : ahead_units_) {
+      if ((ahead_[u] - now_ + G) % G < moved) ahead_[u] = -1;
+      else ahead_units_[kept++] = u;
+    }
+    ahead_units_.resize(kept);
+  }
   now_ = group;
   ++visit_;
+}
+
+void EvictionPolicy::done_ahead(int unit, int group) {
+  if (schedule_ == nullptr || group < 0 || group >= schedule_->group_count()) return;
+  if (ahead_[unit] < 0) ahead_units_.push_back(unit);
+  ahead_[unit] = group;
 }
 
 void EvictionPolicy::used(int unit) { used_[unit] = visit_; }
 
 int EvictionPolicy::from(int unit) const {
-  return used_[unit] == visit_ ? (now_ + 1) % schedule_->group_count() : now_;
+  const int G = schedule_->group_count();
+  if (ahead_[unit] >= 0) return (ahead_[unit] + 1) % G;
+  return used_[unit] == visit_ ? (now_ + 1) % G : now_;
 }
 
 long EvictionPolicy::distance(int unit) const {
   if (schedule_ == nullptr || schedule_->group_count() == 0) return StepSchedule::kNever;
   const long d = schedule_->next_use_distance(unit, from(unit));
-  return used_[unit] == visit_ && d != StepSchedule::kNever ? d + 1 : d;
+  if (d == StepSchedule::kNever) return d;
+  if (ahead_[unit] >= 0) return (ahead_[unit] - now_ + schedule_->group_count()) % schedule_->group_count() + 1 + d;
+  return used_[unit] == visit_ ? d + 1 : d;
 }
 
 Access EvictionPolicy::next_access(int unit) const {

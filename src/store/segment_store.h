@@ -73,6 +73,10 @@ class SegmentStore {
   // A consumer running behind the schedule position (the optimizer worker) still needs the unit:
   // while pinned it is never treated as dead (Note [schedule eviction]). delta is +1 or -1.
   virtual void unit_pin(int /*unit*/, int /*delta*/) {}
+  // A consumer running ahead of the schedule position (the optimizer worker under exact
+  // clipping) is done with the unit's use in `group`: its next use counts from the group after
+  // (Note [done ahead] in store/eviction_policy.h). Call it before releasing the unit. Any thread.
+  virtual void unit_done_ahead(int /*unit*/, int /*group*/) {}
 
   // A unit's buffer stays at one address for the store's life once acquired (the RAM store's):
   // the device tier may page-lock it for asynchronous copies (Note [device tier]).

@@ -185,6 +185,11 @@ void TieredSegmentStore::unit_pin(int unit, int delta) {
   STRATUM_ASSERT(entries_[unit].pins >= 0);
 }
 
+void TieredSegmentStore::unit_done_ahead(int unit, int group) {
+  Lock lock(mutex_);
+  policy_.done_ahead(unit, group);
+}
+
 void TieredSegmentStore::unit_prefetch(int unit) {
   // Depth 0 loads every unit on use, read-ahead included: what it reads then does not depend on
   // how the optimizer worker's timing falls against the schedule.
@@ -502,6 +507,8 @@ void TieredSegmentStore::prefetch(Lock& lock) {
       // use wrote (a refresh from another thread comes after them; taking an Overwrite use for
       // one still to come would drop live data).
       if (d == 0 && policy_.used_now(use.unit)) continue;
+      // Likewise a use a consumer ahead of the position has made (Note [done ahead]).
+      if (policy_.done_ahead_in(use.unit, (group + d) % groups)) continue;
       Entry& e = entries_[use.unit];
       if (e.state == State::Writing && use.access != Access::Overwrite) e.wanted = true;
       if (e.state != State::Absent) continue;

@@ -67,6 +67,7 @@ class TieredSegmentStore final : public SegmentStore {
   void schedule_at(int group) override;
   void schedule_refresh() override;
   void unit_pin(int unit, int delta) override;
+  void unit_done_ahead(int unit, int group) override;
   void unit_prefetch(int unit) override;
   StoreStats stats() const override;
   // Under the lock: the refresher thread records I/O spans whenever a write finishes.
