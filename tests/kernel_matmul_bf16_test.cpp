@@ -2,7 +2,9 @@
 // even, NaN, overflow); sgemm_bf16 against a float64 product of the bf16-rounded operands for
 // every transpose, leading dimensions wider than the matrix, alpha and beta; run-to-run bits;
 // that the operands really are rounded (the result differs from fp32 sgemm); a bf16 weight
-// given as it is gives the bits of its widening, also widened in panels (sgemm_w).
+// given as it is gives the bits of its widening, also widened in panels (sgemm_w); operands rounded
+// once and multiplied several times (Note [rounded operands], Note [bf16 backward operands]), also
+// in the LM head, give the bits of rounding them in every product.
 #include "kernels/cpu/matmul_bf16.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +19,8 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/matmul.h"
 #include "model/block_policy.h"
+#include "model/gpt2_head.h"
+#include "model/param_layout.h"
 #include "core/tensor_view.h"
 
 namespace stratum {
@@ -127,6 +131,115 @@ TEST(MatmulBf16, Bf16WeightGivesTheBitsOfItsWidening) {
             << precision_name(precision) << " " << trans_b << " " << beta;
       }
     }
+  }
+}
+
+// Note [rounded operands]: op(A) and op(B) rounded once by bf16_round (from sources with leading
+// dimensions wider than the matrix) give sgemm's bits through sgemm_rounded, for every transpose,
+// alpha and beta; an fp32 CpuOps has no rounded operands and says so.
+TEST(MatmulBf16, RoundedOperandsGiveTheBitsOfSgemm) {
+  ThreadPool pool(2);
+  const CpuOps fp32(pool, Precision::Fp32), ops(pool, Precision::Bf16);
+  EXPECT_FALSE(fp32.bf16_rounded());
+  std::uint16_t one = 0;
+  const float x = 1.0f;
+  EXPECT_THROW(fp32.bf16_round(&one, &x, 1, 1, 1), BugError);
+  EXPECT_EQ(ops.bf16_rounded(), bf16_onednn());
+  if (!ops.bf16_rounded()) GTEST_SKIP() << "oneDNN has no bf16 products on this CPU";
+  const int M = 40, N = 72, K = 96, pad = 5;
+  std::vector<float> src(static_cast<std::size_t>(K + pad) * (K + pad) * 2), C0(M * N);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = std::sin(0.31f * i) * 1.0007f;
+  for (int i = 0; i < M * N; ++i) C0[i] = std::cos(0.07f * i);
+  for (bool trans_a : {false, true})
+    for (bool trans_b : {false, true})
+      for (float beta : {0.0f, 1.0f}) {
+        // op(A) stored (M, K) or (K, M), op(B) (K, N) or (N, K), each with 5 columns of padding
+        const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K, b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+        const float* A = src.data();
+        const float* B = src.data() + src.size() / 2;
+        std::vector<float> want = C0, got = C0;
+        ops.sgemm(trans_a, trans_b, M, N, K, 0.75f, A, a_cols + pad, B, b_cols + pad, beta, want.data(), N);
+        std::vector<std::uint16_t> a16(static_cast<std::size_t>(M) * K), b16(static_cast<std::size_t>(K) * N);
+        ops.bf16_round(a16.data(), A, a_rows, a_cols, a_cols + pad);
+        ops.bf16_round(b16.data(), B, b_rows, b_cols, b_cols + pad);
+        for (std::size_t i = 0; i < 7; ++i) EXPECT_EQ(a16[i], f32_to_bf16(A[i]));
+        ops.sgemm_rounded(trans_a, trans_b, M, N, K, 0.75f, a16.data(), b16.data(), beta, got.data(), N);
+        EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+            << trans_a << trans_b << " beta " << beta;
+      }
+}
+
+// Note [bf16 backward operands]: a linear layer's bf16 backward, rounding the output gradient once,
+// gives the bits of its two products rounded separately, with and without accumulation and bias.
+TEST(MatmulBf16, BackwardRoundingTheGradientOnceGivesTheBitsOfTwoProducts) {
+  if (!bf16_onednn()) GTEST_SKIP() << "oneDNN has no bf16 products on this CPU";
+  ThreadPool pool(2);
+  const int M = 64, K = 48, N = 80;
+  std::vector<float> dout(M * N), inp(M * K), w(K * N), dw0(K * N), db0(N);
+  for (int i = 0; i < M * N; ++i) dout[i] = std::sin(0.13f * i);
+  for (int i = 0; i < M * K; ++i) inp[i] = std::cos(0.17f * i) * 1.0003f;
+  for (int i = 0; i < K * N; ++i) w[i] = std::sin(0.019f * i + 1.0f);
+  for (int i = 0; i < K * N; ++i) dw0[i] = std::cos(0.029f * i);
+  for (int i = 0; i < N; ++i) db0[i] = 0.5f * i;
+  for (bool accumulate : {false, true}) {
+    std::vector<float> dinp_want(M * K), dinp_got(M * K), dw_want = dw0, dw_got = dw0, db_want = db0, db_got = db0;
+    sgemm_bf16(pool, false, true, M, K, N, 1.0f, dout.data(), N, w.data(), N, 0.0f, dinp_want.data(), K);
+    sgemm_bf16(pool, true, false, K, N, M, 1.0f, inp.data(), K, dout.data(), N, accumulate ? 1.0f : 0.0f,
+               dw_want.data(), N);
+    matmul_backward(pool, Precision::Fp32, nullptr, nullptr, db_want.data(), dout.data(), inp.data(), w.data(), M, K, N,
+                    accumulate);  // the bias: fp32 in both
+    matmul_backward(pool, Precision::Bf16, dinp_got.data(), dw_got.data(), db_got.data(), dout.data(), inp.data(),
+                    w.data(), M, K, N, accumulate);
+    EXPECT_EQ(std::memcmp(dinp_want.data(), dinp_got.data(), dinp_want.size() * sizeof(float)), 0) << accumulate;
+    EXPECT_EQ(std::memcmp(dw_want.data(), dw_got.data(), dw_want.size() * sizeof(float)), 0) << accumulate;
+    EXPECT_EQ(std::memcmp(db_want.data(), db_got.data(), db_want.size() * sizeof(float)), 0) << accumulate;
+  }
+}
+
+// Note [rounded operands] in the LM head: a bf16 head that rounds its normed input once, each
+// block's rows once per pass and each chunk's logit gradients once gives the bits of one that
+// rounds them in every product (its rounded buffers nulled), with logits kept or recomputed.
+TEST(MatmulBf16, TheHeadsRoundedOperandsGiveTheBitsOfRoundingInEveryProduct) {
+  if (!bf16_onednn()) GTEST_SKIP() << "oneDNN has no bf16 products on this CPU";
+  ThreadPool pool(2);
+  const CpuOps ops(pool, Precision::Bf16);
+  GptConfig cfg;
+  cfg.n_layer = 1;
+  cfg.n_head = 2;
+  cfg.n_embd = 64;
+  cfg.n_ctx = 64;
+  cfg.vocab_size = 3000;
+  const int BT = 1100, C = cfg.n_embd, n = vocab_block_rows(cfg), V = cfg.vocab_size;  // 2 row chunks of 1024
+  std::vector<float> x(static_cast<std::size_t>(BT) * C), wte(static_cast<std::size_t>(V) * C), lnf_w(C, 1.1f),
+      lnf_b(C, 0.05f);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.011f * i) + 0.1f * std::cos(0.7f * i);
+  for (std::size_t i = 0; i < wte.size(); ++i) wte[i] = 0.02f * std::sin(0.0031f * i + 0.3f);
+  std::vector<std::int32_t> targets(BT);
+  for (int i = 0; i < BT; ++i) targets[i] = (i * 37) % V;
+  for (bool keep : {false, true}) {
+    std::vector<float> dwte[2], dx[2];
+    float loss[2];
+    for (int r = 0; r < 2; ++r) {
+      Gpt2HeadScratch s(ops, cfg, BT, Precision::Bf16, keep);
+      ASSERT_NE(s.lnf16, nullptr);
+      if (r == 0) s.lnf16 = s.w16 = s.d16 = nullptr;  // every product rounds its own operands
+      gpt2_head_begin(ops, cfg, lnf_w.data(), lnf_b.data(), x.data(), BT, s);
+      for (int v0 = 0; v0 < V; v0 += n)
+        gpt2_head_lse_block(ops, cfg, wte.data() + static_cast<std::size_t>(v0) * C, v0, std::min(n, V - v0),
+                            targets.data(), BT, s);
+      loss[r] = gpt2_head_loss_finish(ops, BT, s);
+      dwte[r].assign(wte.size(), 0.0f);
+      for (int v0 = 0; v0 < V; v0 += n)
+        gpt2_head_backward_block(ops, cfg, wte.data() + static_cast<std::size_t>(v0) * C,
+                                 dwte[r].data() + static_cast<std::size_t>(v0) * C, v0, std::min(n, V - v0),
+                                 targets.data(), BT, v0 == 0, s, BT);
+      std::vector<float> dlnf_w(C), dlnf_b(C);
+      dx[r].assign(x.size(), 0.0f);
+      gpt2_head_backward_finish(ops, cfg, lnf_w.data(), x.data(), dx[r].data(), dlnf_w.data(), dlnf_b.data(), BT, s);
+    }
+    EXPECT_EQ(std::memcmp(&loss[0], &loss[1], sizeof(float)), 0) << keep;
+    EXPECT_EQ(std::memcmp(dwte[0].data(), dwte[1].data(), dwte[0].size() * sizeof(float)), 0) << keep;
+    EXPECT_EQ(std::memcmp(dx[0].data(), dx[1].data(), dx[0].size() * sizeof(float)), 0) << keep;
   }
 }
 

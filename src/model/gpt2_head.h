@@ -57,11 +57,17 @@ class Gpt2HeadScratch {
   // Note [kept logits]: vocabulary rows [v0, v0 + n) at v0 * BT as (BT, n) row-major, every block
   // of the first pass; null without keep_logits.
   float* kept = nullptr;
+  // Note [rounded operands] (ops/ops.h), used where ops.bf16_rounded(): lnf rounded once (BT, C),
+  // the block's wte rows (vocab block rows, C) and a chunk's logit gradients (chunk_rows, vocab
+  // block rows); null in fp32.
+  std::uint16_t* lnf16 = nullptr;
+  std::uint16_t* w16 = nullptr;
+  std::uint16_t* d16 = nullptr;
 
  private:
-  // The slices in field order, written through `fields` (10 pointers).
+  // The slices in field order, written through `fields` (13 pointers); rounded: the bf16 ones.
   static CarveSlices slices(const GptConfig& config, int max_rows, int chunk_rows, bool keep_logits, bool backward,
-                            float** const* fields);
+                            bool rounded, float** const* fields);
   int chunk_rows_ = 0;
   OpsBuffer buffer_;
 };

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "ops/rope_table.h"
+#include "stratum/error.h"
 
 namespace stratum {
 
@@ -111,6 +112,24 @@ class Ops {
   // Whether sgemm_b16 widens B into its scratch (callers then hand it panels of columns, Note
   // [widened in panels] in model/block_policy.h), or multiplies bf16 as it is.
   virtual bool sgemm_b16_widens() const { return true; }
+  // Note [rounded operands]: where bf16_rounded() (the CPU's bf16 products through oneDNN), an
+  // operand used in several products may be rounded once (bf16_round) and multiplied as it is
+  // (sgemm_rounded): the bits of sgemm on its fp32 source, since sgemm rounds it the same way and
+  // the products are the same. The LM head rounds its normed input once a step and each block's
+  // logit gradients once for their two products, instead of in every product (a third of a bf16
+  // step's rounding). Elsewhere these two are never called (a bug).
+  virtual bool bf16_rounded() const { return false; }
+  // dst (rows, cols), dense = src (rows, cols; leading dimension ld) rounded to bf16.
+  virtual void bf16_round(std::uint16_t* /*dst*/, const float* /*src*/, int /*rows*/, int /*cols*/, int /*ld*/) const {
+    throw BugError("[ops] bug: bf16_round on a backend without bf16_rounded()");
+  }
+  // sgemm on operands bf16_round made: op(A) and op(B) dense as stored (A: M x K, K x M when
+  // transposed; B: K x N, N x K when transposed).
+  virtual void sgemm_rounded(bool /*trans_a*/, bool /*trans_b*/, int /*M*/, int /*N*/, int /*K*/, float /*alpha*/,
+                             const std::uint16_t* /*A*/, const std::uint16_t* /*B*/, float /*beta*/, float* /*C*/,
+                             int /*ldc*/) const {
+    throw BugError("[ops] bug: sgemm_rounded on a backend without bf16_rounded()");
+  }
   // out (M,N) = inp (M,K) @ w (K,N) + bias (N) (Conv1D layout), and its backward.
   virtual void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int M, int K,
                               int N) const = 0;

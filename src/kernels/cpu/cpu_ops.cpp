@@ -67,6 +67,16 @@ void CpuOps::sgemm_b16(bool trans_a, bool trans_b, int M, int N, int K, float al
   gemm(pool_, precision_, trans_a, trans_b, M, N, K, alpha, A, lda, scratch, cols, beta, C, ldc);
 }
 bool CpuOps::sgemm_b16_widens() const { return !(precision_ == Precision::Bf16 && bf16_onednn()); }
+bool CpuOps::bf16_rounded() const { return precision_ == Precision::Bf16 && bf16_onednn(); }
+void CpuOps::bf16_round(std::uint16_t* dst, const float* src, int rows, int cols, int ld) const {
+  STRATUM_ASSERT(bf16_rounded());
+  stratum::bf16_round(pool_, dst, src, rows, cols, ld);
+}
+void CpuOps::sgemm_rounded(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const std::uint16_t* A,
+                           const std::uint16_t* B, float beta, float* C, int ldc) const {
+  STRATUM_ASSERT(bf16_rounded());
+  sgemm_bf16_rounded(pool_, trans_a, trans_b, M, N, K, alpha, A, B, beta, C, ldc);
+}
 
 void CpuOps::matmul_forward(float* out, const float* inp, const float* w, const float* bias, int M, int K,
                             int N) const {

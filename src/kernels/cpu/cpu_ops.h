@@ -28,6 +28,10 @@ class CpuOps final : public Ops {
   void sgemm_b16(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                  const std::uint16_t* B, int ldb, float beta, float* C, int ldc, float* scratch) const override;
   bool sgemm_b16_widens() const override;
+  bool bf16_rounded() const override;
+  void bf16_round(std::uint16_t* dst, const float* src, int rows, int cols, int ld) const override;
+  void sgemm_rounded(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const std::uint16_t* A,
+                     const std::uint16_t* B, float beta, float* C, int ldc) const override;
   void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int M, int K,
                       int N) const override;
   void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,

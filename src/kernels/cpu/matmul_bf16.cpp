@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -178,6 +179,34 @@ void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int 
   std::vector<std::uint16_t>& b16 = t_scratch.b16;
   round_operands(pool, a16, b16, trans_a, trans_b, M, N, K, A, lda, B, ldb);
   onednn_matmul(pool, trans_a, trans_b, M, N, K, alpha, a16.data(), b16.data(), trans_b ? K : N, beta, C, ldc);
+}
+
+void matmul_backward_bf16(ThreadPool& pool, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                          int M, int K, int N, bool accumulate) {
+  STRATUM_ASSERT(M > 0 && N > 0 && K > 0 && onednn_has_bf16());
+  // dout rounded once for both products (Note [bf16 backward operands]); then w (for dinp) and
+  // inp (for dw) in turn in the second buffer.
+  std::vector<std::uint16_t>& d16 = t_scratch.a16;
+  std::vector<std::uint16_t>& o16 = t_scratch.b16;
+  d16.resize(static_cast<std::size_t>(M) * N);
+  round_rows(pool, d16.data(), dout, M, N, N);
+  o16.resize(std::max(static_cast<std::size_t>(K) * N, static_cast<std::size_t>(M) * K));
+  // dinp (M, K) = dout (M, N) @ w^T, w stored (K, N)
+  round_rows(pool, o16.data(), w, K, N, N);
+  onednn_matmul(pool, false, true, M, K, N, 1.0f, d16.data(), o16.data(), N, 0.0f, dinp, K);
+  // dw (K, N) (+)= inp^T @ dout, inp stored (M, K)
+  round_rows(pool, o16.data(), inp, M, K, K);
+  onednn_matmul(pool, true, false, K, N, M, 1.0f, o16.data(), d16.data(), N, accumulate ? 1.0f : 0.0f, dw, N);
+}
+
+void bf16_round(ThreadPool& pool, std::uint16_t* dst, const float* src, int rows, int cols, int ld) {
+  round_rows(pool, dst, src, rows, cols, ld);
+}
+
+void sgemm_bf16_rounded(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                        const std::uint16_t* A, const std::uint16_t* B, float beta, float* C, int ldc) {
+  STRATUM_ASSERT(M > 0 && N > 0 && K > 0 && onednn_has_bf16());
+  onednn_matmul(pool, trans_a, trans_b, M, N, K, alpha, A, B, trans_b ? K : N, beta, C, ldc);
 }
 
 void sgemm_bf16_b16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,

@@ -28,6 +28,22 @@ void sgemm_bf16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int 
 void sgemm_bf16_b16(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                     int lda, const std::uint16_t* B, int ldb, float beta, float* C, int ldc);
 
+// Rounding once, multiplying several times (Note [rounded operands] in ops/ops.h): dst (rows, cols)
+// dense = src (leading dimension ld) rounded as sgemm_bf16 rounds its operands; and the product of
+// operands so rounded, op(A) and op(B) dense as stored: the bits of sgemm_bf16 on their sources.
+// Need bf16_onednn().
+void bf16_round(ThreadPool& pool, std::uint16_t* dst, const float* src, int rows, int cols, int ld);
+void sgemm_bf16_rounded(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                        const std::uint16_t* A, const std::uint16_t* B, float beta, float* C, int ldc);
+
+// Note [bf16 backward operands]: a linear layer's backward, dinp = dout @ w^T (dinp non-null) and
+// dw (+)= inp^T @ dout, with dout rounded once for both products (sgemm_bf16 would round it in
+// each): the same rounded operands in the same layouts, so the bits of the two sgemm_bf16 calls,
+// with a quarter less rounding (which reads its fp32 source from memory: 15-35% of a bf16
+// product's time). Its scratch is the larger of the two calls'. Needs bf16_onednn().
+void matmul_backward_bf16(ThreadPool& pool, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                          int M, int K, int N, bool accumulate);
+
 // Bytes the calling thread's scratch holds now: what its largest call so far grew it to.
 std::size_t bf16_scratch_bytes_held();
 
