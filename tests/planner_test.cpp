@@ -239,6 +239,52 @@ TEST(Plan, PredictedTimeFollowsTheModel) {
   EXPECT_EQ(slow.bottleneck.rfind("read", 0), 0u) << slow.bottleneck;
 }
 
+// Note [room for the window]: a group's reads open up to `prefetch` groups back only where the
+// store has room for them beside the running group's hold. GPT-2 small at 200M with offloaded
+// internals (the measured case): a block's backward holds ~98 MB and reads ~70 MB against 145 MB
+// of store, so its reads cannot overlap the backward before it, and the step is at least the
+// backwards' compute plus their reads at the disk's rate, over and above the other groups' compute.
+TEST(Plan, ReadsLeadOnlyWhereTheBudgetHasRoomForThem) {
+  GptConfig cfg;
+  cfg.n_layer = 12;
+  cfg.n_head = 12;
+  cfg.n_embd = 768;
+  cfg.n_ctx = 1024;
+  cfg.vocab_size = 50257;
+  PlanRequest request{cfg, 4, 256, ActivationPolicy::Offload, 1.0, std::size_t{200} << 20, 2};
+  request.threads = 2;
+  ComputeTiming t;  // as measured on a 2-core machine (docs/benchmarks.md)
+  t.layer_forward_ms = 57;
+  t.layer_backward_ms = 100;
+  t.vocab_forward_ms = 0.5;
+  t.vocab_backward_ms = 0.5;
+  t.head_lse_ms = 4.5;
+  t.head_backward_ms = 11;
+  t.other_ms = 4;
+  t.adamw_inline_ns_per_float = 0.45;
+  t.adamw_worker_ns_per_float = 0.57;
+  const double gbps = 2.0;
+  const Plan p = plan_make(request, t, gbps, gbps);
+  ASSERT_TRUE(p.streaming);
+  const std::size_t C = 768, BT = 1024;
+  // a block's parameters (12 C^2 floats), its internals and its input boundary activation
+  const double block_read_bytes = 12.0 * C * C * 4 + static_cast<double>(p.internals_bytes) / 12 + 4.0 * BT * C;
+  const double backward_reads_ms = 12 * block_read_bytes / (gbps * 1e6);
+  EXPECT_GT(backward_reads_ms, 300.0);
+  EXPECT_GE(p.step_ms, p.compute_ms + 0.9 * backward_reads_ms)
+      << "the backwards' reads wait for the room the backward before them holds";
+  EXPECT_GT(p.groups_reading, 12);
+  EXPECT_LE(p.groups_read_ahead, p.groups_reading - 12) << "no block backward's reads lead it";
+  request.mem_budget_bytes = std::size_t{1500} << 20;  // still streaming, with room for every window
+  const Plan roomy = plan_make(request, t, gbps, gbps);
+  ASSERT_TRUE(roomy.streaming);
+  EXPECT_EQ(roomy.groups_read_ahead, roomy.groups_reading);
+  EXPECT_LT(roomy.step_ms, p.step_ms);
+  EXPECT_NE(plan_describe(p, request).find("reads ahead: " + std::to_string(p.groups_read_ahead) + " of the " +
+                                  std::to_string(p.groups_reading) + " groups"),
+            std::string::npos);
+}
+
 // --activations auto (Note [activations offload]) on fixed inputs: with free I/O offloading the
 // internals saves each block's recompute, so the plan takes it; on a 1 MB/s disk their bytes
 // cost seconds, so it recomputes; without a budget it recomputes and makes no plan.

@@ -77,6 +77,9 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
   if (p.streaming) {
     add("I/O per step: read %s, written %s; offload dir %.2f GB/s read, %.2f GB/s write (calibrated); prefetch %d\n",
         bytes_text(p.read_bytes).c_str(), bytes_text(p.write_bytes).c_str(), p.read_gbps, p.write_gbps, p.prefetch);
+    if (p.prefetch >= 2)
+      add("reads ahead: %d of the %d groups that read have room to load before the group before them starts; the "
+          "rest load while it runs or on use\n", p.groups_read_ahead, p.groups_reading);
   }
   add("peak RAM (engine): %s\n", bytes_text(p.peak_ram_bytes).c_str());
   add("measured: block forward %.1f ms, backward %.1f ms (without a recompute); per vocabulary block: embedding %.2f ms, head %.1f ms; "

@@ -144,6 +144,9 @@ struct Plan {
   int mlp_rows = 0;  // plan_mlp_rows
   OptimizerMode mode = OptimizerMode::Inline;
   std::uint64_t read_bytes = 0, write_bytes = 0;  // per step
+  // Of the groups that read, those whose reads the room lets open before the group before them
+  // starts (Note [room for the window]); the rest load only while that group runs or on use.
+  int groups_reading = 0, groups_read_ahead = 0;
   double compute_ms = 0, optimizer_ms = 0, read_ms = 0, write_ms = 0;  // busy time per step
   double step_ms = 0;      // predicted
   double ram_step_ms = 0;  // predicted for the same run with everything in RAM
