@@ -66,36 +66,17 @@ struct PipelineResult {
 };
 
 // Note [plan model]: the pipeline over two steps' groups; the second step's duration.
-// The bytes group g holds at once: its largest hold (one chunk's units for an update).
-std::uint64_t group_hold_bytes(const StepSchedule& schedule, const UnitTable& units, int g) {
-  const auto& uses = schedule.group(g);
-  const std::size_t span = static_cast<std::size_t>(schedule.hold_span(g));
-  std::uint64_t most = 0;
-  for (std::size_t i = 0; i < uses.size(); i += span) {
-    std::vector<int> distinct;
-    std::uint64_t bytes = 0;
-    for (std::size_t j = i; j < std::min(uses.size(), i + span); ++j)
-      if (std::find(distinct.begin(), distinct.end(), uses[j].unit) == distinct.end()) {
-        distinct.push_back(uses[j].unit);
-        bytes += units.bytes(uses[j].unit);
-      }
-    most = std::max(most, bytes);
-  }
-  return most;
-}
-
 PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, const std::vector<std::uint64_t>& reads,
                         const std::vector<std::uint64_t>& writes, const ComputeTiming& t, OptimizerMode mode,
-                        int prefetch, double read_gbps, double write_gbps, std::size_t capacity) {
+                        int prefetch, double read_gbps, double write_gbps, std::size_t capacity,
+                        const std::vector<std::size_t>& hold) {
   const int G = schedule.group_count();
   // Note [room for the window]: a group's reads open `prefetch` groups back only where the room
   // allows it: loading them while group o runs needs o's hold plus everything read for the groups
   // from o + 1 on; where that exceeds the store's capacity the reads open later. At 10% of GPT-2
   // small a block's backward holds 98 MB and reads 70 MB against 145 MB of store: the store loads
   // it only after the backward before it, as the traces show, and the plan was 20% optimistic
-  // while it assumed otherwise.
-  std::vector<std::uint64_t> hold(static_cast<std::size_t>(G));
-  for (int g = 0; g < G; ++g) hold[g] = group_hold_bytes(schedule, units, g);
+  // while it assumed otherwise. hold: each group's group_hold_bytes (empty where capacity is 0).
   std::vector<double> compute_end(static_cast<std::size_t>(2 * G), 0.0);
   double disk_free = 0, worker_free = 0, previous = 0, step_start = 0, optimizer_ms = 0;
   int groups_reading = 0, groups_read_ahead = 0;
@@ -299,23 +280,29 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     p.prefetch = 0;
     std::fill(traffic.group_read.begin(), traffic.group_read.end(), 0);
     std::fill(traffic.group_written.begin(), traffic.group_written.end(), 0);
-    p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode, 0, 0.0, 0.0, 0).step_ms;
+    p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode, 0, 0.0, 0.0, 0, {})
+                    .step_ms;
   } else {
     // One replay and pipeline per depth; without --prefetch, depths 0..6 for the choice.
-    auto step_ms_at = [&](int depth, const Traffic& tk) {
-      return pipeline(schedule, units, tk.group_read, tk.group_written, t, p.mode, depth, read_gbps, write_gbps, capacity)
-          .step_ms;
+    std::vector<std::size_t> hold(static_cast<std::size_t>(G));  // Note [room for the window]
+    for (int g = 0; g < G; ++g) hold[g] = group_hold_bytes(schedule, units, g);
+    auto pipeline_at = [&](int depth, const Traffic& tk) {
+      return pipeline(schedule, units, tk.group_read, tk.group_written, t, p.mode, depth, read_gbps, write_gbps,
+                      capacity, hold);
     };
+    PipelineResult chosen;
     if (r.prefetch >= 0) {
       p.prefetch = r.prefetch;
       traffic = traffic_replay(units, schedule, capacity, p.prefetch, &exec.discards());
-      p.step_ms = step_ms_at(p.prefetch, traffic);
+      chosen = pipeline_at(p.prefetch, traffic);
     } else {
       std::vector<Traffic> by_depth_traffic;
+      std::vector<PipelineResult> by_depth_result;
       std::vector<double> by_depth;
       for (int k = 0; k <= 6; ++k) {
         by_depth_traffic.push_back(traffic_replay(units, schedule, capacity, k, &exec.discards()));
-        by_depth.push_back(step_ms_at(k, by_depth_traffic.back()));
+        by_depth_result.push_back(pipeline_at(k, by_depth_traffic.back()));
+        by_depth.push_back(by_depth_result.back().step_ms);
       }
       // The fastest depth from 1, or the smallest from 2 within 2% of it: the model does not see
       // what a second group of lookahead gains where the budget is full of write-backs, and runs
@@ -330,12 +317,9 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
           break;
         }
       traffic = std::move(by_depth_traffic[p.prefetch]);
-      p.step_ms = by_depth[p.prefetch];
+      chosen = by_depth_result[p.prefetch];
     }
-  }
-  if (p.streaming) {
-    const PipelineResult chosen = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode,
-                                           p.prefetch, read_gbps, write_gbps, capacity);
+    p.step_ms = chosen.step_ms;
     p.groups_reading = chosen.groups_reading;
     p.groups_read_ahead = chosen.groups_read_ahead;
   }

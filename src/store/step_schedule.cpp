@@ -64,6 +64,23 @@ Access StepSchedule::next_use_access(int unit, int now) const {
   return use == nullptr ? Access::Read : use->access;
 }
 
+std::size_t group_hold_bytes(const StepSchedule& schedule, const UnitTable& units, int g) {
+  const auto& uses = schedule.group(g);
+  const std::size_t span = static_cast<std::size_t>(schedule.hold_span(g));
+  std::size_t most = 0;
+  for (std::size_t i = 0; i < uses.size(); i += span) {
+    std::vector<int> distinct;
+    std::size_t bytes = 0;
+    for (std::size_t j = i; j < std::min(uses.size(), i + span); ++j) {
+      if (std::find(distinct.begin(), distinct.end(), uses[j].unit) != distinct.end()) continue;
+      distinct.push_back(uses[j].unit);
+      bytes += units.bytes(uses[j].unit);
+    }
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
 std::size_t schedule_min_bytes(const StepSchedule& schedule, const UnitTable& units, bool worker,
                                bool updates_elsewhere) {
   const int G = schedule.group_count();
@@ -72,18 +89,7 @@ std::size_t schedule_min_bytes(const StepSchedule& schedule, const UnitTable& un
   std::size_t update_hold = 0;
   for (int g = 0; g < G; ++g) {
     if (updates_elsewhere && schedule.group_work(g) == GroupWork::Optimizer) continue;
-    const auto& uses = schedule.group(g);
-    const std::size_t span = static_cast<std::size_t>(schedule.hold_span(g));
-    for (std::size_t i = 0; i < uses.size(); i += span) {
-      std::vector<int> distinct;
-      std::size_t bytes = 0;
-      for (std::size_t j = i; j < std::min(uses.size(), i + span); ++j) {
-        if (std::find(distinct.begin(), distinct.end(), uses[j].unit) != distinct.end()) continue;
-        distinct.push_back(uses[j].unit);
-        bytes += units.bytes(uses[j].unit);
-      }
-      held[g] = std::max(held[g], bytes);
-    }
+    held[g] = group_hold_bytes(schedule, units, g);
     if (schedule.group_work(g) == GroupWork::Optimizer) {
       first_update = std::min(first_update, g);
       last_update = g;

@@ -88,6 +88,9 @@ class StepSchedule {
   std::vector<std::vector<Use>> uses_of_unit_;  // per unit, in group order
 };
 
+// The bytes group g holds at once: its largest hold (hold_span uses, each unit counted once).
+std::size_t group_hold_bytes(const StepSchedule& schedule, const UnitTable& units, int g);
+
 // The most store bytes a run of the schedule holds at once: the largest hold (hold_span) of any
 // group, plus, with `worker`, one Optimizer hold beside every other group that lies between the
 // schedule's first and last Optimizer group (where an optimizer worker may be updating beside

@@ -112,12 +112,11 @@ void matmul_backward(ThreadPool& pool, Precision precision, float* dinp, float* 
   STRATUM_ASSERT(M > 0 && K > 0 && N > 0);
   if (precision == Precision::Bf16 && dinp != nullptr && dw != nullptr && bf16_onednn()) {
     matmul_backward_bf16(pool, dinp, dw, dout, inp, w, M, K, N, accumulate);  // Note [bf16 backward operands]
-    if (dbias != nullptr) column_sum(pool, dbias, dout, M, N, accumulate);
-    return;
+  } else {
+    if (dinp != nullptr) gemm(pool, precision, false, true, M, K, N, 1.0f, dout, N, w, N, 0.0f, dinp, K);
+    if (dw != nullptr)
+      gemm(pool, precision, true, false, K, N, M, 1.0f, inp, K, dout, N, accumulate ? 1.0f : 0.0f, dw, N);
   }
-  if (dinp != nullptr) gemm(pool, precision, false, true, M, K, N, 1.0f, dout, N, w, N, 0.0f, dinp, K);
-  if (dw != nullptr)
-    gemm(pool, precision, true, false, K, N, M, 1.0f, inp, K, dout, N, accumulate ? 1.0f : 0.0f, dw, N);
   if (dbias != nullptr) column_sum(pool, dbias, dout, M, N, accumulate);
 }
 
