@@ -111,6 +111,47 @@ TEST(EvictionPolicy, UsesMadeAheadOfThePositionCountFromTheGroupAfterThem) {
   EXPECT_FALSE(policy.done_ahead_in(2, 3));
 }
 
+// Note [owed uses]: with --grad-clip 0 the optimizer worker runs behind the position. A unit pinned
+// for a use the position has passed counts as needed next (distance 1), so the backward's room
+// goes to units needed later instead of to the worker's chunks; a pin whose use is still ahead
+// changes no distance; pinned units are never dead; unpinned, the plain rule again.
+TEST(EvictionPolicy, UnitsOwedToAConsumerBehindThePositionCountAsNeededNext) {
+  StepSchedule s(4);
+  s.group_add({{0, Access::Update}, {1, Access::Read}});  // 0: layer 1's update (params 0, grads 1)
+  s.group_add({{2, Access::Read}});                       // 1: the position: layer 0's backward
+  s.group_add({{2, Access::Read}});                       // 2
+  s.group_add({{3, Access::Read}});                       // 3
+  s.group_add({{1, Access::Overwrite}});                  // 4: the next step's backward writes grads
+  s.group_add({{0, Access::Read}});                       // 5: the next forward reads params
+  EvictionPolicy policy(4);
+  policy.schedule_set(&s);
+  policy.at(1);
+  auto all = [](int) { return true; };
+  EXPECT_EQ(policy.distance(0), 4);
+  EXPECT_TRUE(policy.dead(1)) << "unpinned, the gradients' next use overwrites them";
+  EXPECT_EQ(policy.victim(-1, all), 0) << "the plain rule evicts the worker's params first";
+  policy.pin(0, 0, +1);
+  policy.pin(1, 0, +1);
+  EXPECT_EQ(policy.distance(0), 1) << "owed to the worker behind the position: needed next";
+  EXPECT_EQ(policy.distance(1), 1);
+  EXPECT_FALSE(policy.dead(1)) << "the worker still reads the gradients";
+  EXPECT_EQ(policy.victim(-1, all), 3) << "the unit needed at group 3 goes before the owed ones";
+  policy.pin(0, 0, +1);  // pinned twice (two consumers): one unpin keeps it owed
+  policy.pin(0, 0, -1);
+  EXPECT_EQ(policy.distance(0), 1);
+  policy.pin(0, 0, -1);
+  policy.pin(1, 0, -1);
+  EXPECT_EQ(policy.distance(0), 4) << "made: the next forward again";
+  EXPECT_TRUE(policy.dead(1));
+  // A pin whose use is still ahead of the position (under exact clipping the worker runs ahead):
+  // the distance to that use, unchanged.
+  policy.at(5);
+  policy.pin(1, 0, +1);
+  EXPECT_EQ(policy.distance(1), 1) << "group 0 is next after group 5";
+  policy.pin(3, 3, +1);
+  EXPECT_EQ(policy.distance(3), 4);
+}
+
 TEST(StepSchedule, MinimumBytesAreTheLargestHoldPlusAnUpdateBesideTheWorkersGroups) {
   const GptConfig cfg = model_read_config(source_path("tests/golden/tiny_gpt2"));
   const ParamLayout layout = ParamLayout::of(cfg);

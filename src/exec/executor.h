@@ -389,8 +389,11 @@ class Executor {
   // The adapters of a layer's group as held (empty without LoRA; grads: the backward's), with
   // dropout in a training pass (Note [lora dropout]).
   LoraChunks lora_chunks(const GroupHolds& holds, int layer, bool grads, const Pass& pass) const;
+  // pinned: the chunks' units were pinned by optimizer_queue; each chunk's are unpinned as it is
+  // released (Note [owed uses]) and *pinned counts those done.
   void optimizer_segment(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
-                         float grad_scale);
+                         float grad_scale, int* pinned = nullptr);
+  void chunk_unpin(int segment, int chunk);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
   // Pipelined: the segment's queued update has been applied; at_group: the store told the step is
   // at its Optimizer group.

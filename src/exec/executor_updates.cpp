@@ -81,8 +81,13 @@ double Executor::grad_sum_squares() const {
   return total;
 }
 
+void Executor::chunk_unpin(int s, int c) {
+  for (SegmentKind k : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
+    store_->unit_pin(units_.index(s, k, c), group_opt_[s], -1);
+}
+
 void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper, double weight_decay,
-                                 float grad_scale) {
+                                 float grad_scale, int* pinned) {
   TraceSpan span(trace_, &ops == worker_ops_.get() ? TraceRecorder::kOptimizer : TraceRecorder::kCompute,
                  "optimizer", layout_.segments()[s].name + " AdamW", tag(GroupWork::Optimizer));
   // Note [host optimizer]: on the host store, each chunk's gradients and parameters taken from
@@ -125,6 +130,11 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
       if (&ops == worker_ops_.get() && mode_ == OptimizerMode::Pipelined)
         for (SegmentKind k : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
           store.unit_done_ahead(units_.index(s, k, c), group_opt_[s]);
+      // Made: the chunk's units go by their next uses from here on (Note [owed uses]).
+      if (pinned != nullptr) {
+        chunk_unpin(s, c);
+        *pinned = c + 1;
+      }
     }
     params_taken.changed();
     store_->schedule_refresh();  // this chunk was released (written behind): load further ahead
@@ -210,18 +220,21 @@ void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weig
     optimizer_segment(*ops_, segment, hyper, weight_decay, grad_scale);
     return;
   }
-  // The worker runs behind the schedule position: pin what it will use so the store does not
-  // take the gradients for dead (their next use in the schedule is the next step's overwrite).
-  for (const UnitUse& use : schedule_.group(group_opt_[segment])) store_->unit_pin(use.unit, +1);
+  // The worker may run behind the schedule position: pin what it will use, so the store does not
+  // take the gradients for dead (their next use in the schedule is the next step's overwrite) and
+  // keeps the chunks near while the update is owed (Note [owed uses]).
+  const int group = group_opt_[segment];
+  for (const UnitUse& use : schedule_.group(group)) store_->unit_pin(use.unit, group, +1);
   const long job = worker_->submit([this, segment, hyper, weight_decay, grad_scale] {
-    struct Unpin {
+    struct Unpin {  // the chunks a failed update did not reach
       Executor* self;
-      int group;
+      int segment;
+      int done = 0;
       ~Unpin() {
-        for (const UnitUse& use : self->schedule_.group(group)) self->store_->unit_pin(use.unit, -1);
+        for (int c = done; c < self->units_.chunk_count(segment, SegmentKind::Params); ++c) self->chunk_unpin(segment, c);
       }
-    } unpin{this, group_opt_[segment]};
-    optimizer_segment(*worker_ops_, segment, hyper, weight_decay, grad_scale);
+    } unpin{this, segment};
+    optimizer_segment(*worker_ops_, segment, hyper, weight_decay, grad_scale, &unpin.done);
   });
   if (mode_ == OptimizerMode::Pipelined) update_job_[segment] = job;
 }

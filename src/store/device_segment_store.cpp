@@ -318,13 +318,12 @@ void DeviceSegmentStore::prefetch(Lock& lock) {
 }
 
 // A pinned unit is needed by a consumer behind the schedule position: live on both tiers.
-void DeviceSegmentStore::unit_pin(int unit, int delta) {
+void DeviceSegmentStore::unit_pin(int unit, int group, int delta) {
   {
     Lock lock(mutex_);
-    entries_[unit].pins += delta;
-    STRATUM_ASSERT(entries_[unit].pins >= 0);
+    policy_.pin(unit, group, delta);
   }
-  host_.unit_pin(unit, delta);
+  host_.unit_pin(unit, group, delta);
 }
 
 void DeviceSegmentStore::trace_set(TraceRecorder* trace) {

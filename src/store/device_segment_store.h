@@ -61,7 +61,7 @@ class DeviceSegmentStore final : public SegmentStore {
   void schedule_set(const StepSchedule* schedule) override;
   void schedule_at(int group) override;
   void schedule_refresh() override;
-  void unit_pin(int unit, int delta) override;
+  void unit_pin(int unit, int group, int delta) override;
   void unit_prefetch(int unit) override { host_.unit_prefetch(unit); }
   void unit_done_ahead(int unit, int group) override { host_.unit_done_ahead(unit, group); }
   void trace_set(TraceRecorder* trace) override;
@@ -134,12 +134,11 @@ class DeviceSegmentStore final : public SegmentStore {
     bool on_host = false;    // the host store holds this unit's data (else it reads as zeros)
     bool host_taken = false; // host_take'n (Note [host optimizer]): not copied, not acquired
     int holds = 0;
-    int pins = 0;
   };
   using Lock = std::unique_lock<std::mutex>;
 
   static bool persistent(SegmentKind kind);
-  bool dead(int unit) const { return entries_[unit].pins == 0 && policy_.dead(unit); }
+  bool dead(int unit) const { return policy_.dead(unit); }
   bool evictable(int unit) const;
   // Makes room for `bytes`, evicting only units whose next use is farther than `beyond`; with
   // block=false returns false instead of waiting for a copy or the other thread. unit: the one the

@@ -1,6 +1,10 @@
 // EvictionPolicy; see eviction_policy.h and Note [schedule eviction].
 #include "store/eviction_policy.h"
 
+#include <algorithm>
+
+#include "stratum/error.h"
+
 namespace stratum {
 
 void EvictionPolicy::schedule_set(const StepSchedule* schedule) {
@@ -41,12 +45,26 @@ int EvictionPolicy::from(int unit) const {
   return used_[unit] == visit_ ? (now_ + 1) % G : now_;
 }
 
+void EvictionPolicy::pin(int unit, int group, int delta) {
+  pins_[unit] += delta;
+  STRATUM_ASSERT(pins_[unit] >= 0);
+  if (delta > 0) owed_[unit] = group;
+  if (pins_[unit] == 0) owed_[unit] = -1;
+}
+
 long EvictionPolicy::distance(int unit) const {
   if (schedule_ == nullptr || schedule_->group_count() == 0) return StepSchedule::kNever;
-  const long d = schedule_->next_use_distance(unit, from(unit));
-  if (d == StepSchedule::kNever) return d;
-  if (ahead_[unit] >= 0) return (ahead_[unit] - now_ + schedule_->group_count()) % schedule_->group_count() + 1 + d;
-  return used_[unit] == visit_ ? d + 1 : d;
+  const int G = schedule_->group_count();
+  const int start = from(unit);
+  const long d = schedule_->next_use_distance(unit, start);
+  // Note [owed uses]: the pinned use is behind the position unless it is the next use from here.
+  const bool owed_behind = pins_[unit] > 0 && (d == StepSchedule::kNever || (start + d) % G != owed_[unit]);
+  long out = d;
+  if (d != StepSchedule::kNever) {
+    if (ahead_[unit] >= 0) out = (ahead_[unit] - now_ + G) % G + 1 + d;
+    else if (used_[unit] == visit_) out = d + 1;
+  }
+  return owed_behind ? std::min(out, 1L) : out;
 }
 
 Access EvictionPolicy::next_access(int unit) const {

@@ -70,9 +70,10 @@ class SegmentStore {
   // the schedule position does (the optimizer worker runs ahead of it: read-ahead of its next
   // chunks). Any thread may call it. No-op in RAM.
   virtual void unit_prefetch(int /*unit*/) {}
-  // A consumer running behind the schedule position (the optimizer worker) still needs the unit:
-  // while pinned it is never treated as dead (Note [schedule eviction]). delta is +1 or -1.
-  virtual void unit_pin(int /*unit*/, int /*delta*/) {}
+  // A consumer (the optimizer worker) still owes the unit its use in `group` (delta +1), or has
+  // made it (-1): while pinned it is never treated as dead, and once the position has passed
+  // that group it counts as needed next (Note [owed uses] in store/eviction_policy.h).
+  virtual void unit_pin(int /*unit*/, int /*group*/, int /*delta*/) {}
   // A consumer running ahead of the schedule position (the optimizer worker under exact
   // clipping) is done with the unit's use in `group`: its next use counts from the group after
   // (Note [done ahead] in store/eviction_policy.h). Call it before releasing the unit. Any thread.

@@ -177,12 +177,11 @@ std::string TieredSegmentStore::where(int unit) const {
   return units().name(unit) + " (" + paths_[units().file(unit)] + ")";
 }
 
-bool TieredSegmentStore::dead(int unit) const { return entries_[unit].pins == 0 && policy_.dead(unit); }
+bool TieredSegmentStore::dead(int unit) const { return policy_.dead(unit); }
 
-void TieredSegmentStore::unit_pin(int unit, int delta) {
+void TieredSegmentStore::unit_pin(int unit, int group, int delta) {
   Lock lock(mutex_);
-  entries_[unit].pins += delta;
-  STRATUM_ASSERT(entries_[unit].pins >= 0);
+  policy_.pin(unit, group, delta);
 }
 
 void TieredSegmentStore::unit_done_ahead(int unit, int group) {
@@ -517,7 +516,7 @@ void TieredSegmentStore::prefetch(Lock& lock) {
       // A pinned unit's data is still needed by a consumer behind the schedule position (the
       // optimizer worker, whose queued update reads these gradients): never taken for dead here,
       // it is loaded on its next acquire.
-      if (!load && e.pins > 0) continue;
+      if (!load && policy_.pinned(use.unit)) continue;
       if (!space_make(lock, units().bytes(use.unit), d, false, use.unit)) return;
       if (e.state != State::Absent) continue;
       e.buffer = buffer_take(units().bytes(use.unit));

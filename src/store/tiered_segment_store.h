@@ -66,7 +66,7 @@ class TieredSegmentStore final : public SegmentStore {
   void schedule_set(const StepSchedule* schedule) override;
   void schedule_at(int group) override;
   void schedule_refresh() override;
-  void unit_pin(int unit, int delta) override;
+  void unit_pin(int unit, int group, int delta) override;
   void unit_done_ahead(int unit, int group) override;
   void unit_prefetch(int unit) override;
   StoreStats stats() const override;
@@ -88,7 +88,6 @@ class TieredSegmentStore final : public SegmentStore {
     bool on_disk = false;    // the file holds this unit's data (else it reads as zeros)
     bool wanted = false;     // someone waits for this unit: keep it after a write-back
     int holds = 0;
-    int pins = 0;            // unit_pin(): needed by a consumer behind the schedule position
     bool clean_on_disk_at_acquire = false;  // the file held the data this hold began with
     bool stale = false;      // Note [discarded holds]: holds the data from before a discarded hold
     AlignedBuffer buffer;
