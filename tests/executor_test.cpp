@@ -386,4 +386,15 @@ TEST(Executor, ChunkedOptimizerEqualsPerTensorAdamW) {
 }
 
 }  // namespace
+// Note [streamed updates after the backward]: which order the updates run in, by clipping, worker
+// and streaming.
+TEST(Executor, StreamedRunsPipelineTheirUpdatesWithOrWithoutClipping) {
+  EXPECT_EQ(optimizer_mode_for(1.0, false, false), OptimizerMode::Inline);
+  EXPECT_EQ(optimizer_mode_for(1.0, true, false), OptimizerMode::Pipelined);
+  EXPECT_EQ(optimizer_mode_for(1.0, true, true), OptimizerMode::Pipelined);
+  EXPECT_EQ(optimizer_mode_for(0.0, false, false), OptimizerMode::Overlapped);
+  EXPECT_EQ(optimizer_mode_for(0.0, true, false), OptimizerMode::Overlapped) << "beside a device, in RAM";
+  EXPECT_EQ(optimizer_mode_for(0.0, true, true), OptimizerMode::Pipelined) << "under --mem-budget";
+}
+
 }  // namespace stratum

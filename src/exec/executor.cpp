@@ -31,9 +31,9 @@ namespace {
 bool has_backward(OptimizerMode mode) { return mode != OptimizerMode::ZerothOrder; }
 }  // namespace
 
-OptimizerMode optimizer_mode_for(double grad_clip, bool budget) {
-  if (grad_clip <= 0) return OptimizerMode::Overlapped;
-  return budget ? OptimizerMode::Pipelined : OptimizerMode::Inline;
+OptimizerMode optimizer_mode_for(double grad_clip, bool worker, bool streamed) {
+  if (grad_clip <= 0 && !streamed) return OptimizerMode::Overlapped;
+  return worker || streamed ? OptimizerMode::Pipelined : OptimizerMode::Inline;
 }
 
 std::size_t Executor::activation_unit_floats(const GptConfig& config, int max_batch, int max_seq,

@@ -164,10 +164,23 @@ enum class OptimizerMode { Inline, Overlapped, Pipelined, ZerothOrder };
 // "inline", "overlapped", "pipelined", "zeroth-order"
 const char* optimizer_mode_name(OptimizerMode mode);
 
-// The mode training uses: without clipping the updates overlap the backward; with clipping and
-// a budget they overlap the next step's forward, where their I/O hides behind compute; in RAM
-// with clipping they run inline (a worker would only compete for the same cores).
-OptimizerMode optimizer_mode_for(double grad_clip, bool budget);
+// The mode training uses. worker: the updates run on the optimizer worker (under a budget, or
+// beside a device); streamed: the state streams through a RAM budget from the offload files.
+//   - With clipping and a worker they overlap the next step's forward, where their I/O hides
+//     behind compute; in RAM with clipping they run inline (a worker would only compete for the
+//     same cores).
+//   - Without clipping they overlap the backward (ZeRO-Offload's order), except when streamed
+//     (Note [streamed updates after the backward]).
+//
+// Note [streamed updates after the backward]: with --grad-clip 0 under --mem-budget the updates
+// queued during the backward competed with it for the budget and the disk: each layer's update
+// (its moments read, parameters and moments written) trails its backward by a layer or more, its
+// chunks and the next backward's units evict each other, and the worker finishes after the
+// backward. GPT-2 small B4 T256 (2 GB/s disk), two rounds: at 500M 4707/4725 ms overlapped
+// against 4374/4354 pipelined (-7..-8%), at 200M 5720/5015 against 5196/4660 (-7..-9%), reads
+// 4.2/3.7 GB a step against 2.6; the same bits, since with no clipping the update's coefficient
+// is 1 in either order. So a streamed run takes the pipelined order without clipping too.
+OptimizerMode optimizer_mode_for(double grad_clip, bool worker, bool streamed);
 
 struct StepResult {
   float loss = 0.0f;

@@ -134,7 +134,7 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
 }  // namespace
 
 OptimizerMode plan_mode(const PlanRequest& r, bool budget) {
-  return r.zeroth_order ? OptimizerMode::ZerothOrder : optimizer_mode_for(r.grad_clip, budget);
+  return r.zeroth_order ? OptimizerMode::ZerothOrder : optimizer_mode_for(r.grad_clip, budget, budget);
 }
 
 ActivationPolicy plan_activations_resolve(ActivationPolicy activations, bool zeroth_order) {

@@ -32,7 +32,9 @@
 // position, past the update group: the parameters looked needed at the next forward, the moments
 // at the next step's update, the worker's read-ahead chunks the farthest of all. The backward
 // evicted them first and the worker read them again (GPT-2 small at 10%: the moments read ~2.5
-// times a step, reads 5.1 GB a step against 2.6 GB with clipping). A pin now names the group its
+// times a step, reads 5.1 GB a step against 2.6 GB with clipping; such runs now pipeline their
+// updates, Note [streamed updates after the backward] in exec/executor.h, and the rule serves the
+// overlapped mode over a device tier's budget). A pin now names the group its
 // use is in (pin()): while the unit's next use from the position is not that group, the use is
 // owed by a consumer behind the position and the unit counts as needed in the next group
 // (distance 1). The worker unpins each chunk as it finishes it, before releasing it, so the

@@ -93,7 +93,7 @@ void TrainRun::store_make() {
             : "the state and the engine buffers (" + bytes_text(state) + ") " + (fits ? "fit" : "exceed") +
                   " --gpu-mem-budget " + bytes_text(o_.gpu_mem_budget_bytes);
     if (o_.adamw_on == AdamWOn::Host || (o_.adamw_on == AdamWOn::Auto && !fits)) {
-      const OptimizerMode mode = optimizer_mode_for(o_.grad_clip, true);  // on the worker thread
+      const OptimizerMode mode = optimizer_mode_for(o_.grad_clip, true, budget);  // on the worker thread
       if (mode != plan_mode(request, budget)) exec_make(mode);
       exec_->optimizer_on_host();
       result_.adamw_on_host = true;
