@@ -89,12 +89,7 @@ TEST(HfConfig, WriteThenReadRoundTrips) {
 
 TEST(HfConfig, WrittenFileHasWhatTransformersNeeds) {
   TempDir dir;
-  GptConfig cfg;
-  cfg.n_layer = 12;
-  cfg.n_head = 12;
-  cfg.n_embd = 768;
-  cfg.n_ctx = 1024;
-  cfg.vocab_size = 50257;
+  const GptConfig cfg = testing::gpt2_small_config();
   const std::string path = dir.file("config.json");
   hf_config_write(path, cfg);
   const std::string text = file_read_all(path);

@@ -36,6 +36,17 @@
 
 namespace stratum::testing {
 
+// GPT-2 small's shape (L12 H12 C768 ctx1024 V50257), the benchmarks' model.
+inline GptConfig gpt2_small_config() {
+  GptConfig cfg;
+  cfg.n_layer = 12;
+  cfg.n_head = 12;
+  cfg.n_embd = 768;
+  cfg.n_ctx = 1024;
+  cfg.vocab_size = 50257;
+  return cfg;
+}
+
 inline std::string source_path(const std::string& rel) { return std::string(STRATUM_SOURCE_DIR) + "/" + rel; }
 
 inline std::string shared_data(const std::string& name) {

@@ -245,12 +245,7 @@ TEST(Plan, PredictedTimeFollowsTheModel) {
 // of store, so its reads cannot overlap the backward before it, and the step is at least the
 // backwards' compute plus their reads at the disk's rate, over and above the other groups' compute.
 TEST(Plan, ReadsLeadOnlyWhereTheBudgetHasRoomForThem) {
-  GptConfig cfg;
-  cfg.n_layer = 12;
-  cfg.n_head = 12;
-  cfg.n_embd = 768;
-  cfg.n_ctx = 1024;
-  cfg.vocab_size = 50257;
+  const GptConfig cfg = testing::gpt2_small_config();
   PlanRequest request{cfg, 4, 256, ActivationPolicy::Offload, 1.0, std::size_t{200} << 20, 2};
   request.threads = 2;
   ComputeTiming t;  // as measured on a 2-core machine (docs/benchmarks.md)

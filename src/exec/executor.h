@@ -406,7 +406,8 @@ class Executor {
   // released (Note [owed uses]) and *pinned counts those done.
   void optimizer_segment(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
                          float grad_scale, int* pinned = nullptr);
-  void chunk_unpin(int segment, int chunk);
+  // Pins (+1) or unpins (-1) the units of one chunk of the segment's update for its Optimizer group.
+  void chunk_pin(int segment, int chunk, int delta);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
   // Pipelined: the segment's queued update has been applied; at_group: the store told the step is
   // at its Optimizer group.

@@ -11,6 +11,12 @@
 
 namespace stratum {
 
+namespace {
+// The units of one chunk of a segment's update, as its Optimizer group lists them.
+constexpr SegmentKind kUpdateKinds[] = {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM,
+                                        SegmentKind::AdamV};
+}  // namespace
+
 void Executor::chunks_run(int g, const Pass& pass, const std::function<void(const GroupHolds&, int)>& each) {
   at(g);
   TraceSpan span(trace_, TraceRecorder::kCompute, "backward", trace_ != nullptr ? group_name(g, pass) : std::string(),
@@ -81,9 +87,8 @@ double Executor::grad_sum_squares() const {
   return total;
 }
 
-void Executor::chunk_unpin(int s, int c) {
-  for (SegmentKind k : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
-    store_->unit_pin(units_.index(s, k, c), group_opt_[s], -1);
+void Executor::chunk_pin(int s, int c, int delta) {
+  for (SegmentKind k : kUpdateKinds) store_->unit_pin(units_.index(s, k, c), group_opt_[s], delta);
 }
 
 void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper, double weight_decay,
@@ -100,8 +105,7 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
   const int chunks = units_.chunk_count(s, SegmentKind::Params);
   auto read_ahead = [&](int c) {
     if (c >= chunks) return;
-    for (SegmentKind k : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
-      store.unit_prefetch(units_.index(s, k, c));
+    for (SegmentKind k : kUpdateKinds) store.unit_prefetch(units_.index(s, k, c));
   };
   read_ahead(0);
   read_ahead(1);
@@ -128,11 +132,10 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
       // the update group is made, so its moments and gradients are far from their next use and
       // the parameters near (Note [done ahead] in store/eviction_policy.h).
       if (&ops == worker_ops_.get() && mode_ == OptimizerMode::Pipelined)
-        for (SegmentKind k : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
-          store.unit_done_ahead(units_.index(s, k, c), group_opt_[s]);
+        for (SegmentKind k : kUpdateKinds) store.unit_done_ahead(units_.index(s, k, c), group_opt_[s]);
       // Made: the chunk's units go by their next uses from here on (Note [owed uses]).
       if (pinned != nullptr) {
-        chunk_unpin(s, c);
+        chunk_pin(s, c, -1);
         *pinned = c + 1;
       }
     }
@@ -223,17 +226,17 @@ void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weig
   // The worker may run behind the schedule position: pin what it will use, so the store does not
   // take the gradients for dead (their next use in the schedule is the next step's overwrite) and
   // keeps the chunks near while the update is owed (Note [owed uses]).
-  const int group = group_opt_[segment];
-  for (const UnitUse& use : schedule_.group(group)) store_->unit_pin(use.unit, group, +1);
-  const long job = worker_->submit([this, segment, hyper, weight_decay, grad_scale] {
+  const int chunks = units_.chunk_count(segment, SegmentKind::Params);
+  for (int c = 0; c < chunks; ++c) chunk_pin(segment, c, +1);
+  const long job = worker_->submit([this, segment, chunks, hyper, weight_decay, grad_scale] {
     struct Unpin {  // the chunks a failed update did not reach
       Executor* self;
-      int segment;
+      int segment, chunks;
       int done = 0;
       ~Unpin() {
-        for (int c = done; c < self->units_.chunk_count(segment, SegmentKind::Params); ++c) self->chunk_unpin(segment, c);
+        for (int c = done; c < chunks; ++c) self->chunk_pin(segment, c, -1);
       }
-    } unpin{this, segment};
+    } unpin{this, segment, chunks};
     optimizer_segment(*worker_ops_, segment, hyper, weight_decay, grad_scale, &unpin.done);
   });
   if (mode_ == OptimizerMode::Pipelined) update_job_[segment] = job;

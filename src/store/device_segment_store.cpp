@@ -161,7 +161,7 @@ void DeviceSegmentStore::drain(Lock& lock) {
 
 void DeviceSegmentStore::evict(int unit) {
   Entry& e = entries_[unit];
-  if (e.dirty && !dead(unit)) {
+  if (e.dirty && !policy_.dead(unit)) {
     download_start(unit);  // the buffer comes back when the copy has finished
     e.evicting = true;
     return;

@@ -138,7 +138,6 @@ class DeviceSegmentStore final : public SegmentStore {
   using Lock = std::unique_lock<std::mutex>;
 
   static bool persistent(SegmentKind kind);
-  bool dead(int unit) const { return policy_.dead(unit); }
   bool evictable(int unit) const;
   // Makes room for `bytes`, evicting only units whose next use is farther than `beyond`; with
   // block=false returns false instead of waiting for a copy or the other thread. unit: the one the

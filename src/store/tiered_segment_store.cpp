@@ -177,8 +177,6 @@ std::string TieredSegmentStore::where(int unit) const {
   return units().name(unit) + " (" + paths_[units().file(unit)] + ")";
 }
 
-bool TieredSegmentStore::dead(int unit) const { return policy_.dead(unit); }
-
 void TieredSegmentStore::unit_pin(int unit, int group, int delta) {
   Lock lock(mutex_);
   policy_.pin(unit, group, delta);
@@ -360,7 +358,7 @@ bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, 
       if (victim < 0 && beyond < 0 && writing < 0 && loading < 0) victim = policy_.victim(beyond, evictable);
       if (victim >= 0) {
         Entry& e = entries_[victim];
-        if (e.dirty && !dead(victim)) {
+        if (e.dirty && !policy_.dead(victim)) {
           io_start(victim, IoOp::Write);
         } else {
           if (e.dirty) e.on_disk = false;  // dead data: the next use overwrites it

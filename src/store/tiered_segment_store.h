@@ -102,7 +102,6 @@ class TieredSegmentStore final : public SegmentStore {
   void reap(Lock& lock);
   void complete(int unit);  // a finished ticket's state change
   void wait_ticket(Lock& lock, int unit);
-  bool dead(int unit) const;  // its next use overwrites it and nobody has it pinned
   // Makes room for `bytes`; evicts only units whose next use is farther than `beyond`. With
   // block=false returns false instead of waiting. unit: the one the room is for (Note [room for a
   // unit once]).
