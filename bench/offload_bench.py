@@ -7,7 +7,11 @@ alone, 4 bytes per parameter). Runs alternate RAM / budget for
 --rounds rounds (the machines are noisy); per configuration it reports the median step time
 (first step of each run excluded), the ratio to RAM, stall per step, bytes read/written per
 step, the read/write bandwidth the disk delivered while busy against the best of a short
-io_sweep on the same directory, and peak RSS against the budget. Prints a table and a JSON line.
+io_sweep on the same directory, peak RSS against the budget, which case of issue 14's rule the
+machine is in (the step's bytes at the sweep's rates against the in-RAM step), and the plan's
+update window (Note [update window] in src/plan/planner.h): the bytes that must cross the disk
+between the gradient norm and the head, their time at the sweep's rates, and the step's floor
+that gives on this disk. Prints a table and a JSON line.
 
 Usage: python3 bench/offload_bench.py --dir /path/on/nvme [--steps 5] [--rounds 2]
            [--budget-frac 0.25,0.10] [--grad-clip 1.0] [--prefetch K] [--io auto] [--no-sweep]
@@ -73,6 +77,25 @@ def min_budget_mib(args, activations="auto"):
     if not m:
         sys.exit(f"offload_bench: cannot read the minimum budget from 'stratum plan':\n{r.stderr}")
     return int(m.group(1))
+
+
+def bytes_of(number, unit):
+    return float(number) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[unit]
+
+
+def update_window(args, budget, activations):
+    """The plan's update window at this budget (Note [update window] in src/plan/planner.h):
+    (bytes read, bytes written, forward compute ms), or None where the run has none."""
+    cmd = [STRATUM, "plan", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
+           "--ctx", "1024", "--batch", str(args.batch), "--seq", str(args.seq), "--grad-clip", str(args.grad_clip),
+           "--threads", str(args.threads), "--mem-budget", f"{budget >> 20}M", "--offload-dir", args.dir,
+           "--optimizer", args.optimizer, "--activations", activations]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    m = re.search(r"update window .*?: read ([0-9.]+) (B|KiB|MiB|GiB) \+ written ([0-9.]+) (B|KiB|MiB|GiB), "
+                  r"[0-9.]+ ms of disk .*? against ([0-9.]+) ms of forward compute", r.stderr)
+    if not m:
+        return None
+    return bytes_of(m.group(1), m.group(2)), bytes_of(m.group(3), m.group(4)), float(m.group(5))
 
 
 def sweep_best(directory):
@@ -160,6 +183,30 @@ def main():
             print(f"  bandwidth: read {res['read_gbps']:.2f} GB/s ({100 * res['read_gbps'] / best_read:.0f}% of the "
                   f"sweep's best {best_read:.2f}), write {res['write_gbps']:.2f} GB/s "
                   f"({100 * res['write_gbps'] / best_write:.0f}% of {best_write:.2f})")
+        if best_read:
+            # The issue's rule (14): the step is disk-bound where its bytes at the sweep's rates take
+            # longer than the in-RAM step; then the target is 1.10x that time.
+            disk_ms = (res["read_mib_per_step"] * 2**20 / (best_read * 1e6) +
+                       res["write_mib_per_step"] * 2**20 / (best_write * 1e6))
+            res["disk_ms_at_sweep_rates"] = round(disk_ms, 1)
+            res["disk_bound"] = disk_ms > ram_ms
+            print(f"  case: the step's bytes at the sweep's rates take {disk_ms:.0f} ms against {ram_ms:.0f} ms in RAM: "
+                  + ("disk-bound (target 1.10x that time)" if disk_ms > ram_ms else "not disk-bound by the bytes alone"))
+            window = update_window(args, budget, runs[0]["activations"]) if args.optimizer == "adamw" else None
+            if window:
+                # Only the forward's compute can overlap the window (the backward precedes the norm):
+                # with this disk the step is at least the in-RAM step less the forward plus the
+                # window's disk time (the forward's compute as the plan measured it).
+                w_read, w_write, fwd_ms = window
+                w_ms = w_read / (best_read * 1e6) + w_write / (best_write * 1e6)
+                floor = ram_ms - fwd_ms + max(fwd_ms, w_ms)
+                res.update(window_read_mib=round(w_read / 2**20, 1), window_write_mib=round(w_write / 2**20, 1),
+                           window_disk_ms=round(w_ms, 1), forward_compute_ms=round(fwd_ms, 1),
+                           window_floor_ms=round(floor, 1), ratio_to_window_floor=round(off_ms / floor, 3))
+                print(f"  update window (plan): {w_read / 2**20:.0f} MiB read + {w_write / 2**20:.0f} MiB written after "
+                      f"the norm, {w_ms:.0f} ms at the sweep's rates against {fwd_ms:.0f} ms of forward compute: the "
+                      f"step's floor on this disk ~{floor:.0f} ms ({floor / ram_ms:.2f}x RAM); measured "
+                      f"{off_ms / floor:.2f}x that floor")
         print(f"  memory: peak RSS {res['offload_peak_rss_mib']:.0f} MiB vs budget {budget >> 20} MiB "
               f"(+{res['offload_peak_rss_mib'] - (budget >> 20):.0f} MiB); engine peak {res['offload_peak_engine_mib']:.0f} MiB")
         print(json.dumps(res))

@@ -239,6 +239,44 @@ TEST(Plan, PredictedTimeFollowsTheModel) {
   EXPECT_EQ(slow.bottleneck.rfind("read", 0), 0u) << slow.bottleneck;
 }
 
+// Note [update window]: with exact clipping under a budget every update waits for the norm and
+// each forward for its segment's update, so the bytes of the updates fall between the backward and
+// the head. A disk fast enough that its busy time stays under the compute, but slow for the
+// window (its bytes take longer than the forward's compute), is named the bottleneck there; a free
+// disk leaves the compute; without clipping in RAM there is no window.
+TEST(Plan, NamesTheUpdateWindowWhereTheStepWaitsForIt) {
+  PlanRequest request{plan_config(), 4, 64, ActivationPolicy::Recompute, 1.0, 0, -1};
+  const ComputeTiming t = fixed_timing();
+  const std::size_t state = (request.config.vocab_size + request.config.n_ctx + 12 * 8 * 128) * std::size_t{128} * 16;
+  request.mem_budget_bytes = std::max(plan_make(request, t, 0, 0).min_budget_bytes, state / 4);
+  std::size_t params = 0;  // trained floats
+  const ParamLayout layout = ParamLayout::of(request.config, request.lora);
+  for (int s = 0; s < layout.segment_count(); ++s)
+    if (layout.trainable(s)) params += layout.segments()[s].size_floats;
+
+  const Plan slow = plan_make(request, t, 2.0, 2.0);  // busy under the compute, slow for the window
+  ASSERT_TRUE(slow.streaming);
+  EXPECT_LT(slow.read_ms + slow.write_ms, slow.compute_ms);
+  EXPECT_EQ(slow.bottleneck, "the update window (disk)");
+  // Every update's four reads and three writes, less what the budget keeps resident.
+  EXPECT_GE(static_cast<double>(slow.window.read_bytes + slow.window.write_bytes), 0.8 * 28.0 * params);
+  EXPECT_NEAR(slow.window.disk_ms, static_cast<double>(slow.window.read_bytes + slow.window.write_bytes) / 2e6, 1e-6);
+  EXPECT_GT(slow.window.disk_ms, slow.window.compute_ms);
+  EXPECT_GE(slow.window.ms, slow.window.compute_ms);
+  EXPECT_LT(slow.window.ms, slow.step_ms);
+
+  const Plan fast = plan_make(request, t, 8.0, 8.0);  // the window's bytes within the forward's compute
+  EXPECT_EQ(fast.bottleneck, "compute");
+  EXPECT_GT(fast.window.ms, 0.0);
+  EXPECT_LT(fast.window.disk_ms, fast.window.compute_ms);
+  EXPECT_EQ(fast.window.read_bytes, slow.window.read_bytes) << "the same traffic at another rate";
+
+  request.mem_budget_bytes = 0;  // in RAM, and without clipping (updates during the backward)
+  EXPECT_EQ(plan_make(request, t, 2.0, 2.0).window.ms, 0.0);
+  request.grad_clip = 0;
+  EXPECT_EQ(plan_make(request, t, 2.0, 2.0).window.ms, 0.0);
+}
+
 // Note [room for the window]: a group's reads open up to `prefetch` groups back only where the
 // store has room for them beside the running group's hold. GPT-2 small at 200M with offloaded
 // internals (the measured case): a block's backward holds ~98 MB and reads ~70 MB against 145 MB
@@ -350,7 +388,7 @@ TEST(Plan, CliPrintsThePlanAndRefusesBadInput) {
   const std::string shape = " --layers 8 --heads 4 --embd 128 --ctx 64 --vocab 2048 --batch 4 --seq 64";
   const auto r = testing::run_stratum("plan" + shape + " --mem-budget 12M --offload-dir " + tmp.path());
   EXPECT_EQ(r.exit_code, 0) << r.errors;
-  for (const char* words : {"state: params", "placement", "I/O per step", "prefetch", "predicted step", "bottleneck"})
+  for (const char* words : {"state: params", "placement", "I/O per step", "prefetch", "update window", "predicted step", "bottleneck"})
     EXPECT_NE(r.output.find(words), std::string::npos) << words << " in:\n" << r.output;
   const auto ram = testing::run_stratum("plan" + shape);
   EXPECT_EQ(ram.exit_code, 0) << ram.errors;

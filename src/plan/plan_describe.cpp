@@ -91,6 +91,11 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
       p.optimizer_ms, p.mode == OptimizerMode::Inline        ? "inline"
       : p.mode == OptimizerMode::ZerothOrder ? "in the forward passes"
                                              : "on the worker", p.read_ms, p.write_ms);
+  if (p.window.ms > 0)  // Note [update window]
+    add("update window (after the gradient norm, each segment's update before its forward, to the head): read %s + "
+        "written %s, %.0f ms of disk at the rates above against %.0f ms of forward compute; %.0f ms predicted\n",
+        bytes_text(p.window.read_bytes).c_str(), bytes_text(p.window.write_bytes).c_str(), p.window.disk_ms,
+        p.window.compute_ms, p.window.ms);
   if (p.ranks > 1)
     add("network (Note [plan ranks]): the busiest rank sends %s a step (gradient sums, and its updated parameters "
         "to every rank during the next forward), %.0f ms at %g Gb/s beside its compute; %.1f ms after the last "

@@ -63,7 +63,21 @@ double group_update_ms(const StepSchedule& schedule, const UnitTable& units, int
 struct PipelineResult {
   double step_ms = 0, optimizer_ms = 0;
   int groups_reading = 0, groups_read_ahead = 0;  // in the second step, Note [room for the window]
+  UpdateWindow window;  // the second step's, Note [update window] (planner.h)
 };
+
+// The first group of the backward (the step's groups before it are its forward, with the
+// Pipelined updates before each segment's forward), G when there is none.
+int backward_begin(const StepSchedule& schedule) {
+  for (int g = 0; g < schedule.group_count(); ++g)
+    switch (schedule.group_work(g)) {
+      case GroupWork::HeadBackward: case GroupWork::HeadEnd: case GroupWork::LayerBackward:
+      case GroupWork::EmbedBackward: case GroupWork::VocabBackward:
+        return g;
+      default: break;
+    }
+  return schedule.group_count();
+}
 
 // Note [plan model]: the pipeline over two steps' groups; the second step's duration.
 PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, const std::vector<std::uint64_t>& reads,
@@ -80,6 +94,8 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
   std::vector<double> compute_end(static_cast<std::size_t>(2 * G), 0.0);
   double disk_free = 0, worker_free = 0, previous = 0, step_start = 0, optimizer_ms = 0;
   int groups_reading = 0, groups_read_ahead = 0;
+  const int forward_end = backward_begin(schedule);
+  UpdateWindow window;
   for (int i = 0; i < 2 * G; ++i) {
     const int g = i % G;
     if (g == 0) step_start = previous;
@@ -126,9 +142,21 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
     }
     compute_end[i] = start + ms;
     previous = compute_end[i];
+    if (i >= G && g < forward_end) {
+      window.compute_ms += ms;
+      window.read_bytes += reads[g];
+      window.write_bytes += writes[g];
+      window.ms = compute_end[i] - step_start;
+    }
     if (mode == OptimizerMode::Overlapped && g == G - 1) previous = std::max(previous, worker_free);
   }
-  return {previous - step_start, optimizer_ms, groups_reading, groups_read_ahead};
+  if (mode == OptimizerMode::Pipelined && forward_end < G) {
+    window.disk_ms = (read_gbps > 0 ? static_cast<double>(window.read_bytes) / (read_gbps * 1e6) : 0.0) +
+                     (write_gbps > 0 ? static_cast<double>(window.write_bytes) / (write_gbps * 1e6) : 0.0);
+  } else {
+    window = UpdateWindow{};
+  }
+  return {previous - step_start, optimizer_ms, groups_reading, groups_read_ahead, window};
 }
 
 }  // namespace
@@ -320,6 +348,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
       chosen = by_depth_result[p.prefetch];
     }
     p.step_ms = chosen.step_ms;
+    p.window = chosen.window;
     p.groups_reading = chosen.groups_reading;
     p.groups_read_ahead = chosen.groups_read_ahead;
   }
@@ -369,8 +398,14 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   p.bottleneck = std::max_element(std::begin(candidates), std::end(candidates),
                                   [](const Candidate& a, const Candidate& b) { return a.ms < b.ms; })->name;
   // Compute is the busiest resource but the pipeline waits on the disk for part of the step:
-  // say so (the reads cannot all be hidden behind the compute next to them).
-  if (p.bottleneck == std::string("compute") && p.step_ms > 1.05 * cpu_ms) p.bottleneck = "read (stalls)";
+  // say so (the reads cannot all be hidden behind the compute next to them), and where most of
+  // that wait is the update window's, name it (Note [update window]).
+  if (p.bottleneck == std::string("compute") && p.step_ms > 1.05 * cpu_ms) {
+    const double window_wait = p.window.ms - p.window.compute_ms;
+    p.bottleneck = p.window.disk_ms > p.window.compute_ms && window_wait >= 0.5 * (p.step_ms - cpu_ms)
+                       ? "the update window (disk)"
+                       : "read (stalls)";
+  }
   return p;
 }
 

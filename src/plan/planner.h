@@ -132,6 +132,25 @@ struct SegmentPlace {
   std::uint64_t read_bytes = 0, write_bytes = 0;  // per step
 };
 
+// Note [update window]: with Pipelined updates (exact clipping; under --mem-budget any run, Note
+// [streamed updates after the backward] in exec/executor.h) every update waits for the gradient
+// norm, and the next forward waits for each segment's update: between the end of the backward and
+// the head, the parameters, gradients and both moments of every trained parameter are read and
+// three of them written (28 bytes a parameter, 3.5 GB on GPT-2 small), besides the forward's own
+// traffic. Only the forward's compute can overlap that; the backward cannot (the norm needs all of
+// it). Where the disk time of those bytes exceeds the forward's compute, the step is at least the
+// backward plus that disk time, whatever the overlap elsewhere: on a 2 GB/s disk GPT-2 small
+// cannot come within 1.16x of its in-RAM step at 25% of its state (docs/benchmarks.md). The plan
+// reports the window (the groups before the first backward group, in the steady-state step):
+// its modelled duration, its compute, its bytes and their time at the calibrated rates, and
+// names it as the bottleneck where most of the step's wait falls in it.
+struct UpdateWindow {
+  double ms = 0;          // modelled, from the step's start to the end of its forward
+  double compute_ms = 0;  // of the forward's groups on the training thread
+  double disk_ms = 0;     // read_bytes and write_bytes at the calibrated rates
+  std::uint64_t read_bytes = 0, write_bytes = 0;
+};
+
 struct Plan {
   std::size_t params_bytes = 0, grads_bytes = 0, moments_bytes = 0, activation_bytes = 0;
   std::size_t internals_bytes = 0;   // --activations offload: every layer's internals units
@@ -150,7 +169,8 @@ struct Plan {
   double compute_ms = 0, optimizer_ms = 0, read_ms = 0, write_ms = 0;  // busy time per step
   double step_ms = 0;      // predicted
   double ram_step_ms = 0;  // predicted for the same run with everything in RAM
-  std::string bottleneck;  // "compute", "read", "write" or "optimizer"
+  std::string bottleneck;  // "compute", "read", "write", "optimizer", "read (stalls)", "the update window (disk)"
+  UpdateWindow window;     // Note [update window]; zero unless streaming with Pipelined updates
   double read_gbps = 0, write_gbps = 0;
   ComputeTiming timing;  // what the prediction was made from
   std::vector<SegmentPlace> segments;
