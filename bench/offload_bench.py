@@ -92,7 +92,7 @@ def update_window(args, budget, activations):
            "--optimizer", args.optimizer, "--activations", activations]
     r = subprocess.run(cmd, capture_output=True, text=True)
     m = re.search(r"update window .*?: read ([0-9.]+) (B|KiB|MiB|GiB) \+ written ([0-9.]+) (B|KiB|MiB|GiB), "
-                  r"[0-9.]+ ms of disk .*? against ([0-9.]+) ms of forward compute", r.stderr)
+                  r"[0-9.]+ ms of disk .*? against ([0-9.]+) ms of forward compute", r.stdout + r.stderr)
     if not m:
         return None
     return bytes_of(m.group(1), m.group(2)), bytes_of(m.group(3), m.group(4)), float(m.group(5))
