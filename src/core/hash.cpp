@@ -10,7 +10,28 @@
 
 namespace stratum {
 
-std::uint64_t hash64(const void* data, std::size_t n) { return XXH3_64bits_dispatch(n == 0 ? "" : data, n); }
+namespace {
+// Note [clean upper state]: Debian's libxxhash (0.8.1) returns from XXH3 with the upper halves of
+// the vector registers dirty (its AVX2/AVX-512 code ends without vzeroupper). Until the thread
+// next runs vzeroupper, every SSE instruction of code built for the baseline x86-64 (most of
+// ours outside the kernels' AVX clones, and libm's non-FMA paths) waits on that state: the
+// weights' Box-Muller draws after the data file's checksum took 265 ns a value against 21 ns
+// clean (GPT-2 small: 19 s of initialisation on two cores, docs/benchmarks.md). So every call
+// into libxxhash is followed by vzeroupper where the CPU has AVX (GCC adds it at the end of our
+// own AVX functions; OpenBLAS's kernels leave the state clean).
+__attribute__((target("avx"))) void upper_zero_avx() { __builtin_ia32_vzeroupper(); }
+
+void upper_clean() {
+  static const bool avx = __builtin_cpu_supports("avx");
+  if (avx) upper_zero_avx();
+}
+}  // namespace
+
+std::uint64_t hash64(const void* data, std::size_t n) {
+  const std::uint64_t h = XXH3_64bits_dispatch(n == 0 ? "" : data, n);
+  upper_clean();  // Note [clean upper state]
+  return h;
+}
 
 Hash64Stream::Hash64Stream() : state_(XXH3_createState()) {
   STRATUM_CHECK(state_ != nullptr, "[hash] out of memory");
@@ -34,11 +55,14 @@ Hash64Stream& Hash64Stream::operator=(Hash64Stream&& other) noexcept {
 void Hash64Stream::update(const void* data, std::size_t n) {
   STRATUM_ASSERT(state_ != nullptr);
   if (n > 0) XXH3_64bits_update_dispatch(static_cast<XXH3_state_t*>(state_), data, n);
+  upper_clean();
 }
 
 std::uint64_t Hash64Stream::digest() const {
   STRATUM_ASSERT(state_ != nullptr);
-  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+  const std::uint64_t h = XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+  upper_clean();
+  return h;
 }
 
 }  // namespace stratum
