@@ -15,7 +15,7 @@ that gives on this disk. Prints a table and a JSON line.
 
 Usage: python3 bench/offload_bench.py --dir /path/on/nvme [--steps 5] [--rounds 2]
            [--budget-frac 0.25,0.10] [--grad-clip 1.0] [--prefetch K] [--io auto] [--no-sweep]
-           [--optimizer adamw|zo-sgd] [--activations auto,recompute,offload]
+           [--optimizer adamw|zo-sgd] [--activations auto,recompute,offload] [--precision fp32|bf16]
 --activations: the policies the budgeted runs use, each run at each budget (default auto: the
 plan's choice, which the report names); the run in RAM recomputes.
 A budget fraction below the run's minimum budget runs at the minimum (and says so). Without
@@ -39,7 +39,7 @@ def run_train(args, budget, log, activations="recompute"):
     cmd = [STRATUM, "train", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
            "--ctx", "1024", "--data", args.data, "--batch", str(args.batch), "--seq", str(args.seq), "--steps",
            str(args.steps), "--threads", str(args.threads), "--quiet", "--grad-clip", str(args.grad_clip),
-           "--lr-schedule", "constant", "--log", log, "--optimizer", args.optimizer]
+           "--lr-schedule", "constant", "--log", log, "--optimizer", args.optimizer, "--precision", args.precision]
     if args.optimizer != "zo-sgd":
         cmd += ["--activations", activations]
     if args.optimizer == "zo-sgd":
@@ -71,7 +71,7 @@ def min_budget_mib(args, activations="auto"):
     cmd = [STRATUM, "plan", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
            "--ctx", "1024", "--batch", str(args.batch), "--seq", str(args.seq), "--grad-clip", str(args.grad_clip),
            "--threads", str(args.threads), "--mem-budget", "1M", "--offload-dir", args.dir, "--optimizer", args.optimizer,
-           "--activations", activations]
+           "--activations", activations, "--precision", args.precision]
     r = subprocess.run(cmd, capture_output=True, text=True)
     m = re.search(r"use --mem-budget (\d+)M", r.stderr)
     if not m:
@@ -89,7 +89,7 @@ def update_window(args, budget, activations):
     cmd = [STRATUM, "plan", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
            "--ctx", "1024", "--batch", str(args.batch), "--seq", str(args.seq), "--grad-clip", str(args.grad_clip),
            "--threads", str(args.threads), "--mem-budget", f"{budget >> 20}M", "--offload-dir", args.dir,
-           "--optimizer", args.optimizer, "--activations", activations]
+           "--optimizer", args.optimizer, "--activations", activations, "--precision", args.precision]
     r = subprocess.run(cmd, capture_output=True, text=True)
     m = re.search(r"update window .*?: read ([0-9.]+) (B|KiB|MiB|GiB) \+ written ([0-9.]+) (B|KiB|MiB|GiB), "
                   r"[0-9.]+ ms of disk .*? against ([0-9.]+) ms of forward compute", r.stdout + r.stderr)
@@ -128,6 +128,7 @@ def main():
     p.add_argument("--no-sweep", action="store_true")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "zo-sgd"])
     p.add_argument("--activations", default="auto", help="comma-separated policies for the budgeted runs")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="the matrix products' (every run)")
     args = p.parse_args()
     policies = args.activations.split(",") if args.optimizer != "zo-sgd" else ["auto"]
 
@@ -138,7 +139,8 @@ def main():
     best_read, best_write = (0.0, 0.0) if args.no_sweep else sweep_best(args.dir)
     print(f"machine: {os.cpu_count()} CPUs, load {open('/proc/loadavg').read().split()[:3]}")
     print(f"model L{args.layers} C{args.embd} H{args.heads}, B={args.batch} T={args.seq}, training state "
-          f"{state / 2**20:.0f} MiB, minimum budget {floor >> 20} MiB, optimizer {args.optimizer}, grad clip {args.grad_clip}, "
+          f"{state / 2**20:.0f} MiB, minimum budget {floor >> 20} MiB, optimizer {args.optimizer}, precision {args.precision}, "
+          f"grad clip {args.grad_clip}, "
           f"offload dir {args.dir}")
     cases = [(b, a) for b in budgets for a in policies]
     ram, off = [], [[] for _ in cases]
@@ -161,6 +163,7 @@ def main():
         pred = med(runs, "predicted_step_ms")
         res = {
             "config": f"L{args.layers} C{args.embd} B{args.batch} T{args.seq}", "optimizer": args.optimizer,
+            "precision": args.precision,
             "budget_mib": budget >> 20, "activations": activations, "activations_used": runs[0]["activations"],
             "budget_frac": round(budget / state, 3), "grad_clip": args.grad_clip, "prefetch": runs[0]["prefetch"],
             "ram_step_ms": round(ram_ms, 1), "offload_step_ms": round(off_ms, 1), "ratio": round(off_ms / ram_ms, 3),
