@@ -139,8 +139,9 @@ struct SegmentPlace {
 // three of them written (28 bytes a parameter, 3.5 GB on GPT-2 small), besides the forward's own
 // traffic. Only the forward's compute can overlap that; the backward cannot (the norm needs all of
 // it). Where the disk time of those bytes exceeds the forward's compute, the step is at least the
-// backward plus that disk time, whatever the overlap elsewhere: on a 2 GB/s disk GPT-2 small
-// cannot come within 1.16x of its in-RAM step at 25% of its state (docs/benchmarks.md). The plan
+// backward plus that disk time, whatever the overlap elsewhere: on a ~2 GB/s disk (reads and
+// writes sharing it) GPT-2 small B4 T256 cannot come within about 1.2x of its in-RAM step at
+// 25% or 10% of its state, and runs measure within 0-14% of that floor (docs/benchmarks.md). The plan
 // reports the window (the groups before the first backward group, in the steady-state step):
 // its modelled duration, its compute, its bytes and their time at the calibrated rates, and
 // names it as the bottleneck where most of the step's wait falls in it.
