@@ -16,15 +16,31 @@
 namespace stratum {
 namespace {
 
-// Whether the upper halves of ymm0-15 / zmm0-15 are in use (XINUSE bits 2 and 6); none where the
-// CPU cannot say.
-std::optional<bool> upper_dirty() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX)) return std::nullopt;
-  if (!__get_cpuid_count(0xD, 1, &a, &b, &c, &d) || !(a & (1u << 2))) return std::nullopt;  // XGETBV ECX=1
+unsigned xinuse() {
   unsigned lo = 0, hi = 0;
   asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(1));
-  return (lo & ((1u << 2) | (1u << 6))) != 0;
+  return lo;
+}
+
+__attribute__((target("avx"))) void upper_zero() { __builtin_ia32_vzeroupper(); }
+
+// Whether the upper halves of ymm0-15 / zmm0-15 are in use (XINUSE bits 2 and 6); none where the
+// CPU cannot say: no AVX enabled by the OS, no XGETBV with ECX = 1, or a CPU that reports them in
+// use right after vzeroupper (XINUSE may stay set for a component in its initial state).
+std::optional<bool> upper_dirty() {
+  constexpr unsigned kUpper = (1u << 2) | (1u << 6);
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX)) return std::nullopt;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  asm volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 6u) != 6u) return std::nullopt;  // the OS does not save the AVX state
+  if (!__get_cpuid_count(0xD, 1, &a, &b, &c, &d) || !(a & (1u << 2))) return std::nullopt;  // XGETBV ECX=1
+  static const bool tracks = [] {
+    upper_zero();
+    return (xinuse() & kUpper) == 0;
+  }();
+  if (!tracks) return std::nullopt;
+  return (xinuse() & kUpper) != 0;
 }
 
 #define SKIP_WITHOUT_XINUSE()                                                  \
