@@ -67,12 +67,17 @@ def run_train(args, budget, log, activations="recompute"):
             "hash": h.group(1)}
 
 
-def min_budget_mib(args, activations="auto"):
+def run_plan(args, budget_arg, activations):
+    """'stratum plan' for this run's shape and options at --mem-budget budget_arg (e.g. "474M")."""
     cmd = [STRATUM, "plan", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
            "--ctx", "1024", "--batch", str(args.batch), "--seq", str(args.seq), "--grad-clip", str(args.grad_clip),
-           "--threads", str(args.threads), "--mem-budget", "1M", "--offload-dir", args.dir, "--optimizer", args.optimizer,
-           "--activations", activations, "--precision", args.precision]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+           "--threads", str(args.threads), "--mem-budget", budget_arg, "--offload-dir", args.dir,
+           "--optimizer", args.optimizer, "--activations", activations, "--precision", args.precision]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def min_budget_mib(args, activations="auto"):
+    r = run_plan(args, "1M", activations)
     m = re.search(r"use --mem-budget (\d+)M", r.stderr)
     if not m:
         sys.exit(f"offload_bench: cannot read the minimum budget from 'stratum plan':\n{r.stderr}")
@@ -86,11 +91,7 @@ def bytes_of(number, unit):
 def update_window(args, budget, activations):
     """The plan's update window at this budget (Note [update window] in src/plan/planner.h):
     (bytes read, bytes written, forward compute ms), or None where the run has none."""
-    cmd = [STRATUM, "plan", "--layers", str(args.layers), "--embd", str(args.embd), "--heads", str(args.heads),
-           "--ctx", "1024", "--batch", str(args.batch), "--seq", str(args.seq), "--grad-clip", str(args.grad_clip),
-           "--threads", str(args.threads), "--mem-budget", f"{budget >> 20}M", "--offload-dir", args.dir,
-           "--optimizer", args.optimizer, "--activations", activations, "--precision", args.precision]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = run_plan(args, f"{budget >> 20}M", activations)
     m = re.search(r"update window .*?: read ([0-9.]+) (B|KiB|MiB|GiB) \+ written ([0-9.]+) (B|KiB|MiB|GiB), "
                   r"[0-9.]+ ms of disk .*? against ([0-9.]+) ms of forward compute", r.stdout + r.stderr)
     if not m:

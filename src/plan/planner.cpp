@@ -95,6 +95,7 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
   double disk_free = 0, worker_free = 0, previous = 0, step_start = 0, optimizer_ms = 0;
   int groups_reading = 0, groups_read_ahead = 0;
   const int forward_end = backward_begin(schedule);
+  const bool windowed = mode == OptimizerMode::Pipelined && forward_end < G;  // Note [update window]
   UpdateWindow window;
   for (int i = 0; i < 2 * G; ++i) {
     const int g = i % G;
@@ -142,7 +143,7 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
     }
     compute_end[i] = start + ms;
     previous = compute_end[i];
-    if (i >= G && g < forward_end) {
+    if (windowed && i >= G && g < forward_end) {
       window.compute_ms += ms;
       window.read_bytes += reads[g];
       window.write_bytes += writes[g];
@@ -150,12 +151,8 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
     }
     if (mode == OptimizerMode::Overlapped && g == G - 1) previous = std::max(previous, worker_free);
   }
-  if (mode == OptimizerMode::Pipelined && forward_end < G) {
-    window.disk_ms = (read_gbps > 0 ? static_cast<double>(window.read_bytes) / (read_gbps * 1e6) : 0.0) +
-                     (write_gbps > 0 ? static_cast<double>(window.write_bytes) / (write_gbps * 1e6) : 0.0);
-  } else {
-    window = UpdateWindow{};
-  }
+  window.disk_ms = (read_gbps > 0 ? static_cast<double>(window.read_bytes) / (read_gbps * 1e6) : 0.0) +
+                   (write_gbps > 0 ? static_cast<double>(window.write_bytes) / (write_gbps * 1e6) : 0.0);
   return {previous - step_start, optimizer_ms, groups_reading, groups_read_ahead, window};
 }
 
