@@ -157,9 +157,10 @@ class Ops {
                                 const float* rstd, int N, int C, bool accumulate_params) const = 0;
 
   // Causal grouped-query attention over a (B,T,H*hd + 2*KV*hd) qkv buffer (kernels/cpu/attention.h);
-  // the forward keeps (B,H,T,2) softmax row statistics for the backward, never a (T,T) matrix.
-  // Both take the query rows [r0, r0 + n) of the B*T rows: out and dout hold those n rows; the
-  // backward is called for ranges in increasing order (Note [attention row ranges]).
+  // the forward keeps (B,H,T,2) softmax row statistics for the backward, never a (T,T) matrix
+  // (a backend may hold score blocks of bounded size in its scratch: CUDA's, Note [cuda attention
+  // products]). Both take the query rows [r0, r0 + n) of the B*T rows: out and dout hold those n
+  // rows; the backward is called for ranges in increasing order (Note [attention row ranges]).
   virtual std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const = 0;
   // Bytes the backend keeps for its matrix products when no dimension exceeds `rows` (the
   // tokens of a step) or `width` (the widest layer), and every weight is at most narrow x width
@@ -169,7 +170,8 @@ class Ops {
                                  int KV, int hd, int r0, int n) const = 0;
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                   const float* stats, int B, int T, int H, int KV, int hd, int r0, int n) const = 0;
-  // Attention of Tn new queries per sequence against a KV cache (bit-identical to the full forward).
+  // Attention of Tn new queries per sequence against a KV cache (bit-identical to the full forward
+  // on the CPU; to rounding on CUDA, Note [cuda attention rows]).
   virtual std::size_t attention_cached_scratch_floats(int hd, int max_T) const = 0;
   virtual void attention_cached(float* out, float* scratch, const float* q, const float* kcache,
                                 const float* vcache, int B, int Tn, const int* past, int max_T, int H, int KV,

@@ -1,40 +1,37 @@
-// Causal grouped-query attention of the CUDA backend, the forward and the KV-cache variant (the
-// row arithmetic, tiles and launches: attention_rows.cuh; the backward: attention_backward.cu).
-#include "kernels/cuda/attention_rows.cuh"
+// Causal grouped-query attention of the CUDA backend: the training forward as matrix products
+// (Note [cuda attention products] in attention_gemm.cuh) and the KV-cache variant as row kernels
+// (Note [cuda attention rows] in attention_rows.cuh); the backward: attention_backward.cu.
+#include "kernels/cuda/attention_gemm.cuh"
 
 namespace stratum {
 
 namespace {
 
-// The outputs (out: the range's rows, H*hd each) and stats (B,H,T,2) of query rows rr from qkv
-// (B,T,(H+2KV)*hd). Block: kRows query rows of one (sequence, head), the last row tiles first (they
-// have the most keys; RowRange).
-template <int HD>
-__global__ void __launch_bounds__(Lanes<HD>::NT)
-    attention_forward_kernel(float* out, float* stats, const float* qkv, RowRange rr, int H, int KV, int hd,
-                             float scale) {
-  extern __shared__ float4 attention_smem[];
-  const QueryBlock qb = query_block(rr, H);
-  if (qb.tile < 0) return;  // a partial sequence's spare blocks
-  const int T = rr.T, b = qb.b, h = qb.h, tile = qb.tile;
-  const SeqRange sr = qb.sr;
-  const int kvh = h / (H / KV);
-  const std::size_t W = static_cast<std::size_t>(H + 2 * KV) * hd, out_w = static_cast<std::size_t>(H) * hd;
-  const int t0 = sr.q0 + tile * kRows;
-  const float* base = qkv + static_cast<std::size_t>(b) * T * W;
-  RowBlock rb;
-  rb.q = base + t0 * W + static_cast<std::size_t>(h) * hd;
-  rb.q_stride = W;
-  rb.k = base + static_cast<std::size_t>(H + kvh) * hd;
-  rb.v = base + static_cast<std::size_t>(H + KV + kvh) * hd;
-  rb.kv_stride = W;
-  rb.nkeys = sr.q1;
-  rb.pos0 = t0;
-  rb.nrows = min(kRows, sr.q1 - t0);
-  rb.out = out + (sr.local0 + (t0 - sr.q0)) * out_w + static_cast<std::size_t>(h) * hd;
-  rb.out_stride = out_w;
-  rb.stats = stats == nullptr ? nullptr : stats + ((static_cast<std::size_t>(b) * H + h) * T + t0) * 2;
-  forward_rows<HD>(reinterpret_cast<float*>(attention_smem), rb, hd, scale);
+// The forward's softmax rows (Note [cuda attention products]) for one batch: block (i, c) takes
+// query row a0 + i of batch head c (query head h0 + c * group, its stats at stats + (c * group * T
+// + a0 + i) * 2; null: none). S (heads, nq, nk) becomes P.
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    attention_forward_softmax_kernel(float* S, float* stats, int nq, int nk, int a0, int T, int group, float scale) {
+  __shared__ cuda_reduce::BlockScratch<kSoftmaxThreads> red;
+  const int i = blockIdx.x, c = blockIdx.y, pos = a0 + i;
+  float* s = S + (static_cast<std::size_t>(c) * nq + i) * nk;
+  const int keys = min(pos + 1, nk);  // keys this row attends to
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < keys; j += kSoftmaxThreads) mx = fmaxf(mx, s[j] * scale);
+  const float m = cuda_reduce::block_max<kSoftmaxThreads>(mx, red);
+  float l = 0.0f;
+  for (int j = threadIdx.x; j < keys; j += kSoftmaxThreads) {
+    const float e = expf(s[j] * scale - m);
+    s[j] = e;
+    l += e;
+  }
+  const float inv = 1.0f / cuda_reduce::block_sum<kSoftmaxThreads>(l, red);
+  for (int j = threadIdx.x; j < nk; j += kSoftmaxThreads) s[j] = j < keys ? s[j] * inv : 0.0f;
+  if (threadIdx.x == 0 && stats != nullptr) {
+    float* st = stats + (static_cast<std::size_t>(c) * group * T + pos) * 2;
+    st[0] = m;
+    st[1] = inv;
+  }
 }
 
 // out (B,Tn,H*hd) from q (B,Tn,H*hd) and the caches (B,KV,max_T,hd); past (B) on the device. A
@@ -72,16 +69,25 @@ __global__ void __launch_bounds__(Lanes<HD>::NT)
   forward_rows<HD>(reinterpret_cast<float*>(attention_smem), rb, hd, scale);
 }
 
-void forward_launch(const CudaContext& ctx, float* out, float* stats, const float* qkv, int B, int T, int H, int KV,
-                    int hd, int r0, int n) {
+void forward_launch(const CudaContext& ctx, float* out, float* stats, float* scratch, const float* qkv, int B, int T,
+                    int H, int KV, int hd, int r0, int n) {
   check_shape("attention_forward", B, T, H, KV, hd);
   const RowRange rr = attention_row_range("attention_forward", B, T, r0, n);
-  const std::size_t blocks = static_cast<std::size_t>(rr.seqs) * H * tiles_of(range_widest(rr, false));
-  if (blocks == 0) return;
+  const Blocking bl = attention_blocking(T, KV);
+  const int group = H / KV, ow = H * hd;
   const float scale = score_scale(hd);
-  dispatch_head_dim(hd, [&]<int HD>() {
-    launch(ctx, attention_forward_kernel<HD>, blocks, Lanes<HD>::NT, forward_smem_floats<HD>(), out, stats, qkv, rr, H,
-           KV, hd, scale);
+  for_each_query_block(rr, bl, [&](int b, int a0, int a1, std::size_t local) {
+    for_each_head_batch(bl, qkv, T, H, KV, hd, b, a0, a1, [&](const HeadBatch& x, int) {
+      float* S = scratch;
+      x.scores(ctx, S);
+      float* st = stats == nullptr ? nullptr : stats + (static_cast<std::size_t>(b) * H + x.h0) * T * 2;
+      attention_forward_softmax_kernel<<<dim3(static_cast<unsigned>(x.nq), static_cast<unsigned>(x.nb)),
+                                         kSoftmaxThreads, 0, ctx.stream>>>(S, st, x.nq, x.nk, a0, T, group, scale);
+      STRATUM_CUDA_LAUNCHED();
+      float* O = out + local * ow + static_cast<std::size_t>(x.h0) * hd;
+      gemm_batched(ctx, false, false, x.nq, hd, x.nk, S, x.nk, x.mat(), x.v(), static_cast<int>(x.W), hd, 0.0f, O, ow,
+                   x.qs, x.nb);
+    });
   });
 }
 
@@ -101,9 +107,9 @@ void cached_launch(const CudaContext& ctx, float* out, const float* q, const flo
 
 }  // namespace
 
-void CudaOps::attention_forward(float* out, float* stats, float* /*scratch*/, const float* qkv, int B, int T, int H,
+void CudaOps::attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int H,
                                 int KV, int hd, int r0, int n) const {
-  forward_launch(*ctx_, out, stats, qkv, B, T, H, KV, hd, r0, n);
+  forward_launch(*ctx_, out, stats, scratch, qkv, B, T, H, KV, hd, r0, n);
 }
 
 std::size_t CudaOps::attention_cached_scratch_floats(int hd, int max_T) const {

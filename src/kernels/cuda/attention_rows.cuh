@@ -1,54 +1,42 @@
-// What the CUDA attention kernels share (attention.cu: forward and KV-cache variant;
-// attention_backward.cu): the row arithmetic of Note [cuda attention rows], tiles and launches.
+// The CUDA attention's row kernels (the KV-cache variant in attention.cu; the training forward
+// and backward are matrix products, Note [cuda attention products] in attention_gemm.cuh): the
+// row arithmetic of Note [cuda attention rows], tiles and launches, and the shape checks the
+// products share.
 // Causal grouped-query attention of the CUDA backend: the semantics of kernels/cpu/attention.h
 // (qkv rows [q (H*hd) | k (KV*hd) | v (KV*hd)], query head h reads kv head h / (H/KV), scores
 // (q . k) * (1/sqrt(hd)), stats (B,H,T,2) = {maximum scaled score, 1 / sum of exps} per softmax
 // row, the backward replaying the probabilities from them), and the KV-cache variant. Head sizes
 // up to 128 (kernels compiled for 16, 32, 64, 128; a smaller hd runs the next size up). Does not
-// allocate (the backward's scratch holds D, one float per query row, and with grouped heads each
-// query head's dk/dv sums) and does not synchronise the stream. No (T, T) matrix.
+// allocate and does not synchronise the stream.
 //
 // Note [cuda attention rows]: a group of L lanes of a warp (L = 4, or 8 for HD = 128) owns one
-// row — a query row in the forward, the cached variant and dq, a key row in dk/dv. Lane g of the
-// group owns the DL = HD / L dimensions d = 4 * (g + L * c) + e (c < DL / 4, e < 4) of the row:
-// it keeps them of its own rows (q, or k and v; dout) and of the accumulators (out, dq, dk, dv)
-// in registers, and it alone writes them. A block of kRows = 32 rows (32 * L threads) walks the
-// other side in tiles of kTile = 32 rows (keys for the forward and dq, queries for dk/dv) that it
-// loads together into shared memory, row-major. Every sum runs in a fixed order that depends on
-// no launch parameter, only on the compile-time constants L, kTile and kChunk:
-//  - a score (q . k, and dout . v) is, per lane, a sum over the lane's dimensions from 0.0f with d
-//    increasing, then the group's partial sums combined by one fixed tree, ((p0 + p1) + (p2 +
-//    p3)) for L = 4 (and + ((p4 + p5) + (p6 + p7)) for L = 8): a reduce-scatter over kChunk rows
-//    of the tile at a time by __shfl_xor (xor 1, 2, 4), after which lane g holds the scores of
-//    the tile rows j = g + L * i. Float addition commutes, so the bits do not depend on which
-//    lane adds; every score of every row uses the same tree;
-//  - the lane owning a score computes its probability (no other lane does): p = exp(s * scale -
-//    m_new) in the forward, p = exp(s * scale - m) * inv with the stats in the backward, and dS =
-//    p * (dP - D) * scale; it writes them to its group's row of shared memory (a __syncwarp over
-//    the group), from which every lane of the group reads them for its own dimensions;
-//  - the forward's softmax is online per key tile: m_new = max(m, tile max) (the exact maximum,
-//    by a group max), alpha = exp(m - m_new), l = l * alpha + the tile's sum (each lane's own
+// query row. Lane g of the group owns the DL = HD / L dimensions d = 4 * (g + L * c) + e (c < DL
+// / 4, e < 4) of the row: it keeps them of its q and of the output accumulator in registers, and
+// it alone writes them. A block of kRows = 32 rows (32 * L threads) walks the keys in tiles of
+// kTile = 32 rows that it loads together into shared memory, row-major. Every sum runs in a fixed
+// order that depends on no launch parameter, only on the compile-time constants L, kTile and
+// kChunk:
+//  - a score q . k is, per lane, a sum over the lane's dimensions from 0.0f with d increasing,
+//    then the group's partial sums combined by one fixed tree, ((p0 + p1) + (p2 + p3)) for L = 4
+//    (and + ((p4 + p5) + (p6 + p7)) for L = 8): a reduce-scatter over kChunk rows of the tile at a
+//    time by __shfl_xor (xor 1, 2, 4), after which lane g holds the scores of the tile rows j = g
+//    + L * i. Float addition commutes, so the bits do not depend on which lane adds; every score
+//    of every row uses the same tree;
+//  - the lane owning a score computes its probability (no other lane does), p = exp(s * scale -
+//    m_new), and writes it to its group's row of shared memory (a __syncwarp over the group),
+//    from which every lane of the group reads them for its own dimensions;
+//  - the softmax is online per key tile: m_new = max(m, tile max) (the exact maximum, by a group
+//    max), alpha = exp(m - m_new), l = l * alpha + the tile's sum (each lane's own
 //    probabilities, tile rows increasing, then the group tree), the output acc = acc * alpha +
-//    sum of p * v (keys increasing); finally out = acc * (1 / l), stats = {m, 1 / l}. m is the
-//    maximum the CPU finds; l differs from the CPU's sum by rounding only;
-//  - the backward: D_i = sum_j p_ij * dP_ij (dP_ij = dout_i . v_j; each lane's own keys in
-//    increasing order over all tiles, then the group tree), dq_i = sum_j dS_ij k_j (j increasing),
-//    and for a key row j dv_j = sum p_ij dout_i, dk_j = sum dS_ij q_i over queries i >= j
-//    increasing, per query head, the group's heads then added in increasing order (Note [cuda
-//    attention group sums]);
-//  - a row skips the tiles past its position and, in the sums over rows of the other side, the
-//    rows it does not attend to (the masked scores are computed and dropped), so its arithmetic
-//    depends only on its own inputs, not on which rows share its block.
-// Hence the bits depend only on the inputs and the GPU model (Note [cuda determinism]), and the
-// cached variant, running the forward's row code on the cache, gives each row the forward's bits
-// (Note [cached attention bits] in kernels/cpu/attention.h), for any past and any Tn.
-//
-// Row ranges (Note [attention row ranges] in kernels/cpu/attention.h): the forward and dq kernels
-// take one sequence's query positions [q0, q1) per launch; the dk/dv kernel runs every key before
-// q1 against the range's queries, continuing the sums an earlier range left (in dqkv, or with
-// grouped heads in the head's sums in the scratch) for the keys before q0. A sum is one chain over
-// queries in increasing order whatever the tiles, so any partition in increasing order gives the
-// bits of one whole call, grouped heads included.
+//    sum of p * v (keys increasing); finally out = acc * (1 / l). m is the maximum the CPU finds;
+//    l differs from the CPU's sum by rounding only;
+//  - a row skips the tiles past its position and the keys it does not attend to (the masked
+//    scores are computed and dropped), so its arithmetic depends only on its own inputs, not on
+//    which rows share its block, its past or the number of new positions Tn.
+// Hence the bits depend only on the inputs and the GPU model (Note [cuda determinism]). The
+// training forward's products round otherwise, so a cached row agrees with the forward's row at
+// its position to rounding (the CPU's variant gives the bits, Note [cached attention bits] in
+// kernels/cpu/attention.h).
 //
 // Shared memory: a tile row j is read by a group as float4s at j * HD + 4 * (g + L * c), the
 // groups of a warp on the same row (broadcasts; the L lanes read consecutive float4s). The
@@ -353,38 +341,7 @@ void dispatch_head_dim(int hd, Fn&& fn) {
     fn.template operator()<128>();
 }
 
-// RowRange (ops/attention_rows.h) in a launch: one launch covers every sequence of the range.
-// Block i takes sequence first + (i % (seqs * heads)) / heads, head i % heads, and its tile
-// i / (seqs * heads) counted as the kernel counts it; a sequence with fewer tiles skips the rest
-// (uniformly over the block, before any barrier). For a whole pass (r0 0, n B*T) this is the
-// grid and the block order of one call over every sequence.
-//
-// What block blockIdx.x of a query-row launch (forward, dq) over rr takes (RowRange): sequence b
-// (the range's si-th) and its part sr, head h, and row tile `tile` counted from the first, the
-// last tiles first; tile -1 for a partial sequence's spare blocks.
-struct QueryBlock {
-  int b, h, tile;
-  SeqRange sr;
-};
-__device__ inline QueryBlock query_block(const RowRange& rr, int H) {
-  const int SH = rr.seqs * H, si = static_cast<int>(blockIdx.x % SH) / H;
-  QueryBlock qb;
-  qb.b = rr.first + si;
-  qb.h = static_cast<int>(blockIdx.x % SH) % H;
-  qb.sr = rr.seq(si);
-  const int row_tiles = (qb.sr.q1 - qb.sr.q0 + kRows - 1) / kRows, from_last = static_cast<int>(blockIdx.x / SH);
-  qb.tile = from_last < row_tiles ? row_tiles - 1 - from_last : -1;
-  return qb;
-}
-// The most query positions (max_q1 false) or the furthest end (true) of any of the range's sequences.
-inline int range_widest(const RowRange& rr, bool max_q1) {
-  int widest = 0;
-  for (int i = 0; i < rr.seqs; ++i) {
-    const SeqRange sr = rr.seq(i);
-    widest = std::max(widest, max_q1 ? sr.q1 : sr.q1 - sr.q0);
-  }
-  return widest;
-}
+// Blocks of kRows rows covering `rows`.
 inline std::size_t tiles_of(int rows) { return (static_cast<std::size_t>(rows) + kRows - 1) / kRows; }
 
 }  // namespace
