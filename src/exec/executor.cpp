@@ -167,12 +167,15 @@ void Executor::optimizer_on_host() {
   }
   if (worker_) return;  // the CPU backend's own (tests: mirror_store), one thread beside the compute
   // Off the host the training pool's CPUs are idle: AdamW gets as many but one (elementwise: the
-  // same bits), which stays with the training thread that drives the device (its synchronisations
-  // spin). On an H200's 16 cores with all 16, each vocabulary chunk's AdamW (524K values, one
-  // parallel_for) took 2.8-7 ms against 0.2 ms when the training thread slept (10x a layer's time
-  // per value): most likely a pool thread preempted and the others waiting for it
-  // (docs/benchmarks.md, thirteenth session; this split not yet timed on a GPU).
-  worker_pool_ = std::make_unique<ThreadPool>(std::max(1, host_threads_ - 1));
+  // same bits), which stays with the training thread that drives the device; that thread yields
+  // while it waits for the GPU (Note [cuda sync yields] in kernels/cuda/cuda_ops.cu). With all 16
+  // of an H200's cores and a spinning training thread, a vocabulary chunk's AdamW (524K values,
+  // one parallel_for) took 2.8-7 ms against 0.2 ms when the training thread slept (thirteenth
+  // session); now 0.8 ms. The workers poll 200 us for the next job before sleeping (as decoding's
+  // pool): each vocabulary chunk's update is one small job, 250 a step for the ~1.1B Llama. Same
+  // lease, three interleaved rounds at --gpu-mem-budget 4300M: 1251, 1284, 1215 ms a step against
+  // 1281, 1275, 1281 ms sleeping at once (a small gain, within the runs' spread; docs/benchmarks.md).
+  worker_pool_ = std::make_unique<ThreadPool>(std::max(1, host_threads_ - 1), /*spin_us=*/200);
   worker_ops_ = ops_make(*worker_pool_);  // the CPU's kernels: the host store's memory
   worker_ = std::make_unique<OptimizerWorker>();
 }

@@ -231,6 +231,15 @@ CudaOps::CudaOps(Precision precision) : ctx_(std::make_unique<CudaContext>()), p
   if (!cuda_device_available(&why)) throw Error(why);
   STRATUM_CHECK(precision == Precision::Fp32,
                 "[backend.cuda] --precision bf16 is not implemented on the CUDA backend yet: use fp32 there");
+  // Note [cuda sync yields]: a host thread waiting for the GPU (a synchronize, a value read back)
+  // yields its core instead of spinning on it (CUDA's default with fewer contexts than cores).
+  // Beside the device tier's host optimizer, which runs AdamW on one thread per other core, a
+  // spinning training thread made the ~1.1B Llama's step at --gpu-mem-budget 4300M vary: 1614,
+  // 1265 and 1311 ms in three runs of one H200 lease, against 1281, 1275 and 1281 ms yielding
+  // (1796 against 1253 ms in another lease; blocking 1334 ms). GPT-2 small in GPU memory: 134.2 ms
+  // spinning, 134.0 yielding, 146.3 blocking (docs/benchmarks.md). Set before the context exists;
+  // where another library made the context first, it keeps that context's setting.
+  if (cudaSetDeviceFlags(cudaDeviceScheduleYield) != cudaSuccess) cudaGetLastError();
   STRATUM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->stream, cudaStreamNonBlocking));
   STRATUM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->upload_stream, cudaStreamNonBlocking));
   STRATUM_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_->download_stream, cudaStreamNonBlocking));
