@@ -9,7 +9,7 @@
 #   2. GPT-2 small, B4 T1024: the whole state, then --gpu-mem-budget 1000M with AdamW on the CPU
 #      beside the GPU (auto: Note [host optimizer]) and on the GPU (bench/gpu_tier.sh);
 #   3. the ~1.1B Llama (TinyLlama's shape, B1 T2048): the whole state, then 4300M (25% of its
-#      training state) both ways;
+#      training state) both ways, and a --trace of the GPU-AdamW run (llama-gpu-adamw.json.gz);
 #   4. decoding the 1.1B Llama (bf16) with 25% of its weights on the GPU (bench/gpu_decode.sh).
 # Needs build/ configured with the CUDA toolkit present, TOKENS.bin GPT-2 ids, TOKENS32K.bin ids
 # below 32000. LIBS_TAR: optional tarball of the shared libraries the binaries need on a machine
@@ -40,6 +40,12 @@ step "llama 1.1B tier at 25% of its state, auto then on the GPU"
 timeout 300 bash bench/gpu_tier.sh build/stratum "$tokens32k" "$out/llama" llama1b 4300M 2>&1 | tee -a "$out/summary.txt"
 timeout 200 bash bench/gpu_tier.sh build/stratum "$tokens32k" "$out/llama-gpu" llama1b 4300M -- --adamw-on gpu 2>&1 |
   grep "^4300M" | sed 's/^/adamw on the gpu: /' | tee -a "$out/summary.txt"
+step "llama 4300M, AdamW on the GPU, traced (where the step waits: Note [host optimizer]'s alternative)"
+timeout 80 build/stratum train --backend cuda --arch llama --layers 22 --heads 32 --kv-heads 4 --embd 2048 --inner 5632 \
+  --ctx 2048 --vocab 32000 --untied --batch 1 --seq 2048 --lr 3e-4 --lr-schedule constant --data "$tokens32k" \
+  --threads 16 --quiet --steps 3 --gpu-mem-budget 4300M --adamw-on gpu --trace "$out/llama-gpu-adamw.json" 2>&1 |
+  grep "median step" | tee -a "$out/summary.txt"
+[[ -f $out/llama-gpu-adamw.json ]] && gzip -f "$out/llama-gpu-adamw.json"
 step "decoding the 1.1B Llama with 25% of its weights on the GPU"
 model=$(mktemp -d)
 timeout 60 python3 tools/make_random_llama.py --out "$model" --preset 1b --dtype bf16 --threads 16 > /dev/null 2>&1 &&
