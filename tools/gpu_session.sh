@@ -4,8 +4,9 @@
 # machine is not started with under 4 minutes of device time left). Each step has its own
 # timeout, so a slow one cannot eat the rest; everything is logged under OUT_DIR and a summary
 # printed at the end.
-#   1. the CUDA op, train and generate tests against the CPU (stratum_tests 'Cuda*:Backend*'), then
-#      GPT-2 small in GPU memory against PyTorch eager on the same GPU;
+#   1. the CUDA op, train and generate tests against the CPU (stratum_tests 'Cuda*:Backend*'), the
+#      linear layers' products by row chunk (bench/row_chunk_gemm.cpp), then GPT-2 small in GPU
+#      memory against PyTorch eager on the same GPU;
 #   2. GPT-2 small, B4 T1024: the whole state, then --gpu-mem-budget 1000M with AdamW on the CPU
 #      beside the GPU (auto: Note [host optimizer]) and on the GPU (bench/gpu_tier.sh);
 #   3. the ~1.1B Llama (TinyLlama's shape, B1 T2048): the whole state, then 4300M (25% of its
@@ -27,6 +28,9 @@ step "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=cs
 step "cuda tests"
 timeout 200 build/stratum_tests --gtest_filter='Cuda*:Backend*' > "$out/cuda_tests.log" 2>&1
 grep -E "^\[  (PASSED|FAILED) |^\[  FAILED  \] [A-Z]" "$out/cuda_tests.log" | tee -a "$out/summary.txt"
+step "the linear layers' products in row chunks of 1024, 2048, 4096 (bench/row_chunk_gemm.cpp: is a larger chunk worth it on the GPU?)"
+timeout 60 build/row_chunk_gemm --backend cuda --rows 4096 > "$out/row_chunk_gemm.jsonl" 2>&1
+cut -c1-200 "$out/row_chunk_gemm.jsonl" | tee -a "$out/summary.txt"
 step "gpt2 small in GPU memory (keep) against PyTorch eager, same lease"
 timeout 60 build/stratum train --backend cuda --layers 12 --heads 12 --embd 768 --ctx 1024 --vocab 50257 --data "$tokens" \
   --batch 4 --seq 1024 --steps 10 --threads 16 --quiet --activations keep 2>&1 | grep "median step" | tee -a "$out/summary.txt"
