@@ -8,9 +8,9 @@ namespace stratum {
 
 namespace {
 
-// The backward's softmax rows (Note [cuda attention products]) for one batch: block (i, c) takes query row
-// a0 + i of batch head c (query head h0 + c * group, its stats at stats + (bh0 + c * group) * T
-// * 2). S and dP: (heads, nq, nk); P replaces S, dS replaces dP.
+// The backward's softmax rows (Note [cuda attention products]) for one batch: block (i, c) takes
+// query row a0 + i of batch head c (query head h0 + c * group, its stats at stats + (c * group *
+// T + a0 + i) * 2). S and dP: (heads, nq, nk); P replaces S, dS replaces dP.
 __global__ void __launch_bounds__(kSoftmaxThreads)
     attention_backward_softmax_kernel(float* S, float* dP, const float* stats, int nq, int nk, int a0, int T,
                                       int group, float scale) {
@@ -85,8 +85,9 @@ void backward_launch(const CudaContext& ctx, float* dqkv, float* scratch, const 
 
 std::size_t CudaOps::attention_scratch_floats(int B, int T, int H, int KV, int hd) const {
   check_shape("attention_scratch_floats", B, T, H, KV, hd);
-  // S and dP of one batch of the backward, the forward's S (Note [cuda attention products]). The workspace is sized for the longest sequence and may serve shorter ones, whose
-  // blocking can need more (fewer rows lost to rounding): the most over every length up to T.
+  // S and dP of one batch of the backward, the forward's S (Note [cuda attention products]). The
+  // workspace is sized for the longest sequence and may serve shorter ones, whose blocking can
+  // need more (fewer rows lost to rounding): the most over every length up to T.
   std::size_t most = 0;
   for (int t = 1; t <= T; ++t) most = std::max(most, attention_blocking(t, KV).floats());
   return most;

@@ -71,8 +71,9 @@ inline void gemm_batched(const CudaContext& ctx, bool ta, bool tb, int M, int N,
                          long long sc, int batch) {
   if (M == 0 || N == 0 || batch == 0) return;
   const float alpha = 1.0f;
-  STRATUM_CUBLAS_CHECK(cublasSgemmStridedBatched(ctx.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                 N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta, C, ldc, sc, batch));
+  const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  STRATUM_CUBLAS_CHECK(cublasSgemmStridedBatched(ctx.blas, op_b, op_a, N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta,
+                                                 C, ldc, sc, batch));
 }
 
 // One cuBLAS batch of a query block (Note [cuda attention products]): query rows [a0, a1) of
