@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,23 +27,11 @@
 namespace {
 
 using stratum::bench::Clock;
+using stratum::bench::median;
 using stratum::bench::seconds_since;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Best sgemm GFLOP/s over products of the sizes attention's blocks would use.
 double measure_sgemm_gflops() { return stratum::bench::sgemm_gflops({{1024, 1024, 64}, {1024, 64, 1024}, {1024, 1024, 1024}}); }
-
-std::vector<int> parse_list(const char* s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::atoi(item.c_str()));
-  return out;
-}
 
 int run(int argc, char** argv) {
   stratum::blas_prepare_process(argv);
@@ -61,7 +48,7 @@ int run(int argc, char** argv) {
     else if (a == "--kv-heads") KV = std::atoi(next());
     else if (a == "--head-dim") hd = std::atoi(next());
     else if (a == "--batch") B = std::atoi(next());
-    else if (a == "--seq") seqs = parse_list(next());
+    else if (a == "--seq") seqs = stratum::bench::parse_int_list(next());
     else if (a == "--reps") reps = std::atoi(next());
     else if (a == "--row-chunk") row_chunk = std::atoi(next());
     else STRATUM_FAIL("attention_bench: unknown argument ", a);

@@ -6,6 +6,9 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -17,6 +20,20 @@ using Clock = std::chrono::steady_clock;
 
 inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The middle value (the upper one of an even count); v non-empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// "1024,2048,4096" -> {1024, 2048, 4096}.
+inline std::vector<int> parse_int_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::atoi(item.c_str()));
+  return out;
 }
 
 // Best sgemm GFLOP/s over `shapes` ({M, N, K}, row-major, no transposes): one untimed product,

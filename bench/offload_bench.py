@@ -135,12 +135,12 @@ def main():
 
     state = (4 if args.optimizer == "zo-sgd" else 16) * params_of(args.layers, args.embd, 50257, 1024)
     # Each policy's own minimum (auto's is the smaller of recompute's and offload's).
-    floor = max(min_budget_mib(args, a) for a in policies) << 20
-    budgets = [max(int(float(f) * state) >> 20 << 20, floor) for f in args.budget_frac.split(",")]
+    min_budget = max(min_budget_mib(args, a) for a in policies) << 20
+    budgets = [max(int(float(f) * state) >> 20 << 20, min_budget) for f in args.budget_frac.split(",")]
     best_read, best_write = (0.0, 0.0) if args.no_sweep else sweep_best(args.dir)
     print(f"machine: {os.cpu_count()} CPUs, load {open('/proc/loadavg').read().split()[:3]}")
     print(f"model L{args.layers} C{args.embd} H{args.heads}, B={args.batch} T={args.seq}, training state "
-          f"{state / 2**20:.0f} MiB, minimum budget {floor >> 20} MiB, optimizer {args.optimizer}, precision {args.precision}, "
+          f"{state / 2**20:.0f} MiB, minimum budget {min_budget >> 20} MiB, optimizer {args.optimizer}, precision {args.precision}, "
           f"grad clip {args.grad_clip}, "
           f"offload dir {args.dir}")
     cases = [(b, a) for b in budgets for a in policies]
@@ -203,14 +203,14 @@ def main():
                 # window's disk time (the forward's compute as the plan measured it).
                 w_read, w_write, fwd_ms = window
                 w_ms = w_read / (best_read * 1e6) + w_write / (best_write * 1e6)
-                floor = ram_ms - fwd_ms + max(fwd_ms, w_ms)
+                window_floor = ram_ms - fwd_ms + max(fwd_ms, w_ms)
                 res.update(window_read_mib=round(w_read / 2**20, 1), window_write_mib=round(w_write / 2**20, 1),
                            window_disk_ms=round(w_ms, 1), forward_compute_ms=round(fwd_ms, 1),
-                           window_floor_ms=round(floor, 1), ratio_to_window_floor=round(off_ms / floor, 3))
+                           window_floor_ms=round(window_floor, 1), ratio_to_window_floor=round(off_ms / window_floor, 3))
                 print(f"  update window (plan): {w_read / 2**20:.0f} MiB read + {w_write / 2**20:.0f} MiB written after "
                       f"the norm, {w_ms:.0f} ms at the sweep's rates against {fwd_ms:.0f} ms of forward compute: the "
-                      f"step's floor on this disk ~{floor:.0f} ms ({floor / ram_ms:.2f}x RAM); measured "
-                      f"{off_ms / floor:.2f}x that floor")
+                      f"step's floor on this disk ~{window_floor:.0f} ms ({window_floor / ram_ms:.2f}x RAM); measured "
+                      f"{off_ms / window_floor:.2f}x that floor")
         print(f"  memory: peak RSS {res['offload_peak_rss_mib']:.0f} MiB vs budget {budget >> 20} MiB "
               f"(+{res['offload_peak_rss_mib'] - (budget >> 20):.0f} MiB); engine peak {res['offload_peak_engine_mib']:.0f} MiB")
         print(json.dumps(res))

@@ -8,21 +8,20 @@
 // H200) make the step faster? Without a GPU, --backend cpu runs the same passes on the CPU.
 //   row_chunk_gemm [--backend cuda|cpu] [--rows 4096] [--chunks 1024,2048,4096] [--reps 10] [--threads 2]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "bench_util.h"
 #include "core/thread_pool.h"
 #include "stratum/error.h"
 
 namespace {
 
+namespace bench = stratum::bench;
 using stratum::Ops;
 
 struct Shape {
@@ -47,36 +46,25 @@ void finish(const Ops& ops, const float* x) {
   ops.download(&v, x, sizeof v);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(std::atoi(item.c_str()));
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string backend = "cuda", chunks_arg = "1024,2048,4096";
   int rows = 4096, reps = 10, threads = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--backend") backend = v;
-    else if (k == "--rows") rows = std::atoi(v.c_str());
-    else if (k == "--chunks") chunks_arg = v;
-    else if (k == "--reps") reps = std::atoi(v.c_str());
-    else if (k == "--threads") threads = std::atoi(v.c_str());
-    else {
-      std::fprintf(stderr, "row_chunk_gemm: unknown flag %s\n", k.c_str());
-      return 2;
-    }
-  }
   try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto next = [&]() -> const char* {
+        STRATUM_CHECK(i + 1 < argc, "row_chunk_gemm: ", a, " needs a value");
+        return argv[++i];
+      };
+      if (a == "--backend") backend = next();
+      else if (a == "--rows") rows = std::atoi(next());
+      else if (a == "--chunks") chunks_arg = next();
+      else if (a == "--reps") reps = std::atoi(next());
+      else if (a == "--threads") threads = std::atoi(next());
+      else STRATUM_FAIL("row_chunk_gemm: unknown argument ", a);
+    }
     const stratum::Backend b = stratum::backend_parse(backend);
     std::string why;
     if (!stratum::backend_available(b, &why)) {
@@ -97,7 +85,7 @@ int main(int argc, char** argv) {
       ops->fill(x.p, 0.01f, M * s.K);
       ops->fill(dy.p, 0.02f, M * s.N);
       ops->fill(w.p, 0.03f, static_cast<std::size_t>(s.K) * s.N);
-      for (int R : parse_list(chunks_arg)) {
+      for (int R : bench::parse_int_list(chunks_arg)) {
         if (R <= 0 || R > rows) continue;
         auto pass = [&](bool backward) {
           for (int r0 = 0; r0 < rows; r0 += R) {
@@ -112,20 +100,20 @@ int main(int argc, char** argv) {
         };
         std::vector<double> fwd, bwd;
         for (int r = 0; r <= reps; ++r) {  // the first pass untimed
-          auto t0 = std::chrono::steady_clock::now();
+          auto t0 = bench::Clock::now();
           pass(false);
           finish(*ops, y.p);
-          const double f = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-          t0 = std::chrono::steady_clock::now();
+          const double f = 1e3 * bench::seconds_since(t0);
+          t0 = bench::Clock::now();
           pass(true);
           finish(*ops, dw.p);
-          const double g = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          const double g = 1e3 * bench::seconds_since(t0);
           if (r > 0) {
             fwd.push_back(f);
             bwd.push_back(g);
           }
         }
-        const double flop = 2.0 * rows * s.K * s.N, fm = median(fwd), bm = median(bwd);
+        const double flop = 2.0 * rows * s.K * s.N, fm = bench::median(fwd), bm = bench::median(bwd);
         std::printf("{\"backend\": \"%s\", \"shape\": \"%s\", \"rows\": %d, \"chunk\": %d, \"forward_ms\": %.3f, "
                     "\"backward_ms\": %.3f, \"forward_tflops\": %.2f, \"backward_tflops\": %.2f}\n",
                     backend.c_str(), s.name, rows, R, fm, bm, flop / fm / 1e9, 2 * flop / bm / 1e9);
@@ -133,7 +121,7 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const stratum::Error& e) {
-    std::fprintf(stderr, "row_chunk_gemm: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", e.what());
     return 1;
   }
   return 0;
