@@ -451,6 +451,39 @@ TEST(Plan, TakesTheLargestMlpSubChunkThatFits) {
   EXPECT_EQ(roomy.output.find("MLP in sub-chunks"), std::string::npos) << roomy.output;
 }
 
+// --row-chunk (Note [row chunks]) sizes the engine's chunk buffers: at 2048 rows a step, 256-row
+// chunks need a smaller minimum budget than the default 1024, and 2048 a larger one, which no
+// larger chunk raises (a chunk holds at most B*T rows). An MLP that trains nothing takes its
+// sub-chunks from the run's chunk: the chunk in RAM, kFrozenMlpRows (or the chunk, if smaller)
+// at the smallest budget.
+TEST(Plan, TheRowChunkSizesTheEngineAndTheMlpSubChunks) {
+  GptConfig cfg = plan_config();
+  cfg.n_ctx = 512;
+  const PlanRequest r{cfg, 4, 512, ActivationPolicy::Recompute, 1.0, 0, -1};
+  auto min_at = [&](const PlanRequest& request, int chunk) {
+    PlanRequest t = request;
+    t.row_chunk = chunk;
+    return plan_min_budget_bytes(t);
+  };
+  EXPECT_LT(min_at(r, 256), min_at(r, kRowChunk));
+  EXPECT_LT(min_at(r, kRowChunk), min_at(r, 2048));
+  EXPECT_EQ(min_at(r, 2048), min_at(r, 8192));
+  GptConfig wide = cfg;  // C x I above 2^20 (mlp_sub_chunks_exact), adapters on the attention only
+  wide.n_layer = 2;
+  wide.n_head = 8;
+  wide.n_embd = 576;
+  PlanRequest frozen{wide, 4, 512, ActivationPolicy::Recompute, 1.0, 0, -1};
+  frozen.lora = lora_config_make(ModelArch::Gpt2, 4, 8, "c_attn", false, 0);
+  ASSERT_TRUE(plan_mlp_may_sub_chunk(frozen));
+  for (const int chunk : {128, 512}) {
+    SCOPED_TRACE(chunk);
+    frozen.row_chunk = chunk;
+    frozen.mem_budget_bytes = 0;
+    EXPECT_EQ(plan_mlp_rows(frozen), chunk);
+    frozen.mem_budget_bytes = plan_min_budget_bytes(frozen);  // the smallest sub-chunk's
+    EXPECT_EQ(plan_mlp_rows(frozen), std::min(chunk, kFrozenMlpRows));
+  }
+}
 
 // Note [bounded measurement]: the measuring process stays within the budget. Its one-layer model
 // (params and gradients of the layer and of four vocabulary blocks) and its buffers need more

@@ -3,7 +3,9 @@
 // micro-batches (each a single chunk, the unchunked computation), for GPT-2 and Llama, with and
 // without adapters on every linear; training at such a size gives the same bits whatever the
 // activation policy, budget and prefetch depth; an adapter's rows see the rows of its pass's
-// dropout mask and kept u; and the one recomputed set of internals holds one chunk of its row-wise internals.
+// dropout mask and kept u; the one recomputed set of internals holds one chunk of its row-wise
+// internals; and another row chunk (train --row-chunk) is another fixed partition: correct
+// gradients, and the same bits for every policy, budget and prefetch depth.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,14 +81,15 @@ void lora_fill(const ParamLayout& layout, SegmentStore& store) {
 
 // Every trainable gradient after one forward and backward of the kB x kT batch as `micro`
 // micro-batches of kB / micro sequences.
-std::vector<std::vector<float>> batch_grads(const GptConfig& cfg, const LoraConfig& lora, int micro) {
+std::vector<std::vector<float>> batch_grads(const GptConfig& cfg, const LoraConfig& lora, int micro,
+                                            int row_chunk = kRowChunk) {
   const ParamLayout layout = ParamLayout::of(cfg, lora);
   const int B = kB / micro;
   const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, kT), UnitSet::Training, false, 0, micro > 1);
   RamSegmentStore store(units);
   ThreadPool pool(2);
   Executor exec(pool, cfg, units, B, kT, ActivationPolicy::Recompute, OptimizerMode::Inline, Precision::Fp32,
-                Backend::Cpu, micro);
+                Backend::Cpu, micro, nullptr, BlockRows::whole(row_chunk));
   exec.attach(store);
   model_init_random(cfg, layout, store, 7);
   lora_fill(layout, store);
@@ -110,18 +113,22 @@ TEST(RowChunks, ChunkedPassGivesTheGradientsOfOneSequenceMicroBatches) {
       SCOPED_TRACE(std::string(llama ? "llama" : "gpt2") + (adapters ? " lora" : ""));
       const GptConfig cfg = chunk_config(llama);
       const LoraConfig lora = adapters ? every_linear(llama, 0.0) : LoraConfig{};
-      const auto chunked = batch_grads(cfg, lora, 1);  // 1200 rows: two MLP chunks
-      const auto micro = batch_grads(cfg, lora, kB);   // 400 rows each: one chunk
-      ASSERT_EQ(chunked.size(), micro.size());
-      ASSERT_FALSE(chunked.empty());
-      for (std::size_t i = 0; i < chunked.size(); ++i) {
-        double max_err = 0, max_ref = 0;
-        for (std::size_t j = 0; j < chunked[i].size(); ++j) {
-          max_err = std::max(max_err, std::abs(static_cast<double>(chunked[i][j]) - micro[i][j]));
-          max_ref = std::max(max_ref, std::abs(static_cast<double>(micro[i][j])));
+      const auto micro = batch_grads(cfg, lora, kB);  // 400 rows each: one chunk
+      // 1200 rows: two chunks; and --row-chunk 256: five, every sequence split.
+      for (const int row_chunk : {kRowChunk, 256}) {
+        const auto chunked = batch_grads(cfg, lora, 1, row_chunk);
+        ASSERT_EQ(chunked.size(), micro.size());
+        ASSERT_FALSE(chunked.empty());
+        for (std::size_t i = 0; i < chunked.size(); ++i) {
+          double max_err = 0, max_ref = 0;
+          for (std::size_t j = 0; j < chunked[i].size(); ++j) {
+            max_err = std::max(max_err, std::abs(static_cast<double>(chunked[i][j]) - micro[i][j]));
+            max_ref = std::max(max_ref, std::abs(static_cast<double>(micro[i][j])));
+          }
+          EXPECT_GT(max_ref, 0.0) << "tensor " << i;
+          EXPECT_LE(max_err, 1e-7 + 1e-5 * max_ref)
+              << "row chunk " << row_chunk << " tensor " << i << " max |ref| " << max_ref;
         }
-        EXPECT_GT(max_ref, 0.0) << "tensor " << i;
-        EXPECT_LE(max_err, 1e-7 + 1e-5 * max_ref) << "tensor " << i << " max |ref| " << max_ref;
       }
     }
   }
@@ -131,9 +138,10 @@ TEST(RowChunks, ChunkedPassGivesTheGradientsOfOneSequenceMicroBatches) {
 // dropout keyed by the step) under `policy`, in RAM (depth -1) or at the smallest budget with
 // prefetch depth `depth`; backward_groups: the schedule's LayerBackward groups.
 std::uint64_t two_steps_hash(const GptConfig& cfg, const LoraConfig& lora, int B, int T, ActivationPolicy policy,
-                             int depth, int* backward_groups = nullptr) {
+                             int depth, int* backward_groups = nullptr, int row_chunk = kRowChunk) {
   SCOPED_TRACE(std::string(cfg.llama() ? "llama " : "gpt2 ") + (lora.on() ? "lora " : "") +
-               activation_policy_name(policy) + " prefetch " + std::to_string(depth));
+               activation_policy_name(policy) + " prefetch " + std::to_string(depth) + " row chunk " +
+               std::to_string(row_chunk));
   const ParamLayout layout = ParamLayout::of(cfg, lora);
   const std::vector<std::int32_t> tokens = random_tokens(static_cast<std::size_t>(B) * T + 1, cfg.vocab_size, 3);
   const std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.end());
@@ -143,7 +151,8 @@ std::uint64_t two_steps_hash(const GptConfig& cfg, const LoraConfig& lora, int B
   testing::TempDir tmp;
   std::unique_ptr<SegmentStore> store;  // outlives the executor
   ThreadPool pool(2);
-  Executor exec(pool, cfg, units, B, T, policy, OptimizerMode::Inline);
+  Executor exec(pool, cfg, units, B, T, policy, OptimizerMode::Inline, Precision::Fp32, Backend::Cpu, 1, nullptr,
+                BlockRows::whole(row_chunk));
   if (backward_groups != nullptr) {
     *backward_groups = 0;
     for (int g = 0; g < exec.schedule().group_count(); ++g)
@@ -173,6 +182,33 @@ TEST(RowChunks, EveryPolicyAndBudgetGivesTheBitsOfRam) {
       EXPECT_EQ(two_steps_hash(cfg, lora, kB, kT, ActivationPolicy::Keep, -1), ram);
       EXPECT_EQ(two_steps_hash(cfg, lora, kB, kT, ActivationPolicy::Recompute, 1), ram);
       EXPECT_EQ(two_steps_hash(cfg, lora, kB, kT, ActivationPolicy::Offload, 2), ram);
+    }
+  }
+}
+
+// Another row chunk (train --row-chunk) is another partition of the same math, fixed for the
+// run: 256 rows (five chunks of the 1200, every sequence split) gives other bits than 1024, and
+// those bits under every policy, budget and prefetch depth; a chunk of at least B*T rows (one
+// chunk) gives one set of bits whatever its size, another than 1024's two chunks.
+TEST(RowChunks, AnotherRowChunkIsAnotherFixedPartition) {
+  blas_set_threads(2);
+  for (const bool llama : {false, true}) {
+    for (const bool adapters : {false, true}) {
+      const GptConfig cfg = chunk_config(llama);
+      const LoraConfig lora = adapters ? every_linear(llama, 0.1) : LoraConfig{};
+      const auto hash = [&](ActivationPolicy policy, int depth, int row_chunk) {
+        return two_steps_hash(cfg, lora, kB, kT, policy, depth, nullptr, row_chunk);
+      };
+      const std::uint64_t default_ram = hash(ActivationPolicy::Recompute, -1, kRowChunk);
+      const std::uint64_t ram = hash(ActivationPolicy::Recompute, -1, 256);
+      EXPECT_NE(ram, default_ram);
+      EXPECT_EQ(hash(ActivationPolicy::Keep, -1, 256), ram);
+      EXPECT_EQ(hash(ActivationPolicy::Recompute, 1, 256), ram);
+      EXPECT_EQ(hash(ActivationPolicy::Offload, 2, 256), ram);
+      const std::uint64_t one_chunk = hash(ActivationPolicy::Recompute, -1, kB * kT);
+      EXPECT_NE(one_chunk, default_ram);
+      EXPECT_EQ(hash(ActivationPolicy::Recompute, 1, 4096), one_chunk);
+      EXPECT_EQ(hash(ActivationPolicy::Keep, -1, 4096), one_chunk);
     }
   }
 }
@@ -222,19 +258,23 @@ TEST(RowChunks, TheRecomputedSetHoldsOneChunkOfTheRowWiseInternals) {
     cfg.n_ctx = 4096;
     const std::size_t width = llama ? static_cast<std::size_t>(cfg.mlp_width()) : 4u * cfg.n_embd;
     const std::size_t C = cfg.n_embd, Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim());
-    const TransformerBlock kept(*ops, cfg, 1, 4096, 1, nullptr, false, false);
-    const TransformerBlock recomputed(*ops, cfg, 1, 4096, 1, nullptr, false, true);
-    EXPECT_GE(kept.size_bytes() - recomputed.size_bytes(), (4096 - kRowChunk) * (2 * width + Q + C) * sizeof(float))
-        << (llama ? "llama" : "gpt2");
-    // The workspace: dqkv keeps every row; the rest is one chunk of rows (tmp, the normed inputs'
-    // gradient, the MLP's gradients, datty), the attention scratch and the carve's alignment.
-    const std::size_t chunk_floats = kRowChunk * (2 * C + (llama ? 2 * width : width) + Q);
-    const std::size_t bound = (4096 * QKV + chunk_floats + ops->attention_scratch_floats(1, 4096, cfg.n_head,
-                                                                                         cfg.kv_heads(), cfg.head_dim())) *
-                                  sizeof(float) + 16 * 64;
-    const std::size_t workspace = llama ? LlamaWorkspace(*ops, cfg, 1, 4096).size_bytes()
-                                        : Gpt2Workspace(*ops, cfg, 1, 4096).size_bytes();
-    EXPECT_LE(workspace, bound) << (llama ? "llama" : "gpt2");
+    for (const int chunk : {kRowChunk, 512, 2048}) {  // the default and --row-chunk's
+      SCOPED_TRACE(std::string(llama ? "llama" : "gpt2") + " row chunk " + std::to_string(chunk));
+      const BlockRows rows = BlockRows::whole(chunk);
+      const TransformerBlock kept(*ops, cfg, 1, 4096, 1, nullptr, false, false, true, rows);
+      const TransformerBlock recomputed(*ops, cfg, 1, 4096, 1, nullptr, false, true, true, rows);
+      EXPECT_GE(kept.size_bytes() - recomputed.size_bytes(), (4096 - chunk) * (2 * width + Q + C) * sizeof(float));
+      // The workspace: dqkv keeps every row; the rest is one chunk of rows (tmp, the normed inputs'
+      // gradient, the MLP's gradients, datty), the attention scratch and the carve's alignment.
+      const std::size_t chunk_floats = chunk * (2 * C + (llama ? 2 * width : width) + Q);
+      const std::size_t bound = (4096 * QKV + chunk_floats + ops->attention_scratch_floats(1, 4096, cfg.n_head,
+                                                                                           cfg.kv_heads(), cfg.head_dim())) *
+                                    sizeof(float) + 16 * 64;
+      const std::size_t workspace = llama ? LlamaWorkspace(*ops, cfg, 1, 4096, false, true, rows).size_bytes()
+                                          : Gpt2Workspace(*ops, cfg, 1, 4096, false, true, rows).size_bytes();
+      EXPECT_LE(workspace, bound);
+      EXPECT_GE(workspace, (4096 * QKV + chunk_floats) * sizeof(float));
+    }
   }
 }
 
@@ -361,7 +401,8 @@ TEST(RowChunks, FrozenMlpSubChunksKeepTheBitsInLessMemory) {
       testing::TempDir tmp;
       std::unique_ptr<SegmentStore> store;  // outlives the executor
       ThreadPool pool(2);
-      Executor exec(pool, cfg, units, kB, kT, policy, mode, Precision::Fp32, Backend::Cpu, 1, nullptr, rows);
+      Executor exec(pool, cfg, units, kB, kT, policy, mode, Precision::Fp32, Backend::Cpu, 1, nullptr,
+                    BlockRows{kRowChunk, rows});
       (rows == kRowChunk ? fixed_full : fixed_sub) = exec.fixed_bytes();
       store = testing::store_in_ram_or_under(units, depth, exec.min_store_bytes(), tmp.path());
       model_init_random(cfg, l, *store, 11);

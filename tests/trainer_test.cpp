@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "data/token_file.h"
@@ -132,6 +133,46 @@ TEST(Trainer, LlamaLossCurveMatchesPyTorchInRamAndUnderABudget) {
                        " --mem-budget 1300K --offload-dir " + offload.path() + " --prefetch 2");
   EXPECT_NE(ram, 0u);
   EXPECT_EQ(budget, ram) << "streaming must not change a bit";
+}
+
+// --row-chunk (Note [row chunks]): the tiny GPT-2's 128 rows a step in chunks of 48 and the tiny
+// Llama's 32 in chunks of 12 (the last chunk shorter; boundaries inside sequences) follow
+// PyTorch's curve and final weights as the default's one chunk does, with other bits than it
+// (a chunk of at least B*T rows would give the default's); the same bits under a budget; and a
+// resume keeps the checkpoint's chunk (continuing to the uninterrupted run's bits) and refuses
+// another one with one line.
+TEST(Trainer, RowChunkFollowsPyTorchAndKeepsItsBitsUnderABudgetAndAcrossAResume) {
+  // Budgets that stream (the GPT-2's minimum at --row-chunk 48 is 647 KiB).
+  for (const auto& [golden, rows, budget] : {std::tuple{"tests/golden/tiny_gpt2", "48", "800K"},
+                                             {"tests/golden/tiny_llama", "12", "1300K"}}) {
+    SCOPED_TRACE(golden);
+    const std::string flag = std::string(" --row-chunk ") + rows;
+    const std::uint64_t chunked = check_golden_run("train_args.json", "reference.safetensors", golden, flag);
+    testing::TempDir offload;
+    EXPECT_EQ(check_golden_run("train_args.json", "reference.safetensors", golden,
+                               flag + " --mem-budget " + budget + " --offload-dir " + offload.path() + " --prefetch 2"),
+              chunked)
+        << "streaming must not change a bit";
+    EXPECT_NE(check_golden_run("train_args.json", "reference.safetensors", golden), chunked)
+        << "--row-chunk must change the partition";
+  }
+  const std::string dir = source_path("tests/golden/tiny_gpt2");
+  std::ifstream in(dir + "/train_args.json");
+  const nlohmann::json args = nlohmann::json::parse(in);
+  testing::TempDir tmp;
+  const auto hash = testing::params_hash_of;
+  const auto whole = testing::run_stratum("train --model " + dir + " --data " + dir + "/tokens.bin" +
+                                          testing::train_flags(args) + " --threads 2 --quiet --row-chunk 48 --save " +
+                                          tmp.file("ck") + " --save-every 10 --keep 5");
+  ASSERT_EQ(whole.exit_code, 0) << whole.errors;
+  const std::string from = tmp.file("ck") + "/step-00000010";
+  const auto resumed = testing::run_stratum("train --resume " + from + " --threads 2 --quiet");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.errors;
+  EXPECT_EQ(hash(resumed.errors), hash(whole.errors));
+  const auto other = testing::run_stratum("train --resume " + from + " --threads 2 --quiet --row-chunk 64");
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.errors.find("--row-chunk"), std::string::npos) << other.errors;
+  EXPECT_NE(other.errors.find("48"), std::string::npos) << other.errors;
 }
 
 TrainOptions small_run(const std::string& data) {

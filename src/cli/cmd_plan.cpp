@@ -38,9 +38,11 @@ int cmd_plan(const std::vector<std::string>& argv) {
                           {"lora-dropout", "X", "as for train (default 0; its scratch buffer counts)"},
                           {"lora-base-bf16", "", "plan the frozen layers kept in bf16 (default: when --model's "
                                                  "weights are stored in bf16, as train does)"},
+                          {"row-chunk", "N", "rows of the blocks' chunks, as for train (default 1024)"},
                           {"mlp-rows", "N", "rows of the MLP's sub-chunks where it trains nothing (zo-sgd, LoRA without MLP "
-                                            "adapters), 1 to 1024 (default: the largest of 1024, 512, 256 whose minimum fits "
-                                            "--mem-budget; train passes its choice to its measurement)"},
+                                            "adapters), 1 to --row-chunk (default: the largest of --row-chunk, half of it, "
+                                            "... 256 whose minimum fits --mem-budget; train passes its choice to its "
+                                            "measurement)"},
                           {"recalibrate", "", "measure the disk again instead of using the cached numbers"},
                           {"measure-json", "", "print only the measurements (disk, compute) as JSON; train uses this to measure in a separate process"},
                           {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"}}));
@@ -87,8 +89,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   // directory without weights, as the trainer's measurement passes, says so with the flag).
   r.base_bf16 = r.lora.on() && (args.flag("lora-base-bf16") ||
                                 (args.has("model") && model_weights_bf16(model_dir_resolve(args.str("model")))));
-  r.mlp_rows = static_cast<int>(args.integer("mlp-rows", 0, 1, kRowChunk));
-  STRATUM_CHECK(r.mlp_rows == 0 || r.mlp_rows == kRowChunk || plan_mlp_may_sub_chunk(r), "[plan] --mlp-rows ", r.mlp_rows,
+  r.row_chunk = static_cast<int>(args.integer("row-chunk", kRowChunk, 1, kMaxRowChunk));
+  r.mlp_rows = static_cast<int>(args.integer("mlp-rows", 0, 1, r.row_chunk));
+  STRATUM_CHECK(r.mlp_rows == 0 || r.mlp_rows == r.row_chunk || plan_mlp_may_sub_chunk(r), "[plan] --mlp-rows ", r.mlp_rows,
                 " needs MLPs that train nothing (--optimizer zo-sgd, or --lora-targets without MLP modules), in fp32, "
                 "wider than n_embd x MLP width 2^20");
   const int threads = static_cast<int>(args.integer("threads", 0, 0, 1024));

@@ -221,10 +221,11 @@ class Executor {
   // micro_batches: of (max_batch, max_seq) each per training step on this rank (Note [gradient
   // accumulation]); comm: the ranks of a data-parallel run (Note [data parallel]; null: one
   // process). With micro_batches * ranks above 1 the unit table needs GradSum units.
+  // rows: the blocks' row chunk and MLP sub-chunk (Note [row chunks] in model/block_policy.h).
   Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute, OptimizerMode mode = OptimizerMode::Inline,
            Precision precision = Precision::Fp32, Backend backend = Backend::Cpu, int micro_batches = 1,
-           Communicator* comm = nullptr, int mlp_rows = kRowChunk);
+           Communicator* comm = nullptr, BlockRows rows = {});
   Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute);
   ~Executor();
@@ -437,6 +438,7 @@ class Executor {
   const ParamLayout& layout_;
   SegmentStore* store_ = nullptr;
   int max_batch_, max_seq_;
+  int row_chunk_;  // the blocks' (Note [row chunks])
   OpsBuffer dacts_;          // (B,T,C) fp32: the backward's gradient, each block's computed in place
   OpsBuffer tokens_;         // 2 x (B,T) int32: inputs and targets off the host (host_memory() false)
   ActivationPolicy activations_;

@@ -35,7 +35,7 @@ class Linear {
                   int K) const = 0;
 };
 
-// Note [row chunks]: a block runs over fixed chunks of kRowChunk rows of the B*T rows, in order:
+// Note [row chunks]: a block runs over fixed chunks of R rows of the B*T rows, in order:
 // [0, R), [R, 2R), .... The forward first computes every chunk's q, k and v (norm, projections;
 // Llama then rotates every row), because a row attends to the keys of every row before it in its
 // sequence; then, chunk by chunk, the attention of the chunk's query rows (Note [attention row
@@ -58,16 +58,29 @@ class Linear {
 // <= R there is one chunk and the bits are those of an unchunked block. Above R the weight
 // gradients' sums are split at the chunk boundaries (the same math, other roundings), and so are
 // a grouped-query kv head's dk/dv sums where a chunk boundary splits a sequence.
+// R is a run's choice, fixed for the run like B and T (train --row-chunk, recorded in its
+// checkpoints; kRowChunk by default; the decoder uses kRowChunk): a larger R multiplies more rows
+// at once in more workspace memory (the GPU's products fill its cores better, bench/row_chunk_gemm),
+// a smaller one needs less. Another R is another partition of the same math: other roundings
+// wherever B*T exceeds the smaller of the two, the same bits where it exceeds neither.
 inline constexpr int kRowChunk = 1024;
+inline constexpr int kMaxRowChunk = 1 << 20;  // train --row-chunk's bound (the --seq bound)
+// A block's row partition: chunks of `chunk` rows (Note [row chunks]), the MLP half of each in
+// sub-chunks of `mlp` rows (Note [frozen MLP rows]; mlp == chunk unless the MLP trains nothing).
+struct BlockRows {
+  int chunk = kRowChunk;
+  int mlp = kRowChunk;
+  static BlockRows whole(int chunk) { return {chunk, chunk}; }  // no MLP sub-chunks
+};
 // f(r0, n) for each chunk [r0, r0 + n) of `rows` rows, in order: the one partition every block
 // forward and backward uses (Note [row chunks]).
 template <class F>
-void for_each_row_chunk(int rows, F&& f) {
-  for (int r0 = 0; r0 < rows; r0 += kRowChunk) f(r0, std::min(kRowChunk, rows - r0));
+void for_each_row_chunk(int rows, int chunk, F&& f) {
+  for (int r0 = 0; r0 < rows; r0 += chunk) f(r0, std::min(chunk, rows - r0));
 }
-// Rows of one chunk buffer for passes of up to max_rows rows.
-inline int row_chunk_rows(std::size_t max_rows) {
-  return max_rows < static_cast<std::size_t>(kRowChunk) ? static_cast<int>(max_rows) : kRowChunk;
+// Rows of one chunk buffer for passes of up to max_rows rows in chunks of `chunk` rows.
+inline int row_chunk_rows(std::size_t max_rows, int chunk) {
+  return max_rows < static_cast<std::size_t>(chunk) ? static_cast<int>(max_rows) : chunk;
 }
 // Note [frozen MLP rows]: where a block's MLP half gets no gradient in a run (ParamLayout::
 // mlp_frozen: LoRA with no adapter on the MLP, or no backward at all), nothing sums over its
@@ -77,7 +90,7 @@ inline int row_chunk_rows(std::size_t max_rows) {
 // order, for at most 10^6 multiply-adds): so only MLPs whose products are above that for one row
 // (mlp_sub_chunks_exact: C x I > 2^20), in fp32 (oneDNN's bf16 products may split K by shape).
 // Such a half may run each row chunk in sub-chunks of mlp_rows rows (Executor, TransformerBlock;
-// the plan takes the largest of 1024, 512, 256 whose minimum fits the budget, plan_mlp_rows), in
+// the plan takes the largest of R, R/2, ... 256 whose minimum fits the budget, plan_mlp_rows), in
 // order, its widest buffers (GPT-2's fch, fch_gelu, dfch; Llama's gate, up, dgate, dup, with
 // hmid) holding one sub-chunk: at B*T = 1024 on the ~1.1B Llama 22 MiB at 256 rows instead of
 // 88 MiB. Same bits (RowChunks.FrozenMlpSubChunksKeepTheBitsInLessMemory); the weights'

@@ -70,6 +70,7 @@ class Gpt2Activations {
   std::size_t work_row(int r0) const { return borrowed ? 0 : static_cast<std::size_t>(r0); }
 
   bool chunked = false;
+  int row_chunk = kRowChunk;  // rows of its passes' chunks (Note [row chunks]): the borrowed workspace's
   int mlp_rows = kRowChunk;  // rows of the MLP half's sub-chunks (Note [frozen MLP rows])
   bool borrowed = false;  // ln1 and ln2 are a training workspace's rows
   float* ln1;       // (B,T,C) (one chunk: the workspace's tmp rows in training)
@@ -91,7 +92,7 @@ class Gpt2Activations {
   explicit Gpt2Activations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
   CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow,
-                     bool chunked, int mlp_rows, bool gelu_in_fch = false);
+                     bool chunked, BlockRows rows, bool gelu_in_fch = false);
   OpsBuffer buffer_;
 };
 
@@ -101,14 +102,15 @@ class Gpt2Workspace {
   // bf16_weights: the block's params may be bf16 (Note [frozen bf16 base] in model/block_policy.h):
   // room to widen its largest matrix (wide) and its norm weights and biases (wide_vectors).
   // backward false: forward passes only; dfch, dln, datty and dqkv are null.
-  // mlp_rows: the MLP half's sub-chunk (kFrozenMlpRows where it has nothing to train, Note [frozen
-  // MLP rows] in model/block_policy.h), whose rows dfch holds.
+  // rows: the row chunk (Note [row chunks] in model/block_policy.h), whose rows the chunk buffers
+  // hold, and the MLP half's sub-chunk (at most kFrozenMlpRows where it has nothing to train,
+  // Note [frozen MLP rows]), whose rows dfch holds.
   // gelu_in_fch: its sets are recomputed ones of an MLP that trains nothing, whose backward needs
   // only fch (pre-gelu; fch_gelu feeds mlp_proj's weight gradient and adapter): their fch_gelu is
   // fch's rows, the gelu runs in place in the forward and not at all in the backward's recompute
   // (as Llama's hmid, Note [hmid in the workspace] in model/llama_block.h).
   Gpt2Workspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false,
-                bool backward = true, int mlp_rows = kRowChunk, bool gelu_in_fch = false);
+                bool backward = true, BlockRows rows = {}, bool gelu_in_fch = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   // Note [row chunks] (model/block_policy.h): tmp, dfch, dln and datty hold one chunk of rows.
@@ -121,6 +123,7 @@ class Gpt2Workspace {
   float* wide = nullptr;          // (4C * C) a widened bf16 matrix (bf16_weights only)
   std::size_t wide_floats = 0;    // wide's floats
   float* wide_vectors = nullptr;  // (13 C) widened norm weights and biases (bf16_weights only)
+  int row_chunk = kRowChunk;      // rows of a chunk (Note [row chunks])
   int mlp_rows = kRowChunk;       // the MLP half's sub-chunk (Note [frozen MLP rows])
   bool gelu_in_fch = false;       // the sets' fch_gelu is their fch
 

@@ -18,9 +18,10 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
 LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
                                    const LlamaWorkspace* borrow, bool chunked)
     : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked,
-                                           borrow != nullptr ? borrow->mlp_rows : kRowChunk))) {
+                                           borrow != nullptr ? BlockRows{borrow->row_chunk, borrow->mlp_rows} : BlockRows{}))) {
   this->chunked = chunked;
   if (borrow != nullptr) {
+    row_chunk = borrow->row_chunk;
     mlp_rows = borrow->mlp_rows;
     STRATUM_ASSERT(!borrow->gate_holds_hmid || chunked);
     hmid = borrow->gate_holds_hmid ? gate : borrow->dgate;
@@ -31,8 +32,9 @@ LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max
 
 LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, const LlamaWorkspace& w,
                                    float* memory) {
-  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false, w.mlp_rows), memory);
+  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false, BlockRows{w.row_chunk, w.mlp_rows}), memory);
   STRATUM_ASSERT(!w.gate_holds_hmid);  // a held set keeps gate for the backward
+  row_chunk = w.row_chunk;
   mlp_rows = w.mlp_rows;
   hmid = w.dgate;
   borrowed = true;
@@ -43,32 +45,33 @@ std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int
                                         bool borrowed, bool chunked) {
   LlamaActivations probe{NoBuffer{}};
   return aligned_buffer_carve_bytes(
-      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked, kRowChunk));
+      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked, BlockRows{}));
 }
 
 CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                     bool borrow, bool chunked, int mlp_rows) {
+                                     bool borrow, bool chunked, BlockRows chunk_rows) {
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   const std::size_t stats = attention_stats ? static_cast<std::size_t>(max_batch) * cfg.n_head * max_seq * 2 : 0;
   const std::size_t own = borrow ? 0 : 1;
-  const std::size_t rows = chunked ? static_cast<std::size_t>(row_chunk_rows(BT)) : BT;
-  const std::size_t mlp = chunked ? std::min(rows, static_cast<std::size_t>(mlp_rows)) : BT;
+  const std::size_t rows = chunked ? static_cast<std::size_t>(row_chunk_rows(BT, chunk_rows.chunk)) : BT;
+  const std::size_t mlp = chunked ? std::min(rows, static_cast<std::size_t>(chunk_rows.mlp)) : BT;
   return CarveSlices({{&xn1, own * BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, rows * Q},
                                   {&res2, rows * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, mlp * I}, {&up, mlp * I},
                                   {&hmid, own * BT * I}});
 }
 
 LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights,
-                               bool backward, int mlp_rows, bool gate_holds_hmid) {
-  this->mlp_rows = mlp_rows;
+                               bool backward, BlockRows rows, bool gate_holds_hmid) {
+  row_chunk = rows.chunk;
+  mlp_rows = rows.mlp;
   this->gate_holds_hmid = gate_holds_hmid;
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   // Note [widened in panels]: the scratch holds a panel of the largest matrix.
   wide_floats = bf16_weights ? widen_scratch_floats(std::max(Q, I) * C) : 0;
   const std::size_t vector_floats = bf16_weights ? 2 * C : 0;
-  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT)), bwd = backward ? 1 : 0;
+  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT, row_chunk)), bwd = backward ? 1 : 0;
   const std::size_t mlp = std::min(chunk, static_cast<std::size_t>(mlp_rows));
   buffer_ = ops_buffer_carve(ops,
       {{&tmp, chunk * C}, {&dxn, bwd * chunk * C}, {&datty, bwd * chunk * Q}, {&dqkv, bwd * BT * QKV},
@@ -105,7 +108,7 @@ void llama_qkv(const Ops& ops, const Linear& linear, const Attention& attention,
                const RopeTable& rope, const LlamaBlockTensors& p, const float* x, LlamaActivations& s, int B, int T,
                const LoraBlock* lora) {
   const int Q = cfg.q_dim(), QKV = Q + 2 * cfg.kv_dim();
-  for_each_row_chunk(B * T, [&](int r0, int n) { llama_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
+  for_each_row_chunk(B * T, s.row_chunk, [&](int r0, int n) { llama_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
   ops.rope_forward(s.qkv, B, T, cfg.n_head, cfg.head_dim(), QKV, attention.positions(), rope);
   ops.rope_forward(s.qkv + Q, B, T, cfg.kv_heads(), cfg.head_dim(), QKV, attention.positions(), rope);
 }
@@ -176,7 +179,7 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
       attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.kv_heads(),
                        cfg.head_dim(), 0, BT);
   }
-  for_each_row_chunk(BT, [&](int r0, int n) {
+  for_each_row_chunk(BT, s.row_chunk, [&](int r0, int n) {
     float* const res2 = part == BlockPart::Whole ? s.res2 + s.chunk_row(r0) * C : out + static_cast<std::size_t>(r0) * C;
     if (part != BlockPart::Mlp)
       llama_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora, res2);
@@ -197,7 +200,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   // Recompute every row's qkv; each chunk's attention rows and MLP internals are recomputed
   // below, just before its backward; or, in two parts (Note [attention recompute first]), the
   // attention half's first, for the pass's one chunk.
-  STRATUM_ASSERT(part == BlockPart::Whole || (recompute && BT <= kRowChunk));
+  STRATUM_ASSERT(part == BlockPart::Whole || (recompute && BT <= w.row_chunk));
   if (recompute && part != BlockPart::Mlp) llama_qkv(ops, linear, CausalAttention{}, cfg, rope, p, x, s, B, T, lora);
   if (part == BlockPart::Attention) {
     llama_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, 0, BT, lora, s.res2);
@@ -225,8 +228,8 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   const bool hmid_needed = g != nullptr || (lora != nullptr && lora->t[6].a != nullptr);
   STRATUM_ASSERT(!w.gate_holds_hmid || !hmid_needed);
   const float eps = cfg.layer_norm_eps;
-  STRATUM_ASSERT(s.mlp_rows == w.mlp_rows);
-  for_each_row_chunk(BT, [&](int r0, int n) {
+  STRATUM_ASSERT(s.mlp_rows == w.mlp_rows && s.row_chunk == w.row_chunk);
+  for_each_row_chunk(BT, s.row_chunk, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     float* const res2_chunk = s.res2 + s.chunk_row(r0) * C;
     const float* const atty = s.atty + s.chunk_row(r0) * Q;
@@ -279,7 +282,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   // are complete now.
   ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
   ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
-  for_each_row_chunk(BT, [&](int r0, int n) {
+  for_each_row_chunk(BT, s.row_chunk, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     const bool acc = r0 > 0;
     const float* const dqkv = w.dqkv + static_cast<std::size_t>(r0) * QKV;

@@ -82,6 +82,7 @@ class LlamaActivations {
 
   bool chunked = false;
   bool borrowed = false;  // hmid, xn1 and xn2 are a training workspace's rows
+  int row_chunk = kRowChunk;  // rows of its passes' chunks (Note [row chunks]): the borrowed workspace's
   int mlp_rows = kRowChunk;  // rows of the MLP half's sub-chunks (Note [frozen MLP rows])
   float* xn1;    // (B,T,C) input_layernorm(x) (Note [hmid in the workspace])
   float* rstd1;  // (B,T)
@@ -100,7 +101,7 @@ class LlamaActivations {
   explicit LlamaActivations(NoBuffer) {}
   // The buffer's slices, written through this object's fields.
   CarveSlices slices(const GptConfig& config, int max_batch, int max_seq, bool attention_stats, bool borrow,
-                     bool chunked, int mlp_rows);
+                     bool chunked, BlockRows rows);
   OpsBuffer buffer_;
 };
 
@@ -110,12 +111,13 @@ class LlamaWorkspace {
   // bf16_weights: the block's params may be bf16 (Note [frozen bf16 base] in model/block_policy.h):
   // room to widen a panel of its largest matrix (wide) and its two norm weights (wide_vectors).
   // backward false: forward passes only; dxn, datty, dqkv and dup are null (dgate still holds hmid).
-  // mlp_rows: the MLP half's sub-chunk (kFrozenMlpRows where it has nothing to train, Note [frozen
-  // MLP rows] in model/block_policy.h), whose rows dgate and dup hold.
+  // rows: the row chunk (Note [row chunks] in model/block_policy.h), whose rows the chunk buffers
+  // hold, and the MLP half's sub-chunk (at most kFrozenMlpRows where it has nothing to train,
+  // Note [frozen MLP rows]), whose rows dgate and dup hold.
   // gate_holds_hmid: its sets are recomputed ones of an MLP that trains nothing (Note [hmid in the
   // workspace]): no dgate rows.
   LlamaWorkspace(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool bf16_weights = false,
-                 bool backward = true, int mlp_rows = kRowChunk, bool gate_holds_hmid = false);
+                 bool backward = true, BlockRows rows = {}, bool gate_holds_hmid = false);
   std::size_t size_bytes() const { return buffer_.size_bytes(); }
 
   // Note [row chunks] (model/block_policy.h): tmp, dxn, datty, dgate and dup hold one chunk of rows.
@@ -125,6 +127,7 @@ class LlamaWorkspace {
   float* dqkv;   // (B,T,H*hd + 2*KV*hd)
   float* dgate;  // (mlp rows, I) a sub-chunk's hmid (Note [hmid in the workspace]), then d gate
   float* dup;    // (mlp rows, I) d hmid, then d up (Note [row chunks] in model/block_policy.h)
+  int row_chunk = kRowChunk;  // rows of a chunk (Note [row chunks])
   int mlp_rows = kRowChunk;  // the MLP half's sub-chunk (Note [frozen MLP rows])
   bool gate_holds_hmid = false;  // dgate is null: the sets' gate rows hold hmid (Note [hmid in the workspace])
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, KV, hd)

@@ -110,7 +110,7 @@ enum LlamaBlockTensor : int {
 // row chunks run the same ops on the same operands as the whole block does.
 //
 // Note [attention recompute first]: a recomputing backward of a frozen base's layer (LoRA) whose
-// pass is one row chunk (B*T <= kRowChunk) runs as two groups too: the attention half's recompute
+// pass is one row chunk (B*T <= R) runs as two groups too: the attention half's recompute
 // (every row's qkv, attention, output projection and res2 into the recomputed set: BlockPart::
 // Attention, holding that half's chunks) and then the rest (BlockPart::Mlp: the MLP's recompute
 // and backward, then the attention's backward, holding the whole layer). The same ops in the

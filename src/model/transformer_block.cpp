@@ -13,7 +13,7 @@ namespace stratum {
 
 TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, int copies,
                                    const ParamLayout* layout, bool bf16_weights, bool recompute, bool backward,
-                                   int mlp_rows)
+                                   BlockRows rows)
     : cfg_(cfg), max_batch_(max_batch), max_seq_(max_seq) {
   if (layout != nullptr && layout->has_lora()) {
     layout_ = layout;
@@ -31,16 +31,16 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
   // Note [frozen MLP rows]: only an MLP half with nothing to train in this run goes in sub-chunks,
   // and keeps hmid in gate's rows where its set is recomputed (Note [hmid in the workspace]).
   const bool mlp_frozen = !backward || (layout != nullptr && layout->mlp_frozen());
-  STRATUM_ASSERT(mlp_rows >= 1 && mlp_rows <= kRowChunk);
-  STRATUM_ASSERT(mlp_rows == kRowChunk || (mlp_sub_chunks_exact(cfg) && mlp_frozen));
+  STRATUM_ASSERT(rows.chunk >= 1 && rows.mlp >= 1 && rows.mlp <= rows.chunk);
+  STRATUM_ASSERT(rows.mlp == rows.chunk || (mlp_sub_chunks_exact(cfg) && mlp_frozen));
   if (cfg.llama()) {
-    llama_work_ = std::make_unique<LlamaWorkspace>(ops, cfg, max_batch, max_seq, bf16_weights, backward, mlp_rows,
+    llama_work_ = std::make_unique<LlamaWorkspace>(ops, cfg, max_batch, max_seq, bf16_weights, backward, rows,
                                                    mlp_frozen && recompute);
     llama_acts_.reserve(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) llama_acts_.emplace_back(ops, cfg, max_batch, max_seq, true, llama_work_.get(), recompute);
     rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_seq, cfg.rope_theta, cfg.rope_scaling);
   } else {
-    gpt2_work_ = std::make_unique<Gpt2Workspace>(ops, cfg, max_batch, max_seq, bf16_weights, backward, mlp_rows,
+    gpt2_work_ = std::make_unique<Gpt2Workspace>(ops, cfg, max_batch, max_seq, bf16_weights, backward, rows,
                                                  mlp_frozen && recompute);
     gpt2_acts_.reserve(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) gpt2_acts_.emplace_back(ops, cfg, max_batch, max_seq, true, gpt2_work_.get(), recompute);

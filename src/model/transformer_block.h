@@ -47,11 +47,12 @@ class TransformerBlock {
   // sets are refilled by the backward's recompute, so their row-wise buffers hold one chunk (Note
   // [row chunks] in model/block_policy.h); kept sets hold every row. backward false: forward passes
   // only (zeroth-order training): the workspace has none of the backward's gradient buffers.
-  // mlp_rows: the MLP half's sub-chunk where it has nothing to train (no backward, or
-  // ParamLayout::mlp_frozen; Note [frozen MLP rows] in model/block_policy.h); kRowChunk otherwise.
+  // rows: the row chunk (Note [row chunks] in model/block_policy.h) and the MLP half's sub-chunk,
+  // smaller only where it has nothing to train (no backward, or ParamLayout::mlp_frozen; Note
+  // [frozen MLP rows]).
   TransformerBlock(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, int copies,
                    const ParamLayout* layout = nullptr, bool bf16_weights = false, bool recompute = false,
-                   bool backward = true, int mlp_rows = kRowChunk);
+                   bool backward = true, BlockRows rows = {});
   std::size_t size_bytes() const;  // internals + workspace + rotary table
   // Floats of one set of internals held outside (an Internals unit): the family's training
   // activations without the borrowed rows, then the adapters' x A^T (with LoRA).

@@ -48,7 +48,9 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
                        "% of the training state: streaming, offload files " + bytes_text(p.disk_bytes) + " on disk")
                           .c_str()
                     : ("budget " + bytes_text(r.mem_budget_bytes) + " holds everything: nothing streamed").c_str());
-  if (p.mlp_rows > 0 && p.mlp_rows < kRowChunk)
+  if (r.row_chunk != kRowChunk)
+    add("blocks in row chunks of %d rows (--row-chunk; the default is %d; Note [row chunks])\n", r.row_chunk, kRowChunk);
+  if (p.mlp_rows > 0 && p.mlp_rows < r.row_chunk)
     add("MLP in sub-chunks of %d rows: it trains nothing, and the largest sub-chunk whose minimum fits the budget "
         "(Note [frozen MLP rows]; same bits)\n", p.mlp_rows);
   // Segments grouped by role, in layout order.

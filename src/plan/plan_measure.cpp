@@ -152,7 +152,7 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
     std::unique_ptr<SegmentStore> store;
     Executor exec(pool, mini, units, r.batch, r.seq, kept.activations,
                   r.zeroth_order ? OptimizerMode::ZerothOrder : OptimizerMode::Inline, r.precision, Backend::Cpu, 1,
-                  nullptr, plan_mlp_rows(r));
+                  nullptr, BlockRows{r.row_chunk, plan_mlp_rows(r)});
     if (r.mem_budget_bytes > 0 && !offload_dir.empty()) {
       const std::size_t need = exec.fixed_bytes() + exec.min_store_bytes();
       STRATUM_CHECK(r.mem_budget_bytes >= need, "[plan] --mem-budget ", bytes_text(r.mem_budget_bytes),
@@ -317,6 +317,7 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
                                    "--precision", precision_name(r.precision),
                                    "--optimizer", r.zeroth_order ? "zo-sgd" : "adamw",
                                    "--mlp-rows", std::to_string(plan_mlp_rows(r)),
+                                   "--row-chunk", std::to_string(r.row_chunk),
                                    "--measure-json"};
   if (r.lora.on()) {
     auto exact = [](double v) {  // round-trips a double

@@ -188,18 +188,18 @@ bool plan_mlp_may_sub_chunk(const PlanRequest& r) {
 
 int plan_mlp_rows(const PlanRequest& r) {
   if (r.mlp_rows > 0) return r.mlp_rows;
-  if (r.mem_budget_bytes == 0 || !plan_mlp_may_sub_chunk(r)) return kRowChunk;
+  if (r.mem_budget_bytes == 0 || !plan_mlp_may_sub_chunk(r)) return r.row_chunk;
   PlanRequest t = r;
-  for (int rows = kRowChunk; rows > kFrozenMlpRows; rows /= 2) {
+  for (int rows = r.row_chunk; rows > kFrozenMlpRows; rows /= 2) {
     t.mlp_rows = rows;
     if (plan_min_budget_bytes(t) <= r.mem_budget_bytes) return rows;
   }
-  return kFrozenMlpRows;
+  return std::min(kFrozenMlpRows, r.row_chunk);
 }
 
 std::size_t plan_min_budget_bytes(const PlanRequest& request) {
   PlanRequest r = request;
-  if (r.mlp_rows == 0) r.mlp_rows = plan_mlp_may_sub_chunk(r) ? kFrozenMlpRows : kRowChunk;
+  if (r.mlp_rows == 0) r.mlp_rows = plan_mlp_may_sub_chunk(r) ? std::min(kFrozenMlpRows, r.row_chunk) : r.row_chunk;
   r.activations = plan_activations_resolve(request.activations, request.zeroth_order);
   if (r.activations == ActivationPolicy::Auto) {  // the smaller of the two it chooses from
     r.activations = ActivationPolicy::Recompute;
@@ -212,7 +212,7 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request) {
       plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq, r.zeroth_order), r);
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   const Executor streaming(pool, r.config, units, r.batch, r.seq, r.activations, plan_mode(r, true),
-                           r.precision, Backend::Cpu, r.grad_accum, nullptr, r.mlp_rows);
+                           r.precision, Backend::Cpu, r.grad_accum, nullptr, BlockRows{r.row_chunk, r.mlp_rows});
   return streaming.fixed_bytes() + streaming.min_store_bytes();
 }
 
@@ -270,7 +270,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   p.mode = plan_mode(r, r.mem_budget_bytes > 0);
   p.mlp_rows = plan_mlp_rows(r);
   const Executor exec(pool, cfg, units, r.batch, r.seq, r.activations, p.mode, r.precision, Backend::Cpu,
-                      r.grad_accum, nullptr, p.mlp_rows);
+                      r.grad_accum, nullptr, BlockRows{r.row_chunk, p.mlp_rows});
   const StepSchedule& schedule = exec.schedule();
   p.engine_bytes = exec.fixed_bytes();
   // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's), at the

@@ -57,6 +57,7 @@ struct PlanRequest {
   // Rows of the blocks' MLP sub-chunks where the MLP trains nothing (Note [frozen MLP rows] in
   // model/block_policy.h); 0: plan_mlp_rows chooses.
   int mlp_rows = 0;
+  int row_chunk = kRowChunk;  // the blocks' row chunk (Note [row chunks]; train --row-chunk)
 };
 
 // --activations for a run with or without a backward: zeroth-order training has none, so Auto
@@ -100,8 +101,8 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request,
 std::size_t plan_min_budget_bytes(const PlanRequest& request);
 // Note [frozen MLP rows]: whether the request's block MLPs train nothing (zo-sgd, or LoRA without
 // MLP adapters) and may run in sub-chunks with the same bits (fp32, mlp_sub_chunks_exact); and
-// the sub-chunk's rows: request.mlp_rows when set, else kRowChunk in RAM or where the MLP may not
-// take sub-chunks, else the largest of kRowChunk, kRowChunk / 2, ... kFrozenMlpRows whose minimum
+// the sub-chunk's rows: request.mlp_rows when set, else the row chunk R in RAM or where the MLP
+// may not take sub-chunks, else the largest of R, R / 2, ... above kFrozenMlpRows whose minimum
 // budget fits --mem-budget (smaller sub-chunks repeat the weights' widening and packing:
 // docs/benchmarks.md), the smallest where none does. plan_min_budget_bytes with mlp_rows 0 is the
 // smallest sub-chunk's.

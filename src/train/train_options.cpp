@@ -99,6 +99,11 @@ const TrainOption kTable[] = {
     {"lora-dropout", "lora_dropout", "X",
      "dropout probability on each adapter's input in training steps (PEFT's lora_dropout)", 0, 0.999, true,
      [](TrainSettings& s) -> TrainOptionField { return &s.lora_dropout; }, true},
+    {"row-chunk", "row_chunk", "N",
+     "rows of a step's B*T that each block computes at once: larger runs larger matrix products (they fill a GPU "
+     "better) in more workspace memory, smaller needs less; where B*T exceeds it the weight gradients are summed "
+     "chunk by chunk, so another value gives other roundings (every budget and placement the same bits)",
+     1, kMaxRowChunk, true, [](TrainSettings& s) -> TrainOptionField { return &s.row_chunk; }, true},
 };
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/json_fields.h"
+#include "model/block_policy.h"
 #include "ops/ops.h"
 #include "train/lr_schedule.h"
 
@@ -58,6 +59,7 @@ struct TrainSettings {
   std::string lora_targets;   // comma-separated target_modules; empty: PEFT's default for the family
   bool lora_rslora = false;
   double lora_dropout = 0;
+  int row_chunk = kRowChunk;  // rows of the blocks' chunks (Note [row chunks] in model/block_policy.h)
 };
 
 // "fp32" or "bf16"; anything else throws Error naming --precision.

@@ -43,9 +43,10 @@ std::string train_checkpoint_root(const std::string& path) {
 std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, int threads, ActivationPolicy activations,
                                    double grad_clip,
                                    Precision precision, TrainOptimizer optimizer, const LoraConfig& lora,
-                                   bool base_bf16, int grad_accum) {
+                                   bool base_bf16, int grad_accum, int row_chunk) {
   PlanRequest request;
   request.grad_accum = grad_accum;
+  request.row_chunk = row_chunk;
   request.lora = lora;
   request.base_bf16 = base_bf16;
   request.zeroth_order = optimizer == TrainOptimizer::ZoSgd;

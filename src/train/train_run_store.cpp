@@ -35,6 +35,7 @@ void TrainRun::store_make() {
   PlanRequest request{cfg_,         o_.batch,           o_.seq,      plan_activations_resolve(o_.activations, zo),
                       o_.grad_clip, o_.mem_budget_bytes, o_.prefetch, o_.precision,
                       zo,           lora_,              base_bf16,   pool_->num_threads(), o_.grad_accum};
+  request.row_chunk = o_.row_chunk;
   const bool budget = o_.mem_budget_bytes > 0;
   STRATUM_CHECK(budget || o_.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
   // The plan's measurement (Note [plan model]), with a budget: before the executor when the plan
@@ -65,8 +66,8 @@ void TrainRun::store_make() {
   // for the CPU's buffers under the budget (on a device tier they are device memory, outside
   // --mem-budget).
   const bool host_buffers = o_.backend == Backend::Cpu && !o_.mirror_store;
-  request.mlp_rows = host_buffers ? plan_mlp_rows(request) : kRowChunk;
-  if (request.mlp_rows < kRowChunk)
+  request.mlp_rows = host_buffers ? plan_mlp_rows(request) : o_.row_chunk;
+  if (request.mlp_rows < o_.row_chunk)
     mlp_line_ = "[stratum] MLP in sub-chunks of " + std::to_string(request.mlp_rows) +
                 " rows (it trains nothing here; the largest sub-chunk whose buffers fit --mem-budget; same bits)\n";
   units_ = std::make_unique<UnitTable>(
@@ -74,7 +75,8 @@ void TrainRun::store_make() {
   auto exec_make = [&](OptimizerMode mode) {
     exec_.reset();  // a previous one's device buffers first
     exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations, mode,
-                                       o_.precision, o_.backend, o_.grad_accum / ranks(), o_.comm, request.mlp_rows);
+                                       o_.precision, o_.backend, o_.grad_accum / ranks(), o_.comm,
+                                       BlockRows{o_.row_chunk, request.mlp_rows});
   };
   exec_make(plan_mode(request, budget));
   if (const std::string note = backend_precision_note(o_.precision); !note.empty())

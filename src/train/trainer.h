@@ -121,12 +121,13 @@ std::string train_checkpoint_root(const std::string& path);
 
 // Smallest --mem-budget that can train this model at this batch shape on `threads` compute
 // threads (the engine's fixed buffers, some of them per thread, plus the largest set of units
-// held at once; with activations Auto, the smaller of recompute's and offload's); base_bf16: a LoRA run's frozen layers kept in bf16 (Note [frozen bf16 base] in
-// model/block_policy.h).
+// held at once; with activations Auto, the smaller of recompute's and offload's); base_bf16: a
+// LoRA run's frozen layers kept in bf16 (Note [frozen bf16 base] in model/block_policy.h);
+// row_chunk: --row-chunk (Note [row chunks]).
 std::size_t train_min_budget_bytes(const GptConfig& config, int batch, int seq, int threads, ActivationPolicy activations,
                                    double grad_clip, Precision precision = Precision::Fp32,
                                    TrainOptimizer optimizer = TrainOptimizer::AdamW, const LoraConfig& lora = {},
-                                   bool base_bf16 = false, int grad_accum = 1);
+                                   bool base_bf16 = false, int grad_accum = 1, int row_chunk = kRowChunk);
 
 TrainResult train_run(const TrainOptions& options);
 
