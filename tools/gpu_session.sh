@@ -6,11 +6,12 @@
 # printed at the end.
 #   1. the CUDA op, train and generate tests against the CPU (stratum_tests 'Cuda*:Backend*'), the
 #      linear layers' products by row chunk (bench/row_chunk_gemm.cpp), then GPT-2 small in GPU
-#      memory against PyTorch eager on the same GPU;
+#      memory against PyTorch eager on the same GPU, and again with --row-chunk 4096;
 #   2. GPT-2 small, B4 T1024: the whole state, then --gpu-mem-budget 1000M with AdamW on the CPU
 #      beside the GPU (auto: Note [host optimizer]) and on the GPU (bench/gpu_tier.sh);
 #   3. the ~1.1B Llama (TinyLlama's shape, B1 T2048): the whole state, then 4300M (25% of its
-#      training state) both ways, and a --trace of the GPU-AdamW run (llama-gpu-adamw.json.gz);
+#      training state) both ways and with --row-chunk 2048 (one chunk), and a --trace of the
+#      GPU-AdamW run (llama-gpu-adamw.json.gz);
 #   4. decoding the 1.1B Llama (bf16) with 25% of its weights on the GPU (bench/gpu_decode.sh).
 # Needs build/ configured with the CUDA toolkit present, TOKENS.bin GPT-2 ids, TOKENS32K.bin ids
 # below 32000. LIBS_TAR: optional tarball of the shared libraries the binaries need on a machine
@@ -36,6 +37,10 @@ timeout 60 build/stratum train --backend cuda --layers 12 --heads 12 --embd 768 
   --batch 4 --seq 1024 --steps 10 --threads 16 --quiet --activations keep 2>&1 | grep "median step" | tee -a "$out/summary.txt"
 timeout 60 python3 bench/pytorch_gpu_train_step.py --batch 4 --seq 1024 --steps 10 --attn eager 2>&1 | tail -1 | cut -c1-110 |
   tee -a "$out/summary.txt"
+step "gpt2 small in GPU memory (keep) with --row-chunk 4096: its 4096 rows as one chunk (Note [row chunks]; default 1024)"
+timeout 60 build/stratum train --backend cuda --layers 12 --heads 12 --embd 768 --ctx 1024 --vocab 50257 --data "$tokens" \
+  --batch 4 --seq 1024 --steps 10 --threads 16 --quiet --activations keep --row-chunk 4096 2>&1 | grep "median step" |
+  tee -a "$out/summary.txt"
 step "gpt2 tier, AdamW placed by the run (auto), then on the GPU"
 timeout 150 bash bench/gpu_tier.sh build/stratum "$tokens" "$out/gpt2" gpt2 1000M 2>&1 | tee -a "$out/summary.txt"
 timeout 100 bash bench/gpu_tier.sh build/stratum "$tokens" "$out/gpt2-gpu" gpt2 1000M -- --adamw-on gpu 2>&1 |
@@ -44,6 +49,8 @@ step "llama 1.1B tier at 25% of its state, auto then on the GPU"
 timeout 300 bash bench/gpu_tier.sh build/stratum "$tokens32k" "$out/llama" llama1b 4300M 2>&1 | tee -a "$out/summary.txt"
 timeout 200 bash bench/gpu_tier.sh build/stratum "$tokens32k" "$out/llama-gpu" llama1b 4300M -- --adamw-on gpu 2>&1 |
   grep "^4300M" | sed 's/^/adamw on the gpu: /' | tee -a "$out/summary.txt"
+timeout 200 bash bench/gpu_tier.sh build/stratum "$tokens32k" "$out/llama-chunk" llama1b 4300M -- --row-chunk 2048 2>&1 |
+  grep -E "^(whole|4300M)" | sed 's/^/--row-chunk 2048: /' | tee -a "$out/summary.txt"
 step "llama 4300M, AdamW on the GPU, traced (where the step waits: Note [host optimizer]'s alternative)"
 timeout 80 build/stratum train --backend cuda --arch llama --layers 22 --heads 32 --kv-heads 4 --embd 2048 --inner 5632 \
   --ctx 2048 --vocab 32000 --untied --batch 1 --seq 2048 --lr 3e-4 --lr-schedule constant --data "$tokens32k" \
