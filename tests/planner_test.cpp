@@ -453,7 +453,8 @@ TEST(Plan, TakesTheLargestMlpSubChunkThatFits) {
 
 // --row-chunk (Note [row chunks]) sizes the engine's chunk buffers: at 2048 rows a step, 256-row
 // chunks need a smaller minimum budget than the default 1024, and 2048 a larger one, which no
-// larger chunk raises (a chunk holds at most B*T rows). An MLP that trains nothing takes its
+// larger chunk raises (a chunk holds at most B*T rows); a budget below the minimum is refused
+// naming the largest smaller chunk that fits it. An MLP that trains nothing takes its
 // sub-chunks from the run's chunk: the chunk in RAM, kFrozenMlpRows (or the chunk, if smaller)
 // at the smallest budget.
 TEST(Plan, TheRowChunkSizesTheEngineAndTheMlpSubChunks) {
@@ -468,6 +469,22 @@ TEST(Plan, TheRowChunkSizesTheEngineAndTheMlpSubChunks) {
   EXPECT_LT(min_at(r, 256), min_at(r, kRowChunk));
   EXPECT_LT(min_at(r, kRowChunk), min_at(r, 2048));
   EXPECT_EQ(min_at(r, 2048), min_at(r, 8192));
+  // A budget below the minimum is refused with the largest smaller chunk that fits it, if any.
+  auto refusal = [&](std::size_t budget) {
+    PlanRequest t = r;
+    t.mem_budget_bytes = budget;
+    try {
+      plan_budget_check(t, plan_min_budget_bytes(t));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal(min_at(r, 256)).find(", --row-chunk 256 (minimum "), std::string::npos) << refusal(min_at(r, 256));
+  EXPECT_NE(refusal(min_at(r, 512)).find(", --row-chunk 512 (minimum "), std::string::npos);
+  const std::string none = refusal(min_at(r, 64) - 1);
+  EXPECT_NE(none.find("is below the minimum"), std::string::npos) << none;
+  EXPECT_EQ(none.find("--row-chunk"), std::string::npos) << none;
   GptConfig wide = cfg;  // C x I above 2^20 (mlp_sub_chunks_exact), adapters on the attention only
   wide.n_layer = 2;
   wide.n_head = 8;

@@ -216,11 +216,25 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request) {
   return streaming.fixed_bytes() + streaming.min_store_bytes();
 }
 
+std::string plan_row_chunk_advice(const PlanRequest& r, std::size_t budget_bytes) {
+  const std::size_t rows = static_cast<std::size_t>(r.batch) * static_cast<std::size_t>(r.seq);
+  PlanRequest t = r;
+  t.mlp_rows = 0;  // the smallest MLP sub-chunk the run may take
+  for (int chunk = r.row_chunk / 2; chunk >= 64; chunk /= 2) {
+    if (static_cast<std::size_t>(chunk) >= rows) continue;  // still one chunk of B*T rows
+    t.row_chunk = chunk;
+    const std::size_t need = plan_min_budget_bytes(t);
+    if (need <= budget_bytes) return ", --row-chunk " + std::to_string(chunk) + " (minimum " + bytes_text(need) + ")";
+  }
+  return "";
+}
+
 void plan_budget_check(const PlanRequest& r, std::size_t min_budget_bytes) {
-  STRATUM_CHECK(r.mem_budget_bytes == 0 || r.mem_budget_bytes >= min_budget_bytes, "[plan] --mem-budget ",
-                bytes_text(static_cast<double>(r.mem_budget_bytes)), " is below the minimum of ",
-                bytes_text(static_cast<double>(min_budget_bytes)), " for this model at B=", r.batch, " T=", r.seq,
-                "; use --mem-budget ", (min_budget_bytes + (1 << 20) - 1) >> 20, "M or more");
+  if (r.mem_budget_bytes == 0 || r.mem_budget_bytes >= min_budget_bytes) return;
+  STRATUM_FAIL("[plan] --mem-budget ", bytes_text(static_cast<double>(r.mem_budget_bytes)), " is below the minimum of ",
+               bytes_text(static_cast<double>(min_budget_bytes)), " for this model at B=", r.batch, " T=", r.seq,
+               "; use --mem-budget ", (min_budget_bytes + (1 << 20) - 1) >> 20, "M or more",
+               plan_row_chunk_advice(r, r.mem_budget_bytes), ", or lower --batch/--seq");
 }
 
 Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_gbps, double write_gbps) {

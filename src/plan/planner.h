@@ -108,6 +108,10 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request);
 // smallest sub-chunk's.
 bool plan_mlp_may_sub_chunk(const PlanRequest& request);
 int plan_mlp_rows(const PlanRequest& request);
+// For a budget below the request's minimum: the largest smaller row chunk (Note [row chunks]; of
+// R/2, R/4, ... 64, below B*T) whose minimum fits budget_bytes, as the advice ", --row-chunk N
+// (minimum X)" a refusal adds; "" where none fits.
+std::string plan_row_chunk_advice(const PlanRequest& request, std::size_t budget_bytes);
 void plan_budget_check(const PlanRequest& request, std::size_t min_budget_bytes);
 
 // What the plan needs measured: the offload dir's disk (plan/calibration.h, cached) when

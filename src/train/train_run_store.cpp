@@ -52,7 +52,8 @@ void TrainRun::store_make() {
       const std::size_t smaller = plan_min_budget_bytes(request);  // recompute's or offload's
       STRATUM_CHECK(o_.mem_budget_bytes >= smaller, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
                     " is below the minimum of ", bytes_text(smaller), " for this model at B=", o_.batch, " T=", o_.seq,
-                    "; use --mem-budget ", (smaller + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
+                    "; use --mem-budget ", (smaller + (1 << 20) - 1) >> 20, "M or more",
+                    plan_row_chunk_advice(request, o_.mem_budget_bytes), ", or lower --batch/--seq");
       measured = plan_measure(request, co, threads_, o_.measure_exe);
       const ActivationChoice choice = plan_choose_activations(
           request, measured.timing, measured.read_gbps, measured.write_gbps, dir_free_bytes(o_.offload_dir, "--offload-dir"));
@@ -143,7 +144,9 @@ void TrainRun::store_make() {
   STRATUM_CHECK(o_.mem_budget_bytes >= host_min, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
                 " is below the minimum of ", bytes_text(host_min), " for this model at B=", o_.batch, " T=", o_.seq,
                 " (engine buffers ", bytes_text(host_fixed), " + largest working set ", bytes_text(exec.min_host_store_bytes()),
-                "); use --mem-budget ", (host_min + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
+                "); use --mem-budget ", (host_min + (1 << 20) - 1) >> 20, "M or more",
+                device_tier ? std::string() : plan_row_chunk_advice(request, o_.mem_budget_bytes),
+                ", or lower --batch/--seq");
   if (!device_tier) {
     // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
     // unless --prefetch chose one.
