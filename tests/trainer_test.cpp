@@ -165,6 +165,7 @@ TEST(Trainer, RowChunkFollowsPyTorchAndKeepsItsBitsUnderABudgetAndAcrossAResume)
                                           testing::train_flags(args) + " --threads 2 --quiet --row-chunk 48 --save " +
                                           tmp.file("ck") + " --save-every 10 --keep 5");
   ASSERT_EQ(whole.exit_code, 0) << whole.errors;
+  EXPECT_NE(whole.errors.find("B=4 T=32, row chunks of 48 |"), std::string::npos) << whole.errors;
   const std::string from = tmp.file("ck") + "/step-00000010";
   const auto resumed = testing::run_stratum("train --resume " + from + " --threads 2 --quiet");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.errors;

@@ -338,10 +338,11 @@ void TrainRun::loop() {
                cfg_.describe().c_str(), static_cast<double>(layout_->num_params()) / 1e6, train_token_count_,
                static_cast<long long>(loader_->batches_per_epoch()), val_loader_ ? ", validation held out" : "",
                o_.batch, o_.seq,
-               o_.grad_accum > 1 ? (" x " + std::to_string(o_.grad_accum) + " micro-batches" +
-                                    (ranks() > 1 ? " on " + std::to_string(ranks()) + " ranks" : std::string()))
-                                       .c_str()
-                                 : "",
+               ((o_.grad_accum > 1 ? " x " + std::to_string(o_.grad_accum) + " micro-batches" +
+                                         (ranks() > 1 ? " on " + std::to_string(ranks()) + " ranks" : std::string())
+                                   : std::string()) +
+                (o_.row_chunk != kRowChunk ? ", row chunks of " + std::to_string(o_.row_chunk) : std::string()))
+                   .c_str(),
                threads_,
                backend_describe(o_.backend).c_str(), bytes_text(param_bytes).c_str(),
                zo                  ? "none (zo-sgd)"
