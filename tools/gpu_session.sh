@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 18's checks and benchmarks in bounded parts (GPU_PARTS, below), most important first, for a session that
-# has the GPU machine for a few minutes (start it with the device tool, keep it warm: a fresh
-# machine is not started with under 4 minutes of device time left). Each step has its own
+# Issue 18's checks and benchmarks in bounded parts (GPU_PARTS, below), most important first,
+# for a session that has the GPU machine for a few minutes (start it with the device tool, keep
+# it warm: a fresh machine is not started with under 4 minutes of device time left). Each step has its own
 # timeout, so a slow one cannot eat the rest; everything is logged under OUT_DIR and a summary
 # printed at the end.
 #   1. the CUDA op, train and generate tests against the CPU (stratum_tests 'Cuda*:Backend*'), the
