@@ -427,6 +427,14 @@ TEST(Plan, CliPrintsThePlanAndRefusesBadInput) {
   const auto rows_trained = testing::run_stratum("plan" + shape + " --mlp-rows 256");
   EXPECT_EQ(rows_trained.exit_code, 1);
   EXPECT_NE(rows_trained.errors.find("needs MLPs that train nothing"), std::string::npos) << rows_trained.errors;
+  // --row-chunk (Note [row chunks]): named in the plan where it is not the default; it bounds --mlp-rows.
+  const auto chunked = testing::run_stratum("plan" + shape + " --row-chunk 256");
+  ASSERT_EQ(chunked.exit_code, 0) << chunked.errors;
+  EXPECT_NE(chunked.output.find("blocks in row chunks of 256 rows"), std::string::npos) << chunked.output;
+  EXPECT_NE(testing::run_stratum("plan" + shape + " --row-chunk 0").errors.find("--row-chunk must be in 1..1048576"),
+            std::string::npos);
+  EXPECT_NE(testing::run_stratum("plan" + shape + " --row-chunk 256 --mlp-rows 512").errors.find("--mlp-rows must be in 1..256"),
+            std::string::npos);
 }
 
 // Note [frozen MLP rows]: LoRA on the attention of a GPT-2 wide enough (C = 576): the minimum is

@@ -368,9 +368,9 @@ TEST(RowChunks, TheForwardOnlyEngineHasNoBackwardBuffers) {
 // Note [frozen MLP rows]: where the blocks' MLPs train nothing (LoRA on the attention only, or
 // zo-sgd) they may run in sub-chunks of fewer rows than a chunk: the same bits for any sub-chunk
 // (256, and 100, which splits both chunks unevenly), policy (offload's held internals keep every
-// row, as keep's), budget and prefetch depth, in less memory (the recomputed set's and the
-// workspace's MLP buffers hold one sub-chunk). The MLP must be wide enough for its products to
-// stay off OpenBLAS's small-matrix path (mlp_sub_chunks_exact).
+// row, as keep's), budget and prefetch depth, at the default row chunk and others, in less memory
+// (the recomputed set's and the workspace's MLP buffers hold one sub-chunk). The MLP must be wide
+// enough for its products to stay off OpenBLAS's small-matrix path (mlp_sub_chunks_exact).
 TEST(RowChunks, FrozenMlpSubChunksKeepTheBitsInLessMemory) {
   blas_set_threads(2);
   for (const bool llama : {false, true}) {
@@ -389,9 +389,10 @@ TEST(RowChunks, FrozenMlpSubChunksKeepTheBitsInLessMemory) {
     const std::vector<std::int32_t> tokens = random_tokens(static_cast<std::size_t>(kB) * kT + 1, cfg.vocab_size, 3);
     const std::vector<std::int32_t> targets(tokens.begin() + 1, tokens.end());
     std::size_t fixed_full = 0, fixed_sub = 0;
-    auto run = [&](const LoraConfig& adapters, OptimizerMode mode, ActivationPolicy policy, int rows, int depth) {
+    auto run = [&](const LoraConfig& adapters, OptimizerMode mode, ActivationPolicy policy, int rows, int depth,
+                   int chunk = kRowChunk) {
       SCOPED_TRACE(std::string(llama ? "llama " : "gpt2 ") + activation_policy_name(policy) + " rows " +
-                   std::to_string(rows) + " prefetch " + std::to_string(depth));
+                   std::to_string(rows) + " prefetch " + std::to_string(depth) + " chunk " + std::to_string(chunk));
       const ParamLayout l = ParamLayout::of(cfg, adapters);
       const bool zo = mode == OptimizerMode::ZerothOrder;
       const std::size_t internals =
@@ -402,8 +403,8 @@ TEST(RowChunks, FrozenMlpSubChunksKeepTheBitsInLessMemory) {
       std::unique_ptr<SegmentStore> store;  // outlives the executor
       ThreadPool pool(2);
       Executor exec(pool, cfg, units, kB, kT, policy, mode, Precision::Fp32, Backend::Cpu, 1, nullptr,
-                    BlockRows{kRowChunk, rows});
-      (rows == kRowChunk ? fixed_full : fixed_sub) = exec.fixed_bytes();
+                    BlockRows{chunk, rows});
+      if (chunk == kRowChunk) (rows == kRowChunk ? fixed_full : fixed_sub) = exec.fixed_bytes();
       store = testing::store_in_ram_or_under(units, depth, exec.min_store_bytes(), tmp.path());
       model_init_random(cfg, l, *store, 11);
       if (adapters.on()) lora_fill(l, *store);
@@ -433,6 +434,12 @@ TEST(RowChunks, FrozenMlpSubChunksKeepTheBitsInLessMemory) {
     EXPECT_EQ(run(lora, adamw, ActivationPolicy::Recompute, 100, -1), ram);
     EXPECT_EQ(run(lora, adamw, ActivationPolicy::Recompute, kFrozenMlpRows, 1), ram);
     EXPECT_EQ(run(lora, adamw, ActivationPolicy::Offload, kFrozenMlpRows, 2), ram);
+    // Another --row-chunk: its sub-chunks keep its bits (512 rows in sub-chunks of 256; 200 rows,
+    // below kFrozenMlpRows, in sub-chunks of 100).
+    const std::uint64_t ram512 = run(lora, adamw, ActivationPolicy::Recompute, 512, -1, 512);
+    EXPECT_EQ(run(lora, adamw, ActivationPolicy::Recompute, kFrozenMlpRows, 1, 512), ram512);
+    EXPECT_EQ(run(lora, adamw, ActivationPolicy::Offload, 100, 2, 200),
+              run(lora, adamw, ActivationPolicy::Recompute, 200, -1, 200));
     // zo-sgd on every weight: no backward, so no MLP trains through a sum over rows.
     const OptimizerMode zo = OptimizerMode::ZerothOrder;
     const std::uint64_t zo_ram = run(LoraConfig{}, zo, ActivationPolicy::Recompute, kRowChunk, -1);

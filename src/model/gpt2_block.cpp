@@ -21,6 +21,7 @@ Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_b
     : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked,
                                            borrow != nullptr ? BlockRows{borrow->row_chunk, borrow->mlp_rows} : BlockRows{},
                                            borrow != nullptr && borrow->gelu_in_fch))) {
+  STRATUM_ASSERT(borrow != nullptr || !chunked);  // a chunked set takes the workspace's chunk
   this->chunked = chunked;
   if (borrow != nullptr) {
     STRATUM_ASSERT(!borrow->gelu_in_fch || chunked);
@@ -43,10 +44,10 @@ Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_se
 }
 
 std::size_t Gpt2Activations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                        bool borrowed, bool chunked) {
+                                        bool borrowed) {
   Gpt2Activations probe{NoBuffer{}};
   return aligned_buffer_carve_bytes(
-      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked, BlockRows{}));
+      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, false, BlockRows{}));
 }
 
 CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,

@@ -61,9 +61,9 @@ class Gpt2Activations {
   // `borrow`'s rows as above. size_bytes() is 0: the memory is not this object's.
   Gpt2Activations(const GptConfig& config, int max_batch, int max_seq, const Gpt2Workspace& borrow, float* memory);
   // size_bytes() of such an object (borrowed: the training layout, without the borrowed rows),
-  // without allocating it.
+  // or of a set of every row made without a workspace (the decoder's), without allocating it.
   static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                               bool borrowed = false, bool chunked = false);
+                               bool borrowed = false);
   // Row r0's offset in atty, res2, fch and fch_gelu (0 when they hold one chunk), and in ln1 and
   // ln2 (0 when they are the workspace's one-chunk tmp rows).
   std::size_t chunk_row(int r0) const { return chunked ? 0 : static_cast<std::size_t>(r0); }

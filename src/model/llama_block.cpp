@@ -19,6 +19,7 @@ LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max
                                    const LlamaWorkspace* borrow, bool chunked)
     : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked,
                                            borrow != nullptr ? BlockRows{borrow->row_chunk, borrow->mlp_rows} : BlockRows{}))) {
+  STRATUM_ASSERT(borrow != nullptr || !chunked);  // a chunked set takes the workspace's chunk
   this->chunked = chunked;
   if (borrow != nullptr) {
     row_chunk = borrow->row_chunk;
@@ -42,10 +43,10 @@ LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_
 }
 
 std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
-                                        bool borrowed, bool chunked) {
+                                        bool borrowed) {
   LlamaActivations probe{NoBuffer{}};
   return aligned_buffer_carve_bytes(
-      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, chunked, BlockRows{}));
+      probe.slices(cfg, max_batch, max_seq, attention_stats, borrowed, false, BlockRows{}));
 }
 
 CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,

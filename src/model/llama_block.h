@@ -72,9 +72,9 @@ class LlamaActivations {
   // `borrow`'s rows as above. size_bytes() is 0: the memory is not this object's.
   LlamaActivations(const GptConfig& config, int max_batch, int max_seq, const LlamaWorkspace& borrow, float* memory);
   // size_bytes() of such an object (borrowed: the training layout, without the borrowed rows),
-  // without allocating it.
+  // or of a set of every row made without a workspace (the decoder's), without allocating it.
   static std::size_t bytes_for(const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
-                               bool borrowed = false, bool chunked = false);
+                               bool borrowed = false);
   // Row r0's offset in atty, res2, gate and up (0 when they hold one chunk), and in hmid, xn1 and xn2 (0 when
   // they are the workspace's one-chunk dgate and tmp rows).
   std::size_t chunk_row(int r0) const { return chunked ? 0 : static_cast<std::size_t>(r0); }

@@ -190,7 +190,9 @@ int plan_mlp_rows(const PlanRequest& r) {
   if (r.mlp_rows > 0) return r.mlp_rows;
   if (r.mem_budget_bytes == 0 || !plan_mlp_may_sub_chunk(r)) return r.row_chunk;
   PlanRequest t = r;
+  const std::size_t pass = static_cast<std::size_t>(r.batch) * static_cast<std::size_t>(r.seq);
   for (int rows = r.row_chunk; rows > kFrozenMlpRows; rows /= 2) {
+    if (rows != r.row_chunk && static_cast<std::size_t>(rows) >= pass) continue;  // still one sub-chunk: as the chunk
     t.mlp_rows = rows;
     if (plan_min_budget_bytes(t) <= r.mem_budget_bytes) return rows;
   }
