@@ -72,7 +72,6 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       layout_(units.layout()),
       max_batch_(max_batch),
       max_seq_(max_seq),
-      row_chunk_(rows.chunk),
       dacts_(*ops_, has_backward(mode)
                         ? align_up(activation_unit_floats(config, max_batch, max_seq), 16) * sizeof(float)
                         : 0),
@@ -218,7 +217,7 @@ std::size_t Executor::fixed_bytes() const {
   // most rows: a block's row chunk (Note [row chunks]) or a head chunk.
   const int width = std::max({cfg_.n_embd, cfg_.mlp_width(), cfg_.q_dim() + 2 * cfg_.kv_dim(),
                               vocab_block_rows(cfg_)});
-  const int rows = std::min(max_batch_ * max_seq_, std::max(row_chunk_, head_scratch_.chunk_rows()));
+  const int rows = std::min(max_batch_ * max_seq_, std::max(blocks_.rows().chunk, head_scratch_.chunk_rows()));
   return dacts_.size_bytes() + blocks_.size_bytes() + head_scratch_.size_bytes() + rows_mem_.size_bytes() +
          (head_scratch_minus_ ? head_scratch_minus_->size_bytes() : 0) + zo_block_.size_bytes() +
          ops_->gemm_scratch_bytes(rows, width, cfg_.n_embd);

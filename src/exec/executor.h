@@ -438,7 +438,6 @@ class Executor {
   const ParamLayout& layout_;
   SegmentStore* store_ = nullptr;
   int max_batch_, max_seq_;
-  int row_chunk_;  // the blocks' (Note [row chunks])
   OpsBuffer dacts_;          // (B,T,C) fp32: the backward's gradient, each block's computed in place
   OpsBuffer tokens_;         // 2 x (B,T) int32: inputs and targets off the host (host_memory() false)
   ActivationPolicy activations_;

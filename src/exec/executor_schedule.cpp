@@ -246,7 +246,7 @@ void Executor::schedule_build() {
     // Note [attention recompute first]: a frozen base's recomputing backward of one row chunk
     // first holds the attention half alone.
     const bool attention_first = layout_.has_lora() && activations_ == ActivationPolicy::Recompute &&
-                                 static_cast<std::size_t>(max_batch_) * max_seq_ <= static_cast<std::size_t>(row_chunk_);
+                                 static_cast<std::size_t>(max_batch_) * max_seq_ <= static_cast<std::size_t>(blocks_.rows().chunk);
     for (int l = L - 1; l >= 0; --l) {
       const int s = layout_.layer_segment(l);
       if (attention_first) {

@@ -71,6 +71,7 @@ struct BlockRows {
   int chunk = kRowChunk;
   int mlp = kRowChunk;
   static BlockRows whole(int chunk) { return {chunk, chunk}; }  // no MLP sub-chunks
+  bool operator==(const BlockRows&) const = default;
 };
 // f(r0, n) for each chunk [r0, r0 + n) of `rows` rows, in order: the one partition every block
 // forward and backward uses (Note [row chunks]).

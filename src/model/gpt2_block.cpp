@@ -19,15 +19,14 @@ Gpt2BlockTensors gpt2_block_tensors(const Ops& ops, const SegmentLayout& layout,
 Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
                                  const Gpt2Workspace* borrow, bool chunked)
     : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked,
-                                           borrow != nullptr ? BlockRows{borrow->row_chunk, borrow->mlp_rows} : BlockRows{},
+                                           borrow != nullptr ? borrow->rows : BlockRows{},
                                            borrow != nullptr && borrow->gelu_in_fch))) {
   STRATUM_ASSERT(borrow != nullptr || !chunked);  // a chunked set takes the workspace's chunk
   this->chunked = chunked;
   if (borrow != nullptr) {
     STRATUM_ASSERT(!borrow->gelu_in_fch || chunked);
     if (borrow->gelu_in_fch) fch_gelu = fch;
-    row_chunk = borrow->row_chunk;
-    mlp_rows = borrow->mlp_rows;
+    rows = borrow->rows;
     ln1 = ln2 = borrow->tmp;
     borrowed = true;
   }
@@ -35,10 +34,9 @@ Gpt2Activations::Gpt2Activations(const Ops& ops, const GptConfig& cfg, int max_b
 
 Gpt2Activations::Gpt2Activations(const GptConfig& cfg, int max_batch, int max_seq, const Gpt2Workspace& w,
                                    float* memory) {
-  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false, BlockRows{w.row_chunk, w.mlp_rows}), memory);
+  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false, w.rows), memory);
   STRATUM_ASSERT(!w.gelu_in_fch);  // a held set keeps fch_gelu for the backward
-  row_chunk = w.row_chunk;
-  mlp_rows = w.mlp_rows;
+  rows = w.rows;
   ln1 = ln2 = w.tmp;
   borrowed = true;
 }
@@ -64,14 +62,13 @@ CarveSlices Gpt2Activations::slices(const GptConfig& cfg, int max_batch, int max
 
 Gpt2Workspace::Gpt2Workspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights,
                              bool backward, BlockRows rows, bool gelu_in_fch) {
-  row_chunk = rows.chunk;
-  mlp_rows = rows.mlp;
+  this->rows = rows;
   this->gelu_in_fch = gelu_in_fch;
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   wide_floats = bf16_weights ? 4 * C * C : 0;  // kn() widens a whole matrix (GemmLinear)
   const std::size_t vector_floats = bf16_weights ? 13 * C : 0;
-  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT, row_chunk)), bwd = backward ? 1 : 0;
-  const std::size_t mlp = std::min(chunk, static_cast<std::size_t>(mlp_rows));
+  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT, rows.chunk)), bwd = backward ? 1 : 0;
+  const std::size_t mlp = std::min(chunk, static_cast<std::size_t>(rows.mlp));
   buffer_ = ops_buffer_carve(ops, {{&tmp, chunk * C}, {&dfch, bwd * mlp * 4 * C}, {&dln, bwd * chunk * C},
                    {&datty, bwd * chunk * C}, {&dqkv, bwd * BT * 3 * C}, {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.n_head, cfg.head_dim())},
                    {&wide, wide_floats}, {&wide_vectors, vector_floats}});
@@ -142,17 +139,17 @@ void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& a
   // the keys before it), then the rest of the block; adapters (Note [lora math]) add to each
   // module's output before it is used. A half (Note [block halves]) keeps res2 in out.
   if (part != BlockPart::Mlp) {
-    for_each_row_chunk(BT, s.row_chunk, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
+    for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
     if (!attention.by_row_chunks())
       attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.n_head, cfg.head_dim(), 0,
                        BT);
   }
-  for_each_row_chunk(BT, s.row_chunk, [&](int r0, int n) {
+  for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) {
     float* const res2 = part == BlockPart::Whole ? s.res2 + s.chunk_row(r0) * C : out + static_cast<std::size_t>(r0) * C;
     if (part != BlockPart::Mlp)
       gpt2_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora, res2);
     if (part != BlockPart::Attention)  // in sub-chunks (Note [frozen MLP rows])
-      for_each_sub_chunk(r0, n, s.mlp_rows, [&](int q0, int m) {
+      for_each_sub_chunk(r0, n, s.rows.mlp, [&](int q0, int m) {
         gpt2_mlp_rows(ops, linear, cfg, p, s, tmp, out, q0, m, lora, res2 + static_cast<std::size_t>(q0 - r0) * C);
       });
   });
@@ -167,9 +164,9 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
   // Recompute every row's qkv; each chunk's attention rows and MLP internals are recomputed
   // below, just before its backward (the block output itself is not needed); or, in two parts
   // (Note [attention recompute first]), the attention half's first, for the pass's one chunk.
-  STRATUM_ASSERT(part == BlockPart::Whole || (recompute && BT <= w.row_chunk));
+  STRATUM_ASSERT(part == BlockPart::Whole || (recompute && BT <= w.rows.chunk));
   if (recompute && part != BlockPart::Mlp)
-    for_each_row_chunk(BT, s.row_chunk, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
+    for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
   if (part == BlockPart::Attention) {
     gpt2_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, 0, BT, lora, s.res2);
     return;
@@ -188,12 +185,12 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
   // in w.tmp (borrowed, Gpt2Activations): the same layernorm writes them again. The gradient at
   // res2 is built in dx's rows, where the attention half's input gradient is added.
   STRATUM_ASSERT(s.ln1 == w.tmp && s.ln2 == w.tmp);
-  STRATUM_ASSERT(s.mlp_rows == w.mlp_rows && s.row_chunk == w.row_chunk);
+  STRATUM_ASSERT(s.rows == w.rows);
   // fch_gelu feeds only mlp_proj's weight gradient and its adapter: without them the recompute
   // stops before the gelu (Gpt2Workspace::gelu_in_fch).
   const bool gelu_needed = g != nullptr || (lora != nullptr && lora->t[3].a != nullptr);
   STRATUM_ASSERT(!w.gelu_in_fch || !gelu_needed);
-  for_each_row_chunk(BT, s.row_chunk, [&](int r0, int n) {
+  for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C, own = s.chunk_row(r0) * C;
     const bool acc = r0 > 0;  // later chunks add to the gradients
     float* const ln2 = s.ln2;
@@ -201,9 +198,9 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
       gpt2_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora,
                           s.res2 + own);
     // The MLP half in sub-chunks (Note [frozen MLP rows]: one, the chunk, where it trains).
-    STRATUM_ASSERT(w.mlp_rows >= n ||
+    STRATUM_ASSERT(w.rows.mlp >= n ||
                    (g == nullptr && (lora == nullptr || (lora->t[2].a == nullptr && lora->t[3].a == nullptr))));
-    for_each_sub_chunk(r0, n, w.mlp_rows, [&](int q0, int m) {
+    for_each_sub_chunk(r0, n, w.rows.mlp, [&](int q0, int m) {
       const std::size_t qat = static_cast<std::size_t>(q0) * C, mlp = s.chunk_row(q0) * 4 * C;
       const bool qacc = q0 > 0;
       const float* const dout_c = dout + qat;
@@ -234,7 +231,7 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
     ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, H, cfg.head_dim(), r0, n);
   });
   // Attention: qkv = c_attn(ln1(x)); every row's dk and dv are complete now.
-  for_each_row_chunk(BT, s.row_chunk, [&](int r0, int n) {
+  for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     const bool acc = r0 > 0;
     ops.layernorm_forward(s.ln1, s.ln1_mean + r0, s.ln1_rstd + r0, x + at, p.ln1_w, p.ln1_b, n, C, cfg.layer_norm_eps);

@@ -51,7 +51,7 @@ class Gpt2Activations {
   // xn1 and xn2, Note [hmid in the workspace] in model/llama_block.h); null: slices of their own.
   // chunked: atty, res2, fch and fch_gelu hold one row chunk (Note [row chunks] in
   // model/block_policy.h), for a set the backward refills by recomputing; false: every row.
-  // With a borrowed workspace the MLP half runs in its sub-chunks (mlp_rows, Note [frozen MLP rows]
+  // With a borrowed workspace the MLP half runs in its sub-chunks (rows.mlp, Note [frozen MLP rows]
   // in model/block_policy.h), and chunked fch and fch_gelu hold one sub-chunk.
   Gpt2Activations(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                   const Gpt2Workspace* borrow = nullptr, bool chunked = false);
@@ -70,8 +70,7 @@ class Gpt2Activations {
   std::size_t work_row(int r0) const { return borrowed ? 0 : static_cast<std::size_t>(r0); }
 
   bool chunked = false;
-  int row_chunk = kRowChunk;  // rows of its passes' chunks (Note [row chunks]): the borrowed workspace's
-  int mlp_rows = kRowChunk;  // rows of the MLP half's sub-chunks (Note [frozen MLP rows])
+  BlockRows rows;  // its passes' chunks and MLP sub-chunks (Note [row chunks]): the borrowed workspace's
   bool borrowed = false;  // ln1 and ln2 are a training workspace's rows
   float* ln1;       // (B,T,C) (one chunk: the workspace's tmp rows in training)
   float* ln1_mean;  // (B,T)
@@ -123,8 +122,7 @@ class Gpt2Workspace {
   float* wide = nullptr;          // (4C * C) a widened bf16 matrix (bf16_weights only)
   std::size_t wide_floats = 0;    // wide's floats
   float* wide_vectors = nullptr;  // (13 C) widened norm weights and biases (bf16_weights only)
-  int row_chunk = kRowChunk;      // rows of a chunk (Note [row chunks])
-  int mlp_rows = kRowChunk;       // the MLP half's sub-chunk (Note [frozen MLP rows])
+  BlockRows rows;                 // the row chunk and the MLP half's sub-chunk (Note [row chunks])
   bool gelu_in_fch = false;       // the sets' fch_gelu is their fch
 
  private:

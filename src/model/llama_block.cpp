@@ -18,12 +18,11 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
 LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
                                    const LlamaWorkspace* borrow, bool chunked)
     : buffer_(ops_buffer_carve(ops, slices(cfg, max_batch, max_seq, attention_stats, borrow != nullptr, chunked,
-                                           borrow != nullptr ? BlockRows{borrow->row_chunk, borrow->mlp_rows} : BlockRows{}))) {
+                                           borrow != nullptr ? borrow->rows : BlockRows{}))) {
   STRATUM_ASSERT(borrow != nullptr || !chunked);  // a chunked set takes the workspace's chunk
   this->chunked = chunked;
   if (borrow != nullptr) {
-    row_chunk = borrow->row_chunk;
-    mlp_rows = borrow->mlp_rows;
+    rows = borrow->rows;
     STRATUM_ASSERT(!borrow->gate_holds_hmid || chunked);
     hmid = borrow->gate_holds_hmid ? gate : borrow->dgate;
     borrowed = true;
@@ -33,10 +32,9 @@ LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max
 
 LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_seq, const LlamaWorkspace& w,
                                    float* memory) {
-  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false, BlockRows{w.row_chunk, w.mlp_rows}), memory);
+  aligned_carve_into(slices(cfg, max_batch, max_seq, true, true, false, w.rows), memory);
   STRATUM_ASSERT(!w.gate_holds_hmid);  // a held set keeps gate for the backward
-  row_chunk = w.row_chunk;
-  mlp_rows = w.mlp_rows;
+  rows = w.rows;
   hmid = w.dgate;
   borrowed = true;
   xn1 = xn2 = w.tmp;
@@ -64,16 +62,15 @@ CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int ma
 
 LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights,
                                bool backward, BlockRows rows, bool gate_holds_hmid) {
-  row_chunk = rows.chunk;
-  mlp_rows = rows.mlp;
+  this->rows = rows;
   this->gate_holds_hmid = gate_holds_hmid;
   const std::size_t BT = static_cast<std::size_t>(max_batch) * max_seq, C = cfg.n_embd;
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   // Note [widened in panels]: the scratch holds a panel of the largest matrix.
   wide_floats = bf16_weights ? widen_scratch_floats(std::max(Q, I) * C) : 0;
   const std::size_t vector_floats = bf16_weights ? 2 * C : 0;
-  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT, row_chunk)), bwd = backward ? 1 : 0;
-  const std::size_t mlp = std::min(chunk, static_cast<std::size_t>(mlp_rows));
+  const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT, rows.chunk)), bwd = backward ? 1 : 0;
+  const std::size_t mlp = std::min(chunk, static_cast<std::size_t>(rows.mlp));
   buffer_ = ops_buffer_carve(ops,
       {{&tmp, chunk * C}, {&dxn, bwd * chunk * C}, {&datty, bwd * chunk * Q}, {&dqkv, bwd * BT * QKV},
        {&dgate, gate_holds_hmid ? 0 : mlp * I}, {&dup, bwd * mlp * I},
@@ -109,7 +106,7 @@ void llama_qkv(const Ops& ops, const Linear& linear, const Attention& attention,
                const RopeTable& rope, const LlamaBlockTensors& p, const float* x, LlamaActivations& s, int B, int T,
                const LoraBlock* lora) {
   const int Q = cfg.q_dim(), QKV = Q + 2 * cfg.kv_dim();
-  for_each_row_chunk(B * T, s.row_chunk, [&](int r0, int n) { llama_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
+  for_each_row_chunk(B * T, s.rows.chunk, [&](int r0, int n) { llama_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
   ops.rope_forward(s.qkv, B, T, cfg.n_head, cfg.head_dim(), QKV, attention.positions(), rope);
   ops.rope_forward(s.qkv + Q, B, T, cfg.kv_heads(), cfg.head_dim(), QKV, attention.positions(), rope);
 }
@@ -180,12 +177,12 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
       attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.kv_heads(),
                        cfg.head_dim(), 0, BT);
   }
-  for_each_row_chunk(BT, s.row_chunk, [&](int r0, int n) {
+  for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) {
     float* const res2 = part == BlockPart::Whole ? s.res2 + s.chunk_row(r0) * C : out + static_cast<std::size_t>(r0) * C;
     if (part != BlockPart::Mlp)
       llama_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora, res2);
     if (part != BlockPart::Attention)  // in sub-chunks (Note [frozen MLP rows])
-      for_each_sub_chunk(r0, n, s.mlp_rows, [&](int q0, int m) {
+      for_each_sub_chunk(r0, n, s.rows.mlp, [&](int q0, int m) {
         llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, q0, m, lora, res2 + static_cast<std::size_t>(q0 - r0) * C);
       });
   });
@@ -201,7 +198,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   // Recompute every row's qkv; each chunk's attention rows and MLP internals are recomputed
   // below, just before its backward; or, in two parts (Note [attention recompute first]), the
   // attention half's first, for the pass's one chunk.
-  STRATUM_ASSERT(part == BlockPart::Whole || (recompute && BT <= w.row_chunk));
+  STRATUM_ASSERT(part == BlockPart::Whole || (recompute && BT <= w.rows.chunk));
   if (recompute && part != BlockPart::Mlp) llama_qkv(ops, linear, CausalAttention{}, cfg, rope, p, x, s, B, T, lora);
   if (part == BlockPart::Attention) {
     llama_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, 0, BT, lora, s.res2);
@@ -229,8 +226,8 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   const bool hmid_needed = g != nullptr || (lora != nullptr && lora->t[6].a != nullptr);
   STRATUM_ASSERT(!w.gate_holds_hmid || !hmid_needed);
   const float eps = cfg.layer_norm_eps;
-  STRATUM_ASSERT(s.mlp_rows == w.mlp_rows && s.row_chunk == w.row_chunk);
-  for_each_row_chunk(BT, s.row_chunk, [&](int r0, int n) {
+  STRATUM_ASSERT(s.rows == w.rows);
+  for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     float* const res2_chunk = s.res2 + s.chunk_row(r0) * C;
     const float* const atty = s.atty + s.chunk_row(r0) * Q;
@@ -239,9 +236,9 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
       llama_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora,
                            res2_chunk);
     // The MLP half in sub-chunks (Note [frozen MLP rows]: one, the chunk, where it trains).
-    STRATUM_ASSERT(w.mlp_rows >= n || (g == nullptr && (lora == nullptr || (lora->t[4].a == nullptr &&
+    STRATUM_ASSERT(w.rows.mlp >= n || (g == nullptr && (lora == nullptr || (lora->t[4].a == nullptr &&
                                                          lora->t[5].a == nullptr && lora->t[6].a == nullptr))));
-    for_each_sub_chunk(r0, n, w.mlp_rows, [&](int q0, int m) {
+    for_each_sub_chunk(r0, n, w.rows.mlp, [&](int q0, int m) {
       const std::size_t qat = static_cast<std::size_t>(q0) * C, mlp = s.chunk_row(q0) * I;
       const std::size_t rows_i = static_cast<std::size_t>(m) * I;
       const bool qacc = q0 > 0;
@@ -283,7 +280,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   // are complete now.
   ops.rope_backward(w.dqkv, B, T, H, hd, QKV, nullptr, rope);
   ops.rope_backward(w.dqkv + Q, B, T, KV, hd, QKV, nullptr, rope);
-  for_each_row_chunk(BT, s.row_chunk, [&](int r0, int n) {
+  for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     const bool acc = r0 > 0;
     const float* const dqkv = w.dqkv + static_cast<std::size_t>(r0) * QKV;

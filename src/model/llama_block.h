@@ -62,7 +62,7 @@ class LlamaActivations {
   // in the workspace]); null: slices of their own.
   // chunked: atty, res2, gate and up hold one row chunk (Note [row chunks] in model/block_policy.h),
   // for a set the backward refills by recomputing; false: every row.
-  // With a borrowed workspace the MLP half runs in its sub-chunks (mlp_rows, Note [frozen MLP rows]
+  // With a borrowed workspace the MLP half runs in its sub-chunks (rows.mlp, Note [frozen MLP rows]
   // in model/block_policy.h), and chunked gate and up hold one sub-chunk.
   LlamaActivations(const Ops& ops, const GptConfig& config, int max_batch, int max_seq, bool attention_stats = true,
                    const LlamaWorkspace* borrow = nullptr, bool chunked = false);
@@ -82,8 +82,7 @@ class LlamaActivations {
 
   bool chunked = false;
   bool borrowed = false;  // hmid, xn1 and xn2 are a training workspace's rows
-  int row_chunk = kRowChunk;  // rows of its passes' chunks (Note [row chunks]): the borrowed workspace's
-  int mlp_rows = kRowChunk;  // rows of the MLP half's sub-chunks (Note [frozen MLP rows])
+  BlockRows rows;  // its passes' chunks and MLP sub-chunks (Note [row chunks]): the borrowed workspace's
   float* xn1;    // (B,T,C) input_layernorm(x) (Note [hmid in the workspace])
   float* rstd1;  // (B,T)
   float* qkv;    // (B,T,H*hd + 2*KV*hd) [q | k | v], q and k rotated
@@ -127,8 +126,7 @@ class LlamaWorkspace {
   float* dqkv;   // (B,T,H*hd + 2*KV*hd)
   float* dgate;  // (mlp rows, I) a sub-chunk's hmid (Note [hmid in the workspace]), then d gate
   float* dup;    // (mlp rows, I) d hmid, then d up (Note [row chunks] in model/block_policy.h)
-  int row_chunk = kRowChunk;  // rows of a chunk (Note [row chunks])
-  int mlp_rows = kRowChunk;  // the MLP half's sub-chunk (Note [frozen MLP rows])
+  BlockRows rows;  // the row chunk and the MLP half's sub-chunk (Note [row chunks])
   bool gate_holds_hmid = false;  // dgate is null: the sets' gate rows hold hmid (Note [hmid in the workspace])
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, KV, hd)
   float* wide = nullptr;          // a panel of a matrix widened from bf16 (bf16_weights only; Note [widened in panels])

@@ -54,6 +54,7 @@ class TransformerBlock {
                    const ParamLayout* layout = nullptr, bool bf16_weights = false, bool recompute = false,
                    bool backward = true, BlockRows rows = {});
   std::size_t size_bytes() const;  // internals + workspace + rotary table
+  const BlockRows& rows() const { return cfg_.llama() ? llama_work_->rows : gpt2_work_->rows; }
   // Floats of one set of internals held outside (an Internals unit): the family's training
   // activations without the borrowed rows, then the adapters' x A^T (with LoRA).
   static std::size_t held_floats(const GptConfig& config, int max_batch, int max_seq, const ParamLayout* layout);

@@ -232,11 +232,11 @@ std::string plan_row_chunk_advice(const PlanRequest& r, std::size_t budget_bytes
 }
 
 void plan_budget_check(const PlanRequest& r, std::size_t min_budget_bytes) {
-  if (r.mem_budget_bytes == 0 || r.mem_budget_bytes >= min_budget_bytes) return;
-  STRATUM_FAIL("[plan] --mem-budget ", bytes_text(static_cast<double>(r.mem_budget_bytes)), " is below the minimum of ",
-               bytes_text(static_cast<double>(min_budget_bytes)), " for this model at B=", r.batch, " T=", r.seq,
-               "; use --mem-budget ", (min_budget_bytes + (1 << 20) - 1) >> 20, "M or more",
-               plan_row_chunk_advice(r, r.mem_budget_bytes), ", or lower --batch/--seq");
+  STRATUM_CHECK(r.mem_budget_bytes == 0 || r.mem_budget_bytes >= min_budget_bytes, "[plan] --mem-budget ",
+                bytes_text(static_cast<double>(r.mem_budget_bytes)), " is below the minimum of ",
+                bytes_text(static_cast<double>(min_budget_bytes)), " for this model at B=", r.batch, " T=", r.seq,
+                "; use --mem-budget ", (min_budget_bytes + (1 << 20) - 1) >> 20, "M or more",
+                plan_row_chunk_advice(r, r.mem_budget_bytes), ", or lower --batch/--seq");
 }
 
 Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_gbps, double write_gbps) {
