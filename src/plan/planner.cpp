@@ -231,12 +231,23 @@ std::string plan_row_chunk_advice(const PlanRequest& r, std::size_t budget_bytes
   return "";
 }
 
+std::string plan_budget_refusal(const char* flag, std::size_t budget_bytes, std::size_t min_bytes, int batch, int seq,
+                                const std::string& parts, const std::string& advice) {
+  return detail::concat(flag, " ", bytes_text(static_cast<double>(budget_bytes)), " is below the minimum of ",
+                        bytes_text(static_cast<double>(min_bytes)), " for this model at B=", batch, " T=", seq,
+                        parts.empty() ? std::string() : " (" + parts + ")", "; use ", flag, " ",
+                        (min_bytes + (1 << 20) - 1) >> 20, "M or more", advice, ", or lower --batch/--seq");
+}
+
+std::string plan_min_parts(std::size_t engine_bytes, std::size_t working_set_bytes) {
+  return "engine buffers " + bytes_text(static_cast<double>(engine_bytes)) + " + largest working set " +
+         bytes_text(static_cast<double>(working_set_bytes));
+}
+
 void plan_budget_check(const PlanRequest& r, std::size_t min_budget_bytes) {
-  STRATUM_CHECK(r.mem_budget_bytes == 0 || r.mem_budget_bytes >= min_budget_bytes, "[plan] --mem-budget ",
-                bytes_text(static_cast<double>(r.mem_budget_bytes)), " is below the minimum of ",
-                bytes_text(static_cast<double>(min_budget_bytes)), " for this model at B=", r.batch, " T=", r.seq,
-                "; use --mem-budget ", (min_budget_bytes + (1 << 20) - 1) >> 20, "M or more",
-                plan_row_chunk_advice(r, r.mem_budget_bytes), ", or lower --batch/--seq");
+  STRATUM_CHECK(r.mem_budget_bytes == 0 || r.mem_budget_bytes >= min_budget_bytes, "[plan] ",
+                plan_budget_refusal("--mem-budget", r.mem_budget_bytes, min_budget_bytes, r.batch, r.seq, "",
+                                    plan_row_chunk_advice(r, r.mem_budget_bytes)));
 }
 
 Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_gbps, double write_gbps) {

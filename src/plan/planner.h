@@ -112,6 +112,15 @@ int plan_mlp_rows(const PlanRequest& request);
 // R/2, R/4, ... 64, below B*T) whose minimum fits budget_bytes, as the advice ", --row-chunk N
 // (minimum X)" a refusal adds; "" where none fits.
 std::string plan_row_chunk_advice(const PlanRequest& request, std::size_t budget_bytes);
+// The one line every budget below its minimum is refused with (plan's and train's, the host's
+// and the device's budgets), after the caller's "[plan] " or "[train] ": "<flag> X is below the
+// minimum of Y for this model at B=b T=t[ (parts)]; use <flag> NM or more[advice], or lower
+// --batch/--seq". parts says what the minimum is made of ("" for nothing); advice is
+// plan_row_chunk_advice's (or "").
+std::string plan_budget_refusal(const char* flag, std::size_t budget_bytes, std::size_t min_bytes, int batch, int seq,
+                                const std::string& parts, const std::string& advice);
+// "engine buffers E + largest working set W", the parts of an executor's minimum.
+std::string plan_min_parts(std::size_t engine_bytes, std::size_t working_set_bytes);
 void plan_budget_check(const PlanRequest& request, std::size_t min_budget_bytes);
 
 // What the plan needs measured: the offload dir's disk (plan/calibration.h, cached) when

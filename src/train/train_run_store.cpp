@@ -50,10 +50,9 @@ void TrainRun::store_make() {
       request.activations = ActivationPolicy::Recompute;
     } else {
       const std::size_t smaller = plan_min_budget_bytes(request);  // recompute's or offload's
-      STRATUM_CHECK(o_.mem_budget_bytes >= smaller, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
-                    " is below the minimum of ", bytes_text(smaller), " for this model at B=", o_.batch, " T=", o_.seq,
-                    "; use --mem-budget ", (smaller + (1 << 20) - 1) >> 20, "M or more",
-                    plan_row_chunk_advice(request, o_.mem_budget_bytes), ", or lower --batch/--seq");
+      STRATUM_CHECK(o_.mem_budget_bytes >= smaller, "[train] ",
+                    plan_budget_refusal("--mem-budget", o_.mem_budget_bytes, smaller, o_.batch, o_.seq, "",
+                                        plan_row_chunk_advice(request, o_.mem_budget_bytes)));
       measured = plan_measure(request, co, threads_, o_.measure_exe);
       const ActivationChoice choice = plan_choose_activations(
           request, measured.timing, measured.read_gbps, measured.write_gbps, dir_free_bytes(o_.offload_dir, "--offload-dir"));
@@ -120,11 +119,9 @@ void TrainRun::store_make() {
     smallest.activations = plan_activations_resolve(o_.activations, zo);
     min_budget_ = std::min(min_budget_, plan_min_budget_bytes(smallest));
   }
-  STRATUM_CHECK(o_.gpu_mem_budget_bytes == 0 || o_.gpu_mem_budget_bytes >= min_budget_, "[train] --gpu-mem-budget ",
-                bytes_text(o_.gpu_mem_budget_bytes), " is below the minimum of ", bytes_text(min_budget_),
-                " for this model at B=", o_.batch, " T=", o_.seq, " (engine buffers ", bytes_text(exec.fixed_bytes()),
-                " + largest working set ", bytes_text(exec.min_store_bytes()), "); use --gpu-mem-budget ",
-                (min_budget_ + (1 << 20) - 1) >> 20, "M or more, or lower --batch/--seq");
+  STRATUM_CHECK(o_.gpu_mem_budget_bytes == 0 || o_.gpu_mem_budget_bytes >= min_budget_, "[train] ",
+                plan_budget_refusal("--gpu-mem-budget", o_.gpu_mem_budget_bytes, min_budget_, o_.batch, o_.seq,
+                                    plan_min_parts(exec.fixed_bytes(), exec.min_store_bytes()), ""));
   auto device_attach = [&] {
     const std::size_t device_budget = o_.gpu_mem_budget_bytes > 0 ? o_.gpu_mem_budget_bytes - exec.fixed_bytes() : 0;
     mirror_ = std::make_unique<DeviceSegmentStore>(*store_, exec_->ops_shared(), device_budget, result_.prefetch);
@@ -141,12 +138,10 @@ void TrainRun::store_make() {
     return;
   }
   const std::size_t host_min = host_fixed + exec.min_host_store_bytes();
-  STRATUM_CHECK(o_.mem_budget_bytes >= host_min, "[train] --mem-budget ", bytes_text(o_.mem_budget_bytes),
-                " is below the minimum of ", bytes_text(host_min), " for this model at B=", o_.batch, " T=", o_.seq,
-                " (engine buffers ", bytes_text(host_fixed), " + largest working set ", bytes_text(exec.min_host_store_bytes()),
-                "); use --mem-budget ", (host_min + (1 << 20) - 1) >> 20, "M or more",
-                device_tier ? std::string() : plan_row_chunk_advice(request, o_.mem_budget_bytes),
-                ", or lower --batch/--seq");
+  STRATUM_CHECK(o_.mem_budget_bytes >= host_min, "[train] ",
+                plan_budget_refusal("--mem-budget", o_.mem_budget_bytes, host_min, o_.batch, o_.seq,
+                                    plan_min_parts(host_fixed, exec.min_host_store_bytes()),
+                                    device_tier ? std::string() : plan_row_chunk_advice(request, o_.mem_budget_bytes)));
   if (!device_tier) {
     // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
     // unless --prefetch chose one.
