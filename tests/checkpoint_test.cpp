@@ -4,8 +4,6 @@
 // are detected and skipped, Ctrl-C checkpoints, and random SIGKILLs lose nothing.
 #include <gtest/gtest.h>
 
-#include <functional>
-
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -399,6 +398,61 @@ TEST_F(Checkpoint, ABrokenLatestIsReportedAndHandledTheSameEverywhere) {
       EXPECT_NE(r.errors.find(c.problem), std::string::npos) << command << ": " << r.errors;
     }
     EXPECT_NE(r.errors.find("nothing left to train"), std::string::npos) << "resumed step 8: " << r.errors;
+  }
+}
+
+// A damaged newest checkpoint gives a resume neither its options nor its model: the options a
+// resume leaves out, and the model a rerun command's shape flags are checked against, come from
+// the checkpoint that verifies (before, a truncated trainer_state.json or config.json stopped the
+// resume, and an edited one was used). A newest checkpoint without its manifest is skipped by
+// every reader of the root, as verify and --resume skip it (before, generate and info read it
+// unchecked as a plain Hugging Face directory).
+TEST_F(Checkpoint, ADamagedNewestCheckpointGivesNeitherItsOptionsNorItsModel) {
+  const std::string good = tmp_.file("good");
+  CommandResult r = run_stratum(train_args(tokens_, kSteps) + " --save " + quote(good) + " --save-every 4");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const struct {
+    const char* name;
+    std::function<void(const std::string& newest)> damage;
+    bool rerun_command;  // resume with the command that started the run, else `--resume ROOT` alone
+  } cases[] = {
+      {"options edited",
+       [](const std::string& newest) {
+         std::string state = file_read_all(newest + "/trainer_state.json");
+         const std::size_t at = state.find("\"total_steps\": 8");
+         ASSERT_NE(at, std::string::npos) << state;
+         state.replace(at, 16, "\"total_steps\": 6");
+         file_write_atomic(newest + "/trainer_state.json", state);
+       },
+       false},
+      {"trainer state truncated",
+       [](const std::string& newest) { std::filesystem::resize_file(newest + "/trainer_state.json", 300); }, false},
+      {"config truncated", [](const std::string& newest) { std::filesystem::resize_file(newest + "/config.json", 10); },
+       true},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string root = tmp_.file(std::string("ck_") + c.name);
+    std::filesystem::copy(good, root, std::filesystem::copy_options::recursive);
+    c.damage(root + "/step-00000008");
+    r = run_stratum(c.rerun_command ? train_args(tokens_, kSteps) + " --save " + quote(root) + " --resume " + quote(root)
+                                    : "train --resume " + quote(root) + " --quiet");
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_NE(r.errors.find("skipped step-00000008"), std::string::npos) << r.errors;
+    EXPECT_NE(r.errors.find("resuming from " + root + "/step-00000004"), std::string::npos) << r.errors;
+    EXPECT_EQ(params_hash(r), ref_hash_) << r.errors;
+    EXPECT_EQ(latest_of(root), "step-00000008\n");
+  }
+  const std::string root = tmp_.file("ck_no_manifest");
+  std::filesystem::copy(good, root, std::filesystem::copy_options::recursive);
+  std::filesystem::remove(root + "/step-00000008/manifest.json");
+  for (const std::string& command :
+       {"info " + quote(root), "generate --model " + quote(root) + " --prompt-ids 1,2 --max-tokens 2 --quiet"}) {
+    r = run_stratum(command);
+    EXPECT_EQ(r.exit_code, 0) << command << ": " << r.errors;
+    EXPECT_NE(r.errors.find("skipped step-00000008: manifest.json is missing"), std::string::npos)
+        << command << ": " << r.errors;
+    EXPECT_NE(r.errors.find("using " + root + "/step-00000004"), std::string::npos) << command << ": " << r.errors;
   }
 }
 

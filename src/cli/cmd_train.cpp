@@ -110,15 +110,19 @@ void resume_model_check(const Args& args, const std::string& model_dir, const st
 
 // With --resume, the options left out are the checkpoint's (Note [checkpoints]); those given must
 // match it where they change the math (train_run checks, and resume_model_check for the model).
+// The checkpoint is found and verified first (checkpoint_find: from a root, the newest that
+// verifies), so a damaged newest one gives neither its options nor its model; train_run resumes
+// the one found here.
 void fill_from_checkpoint(const Args& args, TrainOptions& o) {
-  resume_model_check(args, o.model_dir, o.resume_path);
-  const TrainerState st = train_peek_checkpoint(o.resume_path);
+  o.resume_point = checkpoint_find(o.resume_path);
+  const TrainerState& st = o.resume_point->state;
+  resume_model_check(args, o.model_dir, o.resume_point->dir);
   // The weights are the checkpoint's; a LoRA checkpoint's adapters train over the --model base.
   if (st.lora_r == 0) o.model_dir.clear();
   o.config = st.config;
   for (const TrainOption& option : train_option_table())
     if (!args.has(option.flag)) train_option_copy(option, st, o);
-  if (!args.has("save")) o.save_dir = train_checkpoint_root(o.resume_path);
+  if (!args.has("save")) o.save_dir = train_checkpoint_root(o.resume_point->dir);
 }
 }  // namespace
 

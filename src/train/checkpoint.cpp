@@ -475,7 +475,16 @@ DirLock checkpoint_root_claim(const std::string& root_in, std::uint64_t run_id, 
     STRATUM_CHECK(ours, "[train] --save '", root, "' already holds checkpoints of another run (newest ", existing[0],
                   "); continue that run with --resume ", root, ", or choose another --save directory");
   }
-  if (checkpoint_root_owner(root) != run_id) file_write_atomic(root + "/" + kOwnerFile, kOwnerPrefix + hex64(run_id) + "\n");
+  if (checkpoint_root_owner(root) != run_id) {
+    try {
+      file_write_atomic(root + "/" + kOwnerFile, kOwnerPrefix + hex64(run_id) + "\n");
+    } catch (const BugError&) {
+      throw;
+    } catch (const Error& e) {
+      STRATUM_FAIL("[train] --save '", root, "': recording the run that owns it failed: ", e.what(),
+                   "; free space on that disk or choose another --save directory");
+    }
+  }
   return lock;
 }
 
@@ -493,7 +502,10 @@ std::string checkpoint_model_dir(const std::string& path_in, std::vector<std::st
   if (path.empty() || file_exists(path + "/config.json") || !dir_exists(path)) return path_in;
   if (!file_exists(path + "/latest") && checkpoint_list(path).empty()) return path_in;  // not a root
   const LatestStatus latest = checkpoint_latest(path);
-  if (latest.ok()) return path + "/" + latest.name;
+  // What `latest` names is a checkpoint, which readers check against its manifest
+  // (checkpoint_dir_check); one without its manifest is unfinished or damaged, not a plain
+  // Hugging Face directory to read unchecked.
+  if (latest.ok() && file_exists(path + "/" + latest.name + "/manifest.json")) return path + "/" + latest.name;
   // The same fallback as --resume: the newest checkpoint that verifies, saying why.
   ResumePoint point = checkpoint_find(path);
   if (notes != nullptr) {

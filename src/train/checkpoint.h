@@ -144,8 +144,9 @@ struct LatestStatus {
 LatestStatus checkpoint_latest(const std::string& root);
 
 // For --model: a checkpoint root (no config.json; a `latest` file or step-N directories) stands
-// for the checkpoint `latest` names or, when that is broken, the newest one that verifies (the
-// fallback --resume uses; `notes` gets why and which); any other path is returned unchanged.
+// for the checkpoint `latest` names or, when that is broken or names a directory without its
+// manifest.json, the newest one that verifies (the fallback --resume uses; `notes` gets why and
+// which); any other path is returned unchanged.
 // Throws Error when no checkpoint of the root verifies.
 std::string checkpoint_model_dir(const std::string& path, std::vector<std::string>* notes = nullptr);
 

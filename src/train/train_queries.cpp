@@ -1,5 +1,5 @@
 // What the CLI asks about a training run without running one: whether its options hold together,
-// a checkpoint's trainer state, the root a resume saves to, the smallest budget; see trainer.h.
+// the root a resume saves to, the smallest budget; see trainer.h.
 #include <filesystem>
 #include <string>
 #include <type_traits>
@@ -15,23 +15,6 @@
 #include "train/trainer.h"
 
 namespace stratum {
-namespace {
-std::string peek_dir(const std::string& path) {
-  if (file_exists(path + "/trainer_state.json")) return path;
-  const LatestStatus latest = checkpoint_latest(path);
-  if (latest.ok() && file_exists(path + "/" + latest.name + "/trainer_state.json")) return path + "/" + latest.name;
-  for (const std::string& name : checkpoint_list(path))
-    if (file_exists(path + "/" + name + "/trainer_state.json")) return path + "/" + name;
-  STRATUM_FAIL("[train] --resume '", path, "' holds no checkpoint (no trainer_state.json)");
-}
-}  // namespace
-
-TrainerState train_peek_checkpoint(const std::string& path) {
-  STRATUM_CHECK(dir_exists(path), "[train] --resume '", path, "' does not exist or is not a directory");
-  const std::string dir = peek_dir(path);
-  return trainer_state_parse(file_read_all(dir + "/trainer_state.json"), dir + "/trainer_state.json");
-}
-
 std::string train_checkpoint_root(const std::string& path) {
   std::string p = path;
   while (p.size() > 1 && p.back() == '/') p.pop_back();

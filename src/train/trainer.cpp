@@ -70,7 +70,7 @@ void TrainRun::resume_find() {
   // Resuming (Note [checkpoints]): the checkpoint is verified against its checksums first; from a
   // root, a damaged newest one is skipped (saying so) for the newest that verifies.
   if (o_.resume_path.empty()) return;
-  resume_ = checkpoint_find(o_.resume_path);
+  resume_ = o_.resume_point ? *o_.resume_point : checkpoint_find(o_.resume_path);
   // A LoRA checkpoint holds the adapters; the frozen base comes from --model as in the first run
   // (Note [lora segments]; the params hash covers both, so another base is refused).
   STRATUM_CHECK(o_.model_dir.empty() || resume_.state.lora_r > 0,
@@ -250,8 +250,9 @@ void TrainRun::checkpoint_save(long done, float loss) {
   } catch (const BugError&) {
     throw;
   } catch (const Error& e) {
+    const bool earlier = !checkpoint_list(o_.save_dir).empty();
     STRATUM_FAIL("[checkpoint] saving step ", done, " under '", o_.save_dir, "' failed: ", e.what(),
-                 "; the checkpoints written before are intact");
+                 earlier ? "; the checkpoints written before are intact" : "; no checkpoint was written");
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "exec/executor.h"
@@ -40,6 +41,9 @@ struct TrainOptions : TrainSettings {
   // log, trace) may differ. The parameters after step N are then bit-identical to a run that
   // was never interrupted.
   std::string resume_path;
+  // The checkpoint_find(resume_path) a caller already made (the CLI, to fill in the options left
+  // out from the checkpoint it resumes), so it is verified once; empty: train_run finds it.
+  std::optional<ResumePoint> resume_point;
   // When set and it becomes non-zero (a signal handler), the run stops after the current step,
   // writes a checkpoint (with save_dir) and returns with `interrupted` set.
   const volatile std::sig_atomic_t* stop_requested = nullptr;
@@ -111,10 +115,6 @@ void train_options_check(const TrainOptions& o);
 // OFFLOAD/rank-r (created); ranks but 0 are quiet and do not log, trace or save. No-op otherwise.
 void train_options_for_rank(TrainOptions& o);
 
-// The trainer state of the checkpoint `path` names (a step directory or a root's `latest`, else
-// its newest step directory), without verifying the checkpoint: for filling in the options a
-// resume leaves out (`stratum train --resume DIR`). Throws Error when there is none to read.
-TrainerState train_peek_checkpoint(const std::string& path);
 // The checkpoint root a resume from `path` saves to by default: `path` itself when it is a root,
 // else the directory that holds the checkpoint directory `path`.
 std::string train_checkpoint_root(const std::string& path);
