@@ -456,6 +456,39 @@ TEST_F(Checkpoint, ADamagedNewestCheckpointGivesNeitherItsOptionsNorItsModel) {
   }
 }
 
+// A resume that leaves out the budget, offload directory and thread count continues the run as
+// it was (Note [option table]): under its budget (before, it trained everything in RAM, which a
+// model larger than RAM does not survive) and with its thread count (before, all CPUs: the CPU's
+// matrix products' bits depend on it). --mem-budget 0 drops the budget; another --threads is
+// taken and said to change the bits.
+TEST_F(Checkpoint, APlainResumeContinuesUnderTheRunsBudgetAndThreads) {
+  const std::string root = tmp_.file("ck");
+  const std::string offload = tmp_.file("off");
+  CommandResult r = run_stratum(train_args(tokens_, kSteps) + budget_args(offload, 2) + " --save " + quote(root) +
+                                " --save-every 4");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(params_hash(r), ref_hash_);
+  const std::string s4 = quote(root + "/step-00000004");
+  r = run_stratum("train --resume " + s4 + " --save " + quote(tmp_.file("a")) + " --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("memory: budget 4.0 MiB"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("offload to " + offload + ":"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("prefetch 2"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("| 2 threads,"), std::string::npos) << r.errors;
+  EXPECT_EQ(params_hash(r), ref_hash_) << r.errors;
+  r = run_stratum("train --resume " + s4 + " --save " + quote(tmp_.file("b")) + " --mem-budget 0 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("memory: everything in RAM"), std::string::npos) << r.errors;
+  EXPECT_EQ(params_hash(r), ref_hash_) << r.errors;
+  r = run_stratum("train --resume " + s4 + " --save " + quote(tmp_.file("c")) + " --mem-budget 0 --prefetch 1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("--prefetch only applies"), std::string::npos) << r.errors;
+  r = run_stratum("train --resume " + s4 + " --save " + quote(tmp_.file("d")) + " --threads 1 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("resume: 1 threads where the checkpoint trained on 2"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("--threads 2 keeps them"), std::string::npos) << r.errors;
+}
+
 TEST_F(Checkpoint, ResumeRefusesAnIncompatibleRun) {
   const std::string root = tmp_.file("ck");
   CommandResult r = run_stratum(train_args(tokens_, kSteps) + " --save " + quote(root) + " --save-every 4");

@@ -244,7 +244,7 @@ TEST(OffloadFault, BadFlagCombinationsAreRefused) {
       {budget, {"--offload-dir"}},
       {dir, {"--mem-budget"}},
       {budget + dir + " --io bogus", {"bogus", "auto", "uring", "threads"}},
-      {budget + dir + " --prefetch -1", {"--prefetch"}},
+      {budget + dir + " --prefetch -2", {"--prefetch"}},
       {budget + dir + " --prefetch 65", {"--prefetch"}},
       {" --prefetch 2", {"--prefetch", "--mem-budget"}},
       {" --io threads", {"--io", "--mem-budget"}},

@@ -24,13 +24,11 @@ void change(const TrainOption& option, TrainSettings& s) {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::string>) *p = "/data/other path";
         else if constexpr (std::is_same_v<T, bool>) *p = !*p;
-        else if constexpr (std::is_same_v<T, LrScheduleKind>)
-          *p = *p == LrScheduleKind::Cosine ? LrScheduleKind::Constant : LrScheduleKind::Cosine;
-        else if constexpr (std::is_same_v<T, Precision>) *p = *p == Precision::Bf16 ? Precision::Fp32 : Precision::Bf16;
-        else if constexpr (std::is_same_v<T, TrainOptimizer>)
-          *p = *p == TrainOptimizer::AdamW ? TrainOptimizer::ZoSgd : TrainOptimizer::AdamW;
+        else if constexpr (std::is_enum_v<T>) *p = static_cast<T>(static_cast<int>(*p) == 0 ? 1 : 0);
         else if constexpr (std::is_same_v<T, double>) *p = *p < option.max / 2 ? *p * 0.5 + option.max / 4 : *p / 2;
-        else if constexpr (std::is_same_v<T, std::uint64_t>) *p = 0xfedcba9876543210ull & 0x7fffffffffffffffull;
+        else if constexpr (std::is_same_v<T, std::uint64_t>)
+          *p = !option.bytes ? 0xfedcba9876543210ull & 0x7fffffffffffffffull
+               : *p == (8ull << 20) ? 4ull << 20 : 8ull << 20;  // sizes: within every size row's range
         else *p = *p + 1 <= option.max ? *p + 1 : *p - 1;
       },
       option.field(s));
@@ -74,7 +72,8 @@ TEST(TrainOptions, EveryRowSurvivesTheTrainerStateAndAChangeIsSeen) {
 
 TEST(TrainOptions, OutOfRangeValuesInAFileAreRefusedNamingTheKey) {
   for (const auto& [key, value] : {std::pair{"batch", "0"}, {"beta1", "1.5"}, {"keep", "0"}, {"grad_clip", "-1"},
-                                   {"lr_schedule", "\"linear\""}, {"seed", "\"12\""}}) {
+                                   {"lr_schedule", "\"linear\""}, {"seed", "\"12\""},
+                                   {"backend", "\"tpu\""}, {"mem_budget", "-1"}, {"io_block", "100"}}) {
     std::string text = trainer_state_json(state_with(TrainSettings{}));
     const std::string field = "\"" + std::string(key) + "\": ";
     const std::size_t at = text.find(field);

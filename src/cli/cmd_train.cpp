@@ -69,12 +69,12 @@ void train_options_parse(const Args& args, TrainSettings& s) {
             *p = args.str(option.flag, *p);
           } else if constexpr (std::is_same_v<T, bool>) {
             *p = args.flag(option.flag);
-          } else if constexpr (std::is_same_v<T, LrScheduleKind>) {
-            if (args.has(option.flag)) *p = lr_schedule_parse(args.str(option.flag));
-          } else if constexpr (std::is_same_v<T, Precision>) {
-            if (args.has(option.flag)) *p = precision_parse(args.str(option.flag));
-          } else if constexpr (std::is_same_v<T, TrainOptimizer>) {
-            if (args.has(option.flag)) *p = train_optimizer_parse(args.str(option.flag));
+          } else if constexpr (std::is_enum_v<T>) {
+            if (args.has(option.flag)) train_option_enum_parse(args.str(option.flag), *p);
+          } else if constexpr (std::is_same_v<T, std::uint64_t>) {
+            *p = option.bytes ? args.size_bytes(option.flag, *p)
+                              : static_cast<T>(args.integer(option.flag, static_cast<std::int64_t>(*p),
+                                                            train_option_int_min(option), train_option_int_max(option)));
           } else if constexpr (std::is_same_v<T, double>) {
             *p = args.number(option.flag, *p);  // its range: train_run's options_check, for every caller
           } else {
@@ -124,6 +124,36 @@ void fill_from_checkpoint(const Args& args, TrainOptions& o) {
     if (!args.has(option.flag)) train_option_copy(option, st, o);
   if (!args.has("save")) o.save_dir = train_checkpoint_root(o.resume_point->dir);
 }
+
+// The options that apply only under a budget or on the GPU, after a resume filled in the
+// checkpoint's: a resume that drops its budget (--mem-budget 0) or its GPU (--backend cpu) drops
+// the values that went with them; one given with nothing it applies to is refused.
+void run_options_settle(const Args& args, TrainOptions& o) {
+  const TrainSettings d;
+  auto unless_given = [&](const char* flag, auto& field, const auto& value) {
+    if (!args.has(flag)) field = value;
+  };
+  if (o.mem_budget_bytes == 0) {
+    unless_given("offload-dir", o.offload_dir, d.offload_dir);
+    unless_given("io", o.io_backend, d.io_backend);
+    unless_given("io-block", o.io_block_bytes, d.io_block_bytes);
+    unless_given("io-depth", o.io_queue_depth, d.io_queue_depth);
+  }
+  if (o.backend == Backend::Cpu) {
+    unless_given("gpu-mem-budget", o.gpu_mem_budget_bytes, d.gpu_mem_budget_bytes);
+    unless_given("adamw-on", o.adamw_on, d.adamw_on);
+  }
+  if (o.mem_budget_bytes == 0 && o.gpu_mem_budget_bytes == 0) unless_given("prefetch", o.prefetch, d.prefetch);
+  STRATUM_CHECK(o.mem_budget_bytes > 0 || o.offload_dir.empty(),
+                "[cli] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
+  STRATUM_CHECK(o.mem_budget_bytes == 0 || !o.offload_dir.empty(),
+                "[cli] --mem-budget needs --offload-dir DIR (a directory on a fast disk for what does not fit)");
+  STRATUM_CHECK(o.mem_budget_bytes > 0 || (o.io_backend == d.io_backend && o.io_block_bytes == d.io_block_bytes &&
+                                           o.io_queue_depth == d.io_queue_depth),
+                "[cli] --io, --io-block and --io-depth only apply with --mem-budget SIZE");
+  STRATUM_CHECK(o.mem_budget_bytes > 0 || o.gpu_mem_budget_bytes > 0 || o.prefetch == d.prefetch,
+                "[cli] --prefetch only applies with --mem-budget SIZE or --gpu-mem-budget SIZE");
+}
 }  // namespace
 
 namespace {
@@ -164,26 +194,6 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
                              "the newest"},
              {"resume", "DIR", "continue from a checkpoint (DIR/step-N, or DIR: its newest that verifies); options "
                                "left out are the checkpoint's"},
-             {"activations", "MODE", "auto (default: the plan chooses under --mem-budget, else recompute) | "
-                                     "recompute (keep block inputs only) | offload (block internals to the offload "
-                                     "dir, read back in the backward) | keep (every block's internals in RAM); same "
-                                     "bits"},
-             {"mem-budget", "SIZE", "bound all engine memory (params, grads, moments, activations) to SIZE, e.g. "
-                                    "512M or 4G; what does not fit is streamed from --offload-dir (default: all in RAM)"},
-             {"offload-dir", "DIR", "directory on a fast disk (NVMe) for state that does not fit --mem-budget"},
-             {"prefetch", "K", "with --mem-budget: schedule groups loaded ahead of the one computing (default: the plan's choice, see stratum plan); with --gpu-mem-budget: copied to the GPU ahead (default 2)"},
-             {"io", "BACKEND", "with --mem-budget: auto (io_uring, else threads) | uring | threads (default auto)"},
-             {"io-block", "SIZE", "with --mem-budget: I/O block size, a multiple of 4K (default 1M; see bench/io_sweep)"},
-             {"io-depth", "N", "with --mem-budget: I/O blocks in flight (default 16)"},
-             {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"},
-             {"backend", "NAME", "cpu (default) | cuda: the whole step on the GPU; the parameters, gradients, "
-                                 "moments and activations it uses in GPU memory (all of them unless --gpu-mem-budget)"},
-             {"gpu-mem-budget", "SIZE", "with --backend cuda: bound the GPU memory the engine uses to SIZE, e.g. 6G; "
-                                        "what does not fit stays in RAM (or under --mem-budget on --offload-dir) and "
-                                        "is copied in when used (default: the whole state on the GPU)"},
-             {"adamw-on", "WHERE", "with --backend cuda: auto (default: the CPU, beside the GPU's compute, when the "
-                                   "state does not fit --gpu-mem-budget; else the GPU) | gpu | cpu (ZeRO-Offload: the "
-                                   "AdamW moments stay in RAM, gradients come down, parameters go up); same bits"},
              {"lora-init", "DIR", "start the LoRA adapters from this PEFT adapter directory (its adapter_config.json "
                                   "gives r, alpha and the targets); default: PEFT's init from --seed"},
              {"quiet", "", "no progress bar"}})));
@@ -200,29 +210,6 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
   o.log_path = args.str("log");
   o.trace_path = args.str("trace");
   o.save_dir = args.str("save");
-  o.activations = activation_policy_parse(args.str("activations", "auto"));
-  o.threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
-  o.backend = backend_parse(args.str("backend", "cpu"));
-  o.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;
-  STRATUM_CHECK(!args.has("mem-budget") || o.mem_budget_bytes > 0, "[cli] --mem-budget must be > 0, e.g. 512M");
-  o.gpu_mem_budget_bytes = args.has("gpu-mem-budget") ? args.size_bytes("gpu-mem-budget", 0) : 0;
-  o.adamw_on = adamw_on_parse(args.str("adamw-on", "auto"));
-  STRATUM_CHECK(!args.has("gpu-mem-budget") || o.gpu_mem_budget_bytes > 0, "[cli] --gpu-mem-budget must be > 0, e.g. 6G");
-  o.offload_dir = args.str("offload-dir");
-  STRATUM_CHECK(o.mem_budget_bytes > 0 || o.offload_dir.empty(),
-                "[cli] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
-  STRATUM_CHECK(o.mem_budget_bytes == 0 || !o.offload_dir.empty(),
-                "[cli] --mem-budget needs --offload-dir DIR (a directory on a fast disk for what does not fit)");
-  STRATUM_CHECK(o.mem_budget_bytes > 0 || !(args.has("io") || args.has("io-block") || args.has("io-depth")),
-                "[cli] --io, --io-block and --io-depth only apply with --mem-budget SIZE");
-  STRATUM_CHECK(o.mem_budget_bytes > 0 || o.gpu_mem_budget_bytes > 0 || !args.has("prefetch"),
-                "[cli] --prefetch only applies with --mem-budget SIZE or --gpu-mem-budget SIZE");
-  o.io_block_bytes = args.size_bytes("io-block", std::size_t{1} << 20);
-  STRATUM_CHECK(o.io_block_bytes >= 4096 && o.io_block_bytes % 4096 == 0 && o.io_block_bytes <= (std::size_t{1} << 30),
-                "[cli] --io-block must be a multiple of 4K between 4K and 1G, got ", o.io_block_bytes, " bytes");
-  o.io_queue_depth = static_cast<int>(args.integer("io-depth", 16, 1, 1024));
-  o.prefetch = static_cast<int>(args.integer("prefetch", -1, 0, 64));
-  o.io_backend = io_backend_parse(args.str("io", "auto"));
   if (const char* fault = std::getenv("STRATUM_IO_FAULT")) o.io_fault = IoFaultPlan::parse(fault);
   o.quiet = args.flag("quiet");
   if (args.has("lora-init")) {  // a PEFT directory, or a LoRA run's checkpoint (root: its newest)
@@ -232,6 +219,7 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
   }
   o.resume_path = args.str("resume");
   if (!o.resume_path.empty()) fill_from_checkpoint(args, o);
+  run_options_settle(args, o);
   o.measure_exe = "/proc/self/exe";  // the plan's measurement runs in its own process
   install_stop_handlers();
   o.stop_requested = &g_stop_requested;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "stratum/error.h"
 
@@ -104,6 +105,46 @@ const TrainOption kTable[] = {
      "better) in more workspace memory, smaller needs less; where B*T exceeds it the weight gradients are summed "
      "chunk by chunk, so another value gives other roundings (every budget and placement the same bits)",
      1, kMaxRowChunk, true, [](TrainSettings& s) -> TrainOptionField { return &s.row_chunk; }, true},
+    // Where the run computes and keeps its state (recorded, so a resume that leaves them out
+    // continues as the run was; Note [option table]).
+    {"threads", "threads", "N",
+     "compute threads; 0: STRATUM_THREADS or all CPUs (the CPU's matrix products' bits depend on the count, so a "
+     "resume takes the checkpoint's unless given)",
+     0, 1024, false, [](TrainSettings& s) -> TrainOptionField { return &s.threads; }, true},
+    {"activations", "activations", "MODE",
+     "auto: the plan chooses under --mem-budget, else recompute | recompute (keep block inputs only) | offload "
+     "(block internals to the offload dir, read back in the backward) | keep (every block's internals in RAM); same "
+     "bits",
+     0, 0, false, [](TrainSettings& s) -> TrainOptionField { return &s.activations; }, true},
+    {"mem-budget", "mem_budget", "SIZE",
+     "bound all engine memory (params, grads, moments, activations) to SIZE, e.g. 512M or 4G; what does not fit is "
+     "streamed from --offload-dir (default: all in RAM; 0 drops a resumed checkpoint's budget)",
+     0, 1e18, false, [](TrainSettings& s) -> TrainOptionField { return &s.mem_budget_bytes; }, true, true},
+    {"offload-dir", "offload_dir", "DIR", "directory on a fast disk (NVMe) for state that does not fit --mem-budget",
+     0, 0, false, [](TrainSettings& s) -> TrainOptionField { return &s.offload_dir; }, true},
+    {"prefetch", "prefetch", "K",
+     "with --mem-budget: schedule groups loaded ahead of the one computing (-1: the plan's choice, see stratum "
+     "plan); with --gpu-mem-budget: copied to the GPU ahead (-1: 2)",
+     -1, 64, false, [](TrainSettings& s) -> TrainOptionField { return &s.prefetch; }, true},
+    {"io", "io", "BACKEND", "with --mem-budget: auto (io_uring, else threads) | uring | threads", 0, 0, false,
+     [](TrainSettings& s) -> TrainOptionField { return &s.io_backend; }, true},
+    {"io-block", "io_block", "SIZE", "with --mem-budget: I/O block size, a multiple of 4K (see bench/io_sweep)", 4096,
+     1 << 30, false, [](TrainSettings& s) -> TrainOptionField { return &s.io_block_bytes; }, true, true},
+    {"io-depth", "io_depth", "N", "with --mem-budget: I/O blocks in flight", 1, 1024, false,
+     [](TrainSettings& s) -> TrainOptionField { return &s.io_queue_depth; }, true},
+    {"backend", "backend", "NAME",
+     "cpu | cuda: the whole step on the GPU; the parameters, gradients, moments and activations it uses in GPU "
+     "memory (all of them unless --gpu-mem-budget); the GPU's bits differ from the CPU's",
+     0, 0, false, [](TrainSettings& s) -> TrainOptionField { return &s.backend; }, true},
+    {"gpu-mem-budget", "gpu_mem_budget", "SIZE",
+     "with --backend cuda: bound the GPU memory the engine uses to SIZE, e.g. 6G; what does not fit stays in RAM "
+     "(or under --mem-budget on --offload-dir) and is copied in when used (default: the whole state on the GPU)",
+     0, 1e18, false, [](TrainSettings& s) -> TrainOptionField { return &s.gpu_mem_budget_bytes; }, true, true},
+    {"adamw-on", "adamw_on", "WHERE",
+     "with --backend cuda: auto: the CPU, beside the GPU's compute, when the state does not fit --gpu-mem-budget; "
+     "else the GPU | gpu | cpu (ZeRO-Offload: the AdamW moments stay in RAM, gradients come down, parameters go "
+     "up); same bits",
+     0, 0, false, [](TrainSettings& s) -> TrainOptionField { return &s.adamw_on; }, true},
 };
 }  // namespace
 
@@ -130,6 +171,30 @@ TrainOptimizer train_optimizer_parse(const std::string& name) {
   STRATUM_FAIL("[train] --optimizer must be 'adamw' or 'zo-sgd', got '", name, "'");
 }
 
+const char* train_option_enum_name(LrScheduleKind v) { return lr_kind_name(v); }
+const char* train_option_enum_name(Precision v) { return precision_name(v); }
+const char* train_option_enum_name(TrainOptimizer v) { return train_optimizer_name(v); }
+const char* train_option_enum_name(ActivationPolicy v) { return activation_policy_name(v); }
+const char* train_option_enum_name(IoBackend v) { return io_backend_name(v); }
+const char* train_option_enum_name(Backend v) { return backend_name(v); }
+const char* train_option_enum_name(AdamWOn v) {
+  return v == AdamWOn::Device ? "gpu" : v == AdamWOn::Host ? "cpu" : "auto";
+}
+void train_option_enum_parse(const std::string& name, LrScheduleKind& v) { v = lr_schedule_parse(name); }
+void train_option_enum_parse(const std::string& name, Precision& v) { v = precision_parse(name); }
+void train_option_enum_parse(const std::string& name, TrainOptimizer& v) { v = train_optimizer_parse(name); }
+void train_option_enum_parse(const std::string& name, ActivationPolicy& v) { v = activation_policy_parse(name); }
+void train_option_enum_parse(const std::string& name, IoBackend& v) { v = io_backend_parse(name); }
+void train_option_enum_parse(const std::string& name, Backend& v) { v = backend_parse(name); }
+void train_option_enum_parse(const std::string& name, AdamWOn& v) { v = adamw_on_parse(name); }
+
+std::string train_option_size_text(std::uint64_t bytes) {
+  if (bytes == 0) return "";
+  for (const auto& [unit, shift] : {std::pair{'T', 40}, std::pair{'G', 30}, std::pair{'M', 20}, std::pair{'K', 10}})
+    if (bytes % (std::uint64_t{1} << shift) == 0) return std::to_string(bytes >> shift) + unit;
+  return std::to_string(bytes);
+}
+
 namespace {
 std::int64_t int64_saturated(double v) {
   constexpr double kTwo63 = 9223372036854775808.0;  // 2^63, the first double beyond int64
@@ -144,14 +209,13 @@ std::int64_t train_option_int_max(const TrainOption& option) { return int64_satu
 
 std::string train_option_text(const TrainOption& option, const TrainSettings& s) {
   return std::visit(
-      [](auto* p) -> std::string {
+      [&](auto* p) -> std::string {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::string>) return *p;
         else if constexpr (std::is_same_v<T, bool>) return *p ? "on" : "off";
-        else if constexpr (std::is_same_v<T, LrScheduleKind>) return lr_kind_name(*p);
-        else if constexpr (std::is_same_v<T, Precision>) return precision_name(*p);
-        else if constexpr (std::is_same_v<T, TrainOptimizer>) return train_optimizer_name(*p);
+        else if constexpr (std::is_enum_v<T>) return train_option_enum_name(*p);
         else if constexpr (std::is_same_v<T, double>) return number_text(*p);
+        else if constexpr (std::is_same_v<T, std::uint64_t>) return option.bytes ? train_option_size_text(*p) : std::to_string(*p);
         else return std::to_string(*p);
       },
       field_of(option, s));
@@ -177,18 +241,15 @@ void train_option_copy(const TrainOption& option, const TrainSettings& from, Tra
 
 nlohmann::json train_option_json(const TrainOption& option, const TrainSettings& s) {
   return std::visit(
-      [](auto* p) -> nlohmann::json {
+      [&](auto* p) -> nlohmann::json {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::uint64_t>) {  // 64 bits do not survive a JSON double
+          if (option.bytes) return *p;                      // sizes stay below 2^53
           char text[17];
           std::snprintf(text, sizeof text, "%016" PRIx64, *p);
           return text;
-        } else if constexpr (std::is_same_v<T, LrScheduleKind>) {
-          return lr_kind_name(*p);
-        } else if constexpr (std::is_same_v<T, Precision>) {
-          return precision_name(*p);
-        } else if constexpr (std::is_same_v<T, TrainOptimizer>) {
-          return train_optimizer_name(*p);
+        } else if constexpr (std::is_enum_v<T>) {
+          return train_option_enum_name(*p);
         } else {
           return *p;
         }
@@ -208,19 +269,20 @@ void train_option_read(const TrainOption& option, const JsonFields& f, TrainSett
         } else if constexpr (std::is_same_v<T, bool>) {
           *p = f.boolean(key);
         } else if constexpr (std::is_same_v<T, std::uint64_t>) {
-          *p = f.hex(key);
-        } else if constexpr (std::is_same_v<T, LrScheduleKind>) {
-          const std::string name = f.str(key);
-          f.check(name == "constant" || name == "cosine", key, "must be 'constant' or 'cosine'");
-          *p = lr_schedule_parse(name);
-        } else if constexpr (std::is_same_v<T, Precision>) {
-          const std::string name = f.str_or(key, "fp32");  // checkpoints before --precision were fp32
-          f.check(name == "fp32" || name == "bf16", key, "must be 'fp32' or 'bf16'");
-          *p = precision_parse(name);
-        } else if constexpr (std::is_same_v<T, TrainOptimizer>) {
-          const std::string name = f.str_or(key, "adamw");  // checkpoints before --optimizer were AdamW
-          f.check(name == "adamw" || name == "zo-sgd", key, "must be 'adamw' or 'zo-sgd'");
-          *p = train_optimizer_parse(name);
+          if (option.bytes)
+            *p = static_cast<T>(f.integer(key, train_option_int_min(option), train_option_int_max(option)));
+          else
+            *p = f.hex(key);
+        } else if constexpr (std::is_enum_v<T>) {
+          // Precision and the optimizer predate `later`: a trainer state without them had the defaults.
+          const std::string name = f.str_or(key, train_option_enum_name(*p));
+          bool known = false;
+          try {
+            train_option_enum_parse(name, *p);
+            known = true;
+          } catch (const Error&) {
+          }
+          f.check(known, key, (std::string("is not a value --") + option.flag + " takes").c_str());
         } else if constexpr (std::is_same_v<T, double>) {
           *p = f.number(key, option.min, option.max);
         } else {

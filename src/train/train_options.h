@@ -4,8 +4,11 @@
 // Note [option table]: each TrainSettings field has one row: its flag, its trainer_state.json
 // key, its help text, its accepted range, and whether it changes the math (then a resumed run
 // must use the checkpoint's value). Its default is the field's initializer. A new option is one
-// field and one row; nothing else lists the options. Options that never change the bits and are
-// not recorded (budget, prefetch, I/O, threads, log, trace) stay in TrainOptions (trainer.h).
+// field and one row; nothing else lists the options. The rows that do not change the math are
+// recorded too (the budgets, offload directory, prefetch, I/O, threads, backend), so a resume that
+// leaves them out continues the run as it was: under its budget, on its device, with its thread
+// count (the CPU's matrix products' bits depend on it). What is never recorded (the log, the
+// trace, the save directory) stays in TrainOptions (trainer.h).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +18,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
+#include "exec/executor.h"
 #include "formats/json_fields.h"
+#include "io/io_engine.h"
 #include "model/block_policy.h"
 #include "ops/ops.h"
 #include "train/lr_schedule.h"
@@ -60,6 +66,32 @@ struct TrainSettings {
   bool lora_rslora = false;
   double lora_dropout = 0;
   int row_chunk = kRowChunk;  // rows of the blocks' chunks (Note [row chunks] in model/block_policy.h)
+  // Where the run keeps its state and what it computes on: never the bits, except `threads` and
+  // `backend` (the CPU's matrix products depend on the thread count; the GPU has its own bits).
+  int threads = 0;            // compute threads; 0 = default_thread_count() (a checkpoint records the count used)
+  // Where the backward finds block internals (Note [activations offload] in exec/executor.h);
+  // Auto: the plan chooses under a budget, else recompute. Same bits in all.
+  ActivationPolicy activations = ActivationPolicy::Auto;
+  // Memory budget for everything the engine allocates (parameters, gradients, moments,
+  // activations, workspace); 0 = everything in RAM. With a budget, what does not fit lives in
+  // files under offload_dir and is streamed (TieredSegmentStore).
+  std::uint64_t mem_budget_bytes = 0;
+  std::string offload_dir;
+  int prefetch = -1;            // schedule groups loaded ahead; < 0 = the plan's choice (plan/planner.h)
+  IoBackend io_backend = IoBackend::Auto;
+  std::uint64_t io_block_bytes = std::uint64_t{1} << 20;  // I/O request block size (bench/io_sweep)
+  int io_queue_depth = 16;                                // blocks in flight
+  // Where the step computes (backend/backend.h). Cuda: the executor computes on the device tier
+  // (DeviceSegmentStore, Note [device tier]) over the RAM store (or, with mem_budget_bytes, the
+  // RAM-over-NVMe store); its bits are the GPU's (Note [cuda determinism]) for every budget.
+  Backend backend = Backend::Cpu;
+  // --gpu-mem-budget: device memory for the executor's buffers and the units it holds; 0 = the
+  // whole training state on the device.
+  std::uint64_t gpu_mem_budget_bytes = 0;
+  // --adamw-on: where AdamW runs off the CPU backend (Note [host optimizer]). Auto: on the CPU,
+  // beside the device's compute, when the whole state and the engine's buffers exceed
+  // gpu_mem_budget_bytes (the moments then never cross to the device), else on the device.
+  AdamWOn adamw_on = AdamWOn::Auto;
 };
 
 // "fp32" or "bf16"; anything else throws Error naming --precision.
@@ -68,7 +100,7 @@ Precision precision_parse(const std::string& name);
 // A pointer to the field a row describes, by type.
 using TrainOptionField =
     std::variant<int*, long*, double*, bool*, std::uint64_t*, LrScheduleKind*, Precision*, TrainOptimizer*,
-                 std::string*>;
+                 ActivationPolicy*, IoBackend*, Backend*, AdamWOn*, std::string*>;
 
 struct TrainOption {
   const char* flag;        // `--flag` of stratum train
@@ -80,6 +112,9 @@ struct TrainOption {
   TrainOptionField (*field)(TrainSettings&);
   // Added after checkpoints were first written: a trainer state without its key has the default.
   bool later = false;
+  // An uint64 that is a size in bytes: SIZE on the command line ("512M"), a number in JSON (other
+  // uint64 rows, the seed, are 16 hex digits there).
+  bool bytes = false;
 };
 
 std::span<const TrainOption> train_option_table();
@@ -87,6 +122,25 @@ std::span<const TrainOption> train_option_table();
 // An integer row's range as int64 (the double bounds saturate: 2^63 - 1 does not fit a double).
 std::int64_t train_option_int_min(const TrainOption& option);
 std::int64_t train_option_int_max(const TrainOption& option);
+
+// An enumerated option's name as its flag takes it, and back (throws Error naming the flag).
+const char* train_option_enum_name(LrScheduleKind v);
+const char* train_option_enum_name(Precision v);
+const char* train_option_enum_name(TrainOptimizer v);
+const char* train_option_enum_name(ActivationPolicy v);
+const char* train_option_enum_name(IoBackend v);
+const char* train_option_enum_name(Backend v);
+const char* train_option_enum_name(AdamWOn v);
+void train_option_enum_parse(const std::string& name, LrScheduleKind& v);
+void train_option_enum_parse(const std::string& name, Precision& v);
+void train_option_enum_parse(const std::string& name, TrainOptimizer& v);
+void train_option_enum_parse(const std::string& name, ActivationPolicy& v);
+void train_option_enum_parse(const std::string& name, IoBackend& v);
+void train_option_enum_parse(const std::string& name, Backend& v);
+void train_option_enum_parse(const std::string& name, AdamWOn& v);
+
+// "512M", "1G", "4096": a size as --mem-budget takes it; "" for 0 (no size).
+std::string train_option_size_text(std::uint64_t bytes);
 
 // The value of row `option` in `s` as text for messages and --help ("0.001", "cosine", "on").
 std::string train_option_text(const TrainOption& option, const TrainSettings& s);

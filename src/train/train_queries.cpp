@@ -58,6 +58,8 @@ void train_options_check(const TrainOptions& o) {
         },
         option.field(const_cast<TrainOptions&>(o)));
   // What a range cannot say.
+  STRATUM_CHECK(o.io_block_bytes % 4096 == 0, "[train] --io-block must be a multiple of 4K between 4K and 1G, got ",
+                o.io_block_bytes, " bytes");
   STRATUM_CHECK(o.lr.min_lr <= o.lr.max_lr, "[train] --min-lr must be in [0, --lr], got ", o.lr.min_lr);
   STRATUM_CHECK(o.beta1 < 1 && o.beta2 < 1, "[train] --beta1 and --beta2 must be below 1, got ", o.beta1, " and ",
                 o.beta2);

@@ -141,6 +141,8 @@ void TrainRun::data_load() {
   train_token_count_ = train_tokens.size();
   run_state_ = train_state_of(o_, cfg_, tokenizer_dir_, train_tokens, val_tokens);
   run_state_.run_id = run_id_;
+  run_state_.threads = threads_;  // the count used (Note [option table])
+  run_state_.offload_dir = offload_dir_given_;
   if (!resume_.dir.empty()) {
     train_resume_check(resume_.state, run_state_, resume_.dir);
     std::fprintf(stderr, "[stratum] resuming from %s (step %ld of %ld)\n", resume_.dir.c_str(), resume_.state.step,
@@ -505,6 +507,12 @@ TrainResult TrainRun::run() {
   train_options_check(o_);
   save_all_ = !o_.save_dir.empty();  // rank 0's saves, which every rank joins with its optimizer shard
   save_every_all_ = o_.save_every;
+  // What a checkpoint records as the offload directory: the one given, not this rank's own under it.
+  if (!o_.offload_dir.empty()) {
+    std::error_code ec;
+    const auto abs = std::filesystem::absolute(o_.offload_dir, ec);
+    offload_dir_given_ = ec ? o_.offload_dir : abs.lexically_normal().string();
+  }
   train_options_for_rank(o_);
   resume_find();
   save_claim();
@@ -515,6 +523,13 @@ TrainResult TrainRun::run() {
   STRATUM_CHECK(o_.seq <= cfg_.n_ctx, "[train] --seq ", o_.seq, " is longer than the model context n_ctx=",
                 cfg_.n_ctx, "; use --seq <= ", cfg_.n_ctx);
   threads_ = o_.threads > 0 ? o_.threads : default_thread_count();
+  if (!resume_.dir.empty() && o_.backend == Backend::Cpu && resume_.state.threads > 0 &&
+      resume_.state.threads != threads_)
+    std::fprintf(stderr,
+                 "[stratum] resume: %d threads where the checkpoint trained on %d: the CPU's matrix products' bits "
+                 "depend on the thread count, so from here the run differs from one never interrupted (--threads %d "
+                 "keeps them)\n",
+                 threads_, resume_.state.threads, resume_.state.threads);
   pool_ = std::make_unique<ThreadPool>(threads_);
   backend_set_threads(threads_);
   lora_resolve();

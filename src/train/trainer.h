@@ -21,8 +21,8 @@ namespace stratum {
 class Communicator;
 
 // The recorded options (data, batch shape, LR, AdamW, clipping, seed, evaluation, checkpoint
-// cadence) are TrainSettings' (Note [option table]); these are the rest, which never change
-// the bits.
+// cadence, budgets, I/O, threads, backend) are TrainSettings' (Note [option table]); these are
+// the rest, which a checkpoint does not record.
 struct TrainOptions : TrainSettings {
   std::string model_dir;      // start from this HF directory; empty = new model from `config`
   // With lora_r (or alone): start the adapters from this PEFT LoRA directory, whose
@@ -39,7 +39,7 @@ struct TrainOptions : TrainSettings {
   // option that changes the math (model, data, batch shape, steps, LR, AdamW, clipping, seed,
   // shuffle, evaluation) must equal the checkpoint's; the rest (budget, prefetch, I/O, threads,
   // log, trace) may differ. The parameters after step N are then bit-identical to a run that
-  // was never interrupted.
+  // was never interrupted (on the CPU, with the same thread count: Note [option table]).
   std::string resume_path;
   // The checkpoint_find(resume_path) a caller already made (the CLI, to fill in the options left
   // out from the checkpoint it resumes), so it is verified once; empty: train_run finds it.
@@ -47,31 +47,7 @@ struct TrainOptions : TrainSettings {
   // When set and it becomes non-zero (a signal handler), the run stops after the current step,
   // writes a checkpoint (with save_dir) and returns with `interrupted` set.
   const volatile std::sig_atomic_t* stop_requested = nullptr;
-  // Where the backward finds block internals (Note [activations offload] in exec/executor.h);
-  // Auto: the plan chooses under a budget, else recompute. Same bits in all.
-  ActivationPolicy activations = ActivationPolicy::Auto;
-  // Memory budget for everything the engine allocates (parameters, gradients, moments,
-  // activations, workspace); 0 = everything in RAM. With a budget, what does not fit lives in
-  // files under offload_dir and is streamed (TieredSegmentStore).
-  std::size_t mem_budget_bytes = 0;
-  std::string offload_dir;
-  int prefetch = -1;            // schedule groups loaded ahead; < 0 = the plan's choice (plan/planner.h)
-  IoBackend io_backend = IoBackend::Auto;
-  std::size_t io_block_bytes = std::size_t{1} << 20;  // I/O request block size (bench/io_sweep)
-  int io_queue_depth = 16;                            // blocks in flight
   IoFaultPlan io_fault;         // tests only (STRATUM_IO_FAULT)
-  int threads = 0;            // 0 = default_thread_count()
-  // Where the step computes (backend/backend.h). Cuda: the executor computes on the device tier
-  // (DeviceSegmentStore, Note [device tier]) over the RAM store (or, with mem_budget_bytes, the
-  // RAM-over-NVMe store); its bits are the GPU's (Note [cuda determinism]) for every budget.
-  Backend backend = Backend::Cpu;
-  // --gpu-mem-budget: device memory for the executor's buffers and the units it holds; 0 = the
-  // whole training state on the device.
-  std::size_t gpu_mem_budget_bytes = 0;
-  // --adamw-on: where AdamW runs off the CPU backend (Note [host optimizer]). Auto: on the CPU,
-  // beside the device's compute, when the whole state and the engine's buffers exceed
-  // gpu_mem_budget_bytes (the moments then never cross to the device), else on the device.
-  AdamWOn adamw_on = AdamWOn::Auto;
   bool mirror_store = false;  // tests only: compute on a DeviceSegmentStore on the CPU too
   // With a budget: the stratum binary to run the plan's measurement in (a separate process, so
   // it never counts against the budget); empty = measure in this process (tests).
