@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <filesystem>
@@ -602,6 +603,29 @@ TEST(CheckpointFormat, VersionOneIsRefusedNamingBothVersions) {
 // left as step-NNNNNNNN (it was, with `latest` still on the previous one); pruning renames a
 // checkpoint out of sight before deleting it, and the leftovers of a kill mid-delete are removed
 // by the next write.
+// A --save disk that cannot hold the run's checkpoints is refused before training (the first
+// save failed after the whole run with --save-every 0). The root peaks at keep + 1 checkpoints.
+TEST(CheckpointFormat, TheSaveRootsPeakIsKeepPlusOne) {
+  EXPECT_EQ(checkpoint_peak_more(0, 1, 2), 1);  // one save at the end
+  EXPECT_EQ(checkpoint_peak_more(0, 2, 2), 2);
+  EXPECT_EQ(checkpoint_peak_more(0, 5, 2), 3);  // keep 2, a third written before the oldest goes
+  EXPECT_EQ(checkpoint_peak_more(0, 5, 1), 2);
+  EXPECT_EQ(checkpoint_peak_more(2, 5, 2), 1);  // a resumed root already holds its two
+  EXPECT_EQ(checkpoint_peak_more(5, 3, 2), 1);  // more than --keep there: still the next one
+  TempDir tmp;
+  const std::string disk = tmp.file("disk");
+  std::filesystem::create_directory(disk);
+  if (::geteuid() != 0 || std::system(("mount -t tmpfs -o size=4m tmpfs '" + disk + "' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (not root)";
+  const std::string tokens = testing::write_random_tokens(tmp.file("tokens.bin"), 20000, 2048, 5);
+  const CommandResult r = run_stratum(train_args(tokens, 4) + " --save " + quote(disk + "/ck") + " --save-every 1");
+  std::system(("umount '" + disk + "'").c_str());
+  EXPECT_EQ(r.exit_code, 1) << r.errors;
+  EXPECT_NE(r.errors.find("checkpoints need about"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("3 checkpoints of"), std::string::npos) << r.errors;
+  EXPECT_EQ(r.errors.find("trained"), std::string::npos) << "refused before training: " << r.errors;
+}
+
 TEST(CheckpointFormat, OnlyVerifiedCheckpointsHaveFinalNamesAndPruningLeavesNoHalfCheckpoint) {
   TempDir tmp;
   const std::string root = tmp.file("ck");

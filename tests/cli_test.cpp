@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
@@ -76,6 +77,18 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
   token_file_write_raw_u16(tmp.file("big_ids.bin"), {1, 2, 3, 500, 4, 5});
   write_text(tmp.file("odd.bin"), "abc");
   std::filesystem::create_symlink(tmp.file("loop"), tmp.file("loop"));
+  // GPT-2's vocab.bpe cut to its first 1000 lines (it read as a tokenizer that splits words
+  // into more, shorter tokens), and text with one stray byte at its end (read as token ids).
+  const std::string shortbpe = tmp.file("shortbpe");
+  std::filesystem::create_directory(shortbpe);
+  std::filesystem::copy_file(shared_data("encoder.json"), shortbpe + "/encoder.json");
+  {
+    const std::string bpe = file_read_all(shared_data("vocab.bpe"));
+    std::size_t at = 0;
+    for (int line = 0; line < 1000; ++line) at = bpe.find('\n', at) + 1;
+    write_text(shortbpe + "/vocab.bpe", bpe.substr(0, at));
+  }
+  write_text(tmp.file("stray.txt"), file_read_all(shared_data("tinyshakespeare.txt")).substr(0, 9998) + "\xff" + "a");
 
   const std::string data = " --data " + kTiny + "/tokens.bin";
   const std::vector<BadCase> cases = {
@@ -132,6 +145,21 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"generate gpu budget on the cpu", "generate --model " + kTiny + " --prompt-ids 1,2 --gpu-mem-budget 1G",
        "add --backend cuda"},
       {"prefetch without a budget", "train --prefetch 2" + data, "--prefetch only applies"},
+      {"truncated vocab.bpe", "prepare --input " + tmp.file("text.txt") + " --tokenizer " + shortbpe + " --out " +
+                                  tmp.file("x.bin"), "come from none of them"},
+      {"text with a stray byte", "train --data " + tmp.file("stray.txt") + " --tokenizer " + shared_data(""),
+       "is UTF-8 text up to byte 9998"},
+      {"prepare a token file", "prepare --input " + kTiny + "/tokens.bin --tokenizer " + shared_data("") + " --out " +
+                                   tmp.file("x.bin"), "is not UTF-8 text"},
+      {"prepare into a directory", "prepare --input " + tmp.file("text.txt") + " --tokenizer " + shared_data("") +
+                                       " --out " + tmp.path(), "is a directory"},
+      {"size beyond any machine", "train --mem-budget 99999999T --offload-dir " + tmp.path() + data,
+       "is beyond any machine"},
+      {"model larger than RAM", "train --layers 1024 --heads 16 --embd 2048 --ctx 64 --steps 1" + data,
+       "of RAM (parameters"},
+      {"model dir is a file", "train --model " + kTiny + "/config.json" + data, "is a file"},
+      {"plan network rate", "plan --layers 1 --heads 2 --embd 32 --ctx 64 --ranks 2 --grad-accum 2 --net-gbps -1",
+       "--net-gbps must be > 0"},
   };
   for (const auto& c : cases) {
     const auto r = run_stratum(c.args);
@@ -188,6 +216,8 @@ TEST(Cli, OutputsNeverOverwriteInputsOrForeignFiles) {
            " --out " + tmp.file("corpus.txt"),
        "is the --input file"},
       {"report " + notes + " --out " + notes, "is the log being read"},
+      {train + " --trace " + notes, "exists and is not a Stratum trace"},
+      {"report " + notes + " --out " + tmp.path(), "is a directory"},
   };
   for (const auto& c : cases) {
     const auto r = testing::run_stratum(c.args);
@@ -197,10 +227,39 @@ TEST(Cli, OutputsNeverOverwriteInputsOrForeignFiles) {
   EXPECT_EQ(file_read_all(tokens), original);
   EXPECT_EQ(file_read_all(notes), "my notes, not a log\n");
   EXPECT_EQ(file_read_all(tmp.file("corpus.txt")), "some text to tokenize\n");
-  // A Stratum log is ours to replace.
-  const auto ok = testing::run_stratum(train + " --log " + tmp.file("log.jsonl"));
+  // A Stratum log and a Stratum trace are ours to replace.
+  const auto ok = testing::run_stratum(train + " --log " + tmp.file("log.jsonl") + " --trace " + tmp.file("t.json"));
   ASSERT_EQ(ok.exit_code, 0) << ok.errors;
-  EXPECT_EQ(testing::run_stratum(train + " --log " + tmp.file("log.jsonl")).exit_code, 0);
+  EXPECT_EQ(testing::run_stratum(train + " --log " + tmp.file("log.jsonl") + " --trace " + tmp.file("t.json")).exit_code,
+            0);
+  // A log whose last record a killed run cut off is reported without it (it was refused whole).
+  std::string log = file_read_all(tmp.file("log.jsonl"));
+  write_text(tmp.file("cut.jsonl"), log.substr(0, log.size() - 10));
+  auto r = testing::run_stratum("report " + tmp.file("cut.jsonl") + " --out " + tmp.file("cut.svg"));
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("(1 steps)"), std::string::npos) << r.output;
+  EXPECT_NE(r.errors.find("line 2 is cut off"), std::string::npos) << r.errors;
+  // merge --out replaces an earlier merge's output only: never a --save root, an input or a
+  // directory of other files (it swapped any of them away, rc 0).
+  const std::string base = tmp.file("base"), lora = tmp.file("lora");
+  ASSERT_EQ(testing::run_stratum(train + " --save " + base).exit_code, 0);
+  ASSERT_EQ(testing::run_stratum("train --model " + base + " --lora-r 2 --batch 2 --seq 16 --steps 2 --quiet --data " +
+                                 tokens + " --save " + lora).exit_code, 0);
+  const std::string merge = "merge --model " + base + " --adapter " + lora + " --out ";
+  std::filesystem::create_directory(tmp.file("mine"));
+  write_text(tmp.file("mine/notes.txt"), "mine\n");
+  for (const auto& [out, words] : {std::pair{lora, "holds 'latest'"}, {base + "/step-00000002", "is an input"},
+                                   {tmp.file("mine"), "holds 'notes.txt'"}}) {
+    r = testing::run_stratum(merge + out);
+    EXPECT_EQ(r.exit_code, 1) << out;
+    EXPECT_NE(r.errors.find(words), std::string::npos) << out << ": " << r.errors;
+  }
+  EXPECT_EQ(testing::run_stratum("verify " + lora).exit_code, 0);
+  EXPECT_EQ(file_read_all(tmp.file("mine/notes.txt")), "mine\n");
+  for (int i = 0; i < 2; ++i) {  // a new directory, then the same again: replaced
+    r = testing::run_stratum(merge + tmp.file("merged"));
+    EXPECT_EQ(r.exit_code, 0) << r.errors;
+  }
 }
 
 // --max-tokens beyond the model's context stops at the context, saying so (it stopped silently).
@@ -210,6 +269,21 @@ TEST(Cli, GenerationThatFillsTheContextSaysSo) {
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_NE(r.errors.find("prompt 1 stopped after 61 tokens: the context is full (--max-tokens 500"), std::string::npos)
       << r.errors;
+}
+
+// Ids in and no tokenizer to make text of the output: the generated ids come out, as
+// --output-ids prints them (before, an empty line: the tokens were lost).
+TEST(Cli, GenerationWithoutATokenizerPrintsTheIds) {
+  const std::string gen = "generate --model " + testing::source_path("tests/golden/tiny_gpt2") +
+                          " --prompt-ids 1,2,3 --max-tokens 4 --temperature 0 --no-stop";
+  const auto text = testing::run_stratum(gen);
+  const auto ids = testing::run_stratum(gen + " --output-ids");
+  ASSERT_EQ(text.exit_code, 0) << text.errors;
+  ASSERT_EQ(ids.exit_code, 0) << ids.errors;
+  EXPECT_EQ(text.output, ids.output);
+  EXPECT_EQ(std::count(text.output.begin(), text.output.end(), ','), 3) << text.output;
+  EXPECT_NE(text.errors.find("has no tokenizer to print text with: printed the token ids"), std::string::npos)
+      << text.errors;
 }
 
 // A refused generation prints nothing on stdout (it echoed the prompt before checking its options).

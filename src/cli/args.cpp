@@ -123,9 +123,12 @@ std::uint64_t Args::size_bytes(const std::string& name, std::uint64_t fallback) 
   errno = 0;
   char* end = nullptr;
   const double parsed = std::strtod(digits.c_str(), &end);
-  STRATUM_CHECK(!digits.empty() && end && *end == '\0' && errno == 0 && parsed >= 0 && parsed < 1e18, "[cli] --",
-                name, " expects a size like 512M or 4G, got '", *v, "'");
-  return static_cast<std::uint64_t>(parsed * static_cast<double>(scale));
+  const double bytes = parsed * static_cast<double>(scale);
+  STRATUM_CHECK(!digits.empty() && end && *end == '\0' && errno == 0 && parsed >= 0, "[cli] --", name,
+                " expects a size like 512M or 4G, got '", *v, "'");
+  STRATUM_CHECK(bytes < 1e18, "[cli] --", name, " ", *v, " is beyond any machine (1e18 bytes or more); give a size "
+                "like 512M or 4G");
+  return static_cast<std::uint64_t>(bytes);
 }
 
 namespace {

@@ -153,7 +153,12 @@ int cmd_generate(const std::vector<std::string>& argv) {
     const std::string failed = stdout_flush();
     STRATUM_CHECK(failed.empty(), "[generate] writing the text failed: ", failed, "; stopped generating");
   });
-  if (stream_text) {
+  if (stream_text && !r.has_tokenizer) {  // ids in, and no tokenizer to make text of them: the ids out
+    std::printf("%s\n", ids_text(r.sequences[0].tokens).c_str());
+    if (!o.quiet)
+      std::fprintf(stderr, "[stratum] '%s' has no tokenizer to print text with: printed the token ids (--tokenizer DIR "
+                   "gives text)\n", o.model_dir.c_str());
+  } else if (stream_text) {
     echo_prompt();  // --max-tokens 0 or an end-of-text first token
     std::fputs("\n", stdout);
   } else if (!many) {

@@ -3,6 +3,8 @@
 // writes the merged weights in the base's dtype (BF16 for a bf16 base, else F32) with the base's
 // config and tokenizer files.
 #include <cstdio>
+#include <filesystem>
+#include <string>
 
 #include "backend/backend.h"
 #include "cli/args.h"
@@ -22,7 +24,7 @@ int cmd_merge(const std::vector<std::string>& argv) {
             {{"model", "DIR", "the base model (Hugging Face GPT-2 or Llama directory) the adapter was trained on"},
              {"adapter", "DIR", "a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors), "
                                 "e.g. a stratum train --lora-r checkpoint"},
-             {"out", "DIR", "where to write the merged model (replaced atomically if it exists)"},
+             {"out", "DIR", "where to write the merged model (a new directory, or an earlier merge's output, replaced atomically)"},
              {"threads", "N", "worker threads (default: STRATUM_THREADS or all CPUs)"}});
   if (args.help_requested()) {
     std::fputs(args.help_text("stratum merge --model BASE --adapter DIR --out DIR").c_str(), stdout);
@@ -34,6 +36,10 @@ int cmd_merge(const std::vector<std::string>& argv) {
   const std::string base_dir = model_dir_resolve(args.str("model"));
   const std::string adapter_dir = model_dir_resolve(args.str("adapter"));  // a checkpoint root: its newest
   checkpoint_dir_check(adapter_dir, "merge");
+  std::error_code ec;
+  for (const std::string& input : {base_dir, adapter_dir})
+    STRATUM_CHECK(std::filesystem::weakly_canonical(args.str("out"), ec) != std::filesystem::weakly_canonical(input, ec),
+                  "[merge] --out '", args.str("out"), "' is an input (", input, "); choose a new directory");
   const GptConfig cfg = model_read_config(base_dir);
   const LoraConfig lora = adapter_config_read(adapter_dir, cfg.arch);
   const ParamLayout layout = ParamLayout::of(cfg, lora);

@@ -63,6 +63,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.grad_accum = static_cast<int>(args.integer("grad-accum", 1, 1, 65536));
   r.ranks = static_cast<int>(args.integer("ranks", 1, 1, 65536));
   r.net_gbps = args.number("net-gbps", 0.0);
+  STRATUM_CHECK(!args.has("net-gbps") || r.net_gbps > 0, "[plan] --net-gbps must be > 0 (Gb/s), got ", r.net_gbps);
   STRATUM_CHECK(r.ranks == 1 || r.net_gbps > 0, "[plan] --ranks ", r.ranks, " needs --net-gbps X (e.g. 25)");
   STRATUM_CHECK(r.ranks > 1 || !args.has("net-gbps"), "[plan] --net-gbps only applies with --ranks P");
   STRATUM_CHECK(r.grad_accum % r.ranks == 0, "[plan] --grad-accum ", r.grad_accum, " must be a multiple of --ranks ",

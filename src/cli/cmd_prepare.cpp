@@ -1,6 +1,7 @@
 // `stratum prepare`: text -> GPT-2 BPE token file (raw uint16 .bin or llm.c shard).
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -28,6 +29,12 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   STRATUM_CHECK(format == "raw" || format == "llmc", "[cli] --format must be 'raw' or 'llmc', got '", format, "'");
   STRATUM_CHECK(!same_file(input, out), "[prepare] --out '", out, "' is the --input file: it would be overwritten; "
                 "choose another --out");
+  STRATUM_CHECK(!dir_exists(out), "[prepare] --out '", out, "' is a directory; give the token file's path");
+  // A token file (or any binary) is not tokenized again as if it were text. A pipe is read as it comes.
+  if (std::filesystem::is_regular_file(input) && std::filesystem::file_size(input) > 0)
+    STRATUM_CHECK(data_file_reading(input).kind == DataFileKind::Text, "[prepare] '", input,
+                  "' is not UTF-8 text (a token file, or another binary file): prepare tokenizes text; a token "
+                  "file goes to train's --data as it is");
   const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_dir);
   const std::string text = file_read_all(input);
   STRATUM_CHECK(!text.empty(), "[prepare] '", input, "' is empty; nothing to tokenize");

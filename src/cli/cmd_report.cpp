@@ -25,7 +25,9 @@ int cmd_report(const std::vector<std::string>& argv) {
     out = (dot != std::string::npos && (slash == std::string::npos || dot > slash) ? log.substr(0, dot) : log) + ".svg";
   }
   STRATUM_CHECK(!same_file(log, out), "[report] --out '", out, "' is the log being read; choose another --out");
-  std::istringstream in(file_read_all(log));
+  STRATUM_CHECK(!dir_exists(out), "[report] --out '", out, "' is a directory; give the SVG file's path");
+  const std::string text = file_read_all(log);
+  std::istringstream in(text);
   std::vector<nlohmann::json> records;
   long line_number = 0;
   for (std::string line; std::getline(in, line);) {
@@ -34,6 +36,11 @@ int cmd_report(const std::vector<std::string>& argv) {
     try {
       records.push_back(nlohmann::json::parse(line));
     } catch (const nlohmann::json::exception&) {
+      if (in.eof() && text.back() != '\n') {  // the last record, cut off: a run killed while writing it
+        std::fprintf(stderr, "[stratum] report: %s line %ld is cut off (the run stopped while writing it): left out\n",
+                     log.c_str(), line_number);
+        break;
+      }
       STRATUM_FAIL("[report] ", log, " line ", line_number, " is not JSON; give the --log FILE of a stratum train run");
     }
   }

@@ -13,6 +13,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/file_util.h"
 #include "dist/communicator.h"
 #include "stratum/error.h"
 #include "train/trainer.h"
@@ -144,6 +145,9 @@ void run_options_settle(const Args& args, TrainOptions& o) {
     unless_given("adamw-on", o.adamw_on, d.adamw_on);
   }
   if (o.mem_budget_bytes == 0 && o.gpu_mem_budget_bytes == 0) unless_given("prefetch", o.prefetch, d.prefetch);
+  STRATUM_CHECK(args.has("offload-dir") || o.offload_dir.empty() || dir_exists(o.offload_dir),
+                "[cli] --resume: the checkpoint's --offload-dir ", o.offload_dir,
+                " does not exist: create it, give another --offload-dir, or --mem-budget 0 to train in RAM");
   STRATUM_CHECK(o.mem_budget_bytes > 0 || o.offload_dir.empty(),
                 "[cli] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
   STRATUM_CHECK(o.mem_budget_bytes == 0 || !o.offload_dir.empty(),

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <deque>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 #include <utility>
 
 #include "core/file_util.h"
@@ -523,6 +524,16 @@ BpeTokenizer BpeTokenizer::load(const std::string& dir) {
         ", expected two symbols separated by one space", kFixHint);
     loader.merge_add(left, right, where, "'" + vocab_path + "'", line, kFixHint);
   }
+  // A merges file cut short (or of another vocabulary) leaves tokens no merge makes, and would
+  // encode text into more, shorter tokens without a word. Every token of several bytes but a few
+  // special ones (GPT-2's <|endoftext|>) comes from a merge.
+  std::unordered_set<std::int32_t> made;
+  for (const auto& [key, merge] : tok.merges_) made.insert(merge.merged_id);
+  std::size_t unmade = 0;
+  for (const auto& [bytes, id] : tok.bytes_to_id_) unmade += bytes.size() > 1 && made.count(id) == 0 ? 1 : 0;
+  STRATUM_CHECK(unmade <= std::max<std::size_t>(16, tok.bytes_to_id_.size() / 100), "[tokenizer] '", merges_path,
+                "' has ", tok.merges_.size(), " merges, and ", unmade, " tokens of several bytes in '", vocab_path,
+                "' come from none of them (a truncated or mismatched merges file?)", kFixHint);
   loader.regex_compile(kGpt2Pattern, 0, "the GPT-2 pre-tokenizer regex",
                        " (install a libpcre2-8 built with Unicode support, >= 10.34)");
   tok.eot_id_ = tok.token_id(kEotText);

@@ -151,6 +151,12 @@ DataFileReading data_file_reading(const std::string& path) {
       out.note = "'" + path + "' is named .bin but holds UTF-8 text: reading it as text, not as uint16 token ids";
     return out;
   }
+  // Text with a stray byte: a token file is not valid UTF-8 for long (half of all ids have a low
+  // byte of 0x80 or more, which rarely continues a sequence), so kTextRun valid bytes mean text.
+  constexpr std::size_t kTextRun = 4096;
+  STRATUM_CHECK(bad_at < kTextRun || bad_at >= sample.size(), where(path), " is UTF-8 text up to byte ", bad_at,
+                ", which is not UTF-8: re-encode it as UTF-8 (e.g. iconv -f latin1 -t utf-8) or remove the stray "
+                "bytes; a token file would not read as text that far");
   STRATUM_CHECK(size_bytes % 2 == 0, where(path), " is neither UTF-8 text (byte ", bad_at,
                 " is not) nor a raw uint16 token file (it has an odd number of bytes, ", size_bytes,
                 "); give a text file or a token file made by 'stratum prepare'");

@@ -163,10 +163,10 @@ void Executor::schedule_build() {
   owner_.assign(static_cast<std::size_t>(layout_.segment_count()), -1);
   {
     auto bytes = [&](int s) { return units_.segment_bytes(s, K::Params); };
-    auto shares_tensor = [&](int a, int b) {  // a tensor of b has a piece in a
-      for (const TensorSlot& t : layout_.segments()[b].tensors)
-        for (const auto& slot : layout_.find(t.name))
-          if (slot.first == a) return true;
+    auto shares_tensor = [&](int a, int b) {  // a tensor of b has a piece in a (both hold a few tensors)
+      for (const TensorSlot& tb : layout_.segments()[b].tensors)
+        for (const TensorSlot& ta : layout_.segments()[a].tensors)
+          if (ta.name == tb.name) return true;
       return false;
     };
     std::vector<std::vector<int>> runs;  // trainable segments in forward order, tensor-sharing ones together

@@ -196,6 +196,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   }
 
   GenerateResult result;
+  result.has_tokenizer = tokenizer != nullptr;
   result.weights_bf16 = bf16;
   for (int u = 0; u < units.count(); ++u)
     if (units.kind(u) == SegmentKind::Params) result.weight_bytes += units.bytes(u);

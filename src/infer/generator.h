@@ -64,6 +64,7 @@ struct GenerateSequence {
 
 struct GenerateResult {
   std::vector<GenerateSequence> sequences;  // in prompt order
+  bool has_tokenizer = true;  // false: ids prompts to a model without one (the texts are empty)
   long prompt_tokens = 0, generated_tokens = 0;
   double prompt_tokens_per_s = 0.0;     // prompt tokens / time of the steps that read only prompt tokens
   // Tokens sampled by the other steps / their time (a sequence's first token comes from its last

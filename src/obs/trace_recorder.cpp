@@ -79,11 +79,29 @@ void TraceRecorder::flush_locked() {
   buffer_.clear();
 }
 
+namespace {
+// A file --trace may replace: none yet, an empty one, or a Stratum trace (it starts as
+// header_json does: its first line is the same for every process). Anything else is somebody's
+// file (a checkpoint's weights, an input), never truncated.
+void check_replaceable(const std::string& path, const std::string& header) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // none yet (or unreadable: the open for writing says why)
+  const std::string first = header.substr(0, header.find('\n', 2) + 1);
+  std::string have(first.size(), '\0');
+  const ssize_t n = ::read(fd, have.data(), have.size());
+  ::close(fd);
+  STRATUM_CHECK(n <= 0 || (static_cast<std::size_t>(n) == first.size() && have == first), "[trace] --trace '", path,
+                "' exists and is not a Stratum trace; choose another path (or remove it)");
+}
+}  // namespace
+
 void TraceRecorder::stream_to(const std::string& path, const char* process) {
   std::lock_guard<std::mutex> lock(mutex_);
   STRATUM_ASSERT(fd_ < 0);
+  check_replaceable(path, header_json(process));
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  STRATUM_CHECK(fd_ >= 0, "[trace] cannot write '", path, "': ", std::strerror(errno));
+  STRATUM_CHECK(fd_ >= 0, "[trace] cannot write --trace '", path, "': ", std::strerror(errno),
+                "; choose another path");
   path_ = path;
   buffer_ = header_json(process);
   for (const Event& e : events_) buffer_ += ",\n" + event_json(e);
@@ -123,6 +141,7 @@ std::vector<TraceRecorder::Event> TraceRecorder::events() const {
 
 void TraceRecorder::write(const std::string& path) const {
   std::string out = header_json("stratum");
+  check_replaceable(path, out);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const Event& e : events_) out += ",\n" + event_json(e);

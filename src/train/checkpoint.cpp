@@ -384,6 +384,10 @@ std::string checkpoint_write(const std::string& root_in, long step, int keep,
   return final_dir;
 }
 
+long checkpoint_peak_more(long have, long saves, int keep) {
+  return std::max(1L, std::min(have + saves - 1, static_cast<long>(keep)) + 1 - have);
+}
+
 ResumePoint checkpoint_find(const std::string& path_in) {
   const std::string path = trim_slashes(path_in);
   STRATUM_CHECK(dir_exists(path), "[checkpoint] --resume '", path, "' does not exist or is not a directory");

@@ -104,6 +104,11 @@ CheckpointCheck checkpoint_verify(const std::string& dir);
 std::string checkpoint_write(const std::string& root, long step, int keep,
                              const std::function<void(const std::string& tmp_dir)>& write_files);
 
+// How many checkpoints more than the `have` under a root it holds at its peak while `saves` more
+// are written with --keep `keep`: each is written before those beyond `keep` are removed, so the
+// root peaks at keep + 1 (at least one more: the next one).
+long checkpoint_peak_more(long have, long saves, int keep);
+
 // The checkpoint to resume from: `path` itself when it is a checkpoint directory (it must verify),
 // else the root's `latest`, else (when that is missing or does not verify) the newest step-*
 // directory that verifies. `notes` says what was skipped and why. Throws Error when none verifies.

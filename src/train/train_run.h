@@ -37,6 +37,7 @@ class TrainRun {
   void lora_resolve();   // the adapters' settings (from --lora-init's adapter_config.json, or the options)
   void data_load();      // tokenizer, training and validation tokens, loaders, the run's trainer state
   void store_make();     // the executor, then RAM or the tiered store under the budget (with the plan)
+  void save_space_check();  // the --save disk holds the run's checkpoints (refused before training)
   void trace_start();
   void weights_load();   // checkpoint, HF directory or random init
   TrainResult finished_already() const;

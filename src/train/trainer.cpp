@@ -83,6 +83,24 @@ void TrainRun::resume_find() {
                 resume_.state.step, ", past --steps ", o_.steps, "; leave --steps out to use the checkpoint's");
 }
 
+// A --save disk too small for the run's checkpoints is refused before training, not found at
+// the first save (with --save-every 0, after the whole run).
+void TrainRun::save_space_check() {
+  if (o_.save_dir.empty()) return;
+  const std::size_t trainable = layout_->num_trainable_params() * sizeof(float);
+  const std::size_t each = (lora_.on() ? trainable : layout_->num_params() * sizeof(float)) +
+                           (o_.optimizer == TrainOptimizer::AdamW ? 2 * trainable : 0);
+  const long left = o_.steps - start_step_;
+  // Every --save-every steps, and at the end when that is not one of them (at least one).
+  const long every = o_.save_every > 0 ? left / o_.save_every : 0;
+  const long saves = std::max(1L, every + (o_.save_every > 0 && left % o_.save_every == 0 ? 0 : 1));
+  const long more = checkpoint_peak_more(static_cast<long>(checkpoint_list(o_.save_dir).size()), saves, o_.keep);
+  const std::size_t need = each * static_cast<std::size_t>(more), free = dir_free_bytes(o_.save_dir, "--save");
+  STRATUM_CHECK(need <= free, "[train] --save '", o_.save_dir, "' has ", bytes_text(free), " free and this run's ",
+                "checkpoints need about ", bytes_text(need), " more (", more, " checkpoints of ", bytes_text(each),
+                " at once with --keep ", o_.keep, "); free space, lower --keep or choose another directory");
+}
+
 void TrainRun::save_claim() {
   // Note [run identity]: a resumed run keeps its id; the --save root is locked and must be ours.
   run_id_ = resume_.state.run_id != 0 ? resume_.state.run_id : run_id_new();
@@ -535,6 +553,7 @@ TrainResult TrainRun::run() {
   lora_resolve();
   data_load();
   store_make();
+  save_space_check();
   trace_start();
   // The trace streams to its file and is closed at the end, also when the run fails (it shows
   // what led up to it).

@@ -36,7 +36,9 @@
 namespace stratum {
 
 GptConfig model_read_config(const std::string& dir) {
-  STRATUM_CHECK(dir_exists(dir), "[model] model directory '", dir, "' does not exist");
+  STRATUM_CHECK(dir_exists(dir), "[model] model directory '", dir, "' ",
+                file_exists(dir) ? "is a file: give the directory that holds config.json and model.safetensors"
+                                 : "does not exist");
   const std::string path = dir + "/config.json";
   STRATUM_CHECK(file_exists(path), "[model] '", dir,
                 "' has no config.json: expected a Hugging Face GPT-2 or Llama directory");
@@ -114,7 +116,8 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
     }
     const TensorSlot& first = layout.segments()[slots[0].first].tensors[slots[0].second];
     STRATUM_CHECK(info.shape == first.hf_shape, "[model] ", path, ": tensor '", info.name, "' has shape ",
-                  shape_text(info.shape), ", but config.json implies ", shape_text(first.hf_shape));
+                  shape_text(info.shape), ", but ", select == SegmentSelect::Adapters ? "adapter_config.json" : "config.json",
+                  " implies ", shape_text(first.hf_shape));
     for (const auto& [s, t] : slots) {
       const TensorSlot& slot = layout.segments()[s].tensors[t];
       STRATUM_CHECK(!seen[k][s][t], "[model] ", path, ": tensor '", info.name,
@@ -469,8 +472,20 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
                                  : std::filesystem::path(dir).parent_path().string();
   STRATUM_CHECK(dir_exists(parent), "[model.save] parent directory '", parent, "' of '", dir,
                 "' does not exist; create it first");
-  STRATUM_CHECK(::access(parent.c_str(), W_OK) == 0, "[model.save] cannot write to '", parent,
-                "': permission denied; choose another --save directory");
+  STRATUM_CHECK(::access(parent.c_str(), W_OK) == 0, "[model.save] cannot write to '", parent, "': ",
+                std::strerror(errno), "; choose another output directory");
+  // Replaced only when it is what this writes (an earlier output): never a checkpoint, a --save
+  // directory or a directory of other files, which the swap below would delete.
+  if (std::filesystem::exists(dir)) {
+    STRATUM_CHECK(dir_exists(dir), "[model.save] '", dir, "' exists and is not a directory; choose a new directory");
+    const std::set<std::string> ours = {"config.json", "model.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json", "vocab.json", "merges.txt"};
+    for (const auto& entry : std::filesystem::directory_iterator(dir))
+      STRATUM_CHECK(entry.is_regular_file() && ours.count(entry.path().filename().string()) > 0, "[model.save] '",
+                    dir, "' exists and holds '", entry.path().filename().string(),
+                    "', which a model directory written here does not; choose a new directory (only an earlier "
+                    "output is replaced)");
+  }
   const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
   std::error_code ec;
   std::filesystem::remove_all(tmp, ec);

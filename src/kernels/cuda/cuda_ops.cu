@@ -29,7 +29,7 @@ const DeviceProbe& probe() {
     int count = 0;
     const cudaError_t err = cudaGetDeviceCount(&count);
     if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) {  // no driver at all reads as "insufficient"
-      r.why = "[backend.cuda] no NVIDIA GPU or driver found";
+      r.why = "[backend.cuda] no NVIDIA GPU or driver found: run on a machine with one, or with --backend cpu";
       cudaGetLastError();
       return r;
     }
