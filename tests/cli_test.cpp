@@ -88,6 +88,8 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
     for (int line = 0; line < 1000; ++line) at = bpe.find('\n', at) + 1;
     write_text(shortbpe + "/vocab.bpe", bpe.substr(0, at));
   }
+  std::filesystem::create_directories(tmp.file("binroot/step-00000001"));
+  write_text(tmp.file("binroot/latest"), std::string("\xff\x01step\n", 7));
   write_text(tmp.file("stray.txt"), file_read_all(shared_data("tinyshakespeare.txt")).substr(0, 9998) + "\xff" + "a");
 
   const std::string data = " --data " + kTiny + "/tokens.bin";
@@ -158,6 +160,12 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"model larger than RAM", "train --layers 1024 --heads 16 --embd 2048 --ctx 64 --steps 1" + data,
        "of RAM (parameters"},
       {"model dir is a file", "train --model " + kTiny + "/config.json" + data, "is a file"},
+      {"lora flags without lora", "train --lora-alpha 32 --steps 1" + data, "add --lora-r R"},
+      {"zo-eps with adamw", "train --zo-eps 0.01 --steps 1" + data, "add --optimizer zo-sgd"},
+      {"save into a model dir", "train --steps 1 --save " + kTiny + data, "is a checkpoint or model directory"},
+      {"generate prefetch without a budget", "generate --model " + kTiny + " --prompt-ids 1 --prefetch 3",
+       "--prefetch only applies"},
+      {"raw bytes quoted", "train --resume " + tmp.file("binroot"), "names '\\xff\\x01step'"},
       {"plan network rate", "plan --layers 1 --heads 2 --embd 32 --ctx 64 --ranks 2 --grad-accum 2 --net-gbps -1",
        "--net-gbps must be > 0"},
   };

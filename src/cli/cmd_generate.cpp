@@ -131,6 +131,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
   STRATUM_CHECK(o.mem_budget_bytes == 0 || !o.offload_dir.empty(),
                 "[cli] --mem-budget needs --offload-dir DIR for the weights that do not fit");
   o.prefetch = static_cast<int>(args.integer("prefetch", 2, 0, 64));
+  STRATUM_CHECK(!args.has("prefetch") || o.mem_budget_bytes > 0 || o.gpu_mem_budget_bytes > 0,
+                "[cli] --prefetch only applies with --mem-budget SIZE or --gpu-mem-budget SIZE");
   o.quiet = args.flag("quiet");
   o.keep_bf16 = !args.flag("fp32-weights");
   o.precision = precision_parse(args.str("precision", "fp32"));

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "core/printable.h"
 #include "stratum/error.h"
 
 namespace {
@@ -70,11 +71,11 @@ int main(int argc, char** argv) {
     return code;
   } catch (const stratum::BugError& e) {
     end_progress_line();
-    std::fprintf(stderr, "stratum: %s (please report this)\n", e.what());
+    std::fprintf(stderr, "stratum: %s (please report this)\n", stratum::printable_text(e.what()).c_str());
     return 70;
   } catch (const stratum::Error& e) {
     end_progress_line();
-    std::fprintf(stderr, "stratum: %s\n", e.what());
+    std::fprintf(stderr, "stratum: %s\n", stratum::printable_text(e.what()).c_str());
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "stratum: [core.memory] out of memory; reduce --batch, --seq or the model size\n");

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/file_util.h"
+#include "core/printable.h"
 #include "data/bpe_tokenizer_impl.h"
 #include "formats/json_fields.h"
 #include "stratum/error.h"
@@ -103,18 +104,7 @@ bool symbol_to_bytes(std::string_view symbol, std::string& bytes) {
 
 // A token quoted for a one-line error message: control bytes escaped, long ones cut.
 std::string quoted_for_message(std::string_view s) {
-  std::string out = "'";
-  for (std::size_t i = 0; i < s.size() && i < 48; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7F) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02X", c);
-      out += hex;
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-  }
-  return out + (s.size() > 48 ? "...'" : "'");
+  return "'" + printable_text(s.substr(0, 48)) + (s.size() > 48 ? "...'" : "'");
 }
 
 std::string one_line(std::string s) {

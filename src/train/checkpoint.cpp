@@ -24,6 +24,7 @@
 
 #include "core/file_descriptor.h"
 #include "core/file_util.h"
+#include "core/printable.h"
 #include "formats/json_brief.h"
 #include "formats/json_fields.h"
 #include "core/hash.h"
@@ -235,9 +236,9 @@ LatestStatus checkpoint_latest(const std::string& root_in) {
   if (name.empty()) st.problem = "'latest' is empty";
   else if (std::find(all.begin(), all.end(), name) != all.end()) st.name = name;
   else if (name.rfind("step-", 0) == 0 && name.find('/') == std::string::npos)
-    st.problem = "'latest' names '" + name + "', which does not exist";
+    st.problem = "'latest' names '" + printable_text(name) + "', which does not exist";
   else
-    st.problem = "'latest' names '" + name.substr(0, 40) + "', which is not a checkpoint of this directory";
+    st.problem = "'latest' names '" + printable_text(name.substr(0, 40)) + "', which is not a checkpoint of this directory";
   return st;
 }
 

@@ -65,6 +65,21 @@ void train_options_check(const TrainOptions& o) {
                 o.beta2);
   STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
   STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
+  // Options of a kind of training the run is not doing: said, not ignored (LoRA's without --lora-r
+  // trained every weight instead of adapters).
+  const TrainSettings d;
+  STRATUM_CHECK(o.lora_r > 0 || !o.lora_init_dir.empty() ||
+                    (o.lora_alpha == d.lora_alpha && o.lora_targets == d.lora_targets &&
+                     o.lora_rslora == d.lora_rslora && o.lora_dropout == d.lora_dropout),
+                "[train] --lora-alpha, --lora-targets, --lora-rslora and --lora-dropout shape LoRA adapters: add "
+                "--lora-r R to train adapters (or drop them to train every weight)");
+  STRATUM_CHECK(o.optimizer == TrainOptimizer::ZoSgd || o.zo_eps == d.zo_eps,
+                "[train] --zo-eps is zo-sgd's perturbation scale: add --optimizer zo-sgd (or drop it)");
+  // A checkpoint or model directory is not a --save root (the run's step directories went inside it).
+  STRATUM_CHECK(o.save_dir.empty() || (!file_exists(o.save_dir + "/manifest.json") &&
+                                       !file_exists(o.save_dir + "/config.json")),
+                "[train] --save '", o.save_dir, "' is a checkpoint or model directory; give the directory that "
+                "holds (or will hold) the run's step-N checkpoints");
   plan_activations_resolve(o.activations, o.optimizer == TrainOptimizer::ZoSgd);  // refuses keep/offload with zo-sgd
   STRATUM_CHECK(o.grad_accum == 1 || o.optimizer == TrainOptimizer::AdamW, "[train] --grad-accum ", o.grad_accum,
                 " sums backpropagated gradients, and --optimizer zo-sgd has none; drop --grad-accum (or raise --batch)");
