@@ -1,3 +1,5 @@
+// Which K give OpenBLAS other bits on one thread than on two (docs/benchmarks.md, "OpenBLAS's bits and
+// the thread count"). Build: gcc -O2 k_blocking.c -o k_blocking -lopenblas
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>

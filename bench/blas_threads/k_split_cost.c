@@ -1,3 +1,5 @@
+// One sgemm call against K split into fixed blocks of 256 and 512 (beta 1), on two threads, at GPT-2
+// small's shapes (docs/benchmarks.md). Build: gcc -O2 k_split_cost.c -o k_split_cost -lopenblas
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
