@@ -88,6 +88,11 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
     for (int line = 0; line < 1000; ++line) at = bpe.find('\n', at) + 1;
     write_text(shortbpe + "/vocab.bpe", bpe.substr(0, at));
   }
+  const std::string hugecfg = tmp.file("hugecfg");  // ~200 GB of weights claimed: refused before reading them
+  std::filesystem::create_directory(hugecfg);
+  write_text(hugecfg + "/config.json", R"({"model_type": "gpt2", "n_layer": 1024, "n_head": 16, "n_embd": 2048, )"
+                                       R"("n_positions": 64, "vocab_size": 101})");
+  std::filesystem::copy_file(kTiny + "/model.safetensors", hugecfg + "/model.safetensors");
   std::filesystem::create_directories(tmp.file("binroot/step-00000001"));
   write_text(tmp.file("binroot/latest"), std::string("\xff\x01step\n", 7));
   write_text(tmp.file("stray.txt"), file_read_all(shared_data("tinyshakespeare.txt")).substr(0, 9998) + "\xff" + "a");
@@ -158,7 +163,8 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"size beyond any machine", "train --mem-budget 99999999T --offload-dir " + tmp.path() + data,
        "is beyond any machine"},
       {"model larger than RAM", "train --layers 1024 --heads 16 --embd 2048 --ctx 64 --steps 1" + data,
-       "of RAM (parameters"},
+       "of RAM and this machine has"},
+      {"generate a model larger than RAM", "generate --model " + hugecfg + " --prompt-ids 1", "--mem-budget SIZE"},
       {"model dir is a file", "train --model " + kTiny + "/config.json" + data, "is a file"},
       {"lora flags without lora", "train --lora-alpha 32 --steps 1" + data, "add --lora-r R"},
       {"zo-eps with adamw", "train --zo-eps 0.01 --steps 1" + data, "add --optimizer zo-sgd"},

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "core/byte_size.h"
+#include "core/process_memory.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "data/bpe_tokenizer.h"
@@ -161,6 +162,8 @@ GenerateResult generate_run(const GenerateOptions& o,
     so.prefetch_depth = o.prefetch;
     store = std::make_unique<TieredSegmentStore>(units, so);
   } else {
+    memory_fit_check(fixed + units.total_bytes(), "generate", "the model (weights, KV cache, buffers)",
+                     "stream the weights: --mem-budget SIZE --offload-dir DIR");
     store = std::make_unique<RamSegmentStore>(units);
   }
   model_load_weights(o.model_dir, layout, *store);

@@ -132,13 +132,9 @@ void TrainRun::store_make() {
                   " over " + (budget ? store_text_ : std::string("RAM (checkpoints are written from there)"));
   };
   if (!budget) {
-    // Refused before allocating: a run larger than the machine's memory would otherwise fill it
-    // piece by piece until the kernel kills the process.
-    const std::size_t need = units_->total_bytes() + host_fixed, available = memory_available_bytes();
-    STRATUM_CHECK(available == 0 || need <= available, "[train] the run needs ", bytes_text(need),
-                  " of RAM (parameters, gradients, optimizer state, activations, engine buffers) and this machine has ",
-                  bytes_text(available), " available; train under a budget: --mem-budget SIZE --offload-dir DIR "
-                  "(`stratum plan` shows the smallest)");
+    memory_fit_check(units_->total_bytes() + host_fixed, "train",
+                     "the run (parameters, gradients, optimizer state, activations, engine buffers)",
+                     "train under a budget: --mem-budget SIZE --offload-dir DIR (`stratum plan` shows the smallest)");
     store_ = std::make_unique<RamSegmentStore>(*units_);
     if (device_tier) device_attach();
     else exec_->attach(*store_);
