@@ -126,6 +126,9 @@ class StratumProcess {
   StratumProcess& operator=(const StratumProcess&) = delete;
 
   void signal(int sig) const { ::kill(pid_, sig); }
+  std::string output_so_far() const {
+    return file_exists(dir_.file("out")) ? file_read_all(dir_.file("out")) : std::string();
+  }
   pid_t pid() const { return pid_; }
   bool running() {
     if (reaped_) return false;

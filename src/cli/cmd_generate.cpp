@@ -93,6 +93,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   if (args.has("prompt")) o.prompts.push_back(args.str("prompt"));
   if (args.has("prompt-ids")) o.prompt_ids.push_back(parse_ids(args.str("prompt-ids"), "--prompt-ids"));
   const bool many = args.has("prompts") || args.has("prompt-ids-file");
+  std::vector<int> prompt_lines;  // of --prompts/--prompt-ids-file: each prompt's line in the file
   if (many) {
     const bool ids = args.has("prompt-ids-file");
     const std::string flag = ids ? "--prompt-ids-file" : "--prompts";
@@ -100,6 +101,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
     const std::string problem = file_read_problem(path);
     STRATUM_CHECK(problem.empty(), "[cli] ", flag, " file '", path, "' ", problem);
     const std::string text = file_read_all(path);
+    int skipped = 0;
     std::size_t at = 0;
     for (int line_no = 1; at < text.size(); ++line_no) {
       const std::size_t nl = std::min(text.find('\n', at), text.size());
@@ -108,8 +110,13 @@ int cmd_generate(const std::vector<std::string>& argv) {
       if (!line.empty() && ids)
         o.prompt_ids.push_back(parse_ids(line, flag + " " + path + " line " + std::to_string(line_no)));
       if (!line.empty() && !ids) o.prompts.push_back(line);
+      if (!line.empty()) prompt_lines.push_back(line_no);
+      else if (nl < text.size()) ++skipped;  // (not the end's newline)
       at = nl + 1;
     }
+    if (skipped > 0)
+      std::fprintf(stderr, "[stratum] %s: %d empty line(s) skipped; each record's \"line\" is its prompt's line in "
+                   "the file\n", flag.c_str(), skipped);
     STRATUM_CHECK(!o.prompts.empty() || !o.prompt_ids.empty(), "[cli] ", flag, " file '", path,
                   "' has no prompts (one per line)");
   }
@@ -148,6 +155,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
     if (!echoed && !o.prompts.empty()) std::fputs(o.prompts[0].c_str(), stdout);
     echoed = true;
   };
+  o.stop_requested = stop_signals_install("\n[stratum] stopping after this token; interrupt again to quit at once\n");
   const GenerateResult r = generate_run(o, [&](int, std::int32_t, const std::string& text) {
     if (!stream_text) return;
     echo_prompt();
@@ -168,13 +176,18 @@ int cmd_generate(const std::vector<std::string>& argv) {
   } else {
     for (std::size_t i = 0; i < r.sequences.size(); ++i) {
       const GenerateSequence& s = r.sequences[i];
-      nlohmann::ordered_json j = {{"prompt", i + 1}, {"ids", s.tokens}, {"stopped_at_eos", s.stopped_at_eos}};
+      nlohmann::ordered_json j = {
+          {"prompt", i + 1}, {"line", prompt_lines[i]}, {"ids", s.tokens}, {"stopped_at_eos", s.stopped_at_eos}};
       if (!output_ids) j["text"] = s.text;
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
   }
   const std::string failed = stdout_flush();
   STRATUM_CHECK(failed.empty(), "[generate] writing the output failed: ", failed);
+  if (r.interrupted) {  // what was generated is out; the offload files went with the store
+    std::fprintf(stderr, "[stratum] interrupted after %ld generated tokens\n", r.generated_tokens);
+    return 130;
+  }
   for (std::size_t i = 0; i < r.sequences.size(); ++i)  // --max-tokens beyond the context: said, not silent
     if (r.sequences[i].stopped_at_context && !o.quiet)
       std::fprintf(stderr, "[stratum] prompt %zu stopped after %zu tokens: the context is full (--max-tokens %d asked for more)\n",

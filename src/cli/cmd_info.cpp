@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -9,7 +10,9 @@
 #include "data/bpe_tokenizer.h"
 #include "data/token_file.h"
 #include "formats/safetensors.h"
+#include "weights/adapter_io.h"
 #include "weights/model_io.h"
+#include "model/lora.h"
 #include "model/param_layout.h"
 #include "train/checkpoint.h"
 #include "stratum/error.h"
@@ -42,7 +45,42 @@ void describe_safetensors(const std::string& path) {
   for (const auto& [k, v] : file.metadata()) std::printf("  metadata %s = %s\n", k.c_str(), v.c_str());
 }
 
+// A LoRA adapter: a PEFT directory (adapter_config.json + adapter_model.safetensors) or a LoRA
+// run's checkpoint (those beside the base's config.json, the moments and the trainer state).
+void describe_adapter_dir(const std::string& dir) {
+  const bool has_base_config = file_exists(dir + "/config.json");
+  std::optional<GptConfig> base;
+  if (has_base_config) base = model_read_config(dir);
+  // A PEFT directory does not name its family: the targets tell (GPT-2's c_attn, Llama's q_proj).
+  LoraConfig lora;
+  ModelArch arch = base ? base->arch : ModelArch::Gpt2;
+  try {
+    lora = adapter_config_read(dir, arch);
+  } catch (const Error&) {
+    if (base) throw;
+    arch = ModelArch::Llama;
+    lora = adapter_config_read(dir, arch);
+  }
+  const std::string base_name = adapter_base_model(dir);
+  std::printf("LoRA adapter %s: r=%d, alpha %g%s, dropout %g, on %s (%s)%s%s\n", dir.c_str(), lora.r, lora.alpha,
+              lora.rslora ? " (rsLoRA)" : "", lora.dropout, lora_targets_text(lora).c_str(),
+              arch == ModelArch::Llama ? "Llama" : "GPT-2", base_name.empty() ? "" : "; base_model_name_or_path ",
+              base_name.c_str());
+  std::printf("  %s\n", checkpoint_dir_check(dir, "info")
+                            ? "files: every one matches manifest.json (a Stratum checkpoint)"
+                            : "files: no manifest.json (a PEFT directory): not checksummed");
+  if (base) {
+    const ParamLayout layout = ParamLayout::of(*base, lora);
+    std::printf("  over a %s base %s: %.3fM adapter parameters over %.2fM frozen (generate/merge take the base with "
+                "--model)\n",
+                base->llama() ? "Llama" : "GPT-2", base->describe().c_str(), layout.num_trainable_params() / 1e6,
+                (layout.num_params() - layout.num_trainable_params()) / 1e6);
+  }
+  describe_safetensors(dir + "/" + kAdapterWeightsFile);
+}
+
 void describe_model_dir(const std::string& dir) {
+  if (file_exists(dir + "/" + kAdapterConfigFile)) return describe_adapter_dir(dir);
   const GptConfig cfg = model_read_config(dir);
   const ParamLayout layout = ParamLayout::of(cfg);
   const double params = static_cast<double>(layout.num_params());

@@ -17,36 +17,12 @@
 #include "dist/communicator.h"
 #include "stratum/error.h"
 #include "train/trainer.h"
+#include "weights/adapter_io.h"
 #include "weights/model_io.h"
 
 namespace stratum {
 
 namespace {
-volatile std::sig_atomic_t g_stop_requested = 0;
-
-// First SIGINT/SIGTERM: finish the step, checkpoint, exit 0. The handler restores the default
-// action for both, so a second one ends the process at once (checkpoints are written atomically,
-// so the last good one survives that).
-extern "C" void on_stop_signal(int) {
-  g_stop_requested = 1;
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  ::sigaction(SIGINT, &dfl, nullptr);
-  ::sigaction(SIGTERM, &dfl, nullptr);
-  static const char kText[] =
-      "\n[stratum] stopping after this step (and saving a checkpoint with --save); interrupt again to quit at "
-      "once\n";
-  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kText, sizeof kText - 1);
-}
-
-void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  ::sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-}
-
 // The flags of the recorded options (Note [option table]), each with its default.
 std::vector<FlagSpec> train_option_specs() {
   const TrainSettings defaults;
@@ -90,12 +66,14 @@ void train_options_parse(const Args& args, TrainSettings& s) {
 // Rerunning the same command with --resume added (what a crash loop or a job scheduler's restart
 // does) gives --model or the shape flags again: accepted when they describe the checkpoint's
 // model, refused naming the flag, the given value and the checkpoint's otherwise.
-void resume_model_check(const Args& args, const std::string& model_dir, const std::string& resume_path) {
+void resume_model_check(const Args& args, const std::string& model_dir, const std::string& resume_path, bool lora) {
   bool shape_given = false;
   for (const ModelShapeFlag& row : model_shape_flags()) shape_given = shape_given || args.has(row.flag);
   if (!args.has("model") && !shape_given) return;
   const GptConfig have = model_read_config(checkpoint_model_dir(resume_path));
-  const char* const fix = "; a resumed run continues the checkpoint's model (leave the flag out)";
+  const char* const fix = lora ? "; a resumed LoRA run continues over the base its adapters were trained on (give "
+                                 "that --model, or leave it out: adapter_config.json names it)"
+                               : "; a resumed run continues the checkpoint's model (leave the flag out)";
   if (args.has("model")) {
     const GptConfig given = model_read_config(model_dir);
     STRATUM_CHECK(given.describe() == have.describe(), "[cli] --resume: --model ", args.str("model"), " is ",
@@ -117,9 +95,17 @@ void resume_model_check(const Args& args, const std::string& model_dir, const st
 void fill_from_checkpoint(const Args& args, TrainOptions& o) {
   o.resume_point = checkpoint_find(o.resume_path);
   const TrainerState& st = o.resume_point->state;
-  resume_model_check(args, o.model_dir, o.resume_point->dir);
-  // The weights are the checkpoint's; a LoRA checkpoint's adapters train over the --model base.
+  resume_model_check(args, o.model_dir, o.resume_point->dir, st.lora_r > 0);
+  // The weights are the checkpoint's; a LoRA checkpoint's adapters train over the --model base,
+  // which its adapter_config.json names (the first run's --model, absolute) when it is left out.
   if (st.lora_r == 0) o.model_dir.clear();
+  if (st.lora_r > 0 && o.model_dir.empty()) {
+    const std::string base = adapter_base_model(o.resume_point->dir);
+    STRATUM_CHECK(!base.empty() && dir_exists(base), "[train] --resume of a LoRA checkpoint continues over the "
+                  "frozen base its adapters were trained on: give it with --model BASE",
+                  base.empty() ? "" : " (adapter_config.json names '" + base + "', which is not a directory here)");
+    o.model_dir = model_dir_resolve(base);
+  }
   o.config = st.config;
   for (const TrainOption& option : train_option_table())
     if (!args.has(option.flag)) train_option_copy(option, st, o);
@@ -145,6 +131,15 @@ void run_options_settle(const Args& args, TrainOptions& o) {
     unless_given("adamw-on", o.adamw_on, d.adamw_on);
   }
   if (o.mem_budget_bytes == 0 && o.gpu_mem_budget_bytes == 0) unless_given("prefetch", o.prefetch, d.prefetch);
+  // Options of a kind of training the run is not doing: said, not ignored (LoRA's without --lora-r
+  // trained every weight instead of adapters). Given at all, their default value included.
+  STRATUM_CHECK(o.lora_r > 0 || !o.lora_init_dir.empty() ||
+                    !(args.has("lora-alpha") || args.has("lora-targets") || args.has("lora-rslora") ||
+                      args.has("lora-dropout")),
+                "[train] --lora-alpha, --lora-targets, --lora-rslora and --lora-dropout shape LoRA adapters: add "
+                "--lora-r R to train adapters (or drop them to train every weight)");
+  STRATUM_CHECK(o.optimizer == TrainOptimizer::ZoSgd || !args.has("zo-eps"),
+                "[train] --zo-eps is zo-sgd's perturbation scale: add --optimizer zo-sgd (or drop it)");
   STRATUM_CHECK(args.has("offload-dir") || o.offload_dir.empty() || dir_exists(o.offload_dir),
                 "[cli] --resume: the checkpoint's --offload-dir ", o.offload_dir,
                 " does not exist: create it, give another --offload-dir, or --mem-budget 0 to train in RAM");
@@ -225,8 +220,8 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
   if (!o.resume_path.empty()) fill_from_checkpoint(args, o);
   run_options_settle(args, o);
   o.measure_exe = "/proc/self/exe";  // the plan's measurement runs in its own process
-  install_stop_handlers();
-  o.stop_requested = &g_stop_requested;
+  o.stop_requested = stop_signals_install(
+      "\n[stratum] stopping after this step (and saving a checkpoint with --save); interrupt again to quit at once\n");
   const TrainResult result = train_run(o);
   if (!result.interrupted) return 0;
   if (result.checkpoint_dir.empty()) {

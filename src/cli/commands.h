@@ -3,6 +3,7 @@
 // whole program (main.cpp does).
 #pragma once
 
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,12 @@ int cmd_merge(const std::vector<std::string>& args);
 // when `latest` is broken, the newest that verifies (checkpoint_model_dir); says which and why on
 // stderr.
 std::string model_dir_resolve(const std::string& path);
+
+// The first SIGINT, SIGTERM or SIGHUP sets the returned flag and writes `notice` to stderr (the
+// command then stops at its next safe point: train after the step, with a checkpoint; generate
+// after the token, removing its offload files); the handler restores the default action, so a
+// second signal ends the process at once. `notice` must outlive the command (a literal).
+const volatile std::sig_atomic_t* stop_signals_install(const char* notice);
 
 // Flushes stdout: "" when everything written to it so far arrived, else why not (the error's
 // text, or "the stream reported an error"). Output that cannot be written is a failure.

@@ -207,7 +207,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   std::vector<float> logits(static_cast<std::size_t>(batch) * cfg.vocab_size);
   double prompt_s = 0.0, generate_s = 0.0;
   long generate_step_tokens = 0;  // tokens sampled by steps that are not prompt-only
-  for (std::size_t first = 0; first < prompts.size(); first += static_cast<std::size_t>(batch)) {
+  for (std::size_t first = 0; first < prompts.size() && !result.interrupted; first += static_cast<std::size_t>(batch)) {
     const int n = static_cast<int>(std::min<std::size_t>(batch, prompts.size() - first));
     std::vector<Sequence> group(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) {
@@ -218,6 +218,10 @@ GenerateResult generate_run(const GenerateOptions& o,
       result.sequences[first + i].prompt = group[i].ids;
     }
     for (;;) {
+      if (o.stop_requested != nullptr && *o.stop_requested != 0) {
+        result.interrupted = true;
+        break;
+      }
       std::vector<int> live;
       for (int i = 0; i < n; ++i)
         if (!group[i].done) live.push_back(i);

@@ -7,6 +7,7 @@
 // by the model's tokenizer) or token ids.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -31,6 +32,9 @@ struct GenerateOptions {
   std::uint64_t seed = 1337;
   int threads = 0;
   bool stop_at_eos = true;
+  // When set and it becomes non-zero (a signal handler), generation stops after the current step
+  // and returns what it has, with `interrupted` set (the store's offload files are removed).
+  const volatile std::sig_atomic_t* stop_requested = nullptr;
   std::uint64_t mem_budget_bytes = 0;  // 0 = weights in RAM
   std::string offload_dir;
   int prefetch = 2;
@@ -65,6 +69,7 @@ struct GenerateSequence {
 struct GenerateResult {
   std::vector<GenerateSequence> sequences;  // in prompt order
   bool has_tokenizer = true;  // false: ids prompts to a model without one (the texts are empty)
+  bool interrupted = false;   // stopped early by stop_requested
   long prompt_tokens = 0, generated_tokens = 0;
   double prompt_tokens_per_s = 0.0;     // prompt tokens / time of the steps that read only prompt tokens
   // Tokens sampled by the other steps / their time (a sequence's first token comes from its last

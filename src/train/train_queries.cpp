@@ -65,16 +65,6 @@ void train_options_check(const TrainOptions& o) {
                 o.beta2);
   STRATUM_CHECK(o.eps > 0, "[train] --eps must be > 0, got ", o.eps);
   STRATUM_CHECK(o.save_every == 0 || !o.save_dir.empty(), "[train] --save-every needs --save DIR");
-  // Options of a kind of training the run is not doing: said, not ignored (LoRA's without --lora-r
-  // trained every weight instead of adapters).
-  const TrainSettings d;
-  STRATUM_CHECK(o.lora_r > 0 || !o.lora_init_dir.empty() ||
-                    (o.lora_alpha == d.lora_alpha && o.lora_targets == d.lora_targets &&
-                     o.lora_rslora == d.lora_rslora && o.lora_dropout == d.lora_dropout),
-                "[train] --lora-alpha, --lora-targets, --lora-rslora and --lora-dropout shape LoRA adapters: add "
-                "--lora-r R to train adapters (or drop them to train every weight)");
-  STRATUM_CHECK(o.optimizer == TrainOptimizer::ZoSgd || o.zo_eps == d.zo_eps,
-                "[train] --zo-eps is zo-sgd's perturbation scale: add --optimizer zo-sgd (or drop it)");
   // A checkpoint or model directory is not a --save root (the run's step directories went inside it).
   STRATUM_CHECK(o.save_dir.empty() || (!file_exists(o.save_dir + "/manifest.json") &&
                                        !file_exists(o.save_dir + "/config.json")),
@@ -107,11 +97,17 @@ void train_options_check(const TrainOptions& o) {
                 backend_name(o.backend), " computes in fp32 only for now: drop --precision bf16");
   if (o.comm != nullptr && o.comm->size() > 1) {
     const int P = o.comm->size();
-    STRATUM_CHECK(o.grad_accum % P == 0, "[train] --grad-accum ", o.grad_accum, " must be a multiple of the ", P,
-                  " ranks (each runs --grad-accum / ranks micro-batches of every step); use --grad-accum ",
-                  (o.grad_accum + P - 1) / P * P);
     STRATUM_CHECK(o.optimizer == TrainOptimizer::AdamW, "[train] --optimizer zo-sgd runs on one process; run it "
                   "without mpirun");
+    // A resume keeps the checkpoint's --grad-accum, so the fix is another rank count.
+    std::string divisors;
+    for (int d = 1; d <= o.grad_accum && divisors.size() < 40; ++d)
+      if (o.grad_accum % d == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
+    STRATUM_CHECK(o.grad_accum % P == 0, "[train] --grad-accum ", o.grad_accum, " must be a multiple of the ", P,
+                  " ranks (each runs --grad-accum / ranks micro-batches of every step); ",
+                  o.resume_path.empty()
+                      ? "use --grad-accum " + std::to_string((o.grad_accum + P - 1) / P * P)
+                      : "the checkpoint's --grad-accum stays, so resume with mpirun -np one of " + divisors);
     STRATUM_CHECK(o.backend == Backend::Cpu, "[train] data-parallel ranks compute on the CPU for now: drop --backend");
   }
   if (std::string why; !backend_available(o.backend, &why)) throw Error(why);  // after the conflicts above, before any data is read

@@ -20,6 +20,17 @@ LoraConfig adapter_config_read(const std::string& dir, ModelArch arch) {
   return adapter_config_parse(file_read_all(path), path, arch);
 }
 
+std::string adapter_base_model(const std::string& dir) {
+  try {
+    const nlohmann::json root = nlohmann::json::parse(file_read_all(dir + "/" + kAdapterConfigFile));
+    const auto it = root.find("base_model_name_or_path");
+    return it != root.end() && it->is_string() ? it->get<std::string>() : std::string();
+  } catch (const nlohmann::json::exception&) {
+  } catch (const Error&) {
+  }
+  return {};
+}
+
 LoraConfig adapter_config_parse(const std::string& text, const std::string& path, ModelArch arch) {
   nlohmann::json root;
   try {

@@ -28,6 +28,10 @@ LoraConfig adapter_config_read(const std::string& dir, ModelArch arch);
 // The same for the file's text; `where` names it in errors (the fuzz target's entry).
 LoraConfig adapter_config_parse(const std::string& text, const std::string& where, ModelArch arch);
 
+// DIR/adapter_config.json's base_model_name_or_path ("" when absent, not a string, or the file
+// unreadable): the base a Stratum LoRA run was trained over (an absolute path), or a Hub name.
+std::string adapter_base_model(const std::string& dir);
+
 // Writes adapter_config.json and adapter_model.safetensors into the existing directory `dir`
 // (each atomically), one adapter chunk held at a time. base_model: base_model_name_or_path.
 void adapter_write_files(const std::string& dir, const ParamLayout& layout, SegmentStore& store,
