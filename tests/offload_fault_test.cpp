@@ -190,6 +190,23 @@ TEST(OffloadFault, MissingOffloadDirIsNamed) {
   EXPECT_FALSE(std::filesystem::exists(missing));
 }
 
+// A disk with room to calibrate (4 MiB) but too small even for the plan's one-layer measurement:
+// named as the directory given, not the measurement's scratch subdirectory, and not as "this
+// run's" need.
+TEST(OffloadFault, ADiskTooSmallForThePlansMeasurementNamesTheGivenDirectory) {
+  TempDir tmp;
+  const std::string tokens = write_tokens(tmp);
+  const std::string disk = tmp.file("disk");
+  std::filesystem::create_directory(disk);
+  if (::geteuid() != 0 || std::system(("mount -t tmpfs -o size=6m tmpfs '" + disk + "' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "cannot mount a small tmpfs here (not root)";
+  const CommandResult r = run_stratum(train_args(tokens, 3) + offload_args(min_budget_mib(), disk));
+  const bool empty = std::filesystem::is_empty(disk);
+  std::system(("umount '" + disk + "'").c_str());
+  expect_one_error_line(r, {"[plan] --offload-dir " + disk + " has", "measuring one layer"}, true);
+  EXPECT_TRUE(empty);
+}
+
 TEST(OffloadFault, OffloadDirThatIsAFileIsRefused) {
   TempDir tmp;
   const std::string tokens = write_tokens(tmp);

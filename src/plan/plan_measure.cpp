@@ -157,6 +157,13 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
       const std::size_t need = exec.fixed_bytes() + exec.min_store_bytes();
       STRATUM_CHECK(r.mem_budget_bytes >= need, "[plan] --mem-budget ", bytes_text(r.mem_budget_bytes),
                     " is below the ", bytes_text(need), " the measurement of one layer needs; raise --mem-budget");
+      // Said for the directory given (the store would name its scratch subdirectory, and the
+      // one-layer model's need as "this run's").
+      const std::size_t free_bytes = dir_free_bytes(offload_dir, "--offload-dir");
+      STRATUM_CHECK(free_bytes >= units.total_bytes(), "[plan] --offload-dir ", offload_dir, " has ",
+                    bytes_text(static_cast<double>(free_bytes)), " free, and measuring one layer of the run there "
+                    "already needs ", bytes_text(static_cast<double>(units.total_bytes())),
+                    " (the run needs more): free space or choose another directory");
       scratch = scratch_dir_make(offload_dir);
       TieredStoreOptions so;
       so.budget_bytes = r.mem_budget_bytes - exec.fixed_bytes();
