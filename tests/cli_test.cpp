@@ -12,6 +12,8 @@
 #include <fstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "core/file_util.h"
 #include "data/token_file.h"
 #include "integration_util.h"
@@ -98,6 +100,23 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
   std::filesystem::copy_file(kTiny + "/model.safetensors", hugecfg + "/model.safetensors");
   std::filesystem::create_directories(tmp.file("binroot/step-00000001"));
   write_text(tmp.file("binroot/latest"), std::string("\xff\x01step\n", 7));
+  // The same for a tokenizer.json's merges, and a Llama config.json with num_key_value_heads 0
+  // (read as absent: the error named a tensor's shape).
+  const std::string shortjson = tmp.file("shortjson");
+  std::filesystem::create_directory(shortjson);
+  {
+    nlohmann::json t = nlohmann::json::parse(file_read_all(source_path("tests/golden/tokenizer_json/llama3_style/tokenizer.json")));
+    auto& merges = t["model"]["merges"];
+    merges.erase(merges.begin() + 200, merges.end());
+    write_text(shortjson + "/tokenizer.json", t.dump());
+  }
+  const std::string kv0 = tmp.file("kv0");
+  std::filesystem::copy(source_path("tests/golden/tiny_llama"), kv0, std::filesystem::copy_options::recursive);
+  {
+    nlohmann::json c = nlohmann::json::parse(file_read_all(kv0 + "/config.json"));
+    c["num_key_value_heads"] = 0;
+    write_text(kv0 + "/config.json", c.dump());
+  }
   write_text(tmp.file("stray.txt"), file_read_all(shared_data("tinyshakespeare.txt")).substr(0, 9998) + "\xff" + "a");
 
   const std::string data = " --data " + kTiny + "/tokens.bin";
@@ -157,6 +176,9 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"prefetch without a budget", "train --prefetch 2" + data, "--prefetch only applies"},
       {"truncated vocab.bpe", "prepare --input " + tmp.file("text.txt") + " --tokenizer " + shortbpe + " --out " +
                                   tmp.file("x.bin"), "come from none of them"},
+      {"tokenizer.json merges cut short", "prepare --input " + tmp.file("text.txt") + " --tokenizer " + shortjson +
+                                              " --out " + tmp.file("x.bin"), "come from none of them"},
+      {"llama kv heads 0", "train --model " + kv0 + data, "num_key_value_heads must be >= 1"},
       {"text with a stray byte", "train --data " + tmp.file("stray.txt") + " --tokenizer " + shared_data(""),
        "is UTF-8 text up to byte 9998"},
       {"prepare a token file", "prepare --input " + kTiny + "/tokens.bin --tokenizer " + shared_data("") + " --out " +

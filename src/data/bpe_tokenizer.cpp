@@ -203,6 +203,19 @@ struct BpeTokenizer::Loader {
     tok.merges_[key] = Merge{next_rank++, merged_it->second};
   }
 
+  // A merges list cut short (or of another vocabulary) leaves tokens no merge makes, and would
+  // encode text into more, shorter tokens without a word. Every token of several bytes but a few
+  // special ones (GPT-2's <|endoftext|>, added tokens) comes from a merge.
+  void merges_check(const std::string& merges_where, const std::string& vocab_where, const char* hint) const {
+    std::unordered_set<std::int32_t> made;
+    for (const auto& [key, merge] : tok.merges_) made.insert(merge.merged_id);
+    std::size_t unmade = 0;
+    for (const auto& [bytes, id] : tok.bytes_to_id_) unmade += bytes.size() > 1 && made.count(id) == 0 ? 1 : 0;
+    STRATUM_CHECK(unmade <= std::max<std::size_t>(16, tok.bytes_to_id_.size() / 100), "[tokenizer] ", merges_where,
+                  " has ", tok.merges_.size(), " merges, and ", unmade, " tokens of several bytes in ", vocab_where,
+                  " come from none of them (a truncated or mismatched merges list?)", hint);
+  }
+
   // Compiles the pre-tokenizer regex (Note [bpe invalid utf-8]); JIT when available (the
   // interpreter gives the same matches). `fix` says what to do when it does not compile.
   void regex_compile(std::string_view pattern, std::uint32_t options, const std::string& name,
@@ -514,16 +527,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& dir) {
         ", expected two symbols separated by one space", kFixHint);
     loader.merge_add(left, right, where, "'" + vocab_path + "'", line, kFixHint);
   }
-  // A merges file cut short (or of another vocabulary) leaves tokens no merge makes, and would
-  // encode text into more, shorter tokens without a word. Every token of several bytes but a few
-  // special ones (GPT-2's <|endoftext|>) comes from a merge.
-  std::unordered_set<std::int32_t> made;
-  for (const auto& [key, merge] : tok.merges_) made.insert(merge.merged_id);
-  std::size_t unmade = 0;
-  for (const auto& [bytes, id] : tok.bytes_to_id_) unmade += bytes.size() > 1 && made.count(id) == 0 ? 1 : 0;
-  STRATUM_CHECK(unmade <= std::max<std::size_t>(16, tok.bytes_to_id_.size() / 100), "[tokenizer] '", merges_path,
-                "' has ", tok.merges_.size(), " merges, and ", unmade, " tokens of several bytes in '", vocab_path,
-                "' come from none of them (a truncated or mismatched merges file?)", kFixHint);
+  loader.merges_check("'" + merges_path + "'", "'" + vocab_path + "'", kFixHint);
   loader.regex_compile(kGpt2Pattern, 0, "the GPT-2 pre-tokenizer regex",
                        " (install a libpcre2-8 built with Unicode support, >= 10.34)");
   tok.eot_id_ = tok.token_id(kEotText);
@@ -628,6 +632,7 @@ BpeTokenizer BpeTokenizer::load_tokenizer_json(const std::string& path) {
   loader.added_index();
 
   loader.json_merges_read(f, f.required(model, "model", "merges"));
+  loader.merges_check(f.file() + " model.merges", f.file() + " model.vocab", kJsonFixHint);
   loader.json_post_processor_read(f, root);
   tok.eot_id_ = tok.token_id(kEotText);
   return tok;

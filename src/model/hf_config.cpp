@@ -106,6 +106,7 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root) {
   cfg.n_kv_head = root.contains("num_key_value_heads") && !root.at("num_key_value_heads").is_null()
                       ? int_field(path, root, "num_key_value_heads")
                       : cfg.n_head;
+  STRATUM_CHECK(cfg.n_kv_head >= 1, where(path), ": num_key_value_heads must be >= 1, got ", cfg.n_kv_head);
   if (root.contains("head_dim") && !root.at("head_dim").is_null()) cfg.n_head_dim = int_field(path, root, "head_dim");
   cfg.layer_norm_eps = static_cast<float>(number_field(path, root, "rms_norm_eps", 1e-6));
   cfg.rope_theta = number_field(path, root, "rope_theta", 10000.0);
