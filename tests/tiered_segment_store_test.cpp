@@ -328,7 +328,7 @@ TEST(TieredStore, ClearErrorsForBadDirectoryAndTooLittleSpace) {
   expect_error([&] { TieredSegmentStore s(f.units, o); }, {"plain", "not a directory"});
   o = f.options(2 * f.largest_unit());
   o.free_bytes_override = 4096;
-  expect_error([&] { TieredSegmentStore s(f.units, o); }, {"free but this run needs up to", "KiB"});
+  expect_error([&] { TieredSegmentStore s(f.units, o); }, {"free but this run needs at least", "KiB"});
   // A second store on the same directory is refused while the first one lives.
   TieredSegmentStore first(f.units, f.options(2 * f.largest_unit()));
   expect_error([&] { TieredSegmentStore s(f.units, f.options(2 * f.largest_unit())); }, {"another stratum run"});

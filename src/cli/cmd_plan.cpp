@@ -10,6 +10,7 @@
 #include "weights/model_io.h"
 #include "plan/calibration.h"
 #include "plan/planner.h"
+#include "store/tiered_segment_store.h"
 #include "stratum/error.h"
 #include "train/checkpoint.h"
 #include "train/train_options.h"
@@ -107,7 +108,11 @@ int cmd_plan(const std::vector<std::string>& argv) {
     co.refresh = args.flag("recalibrate");
   }
   // A budget below the minimum is refused before anything is measured (Note [bounded measurement]).
-  if (!args.flag("measure-json") && r.mem_budget_bytes > 0) plan_budget_check(r, plan_min_budget_bytes(r));
+  if (!args.flag("measure-json") && r.mem_budget_bytes > 0) {
+    plan_budget_check(r, plan_min_budget_bytes(r));
+    if (r.ranks == 1)  // a rank streams only its share
+      offload_disk_check(offload_dir, dir_free_bytes(offload_dir, "--offload-dir"), plan_offload_floor_bytes(r));
+  }
   const PlanMeasurement measured = plan_measure(r, co, pool.num_threads());
   if (args.flag("measure-json")) {
     std::printf("%s\n", plan_measurement_json(measured).dump().c_str());

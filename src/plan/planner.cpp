@@ -218,6 +218,14 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request) {
   return streaming.fixed_bytes() + streaming.min_store_bytes();
 }
 
+std::size_t plan_offload_floor_bytes(const PlanRequest& request) {
+  PlanRequest r = request;
+  r.activations = plan_activations_resolve(request.activations, request.zeroth_order);
+  if (r.activations == ActivationPolicy::Auto) r.activations = ActivationPolicy::Recompute;  // the fewer files
+  const ParamLayout layout = ParamLayout::of(r.config, r.lora);
+  return plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq, r.zeroth_order), r).total_bytes();
+}
+
 std::string plan_row_chunk_advice(const PlanRequest& r, std::size_t budget_bytes) {
   const std::size_t rows = static_cast<std::size_t>(r.batch) * static_cast<std::size_t>(r.seq);
   PlanRequest t = r;

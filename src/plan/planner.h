@@ -122,6 +122,10 @@ std::string plan_budget_refusal(const char* flag, std::size_t budget_bytes, std:
 // "engine buffers E + largest working set W", the parts of an executor's minimum.
 std::string plan_min_parts(std::size_t engine_bytes, std::size_t working_set_bytes);
 void plan_budget_check(const PlanRequest& request, std::size_t min_budget_bytes);
+// The least a streamed run writes to its offload directory (every unit's file under the
+// activations policy given, recompute's under Auto: the fewer): checked against the disk's free
+// space (offload_disk_check) before anything is measured.
+std::size_t plan_offload_floor_bytes(const PlanRequest& request);
 
 // What the plan needs measured: the offload dir's disk (plan/calibration.h, cached) when
 // calibration.offload_dir is set, and the compute. With helper_exe (the stratum binary) the

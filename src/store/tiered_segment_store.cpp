@@ -40,6 +40,12 @@ void file_preallocate(int fd, std::size_t bytes, const std::string& path) {
 }
 }  // namespace
 
+void offload_disk_check(const std::string& dir, std::size_t free_bytes, std::size_t need_bytes) {
+  STRATUM_CHECK(free_bytes >= need_bytes, "[store] --offload-dir ", dir, " has ", bytes_text(static_cast<double>(free_bytes)),
+                " free but this run needs at least ", bytes_text(static_cast<double>(need_bytes)),
+                " there for offloaded state: free space or choose another directory");
+}
+
 TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOptions& options)
     : SegmentStore(std::move(units_in)),
       options_(options),
@@ -62,10 +68,7 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
 
   const std::size_t free_bytes =
       options.free_bytes_override > 0 ? options.free_bytes_override : dir_free_bytes(dir, "--offload-dir");
-  const std::size_t need_bytes = units().total_bytes();
-  STRATUM_CHECK(free_bytes >= need_bytes, "[store] --offload-dir ", dir, " has ", bytes_text(static_cast<double>(free_bytes)),
-                " free but this run needs up to ", bytes_text(static_cast<double>(need_bytes)),
-                " there for offloaded state: free space or choose another directory");
+  offload_disk_check(dir, free_bytes, units().total_bytes());
 
   lock_ = DirLock(dir, kLockFileName, "[store] another stratum run is using --offload-dir " + dir +
                                          "; give each run its own directory");

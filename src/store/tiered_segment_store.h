@@ -43,6 +43,10 @@
 
 namespace stratum {
 
+// The refusal of an offload directory without room for the state offloaded there (need_bytes:
+// every unit's file; the store checks it when made, the plan and train before measuring).
+void offload_disk_check(const std::string& dir, std::size_t free_bytes, std::size_t need_bytes);
+
 struct TieredStoreOptions {
   std::size_t budget_bytes = 0;  // RAM tier: every unit buffer the store holds
   std::string offload_dir;       // must exist and be writable
