@@ -614,12 +614,10 @@ TEST(CheckpointFormat, TheSaveRootsPeakIsKeepPlusOne) {
   EXPECT_EQ(checkpoint_peak_more(5, 3, 2), 1);  // more than --keep there: still the next one
   TempDir tmp;
   const std::string disk = tmp.file("disk");
-  std::filesystem::create_directory(disk);
-  if (::geteuid() != 0 || std::system(("mount -t tmpfs -o size=4m tmpfs '" + disk + "' 2>/dev/null").c_str()) != 0)
-    GTEST_SKIP() << "cannot mount a small tmpfs here (not root)";
+  const testing::SmallDisk small(disk, "4m");
+  if (!small.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (not root)";
   const std::string tokens = testing::write_random_tokens(tmp.file("tokens.bin"), 20000, 2048, 5);
   const CommandResult r = run_stratum(train_args(tokens, 4) + " --save " + quote(disk + "/ck") + " --save-every 1");
-  std::system(("umount '" + disk + "'").c_str());
   EXPECT_EQ(r.exit_code, 1) << r.errors;
   EXPECT_NE(r.errors.find("checkpoints need about"), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("3 checkpoints of"), std::string::npos) << r.errors;

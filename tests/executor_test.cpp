@@ -246,7 +246,7 @@ TEST(Executor, OverlappedOptimizerMatchesSequential) {
 // the blocks), with a loss pass and a sync between steps, and with no InputsAhead at all. The
 // clipping is active (the rows' update takes the clip coefficient) and the logits after agree.
 TEST(Executor, EmbeddingRowsAheadGiveTheUpdatedBlocksBits) {
-  for (const std::string name : {kTiny, std::string("tests/golden/tiny_llama")})
+  for (const std::string& name : {kTiny, std::string("tests/golden/tiny_llama")})
     for (const int micro : {1, 2}) {
       SCOPED_TRACE(name + " micro-batches " + std::to_string(micro));
       const std::string dir = source_path(name);

@@ -105,6 +105,30 @@ class ScopedEnv {
 // The stratum binary started in the background (for signals): stdout and stderr go to files in
 // its own temporary directory. wait() reaps it; the destructor kills and reaps one still running.
 // launcher: a command line before the binary ("mpirun -np 2 "), exec'd in its place.
+// A tmpfs of `size` ("4m") mounted at `dir` (created) for a full-disk test, unmounted when this
+// goes; mounted() is false where this process may not mount (not root, or a container without
+// the capability): the test skips.
+class SmallDisk {
+ public:
+  SmallDisk(const std::string& dir, const std::string& size) : dir_(dir) {
+    std::filesystem::create_directories(dir);
+    mounted_ = ::geteuid() == 0 &&
+               std::system(("mount -t tmpfs -o size=" + size + " tmpfs '" + dir + "' 2>/dev/null").c_str()) == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) {
+      [[maybe_unused]] const int rc = std::system(("umount '" + dir_ + "'").c_str());
+    }
+  }
+  SmallDisk(const SmallDisk&) = delete;
+  SmallDisk& operator=(const SmallDisk&) = delete;
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+};
+
 class StratumProcess {
  public:
   explicit StratumProcess(const std::string& args, const std::string& launcher = "") {

@@ -195,14 +195,12 @@ TEST(OffloadFault, MissingOffloadDirIsNamed) {
 TEST(OffloadFault, ADiskTooSmallForTheStateIsRefusedBeforeMeasuring) {
   TempDir tmp;
   const std::string disk = tmp.file("disk");
-  std::filesystem::create_directory(disk);
-  if (::geteuid() != 0 || std::system(("mount -t tmpfs -o size=1m tmpfs '" + disk + "' 2>/dev/null").c_str()) != 0)
-    GTEST_SKIP() << "cannot mount a small tmpfs here (not root)";
+  const testing::SmallDisk small(disk, "1m");
+  if (!small.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (not root)";
   const std::string tokens = write_tokens(tmp);
   const CommandResult train = run_stratum(train_args(tokens, 3) + offload_args(min_budget_mib(), disk));
   const CommandResult plan = run_stratum(std::string("plan ") + kModel + " --batch 2 --seq 32" +
                                          offload_args(min_budget_mib(), disk));
-  std::system(("umount '" + disk + "'").c_str());
   for (const CommandResult* r : {&train, &plan}) {
     expect_one_error_line(*r, {"--offload-dir " + disk + " has", "free but this run needs at least"}, true);
     EXPECT_EQ(r->errors.find("[calibrate]"), std::string::npos) << "refused before measuring the disk: " << r->errors;
@@ -215,16 +213,13 @@ TEST(OffloadFault, ADiskTooSmallForTheStateIsRefusedBeforeMeasuring) {
 TEST(OffloadFault, ADiskTooSmallForThePlansMeasurementNamesTheGivenDirectory) {
   TempDir tmp;
   const std::string disk = tmp.file("disk");
-  std::filesystem::create_directory(disk);
-  if (::geteuid() != 0 || std::system(("mount -t tmpfs -o size=6m tmpfs '" + disk + "' 2>/dev/null").c_str()) != 0)
-    GTEST_SKIP() << "cannot mount a small tmpfs here (not root)";
+  const testing::SmallDisk small(disk, "6m");
+  if (!small.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (not root)";
   // Ranks stream their shares (the whole state's floor is not checked up front): plan for two.
   const CommandResult r = run_stratum(std::string("plan ") + kModel + " --batch 2 --seq 32 --ranks 2 --grad-accum 2 "
                                       "--net-gbps 25" + offload_args(min_budget_mib(), disk));
-  const bool empty = std::filesystem::is_empty(disk);
-  std::system(("umount '" + disk + "'").c_str());
   expect_one_error_line(r, {"[plan] --offload-dir " + disk + " has", "measuring one layer"}, true);
-  EXPECT_TRUE(empty);
+  EXPECT_TRUE(std::filesystem::is_empty(disk));
 }
 
 TEST(OffloadFault, OffloadDirThatIsAFileIsRefused) {
