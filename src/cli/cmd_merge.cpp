@@ -3,12 +3,12 @@
 // writes the merged weights in the base's dtype (BF16 for a bf16 base, else F32) with the base's
 // config and tokenizer files.
 #include <cstdio>
-#include <filesystem>
 #include <string>
 
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/file_util.h"
 #include "core/thread_pool.h"
 #include "model/transformer_block.h"
 #include "store/segment_store.h"
@@ -36,10 +36,9 @@ int cmd_merge(const std::vector<std::string>& argv) {
   const std::string base_dir = model_dir_resolve(args.str("model"));
   const std::string adapter_dir = model_dir_resolve(args.str("adapter"));  // a checkpoint root: its newest
   checkpoint_dir_check(adapter_dir, "merge");
-  std::error_code ec;
   for (const std::string& input : {base_dir, adapter_dir})
-    STRATUM_CHECK(std::filesystem::weakly_canonical(args.str("out"), ec) != std::filesystem::weakly_canonical(input, ec),
-                  "[merge] --out '", args.str("out"), "' is an input (", input, "); choose a new directory");
+    STRATUM_CHECK(!same_file(args.str("out"), input), "[merge] --out '", args.str("out"), "' is an input (", input,
+                  "); choose a new directory");
   const GptConfig cfg = model_read_config(base_dir);
   const LoraConfig lora = adapter_config_read(adapter_dir, cfg.arch);
   const ParamLayout layout = ParamLayout::of(cfg, lora);

@@ -76,7 +76,7 @@ class TrainRun {
   DirLock save_lock_;  // held while the run may save
   GptConfig cfg_;
   int threads_ = 0;
-  std::string offload_dir_given_;  // --offload-dir as given (absolute), before the rank's own (train_options_for_rank)
+  std::string offload_dir_given_;  // --offload-dir as given, before the rank's own (train_options_for_rank)
   std::unique_ptr<ThreadPool> pool_;
   std::string tokenizer_dir_;
   std::size_t train_token_count_ = 0;

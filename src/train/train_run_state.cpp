@@ -27,7 +27,8 @@ std::uint64_t tokens_hash(const std::vector<std::int32_t>& tokens) {
 // The options of this run as a trainer state (Note [checkpoints]); step, loss, next_lr and
 // params_hash are filled in when a checkpoint is written.
 TrainerState train_state_of(const TrainOptions& o, const GptConfig& cfg, const std::string& tokenizer_dir,
-                      const std::vector<std::int32_t>& train_tokens, const std::vector<std::int32_t>& val_tokens) {
+                      const std::vector<std::int32_t>& train_tokens, const std::vector<std::int32_t>& val_tokens,
+                      int threads, const std::string& offload_dir) {
   TrainerState s;
   static_cast<TrainSettings&>(s) = o;  // every recorded option (Note [option table])
   s.lr.total_steps = o.steps;
@@ -36,6 +37,8 @@ TrainerState train_state_of(const TrainOptions& o, const GptConfig& cfg, const s
   s.data_path = absolute_path(o.data_path);
   s.val_data_path = absolute_path(o.val_data_path);
   s.tokenizer_dir = absolute_path(tokenizer_dir);
+  s.threads = threads;
+  s.offload_dir = absolute_path(offload_dir);
   s.train_tokens = train_tokens.size();
   s.train_hash = tokens_hash(train_tokens);
   s.val_tokens = val_tokens.size();

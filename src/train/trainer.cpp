@@ -157,10 +157,8 @@ void TrainRun::data_load() {
     train_tokens.resize(train_tokens.size() - holdout);
   }
   train_token_count_ = train_tokens.size();
-  run_state_ = train_state_of(o_, cfg_, tokenizer_dir_, train_tokens, val_tokens);
+  run_state_ = train_state_of(o_, cfg_, tokenizer_dir_, train_tokens, val_tokens, threads_, offload_dir_given_);
   run_state_.run_id = run_id_;
-  run_state_.threads = threads_;  // the count used (Note [option table])
-  run_state_.offload_dir = offload_dir_given_;
   if (!resume_.dir.empty()) {
     train_resume_check(resume_.state, run_state_, resume_.dir);
     std::fprintf(stderr, "[stratum] resuming from %s (step %ld of %ld)\n", resume_.dir.c_str(), resume_.state.step,
@@ -525,12 +523,7 @@ TrainResult TrainRun::run() {
   train_options_check(o_);
   save_all_ = !o_.save_dir.empty();  // rank 0's saves, which every rank joins with its optimizer shard
   save_every_all_ = o_.save_every;
-  // What a checkpoint records as the offload directory: the one given, not this rank's own under it.
-  if (!o_.offload_dir.empty()) {
-    std::error_code ec;
-    const auto abs = std::filesystem::absolute(o_.offload_dir, ec);
-    offload_dir_given_ = ec ? o_.offload_dir : abs.lexically_normal().string();
-  }
+  offload_dir_given_ = o_.offload_dir;  // what a checkpoint records, not this rank's own under it
   train_options_for_rank(o_);
   resume_find();
   save_claim();

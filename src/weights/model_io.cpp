@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/bf16.h"
@@ -421,6 +422,12 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
 }
 
 namespace {
+// The tokenizer files a model directory gets (model_write_files), source name -> Hugging Face name.
+constexpr std::pair<const char*, const char*> kTokenizerFiles[] = {
+    {"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"},
+    {"vocab.json", "vocab.json"},         {"merges.txt", "merges.txt"},
+    {"encoder.json", "vocab.json"},       {"vocab.bpe", "merges.txt"}};
+
 void copy_file(const std::string& from, const std::string& to) {
   file_write_atomic(to, file_read_all(from));
 }
@@ -452,12 +459,8 @@ void model_write_files(const std::string& dir, const GptConfig& cfg, const Param
                 SegmentSelect::Base, "", dtype);
   if (!tokenizer_dir.empty()) {
     // Every tokenizer file the source has, under Hugging Face names.
-    const std::pair<const char*, const char*> files[] = {
-        {"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"},
-        {"vocab.json", "vocab.json"},         {"merges.txt", "merges.txt"},
-        {"encoder.json", "vocab.json"},       {"vocab.bpe", "merges.txt"}};
     std::set<std::string> written;
-    for (const auto& [from, to] : files)
+    for (const auto& [from, to] : kTokenizerFiles)
       if (file_exists(tokenizer_dir + "/" + from) && written.insert(to).second)
         copy_file(tokenizer_dir + "/" + from, dir + "/" + to);
   }
@@ -478,8 +481,8 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
   // directory or a directory of other files, which the swap below would delete.
   if (std::filesystem::exists(dir)) {
     STRATUM_CHECK(dir_exists(dir), "[model.save] '", dir, "' exists and is not a directory; choose a new directory");
-    const std::set<std::string> ours = {"config.json", "model.safetensors", "tokenizer.json",
-                                        "tokenizer_config.json", "vocab.json", "merges.txt"};
+    std::set<std::string> ours = {"config.json", "model.safetensors"};
+    for (const auto& [from, to] : kTokenizerFiles) ours.insert(to);
     for (const auto& entry : std::filesystem::directory_iterator(dir))
       STRATUM_CHECK(entry.is_regular_file() && ours.count(entry.path().filename().string()) > 0, "[model.save] '",
                     dir, "' exists and holds '", entry.path().filename().string(),
