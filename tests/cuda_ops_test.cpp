@@ -234,6 +234,37 @@ TEST(CudaOps, SumSquaresOverManyChunksGivesTheCpuBits) {
   EXPECT_EQ(std::memcmp(&cpu, &gpu, sizeof cpu), 0) << gpu << " vs " << cpu;
 }
 
+// Note [norm in one pass]: many vectors in one call (a gradient's tensors), their chunks run side
+// by side in windows of one launch's slots that split vectors (and a window boundary inside one);
+// each vector's sum is its own call's, the CPU's, to the bit, an empty one 0.
+TEST(CudaOps, SumSquaresOfManyVectorsGivesEachTheCpuBits) {
+  STRATUM_REQUIRE_CUDA();
+  CrossBackend x;
+  const std::size_t chunk = std::size_t{1} << 16;
+  const std::vector<std::size_t> lens = {1, 17, 0, chunk, chunk + 1, 2050 * chunk + 5, 768, 2050 * chunk, 2304};
+  std::size_t total = 0;
+  for (std::size_t len : lens) total += len;
+  std::vector<float> a(total);
+  for (std::size_t i = 0; i < total; ++i) a[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+  auto da = CrossBackend::up(a);
+  std::vector<const float*> host, dev;
+  std::size_t at = 0;
+  for (std::size_t len : lens) {
+    host.push_back(a.data() + at);
+    dev.push_back(da.d() + at);
+    at += len;
+  }
+  std::vector<double> cpu(lens.size(), -1.0), gpu(lens.size(), -1.0);
+  x.cpu().sum_squares_many(cpu.data(), host.data(), lens.data(), lens.size());
+  x.gpu().sum_squares_many(gpu.data(), dev.data(), lens.data(), lens.size());
+  for (std::size_t v = 0; v < lens.size(); ++v) {
+    const double one = x.gpu().sum_squares(dev[v], lens[v]);
+    EXPECT_EQ(std::memcmp(&cpu[v], &gpu[v], sizeof(double)), 0) << "vector " << v << ": " << gpu[v] << " vs " << cpu[v];
+    EXPECT_EQ(std::memcmp(&one, &gpu[v], sizeof(double)), 0) << "vector " << v << " alone";
+  }
+  EXPECT_EQ(gpu[2], 0.0);
+}
+
 TEST(CudaOps, RopeGivesTheCpuBits) {
   STRATUM_REQUIRE_CUDA();
   CrossBackend x;

@@ -44,9 +44,11 @@ TEST(Executor, LossAndGradientsMatchPyTorch) {
   EXPECT_NEAR(exec.loss(inputs.data(), targets.data(), B, T), loss, 0.0) << "eval loss must equal training loss";
 
   int checked = 0;
+  double squares = 0.0;  // the gradient norm's sum, tensor by tensor in segment order
   for (int s = 0; s < layout.segment_count(); ++s) {
     SegmentChunksHold grads(store, s, SegmentKind::Grads, Access::Read);
     for (const auto& t : layout.segments()[s].tensors) {
+      squares += exec.ops().sum_squares(grads.tensor(t), t.numel);
       const auto expected = golden_f32(ref, "grad.transformer." + t.name);
       std::size_t hf_numel = 1;
       for (auto d : t.hf_shape) hf_numel *= static_cast<std::size_t>(d);
@@ -64,6 +66,9 @@ TEST(Executor, LossAndGradientsMatchPyTorch) {
   }
   EXPECT_EQ(checked, layout.vocab_block_count() + 1 + 12 * cfg.n_layer + 2);
   EXPECT_GE(layout.vocab_block_count(), 2) << "the golden model should exercise the vocabulary blocks";
+  // In RAM every buffer stays in place, so the norm's sums were taken in one pass at the
+  // backward's end (Note [norm in one pass]): every tensor's, of its final gradient.
+  EXPECT_EQ(exec.grad_sum_squares(), squares);
 }
 
 TEST(Executor, LoadsNamesWithoutPrefixAndIgnoresBuffers) {

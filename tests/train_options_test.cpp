@@ -12,6 +12,7 @@
 
 #include "integration_util.h"
 #include "stratum/error.h"
+#include "tiny_run_options.h"
 #include "train/checkpoint.h"
 
 namespace stratum {
@@ -87,6 +88,29 @@ TEST(TrainOptions, OutOfRangeValuesInAFileAreRefusedNamingTheKey) {
       EXPECT_NE(std::string(e.what()).find(std::string("'") + key + "'"), std::string::npos) << e.what();
     }
   }
+}
+
+}  // namespace
+}  // namespace stratum
+
+namespace stratum {
+namespace {
+
+// Note [device row chunk]: --row-chunk's default is the backend's, resolved when the run starts
+// and recorded resolved, so a checkpoint says the chunk it trained with.
+TEST(TrainOptions, RowChunkDefaultsToTheBackendsAndIsRecordedResolved) {
+  EXPECT_EQ(TrainSettings{}.row_chunk, 0);
+  EXPECT_EQ(row_chunk_default(Backend::Cpu), kRowChunk);
+  EXPECT_EQ(row_chunk_default(Backend::Cuda), kRowChunkDevice);
+  testing::TempDir dir;
+  TrainOptions o = testing::tiny_train_options(false);
+  o.steps = 1;
+  o.save_dir = dir.path() + "/ck";
+  ASSERT_EQ(o.row_chunk, 0);
+  const TrainResult r = train_run(o);
+  const CheckpointCheck check = checkpoint_verify(r.checkpoint_dir);
+  ASSERT_TRUE(check.ok()) << check.problem;
+  EXPECT_EQ(check.state.row_chunk, kRowChunk);
 }
 
 }  // namespace

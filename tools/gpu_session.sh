@@ -6,11 +6,12 @@
 # printed at the end.
 #   1. the CUDA op, train and generate tests against the CPU (stratum_tests 'Cuda*:Backend*'), the
 #      linear layers' products by row chunk (bench/row_chunk_gemm.cpp), then GPT-2 small in GPU
-#      memory against PyTorch eager on the same GPU, and again with --row-chunk 4096;
+#      memory (4096-row chunks, the GPU's default) against PyTorch eager on the same GPU, and again
+#      with --row-chunk 1024;
 #   2. GPT-2 small, B4 T1024: the whole state, then --gpu-mem-budget 1000M with AdamW on the CPU
 #      beside the GPU (auto: Note [host optimizer]) and on the GPU (bench/gpu_tier.sh);
 #   3. the ~1.1B Llama (TinyLlama's shape, B1 T2048): the whole state, then 4300M (25% of its
-#      training state) both ways and with --row-chunk 2048 (one chunk), and a --trace of the
+#      training state) both ways and with --row-chunk 1024 (two chunks), and a --trace of the
 #      GPU-AdamW run (llama-gpu-adamw.json.gz);
 #   4. decoding the 1.1B Llama (bf16) with 25% of its weights on the GPU (bench/gpu_decode.sh).
 # Needs build/ configured with the CUDA toolkit present, TOKENS.bin GPT-2 ids, TOKENS32K.bin ids
@@ -49,12 +50,12 @@ if want gemm; then
   cut -c1-200 "$out/row_chunk_gemm.jsonl" | tee -a "$out/summary.txt"
 fi
 if want gpt2; then
-  step "gpt2 small in GPU memory (keep) against PyTorch eager, then with --row-chunk 4096 (one chunk), same lease"
+  step "gpt2 small in GPU memory (keep, one 4096-row chunk) against PyTorch eager, then with --row-chunk 1024, same lease"
   gpt2_keep | tee -a "$out/summary.txt"
   timeout 60 python3 bench/pytorch_gpu_train_step.py --batch 4 --seq 1024 --steps 10 --attn eager 2>&1 | tail -1 |
     cut -c1-110 | tee -a "$out/summary.txt"
-  gpt2_keep --row-chunk 4096 | sed 's/^/--row-chunk 4096: /' | tee -a "$out/summary.txt"
-  gpt2_keep | sed 's/^/again at 1024: /' | tee -a "$out/summary.txt"
+  gpt2_keep --row-chunk 1024 | sed 's/^/--row-chunk 1024: /' | tee -a "$out/summary.txt"
+  gpt2_keep | sed 's/^/again at 4096: /' | tee -a "$out/summary.txt"
 fi
 if want gpt2-tier; then
   step "gpt2 tier, AdamW placed by the run (auto), then on the GPU"
@@ -69,9 +70,9 @@ if want llama-tier; then
     grep "^4300M" | sed 's/^/adamw on the gpu: /' | tee -a "$out/summary.txt"
 fi
 if want llama-chunk; then
-  step "llama 1.1B whole and at 4300M with --row-chunk 2048 (its 2048 rows as one chunk; compare llama-tier's)"
-  timeout 200 bash bench/gpu_tier.sh build/stratum "$tokens32k" "$out/llama-chunk" llama1b 4300M -- --row-chunk 2048 2>&1 |
-    grep -E "^(whole|4300M)" | sed 's/^/--row-chunk 2048: /' | tee -a "$out/summary.txt"
+  step "llama 1.1B whole and at 4300M with --row-chunk 1024 (its 2048 rows in two chunks; compare llama-tier's one)"
+  timeout 200 bash bench/gpu_tier.sh build/stratum "$tokens32k" "$out/llama-chunk" llama1b 4300M -- --row-chunk 1024 2>&1 |
+    grep -E "^(whole|4300M)" | sed 's/^/--row-chunk 1024: /' | tee -a "$out/summary.txt"
 fi
 if want llama-trace; then
   step "llama 4300M, AdamW on the GPU, traced (where the step waits: Note [host optimizer]'s alternative)"

@@ -528,6 +528,7 @@ float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targe
     run(micro_begin_[mb], mb + 1 < micro_batches_ ? micro_begin_[mb + 1] : compute_end_, pass);
     losses[static_cast<std::size_t>(mb)] = pass.loss;
   }
+  grad_squares_flush();  // the gradients listed by grads_final (Note [norm in one pass])
   std::vector<float> all = losses;  // rank r's micro-batch i at r * micro_batches_ + i
   if (comm_ != nullptr) {
     all.resize(static_cast<std::size_t>(step_n));

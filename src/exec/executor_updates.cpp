@@ -61,8 +61,9 @@ void Executor::grads_final(int segment, int chunk, const float* grads) {
   for (std::size_t t = 0; t < seg.tensors.size(); ++t) {
     const TensorSlot& slot = seg.tensors[t];
     if (slot.chunk != chunk) continue;
-    grad_squares_[segment][t] = ops_->sum_squares(grads + seg.offset_in_chunk(slot), slot.numel);
+    squares_pending_.push_back({segment, static_cast<int>(t), grads + seg.offset_in_chunk(slot), slot.numel});
   }
+  if (!store_->buffers_stable()) grad_squares_flush();  // Note [norm in one pass]
   if (rows_gather_g_ && seg.role == SegmentRole::Vocab) {  // Note [embedding rows ahead]
     rows_gather(segment - layout_.vocab_segment(0), grads, next_g_);
     ++next_g_blocks_;
@@ -78,6 +79,21 @@ void Executor::grad_share_run(int g, const Pass& pass) {
     comm_->recv(ranks() - 1, kTagGradFinal, grads, bytes);
     grads_final(s, c, grads);
   });
+}
+
+void Executor::grad_squares_flush() {
+  if (squares_pending_.empty()) return;
+  std::vector<const float*> xs;
+  std::vector<std::size_t> ns;
+  for (const SquaresPending& p : squares_pending_) {
+    xs.push_back(p.grads);
+    ns.push_back(p.n);
+  }
+  std::vector<double> sums(squares_pending_.size());
+  ops_->sum_squares_many(sums.data(), xs.data(), ns.data(), sums.size());
+  for (std::size_t i = 0; i < sums.size(); ++i)
+    grad_squares_[squares_pending_[i].segment][squares_pending_[i].tensor] = sums[i];
+  squares_pending_.clear();
 }
 
 double Executor::grad_sum_squares() const {

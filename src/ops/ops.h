@@ -193,7 +193,17 @@ class Ops {
   // stride ldx) with key's mask and drop probability p applied, or added to y with accumulate.
   virtual void dropout(float* y, int ldy, const float* x, int ldx, int M, int n, std::uint64_t key, float p,
                        bool accumulate) const = 0;
-  virtual double sum_squares(const float* x, std::size_t n) const = 0;  // in double, fixed order
+  // out[i] = the sum of xs[i][0 .. ns[i])^2, each in double in one fixed order (the CPU's, on every
+  // backend: Note [fixed chunks] in kernels/cpu/elementwise.h). Many vectors at once, so a device
+  // runs their chunks side by side in one pass (a gradient norm's tensors: Note [norm in one pass]
+  // in exec/executor.h); returns when out is written.
+  virtual void sum_squares_many(double* out, const float* const* xs, const std::size_t* ns,
+                                std::size_t count) const = 0;
+  double sum_squares(const float* x, std::size_t n) const {
+    double out = 0.0;
+    sum_squares_many(&out, &x, &n, 1);
+    return out;
+  }
   // out (n) = in (n) widened from bfloat16 (exact; Note [frozen bf16 base] in model/block_policy.h).
   virtual void bf16_widen(float* out, const std::uint16_t* in, std::size_t n) const = 0;
 

@@ -381,6 +381,11 @@ void DeviceSegmentStore::pull() {
   }
 }
 
+bool DeviceSegmentStore::buffers_stable() const {
+  Lock lock(mutex_);
+  return budget_bytes_ == 0 && !host_optimizer_;
+}
+
 // Note [host optimizer].
 void DeviceSegmentStore::optimizer_on_host() {
   Lock lock(mutex_);

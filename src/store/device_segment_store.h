@@ -65,6 +65,9 @@ class DeviceSegmentStore final : public SegmentStore {
   void unit_prefetch(int unit) override { host_.unit_prefetch(unit); }
   void unit_done_ahead(int unit, int group) override { host_.unit_done_ahead(unit, group); }
   void trace_set(TraceRecorder* trace) override;
+  // No budget and AdamW on the device: every unit stays in the buffer it was first given (nothing
+  // is evicted; only the host optimizer's host_give drops a copy).
+  bool buffers_stable() const override;
   // read_bytes: host -> device, write_bytes: device -> host, stall_ms: the training thread's time
   // blocked in the tier (copies from pageable memory, waits for room), held/peak/budget: device
   // memory of units.

@@ -103,8 +103,9 @@ const TrainOption kTable[] = {
     {"row-chunk", "row_chunk", "N",
      "rows of a step's B*T that each block computes at once: larger runs larger matrix products (they fill a GPU "
      "better) in more workspace memory, smaller needs less; where B*T exceeds it the weight gradients are summed "
-     "chunk by chunk, so another value gives other roundings (every budget and placement the same bits)",
-     1, kMaxRowChunk, true, [](TrainSettings& s) -> TrainOptionField { return &s.row_chunk; }, true},
+     "chunk by chunk, so another value gives other roundings (every budget and placement the same bits); 0: 1024 "
+     "on the CPU, 4096 with --backend cuda",
+     0, kMaxRowChunk, true, [](TrainSettings& s) -> TrainOptionField { return &s.row_chunk; }, true},
     // Where the run computes and keeps its state (recorded, so a resume that leaves them out
     // continues as the run was; Note [option table]).
     {"threads", "threads", "N",
@@ -162,6 +163,8 @@ AdamWOn adamw_on_parse(const std::string& name) {
   if (name == "cpu") return AdamWOn::Host;
   STRATUM_FAIL("[train] --adamw-on must be 'auto', 'gpu' or 'cpu', got '", name, "'");
 }
+
+int row_chunk_default(Backend backend) { return backend == Backend::Cpu ? kRowChunk : kRowChunkDevice; }
 
 const char* train_optimizer_name(TrainOptimizer o) { return o == TrainOptimizer::ZoSgd ? "zo-sgd" : "adamw"; }
 

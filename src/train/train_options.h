@@ -65,7 +65,9 @@ struct TrainSettings {
   std::string lora_targets;   // comma-separated target_modules; empty: PEFT's default for the family
   bool lora_rslora = false;
   double lora_dropout = 0;
-  int row_chunk = kRowChunk;  // rows of the blocks' chunks (Note [row chunks] in model/block_policy.h)
+  // Rows of the blocks' chunks (Note [row chunks] in model/block_policy.h); 0: the backend's
+  // (row_chunk_default, Note [device row chunk]), resolved when the run starts.
+  int row_chunk = 0;
   // Where the run keeps its state and what it computes on: never the bits, except `threads` and
   // `backend` (the CPU's matrix products depend on the thread count; the GPU has its own bits).
   int threads = 0;            // compute threads; 0 = default_thread_count() (a checkpoint records the count used)
@@ -138,6 +140,10 @@ void train_option_enum_parse(const std::string& name, ActivationPolicy& v);
 void train_option_enum_parse(const std::string& name, IoBackend& v);
 void train_option_enum_parse(const std::string& name, Backend& v);
 void train_option_enum_parse(const std::string& name, AdamWOn& v);
+
+// --row-chunk 0's value on `backend`: kRowChunk on the CPU, kRowChunkDevice on a GPU (Note
+// [device row chunk] in model/block_policy.h).
+int row_chunk_default(Backend backend);
 
 // "512M", "1G", "4096": a size as --mem-budget takes it; "" for 0 (no size).
 std::string train_option_size_text(std::uint64_t bytes);

@@ -521,6 +521,7 @@ bool TrainRun::stop_agreed() const {
 
 TrainResult TrainRun::run() {
   train_options_check(o_);
+  if (o_.row_chunk == 0) o_.row_chunk = row_chunk_default(o_.backend);  // recorded as resolved
   save_all_ = !o_.save_dir.empty();  // rank 0's saves, which every rank joins with its optimizer shard
   save_every_all_ = o_.save_every;
   offload_dir_given_ = o_.offload_dir;  // what a checkpoint records, not this rank's own under it

@@ -171,7 +171,9 @@ void CpuOps::swiglu_backward(float* dgate, float* dup, const float* dout, const 
 void CpuOps::add(float* out, const float* a, const float* b, std::size_t n) const {
   add_f32(pool_, out, a, b, n);
 }
-double CpuOps::sum_squares(const float* x, std::size_t n) const { return stratum::sum_squares(pool_, x, n); }
+void CpuOps::sum_squares_many(double* out, const float* const* xs, const std::size_t* ns, std::size_t count) const {
+  for (std::size_t i = 0; i < count; ++i) out[i] = stratum::sum_squares(pool_, xs[i], ns[i]);
+}
 void CpuOps::xent_chunk_forward(float* run_max, float* run_sum, float* target_logit, const float* logits,
                                 const std::int32_t* targets, int N, int n, int v0) const {
   stratum::xent_chunk_forward(pool_, run_max, run_sum, target_logit, logits, targets, N, n, v0);

@@ -70,7 +70,8 @@ class CpuOps final : public Ops {
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                        std::size_t n) const override;
   void add(float* out, const float* a, const float* b, std::size_t n) const override;
-  double sum_squares(const float* x, std::size_t n) const override;
+  void sum_squares_many(double* out, const float* const* xs, const std::size_t* ns,
+                        std::size_t count) const override;
   void xent_chunk_forward(float* run_max, float* run_sum, float* target_logit, const float* logits,
                           const std::int32_t* targets, int N, int n, int v0) const override;
   void xent_chunk_backward(float* dlogits, const float* logits, const float* lse, const std::int32_t* targets, int N,

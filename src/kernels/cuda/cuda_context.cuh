@@ -60,6 +60,7 @@ struct CudaContext {
   float* zo_table = nullptr;  // (65536) Note [zo noise]
   static constexpr std::size_t kScalarSlots = 4096;
   double* scalars = nullptr;  // (kScalarSlots) device scratch for reductions (sum_squares' chunk sums)
+  void* sq_jobs = nullptr;    // (kScalarSlots) sum_squares_many's chunk jobs (elementwise.cu)
 
   const RopeCopy& rope_copy(const RopeTable& table);
   const float* zo_normal_table();

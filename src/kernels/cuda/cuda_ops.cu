@@ -251,6 +251,7 @@ CudaOps::CudaOps(Precision precision) : ctx_(std::make_unique<CudaContext>()), p
   ctx_->blas_workspace = cuda_alloc(kBlasWorkspaceBytes);
   STRATUM_CUBLAS_CHECK(cublasSetWorkspace(ctx_->blas, ctx_->blas_workspace, kBlasWorkspaceBytes));
   ctx_->scalars = static_cast<double*>(cuda_alloc(CudaContext::kScalarSlots * sizeof(double)));
+  ctx_->sq_jobs = cuda_alloc(CudaContext::kScalarSlots * 2 * sizeof(void*));  // SqJob: a pointer and a size
 }
 
 CudaOps::~CudaOps() {
@@ -263,6 +264,7 @@ CudaOps::~CudaOps() {
   }
   cudaFree(ctx_->zo_table);
   cudaFree(ctx_->scalars);
+  cudaFree(ctx_->sq_jobs);
   if (ctx_->blas) cublasDestroy(ctx_->blas);
   cudaFree(ctx_->blas_workspace);
   if (ctx_->stream) cudaStreamDestroy(ctx_->stream);

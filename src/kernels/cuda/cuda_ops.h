@@ -3,7 +3,7 @@
 // device. Pointers are device memory (Ops::memory_alloc, Note [ops memory]), the integer index
 // arrays (tokens, targets, past, pos0) included; AdamWHyper, ZoUpdate and RopeTable stay host
 // values (the rope and z tables are copied to the device once and cached). Ops are queued in call
-// order on the stream and return before they finish, except sum_squares (it returns a value).
+// order on the stream and return before they finish, except sum_squares_many (it returns values).
 // Tested op by op against CpuOps (tests/cuda_ops_test.cpp). Plain C++: no CUDA header here, so
 // code above the seam may include it through backend.cpp only.
 // Note [cuda determinism]: as on the CPU (Note [ops seam]), every output element belongs to one
@@ -98,7 +98,8 @@ class CudaOps final : public Ops {
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                        std::size_t n) const override;
   void add(float* out, const float* a, const float* b, std::size_t n) const override;
-  double sum_squares(const float* x, std::size_t n) const override;
+  void sum_squares_many(double* out, const float* const* xs, const std::size_t* ns,
+                        std::size_t count) const override;
   void xent_chunk_forward(float* run_max, float* run_sum, float* target_logit, const float* logits,
                           const std::int32_t* targets, int N, int n, int v0) const override;
   void xent_chunk_backward(float* dlogits, const float* logits, const float* lse, const std::int32_t* targets, int N,

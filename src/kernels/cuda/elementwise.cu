@@ -1,7 +1,8 @@
-// add, sum_squares and bf16_widen of the CUDA backend. sum_squares has the CPU's exact order
+// add, sum_squares_many and bf16_widen of the CUDA backend. sum_squares_many has the CPU's exact order
 // (Note [fixed chunks] in kernels/cpu/elementwise.h): 64 Ki-element chunks, in each chunk element i
 // to lane i % 16 summed in double in order, the lanes combined by the CPU's tree, chunk sums added
 // in order (on the host), so it returns the CPU's bits.
+#include <algorithm>
 #include <vector>
 
 #include "kernels/cuda/cuda_context.cuh"
@@ -22,22 +23,32 @@ __global__ void widen_flat_kernel(float* out, const std::uint16_t* in, std::size
   if (i < n) out[i] = __uint_as_float(static_cast<unsigned>(in[i]) << 16);
 }
 
-// One block per chunk (chunk c0 + blockIdx.x). Each lane's sum is one chain of dependent double
-// additions, so the chunk's 16 chains set the kernel's time; the block's other threads only fetch:
-// the chunk passes through shared memory in pieces of kSqPiece floats, the next piece's loads in
-// flight (registers) while lanes 0..15 sum the current one in order. Before, one half warp per chunk
-// read global memory itself: a 2.4M-value tensor ran on 3 SMs, latency-bound, 240 us a call and
-// 53 ms of GPT-2 small's 210 ms step on an H200 (ncu).
+// One block per chunk job: chunk `blockIdx.x` of the window, jobs[blockIdx.x] its first value
+// and length (at most kChunk; a chunk is one vector's, so element i of the job is its chunk's
+// element i and goes to lane i % 16 as on the CPU). Each lane's sum is one chain of dependent
+// double additions, so a chunk's 16 chains set a block's time (about 72 us for a full chunk on an
+// H200, ncu); the block's other threads only fetch: the chunk passes through shared memory in
+// pieces of kSqPiece floats, the next piece's loads in flight (registers) while lanes 0..15 sum
+// the current one in order. The chains of many chunks, of many vectors, run side by side: one
+// launch for a whole gradient's chunks (Note [norm in one pass] in exec/executor.h). Before, one
+// launch per vector ran its few chunks' chains one vector after another: 221 launches and 9.2 ms
+// of GPT-2 small's 122 ms step on an H200.
 constexpr int kSqThreads = 256;
 constexpr int kSqPer = 32;
 constexpr int kSqPiece = kSqThreads * kSqPer;
 static_assert(kChunk % kSqPiece == 0 && kSqPiece % 16 == 0, "pieces keep element i on lane i % 16");
 
-__global__ void __launch_bounds__(kSqThreads) sum_squares_kernel(double* partial, const float* x, std::size_t n,
-                                                                   std::size_t c0) {
+struct SqJob {
+  const float* x;   // the chunk's first value
+  std::size_t len;  // its values, 1..kChunk
+};
+static_assert(sizeof(SqJob) == 2 * sizeof(void*), "CudaContext::sq_jobs is sized for it (cuda_ops.cu)");
+
+__global__ void __launch_bounds__(kSqThreads) sum_squares_kernel(double* partial, const SqJob* jobs) {
   __shared__ float tile[kSqPiece];
-  const std::size_t begin = (c0 + blockIdx.x) * kChunk;
-  const std::size_t end = begin + kChunk < n ? begin + kChunk : n;
+  const SqJob job = jobs[blockIdx.x];
+  const float* const x = job.x;
+  const std::size_t end = job.len;
   const int t = threadIdx.x;
   float next[kSqPer];
   auto fetch = [&](std::size_t p0) {
@@ -47,9 +58,9 @@ __global__ void __launch_bounds__(kSqThreads) sum_squares_kernel(double* partial
       next[k] = i < end ? x[i] : 0.0f;
     }
   };
-  fetch(begin);
+  fetch(0);
   double acc = 0.0;
-  for (std::size_t p0 = begin; p0 < end; p0 += kSqPiece) {
+  for (std::size_t p0 = 0; p0 < end; p0 += kSqPiece) {
     __syncthreads();  // the lanes are done with the previous piece
 #pragma unroll
     for (int k = 0; k < kSqPer; ++k) tile[k * kSqThreads + t] = next[k];
@@ -100,20 +111,33 @@ void CudaOps::bf16_widen(float* out, const std::uint16_t* in, std::size_t n) con
   STRATUM_CUDA_LAUNCHED();
 }
 
-double CudaOps::sum_squares(const float* x, std::size_t n) const {
-  const std::size_t chunks = (n + kChunk - 1) / kChunk;
+void CudaOps::sum_squares_many(double* out, const float* const* xs, const std::size_t* ns, std::size_t count) const {
+  // Every vector's chunks as jobs, in vector and chunk order, run in windows of kScalarSlots
+  // blocks (one window for GPT-2 small's whole gradient); each vector's chunk sums are added in
+  // chunk order on the host, as the CPU adds them.
+  std::vector<SqJob> jobs;
+  std::vector<std::size_t> owner;  // the vector of each job
+  for (std::size_t v = 0; v < count; ++v) {
+    out[v] = 0.0;
+    for (std::size_t begin = 0; begin < ns[v]; begin += kChunk) {
+      jobs.push_back({xs[v] + begin, std::min(kChunk, ns[v] - begin)});
+      owner.push_back(v);
+    }
+  }
   std::vector<double> partial(CudaContext::kScalarSlots);
-  double total = 0.0;
-  for (std::size_t c0 = 0; c0 < chunks; c0 += CudaContext::kScalarSlots) {
-    const std::size_t count = std::min(CudaContext::kScalarSlots, chunks - c0);
-    sum_squares_kernel<<<static_cast<unsigned>(count), kSqThreads, 0, ctx_->stream>>>(ctx_->scalars, x, n, c0);
+  for (std::size_t j0 = 0; j0 < jobs.size(); j0 += CudaContext::kScalarSlots) {
+    const std::size_t window = std::min(CudaContext::kScalarSlots, jobs.size() - j0);
+    // From pageable memory: staged before the call returns, so `jobs` may change after it.
+    STRATUM_CUDA_CHECK(cudaMemcpyAsync(ctx_->sq_jobs, jobs.data() + j0, window * sizeof(SqJob), cudaMemcpyHostToDevice,
+                                       ctx_->stream));
+    sum_squares_kernel<<<static_cast<unsigned>(window), kSqThreads, 0, ctx_->stream>>>(
+        ctx_->scalars, static_cast<const SqJob*>(ctx_->sq_jobs));
     STRATUM_CUDA_LAUNCHED();
-    STRATUM_CUDA_CHECK(cudaMemcpyAsync(partial.data(), ctx_->scalars, count * sizeof(double), cudaMemcpyDeviceToHost,
+    STRATUM_CUDA_CHECK(cudaMemcpyAsync(partial.data(), ctx_->scalars, window * sizeof(double), cudaMemcpyDeviceToHost,
                                        ctx_->stream));
     STRATUM_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream));
-    for (std::size_t c = 0; c < count; ++c) total += partial[c];
+    for (std::size_t j = 0; j < window; ++j) out[owner[j0 + j]] += partial[j];
   }
-  return total;
 }
 
 }  // namespace stratum
