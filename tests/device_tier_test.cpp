@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/byte_size.h"
 #include "integration_util.h"
 #include "stratum/error.h"
 #include "tiny_run_options.h"
@@ -240,7 +241,24 @@ TEST(DeviceTier, BadGpuBudgetsAreOneLine) {
   const std::string m = message(o);
   EXPECT_NE(m.find("--gpu-mem-budget 4.0 KiB is below the minimum"), std::string::npos) << m;
   EXPECT_NE(m.find("use --gpu-mem-budget"), std::string::npos) << m;
+  // A budget that a smaller --row-chunk fits names it and its minimum (the GPU's default chunk is
+  // 4096 rows: Note [device row chunk]). B*T = 96 rows: one chunk of 96, or chunks of 64.
+  o.steps = 1;
+  o.batch = 3;
+  o.adamw_on = AdamWOn::Device;  // one optimizer placement for every budget below, so one minimum each
+  o.row_chunk = 64;
+  o.gpu_mem_budget_bytes = std::size_t{1} << 30;
+  const std::size_t min64 = train_run(o).min_budget_bytes;
+  o.row_chunk = 128;
+  const std::size_t min128 = train_run(o).min_budget_bytes;
+  ASSERT_LT(min64, min128);
+  o.gpu_mem_budget_bytes = min64;
+  const std::string advice = message(o);
+  EXPECT_NE(advice.find(", --row-chunk 64 (minimum " + bytes_text(min64) + ")"), std::string::npos) << advice;
+  o.gpu_mem_budget_bytes = min64 - 1;
+  EXPECT_EQ(message(o).find("--row-chunk"), std::string::npos) << message(o);
   o.gpu_mem_budget_bytes = 0;
+  o.adamw_on = AdamWOn::Auto;
   o.optimizer = TrainOptimizer::ZoSgd;
   o.adamw_on = AdamWOn::Host;
   EXPECT_NE(message(o).find("--optimizer zo-sgd has none: drop --adamw-on"), std::string::npos) << message(o);

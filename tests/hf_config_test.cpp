@@ -146,6 +146,8 @@ struct MalformedCase {
 
 TEST(HfConfig, MalformedInputTable) {
   const std::string sizes = R"("n_layer":2,"n_head":4,"n_embd":64,"vocab_size":300,"n_positions":128)";
+  const std::string llama = R"("model_type":"llama","num_attention_heads":4,"hidden_size":64,"intermediate_size":128,)"
+                            R"("vocab_size":300,"max_position_embeddings":128)";
   const std::vector<MalformedCase> cases = {
       {"missing_file", "<none>", {"not found"}},
       {"not_json", "{\"n_layer\": 2,", {"not valid JSON"}},
@@ -166,6 +168,9 @@ TEST(HfConfig, MalformedInputTable) {
       {"wide_mlp", "{" + sizes + R"(,"n_inner":512})", {"n_inner"}},
       {"indivisible_heads", R"({"n_layer":2,"n_head":5,"n_embd":64,"vocab_size":300,"n_positions":128})", {"divisible"}},
       {"zero_layers", R"({"n_layer":0,"n_head":4,"n_embd":64,"vocab_size":300,"n_positions":128})", {"n_layer"}},
+      // A Llama's fields by the names its config.json gives them, not GPT-2's.
+      {"llama_zero_eps", "{" + llama + R"(,"num_hidden_layers":2,"rms_norm_eps":0})", {"rms_norm_eps must be"}},
+      {"llama_zero_layers", "{" + llama + R"(,"num_hidden_layers":0})", {"num_hidden_layers must be"}},
   };
   TempDir dir;
   for (const MalformedCase& c : cases) {

@@ -10,14 +10,20 @@ namespace stratum {
 const char* model_arch_name(ModelArch arch) { return arch == ModelArch::Llama ? "llama" : "gpt2"; }
 
 void GptConfig::validate() const {
-  STRATUM_CHECK(n_layer >= 1 && n_layer <= 1024, "[model.config] n_layer must be in 1..1024, got ", n_layer);
-  STRATUM_CHECK(n_head >= 1 && n_head <= 4096, "[model.config] n_head must be in 1..4096, got ", n_head);
-  STRATUM_CHECK(n_embd >= 1 && n_embd <= 65536, "[model.config] n_embd must be in 1..65536, got ", n_embd);
-  STRATUM_CHECK(n_ctx >= 1 && n_ctx <= 1 << 20, "[model.config] n_ctx must be in 1..1048576, got ", n_ctx);
+  // Each field by the name its family's config.json gives it (Llama's as Hugging Face writes them).
+  const bool l = llama();
+  STRATUM_CHECK(n_layer >= 1 && n_layer <= 1024, "[model.config] ", l ? "num_hidden_layers" : "n_layer",
+                " must be in 1..1024, got ", n_layer);
+  STRATUM_CHECK(n_head >= 1 && n_head <= 4096, "[model.config] ", l ? "num_attention_heads" : "n_head",
+                " must be in 1..4096, got ", n_head);
+  STRATUM_CHECK(n_embd >= 1 && n_embd <= 65536, "[model.config] ", l ? "hidden_size" : "n_embd",
+                " must be in 1..65536, got ", n_embd);
+  STRATUM_CHECK(n_ctx >= 1 && n_ctx <= 1 << 20, "[model.config] ", l ? "max_position_embeddings" : "n_ctx",
+                " must be in 1..1048576, got ", n_ctx);
   STRATUM_CHECK(vocab_size >= 1 && vocab_size <= 1 << 24,
                 "[model.config] vocab_size must be in 1..16777216, got ", vocab_size);
-  STRATUM_CHECK(layer_norm_eps > 0.0f && std::isfinite(layer_norm_eps),
-                "[model.config] layer_norm_epsilon must be a finite number > 0, got ", layer_norm_eps);
+  STRATUM_CHECK(layer_norm_eps > 0.0f && std::isfinite(layer_norm_eps), "[model.config] ",
+                l ? "rms_norm_eps" : "layer_norm_epsilon", " must be a finite number > 0, got ", layer_norm_eps);
   if (!llama()) {
     STRATUM_CHECK(n_embd % n_head == 0, "[model.config] n_embd (", n_embd, ") must be divisible by n_head (", n_head,
                   ")");

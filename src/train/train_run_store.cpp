@@ -76,7 +76,9 @@ void TrainRun::store_make() {
                 " rows (it trains nothing here; the largest sub-chunk whose buffers fit --mem-budget; same bits)\n";
   units_ = std::make_unique<UnitTable>(
       plan_units(*layout_, Executor::activation_unit_floats(cfg_, o_.batch, o_.seq, request.zeroth_order), request));
+  OptimizerMode exec_mode = OptimizerMode::Inline;  // the executor's, for the --row-chunk advice below
   auto exec_make = [&](OptimizerMode mode) {
+    exec_mode = mode;
     exec_.reset();  // a previous one's device buffers first
     exec_ = std::make_unique<Executor>(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations, mode,
                                        o_.precision, o_.backend, o_.grad_accum / ranks(), o_.comm,
@@ -123,9 +125,25 @@ void TrainRun::store_make() {
     smallest.activations = plan_activations_resolve(o_.activations, zo);
     min_budget_ = std::min(min_budget_, plan_min_budget_bytes(smallest));
   }
-  STRATUM_CHECK(o_.gpu_mem_budget_bytes == 0 || o_.gpu_mem_budget_bytes >= min_budget_, "[train] ",
-                plan_budget_refusal("--gpu-mem-budget", o_.gpu_mem_budget_bytes, min_budget_, o_.batch, o_.seq,
-                                    plan_min_parts(exec.fixed_bytes(), exec.min_store_bytes()), ""));
+  if (o_.gpu_mem_budget_bytes > 0 && o_.gpu_mem_budget_bytes < min_budget_) {
+    const std::string parts = plan_min_parts(exec.fixed_bytes(), exec.min_store_bytes());
+    // The same run at a smaller --row-chunk (the GPU's default is 4096: Note [device row chunk]),
+    // whose engine buffers are smaller: the largest whose minimum fits, measured by making it.
+    std::string advice;
+    const std::size_t rows = static_cast<std::size_t>(o_.batch) * static_cast<std::size_t>(o_.seq);
+    exec_.reset();
+    for (int chunk = o_.row_chunk / 2; chunk >= 64 && advice.empty(); chunk /= 2) {
+      if (static_cast<std::size_t>(chunk) >= rows) continue;  // still one chunk of B*T rows
+      Executor smaller(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations, exec_mode, o_.precision,
+                       o_.backend, o_.grad_accum / ranks(), o_.comm, BlockRows::whole(chunk));
+      if (result_.adamw_on_host) smaller.optimizer_on_host();
+      const std::size_t need = smaller.fixed_bytes() + smaller.min_store_bytes();
+      if (need <= o_.gpu_mem_budget_bytes)
+        advice = ", --row-chunk " + std::to_string(chunk) + " (minimum " + bytes_text(need) + ")";
+    }
+    STRATUM_FAIL("[train] ", plan_budget_refusal("--gpu-mem-budget", o_.gpu_mem_budget_bytes, min_budget_, o_.batch,
+                                                 o_.seq, parts, advice));
+  }
   auto device_attach = [&] {
     const std::size_t device_budget = o_.gpu_mem_budget_bytes > 0 ? o_.gpu_mem_budget_bytes - exec.fixed_bytes() : 0;
     mirror_ = std::make_unique<DeviceSegmentStore>(*store_, exec_->ops_shared(), device_budget, result_.prefetch);
