@@ -64,7 +64,9 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.grad_accum = static_cast<int>(args.integer("grad-accum", 1, 1, 65536));
   r.ranks = static_cast<int>(args.integer("ranks", 1, 1, 65536));
   r.net_gbps = args.number("net-gbps", 0.0);
-  STRATUM_CHECK(!args.has("net-gbps") || r.net_gbps > 0, "[plan] --net-gbps must be > 0 (Gb/s), got ", r.net_gbps);
+  // 1 Mb/s to 1 Pb/s: outside that, a typo (1e-300 printed a 300-digit step time).
+  STRATUM_CHECK(!args.has("net-gbps") || (r.net_gbps >= 1e-3 && r.net_gbps <= 1e6),
+                "[plan] --net-gbps must be > 0 (Gb/s, between 0.001 and 1000000), got ", r.net_gbps);
   STRATUM_CHECK(r.ranks == 1 || r.net_gbps > 0, "[plan] --ranks ", r.ranks, " needs --net-gbps X (e.g. 25)");
   STRATUM_CHECK(r.ranks > 1 || !args.has("net-gbps"), "[plan] --net-gbps only applies with --ranks P");
   STRATUM_CHECK(r.grad_accum % r.ranks == 0, "[plan] --grad-accum ", r.grad_accum, " must be a multiple of --ranks ",
@@ -113,8 +115,14 @@ int cmd_plan(const std::vector<std::string>& argv) {
     if (r.ranks == 1)  // a rank streams only its share
       offload_disk_check(offload_dir, dir_free_bytes(offload_dir, "--offload-dir"), plan_offload_floor_bytes(r));
   }
-  const PlanMeasurement measured = plan_measure(r, co, pool.num_threads());
-  if (args.flag("measure-json")) {
+  // The measurement in a process of its own, as train's (a child of --measure-json measures here):
+  // Ctrl-C stops it and the files it made are removed, where a plan measuring in this process
+  // left them behind (Note [stale plan directories]).
+  const bool measuring_child = args.flag("measure-json");
+  if (!measuring_child) stop_signals_install("\n[stratum] stopping the plan's measurement\n");
+  const PlanMeasurement measured =
+      plan_measure(r, co, pool.num_threads(), measuring_child ? std::string() : "/proc/self/exe");
+  if (measuring_child) {
     std::printf("%s\n", plan_measurement_json(measured).dump().c_str());
     return 0;
   }

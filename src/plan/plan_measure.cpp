@@ -267,12 +267,18 @@ PlanMeasurement plan_measurement_parse(const std::string& text) {
   }
 }
 
-std::string read_all(int fd) {
+// child: the measuring process, stopped (SIGINT) when a signal interrupts the read: a stop
+// request (stop_signals_install, the one handler a plan or train process has) that Ctrl-C at a
+// terminal would have sent it too, but kill(pid) does not.
+std::string read_all(int fd, pid_t child) {
   std::string out;
   char buf[4096];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINTR) {
+      ::kill(child, SIGINT);
+      continue;
+    }
     if (n <= 0) break;
     out.append(buf, static_cast<std::size_t>(n));
   }
@@ -364,12 +370,17 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
     ::close(err[0]);
     STRATUM_FAIL("[plan] cannot start the measurement process ", helper_exe, ": ", std::strerror(rc));
   }
-  const std::string text = read_all(out[0]);  // small outputs: one pipe drained after the other
-  std::string errors = read_all(err[0]);
+  const std::string text = read_all(out[0], pid);  // small outputs: one pipe drained after the other
+  std::string errors = read_all(err[0], pid);
   ::close(out[0]);
   ::close(err[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {  // stopped (Ctrl-C) or killed: what it wrote goes (Note [stale plan directories])
+    if (!co.offload_dir.empty()) stale_plan_dirs_remove(co.offload_dir);
+    STRATUM_FAIL("[plan] the measurement stopped at signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
+                 ") before it finished; its files are removed");
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     while (!errors.empty() && errors.back() == '\n') errors.pop_back();
