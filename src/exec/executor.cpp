@@ -65,8 +65,12 @@ ActivationPolicy activation_policy_parse(const std::string& text) {
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
                    ActivationPolicy activations, OptimizerMode mode, Precision precision, Backend backend,
-                   int micro_batches, Communicator* comm, BlockRows rows)
-    : ops_(ops_make(pool, precision, backend)),
+                   int micro_batches, Communicator* comm, BlockRows rows, int attention_lanes)
+    : ops_([&] {
+        std::unique_ptr<Ops> ops = ops_make(pool, precision, backend);
+        if (attention_lanes > 0) ops->attention_lanes_limit(attention_lanes);  // before the blocks size their scratch
+        return ops;
+      }()),
       cfg_(config),
       units_(units),
       layout_(units.layout()),

@@ -222,10 +222,11 @@ class Executor {
   // accumulation]); comm: the ranks of a data-parallel run (Note [data parallel]; null: one
   // process). With micro_batches * ranks above 1 the unit table needs GradSum units.
   // rows: the blocks' row chunk and MLP sub-chunk (Note [row chunks] in model/block_policy.h).
+  // attention_lanes: Ops::attention_lanes_limit (0: the backend's).
   Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute, OptimizerMode mode = OptimizerMode::Inline,
            Precision precision = Precision::Fp32, Backend backend = Backend::Cpu, int micro_batches = 1,
-           Communicator* comm = nullptr, BlockRows rows = {});
+           Communicator* comm = nullptr, BlockRows rows = {}, int attention_lanes = 0);
   Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute);
   ~Executor();

@@ -161,6 +161,11 @@ class Ops {
   // (a backend may hold score blocks of bounded size in its scratch: CUDA's, Note [cuda attention
   // products]). Both take the query rows [r0, r0 + n) of the B*T rows: out and dout hold those n
   // rows; the backward is called for ranges in increasing order (Note [attention row ranges]).
+  // The training attention's sequences a backend may run side by side, each with its own part of
+  // the scratch (Note [attention lanes] in kernels/cuda/cuda_context.cuh): a run under a device
+  // memory budget takes 1, so the scratch leaves the budget's room to the state. Set before
+  // attention_scratch_floats sizes anything; the bits do not depend on it. The CPU has none.
+  virtual void attention_lanes_limit(int lanes) { (void)lanes; }
   virtual std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const = 0;
   // Bytes the backend keeps for its matrix products when no dimension exceeds `rows` (the
   // tokens of a step) or `width` (the widest layer), and every weight is at most narrow x width

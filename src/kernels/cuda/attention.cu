@@ -69,23 +69,24 @@ __global__ void __launch_bounds__(Lanes<HD>::NT)
   forward_rows<HD>(reinterpret_cast<float*>(attention_smem), rb, hd, scale);
 }
 
-void forward_launch(const CudaContext& ctx, float* out, float* stats, float* scratch, const float* qkv, int B, int T,
+void forward_launch(CudaContext& ctx, float* out, float* stats, float* scratch, const float* qkv, int B, int T,
                     int H, int KV, int hd, int r0, int n) {
   check_shape("attention_forward", B, T, H, KV, hd);
   const RowRange rr = attention_row_range("attention_forward", B, T, r0, n);
   const Blocking bl = attention_blocking(T, KV);
   const int group = H / KV, ow = H * hd;
   const float scale = score_scale(hd);
-  for_each_query_block(rr, bl, [&](int b, int a0, int a1, std::size_t local) {
+  for_each_query_block_on_lanes(ctx, rr, bl, scratch, [&](int b, int a0, int a1, std::size_t local,
+                                                          const CudaContext::Lane& ln, float* lane_scratch) {
     for_each_head_batch(bl, qkv, T, H, KV, hd, b, a0, a1, [&](const HeadBatch& x, int) {
-      float* S = scratch;
-      x.scores(ctx, S);
+      float* S = lane_scratch;
+      x.scores(ln, S);
       float* st = stats == nullptr ? nullptr : stats + (static_cast<std::size_t>(b) * H + x.h0) * T * 2;
       attention_forward_softmax_kernel<<<dim3(static_cast<unsigned>(x.nq), static_cast<unsigned>(x.nb)),
-                                         kSoftmaxThreads, 0, ctx.stream>>>(S, st, x.nq, x.nk, a0, T, group, scale);
+                                         kSoftmaxThreads, 0, ln.stream>>>(S, st, x.nq, x.nk, a0, T, group, scale);
       STRATUM_CUDA_LAUNCHED();
       float* O = out + local * ow + static_cast<std::size_t>(x.h0) * hd;
-      gemm_batched(ctx, false, false, x.nq, hd, x.nk, S, x.nk, x.mat(), x.v(), static_cast<int>(x.W), hd, 0.0f, O, ow,
+      gemm_batched(ln, false, false, x.nq, hd, x.nk, S, x.nk, x.mat(), x.v(), static_cast<int>(x.W), hd, 0.0f, O, ow,
                    x.qs, x.nb);
     });
   });

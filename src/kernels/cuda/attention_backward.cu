@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
 
 // The backward of query rows [a0, a1) of sequence b (dout row of position a0 at dO0) against keys
 // [0, a1): Note [cuda attention products].
-void backward_block(const CudaContext& ctx, const Blocking& bl, float* dqkv, float* scratch, const float* dO0,
+void backward_block(const CudaContext::Lane& ln, const Blocking& bl, float* dqkv, float* scratch, const float* dO0,
                     const float* qkv, const float* stats, int T, int H, int KV, int hd, int b, int a0, int a1) {
   const int group = H / KV;
   const float scale = score_scale(hd);
@@ -51,33 +51,34 @@ void backward_block(const CudaContext& ctx, const Blocking& bl, float* dqkv, flo
     float* S = scratch;
     float* dP = scratch + static_cast<std::size_t>(bl.heads) * mat;
     const float* dO = dO0 + static_cast<std::size_t>(x.h0) * hd;
-    x.scores(ctx, S);
-    gemm_batched(ctx, false, true, nq, nk, hd, dO, ow, x.qs, x.v(), W, hd, 0.0f, dP, nk, mat, x.nb);
+    x.scores(ln, S);
+    gemm_batched(ln, false, true, nq, nk, hd, dO, ow, x.qs, x.v(), W, hd, 0.0f, dP, nk, mat, x.nb);
     const float* st = stats + (static_cast<std::size_t>(b) * H + x.h0) * T * 2;
     attention_backward_softmax_kernel<<<dim3(static_cast<unsigned>(nq), static_cast<unsigned>(x.nb)), kSoftmaxThreads,
-                                        0, ctx.stream>>>(S, dP, st, nq, nk, a0, T, group, scale);
+                                        0, ln.stream>>>(S, dP, st, nq, nk, a0, T, group, scale);
     STRATUM_CUDA_LAUNCHED();
     float* dQ = dseq + a0 * x.W + static_cast<long long>(x.h0) * hd;
-    gemm_batched(ctx, false, false, nq, hd, nk, dP, nk, mat, x.k(), W, hd, 0.0f, dQ, W, x.qs, x.nb);
+    gemm_batched(ln, false, false, nq, hd, nk, dP, nk, mat, x.k(), W, hd, 0.0f, dQ, W, x.qs, x.nb);
     // dK and dV: the keys before a0 continue their sums; the block's own start with head 0.
     float* dK = dseq + static_cast<long long>(H + x.kv0) * hd;
     float* dV = dseq + static_cast<long long>(H + KV + x.kv0) * hd;
-    gemm_batched(ctx, true, false, a0, hd, nq, dP, nk, mat, x.q(), W, x.qs, 1.0f, dK, W, hd, x.nb);
-    gemm_batched(ctx, true, false, a0, hd, nq, S, nk, mat, dO, ow, x.qs, 1.0f, dV, W, hd, x.nb);
+    gemm_batched(ln, true, false, a0, hd, nq, dP, nk, mat, x.q(), W, x.qs, 1.0f, dK, W, hd, x.nb);
+    gemm_batched(ln, true, false, a0, hd, nq, S, nk, mat, dO, ow, x.qs, 1.0f, dV, W, hd, x.nb);
     const float beta = j > 0 ? 1.0f : 0.0f;
-    gemm_batched(ctx, true, false, nq, hd, nq, dP + a0, nk, mat, x.q(), W, x.qs, beta, dK + a0 * x.W, W, hd, x.nb);
-    gemm_batched(ctx, true, false, nq, hd, nq, S + a0, nk, mat, dO, ow, x.qs, beta, dV + a0 * x.W, W, hd, x.nb);
+    gemm_batched(ln, true, false, nq, hd, nq, dP + a0, nk, mat, x.q(), W, x.qs, beta, dK + a0 * x.W, W, hd, x.nb);
+    gemm_batched(ln, true, false, nq, hd, nq, S + a0, nk, mat, dO, ow, x.qs, beta, dV + a0 * x.W, W, hd, x.nb);
   });
 }
 
-void backward_launch(const CudaContext& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
+void backward_launch(CudaContext& ctx, float* dqkv, float* scratch, const float* dout, const float* qkv,
                      const float* stats, int B, int T, int H, int KV, int hd, int r0, int n) {
   check_shape("attention_backward", B, T, H, KV, hd);
   const RowRange rr = attention_row_range("attention_backward", B, T, r0, n);
   const Blocking bl = attention_blocking(T, KV);
   const std::size_t out_w = static_cast<std::size_t>(H) * hd;
-  for_each_query_block(rr, bl, [&](int b, int a0, int a1, std::size_t local) {
-    backward_block(ctx, bl, dqkv, scratch, dout + local * out_w, qkv, stats, T, H, KV, hd, b, a0, a1);
+  for_each_query_block_on_lanes(ctx, rr, bl, scratch, [&](int b, int a0, int a1, std::size_t local,
+                                                          const CudaContext::Lane& ln, float* lane_scratch) {
+    backward_block(ln, bl, dqkv, lane_scratch, dout + local * out_w, qkv, stats, T, H, KV, hd, b, a0, a1);
   });
 }
 
@@ -85,12 +86,14 @@ void backward_launch(const CudaContext& ctx, float* dqkv, float* scratch, const 
 
 std::size_t CudaOps::attention_scratch_floats(int B, int T, int H, int KV, int hd) const {
   check_shape("attention_scratch_floats", B, T, H, KV, hd);
-  // S and dP of one batch of the backward, the forward's S (Note [cuda attention products]). The
-  // workspace is sized for the longest sequence and may serve shorter ones, whose blocking can
-  // need more (fewer rows lost to rounding): the most over every length up to T.
-  std::size_t most = 0;
-  for (int t = 1; t <= T; ++t) most = std::max(most, attention_blocking(t, KV).floats());
-  return most;
+  // S and dP of one batch of the backward, the forward's S (Note [cuda attention products]), per
+  // lane (Note [attention lanes]). The workspace is sized for the longest sequence and may serve
+  // shorter ones, whose blocking can need more (fewer rows lost to rounding).
+  return attention_scratch_floats_for(B, T, KV, ctx_->lanes_max);
+}
+
+void CudaOps::attention_lanes_limit(int lanes) {
+  ctx_->lanes_max = std::clamp(lanes, 1, CudaContext::kLanes);
 }
 
 void CudaOps::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* stats,

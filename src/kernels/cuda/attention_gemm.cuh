@@ -66,13 +66,13 @@ inline Blocking attention_blocking(int T, int KV) {
 
 // Row-major C = op(A) op(B) + beta C for `batch` matrices at the given strides (floats):
 // column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first (as CudaOps::sgemm).
-inline void gemm_batched(const CudaContext& ctx, bool ta, bool tb, int M, int N, int K, const float* A, int lda,
+inline void gemm_batched(const CudaContext::Lane& ln, bool ta, bool tb, int M, int N, int K, const float* A, int lda,
                          long long sa, const float* B, int ldb, long long sb, float beta, float* C, int ldc,
                          long long sc, int batch) {
   if (M == 0 || N == 0 || batch == 0) return;
   const float alpha = 1.0f;
   const cublasOperation_t op_a = ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  STRATUM_CUBLAS_CHECK(cublasSgemmStridedBatched(ctx.blas, op_b, op_a, N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta,
+  STRATUM_CUBLAS_CHECK(cublasSgemmStridedBatched(ln.blas, op_b, op_a, N, M, K, &alpha, B, ldb, sb, A, lda, sa, &beta,
                                                  C, ldc, sc, batch));
 }
 
@@ -89,8 +89,8 @@ struct HeadBatch {
   const float* k() const { return seq + static_cast<long long>(H + kv0) * hd; }
   const float* v() const { return seq + static_cast<long long>(H + KV + kv0) * hd; }
   // S (nb, nq, nk) = Q K^T: the one call the forward and the backward share.
-  void scores(const CudaContext& ctx, float* S) const {
-    gemm_batched(ctx, false, true, nq, nk, hd, q(), static_cast<int>(W), qs, k(), static_cast<int>(W), hd, 0.0f, S,
+  void scores(const CudaContext::Lane& ln, float* S) const {
+    gemm_batched(ln, false, true, nq, nk, hd, q(), static_cast<int>(W), qs, k(), static_cast<int>(W), hd, 0.0f, S,
                  nk, mat(), nb);
   }
 };
@@ -129,6 +129,29 @@ void for_each_query_block(const RowRange& rr, const Blocking& bl, F&& f) {
     for (int a0 = sr.q0; a0 < sr.q1; a0 += bl.rows)
       f(rr.first + si, a0, std::min(sr.q1, a0 + bl.rows), sr.local0 + static_cast<std::size_t>(a0 - sr.q0));
   }
+}
+
+// Note [attention lanes] (cuda_context.cuh): the lanes a launch over the range's sequences uses.
+// f(b, a0, a1, local, lane, lane_scratch) as for_each_query_block, sequence b (its every block, in
+// order) on lane (b - first) % lanes, with that lane's part of the scratch (bl.floats() each);
+// forked after the main stream's work and joined back before returning.
+template <class F>
+void for_each_query_block_on_lanes(CudaContext& ctx, const RowRange& rr, const Blocking& bl, float* scratch, F&& f) {
+  const int lanes = std::min(ctx.lanes_max, rr.seqs);
+  if (lanes > 1) ctx.lanes_fork(lanes);
+  for_each_query_block(rr, bl, [&](int b, int a0, int a1, std::size_t local) {
+    const int li = (b - rr.first) % std::max(lanes, 1);
+    f(b, a0, a1, local, ctx.lane(li), scratch + static_cast<std::size_t>(li) * bl.floats());
+  });
+  if (lanes > 1) ctx.lanes_join(lanes);
+}
+
+// Floats of the scratch for up to B sequences of up to T positions: a lane's (the most any length
+// up to T needs: shorter ones can block into more) times the lanes.
+inline std::size_t attention_scratch_floats_for(int B, int T, int KV, int lanes_max) {
+  std::size_t most = 0;
+  for (int t = 1; t <= T; ++t) most = std::max(most, attention_blocking(t, KV).floats());
+  return most * static_cast<std::size_t>(std::clamp(B, 1, lanes_max));
 }
 
 }  // namespace

@@ -226,6 +226,44 @@ void CudaOps::download(void* dst_host, const void* src, std::size_t bytes) const
   STRATUM_CUDA_CHECK(cudaStreamSynchronize(ctx_->stream));
 }
 
+// Note [attention lanes] (cuda_context.cuh).
+void CudaContext::lanes_fork(int n) {
+  if (fork_ == nullptr) STRATUM_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  STRATUM_CUDA_CHECK(cudaEventRecord(fork_, stream));
+  for (int i = 1; i < n; ++i) {
+    Lane& l = lanes_[i - 1];
+    if (l.stream == nullptr) {
+      STRATUM_CUDA_CHECK(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking));
+      STRATUM_CUBLAS_CHECK(cublasCreate(&l.blas));
+      STRATUM_CUBLAS_CHECK(cublasSetStream(l.blas, l.stream));
+      STRATUM_CUBLAS_CHECK(cublasSetMathMode(  // as the main handle's (Note [cuda determinism])
+          l.blas, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+      lane_workspace_[i - 1] = cuda_alloc(kBlasWorkspaceBytes);
+      STRATUM_CUBLAS_CHECK(cublasSetWorkspace(l.blas, lane_workspace_[i - 1], kBlasWorkspaceBytes));
+      STRATUM_CUDA_CHECK(cudaEventCreateWithFlags(&joined_[i - 1], cudaEventDisableTiming));
+    }
+    STRATUM_CUDA_CHECK(cudaStreamWaitEvent(l.stream, fork_, 0));
+  }
+}
+
+void CudaContext::lanes_join(int n) {
+  for (int i = 1; i < n; ++i) {
+    STRATUM_CUDA_CHECK(cudaEventRecord(joined_[i - 1], lanes_[i - 1].stream));
+    STRATUM_CUDA_CHECK(cudaStreamWaitEvent(stream, joined_[i - 1], 0));
+  }
+}
+
+CudaContext::~CudaContext() {
+  for (int i = 0; i < kLanes - 1; ++i) {
+    if (lanes_[i].stream != nullptr) cudaStreamSynchronize(lanes_[i].stream);
+    if (lanes_[i].blas != nullptr) cublasDestroy(lanes_[i].blas);
+    cudaFree(lane_workspace_[i]);
+    if (lanes_[i].stream != nullptr) cudaStreamDestroy(lanes_[i].stream);
+    if (joined_[i] != nullptr) cudaEventDestroy(joined_[i]);
+  }
+  if (fork_ != nullptr) cudaEventDestroy(fork_);
+}
+
 CudaOps::CudaOps(Precision precision) : ctx_(std::make_unique<CudaContext>()), precision_(precision) {
   std::string why;
   if (!cuda_device_available(&why)) throw Error(why);
