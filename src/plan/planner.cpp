@@ -226,17 +226,24 @@ std::size_t plan_offload_floor_bytes(const PlanRequest& request) {
   return plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq, r.zeroth_order), r).total_bytes();
 }
 
-std::string plan_row_chunk_advice(const PlanRequest& r, std::size_t budget_bytes) {
-  const std::size_t rows = static_cast<std::size_t>(r.batch) * static_cast<std::size_t>(r.seq);
-  PlanRequest t = r;
-  t.mlp_rows = 0;  // the smallest MLP sub-chunk the run may take
-  for (int chunk = r.row_chunk / 2; chunk >= 64; chunk /= 2) {
+std::string plan_row_chunk_advice(int row_chunk, std::size_t rows, std::size_t budget_bytes,
+                                  const std::function<std::size_t(int)>& min_at) {
+  for (int chunk = row_chunk / 2; chunk >= 64; chunk /= 2) {
     if (static_cast<std::size_t>(chunk) >= rows) continue;  // still one chunk of B*T rows
-    t.row_chunk = chunk;
-    const std::size_t need = plan_min_budget_bytes(t);
+    const std::size_t need = min_at(chunk);
     if (need <= budget_bytes) return ", --row-chunk " + std::to_string(chunk) + " (minimum " + bytes_text(need) + ")";
   }
   return "";
+}
+
+std::string plan_row_chunk_advice(const PlanRequest& r, std::size_t budget_bytes) {
+  PlanRequest t = r;
+  t.mlp_rows = 0;  // the smallest MLP sub-chunk the run may take
+  return plan_row_chunk_advice(r.row_chunk, static_cast<std::size_t>(r.batch) * static_cast<std::size_t>(r.seq),
+                               budget_bytes, [&](int chunk) {
+                                 t.row_chunk = chunk;
+                                 return plan_min_budget_bytes(t);
+                               });
 }
 
 std::string plan_budget_refusal(const char* flag, std::size_t budget_bytes, std::size_t min_bytes, int batch, int seq,

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,10 @@ int plan_mlp_rows(const PlanRequest& request);
 // R/2, R/4, ... 64, below B*T) whose minimum fits budget_bytes, as the advice ", --row-chunk N
 // (minimum X)" a refusal adds; "" where none fits.
 std::string plan_row_chunk_advice(const PlanRequest& request, std::size_t budget_bytes);
+// The same search for any minimum: min_at(chunk) is the run's minimum at that row chunk (train's
+// device budget measures it by making the executor).
+std::string plan_row_chunk_advice(int row_chunk, std::size_t rows, std::size_t budget_bytes,
+                                  const std::function<std::size_t(int)>& min_at);
 // The one line every budget below its minimum is refused with (plan's and train's, the host's
 // and the device's budgets), after the caller's "[plan] " or "[train] ": "<flag> X is below the
 // minimum of Y for this model at B=b T=t[ (parts)]; use <flag> NM or more[advice], or lower

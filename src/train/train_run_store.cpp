@@ -134,18 +134,15 @@ void TrainRun::store_make() {
     const std::string parts = plan_min_parts(exec.fixed_bytes(), exec.min_store_bytes());
     // The same run at a smaller --row-chunk (the GPU's default is 4096: Note [device row chunk]),
     // whose engine buffers are smaller: the largest whose minimum fits, measured by making it.
-    std::string advice;
-    const std::size_t rows = static_cast<std::size_t>(o_.batch) * static_cast<std::size_t>(o_.seq);
     exec_.reset();
-    for (int chunk = o_.row_chunk / 2; chunk >= 64 && advice.empty(); chunk /= 2) {
-      if (static_cast<std::size_t>(chunk) >= rows) continue;  // still one chunk of B*T rows
-      Executor smaller(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations, exec_mode, o_.precision,
-                       o_.backend, o_.grad_accum / ranks(), o_.comm, BlockRows::whole(chunk), attention_lanes);
-      if (result_.adamw_on_host) smaller.optimizer_on_host();
-      const std::size_t need = smaller.fixed_bytes() + smaller.min_store_bytes();
-      if (need <= o_.gpu_mem_budget_bytes)
-        advice = ", --row-chunk " + std::to_string(chunk) + " (minimum " + bytes_text(need) + ")";
-    }
+    const std::string advice = plan_row_chunk_advice(
+        o_.row_chunk, static_cast<std::size_t>(o_.batch) * static_cast<std::size_t>(o_.seq), o_.gpu_mem_budget_bytes,
+        [&](int chunk) {
+          Executor smaller(*pool_, cfg_, *units_, o_.batch, o_.seq, request.activations, exec_mode, o_.precision,
+                           o_.backend, o_.grad_accum / ranks(), o_.comm, BlockRows::whole(chunk), attention_lanes);
+          if (result_.adamw_on_host) smaller.optimizer_on_host();
+          return smaller.fixed_bytes() + smaller.min_store_bytes();
+        });
     STRATUM_FAIL("[train] ", plan_budget_refusal("--gpu-mem-budget", o_.gpu_mem_budget_bytes, min_budget_, o_.batch,
                                                  o_.seq, parts, advice));
   }
