@@ -2,6 +2,7 @@
 // a non-zero exit (never a crash), and prepare/info/generate work end to end.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -301,6 +302,44 @@ TEST(Cli, OutputsNeverOverwriteInputsOrForeignFiles) {
     r = testing::run_stratum(merge + tmp.file("merged"));
     EXPECT_EQ(r.exit_code, 0) << r.errors;
   }
+}
+
+// A pipe, device or socket given as an input or as --log/--trace is refused at once with one line:
+// prepare --input, report, --log and --trace named a FIFO waited for a writer (or reader) forever,
+// deaf to Ctrl-C. A /proc file, which says it holds 0 bytes, is read to its end.
+TEST(Cli, PipesAndDevicesAreRefusedWithoutWaiting) {
+  testing::TempDir tmp;
+  const std::string fifo = tmp.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const std::string tokens = testing::write_random_tokens(tmp.file("tokens.bin"), 4000, 512, 3);
+  const std::string train = "train --layers 1 --heads 2 --embd 32 --ctx 32 --vocab 512 --batch 2 --seq 16 --steps 1 "
+                            "--quiet --data " + tokens;
+  std::filesystem::create_directory(tmp.file("tok"));
+  std::filesystem::copy_file(shared_data("vocab.bpe"), tmp.file("tok/vocab.bpe"));
+  ASSERT_EQ(::mkfifo(tmp.file("tok/encoder.json").c_str(), 0644), 0);
+  write_text(tmp.file("text.txt"), "some text to tokenize\n");
+  const struct {
+    std::string args;
+    std::string words;
+  } cases[] = {
+      {"prepare --input " + fifo + " --tokenizer " + shared_data("") + " --out " + tmp.file("x.bin"),
+       "is not a regular file"},
+      {"prepare --input " + tmp.file("text.txt") + " --tokenizer " + tmp.file("tok") + " --out " + tmp.file("x.bin"),
+       "[tokenizer]"},
+      {"report " + fifo, "is not a regular file"},
+      {train + " --log " + fifo, "--log '" + fifo + "' is a device, pipe or socket"},
+      {train + " --trace " + fifo, "--trace '" + fifo + "' is a device, pipe or socket"},
+      {"train --layers 1 --heads 2 --embd 32 --ctx 32 --vocab 512 --seq 16 --data " + fifo, "is not a regular file"},
+      {"info " + fifo, "is not a regular file"},
+      {"generate --model " + kTiny + " --prompts " + fifo, "is not a regular file"},
+  };
+  for (const auto& c : cases) {
+    const auto r = testing::run_stratum(c.args, 60);
+    EXPECT_EQ(r.exit_code, 1) << c.args << ": " << r.errors;
+    EXPECT_NE(r.errors.find(c.words), std::string::npos) << c.args << ": " << r.errors;
+    EXPECT_EQ(std::count(r.errors.begin(), r.errors.end(), '\n'), 1) << c.args << ": " << r.errors;
+  }
+  EXPECT_NE(file_read_all("/proc/self/status").find("VmRSS"), std::string::npos);
 }
 
 // --max-tokens beyond the model's context stops at the context, saying so (it stopped silently).

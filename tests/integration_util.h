@@ -78,10 +78,12 @@ struct CommandResult {
   std::string errors;  // stderr
 };
 
-// Runs the stratum binary with `args` (shell-quoted by the caller where needed).
-inline CommandResult run_stratum(const std::string& args) {
+// Runs the stratum binary with `args` (shell-quoted by the caller where needed); with
+// kill_after_s > 0 it is killed (exit 137) if it runs longer, for tests of runs that must not wait.
+inline CommandResult run_stratum(const std::string& args, int kill_after_s = 0) {
   TempDir dir;
-  const std::string cmd = std::string(STRATUM_BINARY) + " " + args + " >" + dir.file("out") + " 2>" + dir.file("err");
+  const std::string cmd = (kill_after_s > 0 ? "timeout -s KILL " + std::to_string(kill_after_s) + " " : std::string()) +
+                          std::string(STRATUM_BINARY) + " " + args + " >" + dir.file("out") + " 2>" + dir.file("err");
   const int status = std::system(cmd.c_str());
   CommandResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -28,16 +28,29 @@ std::string parent_dir(const std::string& path) {
 
 }  // namespace
 
+int file_open_read(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO that has no writer returns at once (a plain open waits for one), so
+  // the caller's regular-file check refuses it instead of hanging. The flag is cleared again for a
+  // regular file: io_uring would honour it and fail reads with EAGAIN.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st {};
+  if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
 std::string file_read_all(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(file_open_read(path));
   STRATUM_CHECK(fd.get() >= 0, "[file] cannot open '", path, "': ", errno_text());
   struct stat st {};
   STRATUM_CHECK(::fstat(fd.get(), &st) == 0, "[file] cannot stat '", path, "': ", errno_text());
   STRATUM_CHECK(!S_ISDIR(st.st_mode), "[file] '", path, "' is a directory, expected a file");
+  STRATUM_CHECK(S_ISREG(st.st_mode), "[file] '", path, "' is not a regular file (a device, pipe or socket); give a file");
+  // Read to the end, not to st_size: /proc and /sys files say 0 bytes and still hold text.
   std::string out;
-  out.resize(static_cast<std::size_t>(st.st_size));
+  out.resize(static_cast<std::size_t>(st.st_size) + 1);
   std::size_t done = 0;
-  while (done < out.size()) {
+  for (;;) {
+    if (done == out.size()) out.resize(std::max<std::size_t>(2 * out.size(), 4096));
     ssize_t n = ::read(fd.get(), out.data() + done, out.size() - done);
     if (n < 0 && errno == EINTR) continue;
     STRATUM_CHECK(n >= 0, "[file] read error on '", path, "': ", errno_text());
@@ -46,6 +59,11 @@ std::string file_read_all(const std::string& path) {
   }
   out.resize(done);
   return out;
+}
+
+bool file_is_special(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
 }
 
 std::uint64_t file_size_bytes(const std::string& path) {
@@ -68,7 +86,7 @@ std::string file_read_problem(const std::string& path) {
   }
   if (S_ISDIR(st.st_mode)) return "is a directory";
   if (!S_ISREG(st.st_mode)) return "is not a regular file (a device, pipe or socket)";
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(file_open_read(path));
   if (fd.get() < 0) return std::string("cannot be read: ") + errno_text();
   return "";
 }

@@ -10,8 +10,15 @@
 
 namespace stratum {
 
-// Reads the whole file; throws stratum::Error naming the path on failure.
+// open(path, O_RDONLY | O_CLOEXEC) that never waits: a FIFO with no writer opens at once (the
+// caller's S_ISREG check then refuses it). Returns the descriptor, or -1 with errno set.
+int file_open_read(const std::string& path);
+// Reads the whole file (to its end: a /proc file's size says 0); throws stratum::Error naming
+// the path on failure, and at once for a device, pipe or socket (a FIFO is never waited on).
 std::string file_read_all(const std::string& path);
+// Whether `path` exists and is neither a regular file nor a directory (a device, pipe or socket):
+// outputs such as --log and --trace refuse it, as opening a FIFO would wait for a reader.
+bool file_is_special(const std::string& path);
 
 // Size in bytes of a regular file; throws if it does not exist.
 std::uint64_t file_size_bytes(const std::string& path);

@@ -124,7 +124,7 @@ DataFileReading data_file_reading(const std::string& path) {
   constexpr std::size_t kSampleBytes = 64 << 10, kTinyBytes = 16;
   const std::string problem = file_read_problem(path);
   STRATUM_CHECK(problem.empty(), where(path), " ", problem);
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(file_open_read(path));
   STRATUM_CHECK(fd.get() >= 0, where(path), ": cannot open: ", std::strerror(errno));
   struct stat st {};
   STRATUM_CHECK(::fstat(fd.get(), &st) == 0, where(path), ": cannot stat: ", std::strerror(errno));
@@ -168,7 +168,7 @@ DataFileReading data_file_reading(const std::string& path) {
 }
 
 TokenFileData token_file_read(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(file_open_read(path));
   STRATUM_CHECK(fd.get() >= 0, where(path), ": cannot open: ", std::strerror(errno),
                 errno == ENOENT ? " (check the path, or run 'stratum prepare' to make token files)" : "");
   struct stat st {};

@@ -182,7 +182,7 @@ SafetensorsFile::~SafetensorsFile() {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  f.fd_ = file_open_read(path);
   STRATUM_CHECK(f.fd_ >= 0, where(path), ": cannot open: ", std::strerror(errno));
   struct stat st {};
   STRATUM_CHECK(::fstat(f.fd_, &st) == 0, where(path), ": cannot stat: ", std::strerror(errno));

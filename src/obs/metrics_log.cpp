@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/file_util.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -26,6 +27,8 @@ std::vector<std::string> lines_of(const std::string& path, std::size_t max_lines
                                   bool* empty) {
   std::vector<std::string> lines;
   *empty = true;
+  STRATUM_CHECK(!file_is_special(path), "[log] --log '", path,
+                "' is a device, pipe or socket; give a file path (the log is read back on --resume)");
   std::FILE* f = std::fopen(path.c_str(), "r");
   if (f == nullptr) return lines;
   std::string line;

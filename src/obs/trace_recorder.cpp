@@ -84,6 +84,7 @@ namespace {
 // header_json does: its first line is the same for every process). Anything else is somebody's
 // file (a checkpoint's weights, an input), never truncated.
 void check_replaceable(const std::string& path, const std::string& header) {
+  STRATUM_CHECK(!file_is_special(path), "[trace] --trace '", path, "' is a device, pipe or socket; give a file path");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;  // none yet (or unreadable: the open for writing says why)
   const std::string first = header.substr(0, header.find('\n', 2) + 1);

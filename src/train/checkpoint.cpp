@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -156,8 +157,11 @@ CheckpointManifest manifest_parse(const std::string& text, const std::string& wh
 }
 
 std::uint64_t file_checksum(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  FileDescriptor fd(file_open_read(path));
   STRATUM_CHECK(fd.get() >= 0, "[checkpoint] cannot open '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  STRATUM_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), "[checkpoint] '", path,
+                "' is not a regular file (a device, pipe or socket)");
   constexpr std::size_t kPiece = std::size_t{8} << 20;
   std::unique_ptr<unsigned char[]> buffer(new unsigned char[kPiece]);
   Hash64Stream hash;
