@@ -23,7 +23,12 @@ int openblas_get_num_threads(void);
 namespace stratum {
 
 void blas_prepare_process(char** argv) {
-  if (std::getenv("STRATUM_BLAS_ENV_READY") != nullptr) return;
+  if (std::getenv("STRATUM_BLAS_ENV_READY") != nullptr) {
+    // The marker guards one re-execution only: processes this one starts check their own
+    // environment again (a test that runs stratum with OPENBLAS_CORETYPE set, say).
+    ::unsetenv("STRATUM_BLAS_ENV_READY");
+    return;
+  }
   bool changed = false;
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr && std::getenv("STRATUM_KEEP_OPENBLAS_CORETYPE") == nullptr) {
     ::unsetenv("OPENBLAS_CORETYPE");

@@ -11,10 +11,13 @@
 
 namespace stratum {
 
-// Call first thing in main(): OpenBLAS reads its environment once, when it is loaded, so this
-// re-executes the process (once, via /proc/self/exe) when the environment needs changing:
+// Call first thing in main() (stratum's and the test binary's): OpenBLAS reads its environment
+// once, when it is loaded, so this re-executes the process (once, via /proc/self/exe) when the
+// environment needs changing:
 //  - OPENBLAS_CORETYPE is dropped: a forced older core type (this environment sets Haswell)
-//    halves GEMM speed on newer CPUs. STRATUM_KEEP_OPENBLAS_CORETYPE=1 keeps it.
+//    halves GEMM speed on newer CPUs, and its kernels can break the exactness that the column
+//    panels rely on (on an AMD EPYC, forced Haswell kernels gave a product split into column
+//    panels other bits than the whole). STRATUM_KEEP_OPENBLAS_CORETYPE=1 keeps it.
 //  - OPENBLAS_THREAD_TIMEOUT defaults to 4 (2^4 cycles): idle OpenBLAS workers sleep at once
 //    instead of spinning for 2^28 cycles against our own kernel threads (+8-11% step speed on
 //    GPT-2 small, docs/benchmarks.md). A value the user set is kept.
