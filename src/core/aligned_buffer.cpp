@@ -18,7 +18,7 @@ namespace {
 // freeing one lowers RSS at once: the store's budget accounting relies on that. Small ones use
 // the heap.
 constexpr std::size_t kMmapMinBytes = std::size_t{1} << 20;
-constexpr std::size_t kHugePageBytes = std::size_t{2} << 20;
+constexpr std::size_t kHugePageBytes = AlignedBuffer::kBlockBytes;
 
 // Note [huge-page-aligned buffers]: a mapping of 2 MiB or more starts on a 2 MiB boundary, so
 // every whole 2 MiB of it can be a transparent huge page (madvise mode; the tail past the last
@@ -55,6 +55,15 @@ void* aligned_map(std::size_t capacity) {
   // streamed by the decoder read ~10% faster with fewer TLB misses (docs/benchmarks.md).
   ::madvise(data, capacity, MADV_HUGEPAGE);
   return data;
+}
+
+// Moves whole 2 MiB blocks [from, from + bytes) to `to`, one mremap each (Note [moving pages]).
+bool move_blocks(void* from, std::size_t bytes, void* to) {
+  for (std::size_t at = 0; at < bytes; at += kHugePageBytes)
+    if (::mremap(static_cast<char*>(from) + at, kHugePageBytes, kHugePageBytes, MREMAP_MAYMOVE | MREMAP_FIXED,
+                 static_cast<char*>(to) + at) == MAP_FAILED)
+      return false;
+  return true;
 }
 
 }  // namespace
@@ -96,8 +105,10 @@ bool AlignedBuffer::resize(std::size_t size_bytes) {
   } else if (capacity > old_capacity) {
     // Moved (its pages, not copies) onto a fresh huge-page-aligned range when it grows
     // (Note [huge-page-aligned buffers]); mremap may not grow in place.
+    // A whole-block buffer may span several mappings (Note [moving pages]): block by block.
     void* target = aligned_map(capacity);
     void* p = target == nullptr ? MAP_FAILED
+              : whole_blocks()  ? (move_blocks(data_, old_capacity, target) ? target : MAP_FAILED)
                                 : ::mremap(data_, old_capacity, capacity, MREMAP_MAYMOVE | MREMAP_FIXED, target);
     if (p == MAP_FAILED && target != nullptr) ::munmap(target, capacity);
     STRATUM_CHECK(p != MAP_FAILED, "[core.memory] cannot resize a buffer from ", old_capacity, " to ", capacity,
@@ -107,6 +118,57 @@ bool AlignedBuffer::resize(std::size_t size_bytes) {
   }
   size_bytes_ = size_bytes;
   return true;
+}
+
+// Note [moving pages]: a unit the pool serves with a buffer of another size used to grow it
+// with fresh pages (a fault and a kernel zero fill each) and shrink it by returning pages to the
+// kernel. Whole-block buffers (Note [whole huge pages] in store/unit_table.h) instead pass blocks
+// between them with mremap, one 2 MiB block per call: a huge page at an aligned address moves as
+// one page-table entry, with neither a fault nor a zero fill. Each moved block can become a
+// kernel mapping of its own (moved pages do not merge with their new neighbours), so a pool moves
+// pages only while its budget's blocks stay well under vm.max_map_count (the store's
+// kMovingMaxBlocks); and each call moves one block because mremap moves within one mapping.
+bool AlignedBuffer::whole_blocks() const {
+  return data_ != nullptr && size_bytes_ % kBlockBytes == 0 &&
+         reinterpret_cast<std::uintptr_t>(data_) % kBlockBytes == 0;
+}
+
+AlignedBuffer AlignedBuffer::split(std::size_t keep_bytes) {
+  STRATUM_ASSERT(whole_blocks() && keep_bytes % kBlockBytes == 0 && keep_bytes > 0 && keep_bytes < size_bytes_);
+  AlignedBuffer tail(static_cast<char*>(data_) + keep_bytes, size_bytes_ - keep_bytes);
+  size_bytes_ = keep_bytes;
+  return tail;
+}
+
+std::size_t AlignedBuffer::grow(std::size_t size_bytes, const std::vector<AlignedBuffer*>& donors) {
+  STRATUM_ASSERT(whole_blocks() && size_bytes % kBlockBytes == 0 && size_bytes > size_bytes_);
+  const std::size_t old_size = size_bytes_;
+  void* target = aligned_map(size_bytes);
+  if (target == nullptr || !move_blocks(data_, old_size, target)) {
+    if (target != nullptr) ::munmap(target, size_bytes);
+    ::munmap(data_, old_size);  // what did not move (the holes are unmapped already)
+    data_ = nullptr;
+    size_bytes_ = 0;
+    STRATUM_CHECK(false, "[core.memory] cannot grow a buffer from ", old_size, " to ", size_bytes,
+                  " bytes: out of memory (reduce --batch/--seq or the model size, or set --mem-budget)");
+  }
+  data_ = target;
+  size_bytes_ = size_bytes;
+  std::size_t at = old_size;
+  for (AlignedBuffer* donor : donors) {
+    if (at == size_bytes) break;
+    if (donor == this || !donor->whole_blocks()) continue;
+    const std::size_t bytes = std::min(donor->size_bytes_, size_bytes - at);
+    char* from = static_cast<char*>(donor->data_) + donor->size_bytes_ - bytes;
+    const bool moved = move_blocks(from, bytes, static_cast<char*>(data_) + at);
+    donor->size_bytes_ -= bytes;  // its last blocks moved (or, on a refusal, are unmapped now)
+    if (!moved) ::munmap(from, bytes);
+    if (donor->size_bytes_ == 0) donor->data_ = nullptr;
+    if (!moved) break;  // (out of mappings, say) the rest stays fresh pages
+    at += bytes;
+  }
+  ::madvise(data_, size_bytes, MADV_HUGEPAGE);  // the moved blocks' flags
+  return at - old_size;
 }
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept

@@ -34,7 +34,23 @@ class AlignedBuffer {
   // memory was kept (remapped) rather than allocated anew.
   bool resize(std::size_t size_bytes);
 
+  // Note [moving pages] (core/aligned_buffer.cpp): a buffer of whole 2 MiB blocks (its size a
+  // multiple of kBlockBytes, its address too) hands blocks to another by moving their pages, so
+  // the pool reuses pages across sizes without faults or zero fills.
+  static constexpr std::size_t kBlockBytes = std::size_t{2} << 20;
+  bool whole_blocks() const;
+  // Keeps the first keep_bytes (a multiple of kBlockBytes, above 0 and below its size) and
+  // returns the rest as a buffer of its own. No system call: the pages stay where they are.
+  AlignedBuffer split(std::size_t keep_bytes);
+  // Grows to size_bytes (a multiple of kBlockBytes, above its size) on a fresh aligned range: its
+  // own pages first, then blocks taken from the ends of the donors (whole-block buffers) in
+  // order, each donor shrinking in place (to empty when all its blocks go), then fresh zeroed
+  // pages for the rest. Returns the bytes moved from donors. Throws Error when out of memory.
+  std::size_t grow(std::size_t size_bytes, const std::vector<AlignedBuffer*>& donors);
+
  private:
+  AlignedBuffer(void* data, std::size_t size_bytes) : data_(data), size_bytes_(size_bytes) {}  // adopts
+
   void* data_ = nullptr;
   std::size_t size_bytes_ = 0;
 };

@@ -208,7 +208,7 @@ std::size_t Executor::min_store_bytes() const {
   // which a block's half holds less of (Note [block halves]).
   for (int s = 0; s < layout_.segment_count(); ++s)
     for (const SegmentKind kind : {SegmentKind::Params, SegmentKind::Grads, SegmentKind::AdamM, SegmentKind::AdamV})
-      bytes = std::max(bytes, units_.segment_bytes(s, kind));
+      bytes = std::max(bytes, units_.segment_held_bytes(s, kind));
   return bytes;
 }
 

@@ -76,12 +76,7 @@ DecodeSchedule decode_schedule_build(const UnitTable& units) {
 
 std::size_t Decoder::min_store_bytes(const UnitTable& units) {
   const ParamLayout& layout = units.layout();
-  auto params_bytes = [&](int s) {
-    std::size_t bytes = 0;
-    for (int c = 0; c < units.chunk_count(s, SegmentKind::Params); ++c)
-      bytes += units.bytes(units.index(s, SegmentKind::Params, c));
-    return bytes;
-  };
+  auto params_bytes = [&](int s) { return units.segment_held_bytes(s, SegmentKind::Params); };
   // The schedule's largest group, and the embedding's holds outside it (Note [decode schedule]):
   // the position table, then one token-embedding block at a time.
   std::size_t most = std::max(schedule_min_bytes(decode_schedule_build(units).schedule, units, /*worker=*/false),

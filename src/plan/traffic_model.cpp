@@ -39,9 +39,9 @@ class StoreModel {
       const UnitUse& use = uses[i];
       const int u = use.unit;
       if (!resident_[u]) {
-        space_make(units_.bytes(u), unit_written, written);
+        space_make(units_.held_bytes(u), unit_written, written);
         resident_[u] = true;
-        held_bytes_ += units_.bytes(u);
+        held_bytes_ += units_.held_bytes(u);
         peak_bytes_ = std::max(peak_bytes_, held_bytes_);
         if (use.access != Access::Overwrite && on_disk_[u]) {
           read += units_.bytes(u);
@@ -93,7 +93,7 @@ class StoreModel {
     resident_[u] = false;
     dirty_[u] = false;
     evicted_[u] = true;
-    held_bytes_ -= units_.bytes(u);
+    held_bytes_ -= units_.held_bytes(u);
   }
 
   const UnitTable& units_;

@@ -32,7 +32,7 @@ struct StoreStats {
   std::size_t held_bytes = 0;       // RAM the store holds now
   std::size_t peak_held_bytes = 0;  // highest held_bytes since the last stats_reset_peak()
   std::size_t budget_bytes = 0;     // RAM the store may hold; 0 = unbounded
-  std::uint64_t buffers_made = 0;   // unit buffers taken from the system (not recycled), Note [buffer pool]
+  std::uint64_t made_bytes = 0;  // fresh pages the pool took from the system: new buffers and growth (Note [buffer pool])
   std::uint64_t discarded_holds = 0;  // holds whose changes were dropped, not written (Note [discarded holds])
 };
 

@@ -74,7 +74,7 @@ std::size_t group_hold_bytes(const StepSchedule& schedule, const UnitTable& unit
     for (std::size_t j = i; j < std::min(uses.size(), i + span); ++j) {
       if (std::find(distinct.begin(), distinct.end(), uses[j].unit) != distinct.end()) continue;
       distinct.push_back(uses[j].unit);
-      bytes += units.bytes(uses[j].unit);
+      bytes += units.held_bytes(uses[j].unit);
     }
     most = std::max(most, bytes);
   }

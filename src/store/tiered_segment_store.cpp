@@ -104,6 +104,7 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
   describe_ = text + notes;
   streaming_ = units().total_bytes() > options.budget_bytes;
   totals_.budget_bytes = options.budget_bytes;
+  moving_pages_ = options.budget_bytes / AlignedBuffer::kBlockBytes <= kMovingMaxBlocks;
   if (streaming_) {
     try {
       refresher_ = std::thread([this] { refresher_run(); });
@@ -198,7 +199,7 @@ void TieredSegmentStore::unit_prefetch(int unit) {
   reap(lock);
   Entry& e = entries_[unit];
   if (e.state != State::Absent || !e.on_disk) return;
-  const std::size_t bytes = units().bytes(unit);
+  const std::size_t bytes = units().held_bytes(unit);
   if (!space_make(lock, bytes, policy_.distance(unit), false, unit) || e.state != State::Absent) return;
   e.buffer = buffer_take(bytes);
   io_start(unit, IoOp::Read);
@@ -208,8 +209,10 @@ void TieredSegmentStore::unit_prefetch(int unit) {
 // next units whatever their sizes: an exact fit is taken as is, else the smallest that is large
 // enough, else the largest, remapped to the size asked (AlignedBuffer::resize). A fresh buffer
 // costs page faults and a kernel zero fill of every page (3% of a GPT-2 run's CPU at a 10%
-// budget, inside the reads' page pinning); a remapped one only for the pages it gains. Pool
-// buffers are dropped, smallest first, only when growing one would pass the budget.
+// budget, inside the reads' page pinning); a remapped one only for the pages it gains, and with
+// units held in whole 2 MiB blocks (Note [whole huge pages] in store/unit_table.h) those are whole
+// huge pages. Pool buffers are dropped, smallest first, only when growing one would pass the
+// budget.
 AlignedBuffer TieredSegmentStore::buffer_take(std::size_t bytes) {
   std::size_t pick = free_buffers_.size();  // exact fit, else smallest large enough, else largest
   for (std::size_t i = 0; i < free_buffers_.size(); ++i) {
@@ -229,14 +232,47 @@ AlignedBuffer TieredSegmentStore::buffer_take(std::size_t bytes) {
     STRATUM_ASSERT(held_bytes_ + bytes <= options_.budget_bytes);  // space_make() ran first
     held_bytes_ += bytes;
     peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
-    ++buffers_made_;
+    made_bytes_ += bytes;
     return AlignedBuffer(bytes);
   }
   AlignedBuffer buffer = std::move(free_buffers_[pick]);
   free_buffers_.erase(free_buffers_.begin() + static_cast<std::ptrdiff_t>(pick));
   free_bytes_ -= buffer.size_bytes();
+  const std::size_t had = buffer.size_bytes();
+  if (had != bytes && moving_pages_ && buffer.whole_blocks() && bytes % AlignedBuffer::kBlockBytes == 0) {
+    // Note [moving pages] in core/aligned_buffer.cpp: the blocks it does not need stay in the
+    // pool; the blocks it lacks come from the other pool buffers, smallest first.
+    if (bytes < had) {
+      buffer_give(buffer.split(bytes));
+    } else {
+      std::vector<AlignedBuffer*> donors;
+      for (AlignedBuffer& b : free_buffers_) donors.push_back(&b);
+      std::sort(donors.begin(), donors.end(),
+                [](const AlignedBuffer* a, const AlignedBuffer* b) { return a->size_bytes() < b->size_bytes(); });
+      made_bytes_ += bytes - had - buffer.grow(bytes, donors);
+      free_buffers_.erase(std::remove_if(free_buffers_.begin(), free_buffers_.end(),
+                                         [](const AlignedBuffer& b) { return b.data() == nullptr; }),
+                          free_buffers_.end());
+      std::size_t left = 0;
+      for (const AlignedBuffer& b : free_buffers_) left += b.size_bytes();
+      held_bytes_ = held_bytes_ - (free_bytes_ - left) + (bytes - had);
+      free_bytes_ = left;
+      pool_trim();  // the fresh pages must fit too
+    }
+    peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
+    return buffer;
+  }
   // Growing it must stay within the budget: drop other pool buffers first, smallest first.
-  while (held_bytes_ - buffer.size_bytes() + bytes > options_.budget_bytes) {
+  held_bytes_ = held_bytes_ - had + bytes;
+  pool_trim();
+  if (had != bytes) made_bytes_ += buffer.resize(bytes) ? bytes - std::min(bytes, had) : bytes;
+  peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
+  return buffer;
+}
+
+// Drops pool buffers, smallest first, until what is held fits the budget.
+void TieredSegmentStore::pool_trim() {
+  while (held_bytes_ > options_.budget_bytes) {
     STRATUM_ASSERT(!free_buffers_.empty());  // space_make() ran first: in use + bytes fits
     const auto smallest = std::min_element(free_buffers_.begin(), free_buffers_.end(),
                                            [](const AlignedBuffer& a, const AlignedBuffer& b) {
@@ -246,10 +282,6 @@ AlignedBuffer TieredSegmentStore::buffer_take(std::size_t bytes) {
     free_bytes_ -= smallest->size_bytes();
     free_buffers_.erase(smallest);
   }
-  held_bytes_ = held_bytes_ - buffer.size_bytes() + bytes;
-  if (buffer.size_bytes() != bytes && !buffer.resize(bytes)) ++buffers_made_;
-  peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
-  return buffer;
 }
 
 void TieredSegmentStore::buffer_give(AlignedBuffer buffer) {
@@ -346,7 +378,7 @@ bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, 
       const Entry& e = entries_[u];
       if (e.state == State::Writing) {
         writing = u;
-        if (e.holds == 0 && !e.wanted) freeing += units().bytes(u);
+        if (e.holds == 0 && !e.wanted) freeing += units().held_bytes(u);
       } else {
         loading = u;
       }
@@ -404,7 +436,7 @@ void* TieredSegmentStore::acquire_unit(int unit, Access access) {
       wait_ticket(lock, unit);
       continue;
     }
-    const std::size_t bytes = units().bytes(unit);
+    const std::size_t bytes = units().held_bytes(unit);
     space_make(lock, bytes, -1, true, unit);
     if (e.state != State::Absent) continue;  // the other thread got to it while we waited
     const bool overwrite = access == Access::Overwrite || access == Access::Scratch;
@@ -518,9 +550,9 @@ void TieredSegmentStore::prefetch(Lock& lock) {
       // optimizer worker, whose queued update reads these gradients): never taken for dead here,
       // it is loaded on its next acquire.
       if (!load && policy_.pinned(use.unit)) continue;
-      if (!space_make(lock, units().bytes(use.unit), d, false, use.unit)) return;
+      if (!space_make(lock, units().held_bytes(use.unit), d, false, use.unit)) return;
       if (e.state != State::Absent) continue;
-      e.buffer = buffer_take(units().bytes(use.unit));
+      e.buffer = buffer_take(units().held_bytes(use.unit));
       if (load) {
         io_start(use.unit, IoOp::Read);
       } else {  // its next use overwrites it: what it held is dead
@@ -539,7 +571,7 @@ StoreStats TieredSegmentStore::stats() const {
   s.write_busy_ms = write_engine_->stats().write_busy_ms;
   s.held_bytes = held_bytes_;
   s.peak_held_bytes = peak_held_bytes_;
-  s.buffers_made = buffers_made_;
+  s.made_bytes = made_bytes_;
   return s;
 }
 

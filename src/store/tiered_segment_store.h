@@ -118,6 +118,7 @@ class TieredSegmentStore final : public SegmentStore {
   bool space_make(Lock& lock, std::size_t bytes, long beyond, bool block, int unit = -1);
   AlignedBuffer buffer_take(std::size_t bytes);
   void buffer_give(AlignedBuffer buffer);
+  void pool_trim();
   void io_start(int unit, IoOp op);  // Loading or Writing
   void prefetch(Lock& lock);
   void release(int unit, bool discard);  // release_unit and release_unit_discard
@@ -142,7 +143,12 @@ class TieredSegmentStore final : public SegmentStore {
   std::size_t free_bytes_ = 0;               // their bytes
   std::size_t held_bytes_ = 0;               // every buffer above, resident or free
   std::size_t peak_held_bytes_ = 0;
-  std::uint64_t buffers_made_ = 0;
+  std::uint64_t made_bytes_ = 0;
+  // Whether the pool moves pages between whole-block buffers (Note [moving pages]): while the
+  // budget's 2 MiB blocks, each possibly its own kernel mapping, stay well under the kernel's
+  // default vm.max_map_count (65530).
+  static constexpr std::size_t kMovingMaxBlocks = 16384;
+  bool moving_pages_ = false;
   EvictionPolicy policy_;  // the schedule and its position
   bool streaming_ = false;  // the units do not all fit the budget (Note [write-behind])
   std::thread::id training_thread_;

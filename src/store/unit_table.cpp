@@ -106,4 +106,10 @@ std::size_t UnitTable::segment_bytes(int segment, SegmentKind kind) const {
   return total;
 }
 
+std::size_t UnitTable::segment_held_bytes(int segment, SegmentKind kind) const {
+  std::size_t total = 0;
+  for (int c = 0; c < chunk_count(segment, kind); ++c) total += held_bytes(index(segment, kind, c));
+  return total;
+}
+
 }  // namespace stratum

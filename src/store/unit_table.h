@@ -25,6 +25,19 @@ enum class Access { Read, Overwrite, Update, Scratch };
 // Which units a table has (see the constructor).
 enum class UnitSet { Training, ForwardOnly, Inference };
 
+// Note [whole huge pages]: a tiered store holds a unit of about 2 MiB and more in whole 2 MiB
+// blocks (its buffer is padded up to the next multiple, and the padding counts against the
+// budget), so that every page of a pool buffer can be a transparent huge page and a buffer
+// recycled for a unit of another size (Note [buffer pool] in store/tiered_segment_store.cpp)
+// gains or loses whole huge pages. Unpadded, each size change left a part-block of 4 KiB pages
+// at the old and the new end to fault in and zero: GPT-2 small B4 T256 at a 474 MiB budget took
+// ~55k page faults a step, against ~4k padded (docs/benchmarks.md). Below that, units keep
+// their size (the padding would be up to half of them).
+inline std::size_t unit_held_bytes(std::size_t bytes) {
+  constexpr std::size_t kBlock = std::size_t{2} << 20;
+  return bytes >= kBlock - kBlock / 64 ? (bytes + kBlock - 1) / kBlock * kBlock : bytes;
+}
+
 class UnitTable {
  public:
   // act_floats: size of one boundary activation, e.g. Executor::activation_unit_floats();
@@ -56,6 +69,9 @@ class UnitTable {
   SegmentKind kind(int unit) const { return units_[unit].kind; }
   int chunk(int unit) const { return units_[unit].chunk; }
   std::size_t bytes(int unit) const { return units_[unit].bytes; }
+  // The RAM a unit takes while a tiered store holds it: bytes, in whole 2 MiB blocks from just
+  // under 2 MiB on (Note [whole huge pages]).
+  std::size_t held_bytes(int unit) const { return unit_held_bytes(units_[unit].bytes); }
   // The element type of a unit's storage (BF16 for params with param_bf16, else F32) and how
   // many elements its bytes hold (padding included; Note [typed views] in core/tensor_view.h).
   DType dtype(int unit) const { return dtype_of(units_[unit].segment, units_[unit].kind); }
@@ -69,6 +85,7 @@ class UnitTable {
   std::string name(int unit) const;       // "layer.3.adam_m[2]", "embed.params"
   std::size_t total_bytes() const;        // every unit
   std::size_t segment_bytes(int segment, SegmentKind kind) const;  // every chunk of (segment, kind)
+  std::size_t segment_held_bytes(int segment, SegmentKind kind) const;  // the same, as held
   std::size_t act_floats() const { return act_floats_; }
   std::size_t internals_floats() const { return internals_floats_; }
   bool param_bf16() const { return param_bf16_; }
