@@ -207,12 +207,14 @@ void TieredSegmentStore::unit_prefetch(int unit) {
 
 // Note [buffer pool]: buffers of evicted units stay in the pool (counted as held) and serve the
 // next units whatever their sizes: an exact fit is taken as is, else the smallest that is large
-// enough, else the largest, remapped to the size asked (AlignedBuffer::resize). A fresh buffer
-// costs page faults and a kernel zero fill of every page (3% of a GPT-2 run's CPU at a 10%
-// budget, inside the reads' page pinning); a remapped one only for the pages it gains, and with
-// units held in whole 2 MiB blocks (Note [whole huge pages] in store/unit_table.h) those are whole
-// huge pages. Pool buffers are dropped, smallest first, only when growing one would pass the
-// budget.
+// enough, else the largest. A fresh buffer costs page faults and a kernel zero fill of every page
+// (3% of a GPT-2 run's CPU at a 10% budget, inside the reads' page pinning). Units are held in
+// whole 2 MiB blocks (Note [whole huge pages] in store/unit_table.h), and between such buffers
+// blocks move with their pages (Note [moving pages] in core/aligned_buffer.cpp): a larger buffer
+// leaves the blocks it does not need in the pool, a smaller one takes what it lacks from the other
+// pool buffers, and only the rest is fresh. Otherwise (small units, budgets past kMovingMaxBlocks)
+// the buffer is remapped to the size asked (AlignedBuffer::resize), fresh pages for what it gains.
+// Pool buffers are dropped, smallest first, only when what is held would pass the budget.
 AlignedBuffer TieredSegmentStore::buffer_take(std::size_t bytes) {
   std::size_t pick = free_buffers_.size();  // exact fit, else smallest large enough, else largest
   for (std::size_t i = 0; i < free_buffers_.size(); ++i) {
