@@ -106,6 +106,12 @@ std::size_t UnitTable::segment_bytes(int segment, SegmentKind kind) const {
   return total;
 }
 
+std::size_t UnitTable::held_bytes(int unit) const {  // Note [whole huge pages]
+  constexpr std::size_t kBlock = AlignedBuffer::kBlockBytes;
+  const std::size_t bytes = units_[unit].bytes;
+  return bytes >= kBlock - kBlock / 64 ? align_up(bytes, kBlock) : bytes;
+}
+
 std::size_t UnitTable::segment_held_bytes(int segment, SegmentKind kind) const {
   std::size_t total = 0;
   for (int c = 0; c < chunk_count(segment, kind); ++c) total += held_bytes(index(segment, kind, c));

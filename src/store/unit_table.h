@@ -32,11 +32,7 @@ enum class UnitSet { Training, ForwardOnly, Inference };
 // gains or loses whole huge pages. Unpadded, each size change left a part-block of 4 KiB pages
 // at the old and the new end to fault in and zero: GPT-2 small B4 T256 at a 474 MiB budget took
 // ~55k page faults a step, against ~4k padded (docs/benchmarks.md). Below that, units keep
-// their size (the padding would be up to half of them).
-inline std::size_t unit_held_bytes(std::size_t bytes) {
-  constexpr std::size_t kBlock = std::size_t{2} << 20;
-  return bytes >= kBlock - kBlock / 64 ? (bytes + kBlock - 1) / kBlock * kBlock : bytes;
-}
+// their size (the padding would be up to half of them). UnitTable::held_bytes.
 
 class UnitTable {
  public:
@@ -71,7 +67,7 @@ class UnitTable {
   std::size_t bytes(int unit) const { return units_[unit].bytes; }
   // The RAM a unit takes while a tiered store holds it: bytes, in whole 2 MiB blocks from just
   // under 2 MiB on (Note [whole huge pages]).
-  std::size_t held_bytes(int unit) const { return unit_held_bytes(units_[unit].bytes); }
+  std::size_t held_bytes(int unit) const;
   // The element type of a unit's storage (BF16 for params with param_bf16, else F32) and how
   // many elements its bytes hold (padding included; Note [typed views] in core/tensor_view.h).
   DType dtype(int unit) const { return dtype_of(units_[unit].segment, units_[unit].kind); }
