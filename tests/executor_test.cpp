@@ -13,6 +13,7 @@
 #include "kernels/cpu/matmul.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
+#include "store/tiered_segment_store.h"
 #include "weights/model_io.h"
 #include "stratum/error.h"
 
@@ -245,6 +246,76 @@ TEST(Executor, OverlappedOptimizerMatchesSequential) {
   EXPECT_NE(inline_clip.hash, inline_noclip.hash);
 }
 
+// Note [update thread]: the updates give the same bits on the optimizer worker and on the
+// training thread at their Optimizer groups (Overlapped right after each backward, Pipelined kept
+// for the next step's forward), in RAM and streamed through a tiered store at its minimum budget,
+// whatever the machine's CPU count (optimizer_worker_set overrides the constructor's choice).
+// Without a worker the training thread never waits for one, and the minimum budget holds no
+// update beside the other groups.
+TEST(Executor, UpdatesOnTheWorkerOrAtTheirGroupsGiveTheSameBits) {
+  const std::string dir = source_path(kTiny);
+  const GptConfig cfg = model_read_config(dir);
+  const ParamLayout layout = ParamLayout::gpt2(cfg);
+  const int B = 4, T = 32;
+  const auto tokens = token_file_read(dir + "/tokens.bin").tokens;
+  const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T));
+  ThreadPool pool(2);
+  blas_set_threads(1);  // OpenBLAS's own threads are invisible to ThreadSanitizer (tools/sanitize.sh)
+  testing::TempDir tmp;
+  struct Run {
+    std::uint64_t hash;
+    std::vector<float> losses;
+    double waited_ms = 0.0;
+    std::size_t min_bytes = 0;
+  };
+  auto run = [&](OptimizerMode mode, double clip, int worker, bool streamed) {  // worker -1: Inline
+    std::unique_ptr<SegmentStore> store;  // outlives the executor, which detaches from it
+    Executor exec(pool, cfg, units, B, T, ActivationPolicy::Recompute, mode);
+    if (worker >= 0) exec.optimizer_worker_set(worker == 1);
+    EXPECT_EQ(exec.optimizer_worker(), worker == 1);
+    Run r;
+    r.min_bytes = exec.min_store_bytes();
+    if (streamed) {
+      TieredStoreOptions so;
+      so.budget_bytes = r.min_bytes;
+      so.offload_dir = tmp.path();
+      store = std::make_unique<TieredSegmentStore>(units, so);
+    } else {
+      store = std::make_unique<RamSegmentStore>(units);
+    }
+    model_load_weights(dir, layout, *store);
+    exec.attach(*store);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<std::int32_t> inputs(tokens.begin() + step, tokens.begin() + step + B * T);
+      std::vector<std::int32_t> targets(tokens.begin() + step + 1, tokens.begin() + step + B * T + 1);
+      const StepResult s = exec.train_step(inputs.data(), targets.data(), B, T,
+                                           AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1, clip);
+      r.losses.push_back(s.loss);
+      r.waited_ms += s.optimizer_wait_ms;
+      if (step == 1) r.losses.push_back(exec.loss(inputs.data(), targets.data(), B, T));  // runs what is owed
+    }
+    exec.sync();
+    r.hash = model_params_hash(layout, *store);
+    return r;
+  };
+  for (const double clip : {0.0, 0.5}) {
+    const Run want = run(OptimizerMode::Inline, clip, -1, false);
+    for (const bool streamed : {false, true}) {
+      // Streamed runs pipeline their updates with or without clipping (optimizer_mode_for).
+      const OptimizerMode mode = clip > 0 || streamed ? OptimizerMode::Pipelined : OptimizerMode::Overlapped;
+      const Run on = run(mode, clip, 1, streamed), at_groups = run(mode, clip, 0, streamed);
+      for (const Run* got : {&on, &at_groups}) {
+        SCOPED_TRACE(std::string(optimizer_mode_name(mode)) + (streamed ? " streamed" : " in RAM") + " clip " +
+                     std::to_string(clip) + (got == &on ? " worker" : " at groups"));
+        EXPECT_EQ(got->hash, want.hash);
+        EXPECT_EQ(got->losses, want.losses);
+      }
+      EXPECT_EQ(at_groups.waited_ms, 0.0);
+      EXPECT_LE(at_groups.min_bytes, on.min_bytes);
+    }
+  }
+}
+
 // Note [embedding rows ahead]: a pipelined step's lookup from the rows gathered ahead gives the
 // bits of the lookup from the updated blocks, tied (GPT-2) and untied (Llama), with one and two
 // micro-batches: with every following step's inputs known, with one guessed wrong (that step reads
@@ -274,7 +345,7 @@ TEST(Executor, EmbeddingRowsAheadGiveTheUpdatedBlocksBits) {
         long rows_ahead_steps;
         float least_scale = 1.0f;
       };
-      auto run = [&](OptimizerMode mode, Ahead how) {
+      auto run = [&](OptimizerMode mode, Ahead how, bool worker = false) {
         const UnitTable units(layout, Executor::activation_unit_floats(cfg, B, T), UnitSet::Training, false, 0,
                               micro > 1);
         RamSegmentStore store(units);
@@ -282,6 +353,7 @@ TEST(Executor, EmbeddingRowsAheadGiveTheUpdatedBlocksBits) {
         ThreadPool pool(2);
         blas_set_threads(1);
         Executor exec(pool, cfg, units, B, T, ActivationPolicy::Recompute, mode, Precision::Fp32, Backend::Cpu, micro);
+        if (mode == OptimizerMode::Pipelined) exec.optimizer_worker_set(worker);  // Note [update thread]
         exec.attach(store);
         Run r;
         for (long step = 0; step < steps; ++step) {
@@ -315,12 +387,16 @@ TEST(Executor, EmbeddingRowsAheadGiveTheUpdatedBlocksBits) {
       const Run want = run(OptimizerMode::Inline, Ahead::None);
       EXPECT_LT(want.least_scale, 1.0f) << "the clipping takes part";
       for (const Ahead how : {Ahead::Right, Ahead::WrongOnce, Ahead::None}) {
-        const Run got = run(OptimizerMode::Pipelined, how);
-        EXPECT_EQ(got.hash, want.hash);
-        EXPECT_EQ(got.losses, want.losses);
-        EXPECT_EQ(got.logits, want.logits);
-        // The first step has nothing gathered; the wrong guess costs step 3 its rows.
-        EXPECT_EQ(got.rows_ahead_steps, how == Ahead::Right ? 4 : how == Ahead::WrongOnce ? 3 : 0);
+        for (const bool worker : {true, false}) {
+          SCOPED_TRACE(std::string(worker ? "on the worker" : "at the groups") + ", ahead " +
+                       std::to_string(static_cast<int>(how)));
+          const Run got = run(OptimizerMode::Pipelined, how, worker);
+          EXPECT_EQ(got.hash, want.hash);
+          EXPECT_EQ(got.losses, want.losses);
+          EXPECT_EQ(got.logits, want.logits);
+          // The first step has nothing gathered; the wrong guess costs step 3 its rows.
+          EXPECT_EQ(got.rows_ahead_steps, how == Ahead::Right ? 4 : how == Ahead::WrongOnce ? 3 : 0);
+        }
       }
       EXPECT_EQ(want.rows_ahead_steps, 0);
     }

@@ -58,6 +58,7 @@ TEST(Plan, TrafficMatchesATrainingRunThatUsesThePlansDepth) {
   o.activations = ActivationPolicy::Recompute;  // the plan below is recompute's
 
   PlanRequest request{o.config, o.batch, o.seq, ActivationPolicy::Recompute, o.grad_clip, o.mem_budget_bytes, -1};
+  request.threads = o.threads;  // the run's (its minimum and its updates' thread depend on it)
   ThreadPool pool(2);
   CalibrationOptions co;
   co.offload_dir = tmp.path();
@@ -166,6 +167,7 @@ TEST(Plan, LlamaWithItsOwnHeadDimAndA128kContextTrainsUnderABudgetAsPlanned) {
   EXPECT_NE(r.errors.find("[stratum] plan:"), std::string::npos) << r.errors;
 
   PlanRequest request{cfg, batch, seq, ActivationPolicy::Recompute, 1.0, (budget + 1023) / 1024 * 1024, -1};
+  request.threads = 2;  // the run's (its minimum and its updates' thread depend on it)
   ThreadPool pool(2);
   const Plan plan = plan_make(request, plan_measure_compute(pool, request), 1.0, 1.0);
   ASSERT_TRUE(plan.streaming);

@@ -255,36 +255,47 @@ TEST(ScheduleRun, EveryUnitTheExecutorTouchesIsListedByTheGroupItRuns) {
   for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama"}) {
     const TinyRun t(golden);
     for (OptimizerMode mode : {OptimizerMode::Inline, OptimizerMode::Overlapped, OptimizerMode::Pipelined}) {
-      SCOPED_TRACE(std::string(golden) + " " + optimizer_mode_name(mode));
-      const UnitTable units(t.layout, Executor::activation_unit_floats(t.cfg, t.B, t.T));
-      ScheduleCheckingStore store(units);
-      model_load_weights(t.dir, t.layout, store.inner());
-      ThreadPool pool(2);
-      Executor exec(pool, t.cfg, units, t.B, t.T, ActivationPolicy::Recompute, mode);
-      exec.attach(store);
-      std::vector<int> every(static_cast<std::size_t>(exec.schedule().group_count())), always;
-      std::iota(every.begin(), every.end(), 0);
-      for (int g : every)
-        if (!exec.schedule().group_optional(g)) always.push_back(g);
-      EXPECT_EQ(always.size() < every.size(), mode == OptimizerMode::Pipelined) << "Note [embedding rows ahead]";
-      const double clip = mode == OptimizerMode::Overlapped ? 0.0 : 1.0;
-      for (int step = 0; step < 3; ++step) {
-        const Executor::InputsAhead ahead = [&](int k, std::int32_t* next, std::size_t) {
-          std::copy(t.inputs(step + k), t.inputs(step + k) + t.B * t.T, next);
-          return true;
-        };
-        exec.train_step(t.inputs(step), t.targets(step), t.B, t.T, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1,
-                        clip, ahead);
-        if (mode == OptimizerMode::Pipelined && step == 1) exec.sync();
-        // The first step has no rows ahead: it runs the optional groups too (Note [optional groups]).
-        EXPECT_EQ(store.visits_take(), step == 0 ? every : always) << "a training step runs its groups once, in order";
-      }
-      exec.loss(t.inputs(0), t.targets(0), t.B, t.T);
-      std::vector<float> logits(static_cast<std::size_t>(t.cfg.vocab_size));
-      exec.logits_last(t.inputs(0), t.T, logits.data());
-      exec.sync();
-      if (mode != OptimizerMode::Inline) {
-        EXPECT_GT(store.worker_acquires(), 0);
+      for (const bool worker : {true, false}) {
+        if (mode == OptimizerMode::Inline && worker) continue;
+        SCOPED_TRACE(std::string(golden) + " " + optimizer_mode_name(mode) + (worker ? " on the worker" : ""));
+        const UnitTable units(t.layout, Executor::activation_unit_floats(t.cfg, t.B, t.T));
+        ScheduleCheckingStore store(units);
+        model_load_weights(t.dir, t.layout, store.inner());
+        ThreadPool pool(2);
+        Executor exec(pool, t.cfg, units, t.B, t.T, ActivationPolicy::Recompute, mode);
+        if (mode != OptimizerMode::Inline) exec.optimizer_worker_set(worker);  // Note [update thread]
+        exec.attach(store);
+        std::vector<int> every(static_cast<std::size_t>(exec.schedule().group_count())), always;
+        std::iota(every.begin(), every.end(), 0);
+        for (int g : every)
+          if (!exec.schedule().group_optional(g)) always.push_back(g);
+        EXPECT_EQ(always.size() < every.size(), mode == OptimizerMode::Pipelined) << "Note [embedding rows ahead]";
+        const double clip = mode == OptimizerMode::Overlapped ? 0.0 : 1.0;
+        for (int step = 0; step < 3; ++step) {
+          const Executor::InputsAhead ahead = [&](int k, std::int32_t* next, std::size_t) {
+            std::copy(t.inputs(step + k), t.inputs(step + k) + t.B * t.T, next);
+            return true;
+          };
+          exec.train_step(t.inputs(step), t.targets(step), t.B, t.T, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1,
+                          clip, ahead);
+          // The first step has no rows ahead: it runs the optional groups too (Note [optional groups]).
+          EXPECT_EQ(store.visits_take(), step == 0 ? every : always)
+              << "a training step runs its groups once, in order";
+          if (mode == OptimizerMode::Pipelined && step == 1) {
+            exec.sync();
+            // Without a worker, sync runs the updates the next forward would, each at its group.
+            std::vector<int> updates;
+            if (!worker)
+              for (int g : always)
+                if (exec.schedule().group_work(g) == GroupWork::Optimizer) updates.push_back(g);
+            EXPECT_EQ(store.visits_take(), updates);
+          }
+        }
+        exec.loss(t.inputs(0), t.targets(0), t.B, t.T);
+        std::vector<float> logits(static_cast<std::size_t>(t.cfg.vocab_size));
+        exec.logits_last(t.inputs(0), t.T, logits.data());
+        exec.sync();
+        EXPECT_EQ(store.worker_acquires() > 0, worker);
       }
     }
   }
@@ -298,30 +309,35 @@ TEST(ScheduleRun, MinimumBudgetTrainsInEveryModeWithTheBitsOfRam) {
     const TinyRun t(golden);
     const UnitTable units(t.layout, Executor::activation_unit_floats(t.cfg, t.B, t.T));
     for (OptimizerMode mode : {OptimizerMode::Inline, OptimizerMode::Overlapped, OptimizerMode::Pipelined}) {
-      const double clip = mode == OptimizerMode::Overlapped ? 0.0 : 1.0;
-      auto run = [&](int depth) {  // depth -1: in RAM
-        SCOPED_TRACE(std::string(golden) + " " + optimizer_mode_name(mode) + " prefetch " + std::to_string(depth));
-        testing::TempDir tmp;
-        std::unique_ptr<SegmentStore> store;  // outlives the executor
-        ThreadPool pool(2);
-        Executor exec(pool, t.cfg, units, t.B, t.T, ActivationPolicy::Recompute, mode);
-        store = testing::store_in_ram_or_under(units, depth, exec.min_store_bytes(), tmp.path());
-        model_load_weights(t.dir, t.layout, *store);
-        exec.attach(*store);
-        for (int step = 0; step < 3; ++step)
-          exec.train_step(t.inputs(step), t.targets(step), t.B, t.T, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1,
-                          clip);
-        exec.sync();
-        const std::uint64_t hash = model_params_hash(t.layout, *store);
-        if (depth >= 0) {
-          EXPECT_LE(store->stats().peak_held_bytes, exec.min_store_bytes());
-          EXPECT_GT(store->stats().read_bytes, 0u) << "the minimum streams";
-        }
-        return hash;
-      };
-      const std::uint64_t ram = run(-1);
-      EXPECT_EQ(run(0), ram) << golden << " " << optimizer_mode_name(mode);
-      EXPECT_EQ(run(3), ram) << golden << " " << optimizer_mode_name(mode);
+      for (const bool worker : {true, false}) {
+        if (mode == OptimizerMode::Inline && worker) continue;
+        const double clip = mode == OptimizerMode::Overlapped ? 0.0 : 1.0;
+        auto run = [&](int depth) {  // depth -1: in RAM
+          SCOPED_TRACE(std::string(golden) + " " + optimizer_mode_name(mode) + " prefetch " + std::to_string(depth) +
+                       (worker ? " on the worker" : ""));
+          testing::TempDir tmp;
+          std::unique_ptr<SegmentStore> store;  // outlives the executor
+          ThreadPool pool(2);
+          Executor exec(pool, t.cfg, units, t.B, t.T, ActivationPolicy::Recompute, mode);
+          if (mode != OptimizerMode::Inline) exec.optimizer_worker_set(worker);  // Note [update thread]
+          store = testing::store_in_ram_or_under(units, depth, exec.min_store_bytes(), tmp.path());
+          model_load_weights(t.dir, t.layout, *store);
+          exec.attach(*store);
+          for (int step = 0; step < 3; ++step)
+            exec.train_step(t.inputs(step), t.targets(step), t.B, t.T, AdamWHyper{1e-3, 0.9, 0.95, 1e-8, step + 1}, 0.1,
+                            clip);
+          exec.sync();
+          const std::uint64_t hash = model_params_hash(t.layout, *store);
+          if (depth >= 0) {
+            EXPECT_LE(store->stats().peak_held_bytes, exec.min_store_bytes());
+            EXPECT_GT(store->stats().read_bytes, 0u) << "the minimum streams";
+          }
+          return hash;
+        };
+        const std::uint64_t ram = run(-1);
+        EXPECT_EQ(run(0), ram) << golden << " " << optimizer_mode_name(mode) << (worker ? " on the worker" : "");
+        EXPECT_EQ(run(3), ram) << golden << " " << optimizer_mode_name(mode) << (worker ? " on the worker" : "");
+      }
     }
   }
 }

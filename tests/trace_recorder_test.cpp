@@ -7,9 +7,11 @@
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
+#include "exec/executor.h"
 #include "integration_util.h"
 #include "stratum/error.h"
 #include "train/trainer.h"
@@ -105,6 +107,7 @@ TEST(TraceRecorder, TrainingUnderABudgetShowsComputeOptimizerAndIoOverlapping) {
   const nlohmann::json doc = read_json(o.trace_path);
   std::map<int, std::vector<std::pair<double, double>>> by_track;
   std::map<std::string, int> names;
+  std::set<int> adamw_tracks;
   for (const auto& e : doc) {
     if (e["ph"] != "X") continue;
     const double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
@@ -112,14 +115,20 @@ TEST(TraceRecorder, TrainingUnderABudgetShowsComputeOptimizerAndIoOverlapping) {
     EXPECT_GE(dur, 0.0);
     by_track[e["tid"].get<int>()].push_back({ts, ts + dur});
     ++names[e["name"].get<std::string>()];
+    if (e["name"] == "layer.3 AdamW") adamw_tracks.insert(e["tid"].get<int>());
   }
   EXPECT_EQ(names["layer.0 forward"], 3);
   EXPECT_EQ(names["layer.7 backward"], 3);
   EXPECT_EQ(names["wte.0 head log-sum-exp"], 3);
   EXPECT_EQ(names["wte.1 head backward"], 3);
   EXPECT_EQ(names["layer.3 AdamW"], 3);
-  for (int track : {TraceRecorder::kCompute, TraceRecorder::kOptimizer, TraceRecorder::kRead, TraceRecorder::kWrite})
+  for (int track : {TraceRecorder::kCompute, TraceRecorder::kRead, TraceRecorder::kWrite})
     EXPECT_FALSE(by_track[track].empty()) << "track " << track;
+  // The updates run on the worker's track where a CPU is spare, else on the training thread's
+  // (Note [update thread] in exec/executor.h).
+  const int updates = optimizer_worker_wanted(o.threads) ? TraceRecorder::kOptimizer : TraceRecorder::kCompute;
+  EXPECT_EQ(adamw_tracks, std::set<int>{updates});
+  EXPECT_EQ(by_track[TraceRecorder::kOptimizer].empty(), updates != TraceRecorder::kOptimizer);
   // Some read is in flight while a block computes: the overlap the trace is for.
   int overlaps = 0;
   for (const auto& r : by_track[TraceRecorder::kRead])

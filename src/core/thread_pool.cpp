@@ -1,6 +1,7 @@
 // ThreadPool: static-partition parallel_for; see thread_pool.h and Note [deterministic partition].
 #include "core/thread_pool.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -123,6 +124,14 @@ int default_thread_count() {
     return n;
   }
   long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return online >= 1 ? static_cast<int>(online) : 1;
+}
+
+int usable_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1) return CPU_COUNT(&set);
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
   return online >= 1 ? static_cast<int>(online) : 1;
 }
 

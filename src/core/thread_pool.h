@@ -58,4 +58,8 @@ class ThreadPool {
 // STRATUM_THREADS if set, else the number of online CPUs.
 int default_thread_count();
 
+// The CPUs this process may run on (its affinity mask: taskset, a cgroup's cpuset), else the
+// online CPUs.
+int usable_cpu_count();
+
 }  // namespace stratum

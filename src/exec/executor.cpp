@@ -36,6 +36,8 @@ OptimizerMode optimizer_mode_for(double grad_clip, bool worker, bool streamed) {
   return worker || streamed ? OptimizerMode::Pipelined : OptimizerMode::Inline;
 }
 
+bool optimizer_worker_wanted(int compute_threads) { return usable_cpu_count() > compute_threads; }
+
 std::size_t Executor::activation_unit_floats(const GptConfig& config, int max_batch, int max_seq,
                                              bool zeroth_order) {
   return (zeroth_order ? 2 : 1) * static_cast<std::size_t>(max_batch) * max_seq * config.n_embd;
@@ -131,16 +133,30 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   }
   schedule_build();
   update_job_.assign(static_cast<std::size_t>(layout_.segment_count()), 0);
+  deferred_.assign(static_cast<std::size_t>(layout_.segment_count()), DeferredUpdate{});
   host_threads_ = pool.num_threads();
   if (!ops_->host_memory())
     tokens_ = OpsBuffer(*ops_, 2 * static_cast<std::size_t>(max_batch) * max_seq * sizeof(std::int32_t));
   // Off the host, updates run on the executor's Ops in schedule order (the device stream overlaps
   // them with nothing else): no worker thread, unless optimizer_on_host() puts them on the CPU.
-  if ((mode == OptimizerMode::Overlapped || mode == OptimizerMode::Pipelined) && ops_->host_memory()) {
-    worker_pool_ = std::make_unique<ThreadPool>(1);
-    worker_ops_ = ops_make(*worker_pool_);
-    worker_ = std::make_unique<OptimizerWorker>();
+  // On the host, Pipelined updates get a worker only where a CPU is spare (Note [update thread]).
+  if ((mode == OptimizerMode::Overlapped || mode == OptimizerMode::Pipelined) && ops_->host_memory())
+    optimizer_worker_set(mode == OptimizerMode::Overlapped || optimizer_worker_wanted(host_threads_));
+}
+
+void Executor::optimizer_worker_set(bool on) {
+  STRATUM_ASSERT(store_ == nullptr && !host_optimizer_ && ops_->host_memory() &&
+                 (mode_ == OptimizerMode::Overlapped || mode_ == OptimizerMode::Pipelined));
+  if (on == (worker_ != nullptr)) return;
+  if (!on) {
+    worker_.reset();
+    worker_ops_.reset();
+    worker_pool_.reset();
+    return;
   }
+  worker_pool_ = std::make_unique<ThreadPool>(1);
+  worker_ops_ = ops_make(*worker_pool_);
+  worker_ = std::make_unique<OptimizerWorker>();
 }
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
@@ -169,7 +185,7 @@ void Executor::optimizer_on_host() {
     schedule_ = StepSchedule(units_.count());
     schedule_build();
   }
-  if (worker_) return;  // the CPU backend's own (tests: mirror_store), one thread beside the compute
+  if (worker_) return;  // the CPU backend's own where a CPU is spare (tests: mirror_store), one thread
   // Off the host the training pool's CPUs are idle: AdamW gets as many but one (elementwise: the
   // same bits), which stays with the training thread that drives the device; that thread yields
   // while it waits for the GPU (Note [cuda sync yields] in kernels/cuda/cuda_ops.cu). With all 16

@@ -182,6 +182,29 @@ const char* optimizer_mode_name(OptimizerMode mode);
 // is 1 in either order. So a streamed run takes the pipelined order without clipping too.
 OptimizerMode optimizer_mode_for(double grad_clip, bool worker, bool streamed);
 
+// Note [update thread]: on the host, Pipelined updates (under a budget: they overlap the next
+// forward) run on the optimizer worker, one thread beside the training pool, only where the
+// process has a CPU that the pool does not use (optimizer_worker_wanted). Otherwise the worker,
+// like the I/O threads, takes CPU time from the pool's threads in the forward, and OpenBLAS splits
+// each product statically over them, so a thread descheduled for the worker holds the product up
+// at its barrier. Then the training thread runs each update itself, on the pool: the update
+// queued after the norm is kept (deferred_) and run at the segment's Optimizer group in the next
+// step, just before its forward, where the forward would have waited for the worker (or in
+// sync(), loss() and logits_last(), which run or wait for it there too). One run ahead of its
+// group (sync, a lookup from the vocabulary blocks) first tells the store the step is at that
+// group, and its chunks are pinned from the norm on as the worker's are (Note [owed uses]): that
+// move passes other segments' Optimizer groups, whose gradients must not count as dead while
+// their updates are owed (a tiny Llama at its minimum budget lost them). The same arithmetic on
+// the same values: the same bits. The plan then times the updates as the training thread's
+// compute, and the minimum budget holds no update beside another group (163 MiB against 175 MiB
+// for GPT-2 small at B=4 T=256). Two cores, GPT-2 small at 25% of its state, interleaved
+// rounds: 3.3% faster a step (docs/benchmarks.md). Overlapped updates (in RAM without clipping)
+// keep the worker: there the backward's products hide its memory-bound AdamW, and the same runs
+// were 5% slower with each update on the pool right after its backward (the path stays, for
+// optimizer_worker_set). Beside a device the worker stays too (the pool's CPUs are idle there:
+// Note [host optimizer]).
+bool optimizer_worker_wanted(int compute_threads);
+
 struct StepResult {
   float loss = 0.0f;
   float grad_norm = 0.0f;   // before clipping
@@ -236,6 +259,11 @@ class Executor {
   // device's compute (ZeRO-Offload); the moments never reach the device. Before attach, with mode
   // Overlapped or Pipelined, in one process. The same arithmetic: the same bits.
   void optimizer_on_host();
+  // Note [update thread]: whether host updates run on the optimizer worker (the constructor
+  // decides with optimizer_worker_wanted); optimizer_worker_set overrides it before attach (tests
+  // run both ways on any machine). Only with mode Overlapped or Pipelined on the host.
+  bool optimizer_worker() const { return worker_ != nullptr; }
+  void optimizer_worker_set(bool on);
   const Ops& ops() const { return *ops_; }
   // For owners of memory of these ops that may outlive the executor (DeviceSegmentStore).
   std::shared_ptr<const Ops> ops_shared() const { return ops_; }
@@ -412,8 +440,8 @@ class Executor {
   // Pins (+1) or unpins (-1) the units of one chunk of the segment's update for its Optimizer group.
   void chunk_pin(int segment, int chunk, int delta);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);
-  // Pipelined: the segment's queued update has been applied; at_group: the store told the step is
-  // at its Optimizer group.
+  // Pipelined: the segment's queued update has been applied (run here when it was deferred, Note
+  // [update thread]); at_group: the store told the step is at its Optimizer group.
   void update_wait(int segment, bool at_group = true);
   // Note [embedding rows ahead] (exec/embed_rows.cpp).
   void rows_begin(const std::int32_t* inputs, std::size_t n, const InputsAhead& ahead);  // train_step's start
@@ -521,6 +549,13 @@ class Executor {
   int host_threads_ = 1;                  // the training pool's threads (idle off the host)
   DeviceSegmentStore* device_ = nullptr;  // the attached store, with host_optimizer_
   std::vector<long> update_job_;   // per segment: worker job number of its pending update, 0 = none
+  struct DeferredUpdate {          // Note [update thread]: a Pipelined update for the training thread
+    bool pending = false;
+    AdamWHyper hyper;
+    double weight_decay = 0.0;
+    float grad_scale = 1.0f;
+  };
+  std::vector<DeferredUpdate> deferred_;  // per segment
   std::uint64_t dropout_step_key_ = 0;  // lora_dropout_step's (Note [lora dropout])
   std::uint64_t dropout_seed_ = 0;      // lora_dropout_step's arguments, for micro-batches' keys
   long dropout_step_ = 0;

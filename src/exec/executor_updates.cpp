@@ -216,6 +216,20 @@ std::size_t Executor::owned_trainable_params() const {
 
 void Executor::update_wait(int segment, bool at_group) {
   if (mode_ == OptimizerMode::Pipelined && at_group) at(group_opt_[segment]);
+  DeferredUpdate& deferred = deferred_[static_cast<std::size_t>(segment)];
+  if (deferred.pending) {  // Note [update thread]: the training thread's turn to run it
+    deferred.pending = false;
+    if (!at_group) at(group_opt_[segment]);  // ahead (sync, a lookup from the blocks): it is that group's work
+    const int chunks = units_.chunk_count(segment, SegmentKind::Params);
+    int done = 0;
+    try {
+      optimizer_segment(*ops_, segment, deferred.hyper, deferred.weight_decay, deferred.grad_scale, &done);
+    } catch (...) {
+      for (int c = done; c < chunks; ++c) chunk_pin(segment, c, -1);
+      throw;
+    }
+    return;
+  }
   if (update_job_[segment] == 0) return;
   const auto t0 = std::chrono::steady_clock::now();
   const long job = std::exchange(update_job_[segment], 0);
@@ -227,6 +241,8 @@ void Executor::update_wait(int segment, bool at_group) {
 void Executor::sync() {
   if (comm_ != nullptr) params_settle();
   zo_flush();
+  for (int s : update_order_)  // deferred ones in the order the next forward would run them
+    if (deferred_[static_cast<std::size_t>(s)].pending) update_wait(s, false);
   if (!worker_) return;
   std::fill(update_job_.begin(), update_job_.end(), 0);
   worker_->wait_idle();
@@ -235,8 +251,19 @@ void Executor::sync() {
 void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale) {
   if (mode_ == OptimizerMode::Overlapped) at(group_opt_[segment]);
   if (!updates_segment(segment)) return;  // its owner updates it (Note [zero sharding])
-  if (!worker_) {  // off the host: in schedule order on the executor's own Ops
-    optimizer_segment(*ops_, segment, hyper, weight_decay, grad_scale);
+  if (!worker_) {
+    // On the host without a worker, Pipelined: kept for the segment's Optimizer group in the next
+    // step (Note [update thread]). Overlapped (at that group now), or off the host (the device
+    // stream overlaps them with nothing else): now, on the executor's own Ops.
+    if (mode_ == OptimizerMode::Pipelined && ops_->host_memory()) {
+      // Pinned as for the worker (Note [owed uses]): a position moved past its group by an update
+      // run ahead (a lookup from the blocks runs the embedding's) must not take its gradients
+      // for dead.
+      for (int c = 0; c < units_.chunk_count(segment, SegmentKind::Params); ++c) chunk_pin(segment, c, +1);
+      deferred_[static_cast<std::size_t>(segment)] = DeferredUpdate{true, hyper, weight_decay, grad_scale};
+    } else {
+      optimizer_segment(*ops_, segment, hyper, weight_decay, grad_scale);
+    }
     return;
   }
   // The worker may run behind the schedule position: pin what it will use, so the store does not

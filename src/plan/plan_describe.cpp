@@ -92,7 +92,10 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
   add("busy per step: compute %.0f ms, optimizer %.0f ms (%s), reads %.0f ms, writes %.0f ms\n", p.compute_ms,
       p.optimizer_ms, p.mode == OptimizerMode::Inline        ? "inline"
       : p.mode == OptimizerMode::ZerothOrder ? "in the forward passes"
-                                             : "on the worker", p.read_ms, p.write_ms);
+      : p.optimizer_worker                   ? "on the worker"
+      : p.mode == OptimizerMode::Pipelined   ? "on the compute threads, before each segment's forward"
+                                             : "on the compute threads, after each segment's backward",
+      p.read_ms, p.write_ms);
   if (p.window.ms > 0)  // Note [update window]
     add("update window (after the gradient norm, each segment's update before its forward, to the head): read %s + "
         "written %s, %.0f ms of disk at the rates above against %.0f ms of forward compute; %.0f ms predicted\n",

@@ -129,30 +129,64 @@ double plan_recompute_share(const GptConfig& cfg, int T) {
   return (qkv + out + up + attention) / (qkv + out + up + down + attention);
 }
 
+namespace {
+// The one-layer model plan_measure_compute times (Note [bounded measurement]): the run's widths,
+// one layer, the vocabulary cut to kMinVocabBlocks of the run's blocks. Its one layer keeps its
+// internals for a run that keeps them; otherwise it recomputes them (the engine buffers of every
+// other run are at least that one layer's), and the recompute's share of a forward is taken off
+// the backward (ComputeTiming); zo-sgd has no backward. One micro-batch's pieces: the plan runs
+// them N times.
+struct MeasureModel {
+  GptConfig mini;
+  PlanRequest kept;
+  ParamLayout layout;
+  UnitTable units;
+
+  explicit MeasureModel(const PlanRequest& r)
+      : mini(mini_config(r.config)), kept(kept_request(r)), layout(ParamLayout::of(mini, r.lora)),
+        units(plan_units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq, r.zeroth_order), kept)) {}
+  std::unique_ptr<Executor> executor(ThreadPool& pool, const PlanRequest& r) const {
+    return std::make_unique<Executor>(pool, mini, units, r.batch, r.seq, kept.activations,
+                                      r.zeroth_order ? OptimizerMode::ZerothOrder : OptimizerMode::Inline,
+                                      r.precision, Backend::Cpu, 1, nullptr, BlockRows{r.row_chunk, plan_mlp_rows(r)});
+  }
+
+  static GptConfig mini_config(const GptConfig& config) {
+    GptConfig mini = config;
+    mini.n_layer = 1;
+    mini.vocab_size = std::min(config.vocab_size, kMinVocabBlocks * vocab_block_rows(config));  // same block size
+    return mini;
+  }
+  static PlanRequest kept_request(const PlanRequest& r) {
+    PlanRequest kept = r;
+    kept.activations = r.activations == ActivationPolicy::Keep ? ActivationPolicy::Keep : ActivationPolicy::Recompute;
+    kept.grad_accum = 1;
+    return kept;
+  }
+};
+}  // namespace
+
+std::size_t plan_measure_min_bytes(const PlanRequest& request) {
+  const MeasureModel model(request);
+  ThreadPool pool(request.threads);  // sizes the per-thread buffers; runs nothing
+  const std::unique_ptr<Executor> exec = model.executor(pool, request);
+  return exec->fixed_bytes() + exec->min_store_bytes();
+}
+
 ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const std::string& offload_dir) {
-  GptConfig mini = r.config;
-  mini.n_layer = 1;
-  const int rows = vocab_block_rows(r.config);
-  mini.vocab_size = std::min(r.config.vocab_size, kMinVocabBlocks * rows);  // same block size
-  const ParamLayout layout = ParamLayout::of(mini, r.lora);
+  const MeasureModel model(r);
+  const GptConfig& mini = model.mini;
+  const ParamLayout& layout = model.layout;
   // Forward and backward only: the moments are never allocated. Under a budget the one-layer
   // model streams through the budget like the run (Note [bounded measurement]); the store and
   // the executor are gone before AdamW's buffers are made.
   std::vector<ComputeTiming> steps;
   {
-    // Its one layer keeps its internals for a run that keeps them; otherwise it recomputes them
-    // (the engine buffers of every other run are at least that one layer's), and the recompute's
-    // share of a forward is taken off the backward below (ComputeTiming); zo-sgd has no backward.
-    PlanRequest kept = r;
-    kept.activations = r.activations == ActivationPolicy::Keep ? ActivationPolicy::Keep : ActivationPolicy::Recompute;
-    kept.grad_accum = 1;  // one micro-batch's pieces; the plan runs them N times
-    const UnitTable units =
-        plan_units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq, r.zeroth_order), kept);
+    const UnitTable& units = model.units;
     std::unique_ptr<OwnedDir> scratch;  // destroyed after the store, which after the executor
     std::unique_ptr<SegmentStore> store;
-    Executor exec(pool, mini, units, r.batch, r.seq, kept.activations,
-                  r.zeroth_order ? OptimizerMode::ZerothOrder : OptimizerMode::Inline, r.precision, Backend::Cpu, 1,
-                  nullptr, BlockRows{r.row_chunk, plan_mlp_rows(r)});
+    const std::unique_ptr<Executor> made = model.executor(pool, r);
+    Executor& exec = *made;
     if (r.mem_budget_bytes > 0 && !offload_dir.empty()) {
       const std::size_t need = exec.fixed_bytes() + exec.min_store_bytes();
       STRATUM_CHECK(r.mem_budget_bytes >= need, "[plan] --mem-budget ", bytes_text(r.mem_budget_bytes),

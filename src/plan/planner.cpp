@@ -82,7 +82,7 @@ int backward_begin(const StepSchedule& schedule) {
 // Note [plan model]: the pipeline over two steps' groups; the second step's duration.
 PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, const std::vector<std::uint64_t>& reads,
                         const std::vector<std::uint64_t>& writes, const ComputeTiming& t, OptimizerMode mode,
-                        int prefetch, double read_gbps, double write_gbps, std::size_t capacity,
+                        bool worker, int prefetch, double read_gbps, double write_gbps, std::size_t capacity,
                         const std::vector<std::size_t>& hold) {
   const int G = schedule.group_count();
   // Note [room for the window]: a group's reads open `prefetch` groups back only where the room
@@ -129,7 +129,7 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
     double ms = schedule.group_optional(g) ? 0.0 : group_compute_ms(schedule.group_work(g), t) * schedule.group_share(g);
     if (schedule.group_work(g) == GroupWork::GradAccum) ms = group_update_ms(schedule, units, g, t.adamw_inline_ns_per_float);
     if (schedule.group_work(g) == GroupWork::Optimizer) {
-      if (mode == OptimizerMode::Inline) {
+      if (mode == OptimizerMode::Inline || !worker) {  // Note [update thread]: at the group, on the pool
         ms = group_update_ms(schedule, units, g, t.adamw_inline_ns_per_float);
       } else {
         // The worker: starts when queued (after the group's reads) and when free; the training
@@ -215,7 +215,9 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request) {
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   const Executor streaming(pool, r.config, units, r.batch, r.seq, r.activations, plan_mode(r, true),
                            r.precision, Backend::Cpu, r.grad_accum, nullptr, BlockRows{r.row_chunk, r.mlp_rows});
-  return streaming.fixed_bytes() + streaming.min_store_bytes();
+  // The plan's measurement streams its one-layer model through the same budget first (Note
+  // [bounded measurement]): a tiny model's run can need less than that.
+  return std::max(streaming.fixed_bytes() + streaming.min_store_bytes(), plan_measure_min_bytes(r));
 }
 
 std::size_t plan_offload_floor_bytes(const PlanRequest& request) {
@@ -313,6 +315,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   p.mlp_rows = plan_mlp_rows(r);
   const Executor exec(pool, cfg, units, r.batch, r.seq, r.activations, p.mode, r.precision, Backend::Cpu,
                       r.grad_accum, nullptr, BlockRows{r.row_chunk, p.mlp_rows});
+  p.optimizer_worker = exec.optimizer_worker();
   const StepSchedule& schedule = exec.schedule();
   p.engine_bytes = exec.fixed_bytes();
   // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's), at the
@@ -347,14 +350,15 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     p.prefetch = 0;
     std::fill(traffic.group_read.begin(), traffic.group_read.end(), 0);
     std::fill(traffic.group_written.begin(), traffic.group_written.end(), 0);
-    p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode, 0, 0.0, 0.0, 0, {})
+    p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode, p.optimizer_worker, 0, 0.0, 0.0, 0, {})
                     .step_ms;
   } else {
     // One replay and pipeline per depth; without --prefetch, depths 0..6 for the choice.
     std::vector<std::size_t> hold(static_cast<std::size_t>(G));  // Note [room for the window]
     for (int g = 0; g < G; ++g) hold[g] = group_hold_bytes(schedule, units, g);
     auto pipeline_at = [&](int depth, const Traffic& tk) {
-      return pipeline(schedule, units, tk.group_read, tk.group_written, t, p.mode, depth, read_gbps, write_gbps,
+      return pipeline(schedule, units, tk.group_read, tk.group_written, t, p.mode, p.optimizer_worker, depth, read_gbps,
+                      write_gbps,
                       capacity, hold);
     };
     PipelineResult chosen;
@@ -411,7 +415,9 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
 
   // Time.
   const std::size_t floats = segment_floats(layout);
-  const double adamw_ns = p.mode == OptimizerMode::Inline ? t.adamw_inline_ns_per_float : t.adamw_worker_ns_per_float;
+  // On the training thread: inline, or at each segment's group without a worker (Note [update thread]).
+  const bool updates_on_pool = p.mode == OptimizerMode::Inline || !p.optimizer_worker;
+  const double adamw_ns = updates_on_pool ? t.adamw_inline_ns_per_float : t.adamw_worker_ns_per_float;
   p.optimizer_ms = p.mode == OptimizerMode::ZerothOrder ? 0.0 : floats * adamw_ns / 1e6;  // zo: inside the forward
   double accum_ms = 0;  // the GradAccum groups (Note [gradient accumulation])
   for (int g = 0; g < G; ++g) {
@@ -427,13 +433,13 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
                                   nv * (t.vocab_forward_ms + t.vocab_backward_ms + t.head_lse_ms + t.head_backward_ms)) +
                   accum_ms + floats * t.adamw_inline_ns_per_float / 1e6;
   if (p.mode == OptimizerMode::ZerothOrder) p.ram_step_ms = p.compute_ms;  // two forward passes
-  const double cpu_ms = p.mode == OptimizerMode::Inline ? p.compute_ms + p.optimizer_ms : p.compute_ms;
+  const double cpu_ms = updates_on_pool ? p.compute_ms + p.optimizer_ms : p.compute_ms;
   struct Candidate {
     const char* name;
     double ms;
   };
   const Candidate candidates[] = {{"compute", cpu_ms}, {"read", p.read_ms}, {"write", p.write_ms},
-                                  {"optimizer", p.mode == OptimizerMode::Inline ? 0.0 : p.optimizer_ms}};
+                                  {"optimizer", updates_on_pool ? 0.0 : p.optimizer_ms}};
   p.bottleneck = std::max_element(std::begin(candidates), std::end(candidates),
                                   [](const Candidate& a, const Candidate& b) { return a.ms < b.ms; })->name;
   // Compute is the busiest resource but the pipeline waits on the disk for part of the step:

@@ -96,6 +96,9 @@ struct ComputeTiming {
 // MLP's down projection (Note [row chunks] in model/block_policy.h), attention's included.
 double plan_recompute_share(const GptConfig& config, int seq);
 ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request, const std::string& offload_dir = "");
+// The budget the measurement's one-layer model streams through at the least (its engine buffers
+// and its store's minimum); plan_min_budget_bytes is never below it.
+std::size_t plan_measure_min_bytes(const PlanRequest& request);
 // The smallest --mem-budget a streaming run of `request` can run in (with activations Auto, the
 // smaller of recompute's and offload's), and the check that refuses less (one line with the
 // number), as plan_make and train_run do.
@@ -186,6 +189,7 @@ struct Plan {
   int prefetch = 0;
   int mlp_rows = 0;  // plan_mlp_rows
   OptimizerMode mode = OptimizerMode::Inline;
+  bool optimizer_worker = false;  // Overlapped/Pipelined updates on the worker, else on the pool (Note [update thread])
   std::uint64_t read_bytes = 0, write_bytes = 0;  // per step
   // Of the groups that read, those whose reads the room lets open before the group before them
   // starts (Note [room for the window]); the rest load only while that group runs or on use.
