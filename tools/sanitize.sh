@@ -2,7 +2,7 @@
 # Builds the test suite with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/) and runs
 # all of it, then with ThreadSanitizer (build-tsan/) and runs the concurrent code's tests: the
 # thread pool (also spinning) under every threaded CPU kernel (rowdot's shared tile counter too), the tokenizer's concurrent encode and the I/O
-# engine (suites named Io*), the tiered store and the overlapped optimizer worker. (GEMM tests are left out of the TSan pass: OpenBLAS's own threads
+# engine (suites named Io*), the tiered store and the optimizer worker beside them. (GEMM tests are left out of the TSan pass: OpenBLAS's own threads
 # are not instrumented.)
 # Kernels fall back to their baseline (non-cloned) versions under the sanitizers.
 # Note [sanitizer build time]: the builds were two thirds of CI's time (a clean clone on 2 cores:
@@ -24,7 +24,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:ha
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATUM_TSAN=ON -DSTRATUM_CUDA=OFF >/dev/null
 cmake --build build-tsan --target stratum_tests
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -j2 --timeout 1800 \
-  -R '^(ThreadPool|Kernel(Layernorm|Gelu|Attention|SoftmaxXent|AdamW|ZoUpdate|Embedding|Elementwise|Rowdot)|BpeTokenizer|Io|TieredStore|Executor\.Overlapped|ScheduleRun|EvictionPolicy|TraceRecorder\.Streams)'
+  -R '^(ThreadPool|Kernel(Layernorm|Gelu|Attention|SoftmaxXent|AdamW|ZoUpdate|Embedding|Elementwise|Rowdot)|BpeTokenizer|Io|TieredStore|Executor\.(Overlapped|UpdatesOnTheWorker|EmbeddingRowsAhead)|ScheduleRun|EvictionPolicy|TraceRecorder\.Streams)'
 # The device tier's store under the optimizer worker (DeviceTier): its steps multiply on OpenBLAS's
 # threads, whose reports tools/tsan_openblas.supp leaves out.
 TSAN_OPTIONS="halt_on_error=1 suppressions=$(pwd)/tools/tsan_openblas.supp" ctest --test-dir build-tsan \
