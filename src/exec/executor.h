@@ -437,6 +437,10 @@ class Executor {
   // released (Note [owed uses]) and *pinned counts those done.
   void optimizer_segment(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
                          float grad_scale, int* pinned = nullptr);
+  // An update optimizer_queue owed (its chunks pinned): unpins each chunk as it is done, and the
+  // rest if it fails.
+  void optimizer_segment_owed(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
+                              float grad_scale);
   // Pins (+1) or unpins (-1) the units of one chunk of the segment's update for its Optimizer group.
   void chunk_pin(int segment, int chunk, int delta);
   void optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale);

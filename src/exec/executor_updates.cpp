@@ -220,14 +220,7 @@ void Executor::update_wait(int segment, bool at_group) {
   if (deferred.pending) {  // Note [update thread]: the training thread's turn to run it
     deferred.pending = false;
     if (!at_group) at(group_opt_[segment]);  // ahead (sync, a lookup from the blocks): it is that group's work
-    const int chunks = units_.chunk_count(segment, SegmentKind::Params);
-    int done = 0;
-    try {
-      optimizer_segment(*ops_, segment, deferred.hyper, deferred.weight_decay, deferred.grad_scale, &done);
-    } catch (...) {
-      for (int c = done; c < chunks; ++c) chunk_pin(segment, c, -1);
-      throw;
-    }
+    optimizer_segment_owed(*ops_, segment, deferred.hyper, deferred.weight_decay, deferred.grad_scale);
     return;
   }
   if (update_job_[segment] == 0) return;
@@ -248,39 +241,41 @@ void Executor::sync() {
   worker_->wait_idle();
 }
 
+void Executor::optimizer_segment_owed(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
+                                      float grad_scale) {
+  struct Unpin {  // the chunks a failed update did not reach
+    Executor* self;
+    int segment, chunks;
+    int done = 0;
+    ~Unpin() {
+      for (int c = done; c < chunks; ++c) self->chunk_pin(segment, c, -1);
+    }
+  } unpin{this, segment, units_.chunk_count(segment, SegmentKind::Params)};
+  optimizer_segment(ops, segment, hyper, weight_decay, grad_scale, &unpin.done);
+}
+
 void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale) {
   if (mode_ == OptimizerMode::Overlapped) at(group_opt_[segment]);
   if (!updates_segment(segment)) return;  // its owner updates it (Note [zero sharding])
-  if (!worker_) {
-    // On the host without a worker, Pipelined: kept for the segment's Optimizer group in the next
-    // step (Note [update thread]). Overlapped (at that group now), or off the host (the device
-    // stream overlaps them with nothing else): now, on the executor's own Ops.
-    if (mode_ == OptimizerMode::Pipelined && ops_->host_memory()) {
-      // Pinned as for the worker (Note [owed uses]): a position moved past its group by an update
-      // run ahead (a lookup from the blocks runs the embedding's) must not take its gradients
-      // for dead.
-      for (int c = 0; c < units_.chunk_count(segment, SegmentKind::Params); ++c) chunk_pin(segment, c, +1);
-      deferred_[static_cast<std::size_t>(segment)] = DeferredUpdate{true, hyper, weight_decay, grad_scale};
-    } else {
-      optimizer_segment(*ops_, segment, hyper, weight_decay, grad_scale);
-    }
+  // Owed: to the worker, or on the host without one, Pipelined, to the segment's Optimizer group
+  // in the next step (Note [update thread]). Otherwise (Overlapped at that group now, or off the
+  // host, where the device stream overlaps them with nothing else) now, on the executor's own Ops.
+  if (!worker_ && !(mode_ == OptimizerMode::Pipelined && ops_->host_memory())) {
+    optimizer_segment(*ops_, segment, hyper, weight_decay, grad_scale);
     return;
   }
-  // The worker may run behind the schedule position: pin what it will use, so the store does not
-  // take the gradients for dead (their next use in the schedule is the next step's overwrite) and
-  // keeps the chunks near while the update is owed (Note [owed uses]).
-  const int chunks = units_.chunk_count(segment, SegmentKind::Params);
-  for (int c = 0; c < chunks; ++c) chunk_pin(segment, c, +1);
-  const long job = worker_->submit([this, segment, chunks, hyper, weight_decay, grad_scale] {
-    struct Unpin {  // the chunks a failed update did not reach
-      Executor* self;
-      int segment, chunks;
-      int done = 0;
-      ~Unpin() {
-        for (int c = done; c < chunks; ++c) self->chunk_pin(segment, c, -1);
-      }
-    } unpin{this, segment, chunks};
-    optimizer_segment(*worker_ops_, segment, hyper, weight_decay, grad_scale, &unpin.done);
+  // An owed update may run away from its group (the worker behind or ahead of the schedule
+  // position; a deferred one run ahead, which moves the position past other segments' groups):
+  // pin what it will use, so the store does not take the gradients for dead (their next use in
+  // the schedule is the next step's overwrite) and keeps the chunks near while the update is owed
+  // (Note [owed uses]).
+  for (int c = 0; c < units_.chunk_count(segment, SegmentKind::Params); ++c) chunk_pin(segment, c, +1);
+  if (!worker_) {
+    deferred_[static_cast<std::size_t>(segment)] = DeferredUpdate{true, hyper, weight_decay, grad_scale};
+    return;
+  }
+  const long job = worker_->submit([this, segment, hyper, weight_decay, grad_scale] {
+    optimizer_segment_owed(*worker_ops_, segment, hyper, weight_decay, grad_scale);
   });
   if (mode_ == OptimizerMode::Pipelined) update_job_[segment] = job;
 }

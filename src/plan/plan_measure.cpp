@@ -166,9 +166,8 @@ struct MeasureModel {
 };
 }  // namespace
 
-std::size_t plan_measure_min_bytes(const PlanRequest& request) {
+std::size_t plan_measure_min_bytes(ThreadPool& pool, const PlanRequest& request) {
   const MeasureModel model(request);
-  ThreadPool pool(request.threads);  // sizes the per-thread buffers; runs nothing
   const std::unique_ptr<Executor> exec = model.executor(pool, request);
   return exec->fixed_bytes() + exec->min_store_bytes();
 }

@@ -217,7 +217,7 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request) {
                            r.precision, Backend::Cpu, r.grad_accum, nullptr, BlockRows{r.row_chunk, r.mlp_rows});
   // The plan's measurement streams its one-layer model through the same budget first (Note
   // [bounded measurement]): a tiny model's run can need less than that.
-  return std::max(streaming.fixed_bytes() + streaming.min_store_bytes(), plan_measure_min_bytes(r));
+  return std::max(streaming.fixed_bytes() + streaming.min_store_bytes(), plan_measure_min_bytes(pool, r));
 }
 
 std::size_t plan_offload_floor_bytes(const PlanRequest& request) {
@@ -350,16 +350,16 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     p.prefetch = 0;
     std::fill(traffic.group_read.begin(), traffic.group_read.end(), 0);
     std::fill(traffic.group_written.begin(), traffic.group_written.end(), 0);
-    p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode, p.optimizer_worker, 0, 0.0, 0.0, 0, {})
+    p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode, p.optimizer_worker, 0,
+                         0.0, 0.0, 0, {})
                     .step_ms;
   } else {
     // One replay and pipeline per depth; without --prefetch, depths 0..6 for the choice.
     std::vector<std::size_t> hold(static_cast<std::size_t>(G));  // Note [room for the window]
     for (int g = 0; g < G; ++g) hold[g] = group_hold_bytes(schedule, units, g);
     auto pipeline_at = [&](int depth, const Traffic& tk) {
-      return pipeline(schedule, units, tk.group_read, tk.group_written, t, p.mode, p.optimizer_worker, depth, read_gbps,
-                      write_gbps,
-                      capacity, hold);
+      return pipeline(schedule, units, tk.group_read, tk.group_written, t, p.mode, p.optimizer_worker, depth,
+                      read_gbps, write_gbps, capacity, hold);
     };
     PipelineResult chosen;
     if (r.prefetch >= 0) {

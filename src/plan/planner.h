@@ -97,8 +97,8 @@ struct ComputeTiming {
 double plan_recompute_share(const GptConfig& config, int seq);
 ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request, const std::string& offload_dir = "");
 // The budget the measurement's one-layer model streams through at the least (its engine buffers
-// and its store's minimum); plan_min_budget_bytes is never below it.
-std::size_t plan_measure_min_bytes(const PlanRequest& request);
+// and its store's minimum, on a pool of request.threads); plan_min_budget_bytes is never below it.
+std::size_t plan_measure_min_bytes(ThreadPool& pool, const PlanRequest& request);
 // The smallest --mem-budget a streaming run of `request` can run in (with activations Auto, the
 // smaller of recompute's and offload's), and the check that refuses less (one line with the
 // number), as plan_make and train_run do.
