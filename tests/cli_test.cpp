@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -217,6 +218,28 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       EXPECT_EQ(rest.find('\n'), rest.size() - 1) << c.name << ": error is not one line: " << rest;
     }
   }
+}
+
+// info checks the weights against config.json as train and generate do (it described a model
+// whose config named a layer the weights lack, and exited 0).
+TEST(Cli, InfoChecksTheWeightsAgainstTheConfig) {
+  testing::TempDir tmp;
+  const std::string model = testing::source_path("tests/golden/tiny_gpt2");
+  auto r = testing::run_stratum("info " + model);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("weights: every tensor config.json implies is there"), std::string::npos) << r.output;
+  const std::string bad = tmp.file("bad");
+  std::filesystem::create_directories(bad);
+  std::filesystem::copy_file(model + "/model.safetensors", bad + "/model.safetensors");
+  nlohmann::json config = nlohmann::json::parse(file_read_all(model + "/config.json"));
+  config["n_layer"] = 3;
+  std::ofstream(bad + "/config.json") << config.dump();
+  r = testing::run_stratum("info " + bad);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("L3"), std::string::npos) << r.output;  // described first
+  EXPECT_NE(r.errors.find("tensor 'transformer.h.2."), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("is missing"), std::string::npos) << r.errors;
+  EXPECT_EQ(std::count(r.errors.begin(), r.errors.end(), '\n'), 1) << r.errors;
 }
 
 // Output that cannot be written is an error: info, generate and version into a full device

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -68,6 +69,31 @@ TEST(Sampling, LowTemperatureApproachesGreedy) {
 
 namespace stratum {
 namespace {
+
+// A temperature so small that logits / temperature overflows a float: the T -> 0 limit (the
+// largest logit; an even draw among tied ones), with top-k and top-p too; not "nothing sampled".
+TEST(Sampling, TemperatureBelowFloatRangeIsTheLimitNotNan) {
+  const std::vector<float> logits = {90.0f, -5.0f, 95.0f, 95.0f, 94.0f};
+  for (double t : {1e-40, 1e-300, 1e-38})
+    for (double u : {0.0, 0.3, 0.49, 0.5, 0.999})
+      for (int k : {0, 3})
+        for (double p : {1.0, 0.5}) {
+          const int id = sample_next_token(host_ops(), logits.data(), 5, t, k, u, p);
+          EXPECT_EQ(id, u < 0.5 ? 2 : 3) << t << " " << u << " " << k << " " << p;
+        }
+  const std::vector<float> one = {1.0f, 3.0f, 2.0f};
+  EXPECT_EQ(sample_next_token(host_ops(), one.data(), 3, 1e-45, 0, 0.99), 1);
+}
+
+// Each (seed, prompt) pair has its own stream: seed 2's first prompt is not seed 1's second.
+TEST(Sampling, PromptStreamsOfNeighbouringSeedsDiffer) {
+  EXPECT_EQ(sample_stream_seed(7, 3), sample_stream_seed(7, 3));
+  std::vector<std::uint64_t> seen;
+  for (std::uint64_t seed = 0; seed < 16; ++seed)
+    for (std::uint64_t prompt = 0; prompt < 16; ++prompt) seen.push_back(sample_stream_seed(seed, prompt));
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::adjacent_find(seen.begin(), seen.end()), seen.end());
+}
 
 TEST(Sampling, TopPKeepsTheSmallestSetReachingP) {
   // softmax of {2, 1, 0, -1}: 0.644, 0.237, 0.087, 0.032. top-p 0.6 keeps id 0 only; 0.85 ids 0-1.

@@ -171,6 +171,11 @@ TEST(HfConfig, MalformedInputTable) {
       // A Llama's fields by the names its config.json gives them, not GPT-2's.
       {"llama_zero_eps", "{" + llama + R"(,"num_hidden_layers":2,"rms_norm_eps":0})", {"rms_norm_eps must be"}},
       {"llama_zero_layers", "{" + llama + R"(,"num_hidden_layers":0})", {"num_hidden_layers must be"}},
+      {"llama_zero_inner", R"({"model_type":"llama","num_attention_heads":4,"hidden_size":64,"intermediate_size":0,)"
+                           R"("vocab_size":300,"max_position_embeddings":128,"num_hidden_layers":2})",
+       {"intermediate_size must be >= 1, got 0"}},
+      {"eos_negative", "{" + sizes + R"(,"eos_token_id":-1})", {"'eos_token_id'", "token ids"}},
+      {"eos_string", "{" + sizes + R"(,"eos_token_id":"x"})", {"'eos_token_id'", "token ids"}},
   };
   TempDir dir;
   for (const MalformedCase& c : cases) {
@@ -187,6 +192,25 @@ TEST(HfConfig, MalformedInputTable) {
       for (const auto& part : c.message_parts) EXPECT_NE(msg.find(part), std::string::npos) << "missing '" << part << "' in: " << msg;
     }
   }
+}
+
+// GPT-2's eos_token_id is kept (generation stops there) and written back; GPT2Config's 50256 is
+// the default, and stands even above a small vocabulary as Hugging Face writes it.
+TEST(HfConfig, Gpt2EosTokenIdsAreReadAndWrittenBack) {
+  TempDir dir;
+  const std::string sizes = R"("n_layer":2,"n_head":4,"n_embd":64,"vocab_size":300,"n_positions":128)";
+  text_write(dir.file("a.json"), "{" + sizes + R"(,"eos_token_id":7})");
+  GptConfig cfg = hf_config_read(dir.file("a.json"));
+  EXPECT_EQ(cfg.eos_token_ids, std::vector<std::int32_t>{7});
+  hf_config_write(dir.file("b.json"), cfg);
+  EXPECT_EQ(nlohmann::json::parse(file_read_all(dir.file("b.json"))).at("eos_token_id"), 7);
+  text_write(dir.file("c.json"), "{" + sizes + R"(,"eos_token_id":50256})");
+  EXPECT_EQ(hf_config_read(dir.file("c.json")).eos_token_ids, std::vector<std::int32_t>{50256});
+  text_write(dir.file("d.json"), "{" + sizes + "}");
+  cfg = hf_config_read(dir.file("d.json"));
+  EXPECT_TRUE(cfg.eos_token_ids.empty());
+  hf_config_write(dir.file("e.json"), cfg);
+  EXPECT_EQ(nlohmann::json::parse(file_read_all(dir.file("e.json"))).at("eos_token_id"), 50256);
 }
 
 TEST(HfConfig, NullNinnerAndDefaultOptionsAreAccepted) {

@@ -631,6 +631,8 @@ TEST(LoraTrain, BadInputGetsOneLine) {
       {train + gpt2 + " --lora-init " + llama + "/lora_init", "is not a linear layer of a gpt2 block"},
       {train + gpt2 + " --lora-init " + tmp.file("nowhere"), "does not exist"},
       {train + gpt2 + " --lora-init " + gpt2 + "/lora_init --lora-r 8", "differs from r=4"},
+      {train + gpt2 + " --lora-init " + gpt2 + "/lora_init --lora-alpha 3", "differs from lora_alpha"},
+      {train + gpt2 + " --lora-init " + gpt2 + "/lora_init --lora-rslora", "differs from use_rslora false"},
   };
   for (const auto& [args, expected] : cases) {
     const auto r = testing::run_stratum(args);
@@ -645,6 +647,7 @@ TEST(LoraTrain, BadInputGetsOneLine) {
                                          "/lora_init");
   EXPECT_NE(wide.exit_code, 0);
   EXPECT_NE(wide.errors.find("has shape"), std::string::npos) << wide.errors;
+  EXPECT_NE(wide.errors.find("was the adapter made for another base model?"), std::string::npos) << wide.errors;
 }
 
 // adapter_config.json's reader: one line naming the field for each malformed input.

@@ -36,6 +36,16 @@ TEST(ReportSvg, OnePolylinePerSeriesPresent) {
   EXPECT_EQ(count(report_svg(records, "t"), "<polyline"), 5);
 }
 
+// Values at the ends of the double range (a log can hold any number): finite coordinates.
+TEST(ReportSvg, ExtremeValuesGiveFiniteCoordinates) {
+  const std::vector<nlohmann::json> records = {nlohmann::json{{"step", -1e308}, {"loss", 1e308}},
+                                               nlohmann::json{{"step", 1e308}, {"loss", -1e308}}};
+  const std::string svg = report_svg(records, "t");
+  EXPECT_EQ(count(svg, "<polyline"), 1);
+  EXPECT_EQ(svg.find("nan"), std::string::npos) << svg;
+  EXPECT_EQ(svg.find("inf"), std::string::npos) << svg;
+}
+
 TEST(ReportSvg, RejectsRecordsWithoutStepOrLoss) {
   EXPECT_THROW(report_svg({}, "t"), Error);
   EXPECT_THROW(report_svg({nlohmann::json{{"step", 1}}}, "t"), Error);

@@ -107,6 +107,9 @@ void describe_model_dir(const std::string& dir) {
     }
   }
   for (const std::string& path : model_weight_files(dir, nullptr)) describe_safetensors(path);
+  // Last, after the description: what train and generate would refuse, with a non-zero exit.
+  model_check_weights(dir, layout);
+  std::printf("  weights: every tensor config.json implies is there, shaped as it says\n");
 }
 
 void describe_token_file(const std::string& path) {

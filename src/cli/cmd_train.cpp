@@ -214,6 +214,8 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
   if (args.has("lora-init")) {  // a PEFT directory, or a LoRA run's checkpoint (root: its newest)
     o.lora_init_dir = model_dir_resolve(args.str("lora-init"));
     o.lora_dropout_given = args.has("lora-dropout");
+    o.lora_alpha_given = args.has("lora-alpha");
+    o.lora_rslora_given = args.has("lora-rslora");
     checkpoint_dir_check(o.lora_init_dir, "train");
   }
   o.resume_path = args.str("resume");

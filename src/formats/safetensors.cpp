@@ -322,7 +322,7 @@ void SafetensorsFile::read_f32_range(const SafetensorsTensorInfo& t, std::size_t
       break;
     default:
       STRATUM_FAIL(where(path_), ": tensor '", t.name, "' has dtype ", dtype_name(t.dtype),
-                   "; read_f32 accepts F32, F16, BF16 or F64 (use read_raw for integer data)");
+                   "; expected a floating-point tensor (F32, F16, BF16 or F64)");
   }
   range_check(t, first_elem, count, "read_f32_range");
   const std::size_t elem_bytes = dtype_size_bytes(t.dtype);

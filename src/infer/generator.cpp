@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <numeric>
 
@@ -43,6 +44,22 @@ std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, doubl
     std::fill(filtered.begin(), filtered.end(), kOut);
     for (int i = 0; i < top_k; ++i) filtered[order[i]] = logits[order[i]];
   }
+  // A temperature so small that logits / temperature overflows a float (below about 1e-36 for
+  // logits near 100): the limit of the softmax as the temperature goes to 0, an even choice among
+  // the largest logits left (those within a float's resolution of each other are all tied). The
+  // kernel would see inf - inf and sample nothing.
+  double largest = 0.0;
+  for (int i = 0; i < V; ++i)
+    if (filtered[i] > kOut) largest = std::max(largest, std::fabs(static_cast<double>(filtered[i])));
+  const float inv_t = 1.0f / static_cast<float>(temperature);
+  if (!std::isfinite(inv_t) || largest * inv_t >= static_cast<double>(std::numeric_limits<float>::max())) {
+    const float top = *std::max_element(filtered.begin(), filtered.end());
+    std::vector<int> tied;
+    for (int i = 0; i < V; ++i)
+      if (filtered[i] == top) tied.push_back(i);
+    const auto pick = static_cast<std::size_t>(uniform01 * static_cast<double>(tied.size()));
+    return tied[std::min(pick, tied.size() - 1)];
+  }
   ops.softmax_row(probs.data(), filtered.data(), V, static_cast<float>(temperature));
   if (top_p < 1.0) {  // nucleus: the most likely tokens (ties by lower id) until their mass reaches top_p
     std::vector<int> order;
@@ -64,6 +81,10 @@ std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, doubl
     if (uniform01 < cumulative) return i;
   }
   return last_nonzero;
+}
+
+std::uint64_t sample_stream_seed(std::uint64_t seed, std::uint64_t prompt) {
+  return splitmix64_mix(splitmix64_mix(seed + kSplitMix64Gamma) + prompt * kSplitMix64Gamma);
 }
 
 namespace {
@@ -213,7 +234,7 @@ GenerateResult generate_run(const GenerateOptions& o,
     for (int i = 0; i < n; ++i) {
       group[i].ids = prompts[first + i];
       group[i].prompt_len = static_cast<int>(group[i].ids.size());
-      group[i].rng = Rng(o.seed + first + static_cast<std::uint64_t>(i));  // per prompt: batching keeps the samples
+      group[i].rng = Rng(sample_stream_seed(o.seed, first + static_cast<std::uint64_t>(i)));
       group[i].done = o.max_tokens == 0;
       result.sequences[first + i].prompt = group[i].ids;
     }

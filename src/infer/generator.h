@@ -103,4 +103,9 @@ GenerateResult generate_run(const GenerateOptions& options,
 std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, double temperature, int top_k, double uniform01,
                                double top_p = 1.0);
 
+// The seed of prompt `prompt`'s sampling stream (its index among the run's prompts) under --seed:
+// a hash of both, so a prompt samples the same tokens in any batch, and no (seed, prompt) pair
+// shares another's stream (with seed + prompt, seed 2's first prompt was seed 1's second).
+std::uint64_t sample_stream_seed(std::uint64_t seed, std::uint64_t prompt);
+
 }  // namespace stratum

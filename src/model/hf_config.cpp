@@ -103,6 +103,8 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root) {
   cfg.vocab_size = int_field(path, root, "vocab_size");
   cfg.n_ctx = int_field(path, root, "max_position_embeddings");
   cfg.n_inner = int_field(path, root, "intermediate_size");
+  // n_inner 0 means "4 * n_embd" inside Stratum (GPT-2's n_inner null); a Llama config states its width.
+  STRATUM_CHECK(cfg.n_inner >= 1, where(path), ": intermediate_size must be >= 1, got ", cfg.n_inner);
   cfg.n_kv_head = root.contains("num_key_value_heads") && !root.at("num_key_value_heads").is_null()
                       ? int_field(path, root, "num_key_value_heads")
                       : cfg.n_head;
@@ -228,6 +230,10 @@ GptConfig hf_config_read(const std::string& path) {
   option_refuse(path, root, "scale_attn_weights", false, "attention scores are scaled by 1/sqrt(head_dim)");
   option_refuse(path, root, "scale_attn_by_inverse_layer_idx", true, "not implemented");
   option_refuse(path, root, "add_cross_attention", true, "decoder-only models only");
+  // Generation stops at these. GPT2Config's default 50256 stands in configs of any vocabulary
+  // (then no sampled id can match it), so unlike Llama's they are not checked against vocab_size.
+  // (An empty GPT-2 prompt starts from the tokenizer's <|endoftext|>, so bos_token_id is unused.)
+  cfg.eos_token_ids = token_ids_field(path, root, "eos_token_id");
 
   try {
     cfg.validate();
@@ -262,8 +268,11 @@ void hf_config_write(const std::string& path, const GptConfig& cfg, const char* 
   j["embd_pdrop"] = 0.0;
   j["attn_pdrop"] = 0.0;
   j["initializer_range"] = 0.02;
-  j["bos_token_id"] = 50256;
-  j["eos_token_id"] = 50256;
+  j["bos_token_id"] = 50256;  // GPT2Config's defaults
+  if (cfg.eos_token_ids.size() > 1)
+    j["eos_token_id"] = cfg.eos_token_ids;
+  else
+    j["eos_token_id"] = cfg.eos_token_ids.empty() ? 50256 : cfg.eos_token_ids[0];
   j["tie_word_embeddings"] = true;
   j["torch_dtype"] = torch_dtype;
   j["stratum_version"] = STRATUM_VERSION;

@@ -58,11 +58,13 @@ std::string panel(int index, const std::string& title, const std::vector<Series>
     hi += 0.5;
   }
   if (lo > 0 && lo < 0.25 * hi) lo = 0;  // start at zero when the data nearly does
-  const double span_x = std::max(1.0, step_max - step_min);
-  auto x = [&](double step) { return left + (step - step_min) / span_x * (right - left); };
-  auto y = [&](double v) { return bottom - (v - lo) / (hi - lo) * kPanelHeight; };
+  // Halves: hi - lo of values near +-1e308 (a log can hold any double) would overflow to inf and
+  // put NaN coordinates in the SVG.
+  const double half_x = std::max(0.5, step_max / 2 - step_min / 2), half_y = hi / 2 - lo / 2;
+  auto x = [&](double step) { return left + (step / 2 - step_min / 2) / half_x * (right - left); };
+  auto y = [&](double v) { return bottom - (v / 2 - lo / 2) / half_y * kPanelHeight; };
   for (int t = 0; t <= 4; ++t) {
-    const double v = lo + (hi - lo) * t / 4.0;
+    const double v = lo * (1.0 - t / 4.0) + hi * (t / 4.0);
     out += "<text x=\"" + number(left - 6) + "\" y=\"" + number(y(v) + 4) +
            "\" font-size=\"11\" text-anchor=\"end\">" + number(v) + "</text>\n";
     out += "<line x1=\"" + number(left) + "\" x2=\"" + number(right) + "\" y1=\"" + number(y(v)) + "\" y2=\"" +

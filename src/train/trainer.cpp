@@ -118,6 +118,12 @@ void TrainRun::lora_resolve() {
     STRATUM_CHECK(o_.lora_targets.empty() || o_.lora_targets == lora_targets_text(init), "[train] --lora-targets ",
                   o_.lora_targets, " differs from target_modules ", lora_targets_text(init), " of ", o_.lora_init_dir,
                   "/", kAdapterConfigFile, "; drop --lora-targets");
+    STRATUM_CHECK(!o_.lora_alpha_given || o_.lora_alpha == init.alpha, "[train] --lora-alpha ", o_.lora_alpha,
+                  " differs from lora_alpha ", init.alpha, " of ", o_.lora_init_dir, "/", kAdapterConfigFile,
+                  "; drop --lora-alpha (--lora-init takes r, alpha and the targets from the adapter)");
+    STRATUM_CHECK(!o_.lora_rslora_given || o_.lora_rslora == init.rslora, "[train] --lora-rslora differs from ",
+                  "use_rslora ", init.rslora ? "true" : "false", " of ", o_.lora_init_dir, "/", kAdapterConfigFile,
+                  "; drop --lora-rslora (--lora-init takes the adapter's scaling)");
     o_.lora_r = init.r;
     o_.lora_alpha = init.alpha;
     o_.lora_targets = lora_targets_text(init);

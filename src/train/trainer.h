@@ -29,6 +29,8 @@ struct TrainOptions : TrainSettings {
   // adapter_config.json gives r, alpha, targets, rsLoRA and dropout; empty = PEFT's init.
   std::string lora_init_dir;
   bool lora_dropout_given = false;  // --lora-dropout was given (else --lora-init's lora_dropout)
+  bool lora_alpha_given = false;    // --lora-alpha / --lora-rslora were given: with --lora-init they must
+  bool lora_rslora_given = false;   // agree with its adapter_config.json (the adapter's scale is fixed)
   GptConfig config;           // used when model_dir is empty
   std::string log_path;
   std::string trace_path;     // Chrome/Perfetto trace of compute, optimizer and I/O (empty = off)

@@ -101,7 +101,7 @@ void adapter_write_files(const std::string& dir, const ParamLayout& layout, Segm
 void adapter_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store) {
   const std::string path = dir + "/" + kAdapterWeightsFile;
   STRATUM_CHECK(file_exists(path), "[lora] '", dir, "' has no ", kAdapterWeightsFile);
-  load_kinds({path}, layout, store, {{SegmentKind::Params, ""}}, [](const std::string&) { return false; },
+  load_kinds({path}, layout, &store, {{SegmentKind::Params, ""}}, [](const std::string&) { return false; },
              "the LoRA adapters", nullptr, SegmentSelect::Adapters, kAdapterPrefix);
 }
 

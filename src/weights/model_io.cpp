@@ -75,7 +75,7 @@ bool segment_selected(const ParamLayout& layout, int s, SegmentSelect select) {
   return false;
 }
 
-void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout, SegmentStore& store,
+void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout, SegmentStore* store,
                 const std::vector<std::pair<SegmentKind, std::string>>& kinds,
                 const std::function<bool(const std::string&)>& ignore, const char* what,
                 const std::map<std::string, std::string>* expect, SegmentSelect select, const std::string& prefix,
@@ -85,6 +85,7 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
     for (int s = 0; s < layout.segment_count(); ++s)
       per_kind[s].assign(segment_selected(layout, s, select) ? layout.segments()[s].tensors.size() : 0, false);
   const char* family = layout.arch() == ModelArch::Llama ? "Llama" : "GPT-2";
+  const bool adapters = select == SegmentSelect::Adapters;
   for (const std::string& path : paths) {
   SafetensorsFile file = SafetensorsFile::open(path);
   const std::string base = std::filesystem::path(path).filename().string();
@@ -113,26 +114,31 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
     if (slots.empty()) {
       if (ignore(info.name)) continue;
       STRATUM_FAIL("[model] ", path, ": unexpected tensor '", info.name, "' (not part of ", what, " for a ", family,
-                   " model with this config.json)");
+                   " model with this config.json", adapters ? "; was the adapter made for another base model?)" : ")");
     }
     const TensorSlot& first = layout.segments()[slots[0].first].tensors[slots[0].second];
     STRATUM_CHECK(info.shape == first.hf_shape, "[model] ", path, ": tensor '", info.name, "' has shape ",
-                  shape_text(info.shape), ", but ", select == SegmentSelect::Adapters ? "adapter_config.json" : "config.json",
-                  " implies ", shape_text(first.hf_shape));
+                  shape_text(info.shape), ", but ",
+                  adapters ? "the base model's config.json with adapter_config.json's r" : "config.json", " implies ",
+                  shape_text(first.hf_shape), adapters ? ": was the adapter made for another base model?" : "");
     for (const auto& [s, t] : slots) {
       const TensorSlot& slot = layout.segments()[s].tensors[t];
       STRATUM_CHECK(!seen[k][s][t], "[model] ", path, ": tensor '", info.name,
                     "' appears twice (with and without prefix)");
-      if (keep != nullptr && !(*keep)(s)) {  // present and shaped right; another rank's to hold
+      if (store == nullptr || (keep != nullptr && !(*keep)(s))) {  // present and shaped right; not held here
+        STRATUM_CHECK(info.dtype == DType::F32 || info.dtype == DType::F16 || info.dtype == DType::BF16 ||
+                          info.dtype == DType::F64,
+                      "[model] ", path, ": tensor '", info.name, "' has dtype ", dtype_name(info.dtype),
+                      "; expected a floating-point tensor (F32, F16, BF16 or F64)");
         seen[k][s][t] = true;
         continue;
       }
       // A slot may hold rows [row0, row0 + rows) of the tensor (Note [vocab blocks]).
-      SegmentHold hold(store, s, kinds[k].first, Access::Update, slot.chunk);
+      SegmentHold hold(*store, s, kinds[k].first, Access::Update, slot.chunk);
       const std::size_t at = layout.segments()[s].offset_in_chunk(slot);
       std::size_t bad = slot.numel;  // the first non-finite element, if any
       float bad_value = 0.0f;
-      if (store.units().dtype(store.units().index(s, kinds[k].first, slot.chunk)) == DType::BF16) {  // Note [bf16 weights]
+      if (store->units().dtype(store->units().index(s, kinds[k].first, slot.chunk)) == DType::BF16) {  // Note [bf16 weights]
         std::uint16_t* const dst = hold.view().bf16() + at;
         if (info.dtype == DType::BF16) {
           file.read_raw_range(info, slot.hf_first(), slot.numel, dst);
@@ -278,7 +284,14 @@ bool model_weights_bf16(const std::string& dir) {
 void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store) {
   std::map<std::string, std::string> weight_map;
   const std::vector<std::string> paths = model_weight_files(dir, &weight_map);
-  load_kinds(paths, layout, store, {{SegmentKind::Params, ""}}, ignorable_tensor, "the weights",
+  load_kinds(paths, layout, &store, {{SegmentKind::Params, ""}}, ignorable_tensor, "the weights",
+             weight_map.empty() ? nullptr : &weight_map, SegmentSelect::Base);
+}
+
+void model_check_weights(const std::string& dir, const ParamLayout& layout) {
+  std::map<std::string, std::string> weight_map;
+  const std::vector<std::string> paths = model_weight_files(dir, &weight_map);
+  load_kinds(paths, layout, nullptr, {{SegmentKind::Params, ""}}, ignorable_tensor, "the weights",
              weight_map.empty() ? nullptr : &weight_map, SegmentSelect::Base);
 }
 
@@ -323,7 +336,7 @@ void optimizer_load(const std::string& dir, const ParamLayout& layout, SegmentSt
   STRATUM_CHECK(!paths.empty(), "[checkpoint] '", dir,
                 "' has no optimizer.safetensors and no complete set of optimizer-NNNNN-of-NNNNN.safetensors shards");
   for (std::string& p : paths) p = dir + "/" + p;
-  load_kinds(paths, layout, store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
+  load_kinds(paths, layout, &store, {{SegmentKind::AdamM, ".exp_avg"}, {SegmentKind::AdamV, ".exp_avg_sq"}},
              [](const std::string&) { return false; }, "the AdamW state", nullptr, SegmentSelect::Trainable, "", keep);
 }
 

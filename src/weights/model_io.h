@@ -32,6 +32,8 @@ std::vector<std::string> model_weight_files(const std::string& dir, std::map<std
 // missing tensor, wrong shape, tensor outside its indexed shard or index entry absent from its
 // shard is an error naming it.
 void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store);
+// The same checks of names, shapes, dtypes and shards, reading headers only (`stratum info`).
+void model_check_weights(const std::string& dir, const ParamLayout& layout);
 // Whether every weight DIR holds (model_weight_files, ignoring what model_load_weights ignores) is
 // BF16 (false for a directory without weights, e.g. a config alone). A store whose
 // units().param_bf16() loads them unconverted (Note [bf16 weights] in infer/decoder.h).

@@ -26,8 +26,9 @@ bool segment_selected(const ParamLayout& layout, int s, SegmentSelect select);
 // be found once per (kind, suffix) across the files. `expect` (may be null) names the file each
 // tensor must be in (a sharded model's index). `keep` (may be null): the selected segments whose
 // tensors go to the store; the others' are checked for presence and shape only (a data-parallel
-// rank's share of the optimizer state, Note [zero sharding]).
-void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout, SegmentStore& store,
+// rank's share of the optimizer state, Note [zero sharding]). store null: every tensor is only
+// checked (`stratum info`).
+void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout, SegmentStore* store,
                 const std::vector<std::pair<SegmentKind, std::string>>& kinds,
                 const std::function<bool(const std::string&)>& ignore, const char* what,
                 const std::map<std::string, std::string>* expect, SegmentSelect select,
