@@ -369,6 +369,18 @@ TEST_F(Checkpoint, CorruptOrNonFiniteWeightsAreRefusedByEveryReader) {
   EXPECT_NE(r.errors.find("loss became"), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("lower --lr"), std::string::npos) << r.errors;
   EXPECT_EQ(r.errors.find("--grad-clip"), std::string::npos) << r.errors;
+
+  // A last update that diverges (the loss before it was finite) is not saved as a checkpoint that
+  // every reader above would refuse: one line and exit 1, no checkpoint (it had exit 0).
+  const std::string diverged_root = tmp_.file("diverged");
+  std::string diverge = train_args(tokens_, 1) + " --weight-decay 1e30 --save " + quote(diverged_root);
+  diverge.replace(diverge.find("--lr 1e-3"), 9, "--lr 1e30");
+  r = run_stratum(diverge);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("holds a NaN or infinity: training diverged"), std::string::npos) << r.errors;
+  EXPECT_EQ(std::count(r.errors.begin(), r.errors.end(), '\n'), 4) << r.errors;  // three [stratum] lines, the error
+  EXPECT_EQ(latest_of(diverged_root), "");
+  EXPECT_FALSE(file_exists(diverged_root + "/step-00000001"));
 }
 
 // A broken `latest` (empty, naming a checkpoint that is gone, pointing outside the root) is read

@@ -207,6 +207,28 @@ TEST(OffloadFault, ADiskTooSmallForTheStateIsRefusedBeforeMeasuring) {
   }
 }
 
+// A run killed outright (SIGKILL, power loss) leaves its offload files in DIR/stratum-offload.
+// They count as free for the next run, which removes them when it takes the directory's lock: a
+// crash loop rerunning on a disk with room for one run's files is not refused forever (it was,
+// as "has X free but this run needs Y"), and no dead file stays behind.
+TEST(OffloadFault, ADeadRunsOffloadFilesAreTheNextRunsSpace) {
+  TempDir tmp;
+  const std::string disk = tmp.file("disk");
+  const testing::SmallDisk small(disk, "24m");
+  if (!small.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (not root)";
+  const std::string tokens = write_tokens(tmp);
+  dir_create(disk + "/stratum-offload");
+  {
+    const int fd = ::open((disk + "/stratum-offload/layer.9.params.bin").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::posix_fallocate(fd, 0, 10 << 20), 0);  // 24 MiB - 10 MiB < the run's 17 MiB
+    ::close(fd);
+  }
+  const CommandResult r = run_stratum(train_args(tokens, 2) + offload_args(min_budget_mib(), disk));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_DIR_CLEAN(disk);
+}
+
 // A disk with room to calibrate (4 MiB) but too small even for the plan's one-layer measurement:
 // named as the directory given, not the measurement's scratch subdirectory, and not as "this
 // run's" need.

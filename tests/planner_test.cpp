@@ -382,6 +382,9 @@ TEST(Plan, EverythingFitsMeansNoTrafficAndTooSmallIsRefused) {
     ADD_FAILURE() << "a budget below the minimum must be refused";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("below the minimum"), std::string::npos) << e.what();
+    // One byte short reads the same in MiB: the bytes say which is smaller.
+    EXPECT_NE(std::string(e.what()).find(" (" + std::to_string(ram.min_budget_bytes) + " bytes) for this model"),
+              std::string::npos) << e.what();
   }
 }
 
@@ -535,7 +538,7 @@ TEST(Plan, TheMeasurementStaysWithinTheBudget) {
 
 // Note [stale plan directories]: a run killed while its plan was measured leaves
 // TMPDIR/stratum-plan-<pid>-XXXXXX (the measured config) and OFFLOAD/stratum-plan-<pid> (the
-// measurement's offload files). The next run's plan removes those of processes that are gone and
+// measurement's offload files), and OFFLOAD/.stratum-calibrate.<pid>.tmp. The next run's plan removes those of processes that are gone and
 // keeps a live process's and anything not named by a pid; its own are gone when it ends.
 TEST(Plan, DirectoriesOfKilledRunsAreRemovedByTheNextPlan) {
   testing::TempDir tmp, off, work;
@@ -553,6 +556,10 @@ TEST(Plan, DirectoriesOfKilledRunsAreRemovedByTheNextPlan) {
   make(tmp.file("stratum-plan-" + alive + "-KeepMe"));
   make(off.file("stratum-plan-" + alive));
   make(off.file("stratum-plan-notes"));
+  // The disk test file of a measurement that died of Ctrl-C (it has no handler: no destructor ran).
+  file_write_atomic(off.file(".stratum-calibrate." + gone + ".tmp"), "x");
+  file_write_atomic(off.file(".stratum-calibrate." + alive + ".tmp"), "x");
+  file_write_atomic(off.file(".stratum-calibrate." + gone + ".tmp.mine"), "x");
   const std::string data = testing::write_random_tokens(work.file("train.bin"), 4096, 512, 3);
   testing::ScopedEnv tmpdir("TMPDIR", tmp.path());
   const auto r = testing::run_stratum("train --layers 2 --heads 2 --embd 64 --ctx 64 --vocab 512 --batch 2 --seq 16"
@@ -564,6 +571,9 @@ TEST(Plan, DirectoriesOfKilledRunsAreRemovedByTheNextPlan) {
   EXPECT_TRUE(std::filesystem::exists(tmp.file("stratum-plan-" + alive + "-KeepMe")));
   EXPECT_TRUE(std::filesystem::exists(off.file("stratum-plan-" + alive)));
   EXPECT_TRUE(std::filesystem::exists(off.file("stratum-plan-notes")));
+  EXPECT_FALSE(std::filesystem::exists(off.file(".stratum-calibrate." + gone + ".tmp")));
+  EXPECT_TRUE(std::filesystem::exists(off.file(".stratum-calibrate." + alive + ".tmp")));
+  EXPECT_TRUE(std::filesystem::exists(off.file(".stratum-calibrate." + gone + ".tmp.mine")));
   std::size_t left = 0;
   for (const auto& entry : std::filesystem::directory_iterator(tmp.path())) left += entry.path().filename() != "stratum-plan-" + alive + "-KeepMe";
   EXPECT_EQ(left, 0u) << "the run's own config directory must be removed";

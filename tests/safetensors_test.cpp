@@ -286,7 +286,7 @@ TEST(Safetensors, ReadF32RangeRejectsRangesOutsideTheTensorAndIntegerDtypes) {
   expect_error([&] { f.read_f32_range(*f.find("h"), 0, 4, out); }, "[safetensors] ", {path, "'h'", "[0, 4)", "3 elements"});
   expect_error([&] { f.read_f32_range(*f.find("w"), 2, SIZE_MAX, out); }, "[safetensors] ",
                {path, "'w'", "from element 2"});
-  expect_error([&] { f.read_f32_range(*f.find("ids"), 0, 1, out); }, "[safetensors] ", {path, "'ids'", "I32", "read_f32"});
+  expect_error([&] { f.read_f32_range(*f.find("ids"), 0, 1, out); }, "[safetensors] ", {path, "'ids'", "I32", "expected a floating-point tensor"});
 }
 
 TEST(Safetensors, WritePiecesRoundTripBitExactly) {

@@ -113,7 +113,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (!args.flag("measure-json") && r.mem_budget_bytes > 0) {
     plan_budget_check(r, plan_min_budget_bytes(r));
     if (r.ranks == 1)  // a rank streams only its share
-      offload_disk_check(offload_dir, dir_free_bytes(offload_dir, "--offload-dir"), plan_offload_floor_bytes(r));
+      offload_disk_check(offload_dir, offload_free_bytes(offload_dir), plan_offload_floor_bytes(r));
   }
   // The measurement in a process of its own, as train's (a child of --measure-json measures here):
   // Ctrl-C stops it and the files it made are removed, where a plan measuring in this process
@@ -130,7 +130,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   if (r.activations == ActivationPolicy::Auto) {  // Note [activations offload]: the plan chooses
     const ActivationChoice choice =
         plan_choose_activations(r, measured.timing, measured.read_gbps, measured.write_gbps,
-                                r.mem_budget_bytes > 0 ? dir_free_bytes(offload_dir, "--offload-dir") : 0);
+                                r.mem_budget_bytes > 0 ? offload_free_bytes(offload_dir) : 0);
     r.activations = choice.policy;
     choice_text = choice.why + "\n";
   }

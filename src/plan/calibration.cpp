@@ -11,6 +11,7 @@
 #include "plan/calibration.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
@@ -26,10 +27,13 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <filesystem>
 #include <iterator>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string_view>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -283,6 +287,7 @@ void disk_pass(IoEngine& engine, IoOp op, int fd, std::size_t total_bytes, std::
 // blocks, as the store does after its first step (writing into fresh preallocated extents costs
 // the file system extra work: 15-30% slower on ext4 here). The file is removed on every path out.
 DiskNumbers disk_measure(const std::string& dir, std::size_t bytes) {
+  stale_planner_files_remove(dir);  // Note [stale plan directories] (plan/calibration.h)
   DiskNumbers numbers;
   numbers.direct = io_direct_supported(dir);
   IoEngineOptions io;
@@ -531,6 +536,28 @@ Calibration calibrate(const CalibrationOptions& options) {
   c.note = store_note.empty() ? note : (note.empty() ? store_note : note + "; " + store_note);
   if (!small_note.empty()) c.note = c.note.empty() ? small_note : c.note + "; " + small_note;
   return c;
+}
+
+void stale_planner_files_remove(const std::string& parent) {
+  // (prefix, what may follow the pid): "" or "-XXXXXX" for directories, ".tmp" for the test file
+  constexpr std::pair<std::string_view, std::string_view> kKinds[] = {{"stratum-plan-", "-"},
+                                                                      {".stratum-calibrate.", ".tmp"}};
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    for (const auto& [prefix, tail] : kKinds) {
+      if (name.compare(0, prefix.size(), prefix) != 0) continue;
+      const char* digits = name.c_str() + prefix.size();
+      char* rest = nullptr;
+      const long pid = std::strtol(digits, &rest, 10);
+      const std::string_view after(rest);
+      const bool named = rest != digits && (tail == "-" ? after.empty() || after.front() == '-' : after == tail);
+      if (!named || pid <= 0 || pid == ::getpid()) continue;
+      if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+      std::error_code ignored;
+      std::filesystem::remove_all(it->path(), ignored);
+    }
+  }
 }
 
 }  // namespace stratum

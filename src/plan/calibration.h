@@ -58,4 +58,13 @@ std::string calibration_device(const std::string& dir);
 // directory, not writable or has no room for the test file; cache problems only set `note`.
 Calibration calibrate(const CalibrationOptions& options);
 
+// Note [stale plan directories]: the planner's files are named after the process that made them:
+// directories stratum-plan-<pid> (the measurement's offload files) and stratum-plan-<pid>-XXXXXX
+// (the measured config), and the disk test file .stratum-calibrate.<pid>.tmp. That process removes
+// them when it is done; one killed outright (SIGKILL, or Ctrl-C reaching the measurement process,
+// which has no handler) cannot. So before making one, and after a measurement process dies of a
+// signal, the planner removes those in the same parent whose process no longer exists. A live
+// process's, or one this user may not signal, are left alone.
+void stale_planner_files_remove(const std::string& parent);
+
 }  // namespace stratum

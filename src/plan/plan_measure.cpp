@@ -48,31 +48,10 @@ struct OwnedDir {
   std::string path;
 };
 
-// Note [stale plan directories]: the planner's directories are named stratum-plan-<pid> (the
-// measurement's offload files) and stratum-plan-<pid>-XXXXXX (the measured config), <pid> the
-// process that made them, which removes them when it is done. A process killed outright (SIGKILL,
-// a crash test) cannot; so before making one, the planner removes those in the same parent whose
-// process no longer exists. A live process's, or one this user may not signal, are left alone.
-void stale_plan_dirs_remove(const std::string& parent) {
-  constexpr std::string_view kPrefix = "stratum-plan-";
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(parent, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
-    const char* digits = name.c_str() + kPrefix.size();
-    char* rest = nullptr;
-    const long pid = std::strtol(digits, &rest, 10);
-    if (rest == digits || (*rest != '\0' && *rest != '-') || pid <= 0 || pid == ::getpid()) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    std::error_code ignored;
-    std::filesystem::remove_all(it->path(), ignored);
-  }
-}
-
 // The measurement's own offload files (Note [bounded measurement]) go to DIR/stratum-plan-<pid>,
 // so a run or another plan using DIR is not disturbed.
 std::unique_ptr<OwnedDir> scratch_dir_make(const std::string& parent) {
-  stale_plan_dirs_remove(parent);  // Note [stale plan directories]
+  stale_planner_files_remove(parent);  // Note [stale plan directories]
   auto dir = std::make_unique<OwnedDir>(parent + "/stratum-plan-" + std::to_string(::getpid()));
   dir_create(dir->path);
   return dir;
@@ -323,7 +302,7 @@ namespace {
 // A temporary directory holding config.json of `config` (what `stratum plan --model` reads).
 std::string config_dir_make(const GptConfig& config) {
   const std::filesystem::path tmp = std::filesystem::temp_directory_path();
-  stale_plan_dirs_remove(tmp.string());  // Note [stale plan directories]
+  stale_planner_files_remove(tmp.string());  // Note [stale plan directories]
   std::string templ = (tmp / ("stratum-plan-" + std::to_string(::getpid()) + "-XXXXXX")).string();
   STRATUM_CHECK(::mkdtemp(templ.data()) != nullptr, "[plan] cannot create a temporary directory in ",
                 tmp.string(), ": ", std::strerror(errno),
@@ -411,7 +390,7 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFSIGNALED(status)) {  // stopped (Ctrl-C) or killed: what it wrote goes (Note [stale plan directories])
-    if (!co.offload_dir.empty()) stale_plan_dirs_remove(co.offload_dir);
+    if (!co.offload_dir.empty()) stale_planner_files_remove(co.offload_dir);
     STRATUM_FAIL("[plan] the measurement stopped at signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
                  ") before it finished; its files are removed");
   }

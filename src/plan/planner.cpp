@@ -250,8 +250,12 @@ std::string plan_row_chunk_advice(const PlanRequest& r, std::size_t budget_bytes
 
 std::string plan_budget_refusal(const char* flag, std::size_t budget_bytes, std::size_t min_bytes, int batch, int seq,
                                 const std::string& parts, const std::string& advice) {
-  return detail::concat(flag, " ", bytes_text(static_cast<double>(budget_bytes)), " is below the minimum of ",
-                        bytes_text(static_cast<double>(min_bytes)), " for this model at B=", batch, " T=", seq,
+  std::string budget = bytes_text(static_cast<double>(budget_bytes)), min = bytes_text(static_cast<double>(min_bytes));
+  if (budget == min) {  // "16.3 MiB is below the minimum of 16.3 MiB": the bytes tell them apart
+    budget += " (" + std::to_string(budget_bytes) + " bytes)";
+    min += " (" + std::to_string(min_bytes) + " bytes)";
+  }
+  return detail::concat(flag, " ", budget, " is below the minimum of ", min, " for this model at B=", batch, " T=", seq,
                         parts.empty() ? std::string() : " (" + parts + ")", "; use ", flag, " ",
                         (min_bytes + (1 << 20) - 1) >> 20, "M or more", advice, ", or lower --batch/--seq");
 }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "core/byte_size.h"
 #include "core/file_util.h"
@@ -46,6 +47,27 @@ void offload_disk_check(const std::string& dir, std::size_t free_bytes, std::siz
                 " there for offloaded state: free space or choose another directory");
 }
 
+std::size_t offload_free_bytes(const std::string& dir) {
+  std::size_t bytes = dir_free_bytes(dir, "--offload-dir");
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir + "/" + kSubdirName, ec), end; !ec && it != end; it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
+      bytes += static_cast<std::size_t>(st.st_blocks) * 512;  // what unlinking it gives back
+  }
+  return bytes;
+}
+
+// Note [own subdirectory]: files in it when a run takes the lock are a dead run's (a live one
+// holds the lock): removed, so their space is the new run's and no name is left behind forever.
+static void stale_offload_files_remove(const std::string& subdir) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(subdir, ec), end; !ec && it != end; it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) ::unlink(it->path().c_str());
+  }
+}
+
 TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOptions& options)
     : SegmentStore(std::move(units_in)),
       options_(options),
@@ -67,7 +89,7 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
   }
 
   const std::size_t free_bytes =
-      options.free_bytes_override > 0 ? options.free_bytes_override : dir_free_bytes(dir, "--offload-dir");
+      options.free_bytes_override > 0 ? options.free_bytes_override : offload_free_bytes(dir);
   offload_disk_check(dir, free_bytes, units().total_bytes());
 
   lock_ = DirLock(dir, kLockFileName, "[store] another stratum run is using --offload-dir " + dir +
@@ -85,6 +107,7 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
     STRATUM_CHECK(::stat(subdir_.c_str(), &st) == 0 && S_ISDIR(st.st_mode), "[store] --offload-dir ", dir,
                   " holds a file named ", kSubdirName, " where Stratum keeps its offload files; move it or choose "
                   "another directory");
+    stale_offload_files_remove(subdir_);
     for (int f = 0; f < units().file_count(); ++f) {
       const std::string path = subdir_ + "/" + units().file_name(f);
       files_.emplace_back(io_open_file(path, direct));

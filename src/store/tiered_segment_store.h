@@ -46,6 +46,10 @@ namespace stratum {
 // The refusal of an offload directory without room for the state offloaded there (need_bytes:
 // every unit's file; the store checks it when made, the plan and train before measuring).
 void offload_disk_check(const std::string& dir, std::size_t free_bytes, std::size_t need_bytes);
+// What --offload-dir DIR has free for a run's offload files: the file system's free bytes plus
+// what DIR/stratum-offload already holds, which the run that takes DIR's lock removes before it
+// makes its own (a run killed outright leaves its files there; Note [own subdirectory]).
+std::size_t offload_free_bytes(const std::string& dir);
 
 struct TieredStoreOptions {
   std::size_t budget_bytes = 0;  // RAM tier: every unit buffer the store holds

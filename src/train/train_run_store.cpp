@@ -41,7 +41,7 @@ void TrainRun::store_make() {
   // A disk without room for the state refused before the plan measures (which takes a while on a
   // large model); the store checks the exact need when made.
   if (budget && ranks() == 1 && dir_exists(o_.offload_dir))  // a rank streams only its share
-    offload_disk_check(o_.offload_dir, dir_free_bytes(o_.offload_dir, "--offload-dir"), plan_offload_floor_bytes(request));
+    offload_disk_check(o_.offload_dir, offload_free_bytes(o_.offload_dir), plan_offload_floor_bytes(request));
   // The plan's measurement (Note [plan model]), with a budget: before the executor when the plan
   // chooses the activations policy (Note [activations offload]), which the executor is made with.
   PlanMeasurement measured;
@@ -59,7 +59,7 @@ void TrainRun::store_make() {
                                         plan_row_chunk_advice(request, o_.mem_budget_bytes)));
       measured = plan_measure(request, co, threads_, o_.measure_exe);
       const ActivationChoice choice = plan_choose_activations(
-          request, measured.timing, measured.read_gbps, measured.write_gbps, dir_free_bytes(o_.offload_dir, "--offload-dir"));
+          request, measured.timing, measured.read_gbps, measured.write_gbps, offload_free_bytes(o_.offload_dir));
       request.activations = choice.policy;
       plan = choice.plan;
       activations_line_ = "[stratum] " + choice.why + "\n";

@@ -97,7 +97,8 @@ void TrainRun::save_space_check() {
   const long more = checkpoint_peak_more(static_cast<long>(checkpoint_list(o_.save_dir).size()), saves, o_.keep);
   const std::size_t need = each * static_cast<std::size_t>(more), free = dir_free_bytes(o_.save_dir, "--save");
   STRATUM_CHECK(need <= free, "[train] --save '", o_.save_dir, "' has ", bytes_text(free), " free and this run's ",
-                "checkpoints need about ", bytes_text(need), " more (", more, " checkpoints of ", bytes_text(each),
+                "checkpoints need about ", bytes_text(need), " more (", more, more == 1 ? " checkpoint of " : " checkpoints of ",
+                bytes_text(each),
                 " at once with --keep ", o_.keep, "); free space, lower --keep or choose another directory");
 }
 

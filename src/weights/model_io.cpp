@@ -210,7 +210,7 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
           pieces.push_back({ps, slot.chunk, layout.segments()[ps].offset_in_chunk(slot), slot.numel});
           e.piece_bytes.push_back(slot.numel * dtype_size_bytes(out));
         }
-        e.data_fn = [&, pieces, kind = kind](std::size_t piece) -> const void* {
+        e.data_fn = [&, pieces, kind = kind, name = e.name](std::size_t piece) -> const void* {
           const Piece& p = pieces[piece];
           const Held want{p.segment, p.chunk, kind};
           if (!(held == want)) {
@@ -219,6 +219,18 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
             held = want;
           }
           const TensorView v = hold->view().slice(p.offset, p.numel);
+          // Note [checked reads] refuses a NaN or infinity on load, so none is written: a run whose
+          // last update diverged (its loss was still finite) saved a checkpoint nothing could load.
+          bool finite = true;  // an all-ones exponent, tested branch-free (vectorised: saves stay I/O-bound)
+          if (v.dtype() == DType::F32) {
+            const auto* bits = reinterpret_cast<const std::uint32_t*>(v.f32());
+            for (std::size_t i = 0; i < p.numel; ++i) finite &= (bits[i] & 0x7f800000u) != 0x7f800000u;
+          } else {
+            const std::uint16_t* bits = v.bf16();
+            for (std::size_t i = 0; i < p.numel; ++i) finite &= (bits[i] & 0x7f80u) != 0x7f80u;
+          }
+          STRATUM_CHECK(finite, "[model.save] tensor '", name, "' holds a NaN or infinity: training diverged "
+                        "(lower --lr or --weight-decay, or clip with --grad-clip)");
           if (v.dtype() == out) return v.data();
           rounded.resize(p.numel);
           if (v.dtype() == DType::F32) {
