@@ -658,6 +658,16 @@ TEST(AdapterConfig, MalformedInputTable) {
              "modules_to_save": null, "fan_in_fan_out": false, "bias": "none"})", "a.json", ModelArch::Llama)
                 .scale(),
             16.0f / std::sqrt(8.0f));
+  // As PEFT: names the model lacks are allowed beside one that matches (a list shared across
+  // families), and adapt nothing; only when none matches is the adapter refused.
+  const LoraConfig shared = adapter_config_parse(
+      R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "c_attn", "v_proj"]})", "a.json",
+      ModelArch::Llama);
+  EXPECT_EQ(lora_targets_text(shared), "q_proj,v_proj");
+  EXPECT_EQ(lora_targets_text(adapter_config_parse(
+                R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "c_attn"]})",
+                "a.json", ModelArch::Gpt2)),
+            "c_attn");
   const std::pair<std::string, std::string> cases[] = {
       {"", "not valid JSON"},
       {"[]", "expected a JSON object"},

@@ -36,6 +36,20 @@ std::array<int, 2> lora_module_dims(const GptConfig& cfg, int k) {
   return dims[k];
 }
 
+namespace {
+bool lora_key_matches(const std::string& module, const std::string& key) {
+  return module == key || (module.size() > key.size() &&
+                           module.compare(module.size() - key.size(), key.size(), key) == 0 &&
+                           module[module.size() - key.size() - 1] == '.');
+}
+}  // namespace
+
+bool lora_target_known(ModelArch arch, const std::string& key) {
+  for (const std::string& m : lora_modules(arch))
+    if (lora_key_matches(m, key)) return true;
+  return false;
+}
+
 std::array<bool, kLoraMaxTargets> lora_targets_resolve(ModelArch arch, const std::vector<std::string>& targets) {
   const std::vector<std::string>& modules = lora_modules(arch);
   std::string valid;
@@ -49,12 +63,8 @@ std::array<bool, kLoraMaxTargets> lora_targets_resolve(ModelArch arch, const std
   std::array<bool, kLoraMaxTargets> on{};
   for (const std::string& key : targets) {
     bool matched = false;
-    for (std::size_t k = 0; k < modules.size(); ++k) {
-      const std::string& m = modules[k];
-      const bool match = m == key || (m.size() > key.size() && m.compare(m.size() - key.size(), key.size(), key) == 0 &&
-                                      m[m.size() - key.size() - 1] == '.');
-      if (match) on[k] = matched = true;
-    }
+    for (std::size_t k = 0; k < modules.size(); ++k)
+      if (lora_key_matches(modules[k], key)) on[k] = matched = true;
     STRATUM_CHECK(matched, "[lora] target module '", key, "' is not a linear layer of a ", model_arch_name(arch),
                   " block; valid: ", valid);
   }

@@ -58,6 +58,8 @@ std::array<int, 2> lora_module_dims(const GptConfig& cfg, int k);
 // with "." + key); throws a one-line Error naming the key and the valid ones when a key matches
 // nothing, or when no key is given.
 std::array<bool, kLoraMaxTargets> lora_targets_resolve(ModelArch arch, const std::vector<std::string>& targets);
+// Whether one target key names a linear layer of the family's block (the same matching).
+bool lora_target_known(ModelArch arch, const std::string& key);
 // A run's LoRA settings from its options: targets_csv is a comma-separated target_modules list,
 // empty for PEFT's default of the family (GPT-2 c_attn, Llama q_proj and v_proj). r 0: off;
 // otherwise validated (lora_config_validate).

@@ -64,6 +64,13 @@ LoraConfig adapter_config_parse(const std::string& text, const std::string& path
     f.check(t.is_string(), "target_modules", "must list strings");
     lora.targets.push_back(t.get<std::string>());
   }
+  // PEFT loads an adapter whose target_modules also name modules the model lacks, as long as one
+  // matches (a list shared across families: ["q_proj", "v_proj", "c_attn"]); those adapt
+  // nothing, so they are dropped. When none matches, the strict check below names the first.
+  std::vector<std::string> known;
+  for (const std::string& t : lora.targets)
+    if (lora_target_known(arch, t)) known.push_back(t);
+  if (!known.empty()) lora.targets = std::move(known);
   lora_config_validate(lora, arch);
   return lora;
 }
