@@ -576,6 +576,24 @@ TEST_F(Checkpoint, RerunningTheSameCommandWithResumeAddedContinues) {
   r = run_stratum(other_heads + " --resume " + quote(root + "/step-00000004"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.errors.find("--heads is 2 but the checkpoint was trained with 4"), std::string::npos) << r.errors;
+  // The restart of a run stopped before its first checkpoint: --resume names its own --save
+  // directory, which does not exist yet or holds none; the run starts there (it was refused
+  // forever), to the same bits. A --resume of another empty directory is still refused.
+  const std::string root3 = tmp_.file("ck3");
+  const std::string fresh = train_args(tokens_, kSteps) + " --save " + quote(root3) + " --resume " + quote(root3);
+  r = run_stratum(fresh);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("holds no checkpoint yet"), std::string::npos) << r.errors;
+  EXPECT_EQ(params_hash(r), ref_hash_) << r.errors;
+  std::filesystem::remove_all(root3);
+  std::filesystem::create_directories(root3);
+  r = run_stratum(fresh);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(latest_of(root3), "step-0000000" + std::to_string(kSteps) + "\n");
+  std::filesystem::create_directories(tmp_.file("empty"));
+  r = run_stratum(train_args(tokens_, kSteps) + " --save " + quote(root3) + " --resume " + quote(tmp_.file("empty")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("holds no checkpoint"), std::string::npos) << r.errors;
 }
 
 // Waits until `log` has at least `lines` records (or the process ended).

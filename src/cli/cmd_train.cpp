@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <type_traits>
 #include <variant>
@@ -92,6 +93,18 @@ void resume_model_check(const Args& args, const std::string& model_dir, const st
 // The checkpoint is found and verified first (checkpoint_find: from a root, the newest that
 // verifies), so a damaged newest one gives neither its options nor its model; train_run resumes
 // the one found here.
+// A job scheduler's restart of a run stopped before its first checkpoint: the command that
+// started it with --resume naming its own --save directory, which holds no checkpoint yet (or does
+// not exist yet). That starts the run, as the command without --resume would; a --resume naming
+// anything else with no checkpoint in it is still refused (checkpoint_find).
+bool resume_has_nothing_yet(const std::string& resume, const std::string& save) {
+  if (save.empty() || file_exists(resume + "/manifest.json")) return false;
+  std::error_code ec1, ec2;
+  const auto a = std::filesystem::weakly_canonical(resume, ec1), b = std::filesystem::weakly_canonical(save, ec2);
+  if (ec1 || ec2 || a != b) return false;
+  return !dir_exists(resume) || checkpoint_list(resume).empty();
+}
+
 void fill_from_checkpoint(const Args& args, TrainOptions& o) {
   o.resume_point = checkpoint_find(o.resume_path);
   const TrainerState& st = o.resume_point->state;
@@ -219,6 +232,12 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
     checkpoint_dir_check(o.lora_init_dir, "train");
   }
   o.resume_path = args.str("resume");
+  if (!o.resume_path.empty() && resume_has_nothing_yet(o.resume_path, o.save_dir)) {
+    if (o.comm == nullptr || o.comm->rank() == 0)
+      std::fprintf(stderr, "[stratum] --resume '%s' holds no checkpoint yet (the run was stopped before its first): "
+                   "starting it there\n", o.resume_path.c_str());
+    o.resume_path.clear();
+  }
   if (!o.resume_path.empty()) fill_from_checkpoint(args, o);
   run_options_settle(args, o);
   o.measure_exe = "/proc/self/exe";  // the plan's measurement runs in its own process
