@@ -477,13 +477,17 @@ TEST_F(Checkpoint, ADamagedNewestCheckpointGivesNeitherItsOptionsNorItsModel) {
 TEST_F(Checkpoint, APlainResumeContinuesUnderTheRunsBudgetAndThreads) {
   const std::string root = tmp_.file("ck");
   const std::string offload = tmp_.file("off");
+  const std::string log = tmp_.file("run.jsonl");
   CommandResult r = run_stratum(train_args(tokens_, kSteps) + budget_args(offload, 2) + " --save " + quote(root) +
-                                " --save-every 4");
+                                " --save-every 4 --log " + quote(log));
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_EQ(params_hash(r), ref_hash_);
   const std::string s4 = quote(root + "/step-00000004");
+  file_write_atomic(log, file_read_all(log).substr(0, file_read_all(log).find("\"step\":6")));  // a kill in step 6
   r = run_stratum("train --resume " + s4 + " --save " + quote(tmp_.file("a")) + " --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.errors;
+  // ... and logs to the run's file: the records after step 4 written again, as one run's.
+  EXPECT_EQ(losses(log), ref_losses_);
   EXPECT_NE(r.errors.find("memory: budget 4.0 MiB"), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("offload to " + offload + ":"), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("prefetch 2"), std::string::npos) << r.errors;

@@ -199,7 +199,6 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
   Args args("train", argv,
             concat_specs(model_flag_specs(),
                          concat_specs(train_option_specs(), {
-             {"log", "FILE.jsonl", "write one JSON object per step"},
              {"trace", "FILE.json", "write a Chrome/Perfetto trace (compute, optimizer worker, I/O reads and writes)"},
              {"save", "DIR", "write checkpoints under DIR at the end (and every --save-every): DIR/step-N holds a "
                              "Hugging Face GPT-2 directory, the AdamW state and the trainer state; DIR/latest names "
@@ -219,7 +218,6 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
   o.model_dir = args.has("model") ? model_dir_resolve(args.str("model")) : "";
   o.config = model_flags_config(args);
   train_options_parse(args, o);
-  o.log_path = args.str("log");
   o.trace_path = args.str("trace");
   o.save_dir = args.str("save");
   if (const char* fault = std::getenv("STRATUM_IO_FAULT")) o.io_fault = IoFaultPlan::parse(fault);

@@ -123,6 +123,9 @@ const TrainOption kTable[] = {
      0, 1e18, false, [](TrainSettings& s) -> TrainOptionField { return &s.mem_budget_bytes; }, true, true},
     {"offload-dir", "offload_dir", "DIR", "directory on a fast disk (NVMe) for state that does not fit --mem-budget",
      0, 0, false, [](TrainSettings& s) -> TrainOptionField { return &s.offload_dir; }, true},
+    {"log", "log_path", "FILE.jsonl",
+     "write one JSON object per step (a resume continues the run's log unless given another)", 0, 0, false,
+     [](TrainSettings& s) -> TrainOptionField { return &s.log_path; }, true},
     {"prefetch", "prefetch", "K",
      "with --mem-budget: schedule groups loaded ahead of the one computing (-1: the plan's choice, see stratum "
      "plan); with --gpu-mem-budget: copied to the GPU ahead (-1: 2)",

@@ -5,10 +5,10 @@
 // key, its help text, its accepted range, and whether it changes the math (then a resumed run
 // must use the checkpoint's value). Its default is the field's initializer. A new option is one
 // field and one row; nothing else lists the options. The rows that do not change the math are
-// recorded too (the budgets, offload directory, prefetch, I/O, threads, backend), so a resume that
-// leaves them out continues the run as it was: under its budget, on its device, with its thread
-// count (the CPU's matrix products' bits depend on it). What is never recorded (the log, the
-// trace, the save directory) stays in TrainOptions (trainer.h).
+// recorded too (the budgets, offload directory, prefetch, I/O, threads, backend, log file), so a
+// resume that leaves them out continues the run as it was: under its budget, on its device, with
+// its thread count (the CPU's matrix products' bits depend on it), logging to its file. What is
+// never recorded (the trace, the save directory) stays in TrainOptions (trainer.h).
 #pragma once
 
 #include <cstdint>
@@ -79,6 +79,8 @@ struct TrainSettings {
   // files under offload_dir and is streamed (TieredSegmentStore).
   std::uint64_t mem_budget_bytes = 0;
   std::string offload_dir;
+  // One JSON object per step (obs/metrics_log.h); recorded, so a plain --resume continues it.
+  std::string log_path;
   int prefetch = -1;            // schedule groups loaded ahead; < 0 = the plan's choice (plan/planner.h)
   IoBackend io_backend = IoBackend::Auto;
   std::uint64_t io_block_bytes = std::uint64_t{1} << 20;  // I/O request block size (bench/io_sweep)

@@ -32,7 +32,6 @@ struct TrainOptions : TrainSettings {
   bool lora_alpha_given = false;    // --lora-alpha / --lora-rslora were given: with --lora-init they must
   bool lora_rslora_given = false;   // agree with its adapter_config.json (the adapter's scale is fixed)
   GptConfig config;           // used when model_dir is empty
-  std::string log_path;
   std::string trace_path;     // Chrome/Perfetto trace of compute, optimizer and I/O (empty = off)
   // Checkpoints (Note [checkpoints], train/checkpoint.h): save_dir is a checkpoint root that gets
   // step-NNNNNNNN directories (HF model + AdamW state + trainer state) and a `latest` pointer.
