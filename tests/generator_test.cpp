@@ -79,8 +79,11 @@ TEST(Sampling, TemperatureBelowFloatRangeIsTheLimitNotNan) {
       for (int k : {0, 3})
         for (double p : {1.0, 0.5}) {
           const int id = sample_next_token(host_ops(), logits.data(), 5, t, k, u, p);
-          EXPECT_EQ(id, u < 0.5 ? 2 : 3) << t << " " << u << " " << k << " " << p;
+          // top-p 0.5 keeps the lower of two tied ids, as the nucleus does at any temperature
+          EXPECT_EQ(id, u < 0.5 || p == 0.5 ? 2 : 3) << t << " " << u << " " << k << " " << p;
         }
+  // The same tie rule at a small temperature that does not overflow: top-p 0.5 keeps id 2.
+  for (double u : {0.0, 0.7}) EXPECT_EQ(sample_next_token(host_ops(), logits.data(), 5, 1e-3, 0, u, 0.5), 2);
   const std::vector<float> one = {1.0f, 3.0f, 2.0f};
   EXPECT_EQ(sample_next_token(host_ops(), one.data(), 3, 1e-45, 0, 0.99), 1);
 }

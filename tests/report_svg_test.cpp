@@ -44,6 +44,10 @@ TEST(ReportSvg, ExtremeValuesGiveFiniteCoordinates) {
   EXPECT_EQ(count(svg, "<polyline"), 1);
   EXPECT_EQ(svg.find("nan"), std::string::npos) << svg;
   EXPECT_EQ(svg.find("inf"), std::string::npos) << svg;
+  // A flat series of huge values: the +-0.5 widening would be lost to rounding.
+  const std::string flat = report_svg({nlohmann::json{{"step", 1}, {"loss", 1e300}}}, "t");
+  EXPECT_EQ(flat.find("nan"), std::string::npos) << flat;
+  EXPECT_EQ(flat.find("inf"), std::string::npos) << flat;
 }
 
 TEST(ReportSvg, RejectsRecordsWithoutStepOrLoss) {

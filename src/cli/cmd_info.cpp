@@ -52,6 +52,8 @@ void describe_adapter_dir(const std::string& dir) {
   std::optional<GptConfig> base;
   if (has_base_config) base = model_read_config(dir);
   // A PEFT directory does not name its family: the targets tell (GPT-2's c_attn, Llama's q_proj).
+  // Without a base config, the family whose layers more of target_modules name (a list may name
+  // both families' layers: PEFT adapts those the model has); GPT-2 on a tie.
   LoraConfig lora;
   ModelArch arch = base ? base->arch : ModelArch::Gpt2;
   try {
@@ -60,6 +62,13 @@ void describe_adapter_dir(const std::string& dir) {
     if (base) throw;
     arch = ModelArch::Llama;
     lora = adapter_config_read(dir, arch);
+  }
+  if (!base && arch == ModelArch::Gpt2) {
+    try {
+      const LoraConfig llama = adapter_config_read(dir, ModelArch::Llama);
+      if (llama.targets.size() > lora.targets.size()) lora = llama, arch = ModelArch::Llama;
+    } catch (const Error&) {  // not a Llama adapter
+    }
   }
   const std::string base_name = adapter_base_model(dir);
   std::printf("LoRA adapter %s: r=%d, alpha %g%s, dropout %g, on %s (%s)%s%s\n", dir.c_str(), lora.r, lora.alpha,

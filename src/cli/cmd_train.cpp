@@ -88,23 +88,28 @@ void resume_model_check(const Args& args, const std::string& model_dir, const st
                   row.text(given), " but the checkpoint was trained with ", row.text(have), fix);
 }
 
-// With --resume, the options left out are the checkpoint's (Note [checkpoints]); those given must
-// match it where they change the math (train_run checks, and resume_model_check for the model).
-// The checkpoint is found and verified first (checkpoint_find: from a root, the newest that
-// verifies), so a damaged newest one gives neither its options nor its model; train_run resumes
-// the one found here.
 // A job scheduler's restart of a run stopped before its first checkpoint: the command that
 // started it with --resume naming its own --save directory, which holds no checkpoint yet (or does
 // not exist yet). That starts the run, as the command without --resume would; a --resume naming
 // anything else with no checkpoint in it is still refused (checkpoint_find).
 bool resume_has_nothing_yet(const std::string& resume, const std::string& save) {
   if (save.empty() || file_exists(resume + "/manifest.json")) return false;
+  auto canonical = [](const std::string& dir, std::error_code& ec) {  // symlinks resolved, "a/" == "a"
+    std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(dir, ec), ec);
+    p = p.lexically_normal();
+    return p.has_filename() ? p : p.parent_path();
+  };
   std::error_code ec1, ec2;
-  const auto a = std::filesystem::weakly_canonical(resume, ec1), b = std::filesystem::weakly_canonical(save, ec2);
+  const auto a = canonical(resume, ec1), b = canonical(save, ec2);
   if (ec1 || ec2 || a != b) return false;
   return !dir_exists(resume) || checkpoint_list(resume).empty();
 }
 
+// With --resume, the options left out are the checkpoint's (Note [checkpoints]); those given must
+// match it where they change the math (train_run checks, and resume_model_check for the model).
+// The checkpoint is found and verified first (checkpoint_find: from a root, the newest that
+// verifies), so a damaged newest one gives neither its options nor its model; train_run resumes
+// the one found here.
 void fill_from_checkpoint(const Args& args, TrainOptions& o) {
   o.resume_point = checkpoint_find(o.resume_path);
   const TrainerState& st = o.resume_point->state;
@@ -153,6 +158,13 @@ void run_options_settle(const Args& args, TrainOptions& o) {
                 "--lora-r R to train adapters (or drop them to train every weight)");
   STRATUM_CHECK(o.optimizer == TrainOptimizer::ZoSgd || !args.has("zo-eps"),
                 "[train] --zo-eps is zo-sgd's perturbation scale: add --optimizer zo-sgd (or drop it)");
+  // The run's recorded log goes on only where its directory still is (a checkpoint copied to
+  // another machine): said before anything is loaded.
+  if (!args.has("log") && !o.log_path.empty()) {
+    const std::string parent = std::filesystem::path(o.log_path).parent_path().string();
+    STRATUM_CHECK(parent.empty() || dir_exists(parent), "[cli] --resume: the run's --log file ", o.log_path,
+                  " is in a directory that does not exist here: give --log FILE to log elsewhere");
+  }
   STRATUM_CHECK(args.has("offload-dir") || o.offload_dir.empty() || dir_exists(o.offload_dir),
                 "[cli] --resume: the checkpoint's --offload-dir ", o.offload_dir,
                 " does not exist: create it, give another --offload-dir, or --mem-budget 0 to train in RAM");

@@ -57,6 +57,11 @@ std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, doubl
     std::vector<int> tied;
     for (int i = 0; i < V; ++i)
       if (filtered[i] == top) tied.push_back(i);
+    // top-p as below: the tied tokens (1/n of the mass each, lower ids first) until top_p is reached.
+    std::size_t keep = 0;
+    for (double mass = 0.0; keep < tied.size() && (keep == 0 || mass < top_p); ++keep)
+      mass += 1.0 / static_cast<double>(tied.size());
+    tied.resize(keep);
     const auto pick = static_cast<std::size_t>(uniform01 * static_cast<double>(tied.size()));
     return tied[std::min(pick, tied.size() - 1)];
   }

@@ -231,9 +231,11 @@ GptConfig hf_config_read(const std::string& path) {
   option_refuse(path, root, "scale_attn_by_inverse_layer_idx", true, "not implemented");
   option_refuse(path, root, "add_cross_attention", true, "decoder-only models only");
   // Generation stops at these. GPT2Config's default 50256 stands in configs of any vocabulary
-  // (then no sampled id can match it), so unlike Llama's they are not checked against vocab_size.
-  // (An empty GPT-2 prompt starts from the tokenizer's <|endoftext|>, so bos_token_id is unused.)
+  // (Stratum wrote it into every GPT-2 config it saved): an id outside the vocabulary is dropped,
+  // so such a model stops at its tokenizer's <|endoftext|> as before, not never. (An empty GPT-2
+  // prompt starts from the tokenizer's <|endoftext|>, so bos_token_id is unused.)
   cfg.eos_token_ids = token_ids_field(path, root, "eos_token_id");
+  std::erase_if(cfg.eos_token_ids, [&](std::int32_t id) { return id >= cfg.vocab_size; });
 
   try {
     cfg.validate();

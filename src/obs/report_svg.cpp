@@ -53,9 +53,10 @@ std::string panel(int index, const std::string& title, const std::vector<Series>
          "\" height=\"" + number(kPanelHeight) + "\" fill=\"none\" stroke=\"#999\"/>\n";
   if (!std::isfinite(lo)) return out + "<text x=\"" + number(left + 10) + "\" y=\"" + number(top + 20) +
                                 "\" font-size=\"12\" fill=\"#666\">no data in this log</text>\n";
-  if (hi - lo < 1e-12) {
-    lo -= 0.5;
-    hi += 0.5;
+  if (hi - lo < 1e-12 || hi / 2 - lo / 2 <= 1e-12 * std::max(std::fabs(hi), std::fabs(lo))) {  // flat
+    const double pad = std::max(0.5, 1e-3 * std::max(std::fabs(hi), std::fabs(lo)));  // not lost to rounding
+    lo -= pad;
+    hi += pad;
   }
   if (lo > 0 && lo < 0.25 * hi) lo = 0;  // start at zero when the data nearly does
   // Halves: hi - lo of values near +-1e308 (a log can hold any double) would overflow to inf and

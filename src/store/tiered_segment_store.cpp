@@ -49,6 +49,13 @@ void offload_disk_check(const std::string& dir, std::size_t free_bytes, std::siz
 
 std::size_t offload_free_bytes(const std::string& dir) {
   std::size_t bytes = dir_free_bytes(dir, "--offload-dir");
+  // A live run holds the lock (flock: released when its process ends): its files are its own.
+  const int lock_fd = ::open((dir + "/" + kLockFileName).c_str(), O_RDONLY | O_CLOEXEC);
+  if (lock_fd >= 0) {
+    const bool held = ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0;
+    ::close(lock_fd);  // and the probe's own lock with it
+    if (held) return bytes;
+  }
   std::error_code ec;
   for (std::filesystem::directory_iterator it(dir + "/" + kSubdirName, ec), end; !ec && it != end; it.increment(ec)) {
     struct stat st {};

@@ -39,6 +39,7 @@ TrainerState train_state_of(const TrainOptions& o, const GptConfig& cfg, const s
   s.tokenizer_dir = absolute_path(tokenizer_dir);
   s.threads = threads;
   s.offload_dir = absolute_path(offload_dir);
+  s.log_path = absolute_path(o.log_path);  // a resume from another directory continues the same file
   s.train_tokens = train_tokens.size();
   s.train_hash = tokens_hash(train_tokens);
   s.val_tokens = val_tokens.size();

@@ -235,6 +235,9 @@ void write_kinds(const std::string& path, const ParamLayout& layout, SegmentStor
           rounded.resize(p.numel);
           if (v.dtype() == DType::F32) {
             for (std::size_t i = 0; i < p.numel; ++i) rounded[i] = f32_to_bf16(v.f32()[i]);
+            for (std::size_t i = 0; i < p.numel; ++i) finite &= (rounded[i] & 0x7f80u) != 0x7f80u;
+            STRATUM_CHECK(finite, "[model.save] tensor '", name, "' holds a value beyond bfloat16's range (about "
+                          "3.4e38), which rounds to infinity: write it as F32");
             return rounded.data();
           }
           STRATUM_FAIL("[model.save] cannot write bf16 units as F32");  // no caller asks for it

@@ -25,7 +25,7 @@ bool segment_selected(const ParamLayout& layout, int s, SegmentSelect select);
 // a row range of it). `ignore` says which other names may be present; every selected tensor must
 // be found once per (kind, suffix) across the files. `expect` (may be null) names the file each
 // tensor must be in (a sharded model's index). `keep` (may be null): the selected segments whose
-// tensors go to the store; the others' are checked for presence and shape only (a data-parallel
+// tensors go to the store; the others' are checked for presence, shape and dtype only (a data-parallel
 // rank's share of the optimizer state, Note [zero sharding]). store null: every tensor is only
 // checked (`stratum info`).
 void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout, SegmentStore* store,
