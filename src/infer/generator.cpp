@@ -25,6 +25,18 @@
 
 namespace stratum {
 
+namespace {
+// The nucleus rule (top-p): how many of n tokens, most likely first, to keep so that their mass
+// reaches top_p; mass_of(i) is the i-th token's probability. At least one is kept.
+template <class MassOf>
+std::size_t nucleus_keep(std::size_t n, double top_p, MassOf mass_of) {
+  double mass = 0.0;
+  std::size_t keep = 0;
+  while (keep < n && (keep == 0 || mass < top_p)) mass += mass_of(keep++);
+  return keep;
+}
+}  // namespace
+
 std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, double temperature, int top_k, double uniform01,
                                double top_p) {
   if (temperature <= 0.0) {
@@ -57,11 +69,9 @@ std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, doubl
     std::vector<int> tied;
     for (int i = 0; i < V; ++i)
       if (filtered[i] == top) tied.push_back(i);
-    // top-p as below: the tied tokens (1/n of the mass each, lower ids first) until top_p is reached.
-    std::size_t keep = 0;
-    for (double mass = 0.0; keep < tied.size() && (keep == 0 || mass < top_p); ++keep)
-      mass += 1.0 / static_cast<double>(tied.size());
-    tied.resize(keep);
+    // top-p as below, over the tied tokens (1/n of the mass each, lower ids first).
+    const double each = 1.0 / static_cast<double>(tied.size());
+    tied.resize(nucleus_keep(tied.size(), top_p, [&](std::size_t) { return each; }));
     const auto pick = static_cast<std::size_t>(uniform01 * static_cast<double>(tied.size()));
     return tied[std::min(pick, tied.size() - 1)];
   }
@@ -71,9 +81,8 @@ std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, doubl
     for (int i = 0; i < V; ++i)
       if (filtered[i] > kOut) order.push_back(i);
     std::sort(order.begin(), order.end(), by_logit);
-    double mass = 0.0;
-    std::size_t keep = 0;
-    while (keep < order.size() && (keep == 0 || mass < top_p)) mass += probs[order[keep++]];
+    const std::size_t keep =
+        nucleus_keep(order.size(), top_p, [&](std::size_t i) { return static_cast<double>(probs[order[i]]); });
     for (std::size_t i = keep; i < order.size(); ++i) filtered[order[i]] = kOut;
     ops.softmax_row(probs.data(), filtered.data(), V, static_cast<float>(temperature));
   }

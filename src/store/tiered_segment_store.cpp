@@ -39,6 +39,15 @@ void file_preallocate(int fd, std::size_t bytes, const std::string& path) {
   STRATUM_CHECK(::ftruncate(fd, static_cast<off_t>(bytes)) == 0, "[store] cannot size ", path, ": ",
                 std::strerror(errno));
 }
+// Calls visit(path, st) for each regular file (lstat: no links followed) directly in subdir.
+template <class Visit>
+void regular_files_visit(const std::string& subdir, Visit visit) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(subdir, ec), end; !ec && it != end; it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) visit(it->path(), st);
+  }
+}
 }  // namespace
 
 void offload_disk_check(const std::string& dir, std::size_t free_bytes, std::size_t need_bytes) {
@@ -56,23 +65,16 @@ std::size_t offload_free_bytes(const std::string& dir) {
     ::close(lock_fd);  // and the probe's own lock with it
     if (held) return bytes;
   }
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(dir + "/" + kSubdirName, ec), end; !ec && it != end; it.increment(ec)) {
-    struct stat st {};
-    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
-      bytes += static_cast<std::size_t>(st.st_blocks) * 512;  // what unlinking it gives back
-  }
+  regular_files_visit(dir + "/" + kSubdirName, [&](const std::filesystem::path&, const struct stat& st) {
+    bytes += static_cast<std::size_t>(st.st_blocks) * 512;  // what unlinking it gives back
+  });
   return bytes;
 }
 
 // Note [own subdirectory]: files in it when a run takes the lock are a dead run's (a live one
 // holds the lock): removed, so their space is the new run's and no name is left behind forever.
 static void stale_offload_files_remove(const std::string& subdir) {
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(subdir, ec), end; !ec && it != end; it.increment(ec)) {
-    struct stat st {};
-    if (::lstat(it->path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) ::unlink(it->path().c_str());
-  }
+  regular_files_visit(subdir, [](const std::filesystem::path& path, const struct stat&) { ::unlink(path.c_str()); });
 }
 
 TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOptions& options)
