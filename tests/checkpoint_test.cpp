@@ -246,8 +246,13 @@ TEST_F(Checkpoint, DamagedCheckpointsAreDetectedAndSkipped) {
   const CommandResult v = run_stratum("verify " + quote(root));
   EXPECT_EQ(v.exit_code, 1);
   for (const char* words : {"model.safetensors: WRONG SIZE", "optimizer.safetensors: CHECKSUM MISMATCH",
-                            "trainer_state.json: MISSING", "step-00000002: OK", "3 of 4 checkpoint(s) failed"})
+                            "trainer_state.json: MISSING", "step-00000002: OK", "3 of 4 checkpoints failed"})
     EXPECT_NE(v.output.find(words), std::string::npos) << words << " in:\n" << v.output;
+  // One damaged checkpoint verified alone: no advice to resume from it.
+  const CommandResult one = run_stratum("verify " + quote(s6));
+  EXPECT_EQ(one.exit_code, 1);
+  EXPECT_NE(one.output.find("the checkpoint failed verification\n"), std::string::npos) << one.output;
+  EXPECT_EQ(one.output.find("--resume"), std::string::npos) << one.output;
 
   // A damaged checkpoint named directly is refused with the reason...
   r = run_stratum("train --resume " + quote(s6) + " --quiet --data " + quote(tokens_));
@@ -412,6 +417,11 @@ TEST_F(Checkpoint, ABrokenLatestIsReportedAndHandledTheSameEverywhere) {
     }
     EXPECT_NE(r.errors.find("nothing left to train"), std::string::npos) << "resumed step 8: " << r.errors;
   }
+  // A 'latest' that is a directory is not called missing.
+  std::filesystem::remove(root + "/latest");
+  std::filesystem::create_directory(root + "/latest");
+  r = run_stratum("verify " + quote(root));
+  EXPECT_NE(r.output.find(root + "/latest: BAD: 'latest' is not a file"), std::string::npos) << r.output;
 }
 
 // A damaged newest checkpoint gives a resume neither its options nor its model: the options a
@@ -484,10 +494,17 @@ TEST_F(Checkpoint, APlainResumeContinuesUnderTheRunsBudgetAndThreads) {
   EXPECT_EQ(params_hash(r), ref_hash_);
   const std::string s4 = quote(root + "/step-00000004");
   file_write_atomic(log, file_read_all(log).substr(0, file_read_all(log).find("\"step\":6")));  // a kill in step 6
-  r = run_stratum("train --resume " + s4 + " --save " + quote(tmp_.file("a")) + " --quiet");
+  r = run_stratum("train --resume " + s4 + " --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   // ... and logs to the run's file: the records after step 4 written again, as one run's.
   EXPECT_EQ(losses(log), ref_losses_);
+  // A fork (saving elsewhere) is another run: it leaves the run's log alone (it dropped the
+  // records after step 4 and wrote its own there) and says how to log it.
+  const std::string whole_log = file_read_all(log);
+  r = run_stratum("train --resume " + s4 + " --save " + quote(tmp_.file("fork")) + " --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("not logging to its --log"), std::string::npos) << r.errors;
+  EXPECT_EQ(file_read_all(log), whole_log);
   EXPECT_NE(r.errors.find("memory: budget 4.0 MiB"), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("offload to " + offload + ":"), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("prefetch 2"), std::string::npos) << r.errors;
@@ -580,6 +597,23 @@ TEST_F(Checkpoint, RerunningTheSameCommandWithResumeAddedContinues) {
   r = run_stratum(other_heads + " --resume " + quote(root + "/step-00000004"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.errors.find("--heads is 2 but the checkpoint was trained with 4"), std::string::npos) << r.errors;
+  // A Llama run's command rerun: its --kv-heads (a Llama flag) is read over the checkpoint's
+  // model, without --arch (it was refused as "for --arch llama" whatever its value); --arch gpt2
+  // against a Llama checkpoint is a mismatch.
+  const std::string root_llama = tmp_.file("ckl");
+  const std::string llama = "train --arch llama --layers 1 --heads 4 --kv-heads 2 --embd 32 --ctx 32 --vocab 2048 "
+                            "--batch 2 --seq 16 --steps 2 --threads 2 --quiet --data " + quote(tokens_) +
+                            " --save " + quote(root_llama);
+  ASSERT_EQ(run_stratum(llama).exit_code, 0);
+  r = run_stratum("train --resume " + quote(root_llama) + " --kv-heads 2 --steps 2 --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  r = run_stratum("train --resume " + quote(root_llama) + " --kv-heads 1 --quiet");
+  EXPECT_NE(r.errors.find("--kv-heads is 1 but the checkpoint was trained with 2"), std::string::npos) << r.errors;
+  r = run_stratum("train --resume " + quote(root_llama) + " --arch gpt2 --quiet");
+  EXPECT_NE(r.errors.find("--arch is gpt2 but the checkpoint was trained with llama"), std::string::npos) << r.errors;
+  r = run_stratum("train --resume " + quote(root + "/step-00000004") + " --kv-heads 4 --quiet");
+  EXPECT_NE(r.errors.find("--kv-heads is for --arch llama but the checkpoint's model is gpt2"), std::string::npos)
+      << r.errors;
   // The restart of a run stopped before its first checkpoint: --resume names its own --save
   // directory, which does not exist yet or holds none; the run starts there (it was refused
   // forever), to the same bits. A --resume of another empty directory is still refused.
@@ -693,6 +727,20 @@ TEST(CheckpointFormat, OnlyVerifiedCheckpointsHaveFinalNamesAndPruningLeavesNoHa
   checkpoint_write(root, 3, 1, files(trainer_state_json(state)));
   EXPECT_EQ(checkpoint_temporaries(root), 0) << "the next write removes it";
   EXPECT_EQ(checkpoint_list(root), std::vector<std::string>{"step-00000003"});
+  // A run resumed from an older checkpoint: the later ones (an abandoned branch) are neither
+  // counted against --keep nor pruned; the run replaces them as it reaches their steps (with
+  // --keep 2, writing step 2 after steps 3 and 5 removed step 1, the run's own).
+  for (long step : {1, 5}) {
+    state.step = step;
+    checkpoint_write(root, step, 3, files(trainer_state_json(state)));
+  }
+  state.step = 2;
+  checkpoint_write(root, 2, 2, files(trainer_state_json(state)));
+  EXPECT_EQ(checkpoint_list(root), (std::vector<std::string>{"step-00000005", "step-00000003", "step-00000002",
+                                                              "step-00000001"}));
+  state.step = 3;
+  checkpoint_write(root, 3, 2, files(trainer_state_json(state)));
+  EXPECT_EQ(checkpoint_list(root), (std::vector<std::string>{"step-00000005", "step-00000003", "step-00000002"}));
 }
 
 // Version 2, written before run identities, is still read: as a run of unknown identity.

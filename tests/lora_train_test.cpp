@@ -704,3 +704,11 @@ TEST(AdapterConfig, MalformedInputTable) {
 
 }  // namespace
 }  // namespace stratum
+
+// A target named twice is one target, written once (PEFT keeps target_modules as a set; Stratum
+// wrote the duplicate into adapter_config.json).
+TEST(LoraTrain, ATargetNamedTwiceIsOneTarget) {
+  const stratum::LoraConfig lora =
+      stratum::lora_config_make(stratum::ModelArch::Llama, 4, 8, "q_proj,v_proj,q_proj", false, 0.0);
+  EXPECT_EQ(stratum::lora_targets_text(lora), "q_proj,v_proj");
+}

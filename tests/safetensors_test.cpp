@@ -449,17 +449,26 @@ TEST(Safetensors, TruncatedGoodFileIsRejected) {
   expect_error([&] { SafetensorsFile::open(dir.file("absent.safetensors")); }, "[safetensors] ", {"cannot open"});
 }
 
-TEST(Safetensors, EmptyTensorsAndGapsAreAccepted) {
+// Empty tensors may sit anywhere; data bytes that belong to no tensor (a gap, or bytes after the
+// last tensor) are refused, as Hugging Face's safetensors refuses them (Stratum accepted both).
+TEST(Safetensors, EmptyTensorsAnywhereButNoGapsOrTrailingBytes) {
   TempDir dir;
-  const std::string path = dir.file("gaps.safetensors");
+  const std::string path = dir.file("empty.safetensors");
   bytes_write(path, st_bytes(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
                              R"("z":{"dtype":"U8","shape":[0],"data_offsets":[2,2]},)"
-                             R"("b":{"dtype":"U8","shape":[2],"data_offsets":[8,10]}})", 10));
+                             R"("b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})", 6));
   SafetensorsFile f = SafetensorsFile::open(path);
   ASSERT_EQ(f.tensors().size(), 3u);
   EXPECT_EQ(f.tensors()[0].name, "a");
   EXPECT_EQ(f.tensors()[1].name, "z");
   EXPECT_EQ(f.tensors()[2].name, "b");
+  const std::string gap = dir.file("gap.safetensors");
+  bytes_write(gap, st_bytes(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                            R"("b":{"dtype":"U8","shape":[2],"data_offsets":[8,10]}})", 10));
+  expect_error([&] { SafetensorsFile::open(gap); }, "[safetensors] ", {gap, "data bytes [4, 8) belong to no tensor"});
+  const std::string tail = dir.file("tail.safetensors");
+  bytes_write(tail, st_bytes(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", 7));
+  expect_error([&] { SafetensorsFile::open(tail); }, "[safetensors] ", {tail, "3 bytes after the last tensor"});
 }
 
 TEST(Safetensors, WriteRejectsBadEntries) {

@@ -94,13 +94,21 @@ std::int64_t Args::integer(const std::string& name, std::int64_t fallback, std::
   return parsed;
 }
 
+namespace {
+// Decimal digits, a point and an exponent only: strtod also reads hex ("0x20M" was 32 MiB), inf
+// and nan, which no option means.
+bool decimal_text(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789.eE+-") == std::string::npos;
+}
+}  // namespace
+
 double Args::number(const std::string& name, double fallback) const {
   const std::string* v = value(name);
   if (!v) return fallback;
   errno = 0;
   char* end = nullptr;
   const double parsed = std::strtod(v->c_str(), &end);
-  STRATUM_CHECK(!v->empty() && end && *end == '\0' && errno == 0 && std::isfinite(parsed), "[cli] --", name,
+  STRATUM_CHECK(decimal_text(*v) && end && *end == '\0' && errno == 0 && std::isfinite(parsed), "[cli] --", name,
                 " expects a number, got '", *v, "'");
   return parsed;
 }
@@ -124,7 +132,7 @@ std::uint64_t Args::size_bytes(const std::string& name, std::uint64_t fallback) 
   char* end = nullptr;
   const double parsed = std::strtod(digits.c_str(), &end);
   const double bytes = parsed * static_cast<double>(scale);
-  STRATUM_CHECK(!digits.empty() && end && *end == '\0' && errno == 0 && parsed >= 0, "[cli] --", name,
+  STRATUM_CHECK(decimal_text(digits) && end && *end == '\0' && errno == 0 && parsed >= 0, "[cli] --", name,
                 " expects a size like 512M or 4G, got '", *v, "'");
   STRATUM_CHECK(bytes < 1e18, "[cli] --", name, " ", *v, " is beyond any machine (1e18 bytes or more); give a size "
                 "like 512M or 4G");
@@ -147,10 +155,8 @@ const std::vector<ModelShapeFlag>& model_shape_flags() {
        [](const Args& a, GptConfig& c) {
          const std::string arch = a.str("arch", "gpt2");
          STRATUM_CHECK(arch == "gpt2" || arch == "llama", "[cli] --arch must be gpt2 or llama, got '", arch, "'");
-         if (arch == "llama") {
-           c.arch = ModelArch::Llama;
-           c.layer_norm_eps = 1e-5f;
-         }
+         c.arch = arch == "llama" ? ModelArch::Llama : ModelArch::Gpt2;
+         if (c.llama()) c.layer_norm_eps = 1e-5f;
        },
        [](const GptConfig& c) { return std::string(model_arch_name(c.arch)); }},
       {"layers", "L", "new model: transformer blocks (default 4)", false,

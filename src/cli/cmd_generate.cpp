@@ -22,7 +22,9 @@ std::vector<std::int32_t> parse_ids(const std::string& text, const std::string& 
   std::size_t at = 0;
   while (at <= text.size()) {
     const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
+    std::string item = text.substr(at, comma - at);  // spaces around an id are not part of it ("1, 2")
+    item.erase(0, std::min(item.find_first_not_of(" \t"), item.size()));
+    item.erase(item.find_last_not_of(" \t") + 1);
     char* end = nullptr;
     errno = 0;
     const long long v = std::strtoll(item.c_str(), &end, 10);
@@ -107,6 +109,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
       const std::size_t nl = std::min(text.find('\n', at), text.size());
       std::string line = text.substr(at, nl - at);
       if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (ids && line.find_first_not_of(" \t") == std::string::npos) line.clear();  // blank: an empty line
       if (!line.empty() && ids)
         o.prompt_ids.push_back(parse_ids(line, flag + " " + path + " line " + std::to_string(line_no)));
       if (!line.empty() && !ids) o.prompts.push_back(line);

@@ -27,7 +27,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                           {"net-gbps", "X", "with --ranks: the network between the machines, in Gb/s each way"},
                           {"grad-clip", "X", "as for train: 0 = off, which lets updates overlap the backward (default 1.0)"},
                           {"activations", "MODE", "auto (default) | recompute | offload | keep, as for train"},
-                          {"mem-budget", "SIZE", "the memory budget to plan for, e.g. 512M or 4G (default: all in RAM)"},
+                          {"mem-budget", "SIZE", "the memory budget to plan for, e.g. 512M or 4G (default, or 0: all in RAM)"},
                           {"offload-dir", "DIR", "with --mem-budget: the directory the run would stream through (its disk is measured)"},
                           {"prefetch", "K", "with --mem-budget: plan with this prefetch depth instead of choosing one"},
                           {"precision", "P", "fp32 (default) | bf16, as for train"},
@@ -73,8 +73,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                 r.ranks, "; use --grad-accum ", (r.grad_accum + r.ranks - 1) / r.ranks * r.ranks);
   r.grad_clip = args.number("grad-clip", 1.0);
   STRATUM_CHECK(r.grad_clip >= 0, "[cli] --grad-clip must be >= 0 (0 = off), got ", r.grad_clip);
-  r.mem_budget_bytes = args.has("mem-budget") ? args.size_bytes("mem-budget", 0) : 0;
-  STRATUM_CHECK(!args.has("mem-budget") || r.mem_budget_bytes > 0, "[cli] --mem-budget must be > 0, e.g. 512M");
+  r.mem_budget_bytes = args.size_bytes("mem-budget", 0);  // 0: all in RAM, as train takes it
   const std::string offload_dir = args.str("offload-dir");
   STRATUM_CHECK(r.mem_budget_bytes == 0 || !offload_dir.empty(),
                 "[cli] --mem-budget needs --offload-dir DIR (the plan measures that directory's disk)");

@@ -31,10 +31,14 @@ int cmd_prepare(const std::vector<std::string>& argv) {
                 "choose another --out");
   STRATUM_CHECK(!dir_exists(out), "[prepare] --out '", out, "' is a directory; give the token file's path");
   // A token file (or any binary) is not tokenized again as if it were text. A pipe is read as it comes.
-  if (std::filesystem::is_regular_file(input) && std::filesystem::file_size(input) > 0)
-    STRATUM_CHECK(data_file_reading(input).kind == DataFileKind::Text, "[prepare] '", input,
-                  "' is not UTF-8 text (a token file, or another binary file): prepare tokenizes text; a token "
-                  "file goes to train's --data as it is");
+  if (std::filesystem::is_regular_file(input) && std::filesystem::file_size(input) > 0) {
+    const DataFileReading reading = data_file_reading(input);
+    STRATUM_CHECK(reading.kind != DataFileKind::LlmcShard, "[prepare] '", input,
+                  "' is an llm.c token shard, not text: it goes to train's --data as it is");
+    STRATUM_CHECK(reading.kind == DataFileKind::Text, "[prepare] '", input, "' is not UTF-8 text (byte ",
+                  reading.not_text_at, " is not): a token file goes to train's --data as it is; text in another "
+                  "encoding needs re-encoding first (e.g. iconv -f latin1 -t utf-8)");
+  }
   const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_dir);
   const std::string text = file_read_all(input);
   STRATUM_CHECK(!text.empty(), "[prepare] '", input, "' is empty; nothing to tokenize");

@@ -71,6 +71,9 @@ void resume_model_check(const Args& args, const std::string& model_dir, const st
   bool shape_given = false;
   for (const ModelShapeFlag& row : model_shape_flags()) shape_given = shape_given || args.has(row.flag);
   if (!args.has("model") && !shape_given) return;
+  for (const ModelShapeFlag& row : model_shape_flags())
+    STRATUM_CHECK(!args.has("model") || !args.has(row.flag), "[cli] --model takes the shape from config.json; drop --",
+                  row.flag);
   const GptConfig have = model_read_config(checkpoint_model_dir(resume_path));
   const char* const fix = lora ? "; a resumed LoRA run continues over the base its adapters were trained on (give "
                                  "that --model, or leave it out: adapter_config.json names it)"
@@ -82,10 +85,28 @@ void resume_model_check(const Args& args, const std::string& model_dir, const st
                   model_arch_name(have.arch), " ", have.describe(), fix);
     return;
   }
-  const GptConfig given = model_flags_config(args);
-  for (const ModelShapeFlag& row : model_shape_flags())
-    STRATUM_CHECK(!args.has(row.flag) || row.text(given) == row.text(have), "[cli] --resume: --", row.flag, " is ",
-                  row.text(given), " but the checkpoint was trained with ", row.text(have), fix);
+  // Each given flag read over the checkpoint's model (a Llama checkpoint's --kv-heads needs no --arch).
+  for (const ModelShapeFlag& row : model_shape_flags()) {
+    if (!args.has(row.flag)) continue;
+    STRATUM_CHECK(!row.llama_only || have.llama(), "[cli] --resume: --", row.flag,
+                  " is for --arch llama but the checkpoint's model is ", model_arch_name(have.arch), fix);
+    GptConfig given = have;
+    row.read(args, given);
+    STRATUM_CHECK(row.text(given) == row.text(have), "[cli] --resume: --", row.flag, " is ", row.text(given),
+                  " but the checkpoint was trained with ", row.text(have), fix);
+  }
+}
+
+// Whether two paths name one directory, existing or not: symlinks resolved, "a/" == "a".
+bool same_dir_path(const std::string& a, const std::string& b) {
+  auto canonical = [](const std::string& dir, std::error_code& ec) {
+    std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(dir, ec), ec);
+    p = p.lexically_normal();
+    return p.has_filename() ? p : p.parent_path();
+  };
+  std::error_code ec1, ec2;
+  const auto pa = canonical(a, ec1), pb = canonical(b, ec2);
+  return !ec1 && !ec2 && pa == pb;
 }
 
 // A job scheduler's restart of a run stopped before its first checkpoint: the command that
@@ -93,15 +114,7 @@ void resume_model_check(const Args& args, const std::string& model_dir, const st
 // not exist yet). That starts the run, as the command without --resume would; a --resume naming
 // anything else with no checkpoint in it is still refused (checkpoint_find).
 bool resume_has_nothing_yet(const std::string& resume, const std::string& save) {
-  if (save.empty() || file_exists(resume + "/manifest.json")) return false;
-  auto canonical = [](const std::string& dir, std::error_code& ec) {  // symlinks resolved, "a/" == "a"
-    std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(dir, ec), ec);
-    p = p.lexically_normal();
-    return p.has_filename() ? p : p.parent_path();
-  };
-  std::error_code ec1, ec2;
-  const auto a = canonical(resume, ec1), b = canonical(save, ec2);
-  if (ec1 || ec2 || a != b) return false;
+  if (save.empty() || file_exists(resume + "/manifest.json") || !same_dir_path(resume, save)) return false;
   return !dir_exists(resume) || checkpoint_list(resume).empty();
 }
 
@@ -127,7 +140,16 @@ void fill_from_checkpoint(const Args& args, TrainOptions& o) {
   o.config = st.config;
   for (const TrainOption& option : train_option_table())
     if (!args.has(option.flag)) train_option_copy(option, st, o);
-  if (!args.has("save")) o.save_dir = train_checkpoint_root(o.resume_point->dir);
+  const std::string root = train_checkpoint_root(o.resume_point->dir);
+  if (!args.has("save")) o.save_dir = root;
+  // A fork (a resume saving under another --save) is another run: it does not continue the
+  // recorded log, whose records after the checkpoint it would drop (they are the original run's).
+  if (!args.has("log") && !o.log_path.empty() && !o.save_dir.empty() && !same_dir_path(o.save_dir, root)) {
+    if (o.comm == nullptr || o.comm->rank() == 0)
+      std::fprintf(stderr, "[stratum] --save %s forks the run saved in %s: not logging to its --log %s (give --log "
+                   "FILE to log this run)\n", o.save_dir.c_str(), root.c_str(), o.log_path.c_str());
+    o.log_path.clear();
+  }
 }
 
 // The options that apply only under a budget or on the GPU, after a resume filled in the
@@ -156,6 +178,8 @@ void run_options_settle(const Args& args, TrainOptions& o) {
                       args.has("lora-dropout")),
                 "[train] --lora-alpha, --lora-targets, --lora-rslora and --lora-dropout shape LoRA adapters: add "
                 "--lora-r R to train adapters (or drop them to train every weight)");
+  STRATUM_CHECK(!o.save_dir.empty() || !args.has("keep"),
+                "[train] --keep K prunes the checkpoints under --save DIR: add --save DIR (or drop --keep)");
   STRATUM_CHECK(o.optimizer == TrainOptimizer::ZoSgd || !args.has("zo-eps"),
                 "[train] --zo-eps is zo-sgd's perturbation scale: add --optimizer zo-sgd (or drop it)");
   // The run's recorded log goes on only where its directory still is (a checkpoint copied to
@@ -228,7 +252,6 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
   TrainOptions o;
   o.comm = comm;
   o.model_dir = args.has("model") ? model_dir_resolve(args.str("model")) : "";
-  o.config = model_flags_config(args);
   train_options_parse(args, o);
   o.trace_path = args.str("trace");
   o.save_dir = args.str("save");
@@ -248,7 +271,10 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
                    "starting it there\n", o.resume_path.c_str());
     o.resume_path.clear();
   }
+  // A resume's model is the checkpoint's (its shape flags are checked against it there); a new
+  // run's comes from the flags (model_flags_config refuses, e.g., --kv-heads without --arch llama).
   if (!o.resume_path.empty()) fill_from_checkpoint(args, o);
+  else o.config = model_flags_config(args);
   run_options_settle(args, o);
   o.measure_exe = "/proc/self/exe";  // the plan's measurement runs in its own process
   o.stop_requested = stop_signals_install(

@@ -48,17 +48,23 @@ int cmd_verify(const std::vector<std::string>& argv) {
     for (const std::string& line : check.report) std::printf("  %s\n", line.c_str());
     if (!check.ok()) ++bad;
   }
+  if (bad > 0 && static_cast<std::size_t>(bad) == checkpoints.size()) {  // nothing to resume from
+    std::printf("%s failed verification%s\n", bad == 1 ? "the checkpoint" : ("all " + std::to_string(bad) +
+                " checkpoints").c_str(), checkpoints[0] == dir ? "" : ": this directory has nothing to resume from");
+    return 1;
+  }
   if (bad > 0) {
-    std::printf("%d of %zu checkpoint(s) failed verification; --resume %s uses the newest that verifies\n", bad,
+    std::printf("%d of %zu checkpoints failed verification; --resume %s uses the newest that verifies\n", bad,
                 checkpoints.size(), dir.c_str());
     return 1;
   }
   if (latest_bad) {
-    std::printf("all %zu checkpoint(s) verify but 'latest' is broken; --resume %s and --model %s use the newest\n",
-                checkpoints.size(), dir.c_str(), dir.c_str());
+    std::printf("all %zu checkpoint%s verify but 'latest' is broken; --resume %s and --model %s use the newest\n",
+                checkpoints.size(), checkpoints.size() == 1 ? "" : "s", dir.c_str(), dir.c_str());
     return 1;
   }
-  std::printf("all %zu checkpoint(s) verify\n", checkpoints.size());
+  if (checkpoints.size() == 1) std::printf("the checkpoint verifies\n");
+  else std::printf("all %zu checkpoints verify\n", checkpoints.size());
   return 0;
 }
 

@@ -161,6 +161,7 @@ DataFileReading data_file_reading(const std::string& path) {
                 " is not) nor a raw uint16 token file (it has an odd number of bytes, ", size_bytes,
                 "); give a text file or a token file made by 'stratum prepare'");
   out.kind = DataFileKind::RawU16;
+  out.not_text_at = bad_at;
   if (!named_bin(path))
     out.note = "'" + path + "' is not UTF-8 text (byte " + std::to_string(bad_at) +
                " is not): reading it as raw uint16 token ids";

@@ -29,6 +29,7 @@ enum class DataFileKind { Text, RawU16, LlmcShard };
 struct DataFileReading {
   DataFileKind kind = DataFileKind::Text;
   std::string note;
+  std::uint64_t not_text_at = 0;  // RawU16: the offset of the first byte that is not UTF-8 text
 };
 DataFileReading data_file_reading(const std::string& path);
 

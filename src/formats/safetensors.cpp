@@ -241,16 +241,23 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   std::sort(entries.begin(), entries.end(), [](const ParsedEntry& a, const ParsedEntry& b) {
     return std::tie(a.begin, a.end, a.info.name) < std::tie(b.begin, b.end, b.info.name);
   });
-  // Empty tensors occupy no bytes and may sit anywhere; non-empty ones must not share bytes.
+  // Empty tensors occupy no bytes and may sit anywhere; non-empty ones must not share bytes, and
+  // together they cover the data area without a gap or a byte after them, as Hugging Face's
+  // safetensors requires (its loader refuses such files: a header that does not describe the
+  // whole file is a damaged or foreign one).
   std::uint64_t covered_end = 0;
   std::string covered_by;
   for (const ParsedEntry& e : entries) {
     if (e.begin == e.end) continue;
     STRATUM_CHECK(e.begin >= covered_end, where(path), ": tensor '", e.info.name, "' bytes [", e.begin,
                   ", ", e.end, ") overlap tensor '", covered_by, "' (ends at ", covered_end, ")");
+    STRATUM_CHECK(e.begin == covered_end, where(path), ": data bytes [", covered_end, ", ", e.begin,
+                  ") belong to no tensor (a damaged header, or not a safetensors file)");
     covered_end = e.end;
     covered_by = e.info.name;
   }
+  STRATUM_CHECK(covered_end == data_area_bytes, where(path), ": ", data_area_bytes - covered_end,
+                " bytes after the last tensor belong to no tensor (a damaged header, or not a safetensors file)");
   for (ParsedEntry& e : entries) {
     f.index_.emplace(e.info.name, f.tensors_.size());
     f.tensors_.push_back(std::move(e.info));

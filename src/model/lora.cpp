@@ -84,7 +84,8 @@ LoraConfig lora_config_make(ModelArch arch, int r, double alpha, const std::stri
     const std::size_t comma = std::min(targets_csv.find(',', at), targets_csv.size());
     const std::string key = targets_csv.substr(at, comma - at);
     STRATUM_CHECK(!key.empty(), "[lora] --lora-targets '", targets_csv, "' has an empty name; e.g. q_proj,v_proj");
-    lora.targets.push_back(key);
+    // A name given twice is one target (PEFT keeps target_modules as a set): written once.
+    if (std::find(lora.targets.begin(), lora.targets.end(), key) == lora.targets.end()) lora.targets.push_back(key);
     at = comma + 1;
   }
   if (lora.targets.empty())  // PEFT's default target_modules for the family

@@ -282,13 +282,15 @@ PlanMeasurement plan_measurement_parse(const std::string& text) {
 // child: the measuring process, stopped (SIGINT) when a signal interrupts the read: a stop
 // request (stop_signals_install, the one handler a plan or train process has) that Ctrl-C at a
 // terminal would have sent it too, but kill(pid) does not.
-std::string read_all(int fd, pid_t child) {
+// *forwarded is set when it was.
+std::string read_all(int fd, pid_t child, bool* forwarded) {
   std::string out;
   char buf[4096];
   for (;;) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) {
       ::kill(child, SIGINT);
+      *forwarded = true;
       continue;
     }
     if (n <= 0) break;
@@ -382,8 +384,9 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
     ::close(err[0]);
     STRATUM_FAIL("[plan] cannot start the measurement process ", helper_exe, ": ", std::strerror(rc));
   }
-  const std::string text = read_all(out[0], pid);  // small outputs: one pipe drained after the other
-  std::string errors = read_all(err[0], pid);
+  bool forwarded = false;  // a stop signal came to this process and went on to the child
+  const std::string text = read_all(out[0], pid, &forwarded);  // small outputs: one pipe drained after the other
+  std::string errors = read_all(err[0], pid, &forwarded);
   ::close(out[0]);
   ::close(err[0]);
   int status = 0;
@@ -391,8 +394,10 @@ PlanMeasurement plan_measure(const PlanRequest& r, const CalibrationOptions& co,
   }
   if (WIFSIGNALED(status)) {  // stopped (Ctrl-C) or killed: what it wrote goes (Note [stale plan directories])
     if (!co.offload_dir.empty()) stale_planner_files_remove(co.offload_dir);
-    STRATUM_FAIL("[plan] the measurement stopped at signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
-                 ") before it finished; its files are removed");
+    // The signal the child died of is the forwarded SIGINT, whatever this process got.
+    STRATUM_CHECK(!forwarded, "[plan] stopped by a signal before the measurement finished; its files are removed");
+    STRATUM_FAIL("[plan] the measurement process was killed by signal ", WTERMSIG(status), " (",
+                 strsignal(WTERMSIG(status)), ") before it finished; its files are removed");
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     while (!errors.empty() && errors.back() == '\n') errors.pop_back();

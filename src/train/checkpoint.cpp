@@ -224,7 +224,9 @@ LatestStatus checkpoint_latest(const std::string& root_in) {
   LatestStatus st;
   const std::string path = root + "/latest";
   if (!file_exists(path)) {
-    st.problem = "'latest' is missing";
+    std::error_code ec;
+    st.problem = std::filesystem::exists(std::filesystem::symlink_status(path, ec)) ? "'latest' is not a file"
+                                                                                  : "'latest' is missing";
     return st;
   }
   if (file_size_bytes(path) > 64) {
@@ -373,13 +375,15 @@ std::string checkpoint_write(const std::string& root_in, long step, int keep,
   }
   dir_fsync(root);
   file_write_atomic(root + "/latest", name + "\n");
-  // Keep the newest `keep` (never the one `latest` names).
-  const std::vector<std::string> all = checkpoint_list(root);
-  for (std::size_t i = static_cast<std::size_t>(keep); i < all.size(); ++i) {
-    if (all[i] == name) continue;
+  // Keep the newest `keep` up to this step: this one and the `keep - 1` before it. Those of later
+  // steps are a branch the run abandoned by resuming from an older checkpoint: left for it to
+  // replace as it reaches their steps, and not counted (they pushed out the run's own).
+  int kept = 0;
+  for (const std::string& other : checkpoint_list(root)) {  // newest first; names order as steps
+    if (other > name || ++kept <= keep) continue;
     // Out of sight first (a leftover's name, removed by the next write if this one is killed).
-    const std::string doomed = root + "/." + all[i] + ".tmp." + std::to_string(::getpid()) + ".old";
-    if (::rename((root + "/" + all[i]).c_str(), doomed.c_str()) == 0) std::filesystem::remove_all(doomed, ec);
+    const std::string doomed = root + "/." + other + ".tmp." + std::to_string(::getpid()) + ".old";
+    if (::rename((root + "/" + other).c_str(), doomed.c_str()) == 0) std::filesystem::remove_all(doomed, ec);
   }
   dir_fsync(root);
   return final_dir;

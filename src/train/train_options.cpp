@@ -124,7 +124,7 @@ const TrainOption kTable[] = {
     {"offload-dir", "offload_dir", "DIR", "directory on a fast disk (NVMe) for state that does not fit --mem-budget",
      0, 0, false, [](TrainSettings& s) -> TrainOptionField { return &s.offload_dir; }, true},
     {"log", "log_path", "FILE.jsonl",
-     "write one JSON object per step (a resume continues the run's log unless given another)", 0, 0, false,
+     "write one JSON object per step (a resume continues the run's log unless given another; a fork into another --save does not)", 0, 0, false,
      [](TrainSettings& s) -> TrainOptionField { return &s.log_path; }, true},
     {"prefetch", "prefetch", "K",
      "with --mem-budget: schedule groups loaded ahead of the one computing (-1: the plan's choice, see stratum "

@@ -1,5 +1,7 @@
 // What the CLI asks about a training run without running one: whether its options hold together,
 // the root a resume saves to, the smallest budget; see trainer.h.
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <type_traits>
@@ -43,6 +45,16 @@ std::size_t train_min_budget_bytes(const GptConfig& cfg, int batch, int seq, int
   return plan_min_budget_bytes(request);
 }
 
+namespace {
+// A range's end as a user typed it: whole numbers in full (1073741824, not 1.07374e+09).
+std::string bound_text(double v) {
+  char text[40];
+  if (v == std::floor(v) && std::fabs(v) < 1e18) std::snprintf(text, sizeof text, "%.0f", v);
+  else std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+}  // namespace
+
 void train_options_check(const TrainOptions& o) {
   STRATUM_CHECK(!o.data_path.empty(), "[train] --data FILE is required (a text file, .bin token file or llm.c shard)");
   // Each number within its row's range (Note [option table]), for callers that skip the CLI.
@@ -52,8 +64,8 @@ void train_options_check(const TrainOptions& o) {
           using T = std::remove_cv_t<std::remove_pointer_t<decltype(p)>>;
           if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
             const double v = static_cast<double>(*p);
-            STRATUM_CHECK(v >= option.min && v <= option.max, "[train] --", option.flag, " must be in [", option.min,
-                          ", ", option.max, "], got ", v);
+            STRATUM_CHECK(v >= option.min && v <= option.max, "[train] --", option.flag, " must be in [",
+                          bound_text(option.min), ", ", bound_text(option.max), "], got ", bound_text(v));
           }
         },
         option.field(const_cast<TrainOptions&>(o)));
