@@ -360,14 +360,27 @@ TEST(Cli, PipesAndDevicesAreRefusedWithoutWaiting) {
       {"train --layers 1 --heads 2 --embd 32 --ctx 32 --vocab 512 --seq 16 --data " + fifo, "is not a regular file"},
       {"info " + fifo, "is not a regular file"},
       {"generate --model " + kTiny + " --prompts " + fifo, "is not a regular file"},
+      // Outputs: a pipe is not replaced by a file (report --out /dev/full made /dev/full one).
+      {"prepare --input " + tmp.file("text.txt") + " --tokenizer " + shared_data("") + " --out " + fifo,
+       "is a device, pipe or socket"},
+      {"report " + tmp.file("log.jsonl") + " --out " + fifo, "is a device, pipe or socket"},
   };
+  ASSERT_EQ(testing::run_stratum(train + " --log " + tmp.file("log.jsonl")).exit_code, 0);
   for (const auto& c : cases) {
     const auto r = testing::run_stratum(c.args, 60);
     EXPECT_EQ(r.exit_code, 1) << c.args << ": " << r.errors;
     EXPECT_NE(r.errors.find(c.words), std::string::npos) << c.args << ": " << r.errors;
     EXPECT_EQ(std::count(r.errors.begin(), r.errors.end(), '\n'), 1) << c.args << ": " << r.errors;
   }
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
   EXPECT_NE(file_read_all("/proc/self/status").find("VmRSS"), std::string::npos);
+  // A symbolic link as an output is written through: the link stays, its target is the report.
+  std::filesystem::create_directory(tmp.file("reports"));
+  std::filesystem::create_symlink(tmp.file("reports/real.svg"), tmp.file("link.svg"));
+  const auto r = testing::run_stratum("report " + tmp.file("log.jsonl") + " --out " + tmp.file("link.svg"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_TRUE(std::filesystem::is_symlink(tmp.file("link.svg")));
+  EXPECT_NE(file_read_all(tmp.file("reports/real.svg")).find("<svg"), std::string::npos);
 }
 
 // --max-tokens beyond the model's context stops at the context, saying so (it stopped silently).

@@ -148,8 +148,21 @@ const FileFault& file_fault() {
 }
 }  // namespace
 
-void file_write_atomic(const std::string& path,
+void file_write_atomic(const std::string& path_in,
                        const std::function<void(const ByteSink&)>& writer) {
+  // A device, pipe or socket is never replaced by a file (report --out /dev/full made it one);
+  // a symbolic link is written through: its target is replaced, the link stays.
+  STRATUM_CHECK(!file_is_special(path_in), "[file] '", path_in, "' is a device, pipe or socket; give a file path");
+  std::string path = path_in;
+  struct stat lst {};
+  for (int hops = 0; ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode); ++hops) {  // a dangling one too
+    std::error_code ec;
+    std::filesystem::path target = std::filesystem::read_symlink(path, ec);
+    STRATUM_CHECK(!ec && hops < 40, "[file] cannot follow the symbolic link '", path_in, "': ",
+                  ec ? ec.message() : "too many levels");
+    if (target.is_relative()) target = std::filesystem::path(path).parent_path() / target;
+    path = target.lexically_normal().string();
+  }
   const FileFault& fault = file_fault();
   const bool faulty = fault.kind != FileFault::Kind::None && path.find(fault.match) != std::string::npos;
   std::size_t written = 0;
