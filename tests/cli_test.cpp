@@ -194,6 +194,7 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"generate a model larger than RAM", "generate --model " + hugecfg + " --prompt-ids 1", "--mem-budget SIZE"},
       {"model dir is a file", "train --model " + kTiny + "/config.json" + data, "is a file"},
       {"lora flags without lora", "train --lora-alpha 16 --steps 1" + data, "add --lora-r R"},
+      {"lora without a base", "train --lora-r 4 --steps 1" + data, "give it with --model HF_DIR"},
       {"zo-eps with adamw", "train --zo-eps 0.001 --steps 1" + data, "add --optimizer zo-sgd"},
       {"save into a model dir", "train --steps 1 --save " + kTiny + data, "is a checkpoint or model directory"},
       {"generate prefetch without a budget", "generate --model " + kTiny + " --prompt-ids 1 --prefetch 3",

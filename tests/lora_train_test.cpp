@@ -642,9 +642,11 @@ TEST(LoraTrain, BadInputGetsOneLine) {
     EXPECT_FALSE(file_exists(tmp.file("out") + "/latest")) << args;
   }
   // A shape mismatch: the GPT-2 adapter over a GPT-2 of another width.
-  const auto wide = testing::run_stratum("train --data " + gpt2 + "/tokens.bin --layers 2 --heads 4 --embd 64 --ctx 64 "
-                                         "--vocab 101 --batch 2 --seq 16 --steps 1 --quiet --lora-init " + gpt2 +
-                                         "/lora_init");
+  ASSERT_EQ(testing::run_stratum("train --data " + gpt2 + "/tokens.bin --layers 2 --heads 4 --embd 64 --ctx 64 "
+                                 "--vocab 101 --batch 2 --seq 16 --steps 1 --quiet --save " + tmp.file("wide")).exit_code,
+            0);
+  const auto wide = testing::run_stratum("train --data " + gpt2 + "/tokens.bin --model " + tmp.file("wide") +
+                                         " --batch 2 --seq 16 --steps 1 --quiet --lora-init " + gpt2 + "/lora_init");
   EXPECT_NE(wide.exit_code, 0);
   EXPECT_NE(wide.errors.find("has shape"), std::string::npos) << wide.errors;
   EXPECT_NE(wide.errors.find("was the adapter made for another base model?"), std::string::npos) << wide.errors;

@@ -275,6 +275,11 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm) {
   // run's comes from the flags (model_flags_config refuses, e.g., --kv-heads without --arch llama).
   if (!o.resume_path.empty()) fill_from_checkpoint(args, o);
   else o.config = model_flags_config(args);
+  // A new model's random base is not saved, so adapters trained over it could be neither used nor
+  // resumed (the checkpoint names no base).
+  STRATUM_CHECK((o.lora_r == 0 && o.lora_init_dir.empty()) || !o.model_dir.empty(),
+                "[train] LoRA trains adapters over a pretrained base: give it with --model HF_DIR (a new model's "
+                "random weights are not saved, so its adapters could not be used or resumed)");
   run_options_settle(args, o);
   o.measure_exe = "/proc/self/exe";  // the plan's measurement runs in its own process
   o.stop_requested = stop_signals_install(
