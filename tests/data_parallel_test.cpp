@@ -256,5 +256,42 @@ TEST_F(DataParallel, AKilledRankEndsTheJobWithinSeconds) {
   EXPECT_NE((r.output + r.errors).find("rank"), std::string::npos) << r.output << r.errors;
 }
 
+// Note [same command on every rank]: ranks started with different math, data or checkpointing
+// are refused before the first step in one line naming the difference, and the job ends (another
+// --weight-decay trained on silently to other bits; --save given to one rank hung at the first checkpoint).
+TEST_F(DataParallel, RanksStartedDifferentlyAreRefused) {
+  TempDir tmp;
+  const std::string common = model_args(tmp) + "--steps 2 --grad-accum 2 ";
+  const std::string other_data = testing::write_random_tokens(tmp.file("other.bin"), 6000, 1024, 4);
+  const struct {
+    std::string rank1;
+    std::string words;
+  } cases[] = {
+      {"--weight-decay 0.05", "--weight-decay is 0.05 on rank 1 but 0.1 on rank 0"},
+      {"--save " + tmp.file("ck"), "--save is given on rank 1 but not given on rank 0"},
+      {"--data " + other_data, "the training data is 5700 tokens, hash"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.rank1);
+    // MPMD: rank 0 runs the common command, rank 1 the common command with its difference.
+    std::string mine = common;
+    if (c.rank1.rfind("--data ", 0) == 0) {  // in place of the common --data (a flag given twice is refused)
+      const std::size_t at = mine.find("--data ");
+      mine.replace(at, mine.find(' ', at + 7) - at, c.rank1);
+    } else {
+      mine += c.rank1;
+    }
+    StratumProcess job("train " + mine, mpirun(1) + std::string(STRATUM_BINARY) + " train " + common + " : -np 1 ");
+    const auto t0 = std::chrono::steady_clock::now();
+    while (job.running() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(90))
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_FALSE(job.running()) << "the job must end, not hang";
+    const CommandResult r = job.wait();
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.errors.find(c.words), std::string::npos) << r.errors;
+    EXPECT_NE(r.errors.find("every rank must run the same command"), std::string::npos) << r.errors;
+  }
+}
+
 }  // namespace
 }  // namespace stratum

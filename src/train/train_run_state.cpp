@@ -2,7 +2,10 @@
 // train_run_state.h.
 #include "train/train_run_state.h"
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -72,6 +75,48 @@ void train_resume_check(const TrainerState& want, const TrainerState& have, cons
   same(want.val_tokens == have.val_tokens && want.val_hash == have.val_hash, "the validation data",
        std::to_string(have.val_tokens) + " tokens" + (have.val_tokens == want.val_tokens ? ", other contents" : ""),
        std::to_string(want.val_tokens) + " tokens", data_fix);
+}
+
+void train_ranks_agree_check(Communicator& comm, const TrainerState& mine,
+                             const std::vector<std::pair<std::string, std::string>>& extra) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const TrainOption& option : train_option_table())
+    if (option.math) rows.emplace_back(std::string("--") + option.flag, train_option_text(option, mine));
+  rows.emplace_back("the model", mine.model);
+  auto data_text = [](std::uint64_t tokens, std::uint64_t hash) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%llu tokens, hash %016llx", static_cast<unsigned long long>(tokens),
+                  static_cast<unsigned long long>(hash));
+    return std::string(text);
+  };
+  rows.emplace_back("the training data", data_text(mine.train_tokens, mine.train_hash));
+  rows.emplace_back("the validation data", data_text(mine.val_tokens, mine.val_hash));
+  rows.emplace_back("--threads", std::to_string(mine.threads));  // the CPU's products' bits depend on it
+  rows.insert(rows.end(), extra.begin(), extra.end());
+  struct Row {  // fixed size: what allgather moves
+    std::uint64_t hash;
+    char text[56];
+  };
+  std::vector<Row> gathered(rows.size() * static_cast<std::size_t>(comm.size()));
+  std::vector<Row> own(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::string& text = rows[i].second;
+    own[i].hash = hash64(text.data(), text.size());
+    std::snprintf(own[i].text, sizeof own[i].text, "%s", text.size() < sizeof own[i].text
+                                                            ? text.c_str()
+                                                            : (text.substr(0, sizeof own[i].text - 4) + "...").c_str());
+  }
+  comm.allgather(own.data(), own.size() * sizeof(Row), gathered.data());
+  for (int r = 1; r < comm.size(); ++r)
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const Row& theirs = gathered[static_cast<std::size_t>(r) * rows.size() + i];
+      if (theirs.hash == gathered[i].hash) continue;
+      const std::string message = "[train] the ranks were started differently: " + rows[i].first + " is " +
+                                  theirs.text + " on rank " + std::to_string(r) + " but " + gathered[i].text +
+                                  " on rank 0; every rank must run the same command on the same data";
+      if (comm.rank() != r) std::this_thread::sleep_for(std::chrono::seconds(30));  // rank r's abort ends this one
+      throw Error(message);
+    }
 }
 
 }  // namespace stratum

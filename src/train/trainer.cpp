@@ -553,6 +553,12 @@ TrainResult TrainRun::run() {
   backend_set_threads(threads_);
   lora_resolve();
   data_load();
+  if (ranks() > 1)  // Note [same command on every rank]
+    train_ranks_agree_check(*o_.comm, run_state_,
+                            {{"--save", save_all_ ? "given" : "not given"},
+                             {"--save-every", std::to_string(save_every_all_)},
+                             {"the step resumed from", std::to_string(start_step_)},
+                             {"the base model", o_.model_dir.empty() ? "a new model" : "--model"}});
   store_make();
   save_space_check();
   trace_start();
