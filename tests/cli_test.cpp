@@ -194,6 +194,11 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"generate a model larger than RAM", "generate --model " + hugecfg + " --prompt-ids 1", "--mem-budget SIZE"},
       {"model dir is a file", "train --model " + kTiny + "/config.json" + data, "is a file"},
       {"lora flags without lora", "train --lora-alpha 16 --steps 1" + data, "add --lora-r R"},
+      {"adamw option with zo-sgd", "train --optimizer zo-sgd --grad-clip 0.5 --steps 1" + data,
+       "--grad-clip is AdamW's"},
+      {"eval-batches without eval", "train --eval-batches 2 --steps 1" + data, "add --eval-every N"},
+      {"plan lora flags without lora", "plan --layers 1 --heads 2 --embd 32 --ctx 64 --lora-alpha 8",
+       "add --lora-r R to plan adapters"},
       {"lora without a base", "train --lora-r 4 --steps 1" + data, "give it with --model HF_DIR"},
       {"zo-eps with adamw", "train --zo-eps 0.001 --steps 1" + data, "add --optimizer zo-sgd"},
       {"save into a model dir", "train --steps 1 --save " + kTiny + data, "is a checkpoint or model directory"},
@@ -521,7 +526,7 @@ TEST(Cli, PrepareInfoTrainGenerateEndToEnd) {
     if (*option.value_name == '\0' || value.empty()) continue;  // switches, paths
     if (model.find(std::string(" --") + option.flag + " ") != std::string::npos) continue;  // given above
     if (std::string(option.flag).rfind("lora-", 0) == 0 || std::string(option.flag) == "zo-eps" ||
-        std::string(option.flag) == "keep")
+        std::string(option.flag) == "keep" || std::string(option.flag) == "eval-batches")
       continue;  // refused without --lora-r / --optimizer zo-sgd, which change the bits, or --save
     defaults += std::string(" --") + option.flag + " " + value;
   }

@@ -579,5 +579,15 @@ TEST(Plan, DirectoriesOfKilledRunsAreRemovedByTheNextPlan) {
   EXPECT_EQ(left, 0u) << "the run's own config directory must be removed";
 }
 
+// A run that does not fit in RAM is planned, and the plan says train would refuse it in RAM and
+// what budget would run it (it printed an in-RAM step time and exited 0, as if it would run).
+TEST(Plan, SaysWhenARunDoesNotFitInRam) {
+  const auto r = testing::run_stratum("plan --layers 1024 --heads 16 --embd 2048 --ctx 64 --vocab 50257 --batch 1 "
+                                      "--seq 64 --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("does not fit: this run needs "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--mem-budget SIZE (at least "), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace stratum

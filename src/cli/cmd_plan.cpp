@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "core/process_memory.h"
 #include "core/byte_size.h"
 #include "core/thread_pool.h"
 #include "weights/model_io.h"
@@ -85,7 +86,12 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.activations = plan_activations_resolve(activation_policy_parse(args.str("activations", "auto")), r.zeroth_order);
   STRATUM_CHECK(r.grad_accum == 1 || !r.zeroth_order,
                 "[plan] --grad-accum sums backpropagated gradients, and --optimizer zo-sgd has none; drop one of them");
-  r.lora = lora_config_make(r.config.arch, static_cast<int>(args.integer("lora-r", 0, 0, 65536)),
+  const int lora_r = static_cast<int>(args.integer("lora-r", 0, 0, 65536));
+  STRATUM_CHECK(lora_r > 0 || !(args.has("lora-alpha") || args.has("lora-targets") || args.has("lora-rslora") ||
+                                         args.has("lora-dropout") || args.has("lora-base-bf16")),
+                "[plan] --lora-alpha, --lora-targets, --lora-rslora, --lora-dropout and --lora-base-bf16 shape LoRA "
+                "adapters: add --lora-r R to plan adapters (or drop them to plan training every weight)");
+  r.lora = lora_config_make(r.config.arch, lora_r,
                             args.number("lora-alpha", 16.0), args.str("lora-targets"), args.flag("lora-rslora"),
                             args.number("lora-dropout", 0.0));
   // As train: LoRA over a checkpoint stored in bf16 keeps its frozen layers bf16 (a --model
@@ -136,6 +142,14 @@ int cmd_plan(const std::vector<std::string>& argv) {
   const Plan plan = plan_make(r, measured.timing, measured.read_gbps, measured.write_gbps);
   std::fputs(plan_describe(plan, r).c_str(), stdout);
   std::fputs(choice_text.c_str(), stdout);
+  // In RAM, what train would refuse (memory_fit_check) is said, with the way out.
+  if (const std::size_t available = memory_available_bytes();
+      r.mem_budget_bytes == 0 && available > 0 && plan.peak_ram_bytes > available)
+    std::printf("does not fit: this run needs %s of RAM and this machine has %s available, so train refuses it in "
+                "RAM; plan it under a budget: --mem-budget SIZE (at least %s) --offload-dir DIR\n",
+                bytes_text(static_cast<double>(plan.peak_ram_bytes)).c_str(),
+                bytes_text(static_cast<double>(available)).c_str(),
+                bytes_text(static_cast<double>(plan.min_budget_bytes)).c_str());
   if (r.mem_budget_bytes > 0)
     std::printf("calibration: %s, %s; compute measured on a one-layer model with %d threads, streamed under the "
                 "budget (peak RSS %s)\n",

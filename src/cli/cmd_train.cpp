@@ -180,6 +180,11 @@ void run_options_settle(const Args& args, TrainOptions& o) {
                 "--lora-r R to train adapters (or drop them to train every weight)");
   STRATUM_CHECK(!o.save_dir.empty() || !args.has("keep"),
                 "[train] --keep K prunes the checkpoints under --save DIR: add --save DIR (or drop --keep)");
+  for (const char* adamw_only : {"beta1", "beta2", "eps", "grad-clip"})
+    STRATUM_CHECK(o.optimizer == TrainOptimizer::AdamW || !args.has(adamw_only), "[train] --", adamw_only,
+                  " is AdamW's, and --optimizer zo-sgd has no moments or gradient to clip: drop it");
+  STRATUM_CHECK(o.eval_every > 0 || !args.has("eval-batches"),
+                "[train] --eval-batches sizes the validation of --eval-every N: add --eval-every N (or drop it)");
   STRATUM_CHECK(o.optimizer == TrainOptimizer::ZoSgd || !args.has("zo-eps"),
                 "[train] --zo-eps is zo-sgd's perturbation scale: add --optimizer zo-sgd (or drop it)");
   // The run's recorded log goes on only where its directory still is (a checkpoint copied to
