@@ -294,6 +294,7 @@ TEST(Cli, OutputsNeverOverwriteInputsOrForeignFiles) {
       {"report " + notes + " --out " + notes, "is the log being read"},
       {train + " --trace " + notes, "exists and is not a Stratum trace"},
       {"report " + notes + " --out " + tmp.path(), "is a directory"},
+      {"report " + tokens + " --out " + notes, "exists and is not an SVG"},
   };
   for (const auto& c : cases) {
     const auto r = testing::run_stratum(c.args);

@@ -20,9 +20,33 @@ struct Series {
 
 std::string number(double v) {
   char buf[32];
-  if (std::fabs(v) >= 1000 || v == std::floor(v)) std::snprintf(buf, sizeof buf, "%.0f", v);
+  // Whole numbers in full up to 1e15 (beyond, %.0f of 1e308 is 309 digits: cut off in buf).
+  if (std::fabs(v) < 1e15 && (std::fabs(v) >= 1000 || v == std::floor(v))) std::snprintf(buf, sizeof buf, "%.0f", v);
   else std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;
+}
+
+// The points a polyline draws: all of them where they are fewer than about two a pixel column,
+// else, for each run of consecutive points in one column, its lowest and highest (in order), so
+// every spike stays visible.
+template <class X>
+std::vector<std::pair<double, double>> drawn_points(const std::vector<std::pair<double, double>>& points, X x,
+                                                    double columns) {
+  if (static_cast<double>(points.size()) <= 2 * columns) return points;
+  std::vector<std::pair<double, double>> out;
+  std::size_t first = 0;
+  while (first < points.size()) {
+    const long column = std::lround(x(points[first].first));
+    std::size_t end = first, lo = first, hi = first;
+    for (; end < points.size() && std::lround(x(points[end].first)) == column; ++end) {
+      if (points[end].second < points[lo].second) lo = end;
+      if (points[end].second > points[hi].second) hi = end;
+    }
+    out.push_back(points[std::min(lo, hi)]);
+    if (lo != hi) out.push_back(points[std::max(lo, hi)]);
+    first = end;
+  }
+  return out;
 }
 
 std::string escape(const std::string& s) {
@@ -78,7 +102,7 @@ std::string panel(int index, const std::string& title, const std::vector<Series>
   for (const Series& s : series) {
     if (s.points.empty()) continue;
     std::string pts;
-    for (const auto& p : s.points) pts += number(x(p.first)) + "," + number(y(p.second)) + " ";
+    for (const auto& p : drawn_points(s.points, x, right - left)) pts += number(x(p.first)) + "," + number(y(p.second)) + " ";
     out += "<polyline fill=\"none\" stroke=\"" + std::string(s.color) + "\" stroke-width=\"1.5\" points=\"" + pts +
            "\"/>\n";
     if (s.points.size() <= 50)
@@ -93,29 +117,42 @@ std::string panel(int index, const std::string& title, const std::vector<Series>
 }
 }  // namespace
 
-std::string report_svg(const std::vector<nlohmann::json>& records, const std::string& title) {
+ReportRecord report_record(const nlohmann::json& r, std::size_t index) {
+  STRATUM_CHECK(r.is_object() && r.contains("step") && r["step"].is_number() && r.contains("loss") &&
+                    r["loss"].is_number(),
+                "[report] record ", index + 1, " has no numeric \"step\" and \"loss\"; is this a stratum train --log file?");
+  ReportRecord out;
+  out.step = r["step"].get<double>();
+  out.loss = r["loss"].get<double>();
+  auto get = [&](const char* key, double scale, double& field) {
+    if (r.contains(key) && r[key].is_number()) field = r[key].get<double>() * scale;
+  };
+  get("val_loss", 1.0, out.val_loss);
+  get("read_bytes", 1.0 / (1024 * 1024), out.read_mib);
+  get("write_bytes", 1.0 / (1024 * 1024), out.write_mib);
+  get("step_ms", 1.0, out.step_ms);
+  get("stall_ms", 1.0, out.stall_ms);
+  return out;
+}
+
+std::string report_svg(const std::vector<ReportRecord>& records, const std::string& title) {
   STRATUM_CHECK(!records.empty(), "[report] the log has no records; pass the --log FILE of a stratum train run");
   Series loss{"loss", "#1f77b4", {}}, val{"validation loss", "#d62728", {}};
   Series read{"MiB read", "#2ca02c", {}}, written{"MiB written", "#ff7f0e", {}};
   Series step_ms{"step ms", "#1f77b4", {}}, stall{"stall ms", "#d62728", {}};
   double step_min = INFINITY, step_max = -INFINITY;
-  for (std::size_t i = 0; i < records.size(); ++i) {
-    const nlohmann::json& r = records[i];
-    STRATUM_CHECK(r.is_object() && r.contains("step") && r["step"].is_number() && r.contains("loss") &&
-                      r["loss"].is_number(),
-                  "[report] record ", i + 1, " has no numeric \"step\" and \"loss\"; is this a stratum train --log file?");
-    const double step = r["step"].get<double>();
-    step_min = std::min(step_min, step);
-    step_max = std::max(step_max, step);
-    loss.points.push_back({step, r["loss"].get<double>()});
-    auto add = [&](Series& s, const char* key, double scale) {
-      if (r.contains(key) && r[key].is_number()) s.points.push_back({step, r[key].get<double>() * scale});
+  for (const ReportRecord& r : records) {
+    step_min = std::min(step_min, r.step);
+    step_max = std::max(step_max, r.step);
+    loss.points.push_back({r.step, r.loss});
+    auto add = [&](Series& s, double v) {
+      if (!std::isnan(v)) s.points.push_back({r.step, v});
     };
-    add(val, "val_loss", 1.0);
-    add(read, "read_bytes", 1.0 / (1024 * 1024));
-    add(written, "write_bytes", 1.0 / (1024 * 1024));
-    add(step_ms, "step_ms", 1.0);
-    add(stall, "stall_ms", 1.0);
+    add(val, r.val_loss);
+    add(read, r.read_mib);
+    add(written, r.write_mib);
+    add(step_ms, r.step_ms);
+    add(stall, r.stall_ms);
   }
   const double height = kTop + 3 * (kPanelHeight + kGap);
   std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +

@@ -4,6 +4,8 @@
 // external fonts. Does not read the log file itself or plot anything else.
 #pragma once
 
+#include <cmath>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -11,8 +13,18 @@
 
 namespace stratum {
 
-// records: the log's objects in order; each needs "step" and "loss" (others are optional).
-// Throws Error naming the record when one lacks them. `title` goes at the top.
-std::string report_svg(const std::vector<nlohmann::json>& records, const std::string& title);
+// What the report plots of one log record; NaN where the record has no such value.
+struct ReportRecord {
+  double step = 0, loss = 0;
+  double val_loss = NAN, read_mib = NAN, write_mib = NAN, step_ms = NAN, stall_ms = NAN;
+};
+// One log object as a record: it needs a numeric "step" and "loss" (the others are optional).
+// Throws Error naming the record (`index`, 0-based) when it lacks them.
+ReportRecord report_record(const nlohmann::json& object, std::size_t index);
+
+// The records in log order; `title` goes at the top. A series of more points than the plot has
+// pixel columns draws each column's lowest and highest point (a log of millions of steps made
+// an SVG of millions of points). Throws Error when there are none.
+std::string report_svg(const std::vector<ReportRecord>& records, const std::string& title);
 
 }  // namespace stratum
