@@ -199,6 +199,9 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"eval-batches without eval", "train --eval-batches 2 --steps 1" + data, "add --eval-every N"},
       {"plan lora flags without lora", "plan --layers 1 --heads 2 --embd 32 --ctx 64 --lora-alpha 8",
        "add --lora-r R to plan adapters"},
+      {"trace is the save dir", "train --steps 1 --save " + tmp.file("sv") + " --trace " + tmp.file("sv") + data,
+       "is the --save directory"},
+      {"log is a directory", "train --steps 1 --log " + tmp.path() + data, "is a directory; give a file path"},
       {"lora without a base", "train --lora-r 4 --steps 1" + data, "give it with --model HF_DIR"},
       {"zo-eps with adamw", "train --zo-eps 0.001 --steps 1" + data, "add --optimizer zo-sgd"},
       {"save into a model dir", "train --steps 1 --save " + kTiny + data, "is a checkpoint or model directory"},
@@ -229,6 +232,7 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       EXPECT_EQ(rest.find('\n'), rest.size() - 1) << c.name << ": error is not one line: " << rest;
     }
   }
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("sv"))) << "a refused run claimed its --save directory";
 }
 
 // info checks the weights against config.json as train and generate do (it described a model
@@ -325,8 +329,10 @@ TEST(Cli, OutputsNeverOverwriteInputsOrForeignFiles) {
   const std::string merge = "merge --model " + base + " --adapter " + lora + " --out ";
   std::filesystem::create_directory(tmp.file("mine"));
   write_text(tmp.file("mine/notes.txt"), "mine\n");
-  for (const auto& [out, words] : {std::pair{lora, "holds 'latest'"}, {base + "/step-00000002", "is an input"},
-                                   {tmp.file("mine"), "holds 'notes.txt'"}}) {
+  for (const auto& [out, words] : {std::pair<std::string, std::string>{lora, "a checkpoint or --save directory"},
+                                   {base + "/step-00000002", "is an input"}, {tmp.file("mine"), "holds 'notes.txt'"},
+                                   {lora + "/step-00000002/merged", "is inside " + lora + "/step-00000002"},
+                                   {base + "/merged", "is inside " + base + ","}}) {
     r = testing::run_stratum(merge + out);
     EXPECT_EQ(r.exit_code, 1) << out;
     EXPECT_NE(r.errors.find(words), std::string::npos) << out << ": " << r.errors;

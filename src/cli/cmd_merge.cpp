@@ -3,6 +3,7 @@
 // writes the merged weights in the base's dtype (BF16 for a bf16 base, else F32) with the base's
 // config and tokenizer files.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "backend/backend.h"
@@ -39,6 +40,15 @@ int cmd_merge(const std::vector<std::string>& argv) {
   for (const std::string& input : {base_dir, adapter_dir})
     STRATUM_CHECK(!same_file(args.str("out"), input), "[merge] --out '", args.str("out"), "' is an input (", input,
                   "); choose a new directory");
+  // Not inside a checkpoint or a --save root: pruning (--keep) would delete it with them.
+  std::error_code ec;
+  for (std::filesystem::path p = std::filesystem::absolute(args.str("out"), ec).lexically_normal();
+       !ec && p.has_relative_path(); p = p.parent_path()) {
+    const std::string dir = p.string();
+    STRATUM_CHECK(!file_exists(dir + "/manifest.json") && !file_exists(dir + "/latest"), "[merge] --out '",
+                  args.str("out"), "' is inside ", dir, ", a checkpoint or --save directory whose pruning would delete "
+                  "it; choose a directory outside it");
+  }
   const GptConfig cfg = model_read_config(base_dir);
   const LoraConfig lora = adapter_config_read(adapter_dir, cfg.arch);
   const ParamLayout layout = ParamLayout::of(cfg, lora);

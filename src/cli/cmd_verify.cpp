@@ -2,6 +2,7 @@
 // which can be resumed. DIR is a checkpoint (DIR/step-N) or a checkpoint root (every checkpoint in
 // it). Exit 0 when every checkpoint verifies, 1 otherwise.
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,9 @@ int cmd_verify(const std::vector<std::string>& argv) {
   }
   std::string dir = args.positional()[0];
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  STRATUM_CHECK(dir_exists(dir), "[verify] '", dir, "' does not exist or is not a directory");
+  STRATUM_CHECK(dir_exists(dir), "[verify] '", dir, "' ",
+                std::filesystem::exists(dir) ? "is a file; give a checkpoint directory (DIR/step-N) or a --save directory"
+                                             : "does not exist");
   std::vector<std::string> checkpoints;
   std::string latest;
   if (file_exists(dir + "/manifest.json")) {

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <thread>
+#include <algorithm>
 #include <vector>
 
 #include "io/io_block.h"
@@ -33,11 +34,15 @@ long long block_transfer(const IoBlock& block) {
 }
 
 class ThreadIoEngine final : public IoEngine {
+  static constexpr int kMaxWorkers = 64;
+
  public:
   explicit ThreadIoEngine(const IoEngineOptions& options)
       : block_bytes_(options.block_bytes), queue_depth_(options.queue_depth), queue_(options.fault) {
     try {
-      for (int i = 0; i < queue_depth_; ++i) workers_.emplace_back([this] { worker_loop(); });
+      // A thread per block in flight, up to kMaxWorkers: --io-depth 1024 started 2048 threads
+      // (two engines) for no more bandwidth; deeper requests wait in the queue.
+      for (int i = 0; i < std::min(queue_depth_, kMaxWorkers); ++i) workers_.emplace_back([this] { worker_loop(); });
     } catch (...) {
       stop();
       throw;

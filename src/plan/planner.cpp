@@ -257,7 +257,9 @@ std::string plan_budget_refusal(const char* flag, std::size_t budget_bytes, std:
   }
   return detail::concat(flag, " ", budget, " is below the minimum of ", min, " for this model at B=", batch, " T=", seq,
                         parts.empty() ? std::string() : " (" + parts + ")", "; use ", flag, " ",
-                        (min_bytes + (1 << 20) - 1) >> 20, "M or more", advice, ", or lower --batch/--seq");
+                        min_bytes < (1 << 20) ? std::to_string((min_bytes + 1023) >> 10) + "K"  // not 1M for 158K
+                                              : std::to_string((min_bytes + (1 << 20) - 1) >> 20) + "M",
+                        " or more", advice, ", or lower --batch/--seq");
 }
 
 std::string plan_min_parts(std::size_t engine_bytes, std::size_t working_set_bytes) {

@@ -96,6 +96,12 @@ void train_options_check(const TrainOptions& o) {
   }
   STRATUM_CHECK(!same_file(o.log_path, o.trace_path), "[train] --log and --trace name the same file '", o.log_path,
                 "'; give each its own");
+  for (const auto& [out_flag, out] : outputs)  // else the run claimed the directory before the file failed
+    STRATUM_CHECK(out->empty() || o.save_dir.empty() || !same_file(*out, o.save_dir), "[train] ", out_flag, " '",
+                  *out, "' is the --save directory; give the file a path of its own");
+  for (const auto& [out_flag, out] : outputs)
+    STRATUM_CHECK(out->empty() || !dir_exists(*out), "[train] ", out_flag, " '", *out,
+                  "' is a directory; give a file path");
   STRATUM_CHECK(o.gpu_mem_budget_bytes == 0 || o.backend != Backend::Cpu || o.mirror_store,
                 "[train] --gpu-mem-budget bounds the GPU's memory: add --backend cuda, or use --mem-budget for RAM");
   STRATUM_CHECK(o.adamw_on == AdamWOn::Auto || o.backend != Backend::Cpu || o.mirror_store,

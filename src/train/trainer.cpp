@@ -362,7 +362,7 @@ void TrainRun::loop() {
                "[stratum] state: params %s, grads %s, AdamW moments %s, boundary activations %s; engine buffers %s "
                "(%s)\n[stratum] memory: %s\n",
                cfg_.describe().c_str(), static_cast<double>(layout_->num_params()) / 1e6, train_token_count_,
-               static_cast<long long>(loader_->batches_per_epoch()), val_loader_ ? ", validation held out" : "",
+               static_cast<long long>(loader_->batches_per_epoch()), !val_loader_ ? "" : o_.val_data_path.empty() ? ", validation held out" : ", validation from --val-data",
                o_.batch, o_.seq,
                ((o_.grad_accum > 1 ? " x " + std::to_string(o_.grad_accum) + " micro-batches" +
                                          (ranks() > 1 ? " on " + std::to_string(ranks()) + " ranks" : std::string())
@@ -422,8 +422,9 @@ void TrainRun::loop() {
                                   return true;
                                 });
     const float loss = r.loss;
-    STRATUM_CHECK(std::isfinite(loss), "[train] loss became ", loss, " at step ", step + 1,
-                  o_.grad_clip > 0 ? "; lower --lr" : "; lower --lr or enable --grad-clip");
+    STRATUM_CHECK(std::isfinite(loss), "[train] loss became ", std::isnan(loss) ? "NaN" : "infinite", " at step ",
+                  step + 1, "; the run diverged: lower --lr",
+                  o_.weight_decay > 1 ? " or --weight-decay" : "", o_.grad_clip > 0 ? "" : ", or enable --grad-clip");
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const StoreStats now = store.stats();
     const std::uint64_t read = now.read_bytes - before.read_bytes, written = now.write_bytes - before.write_bytes;
