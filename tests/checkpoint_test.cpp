@@ -165,6 +165,14 @@ TEST_F(Checkpoint, KeepsTheNewestAndLatestNamesAVerifiedOne) {
   const CommandResult info = run_stratum("info " + quote(root));
   EXPECT_EQ(info.exit_code, 0) << info.errors;
   EXPECT_NE(info.output.find("L2 H4 C64 ctx64 V2048"), std::string::npos) << info.output;
+  // Resumed from step 1 with saves every 3 steps: its first save (step 3) removes the abandoned
+  // steps 2, 4 and 5, so --keep 2 leaves its own 3 and 5 (it left the abandoned 4 beside 5).
+  const std::string root2 = tmp_.file("ck2");
+  ASSERT_EQ(run_stratum(train_args(tokens_, 5) + " --save " + quote(root2) + " --save-every 1 --keep 5").exit_code, 0);
+  const CommandResult again =
+      run_stratum("train --resume " + quote(root2 + "/step-00000001") + " --save-every 3 --keep 2 --quiet");
+  ASSERT_EQ(again.exit_code, 0) << again.errors;
+  EXPECT_EQ(checkpoint_list(root2), (std::vector<std::string>{"step-00000005", "step-00000003"}));
 }
 
 // A run killed while pruning, moving `latest` or claiming the root leaves ".tmp." names; the next
@@ -727,20 +735,20 @@ TEST(CheckpointFormat, OnlyVerifiedCheckpointsHaveFinalNamesAndPruningLeavesNoHa
   checkpoint_write(root, 3, 1, files(trainer_state_json(state)));
   EXPECT_EQ(checkpoint_temporaries(root), 0) << "the next write removes it";
   EXPECT_EQ(checkpoint_list(root), std::vector<std::string>{"step-00000003"});
-  // A run resumed from an older checkpoint: the later ones (an abandoned branch) are neither
-  // counted against --keep nor pruned; the run replaces them as it reaches their steps (with
-  // --keep 2, writing step 2 after steps 3 and 5 removed step 1, the run's own).
+  // A run resumed from step 1: its first save removes the later checkpoints (a future it
+  // abandoned) before the --keep count (with --keep 2, writing step 2 after steps 3 and 5 removed
+  // step 1, the run's own, and kept them for a fallback resume to take).
   for (long step : {1, 5}) {
     state.step = step;
     checkpoint_write(root, step, 3, files(trainer_state_json(state)));
   }
   state.step = 2;
-  checkpoint_write(root, 2, 2, files(trainer_state_json(state)));
-  EXPECT_EQ(checkpoint_list(root), (std::vector<std::string>{"step-00000005", "step-00000003", "step-00000002",
-                                                              "step-00000001"}));
-  state.step = 3;
-  checkpoint_write(root, 3, 2, files(trainer_state_json(state)));
-  EXPECT_EQ(checkpoint_list(root), (std::vector<std::string>{"step-00000005", "step-00000003", "step-00000002"}));
+  checkpoint_write(root, 2, 2, files(trainer_state_json(state)), /*abandon_after=*/1);
+  EXPECT_EQ(checkpoint_list(root), (std::vector<std::string>{"step-00000002", "step-00000001"}));
+  state.step = 4;
+  checkpoint_write(root, 4, 2, files(trainer_state_json(state)));
+  EXPECT_EQ(checkpoint_list(root), (std::vector<std::string>{"step-00000004", "step-00000002"}));
+  EXPECT_EQ(checkpoint_temporaries(root), 0);
 }
 
 // Version 2, written before run identities, is still read: as a run of unknown identity.

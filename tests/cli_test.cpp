@@ -184,7 +184,7 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"text with a stray byte", "train --data " + tmp.file("stray.txt") + " --tokenizer " + shared_data(""),
        "is UTF-8 text up to byte 9998"},
       {"prepare a token file", "prepare --input " + kTiny + "/tokens.bin --tokenizer " + shared_data("") + " --out " +
-                                   tmp.file("x.bin"), "is not UTF-8 text (byte "},
+                                   tmp.file("x.bin"), "is not read as text (byte 1 is not UTF-8)"},
       {"prepare into a directory", "prepare --input " + tmp.file("text.txt") + " --tokenizer " + shared_data("") +
                                        " --out " + tmp.path(), "is a directory"},
       {"size beyond any machine", "train --mem-budget 99999999T --offload-dir " + tmp.path() + data,

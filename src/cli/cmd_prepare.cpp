@@ -35,9 +35,11 @@ int cmd_prepare(const std::vector<std::string>& argv) {
     const DataFileReading reading = data_file_reading(input);
     STRATUM_CHECK(reading.kind != DataFileKind::LlmcShard, "[prepare] '", input,
                   "' is an llm.c token shard, not text: it goes to train's --data as it is");
-    STRATUM_CHECK(reading.kind == DataFileKind::Text, "[prepare] '", input, "' is not UTF-8 text (byte ",
-                  reading.not_text_at, " is not): a token file goes to train's --data as it is; text in another "
-                  "encoding needs re-encoding first (e.g. iconv -f latin1 -t utf-8)");
+    STRATUM_CHECK(reading.kind == DataFileKind::Text, "[prepare] '", input, "' is not read as text (",
+                  reading.not_text, "): a token file goes to train's --data as it is",
+                  reading.not_text.rfind("byte ", 0) == 0
+                      ? "; text in another encoding needs re-encoding first (e.g. iconv -f latin1 -t utf-8)"
+                      : "");
   }
   const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_dir);
   const std::string text = file_read_all(input);

@@ -62,8 +62,10 @@ int cmd_verify(const std::vector<std::string>& argv) {
     return 1;
   }
   if (latest_bad) {
-    std::printf("all %zu checkpoint%s verify but 'latest' is broken; --resume %s and --model %s use the newest\n",
-                checkpoints.size(), checkpoints.size() == 1 ? "" : "s", dir.c_str(), dir.c_str());
+    std::printf("%s but 'latest' is broken; --resume %s and --model %s use the newest\n",
+                checkpoints.size() == 1 ? "the checkpoint verifies"
+                                        : ("all " + std::to_string(checkpoints.size()) + " checkpoints verify").c_str(),
+                dir.c_str(), dir.c_str());
     return 1;
   }
   if (checkpoints.size() == 1) std::printf("the checkpoint verifies\n");

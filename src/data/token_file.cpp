@@ -143,6 +143,7 @@ DataFileReading data_file_reading(const std::string& path) {
   const bool text = looks_like_text(sample.data(), sample.size(), sample.size() < size_bytes, &bad_at);
   if (text && size_bytes < kTinyBytes) {
     out.kind = named_bin(path) ? DataFileKind::RawU16 : DataFileKind::Text;
+    if (named_bin(path)) out.not_text = "it is named .bin and too short to tell text from token ids";
     return out;
   }
   if (text) {
@@ -161,10 +162,10 @@ DataFileReading data_file_reading(const std::string& path) {
                 " is not) nor a raw uint16 token file (it has an odd number of bytes, ", size_bytes,
                 "); give a text file or a token file made by 'stratum prepare'");
   out.kind = DataFileKind::RawU16;
-  out.not_text_at = bad_at;
+  out.not_text = bad_at < sample.size() ? "byte " + std::to_string(bad_at) + " is not UTF-8"
+                                        : "over 1% of its first bytes are control characters";
   if (!named_bin(path))
-    out.note = "'" + path + "' is not UTF-8 text (byte " + std::to_string(bad_at) +
-               " is not): reading it as raw uint16 token ids";
+    out.note = "'" + path + "' is not UTF-8 text (" + out.not_text + "): reading it as raw uint16 token ids";
   return out;
 }
 

@@ -29,7 +29,7 @@ enum class DataFileKind { Text, RawU16, LlmcShard };
 struct DataFileReading {
   DataFileKind kind = DataFileKind::Text;
   std::string note;
-  std::uint64_t not_text_at = 0;  // RawU16: the offset of the first byte that is not UTF-8 text
+  std::string not_text;  // RawU16: why it is not read as text ("byte 12 is not UTF-8", ...)
 };
 DataFileReading data_file_reading(const std::string& path);
 

@@ -192,6 +192,11 @@ std::string trim_slashes(std::string path) {
 
 }  // namespace
 
+namespace {
+// The step of a checkpoint_list name ("step-00000012": 12).
+long checkpoint_step_of(const std::string& name) { return std::strtol(name.c_str() + 5, nullptr, 10); }
+}  // namespace
+
 std::vector<std::string> checkpoint_list(const std::string& root) {
   std::vector<std::pair<long, std::string>> found;
   std::error_code ec;
@@ -329,7 +334,7 @@ void leftovers_remove(const std::string& root) {
 }  // namespace
 
 std::string checkpoint_write(const std::string& root_in, long step, int keep,
-                             const std::function<void(const std::string& tmp_dir)>& write_files) {
+                             const std::function<void(const std::string& tmp_dir)>& write_files, long abandon_after) {
   STRATUM_CHECK(keep >= 1, "[checkpoint] --keep must be at least 1");
   const std::string root = trim_slashes(root_in);
   dir_create(root);
@@ -375,12 +380,15 @@ std::string checkpoint_write(const std::string& root_in, long step, int keep,
   }
   dir_fsync(root);
   file_write_atomic(root + "/latest", name + "\n");
-  // Keep the newest `keep` up to this step: this one and the `keep - 1` before it. Those of later
-  // steps are a branch the run abandoned by resuming from an older checkpoint: left for it to
-  // replace as it reaches their steps, and not counted (they pushed out the run's own).
+  // The abandoned future (see checkpoint.h), then all but the newest `keep` (never this one).
   int kept = 0;
-  for (const std::string& other : checkpoint_list(root)) {  // newest first; names order as steps
-    if (other > name || ++kept <= keep) continue;
+  for (const std::string& other : checkpoint_list(root)) {  // newest first
+    if (other == name) {
+      ++kept;
+      continue;
+    }
+    const bool abandoned = abandon_after >= 0 && checkpoint_step_of(other) > abandon_after;
+    if (!abandoned && ++kept <= keep) continue;
     // Out of sight first (a leftover's name, removed by the next write if this one is killed).
     const std::string doomed = root + "/." + other + ".tmp." + std::to_string(::getpid()) + ".old";
     if (::rename((root + "/" + other).c_str(), doomed.c_str()) == 0) std::filesystem::remove_all(doomed, ec);

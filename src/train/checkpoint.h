@@ -101,8 +101,13 @@ CheckpointCheck checkpoint_verify(const std::string& dir);
 // write_files(tmp_dir) writes everything but manifest.json into tmp_dir. Keeps the newest `keep`
 // checkpoints (>= 1). Returns the new checkpoint's directory. Throws Error when anything fails;
 // the previous checkpoints and `latest` are then untouched and the temporary directory removed.
+// abandon_after >= 0 (a resumed run's first save, from that step): the root's checkpoints of later
+// steps are a future the run abandoned by resuming from an older one; once the new checkpoint is
+// in place they are removed before the --keep count (they pushed out the run's own, and a
+// resume's fallback to "the newest that verifies" would have taken them).
 std::string checkpoint_write(const std::string& root, long step, int keep,
-                             const std::function<void(const std::string& tmp_dir)>& write_files);
+                             const std::function<void(const std::string& tmp_dir)>& write_files,
+                             long abandon_after = -1);
 
 // How many checkpoints more than the `have` under a root it holds at its peak while `saves` more
 // are written with --keep `keep`: each is written before those beyond `keep` are removed, so the

@@ -49,7 +49,7 @@ namespace {
 // A range's end as a user typed it: whole numbers in full (1073741824, not 1.07374e+09).
 std::string bound_text(double v) {
   char text[40];
-  if (v == std::floor(v) && std::fabs(v) < 1e18) std::snprintf(text, sizeof text, "%.0f", v);
+  if (v == std::floor(v) && std::fabs(v) <= 1e18) std::snprintf(text, sizeof text, "%.0f", v);
   else std::snprintf(text, sizeof text, "%g", v);
   return text;
 }

@@ -116,7 +116,10 @@ void TrainRun::lora_resolve() {
     STRATUM_CHECK(o_.lora_r == 0 || o_.lora_r == init.r, "[train] --lora-r ", o_.lora_r, " differs from r=", init.r,
                   " of ", o_.lora_init_dir, "/", kAdapterConfigFile,
                   "; drop --lora-r (--lora-init takes r, alpha and the targets from the adapter)");
-    STRATUM_CHECK(o_.lora_targets.empty() || o_.lora_targets == lora_targets_text(init), "[train] --lora-targets ",
+    STRATUM_CHECK(o_.lora_targets.empty() ||  // as resolved: a name given twice is one target
+                      lora_targets_text(lora_config_make(cfg_.arch, init.r, init.alpha, o_.lora_targets, false, 0.0)) ==
+                          lora_targets_text(init),
+                  "[train] --lora-targets ",
                   o_.lora_targets, " differs from target_modules ", lora_targets_text(init), " of ", o_.lora_init_dir,
                   "/", kAdapterConfigFile, "; drop --lora-targets");
     STRATUM_CHECK(!o_.lora_alpha_given || o_.lora_alpha == init.alpha, "[train] --lora-alpha ", o_.lora_alpha,
@@ -271,7 +274,8 @@ void TrainRun::checkpoint_save(long done, float loss) {
       if (lora_.on()) adapter_write_files(tmp, *layout_, *store_, base_model_name());
       if (o_.optimizer == TrainOptimizer::AdamW) checkpoint_optimizer_write(tmp);
       file_write_atomic(tmp + "/trainer_state.json", trainer_state_json(state));
-    });
+    }, saved_once_ || resume_.dir.empty() ? -1 : start_step_);
+    saved_once_ = true;
   } catch (const BugError&) {
     throw;
   } catch (const Error& e) {
