@@ -15,12 +15,14 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
-  std::vector<nlohmann::json> records;
+  std::vector<nlohmann::json> objects;
   for (std::string line; std::getline(in, line);) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_discarded()) records.push_back(std::move(j));
+    if (!j.is_discarded()) objects.push_back(std::move(j));
   }
   try {
+    std::vector<stratum::ReportRecord> records;  // as cmd_report reads them
+    for (const nlohmann::json& object : objects) records.push_back(stratum::report_record(object, records.size()));
     const std::string svg = stratum::report_svg(records, "fuzz");
     if (svg.find("</svg>") == std::string::npos) {
       std::fprintf(stderr, "[fuzz.report_svg] SVG without its closing tag\n");
