@@ -205,10 +205,14 @@ std::vector<FlagSpec> concat_specs(std::vector<FlagSpec> a, const std::vector<Fl
   return a;
 }
 
-GptConfig model_flags_config(const Args& args) {
+void model_flags_alone_check(const Args& args) {
   for (const ModelShapeFlag& row : model_shape_flags())
     STRATUM_CHECK(!args.has("model") || !args.has(row.flag), "[cli] --model takes the shape from config.json; drop --",
                   row.flag);
+}
+
+GptConfig model_flags_config(const Args& args) {
+  model_flags_alone_check(args);
   GptConfig config;
   for (const ModelShapeFlag& row : model_shape_flags()) {
     STRATUM_CHECK(!row.llama_only || config.llama() || !args.has(row.flag), "[cli] --", row.flag,

@@ -50,8 +50,10 @@ class Args {
 // --layers/--heads/--embd/--ctx/--vocab.
 std::vector<FlagSpec> model_flag_specs();
 std::vector<FlagSpec> concat_specs(std::vector<FlagSpec> a, const std::vector<FlagSpec>& b);
+// Refuses shape flags together with --model (config.json gives the shape).
+void model_flags_alone_check(const Args& args);
 // The new model's shape from those flags (defaults L4 H4 C256 ctx256 V50257); refuses shape
-// flags together with --model.
+// flags together with --model (model_flags_alone_check).
 GptConfig model_flags_config(const Args& args);
 // Note [model flags]: the flags of a new model's shape and family, one row each: its help, how it
 // sets the config (its default when absent) and the config's value as that flag would say it

@@ -71,9 +71,7 @@ void resume_model_check(const Args& args, const std::string& model_dir, const st
   bool shape_given = false;
   for (const ModelShapeFlag& row : model_shape_flags()) shape_given = shape_given || args.has(row.flag);
   if (!args.has("model") && !shape_given) return;
-  for (const ModelShapeFlag& row : model_shape_flags())
-    STRATUM_CHECK(!args.has("model") || !args.has(row.flag), "[cli] --model takes the shape from config.json; drop --",
-                  row.flag);
+  model_flags_alone_check(args);
   const GptConfig have = model_read_config(checkpoint_model_dir(resume_path));
   const char* const fix = lora ? "; a resumed LoRA run continues over the base its adapters were trained on (give "
                                  "that --model, or leave it out: adapter_config.json names it)"

@@ -51,9 +51,13 @@ int cmd_verify(const std::vector<std::string>& argv) {
     for (const std::string& line : check.report) std::printf("  %s\n", line.c_str());
     if (!check.ok()) ++bad;
   }
+  // "the checkpoint" or "all N checkpoints", as the summary's subject.
+  const std::string all = checkpoints.size() == 1 ? "the checkpoint" : "all " + std::to_string(checkpoints.size()) +
+                                                                         " checkpoints";
+  const char* verify = checkpoints.size() == 1 ? "verifies" : "verify";
   if (bad > 0 && static_cast<std::size_t>(bad) == checkpoints.size()) {  // nothing to resume from
-    std::printf("%s failed verification%s\n", bad == 1 ? "the checkpoint" : ("all " + std::to_string(bad) +
-                " checkpoints").c_str(), checkpoints[0] == dir ? "" : ": this directory has nothing to resume from");
+    std::printf("%s failed verification%s\n", all.c_str(),
+                checkpoints[0] == dir ? "" : ": this directory has nothing to resume from");
     return 1;
   }
   if (bad > 0) {
@@ -62,14 +66,11 @@ int cmd_verify(const std::vector<std::string>& argv) {
     return 1;
   }
   if (latest_bad) {
-    std::printf("%s but 'latest' is broken; --resume %s and --model %s use the newest\n",
-                checkpoints.size() == 1 ? "the checkpoint verifies"
-                                        : ("all " + std::to_string(checkpoints.size()) + " checkpoints verify").c_str(),
+    std::printf("%s %s but 'latest' is broken; --resume %s and --model %s use the newest\n", all.c_str(), verify,
                 dir.c_str(), dir.c_str());
     return 1;
   }
-  if (checkpoints.size() == 1) std::printf("the checkpoint verifies\n");
-  else std::printf("all %zu checkpoints verify\n", checkpoints.size());
+  std::printf("%s %s\n", all.c_str(), verify);
   return 0;
 }
 

@@ -190,11 +190,9 @@ std::string trim_slashes(std::string path) {
   return path;
 }
 
-}  // namespace
-
-namespace {
 // The step of a checkpoint_list name ("step-00000012": 12).
 long checkpoint_step_of(const std::string& name) { return std::strtol(name.c_str() + 5, nullptr, 10); }
+
 }  // namespace
 
 std::vector<std::string> checkpoint_list(const std::string& root) {

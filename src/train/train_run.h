@@ -83,7 +83,6 @@ class TrainRun {
   TrainerState run_state_;
   std::unique_ptr<DataLoader> loader_, val_loader_;
   long start_step_ = 0;
-  bool saved_once_ = false;  // a checkpoint written: the abandoned future is gone (checkpoint_write)
   std::unique_ptr<ParamLayout> layout_;
   std::unique_ptr<UnitTable> units_;
   std::unique_ptr<TraceRecorder> trace_;  // outlives the store and the executor, which record into it

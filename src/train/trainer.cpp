@@ -274,8 +274,7 @@ void TrainRun::checkpoint_save(long done, float loss) {
       if (lora_.on()) adapter_write_files(tmp, *layout_, *store_, base_model_name());
       if (o_.optimizer == TrainOptimizer::AdamW) checkpoint_optimizer_write(tmp);
       file_write_atomic(tmp + "/trainer_state.json", trainer_state_json(state));
-    }, saved_once_ || resume_.dir.empty() ? -1 : start_step_);
-    saved_once_ = true;
+    }, result_.checkpoint_dir.empty() && !resume_.dir.empty() ? start_step_ : -1);  // a resumed run's first save
   } catch (const BugError&) {
     throw;
   } catch (const Error& e) {
