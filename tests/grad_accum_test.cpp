@@ -6,6 +6,7 @@
 // refused where it has no meaning.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -334,30 +335,62 @@ TEST(GradAccum, PlanCountsEveryMicroBatch) {
   EXPECT_NEAR(two.ram_step_ms, two.step_ms, 1e-6 * two.step_ms);
 }
 
-// Note [plan ranks]: P ranks are one rank's plan for N / P micro-batches, plus the network: the
-// busiest rank sends one gradient copy per micro-batch it runs and its owned parameters (1/P) to
-// the P-1 others (taken in during the next forward, Note [zero sharding]), overlapped; after the
-// backward only the chain's tail; a slow enough network becomes the bottleneck.
-TEST(GradAccum, PlanOfRanksIsOneRanksStepPlusTheNetwork) {
+// Note [plan ranks]: a rank's plan is its own executor's: its N / P micro-batches, the running
+// sums it receives, only the segments it owns updated (their moments and AdamW time), updates
+// after the backward (the owners send their parameters at the end of the step). `stratum plan`
+// keeps the slowest kind of rank and the largest minimum; the network adds one gradient copy per
+// micro-batch the rank runs and its owned parameters to the P-1 others, overlapped, and after
+// the backward only the chain's tail; a slow enough network becomes the bottleneck.
+TEST(GradAccum, PlanOfRanksIsTheSlowestRanksStepPlusTheNetwork) {
   PlanRequest r = plan_request();
   r.grad_accum = 8;
   const ComputeTiming t = plan_timing();
   PlanRequest two = r;
   two.grad_accum = 2;
-  const Plan local = plan_make(two, t, 1, 1);
-  const std::uint64_t grads = local.grads_bytes / 2;  // without the running sum
+  const Plan local = plan_make(two, t, 1, 1);  // one process, the 2 micro-batches a rank runs
   r.ranks = 4;
+  EXPECT_EQ(plan_mode(r, true), OptimizerMode::Inline);
+  EXPECT_EQ(plan_mode(two, true), OptimizerMode::Pipelined);
+  std::vector<Plan> each;  // every rank's own plan, as train makes it (no network)
+  std::size_t owned = 0, moments = 0, min_bytes = 0;
+  double slowest = 0;
+  for (int k = 0; k < 4; ++k) {
+    PlanRequest one = r;
+    one.rank = k;
+    each.push_back(plan_make(one, t, 1, 1));
+    const Plan& p = each.back();
+    EXPECT_EQ(p.rank, k);
+    EXPECT_EQ(p.net_sent_bytes, 0u) << "no --net-gbps: the network is not planned";
+    EXPECT_EQ(p.grads_bytes, local.grads_bytes) << "the gradients and the running sum";
+    EXPECT_LT(p.moments_bytes, local.moments_bytes) << "only its own segments' moments";
+    EXPECT_NEAR(p.compute_ms, local.compute_ms, 0.05 * local.compute_ms) << "2 micro-batches";
+    owned += p.owned_params;
+    moments += p.moments_bytes;
+    min_bytes = std::max(min_bytes, plan_min_budget_bytes(one));
+    slowest = std::max(slowest, p.step_ms);
+  }
+  EXPECT_EQ(owned, ParamLayout::of(r.config).num_trainable_params()) << "every segment has one owner";
+  EXPECT_EQ(moments, local.moments_bytes);
+  EXPECT_EQ(plan_min_budget_bytes(r), min_bytes);
+  EXPECT_GT(each[0].params_bytes, 0u);
+
+  const std::uint64_t grads = local.grads_bytes / 2;  // without the running sum
   r.net_gbps = 1000;
   const Plan fast = plan_make(r, t, 1, 1);
   EXPECT_EQ(fast.ranks, 4);
-  EXPECT_EQ(fast.net_sent_bytes, 2 * grads + grads * 3 / 4) << "2 micro-batches' sums and 3/4 of the parameters";
+  const Plan& mine = each[static_cast<std::size_t>(fast.rank)];
+  EXPECT_EQ(mine.step_ms, slowest) << "the slowest rank's";
+  EXPECT_EQ(fast.min_budget_bytes, min_bytes);
+  // 2 micro-batches' sums and its own parameters (as held: at least their count) to 3 ranks.
+  EXPECT_GE(fast.net_sent_bytes, 2 * grads + 3 * sizeof(float) * mine.owned_params);
+  EXPECT_LT(fast.net_sent_bytes, 2 * grads + 3 * sizeof(float) * mine.owned_params + grads / 8);
   const double bytes_per_ms = 1000 * 1e9 / 8 / 1e3;  // 1000 Gb/s
   EXPECT_LT(fast.net_tail_ms, static_cast<double>(grads * 3 / 4) / bytes_per_ms)
       << "the parameters overlap the next forward";
   EXPECT_GT(fast.net_tail_ms, 0.0);
-  EXPECT_NEAR(fast.net_ms, static_cast<double>(2 * grads + grads * 3 / 4) / bytes_per_ms, 1e-9);
-  EXPECT_NEAR(fast.step_ms, local.step_ms + fast.net_tail_ms, 1e-9);
-  EXPECT_EQ(fast.bottleneck, local.bottleneck);
+  EXPECT_NEAR(fast.net_ms, static_cast<double>(fast.net_sent_bytes) / bytes_per_ms, 1e-9);
+  EXPECT_NEAR(fast.step_ms, mine.step_ms + fast.net_tail_ms, 1e-9);
+  EXPECT_EQ(fast.bottleneck, mine.bottleneck);
   r.net_gbps = 0.001;
   const Plan slow = plan_make(r, t, 1, 1);
   EXPECT_EQ(slow.bottleneck, "network");

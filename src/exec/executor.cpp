@@ -67,7 +67,7 @@ ActivationPolicy activation_policy_parse(const std::string& text) {
 
 Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
                    ActivationPolicy activations, OptimizerMode mode, Precision precision, Backend backend,
-                   int micro_batches, Communicator* comm, BlockRows rows, int attention_lanes)
+                   int micro_batches, Communicator* comm, BlockRows rows, int attention_lanes, RankShape plan_rank)
     : ops_([&] {
         std::unique_ptr<Ops> ops = ops_make(pool, precision, backend);
         if (attention_lanes > 0) ops->attention_lanes_limit(attention_lanes);  // before the blocks size their scratch
@@ -91,7 +91,9 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
                     has_backward(mode)),
       schedule_(units.count()),
       micro_batches_(micro_batches),
-      comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr) {
+      comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr),
+      shape_(comm_ != nullptr ? RankShape{comm_->rank(), comm_->size()} : comm != nullptr ? RankShape{} : plan_rank) {
+  STRATUM_ASSERT(shape_.ranks >= 1 && shape_.rank >= 0 && shape_.rank < shape_.ranks);
   STRATUM_CHECK(max_seq <= config.n_ctx, "[train] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");
   STRATUM_ASSERT(units.act_floats() >=
@@ -99,7 +101,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   STRATUM_ASSERT(activations != ActivationPolicy::Auto);
   STRATUM_ASSERT(micro_batches >= 1 && (step_micro_batches() == 1 || mode != OptimizerMode::ZerothOrder));
   STRATUM_ASSERT(units.grad_sum() == (step_micro_batches() > 1));
-  STRATUM_ASSERT(comm_ == nullptr || ops_->host_memory());
+  STRATUM_ASSERT(ranks() == 1 || ops_->host_memory());
   STRATUM_ASSERT((activations == ActivationPolicy::Offload) ==
                  (units.internals_floats() > 0 &&
                   units.internals_floats() >= internals_unit_floats(config, max_batch, max_seq, units.layout())));
@@ -108,7 +110,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   grad_squares_.resize(static_cast<std::size_t>(layout_.segment_count()));
   for (int s = 0; s < layout_.segment_count(); ++s) grad_squares_[s].assign(layout_.segments()[s].tensors.size(), 0.0);
   const int vocab0 = layout_.vocab_block_count() > 0 ? layout_.vocab_segment(0) : -1;
-  rows_ahead_ = mode == OptimizerMode::Pipelined && comm_ == nullptr && ops_->host_memory() && vocab0 >= 0 &&
+  rows_ahead_ = mode == OptimizerMode::Pipelined && ranks() == 1 && ops_->host_memory() && vocab0 >= 0 &&
                 layout_.trainable(vocab0) && !units.param_bf16();
   if (rows_ahead_) {  // Note [embedding rows ahead]
     rows_max_ = std::min<std::size_t>(static_cast<std::size_t>(micro_batches) * max_batch * max_seq,
@@ -176,7 +178,7 @@ Executor::~Executor() {
 }
 
 void Executor::optimizer_on_host() {
-  STRATUM_ASSERT(store_ == nullptr && comm_ == nullptr &&
+  STRATUM_ASSERT(store_ == nullptr && ranks() == 1 &&
                  (mode_ == OptimizerMode::Overlapped || mode_ == OptimizerMode::Pipelined));
   host_optimizer_ = true;
   if (rows_ahead_) {  // the moments are the host store's (Note [embedding rows ahead]: not with it)
@@ -202,6 +204,7 @@ void Executor::optimizer_on_host() {
 
 void Executor::attach(SegmentStore& store) {
   STRATUM_ASSERT(store.units().count() == units_.count() && store.units().act_floats() >= units_.act_floats());
+  STRATUM_ASSERT(ranks() == 1 || comm_ != nullptr);  // a plan's rank (no communicator) runs nothing
   store_ = &store;
   ready_valid_ = false;  // rows gathered from another store's blocks (Note [embedding rows ahead])
   next_.known = next_by_jobs_ = false;

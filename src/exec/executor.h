@@ -205,6 +205,13 @@ OptimizerMode optimizer_mode_for(double grad_clip, bool worker, bool streamed);
 // Note [host optimizer]).
 bool optimizer_worker_wanted(int compute_threads);
 
+// Which rank of how many an executor is (Note [data parallel]): its communicator's when it has
+// one; the planner's executors take it from their request (Note [plan ranks] in plan/planner.h).
+struct RankShape {
+  int rank = 0;
+  int ranks = 1;
+};
+
 struct StepResult {
   float loss = 0.0f;
   float grad_norm = 0.0f;   // before clipping
@@ -246,10 +253,13 @@ class Executor {
   // process). With micro_batches * ranks above 1 the unit table needs GradSum units.
   // rows: the blocks' row chunk and MLP sub-chunk (Note [row chunks] in model/block_policy.h).
   // attention_lanes: Ops::attention_lanes_limit (0: the backend's).
+  // plan_rank: without comm, the rank of a data-parallel run this executor is made for by the
+  // planner (Note [plan ranks] in plan/planner.h): its schedule, owners and buffers are that
+  // rank's, and it never runs a step.
   Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& units, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute, OptimizerMode mode = OptimizerMode::Inline,
            Precision precision = Precision::Fp32, Backend backend = Backend::Cpu, int micro_batches = 1,
-           Communicator* comm = nullptr, BlockRows rows = {}, int attention_lanes = 0);
+           Communicator* comm = nullptr, BlockRows rows = {}, int attention_lanes = 0, RankShape plan_rank = {});
   Executor(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_seq,
            ActivationPolicy activations = ActivationPolicy::Recompute);
   ~Executor();
@@ -331,7 +341,12 @@ class Executor {
   std::size_t owned_trainable_params() const;
   // This rank updates segment s and holds its moments (Note [zero sharding]); always in one process
   // (and in zeroth-order runs, which have no owners).
-  bool updates_segment(int s) const { return comm_ == nullptr || owner_.empty() || owner_[s] == rank(); }
+  bool updates_segment(int s) const { return ranks() == 1 || owner_.empty() || owner_[s] == rank(); }
+  // The rank that updates trainable segment s (Note [zero sharding]; -1 frozen, 0 in one process).
+  int segment_owner(int s) const { return owner_.empty() ? (layout_.trainable(s) ? 0 : -1) : owner_[s]; }
+  // The ranks of the run (1: one process) and this executor's (Note [data parallel]).
+  int ranks() const { return shape_.ranks; }
+  int rank() const { return shape_.rank; }
 
  private:
   // What a pass over the groups computes and the state its groups hand on.
@@ -498,9 +513,8 @@ class Executor {
   int forward_end_ = 0;  // one past the head's log-sum-exp groups: where a loss or logits pass ends
   int compute_end_ = 0;  // one past the last group a training pass runs (Inline: the updates follow)
   int micro_batches_ = 1;  // on this rank
-  Communicator* comm_ = nullptr;  // null: one process (or one rank)
-  int ranks() const { return comm_ != nullptr ? comm_->size() : 1; }
-  int rank() const { return comm_ != nullptr ? comm_->rank() : 0; }
+  Communicator* comm_ = nullptr;  // null: one process (or one rank), or a plan's rank
+  RankShape shape_;               // comm_'s, or the plan's rank (which runs nothing)
   int step_micro_batches() const { return micro_batches_ * ranks(); }  // N of the whole step
   std::vector<int> owner_;  // per segment: the rank that updates it (Note [zero sharding]); -1 frozen
   void grad_squares_share();  // Note [zero sharding]: every rank gets the owners' squared norms

@@ -29,9 +29,20 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
     std::snprintf(line, sizeof line, fmt, args...);
     out += line;
   };
+  std::string ranks_text;  // Note [plan ranks]
+  if (p.ranks > 1) {
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  " on %d ranks; what follows is rank %d's%s: %d micro-batch%s, updates %.3fM of the %.3fM trainable "
+                  "parameters and holds only their moments (ZeRO)",
+                  p.ranks, p.rank, r.rank < 0 ? " (the slowest)" : "", r.grad_accum / p.ranks,
+                  r.grad_accum / p.ranks == 1 ? "" : "es", p.owned_params / 1e6,
+                  ParamLayout::of(r.config, r.lora).num_trainable_params() / 1e6);
+    ranks_text = text;
+  }
   add("model %s, B=%d T=%d x %d micro-batches (%d tokens/step)%s, %s activations, optimizer %s\n",
       r.config.describe().c_str(), r.batch, r.seq, r.grad_accum, r.batch * r.seq * r.grad_accum,
-      p.ranks > 1 ? (" on " + std::to_string(p.ranks) + " ranks; what follows is one rank's").c_str() : "",
+      ranks_text.c_str(),
       r.activations == ActivationPolicy::Keep      ? "kept"
       : r.activations == ActivationPolicy::Offload ? "offloaded"
                                                    : "recomputed",
@@ -101,11 +112,11 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
         "written %s, %.0f ms of disk at the rates above against %.0f ms of forward compute; %.0f ms predicted\n",
         bytes_text(p.window.read_bytes).c_str(), bytes_text(p.window.write_bytes).c_str(), p.window.disk_ms,
         p.window.compute_ms, p.window.ms);
-  if (p.ranks > 1)
-    add("network (Note [plan ranks]): the busiest rank sends %s a step (gradient sums, and its updated parameters "
+  if (p.ranks > 1 && r.net_gbps > 0)
+    add("network (Note [plan ranks]): rank %d sends %s a step (gradient sums, and its updated parameters "
         "to every rank during the next forward), %.0f ms at %g Gb/s beside its compute; %.1f ms after the last "
         "backward (the sums' chain, the final gradients to their owners)\n",
-        bytes_text(p.net_sent_bytes).c_str(), p.net_ms, r.net_gbps, p.net_tail_ms);
+        p.rank, bytes_text(p.net_sent_bytes).c_str(), p.net_ms, r.net_gbps, p.net_tail_ms);
   add("predicted step: %.0f ms (%.0f tokens/s), %.2fx the in-RAM step of %.0f ms; bottleneck: %s\n", p.step_ms,
       static_cast<double>(r.batch) * r.seq * r.grad_accum / (p.step_ms / 1000.0), p.step_ms / p.ram_step_ms,
       p.ram_step_ms, p.bottleneck.c_str());

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -18,12 +20,53 @@ namespace stratum {
 
 namespace {
 
-// Floats AdamW updates per step: the trainable segments' (with LoRA, the adapters').
-std::size_t segment_floats(const ParamLayout& layout) {
+// Floats AdamW updates per step on the executor's rank: the trainable segments' (with LoRA, the
+// adapters') it owns (Note [zero sharding]; all of them in one process).
+std::size_t segment_floats(const ParamLayout& layout, const Executor& exec) {
   std::size_t total = 0;
   for (int s = 0; s < layout.segment_count(); ++s)
-    if (layout.trainable(s)) total += layout.segments()[s].size_floats;
+    if (layout.trainable(s) && exec.updates_segment(s)) total += layout.segments()[s].size_floats;
   return total;
+}
+
+void plan_ranks_check(const PlanRequest& r) {
+  STRATUM_CHECK(r.grad_accum % r.ranks == 0, "[plan] --grad-accum ", r.grad_accum, " must be a multiple of --ranks ",
+                r.ranks, "; use --grad-accum ", (r.grad_accum + r.ranks - 1) / r.ranks * r.ranks);
+  STRATUM_ASSERT(r.rank < r.ranks);
+}
+
+// The executor of the rank the request plans (Note [plan ranks]): its micro-batches, its owners.
+std::unique_ptr<Executor> rank_executor(ThreadPool& pool, const PlanRequest& r, const UnitTable& units,
+                                        OptimizerMode mode, int mlp_rows) {
+  plan_ranks_check(r);
+  return std::make_unique<Executor>(pool, r.config, units, r.batch, r.seq, r.activations, mode, r.precision,
+                                    Backend::Cpu, r.grad_accum / r.ranks, nullptr, BlockRows{r.row_chunk, mlp_rows},
+                                    0, RankShape{std::max(r.rank, 0), r.ranks});
+}
+
+// Note [plan ranks]: one rank of each kind, by what it owns and whether it starts (0) or ends
+// (P-1) the micro-batches' chain; the other ranks' schedules are their kind's.
+std::vector<int> plan_rank_kinds(const PlanRequest& request) {
+  PlanRequest r = request;
+  r.rank = 0;
+  if (r.activations == ActivationPolicy::Auto) r.activations = ActivationPolicy::Recompute;  // the owners are the same
+  const ParamLayout layout = ParamLayout::of(r.config, r.lora);
+  const UnitTable units =
+      plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq, r.zeroth_order), r);
+  ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
+  const std::unique_ptr<Executor> exec =
+      rank_executor(pool, r, units, plan_mode(r, r.mem_budget_bytes > 0), r.row_chunk);
+  std::vector<int> kinds;
+  std::vector<std::vector<int>> seen;
+  for (int rank = 0; rank < r.ranks; ++rank) {
+    std::vector<int> kind{rank == 0, rank == r.ranks - 1};
+    for (int s = 0; s < layout.segment_count(); ++s)
+      if (exec->segment_owner(s) == rank) kind.push_back(s);
+    if (std::find(seen.begin(), seen.end(), kind) != seen.end()) continue;
+    seen.push_back(std::move(kind));
+    kinds.push_back(rank);
+  }
+  return kinds;
 }
 }  // namespace
 
@@ -159,7 +202,13 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
 }  // namespace
 
 OptimizerMode plan_mode(const PlanRequest& r, bool budget) {
-  return r.zeroth_order ? OptimizerMode::ZerothOrder : optimizer_mode_for(r.grad_clip, budget, budget);
+  if (r.zeroth_order) return OptimizerMode::ZerothOrder;
+  const OptimizerMode mode = optimizer_mode_for(r.grad_clip, budget, budget);
+  // Note [plan ranks]: the owners send their updated parameters at the end of the step (Note
+  // [zero sharding]), so a rank's updates cannot wait for its next forward: Pipelined ran them
+  // all at the step's end, outside the schedule (GPT-2 L4 C256 at 40M on 2 ranks read 575 MiB a
+  // step against the plan's 360; Inline reads 418 and its step is 7% shorter, same bits).
+  return r.ranks > 1 && mode == OptimizerMode::Pipelined ? OptimizerMode::Inline : mode;
 }
 
 ActivationPolicy plan_activations_resolve(ActivationPolicy activations, bool zeroth_order) {
@@ -200,6 +249,15 @@ int plan_mlp_rows(const PlanRequest& r) {
 }
 
 std::size_t plan_min_budget_bytes(const PlanRequest& request) {
+  if (request.ranks > 1 && request.rank < 0) {  // Note [plan ranks]: the largest rank's
+    std::size_t most = 0;
+    for (int rank : plan_rank_kinds(request)) {
+      PlanRequest one = request;
+      one.rank = rank;
+      most = std::max(most, plan_min_budget_bytes(one));
+    }
+    return most;
+  }
   PlanRequest r = request;
   if (r.mlp_rows == 0) r.mlp_rows = plan_mlp_may_sub_chunk(r) ? std::min(kFrozenMlpRows, r.row_chunk) : r.row_chunk;
   r.activations = plan_activations_resolve(request.activations, request.zeroth_order);
@@ -213,11 +271,10 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request) {
   const UnitTable units =
       plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq, r.zeroth_order), r);
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
-  const Executor streaming(pool, r.config, units, r.batch, r.seq, r.activations, plan_mode(r, true),
-                           r.precision, Backend::Cpu, r.grad_accum, nullptr, BlockRows{r.row_chunk, r.mlp_rows});
+  const std::unique_ptr<Executor> streaming = rank_executor(pool, r, units, plan_mode(r, true), r.mlp_rows);
   // The plan's measurement streams its one-layer model through the same budget first (Note
   // [bounded measurement]): a tiny model's run can need less than that.
-  return std::max(streaming.fixed_bytes() + streaming.min_store_bytes(), plan_measure_min_bytes(pool, r));
+  return std::max(streaming->fixed_bytes() + streaming->min_store_bytes(), plan_measure_min_bytes(pool, r));
 }
 
 std::size_t plan_offload_floor_bytes(const PlanRequest& request) {
@@ -273,40 +330,45 @@ void plan_budget_check(const PlanRequest& r, std::size_t min_budget_bytes) {
                                     plan_row_chunk_advice(r, r.mem_budget_bytes)));
 }
 
-Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_gbps, double write_gbps) {
-  if (r.ranks > 1) {  // Note [plan ranks]: one rank's plan, then the network
-    STRATUM_CHECK(r.grad_accum % r.ranks == 0, "[plan] --grad-accum ", r.grad_accum, " must be a multiple of --ranks ",
-                  r.ranks, "; use --grad-accum ", (r.grad_accum + r.ranks - 1) / r.ranks * r.ranks);
-    STRATUM_CHECK(r.net_gbps > 0, "[plan] --ranks ", r.ranks, " needs --net-gbps X, the network's rate in Gb/s");
-    PlanRequest one = r;
-    one.ranks = 1;
-    one.grad_accum = r.grad_accum / r.ranks;
-    Plan p = plan_make(one, measured, read_gbps, write_gbps);
-    if (one.grad_accum == 1) p.grads_bytes *= 2;  // the running sum a rank receives
-    const ParamLayout layout = ParamLayout::of(r.config, r.lora);
-    std::uint64_t grads = 0, chunk = 0;  // the gradient copy a message chain moves, its largest message
-    for (int s = 0; s < layout.segment_count(); ++s) {
-      if (!layout.trainable(s)) continue;
-      for (int c = 0; c < layout.segments()[s].chunk_count(); ++c) {
-        const std::uint64_t bytes = layout.segments()[s].chunk_floats(c) * sizeof(float);
-        grads += bytes;
-        chunk = std::max(chunk, bytes);
-      }
+// The network's share of rank p.rank's step (Note [plan ranks], Note [zero sharding]): a
+// gradient copy per micro-batch it runs (the running sums; rank P-1's last one goes to the
+// owners instead) and its owned parameters to every other rank (taken in during the next
+// forward), overlapped with the compute; then, after the last backward, the running-sum chain's
+// tail and the final hop to the owner, which nothing overlaps.
+void plan_network(Plan& p, const PlanRequest& r, std::size_t owned_floats) {
+  const ParamLayout layout = ParamLayout::of(r.config, r.lora);
+  std::uint64_t grads = 0, chunk = 0;  // the gradient copy a message chain moves, its largest message
+  for (int s = 0; s < layout.segment_count(); ++s) {
+    if (!layout.trainable(s)) continue;
+    for (int c = 0; c < layout.segments()[s].chunk_count(); ++c) {
+      const std::uint64_t bytes = layout.segments()[s].chunk_floats(c) * sizeof(float);
+      grads += bytes;
+      chunk = std::max(chunk, bytes);
     }
-    const double bytes_per_ms = r.net_gbps * 1e9 / 8 / 1e3;
-    p.ranks = r.ranks;
-    // Note [zero sharding]: a copy of the gradients per micro-batch (the running sums; rank P-1's
-    // last one goes to the owners instead) and the owners' parameters to every other rank (a 1/P
-    // share to P-1 ranks, taken in during the next forward), overlapped with the compute; then,
-    // after the last backward, the running-sum chain's tail and the final hop to the owner, which
-    // nothing overlaps.
-    const std::uint64_t share = grads * static_cast<std::uint64_t>(r.ranks - 1) / static_cast<std::uint64_t>(r.ranks);
-    p.net_sent_bytes = grads * static_cast<std::uint64_t>(one.grad_accum) + share;
-    p.net_ms = static_cast<double>(p.net_sent_bytes) / bytes_per_ms;
-    p.net_tail_ms = r.ranks * static_cast<double>(chunk) / bytes_per_ms;
-    if (p.net_ms > p.step_ms) p.bottleneck = "network";
-    p.step_ms = std::max(p.step_ms, p.net_ms) + p.net_tail_ms;
-    return p;
+  }
+  const double bytes_per_ms = r.net_gbps * 1e9 / 8 / 1e3;
+  p.net_sent_bytes = grads * static_cast<std::uint64_t>(r.grad_accum / r.ranks) +
+                     owned_floats * sizeof(float) * static_cast<std::uint64_t>(r.ranks - 1);
+  p.net_ms = static_cast<double>(p.net_sent_bytes) / bytes_per_ms;
+  p.net_tail_ms = r.ranks * static_cast<double>(chunk) / bytes_per_ms;
+  if (p.net_ms > p.step_ms) p.bottleneck = "network";
+  p.step_ms = std::max(p.step_ms, p.net_ms) + p.net_tail_ms;
+}
+
+Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_gbps, double write_gbps) {
+  plan_ranks_check(r);
+  if (r.ranks > 1 && r.rank < 0) {  // Note [plan ranks]: each kind of rank; the slowest
+    std::optional<Plan> slowest;
+    std::size_t most = 0;  // the largest minimum budget
+    for (int rank : plan_rank_kinds(r)) {
+      PlanRequest one = r;
+      one.rank = rank;
+      Plan p = plan_make(one, measured, read_gbps, write_gbps);
+      most = std::max(most, p.min_budget_bytes);
+      if (!slowest || p.step_ms > slowest->step_ms) slowest = std::move(p);
+    }
+    slowest->min_budget_bytes = most;
+    return *slowest;
   }
   ComputeTiming t = measured;  // a recompute runs most of the block forward again in the backward
   if (r.activations == ActivationPolicy::Recompute)
@@ -319,8 +381,10 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   Plan p;
   p.mode = plan_mode(r, r.mem_budget_bytes > 0);
   p.mlp_rows = plan_mlp_rows(r);
-  const Executor exec(pool, cfg, units, r.batch, r.seq, r.activations, p.mode, r.precision, Backend::Cpu,
-                      r.grad_accum, nullptr, BlockRows{r.row_chunk, p.mlp_rows});
+  const std::unique_ptr<Executor> made = rank_executor(pool, r, units, p.mode, p.mlp_rows);
+  const Executor& exec = *made;
+  p.ranks = r.ranks;
+  p.rank = std::max(r.rank, 0);
   p.optimizer_worker = exec.optimizer_worker();
   const StepSchedule& schedule = exec.schedule();
   p.engine_bytes = exec.fixed_bytes();
@@ -332,7 +396,16 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   p.read_gbps = read_gbps;
   p.write_gbps = write_gbps;
   p.timing = measured;
+  // Another rank's moments are never touched here (Note [zero sharding]): not in RAM, only in
+  // the offload files.
+  auto others = [&](int u) {
+    const SegmentKind kind = units.kind(u);
+    return (kind == SegmentKind::AdamM || kind == SegmentKind::AdamV) && !exec.updates_segment(units.segment(u));
+  };
+  std::size_t total = 0;  // what this rank holds
   for (int u = 0; u < units.count(); ++u) {
+    if (others(u)) continue;
+    total += units.bytes(u);
     switch (units.kind(u)) {
       case SegmentKind::Params: p.params_bytes += units.bytes(u); break;
       case SegmentKind::Grads: case SegmentKind::GradSum: p.grads_bytes += units.bytes(u); break;
@@ -342,10 +415,9 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     }
   }
   plan_budget_check(r, p.min_budget_bytes);
-  const std::size_t total = units.total_bytes();
   p.streaming = r.mem_budget_bytes > 0 && total > r.mem_budget_bytes - p.engine_bytes;
   const std::size_t capacity = p.streaming ? r.mem_budget_bytes - p.engine_bytes : total;
-  p.disk_bytes = r.mem_budget_bytes > 0 ? total : 0;
+  p.disk_bytes = r.mem_budget_bytes > 0 ? units.total_bytes() : 0;
 
   // Traffic and time: the store model per prefetch depth (its write-behind depends on the depth),
   // the pipeline over each; the smallest depth from 2 within 2% of the best (deeper windows hold more).
@@ -411,6 +483,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     for (int k = 0; k < kSegmentKindCount; ++k)
       for (int c = 0; c < units.chunk_count(s, static_cast<SegmentKind>(k)); ++c) {
         const int u = units.index(s, static_cast<SegmentKind>(k), c);
+        if (others(u)) continue;
         place.bytes += units.bytes(u);
         if (!p.streaming || !traffic.evicted[u]) place.resident_bytes += units.bytes(u);
         place.read_bytes += p.streaming ? traffic.unit_read[u] : 0;
@@ -420,7 +493,8 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   }
 
   // Time.
-  const std::size_t floats = segment_floats(layout);
+  const std::size_t floats = segment_floats(layout, exec);
+  p.owned_params = exec.owned_trainable_params();
   // On the training thread: inline, or at each segment's group without a worker (Note [update thread]).
   const bool updates_on_pool = p.mode == OptimizerMode::Inline || !p.optimizer_worker;
   const double adamw_ns = updates_on_pool ? t.adamw_inline_ns_per_float : t.adamw_worker_ns_per_float;
@@ -435,7 +509,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   p.read_ms = read_gbps > 0 ? p.read_bytes / (read_gbps * 1e6) : 0.0;
   p.write_ms = write_gbps > 0 ? p.write_bytes / (write_gbps * 1e6) : 0.0;
   const int nv = layout.vocab_block_count();
-  p.ram_step_ms = r.grad_accum * (t.other_ms + cfg.n_layer * (t.layer_forward_ms + t.layer_backward_ms) +
+  p.ram_step_ms = (r.grad_accum / r.ranks) * (t.other_ms + cfg.n_layer * (t.layer_forward_ms + t.layer_backward_ms) +
                                   nv * (t.vocab_forward_ms + t.vocab_backward_ms + t.head_lse_ms + t.head_backward_ms)) +
                   accum_ms + floats * t.adamw_inline_ns_per_float / 1e6;
   if (p.mode == OptimizerMode::ZerothOrder) p.ram_step_ms = p.compute_ms;  // two forward passes
@@ -457,6 +531,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
                        ? "the update window (disk)"
                        : "read (stalls)";
   }
+  if (r.ranks > 1 && r.net_gbps > 0) plan_network(p, r, floats);
   return p;
 }
 

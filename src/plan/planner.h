@@ -53,8 +53,10 @@ struct PlanRequest {
   int grad_accum = 1;         // micro-batches of (batch, seq) per step (Note [gradient accumulation])
   // Data parallelism (Note [data parallel]): the step on `ranks` machines, each running
   // grad_accum / ranks micro-batches, linked at net_gbps (gigabits a second each way; Note [plan ranks]).
+  // rank: the one planned (train's own); -1 plans every kind of rank and keeps the slowest.
   int ranks = 1;
-  double net_gbps = 0;
+  int rank = -1;
+  double net_gbps = 0;  // 0: the network is not planned (train: ranks on one machine, or unknown)
   // Rows of the blocks' MLP sub-chunks where the MLP trains nothing (Note [frozen MLP rows] in
   // model/block_policy.h); 0: plan_mlp_rows chooses.
   int mlp_rows = 0;
@@ -202,15 +204,24 @@ struct Plan {
   double read_gbps = 0, write_gbps = 0;
   ComputeTiming timing;  // what the prediction was made from
   std::vector<SegmentPlace> segments;
-  // Note [plan ranks]: with ranks > 1 everything above is one rank's (its micro-batches, its
-  // memory), and step_ms = max(that step, net_ms) + net_tail_ms: net_ms is the gradient copy the
-  // busiest rank sends per micro-batch it runs, plus the owner's updated parameters (1/P of
-  // them) to the P-1 other ranks, which the receivers take in during the next forward (Note
-  // [zero sharding]), at net_gbps, overlapping its compute; net_tail_ms is what follows the last
-  // backward and nothing overlaps: the running-sum chain's P-1 links and the final hop to the
-  // owner with one segment chunk each. net_sent_bytes is both. The AdamW time above is the whole model's (each rank updates 1/P of it).
+  // Note [plan ranks]: with ranks > 1 everything above is one rank's: the executor of that rank
+  // (RankShape in exec/executor.h) with its grad_accum / ranks micro-batches, the running sums
+  // it receives, and only the segments it owns updated (Note [zero sharding]): their AdamW time,
+  // their moments' traffic and RAM (moments_bytes; the offload files still hold every unit), run
+  // after the backward (plan_mode: Inline where one process would pipeline them, since the
+  // owners send their parameters at the end of the step).
+  // `stratum plan` (request.rank -1) plans one rank of each kind (what it owns, whether it starts
+  // or ends the micro-batch chain) and keeps the slowest; its minimum budget is the largest of
+  // theirs. With net_gbps, step_ms = max(that step, net_ms) + net_tail_ms: net_ms is the
+  // gradient copy the rank sends per micro-batch it runs, plus its owned parameters to the P-1
+  // other ranks, which the receivers take in during the next forward (Note [zero sharding]), at
+  // net_gbps, overlapping its compute; net_tail_ms is what follows the last backward and nothing
+  // overlaps: the running-sum chain's P-1 links and the final hop to the owner with one segment
+  // chunk each. net_sent_bytes is both.
   int ranks = 1;
-  std::uint64_t net_sent_bytes = 0;  // per step, by the busiest rank
+  int rank = 0;                      // the rank planned
+  std::size_t owned_params = 0;      // trainable parameters it updates
+  std::uint64_t net_sent_bytes = 0;  // per step, by that rank
   double net_ms = 0, net_tail_ms = 0;
 };
 

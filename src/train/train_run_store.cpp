@@ -36,6 +36,8 @@ void TrainRun::store_make() {
                       o_.grad_clip, o_.mem_budget_bytes, o_.prefetch, o_.precision,
                       zo,           lora_,              base_bf16,   pool_->num_threads(), o_.grad_accum};
   request.row_chunk = o_.row_chunk;
+  request.ranks = ranks();  // this rank's plan (Note [plan ranks]); the network is not planned
+  request.rank = rank();
   const bool budget = o_.mem_budget_bytes > 0;
   STRATUM_CHECK(budget || o_.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
   // A disk without room for the state refused before the plan measures (which takes a while on a
