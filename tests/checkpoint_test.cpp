@@ -525,6 +525,7 @@ TEST_F(Checkpoint, APlainResumeContinuesUnderTheRunsBudgetAndThreads) {
   r = run_stratum("train --resume " + s4 + " --save " + quote(tmp_.file("c")) + " --mem-budget 0 --prefetch 1");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.errors.find("--prefetch only applies"), std::string::npos) << r.errors;
+  EXPECT_EQ(r.errors.find("forks the run"), std::string::npos) << "a refused fork says only why: " << r.errors;
   r = run_stratum("train --resume " + s4 + " --save " + quote(tmp_.file("d")) + " --threads 1 --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_NE(r.errors.find("resume: 1 threads where the checkpoint trained on 2"), std::string::npos) << r.errors;

@@ -143,9 +143,8 @@ void fill_from_checkpoint(const Args& args, TrainOptions& o) {
   // A fork (a resume saving under another --save) is another run: it does not continue the
   // recorded log, whose records after the checkpoint it would drop (they are the original run's).
   if (!args.has("log") && !o.log_path.empty() && !o.save_dir.empty() && !same_dir_path(o.save_dir, root)) {
-    if (o.comm == nullptr || o.comm->rank() == 0)
-      std::fprintf(stderr, "[stratum] --save %s forks the run saved in %s: not logging to its --log %s (give --log "
-                   "FILE to log this run)\n", o.save_dir.c_str(), root.c_str(), o.log_path.c_str());
+    o.notices += "[stratum] --save " + o.save_dir + " forks the run saved in " + root + ": not logging to its --log " +
+                 o.log_path + " (give --log FILE to log this run)\n";
     o.log_path.clear();
   }
 }

@@ -396,6 +396,7 @@ void TrainRun::loop() {
   std::fputs(optimizer_line_.c_str(), stderr);
   std::fputs(mlp_line_.c_str(), stderr);
   std::fputs(plan_line_.c_str(), stderr);
+  std::fputs(o_.notices.c_str(), stderr);
 
   const int BT = o_.batch * o_.seq;
   const long step_tokens = static_cast<long>(BT) * o_.grad_accum;

@@ -54,6 +54,9 @@ struct TrainOptions : TrainSettings {
   // it never counts against the budget); empty = measure in this process (tests).
   std::string measure_exe;
   bool quiet = false;         // no progress bar
+  // Lines ("[stratum] ...\n") the run prints with its header, once every check has passed (the
+  // CLI's: a fork that does not continue the run's log); never for a refused run.
+  std::string notices;
   // The ranks of an `mpirun` job (Note [data parallel] in exec/executor.h); null or one rank: this
   // process alone. Rank r runs micro-batches r, r + P, ... of each step's --grad-accum N (a multiple
   // of P); rank 0 prints, logs, traces and saves, the others only report errors.
