@@ -4,6 +4,8 @@
 #include <xxhash.h>
 #include <xxh_x86dispatch.h>  // XXH3 at the CPU's best ISA (AVX-512 / AVX2 / SSE2), same bits
 
+#include <cinttypes>
+#include <cstdio>
 #include <utility>
 
 #include "stratum/error.h"
@@ -63,6 +65,12 @@ std::uint64_t Hash64Stream::digest() const {
   const std::uint64_t h = XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
   upper_clean();
   return h;
+}
+
+std::string hash_text(std::uint64_t hash) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016" PRIx64, hash);
+  return text;
 }
 
 }  // namespace stratum

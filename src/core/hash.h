@@ -6,11 +6,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace stratum {
 
 // XXH3-64 of n bytes (data may be null when n is 0).
 std::uint64_t hash64(const void* data, std::size_t n);
+
+// A hash as Stratum writes every one (logs, manifests, messages): 16 lowercase hex digits.
+std::string hash_text(std::uint64_t hash);
 
 // The same hash fed in pieces: update() with consecutive pieces, then digest() gives
 // hash64 of their concatenation. Move-only.

@@ -9,7 +9,6 @@
 #include <span>
 #include <cerrno>
 #include <chrono>
-#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -45,12 +44,6 @@ constexpr const char* kManifestFormat = "stratum.checkpoint_manifest";
 constexpr int kVersion = 3;
 constexpr int kOldestVersion = 2;
 
-std::string hex64(std::uint64_t v) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016" PRIx64, v);
-  return text;
-}
-
 // Reads fields of a JSON object strictly, naming `where` and the field in every error.
 
 json parse_object(const std::string& text, const std::string& where, const char* format) {
@@ -85,12 +78,12 @@ std::string trainer_state_json(const TrainerState& s) {
       {"layer_norm_eps", s.config.layer_norm_eps},
       {"next_lr", s.next_lr},
       {"train_tokens", s.train_tokens},
-      {"train_hash", hex64(s.train_hash)},
+      {"train_hash", hash_text(s.train_hash)},
       {"val_tokens", s.val_tokens},
-      {"val_hash", hex64(s.val_hash)},
+      {"val_hash", hash_text(s.val_hash)},
       {"loss", s.loss},
-      {"params_hash", hex64(s.params_hash)},
-      {"run_id", hex64(s.run_id)},
+      {"params_hash", hash_text(s.params_hash)},
+      {"run_id", hash_text(s.run_id)},
   };
   for (const TrainOption& option : train_option_table()) root[option.key] = train_option_json(option, s);
   return root.dump(2) + "\n";
@@ -124,7 +117,7 @@ TrainerState trainer_state_parse(const std::string& text, const std::string& whe
 std::string manifest_json(const CheckpointManifest& m) {
   json files = json::array();
   for (const ManifestEntry& e : m.files)
-    files.push_back({{"name", e.name}, {"bytes", e.bytes}, {"checksum", hex64(e.checksum)}});
+    files.push_back({{"name", e.name}, {"bytes", e.bytes}, {"checksum", hash_text(e.checksum)}});
   const json root = {{"format", kManifestFormat}, {"version", kVersion}, {"step", m.step}, {"files", files}};
   return root.dump(2) + "\n";
 }
@@ -425,8 +418,8 @@ ResumePoint checkpoint_find(const std::string& path_in) {
   for (const std::string& name : candidates) {
     const CheckpointCheck check = checkpoint_verify(path + "/" + name);
     if (check.ok() && owner != 0 && check.state.run_id != 0 && check.state.run_id != owner) {
-      point.notes.push_back("skipped " + name + ": written by another run (run " + hex64(check.state.run_id) +
-                            ", this directory's is " + hex64(owner) + ")");
+      point.notes.push_back("skipped " + name + ": written by another run (run " + hash_text(check.state.run_id) +
+                            ", this directory's is " + hash_text(owner) + ")");
       continue;
     }
     if (check.ok()) {
@@ -492,7 +485,7 @@ DirLock checkpoint_root_claim(const std::string& root_in, std::uint64_t run_id, 
   }
   if (checkpoint_root_owner(root) != run_id) {
     try {
-      file_write_atomic(root + "/" + kOwnerFile, kOwnerPrefix + hex64(run_id) + "\n");
+      file_write_atomic(root + "/" + kOwnerFile, kOwnerPrefix + hash_text(run_id) + "\n");
     } catch (const BugError&) {
       throw;
     } catch (const Error& e) {

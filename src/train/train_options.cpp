@@ -1,7 +1,7 @@
 // The option table (Note [option table]) and the operations every user of it shares.
+#include "core/hash.h"
 #include "train/train_options.h"
 
-#include <cinttypes>
 #include <cstdio>
 #include <limits>
 #include <type_traits>
@@ -251,9 +251,7 @@ nlohmann::json train_option_json(const TrainOption& option, const TrainSettings&
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, std::uint64_t>) {  // 64 bits do not survive a JSON double
           if (option.bytes) return *p;                      // sizes stay below 2^53
-          char text[17];
-          std::snprintf(text, sizeof text, "%016" PRIx64, *p);
-          return text;
+          return hash_text(*p);
         } else if constexpr (std::is_enum_v<T>) {
           return train_option_enum_name(*p);
         } else {

@@ -84,10 +84,7 @@ void train_ranks_agree_check(Communicator& comm, const TrainerState& mine,
     if (option.math) rows.emplace_back(std::string("--") + option.flag, train_option_text(option, mine));
   rows.emplace_back("the model", mine.model);
   auto data_text = [](std::uint64_t tokens, std::uint64_t hash) {
-    char text[64];
-    std::snprintf(text, sizeof text, "%llu tokens, hash %016llx", static_cast<unsigned long long>(tokens),
-                  static_cast<unsigned long long>(hash));
-    return std::string(text);
+    return std::to_string(tokens) + " tokens, hash " + hash_text(hash);
   };
   rows.emplace_back("the training data", data_text(mine.train_tokens, mine.train_hash));
   rows.emplace_back("the validation data", data_text(mine.val_tokens, mine.val_hash));

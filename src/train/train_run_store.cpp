@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "core/hash.h"
 #include "backend/backend.h"
 #include "core/file_util.h"
 #include "core/thread_pool.h"
@@ -236,10 +237,10 @@ void TrainRun::report(double total_ms) {
                  bytes_text(result_.device_peak_bytes).c_str(), bytes_text(o_.gpu_mem_budget_bytes).c_str());
   std::fprintf(stderr,
                "[stratum] trained %ld steps: final loss %.4f, %.0f tokens/s, median step %.1f ms, peak RSS %s, params "
-               "hash %016llx%s%s\n",
+               "hash %s%s%s\n",
                result_.steps_done, result_.final_loss, result_.tokens_per_s, result_.step_ms_median,
                bytes_text(process_peak_rss_bytes()).c_str(),
-               static_cast<unsigned long long>(result_.params_hash), result_.checkpoint_dir.empty() ? "" : ", saved to ",
+               hash_text(result_.params_hash).c_str(), result_.checkpoint_dir.empty() ? "" : ", saved to ",
                result_.checkpoint_dir.c_str());
 }
 

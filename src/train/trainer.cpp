@@ -1,4 +1,5 @@
 // The training loop; see trainer.h.
+#include "core/hash.h"
 #include "train/trainer.h"
 #include "train/train_run.h"
 
@@ -239,9 +240,8 @@ TrainResult TrainRun::finished_already() const {
   result.min_budget_bytes = min_budget_;
   result.checkpoint_dir = resume_.dir;
   std::fprintf(stderr,
-               "[stratum] nothing left to train: %s is at step %ld of %ld (final loss %.4f), params hash %016llx\n",
-               resume_.dir.c_str(), start_step_, o_.steps, result.final_loss,
-               static_cast<unsigned long long>(result.params_hash));
+               "[stratum] nothing left to train: %s is at step %ld of %ld (final loss %.4f), params hash %s\n",
+               resume_.dir.c_str(), start_step_, o_.steps, result.final_loss, hash_text(result.params_hash).c_str());
   return result;
 }
 
