@@ -430,6 +430,12 @@ TEST_F(Checkpoint, ABrokenLatestIsReportedAndHandledTheSameEverywhere) {
   std::filesystem::create_directory(root + "/latest");
   r = run_stratum("verify " + quote(root));
   EXPECT_NE(r.output.find(root + "/latest: BAD: 'latest' is not a file"), std::string::npos) << r.output;
+  // Nor one that is a symbolic link to nothing.
+  std::filesystem::remove(root + "/latest");
+  std::filesystem::create_symlink(root + "/gone", root + "/latest");
+  r = run_stratum("verify " + quote(root));
+  EXPECT_NE(r.output.find(root + "/latest: BAD: 'latest' is a symbolic link to nothing"), std::string::npos)
+      << r.output;
 }
 
 // A damaged newest checkpoint gives a resume neither its options nor its model: the options a

@@ -215,6 +215,9 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
       {"keep without save", "train --keep 3 --steps 1" + data, "add --save DIR"},
       {"range in full", "train --io-block 2G --mem-budget 64M --offload-dir " + tmp.path() + data,
        "must be in [4096, 1073741824], got 2147483648"},
+      {"size under a byte", "plan --mem-budget 0.4 --offload-dir " + tmp.path(), "is less than one byte"},
+      {"plan shape flags with a model", "plan --model " + kTiny + " --layers 3", "drop --layers"},
+      {"plan zo-sgd keeps internals", "plan --optimizer zo-sgd --activations keep", "[cli] --activations keep"},
       {"plan network rate too small", "plan --layers 1 --heads 2 --embd 32 --ctx 64 --ranks 2 --grad-accum 2 --net-gbps 1e-300",
        "between 0.001 and 1000000"},
   };

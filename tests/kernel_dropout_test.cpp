@@ -66,7 +66,9 @@ TEST(KernelDropout, ZeroIsTheIdentityAndKeysDiffer) {
   for (std::size_t i = 0; i < x.size(); ++i) {
     differ += (a[i] == 0.0f) != (b[i] == 0.0f);
     zeros += a[i] == 0.0f;
-    if (a[i] != 0.0f) EXPECT_EQ(a[i], x[i] * 2.0f);
+    if (a[i] != 0.0f) {
+      EXPECT_EQ(a[i], x[i] * 2.0f);
+    }
   }
   EXPECT_GT(differ, x.size() / 3);
   EXPECT_NEAR(static_cast<double>(zeros) / x.size(), 0.5, 0.05);

@@ -134,6 +134,8 @@ std::uint64_t Args::size_bytes(const std::string& name, std::uint64_t fallback) 
   const double bytes = parsed * static_cast<double>(scale);
   STRATUM_CHECK(decimal_text(digits) && end && *end == '\0' && errno == 0 && parsed >= 0, "[cli] --", name,
                 " expects a size like 512M or 4G, got '", *v, "'");
+  STRATUM_CHECK(bytes == 0 || bytes >= 1, "[cli] --", name, " ", *v, " is less than one byte; give a size like 512M or 4G",
+                parsed < 1 && scale == 1 ? " (a number alone counts bytes)" : "");
   STRATUM_CHECK(bytes < 1e18, "[cli] --", name, " ", *v, " is beyond any machine (1e18 bytes or more); give a size "
                 "like 512M or 4G");
   return static_cast<std::uint64_t>(bytes);

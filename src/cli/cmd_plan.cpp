@@ -56,6 +56,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
     return 0;
   }
   PlanRequest r;
+  model_flags_alone_check(args);
   r.config = args.has("model") ? model_read_config(model_dir_resolve(args.str("model"))) : model_flags_config(args);
   r.config.validate();
   r.batch = static_cast<int>(args.integer("batch", 4, 1, 65536));

@@ -214,7 +214,7 @@ OptimizerMode plan_mode(const PlanRequest& r, bool budget) {
 ActivationPolicy plan_activations_resolve(ActivationPolicy activations, bool zeroth_order) {
   if (!zeroth_order) return activations;
   STRATUM_CHECK(activations == ActivationPolicy::Auto || activations == ActivationPolicy::Recompute,
-                "[train] --activations ", activation_policy_name(activations),
+                "[cli] --activations ", activation_policy_name(activations),
                 " keeps block internals for the backward, and --optimizer zo-sgd has none; drop one of them");
   return ActivationPolicy::Recompute;
 }

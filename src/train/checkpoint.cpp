@@ -221,8 +221,11 @@ LatestStatus checkpoint_latest(const std::string& root_in) {
   const std::string path = root + "/latest";
   if (!file_exists(path)) {
     std::error_code ec;
-    st.problem = std::filesystem::exists(std::filesystem::symlink_status(path, ec)) ? "'latest' is not a file"
-                                                                                  : "'latest' is missing";
+    const std::filesystem::file_status link = std::filesystem::symlink_status(path, ec);
+    st.problem = !std::filesystem::exists(link)        ? "'latest' is missing"
+                 : std::filesystem::is_symlink(link) && !std::filesystem::exists(path, ec)
+                     ? "'latest' is a symbolic link to nothing"
+                     : "'latest' is not a file";
     return st;
   }
   if (file_size_bytes(path) > 64) {
