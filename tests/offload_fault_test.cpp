@@ -232,15 +232,17 @@ TEST(OffloadFault, ADeadRunsOffloadFilesAreTheNextRunsSpace) {
 // A disk with room to calibrate (4 MiB) but too small even for the plan's one-layer measurement:
 // named as the directory given, not the measurement's scratch subdirectory, and not as "this
 // run's" need.
-TEST(OffloadFault, ADiskTooSmallForThePlansMeasurementNamesTheGivenDirectory) {
+// A rank's offload files hold every unit (the other ranks' moments too): a disk too small for
+// them is refused before the plan measures, for ranks as for one process (ranks were let through,
+// said to stream only their share, and failed in the measurement or the store).
+TEST(OffloadFault, ADiskTooSmallForARanksFilesIsRefusedBeforeMeasuring) {
   TempDir tmp;
   const std::string disk = tmp.file("disk");
   const testing::SmallDisk small(disk, "6m");
   if (!small.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (not root)";
-  // Ranks stream their shares (the whole state's floor is not checked up front): plan for two.
   const CommandResult r = run_stratum(std::string("plan ") + kModel + " --batch 2 --seq 32 --ranks 2 --grad-accum 2 "
                                       "--net-gbps 25" + offload_args(min_budget_mib(), disk));
-  expect_one_error_line(r, {"[plan] --offload-dir " + disk + " has", "measuring one layer"}, true);
+  expect_one_error_line(r, {"--offload-dir " + disk + " has", "needs at least"}, true);
   EXPECT_TRUE(std::filesystem::is_empty(disk));
 }
 

@@ -71,8 +71,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                 "[plan] --net-gbps must be > 0 (Gb/s, between 0.001 and 1000000), got ", r.net_gbps);
   STRATUM_CHECK(r.ranks == 1 || r.net_gbps > 0, "[plan] --ranks ", r.ranks, " needs --net-gbps X (e.g. 25)");
   STRATUM_CHECK(r.ranks > 1 || !args.has("net-gbps"), "[plan] --net-gbps only applies with --ranks P");
-  STRATUM_CHECK(r.grad_accum % r.ranks == 0, "[plan] --grad-accum ", r.grad_accum, " must be a multiple of --ranks ",
-                r.ranks, "; use --grad-accum ", (r.grad_accum + r.ranks - 1) / r.ranks * r.ranks);
+  plan_ranks_check(r);
   r.grad_clip = args.number("grad-clip", 1.0);
   STRATUM_CHECK(r.grad_clip >= 0, "[cli] --grad-clip must be >= 0 (0 = off), got ", r.grad_clip);
   r.mem_budget_bytes = args.size_bytes("mem-budget", 0);  // 0: all in RAM, as train takes it
@@ -118,8 +117,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   // A budget below the minimum is refused before anything is measured (Note [bounded measurement]).
   if (!args.flag("measure-json") && r.mem_budget_bytes > 0) {
     plan_budget_check(r, plan_min_budget_bytes(r));
-    if (r.ranks == 1)  // a rank streams only its share
-      offload_disk_check(offload_dir, offload_free_bytes(offload_dir), plan_offload_floor_bytes(r));
+    offload_disk_check(offload_dir, offload_free_bytes(offload_dir), plan_offload_floor_bytes(r));  // each rank's
   }
   // The measurement in a process of its own, as train's (a child of --measure-json measures here):
   // Ctrl-C stops it and the files it made are removed, where a plan measuring in this process

@@ -102,6 +102,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   STRATUM_ASSERT(micro_batches >= 1 && (step_micro_batches() == 1 || mode != OptimizerMode::ZerothOrder));
   STRATUM_ASSERT(units.grad_sum() == (step_micro_batches() > 1));
   STRATUM_ASSERT(ranks() == 1 || ops_->host_memory());
+  STRATUM_ASSERT(ranks() == 1 || mode != OptimizerMode::Pipelined);  // plan_mode (Note [plan ranks])
   STRATUM_ASSERT((activations == ActivationPolicy::Offload) ==
                  (units.internals_floats() > 0 &&
                   units.internals_floats() >= internals_unit_floats(config, max_batch, max_seq, units.layout())));

@@ -164,7 +164,8 @@ enum class OptimizerMode { Inline, Overlapped, Pipelined, ZerothOrder };
 // "inline", "overlapped", "pipelined", "zeroth-order"
 const char* optimizer_mode_name(OptimizerMode mode);
 
-// The mode training uses. worker: the updates run on the optimizer worker (under a budget, or
+// The mode training in one process uses (with ranks, plan_mode makes Pipelined Inline: Note [plan
+// ranks] in plan/planner.h). worker: the updates run on the optimizer worker (under a budget, or
 // beside a device); streamed: the state streams through a RAM budget from the offload files.
 //   - With clipping and a worker they overlap the next step's forward, where their I/O hides
 //     behind compute; in RAM with clipping they run inline (a worker would only compete for the

@@ -29,12 +29,6 @@ std::size_t segment_floats(const ParamLayout& layout, const Executor& exec) {
   return total;
 }
 
-void plan_ranks_check(const PlanRequest& r) {
-  STRATUM_CHECK(r.grad_accum % r.ranks == 0, "[plan] --grad-accum ", r.grad_accum, " must be a multiple of --ranks ",
-                r.ranks, "; use --grad-accum ", (r.grad_accum + r.ranks - 1) / r.ranks * r.ranks);
-  STRATUM_ASSERT(r.rank < r.ranks);
-}
-
 // The executor of the rank the request plans (Note [plan ranks]): its micro-batches, its owners.
 std::unique_ptr<Executor> rank_executor(ThreadPool& pool, const PlanRequest& r, const UnitTable& units,
                                         OptimizerMode mode, int mlp_rows) {
@@ -49,6 +43,7 @@ std::unique_ptr<Executor> rank_executor(ThreadPool& pool, const PlanRequest& r, 
 std::vector<int> plan_rank_kinds(const PlanRequest& request) {
   PlanRequest r = request;
   r.rank = 0;
+  r.grad_accum = r.ranks;  // the owners do not depend on the micro-batches (a smaller schedule)
   if (r.activations == ActivationPolicy::Auto) r.activations = ActivationPolicy::Recompute;  // the owners are the same
   const ParamLayout layout = ParamLayout::of(r.config, r.lora);
   const UnitTable units =
@@ -68,7 +63,23 @@ std::vector<int> plan_rank_kinds(const PlanRequest& request) {
   }
   return kinds;
 }
+
+// f(request of that rank) for one rank of each kind (request.rank -1 with ranks > 1).
+template <class F>
+void each_rank_kind(const PlanRequest& request, F f) {
+  for (int rank : plan_rank_kinds(request)) {
+    PlanRequest one = request;
+    one.rank = rank;
+    f(one);
+  }
+}
 }  // namespace
+
+void plan_ranks_check(const PlanRequest& r) {
+  STRATUM_CHECK(r.grad_accum % r.ranks == 0, "[plan] --grad-accum ", r.grad_accum, " must be a multiple of --ranks ",
+                r.ranks, "; use --grad-accum ", (r.grad_accum + r.ranks - 1) / r.ranks * r.ranks);
+  STRATUM_ASSERT(r.rank < r.ranks);
+}
 
 namespace {
 
@@ -84,7 +95,7 @@ double group_compute_ms(GroupWork work, const ComputeTiming& t) {
     case GroupWork::EmbedForward: case GroupWork::HeadBegin: case GroupWork::HeadEnd: case GroupWork::EmbedBackward:
       return t.other_ms / 4;
     case GroupWork::GradAccum: case GroupWork::Optimizer: return 0.0;  // per float: group_update_ms
-    case GroupWork::GradShare: return 0.0;  // a receive (the plan has one rank)
+    case GroupWork::GradShare: return 0.0;  // a receive; the network is Note [plan ranks]
     case GroupWork::VocabRows: return 0.0;  // optional: a step does not run it
   }
   return 0.0;
@@ -251,11 +262,7 @@ int plan_mlp_rows(const PlanRequest& r) {
 std::size_t plan_min_budget_bytes(const PlanRequest& request) {
   if (request.ranks > 1 && request.rank < 0) {  // Note [plan ranks]: the largest rank's
     std::size_t most = 0;
-    for (int rank : plan_rank_kinds(request)) {
-      PlanRequest one = request;
-      one.rank = rank;
-      most = std::max(most, plan_min_budget_bytes(one));
-    }
+    each_rank_kind(request, [&](const PlanRequest& one) { most = std::max(most, plan_min_budget_bytes(one)); });
     return most;
   }
   PlanRequest r = request;
@@ -347,8 +354,10 @@ void plan_network(Plan& p, const PlanRequest& r, std::size_t owned_floats) {
     }
   }
   const double bytes_per_ms = r.net_gbps * 1e9 / 8 / 1e3;
-  p.net_sent_bytes = grads * static_cast<std::uint64_t>(r.grad_accum / r.ranks) +
-                     owned_floats * sizeof(float) * static_cast<std::uint64_t>(r.ranks - 1);
+  // Rank P-1's last micro-batch sends the final gradients to their owners: none of its own.
+  const std::uint64_t owned_bytes = owned_floats * sizeof(float);
+  p.net_sent_bytes = grads * static_cast<std::uint64_t>(r.grad_accum / r.ranks) -
+                     (p.rank == r.ranks - 1 ? owned_bytes : 0) + owned_bytes * static_cast<std::uint64_t>(r.ranks - 1);
   p.net_ms = static_cast<double>(p.net_sent_bytes) / bytes_per_ms;
   p.net_tail_ms = r.ranks * static_cast<double>(chunk) / bytes_per_ms;
   if (p.net_ms > p.step_ms) p.bottleneck = "network";
@@ -358,15 +367,13 @@ void plan_network(Plan& p, const PlanRequest& r, std::size_t owned_floats) {
 Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_gbps, double write_gbps) {
   plan_ranks_check(r);
   if (r.ranks > 1 && r.rank < 0) {  // Note [plan ranks]: each kind of rank; the slowest
+    const std::size_t most = plan_min_budget_bytes(r);  // the largest minimum, refused as such
+    plan_budget_check(r, most);
     std::optional<Plan> slowest;
-    std::size_t most = 0;  // the largest minimum budget
-    for (int rank : plan_rank_kinds(r)) {
-      PlanRequest one = r;
-      one.rank = rank;
+    each_rank_kind(r, [&](const PlanRequest& one) {
       Plan p = plan_make(one, measured, read_gbps, write_gbps);
-      most = std::max(most, p.min_budget_bytes);
       if (!slowest || p.step_ms > slowest->step_ms) slowest = std::move(p);
-    }
+    });
     slowest->min_budget_bytes = most;
     return *slowest;
   }
@@ -415,7 +422,9 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     }
   }
   plan_budget_check(r, p.min_budget_bytes);
-  p.streaming = r.mem_budget_bytes > 0 && total > r.mem_budget_bytes - p.engine_bytes;
+  // The store streams when every unit (another rank's moments too) exceeds its budget, as
+  // TieredSegmentStore decides; what this rank touches is `total`.
+  p.streaming = r.mem_budget_bytes > 0 && units.total_bytes() > r.mem_budget_bytes - p.engine_bytes;
   const std::size_t capacity = p.streaming ? r.mem_budget_bytes - p.engine_bytes : total;
   p.disk_bytes = r.mem_budget_bytes > 0 ? units.total_bytes() : 0;
 

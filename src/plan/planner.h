@@ -67,6 +67,9 @@ struct PlanRequest {
 // is Recompute there and Keep or Offload are refused (one line); otherwise as given.
 ActivationPolicy plan_activations_resolve(ActivationPolicy activations, bool zeroth_order);
 
+// --grad-accum a multiple of --ranks (refused in one line otherwise).
+void plan_ranks_check(const PlanRequest& request);
+
 // How a request's executor runs its updates (with a budget or in RAM), and which units it has.
 OptimizerMode plan_mode(const PlanRequest& request, bool budget);
 UnitSet plan_unit_set(const PlanRequest& request);

@@ -43,7 +43,7 @@ void TrainRun::store_make() {
   STRATUM_CHECK(budget || o_.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
   // A disk without room for the state refused before the plan measures (which takes a while on a
   // large model); the store checks the exact need when made.
-  if (budget && ranks() == 1 && dir_exists(o_.offload_dir))  // a rank streams only its share
+  if (budget && dir_exists(o_.offload_dir))  // every rank's files hold every unit
     offload_disk_check(o_.offload_dir, offload_free_bytes(o_.offload_dir), plan_offload_floor_bytes(request));
   // The plan's measurement (Note [plan model]), with a budget: before the executor when the plan
   // chooses the activations policy (Note [activations offload]), which the executor is made with.
