@@ -185,6 +185,19 @@ TEST_F(DataParallel, ZeroShardsTheAdamWMomentsAcrossRanks) {
   EXPECT_EQ(params_hash(saving_two), params_hash(one));
   const double saving_peak_two = testing::read_jsonl(tmp.file("s2.jsonl")).back()["peak_mem_bytes"].get<double>();
   EXPECT_LT(saving_peak_two, peak_one - 0.6 * (1 << 20)) << "a checkpoint must not bring every moment to rank 0";
+  // Under a budget that holds what a rank touches but not every unit, nothing streams: the other
+  // ranks' moments have no files and no room here (the store sized itself by every unit, and
+  // streamed ~3 MiB a step, 3x slower); the plan says so too.
+  const CommandResult budget =
+      run_ranks(2, args + tmp.file("b2.jsonl") + " --activations recompute --mem-budget 4700K --offload-dir " + tmp.path());
+  ASSERT_EQ(budget.exit_code, 0) << budget.errors;
+  EXPECT_EQ(params_hash(budget), params_hash(one));
+  EXPECT_NE(budget.errors.find("plan: 0 bytes per step read"), std::string::npos) << budget.errors;
+  EXPECT_NE(budget.errors.find("tier traffic: read 0 bytes"), std::string::npos) << budget.errors;
+  const CommandResult all_units = run_stratum(args + tmp.file("b1.jsonl") + " --activations recompute --mem-budget "
+                                              "4700K --offload-dir " + tmp.path());
+  ASSERT_EQ(all_units.exit_code, 0) << all_units.errors;
+  EXPECT_EQ(all_units.errors.find("tier traffic: read 0 bytes"), std::string::npos) << "one process streams there";
 }
 
 // A rank that cannot write its optimizer shard, or dies writing it, leaves the previous checkpoint

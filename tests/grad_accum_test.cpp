@@ -402,22 +402,27 @@ TEST(GradAccum, PlanOfRanksIsTheSlowestRanksStepPlusTheNetwork) {
   r.grad_accum = 6;
   EXPECT_THROW(plan_make(r, t, 1, 1), Error);
 
-  // Between what a rank touches and every unit (its files hold the other ranks' moments too), the
-  // store streams, as it sizes itself by every unit: so does the plan (it said "nothing streamed").
+  // A rank neither holds nor files the other ranks' moments: a budget that holds what it touches
+  // holds everything (the store sized itself by every unit, and streamed there).
   PlanRequest one = r;
   one.grad_accum = 8;
   one.rank = 0;
   one.net_gbps = 0;
   const Plan ram = plan_make(one, t, 1, 1);
   const std::size_t own = ram.peak_ram_bytes - ram.engine_bytes;
-  one.mem_budget_bytes = plan_min_budget_bytes(one);
-  const std::size_t all = plan_make(one, t, 1, 1).disk_bytes;
+  PlanRequest whole = one;  // every unit: one process's files
+  whole.ranks = 1;
+  whole.rank = -1;
+  whole.mem_budget_bytes = plan_min_budget_bytes(whole);
+  const std::size_t all = plan_make(whole, t, 1, 1).disk_bytes;
   ASSERT_LT(own, all);
   one.mem_budget_bytes = ram.engine_bytes + (own + all) / 2;
   const Plan gap = plan_make(one, t, 1, 1);
   EXPECT_EQ(gap.engine_bytes, ram.engine_bytes);
-  EXPECT_TRUE(gap.streaming);
-  EXPECT_GT(gap.read_bytes, 0u);
+  EXPECT_FALSE(gap.streaming);
+  EXPECT_EQ(gap.read_bytes, 0u);
+  EXPECT_EQ(gap.disk_bytes, all - (local.moments_bytes - ram.moments_bytes)) << "its own moments' files only";
+  EXPECT_EQ(plan_offload_floor_bytes(one), gap.disk_bytes);
 }
 
 }  // namespace

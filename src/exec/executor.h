@@ -343,6 +343,9 @@ class Executor {
   // This rank updates segment s and holds its moments (Note [zero sharding]); always in one process
   // (and in zeroth-order runs, which have no owners).
   bool updates_segment(int s) const { return ranks() == 1 || owner_.empty() || owner_[s] == rank(); }
+  // Per unit: another rank's moments, which this rank never acquires (Note [zero sharding]); empty
+  // in one process. TieredStoreOptions::unused, and what the plan leaves out of a rank's state.
+  std::vector<bool> units_unused() const;
   // The rank that updates trainable segment s (Note [zero sharding]; -1 frozen, 0 in one process).
   int segment_owner(int s) const { return owner_.empty() ? (layout_.trainable(s) ? 0 : -1) : owner_[s]; }
   // The ranks of the run (1: one process) and this executor's (Note [data parallel]).

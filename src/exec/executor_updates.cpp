@@ -206,6 +206,17 @@ void Executor::params_settle() {
   for (int s : forward_segments_) params_receive(s);
 }
 
+std::vector<bool> Executor::units_unused() const {
+  if (ranks() == 1) return {};
+  std::vector<bool> unused(static_cast<std::size_t>(units_.count()), false);
+  for (int u = 0; u < units_.count(); ++u) {
+    const SegmentKind kind = units_.kind(u);
+    unused[static_cast<std::size_t>(u)] =
+        (kind == SegmentKind::AdamM || kind == SegmentKind::AdamV) && !updates_segment(units_.segment(u));
+  }
+  return unused;
+}
+
 std::size_t Executor::owned_trainable_params() const {
   std::size_t n = 0;
   for (int s = 0; s < layout_.segment_count(); ++s)

@@ -285,11 +285,22 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request) {
 }
 
 std::size_t plan_offload_floor_bytes(const PlanRequest& request) {
+  if (request.ranks > 1 && request.rank < 0) {  // Note [plan ranks]: the largest rank's
+    std::size_t most = 0;
+    each_rank_kind(request, [&](const PlanRequest& one) { most = std::max(most, plan_offload_floor_bytes(one)); });
+    return most;
+  }
   PlanRequest r = request;
   r.activations = plan_activations_resolve(request.activations, request.zeroth_order);
   if (r.activations == ActivationPolicy::Auto) r.activations = ActivationPolicy::Recompute;  // the fewer files
   const ParamLayout layout = ParamLayout::of(r.config, r.lora);
-  return plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq, r.zeroth_order), r).total_bytes();
+  const UnitTable units =
+      plan_units(layout, Executor::activation_unit_floats(r.config, r.batch, r.seq, r.zeroth_order), r);
+  if (r.ranks == 1) return units.total_bytes();
+  ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
+  // Another rank's moments have no files here (Note [zero sharding]).
+  return units.used_file_bytes(
+      rank_executor(pool, r, units, plan_mode(r, true), r.row_chunk)->units_unused());
 }
 
 std::string plan_row_chunk_advice(int row_chunk, std::size_t rows, std::size_t budget_bytes,
@@ -403,12 +414,9 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   p.read_gbps = read_gbps;
   p.write_gbps = write_gbps;
   p.timing = measured;
-  // Another rank's moments are never touched here (Note [zero sharding]): not in RAM, only in
-  // the offload files.
-  auto others = [&](int u) {
-    const SegmentKind kind = units.kind(u);
-    return (kind == SegmentKind::AdamM || kind == SegmentKind::AdamV) && !exec.updates_segment(units.segment(u));
-  };
+  // Another rank's moments are never touched here (Note [zero sharding]): not in RAM or on disk.
+  const std::vector<bool> unused = exec.units_unused();
+  auto others = [&](int u) { return !unused.empty() && unused[static_cast<std::size_t>(u)]; };
   std::size_t total = 0;  // what this rank holds
   for (int u = 0; u < units.count(); ++u) {
     if (others(u)) continue;
@@ -422,11 +430,9 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     }
   }
   plan_budget_check(r, p.min_budget_bytes);
-  // The store streams when every unit (another rank's moments too) exceeds its budget, as
-  // TieredSegmentStore decides; what this rank touches is `total`.
-  p.streaming = r.mem_budget_bytes > 0 && units.total_bytes() > r.mem_budget_bytes - p.engine_bytes;
+  p.streaming = r.mem_budget_bytes > 0 && total > r.mem_budget_bytes - p.engine_bytes;  // as the store decides
   const std::size_t capacity = p.streaming ? r.mem_budget_bytes - p.engine_bytes : total;
-  p.disk_bytes = r.mem_budget_bytes > 0 ? units.total_bytes() : 0;
+  p.disk_bytes = r.mem_budget_bytes > 0 ? units.used_file_bytes(unused) : 0;
 
   // Traffic and time: the store model per prefetch depth (its write-behind depends on the depth),
   // the pipeline over each; the smallest depth from 2 within 2% of the best (deeper windows hold more).

@@ -136,8 +136,9 @@ std::string plan_budget_refusal(const char* flag, std::size_t budget_bytes, std:
 std::string plan_min_parts(std::size_t engine_bytes, std::size_t working_set_bytes);
 void plan_budget_check(const PlanRequest& request, std::size_t min_budget_bytes);
 // The least a streamed run writes to its offload directory (every unit's file under the
-// activations policy given, recompute's under Auto: the fewer): checked against the disk's free
-// space (offload_disk_check) before anything is measured.
+// activations policy given, recompute's under Auto: the fewer; with ranks, the rank's, without
+// the other ranks' moments, or the largest rank's): checked against the disk's free space
+// (offload_disk_check) before anything is measured.
 std::size_t plan_offload_floor_bytes(const PlanRequest& request);
 
 // What the plan needs measured: the offload dir's disk (plan/calibration.h, cached) when
@@ -210,7 +211,7 @@ struct Plan {
   // Note [plan ranks]: with ranks > 1 everything above is one rank's: the executor of that rank
   // (RankShape in exec/executor.h) with its grad_accum / ranks micro-batches, the running sums
   // it receives, and only the segments it owns updated (Note [zero sharding]): their AdamW time,
-  // their moments' traffic and RAM (moments_bytes; the offload files still hold every unit), run
+  // their moments' traffic, RAM and offload files (moments_bytes, disk_bytes), run
   // after the backward (plan_mode: Inline where one process would pipeline them, since the
   // owners send their parameters at the end of the step).
   // `stratum plan` (request.rank -1) plans one rank of each kind (what it owns, whether it starts

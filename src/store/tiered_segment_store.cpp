@@ -97,9 +97,17 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
     notes += "; " + dir + " refuses O_DIRECT (tmpfs?), so I/O goes through the page cache";
   }
 
+  STRATUM_ASSERT(options.unused.empty() || options.unused.size() == static_cast<std::size_t>(units().count()));
+  std::vector<bool> file_used(static_cast<std::size_t>(units().file_count()), false);
+  std::size_t used_bytes = 0;  // what this run holds, for its streaming decision
+  for (int u = 0; u < units().count(); ++u)
+    if (!unit_unused(u)) {
+      file_used[static_cast<std::size_t>(units().file(u))] = true;
+      used_bytes += units().bytes(u);
+    }
   const std::size_t free_bytes =
       options.free_bytes_override > 0 ? options.free_bytes_override : offload_free_bytes(dir);
-  offload_disk_check(dir, free_bytes, units().total_bytes());
+  offload_disk_check(dir, free_bytes, units().used_file_bytes(options.unused));
 
   lock_ = DirLock(dir, kLockFileName, "[store] another stratum run is using --offload-dir " + dir +
                                          "; give each run its own directory");
@@ -118,6 +126,11 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
                   "another directory");
     stale_offload_files_remove(subdir_);
     for (int f = 0; f < units().file_count(); ++f) {
+      if (!file_used[f]) {  // another rank's moments alone
+        files_.emplace_back();
+        paths_.emplace_back();
+        continue;
+      }
       const std::string path = subdir_ + "/" + units().file_name(f);
       files_.emplace_back(io_open_file(path, direct));
       paths_.push_back(path);  // only files this run opened are removed again
@@ -134,7 +147,7 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
   std::snprintf(text, sizeof text, "%s%s, %zu KiB blocks, queue depth %d, prefetch %d", io_backend_name(read_engine_->backend()),
                 direct ? ", O_DIRECT" : ", buffered", block / 1024, read_engine_->queue_depth(), options.prefetch_depth);
   describe_ = text + notes;
-  streaming_ = units().total_bytes() > options.budget_bytes;
+  streaming_ = used_bytes > options.budget_bytes;
   totals_.budget_bytes = options.budget_bytes;
   moving_pages_ = options.budget_bytes / AlignedBuffer::kBlockBytes <= kMovingMaxBlocks;
   if (streaming_) {
@@ -203,7 +216,8 @@ TieredSegmentStore::~TieredSegmentStore() {
 
 void TieredSegmentStore::files_remove() {
   files_.clear();
-  for (const std::string& path : paths_) ::unlink(path.c_str());
+  for (const std::string& path : paths_)
+    if (!path.empty()) ::unlink(path.c_str());
   paths_.clear();
   if (!subdir_.empty()) ::rmdir(subdir_.c_str());  // stays only if something else was put there
   lock_.release();
@@ -457,7 +471,7 @@ bool TieredSegmentStore::space_make(Lock& lock, std::size_t bytes, long beyond, 
 }
 
 void* TieredSegmentStore::acquire_unit(int unit, Access access) {
-  STRATUM_ASSERT(unit >= 0 && unit < units().count());
+  STRATUM_ASSERT(unit >= 0 && unit < units().count() && !unit_unused(unit));
   Lock lock(mutex_);
   const bool training = std::this_thread::get_id() == training_thread_;
   reap(lock);

@@ -58,6 +58,10 @@ struct TieredStoreOptions {
   IoEngineOptions io;
   std::size_t free_bytes_override = 0;  // tests: pretend the disk has this much free space
   bool direct_io = true;                 // false: buffered I/O as on a file system without O_DIRECT
+  // Per unit (empty: none): units this run never acquires, another rank's moments (Note [zero
+  // sharding]); files holding only such units are not made, and they count for neither the disk
+  // check nor whether the store streams.
+  std::vector<bool> unused;
 };
 
 class TieredSegmentStore final : public SegmentStore {
@@ -130,6 +134,7 @@ class TieredSegmentStore final : public SegmentStore {
   void refresher_wake();
   std::string where(int unit) const;
   void files_remove();  // the offload files and the lock this run created
+  bool unit_unused(int unit) const { return !options_.unused.empty() && options_.unused[unit]; }
 
   TieredStoreOptions options_;
   std::string describe_;

@@ -100,6 +100,15 @@ std::size_t UnitTable::total_bytes() const {
   return total;
 }
 
+std::size_t UnitTable::used_file_bytes(const std::vector<bool>& unused) const {
+  std::vector<bool> used(file_bytes_.size(), false);
+  for (int u = 0; u < count(); ++u)
+    if (unused.empty() || !unused[static_cast<std::size_t>(u)]) used[static_cast<std::size_t>(units_[u].file)] = true;
+  std::size_t total = 0;
+  for (std::size_t f = 0; f < used.size(); ++f) total += used[f] ? file_bytes_[f] : 0;
+  return total;
+}
+
 std::size_t UnitTable::segment_bytes(int segment, SegmentKind kind) const {
   std::size_t total = 0;
   for (int c = 0; c < chunk_count(segment, kind); ++c) total += units_[index(segment, kind, c)].bytes;

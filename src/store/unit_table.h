@@ -80,6 +80,9 @@ class UnitTable {
   std::string file_name(int file) const;  // "layer.3.adam_m.bin"
   std::string name(int unit) const;       // "layer.3.adam_m[2]", "embed.params"
   std::size_t total_bytes() const;        // every unit
+  // The files that hold a unit not in `unused` (per unit; empty: every file): what a run that
+  // never acquires those units keeps on disk (TieredStoreOptions::unused).
+  std::size_t used_file_bytes(const std::vector<bool>& unused) const;
   std::size_t segment_bytes(int segment, SegmentKind kind) const;  // every chunk of (segment, kind)
   std::size_t segment_held_bytes(int segment, SegmentKind kind) const;  // the same, as held
   std::size_t act_floats() const { return act_floats_; }

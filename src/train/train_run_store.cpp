@@ -198,6 +198,7 @@ void TrainRun::store_make() {
   so.io.block_bytes = o_.io_block_bytes;
   so.io.queue_depth = o_.io_queue_depth;
   so.io.fault = o_.io_fault;
+  so.unused = exec.units_unused();  // another rank's moments: no files (Note [zero sharding])
   auto tiered = std::make_unique<TieredSegmentStore>(*units_, so);
   store_text_ = "budget " + bytes_text(o_.mem_budget_bytes) + " (minimum " + bytes_text(min_budget_) + "), offload to " +
                 o_.offload_dir + ": " + tiered->describe();
