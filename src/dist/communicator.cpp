@@ -49,7 +49,13 @@ std::unique_ptr<Communicator> Communicator::world() {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return std::unique_ptr<Communicator>(new Communicator(rank, size));
+  std::unique_ptr<Communicator> comm(new Communicator(rank, size));
+  MPI_Comm node;  // the ranks that share this machine's memory
+  mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+  MPI_Comm_size(node, &comm->node_size_);
+  MPI_Comm_free(&node);
+  return comm;
 }
 
 Communicator::~Communicator() {

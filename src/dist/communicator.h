@@ -37,6 +37,7 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  int node_size() const { return node_size_; }  // the ranks on this machine (this one included)
 
   // Sends bytes [data, data + bytes) to rank `to` with `tag`; the bytes are copied, so the caller
   // may reuse its buffer at once. Messages between two ranks with one tag arrive in send order.
@@ -64,6 +65,7 @@ class Communicator {
   Communicator(int rank, int size);
   struct Pending;
   int rank_, size_;
+  int node_size_ = 1;
   std::uint64_t sent_bytes_ = 0;
   double wait_ms_ = 0.0;
   std::vector<std::unique_ptr<Pending>> pending_;

@@ -214,7 +214,8 @@ struct Plan {
   // their moments' traffic, RAM and offload files (moments_bytes, disk_bytes), run
   // after the backward (plan_mode: Inline where one process would pipeline them, since the
   // owners send their parameters at the end of the step).
-  // `stratum plan` (request.rank -1) plans one rank of each kind (what it owns, whether it starts
+  // Under mpirun, ranks on one machine share its disk: train divides the measured rates by their
+  // number (Communicator::node_size). `stratum plan` (request.rank -1) plans one rank of each kind (what it owns, whether it starts
   // or ends the micro-batch chain) and keeps the slowest; its minimum budget is the largest of
   // theirs. With net_gbps, step_ms = max(that step, net_ms) + net_tail_ms: net_ms is the
   // gradient copy the rank sends per micro-batch it runs, plus its owned parameters to the P-1

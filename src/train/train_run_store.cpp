@@ -52,6 +52,15 @@ void TrainRun::store_make() {
   CalibrationOptions co;
   co.offload_dir = o_.offload_dir;
   co.threads = threads_;
+  // Note [plan ranks]: ranks on one machine share its disk (their --offload-dir is one), so each
+  // plans with its share of the measured rates.
+  const int sharing = o_.comm != nullptr ? o_.comm->node_size() : 1;
+  auto measure = [&] {
+    PlanMeasurement m = plan_measure(request, co, threads_, o_.measure_exe);
+    m.read_gbps /= sharing;
+    m.write_gbps /= sharing;
+    return m;
+  };
   if (request.activations == ActivationPolicy::Auto) {
     if (!budget || o_.backend != Backend::Cpu || o_.mirror_store) {  // the plan models the CPU's compute only
       request.activations = ActivationPolicy::Recompute;
@@ -60,7 +69,7 @@ void TrainRun::store_make() {
       STRATUM_CHECK(o_.mem_budget_bytes >= smaller, "[train] ",
                     plan_budget_refusal("--mem-budget", o_.mem_budget_bytes, smaller, o_.batch, o_.seq, "",
                                         plan_row_chunk_advice(request, o_.mem_budget_bytes)));
-      measured = plan_measure(request, co, threads_, o_.measure_exe);
+      measured = measure();
       const ActivationChoice choice = plan_choose_activations(
           request, measured.timing, measured.read_gbps, measured.write_gbps, offload_free_bytes(o_.offload_dir));
       request.activations = choice.policy;
@@ -176,18 +185,21 @@ void TrainRun::store_make() {
     // The plan (Note [plan model]): the predicted step time for the log, and the prefetch depth
     // unless --prefetch chose one.
     if (!plan) {
-      measured = plan_measure(request, co, threads_, o_.measure_exe);
+      measured = measure();
       plan = plan_make(request, measured.timing, measured.read_gbps, measured.write_gbps);
     }
     result_.predicted_step_ms = plan->step_ms;
     result_.prefetch = plan->prefetch;
-    char plan_text[320];
+    char plan_text[400];
     std::snprintf(plan_text, sizeof plan_text,
                   "[stratum] plan: %s per step read, %s written, predicted step %.0f ms (bottleneck: %s), prefetch %d "
-                  "(%s); measured with a peak RSS of %s\n",
+                  "(%s); measured with a peak RSS of %s%s\n",
                   bytes_text(plan->read_bytes).c_str(), bytes_text(plan->write_bytes).c_str(), plan->step_ms,
                   plan->bottleneck.c_str(), plan->prefetch, o_.prefetch >= 0 ? "--prefetch" : "chosen by the plan",
-                  bytes_text(measured.peak_rss_bytes).c_str());
+                  bytes_text(measured.peak_rss_bytes).c_str(),
+                  sharing > 1 ? ("; the disk shared by the " + std::to_string(sharing) + " ranks on this machine")
+                                    .c_str()
+                              : "");
     plan_line_ = plan_text;
   }
   TieredStoreOptions so;
