@@ -423,6 +423,19 @@ TEST(GradAccum, PlanOfRanksIsTheSlowestRanksStepPlusTheNetwork) {
   EXPECT_EQ(gap.read_bytes, 0u);
   EXPECT_EQ(gap.disk_bytes, all - (local.moments_bytes - ram.moments_bytes)) << "its own moments' files only";
   EXPECT_EQ(plan_offload_floor_bytes(one), gap.disk_bytes);
+  // Ranks on one machine share its disk: every rank's files when all are there, else the largest's
+  // times their number.
+  std::size_t every = 0, largest = 0;
+  for (int k = 0; k < 4; ++k) {
+    PlanRequest at = one;
+    at.rank = k;
+    every += plan_offload_floor_bytes(at);
+    largest = std::max(largest, plan_offload_floor_bytes(at));
+  }
+  EXPECT_EQ(plan_offload_shared_bytes(one, 4), every);
+  EXPECT_EQ(plan_offload_shared_bytes(one, 2), 2 * largest);
+  EXPECT_EQ(plan_offload_shared_bytes(one, 1), gap.disk_bytes);
+  EXPECT_LT(every, 4 * all) << "not every unit four times";
 }
 
 }  // namespace

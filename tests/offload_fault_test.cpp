@@ -232,9 +232,9 @@ TEST(OffloadFault, ADeadRunsOffloadFilesAreTheNextRunsSpace) {
 // A disk with room to calibrate (4 MiB) but too small even for the plan's one-layer measurement:
 // named as the directory given, not the measurement's scratch subdirectory, and not as "this
 // run's" need.
-// A rank's offload files hold every unit (the other ranks' moments too): a disk too small for
-// them is refused before the plan measures, for ranks as for one process (ranks were let through,
-// said to stream only their share, and failed in the measurement or the store).
+// A disk too small for a rank's offload files (its own moments only) is refused before the plan
+// measures, for ranks as for one process (ranks were let through unchecked, and failed in the
+// measurement or the store).
 TEST(OffloadFault, ADiskTooSmallForARanksFilesIsRefusedBeforeMeasuring) {
   TempDir tmp;
   const std::string disk = tmp.file("disk");

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstring>
 #include <random>
 #include <set>
@@ -335,6 +336,49 @@ TEST(TieredStore, ClearErrorsForBadDirectoryAndTooLittleSpace) {
   // A second store on the same directory is refused while the first one lives.
   TieredSegmentStore first(f.units, f.options(2 * f.largest_unit()));
   expect_error([&] { TieredSegmentStore s(f.units, f.options(2 * f.largest_unit())); }, {"another stratum run"});
+}
+
+// Note [zero sharding]: the units a rank never acquires (another rank's moments) have no files,
+// count for neither the disk check nor whether the store streams, and acquiring one is a bug.
+TEST(TieredStore, UnusedUnitsHaveNoFilesAndDoNotCount) {
+  Fixture f;
+  std::vector<bool> unused(static_cast<std::size_t>(f.units.count()), false);
+  std::set<std::string> unused_files;
+  int an_unused = -1;
+  for (int u = 0; u < f.units.count(); ++u) {
+    const SegmentKind kind = f.units.kind(u);
+    if ((kind == SegmentKind::AdamM || kind == SegmentKind::AdamV) &&
+        f.layout.segments()[f.units.segment(u)].role == SegmentRole::Layer) {
+      unused[static_cast<std::size_t>(u)] = true;
+      unused_files.insert(f.units.file_name(f.units.file(u)));
+      an_unused = u;
+    }
+  }
+  ASSERT_GE(an_unused, 0);
+  const std::size_t used = f.units.used_bytes(unused);
+  ASSERT_LT(used, f.units.total_bytes());
+  EXPECT_EQ(f.units.used_file_bytes(unused), used);
+  EXPECT_EQ(f.units.used_file_bytes({}), f.units.total_bytes());
+  TieredStoreOptions o = f.options(used);  // room for every used unit, not for every unit
+  o.free_bytes_override = f.units.used_file_bytes(unused);
+  o.unused = unused;
+  {
+    TieredSegmentStore store(f.units, o);
+    std::set<std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(f.dir.path() + "/stratum-offload"))
+      files.insert(entry.path().filename().string());
+    EXPECT_EQ(files.size(), static_cast<std::size_t>(f.units.file_count()) - unused_files.size());
+    for (const std::string& name : unused_files) EXPECT_EQ(files.count(name), 0u) << name;
+    for (int u = 0; u < f.units.count(); ++u)
+      if (!unused[static_cast<std::size_t>(u)]) fill(store, u);
+    for (int u = 0; u < f.units.count(); ++u)
+      if (!unused[static_cast<std::size_t>(u)]) EXPECT_TRUE(check(store, u)) << u;
+    EXPECT_EQ(store.stats().write_bytes, 0u) << "everything it uses fits: nothing streams";
+    EXPECT_EQ(store.stats().read_bytes, 0u);
+    EXPECT_THROW(store.acquire_unit(an_unused, Access::Read), BugError);
+  }
+  o.unused.clear();  // every unit's files: more than the disk has
+  expect_error([&] { TieredSegmentStore s(f.units, o); }, {"free but this run needs at least"});
 }
 
 TEST(TieredStore, IoFaultsSurfaceAsClearErrors) {

@@ -56,7 +56,8 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
       : p.streaming ? ("budget " + bytes_text(r.mem_budget_bytes) + " = " +
                        std::to_string(static_cast<int>(
                            0.5 + 100.0 * r.mem_budget_bytes / (p.params_bytes + p.grads_bytes + p.moments_bytes))) +
-                       "% of the training state: streaming, offload files " + bytes_text(p.disk_bytes) + " on disk")
+                       "% of the training state: streaming, offload files " + bytes_text(p.disk_bytes) + " on disk" +
+                       (p.ranks > 1 ? " (this rank's)" : ""))
                           .c_str()
                     : ("budget " + bytes_text(r.mem_budget_bytes) + " holds everything: nothing streamed").c_str());
   if (r.row_chunk != kRowChunk)

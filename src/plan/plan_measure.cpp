@@ -175,7 +175,7 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
       STRATUM_CHECK(free_bytes >= units.total_bytes(), "[plan] --offload-dir ", offload_dir, " has ",
                     bytes_text(static_cast<double>(free_bytes)), " free, and measuring one layer of the run there "
                     "already needs ", bytes_text(static_cast<double>(units.total_bytes())),
-                    " (the run needs more): free space or choose another directory");
+                    ": free space or choose another directory");
       scratch = scratch_dir_make(offload_dir);
       TieredStoreOptions so;
       so.budget_bytes = r.mem_budget_bytes - exec.fixed_bytes();

@@ -39,8 +39,9 @@ std::unique_ptr<Executor> rank_executor(ThreadPool& pool, const PlanRequest& r, 
 }
 
 // Note [plan ranks]: one rank of each kind, by what it owns and whether it starts (0) or ends
-// (P-1) the micro-batches' chain; the other ranks' schedules are their kind's.
-std::vector<int> plan_rank_kinds(const PlanRequest& request) {
+// (P-1) the micro-batches' chain (the other ranks' schedules are their kind's), and how many
+// ranks are of that kind.
+std::vector<std::pair<int, int>> plan_rank_kinds(const PlanRequest& request) {
   PlanRequest r = request;
   r.rank = 0;
   r.grad_accum = r.ranks;  // the owners do not depend on the micro-batches (a smaller schedule)
@@ -51,26 +52,31 @@ std::vector<int> plan_rank_kinds(const PlanRequest& request) {
   ThreadPool pool(r.threads);  // sizes the per-thread buffers; runs nothing
   const std::unique_ptr<Executor> exec =
       rank_executor(pool, r, units, plan_mode(r, r.mem_budget_bytes > 0), r.row_chunk);
-  std::vector<int> kinds;
+  std::vector<std::pair<int, int>> kinds;
   std::vector<std::vector<int>> seen;
   for (int rank = 0; rank < r.ranks; ++rank) {
     std::vector<int> kind{rank == 0, rank == r.ranks - 1};
     for (int s = 0; s < layout.segment_count(); ++s)
       if (exec->segment_owner(s) == rank) kind.push_back(s);
-    if (std::find(seen.begin(), seen.end(), kind) != seen.end()) continue;
+    const auto found = std::find(seen.begin(), seen.end(), kind);
+    if (found != seen.end()) {
+      ++kinds[static_cast<std::size_t>(found - seen.begin())].second;
+      continue;
+    }
     seen.push_back(std::move(kind));
-    kinds.push_back(rank);
+    kinds.emplace_back(rank, 1);
   }
   return kinds;
 }
 
-// f(request of that rank) for one rank of each kind (request.rank -1 with ranks > 1).
+// f(request of that rank, how many ranks are of its kind) for one rank of each kind (request.rank
+// -1 with ranks > 1).
 template <class F>
 void each_rank_kind(const PlanRequest& request, F f) {
-  for (int rank : plan_rank_kinds(request)) {
+  for (const auto& [rank, count] : plan_rank_kinds(request)) {
     PlanRequest one = request;
     one.rank = rank;
-    f(one);
+    f(one, count);
   }
 }
 }  // namespace
@@ -262,7 +268,7 @@ int plan_mlp_rows(const PlanRequest& r) {
 std::size_t plan_min_budget_bytes(const PlanRequest& request) {
   if (request.ranks > 1 && request.rank < 0) {  // Note [plan ranks]: the largest rank's
     std::size_t most = 0;
-    each_rank_kind(request, [&](const PlanRequest& one) { most = std::max(most, plan_min_budget_bytes(one)); });
+    each_rank_kind(request, [&](const PlanRequest& one, int) { most = std::max(most, plan_min_budget_bytes(one)); });
     return most;
   }
   PlanRequest r = request;
@@ -287,7 +293,7 @@ std::size_t plan_min_budget_bytes(const PlanRequest& request) {
 std::size_t plan_offload_floor_bytes(const PlanRequest& request) {
   if (request.ranks > 1 && request.rank < 0) {  // Note [plan ranks]: the largest rank's
     std::size_t most = 0;
-    each_rank_kind(request, [&](const PlanRequest& one) { most = std::max(most, plan_offload_floor_bytes(one)); });
+    each_rank_kind(request, [&](const PlanRequest& one, int) { most = std::max(most, plan_offload_floor_bytes(one)); });
     return most;
   }
   PlanRequest r = request;
@@ -301,6 +307,18 @@ std::size_t plan_offload_floor_bytes(const PlanRequest& request) {
   // Another rank's moments have no files here (Note [zero sharding]).
   return units.used_file_bytes(
       rank_executor(pool, r, units, plan_mode(r, true), r.row_chunk)->units_unused());
+}
+
+std::size_t plan_offload_shared_bytes(const PlanRequest& request, int ranks_here) {
+  if (request.ranks == 1 || ranks_here <= 1) return plan_offload_floor_bytes(request);
+  PlanRequest any = request;
+  any.rank = -1;
+  if (ranks_here < request.ranks) return plan_offload_floor_bytes(any) * static_cast<std::size_t>(ranks_here);
+  std::size_t all = 0;  // every rank's
+  each_rank_kind(any, [&](const PlanRequest& one, int count) {
+    all += plan_offload_floor_bytes(one) * static_cast<std::size_t>(count);
+  });
+  return all;
 }
 
 std::string plan_row_chunk_advice(int row_chunk, std::size_t rows, std::size_t budget_bytes,
@@ -381,7 +399,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     const std::size_t most = plan_min_budget_bytes(r);  // the largest minimum, refused as such
     plan_budget_check(r, most);
     std::optional<Plan> slowest;
-    each_rank_kind(r, [&](const PlanRequest& one) {
+    each_rank_kind(r, [&](const PlanRequest& one, int) {
       Plan p = plan_make(one, measured, read_gbps, write_gbps);
       if (!slowest || p.step_ms > slowest->step_ms) slowest = std::move(p);
     });

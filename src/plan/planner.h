@@ -140,6 +140,10 @@ void plan_budget_check(const PlanRequest& request, std::size_t min_budget_bytes)
 // the other ranks' moments, or the largest rank's): checked against the disk's free space
 // (offload_disk_check) before anything is measured.
 std::size_t plan_offload_floor_bytes(const PlanRequest& request);
+// The same for `ranks_here` ranks of the request whose offload directories share one disk (under
+// mpirun, the ranks on one machine): every rank's files when all of them are there, else the
+// largest rank's times ranks_here.
+std::size_t plan_offload_shared_bytes(const PlanRequest& request, int ranks_here);
 
 // What the plan needs measured: the offload dir's disk (plan/calibration.h, cached) when
 // calibration.offload_dir is set, and the compute. With helper_exe (the stratum binary) the
@@ -189,7 +193,7 @@ struct Plan {
   std::size_t internals_bytes = 0;   // --activations offload: every layer's internals units
   std::size_t engine_bytes = 0;      // the executor's fixed buffers
   std::size_t min_budget_bytes = 0;  // smallest --mem-budget that can run
-  std::size_t disk_bytes = 0;        // offload files (0 when everything fits)
+  std::size_t disk_bytes = 0;        // offload files (0 without a budget; with ranks, the rank's)
   std::size_t peak_ram_bytes = 0;    // engine buffers + store, at most the budget
   bool streaming = false;
   int prefetch = 0;

@@ -97,14 +97,7 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
     notes += "; " + dir + " refuses O_DIRECT (tmpfs?), so I/O goes through the page cache";
   }
 
-  STRATUM_ASSERT(options.unused.empty() || options.unused.size() == static_cast<std::size_t>(units().count()));
-  std::vector<bool> file_used(static_cast<std::size_t>(units().file_count()), false);
-  std::size_t used_bytes = 0;  // what this run holds, for its streaming decision
-  for (int u = 0; u < units().count(); ++u)
-    if (!unit_unused(u)) {
-      file_used[static_cast<std::size_t>(units().file(u))] = true;
-      used_bytes += units().bytes(u);
-    }
+  const std::vector<bool> file_used = units().files_used(options.unused);  // Note [zero sharding]
   const std::size_t free_bytes =
       options.free_bytes_override > 0 ? options.free_bytes_override : offload_free_bytes(dir);
   offload_disk_check(dir, free_bytes, units().used_file_bytes(options.unused));
@@ -147,7 +140,7 @@ TieredSegmentStore::TieredSegmentStore(UnitTable units_in, const TieredStoreOpti
   std::snprintf(text, sizeof text, "%s%s, %zu KiB blocks, queue depth %d, prefetch %d", io_backend_name(read_engine_->backend()),
                 direct ? ", O_DIRECT" : ", buffered", block / 1024, read_engine_->queue_depth(), options.prefetch_depth);
   describe_ = text + notes;
-  streaming_ = used_bytes > options.budget_bytes;
+  streaming_ = units().used_bytes(options.unused) > options.budget_bytes;
   totals_.budget_bytes = options.budget_bytes;
   moving_pages_ = options.budget_bytes / AlignedBuffer::kBlockBytes <= kMovingMaxBlocks;
   if (streaming_) {

@@ -1,4 +1,4 @@
-// Two-tier store: RAM under a byte budget, backed by one file per (segment, kind) in an offload
+// Two-tier store: RAM under a byte budget, backed by one file per (segment, kind) it uses in an offload
 // directory, moved by the async I/O engine (src/io). Each unit has a residency state
 // (Note [unit states]); the RAM tier never holds more than its budget (asserted on every
 // allocation); what does not fit is written back and loaded again when the step schedule needs
@@ -44,7 +44,7 @@
 namespace stratum {
 
 // The refusal of an offload directory without room for the state offloaded there (need_bytes:
-// every unit's file; the store checks it when made, the plan and train before measuring).
+// every used unit's file; the store checks it when made, the plan and train before measuring).
 void offload_disk_check(const std::string& dir, std::size_t free_bytes, std::size_t need_bytes);
 // What --offload-dir DIR has free for a run's offload files: the file system's free bytes plus
 // what DIR/stratum-offload already holds, which the run that takes DIR's lock removes before it
@@ -66,7 +66,7 @@ struct TieredStoreOptions {
 
 class TieredSegmentStore final : public SegmentStore {
  public:
-  // Checks the directory (exists, writable, O_DIRECT, free space for every unit), locks it
+  // Checks the directory (exists, writable, O_DIRECT, free space for every used unit), locks it
   // against a second run, creates and preallocates the files, starts the I/O engine.
   TieredSegmentStore(UnitTable units, const TieredStoreOptions& options);
   ~TieredSegmentStore() override;  // waits for I/O in flight, removes the files
@@ -159,7 +159,7 @@ class TieredSegmentStore final : public SegmentStore {
   static constexpr std::size_t kMovingMaxBlocks = 16384;
   bool moving_pages_ = false;
   EvictionPolicy policy_;  // the schedule and its position
-  bool streaming_ = false;  // the units do not all fit the budget (Note [write-behind])
+  bool streaming_ = false;  // the used units do not all fit the budget (Note [write-behind])
   std::thread::id training_thread_;
   int holds_training_ = 0, holds_other_ = 0;  // holds by the training thread / the optimizer worker
   StoreStats totals_;

@@ -100,12 +100,25 @@ std::size_t UnitTable::total_bytes() const {
   return total;
 }
 
-std::size_t UnitTable::used_file_bytes(const std::vector<bool>& unused) const {
+std::vector<bool> UnitTable::files_used(const std::vector<bool>& unused) const {
+  STRATUM_ASSERT(unused.empty() || unused.size() == units_.size());
   std::vector<bool> used(file_bytes_.size(), false);
   for (int u = 0; u < count(); ++u)
     if (unused.empty() || !unused[static_cast<std::size_t>(u)]) used[static_cast<std::size_t>(units_[u].file)] = true;
+  return used;
+}
+
+std::size_t UnitTable::used_file_bytes(const std::vector<bool>& unused) const {
+  const std::vector<bool> used = files_used(unused);
   std::size_t total = 0;
   for (std::size_t f = 0; f < used.size(); ++f) total += used[f] ? file_bytes_[f] : 0;
+  return total;
+}
+
+std::size_t UnitTable::used_bytes(const std::vector<bool>& unused) const {
+  STRATUM_ASSERT(unused.empty() || unused.size() == units_.size());
+  std::size_t total = 0;
+  for (std::size_t u = 0; u < units_.size(); ++u) total += unused.empty() || !unused[u] ? units_[u].bytes : 0;
   return total;
 }
 

@@ -80,9 +80,12 @@ class UnitTable {
   std::string file_name(int file) const;  // "layer.3.adam_m.bin"
   std::string name(int unit) const;       // "layer.3.adam_m[2]", "embed.params"
   std::size_t total_bytes() const;        // every unit
-  // The files that hold a unit not in `unused` (per unit; empty: every file): what a run that
-  // never acquires those units keeps on disk (TieredStoreOptions::unused).
+  // For a run that never acquires the units flagged in `unused` (per unit; empty: none; another
+  // rank's moments, TieredStoreOptions::unused): per file, whether it holds a unit the run uses;
+  // the bytes of those files (what it keeps on disk); the bytes of the units it uses.
+  std::vector<bool> files_used(const std::vector<bool>& unused) const;
   std::size_t used_file_bytes(const std::vector<bool>& unused) const;
+  std::size_t used_bytes(const std::vector<bool>& unused) const;
   std::size_t segment_bytes(int segment, SegmentKind kind) const;  // every chunk of (segment, kind)
   std::size_t segment_held_bytes(int segment, SegmentKind kind) const;  // the same, as held
   std::size_t act_floats() const { return act_floats_; }

@@ -41,10 +41,14 @@ void TrainRun::store_make() {
   request.rank = rank();
   const bool budget = o_.mem_budget_bytes > 0;
   STRATUM_CHECK(budget || o_.offload_dir.empty(), "[train] --offload-dir needs --mem-budget SIZE (e.g. --mem-budget 2G)");
+  // Ranks on one machine share its disk (their --offload-dir is one): for its room, and each
+  // plans with its share of the measured rates (Note [plan ranks]).
+  const int sharing = o_.comm != nullptr ? o_.comm->node_size() : 1;
   // A disk without room for the state refused before the plan measures (which takes a while on a
-  // large model); the store checks the exact need when made.
-  if (budget && dir_exists(o_.offload_dir))  // every rank's files hold every unit
-    offload_disk_check(o_.offload_dir, offload_free_bytes(o_.offload_dir), plan_offload_floor_bytes(request));
+  // large model); the store checks the exact need when made. With ranks, this rank's files hold
+  // only its own moments; those of every rank on this machine must fit.
+  if (budget && dir_exists(o_.offload_dir))
+    offload_disk_check(o_.offload_dir, offload_free_bytes(o_.offload_dir), plan_offload_shared_bytes(request, sharing));
   // The plan's measurement (Note [plan model]), with a budget: before the executor when the plan
   // chooses the activations policy (Note [activations offload]), which the executor is made with.
   PlanMeasurement measured;
@@ -52,9 +56,6 @@ void TrainRun::store_make() {
   CalibrationOptions co;
   co.offload_dir = o_.offload_dir;
   co.threads = threads_;
-  // Note [plan ranks]: ranks on one machine share its disk (their --offload-dir is one), so each
-  // plans with its share of the measured rates.
-  const int sharing = o_.comm != nullptr ? o_.comm->node_size() : 1;
   auto measure = [&] {
     PlanMeasurement m = plan_measure(request, co, threads_, o_.measure_exe);
     m.read_gbps /= sharing;
@@ -168,7 +169,7 @@ void TrainRun::store_make() {
                   " over " + (budget ? store_text_ : std::string("RAM (checkpoints are written from there)"));
   };
   if (!budget) {
-    memory_fit_check(units_->total_bytes() + host_fixed, "train",
+    memory_fit_check(units_->used_bytes(exec.units_unused()) + host_fixed, "train",
                      "the run (parameters, gradients, optimizer state, activations, engine buffers)",
                      "train under a budget: --mem-budget SIZE --offload-dir DIR (`stratum plan` shows the smallest)");
     store_ = std::make_unique<RamSegmentStore>(*units_);
