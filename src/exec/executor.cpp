@@ -92,7 +92,7 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       schedule_(units.count()),
       micro_batches_(micro_batches),
       comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr),
-      shape_(comm_ != nullptr ? RankShape{comm_->rank(), comm_->size()} : comm != nullptr ? RankShape{} : plan_rank) {
+      shape_(comm != nullptr ? RankShape{comm->rank(), comm->size()} : plan_rank) {
   STRATUM_ASSERT(shape_.ranks >= 1 && shape_.rank >= 0 && shape_.rank < shape_.ranks);
   STRATUM_CHECK(max_seq <= config.n_ctx, "[cli] sequence length ", max_seq, " exceeds the model context ",
                 config.n_ctx, " (use --seq <= ", config.n_ctx, ")");

@@ -435,10 +435,9 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   // Another rank's moments are never touched here (Note [zero sharding]): not in RAM or on disk.
   const std::vector<bool> unused = exec.units_unused();
   auto others = [&](int u) { return !unused.empty() && unused[static_cast<std::size_t>(u)]; };
-  std::size_t total = 0;  // what this rank holds
+  const std::size_t total = units.used_bytes(unused);  // what this rank holds, as its store counts it
   for (int u = 0; u < units.count(); ++u) {
     if (others(u)) continue;
-    total += units.bytes(u);
     switch (units.kind(u)) {
       case SegmentKind::Params: p.params_bytes += units.bytes(u); break;
       case SegmentKind::Grads: case SegmentKind::GradSum: p.grads_bytes += units.bytes(u); break;
