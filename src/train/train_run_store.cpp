@@ -49,6 +49,21 @@ void TrainRun::store_make() {
   // only its own moments; those of every rank on this machine must fit.
   if (budget && dir_exists(o_.offload_dir))
     offload_disk_check(o_.offload_dir, offload_free_bytes(o_.offload_dir), plan_offload_shared_bytes(request, sharing));
+  // The smallest --mem-budget this command takes, as `stratum plan` gives it: the smallest MLP
+  // sub-chunk's, under auto the smaller policy's, the plan's measurement included (Note [bounded
+  // measurement]; a run refused at its own minimum used to be refused again there). With ranks,
+  // the largest rank's: every rank refuses the same budget with the same line (Note [plan ranks]).
+  // The header prints it; refused here, before anything is measured.
+  const bool host_buffers = o_.backend == Backend::Cpu && !o_.mirror_store;
+  std::size_t job_min = 0;
+  if (budget && host_buffers) {
+    PlanRequest job = request;
+    if (job.ranks > 1) job.rank = -1;
+    job_min = plan_min_budget_bytes(job);
+    STRATUM_CHECK(o_.mem_budget_bytes >= job_min, "[train] ",
+                  plan_budget_refusal("--mem-budget", o_.mem_budget_bytes, job_min, o_.batch, o_.seq, "",
+                                      plan_row_chunk_advice(job, o_.mem_budget_bytes)));
+  }
   // The plan's measurement (Note [plan model]), with a budget: before the executor when the plan
   // chooses the activations policy (Note [activations offload]), which the executor is made with.
   PlanMeasurement measured;
@@ -66,10 +81,6 @@ void TrainRun::store_make() {
     if (!budget || o_.backend != Backend::Cpu || o_.mirror_store) {  // the plan models the CPU's compute only
       request.activations = ActivationPolicy::Recompute;
     } else {
-      const std::size_t smaller = plan_min_budget_bytes(request);  // recompute's or offload's
-      STRATUM_CHECK(o_.mem_budget_bytes >= smaller, "[train] ",
-                    plan_budget_refusal("--mem-budget", o_.mem_budget_bytes, smaller, o_.batch, o_.seq, "",
-                                        plan_row_chunk_advice(request, o_.mem_budget_bytes)));
       measured = measure();
       const ActivationChoice choice = plan_choose_activations(
           request, measured.timing, measured.read_gbps, measured.write_gbps, offload_free_bytes(o_.offload_dir));
@@ -82,7 +93,6 @@ void TrainRun::store_make() {
   // Note [frozen MLP rows]: the MLP's sub-chunk for the chosen policy (as its plan took it),
   // for the CPU's buffers under the budget (on a device tier they are device memory, outside
   // --mem-budget).
-  const bool host_buffers = o_.backend == Backend::Cpu && !o_.mirror_store;
   request.mlp_rows = host_buffers ? plan_mlp_rows(request) : o_.row_chunk;
   if (request.mlp_rows < o_.row_chunk)
     mlp_line_ = "[stratum] MLP in sub-chunks of " + std::to_string(request.mlp_rows) +
@@ -136,13 +146,7 @@ void TrainRun::store_make() {
   const Executor& exec = *exec_;
   const std::size_t host_fixed = device_tier ? 0 : exec.fixed_bytes();
   if (device_tier) result_.prefetch = o_.prefetch >= 0 ? o_.prefetch : 2;  // the plan models the CPU's compute only
-  min_budget_ = exec.fixed_bytes() + exec.min_store_bytes();
-  if (budget && host_buffers) {  // the smallest MLP sub-chunk's, which the run may take (of either policy under auto)
-    PlanRequest smallest = request;
-    smallest.mlp_rows = 0;
-    smallest.activations = plan_activations_resolve(o_.activations, zo);
-    min_budget_ = std::min(min_budget_, plan_min_budget_bytes(smallest));
-  }
+  min_budget_ = job_min > 0 ? job_min : exec.fixed_bytes() + exec.min_store_bytes();
   if (o_.gpu_mem_budget_bytes > 0 && o_.gpu_mem_budget_bytes < min_budget_) {
     const std::string parts = plan_min_parts(exec.fixed_bytes(), exec.min_store_bytes());
     // The same run at a smaller --row-chunk (the GPU's default is 4096: Note [device row chunk]),
