@@ -371,8 +371,11 @@ TEST(TieredStore, UnusedUnitsHaveNoFilesAndDoNotCount) {
     for (const std::string& name : unused_files) EXPECT_EQ(files.count(name), 0u) << name;
     for (int u = 0; u < f.units.count(); ++u)
       if (!unused[static_cast<std::size_t>(u)]) fill(store, u);
-    for (int u = 0; u < f.units.count(); ++u)
-      if (!unused[static_cast<std::size_t>(u)]) EXPECT_TRUE(check(store, u)) << u;
+    for (int u = 0; u < f.units.count(); ++u) {
+      if (!unused[static_cast<std::size_t>(u)]) {
+        EXPECT_TRUE(check(store, u)) << u;
+      }
+    }
     EXPECT_EQ(store.stats().write_bytes, 0u) << "everything it uses fits: nothing streams";
     EXPECT_EQ(store.stats().read_bytes, 0u);
     EXPECT_THROW(store.acquire_unit(an_unused, Access::Read), BugError);

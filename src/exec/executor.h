@@ -110,7 +110,8 @@
 // or budget holds about 1/P of them); at the end of the step (after the updates, which waits for
 // the optimizer worker) each owner sends its updated parameters to every other rank
 // (params_share), so all ranks start the next step with the same bits. Those sends leave at the
-// end of the step; each rank receives a segment's parameters only where a group first reads them
+// end of the step (Inline: each chunk's as its update ends, while the update holds it, so a
+// budget that evicted it since does not read it again); each rank receives a segment's parameters only where a group first reads them
 // (group_run, params_receive: in the next forward, so the transfer of later segments overlaps
 // the compute of earlier ones) or before anything outside reads them (sync). Every owner sends in
 // forward order and every rank receives in forward order, so one tag keeps them matched. A segment's tensors go
@@ -453,9 +454,11 @@ class Executor {
   // dropout in a training pass (Note [lora dropout]).
   LoraChunks lora_chunks(const GroupHolds& holds, int layer, bool grads, const Pass& pass) const;
   // pinned: the chunks' units were pinned by optimizer_queue; each chunk's are unpinned as it is
-  // released (Note [owed uses]) and *pinned counts those done.
+  // released (Note [owed uses]) and *pinned counts those done. share: each chunk's parameters go
+  // to the other ranks as soon as they are updated, while held (Inline's optimizer_step, which
+  // updates in forward order: Note [zero sharding]).
   void optimizer_segment(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
-                         float grad_scale, int* pinned = nullptr);
+                         float grad_scale, int* pinned = nullptr, bool share = false);
   // An update optimizer_queue owed (its chunks pinned): unpins each chunk as it is done, and the
   // rest if it fails.
   void optimizer_segment_owed(const Ops& ops, int segment, const AdamWHyper& hyper, double weight_decay,
@@ -523,6 +526,7 @@ class Executor {
   std::vector<int> owner_;  // per segment: the rank that updates it (Note [zero sharding]); -1 frozen
   void grad_squares_share();  // Note [zero sharding]: every rank gets the owners' squared norms
   void params_share();        // ... and their updated parameters (sent; received lazily:)
+  void params_send(int s, int chunk, const float* params);  // one chunk's, to every other rank
   std::vector<char> params_pending_;  // per segment: its owner's update is sent, not yet received
   void params_receive(int s);         // receives segment s's parameters if pending
   void params_settle();               // ... every pending segment's, in forward order

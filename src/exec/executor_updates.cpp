@@ -108,7 +108,7 @@ void Executor::chunk_pin(int s, int c, int delta) {
 }
 
 void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper, double weight_decay,
-                                 float grad_scale, int* pinned) {
+                                 float grad_scale, int* pinned, bool share) {
   TraceSpan span(trace_, &ops == worker_ops_.get() ? TraceRecorder::kOptimizer : TraceRecorder::kCompute,
                  "optimizer", layout_.segments()[s].name + " AdamW", tag(GroupWork::Optimizer));
   // Note [host optimizer]: on the host store, each chunk's gradients and parameters taken from
@@ -142,6 +142,7 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
         ops.adamw_update(params.data() + at, m.data() + at, v.data() + at, grads.data() + at, t.numel, hyper,
                      t.weight_decay ? weight_decay : 0.0, grad_scale);
       }
+      if (share) params_send(s, c, params.data());
       if (next_by_jobs_ && seg.role == SegmentRole::Vocab)  // Note [embedding rows ahead]
         rows_gather_state(s - layout_.vocab_segment(0), params.data(), m.data(), v.data());
       // Ahead of the schedule position (the forward waits for this update): this chunk's use of
@@ -175,6 +176,7 @@ void Executor::grad_squares_share() {
 
 // Each segment's parameters, chunk by chunk, from its owner to every other rank, in forward order
 // (every rank walks the same order; sends are copies, so owners never wait on a receiver).
+// Inline's updates sent theirs already, in the same order (optimizer_step).
 void Executor::params_share() {
   sync();  // the owners' updates are applied
   params_pending_.resize(static_cast<std::size_t>(layout_.segment_count()), 0);
@@ -184,13 +186,18 @@ void Executor::params_share() {
       params_pending_[static_cast<std::size_t>(s)] = 1;
       continue;
     }
+    if (mode_ == OptimizerMode::Inline) continue;
     for (int c = 0; c < units_.chunk_count(s, SegmentKind::Params); ++c) {
       const SegmentHold params(*store_, s, SegmentKind::Params, Access::Read, c);
-      const std::size_t bytes = layout_.segments()[s].chunk_floats(c) * sizeof(float);
-      for (int r = 0; r < ranks(); ++r)
-        if (r != rank()) comm_->send(r, kTagParams, params.data(), bytes);
+      params_send(s, c, params.data());
     }
   }
+}
+
+void Executor::params_send(int s, int chunk, const float* params) {
+  const std::size_t bytes = layout_.segments()[s].chunk_floats(chunk) * sizeof(float);
+  for (int r = 0; r < ranks(); ++r)
+    if (r != rank()) comm_->send(r, kTagParams, params, bytes);
 }
 
 void Executor::params_receive(int s) {
@@ -297,7 +304,7 @@ void Executor::optimizer_step(const AdamWHyper& hyper, double weight_decay, floa
   for (int s : forward_segments_) {
     if (!layout_.trainable(s)) continue;
     if (mode_ != OptimizerMode::Overlapped) at(group_opt_[s]);
-    if (updates_segment(s)) optimizer_segment(*ops_, s, hyper, weight_decay, grad_scale);
+    if (updates_segment(s)) optimizer_segment(*ops_, s, hyper, weight_decay, grad_scale, nullptr, comm_ != nullptr);
   }
 }
 
