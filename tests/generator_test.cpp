@@ -242,6 +242,47 @@ TEST(Generate, LlamaGreedyMatchesPyTorchInRamStreamedAndBatched) {
   EXPECT_LE(spilled.peak_ram_bytes, o.mem_budget_bytes);
 }
 
+// The tiny Qwen2 (q, k and v biases) decodes PyTorch's greedy tokens through the KV cache, in
+// RAM and streamed under its smallest budget; kept in bf16 (--precision bf16: the biases widened
+// beside the norm weights) its logits are the same bits in RAM and streamed, near the fp32 ones.
+TEST(Generate, Qwen2GreedyMatchesPyTorchInRamStreamedAndInBf16) {
+  const std::string dir = testing::source_path("tests/golden/tiny_qwen2");
+  const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference.safetensors");
+  auto ids = [&](const char* name) {
+    const SafetensorsTensorInfo* t = ref.find(name);
+    std::vector<std::int32_t> out(static_cast<std::size_t>(t->numel()));
+    ref.read_raw(*t, out.data());
+    return out;
+  };
+  const auto none = [](int, std::int32_t, const std::string&) {};
+  GenerateOptions o = greedy_options();
+  o.model_dir = dir;
+  o.prompt_ids = {ids("generate_prompt")};
+  EXPECT_EQ(generate_run(o, none).sequences[0].tokens, ids("generate_ids"));
+  testing::TempDir tmp;
+  const GptConfig cfg = model_read_config(dir);
+  const UnitTable units(ParamLayout::of(cfg), Decoder::kv_unit_floats(cfg, 1, 17), UnitSet::Inference);
+  o.mem_budget_bytes = Decoder::fixed_bytes_for(host_ops(), cfg, 1, 17) + Decoder::min_store_bytes(units);
+  o.offload_dir = tmp.path();
+  o.prefetch = 1;
+  const GenerateResult streamed = generate_run(o, none);
+  EXPECT_EQ(streamed.sequences[0].tokens, ids("generate_ids"));
+  EXPECT_GT(streamed.read_bytes, 0u);
+
+  const std::vector<float> fp32 = batch_logits(dir, false, false, "");
+  const std::vector<float> kept = batch_logits(dir, true, false, "");
+  const std::vector<float> kept_streamed = batch_logits(dir, true, true, tmp.path());
+  ASSERT_EQ(kept.size(), fp32.size());
+  EXPECT_EQ(std::memcmp(kept.data(), kept_streamed.data(), kept.size() * sizeof(float)), 0);
+  double worst = 0, moved = 0;
+  for (std::size_t i = 0; i < fp32.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(kept[i]) - fp32[i]));
+    moved = std::max(moved, std::abs(static_cast<double>(kept[i]) - fp32[i]) > 0 ? 1.0 : 0.0);
+  }
+  EXPECT_LT(worst, 0.25) << "bf16 weights round, they do not change the model";
+  EXPECT_EQ(moved, 1.0) << "the weights really were kept in bf16";
+}
+
 // Note [bf16 weights]: the bf16 golden Llama kept in bf16 gives the bits of its fp32 widening:
 // every logit of a batch of two (prompt steps, then decode steps), in RAM and streamed under the
 // smallest bf16 budget, which is below the fp32 one; generate_run keeps it bf16 and says so.

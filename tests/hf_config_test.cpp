@@ -152,7 +152,7 @@ TEST(HfConfig, MalformedInputTable) {
       {"missing_file", "<none>", {"not found"}},
       {"not_json", "{\"n_layer\": 2,", {"not valid JSON"}},
       {"json_array", "[1, 2]", {"must be a JSON object"}},
-      {"wrong_model_type", "{\"model_type\":\"bert\"," + sizes + "}", {"\"bert\"", "Llama-family"}},
+      {"wrong_model_type", "{\"model_type\":\"bert\"," + sizes + "}", {"\"bert\"", "Llama (\"llama\")", "Qwen2 (\"qwen2\")"}},
       {"model_type_not_string", "{\"model_type\":2," + sizes + "}", {"model_type must be a string"}},
       {"missing_n_layer", R"({"n_head":4,"n_embd":64,"vocab_size":300,"n_positions":128})", {"'n_layer'"}},
       {"missing_n_head", R"({"n_layer":2,"n_embd":64,"vocab_size":300,"n_positions":128})", {"'n_head'"}},

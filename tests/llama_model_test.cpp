@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+
+#include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
 #include "integration_util.h"
@@ -26,6 +29,7 @@ using testing::source_path;
 
 const std::string kTiny = "tests/golden/tiny_llama";
 const std::string kTinyBf16 = "tests/golden/tiny_llama_bf16";
+const std::string kQwen2 = "tests/golden/tiny_qwen2";
 
 std::vector<std::int32_t> golden_i32(const SafetensorsFile& file, const std::string& name) {
   const SafetensorsTensorInfo* t = file.find(name);
@@ -82,9 +86,10 @@ TEST(LlamaModel, ConfigIsReadAsLlama) {
   EXPECT_EQ(g.layout.num_params(), 109248u) << "the golden model's parameter count";
 }
 
-// Logits at every position, loss and every gradient, in RAM and under a budget that streams.
-TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
-  const Golden g(kTiny);
+// Logits at every position, loss and every gradient, in RAM and under a budget that streams:
+// the tiny Llama, and the tiny Qwen2 (tests/golden/tiny_qwen2: its q, k and v biases).
+void check_logits_loss_and_gradients(const std::string& dir) {
+  const Golden g(dir);
   ThreadPool pool(2);
   blas_set_threads(2);
   const std::vector<float> want_logits = golden_f32(g.ref, "logits");
@@ -131,10 +136,48 @@ TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
         ++checked;
       }
     }
-    EXPECT_EQ(checked, 2 * g.layout.vocab_block_count() + 1 + 9 * g.cfg.n_layer);
+    EXPECT_EQ(checked, 2 * g.layout.vocab_block_count() + 1 + (g.cfg.qkv_bias() ? 12 : 9) * g.cfg.n_layer);
     if (!streamed) ram_grads_hash = h;
     else EXPECT_EQ(h, ram_grads_hash) << "streaming must not change a bit";
   }
+}
+
+TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) { check_logits_loss_and_gradients(kTiny); }
+
+TEST(LlamaModel, Qwen2LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
+  check_logits_loss_and_gradients(kQwen2);
+}
+
+TEST(LlamaModel, Qwen2ConfigIsALlamaWithQkvBiases) {
+  const Golden g(kQwen2);
+  EXPECT_TRUE(g.cfg.llama());
+  EXPECT_TRUE(g.cfg.qkv_bias());
+  EXPECT_STREQ(g.cfg.family(), "qwen2");
+  EXPECT_EQ(g.cfg.describe().rfind("qwen2 L2 H4 C64", 0), 0u) << g.cfg.describe();
+  EXPECT_EQ(g.cfg.rope_scaling.type, RopeScaling::Type::None);
+  EXPECT_FLOAT_EQ(g.cfg.layer_norm_eps, 1e-6f);
+  const SegmentLayout& layer = g.layout.segments()[g.layout.layer_segment(1)];
+  ASSERT_EQ(layer.tensors.size(), 12u);
+  EXPECT_EQ(g.layout.hf_name(layer.tensors[kQB]), "model.layers.1.self_attn.q_proj.bias");
+  EXPECT_EQ(g.layout.hf_name(layer.tensors[kVB]), "model.layers.1.self_attn.v_proj.bias");
+  EXPECT_EQ(layer.tensors[kKB].numel, static_cast<std::size_t>(g.cfg.kv_dim()));
+  EXPECT_FALSE(layer.tensors[kQB].weight_decay) << "biases are not decayed (PyTorch's no-decay group)";
+  EXPECT_EQ(block_tensor_part(ModelArch::Llama, kVB), BlockPart::Attention);
+  // A Llama config that asks for attention biases is refused, naming Qwen2.
+  testing::TempDir tmp;
+  std::filesystem::copy_file(g.dir + "/config.json", tmp.file("config.json"));
+  std::string text = file_read_all(tmp.file("config.json"));
+  text.replace(text.find("\"qwen2\""), 7, "\"llama\"");
+  text.replace(text.find("\"use_sliding_window\""), 0, "\"attention_bias\": true,\n  ");
+  file_write_atomic(tmp.file("config.json"), text);
+  EXPECT_THAT([&] {
+    try {
+      model_read_config(tmp.path());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }(), ::testing::AllOf(::testing::HasSubstr("attention_bias"), ::testing::HasSubstr("qwen2")));
 }
 
 TEST(LlamaModel, Bf16WeightsLoadExactlyAndMatchTheirReference) {
@@ -148,8 +191,8 @@ TEST(LlamaModel, Bf16WeightsLoadExactlyAndMatchTheirReference) {
   EXPECT_NEAR(exec.loss(g.inputs.data(), g.targets.data(), g.B, g.T), golden_f32(g.ref, "loss")[0], 1e-5);
 }
 
-TEST(LlamaModel, GreedyContinuationMatchesPyTorch) {
-  const Golden g(kTiny);
+void check_greedy_continuation(const std::string& dir) {
+  const Golden g(dir);
   ThreadPool pool(2);
   blas_set_threads(2);
   RamSegmentStore store(g.layout, Executor::activation_unit_floats(g.cfg, 1, g.cfg.n_ctx));
@@ -163,6 +206,11 @@ TEST(LlamaModel, GreedyContinuationMatchesPyTorch) {
     ids.push_back(static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
   }
   EXPECT_EQ(std::vector<std::int32_t>(ids.end() - static_cast<long>(want.size()), ids.end()), want);
+}
+
+TEST(LlamaModel, GreedyContinuationMatchesPyTorch) {
+  check_greedy_continuation(kTiny);
+  check_greedy_continuation(kQwen2);
 }
 
 // Positions beyond 8k under Llama 3.1's rope scaling (factor 8 over an original 8192): a
@@ -218,6 +266,36 @@ TEST(LlamaModel, SaveWritesHuggingFaceNamesAndReloadsBitIdentical) {
   RamSegmentStore b(g.layout);
   model_load_weights(tmp.file("out"), g.layout, b);
   EXPECT_EQ(model_params_hash(g.layout, a), model_params_hash(g.layout, b));
+}
+
+// A Qwen2 saves as one: model_type "qwen2", Qwen2ForCausalLM, the biases under their names.
+TEST(LlamaModel, Qwen2SavesAsQwen2AndReloadsBitIdentical) {
+  const Golden g(kQwen2);
+  RamSegmentStore a(g.layout);
+  model_load_weights(g.dir, g.layout, a);
+  testing::TempDir tmp;
+  model_save(tmp.file("out"), g.cfg, g.layout, a, "");
+  const SafetensorsFile saved = SafetensorsFile::open(tmp.file("out/model.safetensors"));
+  for (const char* name : {"model.layers.0.self_attn.q_proj.bias", "model.layers.1.self_attn.k_proj.bias",
+                           "model.layers.1.self_attn.v_proj.bias"})
+    EXPECT_NE(saved.find(name), nullptr) << name;
+  EXPECT_EQ(saved.tensors().size(), 27u);
+  const nlohmann::json config = nlohmann::json::parse(file_read_all(tmp.file("out/config.json")));
+  EXPECT_EQ(config["model_type"], "qwen2");
+  EXPECT_EQ(config["architectures"][0], "Qwen2ForCausalLM");
+  EXPECT_EQ(config["use_sliding_window"], false);
+  EXPECT_FALSE(config.contains("attention_bias"));
+  const GptConfig back = model_read_config(tmp.file("out"));
+  EXPECT_EQ(back.describe(), g.cfg.describe());
+  EXPECT_TRUE(back.qkv_bias());
+  RamSegmentStore b(g.layout);
+  model_load_weights(tmp.file("out"), g.layout, b);
+  EXPECT_EQ(model_params_hash(g.layout, a), model_params_hash(g.layout, b));
+  // Its sliding window switched on is refused: Stratum attends to every earlier key.
+  file_write_atomic(tmp.file("out/config.json"),
+                    std::regex_replace(file_read_all(tmp.file("out/config.json")),
+                                       std::regex("\"use_sliding_window\": false"), "\"use_sliding_window\": true"));
+  EXPECT_THROW(model_read_config(tmp.file("out")), Error);
 }
 
 // Copies the sharded golden model into tmp, applies `edit` to the copy, and returns the error

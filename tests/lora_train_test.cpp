@@ -195,6 +195,9 @@ void check_run(const std::string& golden, bool dropout) {
 }
 
 TEST(LoraTrain, Gpt2FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_gpt2", false); }
+// Over a Qwen2 base (tests/golden/tiny_qwen2): the frozen q, k and v biases in every forward.
+TEST(LoraTrain, Qwen2LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_qwen2", false); }
+TEST(LoraTrain, Qwen2FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_qwen2", false); }
 TEST(LoraTrain, LlamaFollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_llama", false); }
 // --lora-dropout: the reference's masks (Note [lora dropout]) drawn again in the recompute, at the
 // smallest budget and after the resume.

@@ -26,8 +26,10 @@ using testing::source_path;
 // Trains a golden tiny model (GPT-2 or Llama) with the exact PyTorch hyper-parameters through the
 // CLI and checks the logged loss / grad-norm / lr curves and the final parameters; returns the
 // final parameters' hash.
+// loose: tensors (by name suffix) checked to another bound than 2e-5 (Qwen2's k biases, below).
 std::uint64_t check_golden_run(const std::string& args_file, const std::string& reference_file,
-                               const std::string& golden = "tests/golden/tiny_gpt2", const std::string& extra = "") {
+                               const std::string& golden = "tests/golden/tiny_gpt2", const std::string& extra = "",
+                               const std::pair<std::string, double>& loose = {}) {
   const std::string dir = source_path(golden);
   std::ifstream in(dir + "/" + args_file);
   const nlohmann::json args = nlohmann::json::parse(in);
@@ -53,7 +55,8 @@ std::uint64_t check_golden_run(const std::string& args_file, const std::string& 
   }
   // Final parameters after the AdamW steps, read back from the saved HF directory.
   const testing::SavedVsReference saved = testing::saved_vs_reference(checkpoint_model_dir(tmp.file("out")), ref);
-  for (const auto& [name, max_err] : saved.max_error) EXPECT_LE(max_err, 2e-5) << name;
+  for (const auto& [name, max_err] : saved.max_error)
+    EXPECT_LE(max_err, !loose.first.empty() && name.ends_with(loose.first) ? loose.second : 2e-5) << name;
   return saved.params_hash;
 }
 
@@ -131,6 +134,25 @@ TEST(Trainer, LlamaLossCurveMatchesPyTorchInRamAndUnderABudget) {
   const std::uint64_t budget =
       check_golden_run("train_args.json", "reference.safetensors", "tests/golden/tiny_llama",
                        " --mem-budget 1300K --offload-dir " + offload.path() + " --prefetch 2");
+  EXPECT_NE(ram, 0u);
+  EXPECT_EQ(budget, ram) << "streaming must not change a bit";
+}
+
+// The tiny Qwen2 (a Llama with q, k and v biases; tests/golden/tiny_qwen2) likewise: its biases'
+// gradients and AdamW updates (not decayed) follow PyTorch, in RAM and streamed, with one bits.
+// The k biases are held to 1e-4: in the head dimensions RoPE barely turns over 16 positions
+// (rope_theta 1e6), a k bias shifts every score of a query alike, which the softmax cancels, so
+// their gradients there are differences of nearly equal sums, and AdamW's normalised step turns
+// the rounding into up to lr a step. PyTorch's own fp32 run ends 3.8e-5 from its fp64 run there
+// (every other tensor within 8e-6); Stratum's ends 6.3e-5 from PyTorch's fp32 run.
+TEST(Trainer, Qwen2LossCurveMatchesPyTorchInRamAndUnderABudget) {
+  const std::pair<std::string, double> k_bias = {"k_proj.bias", 1e-4};
+  const std::uint64_t ram =
+      check_golden_run("train_args.json", "reference.safetensors", "tests/golden/tiny_qwen2", "", k_bias);
+  testing::TempDir offload;
+  const std::uint64_t budget =
+      check_golden_run("train_args.json", "reference.safetensors", "tests/golden/tiny_qwen2",
+                       " --mem-budget 1300K --offload-dir " + offload.path() + " --prefetch 2", k_bias);
   EXPECT_NE(ram, 0u);
   EXPECT_EQ(budget, ram) << "streaming must not change a bit";
 }

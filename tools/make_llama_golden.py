@@ -4,7 +4,9 @@ What it does: writes tests/golden/tiny_llama/ (a tiny Llama in Hugging Face layo
 RoPE scaling and grouped-query attention, stored as two safetensors shards plus the index;
 its logits, loss and gradients for one batch; RoPE tables; a greedy continuation; an 8-step
 AdamW training run) and tests/golden/tiny_llama_bf16/ (the same weights rounded to bf16 in one
-BF16 model.safetensors, with logits computed in fp32 from the rounded weights). Before writing
+BF16 model.safetensors, with logits computed in fp32 from the rounded weights) and
+tests/golden/tiny_qwen2/ (the tiny shape as a Qwen2: q, k and v biases; logits, loss, gradients,
+a greedy continuation, an 8-step AdamW run and a LoRA run over it). Before writing
 it runs self-checks of the PyTorch reference (RoPE, GQA, RMSNorm, causality, gradients).
 What it does not do: anything with real Llama weights or a tokenizer; it uses no
 `transformers` (tools/torch_llama.py reimplements LlamaForCausalLM).
@@ -131,7 +133,7 @@ def _plain_mha(h, wq, wk, wv, wo, cos, sin, H, hd):
     return torch.cat(outs, dim=1) @ wo.T
 
 
-def self_check(cfg, params):
+def self_check(cfg, params, shape=TINY):
     gen = torch.Generator().manual_seed(CHECK_SEED)
     hd = cfg.head_dim
 
@@ -139,6 +141,8 @@ def self_check(cfg, params):
     base = tl.rope_inv_freq_default(cfg.rope_theta, hd)
     for rs, need in ((cfg.rope_scaling, {"smoothed", "divided"}),
                      (ROPE_SCALING_ALT, {"kept", "smoothed", "divided"})):
+        if rs is None:  # Qwen2's default rope
+            continue
         ours = tl.rope_inv_freq_llama3(base, rs["factor"], rs["low_freq_factor"],
                                        rs["high_freq_factor"],
                                        rs["original_max_position_embeddings"])
@@ -184,7 +188,7 @@ def self_check(cfg, params):
     h = torch.randn(2, T, cfg.hidden_size, generator=gen, dtype=torch.float64)
 
     # GQA with KV == H against an independent per-head MHA.
-    cfg_mha = tl.LlamaConfig(**dict(TINY, num_key_value_heads=TINY["num_attention_heads"]))
+    cfg_mha = tl.LlamaConfig(**dict(shape, num_key_value_heads=shape["num_attention_heads"]))
     H = cfg.num_attention_heads
     C = cfg.hidden_size
     pm = {"l.self_attn.q_proj.weight": torch.randn(H * hd, C, generator=gen, dtype=torch.float64),
@@ -206,6 +210,9 @@ def self_check(cfg, params):
             n = f"model.layers.{i}.self_attn.{k}.weight"
             pq[n] = p64[n].view(cfg.num_key_value_heads, hd, C).repeat_interleave(n_rep, 0)
             pq[n] = pq[n].reshape(H * hd, C)
+            b = f"model.layers.{i}.self_attn.{k}.bias"
+            if b in p64:  # Qwen2
+                pq[b] = p64[b].view(cfg.num_key_value_heads, hd).repeat_interleave(n_rep, 0).reshape(H * hd)
     lg_gqa, _ = tl.forward(p64, cfg, idx)
     lg_mha, _ = tl.forward(pq, cfg_mha, idx)
     assert torch.allclose(lg_gqa, lg_mha, rtol=0, atol=1e-10), "bug: GQA != MHA with repeated kv"
@@ -489,6 +496,64 @@ def make_long_rope(root):
     return logits
 
 
+# A tiny Qwen2 (tests/golden/tiny_qwen2/): the tiny Llama's shape with model_type "qwen2", so its
+# q, k and v projections have biases, no rope scaling and Qwen2's rope_theta and eps; one
+# model.safetensors. Its logits, loss and gradients for one batch, a greedy continuation and an
+# 8-step AdamW run, as for the tiny Llama.
+QWEN2 = dict(TINY, model_type="qwen2", rope_theta=1000000.0, rope_scaling=None, rms_norm_eps=1e-6)
+QWEN2_SEED = 5678
+QWEN2_STDS = dict(INIT_STDS, bias=0.5)  # biases large enough to move the attention
+
+
+def make_qwen2(root):
+    out_dir = os.path.join(root, "tiny_qwen2")
+    os.makedirs(out_dir, exist_ok=True)
+    cfg = tl.LlamaConfig(**QWEN2)
+    params = tl.init_params(cfg, torch.Generator().manual_seed(QWEN2_SEED), QWEN2_STDS)
+    assert sum(n.endswith(".bias") for n in params) == 3 * cfg.num_hidden_layers
+    self_check(cfg, params, QWEN2)
+    # The biases matter: without them the logits move well beyond the tests' tolerance.
+    with torch.no_grad():
+        idx = torch.arange(20, dtype=torch.int64).unsqueeze(0) % cfg.vocab_size
+        unbiased = {n: (torch.zeros_like(t) if n.endswith(".bias") else t) for n, t in params.items()}
+        moved = (tl.forward(params, cfg, idx)[0] - tl.forward(unbiased, cfg, idx)[0]).abs().max().item()
+    assert moved > 0.1, f"biases move the logits by only {moved}"
+    tl.write_hf_config(os.path.join(out_dir, "config.json"), cfg, "float32")
+    tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), params, metadata={"format": "pt"})
+
+    B, T, S = TRAIN["batch"], TRAIN["seq"], TRAIN["steps"]
+    gen = torch.Generator().manual_seed(TOKENS_SEED + 1)
+    tokens = torch.randint(0, cfg.vocab_size, (B * T * S + 1,), generator=gen, dtype=torch.int64)
+    tokens.numpy().astype("<u2").tofile(os.path.join(out_dir, "tokens.bin"))
+    with open(os.path.join(out_dir, "train_args.json"), "w") as f:
+        json.dump(TRAIN, f, indent=2)
+        f.write("\n")
+    x, y = tg.get_batch(tokens, 0, REF_BATCH, REF_SEQ)
+    init = {n: t.detach().clone() for n, t in params.items()}
+    for t in params.values():
+        t.requires_grad_(True)
+    logits, loss = tl.forward(params, cfg, x, y)
+    loss.backward()
+    ids, step_logits, margin = greedy(init, cfg)
+    ref = {"input_ids": _i32(x), "targets": _i32(y), "logits": _f32(logits), "loss": _f32(loss.reshape(1)),
+           "generate_prompt": _i32(PROMPT), "generate_ids": _i32(ids), "generate_logits": _f32(step_logits)}
+    for n, t in params.items():
+        ref["grad." + n] = _f32(t.grad)
+    run = train_run(cfg, init, tokens, TRAIN)
+    ref.update(run)
+    tg.save_safetensors(os.path.join(out_dir, "reference.safetensors"), ref,
+                        metadata={"generator": "tools/make_llama_golden.py --only qwen2",
+                                  "torch_version": torch.__version__, "seed": str(QWEN2_SEED),
+                                  "init_stds": json.dumps(QWEN2_STDS), "train_args": json.dumps(TRAIN),
+                                  "note": "input_ids/targets = batch 0 of tokens.bin with B=2 T=24"})
+    # LoRA (PEFT semantics, tools/torch_lora.py) on all seven linears over the biased base.
+    fwd = lambda p, xx, yy, ad: tl.forward(p, cfg, xx, yy, adapter=ad)[1]  # noqa: E731
+    lora = torch_lora.write_reference(out_dir, init, fwd, LORA_TRAIN, dict(LORA, seed=QWEN2_SEED + 7),
+                                      "tools/make_llama_golden.py --only qwen2")
+    return {"loss0": float(loss), "losses": run["train_losses"].tolist(), "ids": ids, "margin": margin,
+            "moved": moved, "lora_losses": lora["losses"]}
+
+
 def summarize(dirs):
     total = 0
     for d in dirs:
@@ -509,11 +574,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope"],
+    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
                          "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}; "
-                         "long_rope: only long_rope/")
+                         "long_rope: only long_rope/; qwen2: only tiny_qwen2/")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
@@ -527,11 +592,18 @@ def main():
         lo = make_lora(root)
         print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
         return
+    if args.only == "qwen2":
+        q = make_qwen2(root)
+        print(f"tiny_qwen2: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
+              f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); the biases move the logits by {q['moved']:.3f}; "
+              f"LoRA losses {[round(v, 4) for v in q['lora_losses']]}")
+        return
     if args.only == "long_rope":
         print(f"long_rope: logits at {LONG_POSITIONS}, spread {make_long_rope(root).std().item():.3f}")
         return
     info = make_tiny(root)
     make_long_rope(root)
+    make_qwen2(root)
     lo = make_lora(root)
     print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
     print(f"tiny_llama zo-sgd: projected gradients {[round(g, 4) for g in make_zo(root)]}")

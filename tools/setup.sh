@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake ninja-build pkg-config git libopenblas-dev nlohmann-json3-dev libpcre2-dev liburing-dev libxxhash-dev
+packages=(build-essential cmake ninja-build pkg-config git libopenblas-dev nlohmann-json3-dev libpcre2-dev libicu-dev liburing-dev libxxhash-dev
           libdnnl-dev libomp-dev libgtest-dev fortunes clang libclang-rt-14-dev openmpi-bin libopenmpi-dev)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 if [[ "${1:-}" == "--with-torch" ]]; then packages+=(python3-torch python3-numpy); fi

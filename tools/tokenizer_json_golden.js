@@ -9,6 +9,9 @@
 // TemplateProcessing, plus three made-up added tokens that exercise longest-first matching
 // ("<|end"), the second matching pass of "normalized": true tokens ("QQ<|eot") and a
 // non-special token with a space (" Capulet").
+//   tests/golden/tokenizer_json/qwen2_style/tokenizer.json   the same vocabulary and merges as
+//     Qwen2 ships its tokenizer: an NFC normalizer, Qwen2's Split regex (single digits),
+//     ignore_merges false, and its three special tokens.
 // The GPT-2 tokenizer.json is built from encoder.json + vocab.bpe exactly as the C++ test builds
 // it (gpt2_tokenizer_json in tests/bpe_tokenizer_json_test.cpp) and is not written (1.3 MB):
 // only its ids are. Does not install anything: run it through tools/make_tokenizer_json_golden.sh.
@@ -23,6 +26,7 @@ const [dataDir, outDir] = process.argv.slice(2);
 if (!dataDir || !outDir) throw new Error('usage: node tokenizer_json_golden.js <shared data dir> <output dir>');
 
 const LLAMA3_REGEX = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const QWEN2_REGEX = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const NUM_MERGES = 400;
 
 // GPT-2's bytes_to_unicode(): byte value -> one-character string.
@@ -86,6 +90,26 @@ function llamaTokenizerJson(vocab, merges, added, ignoreMerges) {
     model: {
       type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null,
       fuse_unk: false, byte_fallback: false, ignore_merges: ignoreMerges, vocab, merges,
+    },
+  };
+}
+
+// Qwen2's tokenizer.json layout (Qwen2.5's, its vocabulary and merges replaced): NFC, its regex,
+// ByteLevel without a regex, no ignore_merges, a ByteLevel post_processor that adds nothing.
+function qwen2TokenizerJson(vocab, merges, added, normalizer) {
+  return {
+    version: '1.0', truncation: null, padding: null,
+    added_tokens: added,
+    normalizer,
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [
+      { type: 'Split', pattern: { Regex: QWEN2_REGEX }, behavior: 'Isolated', invert: false },
+      { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
+    ] },
+    post_processor: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
+    decoder: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
+    model: {
+      type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: '', end_of_word_suffix: '',
+      fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges,
     },
   };
 }
@@ -218,6 +242,10 @@ async function main() {
     // Unicode: accents, other scripts, CJK, emoji, symbols.
     'caf\u00e9 na\u00efve r\u00e9sum\u00e9 fa\u00e7ade \u00fcber Stra\u00dfe',
     'cafe\u0301 nai\u0308ve n\u0303 a\u030a combining marks',
+    // NFC's other moves: singletons (Angstrom and Ohm signs), reordered marks, Hangul jamo.
+    '\u212b \u2126 A\u030a\u0301 e\u0301\u0301 \u1e9b\u0323 q\u0323\u0307 \u1100\u1161\u11a8 \u0344',
+    'Re\u0301sume\u0301: the Cafe\u0301 of \u212bngstr\u00f6m<|im_end|>na\u0308',
+    '<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|><|endoftext|>',
     '\u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac \u03ba\u03b5\u03af\u03bc\u03b5\u03bd\u03bf',
     '\u041f\u0440\u0438\u0432\u0435\u0442, \u043c\u0438\u0440! \u041a\u0430\u043a \u0434\u0435\u043b\u0430?',
     '\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3067\u3059\u3002',
@@ -237,8 +265,19 @@ async function main() {
   ];
   for (const text of texts) assert(!/[\ud800-\udfff]/u.test(text), 'lone surrogate in a golden text');
 
+  // --- The Qwen2-style tokenizer: the same vocabulary and merges (whole words included), NFC.
+  const qwenAdded = [
+    addedToken(next, '<|endoftext|>', true, false),
+    addedToken(next + 1, '<|im_start|>', true, false),
+    addedToken(next + 2, '<|im_end|>', true, false),
+  ];
+  const qwen2Json = qwen2TokenizerJson(vocab, merges, qwenAdded, { type: 'NFC' });
+  const qwen2 = Tokenizer.fromString(JSON.stringify(qwen2Json));
+  const qwen2Raw = Tokenizer.fromString(JSON.stringify(qwen2TokenizerJson(vocab, merges, qwenAdded, null)));
+
   const cases = {
     llama3_style: await encodeAll(llama, texts, true),
+    qwen2_style: await encodeAll(qwen2, texts, false),
     gpt2: await encodeAll(Tokenizer.fromString(JSON.stringify(gpt2TokenizerJson(false))), texts, true),
     gpt2_prefix_space: await encodeAll(Tokenizer.fromString(JSON.stringify(gpt2TokenizerJson(true))), texts, false),
   };
@@ -247,15 +286,22 @@ async function main() {
   const differ = (await encodeAll(withMerges, texts, true)).filter((c, i) => c.ids.join() !== cases.llama3_style[i].ids.join());
   assert(differ.length > 0, 'no golden text depends on ignore_merges');
 
+  // NFC changes what the golden texts encode to: the normalizer is exercised.
+  const nfcMoves = (await encodeAll(qwen2Raw, texts, false)).filter((c, i) => c.ids.join() !== cases.qwen2_style[i].ids.join());
+  assert(nfcMoves.length >= 3, `NFC changes only ${nfcMoves.length} golden texts`);
+
   fs.mkdirSync(path.join(outDir, 'llama3_style'), { recursive: true });
   fs.writeFileSync(path.join(outDir, 'llama3_style', 'tokenizer.json'), JSON.stringify(llamaJson, null, 1) + '\n');
+  fs.mkdirSync(path.join(outDir, 'qwen2_style'), { recursive: true });
+  fs.writeFileSync(path.join(outDir, 'qwen2_style', 'tokenizer.json'), JSON.stringify(qwen2Json, null, 1) + '\n');
   const sections = Object.entries(cases).map(([name, list]) =>
     `"${name}": [\n` + list.map(c => JSON.stringify(c)).join(',\n') + '\n]');
   const header = `"generator": ${JSON.stringify(`tools/make_tokenizer_json_golden.sh (npm tokenizers ${require('tokenizers/package.json').version})`)}`;
   fs.writeFileSync(path.join(outDir, 'golden.json'), '{' + header + ',\n' + sections.join(',\n') + '\n}\n');
   console.log(`[tokenizer_json_golden] ${texts.length} texts x ${Object.keys(cases).length} tokenizers; ` +
     `llama3_style: ${next} vocabulary tokens (whole words: ${wholeWords.join(',')}), ${merges.length} merges, ` +
-    `${added.length} added tokens; ignore_merges changes ${differ.length} texts; wrote ${outDir}`);
+    `${added.length} added tokens; ignore_merges changes ${differ.length} texts; NFC changes ${nfcMoves.length} ` +
+    `(qwen2_style); wrote ${outDir}`);
 }
 
 main().catch(e => { console.error(e); process.exit(1); });

@@ -16,7 +16,8 @@ What it does:
   - safetensors writing in the layout of the Rust `safetensors` library (the one transformers
     uses): `__metadata__` first, tensors sorted by name; sharding like huggingface_hub's
     split_torch_state_dict_into_shards plus the `model.safetensors.index.json` transformers writes.
-What it does not do: KV caching, sampling, attention/rope biases, rope types other than
+With model_type "qwen2" the q, k and v projections have biases (Qwen2ForCausalLM).
+What it does not do: KV caching, sampling, o_proj/MLP biases, rope types other than
 "default" and "llama3", bf16 arithmetic (bf16 weights are upcast and computed in fp32).
 
 Run every script that imports this with Debian's PyTorch: /usr/bin/python3 (torch 1.13).
@@ -42,7 +43,7 @@ class LlamaConfig:
                  num_attention_heads=4, num_key_value_heads=2, head_dim=None,
                  max_position_embeddings=64, vocab_size=131, rms_norm_eps=1e-5,
                  rope_theta=500000.0, rope_scaling=None, tie_word_embeddings=False,
-                 bos_token_id=1, eos_token_id=2):
+                 bos_token_id=1, eos_token_id=2, model_type="llama"):
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size
         self.num_hidden_layers = num_hidden_layers
@@ -57,14 +58,17 @@ class LlamaConfig:
         self.tie_word_embeddings = tie_word_embeddings
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
+        assert model_type in ("llama", "qwen2"), model_type
+        self.model_type = model_type  # qwen2: q_proj, k_proj and v_proj have biases (Qwen2Attention)
         assert num_attention_heads % num_key_value_heads == 0, \
             "num_attention_heads must be a multiple of num_key_value_heads"
         assert not tie_word_embeddings, "this reference keeps lm_head.weight as its own parameter"
 
     def to_hf_dict(self, torch_dtype="float32"):
-        return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
+        qwen2 = self.model_type == "qwen2"
+        d = {
+            "architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
+            "model_type": self.model_type,
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
             "num_hidden_layers": self.num_hidden_layers,
@@ -80,10 +84,13 @@ class LlamaConfig:
             "bos_token_id": self.bos_token_id,
             "eos_token_id": self.eos_token_id,
             "hidden_act": "silu",
-            "attention_bias": False,
-            "mlp_bias": False,
             "torch_dtype": torch_dtype,
         }
+        if qwen2:  # Qwen2Config: no attention_bias (its q, k, v biases come with the type)
+            d.update(use_sliding_window=False, sliding_window=None, max_window_layers=self.num_hidden_layers)
+        else:
+            d.update(attention_bias=False, mlp_bias=False)
+        return d
 
 
 def write_hf_config(path, cfg, torch_dtype="float32"):
@@ -104,8 +111,14 @@ def param_shapes(cfg):
     for i in range(cfg.num_hidden_layers):
         h = f"model.layers.{i}."
         shapes[h + "self_attn.q_proj.weight"] = (q_out, C)     # nn.Linear: (out, in)
+        if cfg.model_type == "qwen2":
+            shapes[h + "self_attn.q_proj.bias"] = (q_out,)
         shapes[h + "self_attn.k_proj.weight"] = (kv_out, C)
+        if cfg.model_type == "qwen2":
+            shapes[h + "self_attn.k_proj.bias"] = (kv_out,)
         shapes[h + "self_attn.v_proj.weight"] = (kv_out, C)
+        if cfg.model_type == "qwen2":
+            shapes[h + "self_attn.v_proj.bias"] = (kv_out,)
         shapes[h + "self_attn.o_proj.weight"] = (C, q_out)
         shapes[h + "mlp.gate_proj.weight"] = (I, C)
         shapes[h + "mlp.up_proj.weight"] = (I, C)
@@ -121,12 +134,15 @@ def init_params(cfg, generator, stds):
     """Random parameters drawn in param_shapes() order from `generator`.
 
     `stds` maps a name suffix (e.g. "q_proj.weight", "embed_tokens.weight") to the normal std of
-    that matrix. Norm weights (1-D) are 1 + 0.1*normal, so a wrong norm cannot go unnoticed.
+    that matrix. Norm weights (1-D) are 1 + 0.1*normal, so a wrong norm cannot go unnoticed;
+    biases (Qwen2's) are normal with std stds["bias"].
     """
     params = {}
     for name, shape in param_shapes(cfg).items():
         r = torch.randn(shape, generator=generator, dtype=torch.float32)
-        if len(shape) == 1:
+        if name.endswith(".bias"):
+            t = r * stds["bias"]
+        elif len(shape) == 1:
             t = 1.0 + 0.1 * r
         else:
             key = [k for k in stds if name.endswith(k)]
@@ -235,9 +251,10 @@ def attention(h, p, pre, cfg, cos, sin, adapter=None):
 
 
 def _linear(p, pre, adapter):
-    """module, x -> x @ W^T of layer `pre`'s module, then adapter(HF module name, x, y) if given."""
+    """module, x -> x @ W^T (+ its bias, Qwen2's q/k/v) of layer `pre`'s module, then
+    adapter(HF module name, x, y) if given."""
     def lin(module, x):
-        y = torch.nn.functional.linear(x, p[pre + module + ".weight"])
+        y = torch.nn.functional.linear(x, p[pre + module + ".weight"], p.get(pre + module + ".bias"))
         return y if adapter is None else adapter(pre + module, x, y)
     return lin
 

@@ -153,14 +153,16 @@ std::string number_text(double v) {
 // depend on a field read before it: --kv-heads on --heads, --inner on --embd).
 const std::vector<ModelShapeFlag>& model_shape_flags() {
   static const std::vector<ModelShapeFlag> rows = {
-      {"arch", "gpt2|llama", "new model: family (default gpt2)", false,
+      {"arch", "gpt2|llama|qwen2", "new model: family (default gpt2; qwen2: llama with q, k and v biases)", false,
        [](const Args& a, GptConfig& c) {
          const std::string arch = a.str("arch", "gpt2");
-         STRATUM_CHECK(arch == "gpt2" || arch == "llama", "[cli] --arch must be gpt2 or llama, got '", arch, "'");
-         c.arch = arch == "llama" ? ModelArch::Llama : ModelArch::Gpt2;
+         STRATUM_CHECK(arch == "gpt2" || arch == "llama" || arch == "qwen2",
+                       "[cli] --arch must be gpt2, llama or qwen2, got '", arch, "'");
+         c.arch = arch == "gpt2" ? ModelArch::Gpt2 : ModelArch::Llama;
+         c.variant = arch == "qwen2" ? LlamaVariant::Qwen2 : LlamaVariant::Llama;
          if (c.llama()) c.layer_norm_eps = 1e-5f;
        },
-       [](const GptConfig& c) { return std::string(model_arch_name(c.arch)); }},
+       [](const GptConfig& c) { return std::string(c.family()); }},
       {"layers", "L", "new model: transformer blocks (default 4)", false,
        [](const Args& a, GptConfig& c) { c.n_layer = static_cast<int>(a.integer("layers", 4, 1, 1024)); },
        [](const GptConfig& c) { return number_text(c.n_layer); }},

@@ -78,9 +78,9 @@ void resume_model_check(const Args& args, const std::string& model_dir, const st
                                : "; a resumed run continues the checkpoint's model (leave the flag out)";
   if (args.has("model")) {
     const GptConfig given = model_read_config(model_dir);
+    auto named = [](const GptConfig& c) { return c.llama() ? c.describe() : "gpt2 " + c.describe(); };  // "llama L..."
     STRATUM_CHECK(given.describe() == have.describe(), "[cli] --resume: --model ", args.str("model"), " is ",
-                  model_arch_name(given.arch), " ", given.describe(), " but the checkpoint was trained with ",
-                  model_arch_name(have.arch), " ", have.describe(), fix);
+                  named(given), " but the checkpoint was trained with ", named(have), fix);
     return;
   }
   // Each given flag read over the checkpoint's model (a Llama checkpoint's --kv-heads needs no --arch).

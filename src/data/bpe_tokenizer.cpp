@@ -320,9 +320,13 @@ void BpeTokenizer::Loader::json_normalizer_check(const JsonFields& f, const Json
   }
   STRATUM_CHECK(!sentencepiece, "[tokenizer] ", f.file(), ": normalizer ", quoted_for_message(type),
                 " (SentencePiece's \"\xE2\x96\x81\" spaces): ", kSentencePiece, kSupported);
+  if (type == "NFC") {  // Qwen2's (Note [nfc normalizer])
+    tok.nfc_ = true;
+    return;
+  }
   STRATUM_FAIL("[tokenizer] ", f.file(), ": normalizer ", quoted_for_message(type),
-               " is not supported: Stratum does not normalize text, so only \"normalizer\": null "
-               "is accepted; ",
+               " is not supported: Stratum normalizes text only to NFC, so only \"normalizer\": null "
+               "or {\"type\": \"NFC\"} is accepted; ",
                kSupported);
 }
 

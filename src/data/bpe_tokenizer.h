@@ -2,8 +2,9 @@
 // byte-level BPE models; Note [tokenizer.json]) or GPT-2's encoder.json + vocab.bpe (OpenAI
 // names) / vocab.json + merges.txt (Hugging Face names), encodes text to token ids exactly as
 // OpenAI's GPT-2 encoder and Hugging Face `tokenizers` do, and decodes ids back to raw bytes.
-// Does not: add BOS/EOS ids (bos_id() only reports them), normalize Unicode, pad or truncate,
-// learn merges, or load SentencePiece/Unigram/WordPiece tokenizers.
+// Does not: add BOS/EOS ids (bos_id() only reports them), normalize Unicode other than to NFC
+// (a tokenizer.json's "NFC" normalizer, Qwen2's), pad or truncate, learn merges, or load
+// SentencePiece/Unigram/WordPiece tokenizers.
 #pragma once
 
 #include <array>
@@ -32,7 +33,8 @@ namespace stratum {
 //
 // Note [tokenizer.json]
 // Supported: "model": {"type": "BPE"} with a byte-level vocabulary (GPT-2's byte-to-unicode
-// alphabet) and "merges" as "a b" strings or ["a", "b"] pairs; "normalizer": null;
+// alphabet) and "merges" as "a b" strings or ["a", "b"] pairs; "normalizer": null or
+// {"type": "NFC"} (Qwen2; Note [nfc normalizer]);
 // "pre_tokenizer": ByteLevel (GPT-2's regex, add_prefix_space false or true) or a Sequence of
 // Split {"pattern": {"Regex": ...}, "behavior": "Isolated", "invert": false} and ByteLevel
 // {"add_prefix_space": false, "use_regex": false} (Llama 3); "decoder": ByteLevel;
@@ -48,11 +50,19 @@ namespace stratum {
 // stand for its own text there), and the others take V, V+1, ... in file order. Refused with
 // one error naming the file, the field and what is supported: other model types (Unigram,
 // WordPiece, WordLevel), SentencePiece-style BPE (byte_fallback, Metaspace; e.g. Llama 2,
-// Mistral), normalizers, other pre-tokenizers and decoders, added tokens with lstrip, rstrip
+// Mistral), normalizers other than NFC, other pre-tokenizers and decoders, added tokens with lstrip, rstrip
 // or single_word. PCRE2 stands in for Hugging Face's Oniguruma: they agree on the constructs real
 // tokenizer regexes use (\p{L}, \p{N}, \s, (?i:...), lookahead, {m,n}); ^ and $ match at line
 // ends as in Oniguruma; known differences: \h (hex digit in Oniguruma, horizontal space in
 // PCRE2) and U+180E (\s in PCRE2 only).
+//
+// Note [nfc normalizer]: with "normalizer": {"type": "NFC"} each piece of text left after the
+// "normalized": false added tokens are cut out is brought to Unicode Normalization Form C (ICU's
+// unorm2 NFC) before the "normalized": true added tokens are matched and the rest is
+// pre-tokenized, as Hugging Face's AddedVocabulary does. Pure ASCII is NFC already and is not
+// copied. Only the well-formed UTF-8 runs are normalized; ill-formed bytes stay where they are
+// (Note [bpe invalid utf-8]; Hugging Face takes no ill-formed text at all). decode() gives the
+// normalized text back, so decode(encode(x)) == NFC(x).
 //
 // Thread safety: a loaded BpeTokenizer is immutable. All const methods, encode included, may be
 // called concurrently from any number of threads: encode keeps its merged-word cache and its
@@ -147,6 +157,7 @@ class BpeTokenizer {
   StringToId added_ids_;           // content -> id of the added tokens
   bool add_prefix_space_ = false;  // ByteLevel add_prefix_space: " " before each text piece
   bool ignore_merges_ = false;     // a pre-token that is a vocabulary token is emitted whole
+  bool nfc_ = false;               // "normalizer": {"type": "NFC"} (Note [nfc normalizer])
   std::int32_t eot_id_ = -1;
   std::int32_t bos_id_ = -1;
   std::int32_t eos_id_ = -1;

@@ -9,11 +9,66 @@
 #include <unordered_map>
 #include <utility>
 
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
+
 #include "core/file_util.h"
 #include "data/bpe_tokenizer_impl.h"
 #include "stratum/error.h"
 
 namespace stratum {
+
+namespace {
+// The NFC form of well-formed UTF-8 `run` appended to out (Note [nfc normalizer]): ICU works on
+// UTF-16, so through it and back. A run ICU does not take as UTF-8 is appended as it is.
+void nfc_append(std::string_view run, std::string& out) {
+  UErrorCode status = U_ZERO_ERROR;
+  const UNormalizer2* nfc = unorm2_getNFCInstance(&status);
+  STRATUM_CHECK(U_SUCCESS(status), "[tokenizer] ICU's NFC normalizer is unavailable: ", u_errorName(status));
+  STRATUM_CHECK(run.size() < (1u << 30), "[tokenizer] a text piece of ", run.size(), " bytes is too long to normalize");
+  const auto n8 = static_cast<int32_t>(run.size());
+  std::vector<UChar> utf16(run.size());  // at most one UTF-16 unit per byte
+  int32_t n16 = 0;
+  u_strFromUTF8(utf16.data(), n8, &n16, run.data(), n8, &status);
+  if (U_FAILURE(status) || unorm2_quickCheck(nfc, utf16.data(), n16, &status) == UNORM_YES || U_FAILURE(status)) {
+    out.append(run);
+    return;
+  }
+  std::vector<UChar> normal(static_cast<std::size_t>(n16) * 3 + 16);  // NFC grows a string at most 3x
+  const int32_t n_normal =
+      unorm2_normalize(nfc, utf16.data(), n16, normal.data(), static_cast<int32_t>(normal.size()), &status);
+  STRATUM_CHECK(U_SUCCESS(status), "[tokenizer] NFC normalization failed: ", u_errorName(status));
+  const std::size_t at = out.size();
+  out.resize(at + static_cast<std::size_t>(n_normal) * 3);  // at most 3 UTF-8 bytes per UTF-16 unit
+  int32_t written = 0;
+  u_strToUTF8(out.data() + at, static_cast<int32_t>(out.size() - at), &written, normal.data(), n_normal, &status);
+  STRATUM_CHECK(U_SUCCESS(status), "[tokenizer] NFC normalization failed: ", u_errorName(status));
+  out.resize(at + static_cast<std::size_t>(written));
+}
+
+// Whether `text` changes under NFC; if so, its NFC form (well-formed runs normalized, ill-formed
+// bytes kept) is in `out`. Pure ASCII never changes.
+bool nfc_normalize(std::string_view text, std::string& out) {
+  std::size_t i = 0;
+  while (i < text.size() && static_cast<unsigned char>(text[i]) < 0x80) ++i;
+  if (i == text.size()) return false;
+  out.clear();
+  out.reserve(text.size());
+  std::size_t run = 0;  // start of the current well-formed run
+  for (i = 0; i < text.size();) {
+    const std::size_t size = bpe_char_size_at(text, i);
+    if (size == 1 && static_cast<unsigned char>(text[i]) >= 0x80) {  // an ill-formed byte
+      nfc_append(text.substr(run, i - run), out);
+      out.push_back(text[i]);
+      run = ++i;
+      continue;
+    }
+    i += size;
+  }
+  nfc_append(text.substr(run), out);
+  return out != text;
+}
+}  // namespace
 
 BpeTokenizer::BpeTokenizer() = default;
 BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
@@ -32,7 +87,7 @@ struct BpeTokenizer::EncodeState {
   // Per-call cache (keeps encode thread-safe): piece -> (offset, count) of its ids in `out`.
   // Pieces are views into the text or into `prefixed`.
   std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>> cache;
-  std::deque<std::string> prefixed;  // text pieces with the ByteLevel prefix space; never move
+  std::deque<std::string> prefixed;  // text pieces with the ByteLevel prefix space, or NFC'd; never move
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match{nullptr,
                                                                             &pcre2_match_data_free};
 };
@@ -85,6 +140,13 @@ std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
 }
 
 void BpeTokenizer::encode_added(std::string_view text, std::size_t pass, EncodeState& state) const {
+  // Note [nfc normalizer]: after the first pass (the "normalized": false added tokens).
+  if (pass == 1 && nfc_) {
+    if (std::string normal; nfc_normalize(text, normal)) {
+      state.prefixed.push_back(std::move(normal));  // never moves: the cache holds views into it
+      text = state.prefixed.back();
+    }
+  }
   if (pass == added_passes_.size()) {
     encode_segment(text, state);
     return;

@@ -26,7 +26,7 @@ CarveSlices Decoder::slices(const Ops& ops, Buffers& b, const GptConfig& cfg, in
           {&b.tmp, R * C},
           {&b.last, static_cast<std::size_t>(max_batch) * C},
           {&b.scratch, ops.attention_cached_scratch_floats(cfg.head_dim(), max_ctx)},
-          {&b.widened, (cfg.llama() ? 2 : 13) * C}};
+          {&b.widened, cfg.llama() ? llama_vector_floats(cfg) : 13 * C}};
 }
 
 std::size_t Decoder::kv_unit_floats(const GptConfig& cfg, int max_batch, int max_ctx) {

@@ -94,9 +94,11 @@ RopeScaling rope_scaling_read(const std::string& path, const nlohmann::json& roo
   return s;
 }
 
-GptConfig read_llama(const std::string& path, const nlohmann::json& root) {
+// A Llama-family config.json: "llama", or "qwen2" (LlamaVariant::Qwen2: q, k and v biases).
+GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaVariant variant) {
   GptConfig cfg;
   cfg.arch = ModelArch::Llama;
+  cfg.variant = variant;
   cfg.n_layer = int_field(path, root, "num_hidden_layers");
   cfg.n_head = int_field(path, root, "num_attention_heads");
   cfg.n_embd = int_field(path, root, "hidden_size");
@@ -124,15 +126,22 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root) {
     STRATUM_CHECK(act.is_string() && act.get<std::string>() == "silu", where(path), ": hidden_act ", json_brief(act),
                   " is not supported; Llama's MLP is SwiGLU (\"silu\")");
   }
-  option_refuse(path, root, "attention_bias", true, "Llama projections without biases only");
-  option_refuse(path, root, "mlp_bias", true, "Llama projections without biases only");
+  if (variant == LlamaVariant::Qwen2) {
+    // Qwen2's sliding-window attention (use_sliding_window, from layer max_window_layers on) is
+    // off in its released configs; on, it would attend to fewer keys than Stratum does.
+    option_refuse(path, root, "use_sliding_window", true, "Stratum's attention is full causal attention");
+  } else {
+    option_refuse(path, root, "attention_bias", true,
+                  "Llama projections without biases, or Qwen2's q, k and v biases (model_type \"qwen2\")");
+    option_refuse(path, root, "mlp_bias", true, "Llama projections without biases only");
+  }
   const auto bos = token_ids_field(path, root, "bos_token_id");
   cfg.bos_token_id = bos.empty() ? -1 : bos[0];
   cfg.eos_token_ids = token_ids_field(path, root, "eos_token_id");
   try {
     cfg.validate();
   } catch (const Error& e) {
-    STRATUM_FAIL(where(path), ": invalid Llama config: ", e.what());
+    STRATUM_FAIL(where(path), ": invalid ", variant == LlamaVariant::Qwen2 ? "Qwen2" : "Llama", " config: ", e.what());
   }
   for (std::int32_t id : cfg.eos_token_ids)
     STRATUM_CHECK(id < cfg.vocab_size, where(path), ": eos_token_id ", id, " is not below vocab_size ", cfg.vocab_size);
@@ -141,8 +150,9 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root) {
 
 void write_llama(const std::string& path, const GptConfig& cfg, const char* torch_dtype) {
   nlohmann::ordered_json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  const bool qwen2 = cfg.variant == LlamaVariant::Qwen2;
+  j["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = cfg.family();
   j["hidden_size"] = cfg.n_embd;
   j["intermediate_size"] = cfg.mlp_width();
   j["num_hidden_layers"] = cfg.n_layer;
@@ -166,8 +176,14 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
                          {"original_max_position_embeddings", s.original_max_position_embeddings}};
   }
   j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
+  if (qwen2) {  // Qwen2Config's fields (its q, k and v biases are implied by the model type)
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = cfg.n_layer;
+  } else {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
   j["tie_word_embeddings"] = cfg.tie_word_embeddings;
   if (cfg.bos_token_id >= 0) j["bos_token_id"] = cfg.bos_token_id;
   if (cfg.eos_token_ids.size() == 1) j["eos_token_id"] = cfg.eos_token_ids[0];
@@ -195,9 +211,10 @@ GptConfig hf_config_read(const std::string& path) {
     const auto& type = root.at("model_type");
     STRATUM_CHECK(type.is_string(), where(path), ": model_type must be a string, got ", json_brief(type));
     const std::string name = type.get<std::string>();
-    STRATUM_CHECK(name == "gpt2" || name == "llama", where(path), ": model_type ", json_brief(type),
-                  " is not supported; Stratum runs GPT-2 (\"gpt2\") and Llama-family (\"llama\") models");
-    if (name == "llama") return read_llama(path, root);
+    STRATUM_CHECK(name == "gpt2" || name == "llama" || name == "qwen2", where(path), ": model_type ", json_brief(type),
+                  " is not supported; Stratum runs GPT-2 (\"gpt2\"), Llama (\"llama\") and Qwen2 (\"qwen2\") models");
+    if (name == "llama") return read_llama(path, root, LlamaVariant::Llama);
+    if (name == "qwen2") return read_llama(path, root, LlamaVariant::Qwen2);
   }
   GptConfig cfg;
   cfg.n_layer = int_field(path, root, "n_layer");

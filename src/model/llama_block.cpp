@@ -11,8 +11,27 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
   auto view = [&](int i) { return layout.tensor_view(chunks, layout.tensors[i]); };
   WidenedVectors vectors(ops, widened);
   // Braced initialisation evaluates left to right: the slices follow one another.
-  return LlamaBlockTensors{vectors(view(kAttnNormW)), view(kQW),    view(kKW),  view(kVW), view(kOW),
-                           vectors(view(kMlpNormW)),  view(kGateW), view(kUpW), view(kDownW)};
+  LlamaBlockTensors t{vectors(view(kAttnNormW)), view(kQW),    view(kKW),  view(kVW), view(kOW),
+                      vectors(view(kMlpNormW)),  view(kGateW), view(kUpW), view(kDownW)};
+  if (layout.tensors.size() > static_cast<std::size_t>(kQB)) {  // Qwen2
+    t.q_b = vectors(view(kQB));
+    t.k_b = vectors(view(kKB));
+    t.v_b = vectors(view(kVB));
+  }
+  return t;
+}
+
+std::size_t llama_vector_floats(const GptConfig& cfg) {
+  const std::size_t C = cfg.n_embd;
+  return 2 * C + (cfg.qkv_bias() ? static_cast<std::size_t>(cfg.q_dim()) + 2 * static_cast<std::size_t>(cfg.kv_dim()) : 0);
+}
+
+void llama_bias_add(const Ops& ops, float* y, int ldy, const float* bias, const float* ones, int n, int N) {
+  ops.sgemm(false, false, n, N, 1, 1.0f, ones, 1, bias, N, 1.0f, y, ldy);
+}
+
+void llama_bias_grad(const Ops& ops, float* db, const float* dy, int ldy, const float* ones, int n, int N, bool acc) {
+  ops.sgemm(true, false, 1, N, n, 1.0f, ones, 1, dy, ldy, acc ? 1.0f : 0.0f, db, N);
 }
 
 LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
@@ -27,6 +46,11 @@ LlamaActivations::LlamaActivations(const Ops& ops, const GptConfig& cfg, int max
     hmid = borrow->gate_holds_hmid ? gate : borrow->dgate;
     borrowed = true;
     xn1 = xn2 = borrow->tmp;
+    ones = borrow->ones;
+  } else if (cfg.qkv_bias()) {
+    ops.fill(ones, 1.0f, static_cast<std::size_t>(max_batch) * max_seq);
+  } else {
+    ones = nullptr;
   }
 }
 
@@ -38,6 +62,7 @@ LlamaActivations::LlamaActivations(const GptConfig& cfg, int max_batch, int max_
   hmid = w.dgate;
   borrowed = true;
   xn1 = xn2 = w.tmp;
+  ones = w.ones;
 }
 
 std::size_t LlamaActivations::bytes_for(const GptConfig& cfg, int max_batch, int max_seq, bool attention_stats,
@@ -57,7 +82,7 @@ CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int ma
   const std::size_t mlp = chunked ? std::min(rows, static_cast<std::size_t>(chunk_rows.mlp)) : BT;
   return CarveSlices({{&xn1, own * BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, rows * Q},
                                   {&res2, rows * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, mlp * I}, {&up, mlp * I},
-                                  {&hmid, own * BT * I}});
+                                  {&hmid, own * BT * I}, {&ones, cfg.qkv_bias() ? own * BT : 0}});
 }
 
 LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_batch, int max_seq, bool bf16_weights,
@@ -68,15 +93,17 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   // Note [widened in panels]: the scratch holds a panel of the largest matrix.
   wide_floats = bf16_weights ? widen_scratch_floats(std::max(Q, I) * C) : 0;
-  const std::size_t vector_floats = bf16_weights ? 2 * C : 0;
+  const std::size_t vector_floats = bf16_weights ? llama_vector_floats(cfg) : 0;
   const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT, rows.chunk)), bwd = backward ? 1 : 0;
   const std::size_t mlp = std::min(chunk, static_cast<std::size_t>(rows.mlp));
   buffer_ = ops_buffer_carve(ops,
       {{&tmp, chunk * C}, {&dxn, bwd * chunk * C}, {&datty, bwd * chunk * Q}, {&dqkv, bwd * BT * QKV},
        {&dgate, gate_holds_hmid ? 0 : mlp * I}, {&dup, bwd * mlp * I},
        {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())},
-       {&wide, wide_floats}, {&wide_vectors, vector_floats}});
+       {&wide, wide_floats}, {&wide_vectors, vector_floats}, {&ones, cfg.qkv_bias() ? chunk : 0}});
   if (!bf16_weights) wide = wide_vectors = nullptr;
+  if (cfg.qkv_bias()) ops.fill(ones, 1.0f, chunk);
+  else ones = nullptr;
   if (!backward) dxn = datty = dqkv = dup = nullptr;
   if (gate_holds_hmid) dgate = nullptr;
 }
@@ -94,6 +121,11 @@ void llama_qkv_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, 
   linear.nt(ops, qkv, QKV, xn1, C, p.q_w, n, Q, C);
   linear.nt(ops, qkv + Q, QKV, xn1, C, p.k_w, n, KVd, C);
   linear.nt(ops, qkv + Q + KVd, QKV, xn1, C, p.v_w, n, KVd, C);
+  if (p.q_b != nullptr) {  // Qwen2: the biased projections, which PEFT's adapters add to
+    llama_bias_add(ops, qkv, QKV, p.q_b, s.ones, n, Q);
+    llama_bias_add(ops, qkv + Q, QKV, p.k_b, s.ones, n, KVd);
+    llama_bias_add(ops, qkv + Q + KVd, QKV, p.v_b, s.ones, n, KVd);
+  }
   if (lora != nullptr) {
     lora_forward(ops, lora_rows(*lora, 0, r0, C), 0, qkv, QKV, xn1, C, n, C, Q);
     lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, qkv + Q, QKV, xn1, C, n, C, KVd);
@@ -291,6 +323,11 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     weight_grad(Q, C, n, dqkv, QKV, s.xn1, C, &LlamaBlockTensors::q_w, acc);
     weight_grad(KVd, C, n, dqkv + Q, QKV, s.xn1, C, &LlamaBlockTensors::k_w, acc);
     weight_grad(KVd, C, n, dqkv + Q + KVd, QKV, s.xn1, C, &LlamaBlockTensors::v_w, acc);
+    if (g != nullptr && g->q_b != nullptr) {  // Qwen2 (Note [biases by products])
+      llama_bias_grad(ops, g->q_b, dqkv, QKV, w.ones, n, Q, acc);
+      llama_bias_grad(ops, g->k_b, dqkv + Q, QKV, w.ones, n, KVd, acc);
+      llama_bias_grad(ops, g->v_b, dqkv + Q + KVd, QKV, w.ones, n, KVd, acc);
+    }
     adapt(0, r0, n, acc, dqkv, QKV, s.xn1, C, w.dxn, C, Q);
     adapt(1, r0, n, acc, dqkv + Q, QKV, s.xn1, C, w.dxn, C, KVd);
     adapt(2, r0, n, acc, dqkv + Q + KVd, QKV, s.xn1, C, w.dxn, C, KVd);

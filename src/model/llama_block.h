@@ -30,11 +30,26 @@ struct LlamaBlockTensors {
   TensorView gate_w;   // (I, C)
   TensorView up_w;     // (I, C)
   TensorView down_w;   // (C, I)
+  // Qwen2 (GptConfig::qkv_bias): the q, k and v projections' biases, fp32 (a bf16 model's widened
+  // like the norm weights); null for Llama.
+  float* q_b = nullptr;  // (H*hd)
+  float* k_b = nullptr;  // (KV*hd)
+  float* v_b = nullptr;  // (KV*hd)
 };
+// Floats of the scratch a bf16 block's vectors (norm weights, Qwen2's biases) are widened into.
+std::size_t llama_vector_floats(const GptConfig& config);
+// Note [biases by products]: a Qwen2 bias is added to the n rows of y (row stride ldy) as the
+// product of a column of n ones and the bias row (y = 1 y + ones (n,1) bias (1,N)), and its
+// gradient is the product of that column and dy (db (+)= ones^T dy): the seam's sgemm on any
+// backend, each element of y one multiply by 1 and one add (the bits of a plain add in fp32),
+// each element of db a sum over the rows in the GEMM's fixed order. `ones` is the activations'
+// (a decoder's own, or its training workspace's: at least one chunk of rows).
+void llama_bias_add(const Ops& ops, float* y, int ldy, const float* bias, const float* ones, int n, int N);
+void llama_bias_grad(const Ops& ops, float* db, const float* dy, int ldy, const float* ones, int n, int N, bool acc);
 // chunks[c] is a typed view of chunk c (Note [segment chunks]): fp32 (params or grads), or bf16
 // params (Note [frozen bf16 base] in model/block_policy.h, Note [bf16 weights] in
-// infer/decoder.h), whose seven matrices stay bf16 views and whose two norm weights are widened
-// into `widened` (2 C floats; may be null for fp32 chunks).
+// infer/decoder.h), whose seven matrices stay bf16 views and whose two norm weights (and Qwen2's
+// biases) are widened into `widened` (llama_vector_floats; may be null for fp32 chunks).
 LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layout, const TensorView* chunks,
                                     float* widened);
 
@@ -94,6 +109,7 @@ class LlamaActivations {
   float* gate;   // (B,T,I), or (row_chunk_rows, I) when chunked
   float* up;     // (B,T,I), or (row_chunk_rows, I) when chunked
   float* hmid;   // (B,T,I) silu(gate) * up, or one chunk's (Note [hmid in the workspace])
+  float* ones = nullptr;  // Qwen2: a column of ones (Note [biases by products]); a borrowed workspace's
 
  private:
   struct NoBuffer {};
@@ -131,7 +147,8 @@ class LlamaWorkspace {
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, KV, hd)
   float* wide = nullptr;          // a panel of a matrix widened from bf16 (bf16_weights only; Note [widened in panels])
   std::size_t wide_floats = 0;    // wide's floats
-  float* wide_vectors = nullptr;  // (2 C) the widened norm weights (bf16_weights only)
+  float* wide_vectors = nullptr;  // (llama_vector_floats) the widened norm weights and biases (bf16_weights only)
+  float* ones = nullptr;          // Qwen2: (chunk) ones (Note [biases by products])
 
  private:
   OpsBuffer buffer_;

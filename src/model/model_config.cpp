@@ -9,6 +9,8 @@ namespace stratum {
 
 const char* model_arch_name(ModelArch arch) { return arch == ModelArch::Llama ? "llama" : "gpt2"; }
 
+const char* GptConfig::family() const { return qkv_bias() ? "qwen2" : model_arch_name(arch); }
+
 void GptConfig::validate() const {
   // Each field by the name its family's config.json gives it (Llama's as Hugging Face writes them).
   const bool l = llama();
@@ -31,6 +33,7 @@ void GptConfig::validate() const {
     STRATUM_CHECK(n_inner == 0 || n_inner == 4 * n_embd, "[model.config] GPT-2's MLP width is 4 * n_embd");
     STRATUM_CHECK(n_head_dim == 0 || n_head_dim * n_head == n_embd, "[model.config] GPT-2's head_dim is n_embd / n_head");
     STRATUM_CHECK(tie_word_embeddings, "[model.config] GPT-2's LM head is tied to wte");
+    STRATUM_CHECK(variant == LlamaVariant::Llama, "[model.config] a Qwen2 model is of the Llama family");
     return;
   }
   STRATUM_CHECK(n_head_dim > 0 || n_embd % n_head == 0, "[model.config] hidden_size (", n_embd,
@@ -61,7 +64,7 @@ std::string GptConfig::describe() const {
   std::string text = "L" + std::to_string(n_layer) + " H" + std::to_string(n_head) + " C" + std::to_string(n_embd) +
                      " ctx" + std::to_string(n_ctx) + " V" + std::to_string(vocab_size);
   if (llama())
-    text = "llama " + text + " KV" + std::to_string(kv_heads()) + " hd" + std::to_string(head_dim()) + " I" +
+    text = std::string(family()) + " " + text + " KV" + std::to_string(kv_heads()) + " hd" + std::to_string(head_dim()) + " I" +
            std::to_string(mlp_width()) + (tie_word_embeddings ? " tied" : " untied");
   return text;
 }

@@ -1,7 +1,8 @@
 // Model hyper-parameters of the two decoder-only families Stratum runs (what Hugging Face
 // config.json describes): GPT-2 (LayerNorm, learned positions, GELU MLP, fused qkv with biases,
 // LM head tied to wte) and Llama (RMSNorm, rotary positions, SwiGLU MLP, grouped-query
-// attention without biases, tied or untied LM head).
+// attention without biases, tied or untied LM head), with Qwen2 as a Llama whose q, k and v
+// projections have biases.
 // Does not hold weights or layouts: see param_layout.h.
 #pragma once
 
@@ -15,6 +16,10 @@ namespace stratum {
 
 enum class ModelArch { Gpt2, Llama };
 const char* model_arch_name(ModelArch arch);  // "gpt2", "llama" (the config.json model_type)
+// A Llama-family model's config.json model_type: Qwen2 is Llama's block with biases on the q, k
+// and v projections (transformers' Qwen2Attention; its o_proj has none), read and saved as
+// "qwen2" (Qwen2ForCausalLM).
+enum class LlamaVariant { Llama, Qwen2 };
 
 struct GptConfig {
   ModelArch arch = ModelArch::Gpt2;
@@ -32,11 +37,14 @@ struct GptConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = true;
+  LlamaVariant variant = LlamaVariant::Llama;
   // Token ids from config.json (-1 when absent); eos may list several (Llama 3 instruct).
   std::int32_t bos_token_id = -1;
   std::vector<std::int32_t> eos_token_ids;
 
   bool llama() const { return arch == ModelArch::Llama; }
+  bool qkv_bias() const { return llama() && variant == LlamaVariant::Qwen2; }  // q_proj/k_proj/v_proj.bias
+  const char* family() const;  // "gpt2", "llama", "qwen2": the config.json model_type
   int head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int mlp_width() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
@@ -44,7 +52,7 @@ struct GptConfig {
   int kv_dim() const { return kv_heads() * head_dim(); }  // key (and value) width (KV * hd)
   // Throws stratum::Error naming the bad field when the config cannot describe a model.
   void validate() const;
-  std::string describe() const;  // "L12 H12 C768 ctx1024 V50257" (+ " KV8 I8192 untied" for Llama)
+  std::string describe() const;  // "L12 H12 C768 ctx1024 V50257"; Llama's (or Qwen2's) "llama L.. KV8 hd64 I8192 untied"
 };
 
 }  // namespace stratum

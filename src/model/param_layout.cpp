@@ -167,6 +167,11 @@ ParamLayout ParamLayout::llama(const GptConfig& cfg) {
     block.add(p + "mlp.gate_proj.weight", {I, C});
     block.add(p + "mlp.up_proj.weight", {I, C});
     block.add(p + "mlp.down_proj.weight", {C, I});
+    if (cfg.qkv_bias()) {  // kQB, kKB, kVB
+      block.add(p + "self_attn.q_proj.bias", {Q});
+      block.add(p + "self_attn.k_proj.bias", {KV});
+      block.add(p + "self_attn.v_proj.bias", {KV});
+    }
     layout.segments_.push_back(block.finish());
   }
   SegmentBuilder head("head", SegmentRole::Head);

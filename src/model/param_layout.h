@@ -98,9 +98,11 @@ enum BlockTensor : int {
   kLn1W, kLn1B, kAttnW, kAttnB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kMlpProjW, kMlpProjB,
   kBlockTensorCount
 };
-// Order of tensors inside a Llama block segment (weights in nn.Linear layout (out, in)).
+// Order of tensors inside a Llama block segment (weights in nn.Linear layout (out, in)); a
+// Qwen2 block's q, k and v biases follow (GptConfig::qkv_bias), in the attention half.
 enum LlamaBlockTensor : int {
-  kAttnNormW, kQW, kKW, kVW, kOW, kMlpNormW, kGateW, kUpW, kDownW, kLlamaBlockTensorCount
+  kAttnNormW, kQW, kKW, kVW, kOW, kMlpNormW, kGateW, kUpW, kDownW, kLlamaBlockTensorCount,
+  kQB = kLlamaBlockTensorCount, kKB, kVB
 };
 // Note [block halves]: a block's forward is its attention half (the norm before it, q, k, v,
 // the attention and its output projection, res2 = x + o(atty)) and its MLP half (the norm
@@ -119,6 +121,7 @@ enum LlamaBlockTensor : int {
 enum class BlockPart { Whole, Attention, Mlp };
 // The half tensor `tensor` of a block segment of `arch` belongs to (BlockTensor, LlamaBlockTensor).
 inline BlockPart block_tensor_part(ModelArch arch, int tensor) {
+  if (arch == ModelArch::Llama && tensor >= kQB) return BlockPart::Attention;  // Qwen2's q, k and v biases
   return tensor < (arch == ModelArch::Llama ? static_cast<int>(kMlpNormW) : static_cast<int>(kLn2W))
              ? BlockPart::Attention
              : BlockPart::Mlp;

@@ -409,7 +409,7 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
                        ThreadPool* pool) {
   Rng rng(seed);
   std::vector<float> values;
-  if (cfg.llama()) {  // transformers' LlamaPreTrainedModel: every weight N(0, 0.02), norms 1
+  if (cfg.llama()) {  // transformers' LlamaPreTrainedModel: every weight N(0, 0.02), norms 1, (Qwen2's) biases 0
     for (int s = 0; s < layout.segment_count(); ++s) {
       if (!segment_selected(layout, s, SegmentSelect::Base)) continue;  // adapters: lora_init_random
       SegmentChunksHold params(store, s, SegmentKind::Params, Access::Overwrite);
@@ -417,7 +417,8 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
         values.resize(t.numel);
         float* p = values.data();
         if (t.shape.size() == 1) {
-          std::fill(p, p + t.numel, 1.0f);
+          const bool bias = t.name.ends_with(".bias");
+          std::fill(p, p + t.numel, bias ? 0.0f : 1.0f);
         } else {
           normal_fill(pool, rng, p, t.numel, 0.02);
         }
