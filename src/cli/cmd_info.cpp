@@ -73,7 +73,9 @@ void describe_adapter_dir(const std::string& dir) {
   const std::string base_name = adapter_base_model(dir);
   std::printf("LoRA adapter %s: r=%d, alpha %g%s, dropout %g, on %s (%s)%s%s\n", dir.c_str(), lora.r, lora.alpha,
               lora.rslora ? " (rsLoRA)" : "", lora.dropout, lora_targets_text(lora).c_str(),
-              arch == ModelArch::Llama ? "Llama" : "GPT-2", base_name.empty() ? "" : "; base_model_name_or_path ",
+              arch != ModelArch::Llama ? "GPT-2"
+              : base                   ? (base->qkv_bias() ? "Qwen2" : "Llama")
+                                       : "Llama family", base_name.empty() ? "" : "; base_model_name_or_path ",
               base_name.c_str());
   std::printf("  %s\n", checkpoint_dir_check(dir, "info")
                             ? "files: every one matches manifest.json (a Stratum checkpoint)"

@@ -304,7 +304,9 @@ void Executor::optimizer_step(const AdamWHyper& hyper, double weight_decay, floa
   for (int s : forward_segments_) {
     if (!layout_.trainable(s)) continue;
     if (mode_ != OptimizerMode::Overlapped) at(group_opt_[s]);
-    if (updates_segment(s)) optimizer_segment(*ops_, s, hyper, weight_decay, grad_scale, nullptr, comm_ != nullptr);
+    if (updates_segment(s))  // Inline with ranks: the other ranks take these parameters (params_share)
+      optimizer_segment(*ops_, s, hyper, weight_decay, grad_scale, nullptr,
+                        comm_ != nullptr && mode_ == OptimizerMode::Inline);
   }
 }
 

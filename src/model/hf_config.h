@@ -1,8 +1,10 @@
-// Reads and writes Hugging Face config.json files of the "gpt2" and "llama" model types.
-// Reading checks the fields Stratum needs and refuses options it does not implement (other
-// model types, rope scalings other than llama3/linear, biases in Llama projections, activations
-// other than GELU-tanh / SiLU); writing produces a config that transformers' GPT2LMHeadModel /
-// LlamaForCausalLM.from_pretrained accepts. Does not handle tokenizer or generation configs.
+// Reads and writes Hugging Face config.json files of the "gpt2", "llama" and "qwen2" model types
+// (Qwen2: a Llama with q, k and v biases, GptConfig::variant). Reading checks the fields Stratum
+// needs and refuses options it does not implement (other model types, rope scalings other than
+// llama3/linear, biases in Llama projections, Qwen2's sliding window, activations other than
+// GELU-tanh / SiLU); writing produces a config that transformers' GPT2LMHeadModel /
+// LlamaForCausalLM / Qwen2ForCausalLM.from_pretrained accepts. Does not handle tokenizer or
+// generation configs.
 #pragma once
 
 #include <string>
@@ -12,7 +14,7 @@
 namespace stratum {
 
 // Throws stratum::Error ("[hf_config] '<path>': ...") for a missing or malformed file, a
-// model_type other than "gpt2" or "llama" (absent = "gpt2"), missing or non-integer size fields,
+// model_type other than "gpt2", "llama" or "qwen2" (absent = "gpt2"), missing or non-integer size fields,
 // unsupported options, or a config that GptConfig::validate() rejects.
 GptConfig hf_config_read(const std::string& config_json_path);
 

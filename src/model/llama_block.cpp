@@ -121,7 +121,8 @@ void llama_qkv_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, 
   linear.nt(ops, qkv, QKV, xn1, C, p.q_w, n, Q, C);
   linear.nt(ops, qkv + Q, QKV, xn1, C, p.k_w, n, KVd, C);
   linear.nt(ops, qkv + Q + KVd, QKV, xn1, C, p.v_w, n, KVd, C);
-  if (p.q_b != nullptr) {  // Qwen2: the biased projections, which PEFT's adapters add to
+  if (cfg.qkv_bias()) {  // Qwen2: the biased projections, which PEFT's adapters add to
+    STRATUM_ASSERT(p.q_b != nullptr && p.k_b != nullptr && p.v_b != nullptr && s.ones != nullptr);
     llama_bias_add(ops, qkv, QKV, p.q_b, s.ones, n, Q);
     llama_bias_add(ops, qkv + Q, QKV, p.k_b, s.ones, n, KVd);
     llama_bias_add(ops, qkv + Q + KVd, QKV, p.v_b, s.ones, n, KVd);
@@ -323,7 +324,8 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     weight_grad(Q, C, n, dqkv, QKV, s.xn1, C, &LlamaBlockTensors::q_w, acc);
     weight_grad(KVd, C, n, dqkv + Q, QKV, s.xn1, C, &LlamaBlockTensors::k_w, acc);
     weight_grad(KVd, C, n, dqkv + Q + KVd, QKV, s.xn1, C, &LlamaBlockTensors::v_w, acc);
-    if (g != nullptr && g->q_b != nullptr) {  // Qwen2 (Note [biases by products])
+    if (g != nullptr && cfg.qkv_bias()) {  // Qwen2 (Note [biases by products])
+      STRATUM_ASSERT(g->q_b != nullptr && g->k_b != nullptr && g->v_b != nullptr && w.ones != nullptr);
       llama_bias_grad(ops, g->q_b, dqkv, QKV, w.ones, n, Q, acc);
       llama_bias_grad(ops, g->k_b, dqkv + Q, QKV, w.ones, n, KVd, acc);
       llama_bias_grad(ops, g->v_b, dqkv + Q + KVd, QKV, w.ones, n, KVd, acc);

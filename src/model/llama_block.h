@@ -41,9 +41,13 @@ std::size_t llama_vector_floats(const GptConfig& config);
 // Note [biases by products]: a Qwen2 bias is added to the n rows of y (row stride ldy) as the
 // product of a column of n ones and the bias row (y = 1 y + ones (n,1) bias (1,N)), and its
 // gradient is the product of that column and dy (db (+)= ones^T dy): the seam's sgemm on any
-// backend, each element of y one multiply by 1 and one add (the bits of a plain add in fp32),
-// each element of db a sum over the rows in the GEMM's fixed order. `ones` is the activations'
-// (a decoder's own, or its training workspace's: at least one chunk of rows).
+// backend, each element of db a sum over the rows in the GEMM's fixed order. In fp32 each
+// element of y takes one multiply by 1 and one add: a plain add's bits. Under the CPU's
+// --precision bf16 the product's operands are rounded like every product's, so the add takes the
+// bias rounded to bf16 and the gradient sums dy rounded to bf16 (in fp32), as PyTorch's autocast
+// does (its linear casts the bias to bf16 too), where GPT-2's Conv1D biases stay fp32.
+// `ones` is the activations' (a decoder's own, or its training workspace's: at least one chunk
+// of rows).
 void llama_bias_add(const Ops& ops, float* y, int ldy, const float* bias, const float* ones, int n, int N);
 void llama_bias_grad(const Ops& ops, float* db, const float* dy, int ldy, const float* ones, int n, int N, bool acc);
 // chunks[c] is a typed view of chunk c (Note [segment chunks]): fp32 (params or grads), or bf16
