@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that Hugging Face transformers and PEFT load what Stratum saves and compute what Stratum
-# computes: trains a tiny GPT-2 and a tiny Llama (full training and LoRA, a few steps each, on the
-# CPU), merges one adapter, decodes greedily with `stratum generate` (with --adapter unmerged for
+# computes: trains a tiny GPT-2, a tiny Llama and a tiny Qwen2 (full training and LoRA, a few steps
+# each, on the CPU), merges one adapter, decodes greedily with `stratum generate` (with --adapter unmerged for
 # the adapters) and records each run's final validation loss (--log) on one fixed batch, then
 # tools/hf_load_check.py loads every directory with AutoModelForCausalLM.from_pretrained /
 # PeftModel.from_pretrained, computes the loss of the same batch (and of the merged model) and
@@ -28,6 +28,7 @@ on_gpt2=(--data "$tokens" --val-data "$val" "${run[@]}")
 on_llama=(--data "$work/tok32k.bin" --val-data "$val32k" "${run[@]}")
 gpt2=(--arch gpt2 --layers 2 --heads 4 --embd 64 --ctx 64 --vocab 50257)
 llama=(--arch llama --layers 2 --heads 4 --kv-heads 2 --embd 64 --inner 160 --ctx 64 --vocab 32000 --untied)
+qwen2=(--arch qwen2 --layers 2 --heads 4 --kv-heads 2 --embd 64 --inner 160 --ctx 64 --vocab 32000)
 "$python" - "$tokens" "$work/tok32k.bin" <<'PY'
 import sys, array
 a = array.array("H"); a.frombytes(open(sys.argv[1], "rb").read())
@@ -40,6 +41,9 @@ PY
 "$stratum" train "${on_llama[@]}" --model "$(ckpt "$work/llama")" --lora-r 4 --lora-alpha 8 \
   --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --save "$work/llama_lora" \
   --log "$work/llama_lora.jsonl"
+"$stratum" train "${on_llama[@]}" "${qwen2[@]}" --save "$work/qwen2" --log "$work/qwen2.jsonl"
+"$stratum" train "${on_llama[@]}" --model "$(ckpt "$work/qwen2")" --lora-r 4 --lora-alpha 8 \
+  --lora-targets q_proj,k_proj,v_proj,o_proj --save "$work/qwen2_lora" --log "$work/qwen2_lora.jsonl"
 "$stratum" merge --model "$(ckpt "$work/llama")" --adapter "$(ckpt "$work/llama_lora")" --out "$work/llama_merged" \
   --threads 4
 prompts="11,22,33,44,55"
@@ -56,6 +60,8 @@ line() {  # NAME MODEL ADAPTER|- VAL_FILE LOSS_LOG
   line gpt2_lora "$(ckpt "$work/gpt2")" "$(ckpt "$work/gpt2_lora")" "$val" "$work/gpt2_lora.jsonl"
   line llama_lora "$(ckpt "$work/llama")" "$(ckpt "$work/llama_lora")" "$val32k" "$work/llama_lora.jsonl"
   line llama_merged "$work/llama_merged" - "$val32k" "$work/llama_lora.jsonl"
+  line qwen2 "$(ckpt "$work/qwen2")" - "$val32k" "$work/qwen2.jsonl"
+  line qwen2_lora "$(ckpt "$work/qwen2")" "$(ckpt "$work/qwen2_lora")" "$val32k" "$work/qwen2_lora.jsonl"
 } > "$work/expected.txt"
 cat "$work/expected.txt"
 "$python" "$here/hf_load_check.py" "$work/expected.txt" "$prompts"
