@@ -456,11 +456,11 @@ TEST(LoraTrain, GenerateWithAdapterMatchesTheAdaptedForward) {
 
 // Note [frozen bf16 base]: LoRA over a bf16 checkpoint keeps the frozen layers bf16 in the
 // training store and gives the bits of the fp32 widening (losses and params hash over 3 AdamW
-// steps, with dropout), in RAM and streamed at the smallest budget, for both families and both
-// precisions; its layer units and its minimum budget are smaller; the CLI keeps it bf16 and
-// streams it with the same bits.
+// steps, with dropout), in RAM and streamed at the smallest budget, for both families (and
+// Qwen2, whose bf16 biases are widened beside the norm weights) and both precisions; its layer
+// units and its minimum budget are smaller; the CLI keeps it bf16 and streams it with the same bits.
 TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
-  for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama"}) {
+  for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama", "tests/golden/tiny_qwen2"}) {
     const std::string dir = source_path(golden);
     testing::TempDir tmp;
     const std::string base = tmp.file("bf16");
