@@ -1,8 +1,11 @@
 // libFuzzer target for BpeTokenizer::encode: loads the real GPT-2 tokenizer once (encoder.json +
 // vocab.bpe from $STRATUM_SHARED_DATA, else <source dir>/../shared/data), encodes the input as
-// arbitrary bytes and checks decode(encode(x)) == x (Note [bpe invalid utf-8]).
-// Pass: the round trip holds. Fail: encode or decode throws (encode is documented never to fail),
-// the round trip differs, or a sanitizer report. Does not fuzz loading (see bpe_load_fuzz.cpp).
+// arbitrary bytes and checks decode(encode(x)) == x (Note [bpe invalid utf-8]); then encodes it
+// with the Qwen2-style golden tokenizer (tests/golden/tokenizer_json/qwen2_style: an NFC
+// normalizer, Note [nfc normalizer]) and checks that its decoded text encodes to the same ids
+// (NFC is idempotent).
+// Pass: both hold. Fail: encode or decode throws (encode is documented never to fail), a round
+// trip differs, or a sanitizer report. Does not fuzz loading (see bpe_load_fuzz.cpp).
 // Run with tools/fuzz.sh.
 #include <cstdint>
 #include <cstdio>
@@ -33,6 +36,10 @@ std::unique_ptr<const stratum::BpeTokenizer>& tokenizer() {
   static std::unique_ptr<const stratum::BpeTokenizer> owned;
   return owned;
 }
+std::unique_ptr<const stratum::BpeTokenizer>& nfc_tokenizer() {
+  static std::unique_ptr<const stratum::BpeTokenizer> owned;
+  return owned;
+}
 
 std::string escaped(std::string_view s) {
   std::string out;
@@ -56,6 +63,13 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
                  dir.c_str(), e.what());
     std::exit(2);
   }
+  const std::string nfc_dir = STRATUM_SOURCE_DIR "/tests/golden/tokenizer_json/qwen2_style";
+  try {
+    nfc_tokenizer() = std::make_unique<const stratum::BpeTokenizer>(stratum::BpeTokenizer::load(nfc_dir));
+  } catch (const stratum::Error& e) {
+    std::fprintf(stderr, "[fuzz.bpe_encode] cannot load '%s': %s\n", nfc_dir.c_str(), e.what());
+    std::exit(2);
+  }
   return 0;
 }
 
@@ -73,5 +87,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (ids.size() > size) fuzz_fail("more tokens than input bytes");
   if (back != text)
     fuzz_fail("decode(encode(x)) != x: x = " + escaped(text) + ", got " + escaped(back));
+  const stratum::BpeTokenizer& nfc = *nfc_tokenizer();
+  std::vector<std::int32_t> once, again;
+  try {
+    once = nfc.encode(text);
+    again = nfc.encode(nfc.decode(once));
+  } catch (const std::exception& e) {
+    fuzz_fail(std::string("NFC encode/decode threw on input ") + escaped(text) + ": " + e.what());
+  }
+  if (again != once) fuzz_fail("NFC: encode(decode(encode(x))) != encode(x): x = " + escaped(text));
   return 0;
 }
