@@ -18,6 +18,7 @@
 
 #include "core/file_util.h"
 #include "data/token_file.h"
+#include "gpt2_byte_symbol.h"
 #include "integration_util.h"
 #include "train/train_options.h"
 
@@ -240,6 +241,46 @@ TEST(Cli, BadInputGetsOneClearLineAndNonZeroExit) {
 
 // info checks the weights against config.json as train and generate do (it described a model
 // whose config named a layer the weights lack, and exited 0).
+// A vocabulary past uint16 (Llama 3's 128256, Qwen2's 151936 ids): `prepare` writes an llm.c
+// shard of uint32 ids unless told --format raw, which it refuses with one line; train reads it.
+TEST(Cli, PrepareWritesLargeIdsToAUint32Shard) {
+  testing::TempDir tmp;
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[testing::gpt2_byte_symbol(b)] = b;
+  nlohmann::json added = nlohmann::json::array();  // ids 256.. in file order; "<|big|>" last, at 65600
+  for (int id = 256; id <= 65600; ++id)
+    added.push_back({{"id", id}, {"content", id == 65600 ? "<|big|>" : "<|t" + std::to_string(id) + "|>"},
+                     {"single_word", false}, {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                     {"special", true}});
+  const nlohmann::json tok = {
+      {"version", "1.0"}, {"normalizer", nullptr},
+      {"added_tokens", added},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  std::filesystem::create_directories(tmp.file("tok"));
+  write_text(tmp.file("tok/tokenizer.json"), tok.dump());
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "some text <|big|> and more\n";
+  write_text(tmp.file("text.txt"), text);
+  const std::string prepare = "prepare --input " + tmp.file("text.txt") + " --tokenizer " + tmp.file("tok") + " --out ";
+  const auto r = testing::run_stratum(prepare + tmp.file("wide.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("max id 65600"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("an llm.c shard of uint32 ids"), std::string::npos) << r.errors;
+  const TokenFileData data = token_file_read(tmp.file("wide.bin"));
+  EXPECT_EQ(data.format, TokenFileFormat::LlmcShard);
+  EXPECT_EQ(std::count(data.tokens.begin(), data.tokens.end(), 65600), 40);
+  const auto raw = testing::run_stratum(prepare + tmp.file("raw.bin") + " --format raw");
+  EXPECT_EQ(raw.exit_code, 1);
+  EXPECT_NE(raw.errors.find("token ids reach 65600, above the 65535 a raw uint16 file holds"), std::string::npos)
+      << raw.errors;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("raw.bin")));
+  const auto train = testing::run_stratum("train --layers 1 --heads 2 --embd 32 --ctx 32 --vocab 65601 --batch 2 "
+                                          "--seq 16 --steps 1 --quiet --data " + tmp.file("wide.bin"));
+  EXPECT_EQ(train.exit_code, 0) << train.errors;
+}
+
 TEST(Cli, InfoChecksTheWeightsAgainstTheConfig) {
   testing::TempDir tmp;
   const std::string model = testing::source_path("tests/golden/tiny_gpt2");

@@ -89,6 +89,23 @@ TEST(TokenFile, ReadsVersion2ShardsWithUint32Tokens) {
   EXPECT_EQ(data.tokens, (std::vector<std::int32_t>{0, 1, 70000, 128255, 2147483647}));
 }
 
+// Ids above 65535 (Llama 3's, Qwen2's vocabularies) make a version-2 shard of uint32 ids, read
+// back as they were; ids that fit stay version 1.
+TEST(TokenFile, LlmcShardOfLargeIdsIsVersion2) {
+  TempDir dir;
+  std::vector<std::int32_t> tokens = tokens_random(3000, 4);
+  tokens[1234] = 151643;  // Qwen2's <|endoftext|>
+  tokens[2999] = 128255;
+  token_file_write_llmc(dir.file("wide.bin"), tokens);
+  const std::string bytes = file_read_all(dir.file("wide.bin"));
+  ASSERT_EQ(bytes.size(), 1024u + 4 * 3000);
+  std::int32_t header[3];
+  std::memcpy(header, bytes.data(), sizeof(header));
+  EXPECT_EQ(header[1], 2);
+  EXPECT_EQ(header[2], 3000);
+  EXPECT_EQ(token_file_read(dir.file("wide.bin")).tokens, tokens);
+}
+
 TEST(TokenFile, LargeFilesSpanSeveralChunks) {
   TempDir dir;
   const std::vector<std::int32_t> tokens = tokens_random(3'000'001, 3);  // odd, > several 1 MiB chunks
@@ -204,17 +221,16 @@ TEST(TokenFile, WritesRejectOutOfRangeIdsAndLeaveOldFiles) {
   token_file_write_raw_u16(path, {7, 8});
   const std::string before = file_read_all(path);
   const std::vector<std::vector<std::int32_t>> bad = {{1, 65536}, {-1}, {}};
-  for (const auto& tokens : bad) {
-    EXPECT_THROW(token_file_write_raw_u16(path, tokens), Error);
-    EXPECT_THROW(token_file_write_llmc(path, tokens), Error);
-  }
+  for (const auto& tokens : bad) EXPECT_THROW(token_file_write_raw_u16(path, tokens), Error);
+  for (const auto& tokens : {bad[1], bad[2]}) EXPECT_THROW(token_file_write_llmc(path, tokens), Error);
   try {
-    token_file_write_llmc(path, {1, 2, 70000});
+    token_file_write_raw_u16(path, {1, 2, 70000});
     ADD_FAILURE() << "expected stratum::Error";
   } catch (const Error& e) {
     const std::string msg = e.what();
     EXPECT_EQ(msg.rfind("[data.tokens] ", 0), 0u) << msg;
     EXPECT_NE(msg.find("token 2 has id 70000"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("an llm.c shard holds larger ones"), std::string::npos) << msg;
   }
   EXPECT_EQ(file_read_all(path), before);
   EXPECT_THROW(token_file_write_raw_u16(dir.file("nope/t.bin"), {1}), Error);

@@ -17,7 +17,8 @@ int cmd_prepare(const std::vector<std::string>& argv) {
             {{"input", "FILE", "UTF-8 text corpus (required)"},
              {"tokenizer", "DIR", "tokenizer.json (byte-level BPE), encoder.json + vocab.bpe, or vocab.json + merges.txt (required)"},
              {"out", "FILE", "token file to write (required)"},
-             {"format", "NAME", "raw (nanoGPT uint16 .bin, default) | llmc (llm.c shard)"}});
+             {"format", "NAME", "raw (nanoGPT uint16 .bin) | llmc (llm.c shard: uint16 ids, or uint32 above "
+                                "65535); default raw where every id fits uint16, else llmc"}});
   if (args.help_requested()) {
     std::fputs(args.help_text("stratum prepare --input corpus.txt --tokenizer DIR --out train.bin").c_str(), stdout);
     return 0;
@@ -25,8 +26,9 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   const std::string input = args.str("input"), tokenizer_dir = args.str("tokenizer"), out = args.str("out");
   STRATUM_CHECK(!input.empty() && !tokenizer_dir.empty() && !out.empty(),
                 "[cli] 'stratum prepare' needs --input FILE --tokenizer DIR --out FILE");
-  const std::string format = args.str("format", "raw");
-  STRATUM_CHECK(format == "raw" || format == "llmc", "[cli] --format must be 'raw' or 'llmc', got '", format, "'");
+  const std::string given_format = args.str("format", "");
+  STRATUM_CHECK(given_format.empty() || given_format == "raw" || given_format == "llmc",
+                "[cli] --format must be 'raw' or 'llmc', got '", given_format, "'");
   STRATUM_CHECK(!same_file(input, out), "[prepare] --out '", out, "' is the --input file: it would be overwritten; "
                 "choose another --out");
   STRATUM_CHECK(!dir_exists(out), "[prepare] --out '", out, "' is a directory; give the token file's path");
@@ -45,12 +47,19 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   const std::string text = file_read_all(input);
   STRATUM_CHECK(!text.empty(), "[prepare] '", input, "' is empty; nothing to tokenize");
   const std::vector<std::int32_t> tokens = tokenizer.encode(text);
+  const auto max_id = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
+  // Ids above uint16's (Llama 3's and Qwen2's vocabularies) go to an llm.c shard of uint32 ids.
+  const bool wide = max_id > 65535;
+  STRATUM_CHECK(!(wide && given_format == "raw"), "[prepare] token ids reach ", max_id,
+                ", above the 65535 a raw uint16 file holds (the tokenizer's vocabulary has ", tokenizer.vocab_size(),
+                "): use --format llmc (uint32 ids), or leave --format out");
+  const std::string format = !given_format.empty() ? given_format : wide ? "llmc" : "raw";
   if (format == "raw") token_file_write_raw_u16(out, tokens);
   else token_file_write_llmc(out, tokens);
-  const auto max_id = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
-  std::fprintf(stderr, "[stratum] %s: %zu bytes -> %zu tokens (%.2f bytes/token, max id %d) -> %s\n",
+  std::fprintf(stderr, "[stratum] %s: %zu bytes -> %zu tokens (%.2f bytes/token, max id %d) -> %s%s\n",
                input.c_str(), text.size(), tokens.size(),
-               tokens.empty() ? 0.0 : static_cast<double>(text.size()) / tokens.size(), max_id, out.c_str());
+               tokens.empty() ? 0.0 : static_cast<double>(text.size()) / tokens.size(), max_id, out.c_str(),
+               format == "raw" ? "" : wide ? " (an llm.c shard of uint32 ids)" : " (an llm.c shard)");
   return 0;
 }
 

@@ -61,20 +61,27 @@ void tokens_read(const std::string& path, int fd, std::uint64_t offset, std::vec
   }
 }
 
-void tokens_check_u16(const std::string& path, const std::vector<std::int32_t>& tokens) {
+// Whether every id fits uint16; throws for no tokens or a negative id, and (u16_only) for an id
+// above 65535.
+bool tokens_check(const std::string& path, const std::vector<std::int32_t>& tokens, bool u16_only) {
   STRATUM_CHECK(!tokens.empty(), where(path), ": refusing to write a token file with zero tokens");
+  bool u16 = true;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
-    STRATUM_CHECK(tokens[i] >= 0 && tokens[i] <= 65535, where(path), ": token ", i, " has id ", tokens[i],
-                  "; uint16 token files hold ids 0..65535");
+    STRATUM_CHECK(tokens[i] >= 0 && (!u16_only || tokens[i] <= 65535), where(path), ": token ", i, " has id ",
+                  tokens[i], u16_only ? "; uint16 token files hold ids 0..65535 (an llm.c shard holds larger ones)"
+                                      : "; token ids are never negative");
+    u16 = u16 && tokens[i] <= 65535;
   }
+  return u16;
 }
 
-void tokens_sink_u16(const ByteSink& sink, const std::vector<std::int32_t>& tokens) {
-  std::vector<std::uint16_t> staging(std::min(kStagingBytes / 2, tokens.size()));  // (chunk,) uint16 ids
+template <class Elem>
+void tokens_sink(const ByteSink& sink, const std::vector<std::int32_t>& tokens) {
+  std::vector<Elem> staging(std::min(kStagingBytes / sizeof(Elem), tokens.size()));  // (chunk,) ids
   for (std::size_t first = 0; first < tokens.size(); first += staging.size()) {
     const std::size_t count = std::min(staging.size(), tokens.size() - first);
-    for (std::size_t i = 0; i < count; ++i) staging[i] = static_cast<std::uint16_t>(tokens[first + i]);
-    sink(staging.data(), count * sizeof(std::uint16_t));
+    for (std::size_t i = 0; i < count; ++i) staging[i] = static_cast<Elem>(tokens[first + i]);
+    sink(staging.data(), count * sizeof(Elem));
   }
 }
 
@@ -218,21 +225,22 @@ TokenFileData token_file_read(const std::string& path) {
 }
 
 void token_file_write_raw_u16(const std::string& path, const std::vector<std::int32_t>& tokens) {
-  tokens_check_u16(path, tokens);
-  file_write_atomic(path, [&](const ByteSink& sink) { tokens_sink_u16(sink, tokens); });
+  tokens_check(path, tokens, true);
+  file_write_atomic(path, [&](const ByteSink& sink) { tokens_sink<std::uint16_t>(sink, tokens); });
 }
 
 void token_file_write_llmc(const std::string& path, const std::vector<std::int32_t>& tokens) {
-  tokens_check_u16(path, tokens);
+  const bool u16 = tokens_check(path, tokens, false);
   STRATUM_CHECK(tokens.size() <= static_cast<std::size_t>(INT32_MAX), where(path), ": ", tokens.size(),
                 " tokens do not fit an llm.c shard (at most ", INT32_MAX, ")");
   std::int32_t header[kLlmcHeaderInts] = {};
   header[0] = kLlmcMagic;
-  header[1] = 1;
+  header[1] = u16 ? 1 : 2;
   header[2] = static_cast<std::int32_t>(tokens.size());
   file_write_atomic(path, [&](const ByteSink& sink) {
     sink(header, kLlmcHeaderBytes);
-    tokens_sink_u16(sink, tokens);
+    if (u16) tokens_sink<std::uint16_t>(sink, tokens);
+    else tokens_sink<std::uint32_t>(sink, tokens);
   });
 }
 

@@ -39,9 +39,11 @@ DataFileReading data_file_reading(const std::string& path);
 // version-2 token id above INT32_MAX.
 TokenFileData token_file_read(const std::string& path);
 
-// Atomic writes (temporary + fsync + rename). Every id must be in 0..65535 and tokens non-empty.
+// Atomic writes (temporary + fsync + rename). Tokens non-empty, ids >= 0; a raw file's in
+// 0..65535. A shard is version 1 (uint16) where every id fits, else version 2 (uint32: the
+// vocabularies of Llama 3 and Qwen2).
 void token_file_write_raw_u16(const std::string& path, const std::vector<std::int32_t>& tokens);
-void token_file_write_llmc(const std::string& path, const std::vector<std::int32_t>& tokens);  // version 1
+void token_file_write_llmc(const std::string& path, const std::vector<std::int32_t>& tokens);
 
 std::string token_file_format_name(TokenFileFormat format);  // "raw-u16" or "llmc-shard"
 
