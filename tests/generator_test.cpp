@@ -261,7 +261,8 @@ TEST(Generate, Qwen2GreedyMatchesPyTorchInRamStreamedAndInBf16) {
   EXPECT_EQ(generate_run(o, none).sequences[0].tokens, ids("generate_ids"));
   testing::TempDir tmp;
   const GptConfig cfg = model_read_config(dir);
-  const UnitTable units(ParamLayout::of(cfg), Decoder::kv_unit_floats(cfg, 1, 17), UnitSet::Inference);
+  const ParamLayout layout = ParamLayout::of(cfg);  // the unit table keeps a reference to it
+  const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, 17), UnitSet::Inference);
   o.mem_budget_bytes = Decoder::fixed_bytes_for(host_ops(), cfg, 1, 17) + Decoder::min_store_bytes(units);
   o.offload_dir = tmp.path();
   o.prefetch = 1;
