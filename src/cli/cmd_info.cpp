@@ -74,7 +74,7 @@ void describe_adapter_dir(const std::string& dir) {
   std::printf("LoRA adapter %s: r=%d, alpha %g%s, dropout %g, on %s (%s)%s%s\n", dir.c_str(), lora.r, lora.alpha,
               lora.rslora ? " (rsLoRA)" : "", lora.dropout, lora_targets_text(lora).c_str(),
               arch != ModelArch::Llama ? "GPT-2"
-              : base                   ? (base->qkv_bias() ? "Qwen2" : "Llama")
+              : base                   ? base->family_title()
                                        : "Llama family", base_name.empty() ? "" : "; base_model_name_or_path ",
               base_name.c_str());
   std::printf("  %s\n", checkpoint_dir_check(dir, "info")
@@ -84,7 +84,7 @@ void describe_adapter_dir(const std::string& dir) {
     const ParamLayout layout = ParamLayout::of(*base, lora);
     std::printf("  over a %s base %s: %.3fM adapter parameters over %.2fM frozen (generate/merge take the base with "
                 "--model)\n",
-                base->qkv_bias() ? "Qwen2" : base->llama() ? "Llama" : "GPT-2", base->describe().c_str(), layout.num_trainable_params() / 1e6,
+                base->family_title(), base->describe().c_str(), layout.num_trainable_params() / 1e6,
                 (layout.num_params() - layout.num_trainable_params()) / 1e6);
   }
   describe_safetensors(dir + "/" + kAdapterWeightsFile);
@@ -95,7 +95,7 @@ void describe_model_dir(const std::string& dir) {
   const GptConfig cfg = model_read_config(dir);
   const ParamLayout layout = ParamLayout::of(cfg);
   const double params = static_cast<double>(layout.num_params());
-  std::printf("%s model %s: %s, %.2fM parameters\n", cfg.qkv_bias() ? "Qwen2" : cfg.llama() ? "Llama" : "GPT-2", dir.c_str(),
+  std::printf("%s model %s: %s, %.2fM parameters\n", cfg.family_title(), dir.c_str(),
               cfg.describe().c_str(), params / 1e6);
   std::printf("  %s\n", checkpoint_dir_check(dir, "info")
                             ? "files: every one matches manifest.json (a Stratum checkpoint)"

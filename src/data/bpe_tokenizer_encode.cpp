@@ -54,8 +54,8 @@ bool nfc_normalize(std::string_view text, std::string& out) {
   if (i == text.size()) return false;
   out.clear();
   out.reserve(text.size());
-  std::size_t run = 0;  // start of the current well-formed run
-  for (i = 0; i < text.size();) {
+  std::size_t run = 0;  // start of the current well-formed run (the ASCII before i is one)
+  while (i < text.size()) {
     const std::size_t size = bpe_char_size_at(text, i);
     if (size == 1 && static_cast<unsigned char>(text[i]) >= 0x80) {  // an ill-formed byte
       nfc_append(text.substr(run, i - run), out);

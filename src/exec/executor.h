@@ -111,8 +111,9 @@
 // the optimizer worker) each owner sends its updated parameters to every other rank
 // (params_share), so all ranks start the next step with the same bits. Those sends leave at the
 // end of the step (Inline: each chunk's as its update ends, while the update holds it, so a
-// budget that evicted it since does not read it again); each rank receives a segment's parameters only where a group first reads them
-// (group_run, params_receive: in the next forward, so the transfer of later segments overlaps
+// budget that evicted it since does not read it again); each rank receives a segment's
+// parameters only where a group first reads them (group_run, params_receive: in the next
+// forward, so the transfer of later segments overlaps
 // the compute of earlier ones) or before anything outside reads them (sync). Every owner sends in
 // forward order and every rank receives in forward order, so one tag keeps them matched. A segment's tensors go
 // to one owner whole: the vocabulary blocks of the embedding (and of an untied head) are one run,

@@ -141,7 +141,7 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
   try {
     cfg.validate();
   } catch (const Error& e) {
-    STRATUM_FAIL(where(path), ": invalid ", variant == LlamaVariant::Qwen2 ? "Qwen2" : "Llama", " config: ", e.what());
+    STRATUM_FAIL(where(path), ": invalid ", cfg.family_title(), " config: ", e.what());
   }
   for (std::int32_t id : cfg.eos_token_ids)
     STRATUM_CHECK(id < cfg.vocab_size, where(path), ": eos_token_id ", id, " is not below vocab_size ", cfg.vocab_size);

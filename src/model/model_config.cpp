@@ -10,6 +10,7 @@ namespace stratum {
 const char* model_arch_name(ModelArch arch) { return arch == ModelArch::Llama ? "llama" : "gpt2"; }
 
 const char* GptConfig::family() const { return qkv_bias() ? "qwen2" : model_arch_name(arch); }
+const char* GptConfig::family_title() const { return qkv_bias() ? "Qwen2" : llama() ? "Llama" : "GPT-2"; }
 
 void GptConfig::validate() const {
   // Each field by the name its family's config.json gives it (Llama's as Hugging Face writes them).

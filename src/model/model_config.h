@@ -44,7 +44,8 @@ struct GptConfig {
 
   bool llama() const { return arch == ModelArch::Llama; }
   bool qkv_bias() const { return llama() && variant == LlamaVariant::Qwen2; }  // q_proj/k_proj/v_proj.bias
-  const char* family() const;  // "gpt2", "llama", "qwen2": the config.json model_type
+  const char* family() const;        // "gpt2", "llama", "qwen2": the config.json model_type
+  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2": for messages
   int head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int mlp_width() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
