@@ -15,6 +15,7 @@
 #include "cross_backend_util.h"
 #include "ops/ops_buffer.h"
 #include "ops/rope_table.h"
+#include "store/queue_span.h"
 #include "stratum/error.h"
 #include "test_util.h"
 
@@ -67,6 +68,48 @@ TEST(Backend, CudaWithoutAGpuSaysWhy) {
   }
   // The CPU path still works in the same process.
   EXPECT_NE(ops_make(pool), nullptr);
+}
+
+// Note [device timeline]: a QueueSpan's span is recorded when its queue gets past the work
+// between its marks: a copy in on the upload queue, a fill on the compute queue. On the CPU
+// both marks run at once: the span is recorded when the QueueSpan goes out of scope.
+TEST(CudaOps, QueueSpansAreRecordedWhenTheirQueuesGetThere) {
+  {
+    CrossBackend x;
+    TraceRecorder trace;
+    { const QueueSpan span(x.cpu(), Ops::Queue::Compute, &trace, TraceRecorder::kDevice, "forward", "cpu"); }
+    EXPECT_EQ(trace.events().size(), 1u);  // recorded already
+  }
+  STRATUM_REQUIRE_CUDA();
+  CrossBackend x;
+  const Ops& gpu = x.gpu();
+  TraceRecorder trace;
+  const std::size_t n = std::size_t{16} << 20, bytes = n * sizeof(float);  // 64 MiB
+  std::vector<float> host(n, 1.5f);
+  OpsBuffer dev(gpu, bytes);
+  OpsEvent done(gpu);
+  {
+    const QueueSpan span(gpu, Ops::Queue::Upload, &trace, TraceRecorder::kDeviceIn, "device", "in");
+    gpu.transfer(dev.data(), host.data(), bytes, true, nullptr, nullptr);
+  }
+  gpu.transfer(dev.data(), host.data(), 0, true, nullptr, done.get());  // after the span's end
+  gpu.event_sync(done.get());
+  ASSERT_EQ(trace.events().size(), 1u);
+  {
+    const QueueSpan span(gpu, Ops::Queue::Compute, &trace, TraceRecorder::kDevice, "forward", "fill");
+    gpu.fill(dev.as_f32(), 2.0f, n);
+  }
+  float last = 0.0f;
+  gpu.download(&last, dev.as_f32() + n - 1, sizeof(float));  // after the compute queued before it
+  EXPECT_EQ(last, 2.0f);
+  const std::vector<TraceRecorder::Event> events = trace.events();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].track, TraceRecorder::kDeviceIn);
+  EXPECT_EQ(events[0].name, "in");
+  EXPECT_GT(events[0].dur_us, 0.0);  // 64 MiB take microseconds at any bus speed
+  EXPECT_EQ(events[1].track, TraceRecorder::kDevice);
+  EXPECT_EQ(events[1].name, "fill");
+  EXPECT_GE(events[1].ts_us, events[0].ts_us + events[0].dur_us);
 }
 
 TEST(CudaOps, SgemmMatchesCpuInEveryTransposition) {

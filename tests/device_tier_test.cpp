@@ -11,7 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/byte_size.h"
+#include "core/thread_pool.h"
+#include "model/param_layout.h"
+#include "store/device_segment_store.h"
+#include "store/step_schedule.h"
 #include "integration_util.h"
 #include "stratum/error.h"
 #include "tiny_run_options.h"
@@ -87,6 +92,41 @@ void expect_budgets_keep_bits(const TrainOptions& o, const char* what) {
       }
     }
   }
+}
+
+// Note [no upload of dead data]: a unit the window reads after a group that overwrites it (a
+// layer's output, read by the next layer) is not uploaded: what the host holds of it is dead.
+TEST(DeviceTier, NothingIsUploadedThatItsNextUseOverwrites) {
+  ThreadPool pool(1);
+  const std::shared_ptr<const Ops> ops = ops_make(pool);
+  GptConfig cfg;
+  cfg.n_layer = 2;
+  cfg.n_head = 2;
+  cfg.n_embd = 16;
+  cfg.n_ctx = 16;
+  cfg.vocab_size = 64;
+  const ParamLayout layout = ParamLayout::of(cfg);
+  const UnitTable units(layout, 256);
+  RamSegmentStore host(units);
+  const int a = units.find(layout.layer_segment(0), SegmentKind::Activations);
+  const int b = units.find(layout.layer_segment(1), SegmentKind::Activations);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  DeviceSegmentStore device(host, ops, units.bytes(a), 2);  // room for one of them
+  static_cast<float*>(device.acquire_unit(a, Access::Overwrite))[0] = 1.0f;
+  device.release_unit(a);
+  device.acquire_unit(b, Access::Overwrite);  // evicts a: written back, the host holds it
+  device.release_unit(b);
+  ASSERT_EQ(device.stats().read_bytes, 0u);
+  StepSchedule schedule(units.count());
+  schedule.group_add({{a, Access::Overwrite}});
+  schedule.group_add({{a, Access::Read}});
+  device.schedule_set(&schedule);
+  device.schedule_at(0);  // the window holds both groups: a is overwritten before it is read
+  EXPECT_EQ(device.stats().read_bytes, 0u);
+  device.schedule_at(1);  // now it is read next
+  EXPECT_EQ(device.stats().read_bytes, units.bytes(a));
+  device.schedule_set(nullptr);
 }
 
 TEST(DeviceTier, EveryGpuBudgetGivesTheInMemoryBits) {

@@ -39,8 +39,9 @@ TEST(TraceRecorder, WritesNamedTracksAndCompleteEvents) {
     if (e["ph"] == "M" && e["name"] == "thread_name") names[e["tid"].get<int>()] = e["args"]["name"];
     if (e["ph"] == "X") spans.push_back(e);
   }
-  EXPECT_EQ(names.size(), 4u);
+  EXPECT_EQ(names.size(), 7u);
   EXPECT_EQ(names[TraceRecorder::kRead], "I/O reads");
+  EXPECT_EQ(names[TraceRecorder::kDeviceIn], "device copies in");
   ASSERT_EQ(spans.size(), 2u);
   EXPECT_EQ(spans[0]["name"], "layer.0 forward");
   EXPECT_NEAR(spans[0]["dur"].get<double>(), 2000.0, 1.0);
@@ -134,6 +135,36 @@ TEST(TraceRecorder, TrainingUnderABudgetShowsComputeOptimizerAndIoOverlapping) {
   for (const auto& r : by_track[TraceRecorder::kRead])
     for (const auto& c : by_track[TraceRecorder::kCompute]) overlaps += r.first < c.second && c.first < r.second;
   EXPECT_GT(overlaps, 0);
+}
+
+// Note [device timeline] (store/queue_span.h): a run on a device tier traces its copies in and
+// out on their own tracks (here the CPU backend computing through the tier, as the tests'
+// mirror store does: its queues run each mark at once). The tier was never given the trace.
+TEST(TraceRecorder, TrainingOnADeviceTierShowsItsCopies) {
+  testing::TempDir tmp;
+  TrainOptions o;
+  o.config.n_layer = 2;
+  o.config.n_head = 2;
+  o.config.n_embd = 32;
+  o.config.n_ctx = 16;
+  o.config.vocab_size = 256;
+  o.data_path = testing::write_random_tokens(tmp.file("tokens.bin"), 2000, 256, 4);
+  o.batch = 2;
+  o.seq = 16;
+  o.steps = 2;
+  o.threads = 1;
+  o.quiet = true;
+  o.mirror_store = true;
+  o.gpu_mem_budget_bytes = std::size_t{1} << 30;
+  o.gpu_mem_budget_bytes = train_run(o).min_budget_bytes;
+  o.trace_path = tmp.file("trace.json");
+  train_run(o);
+  std::map<int, int> spans;
+  for (const auto& e : read_json(o.trace_path))
+    if (e["ph"] == "X") ++spans[e["tid"].get<int>()];
+  EXPECT_GT(spans[TraceRecorder::kDeviceIn], 0);
+  EXPECT_GT(spans[TraceRecorder::kDeviceOut], 0);
+  EXPECT_EQ(spans[TraceRecorder::kDevice], 0) << "the CPU computes in host memory: no device timeline";
 }
 
 TEST(TraceRecorder, UnwritablePathFailsBeforeTraining) {

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "core/dropout_mask.h"
+#include "store/queue_span.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -140,8 +141,9 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
   host_threads_ = pool.num_threads();
   if (!ops_->host_memory())
     tokens_ = OpsBuffer(*ops_, 2 * static_cast<std::size_t>(max_batch) * max_seq * sizeof(std::int32_t));
-  // Off the host, updates run on the executor's Ops in schedule order (the device stream overlaps
-  // them with nothing else): no worker thread, unless optimizer_on_host() puts them on the CPU.
+  // Off the host, updates run on the executor's Ops in schedule order (Pipelined ones at their
+  // Optimizer groups, Note [device updates before their forward]): no worker thread, unless
+  // optimizer_on_host() puts them on the CPU.
   // On the host, Pipelined updates get a worker only where a CPU is spare (Note [update thread]).
   if ((mode == OptimizerMode::Overlapped || mode == OptimizerMode::Pipelined) && ops_->host_memory())
     optimizer_worker_set(mode == OptimizerMode::Overlapped || optimizer_worker_wanted(host_threads_));
@@ -316,6 +318,9 @@ void Executor::group_run(int g, Pass& pass) {
     const char* phase = work <= GroupWork::LayerForward ? "forward" : work <= GroupWork::HeadEnd ? "head" : "backward";
     TraceSpan span(trace_, TraceRecorder::kCompute, phase, trace_ != nullptr ? group_name(g, pass) : std::string(),
                    tag(work));
+    // After the holds: the device reaches it once their uploads are in (Note [device timeline]).
+    const QueueSpan device(*ops_, Ops::Queue::Compute, device_trace(), TraceRecorder::kDevice, phase,
+                           trace_ != nullptr ? group_name(g, pass) : std::string(), tag(work));
     if (pass.dual) {
       zo_dual_compute(g, holds, pass);
     } else {

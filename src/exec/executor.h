@@ -208,6 +208,19 @@ OptimizerMode optimizer_mode_for(double grad_clip, bool worker, bool streamed);
 // Note [host optimizer]).
 bool optimizer_worker_wanted(int compute_threads);
 
+// Note [device updates before their forward]: AdamW on the device with exact clipping runs
+// Pipelined, as deferred updates on the training thread (Note [update thread]): each segment's
+// update is queued on the device stream at its Optimizer group, just before its forward in the
+// next step. Under a --gpu-mem-budget the state exceeds, Inline ran every update after the
+// backward, where the device had nothing to compute beside their copies (each chunk's
+// parameters, gradients and both moments up, the three written back down), and the forward then
+// uploaded every parameter again. Pipelined, a segment's update units are prefetched while the
+// previous segment's forward computes, and the forward reads the parameters the update left on
+// the device. In GPU memory the same kernels run at other points of the stream; the mode is the
+// same there so that a whole-state run prints the minimum budget a budgeted one is refused at.
+// The same arithmetic on the same values: the same bits. Without clipping the device runs
+// Overlapped (each update right after its backward, its gradients still there).
+
 // Which rank of how many an executor is (Note [data parallel]): its communicator's when it has
 // one; the planner's executors take it from their request (Note [plan ranks] in plan/planner.h).
 struct RankShape {
@@ -282,6 +295,9 @@ class Executor {
   std::shared_ptr<const Ops> ops_shared() const { return ops_; }
   // Records a span per block forward/backward, head, update and wait into `trace` (null = off).
   void trace_set(TraceRecorder* trace) { trace_ = trace; }
+  // The trace where the device computes off the host, for its own timeline (Note [device timeline]
+  // in store/queue_span.h); else null.
+  TraceRecorder* device_trace() const { return ops_->host_memory() ? nullptr : trace_; }
 
   // Bytes the executor itself holds (the backward's gradient, block internals, workspace, head scratch,
   // the backend's matrix-product scratch).

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "exec/executor.h"
+#include "store/queue_span.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -136,6 +137,10 @@ void Executor::optimizer_segment(const Ops& ops, int s, const AdamWHyper& hyper,
       SegmentHold grads(store, s, SegmentKind::Grads, Access::Read, c);
       SegmentHold m(store, s, SegmentKind::AdamM, Access::Update, c);
       SegmentHold v(store, s, SegmentKind::AdamV, Access::Update, c);
+      const QueueSpan device(ops, Ops::Queue::Compute, &ops == ops_.get() ? device_trace() : nullptr,
+                             TraceRecorder::kDevice, "optimizer",
+                             trace_ != nullptr ? seg.name + " AdamW " + std::to_string(c) : std::string(),
+                             tag(GroupWork::Optimizer));
       for (const TensorSlot& t : seg.tensors) {
         if (t.chunk != c) continue;
         const std::size_t at = seg.offset_in_chunk(t);
@@ -275,10 +280,10 @@ void Executor::optimizer_segment_owed(const Ops& ops, int segment, const AdamWHy
 void Executor::optimizer_queue(int segment, const AdamWHyper& hyper, double weight_decay, float grad_scale) {
   if (mode_ == OptimizerMode::Overlapped) at(group_opt_[segment]);
   if (!updates_segment(segment)) return;  // its owner updates it (Note [zero sharding])
-  // Owed: to the worker, or on the host without one, Pipelined, to the segment's Optimizer group
-  // in the next step (Note [update thread]). Otherwise (Overlapped at that group now, or off the
-  // host, where the device stream overlaps them with nothing else) now, on the executor's own Ops.
-  if (!worker_ && !(mode_ == OptimizerMode::Pipelined && ops_->host_memory())) {
+  // Owed: to the worker, or without one, Pipelined, to the segment's Optimizer group in the next
+  // step (Note [update thread]; off the host Note [device updates before their forward]).
+  // Otherwise (Overlapped, at that group now) now, on the executor's own Ops.
+  if (!worker_ && mode_ != OptimizerMode::Pipelined) {
     optimizer_segment(*ops_, segment, hyper, weight_decay, grad_scale);
     return;
   }

@@ -32,7 +32,9 @@ std::string TraceRecorder::header_json(const char* process) {
     out += j.dump();
   };
   const std::pair<Track, const char*> tracks[] = {
-      {kCompute, "compute (training thread)"}, {kOptimizer, "optimizer worker"}, {kRead, "I/O reads"}, {kWrite, "I/O writes"}};
+      {kCompute, "compute (training thread)"}, {kOptimizer, "optimizer worker"}, {kRead, "I/O reads"},
+      {kWrite, "I/O writes"}, {kDevice, "device compute"}, {kDeviceIn, "device copies in"},
+      {kDeviceOut, "device copies out"}};
   for (const auto& [track, name] : tracks) {
     add({{"ph", "M"}, {"name", "thread_name"}, {"pid", 1}, {"tid", static_cast<int>(track)}, {"args", {{"name", name}}}});
     add({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", 1}, {"tid", static_cast<int>(track)},

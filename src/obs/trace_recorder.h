@@ -23,7 +23,9 @@ class TraceRecorder {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::size_t kMaxEvents = 2'000'000;
-  enum Track : int { kCompute = 1, kOptimizer = 2, kRead = 3, kWrite = 4 };
+  // kDevice, kDeviceIn, kDeviceOut: a device's own timeline (Note [device timeline] in
+  // store/queue_span.h): its compute queue, its copies in and out.
+  enum Track : int { kCompute = 1, kOptimizer = 2, kRead = 3, kWrite = 4, kDevice = 5, kDeviceIn = 6, kDeviceOut = 7 };
 
   TraceRecorder() : origin_(Clock::now()) {}
   // One span [start, end) named `name` (category `category`: "forward", "io", "stall", ...).

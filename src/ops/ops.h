@@ -69,6 +69,14 @@ class Ops {
   virtual void memory_free(void* p, std::size_t bytes) const noexcept = 0;
   virtual void upload(void* dst, const void* src_host, std::size_t bytes) const = 0;
   virtual void download(void* dst_host, const void* src, std::size_t bytes) const = 0;
+  // Note [queued frees]: memory made and given back in the compute queue's order, for buffers
+  // that come and go while the device computes (the device tier's units). memory_alloc_queued:
+  // as memory_alloc, but only the compute queue may use it before an event recorded there after
+  // this call has passed (the transfer queues wait for one). memory_free_queued: the memory goes
+  // back once the compute queued so far has run; the caller guarantees that no transfer queued
+  // or in flight uses it. Neither waits for the device. By default memory_alloc / memory_free.
+  virtual void* memory_alloc_queued(std::size_t bytes) const { return memory_alloc(bytes); }
+  virtual void memory_free_queued(void* p, std::size_t bytes) const noexcept { memory_free(p, bytes); }
   // Note [ops transfers]: copies between host RAM and this Ops' memory that run beside the
   // compute (the device tier's prefetch and write-back, Note [device tier] in
   // store/device_segment_store.h). An event (event_create; OpsEvent owns one) marks a point in one
@@ -97,6 +105,11 @@ class Ops {
   virtual void event_sync(void* /*event*/) const {}
   virtual bool host_pin(void* /*p*/, std::size_t /*bytes*/) const { return false; }
   virtual void host_unpin(void* /*p*/) const noexcept {}
+  // Note [device timeline]: fn(arg) runs on a thread of the backend's once everything queued on
+  // `queue` before this call has finished (a host backend: at once, here); fn must not call into
+  // the Ops. For --trace: each call pauses its queue briefly.
+  enum class Queue { Compute, Upload, Download };
+  virtual void queue_call(Queue /*queue*/, void (*fn)(void*), void* arg) const { fn(arg); }
   // x (n) = value; dst (n) = src (n) (not overlapping).
   virtual void fill(float* x, float value, std::size_t n) const = 0;
   virtual void copy(float* dst, const float* src, std::size_t n) const = 0;

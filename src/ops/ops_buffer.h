@@ -18,17 +18,29 @@ class OpsBuffer {
   OpsBuffer(const Ops& ops, std::size_t bytes) : ops_(&ops), bytes_(bytes) {
     if (bytes > 0) data_ = ops.memory_alloc(bytes);
   }
+  // Made and given back in the compute queue's order (Note [queued frees] in ops/ops.h).
+  static OpsBuffer queued(const Ops& ops, std::size_t bytes) {
+    OpsBuffer b;
+    b.ops_ = &ops;
+    b.bytes_ = bytes;
+    b.queued_ = true;
+    if (bytes > 0) b.data_ = ops.memory_alloc_queued(bytes);
+    return b;
+  }
   ~OpsBuffer() {
-    if (data_ != nullptr) ops_->memory_free(data_, bytes_);
+    if (data_ == nullptr) return;
+    if (queued_) ops_->memory_free_queued(data_, bytes_);
+    else ops_->memory_free(data_, bytes_);
   }
   OpsBuffer(OpsBuffer&& o) noexcept
-      : ops_(o.ops_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+      : ops_(o.ops_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)), queued_(o.queued_) {}
   OpsBuffer& operator=(OpsBuffer&& o) noexcept {
     if (this != &o) {
       OpsBuffer dead(std::move(*this));
       ops_ = o.ops_;
       data_ = std::exchange(o.data_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
+      queued_ = o.queued_;
     }
     return *this;
   }
@@ -45,6 +57,7 @@ class OpsBuffer {
   const Ops* ops_ = nullptr;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  bool queued_ = false;
 };
 
 // An event of an Ops (Note [ops transfers] in ops/ops.h), owned; null on a backend without

@@ -1,5 +1,8 @@
 // DeviceSegmentStore; see device_segment_store.h and Note [device tier].
 #include "store/device_segment_store.h"
+#include <cstdio>
+#include <string>
+#include "store/queue_span.h"
 
 #include <algorithm>
 #include <chrono>
@@ -54,7 +57,7 @@ DeviceSegmentStore::Buffer DeviceSegmentStore::buffer_take(std::size_t bytes, bo
     free_bytes_ -= free_buffers_.back().memory.size_bytes();
     free_buffers_.pop_back();
   }
-  Buffer b{OpsBuffer(*ops_, bytes), OpsEvent(*ops_)};
+  Buffer b{OpsBuffer::queued(*ops_, bytes), OpsEvent(*ops_)};  // Note [queued frees] in ops/ops.h
   ops_->event_record(b.free.get());
   held_bytes_ += bytes;
   peak_held_bytes_ = std::max(peak_held_bytes_, held_bytes_);
@@ -100,11 +103,21 @@ void DeviceSegmentStore::upload_start(int unit) {
   bool pinned = false;
   const void* src = host_unit(unit, Access::Read, &pinned);
   if (e.done.get() == nullptr) e.done = OpsEvent(*ops_);
-  ops_->transfer(e.buffer.memory.data(), src, units().bytes(unit), true, e.buffer.free.get(), e.done.get());
+  {
+    const QueueSpan copy(*ops_, Ops::Queue::Upload, trace_, TraceRecorder::kDeviceIn, "device", copy_name(unit));
+    ops_->transfer(e.buffer.memory.data(), src, units().bytes(unit), true, e.buffer.free.get(), e.done.get());
+  }
   e.loading = true;
   copy_started(unit, pinned);
   totals_.read_bytes += units().bytes(unit);
   if (trace_ != nullptr) trace_->span(TraceRecorder::kRead, "device", units().name(unit), t0, std::chrono::steady_clock::now());
+}
+
+std::string DeviceSegmentStore::copy_name(int unit) const {
+  if (trace_ == nullptr) return {};
+  char mib[32];
+  std::snprintf(mib, sizeof mib, " (%.1f MiB)", static_cast<double>(units().bytes(unit)) / (1 << 20));
+  return units().name(unit) + mib;
 }
 
 void DeviceSegmentStore::download_start(int unit) {
@@ -114,7 +127,10 @@ void DeviceSegmentStore::download_start(int unit) {
   void* dst = host_unit(unit, Access::Overwrite, &pinned);
   if (e.done.get() == nullptr) e.done = OpsEvent(*ops_);
   ops_->event_record(e.buffer.free.get());  // after the compute that wrote the unit
-  ops_->transfer(dst, e.buffer.memory.data(), units().bytes(unit), false, e.buffer.free.get(), e.done.get());
+  {
+    const QueueSpan copy(*ops_, Ops::Queue::Download, trace_, TraceRecorder::kDeviceOut, "device", copy_name(unit));
+    ops_->transfer(dst, e.buffer.memory.data(), units().bytes(unit), false, e.buffer.free.get(), e.done.get());
+  }
   e.state = State::Writing;
   e.dirty = false;
   e.on_host = true;  // current once the copy finishes; nothing reads it before (the unit is held)
@@ -304,7 +320,7 @@ void DeviceSegmentStore::prefetch(Lock& lock) {
       if (d == 0 && policy_.used_now(use.unit)) continue;
       Entry& e = entries_[use.unit];
       if (e.state != State::Absent || !e.on_host || e.host_taken || use.access == Access::Overwrite ||
-          use.access == Access::Scratch)
+          use.access == Access::Scratch || dead_next(use.unit))
         continue;
       if (!space_make(lock, units().bytes(use.unit), d, false)) return;
       if (e.state != State::Absent) continue;
@@ -315,6 +331,17 @@ void DeviceSegmentStore::prefetch(Lock& lock) {
       upload_start(use.unit);
     }
   }
+}
+
+// Note [no upload of dead data]: a unit read in the window whose next use overwrites it (a
+// layer's output, read by the next layer's forward) holds nothing worth uploading. The prefetch
+// uploaded it anyway, and the group that overwrites it then waited for that upload, queued
+// behind everything prefetched before it: the ~1.1B Llama's forward under --gpu-mem-budget
+// 4300M waited 15-17 ms before each layer (its next layer's update set, 704 MiB, went first).
+bool DeviceSegmentStore::dead_next(int unit) const {
+  if (policy_.pinned(unit)) return false;  // a consumer behind the position still reads it
+  const Access next = policy_.next_access(unit);
+  return next == Access::Overwrite || next == Access::Scratch;
 }
 
 // A pinned unit is needed by a consumer behind the schedule position: live on both tiers.

@@ -152,6 +152,7 @@ class DeviceSegmentStore final : public SegmentStore {
   void buffer_give(Buffer buffer);  // records its free event
   void upload_start(int unit);      // host store -> device, into the entry's buffer
   void download_start(int unit);    // device -> host store
+  std::string copy_name(int unit) const;  // a copy's span in the trace: the unit and its MiB (no trace: "")
   // Acquires the host store's unit; pinned: it is page-locked (the copy is asynchronous, so the
   // unit stays acquired until the copy has finished).
   void* host_unit(int unit, Access access, bool* pinned);
@@ -160,6 +161,7 @@ class DeviceSegmentStore final : public SegmentStore {
   void wait_one(Lock& lock);        // the host waits for the oldest copy in flight
   void drain(Lock& lock);           // ... for all of them
   void prefetch(Lock& lock);
+  bool dead_next(int unit) const;  // its next use overwrites it: nothing to upload (Note [no upload of dead data])
 
   SegmentStore& host_;
   std::shared_ptr<const Ops> ops_;  // before the buffers: outlives them

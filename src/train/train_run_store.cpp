@@ -141,6 +141,8 @@ void TrainRun::store_make() {
                         ") stay in host memory, gradients come down, updated parameters go up\n";
     } else {
       optimizer_line_ = "[stratum] AdamW on the " + device + " (" + why + ")\n";
+      // Note [device updates before their forward] (exec/executor.h).
+      if (exec_mode == OptimizerMode::Inline && ranks() == 1) exec_make(OptimizerMode::Pipelined);
     }
   }
   const Executor& exec = *exec_;

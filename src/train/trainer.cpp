@@ -194,6 +194,7 @@ void TrainRun::trace_start() {
   trace_->stream_to(o_.trace_path, "stratum train");  // Note [streamed trace]; an unwritable path fails now
   exec_->trace_set(trace_.get());
   store_->trace_set(trace_.get());
+  if (mirror_) mirror_->trace_set(trace_.get());  // the device tier's copies (and the host's, again)
 }
 
 void TrainRun::weights_load() {
@@ -592,6 +593,7 @@ TrainResult TrainRun::run() {
     throw;
   }
   if (trace_) {
+    if (mirror_) mirror_->trace_set(nullptr);
     store_->trace_set(nullptr);
     exec_->trace_set(nullptr);
     trace_->finish();

@@ -37,6 +37,10 @@ class CudaOps final : public Ops {
   CudaContext& context() const { return *ctx_; }
   bool host_memory() const override { return false; }
   void* memory_alloc(std::size_t bytes) const override;  // cudaMalloc, zeroed on the stream
+  // cudaMallocAsync / cudaFreeAsync on the compute stream, from the device's default pool, which
+  // keeps what is given back (Note [queued frees]).
+  void* memory_alloc_queued(std::size_t bytes) const override;
+  void memory_free_queued(void* p, std::size_t bytes) const noexcept override;
   void memory_free(void* p, std::size_t bytes) const noexcept override;
   void upload(void* dst, const void* src_host, std::size_t bytes) const override;
   void download(void* dst_host, const void* src, std::size_t bytes) const override;
@@ -49,6 +53,7 @@ class CudaOps final : public Ops {
   bool event_done(void* event) const override;
   void event_sync(void* event) const override;
   bool host_pin(void* p, std::size_t bytes) const override;  // cudaHostRegister
+  void queue_call(Queue queue, void (*fn)(void*), void* arg) const override;  // cudaLaunchHostFunc
   void host_unpin(void* p) const noexcept override;
   void fill(float* x, float value, std::size_t n) const override;
   void copy(float* dst, const float* src, std::size_t n) const override;
