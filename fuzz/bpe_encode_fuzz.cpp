@@ -3,7 +3,8 @@
 // arbitrary bytes and checks decode(encode(x)) == x (Note [bpe invalid utf-8]); then encodes it
 // with the Qwen2-style golden tokenizer (tests/golden/tokenizer_json/qwen2_style: an NFC
 // normalizer, Note [nfc normalizer]) and checks that its decoded text encodes to the same ids
-// (NFC is idempotent).
+// (NFC is idempotent); then with the SentencePiece-style golden tokenizer (llama2_style, Note
+// [sentencepiece bpe]) and checks decode(encode(x)) == x for text without its special tokens.
 // Pass: both hold. Fail: encode or decode throws (encode is documented never to fail), a round
 // trip differs, or a sanitizer report. Does not fuzz loading (see bpe_load_fuzz.cpp).
 // Run with tools/fuzz.sh.
@@ -40,6 +41,10 @@ std::unique_ptr<const stratum::BpeTokenizer>& nfc_tokenizer() {
   static std::unique_ptr<const stratum::BpeTokenizer> owned;
   return owned;
 }
+std::unique_ptr<const stratum::BpeTokenizer>& sp_tokenizer() {
+  static std::unique_ptr<const stratum::BpeTokenizer> owned;
+  return owned;
+}
 
 std::string escaped(std::string_view s) {
   std::string out;
@@ -63,12 +68,15 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
                  dir.c_str(), e.what());
     std::exit(2);
   }
-  const std::string nfc_dir = STRATUM_SOURCE_DIR "/tests/golden/tokenizer_json/qwen2_style";
-  try {
-    nfc_tokenizer() = std::make_unique<const stratum::BpeTokenizer>(stratum::BpeTokenizer::load(nfc_dir));
-  } catch (const stratum::Error& e) {
-    std::fprintf(stderr, "[fuzz.bpe_encode] cannot load '%s': %s\n", nfc_dir.c_str(), e.what());
-    std::exit(2);
+  for (const char* name : {"qwen2_style", "llama2_style"}) {
+    const std::string golden_dir = std::string(STRATUM_SOURCE_DIR "/tests/golden/tokenizer_json/") + name;
+    try {
+      (name[0] == 'q' ? nfc_tokenizer() : sp_tokenizer()) =
+          std::make_unique<const stratum::BpeTokenizer>(stratum::BpeTokenizer::load(golden_dir));
+    } catch (const stratum::Error& e) {
+      std::fprintf(stderr, "[fuzz.bpe_encode] cannot load '%s': %s\n", golden_dir.c_str(), e.what());
+      std::exit(2);
+    }
   }
   return 0;
 }
@@ -96,5 +104,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fuzz_fail(std::string("NFC encode/decode threw on input ") + escaped(text) + ": " + e.what());
   }
   if (again != once) fuzz_fail("NFC: encode(decode(encode(x))) != encode(x): x = " + escaped(text));
+  const stratum::BpeTokenizer& sp = *sp_tokenizer();
+  try {
+    ids = sp.encode(text);
+    back = sp.decode(ids);
+  } catch (const std::exception& e) {
+    fuzz_fail(std::string("SentencePiece-style encode/decode threw on input ") + escaped(text) + ": " + e.what());
+  }
+  if (ids.size() > size + 1) fuzz_fail("SentencePiece-style: more tokens than input bytes + 1");
+  const bool special = text.find("<s>") != std::string_view::npos || text.find("</s>") != std::string_view::npos ||
+                       text.find("<unk>") != std::string_view::npos;
+  if (!special && back != text)
+    fuzz_fail("SentencePiece-style decode(encode(x)) != x: x = " + escaped(text) + ", got " + escaped(back));
   return 0;
 }

@@ -392,7 +392,9 @@ struct MalformedCase {
 };
 
 TEST(BpeTokenizerJsonTest, MalformedAndUnsupportedFilesThrowOneLineErrors) {
-  const char* const kSupported = "Stratum supports byte-level BPE tokenizer.json (GPT-2, Llama 3)";
+  const char* const kSupported =
+      "Stratum supports BPE tokenizer.json files: byte-level (GPT-2, Llama 3, Qwen2) and SentencePiece-style with "
+      "byte fallback (Llama 2, TinyLlama, Mistral)";
   auto split = [](Json& j) -> Json& { return j["pre_tokenizer"]["pretokenizers"][0]; };
   auto byte_level = [](Json& j) -> Json& { return j["pre_tokenizer"]["pretokenizers"][1]; };
   const std::vector<MalformedCase> cases = {
@@ -403,15 +405,15 @@ TEST(BpeTokenizerJsonTest, MalformedAndUnsupportedFilesThrowOneLineErrors) {
       {"model not object", [](Json& j) { j["model"] = 3; }, "model must be an object"},
       {"no model type", [](Json& j) { j["model"].erase("type"); }, "model has no \"type\" field"},
       {"Unigram", [](Json& j) { j["model"]["type"] = "Unigram"; },
-       "model.type is \"Unigram\": SentencePiece/Unigram tokenizers (e.g. Llama 2, Mistral) are "
-       "not supported; Stratum supports byte-level BPE tokenizer.json (GPT-2, Llama 3)"},
+       "model.type is \"Unigram\": SentencePiece's Unigram tokenizers (e.g. T5, ALBERT, XLNet) are "
+       "not supported; Stratum supports BPE tokenizer.json files"},
       {"WordPiece", [](Json& j) { j["model"]["type"] = "WordPiece"; },
        "WordPiece tokenizers (e.g. BERT) are not supported"},
       {"WordLevel", [](Json& j) { j["model"]["type"] = "WordLevel"; }, "WordLevel tokenizers"},
       {"unknown model", [](Json& j) { j["model"]["type"] = "Magic"; }, "'Magic' is unknown"},
+      // With byte fallback the file must have SentencePiece's spaces (bpe_tokenizer_sp_test.cpp).
       {"byte_fallback", [](Json& j) { j["model"]["byte_fallback"] = true; },
-       "model.byte_fallback is true: SentencePiece-style tokenizers (e.g. Llama 2, Mistral) are "
-       "not supported"},
+       "pre_tokenizer Sequence is not supported; supported with byte fallback"},
       {"byte_fallback not bool", [](Json& j) { j["model"]["byte_fallback"] = "no"; },
        "model.byte_fallback must be true or false, got a string"},
       {"dropout", [](Json& j) { j["model"]["dropout"] = 0.1; }, "model.dropout must be null"},
@@ -432,7 +434,7 @@ TEST(BpeTokenizerJsonTest, MalformedAndUnsupportedFilesThrowOneLineErrors) {
              {"type", "Sequence"},
              {"normalizers", Json::array({{{"type", "Prepend"}}, {{"type", "Replace"}}})}};
        },
-       "SentencePiece-style tokenizers (e.g. Llama 2, Mistral) are not supported"},
+       "without byte fallback: SentencePiece-style spaces need \"model\": {\"byte_fallback\": true}"},
       {"normalizer not object", [](Json& j) { j["normalizer"] = "NFC"; },
        "normalizer must be an object, got a string"},
       {"pre_tokenizer null", [](Json& j) { j["pre_tokenizer"] = nullptr; },
@@ -443,7 +445,7 @@ TEST(BpeTokenizerJsonTest, MalformedAndUnsupportedFilesThrowOneLineErrors) {
        [](Json& j) {
          j["pre_tokenizer"] = {{"type", "Metaspace"}};
        },
-       "pre_tokenizer is Metaspace: SentencePiece-style"},
+       "pre_tokenizer is Metaspace without byte fallback: SentencePiece-style spaces need"},
       {"Metaspace in Sequence",
        [&](Json& j) {
          split(j) = {{"type", "Metaspace"}};

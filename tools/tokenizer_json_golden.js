@@ -15,15 +15,22 @@
 // The GPT-2 tokenizer.json is built from encoder.json + vocab.bpe exactly as the C++ test builds
 // it (gpt2_tokenizer_json in tests/bpe_tokenizer_json_test.cpp) and is not written (1.3 MB):
 // only its ids are. Does not install anything: run it through tools/make_tokenizer_json_golden.sh.
-// Usage: node tokenizer_json_golden.js <shared data dir> <output dir>
+//   tests/golden/tokenizer_json/llama2_style/tokenizer.json  a SentencePiece-style BPE tokenizer
+//     (byte fallback, "\u2581" spaces) as Hugging Face writes Llama 2's, TinyLlama's and Mistral
+//     7B v0.1's: made from a real sentencepiece model by tools/make_sp_tokenizer_json.py (the
+//     folder named by the third argument); copied here unchanged.
+//   tests/golden/tokenizer_json/metaspace_style/tokenizer.json  the same model as transformers
+//     writes it with legacy=False: no normalizer and a Metaspace pre-tokenizer (prepend_scheme
+//     "first", split false); the same decoder.
+// Usage: node tokenizer_json_golden.js <shared data dir> <output dir> <sentencepiece dir>
 'use strict';
 const fs = require('fs');
 const path = require('path');
 const assert = require('assert');
 const { Tokenizer } = require('tokenizers');
 
-const [dataDir, outDir] = process.argv.slice(2);
-if (!dataDir || !outDir) throw new Error('usage: node tokenizer_json_golden.js <shared data dir> <output dir>');
+const [dataDir, outDir, spDir] = process.argv.slice(2);
+if (!dataDir || !outDir || !spDir) throw new Error('usage: node tokenizer_json_golden.js <shared data dir> <output dir> <sentencepiece dir>');
 
 const LLAMA3_REGEX = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const QWEN2_REGEX = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -275,12 +282,31 @@ async function main() {
   const qwen2 = Tokenizer.fromString(JSON.stringify(qwen2Json));
   const qwen2Raw = Tokenizer.fromString(JSON.stringify(qwen2TokenizerJson(vocab, merges, qwenAdded, null)));
 
+  // --- The SentencePiece-style tokenizers: Llama 2's layout and transformers' legacy=False one.
+  const llama2Json = JSON.parse(fs.readFileSync(path.join(spDir, 'tokenizer.json'), 'utf8'));
+  const metaspaceJson = JSON.parse(JSON.stringify(llama2Json));
+  metaspaceJson.normalizer = null;
+  metaspaceJson.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: false };
+  const metaspaceSplitJson = JSON.parse(JSON.stringify(metaspaceJson));
+  metaspaceSplitJson.pre_tokenizer.split = true;
+  metaspaceSplitJson.pre_tokenizer.prepend_scheme = 'always';
+  const spTexts = texts.concat(['<s>Hello</s> world', 'a<s> b </s>c<unk>', ' <s>', '\u2581already \u2581\u2581marked\u2581']);
+
   const cases = {
     llama3_style: await encodeAll(llama, texts, true),
     qwen2_style: await encodeAll(qwen2, texts, false),
     gpt2: await encodeAll(Tokenizer.fromString(JSON.stringify(gpt2TokenizerJson(false))), texts, true),
     gpt2_prefix_space: await encodeAll(Tokenizer.fromString(JSON.stringify(gpt2TokenizerJson(true))), texts, false),
+    llama2_style: await encodeAll(Tokenizer.fromString(JSON.stringify(llama2Json)), spTexts, false),
+    metaspace_style: await encodeAll(Tokenizer.fromString(JSON.stringify(metaspaceJson)), spTexts, false),
+    metaspace_split_always: await encodeAll(Tokenizer.fromString(JSON.stringify(metaspaceSplitJson)), spTexts, false),
   };
+  // What Hugging Face's decoders give back (decode(ids), special tokens kept), for decode().
+  for (const [name, json] of [['llama2_style', llama2Json], ['metaspace_style', metaspaceJson]]) {
+    const tokenizer = Tokenizer.fromString(JSON.stringify(json));
+    for (const c of cases[name]) c.decoded = await tokenizer.decode(c.ids, false);
+  }
+  fs.writeFileSync(path.join(spDir, 'texts.json'), JSON.stringify(spTexts));
   // The golden texts must exercise what they are meant to: ignore_merges changes some ids.
   const withMerges = Tokenizer.fromString(JSON.stringify(llamaTokenizerJson(vocab, merges, added, false)));
   const differ = (await encodeAll(withMerges, texts, true)).filter((c, i) => c.ids.join() !== cases.llama3_style[i].ids.join());
@@ -292,6 +318,10 @@ async function main() {
 
   fs.mkdirSync(path.join(outDir, 'llama3_style'), { recursive: true });
   fs.writeFileSync(path.join(outDir, 'llama3_style', 'tokenizer.json'), JSON.stringify(llamaJson, null, 1) + '\n');
+  for (const [name, json] of [['llama2_style', llama2Json], ['metaspace_style', metaspaceJson]]) {
+    fs.mkdirSync(path.join(outDir, name), { recursive: true });
+    fs.writeFileSync(path.join(outDir, name, 'tokenizer.json'), JSON.stringify(json, null, 1) + '\n');
+  }
   fs.mkdirSync(path.join(outDir, 'qwen2_style'), { recursive: true });
   fs.writeFileSync(path.join(outDir, 'qwen2_style', 'tokenizer.json'), JSON.stringify(qwen2Json, null, 1) + '\n');
   const sections = Object.entries(cases).map(([name, list]) =>

@@ -112,7 +112,7 @@ void describe_model_dir(const std::string& dir) {
   } else {
     try {
       const BpeTokenizer tok = BpeTokenizer::load(dir);
-      std::printf("  tokenizer: %s, byte-level BPE, %d tokens\n", tok_files.c_str(), tok.vocab_size());
+      std::printf("  tokenizer: %s, %s, %d tokens\n", tok_files.c_str(), tok.kind(), tok.vocab_size());
     } catch (const Error& e) {
       std::printf("  tokenizer: %s, not usable: %s\n", tok_files.c_str(), e.what());
     }

@@ -15,7 +15,7 @@ namespace stratum {
 int cmd_prepare(const std::vector<std::string>& argv) {
   Args args("prepare", argv,
             {{"input", "FILE", "UTF-8 text corpus (required)"},
-             {"tokenizer", "DIR", "tokenizer.json (byte-level BPE), encoder.json + vocab.bpe, or vocab.json + merges.txt (required)"},
+             {"tokenizer", "DIR", "tokenizer.json (BPE: byte-level, or SentencePiece-style with byte fallback), encoder.json + vocab.bpe, or vocab.json + merges.txt (required)"},
              {"out", "FILE", "token file to write (required)"},
              {"format", "NAME", "raw (nanoGPT uint16 .bin) | llmc (llm.c shard: uint16 ids, or uint32 above "
                                 "65535); default raw where every id fits uint16, else llmc"}});

@@ -35,9 +35,11 @@ constexpr const char* kFixHint = ": use the GPT-2 tokenizer files unmodified";
 constexpr const char* kJsonFixHint =
     ": use the tokenizer.json that came with the model, unmodified";
 constexpr const char* kSupported =
-    "Stratum supports byte-level BPE tokenizer.json (GPT-2, Llama 3)";
+    "Stratum supports BPE tokenizer.json files: byte-level (GPT-2, Llama 3, Qwen2) and "
+    "SentencePiece-style with byte fallback (Llama 2, TinyLlama, Mistral)";
 constexpr const char* kSentencePiece =
-    "SentencePiece-style tokenizers (e.g. Llama 2, Mistral) are not supported; ";
+    "SentencePiece-style spaces need \"model\": {\"byte_fallback\": true} (as Llama 2's and "
+    "Mistral's have); ";
 constexpr const char* kPreTokenizersSupported =
     "supported: ByteLevel, or a Sequence of Split {\"pattern\": {\"Regex\": ...}, \"behavior\": "
     "\"Isolated\", \"invert\": false} and ByteLevel {\"add_prefix_space\": false, \"use_regex\": "
@@ -183,34 +185,45 @@ struct BpeTokenizer::Loader {
   template <class Where>
   void merge_add(std::string_view left, std::string_view right, Where where,
                  const std::string& vocab_name, std::string_view as_written, const char* hint) {
-    std::string left_bytes, right_bytes;
-    STRATUM_CHECK(symbol_to_bytes(left, left_bytes) && symbol_to_bytes(right, right_bytes),
-                  "[tokenizer] ", where(), ": merge ", quoted_for_message(as_written),
-                  " has a character outside GPT-2's byte-to-unicode alphabet", hint);
-    const auto left_it = tok.bytes_to_id_.find(left_bytes);
-    const auto right_it = tok.bytes_to_id_.find(right_bytes);
-    const auto merged_it = tok.bytes_to_id_.find(left_bytes + right_bytes);
-    STRATUM_CHECK(left_it != tok.bytes_to_id_.end() && right_it != tok.bytes_to_id_.end() &&
-                      merged_it != tok.bytes_to_id_.end(),
+    std::int32_t ids[3] = {-1, -1, -1};  // left, right, merged
+    if (tok.sp_) {  // pieces as written (Note [sentencepiece bpe])
+      ids[0] = SentencePiece::piece_id(tok, left);
+      ids[1] = SentencePiece::piece_id(tok, right);
+      ids[2] = SentencePiece::piece_id(tok, std::string(left) + std::string(right));
+    } else {
+      std::string left_bytes, right_bytes;
+      STRATUM_CHECK(symbol_to_bytes(left, left_bytes) && symbol_to_bytes(right, right_bytes),
+                    "[tokenizer] ", where(), ": merge ", quoted_for_message(as_written),
+                    " has a character outside GPT-2's byte-to-unicode alphabet", hint);
+      const auto id_of = [&](const std::string& bytes) {
+        const auto it = tok.bytes_to_id_.find(bytes);
+        return it == tok.bytes_to_id_.end() ? -1 : it->second;
+      };
+      ids[0] = id_of(left_bytes), ids[1] = id_of(right_bytes), ids[2] = id_of(left_bytes + right_bytes);
+    }
+    STRATUM_CHECK(ids[0] >= 0 && ids[1] >= 0 && ids[2] >= 0,
                   "[tokenizer] ", where(), ": merge ", quoted_for_message(as_written),
                   " names a symbol (or makes a token) that is not in ", vocab_name,
                   ": use the merges that belong to this vocabulary");
     STRATUM_CHECK(next_rank < INT32_MAX, "[tokenizer] ", where(), ": too many merges");
-    const std::uint64_t key = (static_cast<std::uint64_t>(left_it->second) << 32) |
-                              static_cast<std::uint32_t>(right_it->second);
+    const std::uint64_t key = (static_cast<std::uint64_t>(ids[0]) << 32) | static_cast<std::uint32_t>(ids[1]);
     // Like Python's dict(zip(merges, range(...))) and Hugging Face's merge map, a repeated pair
     // keeps its last rank.
-    tok.merges_[key] = Merge{next_rank++, merged_it->second};
+    tok.merges_[key] = Merge{next_rank++, ids[2]};
   }
 
   // A merges list cut short (or of another vocabulary) leaves tokens no merge makes, and would
   // encode text into more, shorter tokens without a word. Every token of several bytes but a few
   // special ones (GPT-2's <|endoftext|>, added tokens) comes from a merge.
   void merges_check(const std::string& merges_where, const std::string& vocab_where, const char* hint) const {
-    std::unordered_set<std::int32_t> made;
-    for (const auto& [key, merge] : tok.merges_) made.insert(merge.merged_id);
     std::size_t unmade = 0;
-    for (const auto& [bytes, id] : tok.bytes_to_id_) unmade += bytes.size() > 1 && made.count(id) == 0 ? 1 : 0;
+    if (tok.sp_) {
+      unmade = SentencePiece::unmade_count(tok);
+    } else {
+      std::unordered_set<std::int32_t> made;
+      for (const auto& [key, merge] : tok.merges_) made.insert(merge.merged_id);
+      for (const auto& [bytes, id] : tok.bytes_to_id_) unmade += bytes.size() > 1 && made.count(id) == 0 ? 1 : 0;
+    }
     STRATUM_CHECK(unmade <= std::max<std::size_t>(16, tok.bytes_to_id_.size() / 100), "[tokenizer] ", merges_where,
                   " has ", tok.merges_.size(), " merges, and ", unmade, " tokens of several bytes in ", vocab_where,
                   " come from none of them (a truncated or mismatched merges list?)", hint);
@@ -271,8 +284,8 @@ void BpeTokenizer::Loader::json_model_check(const JsonFields& f, const Json& mod
   const std::string type = f.type(model, "model");
   if (type == "Unigram") {
     STRATUM_FAIL("[tokenizer] ", f.file(),
-                 ": model.type is \"Unigram\": SentencePiece/Unigram "
-                 "tokenizers (e.g. Llama 2, Mistral) are not supported; ",
+                 ": model.type is \"Unigram\": SentencePiece's Unigram "
+                 "tokenizers (e.g. T5, ALBERT, XLNet) are not supported; ",
                  kSupported);
   }
   if (type == "WordPiece" || type == "WordLevel") {
@@ -281,8 +294,7 @@ void BpeTokenizer::Loader::json_model_check(const JsonFields& f, const Json& mod
   }
   STRATUM_CHECK(type == "BPE", "[tokenizer] ", f.file(), ": model.type ", quoted_for_message(type),
                 " is unknown; ", kSupported);
-  STRATUM_CHECK(!f.boolean(model, "model", "byte_fallback", 0), "[tokenizer] ", f.file(),
-                ": model.byte_fallback is true: ", kSentencePiece, kSupported);
+  tok.sp_ = f.boolean(model, "model", "byte_fallback", 0);  // Note [sentencepiece bpe]
   if (const Json* dropout = JsonFields::find(model, "dropout"); dropout != nullptr) {
     STRATUM_CHECK(dropout->is_null() || (dropout->is_number() && dropout->get<double>() == 0.0),
                   "[tokenizer] ", f.file(),
@@ -299,7 +311,8 @@ void BpeTokenizer::Loader::json_model_check(const JsonFields& f, const Json& mod
                   ": word-piece style BPE is not supported; ", kSupported);
   }
   if (const Json* unk = JsonFields::find(model, "unk_token"); unk != nullptr) {
-    // Ignored: a byte-level vocabulary has all 256 bytes, so no text is unknown.
+    // Ignored: a byte-level vocabulary has all 256 bytes, and so must a byte-fallback one, so
+    // no text is unknown.
     f.expect(unk->is_null() || unk->is_string(), *unk, "model.unk_token", "a string or null");
   }
   f.boolean(model, "model", "fuse_unk", 0);
@@ -319,7 +332,7 @@ void BpeTokenizer::Loader::json_normalizer_check(const JsonFields& f, const Json
     }
   }
   STRATUM_CHECK(!sentencepiece, "[tokenizer] ", f.file(), ": normalizer ", quoted_for_message(type),
-                " (SentencePiece's \"\xE2\x96\x81\" spaces): ", kSentencePiece, kSupported);
+                " (SentencePiece's \"\xE2\x96\x81\" spaces) without byte fallback: ", kSentencePiece, kSupported);
   if (type == "NFC") {  // Qwen2's (Note [nfc normalizer])
     tok.nfc_ = true;
     return;
@@ -337,7 +350,7 @@ void BpeTokenizer::Loader::json_pre_tokenizer_read(const JsonFields& f, const Js
                 kPreTokenizersSupported);
   const std::string type = f.type(*pre, "pre_tokenizer");
   STRATUM_CHECK(type != "Metaspace", "[tokenizer] ", f.file(),
-                ": pre_tokenizer is Metaspace: ", kSentencePiece, kSupported);
+                ": pre_tokenizer is Metaspace without byte fallback: ", kSentencePiece, kSupported);
   const std::string regex_name = "the pre_tokenizer regex of " + f.file();
   const char* regex_fix = ": fix the pattern or use the tokenizer.json that came with the model";
   if (type == "ByteLevel") {
@@ -356,7 +369,7 @@ void BpeTokenizer::Loader::json_pre_tokenizer_read(const JsonFields& f, const Js
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const std::string where = JsonFields::index("pre_tokenizer.pretokenizers", i);
     STRATUM_CHECK(f.type(parts[i], where) != "Metaspace", "[tokenizer] ", f.file(), ": ", where,
-                  " is Metaspace: ", kSentencePiece, kSupported);
+                  " is Metaspace without byte fallback: ", kSentencePiece, kSupported);
   }
   const auto part_type = [&](std::size_t i) {
     return f.type(parts[i], JsonFields::index("pre_tokenizer.pretokenizers", i));
@@ -555,9 +568,13 @@ BpeTokenizer BpeTokenizer::load_tokenizer_json(const std::string& path) {
   Loader loader{tok};
   const Json& model = f.object(root, "", "model");
   loader.json_model_check(f, model);
-  loader.json_normalizer_check(f, root);
-  loader.json_pre_tokenizer_read(f, root);
-  loader.json_decoder_check(f, root);
+  if (tok.sp_) {
+    SentencePiece::components_read(tok, f, root);
+  } else {
+    loader.json_normalizer_check(f, root);
+    loader.json_pre_tokenizer_read(f, root);
+    loader.json_decoder_check(f, root);
+  }
 
   // Added tokens: read first, because a vocabulary token outside the byte alphabet is valid
   // only as an added token.
@@ -599,8 +616,12 @@ BpeTokenizer BpeTokenizer::load_tokenizer_json(const std::string& path) {
     }
   }
 
-  loader.vocab_read(f.required(model, "model", "vocab"), f.file() + " model.vocab", kJsonFixHint,
-                    added_by_content);
+  if (tok.sp_) {
+    SentencePiece::vocab_read(tok, f, f.required(model, "model", "vocab"));
+  } else {
+    loader.vocab_read(f.required(model, "model", "vocab"), f.file() + " model.vocab", kJsonFixHint,
+                      added_by_content);
+  }
   const Json& vocab = model.at("vocab");
   // Hugging Face keeps the vocabulary id of an added token already in model.vocab and gives the
   // others the next free ids in file order (ignoring the ids written); accept only files whose

@@ -1,10 +1,11 @@
-// Byte-level BPE tokenizer: loads a Hugging Face tokenizer.json (GPT-2, Llama 3 and other
-// byte-level BPE models; Note [tokenizer.json]) or GPT-2's encoder.json + vocab.bpe (OpenAI
+// BPE tokenizer: loads a Hugging Face tokenizer.json (byte-level BPE as in GPT-2, Llama 3 and
+// Qwen2, Note [tokenizer.json]; SentencePiece-style BPE with byte fallback as in Llama 2,
+// TinyLlama and Mistral, Note [sentencepiece bpe]) or GPT-2's encoder.json + vocab.bpe (OpenAI
 // names) / vocab.json + merges.txt (Hugging Face names), encodes text to token ids exactly as
 // OpenAI's GPT-2 encoder and Hugging Face `tokenizers` do, and decodes ids back to raw bytes.
 // Does not: add BOS/EOS ids (bos_id() only reports them), normalize Unicode other than to NFC
 // (a tokenizer.json's "NFC" normalizer, Qwen2's), pad or truncate, learn merges, or load
-// SentencePiece/Unigram/WordPiece tokenizers.
+// Unigram/WordPiece tokenizers or SentencePiece's own tokenizer.model.
 #pragma once
 
 #include <array>
@@ -39,7 +40,8 @@ namespace stratum {
 // Split {"pattern": {"Regex": ...}, "behavior": "Isolated", "invert": false} and ByteLevel
 // {"add_prefix_space": false, "use_regex": false} (Llama 3); "decoder": ByteLevel;
 // "model.ignore_merges" (a pre-token that is a vocabulary token is emitted whole, as Llama 3
-// expects); "added_tokens" with lstrip, rstrip and single_word false. Encoding follows Hugging
+// expects); "added_tokens" with lstrip, rstrip and single_word false; and the SentencePiece-style
+// layout of Note [sentencepiece bpe]. Encoding follows Hugging
 // Face `tokenizers`: added tokens are cut out of the raw text first (leftmost match, longest
 // first; "normalized": false tokens in a first pass, "normalized": true ones in what is left),
 // each map to their id, and every piece of text between them is pre-tokenized (a prefix space
@@ -49,9 +51,8 @@ namespace stratum {
 // model.vocab covers 0..V-1, an added token already in the vocabulary keeps its id (and must
 // stand for its own text there), and the others take V, V+1, ... in file order. Refused with
 // one error naming the file, the field and what is supported: other model types (Unigram,
-// WordPiece, WordLevel), SentencePiece-style BPE (byte_fallback, Metaspace; e.g. Llama 2,
-// Mistral), normalizers other than NFC, other pre-tokenizers and decoders, added tokens with lstrip, rstrip
-// or single_word. PCRE2 stands in for Hugging Face's Oniguruma: they agree on the constructs real
+// WordPiece, WordLevel), normalizers other than NFC (and Note [sentencepiece bpe]'s), other
+// pre-tokenizers and decoders, added tokens with lstrip, rstrip or single_word. PCRE2 stands in for Hugging Face's Oniguruma: they agree on the constructs real
 // tokenizer regexes use (\p{L}, \p{N}, \s, (?i:...), lookahead, {m,n}); ^ and $ match at line
 // ends as in Oniguruma; known differences: \h (hex digit in Oniguruma, horizontal space in
 // PCRE2) and U+180E (\s in PCRE2 only).
@@ -63,6 +64,30 @@ namespace stratum {
 // copied. Only the well-formed UTF-8 runs are normalized; ill-formed bytes stay where they are
 // (Note [bpe invalid utf-8]; Hugging Face takes no ill-formed text at all). decode() gives the
 // normalized text back, so decode(encode(x)) == NFC(x).
+//
+// Note [sentencepiece bpe]
+// "model": {"type": "BPE", "byte_fallback": true} is SentencePiece's BPE as Hugging Face's
+// LlamaConverter writes it (Llama 2, TinyLlama, Mistral; the golden files come from a model that
+// sentencepiece itself trained, and sentencepiece gives the same ids; tools/make_sp_tokenizer_json.py).
+// Its vocabulary is of text pieces, where "\u2581" stands for a space, plus the 256 byte tokens
+// "<0x00>".."<0xFF>" (all required). Spaces become "\u2581" in one of two ways, both accepted:
+// - legacy (Llama 2 on the Hub): "normalizer" a Sequence of Prepend "\u2581" (optional) and
+//   Replace " " -> "\u2581", "pre_tokenizer": null. As in Hugging Face, the normalizer runs on
+//   each piece of text between "normalized": false added tokens, so each such piece gets the
+//   prefix ("<s>Hi" -> "<s>", "\u2581Hi");
+// - transformers' legacy=False: "normalizer": null, "pre_tokenizer" Metaspace {"replacement":
+//   "\u2581", "prepend_scheme": "first" | "always" | "never" (or the older "add_prefix_space"),
+//   "split": false | true}: spaces replaced, "\u2581" prepended to a piece that does not start
+//   with one (with "first", only to the piece at the start of the text), and with split true the
+//   piece is cut before each "\u2581".
+// Each piece is one BPE word, split into characters: a character in the vocabulary is its token,
+// any other (and every ill-formed UTF-8 byte) is its bytes' "<0xNN>" tokens; then the merges run
+// in Hugging Face's order (lowest rank first, leftmost on ties, a heap over a linked list: a
+// whole-document piece stays O(n log n)). "decoder": a Sequence of Replace "\u2581" -> " ",
+// ByteFallback, Fuse and an optional Strip of " " at the start (Llama 2's): decode_token gives a
+// token's raw bytes (" the" for "\u2581the", one byte for "<0x0A>"), decode() their concatenation
+// less the one space Strip takes off the front. decode(encode(x)) == x unless x starts with a
+// space or an added token; then Hugging Face's decode differs from x the same way.
 //
 // Thread safety: a loaded BpeTokenizer is immutable. All const methods, encode included, may be
 // called concurrently from any number of threads: encode keeps its merged-word cache and its
@@ -112,11 +137,14 @@ class BpeTokenizer {
   // encode() never adds them. Llama 3: bos_id() == token_id("<|begin_of_text|>"), eos_id() == -1.
   std::int32_t bos_id() const;
   std::int32_t eos_id() const;
+  // "byte-level BPE" or "SentencePiece-style BPE with byte fallback" (Note [sentencepiece bpe]).
+  const char* kind() const;
 
  private:
   struct CompiledRegex;  // owns the PCRE2 code; defined in the .cpp to keep pcre2.h private
-  struct EncodeState;    // one encode() call's cache and PCRE2 match data; defined in the .cpp
+  struct EncodeState;    // one encode() call's cache and PCRE2 match data; bpe_tokenizer_impl.h
   struct Loader;         // file parsing and validation; defined in the .cpp
+  struct SentencePiece;  // Note [sentencepiece bpe]'s loading; bpe_tokenizer_impl.h
   struct Merge {
     std::int32_t rank;       // order in the merges list; lower merges first
     std::int32_t merged_id;  // id of left + right
@@ -146,6 +174,9 @@ class BpeTokenizer {
   void encode_segment(std::string_view segment, EncodeState& state) const;
   // Appends the ids of one pre-token (raw bytes) to `out`.
   void bpe_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
+  // Note [sentencepiece bpe]: one piece of text between added tokens, and one BPE word of it.
+  void sp_segment(std::string_view segment, EncodeState& state) const;
+  void sp_word(std::string_view word, std::vector<std::int32_t>& out) const;
   const Merge* merge_find(std::int32_t left_id, std::int32_t right_id) const;
 
   std::vector<std::string> id_to_bytes_;  // (vocab_size) raw bytes of each token
@@ -158,6 +189,16 @@ class BpeTokenizer {
   bool add_prefix_space_ = false;  // ByteLevel add_prefix_space: " " before each text piece
   bool ignore_merges_ = false;     // a pre-token that is a vocabulary token is emitted whole
   bool nfc_ = false;               // "normalizer": {"type": "NFC"} (Note [nfc normalizer])
+  // Note [sentencepiece bpe]; all false for byte-level BPE.
+  enum class Prepend : std::uint8_t { Never, First, Always };
+  bool sp_ = false;                // SentencePiece-style BPE (model.byte_fallback)
+  bool sp_replace_ = false;        // the legacy normalizer: " " -> "\u2581" per piece ...
+  bool sp_prepend_ = false;        // ... after a "\u2581" prefix (Prepend)
+  bool sp_metaspace_ = false;      // the Metaspace pre-tokenizer, prepending by sp_scheme_
+  Prepend sp_scheme_ = Prepend::Never;
+  bool sp_split_ = false;          // Metaspace split: a word starts at each "\u2581"
+  bool sp_strip_ = false;          // decode() drops one leading space (the Strip decoder)
+  StringToId piece_to_id_;         // vocabulary pieces as written ("\u2581the") -> id
   std::int32_t eot_id_ = -1;
   std::int32_t bos_id_ = -1;
   std::int32_t eos_id_ = -1;

@@ -82,16 +82,6 @@ std::string BpeTokenizer::files_in(const std::string& dir) {
   return "";
 }
 
-struct BpeTokenizer::EncodeState {
-  std::vector<std::int32_t> out;
-  // Per-call cache (keeps encode thread-safe): piece -> (offset, count) of its ids in `out`.
-  // Pieces are views into the text or into `prefixed`.
-  std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>> cache;
-  std::deque<std::string> prefixed;  // text pieces with the ByteLevel prefix space, or NFC'd; never move
-  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match{nullptr,
-                                                                            &pcre2_match_data_free};
-};
-
 const BpeTokenizer::Merge* BpeTokenizer::merge_find(std::int32_t left_id,
                                                     std::int32_t right_id) const {
   const auto it = merges_.find((static_cast<std::uint64_t>(left_id) << 32) |
@@ -131,10 +121,13 @@ void BpeTokenizer::bpe_piece(std::string_view piece, std::vector<std::int32_t>& 
 
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
   if (text.empty()) return {};
-  STRATUM_ASSERT(regex_ != nullptr);  // null only in a moved-from tokenizer
+  STRATUM_ASSERT(regex_ != nullptr || sp_);  // no regex only in SentencePiece-style BPE or a moved-from tokenizer
   EncodeState state;
-  state.match.reset(pcre2_match_data_create_from_pattern(regex_->code, nullptr));
-  STRATUM_CHECK(state.match != nullptr, "[tokenizer] out of memory allocating PCRE2 match data");
+  state.text_begin = text.data();
+  if (regex_ != nullptr) {
+    state.match.reset(pcre2_match_data_create_from_pattern(regex_->code, nullptr));
+    STRATUM_CHECK(state.match != nullptr, "[tokenizer] out of memory allocating PCRE2 match data");
+  }
   encode_added(text, 0, state);
   return std::move(state.out);
 }
@@ -146,6 +139,13 @@ void BpeTokenizer::encode_added(std::string_view text, std::size_t pass, EncodeS
       state.prefixed.push_back(std::move(normal));  // never moves: the cache holds views into it
       text = state.prefixed.back();
     }
+  }
+  // Note [sentencepiece bpe]: the legacy normalizer, also after the first pass.
+  if (pass == 1 && sp_replace_) {
+    std::string normal = sp_prepend_ ? "\xE2\x96\x81" : "";
+    for (const char c : text) normal += c == ' ' ? std::string_view("\xE2\x96\x81") : std::string_view(&c, 1);
+    state.prefixed.push_back(std::move(normal));
+    text = state.prefixed.back();
   }
   if (pass == added_passes_.size()) {
     encode_segment(text, state);
@@ -182,6 +182,10 @@ void BpeTokenizer::encode_added(std::string_view text, std::size_t pass, EncodeS
 }
 
 void BpeTokenizer::encode_segment(std::string_view segment, EncodeState& state) const {
+  if (sp_) {
+    sp_segment(segment, state);
+    return;
+  }
   if (add_prefix_space_ && segment.front() != ' ') {
     state.prefixed.push_back(" " + std::string(segment));
     segment = state.prefixed.back();
@@ -251,6 +255,7 @@ std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
                   "different vocabulary?)");
     out += id_to_bytes_[static_cast<std::size_t>(id)];
   }
+  if (sp_strip_ && !out.empty() && out.front() == ' ') out.erase(0, 1);  // Note [sentencepiece bpe]
   return out;
 }
 
@@ -277,5 +282,9 @@ std::int32_t BpeTokenizer::token_id(std::string_view content) const {
 std::int32_t BpeTokenizer::bos_id() const { return bos_id_; }
 
 std::int32_t BpeTokenizer::eos_id() const { return eos_id_; }
+
+const char* BpeTokenizer::kind() const {
+  return sp_ ? "SentencePiece-style BPE with byte fallback" : "byte-level BPE";
+}
 
 }  // namespace stratum

@@ -1,14 +1,22 @@
-// Internal to the BPE tokenizer's two source files (loading in bpe_tokenizer.cpp, encoding in
-// bpe_tokenizer_encode.cpp): the compiled PCRE2 pattern type and the one UTF-8 helper both use.
-// Not for other code.
+// Internal to the BPE tokenizer's source files (loading in bpe_tokenizer.cpp, encoding in
+// bpe_tokenizer_encode.cpp, the SentencePiece-style parts in bpe_tokenizer_sp.cpp): the compiled
+// PCRE2 pattern type, one encode() call's state, the SentencePiece-style loading steps and the
+// UTF-8 helper they share. Not for other code.
 #pragma once
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #include <cstddef>
+#include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "data/bpe_tokenizer.h"
 
@@ -21,6 +29,31 @@ struct BpeTokenizer::CompiledRegex {
   CompiledRegex(const CompiledRegex&) = delete;
   CompiledRegex& operator=(const CompiledRegex&) = delete;
   ~CompiledRegex() { pcre2_code_free(code); }
+};
+
+struct BpeTokenizer::EncodeState {
+  std::vector<std::int32_t> out;
+  // Per-call cache (keeps encode thread-safe): piece -> (offset, count) of its ids in `out`.
+  // Pieces are views into the text or into `prefixed`.
+  std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>> cache;
+  std::deque<std::string> prefixed;  // text pieces with the ByteLevel prefix space, or NFC'd; never move
+  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match{nullptr, &pcre2_match_data_free};
+  const char* text_begin = nullptr;  // the text encode() was given (Metaspace's prepend_scheme "first")
+};
+
+class JsonFields;
+
+// Note [sentencepiece bpe]: the tokenizer.json parts of a model with "byte_fallback": true, read
+// into `tok` with one-line errors as the rest of the loader gives them.
+struct BpeTokenizer::SentencePiece {
+  // "normalizer", "pre_tokenizer" and "decoder".
+  static void components_read(BpeTokenizer& tok, const JsonFields& f, const nlohmann::json& root);
+  // model.vocab: pieces, "\u2581" for a space, and the 256 "<0xNN>" byte tokens.
+  static void vocab_read(BpeTokenizer& tok, const JsonFields& f, const nlohmann::json& vocab);
+  // The id of a piece as written in model.merges, or -1.
+  static std::int32_t piece_id(const BpeTokenizer& tok, std::string_view piece);
+  // How many pieces of several characters no merge makes (byte and added tokens aside).
+  static std::size_t unmade_count(const BpeTokenizer& tok);
 };
 
 // Size of the character at s[i]: its UTF-8 length when well-formed, else 1 (one invalid byte).

@@ -142,6 +142,10 @@ GenerateResult generate_run(const GenerateOptions& o,
   if (prompts.empty()) {
     for (const std::string& text : o.prompts.empty() ? std::vector<std::string>{""} : o.prompts) {
       std::vector<std::int32_t> ids = tokenizer->encode(text);
+      // The BOS the tokenizer's post_processor puts first (Llama 2's <s>, Llama 3's
+      // <|begin_of_text|>), as Hugging Face's tokenizer(text) does, unless the prompt has it.
+      if (const std::int32_t bos = tokenizer->bos_id(); bos >= 0 && (ids.empty() || ids.front() != bos))
+        ids.insert(ids.begin(), bos);
       if (ids.empty()) {  // start from BOS (Llama) or <|endoftext|> (GPT-2)
         const std::int32_t start = cfg.bos_token_id >= 0       ? cfg.bos_token_id
                                    : tokenizer->bos_id() >= 0 ? tokenizer->bos_id()

@@ -34,7 +34,7 @@ const TrainOption kTable[] = {
      false, [](TrainSettings& s) -> TrainOptionField { return &s.data_path; }},
     {"val-data", "val_data_path", "FILE", "validation data (default: hold out the last 5% when --eval-every > 0)", 0,
      0, false, [](TrainSettings& s) -> TrainOptionField { return &s.val_data_path; }},
-    {"tokenizer", "tokenizer_dir", "DIR", "GPT-2 BPE files (encoder.json + vocab.bpe or vocab.json + merges.txt)", 0,
+    {"tokenizer", "tokenizer_dir", "DIR", "tokenizer files (tokenizer.json, encoder.json + vocab.bpe or vocab.json + merges.txt)", 0,
      0, false, [](TrainSettings& s) -> TrainOptionField { return &s.tokenizer_dir; }},
     {"batch", "batch", "B", "sequences per step", 1, 65536, true,
      [](TrainSettings& s) -> TrainOptionField { return &s.batch; }},
