@@ -153,13 +153,18 @@ std::string number_text(double v) {
 // depend on a field read before it: --kv-heads on --heads, --inner on --embd).
 const std::vector<ModelShapeFlag>& model_shape_flags() {
   static const std::vector<ModelShapeFlag> rows = {
-      {"arch", "gpt2|llama|qwen2", "new model: family (default gpt2; qwen2: llama with q, k and v biases)", false,
+      {"arch", "gpt2|llama|qwen2|mistral",
+       "new model: family (default gpt2; qwen2: llama with q, k and v biases; mistral: llama saved as Mistral, "
+       "no sliding window)",
+       false,
        [](const Args& a, GptConfig& c) {
          const std::string arch = a.str("arch", "gpt2");
-         STRATUM_CHECK(arch == "gpt2" || arch == "llama" || arch == "qwen2",
-                       "[cli] --arch must be gpt2, llama or qwen2, got '", arch, "'");
+         STRATUM_CHECK(arch == "gpt2" || arch == "llama" || arch == "qwen2" || arch == "mistral",
+                       "[cli] --arch must be gpt2, llama, qwen2 or mistral, got '", arch, "'");
          c.arch = arch == "gpt2" ? ModelArch::Gpt2 : ModelArch::Llama;
-         c.variant = arch == "qwen2" ? LlamaVariant::Qwen2 : LlamaVariant::Llama;
+         c.variant = arch == "qwen2"     ? LlamaVariant::Qwen2
+                     : arch == "mistral" ? LlamaVariant::Mistral
+                                         : LlamaVariant::Llama;
          if (c.llama()) c.layer_norm_eps = 1e-5f;
        },
        [](const GptConfig& c) { return std::string(c.family()); }},

@@ -61,8 +61,8 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.config.validate();
   r.batch = static_cast<int>(args.integer("batch", 4, 1, 65536));
   r.seq = static_cast<int>(args.integer("seq", 64, 1, 1 << 20));
-  STRATUM_CHECK(r.seq <= r.config.n_ctx, "[plan] --seq ", r.seq, " is longer than the model context n_ctx=",
-                r.config.n_ctx, "; use --seq <= ", r.config.n_ctx);
+  STRATUM_CHECK(r.seq <= r.config.context(), "[plan] --seq ", r.seq, " is longer than the model context ",
+                r.config.context_text(), "; use --seq <= ", r.config.context());
   r.grad_accum = static_cast<int>(args.integer("grad-accum", 1, 1, 65536));
   r.ranks = static_cast<int>(args.integer("ranks", 1, 1, 65536));
   r.net_gbps = args.number("net-gbps", 0.0);

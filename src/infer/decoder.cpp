@@ -98,8 +98,8 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
       buffer_(ops_buffer_carve(*ops_, slices(*ops_, b_, cfg, max_batch, max_ctx))),
       head_scratch_(*ops_, cfg, max_batch),
       schedule_(0) {
-  STRATUM_CHECK(max_ctx >= 1 && max_ctx <= cfg.n_ctx, "[generate] context ", max_ctx,
-                " exceeds the model's maximum of ", cfg.n_ctx);
+  STRATUM_CHECK(max_ctx >= 1 && max_ctx <= cfg.context(), "[generate] context ", max_ctx,
+                " exceeds the model's maximum of ", cfg.context());
   STRATUM_ASSERT(store.units().act_floats() >= kv_unit_floats(cfg, max_batch, max_ctx));  // Note [KV cache units]
   const int R = static_cast<int>(rows_for(max_batch));
   if (layout_.has_lora()) lora_u_ = OpsBuffer(*ops_, static_cast<std::size_t>(R) * layout_.lora().r * sizeof(float));

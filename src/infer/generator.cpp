@@ -159,9 +159,9 @@ GenerateResult generate_run(const GenerateOptions& o,
   }
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     STRATUM_CHECK(!prompts[i].empty(), "[generate] prompt ", i + 1, " has no tokens");
-    STRATUM_CHECK(static_cast<int>(prompts[i].size()) < cfg.n_ctx, "[generate] prompt ", i + 1, " is ",
-                  prompts[i].size(), " tokens, longer than the model context of ", cfg.n_ctx,
-                  " tokens allows (at least one token must be generated); shorten it");
+    STRATUM_CHECK(static_cast<int>(prompts[i].size()) < cfg.context(), "[generate] prompt ", i + 1, " is ",
+                  prompts[i].size(), " tokens, longer than the model context of ", cfg.context(),
+                  cfg.context() < cfg.n_ctx ? " tokens (its sliding window)" : " tokens", " allows (at least one token must be generated); shorten it");
     for (std::int32_t id : prompts[i])
       STRATUM_CHECK(id >= 0 && id < cfg.vocab_size, "[generate] prompt token id ", id,
                     " is outside the model vocabulary (0..", cfg.vocab_size - 1, ")",
@@ -169,7 +169,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   }
   int longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
-  const int max_ctx = std::min(cfg.n_ctx, longest + std::max(1, o.max_tokens));
+  const int max_ctx = std::min(cfg.context(), longest + std::max(1, o.max_tokens));
   const int batch = std::min<int>(o.batch, static_cast<int>(prompts.size()));
 
   const int threads = o.threads > 0 ? o.threads : default_thread_count();

@@ -130,6 +130,13 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
     // Qwen2's sliding-window attention (use_sliding_window, from layer max_window_layers on) is
     // off in its released configs; on, it would attend to fewer keys than Stratum does.
     option_refuse(path, root, "use_sliding_window", true, "Stratum's attention is full causal attention");
+  } else if (variant == LlamaVariant::Mistral) {
+    // Note [mistral window]: a window of W keys is full causal attention up to W tokens.
+    if (root.contains("sliding_window") && !root.at("sliding_window").is_null()) {
+      cfg.sliding_window = int_field(path, root, "sliding_window");
+      STRATUM_CHECK(cfg.sliding_window >= 1, where(path), ": sliding_window must be >= 1 or null, got ",
+                    cfg.sliding_window);
+    }
   } else {
     option_refuse(path, root, "attention_bias", true,
                   "Llama projections without biases, or Qwen2's q, k and v biases (model_type \"qwen2\")");
@@ -151,7 +158,8 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
 void write_llama(const std::string& path, const GptConfig& cfg, const char* torch_dtype) {
   nlohmann::ordered_json j;
   const bool qwen2 = cfg.variant == LlamaVariant::Qwen2;
-  j["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  const bool mistral = cfg.variant == LlamaVariant::Mistral;
+  j["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
   j["model_type"] = cfg.family();
   j["hidden_size"] = cfg.n_embd;
   j["intermediate_size"] = cfg.mlp_width();
@@ -180,6 +188,12 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = cfg.n_layer;
+  } else if (mistral) {  // MistralConfig has no bias fields
+    if (cfg.sliding_window > 0) {
+      j["sliding_window"] = cfg.sliding_window;
+    } else {
+      j["sliding_window"] = nullptr;
+    }
   } else {
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
@@ -211,10 +225,13 @@ GptConfig hf_config_read(const std::string& path) {
     const auto& type = root.at("model_type");
     STRATUM_CHECK(type.is_string(), where(path), ": model_type must be a string, got ", json_brief(type));
     const std::string name = type.get<std::string>();
-    STRATUM_CHECK(name == "gpt2" || name == "llama" || name == "qwen2", where(path), ": model_type ", json_brief(type),
-                  " is not supported; Stratum runs GPT-2 (\"gpt2\"), Llama (\"llama\") and Qwen2 (\"qwen2\") models");
+    STRATUM_CHECK(name == "gpt2" || name == "llama" || name == "qwen2" || name == "mistral", where(path), ": model_type ",
+                  json_brief(type),
+                  " is not supported; Stratum runs GPT-2 (\"gpt2\"), Llama (\"llama\"), Qwen2 (\"qwen2\") and Mistral "
+                  "(\"mistral\") models");
     if (name == "llama") return read_llama(path, root, LlamaVariant::Llama);
     if (name == "qwen2") return read_llama(path, root, LlamaVariant::Qwen2);
+    if (name == "mistral") return read_llama(path, root, LlamaVariant::Mistral);
   }
   GptConfig cfg;
   cfg.n_layer = int_field(path, root, "n_layer");

@@ -1,9 +1,10 @@
-// Reads and writes Hugging Face config.json files of the "gpt2", "llama" and "qwen2" model types
-// (Qwen2: a Llama with q, k and v biases, GptConfig::variant). Reading checks the fields Stratum
-// needs and refuses options it does not implement (other model types, rope scalings other than
-// llama3/linear, biases in Llama projections, Qwen2's sliding window, activations other than
-// GELU-tanh / SiLU); writing produces a config that transformers' GPT2LMHeadModel /
-// LlamaForCausalLM / Qwen2ForCausalLM.from_pretrained accepts. Does not handle tokenizer or
+// Reads and writes Hugging Face config.json files of the "gpt2", "llama", "qwen2" and "mistral"
+// model types (Qwen2: a Llama with q, k and v biases; Mistral: a Llama within its sliding window,
+// Note [mistral window]; GptConfig::variant). Reading checks the fields Stratum needs and refuses
+// options it does not implement (other model types, rope scalings other than llama3/linear,
+// biases in Llama projections, Qwen2's sliding window, activations other than GELU-tanh / SiLU);
+// writing produces a config that transformers' GPT2LMHeadModel / LlamaForCausalLM /
+// Qwen2ForCausalLM / MistralForCausalLM.from_pretrained accepts. Does not handle tokenizer or
 // generation configs.
 #pragma once
 

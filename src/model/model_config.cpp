@@ -9,8 +9,12 @@ namespace stratum {
 
 const char* model_arch_name(ModelArch arch) { return arch == ModelArch::Llama ? "llama" : "gpt2"; }
 
-const char* GptConfig::family() const { return qkv_bias() ? "qwen2" : model_arch_name(arch); }
-const char* GptConfig::family_title() const { return qkv_bias() ? "Qwen2" : llama() ? "Llama" : "GPT-2"; }
+const char* GptConfig::family() const {
+  return qkv_bias() ? "qwen2" : llama() && variant == LlamaVariant::Mistral ? "mistral" : model_arch_name(arch);
+}
+const char* GptConfig::family_title() const {
+  return qkv_bias() ? "Qwen2" : !llama() ? "GPT-2" : variant == LlamaVariant::Mistral ? "Mistral" : "Llama";
+}
 
 void GptConfig::validate() const {
   // Each field by the name its family's config.json gives it (Llama's as Hugging Face writes them).
@@ -34,9 +38,11 @@ void GptConfig::validate() const {
     STRATUM_CHECK(n_inner == 0 || n_inner == 4 * n_embd, "[model.config] GPT-2's MLP width is 4 * n_embd");
     STRATUM_CHECK(n_head_dim == 0 || n_head_dim * n_head == n_embd, "[model.config] GPT-2's head_dim is n_embd / n_head");
     STRATUM_CHECK(tie_word_embeddings, "[model.config] GPT-2's LM head is tied to wte");
-    STRATUM_CHECK(variant == LlamaVariant::Llama, "[model.config] a Qwen2 model is of the Llama family");
+    STRATUM_CHECK(variant == LlamaVariant::Llama, "[model.config] a Qwen2 or Mistral model is of the Llama family");
     return;
   }
+  STRATUM_CHECK(sliding_window >= 0 && (sliding_window == 0 || variant == LlamaVariant::Mistral),
+                "[model.config] sliding_window must be >= 1 (or null) and belongs to Mistral, got ", sliding_window);
   STRATUM_CHECK(n_head_dim > 0 || n_embd % n_head == 0, "[model.config] hidden_size (", n_embd,
                 ") must be divisible by num_attention_heads (", n_head, ") unless head_dim is given");
   const int hd = head_dim();
@@ -61,12 +67,17 @@ void GptConfig::validate() const {
   }
 }
 
+std::string GptConfig::context_text() const {
+  return (context() < n_ctx ? "sliding_window=" : "n_ctx=") + std::to_string(context());
+}
+
 std::string GptConfig::describe() const {
   std::string text = "L" + std::to_string(n_layer) + " H" + std::to_string(n_head) + " C" + std::to_string(n_embd) +
                      " ctx" + std::to_string(n_ctx) + " V" + std::to_string(vocab_size);
   if (llama())
     text = std::string(family()) + " " + text + " KV" + std::to_string(kv_heads()) + " hd" + std::to_string(head_dim()) + " I" +
-           std::to_string(mlp_width()) + (tie_word_embeddings ? " tied" : " untied");
+           std::to_string(mlp_width()) + (tie_word_embeddings ? " tied" : " untied") +
+           (sliding_window > 0 ? " window" + std::to_string(sliding_window) : "");
   return text;
 }
 

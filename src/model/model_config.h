@@ -19,8 +19,16 @@ const char* model_arch_name(ModelArch arch);  // "gpt2", "llama" (the config.jso
 // A Llama-family model's config.json model_type: Qwen2 is Llama's block with biases on the q, k
 // and v projections (transformers' Qwen2Attention; its o_proj has none), read and saved as
 // "qwen2" (Qwen2ForCausalLM).
-enum class LlamaVariant { Llama, Qwen2 };
+// Qwen2: q, k and v biases. Mistral: Llama's math, within its sliding window (Note [mistral window]).
+enum class LlamaVariant { Llama, Qwen2, Mistral };
 
+// Note [mistral window]
+// Mistral (model_type "mistral") is Llama's architecture and weight names with a sliding window:
+// in Hugging Face a query at position i attends to the keys at positions j <= i with i - j <
+// sliding_window. Up to sliding_window tokens that is full causal attention, which Stratum runs,
+// so context() caps every sequence (training --seq, a generated sequence's prompt and tokens, the
+// planner's) at the window instead of attending over fewer keys; sliding_window null (Mistral 7B
+// v0.2 and later) leaves max_position_embeddings. Saved as MistralForCausalLM with its window.
 struct GptConfig {
   ModelArch arch = ModelArch::Gpt2;
   int n_layer = 0;     // transformer blocks (L)
@@ -38,14 +46,20 @@ struct GptConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = true;
   LlamaVariant variant = LlamaVariant::Llama;
+  int sliding_window = 0;  // Mistral's sliding_window; 0 = none (null)
   // Token ids from config.json (-1 when absent); eos may list several (Llama 3 instruct).
   std::int32_t bos_token_id = -1;
   std::vector<std::int32_t> eos_token_ids;
 
   bool llama() const { return arch == ModelArch::Llama; }
   bool qkv_bias() const { return llama() && variant == LlamaVariant::Qwen2; }  // q_proj/k_proj/v_proj.bias
-  const char* family() const;        // "gpt2", "llama", "qwen2": the config.json model_type
-  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2": for messages
+  const char* family() const;        // "gpt2", "llama", "qwen2", "mistral": the config.json model_type
+  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral": for messages
+  // Note [mistral window]: the longest sequence the model runs exactly, n_ctx or a Mistral's
+  // sliding window when that is shorter.
+  int context() const { return sliding_window > 0 && sliding_window < n_ctx ? sliding_window : n_ctx; }
+  // "n_ctx=1024", or "sliding_window=4096" when the window is the limit: for messages.
+  std::string context_text() const;
   int head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int mlp_width() const { return n_inner > 0 ? n_inner : 4 * n_embd; }

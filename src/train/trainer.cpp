@@ -545,8 +545,8 @@ TrainResult TrainRun::run() {
          : o_.model_dir.empty() ? o_.config
                                 : model_read_config(o_.model_dir);
   cfg_.validate();
-  STRATUM_CHECK(o_.seq <= cfg_.n_ctx, "[train] --seq ", o_.seq, " is longer than the model context n_ctx=",
-                cfg_.n_ctx, "; use --seq <= ", cfg_.n_ctx);
+  STRATUM_CHECK(o_.seq <= cfg_.context(), "[train] --seq ", o_.seq, " is longer than the model context ",
+                cfg_.context_text(), "; use --seq <= ", cfg_.context());
   threads_ = o_.threads > 0 ? o_.threads : default_thread_count();
   if (!resume_.dir.empty() && o_.backend == Backend::Cpu && resume_.state.threads > 0 &&
       resume_.state.threads != threads_)
