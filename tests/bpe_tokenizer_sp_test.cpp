@@ -6,6 +6,7 @@
 // malformed files fail with one "[tokenizer]" line. Does not time anything.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -124,6 +125,11 @@ TEST(BpeTokenizerSpTest, AWholeDocumentEncodesAndRoundTrips) {
   const std::vector<std::int32_t> ids = tok.encode(text);
   EXPECT_EQ(tok.decode(ids), text);
   EXPECT_LT(ids.size(), text.size() / 2);  // ~1000 pieces compress English well over 2x
+  // Cut line by line, it gives the ids of the one-word encoding: a piece holding a newline that
+  // no merge makes turns the cutting off and changes nothing else.
+  Json json = llama2_json();
+  json["model"]["vocab"]["\nQ"] = 1000;
+  EXPECT_EQ(load_json(json).encode(text), ids);
   // A newline is a byte token that no merge touches, so a line's ids do not depend on the others.
   const std::size_t cut = text.find('\n', 5000);
   std::vector<std::int32_t> joined = tok.encode(text.substr(0, cut));
@@ -131,6 +137,20 @@ TEST(BpeTokenizerSpTest, AWholeDocumentEncodesAndRoundTrips) {
   ASSERT_EQ(rest.at(0), tok.token_id(" "));  // the second half's prefix space
   joined.insert(joined.end(), rest.begin() + 1, rest.end());
   EXPECT_EQ(std::vector<std::int32_t>(ids.begin(), ids.begin() + static_cast<long>(joined.size())), joined);
+}
+
+// Words are cut after each newline only where no piece holds one (Note [sentencepiece bpe]); a
+// vocabulary with a "\n\n" piece must still merge across the line end.
+TEST(BpeTokenizerSpTest, ANewlinePieceMergesAcrossLines) {
+  const std::vector<std::int32_t> plain = llama2().encode("a\n\nb");
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 3 + '\n'), 2) << Json(plain).dump();
+  Json json = llama2_json();
+  json["model"]["vocab"]["\n"] = 1000;
+  json["model"]["vocab"]["\n\n"] = 1001;
+  json["model"]["merges"].push_back("\n \n");
+  const std::vector<std::int32_t> merged = load_json(json).encode("a\n\nb");
+  EXPECT_EQ(std::count(merged.begin(), merged.end(), 1001), 1) << Json(merged).dump();
+  EXPECT_EQ(load_json(json).decode(merged), "a\n\nb");
 }
 
 // One malformed SentencePiece-style tokenizer.json and a fragment of its error.

@@ -83,7 +83,9 @@ namespace stratum {
 // Each piece is one BPE word, split into characters: a character in the vocabulary is its token,
 // any other (and every ill-formed UTF-8 byte) is its bytes' "<0xNN>" tokens; then the merges run
 // in Hugging Face's order (lowest rank first, leftmost on ties, a heap over a linked list: a
-// whole-document piece stays O(n log n)). "decoder": a Sequence of Replace "\u2581" -> " ",
+// whole-document piece stays O(n log n); where no piece of several characters holds a newline,
+// as in Llama 2's and Mistral's vocabularies, no merge can cross one, so a word is cut after each
+// newline with the same ids and memory bounded by the longest line). "decoder": a Sequence of Replace "\u2581" -> " ",
 // ByteFallback, Fuse and an optional Strip of " " at the start (Llama 2's): decode_token gives a
 // token's raw bytes (" the" for "\u2581the", one byte for "<0x0A>"), decode() their concatenation
 // less the one space Strip takes off the front. decode(encode(x)) == x unless x starts with a
@@ -177,6 +179,7 @@ class BpeTokenizer {
   // Note [sentencepiece bpe]: one piece of text between added tokens, and one BPE word of it.
   void sp_segment(std::string_view segment, EncodeState& state) const;
   void sp_word(std::string_view word, std::vector<std::int32_t>& out) const;
+  void sp_line(std::string_view word, std::vector<std::int32_t>& out) const;  // one word, or a line of it
   const Merge* merge_find(std::int32_t left_id, std::int32_t right_id) const;
 
   std::vector<std::string> id_to_bytes_;  // (vocab_size) raw bytes of each token
@@ -198,6 +201,7 @@ class BpeTokenizer {
   Prepend sp_scheme_ = Prepend::Never;
   bool sp_split_ = false;          // Metaspace split: a word starts at each "\u2581"
   bool sp_strip_ = false;          // decode() drops one leading space (the Strip decoder)
+  bool sp_line_words_ = false;     // no piece of several characters holds "\n": a word ends at each
   StringToId piece_to_id_;         // vocabulary pieces as written ("\u2581the") -> id
   std::int32_t eot_id_ = -1;
   std::int32_t bos_id_ = -1;

@@ -164,6 +164,10 @@ void BpeTokenizer::SentencePiece::vocab_read(BpeTokenizer& tok, const JsonFields
       tok.bytes_to_id_.emplace(tok.id_to_bytes_[static_cast<std::size_t>(id)], id32);
     }
   }
+  // No merge can make or extend a piece that holds "\n" unless a piece of several characters does.
+  tok.sp_line_words_ = true;
+  for (const auto& [piece, id] : tok.piece_to_id_)
+    if (piece.size() > 1 && piece.find('\n') != std::string::npos) tok.sp_line_words_ = false;
   for (int b = 0; b < 256; ++b) {
     STRATUM_CHECK(byte_seen[b], "[tokenizer] ", where, " lacks the byte token \"<0x", "0123456789ABCDEF"[b >> 4],
                   "0123456789ABCDEF"[b & 15], ">\": model.byte_fallback needs all 256", kHint);
@@ -212,6 +216,17 @@ void BpeTokenizer::sp_segment(std::string_view segment, EncodeState& state) cons
 
 void BpeTokenizer::sp_word(std::string_view word, std::vector<std::int32_t>& out) const {
   if (word.empty()) return;
+  if (sp_line_words_ && !ignore_merges_) {  // Note [sentencepiece bpe]: the same ids line by line
+    for (std::size_t end = word.find('\n'); end != std::string_view::npos && end + 1 < word.size();
+         end = word.find('\n')) {
+      sp_line(word.substr(0, end + 1), out);
+      word.remove_prefix(end + 1);
+    }
+  }
+  sp_line(word, out);
+}
+
+void BpeTokenizer::sp_line(std::string_view word, std::vector<std::int32_t>& out) const {
   if (ignore_merges_) {
     if (const auto it = piece_to_id_.find(word); it != piece_to_id_.end()) {
       out.push_back(it->second);
