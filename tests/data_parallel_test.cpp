@@ -236,12 +236,17 @@ TEST_F(DataParallel, AShardThatFailsLeavesThePreviousCheckpoint) {
   EXPECT_EQ(testing::checkpoint_temporaries(root), 0);
 }
 
+// A refusal every rank makes is printed once (rank 0's).
 TEST_F(DataParallel, GradAccumNotAMultipleOfTheRanksIsRefused) {
   TempDir tmp;
   const CommandResult r = run_ranks(2, "train " + model_args(tmp) + "--steps 1 --grad-accum 3");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.errors.find("must be a multiple of the 2 ranks"), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("--grad-accum 4"), std::string::npos) << r.errors;
+  // Note [one refusal per job]: rank 0's line alone, and no stop notice from a rank mpirun ended.
+  EXPECT_EQ(r.errors.find("must be a multiple"), r.errors.rfind("must be a multiple")) << r.errors;
+  EXPECT_NE(r.errors.find("stratum: rank 0 of 2:"), std::string::npos) << r.errors;
+  EXPECT_EQ(r.errors.find("stopping after this step"), std::string::npos) << r.errors;
 }
 
 // The job never hangs on a rank that is gone: mpirun ends the others and says which rank died.

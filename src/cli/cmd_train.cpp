@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
 #include <memory>
+#include <thread>
 #include <type_traits>
 #include <variant>
 
@@ -212,6 +214,13 @@ int train_command(const std::vector<std::string>& argv, Communicator* comm);
 
 // Under mpirun (Note [mpi lifetime]) every rank runs this command; rank 0 prints, the others only
 // their errors, and a rank that fails ends the whole job (no peer waits for it).
+//
+// Note [one refusal per job]: most refusals (a flag, a budget too small, a bad checkpoint) are
+// the same on every rank, and each rank used to print its copy; the ranks mpirun then ended also
+// printed the stop-signal notice. So a failing rank restores the default action of the stop
+// signals (ended by mpirun, it ends quietly), and a rank other than 0 waits 2 s before it prints
+// and ends the job: when rank 0 fails the same way, its line is the only one. An error of one
+// rank alone reaches the terminal 2 s later.
 int cmd_train(const std::vector<std::string>& argv) {
   if (!Communicator::launched_by_mpirun()) return train_command(argv, nullptr);
   const std::unique_ptr<Communicator> comm = Communicator::world();
@@ -227,6 +236,8 @@ int cmd_train(const std::vector<std::string>& argv) {
   try {
     return train_command(argv, comm.get());
   } catch (const std::exception& e) {
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, SIG_DFL);  // Note [one refusal per job]
+    if (comm->rank() > 0) std::this_thread::sleep_for(std::chrono::seconds(2));
     dprintf(err >= 0 ? err : STDERR_FILENO, "stratum: rank %d of %d: %s\n", comm->rank(), comm->size(), e.what());
     comm->abort(1);
   }
