@@ -21,7 +21,8 @@
 //     folder named by the third argument); copied here unchanged.
 //   tests/golden/tokenizer_json/metaspace_style/tokenizer.json  the same model as transformers
 //     writes it with legacy=False: no normalizer and a Metaspace pre-tokenizer (prepend_scheme
-//     "first", split false); the same decoder.
+//     "first", split false); the same decoder. Its ids are also decoded with a Metaspace decoder
+//     (section metaspace_decoder), which some Hub files have.
 // Usage: node tokenizer_json_golden.js <shared data dir> <output dir> <sentencepiece dir>
 'use strict';
 const fs = require('fs');
@@ -290,6 +291,9 @@ async function main() {
   const metaspaceSplitJson = JSON.parse(JSON.stringify(metaspaceJson));
   metaspaceSplitJson.pre_tokenizer.split = true;
   metaspaceSplitJson.pre_tokenizer.prepend_scheme = 'always';
+  // Transformers' and Mistral's other decoder: Metaspace, which drops the first token's "\u2581"s.
+  const metaspaceDecoderJson = JSON.parse(JSON.stringify(metaspaceJson));
+  metaspaceDecoderJson.decoder = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: false };
   const spTexts = texts.concat(['<s>Hello</s> world', 'a<s> b </s>c<unk>', ' <s>', '\u2581already \u2581\u2581marked\u2581']);
 
   const cases = {
@@ -300,9 +304,11 @@ async function main() {
     llama2_style: await encodeAll(Tokenizer.fromString(JSON.stringify(llama2Json)), spTexts, false),
     metaspace_style: await encodeAll(Tokenizer.fromString(JSON.stringify(metaspaceJson)), spTexts, false),
     metaspace_split_always: await encodeAll(Tokenizer.fromString(JSON.stringify(metaspaceSplitJson)), spTexts, false),
+    metaspace_decoder: await encodeAll(Tokenizer.fromString(JSON.stringify(metaspaceDecoderJson)), spTexts, false),
   };
   // What Hugging Face's decoders give back (decode(ids), special tokens kept), for decode().
-  for (const [name, json] of [['llama2_style', llama2Json], ['metaspace_style', metaspaceJson]]) {
+  for (const [name, json] of [['llama2_style', llama2Json], ['metaspace_style', metaspaceJson],
+                              ['metaspace_decoder', metaspaceDecoderJson]]) {
     const tokenizer = Tokenizer.fromString(JSON.stringify(json));
     for (const c of cases[name]) c.decoded = await tokenizer.decode(c.ids, false);
   }

@@ -322,6 +322,9 @@ void BpeTokenizer::Loader::json_model_check(const JsonFields& f, const Json& mod
 void BpeTokenizer::Loader::json_normalizer_check(const JsonFields& f, const Json& root) {
   const Json* normalizer = JsonFields::find(root, "normalizer");
   if (normalizer == nullptr || normalizer->is_null()) return;
+  if (const Json* parts = normalizer->is_object() ? JsonFields::find(*normalizer, "normalizers") : nullptr;
+      parts != nullptr && parts->is_array() && parts->empty() && (*normalizer)["type"] == "Sequence")
+    return;  // an empty Sequence is no normalizer
   const std::string type = f.type(*normalizer, "normalizer");
   bool sentencepiece = type == "Prepend" || type == "Replace";
   if (const Json* parts = JsonFields::find(*normalizer, "normalizers");

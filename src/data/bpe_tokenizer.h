@@ -86,9 +86,11 @@ namespace stratum {
 // whole-document piece stays O(n log n); where no piece of several characters holds a newline,
 // as in Llama 2's and Mistral's vocabularies, no merge can cross one, so a word is cut after each
 // newline with the same ids and memory bounded by the longest line). "decoder": a Sequence of Replace "\u2581" -> " ",
-// ByteFallback, Fuse and an optional Strip of " " at the start (Llama 2's): decode_token gives a
-// token's raw bytes (" the" for "\u2581the", one byte for "<0x0A>"), decode() their concatenation
-// less the one space Strip takes off the front. decode(encode(x)) == x unless x starts with a
+// ByteFallback, Fuse and an optional Strip of " " at the start (Llama 2's), or a Metaspace decoder:
+// decode_token gives a token's raw bytes (" the" for "\u2581the", one byte for "<0x0A>"), decode()
+// their concatenation less the one space Strip takes off the front (or, with a Metaspace decoder
+// whose prepend_scheme is not "never", less the first token's spaces, as Hugging Face's; it shows
+// a byte token as its "<0xNN>" text there, where Stratum gives the byte). decode(encode(x)) == x unless x starts with a
 // space or an added token; then Hugging Face's decode differs from x the same way.
 //
 // Thread safety: a loaded BpeTokenizer is immutable. All const methods, encode included, may be
@@ -201,6 +203,7 @@ class BpeTokenizer {
   Prepend sp_scheme_ = Prepend::Never;
   bool sp_split_ = false;          // Metaspace split: a word starts at each "\u2581"
   bool sp_strip_ = false;          // decode() drops one leading space (the Strip decoder)
+  bool sp_first_spaces_ = false;   // decode() drops the first token's spaces (a Metaspace decoder)
   bool sp_line_words_ = false;     // no piece of several characters holds "\n": a word ends at each
   StringToId piece_to_id_;         // vocabulary pieces as written ("\u2581the") -> id
   std::int32_t eot_id_ = -1;

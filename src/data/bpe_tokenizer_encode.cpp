@@ -248,6 +248,10 @@ void BpeTokenizer::encode_segment(std::string_view segment, EncodeState& state) 
 
 std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
   std::string out;
+  // Note [sentencepiece bpe]: a Metaspace decoder drops the first token's "\u2581"s (not a byte token's).
+  const bool first_spaces = sp_first_spaces_ && !ids.empty() && ids[0] >= 0 && ids[0] < vocab_size() &&
+                            (id_to_bytes_[static_cast<std::size_t>(ids[0])].size() != 1 ||
+                             byte_ids_[static_cast<unsigned char>(id_to_bytes_[static_cast<std::size_t>(ids[0])][0])] != ids[0]);
   for (const std::int32_t id : ids) {
     STRATUM_CHECK(id >= 0 && id < vocab_size(), "[tokenizer] cannot decode token id ", id,
                   ": ids must be in 0..", vocab_size() - 1,
@@ -256,6 +260,11 @@ std::string BpeTokenizer::decode(const std::vector<std::int32_t>& ids) const {
     out += id_to_bytes_[static_cast<std::size_t>(id)];
   }
   if (sp_strip_ && !out.empty() && out.front() == ' ') out.erase(0, 1);  // Note [sentencepiece bpe]
+  if (first_spaces) {
+    const std::size_t first = id_to_bytes_[static_cast<std::size_t>(ids[0])].size();
+    out.erase(std::remove(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(first), ' '),
+              out.begin() + static_cast<std::ptrdiff_t>(first));
+  }
   return out;
 }
 

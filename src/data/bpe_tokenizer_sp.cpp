@@ -27,7 +27,7 @@ constexpr const char* kLayouts =
     "pre_tokenizer (transformers' legacy=False)";
 constexpr const char* kDecoders =
     "supported with byte fallback: a Sequence of Replace \"\xE2\x96\x81\" -> \" \", ByteFallback, Fuse "
-    "and an optional Strip {\"content\": \" \", \"start\": 0 or 1, \"stop\": 0} (Llama 2's)";
+    "and an optional Strip {\"content\": \" \", \"start\": 0 or 1, \"stop\": 0} (Llama 2's), or Metaspace";
 
 // The byte of a byte-fallback token "<0xNN>" (uppercase hex, as Hugging Face spells it), or -1.
 int byte_token_value(std::string_view piece) {
@@ -70,7 +70,7 @@ void BpeTokenizer::SentencePiece::components_read(BpeTokenizer& tok, const JsonF
     const bool sequence = f.type(*normalizer, "normalizer") == "Sequence";
     const Json* parts = sequence ? &f.required(*normalizer, "normalizer", "normalizers") : normalizer;
     if (sequence) f.expect(parts->is_array(), *parts, "normalizer.normalizers", "an array");
-    const std::size_t n = sequence ? parts->size() : 1;
+    const std::size_t n = sequence ? parts->size() : 1;  // an empty Sequence is no normalizer
     for (std::size_t i = 0; i < n; ++i) {
       const Json& part = sequence ? (*parts)[i] : *parts;
       const std::string where = sequence ? JsonFields::index("normalizer.normalizers", i) : "normalizer";
@@ -83,7 +83,7 @@ void BpeTokenizer::SentencePiece::components_read(BpeTokenizer& tok, const JsonF
         STRATUM_FAIL("[tokenizer] ", f.file(), ": ", where, " (", type, ") is not supported; ", kLayouts);
       }
     }
-    STRATUM_CHECK(tok.sp_replace_, "[tokenizer] ", f.file(), ": the normalizer has no Replace \" \" -> \"",
+    STRATUM_CHECK(tok.sp_replace_ || n == 0, "[tokenizer] ", f.file(), ": the normalizer has no Replace \" \" -> \"",
                   kSpace, "\"; ", kLayouts);
   }
 
@@ -110,8 +110,17 @@ void BpeTokenizer::SentencePiece::components_read(BpeTokenizer& tok, const JsonF
     tok.sp_metaspace_ = true;
   }
 
-  // The decoder: Replace "\u2581" -> " ", ByteFallback, Fuse, [Strip " " at the start].
+  // The decoder: Replace "\u2581" -> " ", ByteFallback, Fuse, [Strip " " at the start]; or Metaspace.
   const Json* decoder = JsonFields::find(root, "decoder");
+  if (decoder != nullptr && decoder->is_object() && JsonFields::find(*decoder, "type") != nullptr &&
+      (*decoder)["type"] == "Metaspace") {
+    STRATUM_CHECK(f.string(*decoder, "decoder", "replacement") == kSpace, "[tokenizer] ", f.file(),
+                  ": decoder.replacement must be \"", kSpace, "\"", kHint);
+    tok.sp_first_spaces_ = JsonFields::find(*decoder, "prepend_scheme") != nullptr
+                               ? f.string(*decoder, "decoder", "prepend_scheme") != "never"
+                               : f.boolean(*decoder, "decoder", "add_prefix_space", 1);
+    return;
+  }
   STRATUM_CHECK(decoder != nullptr && !decoder->is_null() && decoder->is_object() &&
                     JsonFields::find(*decoder, "type") != nullptr && (*decoder)["type"] == "Sequence",
                 "[tokenizer] ", f.file(), ": the decoder is not a Sequence; ", kDecoders);
