@@ -214,8 +214,9 @@ struct BpeTokenizer::Loader {
 
   // A merges list cut short (or of another vocabulary) leaves tokens no merge makes, and would
   // encode text into more, shorter tokens without a word. Every token of several bytes but a few
-  // special ones (GPT-2's <|endoftext|>, added tokens) comes from a merge.
-  void merges_check(const std::string& merges_where, const std::string& vocab_where, const char* hint) const {
+  // special ones (GPT-2's <|endoftext|>, added tokens) comes from a merge. Then indexes the merges
+  // for encoding (merge_table_) and drops the loading map.
+  void merges_check(const std::string& merges_where, const std::string& vocab_where, const char* hint) {
     std::size_t unmade = 0;
     if (tok.sp_) {
       unmade = SentencePiece::unmade_count(tok);
@@ -227,6 +228,7 @@ struct BpeTokenizer::Loader {
     STRATUM_CHECK(unmade <= std::max<std::size_t>(16, tok.bytes_to_id_.size() / 100), "[tokenizer] ", merges_where,
                   " has ", tok.merges_.size(), " merges, and ", unmade, " tokens of several bytes in ", vocab_where,
                   " come from none of them (a truncated or mismatched merges list?)", hint);
+    tok.merge_table_build();
   }
 
   // Compiles the pre-tokenizer regex (Note [bpe invalid utf-8]); JIT when available (the

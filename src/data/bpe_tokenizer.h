@@ -187,7 +187,17 @@ class BpeTokenizer {
   std::vector<std::string> id_to_bytes_;  // (vocab_size) raw bytes of each token
   std::int32_t byte_ids_[256] = {};       // id of the single-byte token for each byte value
   StringToId bytes_to_id_;                // raw bytes -> id of the model vocabulary's tokens
-  std::unordered_map<std::uint64_t, Merge> merges_;  // key: left id << 32 | right id
+  std::unordered_map<std::uint64_t, Merge> merges_;  // while loading; key: left id << 32 | right id
+  // Note [merge table]: merges_ as an open-addressing table (linear probing, a power-of-two size
+  // at least twice the merges, Fibonacci hashing); an empty slot's key is ~0, which no pair has
+  // (ids are below 2^31). merge_find was 30% of a SentencePiece-style encode in the map.
+  struct MergeSlot {
+    std::uint64_t key = ~std::uint64_t{0};
+    Merge merge{};
+  };
+  std::vector<MergeSlot> merge_table_;
+  int merge_shift_ = 64;
+  void merge_table_build();  // from merges_, which it empties
   // [0]: "normalized": false added tokens, matched first; [1]: "normalized": true ones.
   std::array<AddedTokenPass, 2> added_passes_;
   StringToId added_ids_;           // content -> id of the added tokens
@@ -206,6 +216,7 @@ class BpeTokenizer {
   bool sp_first_spaces_ = false;   // decode() drops the first token's spaces (a Metaspace decoder)
   bool sp_line_words_ = false;     // no piece of several characters holds "\n": a word ends at each
   StringToId piece_to_id_;         // vocabulary pieces as written ("\u2581the") -> id
+  std::array<std::int32_t, 128> sp_ascii_ids_{};  // the piece of each ASCII character, or its byte token
   std::int32_t eot_id_ = -1;
   std::int32_t bos_id_ = -1;
   std::int32_t eos_id_ = -1;

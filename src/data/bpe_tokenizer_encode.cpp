@@ -84,9 +84,28 @@ std::string BpeTokenizer::files_in(const std::string& dir) {
 
 const BpeTokenizer::Merge* BpeTokenizer::merge_find(std::int32_t left_id,
                                                     std::int32_t right_id) const {
-  const auto it = merges_.find((static_cast<std::uint64_t>(left_id) << 32) |
-                               static_cast<std::uint32_t>(right_id));
-  return it == merges_.end() ? nullptr : &it->second;
+  if (merge_table_.empty()) return nullptr;
+  const std::uint64_t key = (static_cast<std::uint64_t>(left_id) << 32) | static_cast<std::uint32_t>(right_id);
+  const std::size_t mask = merge_table_.size() - 1;
+  for (std::size_t i = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;; i = (i + 1) & mask) {
+    const MergeSlot& slot = merge_table_[i];
+    if (slot.key == key) return &slot.merge;
+    if (slot.key == ~std::uint64_t{0}) return nullptr;
+  }
+}
+
+void BpeTokenizer::merge_table_build() {
+  std::size_t size = 2;
+  int bits = 1;
+  while (size < 2 * merges_.size()) size *= 2, ++bits;
+  merge_table_.assign(size, MergeSlot{});
+  merge_shift_ = 64 - bits;
+  for (const auto& [key, merge] : merges_) {
+    std::size_t i = (key * 0x9E3779B97F4A7C15ull) >> merge_shift_;
+    while (merge_table_[i].key != ~std::uint64_t{0}) i = (i + 1) & (size - 1);
+    merge_table_[i] = MergeSlot{key, merge};
+  }
+  std::unordered_map<std::uint64_t, Merge>().swap(merges_);
 }
 
 void BpeTokenizer::bpe_piece(std::string_view piece, std::vector<std::int32_t>& out) const {

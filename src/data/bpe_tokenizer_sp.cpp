@@ -181,6 +181,10 @@ void BpeTokenizer::SentencePiece::vocab_read(BpeTokenizer& tok, const JsonFields
     STRATUM_CHECK(byte_seen[b], "[tokenizer] ", where, " lacks the byte token \"<0x", "0123456789ABCDEF"[b >> 4],
                   "0123456789ABCDEF"[b & 15], ">\": model.byte_fallback needs all 256", kHint);
     tok.bytes_to_id_.emplace(std::string(1, static_cast<char>(b)), tok.byte_ids_[b]);  // a piece wins
+    if (b < 128) {
+      const auto it = tok.piece_to_id_.find(std::string(1, static_cast<char>(b)));
+      tok.sp_ascii_ids_[b] = it != tok.piece_to_id_.end() ? it->second : tok.byte_ids_[b];
+    }
   }
 }
 
@@ -255,6 +259,11 @@ void BpeTokenizer::sp_line(std::string_view word, std::vector<std::int32_t>& out
     symbols.push_back(Symbol{id, n - 1, -1, true});
   };
   for (std::size_t i = 0; i < word.size();) {
+    if (const auto c = static_cast<unsigned char>(word[i]); c < 0x80) {
+      add(sp_ascii_ids_[c]);
+      ++i;
+      continue;
+    }
     const std::size_t size = bpe_char_size_at(word, i);
     const bool well_formed = size > 1 || static_cast<unsigned char>(word[i]) < 0x80;
     const auto it = well_formed ? piece_to_id_.find(word.substr(i, size)) : piece_to_id_.end();
