@@ -129,6 +129,9 @@ TEST(BpeTokenizerSpTest, ArbitraryBytesRoundTrip) {
   const std::vector<std::int32_t> ids = tok.encode(bytes);
   EXPECT_EQ(tok.decode(ids), bytes);
   EXPECT_EQ(tok.encode(std::string("\xFF")), (std::vector<std::int32_t>{tok.token_id(" "), 3 + 0xFF}));
+  // A "\u2581" in the text is the space piece, so it decodes as a space (as in Hugging Face; the
+  // fuzzer found it).
+  EXPECT_EQ(tok.decode(tok.encode("a" + kSpace + "\x80" "b")), "a \x80" "b");
 }
 
 // A whole document is one BPE word (no pre-tokenizer): it must encode as its lines do, joined.
@@ -140,10 +143,11 @@ TEST(BpeTokenizerSpTest, AWholeDocumentEncodesAndRoundTrips) {
   const std::vector<std::int32_t> ids = tok.encode(text);
   EXPECT_EQ(tok.decode(ids), text);
   EXPECT_LT(ids.size(), text.size() / 2);  // ~1000 pieces compress English well over 2x
-  // Cut line by line, it gives the ids of the one-word encoding: a piece holding a newline that
-  // no merge makes turns the cutting off and changes nothing else.
+  // Cut at lines and spaces, it gives the ids of the one-word encoding: pieces holding a newline
+  // and a space after a letter that no merge makes turn the cutting off and change nothing else.
   Json json = llama2_json();
   json["model"]["vocab"]["\nQ"] = 1000;
+  json["model"]["vocab"]["Q" + kSpace] = 1001;
   EXPECT_EQ(load_json(json).encode(text), ids);
   // A newline is a byte token that no merge touches, so a line's ids do not depend on the others.
   const std::size_t cut = text.find('\n', 5000);
@@ -166,6 +170,20 @@ TEST(BpeTokenizerSpTest, ANewlinePieceMergesAcrossLines) {
   const std::vector<std::int32_t> merged = load_json(json).encode("a\n\nb");
   EXPECT_EQ(std::count(merged.begin(), merged.end(), 1001), 1) << Json(merged).dump();
   EXPECT_EQ(load_json(json).decode(merged), "a\n\nb");
+}
+
+// Words are cut before a space only where no piece holds one after another character; a
+// vocabulary whose first merge makes "e\u2581" must still merge across the word end.
+TEST(BpeTokenizerSpTest, ASpaceAfterALetterInAPieceMergesAcrossWords) {
+  const std::vector<std::int32_t> plain = llama2().encode("the cat");
+  Json json = llama2_json();
+  json["model"]["vocab"]["e" + kSpace] = 1000;
+  json["model"]["merges"].insert(json["model"]["merges"].begin(), "e " + kSpace);
+  const BpeTokenizer tok = load_json(json);
+  const std::vector<std::int32_t> merged = tok.encode("the cat");
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 1000), 0) << Json(plain).dump();
+  EXPECT_EQ(std::count(merged.begin(), merged.end(), 1000), 1) << Json(merged).dump();
+  EXPECT_EQ(tok.decode(merged), "the cat");
 }
 
 // One malformed SentencePiece-style tokenizer.json and a fragment of its error.

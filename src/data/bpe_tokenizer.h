@@ -83,15 +83,19 @@ namespace stratum {
 // Each piece is one BPE word, split into characters: a character in the vocabulary is its token,
 // any other (and every ill-formed UTF-8 byte) is its bytes' "<0xNN>" tokens; then the merges run
 // in Hugging Face's order (lowest rank first, leftmost on ties, a heap over a linked list: a
-// whole-document piece stays O(n log n); where no piece of several characters holds a newline,
-// as in Llama 2's and Mistral's vocabularies, no merge can cross one, so a word is cut after each
-// newline with the same ids and memory bounded by the longest line). "decoder": a Sequence of Replace "\u2581" -> " ",
+// whole-document piece stays O(n log n)). Where no piece of several characters holds a newline,
+// no merge can cross one, so a word is cut after each newline with the same ids and memory bounded
+// by the longest line; where no piece holds "\u2581" right after a character other than "\u2581"
+// (SentencePiece's pieces start with their spaces, as Llama 2's and Mistral's do), a word is also
+// cut before each such "\u2581", and the pieces between cuts ("\u2581the") are cached for the call
+// as byte-level pre-tokens are. "decoder": a Sequence of Replace "\u2581" -> " ",
 // ByteFallback, Fuse and an optional Strip of " " at the start (Llama 2's), or a Metaspace decoder:
 // decode_token gives a token's raw bytes (" the" for "\u2581the", one byte for "<0x0A>"), decode()
 // their concatenation less the one space Strip takes off the front (or, with a Metaspace decoder
 // whose prepend_scheme is not "never", less the first token's spaces, as Hugging Face's; it shows
-// a byte token as its "<0xNN>" text there, where Stratum gives the byte). decode(encode(x)) == x unless x starts with a
-// space or an added token; then Hugging Face's decode differs from x the same way.
+// a byte token as its "<0xNN>" text there, where Stratum gives the byte). decode(encode(x)) == x
+// unless x starts with a space or an added token, or holds a "\u2581" (the space piece: it decodes
+// as a space); Hugging Face's decode differs from x the same way.
 //
 // Thread safety: a loaded BpeTokenizer is immutable. All const methods, encode included, may be
 // called concurrently from any number of threads: encode keeps its merged-word cache and its
@@ -180,7 +184,7 @@ class BpeTokenizer {
   void bpe_piece(std::string_view piece, std::vector<std::int32_t>& out) const;
   // Note [sentencepiece bpe]: one piece of text between added tokens, and one BPE word of it.
   void sp_segment(std::string_view segment, EncodeState& state) const;
-  void sp_word(std::string_view word, std::vector<std::int32_t>& out) const;
+  void sp_word(std::string_view word, EncodeState& state) const;
   void sp_line(std::string_view word, std::vector<std::int32_t>& out) const;  // one word, or a line of it
   const Merge* merge_find(std::int32_t left_id, std::int32_t right_id) const;
 
@@ -215,6 +219,7 @@ class BpeTokenizer {
   bool sp_strip_ = false;          // decode() drops one leading space (the Strip decoder)
   bool sp_first_spaces_ = false;   // decode() drops the first token's spaces (a Metaspace decoder)
   bool sp_line_words_ = false;     // no piece of several characters holds "\n": a word ends at each
+  bool sp_space_words_ = false;    // no piece holds "\u2581" after another character: a word ends there
   StringToId piece_to_id_;         // vocabulary pieces as written ("\u2581the") -> id
   std::array<std::int32_t, 128> sp_ascii_ids_{};  // the piece of each ASCII character, or its byte token
   std::int32_t eot_id_ = -1;

@@ -174,9 +174,13 @@ void BpeTokenizer::SentencePiece::vocab_read(BpeTokenizer& tok, const JsonFields
     }
   }
   // No merge can make or extend a piece that holds "\n" unless a piece of several characters does.
-  tok.sp_line_words_ = true;
-  for (const auto& [piece, id] : tok.piece_to_id_)
+  tok.sp_line_words_ = tok.sp_space_words_ = true;
+  for (const auto& [piece, id] : tok.piece_to_id_) {
     if (piece.size() > 1 && piece.find('\n') != std::string::npos) tok.sp_line_words_ = false;
+    for (std::size_t at = piece.find(kSpace, 1); at != std::string::npos; at = piece.find(kSpace, at + 1))
+      if (at < kSpace.size() || std::string_view(piece).substr(at - kSpace.size(), kSpace.size()) != kSpace)
+        tok.sp_space_words_ = false;
+  }
   for (int b = 0; b < 256; ++b) {
     STRATUM_CHECK(byte_seen[b], "[tokenizer] ", where, " lacks the byte token \"<0x", "0123456789ABCDEF"[b >> 4],
                   "0123456789ABCDEF"[b & 15], ">\": model.byte_fallback needs all 256", kHint);
@@ -215,28 +219,52 @@ void BpeTokenizer::sp_segment(std::string_view segment, EncodeState& state) cons
     segment = state.prefixed.back();
   }
   if (!sp_metaspace_ || !sp_split_) {
-    sp_word(segment, state.out);
+    sp_word(segment, state);
     return;
   }
   // Split before each "\u2581" (Hugging Face's MergedWithNext).
   std::size_t start = 0;
   for (std::size_t at = segment.find(kSpace, 1); at != std::string_view::npos; at = segment.find(kSpace, at + 1)) {
-    sp_word(segment.substr(start, at - start), state.out);
+    sp_word(segment.substr(start, at - start), state);
     start = at;
   }
-  sp_word(segment.substr(start), state.out);
+  sp_word(segment.substr(start), state);
 }
 
-void BpeTokenizer::sp_word(std::string_view word, std::vector<std::int32_t>& out) const {
+void BpeTokenizer::sp_word(std::string_view word, EncodeState& state) const {
   if (word.empty()) return;
-  if (sp_line_words_ && !ignore_merges_) {  // Note [sentencepiece bpe]: the same ids line by line
-    for (std::size_t end = word.find('\n'); end != std::string_view::npos && end + 1 < word.size();
-         end = word.find('\n')) {
-      sp_line(word.substr(0, end + 1), out);
-      word.remove_prefix(end + 1);
-    }
+  std::vector<std::int32_t>& out = state.out;
+  if (ignore_merges_ || (!sp_line_words_ && !sp_space_words_)) {
+    sp_line(word, out);
+    return;
   }
-  sp_line(word, out);
+  // Note [sentencepiece bpe]: cut where no merge can cross; each piece of text between cuts is a
+  // view into the text or state.prefixed (which never move) and its ids are cached for the call.
+  constexpr std::size_t kCacheMaxEntries = 1 << 16;
+  const auto emit = [&](std::string_view chunk) {
+    if (const auto it = state.cache.find(chunk); it != state.cache.end()) {
+      const auto [offset, count] = it->second;
+      for (std::size_t k = 0; k < count; ++k) {
+        const std::int32_t id = out[offset + k];  // copy: push_back may reallocate
+        out.push_back(id);
+      }
+      return;
+    }
+    const std::size_t offset = out.size();
+    sp_line(chunk, out);
+    if (state.cache.size() >= kCacheMaxEntries) state.cache.clear();
+    state.cache.emplace(chunk, std::make_pair(offset, out.size() - offset));
+  };
+  std::size_t start = 0;
+  for (std::size_t at = 1; at < word.size(); ++at) {
+    const bool cut = (sp_line_words_ && word[at - 1] == '\n') ||
+                     (sp_space_words_ && word[at] == kSpace[0] && word.substr(at).starts_with(kSpace) &&
+                      !(at >= kSpace.size() && word.substr(at - kSpace.size(), kSpace.size()) == kSpace));
+    if (!cut) continue;
+    emit(word.substr(start, at - start));
+    start = at;
+  }
+  emit(word.substr(start));
 }
 
 void BpeTokenizer::sp_line(std::string_view word, std::vector<std::int32_t>& out) const {
