@@ -210,21 +210,13 @@ void BpeTokenizer::encode_segment(std::string_view segment, EncodeState& state) 
     segment = state.prefixed.back();
   }
   std::vector<std::int32_t>& out = state.out;
-  constexpr std::size_t kCacheMaxEntries = 1 << 16;
   const auto emit = [&](std::size_t begin, std::size_t end) {
     const std::string_view piece = segment.substr(begin, end - begin);
     if (piece.size() == 1) {
       out.push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
       return;
     }
-    if (const auto it = state.cache.find(piece); it != state.cache.end()) {
-      const auto [offset, count] = it->second;
-      for (std::size_t k = 0; k < count; ++k) {
-        const std::int32_t id = out[offset + k];  // copy: push_back may reallocate
-        out.push_back(id);
-      }
-      return;
-    }
+    if (state.cached(piece)) return;
     const std::size_t offset = out.size();
     const auto whole = ignore_merges_ ? bytes_to_id_.find(piece) : bytes_to_id_.end();
     if (whole != bytes_to_id_.end()) {
@@ -232,8 +224,7 @@ void BpeTokenizer::encode_segment(std::string_view segment, EncodeState& state) 
     } else {
       bpe_piece(piece, out);
     }
-    if (state.cache.size() >= kCacheMaxEntries) state.cache.clear();
-    state.cache.emplace(piece, std::make_pair(offset, out.size() - offset));
+    state.remember(piece, offset);
   };
 
   // Note [bpe invalid utf-8]: matches and the gaps between them are the pre-tokens.

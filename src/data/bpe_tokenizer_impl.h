@@ -8,6 +8,7 @@
 #include <pcre2.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
@@ -39,6 +40,24 @@ struct BpeTokenizer::EncodeState {
   std::deque<std::string> prefixed;  // text pieces with the ByteLevel prefix space, or NFC'd; never move
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match{nullptr, &pcre2_match_data_free};
   const char* text_begin = nullptr;  // the text encode() was given (Metaspace's prepend_scheme "first")
+
+  // Appends the ids `piece` got earlier in this call; false when it has none yet.
+  bool cached(std::string_view piece) {
+    const auto it = cache.find(piece);
+    if (it == cache.end()) return false;
+    const auto [offset, count] = it->second;
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::int32_t id = out[offset + k];  // copy: push_back may reallocate
+      out.push_back(id);
+    }
+    return true;
+  }
+  // Records out[offset..] as the ids of `piece` (a view that outlives the call's cache).
+  void remember(std::string_view piece, std::size_t offset) {
+    constexpr std::size_t kCacheMaxEntries = 1 << 16;
+    if (cache.size() >= kCacheMaxEntries) cache.clear();
+    cache.emplace(piece, std::make_pair(offset, out.size() - offset));
+  }
 };
 
 class JsonFields;

@@ -240,20 +240,11 @@ void BpeTokenizer::sp_word(std::string_view word, EncodeState& state) const {
   }
   // Note [sentencepiece bpe]: cut where no merge can cross; each piece of text between cuts is a
   // view into the text or state.prefixed (which never move) and its ids are cached for the call.
-  constexpr std::size_t kCacheMaxEntries = 1 << 16;
   const auto emit = [&](std::string_view chunk) {
-    if (const auto it = state.cache.find(chunk); it != state.cache.end()) {
-      const auto [offset, count] = it->second;
-      for (std::size_t k = 0; k < count; ++k) {
-        const std::int32_t id = out[offset + k];  // copy: push_back may reallocate
-        out.push_back(id);
-      }
-      return;
-    }
+    if (state.cached(chunk)) return;
     const std::size_t offset = out.size();
     sp_line(chunk, out);
-    if (state.cache.size() >= kCacheMaxEntries) state.cache.clear();
-    state.cache.emplace(chunk, std::make_pair(offset, out.size() - offset));
+    state.remember(chunk, offset);
   };
   std::size_t start = 0;
   for (std::size_t at = 1; at < word.size(); ++at) {
