@@ -522,7 +522,7 @@ TEST(Plan, TheRowChunkSizesTheEngineAndTheMlpSubChunks) {
 // slack is the process itself (code, libraries, BLAS buffers: 10-12 MiB measured).
 TEST(Plan, TheMeasurementStaysWithinTheBudget) {
   testing::TempDir tmp;
-  const std::size_t budget = std::size_t{70} << 20;
+  [[maybe_unused]] const std::size_t budget = std::size_t{70} << 20;  // unused under the sanitizers
   const auto r = testing::run_stratum("plan --layers 2 --heads 8 --embd 512 --ctx 256 --vocab 32768 --batch 4 --seq 128"
                                       " --mem-budget 70M --offload-dir " + tmp.path() + " --measure-json --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.errors;
