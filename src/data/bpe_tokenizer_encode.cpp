@@ -161,9 +161,7 @@ void BpeTokenizer::encode_added(std::string_view text, std::size_t pass, EncodeS
   }
   // Note [sentencepiece bpe]: the legacy normalizer, also after the first pass.
   if (pass == 1 && sp_replace_) {
-    std::string normal = sp_prepend_ ? "\xE2\x96\x81" : "";
-    for (const char c : text) normal += c == ' ' ? std::string_view("\xE2\x96\x81") : std::string_view(&c, 1);
-    state.prefixed.push_back(std::move(normal));
+    state.prefixed.push_back(bpe_sp_spaces(text, sp_prepend_));
     text = state.prefixed.back();
   }
   if (pass == added_passes_.size()) {

@@ -78,4 +78,8 @@ struct BpeTokenizer::SentencePiece {
 // Size of the character at s[i]: its UTF-8 length when well-formed, else 1 (one invalid byte).
 std::size_t bpe_char_size_at(std::string_view s, std::size_t i);
 
+// Note [sentencepiece bpe]: `text` with each space as "\u2581", after one "\u2581" when `prepend`
+// (the legacy normalizer and the Metaspace pre-tokenizer both make it).
+std::string bpe_sp_spaces(std::string_view text, bool prepend);
+
 }  // namespace stratum

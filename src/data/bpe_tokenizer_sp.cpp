@@ -208,14 +208,18 @@ std::size_t BpeTokenizer::SentencePiece::unmade_count(const BpeTokenizer& tok) {
   return unmade;
 }
 
+std::string bpe_sp_spaces(std::string_view text, bool prepend) {
+  std::string out(prepend ? kSpace : "");
+  for (const char c : text) out += c == ' ' ? kSpace : std::string_view(&c, 1);
+  return out;
+}
+
 void BpeTokenizer::sp_segment(std::string_view segment, EncodeState& state) const {
   if (sp_metaspace_) {
     const bool prepend = segment.front() != ' ' && !segment.starts_with(kSpace) &&
                          (sp_scheme_ == Prepend::Always ||
                           (sp_scheme_ == Prepend::First && segment.data() == state.text_begin));
-    std::string text(prepend ? kSpace : "");
-    for (const char c : segment) text += c == ' ' ? kSpace : std::string_view(&c, 1);
-    state.prefixed.push_back(std::move(text));
+    state.prefixed.push_back(bpe_sp_spaces(segment, prepend));
     segment = state.prefixed.back();
   }
   if (!sp_metaspace_ || !sp_split_) {
