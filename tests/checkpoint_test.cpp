@@ -629,6 +629,21 @@ TEST_F(Checkpoint, RerunningTheSameCommandWithResumeAddedContinues) {
   r = run_stratum("train --resume " + quote(root + "/step-00000004") + " --kv-heads 4 --quiet");
   EXPECT_NE(r.errors.find("--kv-heads is for --arch llama but the checkpoint's model is gpt2"), std::string::npos)
       << r.errors;
+  // A Qwen3 run whose heads are wider than C/H (--head-dim, Note [qk norm]): saved as one, its
+  // rerun command resumes, another --head-dim is a mismatch, and GPT-2 has no such flag.
+  const std::string root_qwen3 = tmp_.file("ckq3");
+  const std::string qwen3 = "train --arch qwen3 --layers 1 --heads 4 --kv-heads 2 --head-dim 16 --embd 32 --ctx 32 "
+                            "--vocab 2048 --batch 2 --seq 16 --steps 2 --threads 2 --quiet --data " + quote(tokens_);
+  ASSERT_EQ(run_stratum(qwen3 + " --save " + quote(root_qwen3)).exit_code, 0);
+  const std::string qwen3_config = file_read_all(root_qwen3 + "/step-00000002/config.json");
+  EXPECT_NE(qwen3_config.find("\"Qwen3ForCausalLM\""), std::string::npos) << qwen3_config;
+  EXPECT_NE(qwen3_config.find("\"head_dim\": 16"), std::string::npos) << qwen3_config;
+  r = run_stratum("train --resume " + quote(root_qwen3) + " --head-dim 16 --steps 2 --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  r = run_stratum("train --resume " + quote(root_qwen3) + " --head-dim 8 --quiet");
+  EXPECT_NE(r.errors.find("--head-dim is 8 but the checkpoint was trained with 16"), std::string::npos) << r.errors;
+  r = run_stratum("train --arch gpt2 --head-dim 16 --steps 1 --quiet --data " + quote(tokens_));
+  EXPECT_NE(r.errors.find("--head-dim is for --arch llama"), std::string::npos) << r.errors;
   // The restart of a run stopped before its first checkpoint: --resume names its own --save
   // directory, which does not exist yet or holds none; the run starts there (it was refused
   // forever), to the same bits. A --resume of another empty directory is still refused.

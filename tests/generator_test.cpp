@@ -242,11 +242,13 @@ TEST(Generate, LlamaGreedyMatchesPyTorchInRamStreamedAndBatched) {
   EXPECT_LE(spilled.peak_ram_bytes, o.mem_budget_bytes);
 }
 
-// The tiny Qwen2 (q, k and v biases) decodes PyTorch's greedy tokens through the KV cache, in
-// RAM and streamed under its smallest budget; kept in bf16 (--precision bf16: the biases widened
-// beside the norm weights) its logits are the same bits in RAM and streamed, near the fp32 ones.
-TEST(Generate, Qwen2GreedyMatchesPyTorchInRamStreamedAndInBf16) {
-  const std::string dir = testing::source_path("tests/golden/tiny_qwen2");
+// The tiny Qwen2 (q, k and v biases) and Qwen3 (per-head q and k norms, Note [qk norm]) decode
+// PyTorch's greedy tokens through the KV cache, in RAM and streamed under the smallest budget;
+// kept in bf16 (--precision bf16: the biases or q and k norms widened beside the norm weights)
+// the logits are the same bits in RAM and streamed, near the fp32 ones.
+void check_qwen_greedy(const char* golden) {
+  SCOPED_TRACE(golden);
+  const std::string dir = testing::source_path(golden);
   const SafetensorsFile ref = SafetensorsFile::open(dir + "/reference.safetensors");
   auto ids = [&](const char* name) {
     const SafetensorsTensorInfo* t = ref.find(name);
@@ -283,6 +285,9 @@ TEST(Generate, Qwen2GreedyMatchesPyTorchInRamStreamedAndInBf16) {
   EXPECT_LT(worst, 0.25) << "bf16 weights round, they do not change the model";
   EXPECT_EQ(moved, 1.0) << "the weights really were kept in bf16";
 }
+
+TEST(Generate, Qwen2GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_qwen2"); }
+TEST(Generate, Qwen3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_qwen3"); }
 
 // Note [bf16 weights]: the bf16 golden Llama kept in bf16 gives the bits of its fp32 widening:
 // every logit of a batch of two (prompt steps, then decode steps), in RAM and streamed under the

@@ -1,7 +1,8 @@
 // Tests for src/kernels/cpu/rmsnorm (Hugging Face LlamaRMSNorm semantics): forward/backward
 // against a float64 reference at a shape with lane remainders and several column tiles, a
 // finite-difference gradient check in double for dinp and dw, the += / = contracts of the
-// backward, and thread-count independence (Note [deterministic partition]).
+// backward, and thread-count independence (Note [deterministic partition]); the per-head form
+// (Note [qk norm] in model/llama_block.h) against the plain one on the gathered heads.
 #include "kernels/cpu/rmsnorm.h"
 
 #include <gtest/gtest.h>
@@ -143,6 +144,45 @@ TEST(KernelRmsnorm, ThreadCountIndependent) {
         return test::concat({&fwd.out, &fwd.rstd, &g.dx, &g.dw});
       },
       "rmsnorm");
+}
+
+// Per-head RMSNorm (Qwen3's q_norm / k_norm): 7 token rows of 3 heads of 20 floats (a 16-lane
+// remainder of 4), rows 77 floats apart (17 floats after the heads that it must not touch, as k
+// and v follow q in qkv). Forward in place, and the backward in place from d out to d in: the
+// plain kernel's bits on the 21 gathered heads (dinp zeroed: 0 + v is v), in any thread count.
+TEST(KernelRmsnorm, PerHeadFormGivesThePlainKernelsBitsInPlace) {
+  const int n = 7, heads = 3, hd = 20, ld = heads * hd + 17, N = n * heads;
+  test::TestRng rng(45);
+  const auto x = rng.normal_f32(static_cast<std::size_t>(n) * ld, 1.5, 0.4), w = rng.normal_f32(hd, 0.1, 1.0);
+  const auto dout = rng.normal_f32(static_cast<std::size_t>(n) * ld);
+  auto gather = [&](const std::vector<float>& rows) {
+    std::vector<float> g;
+    for (int t = 0; t < n; ++t) g.insert(g.end(), rows.begin() + t * ld, rows.begin() + t * ld + heads * hd);
+    return g;
+  };
+  ThreadPool pool(2);
+  const RmsOut plain = rms_forward(pool, gather(x), w, N, hd, 1e-6f);
+  const RmsGrads plain_g = rms_backward(pool, gather(dout), gather(x), w, plain, N, hd);
+  test::expect_thread_count_independent(
+      [&](ThreadPool& p) {
+        std::vector<float> y = x, rstd(N), d = dout, dw(hd, 7.0f);
+        rmsnorm_heads_forward(p, y.data(), ld, rstd.data(), w.data(), n, heads, hd, 1e-6f);
+        rmsnorm_heads_backward(p, d.data(), x.data(), ld, dw.data(), w.data(), rstd.data(), n, heads, hd, false);
+        EXPECT_EQ(gather(y), plain.out);
+        EXPECT_EQ(rstd, plain.rstd);
+        EXPECT_EQ(gather(d), plain_g.dx);
+        EXPECT_EQ(dw, plain_g.dw);
+        int moved = 0;
+        for (int t = 0; t < n; ++t)
+          for (int c = heads * hd; c < ld; ++c)  // the gaps: untouched
+            moved += y[t * ld + c] != x[t * ld + c] || d[t * ld + c] != dout[t * ld + c];
+        EXPECT_EQ(moved, 0);
+        std::vector<float> dw_acc(hd, 1.0f), d2 = dout;  // accumulate_params adds to dw
+        rmsnorm_heads_backward(p, d2.data(), x.data(), ld, dw_acc.data(), w.data(), rstd.data(), n, heads, hd, true);
+        for (int c = 0; c < hd; ++c) EXPECT_EQ(dw_acc[c], 1.0f + plain_g.dw[c]);
+        return test::concat({&y, &rstd, &d, &dw});
+      },
+      "rmsnorm heads");
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ using testing::source_path;
 const std::string kTiny = "tests/golden/tiny_llama";
 const std::string kTinyBf16 = "tests/golden/tiny_llama_bf16";
 const std::string kQwen2 = "tests/golden/tiny_qwen2";
+const std::string kQwen3 = "tests/golden/tiny_qwen3";
 
 std::vector<std::int32_t> golden_i32(const SafetensorsFile& file, const std::string& name) {
   const SafetensorsTensorInfo* t = file.find(name);
@@ -87,7 +88,8 @@ TEST(LlamaModel, ConfigIsReadAsLlama) {
 }
 
 // Logits at every position, loss and every gradient, in RAM and under a budget that streams:
-// the tiny Llama, and the tiny Qwen2 (tests/golden/tiny_qwen2: its q, k and v biases).
+// the tiny Llama, the tiny Qwen2 (tests/golden/tiny_qwen2: its q, k and v biases) and the tiny
+// Qwen3 (tests/golden/tiny_qwen3: its q and k norms, Note [qk norm]; head_dim 32 over 4 heads).
 void check_logits_loss_and_gradients(const std::string& dir) {
   const Golden g(dir);
   ThreadPool pool(2);
@@ -136,7 +138,7 @@ void check_logits_loss_and_gradients(const std::string& dir) {
         ++checked;
       }
     }
-    EXPECT_EQ(checked, 2 * g.layout.vocab_block_count() + 1 + (g.cfg.qkv_bias() ? 12 : 9) * g.cfg.n_layer);
+    EXPECT_EQ(checked, 2 * g.layout.vocab_block_count() + 1 + (g.cfg.qkv_bias() ? 12 : g.cfg.qk_norm() ? 11 : 9) * g.cfg.n_layer);
     if (!streamed) ram_grads_hash = h;
     else EXPECT_EQ(h, ram_grads_hash) << "streaming must not change a bit";
   }
@@ -146,6 +148,26 @@ TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) { check_log
 
 TEST(LlamaModel, Qwen2LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
   check_logits_loss_and_gradients(kQwen2);
+}
+
+TEST(LlamaModel, Qwen3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
+  check_logits_loss_and_gradients(kQwen3);
+}
+
+TEST(LlamaModel, Qwen3ConfigIsALlamaWithQkNorms) {
+  const Golden g(kQwen3);
+  EXPECT_TRUE(g.cfg.qk_norm());
+  EXPECT_FALSE(g.cfg.qkv_bias());
+  EXPECT_STREQ(g.cfg.family(), "qwen3");
+  EXPECT_EQ(g.cfg.describe().rfind("qwen3 L2 H4 C64", 0), 0u) << g.cfg.describe();
+  EXPECT_EQ(g.cfg.q_dim(), 128) << "head_dim 32 over 4 heads: wider than hidden_size";
+  const SegmentLayout& layer = g.layout.segments()[g.layout.layer_segment(1)];
+  ASSERT_EQ(layer.tensors.size(), 11u);
+  EXPECT_EQ(g.layout.hf_name(layer.tensors[kQNormW]), "model.layers.1.self_attn.q_norm.weight");
+  EXPECT_EQ(g.layout.hf_name(layer.tensors[kKNormW]), "model.layers.1.self_attn.k_norm.weight");
+  EXPECT_EQ(layer.tensors[kKNormW].numel, 32u);
+  EXPECT_FALSE(layer.tensors[kQNormW].weight_decay) << "norm weights are not decayed";
+  EXPECT_EQ(block_tensor_part(ModelArch::Llama, kKNormW), BlockPart::Attention);
 }
 
 TEST(LlamaModel, Qwen2ConfigIsALlamaWithQkvBiases) {
@@ -211,6 +233,7 @@ void check_greedy_continuation(const std::string& dir) {
 TEST(LlamaModel, GreedyContinuationMatchesPyTorch) {
   check_greedy_continuation(kTiny);
   check_greedy_continuation(kQwen2);
+  check_greedy_continuation(kQwen3);
 }
 
 // Positions beyond 8k under Llama 3.1's rope scaling (factor 8 over an original 8192): a
@@ -352,6 +375,54 @@ TEST(LlamaModel, ShardAndShapeErrorsNameWhatIsWrong) {
               file_edit(d + "/config.json", "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
             }),
             "");
+}
+
+}  // namespace
+}  // namespace stratum
+
+namespace stratum {
+namespace {
+
+// What `model_read_config` says of the tiny Qwen3's config.json with `from` replaced by `to`
+// ("" when it reads).
+std::string qwen3_config_refusal(const testing::TempDir& tmp, const std::string& from, const std::string& to) {
+  std::filesystem::copy_file(source_path(kQwen3) + "/config.json", tmp.file("config.json"),
+                             std::filesystem::copy_options::overwrite_existing);
+  std::string text = file_read_all(tmp.file("config.json"));
+  text.replace(text.find(from), from.size(), to);
+  file_write_atomic(tmp.file("config.json"), text);
+  try {
+    model_read_config(tmp.path());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A Qwen3 saves as one: model_type "qwen3", Qwen3ForCausalLM, the q and k norms under their
+// names; its attention biases or its sliding window switched on are refused.
+TEST(LlamaModel, Qwen3SavesAsQwen3AndReloadsBitIdentical) {
+  const Golden g(kQwen3);
+  testing::TempDir tmp;
+  EXPECT_TRUE(save_reloads_bit_identical(g, tmp));
+  const SafetensorsFile saved = SafetensorsFile::open(tmp.file("out/model.safetensors"));
+  for (const char* name : {"model.layers.0.self_attn.q_norm.weight", "model.layers.1.self_attn.k_norm.weight"})
+    EXPECT_NE(saved.find(name), nullptr) << name;
+  EXPECT_EQ(saved.tensors().size(), 25u);
+  const nlohmann::json config = nlohmann::json::parse(file_read_all(tmp.file("out/config.json")));
+  EXPECT_EQ(config["model_type"], "qwen3");
+  EXPECT_EQ(config["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(config["attention_bias"], false);
+  EXPECT_EQ(config["use_sliding_window"], false);
+  EXPECT_EQ(config["head_dim"], 32);
+  EXPECT_EQ(model_read_config(tmp.file("out")).describe(), g.cfg.describe());
+  testing::TempDir edit;
+  EXPECT_EQ(qwen3_config_refusal(edit, "\"qwen3\"", "\"qwen3\""), "");
+  EXPECT_THAT(qwen3_config_refusal(edit, "\"attention_bias\": false", "\"attention_bias\": true"),
+              ::testing::HasSubstr("attention_bias"));
+  EXPECT_THAT(qwen3_config_refusal(edit, "\"use_sliding_window\": false", "\"use_sliding_window\": true"),
+              ::testing::HasSubstr("use_sliding_window"));
+  EXPECT_THAT(qwen3_config_refusal(edit, "\"qwen3\"", "\"qwen3_moe\""), ::testing::HasSubstr("\"qwen3\""));
 }
 
 }  // namespace

@@ -198,6 +198,10 @@ TEST(LoraTrain, Gpt2FollowsThePeftReferenceStreamedAndResumed) { check_run("test
 // Over a Qwen2 base (tests/golden/tiny_qwen2): the frozen q, k and v biases in every forward.
 TEST(LoraTrain, Qwen2LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_qwen2", false); }
 TEST(LoraTrain, Qwen2FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_qwen2", false); }
+// Over a Qwen3 base (tests/golden/tiny_qwen3): q_proj's and k_proj's adapters add before the
+// frozen per-head norms (Note [qk norm]), whose backward the adapters' gradients pass through.
+TEST(LoraTrain, Qwen3LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_qwen3", false); }
+TEST(LoraTrain, Qwen3FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_qwen3", false); }
 TEST(LoraTrain, LlamaFollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_llama", false); }
 // --lora-dropout: the reference's masks (Note [lora dropout]) drawn again in the recompute, at the
 // smallest budget and after the resume.
@@ -460,7 +464,8 @@ TEST(LoraTrain, GenerateWithAdapterMatchesTheAdaptedForward) {
 // Qwen2, whose bf16 biases are widened beside the norm weights) and both precisions; its layer
 // units and its minimum budget are smaller; the CLI keeps it bf16 and streams it with the same bits.
 TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
-  for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama", "tests/golden/tiny_qwen2"}) {
+  for (const char* golden :
+       {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama", "tests/golden/tiny_qwen2", "tests/golden/tiny_qwen3"}) {
     const std::string dir = source_path(golden);
     testing::TempDir tmp;
     const std::string base = tmp.file("bf16");

@@ -38,9 +38,14 @@ namespace {
 constexpr int kB = 3, kT = 400;
 static_assert(kB * kT > kRowChunk && (kRowChunk % kT) != 0, "two chunks, split inside a sequence");
 
-GptConfig chunk_config(bool llama) {
+// qwen3: the Llama with per-head q and k norms (Note [qk norm]), 4 heads of 16 (wider than C).
+GptConfig chunk_config(bool llama, bool qwen3 = false) {
   GptConfig c;
   c.arch = llama ? ModelArch::Llama : ModelArch::Gpt2;
+  if (qwen3) {
+    c.variant = LlamaVariant::Qwen3;
+    c.n_head_dim = 16;
+  }
   c.n_layer = 2;
   c.n_head = 4;
   c.n_embd = 32;
@@ -108,10 +113,11 @@ std::vector<std::vector<float>> batch_grads(const GptConfig& cfg, const LoraConf
 
 TEST(RowChunks, ChunkedPassGivesTheGradientsOfOneSequenceMicroBatches) {
   blas_set_threads(2);
-  for (const bool llama : {false, true}) {
+  for (const int family : {0, 1, 2}) {  // GPT-2, Llama, Qwen3
+    const bool llama = family > 0;
     for (const bool adapters : {false, true}) {
-      SCOPED_TRACE(std::string(llama ? "llama" : "gpt2") + (adapters ? " lora" : ""));
-      const GptConfig cfg = chunk_config(llama);
+      const GptConfig cfg = chunk_config(llama, family == 2);
+      SCOPED_TRACE(std::string(cfg.family()) + (adapters ? " lora" : ""));
       const LoraConfig lora = adapters ? every_linear(llama, 0.0) : LoraConfig{};
       const auto micro = batch_grads(cfg, lora, kB);  // 400 rows each: one chunk
       // 1200 rows: two chunks; and --row-chunk 256: five, every sequence split.
@@ -139,7 +145,7 @@ TEST(RowChunks, ChunkedPassGivesTheGradientsOfOneSequenceMicroBatches) {
 // prefetch depth `depth`; backward_groups: the schedule's LayerBackward groups.
 std::uint64_t two_steps_hash(const GptConfig& cfg, const LoraConfig& lora, int B, int T, ActivationPolicy policy,
                              int depth, int* backward_groups = nullptr, int row_chunk = kRowChunk) {
-  SCOPED_TRACE(std::string(cfg.llama() ? "llama " : "gpt2 ") + (lora.on() ? "lora " : "") +
+  SCOPED_TRACE(std::string(cfg.family()) + " " + (lora.on() ? "lora " : "") +
                activation_policy_name(policy) + " prefetch " + std::to_string(depth) + " row chunk " +
                std::to_string(row_chunk));
   const ParamLayout layout = ParamLayout::of(cfg, lora);
@@ -174,9 +180,10 @@ std::uint64_t two_steps_hash(const GptConfig& cfg, const LoraConfig& lora, int B
 // policy (keep: every row kept; offload: held internals), budget and prefetch depth.
 TEST(RowChunks, EveryPolicyAndBudgetGivesTheBitsOfRam) {
   blas_set_threads(2);
-  for (const bool llama : {false, true}) {
+  for (const int family : {0, 1, 2}) {  // GPT-2, Llama, Qwen3
+    const bool llama = family > 0;
     for (const bool adapters : {false, true}) {
-      const GptConfig cfg = chunk_config(llama);
+      const GptConfig cfg = chunk_config(llama, family == 2);
       const LoraConfig lora = adapters ? every_linear(llama, 0.1) : LoraConfig{};
       const std::uint64_t ram = two_steps_hash(cfg, lora, kB, kT, ActivationPolicy::Recompute, -1);
       EXPECT_EQ(two_steps_hash(cfg, lora, kB, kT, ActivationPolicy::Keep, -1), ram);
@@ -285,9 +292,10 @@ TEST(RowChunks, TheRecomputedSetHoldsOneChunkOfTheRowWiseInternals) {
 TEST(RowChunks, TheBlockHalvesGiveTheWholeBlocksBits) {
   ThreadPool pool(2);
   const std::unique_ptr<Ops> ops = ops_make(pool);
-  for (const bool llama : {false, true}) {
-    SCOPED_TRACE(llama ? "llama" : "gpt2");
-    GptConfig cfg = chunk_config(llama);
+  for (const int family : {0, 1, 2}) {  // GPT-2, Llama, Qwen3 (its q and k norms in the attention half)
+    const bool llama = family > 0;
+    GptConfig cfg = chunk_config(llama, family == 2);
+    SCOPED_TRACE(cfg.family());
     cfg.n_embd = 512;
     cfg.n_head = 8;
     if (llama) {
@@ -454,10 +462,11 @@ TEST(RowChunks, FrozenMlpSubChunksKeepTheBitsInLessMemory) {
 TEST(RowChunks, TheAttentionRecomputeFirstGivesTheWholeBackwardsBits) {
   blas_set_threads(2);
   constexpr int B = 2, T = 256;  // one row chunk
-  for (const bool llama : {false, true}) {
+  for (const int family : {0, 1, 2}) {  // GPT-2, Llama, Qwen3
+    const bool llama = family > 0;
     for (const bool mlp_adapters : {false, true}) {
       SCOPED_TRACE(mlp_adapters ? "every linear" : "attention only");
-      const GptConfig cfg = chunk_config(llama);
+      const GptConfig cfg = chunk_config(llama, family == 2);
       const LoraConfig lora = mlp_adapters ? every_linear(llama, 0.1)
                                            : lora_config_make(llama ? ModelArch::Llama : ModelArch::Gpt2, 4, 8,
                                                               llama ? "q_proj,v_proj" : "c_attn", false, 0.1);

@@ -128,15 +128,19 @@ TEST(Trainer, LossCurveMatchesPyTorchWithClippingAndWrap) {
 
 // The tiny Llama (GQA, llama3 rope, untied head, sharded) trained by the CLI matches PyTorch's
 // AdamW run, in RAM and streamed through the smallest budget, with the same bits in both.
-TEST(Trainer, LlamaLossCurveMatchesPyTorchInRamAndUnderABudget) {
-  const std::uint64_t ram = check_golden_run("train_args.json", "reference.safetensors", "tests/golden/tiny_llama");
+// A golden Llama-family model's AdamW run in RAM and streamed through the smallest budget: both
+// follow PyTorch (`loose`: one tensor held to another bound) with the same bits.
+void check_ram_and_budget(const char* golden, const std::pair<std::string, double>& loose = {}) {
+  const std::uint64_t ram = check_golden_run("train_args.json", "reference.safetensors", golden, "", loose);
   testing::TempDir offload;
-  const std::uint64_t budget =
-      check_golden_run("train_args.json", "reference.safetensors", "tests/golden/tiny_llama",
-                       " --mem-budget 1300K --offload-dir " + offload.path() + " --prefetch 2");
+  const std::uint64_t budget = check_golden_run("train_args.json", "reference.safetensors", golden,
+                                                " --mem-budget 1300K --offload-dir " + offload.path() + " --prefetch 2",
+                                                loose);
   EXPECT_NE(ram, 0u);
   EXPECT_EQ(budget, ram) << "streaming must not change a bit";
 }
+
+TEST(Trainer, LlamaLossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_llama"); }
 
 // The tiny Qwen2 (a Llama with q, k and v biases; tests/golden/tiny_qwen2) likewise: its biases'
 // gradients and AdamW updates (not decayed) follow PyTorch, in RAM and streamed, with one bits.
@@ -146,16 +150,13 @@ TEST(Trainer, LlamaLossCurveMatchesPyTorchInRamAndUnderABudget) {
 // the rounding into up to lr a step. PyTorch's own fp32 run ends 3.8e-5 from its fp64 run there
 // (every other tensor within 8e-6); Stratum's ends 6.3e-5 from PyTorch's fp32 run.
 TEST(Trainer, Qwen2LossCurveMatchesPyTorchInRamAndUnderABudget) {
-  const std::pair<std::string, double> k_bias = {"k_proj.bias", 1e-4};
-  const std::uint64_t ram =
-      check_golden_run("train_args.json", "reference.safetensors", "tests/golden/tiny_qwen2", "", k_bias);
-  testing::TempDir offload;
-  const std::uint64_t budget =
-      check_golden_run("train_args.json", "reference.safetensors", "tests/golden/tiny_qwen2",
-                       " --mem-budget 1300K --offload-dir " + offload.path() + " --prefetch 2", k_bias);
-  EXPECT_NE(ram, 0u);
-  EXPECT_EQ(budget, ram) << "streaming must not change a bit";
+  check_ram_and_budget("tests/golden/tiny_qwen2", {"k_proj.bias", 1e-4});
 }
+
+// The tiny Qwen3 (per-head q and k RMSNorms, Note [qk norm]; tests/golden/tiny_qwen3) likewise:
+// its norms' gradients (through the backward's recompute of the raw q and k) and AdamW updates
+// follow PyTorch, in RAM and streamed, with one bits.
+TEST(Trainer, Qwen3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_qwen3"); }
 
 // --row-chunk (Note [row chunks]): the tiny GPT-2's 128 rows a step in chunks of 48 and the tiny
 // Llama's 32 in chunks of 12 (the last chunk shorter; boundaries inside sequences) follow

@@ -503,26 +503,41 @@ def make_long_rope(root):
 QWEN2 = dict(TINY, model_type="qwen2", rope_theta=1000000.0, rope_scaling=None, rms_norm_eps=1e-6)
 QWEN2_SEED = 5678
 QWEN2_STDS = dict(INIT_STDS, bias=0.5)  # biases large enough to move the attention
+# A tiny Qwen3 (tests/golden/tiny_qwen3/): model_type "qwen3", so every query and key head is
+# RMSNorm'd (q_norm, k_norm) before the rope; head_dim 32 with 4 heads, so the attention is wider
+# (128) than the residual stream (64), as in Qwen3-0.6B (16 heads of 128 over 1024).
+QWEN3 = dict(QWEN2, model_type="qwen3", head_dim=32)
+QWEN3_SEED = 6789
 
 
-def make_qwen2(root):
-    out_dir = os.path.join(root, "tiny_qwen2")
+def qwen_without_its_variant(params):
+    """The same weights without what the variant adds: Qwen2's biases zeroed, Qwen3's q and k
+    norms dropped (torch_llama.attention then norms nothing): a plain Llama's forward."""
+    return {n: (torch.zeros_like(t) if n.endswith(".bias") else t) for n, t in params.items()
+            if not n.endswith("_norm.weight") or "self_attn" not in n}
+
+
+def make_qwen(root, kind):
+    """tests/golden/tiny_<kind>/ for kind "qwen2" or "qwen3"."""
+    shape, seed, stds = {"qwen2": (QWEN2, QWEN2_SEED, QWEN2_STDS), "qwen3": (QWEN3, QWEN3_SEED, INIT_STDS)}[kind]
+    out_dir = os.path.join(root, "tiny_" + kind)
     os.makedirs(out_dir, exist_ok=True)
-    cfg = tl.LlamaConfig(**QWEN2)
-    params = tl.init_params(cfg, torch.Generator().manual_seed(QWEN2_SEED), QWEN2_STDS)
-    assert sum(n.endswith(".bias") for n in params) == 3 * cfg.num_hidden_layers
-    self_check(cfg, params, QWEN2)
-    # The biases matter: without them the logits move well beyond the tests' tolerance.
+    cfg = tl.LlamaConfig(**shape)
+    params = tl.init_params(cfg, torch.Generator().manual_seed(seed), stds)
+    extra = [n for n in params if n.endswith(".bias") or ("self_attn" in n and n.endswith("_norm.weight"))]
+    assert len(extra) == (3 if kind == "qwen2" else 2) * cfg.num_hidden_layers, extra
+    self_check(cfg, params, shape)
+    # The variant matters: without its biases (norms) the logits move well beyond the tests' tolerance.
     with torch.no_grad():
         idx = torch.arange(20, dtype=torch.int64).unsqueeze(0) % cfg.vocab_size
-        unbiased = {n: (torch.zeros_like(t) if n.endswith(".bias") else t) for n, t in params.items()}
-        moved = (tl.forward(params, cfg, idx)[0] - tl.forward(unbiased, cfg, idx)[0]).abs().max().item()
-    assert moved > 0.1, f"biases move the logits by only {moved}"
+        moved = (tl.forward(params, cfg, idx)[0] -
+                 tl.forward(qwen_without_its_variant(params), cfg, idx)[0]).abs().max().item()
+    assert moved > 0.1, f"the {kind} variant moves the logits by only {moved}"
     tl.write_hf_config(os.path.join(out_dir, "config.json"), cfg, "float32")
     tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), params, metadata={"format": "pt"})
 
     B, T, S = TRAIN["batch"], TRAIN["seq"], TRAIN["steps"]
-    gen = torch.Generator().manual_seed(TOKENS_SEED + 1)
+    gen = torch.Generator().manual_seed(TOKENS_SEED + (1 if kind == "qwen2" else 2))
     tokens = torch.randint(0, cfg.vocab_size, (B * T * S + 1,), generator=gen, dtype=torch.int64)
     tokens.numpy().astype("<u2").tofile(os.path.join(out_dir, "tokens.bin"))
     with open(os.path.join(out_dir, "train_args.json"), "w") as f:
@@ -542,14 +557,14 @@ def make_qwen2(root):
     run = train_run(cfg, init, tokens, TRAIN)
     ref.update(run)
     tg.save_safetensors(os.path.join(out_dir, "reference.safetensors"), ref,
-                        metadata={"generator": "tools/make_llama_golden.py --only qwen2",
-                                  "torch_version": torch.__version__, "seed": str(QWEN2_SEED),
-                                  "init_stds": json.dumps(QWEN2_STDS), "train_args": json.dumps(TRAIN),
+                        metadata={"generator": "tools/make_llama_golden.py --only " + kind,
+                                  "torch_version": torch.__version__, "seed": str(seed),
+                                  "init_stds": json.dumps(stds), "train_args": json.dumps(TRAIN),
                                   "note": "input_ids/targets = batch 0 of tokens.bin with B=2 T=24"})
-    # LoRA (PEFT semantics, tools/torch_lora.py) on all seven linears over the biased base.
+    # LoRA (PEFT semantics, tools/torch_lora.py) on all seven linears over the base.
     fwd = lambda p, xx, yy, ad: tl.forward(p, cfg, xx, yy, adapter=ad)[1]  # noqa: E731
-    lora = torch_lora.write_reference(out_dir, init, fwd, LORA_TRAIN, dict(LORA, seed=QWEN2_SEED + 7),
-                                      "tools/make_llama_golden.py --only qwen2")
+    lora = torch_lora.write_reference(out_dir, init, fwd, LORA_TRAIN, dict(LORA, seed=seed + 7),
+                                      "tools/make_llama_golden.py --only " + kind)
     return {"loss0": float(loss), "losses": run["train_losses"].tolist(), "ids": ids, "margin": margin,
             "moved": moved, "lora_losses": lora["losses"]}
 
@@ -574,11 +589,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2"],
+    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
                          "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}; "
-                         "long_rope: only long_rope/; qwen2: only tiny_qwen2/")
+                         "long_rope: only long_rope/; qwen2: only tiny_qwen2/; qwen3: only tiny_qwen3/")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
@@ -592,18 +607,19 @@ def main():
         lo = make_lora(root)
         print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
         return
-    if args.only == "qwen2":
-        q = make_qwen2(root)
-        print(f"tiny_qwen2: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
-              f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); the biases move the logits by {q['moved']:.3f}; "
-              f"LoRA losses {[round(v, 4) for v in q['lora_losses']]}")
+    if args.only in ("qwen2", "qwen3"):
+        q = make_qwen(root, args.only)
+        print(f"tiny_{args.only}: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
+              f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); the variant moves the logits by "
+              f"{q['moved']:.3f}; LoRA losses {[round(v, 4) for v in q['lora_losses']]}")
         return
     if args.only == "long_rope":
         print(f"long_rope: logits at {LONG_POSITIONS}, spread {make_long_rope(root).std().item():.3f}")
         return
     info = make_tiny(root)
     make_long_rope(root)
-    make_qwen2(root)
+    make_qwen(root, "qwen2")
+    make_qwen(root, "qwen3")
     lo = make_lora(root)
     print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
     print(f"tiny_llama zo-sgd: projected gradients {[round(g, 4) for g in make_zo(root)]}")

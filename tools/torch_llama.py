@@ -16,7 +16,9 @@ What it does:
   - safetensors writing in the layout of the Rust `safetensors` library (the one transformers
     uses): `__metadata__` first, tensors sorted by name; sharding like huggingface_hub's
     split_torch_state_dict_into_shards plus the `model.safetensors.index.json` transformers writes.
-With model_type "qwen2" the q, k and v projections have biases (Qwen2ForCausalLM).
+With model_type "qwen2" the q, k and v projections have biases (Qwen2ForCausalLM); with
+"qwen3" each query and key head is RMSNorm'd (q_norm, k_norm: one (head_dim) weight each) before
+the rotary embedding (Qwen3ForCausalLM's Qwen3Attention).
 What it does not do: KV caching, sampling, o_proj/MLP biases, rope types other than
 "default" and "llama3", bf16 arithmetic (bf16 weights are upcast and computed in fp32).
 
@@ -58,16 +60,18 @@ class LlamaConfig:
         self.tie_word_embeddings = tie_word_embeddings
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
-        assert model_type in ("llama", "qwen2"), model_type
-        self.model_type = model_type  # qwen2: q_proj, k_proj and v_proj have biases (Qwen2Attention)
+        assert model_type in ("llama", "qwen2", "qwen3"), model_type
+        # qwen2: q_proj, k_proj and v_proj have biases (Qwen2Attention); qwen3: q_norm, k_norm
+        self.model_type = model_type
         assert num_attention_heads % num_key_value_heads == 0, \
             "num_attention_heads must be a multiple of num_key_value_heads"
         assert not tie_word_embeddings, "this reference keeps lm_head.weight as its own parameter"
 
     def to_hf_dict(self, torch_dtype="float32"):
-        qwen2 = self.model_type == "qwen2"
+        qwen = self.model_type in ("qwen2", "qwen3")
+        arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}.get(self.model_type, "LlamaForCausalLM")
         d = {
-            "architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
+            "architectures": [arch],
             "model_type": self.model_type,
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
@@ -86,7 +90,9 @@ class LlamaConfig:
             "hidden_act": "silu",
             "torch_dtype": torch_dtype,
         }
-        if qwen2:  # Qwen2Config: no attention_bias (its q, k, v biases come with the type)
+        if self.model_type == "qwen3":  # Qwen3Config's attention_bias (q_norm, k_norm come with the type)
+            d.update(attention_bias=False)
+        if qwen:  # Qwen2Config: no attention_bias (its q, k, v biases come with the type)
             d.update(use_sliding_window=False, sliding_window=None, max_window_layers=self.num_hidden_layers)
         else:
             d.update(attention_bias=False, mlp_bias=False)
@@ -120,6 +126,9 @@ def param_shapes(cfg):
         if cfg.model_type == "qwen2":
             shapes[h + "self_attn.v_proj.bias"] = (kv_out,)
         shapes[h + "self_attn.o_proj.weight"] = (C, q_out)
+        if cfg.model_type == "qwen3":
+            shapes[h + "self_attn.q_norm.weight"] = (cfg.head_dim,)
+            shapes[h + "self_attn.k_norm.weight"] = (cfg.head_dim,)
         shapes[h + "mlp.gate_proj.weight"] = (I, C)
         shapes[h + "mlp.up_proj.weight"] = (I, C)
         shapes[h + "mlp.down_proj.weight"] = (C, I)
@@ -234,8 +243,12 @@ def attention(h, p, pre, cfg, cos, sin, adapter=None):
     B, T, _ = h.shape
     H, KV, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     lin = _linear(p, pre, adapter)
-    q = lin("self_attn.q_proj", h).view(B, T, H, hd).transpose(1, 2)
-    k = lin("self_attn.k_proj", h).view(B, T, KV, hd).transpose(1, 2)
+    q = lin("self_attn.q_proj", h).view(B, T, H, hd)
+    k = lin("self_attn.k_proj", h).view(B, T, KV, hd)
+    if pre + "self_attn.q_norm.weight" in p:  # Qwen3: per-head RMSNorm before the rope
+        q = rms_norm(q, p[pre + "self_attn.q_norm.weight"], cfg.rms_norm_eps)
+        k = rms_norm(k, p[pre + "self_attn.k_norm.weight"], cfg.rms_norm_eps)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = lin("self_attn.v_proj", h).view(B, T, KV, hd).transpose(1, 2)
     q = apply_rope(q, cos, sin)
     k = apply_rope(k, cos, sin)

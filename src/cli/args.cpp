@@ -153,16 +153,17 @@ std::string number_text(double v) {
 // depend on a field read before it: --kv-heads on --heads, --inner on --embd).
 const std::vector<ModelShapeFlag>& model_shape_flags() {
   static const std::vector<ModelShapeFlag> rows = {
-      {"arch", "gpt2|llama|qwen2|mistral",
-       "new model: family (default gpt2; qwen2: llama with q, k and v biases; mistral: llama saved as Mistral, "
-       "no sliding window)",
+      {"arch", "gpt2|llama|qwen2|qwen3|mistral",
+       "new model: family (default gpt2; qwen2: llama with q, k and v biases; qwen3: llama with per-head q and k "
+       "RMSNorms; mistral: llama saved as Mistral, no sliding window)",
        false,
        [](const Args& a, GptConfig& c) {
          const std::string arch = a.str("arch", "gpt2");
-         STRATUM_CHECK(arch == "gpt2" || arch == "llama" || arch == "qwen2" || arch == "mistral",
-                       "[cli] --arch must be gpt2, llama, qwen2 or mistral, got '", arch, "'");
+         STRATUM_CHECK(arch == "gpt2" || arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "mistral",
+                       "[cli] --arch must be gpt2, llama, qwen2, qwen3 or mistral, got '", arch, "'");
          c.arch = arch == "gpt2" ? ModelArch::Gpt2 : ModelArch::Llama;
          c.variant = arch == "qwen2"     ? LlamaVariant::Qwen2
+                     : arch == "qwen3"   ? LlamaVariant::Qwen3
                      : arch == "mistral" ? LlamaVariant::Mistral
                                          : LlamaVariant::Llama;
          if (c.llama()) c.layer_norm_eps = 1e-5f;
@@ -186,6 +187,11 @@ const std::vector<ModelShapeFlag>& model_shape_flags() {
       {"kv-heads", "K", "new llama model: key/value heads (default --heads)", true,
        [](const Args& a, GptConfig& c) { c.n_kv_head = static_cast<int>(a.integer("kv-heads", c.n_head, 1, 4096)); },
        [](const GptConfig& c) { return number_text(c.kv_heads()); }},
+      {"head-dim", "D", "new llama model: width of each attention head (default C/H; Qwen3's are wider)", true,
+       [](const Args& a, GptConfig& c) {
+         c.n_head_dim = a.has("head-dim") ? static_cast<int>(a.integer("head-dim", 0, 2, 1024)) : 0;
+       },
+       [](const GptConfig& c) { return number_text(c.head_dim()); }},
       {"inner", "I", "new llama model: MLP width (default 8/3 C rounded up to 64)", true,
        [](const Args& a, GptConfig& c) {
          const int swiglu = (8 * c.n_embd / 3 + 63) / 64 * 64;  // Llama's 2/3 of 4C, rounded up to 64

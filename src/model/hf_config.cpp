@@ -94,7 +94,8 @@ RopeScaling rope_scaling_read(const std::string& path, const nlohmann::json& roo
   return s;
 }
 
-// A Llama-family config.json: "llama", or "qwen2" (LlamaVariant::Qwen2: q, k and v biases).
+// A Llama-family config.json: "llama", "qwen2" (LlamaVariant::Qwen2: q, k and v biases), "qwen3"
+// (q_norm and k_norm) or "mistral".
 GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaVariant variant) {
   GptConfig cfg;
   cfg.arch = ModelArch::Llama;
@@ -126,10 +127,13 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
     STRATUM_CHECK(act.is_string() && act.get<std::string>() == "silu", where(path), ": hidden_act ", json_brief(act),
                   " is not supported; Llama's MLP is SwiGLU (\"silu\")");
   }
-  if (variant == LlamaVariant::Qwen2) {
-    // Qwen2's sliding-window attention (use_sliding_window, from layer max_window_layers on) is
-    // off in its released configs; on, it would attend to fewer keys than Stratum does.
+  if (variant == LlamaVariant::Qwen2 || variant == LlamaVariant::Qwen3) {
+    // Qwen2's and Qwen3's sliding-window attention (use_sliding_window, from layer
+    // max_window_layers on) is off in their released configs; on, it would attend to fewer keys
+    // than Stratum does.
     option_refuse(path, root, "use_sliding_window", true, "Stratum's attention is full causal attention");
+    if (variant == LlamaVariant::Qwen3)  // Qwen3Config's attention_bias (false in every release)
+      option_refuse(path, root, "attention_bias", true, "Qwen3's projections have no biases in its released models");
   } else if (variant == LlamaVariant::Mistral) {
     // Note [mistral window]: a window of W keys is full causal attention up to W tokens.
     if (root.contains("sliding_window") && !root.at("sliding_window").is_null()) {
@@ -159,7 +163,11 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
   nlohmann::ordered_json j;
   const bool qwen2 = cfg.variant == LlamaVariant::Qwen2;
   const bool mistral = cfg.variant == LlamaVariant::Mistral;
-  j["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
+  const bool qwen3 = cfg.variant == LlamaVariant::Qwen3;
+  j["architectures"] = {qwen2   ? "Qwen2ForCausalLM"
+                        : qwen3 ? "Qwen3ForCausalLM"
+                        : mistral ? "MistralForCausalLM"
+                                  : "LlamaForCausalLM"};
   j["model_type"] = cfg.family();
   j["hidden_size"] = cfg.n_embd;
   j["intermediate_size"] = cfg.mlp_width();
@@ -184,7 +192,8 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
                          {"original_max_position_embeddings", s.original_max_position_embeddings}};
   }
   j["hidden_act"] = "silu";
-  if (qwen2) {  // Qwen2Config's fields (its q, k and v biases are implied by the model type)
+  if (qwen2 || qwen3) {  // Qwen2Config's fields (its q, k and v biases are implied by the model type)
+    if (qwen3) j["attention_bias"] = false;  // Qwen3Config's; its q_norm and k_norm come with the type
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = cfg.n_layer;
@@ -225,12 +234,13 @@ GptConfig hf_config_read(const std::string& path) {
     const auto& type = root.at("model_type");
     STRATUM_CHECK(type.is_string(), where(path), ": model_type must be a string, got ", json_brief(type));
     const std::string name = type.get<std::string>();
-    STRATUM_CHECK(name == "gpt2" || name == "llama" || name == "qwen2" || name == "mistral", where(path), ": model_type ",
-                  json_brief(type),
-                  " is not supported; Stratum runs GPT-2 (\"gpt2\"), Llama (\"llama\"), Qwen2 (\"qwen2\") and Mistral "
-                  "(\"mistral\") models");
+    STRATUM_CHECK(name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3" || name == "mistral",
+                  where(path), ": model_type ", json_brief(type),
+                  " is not supported; Stratum runs GPT-2 (\"gpt2\"), Llama (\"llama\"), Qwen2 (\"qwen2\"), Qwen3 "
+                  "(\"qwen3\") and Mistral (\"mistral\") models");
     if (name == "llama") return read_llama(path, root, LlamaVariant::Llama);
     if (name == "qwen2") return read_llama(path, root, LlamaVariant::Qwen2);
+    if (name == "qwen3") return read_llama(path, root, LlamaVariant::Qwen3);
     if (name == "mistral") return read_llama(path, root, LlamaVariant::Mistral);
   }
   GptConfig cfg;

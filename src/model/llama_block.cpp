@@ -13,7 +13,11 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
   // Braced initialisation evaluates left to right: the slices follow one another.
   LlamaBlockTensors t{vectors(view(kAttnNormW)), view(kQW),    view(kKW),  view(kVW), view(kOW),
                       vectors(view(kMlpNormW)),  view(kGateW), view(kUpW), view(kDownW)};
-  if (layout.tensors.size() > static_cast<std::size_t>(kQB)) {  // Qwen2
+  if (layout.tensors.size() <= static_cast<std::size_t>(kLlamaBlockTensorCount)) return t;
+  if (layout.tensors[kQNormW].name.ends_with("self_attn.q_norm.weight")) {  // Qwen3 (Note [qk norm])
+    t.q_norm_w = vectors(view(kQNormW));
+    t.k_norm_w = vectors(view(kKNormW));
+  } else {  // Qwen2
     t.q_b = vectors(view(kQB));
     t.k_b = vectors(view(kKB));
     t.v_b = vectors(view(kVB));
@@ -23,7 +27,8 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
 
 std::size_t llama_vector_floats(const GptConfig& cfg) {
   const std::size_t C = cfg.n_embd;
-  return 2 * C + (cfg.qkv_bias() ? static_cast<std::size_t>(cfg.q_dim()) + 2 * static_cast<std::size_t>(cfg.kv_dim()) : 0);
+  return 2 * C + (cfg.qkv_bias() ? static_cast<std::size_t>(cfg.q_dim()) + 2 * static_cast<std::size_t>(cfg.kv_dim()) : 0) +
+         (cfg.qk_norm() ? 2 * static_cast<std::size_t>(cfg.head_dim()) : 0);
 }
 
 void llama_bias_add(const Ops& ops, float* y, int ldy, const float* bias, const float* ones, int n, int N) {
@@ -80,7 +85,10 @@ CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int ma
   const std::size_t own = borrow ? 0 : 1;
   const std::size_t rows = chunked ? static_cast<std::size_t>(row_chunk_rows(BT, chunk_rows.chunk)) : BT;
   const std::size_t mlp = chunked ? std::min(rows, static_cast<std::size_t>(chunk_rows.mlp)) : BT;
-  return CarveSlices({{&xn1, own * BT * C}, {&rstd1, BT}, {&qkv, BT * QKV}, {&this->att_stats, stats}, {&atty, rows * Q},
+  const std::size_t qk_norm = cfg.qk_norm() ? BT : 0;
+  return CarveSlices({{&xn1, own * BT * C}, {&rstd1, BT}, {&qkv, BT * QKV},
+                      {&rstd_q, qk_norm * cfg.n_head}, {&rstd_k, qk_norm * cfg.kv_heads()},
+                      {&this->att_stats, stats}, {&atty, rows * Q},
                                   {&res2, rows * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, mlp * I}, {&up, mlp * I},
                                   {&hmid, own * BT * I}, {&ones, cfg.qkv_bias() ? own * BT : 0}});
 }
@@ -110,9 +118,9 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
 
 namespace {
 // Rows [r0, r0 + n) of xn1 and qkv (Note [row chunks]), adapters 0, 1 and 2 (q, k, v) added;
-// not rotated.
+// not normed (Note [qk norm]) nor rotated. with_v false: q and k only (the backward's recompute).
 void llama_qkv_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const LlamaBlockTensors& p,
-                    const float* x, LlamaActivations& s, int r0, int n, const LoraBlock* lora) {
+                    const float* x, LlamaActivations& s, int r0, int n, const LoraBlock* lora, bool with_v = true) {
   const int C = cfg.n_embd, Q = cfg.q_dim(), KVd = cfg.kv_dim(), QKV = Q + 2 * KVd;
   const std::size_t at = static_cast<std::size_t>(r0) * C;
   float* const xn1 = s.xn1 + s.work_row(r0) * C;
@@ -120,7 +128,7 @@ void llama_qkv_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, 
   ops.rmsnorm_forward(xn1, s.rstd1 + r0, x + at, p.attn_norm_w, n, C, cfg.layer_norm_eps);
   linear.nt(ops, qkv, QKV, xn1, C, p.q_w, n, Q, C);
   linear.nt(ops, qkv + Q, QKV, xn1, C, p.k_w, n, KVd, C);
-  linear.nt(ops, qkv + Q + KVd, QKV, xn1, C, p.v_w, n, KVd, C);
+  if (with_v) linear.nt(ops, qkv + Q + KVd, QKV, xn1, C, p.v_w, n, KVd, C);
   if (cfg.qkv_bias()) {  // Qwen2: the biased projections, which PEFT's adapters add to
     STRATUM_ASSERT(p.q_b != nullptr && p.k_b != nullptr && p.v_b != nullptr && s.ones != nullptr);
     llama_bias_add(ops, qkv, QKV, p.q_b, s.ones, n, Q);
@@ -130,8 +138,20 @@ void llama_qkv_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, 
   if (lora != nullptr) {
     lora_forward(ops, lora_rows(*lora, 0, r0, C), 0, qkv, QKV, xn1, C, n, C, Q);
     lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, qkv + Q, QKV, xn1, C, n, C, KVd);
-    lora_forward(ops, lora_rows(*lora, 2, r0, C), 2, qkv + Q + KVd, QKV, xn1, C, n, C, KVd);
+    if (with_v) lora_forward(ops, lora_rows(*lora, 2, r0, C), 2, qkv + Q + KVd, QKV, xn1, C, n, C, KVd);
   }
+}
+
+// Note [qk norm]: Qwen3's per-head norms of rows [r0, r0 + n) of qkv's q and k, in place.
+void llama_qk_norm_rows(const Ops& ops, const GptConfig& cfg, const LlamaBlockTensors& p, LlamaActivations& s, int r0,
+                        int n) {
+  const int Q = cfg.q_dim(), QKV = Q + 2 * cfg.kv_dim(), H = cfg.n_head, KV = cfg.kv_heads();
+  STRATUM_ASSERT(p.q_norm_w != nullptr && p.k_norm_w != nullptr && s.rstd_q != nullptr && s.rstd_k != nullptr);
+  float* const qkv = s.qkv + static_cast<std::size_t>(r0) * QKV;
+  ops.rmsnorm_heads_forward(qkv, QKV, s.rstd_q + static_cast<std::size_t>(r0) * H, p.q_norm_w, n, H, cfg.head_dim(),
+                            cfg.layer_norm_eps);
+  ops.rmsnorm_heads_forward(qkv + Q, QKV, s.rstd_k + static_cast<std::size_t>(r0) * KV, p.k_norm_w, n, KV,
+                            cfg.head_dim(), cfg.layer_norm_eps);
 }
 
 // Every row's qkv, q and k rotated: what the attention of any row needs.
@@ -139,7 +159,10 @@ void llama_qkv(const Ops& ops, const Linear& linear, const Attention& attention,
                const RopeTable& rope, const LlamaBlockTensors& p, const float* x, LlamaActivations& s, int B, int T,
                const LoraBlock* lora) {
   const int Q = cfg.q_dim(), QKV = Q + 2 * cfg.kv_dim();
-  for_each_row_chunk(B * T, s.rows.chunk, [&](int r0, int n) { llama_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
+  for_each_row_chunk(B * T, s.rows.chunk, [&](int r0, int n) {
+    llama_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora);
+    if (cfg.qk_norm()) llama_qk_norm_rows(ops, cfg, p, s, r0, n);
+  });
   ops.rope_forward(s.qkv, B, T, cfg.n_head, cfg.head_dim(), QKV, attention.positions(), rope);
   ops.rope_forward(s.qkv + Q, B, T, cfg.kv_heads(), cfg.head_dim(), QKV, attention.positions(), rope);
 }
@@ -316,11 +339,19 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) {
     const std::size_t at = static_cast<std::size_t>(r0) * C;
     const bool acc = r0 > 0;
-    const float* const dqkv = w.dqkv + static_cast<std::size_t>(r0) * QKV;
+    float* const dqkv = w.dqkv + static_cast<std::size_t>(r0) * QKV;
+    if (cfg.qk_norm()) {  // Note [qk norm]: the raw q and k (and xn1) again, then their gradients in place
+      llama_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora, /*with_v=*/false);
+      const float* const qk = s.qkv + static_cast<std::size_t>(r0) * QKV;
+      ops.rmsnorm_heads_backward(dqkv, qk, QKV, norm_grad(&LlamaBlockTensors::q_norm_w), p.q_norm_w,
+                                 s.rstd_q + static_cast<std::size_t>(r0) * H, n, H, hd, acc);
+      ops.rmsnorm_heads_backward(dqkv + Q, qk + Q, QKV, norm_grad(&LlamaBlockTensors::k_norm_w), p.k_norm_w,
+                                 s.rstd_k + static_cast<std::size_t>(r0) * KV, n, KV, hd, acc);
+    }
     sgemm_w(ops, false, false, n, C, Q, 1.0f, dqkv, QKV, p.q_w, C, 0.0f, w.dxn, C, w.wide, w.wide_floats);
     sgemm_w(ops, false, false, n, C, KVd, 1.0f, dqkv + Q, QKV, p.k_w, C, 1.0f, w.dxn, C, w.wide, w.wide_floats);
     sgemm_w(ops, false, false, n, C, KVd, 1.0f, dqkv + Q + KVd, QKV, p.v_w, C, 1.0f, w.dxn, C, w.wide, w.wide_floats);
-    ops.rmsnorm_forward(s.xn1, s.rstd1 + r0, x + at, p.attn_norm_w, n, C, eps);  // into tmp again
+    if (!cfg.qk_norm()) ops.rmsnorm_forward(s.xn1, s.rstd1 + r0, x + at, p.attn_norm_w, n, C, eps);  // into tmp again
     weight_grad(Q, C, n, dqkv, QKV, s.xn1, C, &LlamaBlockTensors::q_w, acc);
     weight_grad(KVd, C, n, dqkv + Q, QKV, s.xn1, C, &LlamaBlockTensors::k_w, acc);
     weight_grad(KVd, C, n, dqkv + Q + KVd, QKV, s.xn1, C, &LlamaBlockTensors::v_w, acc);

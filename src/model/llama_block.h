@@ -35,8 +35,25 @@ struct LlamaBlockTensors {
   float* q_b = nullptr;  // (H*hd)
   float* k_b = nullptr;  // (KV*hd)
   float* v_b = nullptr;  // (KV*hd)
+  // Qwen3 (GptConfig::qk_norm, Note [qk norm]): q_norm and k_norm weights, fp32 (widened likewise);
+  // null for the others.
+  float* q_norm_w = nullptr;  // (hd)
+  float* k_norm_w = nullptr;  // (hd)
 };
-// Floats of the scratch a bf16 block's vectors (norm weights, Qwen2's biases) are widened into.
+// Note [qk norm]: Qwen3 (model_type "qwen3") RMSNorms each query and key head before the rotary
+// embedding: q = rope(q_norm(q_proj(xn1))) per head of hd, with one (hd) weight for every query
+// head and one for every key head (transformers' Qwen3Attention; LoRA's adapters add to q_proj
+// and k_proj before the norm, as PEFT's wrap of the Linear does). The forward norms qkv's q and k
+// in place (Ops::rmsnorm_heads_forward, rstd kept per row and head in rstd_q and rstd_k), so
+// qkv's raw projections are gone when the backward needs them: its attention loop recomputes
+// each chunk's raw q and k (xn1 and the two projections with their adapters; not v) into qkv's
+// rows, which the attention backward has finished reading, and turns d q and d k (after the
+// rope's backward) into the projections' gradients in place (Ops::rmsnorm_heads_backward). The
+// same kernels on the same rows and chunk shapes as the forward, so the same bits; about 6% more
+// multiply-adds in a Qwen3-0.6B layer's backward, and no (B,T,H*hd + KV*hd) set of raw q and k kept
+// per layer. CUDA has no per-head norm kernel yet: Qwen3 is refused on --backend cuda.
+// Floats of the scratch a bf16 block's vectors (norm weights, Qwen2's biases, Qwen3's q and k
+// norms) are widened into.
 std::size_t llama_vector_floats(const GptConfig& config);
 // Note [biases by products]: a Qwen2 bias is added to the n rows of y (row stride ldy) as the
 // product of a column of n ones and the bias row (y = 1 y + ones (n,1) bias (1,N)), and its
@@ -104,7 +121,9 @@ class LlamaActivations {
   BlockRows rows;  // its passes' chunks and MLP sub-chunks (Note [row chunks]): the borrowed workspace's
   float* xn1;    // (B,T,C) input_layernorm(x) (Note [hmid in the workspace])
   float* rstd1;  // (B,T)
-  float* qkv;    // (B,T,H*hd + 2*KV*hd) [q | k | v], q and k rotated
+  float* qkv;    // (B,T,H*hd + 2*KV*hd) [q | k | v], q and k rotated (Qwen3: normed, then rotated)
+  float* rstd_q = nullptr;  // Qwen3: (B,T,H) q_norm's (Note [qk norm])
+  float* rstd_k = nullptr;  // Qwen3: (B,T,KV) k_norm's
   float* att_stats; // (B,H,T,2) softmax row statistics (kernels/cpu/attention.h)
   float* atty;   // (B,T,H*hd), or (row_chunk_rows, H*hd) when chunked
   float* res2;   // (B,T,C) x + attention output, or (row_chunk_rows, C) when chunked

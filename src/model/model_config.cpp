@@ -10,10 +10,24 @@ namespace stratum {
 const char* model_arch_name(ModelArch arch) { return arch == ModelArch::Llama ? "llama" : "gpt2"; }
 
 const char* GptConfig::family() const {
-  return qkv_bias() ? "qwen2" : llama() && variant == LlamaVariant::Mistral ? "mistral" : model_arch_name(arch);
+  if (!llama()) return model_arch_name(arch);
+  switch (variant) {
+    case LlamaVariant::Qwen2: return "qwen2";
+    case LlamaVariant::Mistral: return "mistral";
+    case LlamaVariant::Qwen3: return "qwen3";
+    case LlamaVariant::Llama: break;
+  }
+  return "llama";
 }
 const char* GptConfig::family_title() const {
-  return qkv_bias() ? "Qwen2" : !llama() ? "GPT-2" : variant == LlamaVariant::Mistral ? "Mistral" : "Llama";
+  if (!llama()) return "GPT-2";
+  switch (variant) {
+    case LlamaVariant::Qwen2: return "Qwen2";
+    case LlamaVariant::Mistral: return "Mistral";
+    case LlamaVariant::Qwen3: return "Qwen3";
+    case LlamaVariant::Llama: break;
+  }
+  return "Llama";
 }
 
 void GptConfig::validate() const {
@@ -38,7 +52,7 @@ void GptConfig::validate() const {
     STRATUM_CHECK(n_inner == 0 || n_inner == 4 * n_embd, "[model.config] GPT-2's MLP width is 4 * n_embd");
     STRATUM_CHECK(n_head_dim == 0 || n_head_dim * n_head == n_embd, "[model.config] GPT-2's head_dim is n_embd / n_head");
     STRATUM_CHECK(tie_word_embeddings, "[model.config] GPT-2's LM head is tied to wte");
-    STRATUM_CHECK(variant == LlamaVariant::Llama, "[model.config] a Qwen2 or Mistral model is of the Llama family");
+    STRATUM_CHECK(variant == LlamaVariant::Llama, "[model.config] a Qwen2, Qwen3 or Mistral model is of the Llama family");
     return;
   }
   STRATUM_CHECK(sliding_window >= 0 && (sliding_window == 0 || variant == LlamaVariant::Mistral),

@@ -2,7 +2,7 @@
 // config.json describes): GPT-2 (LayerNorm, learned positions, GELU MLP, fused qkv with biases,
 // LM head tied to wte) and Llama (RMSNorm, rotary positions, SwiGLU MLP, grouped-query
 // attention without biases, tied or untied LM head), with Qwen2 as a Llama whose q, k and v
-// projections have biases.
+// projections have biases and Qwen3 as a Llama whose queries and keys are RMSNorm'd per head.
 // Does not hold weights or layouts: see param_layout.h.
 #pragma once
 
@@ -20,7 +20,8 @@ const char* model_arch_name(ModelArch arch);  // "gpt2", "llama" (the config.jso
 // and v projections (transformers' Qwen2Attention; its o_proj has none), read and saved as
 // "qwen2" (Qwen2ForCausalLM).
 // Qwen2: q, k and v biases. Mistral: Llama's math, within its sliding window (Note [mistral window]).
-enum class LlamaVariant { Llama, Qwen2, Mistral };
+// Qwen3: q_norm and k_norm (Note [qk norm] in model/llama_block.h).
+enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3 };
 
 // Note [mistral window]
 // Mistral (model_type "mistral") is Llama's architecture and weight names with a sliding window:
@@ -53,8 +54,9 @@ struct GptConfig {
 
   bool llama() const { return arch == ModelArch::Llama; }
   bool qkv_bias() const { return llama() && variant == LlamaVariant::Qwen2; }  // q_proj/k_proj/v_proj.bias
-  const char* family() const;        // "gpt2", "llama", "qwen2", "mistral": the config.json model_type
-  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral": for messages
+  bool qk_norm() const { return llama() && variant == LlamaVariant::Qwen3; }   // self_attn.q_norm/k_norm.weight
+  const char* family() const;        // "gpt2", "llama", "qwen2", "mistral", "qwen3": the config.json model_type
+  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3": for messages
   // Note [mistral window]: the longest sequence the model runs exactly, n_ctx or a Mistral's
   // sliding window when that is shorter.
   int context() const { return sliding_window > 0 && sliding_window < n_ctx ? sliding_window : n_ctx; }

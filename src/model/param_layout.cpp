@@ -154,6 +154,7 @@ ParamLayout ParamLayout::llama(const GptConfig& cfg) {
   const std::int64_t C = cfg.n_embd, Q = cfg.q_dim(), KV = cfg.kv_dim(), I = cfg.mlp_width();
   ParamLayout layout;
   layout.arch_ = ModelArch::Llama;
+  layout.family_title_ = cfg.family_title();
   layout.segments_.push_back(SegmentBuilder("embed", SegmentRole::Embed).finish());  // no position table
   for (int i = 0; i < cfg.n_layer; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -171,6 +172,10 @@ ParamLayout ParamLayout::llama(const GptConfig& cfg) {
       block.add(p + "self_attn.q_proj.bias", {Q});
       block.add(p + "self_attn.k_proj.bias", {KV});
       block.add(p + "self_attn.v_proj.bias", {KV});
+    }
+    if (cfg.qk_norm()) {  // kQNormW, kKNormW
+      block.add(p + "self_attn.q_norm.weight", {cfg.head_dim()});
+      block.add(p + "self_attn.k_norm.weight", {cfg.head_dim()});
     }
     layout.segments_.push_back(block.finish());
   }

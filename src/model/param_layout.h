@@ -99,10 +99,12 @@ enum BlockTensor : int {
   kBlockTensorCount
 };
 // Order of tensors inside a Llama block segment (weights in nn.Linear layout (out, in)); a
-// Qwen2 block's q, k and v biases follow (GptConfig::qkv_bias), in the attention half.
+// Qwen2 block's q, k and v biases follow (GptConfig::qkv_bias), or a Qwen3 block's q_norm and
+// k_norm weights (GptConfig::qk_norm), in the attention half.
 enum LlamaBlockTensor : int {
   kAttnNormW, kQW, kKW, kVW, kOW, kMlpNormW, kGateW, kUpW, kDownW, kLlamaBlockTensorCount,
-  kQB = kLlamaBlockTensorCount, kKB, kVB
+  kQB = kLlamaBlockTensorCount, kKB, kVB,
+  kQNormW = kLlamaBlockTensorCount, kKNormW
 };
 // Note [block halves]: a block's forward is its attention half (the norm before it, q, k, v,
 // the attention and its output projection, res2 = x + o(atty)) and its MLP half (the norm
@@ -121,7 +123,7 @@ enum LlamaBlockTensor : int {
 enum class BlockPart { Whole, Attention, Mlp };
 // The half tensor `tensor` of a block segment of `arch` belongs to (BlockTensor, LlamaBlockTensor).
 inline BlockPart block_tensor_part(ModelArch arch, int tensor) {
-  if (arch == ModelArch::Llama && tensor >= kQB) return BlockPart::Attention;  // Qwen2's q, k and v biases
+  if (arch == ModelArch::Llama && tensor >= kQB) return BlockPart::Attention;  // Qwen2's biases, Qwen3's q/k norms
   return tensor < (arch == ModelArch::Llama ? static_cast<int>(kMlpNormW) : static_cast<int>(kLn2W))
              ? BlockPart::Attention
              : BlockPart::Mlp;
@@ -153,6 +155,7 @@ class ParamLayout {
   // The LM head's vocabulary block: the token embedding's when tied, else lm_head's own.
   bool head_tied() const { return head_tied_; }
   ModelArch arch() const { return arch_; }
+  const char* family_title() const { return family_title_; }  // GptConfig::family_title: for messages
   int head_vocab_segment(int block) const {
     return head_tied_ ? vocab_segment(block) : head_segment_ + 1 + vocab_blocks_ + block;
   }
@@ -191,6 +194,7 @@ class ParamLayout {
   int vocab_blocks_ = 0;
   bool head_tied_ = true;
   ModelArch arch_ = ModelArch::Gpt2;
+  const char* family_title_ = "GPT-2";
   std::string hf_prefix_;
   LoraConfig lora_;
   int lora_first_ = -1;

@@ -168,6 +168,14 @@ class Ops {
                                float eps) const = 0;
   virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                                 const float* rstd, int N, int C, bool accumulate_params) const = 0;
+  // Per-head RMSNorm in place (Qwen3's q_norm and k_norm, Note [qk norm] in model/llama_block.h):
+  // n token rows ld floats apart, each `heads` vectors of hd floats normed with the same w (hd);
+  // rstd (n * heads). The backward turns d (same layout) from d out into d in, in place, from the
+  // forward's input x; dw (hd) = (or +=) its gradient, each column summed over the vectors in order.
+  virtual void rmsnorm_heads_forward(float* x, int ld, float* rstd, const float* w, int n, int heads, int hd,
+                                     float eps) const = 0;
+  virtual void rmsnorm_heads_backward(float* d, const float* x, int ld, float* dw, const float* w, const float* rstd,
+                                      int n, int heads, int hd, bool accumulate_params) const = 0;
 
   // Causal grouped-query attention over a (B,T,H*hd + 2*KV*hd) qkv buffer (kernels/cpu/attention.h);
   // the forward keeps (B,H,T,2) softmax row statistics for the backward, never a (T,T) matrix

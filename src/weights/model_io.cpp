@@ -84,8 +84,7 @@ void load_kinds(const std::vector<std::string>& paths, const ParamLayout& layout
   for (auto& per_kind : seen)
     for (int s = 0; s < layout.segment_count(); ++s)
       per_kind[s].assign(segment_selected(layout, s, select) ? layout.segments()[s].tensors.size() : 0, false);
-  const bool qwen2 = layout.arch() == ModelArch::Llama && layout.segments()[layout.layer_segment(0)].tensors.size() > kQB;
-  const char* family = qwen2 ? "Qwen2" : layout.arch() == ModelArch::Llama ? "Llama" : "GPT-2";
+  const std::string family = layout.family_title();
   const bool adapters = select == SegmentSelect::Adapters;
   for (const std::string& path : paths) {
   SafetensorsFile file = SafetensorsFile::open(path);

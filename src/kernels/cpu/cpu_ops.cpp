@@ -118,6 +118,14 @@ void CpuOps::rmsnorm_backward(float* dinp, float* dw, const float* dout, const f
                               const float* rstd, int N, int C, bool accumulate_params) const {
   stratum::rmsnorm_backward(pool_, dinp, dw, dout, inp, w, rstd, N, C, accumulate_params);
 }
+void CpuOps::rmsnorm_heads_forward(float* x, int ld, float* rstd, const float* w, int n, int heads, int hd,
+                                   float eps) const {
+  stratum::rmsnorm_heads_forward(pool_, x, ld, rstd, w, n, heads, hd, eps);
+}
+void CpuOps::rmsnorm_heads_backward(float* d, const float* x, int ld, float* dw, const float* w, const float* rstd,
+                                    int n, int heads, int hd, bool accumulate_params) const {
+  stratum::rmsnorm_heads_backward(pool_, d, x, ld, dw, w, rstd, n, heads, hd, accumulate_params);
+}
 std::size_t CpuOps::gemm_scratch_bytes(int rows, int width, int narrow) const {
   if (precision_ != Precision::Bf16) return 0;
   // The two per-thread copies grow to the largest op(A) (rows x width, or width x rows) and the

@@ -51,6 +51,10 @@ class CpuOps final : public Ops {
                        float eps) const override;
   void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                         const float* rstd, int N, int C, bool accumulate_params) const override;
+  void rmsnorm_heads_forward(float* x, int ld, float* rstd, const float* w, int n, int heads, int hd,
+                             float eps) const override;
+  void rmsnorm_heads_backward(float* d, const float* x, int ld, float* dw, const float* w, const float* rstd, int n,
+                              int heads, int hd, bool accumulate_params) const override;
   std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const override;
   std::size_t gemm_scratch_bytes(int rows, int width, int narrow) const override;
   void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,

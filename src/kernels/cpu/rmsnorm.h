@@ -16,4 +16,15 @@ void rmsnorm_forward(ThreadPool& pool, float* out, float* rstd, const float* inp
 void rmsnorm_backward(ThreadPool& pool, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                       const float* rstd, int N, int C, bool accumulate_params);
 
+// Per-head RMSNorm in place (Note [qk norm] in model/llama_block.h): n token rows ld floats
+// apart, each holding `heads` vectors of hd floats, every vector normed with the same w (hd);
+// rstd (n * heads), token-major.
+void rmsnorm_heads_forward(ThreadPool& pool, float* x, int ld, float* rstd, const float* w, int n, int heads, int hd,
+                           float eps);
+// d (the same layout) goes from d out to d in, in place; x is the forward's input; dw (hd) = (or
+// += when accumulate_params) d/dw, each column summed over the n * heads vectors in order; dw
+// null: none.
+void rmsnorm_heads_backward(ThreadPool& pool, float* d, const float* x, int ld, float* dw, const float* w,
+                            const float* rstd, int n, int heads, int hd, bool accumulate_params);
+
 }  // namespace stratum

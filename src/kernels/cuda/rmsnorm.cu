@@ -66,3 +66,19 @@ void CudaOps::rmsnorm_backward(float* dinp, float* dw, const float* dout, const 
 }
 
 }  // namespace stratum
+
+namespace stratum {
+
+// Note [qk norm] (model/llama_block.h): the per-head norm has no CUDA kernel yet; nothing in this
+// session could run one (the GPU tier's rule: no CUDA code that no GPU has run). A Qwen3 model is
+// refused on this backend before it starts (train and generate check GptConfig::qk_norm), so
+// reaching these is a bug.
+void CudaOps::rmsnorm_heads_forward(float*, int, float*, const float*, int, int, int, float) const {
+  STRATUM_FAIL("[backend.cuda] per-head RMSNorm (Qwen3's q_norm and k_norm) has no CUDA kernel: use --backend cpu");
+}
+void CudaOps::rmsnorm_heads_backward(float*, const float*, int, float*, const float*, const float*, int, int, int,
+                                     bool) const {
+  STRATUM_FAIL("[backend.cuda] per-head RMSNorm (Qwen3's q_norm and k_norm) has no CUDA kernel: use --backend cpu");
+}
+
+}  // namespace stratum
