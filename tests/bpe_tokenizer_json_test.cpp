@@ -22,6 +22,7 @@
 #include "gpt2_byte_symbol.h"
 #include "integration_util.h"
 #include "stratum/error.h"
+#include "tokenizer_json_cases.h"
 
 namespace stratum {
 namespace {
@@ -382,14 +383,7 @@ TEST(BpeTokenizerJsonTest, EmptyRegexMatchesSplitLikeHuggingFace) {
             (std::vector<std::int32_t>{'a', 'b', '\n', 'a', 'b'}));
 }
 
-// One malformed tokenizer.json: `mutate` breaks the small valid one (or `raw` replaces it), and
-// the error must contain `fragment`.
-struct MalformedCase {
-  const char* name;
-  std::function<void(Json&)> mutate;
-  const char* fragment;
-  const char* raw = nullptr;
-};
+using testing::MalformedCase;
 
 TEST(BpeTokenizerJsonTest, MalformedAndUnsupportedFilesThrowOneLineErrors) {
   const char* const kSupported =
@@ -590,25 +584,7 @@ TEST(BpeTokenizerJsonTest, MalformedAndUnsupportedFilesThrowOneLineErrors) {
       {"post_processor without type", [](Json& j) { j["post_processor"] = Json::object(); },
        "post_processor has no \"type\" field"},
   };
-  for (const MalformedCase& c : cases) {
-    TempDir dir;
-    Json json = small_tokenizer_json();
-    if (c.mutate) c.mutate(json);
-    file_write_atomic(dir.file("tokenizer.json"), c.raw != nullptr ? std::string(c.raw) : json.dump());
-    try {
-      BpeTokenizer::load(dir.path());
-      ADD_FAILURE() << c.name << ": load did not throw";
-    } catch (const BugError& e) {
-      ADD_FAILURE() << c.name << ": internal error " << e.what();
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      EXPECT_EQ(message.rfind("[tokenizer] ", 0), 0u) << c.name << ": " << message;
-      EXPECT_NE(message.find(c.fragment), std::string::npos) << c.name << ": " << message;
-      EXPECT_NE(message.find(dir.path() + "/tokenizer.json"), std::string::npos)
-          << c.name << ": " << message;
-      EXPECT_EQ(message.find('\n'), std::string::npos) << c.name << ": " << message;
-    }
-  }
+  testing::expect_malformed_refused(small_tokenizer_json(), cases);
   // The unsupported kinds all say what is supported.
   for (const char* type : {"Unigram", "WordPiece"}) {
     Json json = small_tokenizer_json();

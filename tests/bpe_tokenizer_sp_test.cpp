@@ -17,6 +17,7 @@
 #include "data/bpe_tokenizer.h"
 #include "integration_util.h"
 #include "stratum/error.h"
+#include "tokenizer_json_cases.h"
 
 namespace stratum {
 namespace {
@@ -186,12 +187,7 @@ TEST(BpeTokenizerSpTest, ASpaceAfterALetterInAPieceMergesAcrossWords) {
   EXPECT_EQ(tok.decode(merged), "the cat");
 }
 
-// One malformed SentencePiece-style tokenizer.json and a fragment of its error.
-struct MalformedCase {
-  const char* name;
-  std::function<void(Json&)> mutate;
-  const char* fragment;
-};
+using testing::MalformedCase;  // a malformed SentencePiece-style tokenizer.json
 
 TEST(BpeTokenizerSpTest, MalformedFilesThrowOneLineErrors) {
   const std::vector<MalformedCase> cases = {
@@ -248,24 +244,7 @@ TEST(BpeTokenizerSpTest, MalformedFilesThrowOneLineErrors) {
       {"merges cut short", [](Json& j) { j["model"]["merges"] = Json::array({j["model"]["merges"][0]}); },
        "come from none of them"},
   };
-  for (const MalformedCase& c : cases) {
-    TempDir dir;
-    Json json = llama2_json();
-    c.mutate(json);
-    file_write_atomic(dir.file("tokenizer.json"), json.dump());
-    try {
-      BpeTokenizer::load(dir.path());
-      ADD_FAILURE() << c.name << ": load did not throw";
-    } catch (const BugError& e) {
-      ADD_FAILURE() << c.name << ": internal error " << e.what();
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      EXPECT_EQ(message.rfind("[tokenizer] ", 0), 0u) << c.name << ": " << message;
-      EXPECT_NE(message.find(c.fragment), std::string::npos) << c.name << ": " << message;
-      EXPECT_NE(message.find(dir.path() + "/tokenizer.json"), std::string::npos) << c.name << ": " << message;
-      EXPECT_EQ(message.find('\n'), std::string::npos) << c.name << ": " << message;
-    }
-  }
+  testing::expect_malformed_refused(llama2_json(), cases);
 }
 
 }  // namespace

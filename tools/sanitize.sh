@@ -24,7 +24,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:ha
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTRATUM_TSAN=ON -DSTRATUM_CUDA=OFF >/dev/null
 cmake --build build-tsan --target stratum_tests
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -j2 --timeout 1800 \
-  -R '^(ThreadPool|Kernel(Layernorm|Gelu|Attention|SoftmaxXent|AdamW|ZoUpdate|Embedding|Elementwise|Rowdot)|BpeTokenizer|Io|TieredStore|Executor\.(UpdatesOnTheWorker|EmbeddingRowsAhead)|ScheduleRun|EvictionPolicy|TraceRecorder\.Streams)'
+  -R '^(ThreadPool|Kernel(Layernorm|Rmsnorm|Gelu|Attention|SoftmaxXent|AdamW|ZoUpdate|Embedding|Elementwise|Rowdot)|BpeTokenizer|Io|TieredStore|Executor\.(UpdatesOnTheWorker|EmbeddingRowsAhead)|ScheduleRun|EvictionPolicy|TraceRecorder\.Streams)'
 # The device tier's store under the optimizer worker (DeviceTier): its steps multiply on OpenBLAS's
 # threads, whose reports tools/tsan_openblas.supp leaves out.
 TSAN_OPTIONS="halt_on_error=1 suppressions=$(pwd)/tools/tsan_openblas.supp" ctest --test-dir build-tsan \

@@ -104,10 +104,6 @@ bool symbol_to_bytes(std::string_view symbol, std::string& bytes) {
   return true;
 }
 
-// A token quoted for a one-line error message: control bytes escaped, long ones cut.
-std::string quoted_for_message(std::string_view s) {
-  return "'" + printable_text(s.substr(0, 48)) + (s.size() > 48 ? "...'" : "'");
-}
 
 std::string one_line(std::string s) {
   for (char& c : s)
@@ -130,6 +126,30 @@ constexpr const char* kGpt2FilesHint =
 
 }  // namespace
 
+std::string bpe_quoted(std::string_view s) {
+  return "'" + printable_text(s.substr(0, 48)) + (s.size() > 48 ? "...'" : "'");
+}
+
+std::size_t bpe_vocab_walk(const Json& vocab, const std::string& where, const char* hint,
+                           const std::function<void(const std::string& token, std::int32_t id)>& each) {
+  STRATUM_CHECK(vocab.is_object() && !vocab.empty(), "[tokenizer] ", where,
+                " must be a non-empty JSON object of token -> id, got a ", vocab.type_name(), hint);
+  const std::size_t n = vocab.size();
+  STRATUM_CHECK(n <= static_cast<std::size_t>(INT32_MAX), "[tokenizer] ", where, " has too many entries (", n, ")");
+  std::vector<bool> seen(n, false);
+  for (const auto& [key, value] : vocab.items()) {
+    STRATUM_CHECK(value.is_number_integer(), "[tokenizer] ", where, ": token ", bpe_quoted(key), " maps to a ",
+                  value.type_name(), ", expected an integer id", hint);
+    const std::int64_t id = value.get<std::int64_t>();
+    STRATUM_CHECK(id >= 0 && static_cast<std::uint64_t>(id) < n && !seen[static_cast<std::size_t>(id)],
+                  "[tokenizer] ", where, ": token ", bpe_quoted(key), " has id ", id,
+                  " but ids must be unique and cover 0..", n - 1, hint);
+    seen[static_cast<std::size_t>(id)] = true;
+    each(key, static_cast<std::int32_t>(id));
+  }
+  return n;
+}
+
 // Fills a BpeTokenizer from parsed files; shared by both loaders so that they validate alike.
 struct BpeTokenizer::Loader {
   BpeTokenizer& tok;
@@ -141,36 +161,19 @@ struct BpeTokenizer::Loader {
   // added tokens) holds it with the same id: its bytes are then its content.
   void vocab_read(const Json& vocab, const std::string& where, const char* hint,
                   const StringToId& added) {
-    STRATUM_CHECK(vocab.is_object() && !vocab.empty(), "[tokenizer] ", where,
-                  " must be a non-empty JSON object of token -> id, got a ", vocab.type_name(),
-                  hint);
-    const std::size_t n = vocab.size();
-    STRATUM_CHECK(n <= static_cast<std::size_t>(INT32_MAX), "[tokenizer] ", where,
-                  " has too many entries (", n, ")");
-    tok.id_to_bytes_.resize(n);
-    std::vector<bool> seen(n, false);
+    tok.id_to_bytes_.resize(vocab.is_object() ? vocab.size() : 0);
     std::string bytes;
-    for (const auto& [key, value] : vocab.items()) {
-      STRATUM_CHECK(value.is_number_integer(), "[tokenizer] ", where, ": token ",
-                    quoted_for_message(key), " maps to a ", value.type_name(),
-                    ", expected an integer id", hint);
-      const std::int64_t id = value.get<std::int64_t>();
-      STRATUM_CHECK(
-          id >= 0 && static_cast<std::uint64_t>(id) < n && !seen[static_cast<std::size_t>(id)],
-          "[tokenizer] ", where, ": token ", quoted_for_message(key), " has id ", id,
-          " but ids must be unique and cover 0..", n - 1, hint);
-      seen[static_cast<std::size_t>(id)] = true;
+    bpe_vocab_walk(vocab, where, hint, [&](const std::string& key, std::int32_t id) {
       if (symbol_to_bytes(key, bytes)) {
         tok.id_to_bytes_[static_cast<std::size_t>(id)] = bytes;
-        tok.bytes_to_id_.emplace(bytes, static_cast<std::int32_t>(id));
-        continue;
+        tok.bytes_to_id_.emplace(bytes, id);
+        return;
       }
       const auto it = added.find(key);
-      STRATUM_CHECK(it != added.end() && it->second == id, "[tokenizer] ", where, ": token ",
-                    quoted_for_message(key),
+      STRATUM_CHECK(it != added.end() && it->second == id, "[tokenizer] ", where, ": token ", bpe_quoted(key),
                     " has a character outside GPT-2's byte-to-unicode alphabet", hint);
       tok.id_to_bytes_[static_cast<std::size_t>(id)] = key;  // reached as an added token only
-    }
+    });
     for (int b = 0; b < 256; ++b) {
       const auto it = tok.bytes_to_id_.find(std::string(1, static_cast<char>(b)));
       STRATUM_CHECK(it != tok.bytes_to_id_.end(), "[tokenizer] ", where,
@@ -193,7 +196,7 @@ struct BpeTokenizer::Loader {
     } else {
       std::string left_bytes, right_bytes;
       STRATUM_CHECK(symbol_to_bytes(left, left_bytes) && symbol_to_bytes(right, right_bytes),
-                    "[tokenizer] ", where(), ": merge ", quoted_for_message(as_written),
+                    "[tokenizer] ", where(), ": merge ", bpe_quoted(as_written),
                     " has a character outside GPT-2's byte-to-unicode alphabet", hint);
       const auto id_of = [&](const std::string& bytes) {
         const auto it = tok.bytes_to_id_.find(bytes);
@@ -202,7 +205,7 @@ struct BpeTokenizer::Loader {
       ids[0] = id_of(left_bytes), ids[1] = id_of(right_bytes), ids[2] = id_of(left_bytes + right_bytes);
     }
     STRATUM_CHECK(ids[0] >= 0 && ids[1] >= 0 && ids[2] >= 0,
-                  "[tokenizer] ", where(), ": merge ", quoted_for_message(as_written),
+                  "[tokenizer] ", where(), ": merge ", bpe_quoted(as_written),
                   " names a symbol (or makes a token) that is not in ", vocab_name,
                   ": use the merges that belong to this vocabulary");
     STRATUM_CHECK(next_rank < INT32_MAX, "[tokenizer] ", where(), ": too many merges");
@@ -294,7 +297,7 @@ void BpeTokenizer::Loader::json_model_check(const JsonFields& f, const Json& mod
     STRATUM_FAIL("[tokenizer] ", f.file(), ": model.type is \"", type, "\": ", type,
                  " tokenizers (e.g. BERT) are not supported; ", kSupported);
   }
-  STRATUM_CHECK(type == "BPE", "[tokenizer] ", f.file(), ": model.type ", quoted_for_message(type),
+  STRATUM_CHECK(type == "BPE", "[tokenizer] ", f.file(), ": model.type ", bpe_quoted(type),
                 " is unknown; ", kSupported);
   tok.sp_ = f.boolean(model, "model", "byte_fallback", 0);  // Note [sentencepiece bpe]
   if (const Json* dropout = JsonFields::find(model, "dropout"); dropout != nullptr) {
@@ -309,7 +312,7 @@ void BpeTokenizer::Loader::json_model_check(const JsonFields& f, const Json& mod
     if (value == nullptr || value->is_null()) continue;
     f.expect(value->is_string(), *value, JsonFields::join("model", key), "a string or null");
     STRATUM_CHECK(value->get<std::string>().empty(), "[tokenizer] ", f.file(), ": model.", key,
-                  " is ", quoted_for_message(value->get<std::string>()),
+                  " is ", bpe_quoted(value->get<std::string>()),
                   ": word-piece style BPE is not supported; ", kSupported);
   }
   if (const Json* unk = JsonFields::find(model, "unk_token"); unk != nullptr) {
@@ -336,13 +339,13 @@ void BpeTokenizer::Loader::json_normalizer_check(const JsonFields& f, const Json
       sentencepiece |= part_type != nullptr && (*part_type == "Prepend" || *part_type == "Replace");
     }
   }
-  STRATUM_CHECK(!sentencepiece, "[tokenizer] ", f.file(), ": normalizer ", quoted_for_message(type),
+  STRATUM_CHECK(!sentencepiece, "[tokenizer] ", f.file(), ": normalizer ", bpe_quoted(type),
                 " (SentencePiece's \"\xE2\x96\x81\" spaces) without byte fallback: ", kSentencePiece, kSupported);
   if (type == "NFC") {  // Qwen2's (Note [nfc normalizer])
     tok.nfc_ = true;
     return;
   }
-  STRATUM_FAIL("[tokenizer] ", f.file(), ": normalizer ", quoted_for_message(type),
+  STRATUM_FAIL("[tokenizer] ", f.file(), ": normalizer ", bpe_quoted(type),
                " is not supported: Stratum normalizes text only to NFC, so only \"normalizer\": null "
                "or {\"type\": \"NFC\"} is accepted; ",
                kSupported);
@@ -368,7 +371,7 @@ void BpeTokenizer::Loader::json_pre_tokenizer_read(const JsonFields& f, const Js
     return;
   }
   STRATUM_CHECK(type == "Sequence", "[tokenizer] ", f.file(), ": pre_tokenizer ",
-                quoted_for_message(type), " is not supported; ", kPreTokenizersSupported);
+                bpe_quoted(type), " is not supported; ", kPreTokenizersSupported);
   const Json& parts = f.required(*pre, "pre_tokenizer", "pretokenizers");
   f.expect(parts.is_array(), parts, "pre_tokenizer.pretokenizers", "an array");
   for (std::size_t i = 0; i < parts.size(); ++i) {
@@ -392,7 +395,7 @@ void BpeTokenizer::Loader::json_pre_tokenizer_read(const JsonFields& f, const Js
   f.expect(regex->is_string(), *regex, split_where + ".pattern.Regex", "a string");
   const std::string behavior = f.string(split, split_where, "behavior");
   STRATUM_CHECK(behavior == "Isolated", "[tokenizer] ", f.file(), ": ", split_where, ".behavior ",
-                quoted_for_message(behavior), " is not supported; ", kPreTokenizersSupported);
+                bpe_quoted(behavior), " is not supported; ", kPreTokenizersSupported);
   STRATUM_CHECK(!f.boolean(split, split_where, "invert", -1), "[tokenizer] ", f.file(), ": ",
                 split_where, ".invert true is not supported; ", kPreTokenizersSupported);
   const std::string byte_where = "pre_tokenizer.pretokenizers[1]";
@@ -412,7 +415,7 @@ void BpeTokenizer::Loader::json_decoder_check(const JsonFields& f, const Json& r
                 ": decoder is missing or null; supported: ByteLevel (byte-level BPE)");
   const std::string type = f.type(*decoder, "decoder");
   STRATUM_CHECK(type == "ByteLevel", "[tokenizer] ", f.file(), ": decoder ",
-                quoted_for_message(type), " is not supported; supported: ByteLevel (", kSupported,
+                bpe_quoted(type), " is not supported; supported: ByteLevel (", kSupported,
                 ")");
 }
 
@@ -442,7 +445,7 @@ void BpeTokenizer::Loader::json_merges_read(const JsonFields& f, const Json& mer
       written = merge.get<std::string>();
       const std::size_t space = written.find(' ');
       STRATUM_CHECK(space != std::string::npos && written.find(' ', space + 1) == std::string::npos,
-                    "[tokenizer] ", where(), ": bad merge ", quoted_for_message(written),
+                    "[tokenizer] ", where(), ": bad merge ", bpe_quoted(written),
                     ", expected two symbols separated by one space", kJsonFixHint);
       left = std::string_view(written).substr(0, space);
       right = std::string_view(written).substr(space + 1);
@@ -467,7 +470,7 @@ void BpeTokenizer::Loader::json_template_read(const JsonFields& f, const Json& p
     const auto entry_it = special.find(name);
     const Json* entry = entry_it == special.end() ? nullptr : &*entry_it;
     STRATUM_CHECK(entry != nullptr && entry->is_object(), "[tokenizer] ", f.file(), ": ", where,
-                  ".special_tokens has no entry ", quoted_for_message(name), " (used by ", piece,
+                  ".special_tokens has no entry ", bpe_quoted(name), " (used by ", piece,
                   ")", kJsonFixHint);
     const Json& ids = f.required(*entry, where + ".special_tokens." + name, "ids");
     STRATUM_CHECK(ids.is_array() && ids.size() == 1 && ids[0].is_number_integer() &&
@@ -545,7 +548,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& dir) {
         space == std::string_view::npos ? std::string_view() : line.substr(space + 1);
     STRATUM_CHECK(
         !left.empty() && !right.empty() && right.find_first_of(" \t") == std::string_view::npos,
-        "[tokenizer] ", where(), ": bad merges line ", quoted_for_message(line),
+        "[tokenizer] ", where(), ": bad merges line ", bpe_quoted(line),
         ", expected two symbols separated by one space", kFixHint);
     loader.merge_add(left, right, where, "'" + vocab_path + "'", line, kFixHint);
   }
@@ -606,7 +609,7 @@ BpeTokenizer BpeTokenizer::load_tokenizer_json(const std::string& path) {
       f.boolean(token, where, "special", -1);
       for (const char* key : {"single_word", "lstrip", "rstrip"}) {
         STRATUM_CHECK(!f.boolean(token, where, key, -1), "[tokenizer] ", f.file(), ": ", where,
-                      " (", quoted_for_message(entry.content), ") has ", key,
+                      " (", bpe_quoted(entry.content), ") has ", key,
                       " true: added tokens that strip spaces or match whole words only are not "
                       "supported; ",
                       kSupported);
@@ -616,7 +619,7 @@ BpeTokenizer BpeTokenizer::load_tokenizer_json(const std::string& path) {
                                                     std::min<std::int64_t>(entry.id, INT32_MAX)))
                         .second,
                     "[tokenizer] ", f.file(), ": ", where, " repeats the added token ",
-                    quoted_for_message(entry.content), kJsonFixHint);
+                    bpe_quoted(entry.content), kJsonFixHint);
       added.push_back(std::move(entry));
     }
   }
@@ -638,7 +641,7 @@ BpeTokenizer BpeTokenizer::load_tokenizer_json(const std::string& path) {
     const std::int64_t expected =
         in_vocab != vocab.end() ? in_vocab->get<std::int64_t>() : next_id++;
     STRATUM_CHECK(token.id == expected, "[tokenizer] ", f.file(), ": added_tokens[", i, "] (",
-                  quoted_for_message(token.content), ") has id ", token.id, " but ",
+                  bpe_quoted(token.content), ") has id ", token.id, " but ",
                   in_vocab != vocab.end()
                       ? std::string("model.vocab gives it id ") + std::to_string(expected)
                       : "Hugging Face gives it id " + std::to_string(expected) +
@@ -650,9 +653,9 @@ BpeTokenizer BpeTokenizer::load_tokenizer_json(const std::string& path) {
     STRATUM_CHECK(in_vocab == vocab.end() ||
                       tok.id_to_bytes_[static_cast<std::size_t>(expected)] == token.content,
                   "[tokenizer] ", f.file(), ": added_tokens[", i, "] (",
-                  quoted_for_message(token.content),
+                  bpe_quoted(token.content),
                   ") is a model.vocab token whose text is different (",
-                  quoted_for_message(tok.id_to_bytes_[static_cast<std::size_t>(expected)]),
+                  bpe_quoted(tok.id_to_bytes_[static_cast<std::size_t>(expected)]),
                   "): not supported; an added token in the vocabulary must stand for its own text");
     if (in_vocab == vocab.end()) tok.id_to_bytes_.push_back(token.content);
     const auto id = static_cast<std::int32_t>(token.id);

@@ -147,32 +147,19 @@ void BpeTokenizer::SentencePiece::components_read(BpeTokenizer& tok, const JsonF
 
 void BpeTokenizer::SentencePiece::vocab_read(BpeTokenizer& tok, const JsonFields& f, const Json& vocab) {
   const std::string where = f.file() + " model.vocab";
-  STRATUM_CHECK(vocab.is_object() && !vocab.empty(), "[tokenizer] ", where,
-                " must be a non-empty JSON object of token -> id, got a ", vocab.type_name(), kHint);
-  const std::size_t n = vocab.size();
-  STRATUM_CHECK(n <= static_cast<std::size_t>(INT32_MAX), "[tokenizer] ", where, " has too many entries (", n, ")");
-  tok.id_to_bytes_.resize(n);
-  std::vector<bool> seen(n, false);
+  tok.id_to_bytes_.resize(vocab.is_object() ? vocab.size() : 0);
   bool byte_seen[256] = {};
-  for (const auto& [piece, value] : vocab.items()) {
-    STRATUM_CHECK(value.is_number_integer(), "[tokenizer] ", where, ": token '", piece.substr(0, 48), "' maps to a ",
-                  value.type_name(), ", expected an integer id", kHint);
-    const std::int64_t id = value.get<std::int64_t>();
-    STRATUM_CHECK(id >= 0 && static_cast<std::uint64_t>(id) < n && !seen[static_cast<std::size_t>(id)],
-                  "[tokenizer] ", where, ": token '", piece.substr(0, 48), "' has id ", id,
-                  " but ids must be unique and cover 0..", n - 1, kHint);
-    seen[static_cast<std::size_t>(id)] = true;
-    const auto id32 = static_cast<std::int32_t>(id);
-    tok.piece_to_id_.emplace(piece, id32);
+  bpe_vocab_walk(vocab, where, kHint, [&](const std::string& piece, std::int32_t id) {
+    tok.piece_to_id_.emplace(piece, id);
     if (const int b = byte_token_value(piece); b >= 0) {
       tok.id_to_bytes_[static_cast<std::size_t>(id)] = std::string(1, static_cast<char>(b));
-      tok.byte_ids_[b] = id32;
+      tok.byte_ids_[b] = id;
       byte_seen[b] = true;
     } else {
       tok.id_to_bytes_[static_cast<std::size_t>(id)] = spaces_for_pieces(piece);
-      tok.bytes_to_id_.emplace(tok.id_to_bytes_[static_cast<std::size_t>(id)], id32);
+      tok.bytes_to_id_.emplace(tok.id_to_bytes_[static_cast<std::size_t>(id)], id);
     }
-  }
+  });
   // No merge can make or extend a piece that holds "\n" unless a piece of several characters does.
   tok.sp_line_words_ = tok.sp_space_words_ = true;
   for (const auto& [piece, id] : tok.piece_to_id_) {
