@@ -1,4 +1,5 @@
-// `stratum prepare`: text -> GPT-2 BPE token file (raw uint16 .bin or llm.c shard).
+// `stratum prepare`: text, or the documents of a JSON Lines file (Note [documents] in
+// data/corpus.h), -> BPE token file (raw uint16 .bin or llm.c shard).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -6,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/file_util.h"
+#include "data/corpus.h"
 #include "data/bpe_tokenizer.h"
 #include "data/token_file.h"
 #include "stratum/error.h"
@@ -18,7 +20,12 @@ int cmd_prepare(const std::vector<std::string>& argv) {
              {"tokenizer", "DIR", "tokenizer.json (BPE: byte-level, or SentencePiece-style with byte fallback), encoder.json + vocab.bpe, or vocab.json + merges.txt (required)"},
              {"out", "FILE", "token file to write (required)"},
              {"format", "NAME", "raw (nanoGPT uint16 .bin) | llmc (llm.c shard: uint16 ids, or uint32 above "
-                                "65535); default raw where every id fits uint16, else llmc"}});
+                                "65535); default raw where every id fits uint16, else llmc"},
+             {"jsonl-field", "NAME", "--input is JSON Lines: each line's string field NAME (e.g. text) is one "
+                                     "document, written as the tokenizer's BOS (where it adds one), its ids and an "
+                                     "end-of-document token"},
+             {"doc-end", "TOKEN", "with --jsonl-field: the token after each document (default the tokenizer's "
+                                  "<|endoftext|>, <|end_of_text|> or </s>)"}});
   if (args.help_requested()) {
     std::fputs(args.help_text("stratum prepare --input corpus.txt --tokenizer DIR --out train.bin").c_str(), stdout);
     return 0;
@@ -43,10 +50,24 @@ int cmd_prepare(const std::vector<std::string>& argv) {
                       ? "; text in another encoding needs re-encoding first (e.g. iconv -f latin1 -t utf-8)"
                       : "");
   }
+  const std::string field = args.str("jsonl-field", "");
+  STRATUM_CHECK(!args.has("jsonl-field") || !field.empty(), "[cli] --jsonl-field needs the text's field name, e.g. text");
+  STRATUM_CHECK(!args.has("doc-end") || !field.empty(), "[cli] --doc-end is for --jsonl-field NAME (documents)");
   const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_dir);
   const std::string text = file_read_all(input);
   STRATUM_CHECK(!text.empty(), "[prepare] '", input, "' is empty; nothing to tokenize");
-  const std::vector<std::int32_t> tokens = tokenizer.encode(text);
+  std::vector<std::int32_t> tokens;
+  std::size_t documents = 0;
+  if (field.empty()) {
+    tokens = tokenizer.encode(text);
+  } else {  // Note [documents]
+    const std::int32_t end = document_end_id(tokenizer, args.str("doc-end", ""));
+    jsonl_documents(text, field, "'" + input + "'", [&](std::size_t, const std::string& document) {
+      document_encode(tokenizer, document, end, tokens);
+      ++documents;
+    });
+    STRATUM_CHECK(documents > 0, "[prepare] '", input, "' holds no JSON Lines records; nothing to tokenize");
+  }
   const auto max_id = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
   // Ids above uint16's (Llama 3's and Qwen2's vocabularies) go to an llm.c shard of uint32 ids.
   const bool wide = max_id > 65535;
@@ -56,8 +77,9 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   const std::string format = !given_format.empty() ? given_format : wide ? "llmc" : "raw";
   if (format == "raw") token_file_write_raw_u16(out, tokens);
   else token_file_write_llmc(out, tokens);
-  std::fprintf(stderr, "[stratum] %s: %zu bytes -> %zu tokens (%.2f bytes/token, max id %d) -> %s%s\n",
-               input.c_str(), text.size(), tokens.size(),
+  const std::string docs_text = documents > 0 ? " in " + std::to_string(documents) + " documents" : "";
+  std::fprintf(stderr, "[stratum] %s: %zu bytes -> %zu tokens%s (%.2f bytes/token, max id %d) -> %s%s\n",
+               input.c_str(), text.size(), tokens.size(), docs_text.c_str(),
                tokens.empty() ? 0.0 : static_cast<double>(text.size()) / tokens.size(), max_id, out.c_str(),
                format == "raw" ? "" : wide ? " (an llm.c shard of uint32 ids)" : " (an llm.c shard)");
   return 0;

@@ -1,9 +1,14 @@
-// corpus_load_tokens; see corpus.h.
+// corpus_load_tokens and the documents of a JSON Lines file; see corpus.h.
 #include "data/corpus.h"
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include "core/file_util.h"
+#include "core/printable.h"
 #include "data/bpe_tokenizer.h"
 #include "data/token_file.h"
+#include "formats/json_brief.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -40,6 +45,64 @@ std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std:
                     "); the data was tokenized for a different model");
   }
   return tokens;
+}
+
+void jsonl_documents(std::string_view text, const std::string& field, const std::string& where,
+                     const std::function<void(std::size_t line, const std::string& document)>& each) {
+  std::size_t line = 0;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view record = text.substr(at, end - at);
+    at = end + 1;
+    ++line;
+    if (record.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(record);
+    } catch (const nlohmann::json::exception& e) {
+      STRATUM_FAIL("[prepare] ", where, " line ", line, " is not valid JSON (", e.what(),
+                   "); JSON Lines holds one object per line");
+    }
+    STRATUM_CHECK(j.is_object(), "[prepare] ", where, " line ", line, " is a JSON ", j.type_name(),
+                  ", not an object with a string field \"", field, "\"");
+    const auto it = j.find(field);
+    if (it == j.end()) {
+      std::string fields;
+      for (const auto& [key, value] : j.items()) {
+        if (fields.size() > 80) {
+          fields += ", ...";
+          break;
+        }
+        fields += (fields.empty() ? "\"" : ", \"") + printable_text(key.substr(0, 32)) + "\"";
+      }
+      STRATUM_FAIL("[prepare] ", where, " line ", line, " has no field \"", field, "\" (its fields: ",
+                   fields.empty() ? "none" : fields, "); name the text's field with --jsonl-field");
+    }
+    STRATUM_CHECK(it->is_string(), "[prepare] ", where, " line ", line, ": field \"", field, "\" is ",
+                  json_brief(*it), ", not a string");
+    each(line, it->get_ref<const std::string&>());
+  }
+}
+
+std::int32_t document_end_id(const BpeTokenizer& tokenizer, const std::string& given) {
+  if (!given.empty()) {
+    const std::int32_t id = tokenizer.token_id(given);
+    STRATUM_CHECK(id >= 0, "[prepare] --doc-end '", printable_text(given.substr(0, 48)),
+                  "' is not a token of the tokenizer; give one of its special tokens (e.g. <|endoftext|> or </s>)");
+    return id;
+  }
+  for (const char* text : {"<|endoftext|>", "<|end_of_text|>", "</s>"})
+    if (const std::int32_t id = tokenizer.token_id(text); id >= 0) return id;
+  STRATUM_FAIL("[prepare] the tokenizer has no <|endoftext|>, <|end_of_text|> or </s> to end each document with; "
+               "name its end-of-document token with --doc-end TOKEN");
+}
+
+void document_encode(const BpeTokenizer& tokenizer, const std::string& document, std::int32_t end,
+                     std::vector<std::int32_t>& out) {
+  if (const std::int32_t bos = tokenizer.bos_id(); bos >= 0) out.push_back(bos);
+  const std::vector<std::int32_t> ids = tokenizer.encode(document);
+  out.insert(out.end(), ids.begin(), ids.end());
+  out.push_back(end);
 }
 
 }  // namespace stratum

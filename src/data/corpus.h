@@ -1,13 +1,18 @@
 // Turns a --data argument into tokens: a token file is read as is, UTF-8 text is encoded with the
 // BPE tokenizer (which one is decided by content). Checks every id against the vocabulary.
+// Also the documents of a JSON Lines file as training tokens (Note [documents]).
 // Does not batch (see data_loader.h).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace stratum {
+
+class BpeTokenizer;
 
 // tokenizer_dir may be empty when path is a token file. vocab_size > 0 enables the id check.
 // Text or tokens is decided by content (data_file_reading); `note`, when given, receives its note
@@ -18,5 +23,30 @@ std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std:
 // The tokenizer directory to use: `explicit_dir` if set, else `model_dir` when it holds a
 // tokenizer file set (BpeTokenizer::files_in), else empty.
 std::string corpus_find_tokenizer(const std::string& explicit_dir, const std::string& model_dir);
+
+// Note [documents]: a fine-tuning corpus is often JSON Lines, one record per line, its text in a
+// string field ("text"). `stratum prepare --jsonl-field text` reads each record's field as one
+// document and writes what Hugging Face's tokenizer gives a document and training frameworks
+// (nanoGPT, llm.c, run_clm with an EOS) put between documents: the tokenizer's BOS first where
+// its post_processor adds one (Llama 2's <s>, Llama 3's <|begin_of_text|>; GPT-2 and Qwen add
+// none), the document's ids, then an end-of-document token, so no sequence runs from one
+// document into the next unmarked. Blank lines are skipped; an empty field is a document of no
+// text (its BOS and end only).
+
+// Calls each(line, document) for the string `field` of every non-blank line of the JSON Lines
+// `text`, in order (line counts from 1). A line that is not a JSON object whose `field` is a
+// string throws Error "[prepare] <where> line N: ...", naming the line's fields when it lacks it.
+void jsonl_documents(std::string_view text, const std::string& field, const std::string& where,
+                     const std::function<void(std::size_t line, const std::string& document)>& each);
+
+// The end-of-document id: the token whose text is `given` when set (an added token such as
+// "<|im_end|>"), else the first of "<|endoftext|>" (GPT-2, Qwen), "<|end_of_text|>" (Llama 3) and
+// "</s>" (Llama 2, Mistral) the tokenizer has. Throws Error naming --doc-end when there is none.
+std::int32_t document_end_id(const BpeTokenizer& tokenizer, const std::string& given);
+
+// Appends one document's training ids to `out` (Note [documents]): BOS where the tokenizer adds
+// one, the text's ids, `end`.
+void document_encode(const BpeTokenizer& tokenizer, const std::string& document, std::int32_t end,
+                     std::vector<std::int32_t>& out);
 
 }  // namespace stratum

@@ -1,0 +1,139 @@
+// Note [documents] (data/corpus.h): `stratum prepare --jsonl-field NAME` reads a JSON Lines file's
+// records as documents and writes each as the tokenizer's BOS (where its post_processor adds
+// one), its ids and an end-of-document token. The reader's records and one-line refusals (with
+// line numbers), the end token each tokenizer kind gets, and the CLI's output against the
+// tokenizer's own encodings. Does not time anything.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/file_util.h"
+#include "data/bpe_tokenizer.h"
+#include "data/corpus.h"
+#include "data/token_file.h"
+#include "integration_util.h"
+#include "stratum/error.h"
+
+namespace stratum {
+namespace {
+
+using testing::run_stratum;
+using testing::shared_data;
+using testing::source_path;
+
+std::vector<std::pair<std::size_t, std::string>> records(const std::string& text, const std::string& field = "text") {
+  std::vector<std::pair<std::size_t, std::string>> out;
+  jsonl_documents(text, field, "'x.jsonl'", [&](std::size_t line, const std::string& doc) { out.emplace_back(line, doc); });
+  return out;
+}
+
+std::string refusal(const std::string& text, const std::string& field = "text") {
+  try {
+    records(text, field);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PrepareDocuments, JsonLinesRecordsAreReadInOrderWithTheirLines) {
+  const auto got = records("{\"text\": \"first\\nline\", \"id\": 1}\n\n  \r\n{\"id\": 2, \"text\": \"\"}\r\n"
+                           "{\"text\": \"caf\\u00e9 <|endoftext|>\"}");
+  const std::vector<std::pair<std::size_t, std::string>> want = {
+      {1, "first\nline"}, {4, ""}, {5, "caf\xc3\xa9 <|endoftext|>"}};
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(records("").empty());
+  EXPECT_TRUE(records("\n\n").empty());
+  EXPECT_EQ(records("{\"body\": \"x\"}", "body").size(), 1u);
+}
+
+TEST(PrepareDocuments, BadRecordsAreRefusedNamingTheLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"text\": \"a\"}\n{\"text\": \"b\"", "'x.jsonl' line 2 is not valid JSON"},
+      {"[1, 2]", "line 1 is a JSON array, not an object with a string field \"text\""},
+      {"\n{\"body\": \"a\", \"id\": 3}", "line 2 has no field \"text\" (its fields: \"body\", \"id\")"},
+      {"{}", "has no field \"text\" (its fields: none)"},
+      {"{\"text\": 17}", "line 1: field \"text\" is 17, not a string"},
+      {"{\"text\": null}", "field \"text\" is null, not a string"},
+      {"{\"text\": \"a\"} {\"text\": \"b\"}", "line 1 is not valid JSON"},
+  };
+  for (const auto& [text, fragment] : cases) {
+    const std::string message = refusal(text);
+    EXPECT_NE(message.find(fragment), std::string::npos) << text << " -> " << message;
+    EXPECT_EQ(message.rfind("[prepare] ", 0), 0u) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+// The end-of-document token of each tokenizer kind, and a given one.
+TEST(PrepareDocuments, EachTokenizerEndsDocumentsWithItsEndOfText) {
+  const BpeTokenizer gpt2 = BpeTokenizer::load(shared_data(""));
+  EXPECT_EQ(document_end_id(gpt2, ""), 50256);
+  for (const char* style : {"llama2_style", "llama3_style", "qwen2_style", "metaspace_style"}) {
+    const BpeTokenizer tok = BpeTokenizer::load(source_path(std::string("tests/golden/tokenizer_json/") + style));
+    const std::int32_t end = document_end_id(tok, "");
+    const std::string text = tok.decode_token(end);
+    EXPECT_TRUE(text == "<|endoftext|>" || text == "<|end_of_text|>" || text == "</s>") << style << ": " << text;
+  }
+  EXPECT_EQ(document_end_id(gpt2, "<|endoftext|>"), 50256);
+  EXPECT_EQ(document_end_id(gpt2, "!"), gpt2.encode("!")[0]);
+  EXPECT_THROW(document_end_id(gpt2, "<|im_end|>"), Error);
+}
+
+// The CLI: each document is BOS (Llama 2's <s>) + its ids + the end token, in file order, the same
+// as encoding them one by one; GPT-2's files add no BOS. Bad input writes no file.
+TEST(PrepareDocuments, PrepareWritesEachDocumentBetweenItsMarks) {
+  testing::TempDir tmp;
+  const std::vector<std::string> docs = {"ROMEO: What, art thou hurt?", "", "Second\ndocument\n", "</s> literal"};
+  {
+    std::ofstream out(tmp.file("docs.jsonl"), std::ios::binary);
+    for (const std::string& d : docs) out << nlohmann::json{{"id", 7}, {"text", d}}.dump() << "\n";
+  }
+  const std::string llama2 = source_path("tests/golden/tokenizer_json/llama2_style");
+  for (const std::string& dir : {llama2, shared_data("")}) {
+    SCOPED_TRACE(dir);
+    const BpeTokenizer tok = BpeTokenizer::load(dir);
+    const auto r = run_stratum("prepare --input " + tmp.file("docs.jsonl") + " --jsonl-field text --tokenizer " + dir +
+                               " --out " + tmp.file("docs.bin"));
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_NE(r.errors.find("in 4 documents"), std::string::npos) << r.errors;
+    std::vector<std::int32_t> want;
+    const std::int32_t end = document_end_id(tok, "");
+    for (const std::string& d : docs) {
+      if (tok.bos_id() >= 0) want.push_back(tok.bos_id());
+      for (std::int32_t id : tok.encode(d)) want.push_back(id);
+      want.push_back(end);
+    }
+    EXPECT_EQ(token_file_read(tmp.file("docs.bin")).tokens, want);
+    EXPECT_EQ(tok.bos_id() >= 0, dir == llama2) << "Llama 2's post_processor adds <s>; GPT-2's files add none";
+  }
+  const auto given = run_stratum("prepare --input " + tmp.file("docs.jsonl") + " --jsonl-field text --doc-end '!' "
+                                 "--tokenizer " + shared_data("") + " --out " + tmp.file("bang.bin"));
+  ASSERT_EQ(given.exit_code, 0) << given.errors;
+  EXPECT_EQ(token_file_read(tmp.file("bang.bin")).tokens.back(), BpeTokenizer::load(shared_data("")).encode("!")[0]);
+
+  {
+    std::ofstream out(tmp.file("bad.jsonl"), std::ios::binary);
+    out << "{\"text\": \"fine\"}\n{\"txt\": \"typo\"}\n";
+  }
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--input " + tmp.file("bad.jsonl") + " --jsonl-field text", "line 2 has no field \"text\" (its fields: \"txt\")"},
+      {"--input " + tmp.file("docs.jsonl") + " --doc-end '</s>'", "--doc-end is for --jsonl-field NAME"},
+      {"--input " + tmp.file("docs.jsonl") + " --jsonl-field text --doc-end '<|im_end|>'",
+       "--doc-end '<|im_end|>' is not a token of the tokenizer"},
+  };
+  for (const auto& [flags, fragment] : refused) {
+    const auto r = run_stratum("prepare " + flags + " --tokenizer " + shared_data("") + " --out " + tmp.file("no.bin"));
+    EXPECT_EQ(r.exit_code, 1) << flags;
+    EXPECT_NE(r.errors.find(fragment), std::string::npos) << flags << ": " << r.errors;
+    EXPECT_FALSE(std::filesystem::exists(tmp.file("no.bin"))) << flags;
+  }
+}
+
+}  // namespace
+}  // namespace stratum
