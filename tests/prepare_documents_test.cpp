@@ -127,6 +127,12 @@ TEST(PrepareDocuments, PrepareWritesEachDocumentBetweenItsMarks) {
       {"--input " + tmp.file("docs.jsonl") + " --jsonl-field text --doc-end '<|im_end|>'",
        "--doc-end '<|im_end|>' is not a token of the tokenizer"},
   };
+  // Given to train as it is, a JSON Lines file is refused (it would train on its syntax).
+  const auto train = run_stratum("train --data " + tmp.file("docs.jsonl") + " --tokenizer " + shared_data("") +
+                                 " --layers 1 --heads 2 --embd 32 --ctx 16 --batch 1 --seq 8 --steps 1 --quiet");
+  EXPECT_EQ(train.exit_code, 1);
+  EXPECT_NE(train.errors.find("is JSON Lines: tokenize its documents first with 'stratum prepare"), std::string::npos)
+      << train.errors;
   for (const auto& [flags, fragment] : refused) {
     const auto r = run_stratum("prepare " + flags + " --tokenizer " + shared_data("") + " --out " + tmp.file("no.bin"));
     EXPECT_EQ(r.exit_code, 1) << flags;

@@ -2,6 +2,7 @@
 #include "data/corpus.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/file_util.h"
@@ -29,6 +30,11 @@ std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std:
   if (reading.kind != DataFileKind::Text) {
     tokens = token_file_read(path).tokens;
   } else {
+    // Note [documents]: JSON Lines read as text would train on its syntax.
+    const std::string ext = std::filesystem::path(path).extension().string();
+    STRATUM_CHECK(ext != ".jsonl" && ext != ".ndjson", "[data] '", path, "' is JSON Lines: tokenize its documents "
+                  "first with 'stratum prepare --input ", path, " --jsonl-field text --tokenizer DIR --out train.bin' "
+                  "(naming the field that holds the text) and train on that");
     STRATUM_CHECK(!tokenizer_dir.empty(), "[data] '", path,
                   "' is text: give --tokenizer DIR (encoder.json + vocab.bpe), or tokenize it first with "
                   "'stratum prepare'");
