@@ -210,7 +210,7 @@ const std::vector<ModelShapeFlag>& model_shape_flags() {
 
 std::vector<FlagSpec> model_flag_specs() {
   std::vector<FlagSpec> specs = {
-      {"model", "HF_DIR", "start from a Hugging Face GPT-2 or Llama directory (config.json + *.safetensors)"}};
+      {"model", "HF_DIR", "start from a Hugging Face GPT-2, Llama, Qwen2, Qwen3 or Mistral directory (config.json + *.safetensors)"}};
   for (const ModelShapeFlag& row : model_shape_flags()) specs.push_back({row.flag, row.value_name, row.help});
   return specs;
 }

@@ -22,7 +22,7 @@ namespace stratum {
 
 int cmd_merge(const std::vector<std::string>& argv) {
   Args args("merge", argv,
-            {{"model", "DIR", "the base model (Hugging Face GPT-2 or Llama directory) the adapter was trained on"},
+            {{"model", "DIR", "the base model (a Hugging Face model directory) the adapter was trained on"},
              {"adapter", "DIR", "a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors), "
                                 "e.g. a stratum train --lora-r checkpoint"},
              {"out", "DIR", "where to write the merged model (a new directory, or an earlier merge's output, replaced atomically)"},

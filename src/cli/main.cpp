@@ -15,9 +15,9 @@
 namespace {
 const char* kUsage =
     "usage: stratum <command> [flags]    (stratum <command> --help for its flags)\n"
-    "  train     train or fine-tune a GPT-2 or Llama model (all weights, LoRA adapters or zeroth-order)\n"
+    "  train     train or fine-tune a GPT-2 or Llama-family model (all weights, LoRA adapters or zeroth-order)\n"
     "  generate  sample text from a model\n"
-    "  prepare   tokenize a text corpus into a token file\n"
+    "  prepare   tokenize a text corpus (or a JSON Lines file's documents) into a token file\n"
     "  info      describe a model directory, safetensors file or token file\n"
     "  plan      show, before running, where a training run's state will live, its I/O and predicted step time\n"
     "  merge     fold a LoRA adapter into its base model (a Hugging Face directory)\n"

@@ -221,7 +221,7 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
 GptConfig hf_config_read(const std::string& path) {
   STRATUM_CHECK(!dir_exists(path), where(path), " is a directory; pass the config.json inside it");
   STRATUM_CHECK(file_exists(path), where(path),
-                ": file not found; expected a Hugging Face config.json (GPT-2 or Llama)");
+                ": file not found; expected a Hugging Face config.json (GPT-2, Llama, Qwen2, Qwen3 or Mistral)");
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(file_read_all(path));
