@@ -49,6 +49,12 @@ class FuzzFile {
   std::string path_;
 };
 
+// A harness's failure: prints "[fuzz.<target>] <what>" and aborts, so the fuzzer keeps the input.
+[[noreturn]] inline void fuzz_abort(const char* target, const std::string& what) {
+  std::fprintf(stderr, "[fuzz.%s] %s\n", target, what.c_str());
+  std::abort();
+}
+
 // Note [fuzz stack limit]
 // nlohmann::json::dump() recurses once per nesting level, and the parsers once called it to quote
 // a bad value in an error message. With the usual 8 MiB stack only inputs of ~100 KB overflow, far

@@ -15,10 +15,7 @@
 
 namespace {
 
-[[noreturn]] void fuzz_fail(const std::string& what) {
-  std::fprintf(stderr, "[fuzz.jsonl_documents] %s\n", what.c_str());
-  std::abort();
-}
+[[noreturn]] void fuzz_fail(const std::string& what) { stratum::fuzz::fuzz_abort("jsonl_documents", what); }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "model/hf_config.h"
 #include "train/train_options.h"
 #include "core/file_util.h"
 #include "infer/generator.h"
@@ -54,9 +55,12 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"prompt-ids-file", "FILE", "like --prompts, each line token ids like 1,2,3"},
              {"batch", "N", "sequences decoded together with --prompts/--prompt-ids-file (default 1)"},
              {"max-tokens", "N", "tokens to generate per prompt (default 64)"},
-             {"temperature", "X", "sampling temperature; 0 = greedy (default 1.0)"},
-             {"top-k", "K", "sample among the K most likely tokens; 0 = all (default 0)"},
-             {"top-p", "P", "sample among the most likely tokens holding probability P (default 1 = all)"},
+             {"temperature", "X", "sampling temperature; 0 = greedy (default: the model's generation_config.json, "
+                                  "else 1.0)"},
+             {"top-k", "K", "sample among the K most likely tokens; 0 = all (default: generation_config.json's, "
+                            "else 0)"},
+             {"top-p", "P", "sample among the most likely tokens holding probability P (default: "
+                            "generation_config.json's, else 1 = all)"},
              {"seed", "N", "sampling seed (default 1337)"},
              {"tokenizer", "DIR", "tokenizer files if the model directory has none"},
              {"threads", "N", "worker threads (default: all CPUs)"},
@@ -126,9 +130,13 @@ int cmd_generate(const std::vector<std::string>& argv) {
   STRATUM_CHECK(many || !args.has("batch"), "[cli] --batch is for --prompts FILE or --prompt-ids-file FILE");
   o.batch = static_cast<int>(args.integer("batch", 1, 1, 4096));
   o.max_tokens = static_cast<int>(args.integer("max-tokens", 64, 0, 1000000));
-  o.temperature = args.number("temperature", 1.0);
-  o.top_k = static_cast<int>(args.integer("top-k", 0, 0, 1 << 24));
-  o.top_p = args.number("top-p", 1.0);
+  // Note [generation config] (model/hf_config.h): the model's own sampling settings where no flag gives one.
+  const HfGenerationConfig gen = hf_generation_config_read(o.model_dir + "/generation_config.json");
+  const double file_temperature = gen.present && !gen.do_sample ? 0.0 : gen.temperature;
+  o.temperature = args.number("temperature", gen.present ? file_temperature : 1.0);
+  o.top_k = static_cast<int>(args.integer("top-k", gen.present ? gen.top_k : 0, 0, 1 << 24));
+  o.top_p = args.number("top-p", gen.present ? gen.top_p : 1.0);
+  const bool from_file = gen.present && !(args.has("temperature") && args.has("top-k") && args.has("top-p"));
   o.seed = static_cast<std::uint64_t>(args.integer("seed", 1337, 0, INT64_MAX));
   o.tokenizer_dir = args.str("tokenizer");
   o.threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
@@ -144,6 +152,14 @@ int cmd_generate(const std::vector<std::string>& argv) {
   STRATUM_CHECK(!args.has("prefetch") || o.mem_budget_bytes > 0 || o.gpu_mem_budget_bytes > 0,
                 "[cli] --prefetch only applies with --mem-budget SIZE or --gpu-mem-budget SIZE");
   o.quiet = args.flag("quiet");
+  if (from_file && !o.quiet) {
+    if (o.temperature == 0.0)
+      std::fprintf(stderr, "[stratum] greedy decoding (%s; --temperature X samples)\n",
+                   args.has("temperature") ? "--temperature 0" : "generation_config.json: do_sample false");
+    else
+      std::fprintf(stderr, "[stratum] sampling at temperature %g, top-k %d, top-p %g (the flags given, the rest from "
+                   "generation_config.json)\n", o.temperature, o.top_k, o.top_p);
+  }
   o.keep_bf16 = !args.flag("fp32-weights");
   o.precision = precision_parse(args.str("precision", "fp32"));
   STRATUM_CHECK(o.precision == Precision::Fp32 || o.keep_bf16, "[cli] give --precision bf16 or --fp32-weights, not both");

@@ -75,7 +75,7 @@ int cmd_merge(const std::vector<std::string>& argv) {
   // A bf16 base gets bf16 merged weights (w + s B A in fp32, rounded once), as PEFT's merge into
   // bf16 weights; anything else F32.
   const bool bf16 = model_weights_bf16(base_dir);
-  model_save(args.str("out"), cfg, layout, store, base_dir, bf16 ? DType::BF16 : DType::F32);
+  model_save(args.str("out"), cfg, layout, store, base_dir, bf16 ? DType::BF16 : DType::F32, base_dir);
   std::fprintf(stderr, "[stratum] merged %s (r=%d, alpha %g on %s) into %s: %s (%s, as the base)\n",
                adapter_dir.c_str(), lora.r, lora.alpha, lora_targets_text(lora).c_str(), base_dir.c_str(),
                args.str("out").c_str(), bf16 ? "bf16" : "fp32");

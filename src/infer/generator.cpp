@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "backend/backend.h"
+#include "model/hf_config.h"
 #include "core/byte_size.h"
 #include "core/process_memory.h"
 #include "core/rng.h"
@@ -133,8 +134,11 @@ GenerateResult generate_run(const GenerateOptions& o,
   STRATUM_CHECK(tokenizer != nullptr || !o.prompt_ids.empty(), "[generate] no tokenizer: '", o.model_dir,
                 "' has no tokenizer.json (or vocab.json + merges.txt); pass --tokenizer DIR or --prompt-ids");
 
-  // Stop tokens: config.json's eos ids, else the tokenizer's end-of-text tokens.
+  // Stop tokens: config.json's and generation_config.json's eos ids (Note [generation config] in
+  // model/hf_config.h), else the tokenizer's end-of-text tokens.
   std::vector<std::int32_t> eos = cfg.eos_token_ids;
+  for (std::int32_t id : hf_generation_config_read(o.model_dir + "/generation_config.json").eos_token_ids)
+    if (id < cfg.vocab_size && std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
   if (eos.empty() && tokenizer)
     for (std::int32_t id : {tokenizer->eot_id(), tokenizer->eos_id(), tokenizer->token_id("<|end_of_text|>"),
                             tokenizer->token_id("<|eot_id|>")})

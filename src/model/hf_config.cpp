@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -216,12 +217,8 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
   file_write_atomic(path, j.dump(2) + "\n");
 }
 
-}  // namespace
-
-GptConfig hf_config_read(const std::string& path) {
-  STRATUM_CHECK(!dir_exists(path), where(path), " is a directory; pass the config.json inside it");
-  STRATUM_CHECK(file_exists(path), where(path),
-                ": file not found; expected a Hugging Face config.json (GPT-2, Llama, Qwen2, Qwen3 or Mistral)");
+// The JSON object in the file at `path`; a file that is not one gets one line naming it.
+nlohmann::json json_object_read(const std::string& path) {
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(file_read_all(path));
@@ -229,6 +226,15 @@ GptConfig hf_config_read(const std::string& path) {
     STRATUM_FAIL(where(path), ": not valid JSON (", e.what(), ")");
   }
   STRATUM_CHECK(root.is_object(), where(path), ": must be a JSON object, got ", root.type_name());
+  return root;
+}
+}  // namespace
+
+GptConfig hf_config_read(const std::string& path) {
+  STRATUM_CHECK(!dir_exists(path), where(path), " is a directory; pass the config.json inside it");
+  STRATUM_CHECK(file_exists(path), where(path),
+                ": file not found; expected a Hugging Face config.json (GPT-2, Llama, Qwen2, Qwen3 or Mistral)");
+  const nlohmann::json root = json_object_read(path);
 
   if (root.contains("model_type")) {
     const auto& type = root.at("model_type");
@@ -287,6 +293,28 @@ GptConfig hf_config_read(const std::string& path) {
     STRATUM_FAIL(where(path), ": invalid GPT-2 config: ", e.what());
   }
   return cfg;
+}
+
+HfGenerationConfig hf_generation_config_read(const std::string& path) {
+  HfGenerationConfig g;
+  if (!file_exists(path)) return g;
+  g.present = true;
+  const nlohmann::json root = json_object_read(path);
+  if (root.contains("do_sample") && !root.at("do_sample").is_null()) {
+    const auto& v = root.at("do_sample");
+    STRATUM_CHECK(v.is_boolean(), where(path), ": field 'do_sample' must be true or false, got ", json_brief(v));
+    g.do_sample = v.get<bool>();
+  }
+  auto null_or_absent = [&](const char* key) { return !root.contains(key) || root.at(key).is_null(); };
+  if (!null_or_absent("temperature")) g.temperature = number_field(path, root, "temperature", 1.0);
+  STRATUM_CHECK(std::isfinite(g.temperature) && g.temperature >= 0, where(path),
+                ": field 'temperature' must be a finite number >= 0, got ", g.temperature);
+  if (!null_or_absent("top_k")) g.top_k = int_field(path, root, "top_k");
+  STRATUM_CHECK(g.top_k >= 0, where(path), ": field 'top_k' must be >= 0, got ", g.top_k);
+  if (!null_or_absent("top_p")) g.top_p = number_field(path, root, "top_p", 1.0);
+  STRATUM_CHECK(g.top_p > 0 && g.top_p <= 1, where(path), ": field 'top_p' must be in (0, 1], got ", g.top_p);
+  g.eos_token_ids = token_ids_field(path, root, "eos_token_id");
+  return g;
 }
 
 void hf_config_write(const std::string& path, const GptConfig& cfg, const char* torch_dtype) {

@@ -9,7 +9,9 @@
 // generation configs.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/model_config.h"
 
@@ -19,6 +21,25 @@ namespace stratum {
 // model_type other than "gpt2", "llama", "qwen2", "qwen3" or "mistral" (absent = "gpt2"), missing or non-integer size fields,
 // unsupported options, or a config that GptConfig::validate() rejects.
 GptConfig hf_config_read(const std::string& config_json_path);
+
+// Note [generation config]: a model directory's generation_config.json, what transformers'
+// generate() starts from: do_sample (false: greedy), temperature, top_k and top_p (used when
+// sampling; transformers' defaults 1.0, 50 and 1.0 where the file leaves one out) and eos_token_id
+// (more stop tokens than config.json's: Qwen3's <|endoftext|> beside <|im_end|>, Llama 3.1
+// Instruct's three). `stratum generate` takes the sampling values its flags do not give and stops
+// at every eos id of both files; saves carry the file. Other fields (repetition_penalty,
+// max_new_tokens, ...) are not used.
+struct HfGenerationConfig {
+  bool present = false;  // the file exists
+  bool do_sample = false;
+  double temperature = 1.0;
+  int top_k = 50;
+  double top_p = 1.0;
+  std::vector<std::int32_t> eos_token_ids;
+};
+// Reads `path` (absent: present false, the defaults). Throws stratum::Error ("[hf_config] '<path>':
+// ...") for a file that is not a JSON object or a field of the wrong type or range.
+HfGenerationConfig hf_generation_config_read(const std::string& path);
 
 // Validates cfg, then writes config.json atomically (temporary file + fsync + rename).
 // torch_dtype: what the weights beside it are stored as ("float32" or "bfloat16").

@@ -68,6 +68,10 @@ class TrainRun {
     return o_.model_dir.empty() ? std::string() : std::filesystem::absolute(o_.model_dir).lexically_normal().string();
   }
 
+  // Where the model came from (the resumed checkpoint, or --model; "" for a random one): its
+  // generation_config.json travels into every checkpoint (Note [generation config] in model/hf_config.h).
+  const std::string& source_model_dir() const { return resume_.dir.empty() ? o_.model_dir : resume_.dir; }
+
   TrainOptions o_;
   LoraConfig lora_;  // the run's adapters (r 0: full training)
   ResumePoint resume_;

@@ -271,7 +271,7 @@ void TrainRun::checkpoint_save(long done, float loss) {
   try {
     result_.checkpoint_dir = checkpoint_write(o_.save_dir, done, o_.keep, [&](const std::string& tmp) {
       // LoRA: the base's config and tokenizer beside a PEFT adapter, no base weights (Note [lora segments]).
-      model_write_files(tmp, cfg_, *layout_, *store_, tokenizer_dir_, !lora_.on());
+      model_write_files(tmp, cfg_, *layout_, *store_, tokenizer_dir_, !lora_.on(), DType::F32, source_model_dir());
       if (lora_.on()) adapter_write_files(tmp, *layout_, *store_, base_model_name());
       if (o_.optimizer == TrainOptimizer::AdamW) checkpoint_optimizer_write(tmp);
       file_write_atomic(tmp + "/trainer_state.json", trainer_state_json(state));

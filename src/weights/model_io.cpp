@@ -457,6 +457,9 @@ constexpr std::pair<const char*, const char*> kTokenizerFiles[] = {
     {"vocab.json", "vocab.json"},         {"merges.txt", "merges.txt"},
     {"encoder.json", "vocab.json"},       {"vocab.bpe", "merges.txt"}};
 
+// The source model's sampling settings and stop tokens (Note [generation config] in model/hf_config.h).
+constexpr const char* kGenerationConfig = "generation_config.json";
+
 void copy_file(const std::string& from, const std::string& to) {
   file_write_atomic(to, file_read_all(from));
 }
@@ -481,11 +484,13 @@ void dir_swap_in(const std::string& tmp, const std::string& dir) {
 }  // namespace
 
 void model_write_files(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
-                       const std::string& tokenizer_dir, bool weights, DType dtype) {
+                       const std::string& tokenizer_dir, bool weights, DType dtype, const std::string& model_dir) {
   hf_config_write(dir + "/config.json", cfg, dtype == DType::BF16 ? "bfloat16" : "float32");
   if (weights)
     write_kinds(dir + "/model.safetensors", layout, store, {{SegmentKind::Params, ""}}, {{"format", "pt"}},
                 SegmentSelect::Base, "", dtype);
+  if (!model_dir.empty() && file_exists(model_dir + "/" + kGenerationConfig))  // Note [generation config]
+    copy_file(model_dir + "/" + kGenerationConfig, dir + "/" + kGenerationConfig);
   if (!tokenizer_dir.empty()) {
     // Every tokenizer file the source has, under Hugging Face names.
     std::set<std::string> written;
@@ -496,7 +501,7 @@ void model_write_files(const std::string& dir, const GptConfig& cfg, const Param
 }
 
 void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
-                const std::string& tokenizer_dir, DType dtype) {
+                const std::string& tokenizer_dir, DType dtype, const std::string& model_dir) {
   std::string dir = dir_in;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const std::string parent = std::filesystem::path(dir).parent_path().empty()
@@ -510,7 +515,7 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
   // directory or a directory of other files, which the swap below would delete.
   if (std::filesystem::exists(dir)) {
     STRATUM_CHECK(dir_exists(dir), "[model.save] '", dir, "' exists and is not a directory; choose a new directory");
-    std::set<std::string> ours = {"config.json", "model.safetensors"};
+    std::set<std::string> ours = {"config.json", "model.safetensors", kGenerationConfig};
     for (const auto& [from, to] : kTokenizerFiles) ours.insert(to);
     for (const auto& entry : std::filesystem::directory_iterator(dir))
       STRATUM_CHECK(entry.is_regular_file() && ours.count(entry.path().filename().string()) > 0, "[model.save] '",
@@ -523,7 +528,7 @@ void model_save(const std::string& dir_in, const GptConfig& cfg, const ParamLayo
   std::filesystem::remove_all(tmp, ec);
   dir_create(tmp);
   try {
-    model_write_files(tmp, cfg, layout, store, tokenizer_dir, true, dtype);
+    model_write_files(tmp, cfg, layout, store, tokenizer_dir, true, dtype, model_dir);
     dir_fsync(tmp);
     dir_swap_in(tmp, dir);
     dir_fsync(parent);

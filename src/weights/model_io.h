@@ -54,16 +54,20 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
 // temporary name, fsynced and swapped in atomically, so `dir` always holds either the previous
 // complete model or the new one. dtype: the weights as F32, or as BF16 (rounded nearest-even,
 // torch_dtype bfloat16: stratum merge over a bf16 base, as PEFT's merge into bf16 weights).
+// model_dir, when it holds one: the source model's generation_config.json, copied beside
+// (Note [generation config] in model/hf_config.h).
 void model_save(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
-                const std::string& tokenizer_dir, DType dtype = DType::F32);
+                const std::string& tokenizer_dir, DType dtype = DType::F32, const std::string& model_dir = "");
 
 // The files of a Hugging Face directory (config.json, model.safetensors and the tokenizer files
 // from tokenizer_dir when non-empty, as model_save) written into the existing directory `dir`
-// (each file atomically); model_save and checkpoints build on it. weights false: no
-// model.safetensors (a LoRA checkpoint: the base's config and tokenizer beside the adapter).
+// (each file atomically), and model_dir's generation_config.json when it has one; model_save and
+// checkpoints build on it. weights false: no model.safetensors (a LoRA checkpoint: the base's
+// config and tokenizer beside the adapter).
 // Only the base's segments are written (adapters: weights/adapter_io.h).
 void model_write_files(const std::string& dir, const GptConfig& cfg, const ParamLayout& layout, SegmentStore& store,
-                       const std::string& tokenizer_dir, bool weights = true, DType dtype = DType::F32);
+                       const std::string& tokenizer_dir, bool weights = true, DType dtype = DType::F32,
+                       const std::string& model_dir = "");
 
 // AdamW's moments as a safetensors file: "HF_NAME.exp_avg" and ".exp_avg_sq" (F32, the
 // parameter's Hugging Face shape), written one chunk at a time; loading checks every tensor is
