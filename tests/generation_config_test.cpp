@@ -122,6 +122,10 @@ TEST(GenerationConfig, GenerateSamplesAndStopsAsTheFileSaysUnlessAFlagSaysOtherw
   EXPECT_EQ(run(on, " --temperature 0").output, greedy.output);
   EXPECT_EQ(run(on, " --top-k 0").output, run(plain, " --temperature 0.7 --top-k 0 --top-p 0.9").output);
   EXPECT_EQ(run(on, " --quiet").errors.find("generation_config"), std::string::npos);
+  EXPECT_NE(run_stratum("info " + on).output.find("generation: generation_config.json samples at temperature 0.7, "
+                                                 "top-k 5, top-p 0.9"), std::string::npos);
+  EXPECT_NE(run_stratum("info " + off).output.find("generation: generation_config.json decodes greedily"),
+            std::string::npos);
 
   // Its eos_token_id stops generation too: the greedy ids up to the first one that is its stop id.
   const std::vector<std::int32_t> all = ids_of(greedy.output);

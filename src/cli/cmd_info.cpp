@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "model/hf_config.h"
 #include "core/file_util.h"
 #include "data/bpe_tokenizer.h"
 #include "data/token_file.h"
@@ -116,6 +117,22 @@ void describe_model_dir(const std::string& dir) {
     } catch (const Error& e) {
       std::printf("  tokenizer: %s, not usable: %s\n", tok_files.c_str(), e.what());
     }
+  }
+  // What generate takes from generation_config.json (Note [generation config] in model/hf_config.h).
+  try {
+    const HfGenerationConfig gen = hf_generation_config_read(dir + "/generation_config.json");
+    std::string stops;
+    for (std::int32_t id : gen.eos_token_ids) stops += (stops.empty() ? "" : ",") + std::to_string(id);
+    if (!gen.present)
+      std::printf("  generation: no generation_config.json (generate samples at temperature 1 unless told)\n");
+    else if (gen.do_sample)
+      std::printf("  generation: generation_config.json samples at temperature %g, top-k %d, top-p %g%s%s\n",
+                  gen.temperature, gen.top_k, gen.top_p, stops.empty() ? "" : "; stops at ", stops.c_str());
+    else
+      std::printf("  generation: generation_config.json decodes greedily%s%s\n", stops.empty() ? "" : "; stops at ",
+                  stops.c_str());
+  } catch (const Error& e) {
+    std::printf("  generation: generation_config.json not usable: %s\n", e.what());
   }
   for (const std::string& path : model_weight_files(dir, nullptr)) describe_safetensors(path);
   // Last, after the description: what train and generate would refuse, with a non-zero exit.
