@@ -133,7 +133,7 @@ void llama_qkv_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, 
     STRATUM_ASSERT(p.q_b != nullptr && p.k_b != nullptr && p.v_b != nullptr && s.ones != nullptr);
     llama_bias_add(ops, qkv, QKV, p.q_b, s.ones, n, Q);
     llama_bias_add(ops, qkv + Q, QKV, p.k_b, s.ones, n, KVd);
-    llama_bias_add(ops, qkv + Q + KVd, QKV, p.v_b, s.ones, n, KVd);
+    if (with_v) llama_bias_add(ops, qkv + Q + KVd, QKV, p.v_b, s.ones, n, KVd);
   }
   if (lora != nullptr) {
     lora_forward(ops, lora_rows(*lora, 0, r0, C), 0, qkv, QKV, xn1, C, n, C, Q);
