@@ -141,5 +141,37 @@ TEST(PrepareDocuments, PrepareWritesEachDocumentBetweenItsMarks) {
   }
 }
 
+// Documents are encoded in batches over a thread pool: 20000 lines of Tiny Shakespeare (three
+// batches of at most kJsonlBatchDocuments) give one file for 1 and 3 threads, the ids of encoding
+// the documents one by one.
+TEST(PrepareDocuments, AnyThreadCountWritesTheSameIds) {
+  testing::TempDir tmp;
+  const std::string text = file_read_all(shared_data("tinyshakespeare.txt"));
+  const BpeTokenizer tok = BpeTokenizer::load(shared_data(""));
+  std::vector<std::int32_t> want;
+  std::size_t lines = 0;
+  {
+    std::ofstream out(tmp.file("lines.jsonl"), std::ios::binary);
+    for (std::size_t at = 0; lines < 20000 && at < text.size(); ++lines) {
+      const std::size_t nl = std::min(text.find('\n', at), text.size());
+      const std::string line = text.substr(at, nl - at);
+      at = nl + 1;
+      out << nlohmann::json{{"text", line}}.dump() << "\n";
+      document_encode(tok, line, 50256, want);
+    }
+  }
+  ASSERT_EQ(lines, 20000u);
+  ASSERT_GT(lines, 2 * kJsonlBatchDocuments);
+  for (const char* threads : {"1", "3"}) {
+    const auto r = run_stratum("prepare --input " + tmp.file("lines.jsonl") + " --jsonl-field text --threads " +
+                               threads + " --tokenizer " + shared_data("") + " --out " + tmp.file("lines.bin"));
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_EQ(token_file_read(tmp.file("lines.bin")).tokens, want) << threads << " threads";
+  }
+  const auto r = run_stratum("prepare --input " + tmp.file("lines.jsonl") + " --threads 2 --tokenizer " +
+                             shared_data("") + " --out " + tmp.file("text.bin"));
+  EXPECT_NE(r.errors.find("--threads is for --jsonl-field NAME"), std::string::npos) << r.errors;
+}
+
 }  // namespace
 }  // namespace stratum

@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/file_util.h"
+#include "core/thread_pool.h"
 #include "data/corpus.h"
 #include "data/bpe_tokenizer.h"
 #include "data/token_file.h"
@@ -25,7 +26,9 @@ int cmd_prepare(const std::vector<std::string>& argv) {
                                      "document, written as the tokenizer's BOS (where it adds one), its ids and an "
                                      "end-of-document token"},
              {"doc-end", "TOKEN", "with --jsonl-field: the token after each document (default the tokenizer's "
-                                  "<|endoftext|>, <|end_of_text|> or </s>)"}});
+                                  "<|endoftext|>, <|end_of_text|> or </s>)"},
+             {"threads", "N", "with --jsonl-field: threads encoding documents (default: all CPUs; the same ids "
+                              "for any count)"}});
   if (args.help_requested()) {
     std::fputs(args.help_text("stratum prepare --input corpus.txt --tokenizer DIR --out train.bin").c_str(), stdout);
     return 0;
@@ -53,6 +56,8 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   const std::string field = args.str("jsonl-field", "");
   STRATUM_CHECK(!args.has("jsonl-field") || !field.empty(), "[cli] --jsonl-field needs the text's field name, e.g. text");
   STRATUM_CHECK(!args.has("doc-end") || !field.empty(), "[cli] --doc-end is for --jsonl-field NAME (documents)");
+  STRATUM_CHECK(!args.has("threads") || !field.empty(), "[cli] --threads is for --jsonl-field NAME (documents)");
+  const int threads = static_cast<int>(args.integer("threads", default_thread_count(), 1, 1024));
   const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_dir);
   const std::string text = file_read_all(input);
   STRATUM_CHECK(!text.empty(), "[prepare] '", input, "' is empty; nothing to tokenize");
@@ -62,10 +67,8 @@ int cmd_prepare(const std::vector<std::string>& argv) {
     tokens = tokenizer.encode(text);
   } else {  // Note [documents]
     const std::int32_t end = document_end_id(tokenizer, args.str("doc-end", ""));
-    jsonl_documents(text, field, "'" + input + "'", [&](std::size_t, const std::string& document) {
-      document_encode(tokenizer, document, end, tokens);
-      ++documents;
-    });
+    ThreadPool pool(threads);
+    documents = jsonl_encode(tokenizer, text, field, "'" + input + "'", end, pool, tokens);
     STRATUM_CHECK(documents > 0, "[prepare] '", input, "' holds no JSON Lines records; nothing to tokenize");
   }
   const auto max_id = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());

@@ -7,6 +7,7 @@
 
 #include "core/file_util.h"
 #include "core/printable.h"
+#include "core/thread_pool.h"
 #include "data/bpe_tokenizer.h"
 #include "data/token_file.h"
 #include "formats/json_brief.h"
@@ -109,6 +110,29 @@ void document_encode(const BpeTokenizer& tokenizer, const std::string& document,
   const std::vector<std::int32_t> ids = tokenizer.encode(document);
   out.insert(out.end(), ids.begin(), ids.end());
   out.push_back(end);
+}
+
+std::size_t jsonl_encode(const BpeTokenizer& tokenizer, std::string_view text, const std::string& field,
+                         const std::string& where, std::int32_t end, ThreadPool& pool, std::vector<std::int32_t>& out) {
+  std::vector<std::string> batch;
+  std::size_t batch_bytes = 0, documents = 0;
+  auto flush = [&] {
+    std::vector<std::vector<std::int32_t>> ids(batch.size());
+    pool.parallel_for(batch.size(), [&](std::size_t d0, std::size_t d1) {
+      for (std::size_t d = d0; d < d1; ++d) document_encode(tokenizer, batch[d], end, ids[d]);
+    });
+    for (const auto& doc : ids) out.insert(out.end(), doc.begin(), doc.end());
+    documents += batch.size();
+    batch.clear();
+    batch_bytes = 0;
+  };
+  jsonl_documents(text, field, where, [&](std::size_t, const std::string& document) {
+    batch.push_back(document);
+    batch_bytes += document.size();
+    if (batch_bytes >= kJsonlBatchBytes || batch.size() >= kJsonlBatchDocuments) flush();
+  });
+  flush();
+  return documents;
 }
 
 }  // namespace stratum

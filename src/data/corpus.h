@@ -13,6 +13,7 @@
 namespace stratum {
 
 class BpeTokenizer;
+class ThreadPool;
 
 // tokenizer_dir may be empty when path is a token file. vocab_size > 0 enables the id check.
 // Text or tokens is decided by content (data_file_reading); `note`, when given, receives its note
@@ -48,5 +49,15 @@ std::int32_t document_end_id(const BpeTokenizer& tokenizer, const std::string& g
 // one, the text's ids, `end`.
 void document_encode(const BpeTokenizer& tokenizer, const std::string& document, std::int32_t end,
                      std::vector<std::int32_t>& out);
+
+// Every document of the JSON Lines `text` (jsonl_documents) encoded with document_encode and
+// appended to `out` in file order; returns how many. The records are read in order on the caller
+// and encoded in batches (up to kJsonlBatchBytes of text or kJsonlBatchDocuments records), each
+// batch's documents split over `pool`: documents are independent, so the ids are the same for
+// any thread count.
+inline constexpr std::size_t kJsonlBatchBytes = 8u << 20;
+inline constexpr std::size_t kJsonlBatchDocuments = 8192;
+std::size_t jsonl_encode(const BpeTokenizer& tokenizer, std::string_view text, const std::string& field,
+                         const std::string& where, std::int32_t end, ThreadPool& pool, std::vector<std::int32_t>& out);
 
 }  // namespace stratum
