@@ -85,6 +85,34 @@ TEST(PrepareDocuments, EachTokenizerEndsDocumentsWithItsEndOfText) {
   EXPECT_THROW(document_end_id(gpt2, "<|im_end|>"), Error);
 }
 
+// encode_each (one cache for a batch of texts) gives each text the ids encode() gives it, for
+// every tokenizer kind: byte-level (GPT-2's files; Qwen2's NFC layout), SentencePiece-style
+// (Llama 2's; Metaspace prepend_scheme "first", whose first piece of each text differs), with
+// empty texts, repeats, special tokens and invalid UTF-8 among them.
+TEST(PrepareDocuments, EncodeEachGivesEachTextTheIdsEncodeGivesIt) {
+  const std::vector<std::string> texts = {"Hello world", "", "Hello world", " Hello  world\n\nagain", "world Hello",
+                                          "<|endoftext|>Hello</s> <s>x", "caf\xc3\xa9 cafe\xcc\x81", "\xff\xfe bad",
+                                          "Hello", "  ", "\n"};
+  std::vector<std::string> dirs = {shared_data("")};
+  for (const char* style : {"llama2_style", "llama3_style", "qwen2_style", "metaspace_style"})
+    dirs.push_back(source_path(std::string("tests/golden/tokenizer_json/") + style));
+  for (const std::string& dir : dirs) {
+    SCOPED_TRACE(dir);
+    const BpeTokenizer tok = BpeTokenizer::load(dir);
+    const std::vector<std::string_view> views(texts.begin(), texts.end());
+    std::vector<std::size_t> ends;
+    const std::vector<std::int32_t> all = tok.encode_each(views, ends);
+    ASSERT_EQ(ends.size(), texts.size());
+    for (std::size_t k = 0; k < texts.size(); ++k) {
+      const std::size_t from = k == 0 ? 0 : ends[k - 1];
+      EXPECT_EQ(std::vector<std::int32_t>(all.begin() + static_cast<std::ptrdiff_t>(from),
+                                          all.begin() + static_cast<std::ptrdiff_t>(ends[k])),
+                tok.encode(texts[k]))
+          << "text " << k;
+    }
+  }
+}
+
 // The CLI: each document is BOS (Llama 2's <s>) + its ids + the end token, in file order, the same
 // as encoding them one by one; GPT-2's files add no BOS. Bad input writes no file.
 TEST(PrepareDocuments, PrepareWritesEachDocumentBetweenItsMarks) {

@@ -125,6 +125,10 @@ class BpeTokenizer {
   // Token ids of `text` (arbitrary bytes; see Note [bpe invalid utf-8]). Added tokens of a
   // tokenizer.json found in the text map to their ids; no BOS/EOS is added.
   std::vector<std::int32_t> encode(std::string_view text) const;
+  // Each of `texts` encoded as encode() encodes it, in one call whose cache of pieces serves them
+  // all (a batch of short documents merges each distinct word once, not once per document): the
+  // ids of every text in order, text k's ending at ends[k] (ends gets texts.size() entries).
+  std::vector<std::int32_t> encode_each(const std::vector<std::string_view>& texts, std::vector<std::size_t>& ends) const;
   // Raw bytes of the tokens concatenated (may be invalid UTF-8 when cut mid-character); an
   // added token outside model.vocab gives its content. Throws stratum::Error if an id is out of
   // range.

@@ -139,15 +139,26 @@ void BpeTokenizer::bpe_piece(std::string_view piece, std::vector<std::int32_t>& 
 }
 
 std::vector<std::int32_t> BpeTokenizer::encode(std::string_view text) const {
-  if (text.empty()) return {};
+  std::vector<std::size_t> ends;
+  return encode_each({text}, ends);
+}
+
+std::vector<std::int32_t> BpeTokenizer::encode_each(const std::vector<std::string_view>& texts,
+                                                    std::vector<std::size_t>& ends) const {
   STRATUM_ASSERT(regex_ != nullptr || sp_);  // no regex only in SentencePiece-style BPE or a moved-from tokenizer
+  ends.clear();
   EncodeState state;
-  state.text_begin = text.data();
   if (regex_ != nullptr) {
     state.match.reset(pcre2_match_data_create_from_pattern(regex_->code, nullptr));
     STRATUM_CHECK(state.match != nullptr, "[tokenizer] out of memory allocating PCRE2 match data");
   }
-  encode_added(text, 0, state);
+  // The cache's keys are views into the texts (or into state.prefixed), all alive for the call; a
+  // piece's ids do not depend on the text around it, so one cache serves every text.
+  for (const std::string_view text : texts) {
+    state.text_begin = text.data();
+    if (!text.empty()) encode_added(text, 0, state);
+    ends.push_back(state.out.size());
+  }
   return std::move(state.out);
 }
 

@@ -119,7 +119,20 @@ std::size_t jsonl_encode(const BpeTokenizer& tokenizer, std::string_view text, c
   auto flush = [&] {
     std::vector<std::vector<std::int32_t>> ids(batch.size());
     pool.parallel_for(batch.size(), [&](std::size_t d0, std::size_t d1) {
-      for (std::size_t d = d0; d < d1; ++d) document_encode(tokenizer, batch[d], end, ids[d]);
+      // One encode call for the range (one cache of pieces): each document's ids as encode() gives them.
+      const std::vector<std::string_view> texts(batch.begin() + static_cast<std::ptrdiff_t>(d0),
+                                                batch.begin() + static_cast<std::ptrdiff_t>(d1));
+      std::vector<std::size_t> ends;
+      const std::vector<std::int32_t> all = tokenizer.encode_each(texts, ends);
+      const std::int32_t bos = tokenizer.bos_id();
+      for (std::size_t d = d0; d < d1; ++d) {
+        std::vector<std::int32_t>& doc = ids[d];
+        if (bos >= 0) doc.push_back(bos);
+        const std::size_t from = d == d0 ? 0 : ends[d - d0 - 1];
+        doc.insert(doc.end(), all.begin() + static_cast<std::ptrdiff_t>(from),
+                   all.begin() + static_cast<std::ptrdiff_t>(ends[d - d0]));
+        doc.push_back(end);
+      }
     });
     for (const auto& doc : ids) out.insert(out.end(), doc.begin(), doc.end());
     documents += batch.size();
