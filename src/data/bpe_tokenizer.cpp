@@ -130,8 +130,8 @@ std::string bpe_quoted(std::string_view s) {
   return "'" + printable_text(s.substr(0, 48)) + (s.size() > 48 ? "...'" : "'");
 }
 
-std::size_t bpe_vocab_walk(const Json& vocab, const std::string& where, const char* hint,
-                           const std::function<void(const std::string& token, std::int32_t id)>& each) {
+void bpe_vocab_walk(const Json& vocab, const std::string& where, const char* hint,
+                    const std::function<void(const std::string& token, std::int32_t id)>& each) {
   STRATUM_CHECK(vocab.is_object() && !vocab.empty(), "[tokenizer] ", where,
                 " must be a non-empty JSON object of token -> id, got a ", vocab.type_name(), hint);
   const std::size_t n = vocab.size();
@@ -147,7 +147,6 @@ std::size_t bpe_vocab_walk(const Json& vocab, const std::string& where, const ch
     seen[static_cast<std::size_t>(id)] = true;
     each(key, static_cast<std::int32_t>(id));
   }
-  return n;
 }
 
 // Fills a BpeTokenizer from parsed files; shared by both loaders so that they validate alike.

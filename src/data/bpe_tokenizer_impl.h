@@ -83,11 +83,11 @@ std::size_t bpe_char_size_at(std::string_view s, std::size_t i);
 std::string bpe_quoted(std::string_view s);
 
 // Both vocabularies' checks (byte-level and SentencePiece-style): `vocab` is a non-empty JSON
-// object of token -> integer id, the ids unique and covering 0..N-1; calls each(token, id) for
-// every entry in file order and returns N. `where` starts its one-line errors ("'dir/tokenizer.json'
-// model.vocab"), `hint` ends them.
-std::size_t bpe_vocab_walk(const nlohmann::json& vocab, const std::string& where, const char* hint,
-                           const std::function<void(const std::string& token, std::int32_t id)>& each);
+// object of token -> integer id, the ids unique and covering 0..N-1 (N = vocab.size()); calls
+// each(token, id) for every entry in file order. `where` starts its one-line errors
+// ("'dir/tokenizer.json' model.vocab"), `hint` ends them.
+void bpe_vocab_walk(const nlohmann::json& vocab, const std::string& where, const char* hint,
+                    const std::function<void(const std::string& token, std::int32_t id)>& each);
 
 // Note [sentencepiece bpe]: `text` with each space as "\u2581", after one "\u2581" when `prepend`
 // (the legacy normalizer and the Metaspace pre-tokenizer both make it).

@@ -104,12 +104,20 @@ std::int32_t document_end_id(const BpeTokenizer& tokenizer, const std::string& g
                "name its end-of-document token with --doc-end TOKEN");
 }
 
+namespace {
+// Note [documents]: one document's ids [first, last) as training ids, appended to out.
+void document_append(const BpeTokenizer& tokenizer, std::vector<std::int32_t>::const_iterator first,
+                     std::vector<std::int32_t>::const_iterator last, std::int32_t end, std::vector<std::int32_t>& out) {
+  if (const std::int32_t bos = tokenizer.bos_id(); bos >= 0) out.push_back(bos);
+  out.insert(out.end(), first, last);
+  out.push_back(end);
+}
+}  // namespace
+
 void document_encode(const BpeTokenizer& tokenizer, const std::string& document, std::int32_t end,
                      std::vector<std::int32_t>& out) {
-  if (const std::int32_t bos = tokenizer.bos_id(); bos >= 0) out.push_back(bos);
   const std::vector<std::int32_t> ids = tokenizer.encode(document);
-  out.insert(out.end(), ids.begin(), ids.end());
-  out.push_back(end);
+  document_append(tokenizer, ids.begin(), ids.end(), end, out);
 }
 
 std::size_t jsonl_encode(const BpeTokenizer& tokenizer, std::string_view text, const std::string& field,
@@ -124,14 +132,10 @@ std::size_t jsonl_encode(const BpeTokenizer& tokenizer, std::string_view text, c
                                                 batch.begin() + static_cast<std::ptrdiff_t>(d1));
       std::vector<std::size_t> ends;
       const std::vector<std::int32_t> all = tokenizer.encode_each(texts, ends);
-      const std::int32_t bos = tokenizer.bos_id();
       for (std::size_t d = d0; d < d1; ++d) {
-        std::vector<std::int32_t>& doc = ids[d];
-        if (bos >= 0) doc.push_back(bos);
         const std::size_t from = d == d0 ? 0 : ends[d - d0 - 1];
-        doc.insert(doc.end(), all.begin() + static_cast<std::ptrdiff_t>(from),
-                   all.begin() + static_cast<std::ptrdiff_t>(ends[d - d0]));
-        doc.push_back(end);
+        document_append(tokenizer, all.begin() + static_cast<std::ptrdiff_t>(from),
+                        all.begin() + static_cast<std::ptrdiff_t>(ends[d - d0]), end, ids[d]);
       }
     });
     for (const auto& doc : ids) out.insert(out.end(), doc.begin(), doc.end());

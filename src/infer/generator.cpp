@@ -126,8 +126,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   STRATUM_CHECK(o.batch >= 1 && o.batch <= 4096, "[generate] --batch must be in 1..4096, got ", o.batch);
   STRATUM_CHECK(o.prompts.empty() || o.prompt_ids.empty(), "[generate] give text prompts or token ids, not both");
   const GptConfig cfg = model_read_config(o.model_dir);
-  STRATUM_CHECK(o.backend == Backend::Cpu || !cfg.qk_norm(), "[generate] ", cfg.family_title(),
-                " models (per-head q and k RMSNorm) have no ", backend_name(o.backend), " kernels yet: use --backend cpu");
+  cfg.backend_check(o.backend, "generate");
   const std::string tokenizer_dir = corpus_find_tokenizer(o.tokenizer_dir, o.model_dir);
   std::unique_ptr<BpeTokenizer> tokenizer;
   if (!tokenizer_dir.empty()) tokenizer = std::make_unique<BpeTokenizer>(BpeTokenizer::load(tokenizer_dir));

@@ -81,6 +81,11 @@ void GptConfig::validate() const {
   }
 }
 
+void GptConfig::backend_check(Backend backend, const char* who) const {
+  STRATUM_CHECK(backend == Backend::Cpu || !qk_norm(), "[", who, "] ", family_title(),
+                " models (per-head q and k RMSNorm) have no ", backend_name(backend), " kernels yet: use --backend cpu");
+}
+
 std::string GptConfig::context_text() const {
   return (context() < n_ctx ? "sliding_window=" : "n_ctx=") + std::to_string(context());
 }

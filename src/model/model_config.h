@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "ops/rope_table.h"
 
 namespace stratum {
@@ -70,6 +71,9 @@ struct GptConfig {
   // Throws stratum::Error naming the bad field when the config cannot describe a model.
   void validate() const;
   std::string describe() const;  // "L12 H12 C768 ctx1024 V50257"; Llama's (or Qwen2's) "llama L.. KV8 hd64 I8192 untied"
+  // Throws Error ("[<who>] ...: use --backend cpu") when `backend` has no kernels for this model:
+  // Qwen3's per-head q and k norm on CUDA (Note [qk norm] in model/llama_block.h).
+  void backend_check(Backend backend, const char* who) const;
 };
 
 }  // namespace stratum

@@ -547,8 +547,7 @@ TrainResult TrainRun::run() {
   cfg_.validate();
   STRATUM_CHECK(o_.seq <= cfg_.context(), "[train] --seq ", o_.seq, " is longer than the model context ",
                 cfg_.context_text(), "; use --seq <= ", cfg_.context());
-  STRATUM_CHECK(o_.backend == Backend::Cpu || !cfg_.qk_norm(), "[train] ", cfg_.family_title(),
-                " models (per-head q and k RMSNorm) have no ", backend_name(o_.backend), " kernels yet: use --backend cpu");
+  cfg_.backend_check(o_.backend, "train");
   threads_ = o_.threads > 0 ? o_.threads : default_thread_count();
   if (!resume_.dir.empty() && o_.backend == Backend::Cpu && resume_.state.threads > 0 &&
       resume_.state.threads != threads_)
