@@ -227,7 +227,7 @@ TEST(MatmulBf16, TheHeadsRoundedOperandsGiveTheBitsOfRoundingInEveryProduct) {
       for (int v0 = 0; v0 < V; v0 += n)
         gpt2_head_lse_block(ops, cfg, wte.data() + static_cast<std::size_t>(v0) * C, v0, std::min(n, V - v0),
                             targets.data(), BT, s);
-      loss[r] = gpt2_head_loss_finish(ops, BT, s);
+      loss[r] = gpt2_head_loss_finish(ops, targets.data(), BT, s);
       dwte[r].assign(wte.size(), 0.0f);
       for (int v0 = 0; v0 < V; v0 += n)
         gpt2_head_backward_block(ops, cfg, wte.data() + static_cast<std::size_t>(v0) * C,

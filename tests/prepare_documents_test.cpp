@@ -28,7 +28,8 @@ using testing::source_path;
 
 std::vector<std::pair<std::size_t, std::string>> records(const std::string& text, const std::string& field = "text") {
   std::vector<std::pair<std::size_t, std::string>> out;
-  jsonl_documents(text, field, "'x.jsonl'", [&](std::size_t line, const std::string& doc) { out.emplace_back(line, doc); });
+  jsonl_documents(text, field, "", "'x.jsonl'",
+                  [&](std::size_t line, const std::string&, const std::string& doc) { out.emplace_back(line, doc); });
   return out;
 }
 

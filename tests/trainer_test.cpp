@@ -27,14 +27,16 @@ using testing::source_path;
 // CLI and checks the logged loss / grad-norm / lr curves and the final parameters; returns the
 // final parameters' hash.
 // loose: tensors (by name suffix) checked to another bound than 2e-5 (Qwen2's k biases, below).
+// data: the golden directory's token file.
 std::uint64_t check_golden_run(const std::string& args_file, const std::string& reference_file,
                                const std::string& golden = "tests/golden/tiny_gpt2", const std::string& extra = "",
-                               const std::pair<std::string, double>& loose = {}) {
+                               const std::pair<std::string, double>& loose = {},
+                               const std::string& data = "tokens.bin") {
   const std::string dir = source_path(golden);
   std::ifstream in(dir + "/" + args_file);
   const nlohmann::json args = nlohmann::json::parse(in);
   testing::TempDir tmp;
-  const auto r = testing::run_stratum("train --model " + dir + " --data " + dir + "/tokens.bin" +
+  const auto r = testing::run_stratum("train --model " + dir + " --data " + dir + "/" + data +
                                       testing::train_flags(args) + " --threads 2 --quiet --log " + tmp.file("log.jsonl") +
                                       " --save " + tmp.file("out") + extra);
   EXPECT_EQ(r.exit_code, 0) << r.errors;
@@ -53,6 +55,8 @@ std::uint64_t check_golden_run(const std::string& args_file, const std::string& 
     EXPECT_NEAR(log[i]["lr"].get<double>(), lrs[i], 1e-9) << "step " << i + 1;
     for (const char* key : {"step_ms", "tokens_per_s"}) EXPECT_GT(log[i][key].get<double>(), 0.0) << key;
   }
+  if (ref.find("val_loss") != nullptr)  // the last evaluation (Note [masked loss])
+    EXPECT_NEAR(log.back()["val_loss"].get<double>(), golden_f32(ref, "val_loss")[0], 1e-4);
   // Final parameters after the AdamW steps, read back from the saved HF directory.
   const testing::SavedVsReference saved = testing::saved_vs_reference(checkpoint_model_dir(tmp.file("out")), ref);
   for (const auto& [name, max_err] : saved.max_error)
@@ -124,6 +128,23 @@ TEST(Trainer, LossCurveMatchesPyTorchCosineSchedule) { check_golden_run("train_a
 
 TEST(Trainer, LossCurveMatchesPyTorchWithClippingAndWrap) {
   check_golden_run("train_args_clip.json", "reference_clip.safetensors");
+}
+
+// Note [masked loss]: a masked shard of prompt/answer documents (tools/make_golden.py --only
+// masked), 2 micro-batches a step, one of them with no target that counts, follows PyTorch's
+// cross-entropy with ignore_index over the step's counted targets, and the validation loss over
+// the file's batches, in RAM and streamed through the smallest budget with the same bits.
+TEST(Trainer, MaskedLossFollowsPyTorchIgnoreIndexOverTheStep) {
+  const std::string dir = source_path("tests/golden/tiny_gpt2");
+  const std::string flags = " --grad-accum 2 --val-data " + dir + "/tokens_masked.bin --eval-every 8 --eval-batches 16";
+  const std::uint64_t ram = check_golden_run("train_args_masked.json", "reference_masked.safetensors",
+                                             "tests/golden/tiny_gpt2", flags, {}, "tokens_masked.bin");
+  testing::TempDir offload;
+  const std::uint64_t budget = check_golden_run(
+      "train_args_masked.json", "reference_masked.safetensors", "tests/golden/tiny_gpt2",
+      flags + " --mem-budget 1000K --offload-dir " + offload.path() + " --prefetch 2", {}, "tokens_masked.bin");
+  EXPECT_NE(ram, 0u);
+  EXPECT_EQ(budget, ram) << "streaming must not change a bit";
 }
 
 // The tiny Llama (GQA, llama3 rope, untied head, sharded) trained by the CLI matches PyTorch's

@@ -194,6 +194,106 @@ def make_zo(out_dir):
                                     "tools/make_golden.py --only zo")
 
 
+# Note [loss mask] (src/data/token_file.h): prompt tokens are no loss targets. MASKED: the tiny
+# GPT-2 trained on tokens_masked.bin, a masked shard of documents (a prompt of 1..40 tokens that
+# is not trained, then an answer of 1..12 that is), with 2 micro-batches a step; tokens 384..513
+# are one long prompt, so step 1's second micro-batch has no target that counts. Each step's loss
+# is cross_entropy(ignore_index=-100, reduction="sum") over its micro-batches divided by their
+# counted targets (Hugging Face Trainer's num_items_in_batch); val_loss: the trained model's loss over
+# the file's 16 batches, the mean over all their counted targets.
+MASKED = dict(TRAIN, steps=8, grad_accum=2)
+MASKED_EVAL_BATCHES = 16
+MASKED_MAGIC = 20261129
+
+
+def masked_tokens(n, vocab, gen):
+    """(ids int64 (n,), trained bool (n,)) of prompt/answer documents."""
+    ids = torch.randint(0, vocab, (n,), generator=gen, dtype=torch.int64)
+    trained = torch.zeros(n, dtype=torch.bool)
+    at = 0
+    while at < n:
+        at += int(torch.randint(1, 41, (1,), generator=gen))  # the prompt
+        answer = int(torch.randint(1, 13, (1,), generator=gen))
+        trained[at:at + answer] = True
+        at += answer
+    trained[384:514] = False  # every target of batch 3 (tokens 385..512)
+    return ids, trained
+
+
+def write_masked_shard(path, ids, trained):
+    """Stratum's masked shard: llm.c's 256-int32 header with MASKED_MAGIC, version 1, then the
+    uint32 ids, bit 31 set on tokens that are no loss targets."""
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = [MASKED_MAGIC, 1, ids.numel()]
+    body = ids.numpy().astype("<u4") | np.where(trained.numpy(), 0, 0x80000000).astype("<u4")
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(body.tobytes())
+
+
+def make_masked(out_dir):
+    """tokens_masked.bin, train_args_masked.json and reference_masked.safetensors."""
+    cfg = tg.GPT2Config(**TINY)
+    init, _ = tg.load_safetensors(os.path.join(out_dir, "model.safetensors"))
+    params = {n: t.to(torch.float32).detach().clone().requires_grad_(True) for n, t in init.items()}
+    a = MASKED
+    B, T, N = a["batch"], a["seq"], a["grad_accum"]
+    ids, trained = masked_tokens(a["steps"] * N * B * T + 1, cfg.vocab_size, torch.Generator().manual_seed(TOKENS_SEED + 1))
+    write_masked_shard(os.path.join(out_dir, "tokens_masked.bin"), ids, trained)
+    with open(os.path.join(out_dir, "train_args_masked.json"), "w") as f:
+        json.dump(a, f, indent=2)
+        f.write("\n")
+    opt = tg.make_optimizer(params, a["lr"], a["beta1"], a["beta2"], a["eps"], a["weight_decay"])
+    losses, norms, lrs, counts = [], [], [], []
+    for s in range(a["steps"]):
+        for t in params.values():
+            t.grad = None
+        batches = []
+        for mb in range(N):
+            x, y = tg.get_batch(ids, s * N + mb, B, T)
+            _, keep = tg.get_batch(trained, s * N + mb, B, T)
+            batches.append((x, torch.where(keep, y, torch.full_like(y, -100))))
+        counted = sum(int((y >= 0).sum()) for _, y in batches)
+        counts.extend(int((y >= 0).sum()) for _, y in batches)
+        total = 0.0
+        for x, y in batches:
+            logits, _ = tg.forward(params, cfg, x)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                                     ignore_index=-100, reduction="sum") / counted
+            loss.backward()
+            total += float(loss.detach())
+        lr = tg.lr_at(s, a["lr"], a["warmup"], a["min_lr"], a["steps"], a["lr_schedule"])
+        norms.append(tg.grad_norm_and_clip(params, a["grad_clip"]))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+        losses.append(total)
+        lrs.append(lr)
+    assert 0 in counts, "bug: no micro-batch without targets"
+    # The validation loss after training over the same file's 16 batches (--val-data
+    # tokens_masked.bin --eval-batches 16): the mean over all their counted targets.
+    with torch.no_grad():
+        total, counted = 0.0, 0
+        for k in range(MASKED_EVAL_BATCHES):
+            x, y = tg.get_batch(ids, k, B, T)
+            _, keep = tg.get_batch(trained, k, B, T)
+            y = torch.where(keep, y, torch.full_like(y, -100))
+            logits, _ = tg.forward(params, cfg, x)
+            total += float(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                                             ignore_index=-100, reduction="sum"))
+            counted += int((y >= 0).sum())
+    out = {"val_loss": torch.tensor([total / counted], dtype=torch.float32),
+           "train_losses": torch.tensor(losses, dtype=torch.float32),
+           "train_grad_norms": torch.tensor(norms, dtype=torch.float32),
+           "train_lrs": torch.tensor(lrs, dtype=torch.float32)}
+    for n, t in params.items():
+        out["final." + n] = _f32(t)
+    tg.save_safetensors(os.path.join(out_dir, "reference_masked.safetensors"), out,
+                        metadata={"generator": "tools/make_golden.py --only masked", "torch_version": torch.__version__,
+                                  "train_args": json.dumps(a)})
+    return {"losses": losses, "counts": counts}
+
+
 # ----------------------------------------------------------------------------------------------
 # ops (float64 compute, F32 storage)
 
@@ -355,8 +455,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo", "lora"],
+    ap.add_argument("--only", choices=["autocast", "zo", "lora", "masked"],
                     help="autocast: regenerate only tiny_gpt2/reference_bf16.safetensors; "
+                         "masked: only tiny_gpt2/{tokens_masked.bin,train_args_masked.json,reference_masked.safetensors}; "
                          "zo: only tiny_gpt2/reference_zo.safetensors; "
                          "lora: only tiny_gpt2/{lora_init/,reference_lora*.safetensors,lora_args.json}")
     args = ap.parse_args()
@@ -369,6 +470,12 @@ def main():
         print(f"tiny_gpt2 LoRA: {lo['tensors']} adapter tensors, losses {[round(v, 4) for v in lo['losses']]}, "
               f"largest adapter move {lo['largest_move']:.2e}")
     if args.only == "lora":
+        return
+    if args.only in (None, "masked"):
+        ma = make_masked(os.path.join(root, "tiny_gpt2"))
+        print(f"tiny_gpt2 loss mask: targets per micro-batch {ma['counts']}, "
+              f"losses {[round(v, 4) for v in ma['losses']]}")
+    if args.only == "masked":
         return
     if args.only in (None, "zo"):
         zo = make_zo(os.path.join(root, "tiny_gpt2"))

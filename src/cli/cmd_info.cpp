@@ -142,9 +142,18 @@ void describe_model_dir(const std::string& dir) {
 
 void describe_token_file(const std::string& path) {
   const TokenFileData data = token_file_read(path);
-  const auto [lo, hi] = std::minmax_element(data.tokens.begin(), data.tokens.end());
-  std::printf("token file %s: %s, %zu tokens, ids %d..%d\n", path.c_str(), token_file_format_name(data.format).c_str(),
-              data.tokens.size(), *lo, *hi);
+  std::int32_t lo = INT32_MAX, hi = 0;
+  for (const std::int32_t t : data.tokens) {  // a masked shard's ids under their mark (Note [loss mask])
+    lo = std::min(lo, token_id(t));
+    hi = std::max(hi, token_id(t));
+  }
+  const std::size_t targets = token_target_count(data.tokens.data(), data.tokens.size());
+  std::printf("token file %s: %s, %zu tokens, ids %d..%d", path.c_str(), token_file_format_name(data.format).c_str(),
+              data.tokens.size(), lo, hi);
+  if (data.format == TokenFileFormat::MaskedShard)
+    std::printf(", %zu of them loss targets (%.1f%%; the rest are prompts)", targets,
+                100.0 * static_cast<double>(targets) / static_cast<double>(data.tokens.size()));
+  std::printf("\n");
 }
 }  // namespace
 
@@ -152,7 +161,7 @@ int cmd_info(const std::vector<std::string>& argv) {
   Args args("info", argv, {}, 16);
   if (args.help_requested() || args.positional().empty()) {
     std::fputs("usage: stratum info DIR|FILE...\n  describes a Hugging Face model directory, a .safetensors file "
-               "or a token file (raw uint16 / llm.c shard)\n", stdout);
+               "or a token file (raw uint16 / llm.c shard / masked shard)\n", stdout);
     return args.help_requested() ? 0 : 2;
   }
   for (const auto& path : args.positional()) {
@@ -160,7 +169,7 @@ int cmd_info(const std::vector<std::string>& argv) {
     else if (const std::string problem = file_read_problem(path); !problem.empty()) STRATUM_FAIL("[info] '", path, "' ", problem);
     else if (path.size() > 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) describe_safetensors(path);
     else if (data_file_reading(path).kind != DataFileKind::Text) describe_token_file(path);
-    else STRATUM_FAIL("[info] '", path, "' is text, not a model directory, .safetensors file or token file (raw uint16 / llm.c shard)");
+    else STRATUM_FAIL("[info] '", path, "' is text, not a model directory, .safetensors file or token file (raw uint16 / llm.c shard / masked shard)");
   }
   return 0;
 }

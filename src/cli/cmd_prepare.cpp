@@ -1,5 +1,6 @@
 // `stratum prepare`: text, or the documents of a JSON Lines file (Note [documents] in
-// data/corpus.h), -> BPE token file (raw uint16 .bin or llm.c shard).
+// data/corpus.h), -> BPE token file (raw uint16 .bin or llm.c shard; a masked shard for prompts
+// that are not trained, Note [prompt mask]).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +26,9 @@ int cmd_prepare(const std::vector<std::string>& argv) {
              {"jsonl-field", "NAME", "--input is JSON Lines: each line's string field NAME (e.g. text) is one "
                                      "document, written as the tokenizer's BOS (where it adds one), its ids and an "
                                      "end-of-document token"},
+             {"jsonl-prompt", "NAME", "with --jsonl-field: each record's string field NAME (e.g. prompt) is "
+                                      "its prompt, written before the text and not trained on (the loss is on "
+                                      "the text, e.g. the completion, and the end token); writes a masked shard"},
              {"doc-end", "TOKEN", "with --jsonl-field: the token after each document (default the tokenizer's "
                                   "<|endoftext|>, <|end_of_text|> or </s>)"},
              {"threads", "N", "with --jsonl-field: threads encoding documents (default: all CPUs; the same ids "
@@ -45,8 +49,9 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   // A token file (or any binary) is not tokenized again as if it were text. A pipe is read as it comes.
   if (std::filesystem::is_regular_file(input) && std::filesystem::file_size(input) > 0) {
     const DataFileReading reading = data_file_reading(input);
-    STRATUM_CHECK(reading.kind != DataFileKind::LlmcShard, "[prepare] '", input,
-                  "' is an llm.c token shard, not text: it goes to train's --data as it is");
+    STRATUM_CHECK(reading.kind != DataFileKind::LlmcShard && reading.kind != DataFileKind::MaskedShard,
+                  "[prepare] '", input, "' is ", reading.kind == DataFileKind::LlmcShard ? "an llm.c" : "a masked",
+                  " token shard, not text: it goes to train's --data as it is");
     STRATUM_CHECK(reading.kind == DataFileKind::Text, "[prepare] '", input, "' is not read as text (",
                   reading.not_text, "): a token file goes to train's --data as it is",
                   reading.not_text.rfind("byte ", 0) == 0
@@ -56,6 +61,15 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   const std::string field = args.str("jsonl-field", "");
   STRATUM_CHECK(!args.has("jsonl-field") || !field.empty(), "[cli] --jsonl-field needs the text's field name, e.g. text");
   STRATUM_CHECK(!args.has("doc-end") || !field.empty(), "[cli] --doc-end is for --jsonl-field NAME (documents)");
+  const std::string prompt_field = args.str("jsonl-prompt", "");
+  STRATUM_CHECK(!args.has("jsonl-prompt") || !prompt_field.empty(),
+                "[cli] --jsonl-prompt needs the prompt's field name, e.g. prompt");
+  STRATUM_CHECK(prompt_field.empty() || !field.empty(), "[cli] --jsonl-prompt is for --jsonl-field NAME (documents): "
+                "give the field of the text trained on too, e.g. --jsonl-field completion");
+  STRATUM_CHECK(prompt_field.empty() || prompt_field != field, "[cli] --jsonl-prompt and --jsonl-field both name \"",
+                field, "\"; the prompt and the trained text are two fields");
+  STRATUM_CHECK(prompt_field.empty() || given_format.empty(), "[cli] --format ", given_format,
+                " cannot hold the prompt mask of --jsonl-prompt; leave --format out (a masked shard is written)");
   STRATUM_CHECK(!args.has("threads") || !field.empty(), "[cli] --threads is for --jsonl-field NAME (documents)");
   const int threads = static_cast<int>(args.integer("threads", default_thread_count(), 1, 1024));
   const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_dir);
@@ -68,23 +82,34 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   } else {  // Note [documents]
     const std::int32_t end = document_end_id(tokenizer, args.str("doc-end", ""));
     ThreadPool pool(threads);
-    documents = jsonl_encode(tokenizer, text, field, "'" + input + "'", end, pool, tokens);
+    documents = jsonl_encode(tokenizer, text, field, prompt_field, "'" + input + "'", end, pool, tokens);
     STRATUM_CHECK(documents > 0, "[prepare] '", input, "' holds no JSON Lines records; nothing to tokenize");
   }
-  const auto max_id = tokens.empty() ? 0 : *std::max_element(tokens.begin(), tokens.end());
+  std::int32_t max_id = 0;
+  for (const std::int32_t t : tokens) max_id = std::max(max_id, token_id(t));  // Note [loss mask]
   // Ids above uint16's (Llama 3's and Qwen2's vocabularies) go to an llm.c shard of uint32 ids.
   const bool wide = max_id > 65535;
   STRATUM_CHECK(!(wide && given_format == "raw"), "[prepare] token ids reach ", max_id,
                 ", above the 65535 a raw uint16 file holds (the tokenizer's vocabulary has ", tokenizer.vocab_size(),
                 "): use --format llmc (uint32 ids), or leave --format out");
-  const std::string format = !given_format.empty() ? given_format : wide ? "llmc" : "raw";
+  const std::string format = !prompt_field.empty()  ? "masked"
+                             : !given_format.empty() ? given_format
+                             : wide                  ? "llmc"
+                                                     : "raw";
   if (format == "raw") token_file_write_raw_u16(out, tokens);
-  else token_file_write_llmc(out, tokens);
+  else if (format == "llmc") token_file_write_llmc(out, tokens);
+  else token_file_write_masked(out, tokens);
   const std::string docs_text = documents > 0 ? " in " + std::to_string(documents) + " documents" : "";
+  const std::string kind = format == "raw" ? ""
+                           : format == "masked"
+                               ? " (a masked shard: " + std::to_string(token_target_count(tokens.data(), tokens.size())) +
+                                     " of the tokens are trained, the prompts' are not)"
+                           : wide ? " (an llm.c shard of uint32 ids)"
+                                  : " (an llm.c shard)";
   std::fprintf(stderr, "[stratum] %s: %zu bytes -> %zu tokens%s (%.2f bytes/token, max id %d) -> %s%s\n",
                input.c_str(), text.size(), tokens.size(), docs_text.c_str(),
                tokens.empty() ? 0.0 : static_cast<double>(text.size()) / tokens.size(), max_id, out.c_str(),
-               format == "raw" ? "" : wide ? " (an llm.c shard of uint32 ids)" : " (an llm.c shard)");
+               kind.c_str());
   return 0;
 }
 

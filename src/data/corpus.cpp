@@ -45,17 +45,46 @@ std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std:
   }
   STRATUM_CHECK(tokens.size() >= 2, "[data] '", path, "' holds ", tokens.size(),
                 " token(s); training needs at least 2");
+  STRATUM_CHECK(token_target_count(tokens.data(), tokens.size()) > 0, "[data] '", path,
+                "': its loss mask leaves no token to train on (every one is a prompt token); check how it was "
+                "prepared (--jsonl-prompt)");
   if (vocab_size > 0) {
-    for (std::size_t i = 0; i < tokens.size(); ++i)
-      STRATUM_CHECK(tokens[i] >= 0 && tokens[i] < vocab_size, "[data] '", path, "': token id ", tokens[i],
+    for (std::size_t i = 0; i < tokens.size(); ++i)  // a masked shard's ids under their mark (Note [loss mask])
+      STRATUM_CHECK(token_id(tokens[i]) < vocab_size, "[data] '", path, "': token id ", token_id(tokens[i]),
                     " at position ", i, " is outside the model's vocabulary [0, ", vocab_size,
                     "); the data was tokenized for a different model");
   }
   return tokens;
 }
 
-void jsonl_documents(std::string_view text, const std::string& field, const std::string& where,
-                     const std::function<void(std::size_t line, const std::string& document)>& each) {
+namespace {
+// Record `j`'s string field `field` (line `line` of `where`); `hint` says which option names it.
+const std::string& jsonl_string(const nlohmann::json& j, const std::string& field, const char* hint,
+                                const std::string& where, std::size_t line) {
+  const auto it = j.find(field);
+  if (it == j.end()) {
+    std::string fields;
+    for (const auto& [key, value] : j.items()) {
+      if (fields.size() > 80) {
+        fields += ", ...";
+        break;
+      }
+      fields += (fields.empty() ? "\"" : ", \"") + printable_text(key.substr(0, 32)) + "\"";
+    }
+    STRATUM_FAIL("[prepare] ", where, " line ", line, " has no field \"", field, "\" (its fields: ",
+                 fields.empty() ? "none" : fields, "); ", hint);
+  }
+  STRATUM_CHECK(it->is_string(), "[prepare] ", where, " line ", line, ": field \"", field, "\" is ",
+                json_brief(*it), ", not a string");
+  return it->get_ref<const std::string&>();
+}
+}  // namespace
+
+void jsonl_documents(std::string_view text, const std::string& field, const std::string& prompt_field,
+                     const std::string& where,
+                     const std::function<void(std::size_t line, const std::string& prompt,
+                                              const std::string& document)>& each) {
+  static const std::string kNoPrompt;
   std::size_t line = 0;
   for (std::size_t at = 0; at < text.size();) {
     const std::size_t end = std::min(text.find('\n', at), text.size());
@@ -72,22 +101,9 @@ void jsonl_documents(std::string_view text, const std::string& field, const std:
     }
     STRATUM_CHECK(j.is_object(), "[prepare] ", where, " line ", line, " is a JSON ", j.type_name(),
                   ", not an object with a string field \"", field, "\"");
-    const auto it = j.find(field);
-    if (it == j.end()) {
-      std::string fields;
-      for (const auto& [key, value] : j.items()) {
-        if (fields.size() > 80) {
-          fields += ", ...";
-          break;
-        }
-        fields += (fields.empty() ? "\"" : ", \"") + printable_text(key.substr(0, 32)) + "\"";
-      }
-      STRATUM_FAIL("[prepare] ", where, " line ", line, " has no field \"", field, "\" (its fields: ",
-                   fields.empty() ? "none" : fields, "); name the text's field with --jsonl-field");
-    }
-    STRATUM_CHECK(it->is_string(), "[prepare] ", where, " line ", line, ": field \"", field, "\" is ",
-                  json_brief(*it), ", not a string");
-    each(line, it->get_ref<const std::string&>());
+    const std::string& prompt =
+        prompt_field.empty() ? kNoPrompt : jsonl_string(j, prompt_field, "name the prompt's field with --jsonl-prompt", where, line);
+    each(line, prompt, jsonl_string(j, field, "name the text's field with --jsonl-field", where, line));
   }
 }
 
@@ -105,49 +121,60 @@ std::int32_t document_end_id(const BpeTokenizer& tokenizer, const std::string& g
 }
 
 namespace {
-// Note [documents]: one document's ids [first, last) as training ids, appended to out.
-void document_append(const BpeTokenizer& tokenizer, std::vector<std::int32_t>::const_iterator first,
-                     std::vector<std::int32_t>::const_iterator last, std::int32_t end, std::vector<std::int32_t>& out) {
-  if (const std::int32_t bos = tokenizer.bos_id(); bos >= 0) out.push_back(bos);
+using Ids = std::vector<std::int32_t>::const_iterator;
+// Note [documents]: one document's ids [first, last) as training ids, appended to out; masked:
+// after the prompt's ids [prompt_first, prompt_last), the BOS and the prompt as no loss targets
+// (Note [prompt mask]).
+void document_append(const BpeTokenizer& tokenizer, bool masked, Ids prompt_first, Ids prompt_last, Ids first,
+                     Ids last, std::int32_t end, std::vector<std::int32_t>& out) {
+  if (const std::int32_t bos = tokenizer.bos_id(); bos >= 0) out.push_back(masked ? token_no_loss(bos) : bos);
+  for (Ids it = prompt_first; it != prompt_last; ++it) out.push_back(token_no_loss(*it));
   out.insert(out.end(), first, last);
   out.push_back(end);
 }
 }  // namespace
 
 void document_encode(const BpeTokenizer& tokenizer, const std::string& document, std::int32_t end,
-                     std::vector<std::int32_t>& out) {
+                     std::vector<std::int32_t>& out, const std::string* prompt) {
   const std::vector<std::int32_t> ids = tokenizer.encode(document);
-  document_append(tokenizer, ids.begin(), ids.end(), end, out);
+  const std::vector<std::int32_t> prompt_ids = prompt != nullptr ? tokenizer.encode(*prompt) : std::vector<std::int32_t>{};
+  document_append(tokenizer, prompt != nullptr, prompt_ids.begin(), prompt_ids.end(), ids.begin(), ids.end(), end, out);
 }
 
 std::size_t jsonl_encode(const BpeTokenizer& tokenizer, std::string_view text, const std::string& field,
-                         const std::string& where, std::int32_t end, ThreadPool& pool, std::vector<std::int32_t>& out) {
+                         const std::string& prompt_field, const std::string& where, std::int32_t end, ThreadPool& pool,
+                         std::vector<std::int32_t>& out) {
+  const bool masked = !prompt_field.empty();
+  const std::size_t per = masked ? 2 : 1;  // texts per document: [prompt,] text
   std::vector<std::string> batch;
   std::size_t batch_bytes = 0, documents = 0;
   auto flush = [&] {
-    std::vector<std::vector<std::int32_t>> ids(batch.size());
-    pool.parallel_for(batch.size(), [&](std::size_t d0, std::size_t d1) {
-      // One encode call for the range (one cache of pieces): each document's ids as encode() gives them.
-      const std::vector<std::string_view> texts(batch.begin() + static_cast<std::ptrdiff_t>(d0),
-                                                batch.begin() + static_cast<std::ptrdiff_t>(d1));
+    const std::size_t count = batch.size() / per;
+    std::vector<std::vector<std::int32_t>> ids(count);
+    pool.parallel_for(count, [&](std::size_t d0, std::size_t d1) {
+      // One encode call for the range (one cache of pieces): each text's ids as encode() gives them.
+      const std::vector<std::string_view> texts(batch.begin() + static_cast<std::ptrdiff_t>(d0 * per),
+                                                batch.begin() + static_cast<std::ptrdiff_t>(d1 * per));
       std::vector<std::size_t> ends;
       const std::vector<std::int32_t> all = tokenizer.encode_each(texts, ends);
+      auto at = [&](std::size_t k) { return all.begin() + static_cast<std::ptrdiff_t>(k == 0 ? 0 : ends[k - 1]); };
       for (std::size_t d = d0; d < d1; ++d) {
-        const std::size_t from = d == d0 ? 0 : ends[d - d0 - 1];
-        document_append(tokenizer, all.begin() + static_cast<std::ptrdiff_t>(from),
-                        all.begin() + static_cast<std::ptrdiff_t>(ends[d - d0]), end, ids[d]);
+        const std::size_t k = (d - d0) * per;  // the document's first text in the range
+        document_append(tokenizer, masked, at(k), at(k + per - 1), at(k + per - 1), at(k + per), end, ids[d]);
       }
     });
     for (const auto& doc : ids) out.insert(out.end(), doc.begin(), doc.end());
-    documents += batch.size();
+    documents += count;
     batch.clear();
     batch_bytes = 0;
   };
-  jsonl_documents(text, field, where, [&](std::size_t, const std::string& document) {
-    batch.push_back(document);
-    batch_bytes += document.size();
-    if (batch_bytes >= kJsonlBatchBytes || batch.size() >= kJsonlBatchDocuments) flush();
-  });
+  jsonl_documents(text, field, prompt_field, where,
+                  [&](std::size_t, const std::string& prompt, const std::string& document) {
+                    if (masked) batch.push_back(prompt);
+                    batch.push_back(document);
+                    batch_bytes += prompt.size() + document.size();
+                    if (batch_bytes >= kJsonlBatchBytes || batch.size() >= kJsonlBatchDocuments * per) flush();
+                  });
   flush();
   return documents;
 }

@@ -16,6 +16,7 @@ class BpeTokenizer;
 class ThreadPool;
 
 // tokenizer_dir may be empty when path is a token file. vocab_size > 0 enables the id check.
+// A masked shard's tokens come as held (Note [loss mask] in token_file.h), at least one a target.
 // Text or tokens is decided by content (data_file_reading); `note`, when given, receives its note
 // (which reading was chosen when the content overrode the file's name; else empty).
 std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std::string& tokenizer_dir,
@@ -33,12 +34,23 @@ std::string corpus_find_tokenizer(const std::string& explicit_dir, const std::st
 // none), the document's ids, then an end-of-document token, so no sequence runs from one
 // document into the next unmarked. Blank lines are skipped; an empty field is a document of no
 // text (its BOS and end only).
+// Note [prompt mask]: instruction data pairs a prompt with its answer (TRL's prompt-completion
+// records: {"prompt": ..., "completion": ...}), and fine-tuning on it trains the answer only.
+// `prepare --jsonl-prompt prompt --jsonl-field completion` writes each record as its BOS, the
+// prompt's ids, the completion's ids and the end token, the BOS and the prompt's ids marked as
+// no loss targets (Note [loss mask] in token_file.h), in a masked shard. The prompt and the
+// completion are encoded each alone (as encode() gives each) and joined, so every token is wholly
+// one or the other; whatever separates them (a newline, a space) is written in the data, at the
+// end of the prompt or the start of the completion.
 
-// Calls each(line, document) for the string `field` of every non-blank line of the JSON Lines
-// `text`, in order (line counts from 1). A line that is not a JSON object whose `field` is a
-// string throws Error "[prepare] <where> line N: ...", naming the line's fields when it lacks it.
-void jsonl_documents(std::string_view text, const std::string& field, const std::string& where,
-                     const std::function<void(std::size_t line, const std::string& document)>& each);
+// Calls each(line, prompt, document) for the string `field` (and `prompt_field`'s, when given;
+// else prompt is empty) of every non-blank line of the JSON Lines `text`, in order (line counts
+// from 1). A line that is not a JSON object whose fields are strings throws Error
+// "[prepare] <where> line N: ...", naming the line's fields when it lacks one.
+void jsonl_documents(std::string_view text, const std::string& field, const std::string& prompt_field,
+                     const std::string& where,
+                     const std::function<void(std::size_t line, const std::string& prompt,
+                                              const std::string& document)>& each);
 
 // The end-of-document id: the token whose text is `given` when set (an added token such as
 // "<|im_end|>"), else the first of "<|endoftext|>" (GPT-2, Qwen), "<|end_of_text|>" (Llama 3) and
@@ -46,18 +58,21 @@ void jsonl_documents(std::string_view text, const std::string& field, const std:
 std::int32_t document_end_id(const BpeTokenizer& tokenizer, const std::string& given);
 
 // Appends one document's training ids to `out` (Note [documents]): BOS where the tokenizer adds
-// one, the text's ids, `end`.
+// one, the text's ids, `end`. With a prompt, the prompt's ids after the BOS, both no loss targets
+// (Note [prompt mask]).
 void document_encode(const BpeTokenizer& tokenizer, const std::string& document, std::int32_t end,
-                     std::vector<std::int32_t>& out);
+                     std::vector<std::int32_t>& out, const std::string* prompt = nullptr);
 
-// Every document of the JSON Lines `text` (jsonl_documents) encoded with document_encode and
-// appended to `out` in file order; returns how many. The records are read in order on the caller
+// Every document of the JSON Lines `text` (jsonl_documents; with `prompt_field`, a prompt each)
+// encoded with document_encode and appended to `out` in file order; returns how many. The records
+// are read in order on the caller
 // and encoded in batches (up to kJsonlBatchBytes of text or kJsonlBatchDocuments records), each
 // batch's documents split over `pool`: documents are independent, so the ids are the same for
 // any thread count.
 inline constexpr std::size_t kJsonlBatchBytes = 8u << 20;
 inline constexpr std::size_t kJsonlBatchDocuments = 8192;
 std::size_t jsonl_encode(const BpeTokenizer& tokenizer, std::string_view text, const std::string& field,
-                         const std::string& where, std::int32_t end, ThreadPool& pool, std::vector<std::int32_t>& out);
+                         const std::string& prompt_field, const std::string& where, std::int32_t end, ThreadPool& pool,
+                         std::vector<std::int32_t>& out);
 
 }  // namespace stratum

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/rng.h"
+#include "data/token_file.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -36,8 +37,11 @@ void DataLoader::batch(std::int64_t k, std::int32_t* inputs, std::int32_t* targe
   const std::size_t count = static_cast<std::size_t>(batch_) * seq_;
   const std::size_t start = static_cast<std::size_t>(batch_start(k)) % n;
   for (std::size_t i = 0; i < count; ++i) {
-    inputs[i] = tokens_[(start + i) % n];
-    if (targets != nullptr) targets[i] = tokens_[(start + i + 1) % n];
+    inputs[i] = token_id(tokens_[(start + i) % n]);  // Note [loss mask]
+    if (targets != nullptr) {
+      const std::int32_t next = tokens_[(start + i + 1) % n];
+      targets[i] = token_is_target(next) ? next : -1;
+    }
   }
 }
 

@@ -22,6 +22,7 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 constexpr std::int32_t kLlmcMagic = 20240520;
+constexpr std::int32_t kMaskedMagic = 20261129;  // Note [loss mask]: llm.c's header, uint32 tokens with bit 31
 constexpr std::size_t kLlmcHeaderInts = 256;
 constexpr std::size_t kLlmcHeaderBytes = kLlmcHeaderInts * sizeof(std::int32_t);
 constexpr std::size_t kStagingBytes = 1 << 20;  // bounded buffer for one-pass conversion
@@ -43,9 +44,11 @@ void read_exact(const std::string& path, int fd, std::uint64_t offset, void* dst
   }
 }
 
-// Reads count little-endian Elem values starting at offset into tokens (already sized).
+// Reads count little-endian Elem values starting at offset into tokens (already sized). masked:
+// uint32 values whose bit 31 is the loss mask, kept as it is (Note [loss mask]).
 template <class Elem>
-void tokens_read(const std::string& path, int fd, std::uint64_t offset, std::vector<std::int32_t>& tokens) {
+void tokens_read(const std::string& path, int fd, std::uint64_t offset, std::vector<std::int32_t>& tokens,
+                 bool masked = false) {
   const std::size_t chunk = kStagingBytes / sizeof(Elem);
   std::vector<Elem> staging(std::min(chunk, tokens.size()));  // (chunk,) raw token ids
   for (std::size_t first = 0; first < tokens.size(); first += chunk) {
@@ -53,7 +56,7 @@ void tokens_read(const std::string& path, int fd, std::uint64_t offset, std::vec
     read_exact(path, fd, offset + first * sizeof(Elem), staging.data(), count * sizeof(Elem));
     for (std::size_t i = 0; i < count; ++i) {
       if constexpr (sizeof(Elem) == 4) {
-        STRATUM_CHECK(staging[i] <= static_cast<Elem>(INT32_MAX), where(path), ": token ", first + i,
+        STRATUM_CHECK(masked || staging[i] <= static_cast<Elem>(INT32_MAX), where(path), ": token ", first + i,
                       " has id ", staging[i], ", above the supported maximum ", INT32_MAX);
       }
       tokens[first + i] = static_cast<std::int32_t>(staging[i]);
@@ -142,8 +145,8 @@ DataFileReading data_file_reading(const std::string& path) {
   DataFileReading out;
   std::int32_t magic = 0;
   if (sample.size() >= sizeof(magic)) std::memcpy(&magic, sample.data(), sizeof(magic));
-  if (magic == kLlmcMagic) {
-    out.kind = DataFileKind::LlmcShard;
+  if (magic == kLlmcMagic || magic == kMaskedMagic) {
+    out.kind = magic == kLlmcMagic ? DataFileKind::LlmcShard : DataFileKind::MaskedShard;
     return out;
   }
   std::size_t bad_at = 0;
@@ -189,7 +192,7 @@ TokenFileData token_file_read(const std::string& path) {
   std::int32_t magic = 0;
   if (size_bytes >= sizeof(magic)) read_exact(path, fd.get(), 0, &magic, sizeof(magic));
   TokenFileData out;
-  if (magic != kLlmcMagic) {
+  if (magic != kLlmcMagic && magic != kMaskedMagic) {
     STRATUM_CHECK(size_bytes % 2 == 0, where(path), " has ", size_bytes,
                   " bytes, an odd count; a raw uint16 token file has an even size (wrong format?)");
     out.format = TokenFileFormat::RawU16;
@@ -198,28 +201,34 @@ TokenFileData token_file_read(const std::string& path) {
     return out;
   }
 
-  out.format = TokenFileFormat::LlmcShard;
-  STRATUM_CHECK(size_bytes >= kLlmcHeaderBytes, where(path), ": llm.c shard header is truncated: file has ",
+  const bool masked = magic == kMaskedMagic;
+  const char* kind = masked ? "masked shard" : "llm.c shard";
+  out.format = masked ? TokenFileFormat::MaskedShard : TokenFileFormat::LlmcShard;
+  STRATUM_CHECK(size_bytes >= kLlmcHeaderBytes, where(path), ": ", kind, " header is truncated: file has ",
                 size_bytes, " bytes, the header needs ", kLlmcHeaderBytes);
   std::int32_t header[kLlmcHeaderInts];
   read_exact(path, fd.get(), 0, header, kLlmcHeaderBytes);
   const std::int32_t version = header[1];
-  STRATUM_CHECK(version == 1 || version == 2, where(path), ": unsupported llm.c shard version ", version,
-                "; expected 1 (uint16 tokens) or 2 (uint32 tokens)");
+  if (masked)
+    STRATUM_CHECK(version == 1, where(path), ": unsupported masked shard version ", version,
+                  "; expected 1 (uint32 tokens, bit 31 the loss mask)");
+  else
+    STRATUM_CHECK(version == 1 || version == 2, where(path), ": unsupported llm.c shard version ", version,
+                  "; expected 1 (uint16 tokens) or 2 (uint32 tokens)");
   const std::int32_t ntok = header[2];
-  STRATUM_CHECK(ntok > 0, where(path), ": llm.c shard header says ", ntok, " tokens; expected at least 1");
-  const std::uint64_t elem_bytes = version == 1 ? 2 : 4;
+  STRATUM_CHECK(ntok > 0, where(path), ": ", kind, " header says ", ntok, " tokens; expected at least 1");
+  const std::uint64_t elem_bytes = version == 1 && !masked ? 2 : 4;
   const std::uint64_t want_bytes = static_cast<std::uint64_t>(ntok) * elem_bytes;
   const std::uint64_t have_bytes = size_bytes - kLlmcHeaderBytes;
-  STRATUM_CHECK(have_bytes >= want_bytes, where(path), ": llm.c shard is truncated: header says ", ntok,
+  STRATUM_CHECK(have_bytes >= want_bytes, where(path), ": ", kind, " is truncated: header says ", ntok,
                 " tokens (", want_bytes, " bytes) but only ", have_bytes, " bytes follow the header");
-  STRATUM_CHECK(have_bytes == want_bytes, where(path), ": llm.c shard has ", have_bytes - want_bytes,
+  STRATUM_CHECK(have_bytes == want_bytes, where(path), ": ", kind, " has ", have_bytes - want_bytes,
                 " unexpected bytes after the ", ntok, " tokens its header declares");
   out.tokens.resize(static_cast<std::size_t>(ntok));
-  if (version == 1) {
+  if (elem_bytes == 2) {
     tokens_read<std::uint16_t>(path, fd.get(), kLlmcHeaderBytes, out.tokens);
   } else {
-    tokens_read<std::uint32_t>(path, fd.get(), kLlmcHeaderBytes, out.tokens);
+    tokens_read<std::uint32_t>(path, fd.get(), kLlmcHeaderBytes, out.tokens, masked);
   }
   return out;
 }
@@ -244,10 +253,33 @@ void token_file_write_llmc(const std::string& path, const std::vector<std::int32
   });
 }
 
+void token_file_write_masked(const std::string& path, const std::vector<std::int32_t>& tokens) {
+  STRATUM_CHECK(!tokens.empty(), where(path), ": refusing to write a token file with zero tokens");
+  STRATUM_CHECK(tokens.size() <= static_cast<std::size_t>(INT32_MAX), where(path), ": ", tokens.size(),
+                " tokens do not fit a masked shard (at most ", INT32_MAX, ")");
+  STRATUM_CHECK(token_target_count(tokens.data(), tokens.size()) > 0, where(path),
+                ": no token is a loss target; a masked shard needs at least one");
+  std::int32_t header[kLlmcHeaderInts] = {};
+  header[0] = kMaskedMagic;
+  header[1] = 1;
+  header[2] = static_cast<std::int32_t>(tokens.size());
+  file_write_atomic(path, [&](const ByteSink& sink) {
+    sink(header, kLlmcHeaderBytes);
+    tokens_sink<std::uint32_t>(sink, tokens);  // the 32 bits as held (Note [loss mask])
+  });
+}
+
+std::size_t token_target_count(const std::int32_t* tokens, std::size_t n) {
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) count += token_is_target(tokens[i]) ? 1 : 0;
+  return count;
+}
+
 std::string token_file_format_name(TokenFileFormat format) {
   switch (format) {
     case TokenFileFormat::RawU16: return "raw-u16";
     case TokenFileFormat::LlmcShard: return "llmc-shard";
+    case TokenFileFormat::MaskedShard: return "masked-shard";
   }
   STRATUM_ASSERT(false && "unknown TokenFileFormat");
   return "";

@@ -430,7 +430,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       gpt2_head_lse_block(*ops_, cfg_, holds.data(s, K::Params), layout_.vocab_row0(item), layout_.vocab_rows(item),
                           p.targets, BT, hs);
       if (item == layout_.vocab_block_count() - 1)
-        (p.half == 0 ? p.loss : p.loss_minus) = gpt2_head_loss_finish(*ops_, BT, hs);
+        (p.half == 0 ? p.loss : p.loss_minus) = gpt2_head_loss_finish(*ops_, p.targets, BT, hs);
       return;
     case GroupWork::HeadBackward:
       gpt2_head_backward_block(*ops_, cfg_, holds.data(s, K::Params),
@@ -543,6 +543,21 @@ void Executor::tokens_stage(const std::int32_t*& inputs, const std::int32_t*& ta
 float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targets, int B, int T, bool queue_updates,
                            const AdamWHyper& hyper, double weight_decay) {
   const int BT = B * T, step_n = step_micro_batches();
+  // Note [masked loss]: the targets that count, per micro-batch of the step (k order), known to
+  // every rank before the first backward.
+  std::vector<std::int32_t> counts(static_cast<std::size_t>(micro_batches_));
+  for (int mb = 0; mb < micro_batches_; ++mb) {
+    const std::int32_t* tg = targets + static_cast<std::size_t>(mb) * BT;
+    counts[static_cast<std::size_t>(mb)] =
+        static_cast<std::int32_t>(std::count_if(tg, tg + BT, [](std::int32_t t) { return t >= 0; }));
+  }
+  std::vector<std::int32_t> all_counts = counts;  // rank r's micro-batch i at r * micro_batches_ + i
+  if (comm_ != nullptr) {
+    all_counts.resize(static_cast<std::size_t>(step_n));
+    comm_->allgather(counts.data(), counts.size() * sizeof(std::int32_t), all_counts.data());
+  }
+  std::int64_t counted = 0;
+  for (const std::int32_t c : all_counts) counted += c;
   std::vector<float> losses(static_cast<std::size_t>(micro_batches_));
   for (int mb = 0; mb < micro_batches_; ++mb) {
     const std::int32_t* in = inputs + static_cast<std::size_t>(mb) * BT;
@@ -551,7 +566,7 @@ float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targe
     const int k = mb * ranks() + rank();  // in the whole step (Note [data parallel])
     if (step_n > 1) dropout_step_key_ = dropout_step_key(dropout_seed_, dropout_step_ * step_n + k);
     Pass pass{PassKind::Train, in, tg, B, T, queue_updates, hyper, weight_decay};
-    pass.mean_rows = step_n * BT;
+    pass.mean_rows = static_cast<int>(counted);  // step_n * BT without a mask
     pass.micro = mb;
     pass.dcur = dacts_.as_f32();
     run(micro_begin_[mb], mb + 1 < micro_batches_ ? micro_begin_[mb + 1] : compute_end_, pass);
@@ -564,8 +579,13 @@ float Executor::train_pass(const std::int32_t* inputs, const std::int32_t* targe
     comm_->allgather(losses.data(), losses.size() * sizeof(float), all.data());
   }
   double total = 0.0;  // the micro-batches' losses, in order (Note [gradient accumulation])
-  for (int k = 0; k < step_n; ++k) total += all[static_cast<std::size_t>((k % ranks()) * micro_batches_ + k / ranks())];
-  return static_cast<float>(total / step_n);
+  const bool masked = counted != static_cast<std::int64_t>(step_n) * BT;
+  for (int k = 0; k < step_n; ++k) {
+    const std::size_t at = static_cast<std::size_t>((k % ranks()) * micro_batches_ + k / ranks());
+    total += masked ? static_cast<double>(all[at]) * all_counts[at] : all[at];  // Note [masked loss]
+  }
+  if (!masked) return static_cast<float>(total / step_n);
+  return counted == 0 ? 0.0f : static_cast<float>(total / static_cast<double>(counted));
 }
 
 float Executor::forward_backward(const std::int32_t* inputs, const std::int32_t* targets, int B, int T) {

@@ -90,6 +90,16 @@
 // summed in double in order. N = 1 has no GradSum units and no GradAccum groups: its bits are the
 // same as before accumulation existed. Micro-batch k of step t draws LoRA dropout with pass
 // index t*N + k (Note [lora dropout] in model/lora.h). Not with zeroth-order steps.
+// Note [masked loss]: targets below 0 are no loss targets (Note [loss mask] in
+// data/token_file.h: instruction tuning's prompt tokens). The step's loss is the mean over the
+// targets that count in all of its micro-batches on all ranks, as PyTorch's cross-entropy with
+// ignore_index over the whole batch and Hugging Face's Trainer with gradient accumulation
+// (num_items_in_batch): train_pass counts each micro-batch's targets on the host, the ranks
+// all-gather the counts before the first backward, and every head backward scales by 1 / (their
+// sum), the same number on every rank, so the bits stay those of one process. A micro-batch's own
+// loss is the mean over its counted targets; the step's is their mean weighted by the counts,
+// summed in double in k order (without a mask: the plain mean of Note [gradient accumulation],
+// the same bits as before). A step with no target that counts has loss 0 and zero gradients.
 // Note [data parallel]: with a Communicator of P ranks (`mpirun -np P`), rank r runs micro-batches
 // k = i*P + r (i = 0 .. micro_batches - 1) of the step's N = micro_batches * P, and its GradAccum
 // groups pass the running sum along the ranks in k order: for k > 0 a rank receives the sum of

@@ -79,15 +79,15 @@ void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_
   }
 }
 
-float gpt2_head_loss_finish(const Ops& ops, int BT, Gpt2HeadScratch& s) {
-  return ops.xent_loss_finish(s.lse, s.run_max, s.run_sum, s.target_logit, BT);
+float gpt2_head_loss_finish(const Ops& ops, const std::int32_t* targets, int BT, Gpt2HeadScratch& s) {
+  return ops.xent_loss_finish(s.lse, s.run_max, s.run_sum, s.target_logit, targets, BT);
 }
 
 void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
                               int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s,
                               int mean_rows) {
   const int C = cfg.n_embd;
-  const float dloss = 1.0f / static_cast<float>(mean_rows);
+  const float dloss = mean_rows > 0 ? 1.0f / static_cast<float>(mean_rows) : 0.0f;  // 0: every row masked
   const bool rounded = s.w16 != nullptr && s.d16 != nullptr;  // Note [rounded operands]
   if (rounded) ops.bf16_round(s.w16, wte_rows, n, C, C);
   for (int r0 = 0; r0 < BT; r0 += s.chunk_rows()) {

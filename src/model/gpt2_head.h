@@ -79,12 +79,14 @@ void gpt2_head_begin(const Ops& ops, const GptConfig& cfg, const float* lnf_w, c
 // Folds vocabulary rows [v0, v0 + n) (wte_rows: (n, C)) into every row's log-sum-exp.
 void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, int v0, int n,
                          const std::int32_t* targets, int BT, Gpt2HeadScratch& s);
-// After every block: the mean cross-entropy (and s.lse for the backward).
-float gpt2_head_loss_finish(const Ops& ops, int BT, Gpt2HeadScratch& s);
+// After every block: the mean cross-entropy over the rows whose target counts (Note [loss mask]
+// in data/token_file.h; 0 when none does), and s.lse for the backward.
+float gpt2_head_loss_finish(const Ops& ops, const std::int32_t* targets, int BT, Gpt2HeadScratch& s);
 // Backward of the mean loss for one block: overwrites dwte_rows (n, C; null for a frozen head,
 // Note [lora segments]) and adds the block's
 // contribution to s.dlnf (overwrites it for the first block). mean_rows: the rows the loss is the
-// mean over: BT, or N * BT for one of N accumulated micro-batches (Note [gradient accumulation]).
+// mean over: BT, or N * BT for one of N accumulated micro-batches (Note [gradient accumulation]),
+// or the step's targets that count (Note [masked loss] in exec/executor.h); 0: none, no gradient.
 void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float* wte_rows, float* dwte_rows, int v0,
                               int n, const std::int32_t* targets, int BT, bool first_block, Gpt2HeadScratch& s,
                               int mean_rows);

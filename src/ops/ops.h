@@ -239,9 +239,11 @@ class Ops {
   virtual void xent_chunk_backward(float* dlogits, const float* logits, const float* lse,
                                    const std::int32_t* targets, int N, int n, int v0, float dloss) const = 0;
   // The end of the cross-entropy (Note [online log-sum-exp]): lse (N) = run_max + log(run_sum)
-  // (float), and the mean over the N rows of lse - target_logit, summed in double in row order.
+  // (float), and the mean of lse - target_logit over the rows whose target is >= 0, summed in
+  // double in row order (0 when none is). A target below 0 is no loss target (Note [loss mask] in
+  // data/token_file.h): xent_chunk_backward gives its row zeros.
   virtual float xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit,
-                                 int N) const = 0;
+                                 const std::int32_t* targets, int N) const = 0;
   // probs (V) = softmax(logits / temperature) of one row (sampling; temperature > 0).
   virtual void softmax_row(float* probs, const float* logits, int V, float temperature) const = 0;
 

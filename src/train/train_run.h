@@ -84,6 +84,7 @@ class TrainRun {
   std::unique_ptr<ThreadPool> pool_;
   std::string tokenizer_dir_;
   std::size_t train_token_count_ = 0;
+  std::size_t train_target_count_ = 0;  // of them loss targets (Note [loss mask] in data/token_file.h)
   TrainerState run_state_;
   std::unique_ptr<DataLoader> loader_, val_loader_;
   long start_step_ = 0;

@@ -26,6 +26,7 @@
 #include "dist/communicator.h"
 #include "data/corpus.h"
 #include "data/data_loader.h"
+#include "data/token_file.h"
 #include "weights/adapter_io.h"
 #include "weights/model_io.h"
 #include "model/param_layout.h"
@@ -168,6 +169,14 @@ void TrainRun::data_load() {
     train_tokens.resize(train_tokens.size() - holdout);
   }
   train_token_count_ = train_tokens.size();
+  train_target_count_ = token_target_count(train_tokens.data(), train_tokens.size());
+  // Note [loss mask]: the CUDA backend's loss has no mask yet (kernels/cuda/softmax_xent.cu).
+  STRATUM_CHECK(o_.backend == Backend::Cpu ||
+                    (train_target_count_ == train_tokens.size() &&
+                     token_target_count(val_tokens.data(), val_tokens.size()) == val_tokens.size()),
+                "[train] the data holds a loss mask (prompt tokens that are not trained, from prepare "
+                "--jsonl-prompt), which --backend ", backend_name(o_.backend),
+                " does not support yet; train it with --backend cpu");
   run_state_ = train_state_of(o_, cfg_, tokenizer_dir_, train_tokens, val_tokens, threads_, offload_dir_given_);
   run_state_.run_id = run_id_;
   if (!resume_.dir.empty()) {
@@ -249,14 +258,22 @@ TrainResult TrainRun::finished_already() const {
 // The mean loss over the held-out batches, or -1 when a stop request (SIGINT/SIGTERM) came before
 // the last batch: the evaluation is abandoned between batches (a partial mean would be another
 // number), so the run checkpoints and stops without waiting for it.
+// With a loss mask, the mean over the targets that count (Note [masked loss] in exec/executor.h).
 float TrainRun::evaluate() {
-  double total = 0.0;
+  const std::size_t BT = static_cast<std::size_t>(o_.batch) * o_.seq;
+  double total = 0.0, weighted = 0.0;
+  std::size_t counted = 0;
   for (int k = 0; k < eval_batches_; ++k) {
     if (stop_requested()) return -1.0f;
     val_loader_->batch(k, inputs_.data(), targets_.data());
-    total += exec_->loss(inputs_.data(), targets_.data(), o_.batch, o_.seq);
+    const float loss = exec_->loss(inputs_.data(), targets_.data(), o_.batch, o_.seq);
+    const std::size_t n = token_target_count(targets_.data(), BT);
+    total += loss;
+    weighted += static_cast<double>(loss) * static_cast<double>(n);
+    counted += n;
   }
-  return static_cast<float>(total / eval_batches_);
+  if (counted == BT * static_cast<std::size_t>(eval_batches_)) return static_cast<float>(total / eval_batches_);
+  return counted == 0 ? 0.0f : static_cast<float>(weighted / static_cast<double>(counted));
 }
 
 // Writes a checkpoint of the state after `done` steps (Note [checkpoints]).
@@ -361,11 +378,14 @@ void TrainRun::loop() {
                  lora_.alpha, lora_.rslora ? " (rsLoRA)" : "", lora_targets_text(lora_).c_str(),
                  static_cast<double>(layout_->num_trainable_params()) / 1e6);
   std::fprintf(stderr,
-               "[stratum] model %s, %.2fM parameters | data %zu tokens (%lld batches/epoch)%s | B=%d T=%d%s | %d "
+               "[stratum] model %s, %.2fM parameters | data %zu tokens%s (%lld batches/epoch)%s | B=%d T=%d%s | %d "
                "threads, %s\n"
                "[stratum] state: params %s, grads %s, AdamW moments %s, boundary activations %s; engine buffers %s "
                "(%s)\n[stratum] memory: %s\n",
                cfg_.describe().c_str(), static_cast<double>(layout_->num_params()) / 1e6, train_token_count_,
+               train_target_count_ == train_token_count_
+                   ? ""
+                   : (", " + std::to_string(train_target_count_) + " of them loss targets").c_str(),
                static_cast<long long>(loader_->batches_per_epoch()), !val_loader_ ? "" : o_.val_data_path.empty() ? ", validation held out" : ", validation from --val-data",
                o_.batch, o_.seq,
                ((o_.grad_accum > 1 ? " x " + std::to_string(o_.grad_accum) + " micro-batches" +

@@ -44,8 +44,8 @@ void CpuOps::copy(float* dst, const float* src, std::size_t n) const {
 }
 
 float CpuOps::xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit,
-                               int N) const {
-  return stratum::xent_loss_finish(lse, run_max, run_sum, target_logit, N);
+                               const std::int32_t* targets, int N) const {
+  return stratum::xent_loss_finish(lse, run_max, run_sum, target_logit, targets, N);
 }
 
 void CpuOps::sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,

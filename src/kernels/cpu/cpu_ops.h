@@ -20,7 +20,7 @@ class CpuOps final : public Ops {
   void fill(float* x, float value, std::size_t n) const override;
   void copy(float* dst, const float* src, std::size_t n) const override;
   float xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit,
-                         int N) const override;
+                         const std::int32_t* targets, int N) const override;
 
   void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
              int ldb, float beta, float* C, int ldc) const override;

@@ -60,6 +60,10 @@ void xent_chunk_backward_rows(float* dlogits, const float* logits, const float* 
   for (std::size_t r = r0; r < r1; ++r) {
     const float* x = logits + r * n;
     float* d = dlogits + r * n;
+    if (targets[r] < 0) {  // no loss target (Note [loss mask])
+      std::fill(d, d + n, 0.0f);
+      continue;
+    }
     const float l = lse[r];
     for (int i = 0; i < n; ++i) d[i] = simd::exp_f32(x[i] - l) * dloss;
     const int t = targets[r] - v0;
@@ -98,13 +102,17 @@ void softmax_row(float* probs, const float* logits, int V, float temperature) {
   for (int i = 0; i < V; ++i) probs[i] = simd::exp_f32(probs[i] - mx) * inv;
 }
 
-float xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit, int N) {
+float xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit,
+                       const std::int32_t* targets, int N) {
   double total = 0.0;
+  int counted = 0;
   for (int r = 0; r < N; ++r) {
     lse[r] = run_max[r] + std::log(run_sum[r]);
+    if (targets[r] < 0) continue;  // no loss target (Note [loss mask])
     total += lse[r] - target_logit[r];
+    ++counted;
   }
-  return static_cast<float>(total / N);
+  return counted == 0 ? 0.0f : static_cast<float>(total / counted);
 }
 
 }  // namespace stratum

@@ -23,12 +23,15 @@ void softmax_xent(ThreadPool& pool, float* losses, float* dlogits, const float* 
 void xent_chunk_forward(ThreadPool& pool, float* run_max, float* run_sum, float* target_logit, const float* logits,
                         const std::int32_t* targets, int N, int n, int v0);
 // dlogits (N, n) = (exp(logits - lse[r]) - onehot(targets[r] - v0)) * dloss; may alias logits.
+// A row whose target is below 0 (no loss target, Note [loss mask] in data/token_file.h) gets zeros.
 void xent_chunk_backward(ThreadPool& pool, float* dlogits, const float* logits, const float* lse,
                          const std::int32_t* targets, int N, int n, int v0, float dloss);
 
-// lse (N) = run_max + log(run_sum) after the last block; returns the mean over rows of
-// lse - target_logit, summed in double in row order (Ops::xent_loss_finish).
-float xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit, int N);
+// lse (N) = run_max + log(run_sum) after the last block; returns the mean of lse - target_logit
+// over the rows whose target is >= 0, summed in double in row order (0 when there are none;
+// Ops::xent_loss_finish).
+float xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit,
+                       const std::int32_t* targets, int N);
 // probs (V) = softmax(logits / temperature) for one row (temperature > 0).
 void softmax_row(float* probs, const float* logits, int V, float temperature);
 

@@ -58,8 +58,9 @@ class CudaOps final : public Ops {
   void fill(float* x, float value, std::size_t n) const override;
   void copy(float* dst, const float* src, std::size_t n) const override;
   // lse on the device; the double sum on the host over the downloaded rows (the CPU's order).
+  // Targets below 0 (Note [loss mask]) are refused: the backward kernel has no mask yet.
   float xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit,
-                         int N) const override;
+                         const std::int32_t* targets, int N) const override;
 
   void sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
              int ldb, float beta, float* C, int ldc) const override;

@@ -108,8 +108,13 @@ __global__ void lse_kernel(float* lse, const float* run_max, const float* run_su
 }  // namespace
 
 float CudaOps::xent_loss_finish(float* lse, const float* run_max, const float* run_sum, const float* target_logit,
-                                int N) const {
+                                const std::int32_t* targets, int N) const {
   if (N <= 0) return 0.0f;
+  std::vector<std::int32_t> tg(static_cast<std::size_t>(N));
+  download(tg.data(), targets, tg.size() * sizeof(std::int32_t));
+  for (const std::int32_t t : tg)
+    STRATUM_CHECK(t >= 0, "[cuda] a loss mask (targets that are not trained) is not supported on the CUDA backend "
+                  "yet; train it with --backend cpu");
   lse_kernel<<<blocks_for(static_cast<std::size_t>(N), 256), 256, 0, ctx_->stream>>>(lse, run_max, run_sum, N);
   STRATUM_CUDA_LAUNCHED();
   std::vector<float> l(static_cast<std::size_t>(N)), t(static_cast<std::size_t>(N));
