@@ -2,7 +2,8 @@
 // (named *.tok, so only content decides), calls data_file_reading and token_file_read, and checks
 // the reading against the bytes (a shard exactly when the magic is there; text never holds a NUL
 // in its first 64 KiB; tokens have an even size) and an accepted file against its bytes: raw
-// uint16 streams decode to size/2 little-endian ids, llm.c shards to the header's count.
+// uint16 streams decode to size/2 little-endian ids, llm.c shards to the header's count, masked
+// shards (Note [loss mask]) to the header's count of the file's 32 bits each.
 // Pass: success or stratum::Error. Fail: any other exception, a BugError, a wrong decoding, or a
 // sanitizer report. Does not fuzz the writers. Run with tools/fuzz.sh.
 #include <fcntl.h>
@@ -23,6 +24,7 @@
 namespace {
 
 constexpr std::int32_t kLlmcMagic = 20240520;
+constexpr std::int32_t kMaskedMagic = 20261129;
 constexpr std::size_t kLlmcHeaderBytes = 256 * 4;
 
 using stratum::fuzz::FuzzFile;
@@ -38,16 +40,17 @@ std::int32_t int32_at(const std::uint8_t* data, std::size_t offset) {
   return v;
 }
 
-// An accepted file must decode to exactly the ids its bytes hold.
+// An accepted file must decode to exactly the ids its bytes hold (a masked shard: its 32 bits).
 void tokens_check(const std::uint8_t* data, std::size_t size, const stratum::TokenFileData& got,
-                  bool is_shard) {
+                  bool is_shard, bool is_masked) {
   if (got.tokens.empty()) fuzz_fail("accepted a file with zero tokens");
-  if (is_shard != (got.format == stratum::TokenFileFormat::LlmcShard))
+  if (is_shard != (got.format == stratum::TokenFileFormat::LlmcShard) ||
+      is_masked != (got.format == stratum::TokenFileFormat::MaskedShard))
     fuzz_fail("format " + stratum::token_file_format_name(got.format) + " contradicts the magic");
   std::size_t first = 0, width = 2;
-  if (is_shard) {
+  if (is_shard || is_masked) {
     first = kLlmcHeaderBytes;
-    width = int32_at(data, 4) == 1 ? 2 : 4;
+    width = is_shard && int32_at(data, 4) == 1 ? 2 : 4;
     if (got.tokens.size() != static_cast<std::size_t>(int32_at(data, 8)))
       fuzz_fail("token count differs from the shard header");
   }
@@ -55,7 +58,7 @@ void tokens_check(const std::uint8_t* data, std::size_t size, const stratum::Tok
   for (std::size_t i = 0; i < got.tokens.size(); ++i) {
     std::uint32_t id = 0;
     std::memcpy(&id, data + first + i * width, width);  // little-endian host
-    if (got.tokens[i] < 0 || static_cast<std::uint32_t>(got.tokens[i]) != id)
+    if ((!is_masked && got.tokens[i] < 0) || static_cast<std::uint32_t>(got.tokens[i]) != id)
       fuzz_fail("token " + std::to_string(i) + " decoded as " + std::to_string(got.tokens[i]) +
                 ", the file holds " + std::to_string(id));
   }
@@ -67,9 +70,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static FuzzFile file("tokens.tok");
   const std::string& path = file.write(data, size);
   const bool is_shard = size >= 4 && int32_at(data, 0) == kLlmcMagic;
+  const bool is_masked = size >= 4 && int32_at(data, 0) == kMaskedMagic;
   try {
     const stratum::DataFileReading reading = stratum::data_file_reading(path);
-    if ((reading.kind == stratum::DataFileKind::LlmcShard) != is_shard) fuzz_fail("the reading disagrees with the magic");
+    if ((reading.kind == stratum::DataFileKind::LlmcShard) != is_shard ||
+        (reading.kind == stratum::DataFileKind::MaskedShard) != is_masked)
+      fuzz_fail("the reading disagrees with the magic");
     if (reading.kind == stratum::DataFileKind::Text && std::memchr(data, 0, std::min<std::size_t>(size, 64 << 10)))
       fuzz_fail("a file with a NUL byte was read as text");
     if (reading.kind == stratum::DataFileKind::RawU16 && size % 2 != 0) fuzz_fail("an odd-sized file read as uint16 ids");
@@ -79,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (size > 0 && size % 2 == 0) fuzz_fail("a non-empty even-sized file was refused by data_file_reading");
   }
   try {
-    tokens_check(data, size, stratum::token_file_read(path), is_shard);
+    tokens_check(data, size, stratum::token_file_read(path), is_shard, is_masked);
   } catch (const stratum::BugError& e) {
     fuzz_fail(std::string("internal assertion: ") + e.what());
   } catch (const stratum::Error&) {

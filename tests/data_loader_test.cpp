@@ -1,4 +1,4 @@
-// DataLoader batch semantics (sequential with wrap, seeded shuffle) and LR schedules.
+// DataLoader batch semantics (sequential with wrap, seeded shuffle, loss masks) and LR schedules.
 #include "data/data_loader.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include <numeric>
 #include <set>
 
+#include "data/token_file.h"
 #include "stratum/error.h"
 #include "train/lr_schedule.h"
 
@@ -29,6 +30,23 @@ TEST(DataLoader, SequentialBatchesShiftTargetsAndWrap) {
   EXPECT_EQ(in, (std::vector<std::int32_t>{8, 9, 0, 1}));
   EXPECT_EQ(tg, (std::vector<std::int32_t>{9, 0, 1, 2}));
   EXPECT_EQ(loader.batches_per_epoch(), 2);
+}
+
+// Note [loss mask]: a token that is no loss target is its id among the inputs and -1 among the
+// targets, wherever the batch starts (the wrap included).
+TEST(DataLoader, MaskedTokensAreInputsButNotTargets) {
+  std::vector<std::int32_t> tokens = iota_tokens(10);
+  for (int i : {0, 2, 3}) tokens[static_cast<std::size_t>(i)] = token_no_loss(i);
+  DataLoader loader(tokens, 2, 2, false, 0);
+  std::vector<std::int32_t> in(4), tg(4);
+  loader.batch(0, in.data(), tg.data());
+  EXPECT_EQ(in, (std::vector<std::int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(tg, (std::vector<std::int32_t>{1, -1, -1, 4}));
+  loader.batch(2, in.data(), tg.data());  // tokens [8, 13) mod 10
+  EXPECT_EQ(in, (std::vector<std::int32_t>{8, 9, 0, 1}));
+  EXPECT_EQ(tg, (std::vector<std::int32_t>{9, -1, 1, -1}));
+  loader.batch(2, in.data(), nullptr);
+  EXPECT_EQ(in, (std::vector<std::int32_t>{8, 9, 0, 1}));
 }
 
 TEST(DataLoader, ShuffleVisitsEveryBatchOncePerEpochAndIsSeeded) {

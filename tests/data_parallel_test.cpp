@@ -110,6 +110,32 @@ TEST_F(DataParallel, SameBitsAsOneProcessForOneTwoThreeRanks) {
   }
 }
 
+// Note [masked loss]: with a loss mask every rank scales by the step's counted targets on all
+// ranks (all-gathered), so 2 and 3 ranks still give the single process's bits; a run without the
+// mask is another run.
+TEST_F(DataParallel, MaskedLossSameBitsAsOneProcess) {
+  TempDir tmp;
+  const std::string data = testing::write_masked_tokens(tmp.file("sft.bin"), 6000, 1024, 5);
+  const std::string args = "train --layers 2 --heads 2 --embd 64 --ctx 32 --vocab 1024 --seq 32 --batch 2 --data " +
+                           data + " --threads 1 --quiet --lr 1e-3 --shuffle --steps 3 --grad-accum 6";
+  const CommandResult one = run_stratum(args);
+  ASSERT_EQ(one.exit_code, 0) << one.errors;
+  const std::string want = params_hash(one);
+  for (const int ranks : {2, 3}) {
+    const CommandResult r = run_ranks(ranks, args);
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_EQ(params_hash(r), want) << ranks << " ranks";
+  }
+  std::vector<std::int32_t> unmasked = token_file_read(data).tokens;
+  for (std::int32_t& t : unmasked) t = token_id(t);
+  token_file_write_llmc(tmp.file("all.bin"), unmasked);
+  const std::string all_args = args.substr(0, args.find("--data ")) + "--data " + tmp.file("all.bin") +
+                               args.substr(args.find(" --threads"));
+  const CommandResult all = run_stratum(all_args);
+  ASSERT_EQ(all.exit_code, 0) << all.errors;
+  EXPECT_NE(params_hash(all), want) << "the mask must change what is trained";
+}
+
 TEST_F(DataParallel, CheckpointResumesOnAnotherNumberOfRanks) {
   TempDir tmp;
   const std::string args = "train " + model_args(tmp) + "--steps 4 --grad-accum 6";

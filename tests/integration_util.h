@@ -201,6 +201,22 @@ inline std::string write_random_tokens(const std::string& path, int count, int v
   return path;
 }
 
+// A masked shard (Note [loss mask]) of `count` random ids below `vocab`: documents of a prompt
+// (1..40 tokens, no loss targets) and an answer (1..12 tokens); returns path.
+inline std::string write_masked_tokens(const std::string& path, int count, int vocab, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::int32_t> tokens;
+  while (static_cast<int>(tokens.size()) < count) {
+    const int prompt = 1 + static_cast<int>(rng() % 40), answer = 1 + static_cast<int>(rng() % 12);
+    for (int i = 0; i < prompt + answer && static_cast<int>(tokens.size()) < count; ++i) {
+      const auto id = static_cast<std::int32_t>(rng() % static_cast<unsigned>(vocab));
+      tokens.push_back(i < prompt ? token_no_loss(id) : id);
+    }
+  }
+  token_file_write_masked(path, tokens);
+  return path;
+}
+
 inline std::vector<float> golden_f32(const SafetensorsFile& file, const std::string& name) {
   const SafetensorsTensorInfo* t = file.find(name);
   if (t == nullptr) throw std::runtime_error("golden tensor missing: " + name);

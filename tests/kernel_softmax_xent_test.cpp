@@ -1,7 +1,7 @@
 // Tests for src/kernels/cpu/softmax_xent: losses and dlogits against the PyTorch float64 golden
 // file and a float64 reference (large logits, lane tails), a finite-difference check in double,
-// in-place dlogits (aliasing logits), dlogits == null, softmax_row with temperature, and
-// thread-count independence (Note [deterministic partition]).
+// in-place dlogits (aliasing logits), dlogits == null, masked rows over vocabulary blocks,
+// softmax_row with temperature, and thread-count independence (Note [deterministic partition]).
 #include "kernels/cpu/softmax_xent.h"
 
 #include <gtest/gtest.h>
@@ -118,6 +118,59 @@ TEST(KernelSoftmaxXent, GradientMatchesFiniteDifferences) {
     softmax_xent(pool, losses.data(), nullptr, logits.data(), targets.data(), N, V, dloss);
     return test::weighted_sum(losses, weights);
   });
+}
+
+// Note [loss mask]: over vocabulary blocks (Note [online log-sum-exp]), a row whose target is -1
+// gets zero dlogits and is left out of the mean; the other rows' values are the bits they have
+// with every target real (rows are independent). All rows masked: loss 0.
+TEST(KernelSoftmaxXent, MaskedRowsAddNothingToTheLossOrItsGradient) {
+  const int N = 6, V = 37, n0 = 20;
+  test::TestRng rng(47);
+  const std::vector<float> logits = rng.normal_f32(static_cast<std::size_t>(N) * V, 3.0);
+  const std::vector<std::int32_t> real = {3, 25, 0, 36, 19, 20};
+  std::vector<std::int32_t> masked = real;
+  masked[1] = masked[4] = -1;
+  ThreadPool pool(2);
+  struct Run {
+    float loss;
+    std::vector<float> dlogits;
+  };
+  auto run = [&](const std::vector<std::int32_t>& targets) {
+    std::vector<float> run_max(N), run_sum(N, 0.0f), target_logit(N, 0.0f), lse(N);
+    std::vector<float> blocks[2];
+    for (int b = 0; b < 2; ++b) {
+      const int v0 = b == 0 ? 0 : n0, n = b == 0 ? n0 : V - n0;
+      for (int r = 0; r < N; ++r)
+        blocks[b].insert(blocks[b].end(), logits.begin() + r * V + v0, logits.begin() + r * V + v0 + n);
+      xent_chunk_forward(pool, run_max.data(), run_sum.data(), target_logit.data(), blocks[b].data(), targets.data(),
+                         N, n, v0);
+    }
+    Run out{xent_loss_finish(lse.data(), run_max.data(), run_sum.data(), target_logit.data(), targets.data(), N), {}};
+    for (int b = 0; b < 2; ++b) {
+      const int v0 = b == 0 ? 0 : n0, n = b == 0 ? n0 : V - n0;
+      std::vector<float> d(blocks[b].size(), std::numeric_limits<float>::quiet_NaN());
+      xent_chunk_backward(pool, d.data(), blocks[b].data(), lse.data(), targets.data(), N, n, v0, 0.25f);
+      out.dlogits.insert(out.dlogits.end(), d.begin(), d.end());
+    }
+    return out;
+  };
+  const Run all = run(real), some = run(masked);
+  const XentRef ref = xent_reference(logits, real, N, V, 1.0);
+  double want = 0.0;
+  for (int r : {0, 2, 3, 5}) want += ref.losses[r];
+  EXPECT_NEAR(some.loss, want / 4, 1e-6);
+  EXPECT_NEAR(all.loss, (want + ref.losses[1] + ref.losses[4]) / 6, 1e-6);
+  for (int b = 0; b < 2; ++b) {
+    const std::size_t base = b == 0 ? 0 : static_cast<std::size_t>(N) * n0;
+    const int n = b == 0 ? n0 : V - n0;
+    for (int r = 0; r < N; ++r)
+      for (int i = 0; i < n; ++i) {
+        const std::size_t at = base + static_cast<std::size_t>(r) * n + i;
+        if (masked[r] < 0) EXPECT_EQ(some.dlogits[at], 0.0f) << "row " << r;
+        else EXPECT_EQ(std::memcmp(&some.dlogits[at], &all.dlogits[at], sizeof(float)), 0) << "row " << r;
+      }
+  }
+  EXPECT_EQ(run(std::vector<std::int32_t>(N, -1)).loss, 0.0f);
 }
 
 // dlogits may alias logits; the in-place result must be bit-identical to the out-of-place one,

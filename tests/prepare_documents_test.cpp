@@ -2,13 +2,15 @@
 // records as documents and writes each as the tokenizer's BOS (where its post_processor adds
 // one), its ids and an end-of-document token. The reader's records and one-line refusals (with
 // line numbers), the end token each tokenizer kind gets, and the CLI's output against the
-// tokenizer's own encodings. Does not time anything.
+// tokenizer's own encodings; with --jsonl-prompt (Note [prompt mask]) the prompts' tokens are
+// written as no loss targets in a masked shard. Does not time anything.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -162,6 +164,94 @@ TEST(PrepareDocuments, PrepareWritesEachDocumentBetweenItsMarks) {
   EXPECT_EQ(train.exit_code, 1);
   EXPECT_NE(train.errors.find("is JSON Lines: tokenize its documents first with 'stratum prepare"), std::string::npos)
       << train.errors;
+  for (const auto& [flags, fragment] : refused) {
+    const auto r = run_stratum("prepare " + flags + " --tokenizer " + shared_data("") + " --out " + tmp.file("no.bin"));
+    EXPECT_EQ(r.exit_code, 1) << flags;
+    EXPECT_NE(r.errors.find(fragment), std::string::npos) << flags << ": " << r.errors;
+    EXPECT_FALSE(std::filesystem::exists(tmp.file("no.bin"))) << flags;
+  }
+}
+
+// Note [prompt mask]: prompt/completion records are written as BOS + prompt (no loss targets) +
+// completion + end (targets), each part encoded alone, in a masked shard that train reads with
+// its mask and info describes; bad uses are refused with one line and write nothing.
+TEST(PrepareDocuments, PromptsAreWrittenAsNoLossTargets) {
+  testing::TempDir tmp;
+  const std::vector<std::pair<std::string, std::string>> pairs = {
+      {"Q: Who is Romeo?\nA:", " A Montague."}, {"", "No prompt at all."}, {"Say nothing.", ""}};
+  {
+    std::ofstream out(tmp.file("sft.jsonl"), std::ios::binary);
+    for (const auto& [prompt, completion] : pairs)
+      out << nlohmann::json{{"prompt", prompt}, {"completion", completion}}.dump() << "\n";
+  }
+  std::vector<std::tuple<std::size_t, std::string, std::string>> got;
+  jsonl_documents(file_read_all(tmp.file("sft.jsonl")), "completion", "prompt", "'sft.jsonl'",
+                  [&](std::size_t line, const std::string& prompt, const std::string& text) {
+                    got.emplace_back(line, prompt, text);
+                  });
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0], std::make_tuple(std::size_t{1}, pairs[0].first, pairs[0].second));
+  const std::string llama2 = source_path("tests/golden/tokenizer_json/llama2_style");
+  for (const std::string& dir : {llama2, shared_data("")}) {
+    SCOPED_TRACE(dir);
+    const BpeTokenizer tok = BpeTokenizer::load(dir);
+    const auto r = run_stratum("prepare --input " + tmp.file("sft.jsonl") + " --jsonl-prompt prompt --jsonl-field "
+                               "completion --threads 2 --tokenizer " + dir + " --out " + tmp.file("sft.bin"));
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    std::vector<std::int32_t> want;
+    const std::int32_t end = document_end_id(tok, "");
+    std::size_t targets = 0;
+    for (const auto& [prompt, completion] : pairs) {
+      if (tok.bos_id() >= 0) want.push_back(token_no_loss(tok.bos_id()));
+      for (std::int32_t id : tok.encode(prompt)) want.push_back(token_no_loss(id));
+      for (std::int32_t id : tok.encode(completion)) want.push_back(id);
+      want.push_back(end);
+      targets += tok.encode(completion).size() + 1;
+    }
+    std::vector<std::int32_t> one_by_one;
+    for (const auto& [prompt, completion] : pairs) document_encode(tok, completion, end, one_by_one, &prompt);
+    EXPECT_EQ(one_by_one, want);
+    const TokenFileData data = token_file_read(tmp.file("sft.bin"));
+    EXPECT_EQ(data.format, TokenFileFormat::MaskedShard);
+    EXPECT_EQ(data.tokens, want);
+    EXPECT_NE(r.errors.find("a masked shard: " + std::to_string(targets) + " of the tokens are trained"),
+              std::string::npos) << r.errors;
+    const auto info = run_stratum("info " + tmp.file("sft.bin"));
+    EXPECT_NE(info.output.find("masked-shard, " + std::to_string(want.size()) + " tokens"), std::string::npos)
+        << info.output;
+    EXPECT_NE(info.output.find(std::to_string(targets) + " of them loss targets"), std::string::npos) << info.output;
+  }
+  // Trained on with its mask: the run says how many tokens are targets.
+  const auto train = run_stratum("train --data " + tmp.file("sft.bin") + " --layers 1 --heads 2 --embd 32 --ctx 16 "
+                                 "--batch 1 --seq 8 --steps 2 --threads 1");
+  EXPECT_EQ(train.exit_code, 0) << train.errors;
+  EXPECT_NE(train.errors.find(" of them loss targets"), std::string::npos) << train.errors;
+  // A masked shard of prompts alone (not something prepare writes) is refused by train.
+  {
+    std::vector<std::int32_t> header(256, 0);
+    header[0] = 20261129;
+    header[1] = 1;
+    header[2] = 3;
+    const std::vector<std::uint32_t> ids = {0x80000001u, 0x80000002u, 0x80000003u};
+    std::ofstream out(tmp.file("prompts.bin"), std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), 1024);
+    out.write(reinterpret_cast<const char*>(ids.data()), 12);
+  }
+  const auto none = run_stratum("train --data " + tmp.file("prompts.bin") + " --layers 1 --heads 2 --embd 32 "
+                                "--ctx 16 --batch 1 --seq 2 --steps 1 --threads 1");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.errors.find("its loss mask leaves no token to train on"), std::string::npos) << none.errors;
+
+  const std::string in = "--input " + tmp.file("sft.jsonl");
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {in + " --jsonl-prompt prompt", "--jsonl-prompt is for --jsonl-field NAME"},
+      {in + " --jsonl-prompt prompt --jsonl-field prompt", "--jsonl-prompt and --jsonl-field both name \"prompt\""},
+      {in + " --jsonl-prompt prompt --jsonl-field completion --format llmc", "--format llmc cannot hold the prompt mask"},
+      {in + " --jsonl-prompt question --jsonl-field completion",
+       "line 1 has no field \"question\" (its fields: \"completion\", \"prompt\"); name the prompt's field with "
+       "--jsonl-prompt"},
+      {"--input " + tmp.file("sft.bin"), "is a masked token shard, not text"},
+  };
   for (const auto& [flags, fragment] : refused) {
     const auto r = run_stratum("prepare " + flags + " --tokenizer " + shared_data("") + " --out " + tmp.file("no.bin"));
     EXPECT_EQ(r.exit_code, 1) << flags;

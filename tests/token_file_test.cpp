@@ -1,5 +1,5 @@
-// Tests for src/data/token_file: raw uint16 and llm.c shard round trips, version-2 shards,
-// format detection, a malformed-input table, write validation, and a mutation smoke fuzz.
+// Tests for src/data/token_file: raw uint16, llm.c shard and masked shard round trips, version-2
+// shards, format detection, a malformed-input table, write validation, and a mutation smoke fuzz.
 #include "data/token_file.h"
 
 #include <gtest/gtest.h>
@@ -89,6 +89,39 @@ TEST(TokenFile, ReadsVersion2ShardsWithUint32Tokens) {
   EXPECT_EQ(data.tokens, (std::vector<std::int32_t>{0, 1, 70000, 128255, 2147483647}));
 }
 
+// Note [loss mask]: a masked shard holds each token's 32 bits as kept in memory (bit 31: no loss
+// target), behind llm.c's header with its own magic; ids of any width, read back as written and
+// told from an llm.c shard by content. One target at least: a file of prompts alone is refused.
+TEST(TokenFile, MaskedShardRoundTripKeepsTheLossMask) {
+  TempDir dir;
+  const std::vector<std::int32_t> tokens = {token_no_loss(1), token_no_loss(70000), 5, 128255, token_no_loss(0), 0,
+                                            token_no_loss(2147483647)};
+  EXPECT_EQ(token_target_count(tokens.data(), tokens.size()), 3u);
+  EXPECT_EQ(token_id(tokens[1]), 70000);
+  EXPECT_FALSE(token_is_target(tokens[4]));
+  EXPECT_EQ(token_id(tokens[6]), 2147483647);
+  const std::string path = dir.file("sft.bin");
+  token_file_write_masked(path, tokens);
+  const std::string bytes = file_read_all(path);
+  ASSERT_EQ(bytes.size(), 1024u + 4 * tokens.size());
+  std::int32_t header[3];
+  std::memcpy(header, bytes.data(), sizeof(header));
+  EXPECT_EQ(header[0], 20261129);
+  EXPECT_EQ(header[1], 1);
+  EXPECT_EQ(header[2], 7);
+  std::uint32_t first = 0;
+  std::memcpy(&first, bytes.data() + 1024, sizeof(first));
+  EXPECT_EQ(first, 0x80000001u);
+  const TokenFileData data = token_file_read(path);
+  EXPECT_EQ(data.format, TokenFileFormat::MaskedShard);
+  EXPECT_EQ(data.tokens, tokens);
+  EXPECT_EQ(data_file_reading(path).kind, DataFileKind::MaskedShard);
+  const std::string before = file_read_all(path);
+  EXPECT_THROW(token_file_write_masked(path, {token_no_loss(3), token_no_loss(4)}), Error);
+  EXPECT_THROW(token_file_write_masked(path, {}), Error);
+  EXPECT_EQ(file_read_all(path), before);
+}
+
 // Ids above 65535 (Llama 3's, Qwen2's vocabularies) make a version-2 shard of uint32 ids, read
 // back as they were; ids that fit stay version 1.
 TEST(TokenFile, LlmcShardOfLargeIdsIsVersion2) {
@@ -173,6 +206,7 @@ TEST(TokenFile, DataFilesAreReadByContent) {
 TEST(TokenFile, FormatNames) {
   EXPECT_EQ(token_file_format_name(TokenFileFormat::RawU16), "raw-u16");
   EXPECT_EQ(token_file_format_name(TokenFileFormat::LlmcShard), "llmc-shard");
+  EXPECT_EQ(token_file_format_name(TokenFileFormat::MaskedShard), "masked-shard");
 }
 
 struct MalformedCase {
@@ -197,6 +231,15 @@ TEST(TokenFile, MalformedInputTable) {
       {"shard_negative_tokens", shard_bytes(20240520, 1, -5, two_tokens), {"-5 tokens"}},
       {"shard_extra_bytes", shard_bytes(20240520, 1, 1, two_tokens), {"2 unexpected bytes"}},
       {"shard_v2_id_too_big", shard_bytes(20240520, 2, 1, le_bytes(std::vector<std::uint32_t>{0x80000000u})), {"2147483648"}},
+      {"masked_header_truncated", shard_bytes(20261129, 1, 2, "").substr(0, 9), {"masked shard header is truncated"}},
+      {"masked_truncated", shard_bytes(20261129, 1, 2, le_bytes(std::vector<std::uint32_t>{5})),
+       {"masked shard is truncated", "2 tokens (8 bytes)", "only 4 bytes"}},
+      {"masked_uint16_payload", shard_bytes(20261129, 1, 2, two_tokens), {"masked shard is truncated"}},
+      {"masked_bad_version", shard_bytes(20261129, 2, 1, le_bytes(std::vector<std::uint32_t>{5})),
+       {"masked shard version 2", "bit 31 the loss mask"}},
+      {"masked_zero_tokens", shard_bytes(20261129, 1, 0, ""), {"masked shard header says 0 tokens"}},
+      {"masked_extra_bytes", shard_bytes(20261129, 1, 1, le_bytes(std::vector<std::uint32_t>{5, 6})),
+       {"masked shard has 4 unexpected bytes"}},
   };
   TempDir dir;
   for (const MalformedCase& c : cases) {
@@ -241,10 +284,14 @@ TEST(TokenFile, WritesRejectOutOfRangeIdsAndLeaveOldFiles) {
 TEST(TokenFile, MutatedFilesReadOrThrowCleanly) {
   TempDir dir;
   token_file_write_llmc(dir.file("good.bin"), tokens_random(64, 4));
-  const std::string good = file_read_all(dir.file("good.bin"));
+  std::vector<std::int32_t> masked = tokens_random(64, 5);
+  for (std::size_t i = 0; i < masked.size(); i += 3) masked[i] = token_no_loss(masked[i]);
+  token_file_write_masked(dir.file("masked.bin"), masked);
+  const std::string shards[] = {file_read_all(dir.file("good.bin")), file_read_all(dir.file("masked.bin"))};
   std::mt19937 rng(99);
   const std::string path = dir.file("mutant.bin");
-  for (int iter = 0; iter < 500; ++iter) {
+  for (int iter = 0; iter < 1000; ++iter) {
+    const std::string& good = shards[iter % 2];
     std::string bytes = good;
     const std::size_t pos = rng() % 16;  // hit the header fields most of the time
     bytes[pos] = static_cast<char>(rng());
