@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/train_flags.h"
 #include "core/file_util.h"
 #include "dist/communicator.h"
 #include "stratum/error.h"
@@ -25,12 +27,11 @@
 
 namespace stratum {
 
-namespace {
-// The flags of the recorded options (Note [option table]), each with its default.
-std::vector<FlagSpec> train_option_specs() {
+std::vector<FlagSpec> train_option_specs(const std::vector<std::string>& only) {
   const TrainSettings defaults;
   std::vector<FlagSpec> specs;
   for (const TrainOption& option : train_option_table()) {
+    if (!only.empty() && std::find(only.begin(), only.end(), option.flag) == only.end()) continue;
     std::string help = option.help;
     const std::string value = train_option_text(option, defaults);
     if (*option.value_name != '\0' && !value.empty()) help += " (default " + value + ")";
@@ -39,7 +40,6 @@ std::vector<FlagSpec> train_option_specs() {
   return specs;
 }
 
-// Each recorded option from its flag, or its default (integers within the row's range as they parse).
 void train_options_parse(const Args& args, TrainSettings& s) {
   for (const TrainOption& option : train_option_table()) {
     std::visit(
@@ -66,6 +66,7 @@ void train_options_parse(const Args& args, TrainSettings& s) {
   }
 }
 
+namespace {
 // Rerunning the same command with --resume added (what a crash loop or a job scheduler's restart
 // does) gives --model or the shape flags again: accepted when they describe the checkpoint's
 // model, refused naming the flag, the given value and the checkpoint's otherwise.
@@ -151,9 +152,8 @@ void fill_from_checkpoint(const Args& args, TrainOptions& o) {
   }
 }
 
-// The options that apply only under a budget or on the GPU, after a resume filled in the
-// checkpoint's: a resume that drops its budget (--mem-budget 0) or its GPU (--backend cpu) drops
-// the values that went with them; one given with nothing it applies to is refused.
+}  // namespace
+
 void run_options_settle(const Args& args, TrainOptions& o) {
   const TrainSettings d;
   auto unless_given = [&](const char* flag, auto& field, const auto& value) {
@@ -206,7 +206,6 @@ void run_options_settle(const Args& args, TrainOptions& o) {
   STRATUM_CHECK(o.mem_budget_bytes > 0 || o.gpu_mem_budget_bytes > 0 || o.prefetch == d.prefetch,
                 "[cli] --prefetch only applies with --mem-budget SIZE or --gpu-mem-budget SIZE");
 }
-}  // namespace
 
 namespace {
 int train_command(const std::vector<std::string>& argv, Communicator* comm);

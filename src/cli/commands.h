@@ -17,6 +17,7 @@ int cmd_report(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_verify(const std::vector<std::string>& args);
 int cmd_merge(const std::vector<std::string>& args);
+int cmd_eval(const std::vector<std::string>& args);
 
 // A --model path as the readers take it: a checkpoint root stands for its latest checkpoint, or,
 // when `latest` is broken, the newest that verifies (checkpoint_model_dir); says which and why on

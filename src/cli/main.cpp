@@ -17,6 +17,7 @@ const char* kUsage =
     "usage: stratum <command> [flags]    (stratum <command> --help for its flags)\n"
     "  train     train or fine-tune a GPT-2 or Llama-family model (all weights, LoRA adapters or zeroth-order)\n"
     "  generate  sample text from a model\n"
+    "  eval      a model's (or adapter's) loss and perplexity over a data file, in RAM or under a budget\n"
     "  prepare   tokenize a text corpus (or a JSON Lines file's documents) into a token file\n"
     "  info      describe a model directory, safetensors file or token file\n"
     "  plan      show, before running, where a training run's state will live, its I/O and predicted step time\n"
@@ -34,6 +35,7 @@ int run(const std::string& command, const std::vector<std::string>& args) {
   if (command == "plan") return stratum::cmd_plan(args);
   if (command == "verify") return stratum::cmd_verify(args);
   if (command == "merge") return stratum::cmd_merge(args);
+  if (command == "eval") return stratum::cmd_eval(args);
   if (command == "version" || command == "--version") {
     std::printf("stratum %s\nbackends: %s\n", STRATUM_VERSION, stratum::backend_inventory().c_str());
     return 0;

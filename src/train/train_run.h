@@ -44,7 +44,8 @@ class TrainRun {
   void loop();           // the steps, logging, evaluation, checkpoints, stop on a signal
   // This rank's micro-batches of training step `step`, back to back (targets null: inputs only).
   void step_batches(long step, std::int32_t* inputs, std::int32_t* targets) const;
-  float evaluate();
+  float evaluate();  // the mean loss over the first eval_batches_ batches of val_loader_ (train_eval.cpp)
+  TrainResult evaluate_only();  // Note [evaluate only], after weights_load
   bool stop_requested() const { return o_.stop_requested != nullptr && *o_.stop_requested != 0; }
   bool stop_agreed() const;  // stop_requested() on any rank (every rank stops after the same step)
   bool save_all_ = false;  // --save as given on the command line (ranks but 0 clear theirs)
@@ -77,6 +78,7 @@ class TrainRun {
   ResumePoint resume_;
   std::uint64_t run_id_ = 0;
   int eval_batches_ = 0;  // --eval-batches, at most the held-out set's batches
+  std::size_t eval_targets_ = 0;  // of the last evaluate(): the targets that counted
   DirLock save_lock_;  // held while the run may save
   GptConfig cfg_;
   int threads_ = 0;

@@ -139,7 +139,7 @@ void TrainRun::lora_resolve() {
   lora_ = lora_config_make(cfg_.arch, o_.lora_r, o_.lora_alpha, o_.lora_targets, o_.lora_rslora, o_.lora_dropout);
   if (!lora_.on()) return;
   o_.lora_targets = lora_targets_text(lora_);  // recorded as resolved (PEFT's default spelled out)
-  if (lora_.dropout > 0 && o_.optimizer == TrainOptimizer::ZoSgd)
+  if (lora_.dropout > 0 && o_.optimizer == TrainOptimizer::ZoSgd && !o_.evaluate_only)
     std::fprintf(stderr, "[stratum] lora: zo-sgd runs its forwards without dropout (MeZO's eval mode); "
                  "lora_dropout %g is recorded, not applied\n", lora_.dropout);
 }
@@ -156,7 +156,10 @@ void TrainRun::data_load() {
   std::vector<std::int32_t> train_tokens = corpus_load_tokens(o_.data_path, tokenizer_dir_, cfg_.vocab_size, &note);
   if (!note.empty()) std::fprintf(stderr, "[stratum] --data: %s\n", note.c_str());
   std::vector<std::int32_t> val_tokens;
-  if (!o_.val_data_path.empty()) {
+  if (o_.evaluate_only) {  // Note [evaluate only]: the data is what is evaluated
+    val_tokens = std::move(train_tokens);
+    train_tokens.clear();
+  } else if (!o_.val_data_path.empty()) {
     val_tokens = corpus_load_tokens(o_.val_data_path, tokenizer_dir_, cfg_.vocab_size, &note);
     if (!note.empty()) std::fprintf(stderr, "[stratum] --val-data: %s\n", note.c_str());
   } else if (o_.eval_every > 0) {
@@ -168,15 +171,21 @@ void TrainRun::data_load() {
     val_tokens.assign(train_tokens.end() - static_cast<std::ptrdiff_t>(holdout), train_tokens.end());
     train_tokens.resize(train_tokens.size() - holdout);
   }
-  train_token_count_ = train_tokens.size();
-  train_target_count_ = token_target_count(train_tokens.data(), train_tokens.size());
+  const std::vector<std::int32_t>& data_tokens = o_.evaluate_only ? val_tokens : train_tokens;
+  train_token_count_ = data_tokens.size();
+  train_target_count_ = token_target_count(data_tokens.data(), data_tokens.size());
   // Note [loss mask]: the CUDA backend's loss has no mask yet (kernels/cuda/softmax_xent.cu).
   STRATUM_CHECK(o_.backend == Backend::Cpu ||
-                    (train_target_count_ == train_tokens.size() &&
+                    (train_target_count_ == data_tokens.size() &&
                      token_target_count(val_tokens.data(), val_tokens.size()) == val_tokens.size()),
                 "[train] the data holds a loss mask (prompt tokens that are not trained, from prepare "
                 "--jsonl-prompt), which --backend ", backend_name(o_.backend),
                 " does not support yet; train it with --backend cpu");
+  if (o_.evaluate_only) {
+    val_loader_ = std::make_unique<DataLoader>(std::move(val_tokens), o_.batch, o_.seq, false, 0);
+    eval_batches_ = static_cast<int>(std::min<std::int64_t>(o_.eval_batches, val_loader_->batches_per_epoch()));
+    return;
+  }
   run_state_ = train_state_of(o_, cfg_, tokenizer_dir_, train_tokens, val_tokens, threads_, offload_dir_given_);
   run_state_.run_id = run_id_;
   if (!resume_.dir.empty()) {
@@ -253,27 +262,6 @@ TrainResult TrainRun::finished_already() const {
                "[stratum] nothing left to train: %s is at step %ld of %ld (final loss %.4f), params hash %s\n",
                resume_.dir.c_str(), start_step_, o_.steps, result.final_loss, hash_text(result.params_hash).c_str());
   return result;
-}
-
-// The mean loss over the held-out batches, or -1 when a stop request (SIGINT/SIGTERM) came before
-// the last batch: the evaluation is abandoned between batches (a partial mean would be another
-// number), so the run checkpoints and stops without waiting for it.
-// With a loss mask, the mean over the targets that count (Note [masked loss] in exec/executor.h).
-float TrainRun::evaluate() {
-  const std::size_t BT = static_cast<std::size_t>(o_.batch) * o_.seq;
-  double total = 0.0, weighted = 0.0;
-  std::size_t counted = 0;
-  for (int k = 0; k < eval_batches_; ++k) {
-    if (stop_requested()) return -1.0f;
-    val_loader_->batch(k, inputs_.data(), targets_.data());
-    const float loss = exec_->loss(inputs_.data(), targets_.data(), o_.batch, o_.seq);
-    const std::size_t n = token_target_count(targets_.data(), BT);
-    total += loss;
-    weighted += static_cast<double>(loss) * static_cast<double>(n);
-    counted += n;
-  }
-  if (counted == BT * static_cast<std::size_t>(eval_batches_)) return static_cast<float>(total / eval_batches_);
-  return counted == 0 ? 0.0f : static_cast<float>(weighted / static_cast<double>(counted));
 }
 
 // Writes a checkpoint of the state after `done` steps (Note [checkpoints]).
@@ -594,7 +582,7 @@ TrainResult TrainRun::run() {
   try {
     weights_load();
     if (mirror_) mirror_->push();  // loaded (or initialised) in RAM, trained on the device
-    if (start_step_ == o_.steps) {
+    if (start_step_ == o_.steps && !o_.evaluate_only) {
       const TrainResult done = finished_already();
       if (trace_) trace_->finish();
       return done;
@@ -603,7 +591,8 @@ TrainResult TrainRun::run() {
     sched_.total_steps = o_.steps;
     inputs_.assign(static_cast<std::size_t>(o_.batch) * o_.seq * (o_.grad_accum / ranks()), 0);
     targets_.assign(inputs_.size(), 0);
-    loop();
+    if (o_.evaluate_only) result_ = evaluate_only();
+    else loop();
   } catch (...) {
     if (trace_) {
       try {

@@ -61,11 +61,19 @@ struct TrainOptions : TrainSettings {
   // process alone. Rank r runs micro-batches r, r + P, ... of each step's --grad-accum N (a multiple
   // of P); rank 0 prints, logs, traces and saves, the others only report errors.
   Communicator* comm = nullptr;
+  // Note [evaluate only]: `stratum eval` runs this setup (the model and --lora-init's adapters,
+  // the data, the budget, the plan and the store) as a zo-sgd run, whose engine holds no gradients
+  // or moments, then only the validation pass: the mean loss over the first eval_batches batches
+  // of data_path (sequential, at most the file's), over the targets that count (Note [masked
+  // loss]), returned as final_val_loss. It trains, logs and saves nothing.
+  bool evaluate_only = false;
 };
 
 struct TrainResult {
   float final_loss = 0.0f;
   float final_val_loss = -1.0f;  // < 0 when never evaluated
+  int eval_batches = 0;           // the last evaluation's batches, and its targets that counted
+  std::size_t eval_targets = 0;
   std::uint64_t params_hash = 0;
   double tokens_per_s = 0.0;     // over all steps after the first
   double step_ms_median = 0.0;
