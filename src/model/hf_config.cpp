@@ -79,7 +79,8 @@ RopeScaling rope_scaling_read(const std::string& path, const nlohmann::json& roo
   const std::string type = r.at(type_key).get<std::string>();
   if (type == "default") return s;
   STRATUM_CHECK(type == "llama3" || type == "linear", where(path), ": rope_scaling type \"", type,
-                "\" is not supported; Stratum implements \"llama3\" and \"linear\" (and no scaling)");
+                "\" is not supported; Stratum implements \"llama3\" and \"linear\" (and no scaling)",
+                type == "longrope" || type == "su" ? " (Phi-3's 128k and Phi-3.5's longrope is not)" : "");
   STRATUM_CHECK(r.contains("factor"), where(path), ": rope_scaling (", type, ") needs 'factor'");
   s.factor = number_field(path, r, "factor", 1.0);
   if (type == "linear") {
@@ -96,7 +97,7 @@ RopeScaling rope_scaling_read(const std::string& path, const nlohmann::json& roo
 }
 
 // A Llama-family config.json: "llama", "qwen2" (LlamaVariant::Qwen2: q, k and v biases), "qwen3"
-// (q_norm and k_norm) or "mistral".
+// (q_norm and k_norm), "mistral" or "phi3" (Note [phi3 fused]).
 GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaVariant variant) {
   GptConfig cfg;
   cfg.arch = ModelArch::Llama;
@@ -135,7 +136,15 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
     option_refuse(path, root, "use_sliding_window", true, "Stratum's attention is full causal attention");
     if (variant == LlamaVariant::Qwen3)  // Qwen3Config's attention_bias (false in every release)
       option_refuse(path, root, "attention_bias", true, "Qwen3's projections have no biases in its released models");
-  } else if (variant == LlamaVariant::Mistral) {
+  } else if (variant == LlamaVariant::Mistral || variant == LlamaVariant::Phi3) {
+    // Phi-3's released rope_scaling is null or longrope (refused above); Phi3Config validates no other.
+    STRATUM_CHECK(variant != LlamaVariant::Phi3 || cfg.rope_scaling.type == RopeScaling::Type::None, where(path),
+                  ": a Phi-3 model's rope_scaling must be null; got ", json_brief(root.at("rope_scaling")));
+    if (variant == LlamaVariant::Phi3 && root.contains("partial_rotary_factor") &&
+        !root.at("partial_rotary_factor").is_null())  // Phi-4-mini's 0.75: rope on part of each head
+      STRATUM_CHECK(number_field(path, root, "partial_rotary_factor", 1.0) == 1.0, where(path),
+                    ": partial_rotary_factor ", json_brief(root.at("partial_rotary_factor")),
+                    " is not supported; Stratum rotates every channel of a head (1.0)");
     // Note [mistral window]: a window of W keys is full causal attention up to W tokens.
     if (root.contains("sliding_window") && !root.at("sliding_window").is_null()) {
       cfg.sliding_window = int_field(path, root, "sliding_window");
@@ -165,9 +174,11 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
   const bool qwen2 = cfg.variant == LlamaVariant::Qwen2;
   const bool mistral = cfg.variant == LlamaVariant::Mistral;
   const bool qwen3 = cfg.variant == LlamaVariant::Qwen3;
-  j["architectures"] = {qwen2   ? "Qwen2ForCausalLM"
-                        : qwen3 ? "Qwen3ForCausalLM"
+  const bool phi3 = cfg.variant == LlamaVariant::Phi3;
+  j["architectures"] = {qwen2     ? "Qwen2ForCausalLM"
+                        : qwen3   ? "Qwen3ForCausalLM"
                         : mistral ? "MistralForCausalLM"
+                        : phi3    ? "Phi3ForCausalLM"
                                   : "LlamaForCausalLM"};
   j["model_type"] = cfg.family();
   j["hidden_size"] = cfg.n_embd;
@@ -198,7 +209,8 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = cfg.n_layer;
-  } else if (mistral) {  // MistralConfig has no bias fields
+  } else if (mistral || phi3) {  // MistralConfig and Phi3Config have no bias fields
+    if (phi3) j["original_max_position_embeddings"] = cfg.n_ctx;  // Phi3Config's (its longrope's base)
     if (cfg.sliding_window > 0) {
       j["sliding_window"] = cfg.sliding_window;
     } else {
@@ -233,21 +245,23 @@ nlohmann::json json_object_read(const std::string& path) {
 GptConfig hf_config_read(const std::string& path) {
   STRATUM_CHECK(!dir_exists(path), where(path), " is a directory; pass the config.json inside it");
   STRATUM_CHECK(file_exists(path), where(path),
-                ": file not found; expected a Hugging Face config.json (GPT-2, Llama, Qwen2, Qwen3 or Mistral)");
+                ": file not found; expected a Hugging Face config.json (GPT-2, Llama, Qwen2, Qwen3, Mistral or Phi-3)");
   const nlohmann::json root = json_object_read(path);
 
   if (root.contains("model_type")) {
     const auto& type = root.at("model_type");
     STRATUM_CHECK(type.is_string(), where(path), ": model_type must be a string, got ", json_brief(type));
     const std::string name = type.get<std::string>();
-    STRATUM_CHECK(name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3" || name == "mistral",
+    STRATUM_CHECK(name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3" || name == "mistral" ||
+                      name == "phi3",
                   where(path), ": model_type ", json_brief(type),
                   " is not supported; Stratum runs GPT-2 (\"gpt2\"), Llama (\"llama\"), Qwen2 (\"qwen2\"), Qwen3 "
-                  "(\"qwen3\") and Mistral (\"mistral\") models");
+                  "(\"qwen3\"), Mistral (\"mistral\") and Phi-3/Phi-4 (\"phi3\") models");
     if (name == "llama") return read_llama(path, root, LlamaVariant::Llama);
     if (name == "qwen2") return read_llama(path, root, LlamaVariant::Qwen2);
     if (name == "qwen3") return read_llama(path, root, LlamaVariant::Qwen3);
     if (name == "mistral") return read_llama(path, root, LlamaVariant::Mistral);
+    if (name == "phi3") return read_llama(path, root, LlamaVariant::Phi3);
   }
   GptConfig cfg;
   cfg.n_layer = int_field(path, root, "n_layer");

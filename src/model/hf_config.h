@@ -1,11 +1,12 @@
-// Reads and writes Hugging Face config.json files of the "gpt2", "llama", "qwen2", "qwen3" and
-// "mistral" model types (Qwen2: a Llama with q, k and v biases; Qwen3: a Llama with per-head
-// q and k RMSNorms, Note [qk norm]; Mistral: a Llama within its sliding window,
-// Note [mistral window]; GptConfig::variant). Reading checks the fields Stratum needs and refuses
+// Reads and writes Hugging Face config.json files of the "gpt2", "llama", "qwen2", "qwen3",
+// "mistral" and "phi3" model types (Qwen2: a Llama with q, k and v biases; Qwen3: a Llama with
+// per-head q and k RMSNorms, Note [qk norm]; Mistral: a Llama within its sliding window,
+// Note [mistral window]; Phi-3: a Llama with fused projections, Note [phi3 fused];
+// GptConfig::variant). Reading checks the fields Stratum needs and refuses
 // options it does not implement (other model types, rope scalings other than llama3/linear,
 // biases in Llama projections, Qwen2's and Qwen3's sliding window, activations other than GELU-tanh / SiLU);
 // writing produces a config that transformers' GPT2LMHeadModel / LlamaForCausalLM /
-// Qwen2ForCausalLM / Qwen3ForCausalLM / MistralForCausalLM.from_pretrained accepts. Does not handle tokenizer or
+// Qwen2ForCausalLM / Qwen3ForCausalLM / MistralForCausalLM / Phi3ForCausalLM.from_pretrained accepts. Does not handle tokenizer or
 // generation configs.
 #pragma once
 
@@ -18,7 +19,8 @@
 namespace stratum {
 
 // Throws stratum::Error ("[hf_config] '<path>': ...") for a missing or malformed file, a
-// model_type other than "gpt2", "llama", "qwen2", "qwen3" or "mistral" (absent = "gpt2"), missing or non-integer size fields,
+// model_type other than "gpt2", "llama", "qwen2", "qwen3", "mistral" or "phi3" (absent = "gpt2"), missing or
+// non-integer size fields,
 // unsupported options, or a config that GptConfig::validate() rejects.
 GptConfig hf_config_read(const std::string& config_json_path);
 

@@ -15,6 +15,7 @@ const char* GptConfig::family() const {
     case LlamaVariant::Qwen2: return "qwen2";
     case LlamaVariant::Mistral: return "mistral";
     case LlamaVariant::Qwen3: return "qwen3";
+    case LlamaVariant::Phi3: return "phi3";
     case LlamaVariant::Llama: break;
   }
   return "llama";
@@ -25,6 +26,7 @@ const char* GptConfig::family_title() const {
     case LlamaVariant::Qwen2: return "Qwen2";
     case LlamaVariant::Mistral: return "Mistral";
     case LlamaVariant::Qwen3: return "Qwen3";
+    case LlamaVariant::Phi3: return "Phi-3";
     case LlamaVariant::Llama: break;
   }
   return "Llama";
@@ -52,11 +54,14 @@ void GptConfig::validate() const {
     STRATUM_CHECK(n_inner == 0 || n_inner == 4 * n_embd, "[model.config] GPT-2's MLP width is 4 * n_embd");
     STRATUM_CHECK(n_head_dim == 0 || n_head_dim * n_head == n_embd, "[model.config] GPT-2's head_dim is n_embd / n_head");
     STRATUM_CHECK(tie_word_embeddings, "[model.config] GPT-2's LM head is tied to wte");
-    STRATUM_CHECK(variant == LlamaVariant::Llama, "[model.config] a Qwen2, Qwen3 or Mistral model is of the Llama family");
+    STRATUM_CHECK(variant == LlamaVariant::Llama,
+                  "[model.config] a Qwen2, Qwen3, Mistral or Phi-3 model is of the Llama family");
     return;
   }
-  STRATUM_CHECK(sliding_window >= 0 && (sliding_window == 0 || variant == LlamaVariant::Mistral),
-                "[model.config] sliding_window must be >= 1 (or null) and belongs to Mistral, got ", sliding_window);
+  STRATUM_CHECK(sliding_window >= 0 &&
+                    (sliding_window == 0 || variant == LlamaVariant::Mistral || variant == LlamaVariant::Phi3),
+                "[model.config] sliding_window must be >= 1 (or null) and belongs to Mistral or Phi-3, got ",
+                sliding_window);
   STRATUM_CHECK(n_head_dim > 0 || n_embd % n_head == 0, "[model.config] hidden_size (", n_embd,
                 ") must be divisible by num_attention_heads (", n_head, ") unless head_dim is given");
   const int hd = head_dim();

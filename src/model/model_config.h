@@ -21,8 +21,21 @@ const char* model_arch_name(ModelArch arch);  // "gpt2", "llama" (the config.jso
 // and v projections (transformers' Qwen2Attention; its o_proj has none), read and saved as
 // "qwen2" (Qwen2ForCausalLM).
 // Qwen2: q, k and v biases. Mistral: Llama's math, within its sliding window (Note [mistral window]).
-// Qwen3: q_norm and k_norm (Note [qk norm] in model/llama_block.h).
-enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3 };
+// Qwen3: q_norm and k_norm (Note [qk norm] in model/llama_block.h). Phi-3: Llama's math with fused
+// projections (Note [phi3 fused]) and Mistral's window.
+enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3 };
+
+// Note [phi3 fused]
+// Phi-3 and Phi-4 (model_type "phi3": Phi-3-mini/medium, Phi-4) compute exactly Llama's block,
+// but store q, k and v as one tensor, self_attn.qkv_proj.weight (rows: the Q query rows, then the
+// KV key rows, then the KV value rows), and the MLP's gate and up as mlp.gate_up_proj.weight (the
+// I gate rows, then the I up rows; transformers' Phi3MLP chunks it in two, gate first). Stratum
+// keeps the parts in Llama's slots: each slot holds its rows of the fused tensor (TensorSlot's
+// row0 and hf_shape, as a vocabulary block holds rows of the embedding), so loading, saving and
+// every kernel are Llama's. Its sliding_window caps the context as Mistral's does (Note [mistral
+// window]; Phi-3-mini's 2047). Refused: rope_scaling "longrope" (Phi-3-128k, Phi-3.5) and a
+// partial_rotary_factor below 1 (Phi-4-mini); LoRA adapters, whose PEFT targets are the fused
+// modules (one lora_A over q, k and v together), which Stratum's per-projection adapters are not.
 
 // Note [mistral window]
 // Mistral (model_type "mistral") is Llama's architecture and weight names with a sliding window:
@@ -48,16 +61,18 @@ struct GptConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = true;
   LlamaVariant variant = LlamaVariant::Llama;
-  int sliding_window = 0;  // Mistral's sliding_window; 0 = none (null)
+  int sliding_window = 0;  // Mistral's and Phi-3's sliding_window; 0 = none (null)
   // Token ids from config.json (-1 when absent); eos may list several (Llama 3 instruct).
   std::int32_t bos_token_id = -1;
   std::vector<std::int32_t> eos_token_ids;
 
   bool llama() const { return arch == ModelArch::Llama; }
+  // Note [phi3 fused]: q, k, v and gate, up stored as two fused Hugging Face tensors.
+  bool fused_projections() const { return llama() && variant == LlamaVariant::Phi3; }
   bool qkv_bias() const { return llama() && variant == LlamaVariant::Qwen2; }  // q_proj/k_proj/v_proj.bias
   bool qk_norm() const { return llama() && variant == LlamaVariant::Qwen3; }   // self_attn.q_norm/k_norm.weight
-  const char* family() const;        // "gpt2", "llama", "qwen2", "mistral", "qwen3": the config.json model_type
-  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3": for messages
+  const char* family() const;        // "gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3": config.json's model_type
+  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3", "Phi-3": for messages
   // Note [mistral window]: the longest sequence the model runs exactly, n_ctx or a Mistral's
   // sliding window when that is shorter.
   int context() const { return sliding_window > 0 && sliding_window < n_ctx ? sliding_window : n_ctx; }

@@ -77,6 +77,9 @@ ParamLayout ParamLayout::of(const GptConfig& cfg) { return cfg.llama() ? llama(c
 ParamLayout ParamLayout::of(const GptConfig& cfg, const LoraConfig& lora) {
   ParamLayout layout = of(cfg);
   if (!lora.on()) return layout;
+  STRATUM_CHECK(!cfg.fused_projections(), "[lora] LoRA adapters on a ", cfg.family_title(), " model are not supported: "
+                "PEFT puts them on its fused qkv_proj and gate_up_proj (Note [phi3 fused]); train every weight "
+                "(under --mem-budget if it does not fit) or use --optimizer zo-sgd");
   const std::array<bool, kLoraMaxTargets> on = lora_config_validate(lora, cfg.arch);
   const std::vector<std::string>& modules = lora_modules(cfg.arch);
   layout.lora_ = lora;
@@ -160,13 +163,25 @@ ParamLayout ParamLayout::llama(const GptConfig& cfg) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     SegmentBuilder block("layer." + std::to_string(i), SegmentRole::Layer);
     block.add(p + "input_layernorm.weight", {C});
-    block.add(p + "self_attn.q_proj.weight", {Q, C});
-    block.add(p + "self_attn.k_proj.weight", {KV, C});
-    block.add(p + "self_attn.v_proj.weight", {KV, C});
+    if (cfg.fused_projections()) {  // Note [phi3 fused]: each slot its rows of the fused tensor
+      const std::string qkv = p + "self_attn.qkv_proj.weight";
+      block.add(qkv, {Q, C}, 0, {Q + 2 * KV, C});
+      block.add(qkv, {KV, C}, Q, {Q + 2 * KV, C});
+      block.add(qkv, {KV, C}, Q + KV, {Q + 2 * KV, C});
+    } else {
+      block.add(p + "self_attn.q_proj.weight", {Q, C});
+      block.add(p + "self_attn.k_proj.weight", {KV, C});
+      block.add(p + "self_attn.v_proj.weight", {KV, C});
+    }
     block.add(p + "self_attn.o_proj.weight", {C, Q});
     block.add(p + "post_attention_layernorm.weight", {C});
-    block.add(p + "mlp.gate_proj.weight", {I, C});
-    block.add(p + "mlp.up_proj.weight", {I, C});
+    if (cfg.fused_projections()) {
+      block.add(p + "mlp.gate_up_proj.weight", {I, C}, 0, {2 * I, C});
+      block.add(p + "mlp.gate_up_proj.weight", {I, C}, I, {2 * I, C});
+    } else {
+      block.add(p + "mlp.gate_proj.weight", {I, C});
+      block.add(p + "mlp.up_proj.weight", {I, C});
+    }
     block.add(p + "mlp.down_proj.weight", {C, I});
     if (cfg.qkv_bias()) {  // kQB, kKB, kVB
       block.add(p + "self_attn.q_proj.bias", {Q});

@@ -42,7 +42,7 @@ GptConfig model_read_config(const std::string& dir) {
                                  : "does not exist");
   const std::string path = dir + "/config.json";
   STRATUM_CHECK(file_exists(path), "[model] '", dir,
-                "' has no config.json: expected a Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3 or Mistral)");
+                "' has no config.json: expected a Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3, Mistral or Phi-3)");
   return hf_config_read(path);
 }
 
