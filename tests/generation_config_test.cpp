@@ -13,6 +13,7 @@
 
 #include "core/file_util.h"
 #include "integration_util.h"
+#include "infer/generator.h"
 #include "model/hf_config.h"
 #include "stratum/error.h"
 
@@ -69,6 +70,9 @@ TEST(GenerationConfig, ReadsWhatGenerateUsesWithTransformersDefaults) {
   EXPECT_DOUBLE_EQ(g.temperature, 1.0);
   EXPECT_EQ(g.top_k, 50) << "transformers' GenerationConfig default";
   EXPECT_EQ(g.eos_token_ids, std::vector<std::int32_t>{2});
+  EXPECT_DOUBLE_EQ(g.repetition_penalty, 1.0);
+  file_write_atomic(path, R"({"do_sample": true, "repetition_penalty": 1.05, "temperature": 0.7})");  // Qwen2.5's
+  EXPECT_DOUBLE_EQ(hf_generation_config_read(path).repetition_penalty, 1.05);
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"[1]", "must be a JSON object"},
       {"{\"do_sample\": 1}", "'do_sample' must be true or false"},
@@ -78,6 +82,7 @@ TEST(GenerationConfig, ReadsWhatGenerateUsesWithTransformersDefaults) {
       {"{\"temperature\": -0.5}", "'temperature' must be a finite number >= 0"},
       {"{\"temperature\": \"hot\"}", "temperature"},
       {"{\"eos_token_id\": \"</s>\"}", "'eos_token_id' must hold token ids"},
+      {"{\"repetition_penalty\": 0}", "'repetition_penalty' must be a finite number > 0"},
       {"{\"top_k\": 20", "not valid JSON"},
   };
   for (const auto& [text, fragment] : bad) {
@@ -92,6 +97,20 @@ TEST(GenerationConfig, ReadsWhatGenerateUsesWithTransformersDefaults) {
       EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     }
   }
+}
+
+// transformers' RepetitionPenaltyLogitsProcessor: each id of the sequence once, positive logits
+// divided, negative (and zero) multiplied, in fp32 with the penalty rounded to float.
+TEST(GenerationConfig, RepetitionPenaltyIsTransformers) {
+  std::vector<float> logits = {2.0f, 4.0f, -2.0f, -6.0f, 1.0f, 0.0f};
+  const std::vector<std::int32_t> ids = {1, 3, 3, 1, 5};
+  repetition_penalize(logits.data(), 6, ids.data(), ids.size(), 2.0);
+  EXPECT_EQ(logits, (std::vector<float>{2.0f, 2.0f, -2.0f, -12.0f, 1.0f, 0.0f}));
+  std::vector<float> qwen = {3.0f, -3.0f};
+  const std::vector<std::int32_t> both = {0, 1};
+  repetition_penalize(qwen.data(), 2, both.data(), both.size(), 1.05);
+  EXPECT_EQ(qwen[0], 3.0f / 1.05f);
+  EXPECT_EQ(qwen[1], -3.0f * 1.05f);
 }
 
 TEST(GenerationConfig, GenerateSamplesAndStopsAsTheFileSaysUnlessAFlagSaysOtherwise) {
@@ -126,6 +145,21 @@ TEST(GenerationConfig, GenerateSamplesAndStopsAsTheFileSaysUnlessAFlagSaysOtherw
                                                  "top-k 5, top-p 0.9"), std::string::npos);
   EXPECT_NE(run_stratum("info " + off).output.find("generation: generation_config.json decodes greedily"),
             std::string::npos);
+
+  // Note [repetition penalty]: greedy decoding too; 1 changes nothing; the file's unless the flag's.
+  const auto penalized = run(plain, " --temperature 0 --repetition-penalty 3");
+  EXPECT_NE(penalized.output, greedy.output) << "the penalty must change this greedy run for the check to mean anything";
+  EXPECT_EQ(run(plain, " --temperature 0 --repetition-penalty 1").output, greedy.output);
+  const std::string rep = model_dir(tmp, "rep", Json{{"do_sample", false}, {"repetition_penalty", 3}});
+  r = run(rep, "");
+  EXPECT_EQ(r.output, penalized.output);
+  EXPECT_NE(r.errors.find("greedy decoding, repetition penalty 3 (generation_config.json"), std::string::npos)
+      << r.errors;
+  EXPECT_EQ(run(rep, " --repetition-penalty 1").output, greedy.output);
+  EXPECT_NE(run_stratum("info " + rep).output.find("decodes greedily, repetition penalty 3"), std::string::npos);
+  r = run_stratum("generate --model " + plain + gen + " --repetition-penalty 0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("--repetition-penalty must be > 0"), std::string::npos) << r.errors;
 
   // Its eos_token_id stops generation too: the greedy ids up to the first one that is its stop id.
   const std::vector<std::int32_t> all = ids_of(greedy.output);

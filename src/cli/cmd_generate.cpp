@@ -61,6 +61,9 @@ int cmd_generate(const std::vector<std::string>& argv) {
                             "else 0)"},
              {"top-p", "P", "sample among the most likely tokens holding probability P (default: "
                             "generation_config.json's, else 1 = all)"},
+             {"repetition-penalty", "X", "divide (multiply, when negative) the logits of the tokens already in the "
+                                         "sequence by X before sampling or greedy choice, as transformers does; 1 = "
+                                         "none (default: generation_config.json's, else 1)"},
              {"seed", "N", "sampling seed (default 1337)"},
              {"tokenizer", "DIR", "tokenizer files if the model directory has none"},
              {"threads", "N", "worker threads (default: all CPUs)"},
@@ -136,7 +139,9 @@ int cmd_generate(const std::vector<std::string>& argv) {
   o.temperature = args.number("temperature", gen.present ? file_temperature : 1.0);
   o.top_k = static_cast<int>(args.integer("top-k", gen.present ? gen.top_k : 0, 0, 1 << 24));
   o.top_p = args.number("top-p", gen.present ? gen.top_p : 1.0);
-  const bool from_file = gen.present && !(args.has("temperature") && args.has("top-k") && args.has("top-p"));
+  o.repetition_penalty = args.number("repetition-penalty", gen.repetition_penalty);
+  const bool from_file = gen.present && !(args.has("temperature") && args.has("top-k") && args.has("top-p") &&
+                                          args.has("repetition-penalty"));
   o.seed = static_cast<std::uint64_t>(args.integer("seed", 1337, 0, INT64_MAX));
   o.tokenizer_dir = args.str("tokenizer");
   o.threads = static_cast<int>(args.integer("threads", 0, 0, 1024));
@@ -153,12 +158,15 @@ int cmd_generate(const std::vector<std::string>& argv) {
                 "[cli] --prefetch only applies with --mem-budget SIZE or --gpu-mem-budget SIZE");
   o.quiet = args.flag("quiet");
   if (from_file && !o.quiet) {
+    char penalty[64] = "";
+    if (o.repetition_penalty != 1.0)
+      std::snprintf(penalty, sizeof penalty, ", repetition penalty %g", o.repetition_penalty);
     if (o.temperature == 0.0)
-      std::fprintf(stderr, "[stratum] greedy decoding (%s; --temperature X samples)\n",
+      std::fprintf(stderr, "[stratum] greedy decoding%s (%s; --temperature X samples)\n", penalty,
                    args.has("temperature") ? "--temperature 0" : "generation_config.json: do_sample false");
     else
-      std::fprintf(stderr, "[stratum] sampling at temperature %g, top-k %d, top-p %g (the flags given, the rest from "
-                   "generation_config.json)\n", o.temperature, o.top_k, o.top_p);
+      std::fprintf(stderr, "[stratum] sampling at temperature %g, top-k %d, top-p %g%s (the flags given, the rest from "
+                   "generation_config.json)\n", o.temperature, o.top_k, o.top_p, penalty);
   }
   o.keep_bf16 = !args.flag("fp32-weights");
   o.precision = precision_parse(args.str("precision", "fp32"));

@@ -123,14 +123,16 @@ void describe_model_dir(const std::string& dir) {
     const HfGenerationConfig gen = hf_generation_config_read(dir + "/generation_config.json");
     std::string stops;
     for (std::int32_t id : gen.eos_token_ids) stops += (stops.empty() ? "" : ",") + std::to_string(id);
+    char penalty[64] = "";  // Note [repetition penalty]
+    if (gen.repetition_penalty != 1.0) std::snprintf(penalty, sizeof penalty, ", repetition penalty %g", gen.repetition_penalty);
+    stops = penalty + (stops.empty() ? "" : "; stops at " + stops);
     if (!gen.present)
       std::printf("  generation: no generation_config.json (generate samples at temperature 1 unless told)\n");
     else if (gen.do_sample)
-      std::printf("  generation: generation_config.json samples at temperature %g, top-k %d, top-p %g%s%s\n",
-                  gen.temperature, gen.top_k, gen.top_p, stops.empty() ? "" : "; stops at ", stops.c_str());
+      std::printf("  generation: generation_config.json samples at temperature %g, top-k %d, top-p %g%s\n",
+                  gen.temperature, gen.top_k, gen.top_p, stops.c_str());
     else
-      std::printf("  generation: generation_config.json decodes greedily%s%s\n", stops.empty() ? "" : "; stops at ",
-                  stops.c_str());
+      std::printf("  generation: generation_config.json decodes greedily%s\n", stops.c_str());
   } catch (const Error& e) {
     std::printf("  generation: generation_config.json not usable: %s\n", e.what());
   }

@@ -38,6 +38,19 @@ std::size_t nucleus_keep(std::size_t n, double top_p, MassOf mass_of) {
 }
 }  // namespace
 
+void repetition_penalize(float* logits, int V, const std::int32_t* ids, std::size_t n, double penalty) {
+  const float p = static_cast<float>(penalty);
+  std::vector<bool> done(static_cast<std::size_t>(V), false);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int32_t id = ids[i];
+    STRATUM_ASSERT(id >= 0 && id < V);
+    if (done[static_cast<std::size_t>(id)]) continue;
+    done[static_cast<std::size_t>(id)] = true;
+    float& x = logits[id];
+    x = x < 0.0f ? x * p : x / p;
+  }
+}
+
 std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, double temperature, int top_k, double uniform01,
                                double top_p) {
   if (temperature <= 0.0) {
@@ -123,6 +136,8 @@ GenerateResult generate_run(const GenerateOptions& o,
   STRATUM_CHECK(o.temperature >= 0.0, "[generate] --temperature must be >= 0 (0 = greedy), got ", o.temperature);
   STRATUM_CHECK(o.top_k >= 0, "[generate] --top-k must be >= 0 (0 = off), got ", o.top_k);
   STRATUM_CHECK(o.top_p > 0.0 && o.top_p <= 1.0, "[generate] --top-p must be in (0, 1], got ", o.top_p);
+  STRATUM_CHECK(std::isfinite(o.repetition_penalty) && o.repetition_penalty > 0.0,
+                "[generate] --repetition-penalty must be > 0 (1 = none), got ", o.repetition_penalty);
   STRATUM_CHECK(o.batch >= 1 && o.batch <= 4096, "[generate] --batch must be in 1..4096, got ", o.batch);
   STRATUM_CHECK(o.prompts.empty() || o.prompt_ids.empty(), "[generate] give text prompts or token ids, not both");
   const GptConfig cfg = model_read_config(o.model_dir);
@@ -249,6 +264,7 @@ GenerateResult generate_run(const GenerateOptions& o,
     if (units.kind(u) == SegmentKind::Params) result.weight_bytes += units.bytes(u);
   result.sequences.resize(prompts.size());
   std::vector<float> logits(static_cast<std::size_t>(batch) * cfg.vocab_size);
+  std::vector<float> penalized;  // a row with its repetition penalty (Note [repetition penalty])
   double prompt_s = 0.0, generate_s = 0.0;
   long generate_step_tokens = 0;  // tokens sampled by steps that are not prompt-only
   for (std::size_t first = 0; first < prompts.size() && !result.interrupted; first += static_cast<std::size_t>(batch)) {
@@ -298,8 +314,14 @@ GenerateResult generate_run(const GenerateOptions& o,
           STRATUM_CHECK(std::isfinite(row[v]), "[generate] the model's logits are not finite (", row[v],
                         " for token id ", v, ") after ", s.fed, " tokens: its activations overflow; a model that ",
                         "trained to non-finite values cannot generate");
+        const float* scores = row;
+        if (o.repetition_penalty != 1.0) {  // Note [repetition penalty]
+          penalized.assign(row, row + cfg.vocab_size);
+          repetition_penalize(penalized.data(), cfg.vocab_size, s.ids.data(), s.ids.size(), o.repetition_penalty);
+          scores = penalized.data();
+        }
         const std::int32_t next =
-            sample_next_token(*ops, row, cfg.vocab_size, o.temperature, o.top_k, s.rng.uniform(), o.top_p);
+            sample_next_token(*ops, scores, cfg.vocab_size, o.temperature, o.top_k, s.rng.uniform(), o.top_p);
         GenerateSequence& out = result.sequences[first + live[r]];
         if (o.stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
           out.stopped_at_eos = true;

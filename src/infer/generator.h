@@ -29,6 +29,7 @@ struct GenerateOptions {
   double temperature = 1.0;   // 0 = greedy
   int top_k = 0;              // 0 = no top-k filter
   double top_p = 1.0;         // 1 = no nucleus filter
+  double repetition_penalty = 1.0;  // Note [repetition penalty]; 1 = none
   std::uint64_t seed = 1337;
   int threads = 0;
   bool stop_at_eos = true;
@@ -102,6 +103,15 @@ GenerateResult generate_run(const GenerateOptions& options,
 // host memory: `ops` must be a CPU backend's (its softmax_row).
 std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, double temperature, int top_k, double uniform01,
                                double top_p = 1.0);
+
+// Note [repetition penalty]: transformers' RepetitionPenaltyLogitsProcessor (CTRL's penalty),
+// which Qwen2.5's generation_config.json asks for (1.05): before the temperature, top-k and
+// top-p, and in greedy decoding too, the logit of every token id already in the sequence (the
+// prompt, its BOS included, and the tokens generated) is divided by the penalty when it is
+// positive and multiplied by it otherwise, in fp32 (the penalty rounded to float, as torch's
+// division of a float32 tensor by a Python float), each id once however often it occurs.
+// logits (V), ids [0, n) below V; penalty > 0 (1: no change).
+void repetition_penalize(float* logits, int V, const std::int32_t* ids, std::size_t n, double penalty);
 
 // The seed of prompt `prompt`'s sampling stream (its index among the run's prompts) under --seed:
 // a hash of both, so a prompt samples the same tokens in any batch, and no (seed, prompt) pair

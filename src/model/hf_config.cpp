@@ -327,6 +327,9 @@ HfGenerationConfig hf_generation_config_read(const std::string& path) {
   STRATUM_CHECK(g.top_k >= 0, where(path), ": field 'top_k' must be >= 0, got ", g.top_k);
   if (!null_or_absent("top_p")) g.top_p = number_field(path, root, "top_p", 1.0);
   STRATUM_CHECK(g.top_p > 0 && g.top_p <= 1, where(path), ": field 'top_p' must be in (0, 1], got ", g.top_p);
+  if (!null_or_absent("repetition_penalty")) g.repetition_penalty = number_field(path, root, "repetition_penalty", 1.0);
+  STRATUM_CHECK(std::isfinite(g.repetition_penalty) && g.repetition_penalty > 0, where(path),
+                ": field 'repetition_penalty' must be a finite number > 0, got ", g.repetition_penalty);
   g.eos_token_ids = token_ids_field(path, root, "eos_token_id");
   return g;
 }

@@ -26,17 +26,19 @@ GptConfig hf_config_read(const std::string& config_json_path);
 
 // Note [generation config]: a model directory's generation_config.json, what transformers'
 // generate() starts from: do_sample (false: greedy), temperature, top_k and top_p (used when
-// sampling; transformers' defaults 1.0, 50 and 1.0 where the file leaves one out) and eos_token_id
+// sampling; transformers' defaults 1.0, 50 and 1.0 where the file leaves one out),
+// repetition_penalty (greedy or not; Note [repetition penalty] in infer/generator.h) and eos_token_id
 // (more stop tokens than config.json's: Qwen3's <|endoftext|> beside <|im_end|>, Llama 3.1
 // Instruct's three). `stratum generate` takes the sampling values its flags do not give and stops
-// at every eos id of both files; saves carry the file. Other fields (repetition_penalty,
-// max_new_tokens, ...) are not used.
+// at every eos id of both files; saves carry the file. Other fields (max_new_tokens, min_p,
+// no_repeat_ngram_size, ...) are not used.
 struct HfGenerationConfig {
   bool present = false;  // the file exists
   bool do_sample = false;
   double temperature = 1.0;
   int top_k = 50;
   double top_p = 1.0;
+  double repetition_penalty = 1.0;  // 1: none
   std::vector<std::int32_t> eos_token_ids;
 };
 // Reads `path` (absent: present false, the defaults). Throws stratum::Error ("[hf_config] '<path>':
