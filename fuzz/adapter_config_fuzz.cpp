@@ -22,15 +22,17 @@ namespace {
   std::abort();
 }
 
-stratum::GptConfig small(stratum::ModelArch arch) {
+// A tiny model of the family (Phi-3: Llama's shape with its fused projections).
+stratum::GptConfig small(stratum::LoraFamily family) {
   stratum::GptConfig cfg;
-  cfg.arch = arch;
+  cfg.arch = family == stratum::LoraFamily::Gpt2 ? stratum::ModelArch::Gpt2 : stratum::ModelArch::Llama;
+  if (family == stratum::LoraFamily::Phi3) cfg.variant = stratum::LlamaVariant::Phi3;
   cfg.n_layer = 1;
   cfg.n_head = 2;
   cfg.n_embd = 8;
   cfg.n_ctx = 8;
   cfg.vocab_size = 11;
-  if (arch == stratum::ModelArch::Llama) cfg.tie_word_embeddings = false;
+  if (cfg.llama()) cfg.tie_word_embeddings = false;
   return cfg;
 }
 
@@ -43,10 +45,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  for (stratum::ModelArch arch : {stratum::ModelArch::Gpt2, stratum::ModelArch::Llama}) {
+  for (stratum::LoraFamily family : {stratum::LoraFamily::Gpt2, stratum::LoraFamily::Llama, stratum::LoraFamily::Phi3}) {
     stratum::LoraConfig lora;
     try {
-      lora = stratum::adapter_config_parse(text, "adapter_config.json", arch);
+      lora = stratum::adapter_config_parse(text, "adapter_config.json", family);
     } catch (const stratum::BugError& e) {
       fuzz_fail(std::string("internal assertion: ") + e.what());
     } catch (const stratum::Error&) {
@@ -57,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 std::to_string(lora.dropout));
     if (lora.r > 64) continue;  // a valid rank; the layout below would only be large
     try {
-      const stratum::ParamLayout layout = stratum::ParamLayout::of(small(arch), lora);
+      const stratum::ParamLayout layout = stratum::ParamLayout::of(small(family), lora);
       if (!layout.has_lora() || layout.num_trainable_params() == 0) fuzz_fail("accepted config adapts nothing");
     } catch (const stratum::Error& e) {
       fuzz_fail(std::string("accepted a config the layout rejects: ") + e.what());

@@ -224,7 +224,7 @@ TEST(GradAccum, LoraWithDropoutSameBitsStreamed) {
   o.lora_dropout = 0.1;
   const TrainResult ram = train_run(o);
   TrainOptions streamed = o;
-  streamed.mem_budget_bytes = min_budget(o, lora_config_make(o.config.arch, 4, 8, "", false, 0.1));
+  streamed.mem_budget_bytes = min_budget(o, lora_config_make(lora_family(o.config), 4, 8, "", false, 0.1));
   streamed.offload_dir = tmp.path();
   EXPECT_EQ(train_run(streamed).params_hash, ram.params_hash);
   TrainOptions single = o;

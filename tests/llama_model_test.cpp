@@ -154,6 +154,12 @@ TEST(LlamaModel, Qwen3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
   check_logits_loss_and_gradients(kQwen3);
 }
 
+// Phi-3 (tests/golden/tiny_phi3: q, k, v and gate, up stored fused, Note [phi3 fused]): every
+// gradient of a fused tensor is its parts' rows, each checked against PyTorch's fused gradient.
+TEST(LlamaModel, Phi3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
+  check_logits_loss_and_gradients("tests/golden/tiny_phi3");
+}
+
 TEST(LlamaModel, Qwen3ConfigIsALlamaWithQkNorms) {
   const Golden g(kQwen3);
   EXPECT_TRUE(g.cfg.qk_norm());

@@ -72,7 +72,7 @@ void check_gradients(const std::string& golden, bool dropout) {
   const GptConfig cfg = model_read_config(dir);
   const SafetensorsFile ref = SafetensorsFile::open(reference_file(dir, dropout));
   const SafetensorsFile plain = SafetensorsFile::open(reference_file(dir, false));
-  LoraConfig lora = adapter_config_read(dir + "/lora_init", cfg.arch);
+  LoraConfig lora = adapter_config_read(dir + "/lora_init", lora_family(cfg));
   nlohmann::json drop;
   if (dropout) {
     drop = nlohmann::json::parse(ref.metadata().at("dropout"));
@@ -134,7 +134,7 @@ void check_run(const std::string& golden, bool dropout) {
   const SafetensorsFile ref = SafetensorsFile::open(reference_file(dir, dropout));
   std::string base = "train --model " + dir + " --data " + dir + "/tokens.bin" + testing::train_flags(a) +
                      " --threads 2 --quiet --lora-init " + dir + "/lora_init";
-  LoraConfig lora = adapter_config_read(dir + "/lora_init", model_read_config(dir).arch);
+  LoraConfig lora = adapter_config_read(dir + "/lora_init", lora_family(model_read_config(dir)));
   if (dropout) {  // --lora-dropout overrides the initial adapter's lora_dropout (0)
     const nlohmann::json drop = nlohmann::json::parse(ref.metadata().at("dropout"));
     lora.dropout = drop["p"].get<double>();
@@ -203,6 +203,13 @@ TEST(LoraTrain, Qwen2FollowsThePeftReferenceStreamedAndResumed) { check_run("tes
 TEST(LoraTrain, Qwen3LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_qwen3", false); }
 TEST(LoraTrain, Qwen3FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_qwen3", false); }
 TEST(LoraTrain, LlamaFollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_llama", false); }
+// Over a Phi-3 base (tests/golden/tiny_phi3, Note [fused lora]): PEFT's default targets, among
+// them the fused qkv_proj (one lora_A over q, k and v) and gate_up_proj; with dropout, one mask
+// per fused module.
+TEST(LoraTrain, Phi3LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_phi3", false); }
+TEST(LoraTrain, Phi3DropoutGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_phi3", true); }
+TEST(LoraTrain, Phi3FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_phi3", false); }
+TEST(LoraTrain, Phi3DropoutFollowsTheReferenceStreamedAndResumed) { check_run("tests/golden/tiny_phi3", true); }
 // --lora-dropout: the reference's masks (Note [lora dropout]) drawn again in the recompute, at the
 // smallest budget and after the resume.
 TEST(LoraTrain, Gpt2DropoutFollowsTheReferenceStreamedAndResumed) { check_run("tests/golden/tiny_gpt2", true); }
@@ -289,7 +296,7 @@ void check_zo_run(const std::string& golden) {
   const GptConfig cfg = model_read_config(dir);
   const std::size_t min_budget =
       train_min_budget_bytes(cfg, a["batch"].get<int>(), a["seq"].get<int>(), 2, ActivationPolicy::Recompute, 1.0, Precision::Fp32,
-                             TrainOptimizer::ZoSgd, adapter_config_read(dir + "/lora_init", cfg.arch));
+                             TrainOptimizer::ZoSgd, adapter_config_read(dir + "/lora_init", lora_family(cfg)));
   EXPECT_EQ(testing::streamed_runs_mismatch(base, min_budget, tmp.path(), testing::params_hash_of(ram.errors), {0, 2}),
             "");
 }
@@ -298,9 +305,10 @@ TEST(LoraTrain, Gpt2ZoSgdOverAdaptersFollowsTheMeZoReference) { check_zo_run("te
 TEST(LoraTrain, LlamaZoSgdOverAdaptersFollowsTheMeZoReference) { check_zo_run("tests/golden/tiny_llama"); }
 
 // stratum merge: the merged model's loss on batch 0 is the adapted model's (the reference's first
-// loss, computed with the adapters unmerged), for both families; bad input gets one line.
+// loss, computed with the adapters unmerged), for both families and Phi-3's fused modules (each part
+// into its rows of the fused weight); bad input gets one line.
 TEST(LoraTrain, MergeFoldsTheAdapterIntoTheBase) {
-  for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama"}) {
+  for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama", "tests/golden/tiny_phi3"}) {
     const std::string dir = source_path(golden);
     testing::TempDir tmp;
     const auto r = testing::run_stratum("merge --model " + dir + " --adapter " + dir + "/lora_init --out " +
@@ -369,7 +377,7 @@ TEST(LoraTrain, MergeKeepsABf16BaseBf16) {
   const auto loss_of = [&](const std::string& model, const std::string& adapter) {
     const GptConfig cfg = model_read_config(model);
     const ParamLayout layout =
-        adapter.empty() ? ParamLayout::of(cfg) : ParamLayout::of(cfg, adapter_config_read(adapter, cfg.arch));
+        adapter.empty() ? ParamLayout::of(cfg) : ParamLayout::of(cfg, adapter_config_read(adapter, lora_family(cfg)));
     RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, B, T));
     model_load_weights(model, layout, store);
     if (!adapter.empty()) adapter_load_weights(adapter, layout, store);
@@ -389,7 +397,7 @@ TEST(LoraTrain, MergeKeepsABf16BaseBf16) {
 std::vector<float> decode_logits(const std::string& dir, const std::string& adapter, bool bf16, const std::string& offload,
                                  const std::vector<std::int32_t>& ids) {
   const GptConfig cfg = model_read_config(dir);
-  const ParamLayout layout = ParamLayout::of(cfg, adapter_config_read(adapter, cfg.arch));
+  const ParamLayout layout = ParamLayout::of(cfg, adapter_config_read(adapter, lora_family(cfg)));
   const int ctx = static_cast<int>(ids.size());
   const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, ctx), UnitSet::Inference, bf16);
   std::unique_ptr<SegmentStore> store;
@@ -416,7 +424,7 @@ TEST(LoraTrain, GenerateWithAdapterMatchesTheAdaptedForward) {
   for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama"}) {
     const std::string dir = source_path(golden), adapter = dir + "/lora_init";
     const GptConfig cfg = model_read_config(dir);
-    const ParamLayout layout = ParamLayout::of(cfg, adapter_config_read(adapter, cfg.arch));
+    const ParamLayout layout = ParamLayout::of(cfg, adapter_config_read(adapter, lora_family(cfg)));
     const int T = static_cast<int>(ids.size());
     RamSegmentStore store(layout, Executor::activation_unit_floats(cfg, 1, T));
     model_load_weights(dir, layout, store);
@@ -474,7 +482,7 @@ TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
     const nlohmann::json a = nlohmann::json::parse(std::ifstream(dir + "/lora_args.json"));
     const int B = a["batch"].get<int>(), T = a["seq"].get<int>();
     const GptConfig cfg = model_read_config(base);
-    LoraConfig lora = adapter_config_read(dir + "/lora_init", cfg.arch);
+    LoraConfig lora = adapter_config_read(dir + "/lora_init", lora_family(cfg));
     lora.dropout = 0.1;
     const ParamLayout layout = ParamLayout::of(cfg, lora);
     const testing::GoldenBatch batch = testing::golden_batch(dir, B, T);
@@ -564,7 +572,7 @@ TEST(LoraTrain, KilledMidCheckpointResumesToTheUninterruptedBits) {
   const double run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(ref.exit_code, 0) << ref.errors;
   const GptConfig cfg = model_read_config(dir);
-  LoraConfig lora = adapter_config_read(dir + "/lora_init", cfg.arch);
+  LoraConfig lora = adapter_config_read(dir + "/lora_init", lora_family(cfg));
   lora.dropout = 0.1;
   const std::size_t min_budget =
       train_min_budget_bytes(cfg, 2, 16, 2, ActivationPolicy::Recompute, 1.0, Precision::Fp32, TrainOptimizer::AdamW, lora);
@@ -663,20 +671,20 @@ TEST(LoraTrain, BadInputGetsOneLine) {
 // adapter_config.json's reader: one line naming the field for each malformed input.
 TEST(AdapterConfig, MalformedInputTable) {
   const std::string ok = R"("peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"])";
-  EXPECT_EQ(adapter_config_parse("{" + ok + "}", "a.json", ModelArch::Llama).r, 8);
+  EXPECT_EQ(adapter_config_parse("{" + ok + "}", "a.json", LoraFamily::Llama).r, 8);
   EXPECT_EQ(adapter_config_parse("{" + ok + R"(, "use_rslora": true, "lora_dropout": 0.05, "rank_pattern": {},
-             "modules_to_save": null, "fan_in_fan_out": false, "bias": "none"})", "a.json", ModelArch::Llama)
+             "modules_to_save": null, "fan_in_fan_out": false, "bias": "none"})", "a.json", LoraFamily::Llama)
                 .scale(),
             16.0f / std::sqrt(8.0f));
   // As PEFT: names the model lacks are allowed beside one that matches (a list shared across
   // families), and adapt nothing; only when none matches is the adapter refused.
   const LoraConfig shared = adapter_config_parse(
       R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "c_attn", "v_proj"]})", "a.json",
-      ModelArch::Llama);
+      LoraFamily::Llama);
   EXPECT_EQ(lora_targets_text(shared), "q_proj,v_proj");
   EXPECT_EQ(lora_targets_text(adapter_config_parse(
                 R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "c_attn"]})",
-                "a.json", ModelArch::Gpt2)),
+                "a.json", LoraFamily::Gpt2)),
             "c_attn");
   const std::pair<std::string, std::string> cases[] = {
       {"", "not valid JSON"},
@@ -702,7 +710,7 @@ TEST(AdapterConfig, MalformedInputTable) {
   };
   for (const auto& [text, expected] : cases) {
     try {
-      adapter_config_parse(text, "a.json", ModelArch::Llama);
+      adapter_config_parse(text, "a.json", LoraFamily::Llama);
       ADD_FAILURE() << "accepted: " << text;
     } catch (const Error& e) {
       const std::string what = e.what();
@@ -719,6 +727,6 @@ TEST(AdapterConfig, MalformedInputTable) {
 // wrote the duplicate into adapter_config.json).
 TEST(LoraTrain, ATargetNamedTwiceIsOneTarget) {
   const stratum::LoraConfig lora =
-      stratum::lora_config_make(stratum::ModelArch::Llama, 4, 8, "q_proj,v_proj,q_proj", false, 0.0);
+      stratum::lora_config_make(stratum::LoraFamily::Llama, 4, 8, "q_proj,v_proj,q_proj", false, 0.0);
   EXPECT_EQ(stratum::lora_targets_text(lora), "q_proj,v_proj");
 }

@@ -503,7 +503,7 @@ TEST(Plan, TheRowChunkSizesTheEngineAndTheMlpSubChunks) {
   wide.n_head = 8;
   wide.n_embd = 576;
   PlanRequest frozen{wide, 4, 512, ActivationPolicy::Recompute, 1.0, 0, -1};
-  frozen.lora = lora_config_make(ModelArch::Gpt2, 4, 8, "c_attn", false, 0);
+  frozen.lora = lora_config_make(LoraFamily::Gpt2, 4, 8, "c_attn", false, 0);
   ASSERT_TRUE(plan_mlp_may_sub_chunk(frozen));
   for (const int chunk : {128, 512}) {
     SCOPED_TRACE(chunk);

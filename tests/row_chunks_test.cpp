@@ -60,7 +60,7 @@ GptConfig chunk_config(bool llama, bool qwen3 = false) {
 }
 
 LoraConfig every_linear(bool llama, double dropout) {
-  return lora_config_make(llama ? ModelArch::Llama : ModelArch::Gpt2, 4, 8,
+  return lora_config_make(llama ? LoraFamily::Llama : LoraFamily::Gpt2, 4, 8,
                           llama ? "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj" : "c_attn,c_proj,c_fc",
                           false, dropout);
 }
@@ -329,7 +329,7 @@ TEST(RowChunks, TheBlockHalvesGiveTheWholeBlocksBits) {
             for (int k = 0; k < kLoraMaxTargets; ++k) {
               const int slot = layout.lora_slot(k);
               if (slot < 0 || (i != slot && i != slot + 1)) continue;
-              const bool mlp = lora_modules(cfg.arch)[static_cast<std::size_t>(k)].rfind("mlp.", 0) == 0;
+              const bool mlp = lora_modules(lora_family(cfg))[static_cast<std::size_t>(k)].rfind("mlp.", 0) == 0;
               if (mlp == (part == BlockPart::Mlp)) return true;
             }
           }
@@ -389,7 +389,7 @@ TEST(RowChunks, FrozenMlpSubChunksKeepTheBitsInLessMemory) {
     if (llama) cfg.n_inner = 2304;
     ASSERT_TRUE(mlp_sub_chunks_exact(cfg));
     ASSERT_FALSE(mlp_sub_chunks_exact(chunk_config(llama)));
-    const LoraConfig lora = lora_config_make(llama ? ModelArch::Llama : ModelArch::Gpt2, 4, 8,
+    const LoraConfig lora = lora_config_make(llama ? LoraFamily::Llama : LoraFamily::Gpt2, 4, 8,
                                              llama ? "q_proj,v_proj,o_proj" : "c_attn,attn.c_proj", false, 0.1);
     const ParamLayout layout = ParamLayout::of(cfg, lora);
     ASSERT_TRUE(layout.mlp_frozen());
@@ -468,7 +468,7 @@ TEST(RowChunks, TheAttentionRecomputeFirstGivesTheWholeBackwardsBits) {
       SCOPED_TRACE(mlp_adapters ? "every linear" : "attention only");
       const GptConfig cfg = chunk_config(llama, family == 2);
       const LoraConfig lora = mlp_adapters ? every_linear(llama, 0.1)
-                                           : lora_config_make(llama ? ModelArch::Llama : ModelArch::Gpt2, 4, 8,
+                                           : lora_config_make(llama ? LoraFamily::Llama : LoraFamily::Gpt2, 4, 8,
                                                               llama ? "q_proj,v_proj" : "c_attn", false, 0.1);
       int split = 0, whole = 0;
       const std::uint64_t keep = two_steps_hash(cfg, lora, B, T, ActivationPolicy::Keep, -1, &whole);

@@ -178,6 +178,8 @@ TEST(Trainer, Qwen2LossCurveMatchesPyTorchInRamAndUnderABudget) {
 // its norms' gradients (through the backward's recompute of the raw q and k) and AdamW updates
 // follow PyTorch, in RAM and streamed, with one bits.
 TEST(Trainer, Qwen3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_qwen3"); }
+// The tiny Phi-3 (Note [phi3 fused]; tests/golden/tiny_phi3): its fused tensors saved as PyTorch's.
+TEST(Trainer, Phi3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi3"); }
 
 // --row-chunk (Note [row chunks]): the tiny GPT-2's 128 rows a step in chunks of 48 and the tiny
 // Llama's 32 in chunks of 12 (the last chunk shorter; boundaries inside sequences) follow

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that Hugging Face transformers and PEFT load what Stratum saves and compute what Stratum
 # computes: trains a tiny GPT-2, a tiny Llama, a tiny Mistral, a tiny Qwen2, a tiny Qwen3 and a tiny Phi-3 (its q, k, v
-# and gate, up fused; full training only) (full training and LoRA, a few steps
+# and gate, up fused; LoRA on the fused qkv_proj and gate_up_proj) (full training and LoRA, a few steps
 # each, on the CPU), merges one adapter, decodes greedily with `stratum generate` (with --adapter unmerged for
 # the adapters) and records each run's final validation loss (--log) on one fixed batch, then
 # tools/hf_load_check.py loads every directory with AutoModelForCausalLM.from_pretrained /
@@ -53,6 +53,8 @@ PY
 "$stratum" train "${on_llama[@]}" --model "$(ckpt "$work/qwen3")" --lora-r 4 --lora-alpha 8 \
   --lora-targets q_proj,k_proj,v_proj,o_proj --save "$work/qwen3_lora" --log "$work/qwen3_lora.jsonl"
 "$stratum" train "${on_llama[@]}" "${phi3[@]}" --save "$work/phi3" --log "$work/phi3.jsonl"
+"$stratum" train "${on_llama[@]}" --model "$(ckpt "$work/phi3")" --lora-r 4 --lora-alpha 8 \
+  --save "$work/phi3_lora" --log "$work/phi3_lora.jsonl"
 "$stratum" merge --model "$(ckpt "$work/llama")" --adapter "$(ckpt "$work/llama_lora")" --out "$work/llama_merged" \
   --threads 4
 prompts="11,22,33,44,55"
@@ -75,6 +77,7 @@ line() {  # NAME MODEL ADAPTER|- VAL_FILE LOSS_LOG
   line qwen3 "$(ckpt "$work/qwen3")" - "$val32k" "$work/qwen3.jsonl"
   line qwen3_lora "$(ckpt "$work/qwen3")" "$(ckpt "$work/qwen3_lora")" "$val32k" "$work/qwen3_lora.jsonl"
   line phi3 "$(ckpt "$work/phi3")" - "$val32k" "$work/phi3.jsonl"
+  line phi3_lora "$(ckpt "$work/phi3")" "$(ckpt "$work/phi3_lora")" "$val32k" "$work/phi3_lora.jsonl"
 } > "$work/expected.txt"
 cat "$work/expected.txt"
 "$python" "$here/hf_load_check.py" "$work/expected.txt" "$prompts"

@@ -569,6 +569,124 @@ def make_qwen(root, kind):
             "moved": moved, "lora_losses": lora["losses"]}
 
 
+# A tiny Phi-3 (tests/golden/tiny_phi3/): model_type "phi3", Llama's math with q, k, v stored as
+# one self_attn.qkv_proj.weight and gate, up as one mlp.gate_up_proj.weight (transformers'
+# Phi3Attention slices q, k, v in that order; Phi3MLP chunks gate first); no rope scaling (Phi-3's
+# released configs have none or longrope). Its references come from the unfused Llama forward,
+# the gradients and final weights fused again. LoRA (PEFT semantics) on PEFT's Phi-3 default,
+# the fused qkv_proj and gate_up_proj among them: one lora_A over q, k and v, their lora_B rows
+# stacked, with and without dropout (one mask per fused module).
+PHI3 = dict(TINY, rope_scaling=None)
+PHI3_SEED = 7890
+PHI3_MODULES = ["self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"]
+PHI3_LORA = dict(LORA, targets=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], modules=PHI3_MODULES,
+                 seed=PHI3_SEED + 7)
+
+
+def phi3_parts(cfg):
+    """{unfused module: (fused module, first row, end row)}."""
+    Q = cfg.num_attention_heads * cfg.head_dim
+    KV = cfg.num_key_value_heads * cfg.head_dim
+    I = cfg.intermediate_size
+    return {"self_attn.q_proj": ("self_attn.qkv_proj", 0, Q), "self_attn.k_proj": ("self_attn.qkv_proj", Q, Q + KV),
+            "self_attn.v_proj": ("self_attn.qkv_proj", Q + KV, Q + 2 * KV),
+            "mlp.gate_proj": ("mlp.gate_up_proj", 0, I), "mlp.up_proj": ("mlp.gate_up_proj", I, 2 * I)}
+
+
+def phi3_fuse(tensors, cfg, prefix=""):
+    """Llama-named tensors (with `prefix`: "grad.", "final.") with q, k, v and gate, up fused."""
+    out = {}
+    parts = phi3_parts(cfg)
+    for name, t in tensors.items():
+        if not any(name.endswith("." + m + ".weight") for m in parts):
+            out[name] = t
+    for i in range(cfg.num_hidden_layers):
+        h = f"{prefix}model.layers.{i}."
+        for fused in ("self_attn.qkv_proj", "mlp.gate_up_proj"):
+            pieces = [m for m, (f, _, _) in parts.items() if f == fused]
+            out[h + fused + ".weight"] = torch.cat([tensors[h + m + ".weight"] for m in pieces], dim=0)
+    return out
+
+
+def phi3_split(tensors, cfg):
+    """The inverse of phi3_fuse (views of the fused tensors' rows)."""
+    out = {n: t for n, t in tensors.items() if not n.endswith(("qkv_proj.weight", "gate_up_proj.weight"))}
+    for i in range(cfg.num_hidden_layers):
+        h = f"model.layers.{i}."
+        for m, (fused, lo, hi) in phi3_parts(cfg).items():
+            out[h + m + ".weight"] = tensors[h + fused + ".weight"][lo:hi]
+    return out
+
+
+def phi3_forward_loss(cfg):
+    """forward_loss(fused base, x, y, adapter) for torch_lora: the Llama forward over the split
+    weights, each part of a fused module adapted by its rows of the fused adapter's output."""
+    parts = phi3_parts(cfg)
+    widths = {"self_attn.qkv_proj": parts["self_attn.v_proj"][2], "mlp.gate_up_proj": parts["mlp.up_proj"][2]}
+
+    def fwd(p, x, y, ad):
+        def adapter(module, xx, yy):
+            for m, (fused, lo, hi) in parts.items():
+                if module.endswith("." + m):
+                    name = module[:-len(m)] + fused
+                    zero = torch.zeros(*xx.shape[:-1], widths[fused], dtype=yy.dtype)
+                    return yy + ad(name, xx, zero)[..., lo:hi]
+            return ad(module, xx, yy)
+        return tl.forward(phi3_split(p, cfg), cfg, x, y, adapter=adapter)[1]
+    return fwd
+
+
+def make_phi3(root):
+    out_dir = os.path.join(root, "tiny_phi3")
+    os.makedirs(out_dir, exist_ok=True)
+    cfg = tl.LlamaConfig(**PHI3)
+    params = tl.init_params(cfg, torch.Generator().manual_seed(PHI3_SEED), INIT_STDS)
+    self_check(cfg, params, PHI3)
+    hf = cfg.to_hf_dict("float32")
+    hf.update(model_type="phi3", architectures=["Phi3ForCausalLM"], sliding_window=None,
+              original_max_position_embeddings=hf["max_position_embeddings"])
+    for key in ("attention_bias", "mlp_bias"):
+        hf.pop(key, None)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        f.write(json.dumps(hf, indent=2, sort_keys=True) + "\n")
+    fused = phi3_fuse(params, cfg)
+    tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), fused, metadata={"format": "pt"})
+    B, T, S = TRAIN["batch"], TRAIN["seq"], TRAIN["steps"]
+    gen = torch.Generator().manual_seed(TOKENS_SEED + 3)
+    tokens = torch.randint(0, cfg.vocab_size, (B * T * S + 1,), generator=gen, dtype=torch.int64)
+    tokens.numpy().astype("<u2").tofile(os.path.join(out_dir, "tokens.bin"))
+    with open(os.path.join(out_dir, "train_args.json"), "w") as f:
+        json.dump(TRAIN, f, indent=2)
+        f.write("\n")
+    x, y = tg.get_batch(tokens, 0, REF_BATCH, REF_SEQ)
+    init = {n: t.detach().clone() for n, t in params.items()}
+    for t in params.values():
+        t.requires_grad_(True)
+    logits, loss = tl.forward(params, cfg, x, y)
+    loss.backward()
+    ids, step_logits, margin = greedy(init, cfg)
+    ref = {"input_ids": _i32(x), "targets": _i32(y), "logits": _f32(logits), "loss": _f32(loss.reshape(1)),
+           "generate_prompt": _i32(PROMPT), "generate_ids": _i32(ids), "generate_logits": _f32(step_logits)}
+    ref.update({"grad." + n: _f32(t) for n, t in phi3_fuse({n: t.grad for n, t in params.items()}, cfg).items()})
+    run = train_run(cfg, init, tokens, TRAIN)
+    finals = phi3_fuse({n[len("final."):]: t for n, t in run.items() if n.startswith("final.")}, cfg)
+    ref.update({n: t for n, t in run.items() if not n.startswith("final.")})
+    ref.update({"final." + n: t for n, t in finals.items()})
+    tg.save_safetensors(os.path.join(out_dir, "reference.safetensors"), ref,
+                        metadata={"generator": "tools/make_llama_golden.py --only phi3",
+                                  "torch_version": torch.__version__, "seed": str(PHI3_SEED),
+                                  "init_stds": json.dumps(INIT_STDS), "train_args": json.dumps(TRAIN),
+                                  "note": "input_ids/targets = batch 0 of tokens.bin with B=2 T=24; the Llama "
+                                          "forward over the split weights"})
+    base = {n: t.detach().clone() for n, t in fused.items()}
+    fwd = phi3_forward_loss(cfg)
+    lora = torch_lora.write_reference(out_dir, base, fwd, LORA_TRAIN, PHI3_LORA, "tools/make_llama_golden.py --only phi3")
+    dropout = torch_lora.write_reference(out_dir, base, fwd, LORA_TRAIN, PHI3_LORA,
+                                         "tools/make_llama_golden.py --only phi3", dropout=LORA_DROPOUT)
+    return {"loss0": float(loss), "losses": run["train_losses"].tolist(), "ids": ids, "margin": margin,
+            "lora_losses": lora["losses"], "dropout_losses": dropout["losses"], "tensors": lora["tensors"]}
+
+
 def summarize(dirs):
     total = 0
     for d in dirs:
@@ -589,11 +707,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3"],
+    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "phi3"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
                          "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}; "
-                         "long_rope: only long_rope/; qwen2: only tiny_qwen2/; qwen3: only tiny_qwen3/")
+                         "long_rope: only long_rope/; qwen2: only tiny_qwen2/; qwen3: only tiny_qwen3/; "
+                         "phi3: only tiny_phi3/")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
@@ -613,6 +732,12 @@ def main():
               f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); the variant moves the logits by "
               f"{q['moved']:.3f}; LoRA losses {[round(v, 4) for v in q['lora_losses']]}")
         return
+    if args.only == "phi3":
+        q = make_phi3(root)
+        print(f"tiny_phi3: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
+              f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); LoRA ({q['tensors']} tensors) losses "
+              f"{[round(v, 4) for v in q['lora_losses']]}, with dropout {[round(v, 4) for v in q['dropout_losses']]}")
+        return
     if args.only == "long_rope":
         print(f"long_rope: logits at {LONG_POSITIONS}, spread {make_long_rope(root).std().item():.3f}")
         return
@@ -620,6 +745,7 @@ def main():
     make_long_rope(root)
     make_qwen(root, "qwen2")
     make_qwen(root, "qwen3")
+    make_phi3(root)
     lo = make_lora(root)
     print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
     print(f"tiny_llama zo-sgd: projected gradients {[round(g, 4) for g in make_zo(root)]}")

@@ -52,31 +52,35 @@ void describe_adapter_dir(const std::string& dir) {
   const bool has_base_config = file_exists(dir + "/config.json");
   std::optional<GptConfig> base;
   if (has_base_config) base = model_read_config(dir);
-  // A PEFT directory does not name its family: the targets tell (GPT-2's c_attn, Llama's q_proj).
-  // Without a base config, the family whose layers more of target_modules name (a list may name
-  // both families' layers: PEFT adapts those the model has); GPT-2 on a tie.
+  // A PEFT directory does not name its family: the targets tell (GPT-2's c_attn, Llama's q_proj,
+  // Phi-3's qkv_proj). Without a base config, the family whose layers more of target_modules name
+  // (a list may name several families' layers: PEFT adapts those the model has); the first of
+  // GPT-2, Llama and Phi-3 on a tie.
   LoraConfig lora;
-  ModelArch arch = base ? base->arch : ModelArch::Gpt2;
-  try {
-    lora = adapter_config_read(dir, arch);
-  } catch (const Error&) {
-    if (base) throw;
-    arch = ModelArch::Llama;
-    lora = adapter_config_read(dir, arch);
-  }
-  if (!base && arch == ModelArch::Gpt2) {
-    try {
-      const LoraConfig llama = adapter_config_read(dir, ModelArch::Llama);
-      if (llama.targets.size() > lora.targets.size()) lora = llama, arch = ModelArch::Llama;
-    } catch (const Error&) {  // not a Llama adapter
+  LoraFamily family = base ? lora_family(*base) : LoraFamily::Gpt2;
+  if (base) {
+    lora = adapter_config_read(dir, family);
+  } else {
+    std::string first_error;
+    bool found = false;
+    for (const LoraFamily f : {LoraFamily::Gpt2, LoraFamily::Llama, LoraFamily::Phi3}) {
+      try {
+        const LoraConfig read = adapter_config_read(dir, f);
+        if (!found || read.targets.size() > lora.targets.size()) lora = read, family = f;
+        found = true;
+      } catch (const Error& e) {  // not this family's adapter
+        if (first_error.empty()) first_error = e.what();
+      }
     }
+    if (!found) throw Error(first_error);
   }
   const std::string base_name = adapter_base_model(dir);
   std::printf("LoRA adapter %s: r=%d, alpha %g%s, dropout %g, on %s (%s)%s%s\n", dir.c_str(), lora.r, lora.alpha,
               lora.rslora ? " (rsLoRA)" : "", lora.dropout, lora_targets_text(lora).c_str(),
-              arch != ModelArch::Llama ? "GPT-2"
-              : base                   ? base->family_title()
-                                       : "Llama family", base_name.empty() ? "" : "; base_model_name_or_path ",
+              family == LoraFamily::Gpt2 ? "GPT-2"
+              : base                     ? base->family_title()
+              : family == LoraFamily::Phi3 ? "Phi-3"
+                                           : "Llama family", base_name.empty() ? "" : "; base_model_name_or_path ",
               base_name.c_str());
   std::printf("  %s\n", checkpoint_dir_check(dir, "info")
                             ? "files: every one matches manifest.json (a Stratum checkpoint)"

@@ -50,7 +50,7 @@ int cmd_merge(const std::vector<std::string>& argv) {
                   "it; choose a directory outside it");
   }
   const GptConfig cfg = model_read_config(base_dir);
-  const LoraConfig lora = adapter_config_read(adapter_dir, cfg.arch);
+  const LoraConfig lora = adapter_config_read(adapter_dir, lora_family(cfg));
   const ParamLayout layout = ParamLayout::of(cfg, lora);
   RamSegmentStore store(layout);
   model_load_weights(base_dir, layout, store);

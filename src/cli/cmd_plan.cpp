@@ -91,7 +91,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
                                          args.has("lora-dropout") || args.has("lora-base-bf16")),
                 "[plan] --lora-alpha, --lora-targets, --lora-rslora, --lora-dropout and --lora-base-bf16 shape LoRA "
                 "adapters: add --lora-r R to plan adapters (or drop them to plan training every weight)");
-  r.lora = lora_config_make(r.config.arch, lora_r,
+  r.lora = lora_config_make(lora_family(r.config), lora_r,
                             args.number("lora-alpha", 16.0), args.str("lora-targets"), args.flag("lora-rslora"),
                             args.number("lora-dropout", 0.0));
   // As train: LoRA over a checkpoint stored in bf16 keeps its frozen layers bf16 (a --model

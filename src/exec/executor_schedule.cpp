@@ -104,7 +104,7 @@ BlockPart Executor::tensor_part(int segment, int tensor) const {
   for (int k = 0; k < kLoraMaxTargets; ++k) {  // lora_A at lora_slot(k), lora_B after it
     const int slot = layout_.lora_slot(k);
     if (slot >= 0 && (tensor == slot || tensor == slot + 1))
-      return lora_module_in_mlp(cfg_.arch, k) ? BlockPart::Mlp : BlockPart::Attention;
+      return lora_module_in_mlp(lora_family(cfg_), k) ? BlockPart::Mlp : BlockPart::Attention;
   }
   STRATUM_ASSERT(false);
   return BlockPart::Whole;

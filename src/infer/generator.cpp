@@ -197,7 +197,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   backend_set_threads(threads);
   const std::unique_ptr<Ops> ops = ops_make(pool);  // sampling (host) and buffer sizes
   const ParamLayout layout =
-      o.adapter_dir.empty() ? ParamLayout::of(cfg) : ParamLayout::of(cfg, adapter_config_read(o.adapter_dir, cfg.arch));
+      o.adapter_dir.empty() ? ParamLayout::of(cfg) : ParamLayout::of(cfg, adapter_config_read(o.adapter_dir, lora_family(cfg)));
   // Note [bf16 weights]: a bf16 model stays bf16 (half the RAM, budget and reads, the same bits);
   // with --precision bf16 any model is rounded to bf16 on load.
   const bool bf16 = o.precision == Precision::Bf16 || (o.keep_bf16 && model_weights_bf16(o.model_dir));

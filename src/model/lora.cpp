@@ -13,16 +13,23 @@ float LoraConfig::scale() const {
   return static_cast<float>(rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r);
 }
 
-const std::vector<std::string>& lora_modules(ModelArch arch) {
+LoraFamily lora_family(const GptConfig& cfg) {
+  return cfg.fused_projections() ? LoraFamily::Phi3 : cfg.llama() ? LoraFamily::Llama : LoraFamily::Gpt2;
+}
+
+const std::vector<std::string>& lora_modules(LoraFamily family) {
   static const std::vector<std::string> gpt2 = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
   static const std::vector<std::string> llama = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                                                  "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
                                                  "mlp.down_proj"};
-  return arch == ModelArch::Llama ? llama : gpt2;
+  static const std::vector<std::string> phi3 = {"self_attn.qkv_proj", "self_attn.qkv_proj", "self_attn.qkv_proj",
+                                                "self_attn.o_proj",   "mlp.gate_up_proj",   "mlp.gate_up_proj",
+                                                "mlp.down_proj"};
+  return family == LoraFamily::Phi3 ? phi3 : family == LoraFamily::Llama ? llama : gpt2;
 }
 
-bool lora_module_in_mlp(ModelArch arch, int k) {
-  return lora_modules(arch)[static_cast<std::size_t>(k)].rfind("mlp.", 0) == 0;
+bool lora_module_in_mlp(LoraFamily family, int k) {
+  return lora_modules(family)[static_cast<std::size_t>(k)].rfind("mlp.", 0) == 0;
 }
 
 std::array<int, 2> lora_module_dims(const GptConfig& cfg, int k) {
@@ -44,34 +51,37 @@ bool lora_key_matches(const std::string& module, const std::string& key) {
 }
 }  // namespace
 
-bool lora_target_known(ModelArch arch, const std::string& key) {
-  for (const std::string& m : lora_modules(arch))
+bool lora_target_known(LoraFamily family, const std::string& key) {
+  for (const std::string& m : lora_modules(family))
     if (lora_key_matches(m, key)) return true;
   return false;
 }
 
-std::array<bool, kLoraMaxTargets> lora_targets_resolve(ModelArch arch, const std::vector<std::string>& targets) {
-  const std::vector<std::string>& modules = lora_modules(arch);
+std::array<bool, kLoraMaxTargets> lora_targets_resolve(LoraFamily family, const std::vector<std::string>& targets) {
+  const std::vector<std::string>& modules = lora_modules(family);
+  const char* family_name = family == LoraFamily::Phi3 ? "phi3" : family == LoraFamily::Llama ? "llama" : "gpt2";
   std::string valid;
-  for (const std::string& m : modules) {
+  for (std::size_t k = 0; k < modules.size(); ++k) {
+    const std::string& m = modules[k];
+    if (k > 0 && m == modules[k - 1]) continue;  // a fused module's later part (Note [fused lora])
     valid += (valid.empty() ? "" : ", ") + m;
     const std::size_t dot = m.find('.');
     valid += " (" + m.substr(dot + 1) + ")";
   }
-  STRATUM_CHECK(!targets.empty(), "[lora] no target modules: name them with --lora-targets (for a ",
-                model_arch_name(arch), " model: ", valid, ")");
+  STRATUM_CHECK(!targets.empty(), "[lora] no target modules: name them with --lora-targets (for a ", family_name,
+                " model: ", valid, ")");
   std::array<bool, kLoraMaxTargets> on{};
   for (const std::string& key : targets) {
     bool matched = false;
     for (std::size_t k = 0; k < modules.size(); ++k)
       if (lora_key_matches(modules[k], key)) on[k] = matched = true;
-    STRATUM_CHECK(matched, "[lora] target module '", key, "' is not a linear layer of a ", model_arch_name(arch),
+    STRATUM_CHECK(matched, "[lora] target module '", key, "' is not a linear layer of a ", family_name,
                   " block; valid: ", valid);
   }
   return on;
 }
 
-LoraConfig lora_config_make(ModelArch arch, int r, double alpha, const std::string& targets_csv, bool rslora,
+LoraConfig lora_config_make(LoraFamily family, int r, double alpha, const std::string& targets_csv, bool rslora,
                             double dropout) {
   LoraConfig lora;
   lora.r = r;
@@ -89,9 +99,11 @@ LoraConfig lora_config_make(ModelArch arch, int r, double alpha, const std::stri
     at = comma + 1;
   }
   if (lora.targets.empty())  // PEFT's default target_modules for the family
-    lora.targets = arch == ModelArch::Llama ? std::vector<std::string>{"q_proj", "v_proj"}
-                                            : std::vector<std::string>{"c_attn"};
-  lora_config_validate(lora, arch);
+    lora.targets = family == LoraFamily::Phi3
+                       ? std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}
+                   : family == LoraFamily::Llama ? std::vector<std::string>{"q_proj", "v_proj"}
+                                                 : std::vector<std::string>{"c_attn"};
+  lora_config_validate(lora, family);
   return lora;
 }
 
@@ -101,13 +113,13 @@ std::string lora_targets_text(const LoraConfig& lora) {
   return out;
 }
 
-std::array<bool, kLoraMaxTargets> lora_config_validate(const LoraConfig& lora, ModelArch arch) {
+std::array<bool, kLoraMaxTargets> lora_config_validate(const LoraConfig& lora, LoraFamily family) {
   STRATUM_CHECK(lora.r > 0, "[lora] rank r must be positive, got ", lora.r, " (e.g. --lora-r 16)");
   STRATUM_CHECK(lora.alpha > 0 && std::isfinite(lora.alpha), "[lora] lora_alpha must be positive, got ", lora.alpha,
                 " (e.g. --lora-alpha 32)");
   STRATUM_CHECK(lora.dropout >= 0 && lora.dropout < 1, "[lora] lora_dropout must be in [0, 1), got ", lora.dropout,
                 " (e.g. --lora-dropout 0.05)");
-  return lora_targets_resolve(arch, lora.targets);
+  return lora_targets_resolve(family, lora.targets);
 }
 
 void lora_forward_u(const Ops& ops, const LoraBlock& lora, int k, const float* x, int ldx, int M, int in) {
@@ -152,9 +164,10 @@ void lora_backward(const Ops& ops, const LoraBlock& lora, int k, const float* dy
     ldx = in;
   }
   const float beta = accumulate ? 1.0f : 0.0f;
+  const float beta_a = accumulate || t.da_adds ? 1.0f : 0.0f;  // Note [fused lora]
   ops.sgemm(true, false, out, r, M, lora.scale, dy, ldy, t.u, r, beta, t.db, r);      // dB (+)= s dy^T u
   ops.sgemm(false, false, M, r, out, lora.scale, dy, ldy, t.b, r, 0.0f, lora.du, r);  // du = s dy B
-  ops.sgemm(true, false, r, in, M, 1.0f, lora.du, r, x, ldx, beta, t.da, in);         // dA (+)= du^T x
+  ops.sgemm(true, false, r, in, M, 1.0f, lora.du, r, x, ldx, beta_a, t.da, in);       // dA (+)= du^T x
   if (!drop) {
     ops.sgemm(false, false, M, in, r, 1.0f, lora.du, r, t.a, in, 1.0f, dx, lddx);     // dx += du A
     return;

@@ -46,30 +46,43 @@ struct LoraConfig {
   float scale() const;
 };
 
-// A block's adaptable linears, in block order, as module paths under the block: GPT-2
-// "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"; Llama "self_attn.q_proj" .. "mlp.down_proj".
-const std::vector<std::string>& lora_modules(ModelArch arch);
-// Whether module k of lora_modules(arch) is in a block's MLP half ("mlp.c_fc", "mlp.down_proj",
+// Note [fused lora]: which modules carry adapters is a family's: GPT-2's four Conv1D, Llama's
+// seven projections, and Phi-3's four PEFT modules (Note [phi3 fused] in model/model_config.h),
+// two of them fused: qkv_proj's one lora_A (r, C) and one lora_B (Q + 2 KV, r) adapt q, k and v
+// together, gate_up_proj's lora_B (2 I, r) gate and up. The block code sees projection k of
+// Llama's seven either way: a fused module's part k is an adapter whose B (and dB) are the part's
+// rows of the module's lora_B, sharing the module's A, its dropout mask and (recomputed, the same
+// bits) its x A^T; its parts' backward writes dB's rows each and adds their dA in part order (the
+// first writes it: LoraBlock::Target::da_adds), so dA = sum over parts of du_k^T x, what PEFT's
+// one product over the fused output computes up to its summation order.
+enum class LoraFamily { Gpt2, Llama, Phi3 };
+LoraFamily lora_family(const GptConfig& cfg);
+// A block's adaptable linears, in block order, as module paths under the block, one per projection
+// k: GPT-2 "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"; Llama "self_attn.q_proj" ..
+// "mlp.down_proj"; Phi-3 Llama's seven with q, k, v named "self_attn.qkv_proj" and gate, up
+// "mlp.gate_up_proj" (Note [fused lora]: a fused module is every k that carries its name).
+const std::vector<std::string>& lora_modules(LoraFamily family);
+// Whether module k of lora_modules(family) is in a block's MLP half ("mlp.c_fc", "mlp.down_proj",
 // ...), not its attention half (Note [block halves] in model/param_layout.h).
-bool lora_module_in_mlp(ModelArch arch, int k);
-// (in, out) of module k.
+bool lora_module_in_mlp(LoraFamily family, int k);
+// (in, out) of projection k (a fused module's part: its own rows).
 std::array<int, 2> lora_module_dims(const GptConfig& cfg, int k);
 // Which modules the targets name, PEFT's way (a key matches a module whose path is the key or ends
 // with "." + key); throws a one-line Error naming the key and the valid ones when a key matches
 // nothing, or when no key is given.
-std::array<bool, kLoraMaxTargets> lora_targets_resolve(ModelArch arch, const std::vector<std::string>& targets);
+std::array<bool, kLoraMaxTargets> lora_targets_resolve(LoraFamily family, const std::vector<std::string>& targets);
 // Whether one target key names a linear layer of the family's block (the same matching).
-bool lora_target_known(ModelArch arch, const std::string& key);
+bool lora_target_known(LoraFamily family, const std::string& key);
 // A run's LoRA settings from its options: targets_csv is a comma-separated target_modules list,
-// empty for PEFT's default of the family (GPT-2 c_attn, Llama q_proj and v_proj). r 0: off;
-// otherwise validated (lora_config_validate).
-LoraConfig lora_config_make(ModelArch arch, int r, double alpha, const std::string& targets_csv, bool rslora,
+// empty for PEFT's default of the family (GPT-2 c_attn, Llama q_proj and v_proj, Phi-3 qkv_proj,
+// o_proj, gate_up_proj and down_proj). r 0: off; otherwise validated (lora_config_validate).
+LoraConfig lora_config_make(LoraFamily family, int r, double alpha, const std::string& targets_csv, bool rslora,
                             double dropout);
 // target_modules as a comma-separated list (the option's and the trainer state's form).
 std::string lora_targets_text(const LoraConfig& lora);
 // Throws a one-line Error for r <= 0, alpha <= 0 or bad targets; returns the modules the targets
 // name (lora_targets_resolve).
-std::array<bool, kLoraMaxTargets> lora_config_validate(const LoraConfig& lora, ModelArch arch);
+std::array<bool, kLoraMaxTargets> lora_config_validate(const LoraConfig& lora, LoraFamily family);
 
 // One block's adapters as the block forward and backward see them (null a = module not adapted).
 struct LoraBlock {
@@ -80,6 +93,7 @@ struct LoraBlock {
     float* db = nullptr;       // (out, r)
     float* u = nullptr;        // (M, r) x A^T, kept from the forward
     std::uint64_t drop_key = 0;  // the module's dropout key this step (Note [lora dropout])
+    bool da_adds = false;  // a fused module's later part: its dA adds to the earlier parts' (Note [fused lora])
   };
   int r = 0;
   float scale = 1.0f;

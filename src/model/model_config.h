@@ -34,8 +34,8 @@ enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3 };
 // row0 and hf_shape, as a vocabulary block holds rows of the embedding), so loading, saving and
 // every kernel are Llama's. Its sliding_window caps the context as Mistral's does (Note [mistral
 // window]; Phi-3-mini's 2047). Refused: rope_scaling "longrope" (Phi-3-128k, Phi-3.5) and a
-// partial_rotary_factor below 1 (Phi-4-mini); LoRA adapters, whose PEFT targets are the fused
-// modules (one lora_A over q, k and v together), which Stratum's per-projection adapters are not.
+// partial_rotary_factor below 1 (Phi-4-mini). LoRA adapters go on PEFT's fused modules (one
+// lora_A over q, k and v together): Note [fused lora] in model/lora.h.
 
 // Note [mistral window]
 // Mistral (model_type "mistral") is Llama's architecture and weight names with a sliding window:

@@ -76,12 +76,10 @@ ParamLayout ParamLayout::of(const GptConfig& cfg) { return cfg.llama() ? llama(c
 
 ParamLayout ParamLayout::of(const GptConfig& cfg, const LoraConfig& lora) {
   ParamLayout layout = of(cfg);
+  layout.lora_family_ = lora_family(cfg);
   if (!lora.on()) return layout;
-  STRATUM_CHECK(!cfg.fused_projections(), "[lora] LoRA adapters on a ", cfg.family_title(), " model are not supported: "
-                "PEFT puts them on its fused qkv_proj and gate_up_proj (Note [phi3 fused]); train every weight "
-                "(under --mem-budget if it does not fit) or use --optimizer zo-sgd");
-  const std::array<bool, kLoraMaxTargets> on = lora_config_validate(lora, cfg.arch);
-  const std::vector<std::string>& modules = lora_modules(cfg.arch);
+  const std::array<bool, kLoraMaxTargets> on = lora_config_validate(lora, layout.lora_family_);
+  const std::vector<std::string>& modules = lora_modules(layout.lora_family_);
   layout.lora_ = lora;
   layout.lora_first_ = layout.segment_count();
   const std::int64_t r = lora.r;
@@ -91,9 +89,17 @@ ParamLayout ParamLayout::of(const GptConfig& cfg, const LoraConfig& lora) {
     int slot = 0;
     for (std::size_t k = 0; k < modules.size(); ++k) {
       if (!on[k]) continue;
+      if (k > 0 && modules[k] == modules[k - 1]) {  // a fused module's later part (Note [fused lora])
+        layout.lora_slot_[k] = layout.lora_slot_[k - 1];
+        layout.lora_b_row0_[k] = layout.lora_b_row0_[k - 1] + lora_module_dims(cfg, static_cast<int>(k) - 1)[1];
+        continue;
+      }
       const auto [in, out] = lora_module_dims(cfg, static_cast<int>(k));
+      std::int64_t rows = out;  // B's: the module's parts' outputs together
+      for (std::size_t j = k + 1; j < modules.size() && modules[j] == modules[k]; ++j)
+        rows += lora_module_dims(cfg, static_cast<int>(j))[1];
       seg.add(p + modules[k] + ".lora_A.weight", {r, in});
-      seg.add(p + modules[k] + ".lora_B.weight", {out, r});
+      seg.add(p + modules[k] + ".lora_B.weight", {rows, r});
       layout.lora_slot_[k] = slot;
       slot += 2;
     }
@@ -217,8 +223,8 @@ std::size_t ParamLayout::num_params() const {
 
 bool ParamLayout::mlp_frozen() const {
   if (!has_lora()) return false;
-  for (int k = 0; k < static_cast<int>(lora_modules(arch_).size()); ++k)
-    if (lora_slot_[k] >= 0 && lora_module_in_mlp(arch_, k)) return false;
+  for (int k = 0; k < static_cast<int>(lora_modules(lora_family_).size()); ++k)
+    if (lora_slot_[k] >= 0 && lora_module_in_mlp(lora_family_, k)) return false;
   return true;
 }
 

@@ -174,6 +174,9 @@ class ParamLayout {
   int lora_segment(int layer) const { return lora_first_ + layer; }
   // Slot of module k's lora_A in its lora segment (lora_B follows it); -1 when not adapted.
   int lora_slot(int k) const { return lora_slot_[k]; }
+  // Projection k's first row of its module's lora_B: 0, or a fused module's later part's (Note
+  // [fused lora] in model/lora.h: q, k, v at 0, Q and Q + KV of qkv_proj's).
+  int lora_b_row0(int k) const { return lora_b_row0_[k]; }
   // Whether a segment's parameters are trained (everything, or with LoRA the adapters only).
   bool trainable(int s) const { return !lora_.on() || segments_[s].role == SegmentRole::Lora; }
   // Whether the blocks' MLP halves have nothing to train: LoRA with no adapter on them (Note
@@ -199,6 +202,8 @@ class ParamLayout {
   LoraConfig lora_;
   int lora_first_ = -1;
   std::array<int, kLoraMaxTargets> lora_slot_{-1, -1, -1, -1, -1, -1, -1};
+  std::array<int, kLoraMaxTargets> lora_b_row0_{};
+  LoraFamily lora_family_ = LoraFamily::Gpt2;
 };
 
 }  // namespace stratum

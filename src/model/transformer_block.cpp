@@ -98,11 +98,14 @@ LoraBlock lora_block_of(const ParamLayout& layout, const LoraChunks& c) {
   for (int k = 0; k < kLoraMaxTargets; ++k) {
     const int slot = layout.lora_slot(k);
     if (slot < 0 || c.params[seg.tensors[slot].chunk] == nullptr) continue;
+    // A fused module's part: its rows of lora_B, dA added to the earlier parts' (Note [fused lora]).
+    const std::size_t b_at = static_cast<std::size_t>(layout.lora_b_row0(k)) * static_cast<std::size_t>(l.r);
+    l.t[k].da_adds = layout.lora_b_row0(k) > 0;
     l.t[k].a = at(c.params, slot);
-    l.t[k].b = at(c.params, slot + 1);
+    l.t[k].b = at(c.params, slot + 1) + b_at;
     if (c.grads != nullptr) {
       l.t[k].da = at(c.grads, slot);
-      l.t[k].db = at(c.grads, slot + 1);
+      l.t[k].db = at(c.grads, slot + 1) + b_at;
     }
     if (c.dropout) {  // key of the module's HF name (Note [lora dropout])
       const std::string a_name = layout.hf_name(seg.tensors[slot]);

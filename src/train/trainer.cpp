@@ -114,12 +114,12 @@ void TrainRun::lora_resolve() {
   if (!o_.lora_init_dir.empty()) {
     STRATUM_CHECK(resume_.dir.empty(), "[train] --lora-init starts new adapters, and --resume continues the "
                   "checkpoint's; drop --lora-init");
-    const LoraConfig init = adapter_config_read(o_.lora_init_dir, cfg_.arch);
+    const LoraConfig init = adapter_config_read(o_.lora_init_dir, lora_family(cfg_));
     STRATUM_CHECK(o_.lora_r == 0 || o_.lora_r == init.r, "[train] --lora-r ", o_.lora_r, " differs from r=", init.r,
                   " of ", o_.lora_init_dir, "/", kAdapterConfigFile,
                   "; drop --lora-r (--lora-init takes r, alpha and the targets from the adapter)");
     STRATUM_CHECK(o_.lora_targets.empty() ||  // as resolved: a name given twice is one target
-                      lora_targets_text(lora_config_make(cfg_.arch, init.r, init.alpha, o_.lora_targets, false, 0.0)) ==
+                      lora_targets_text(lora_config_make(lora_family(cfg_), init.r, init.alpha, o_.lora_targets, false, 0.0)) ==
                           lora_targets_text(init),
                   "[train] --lora-targets ",
                   o_.lora_targets, " differs from target_modules ", lora_targets_text(init), " of ", o_.lora_init_dir,
@@ -136,7 +136,7 @@ void TrainRun::lora_resolve() {
     o_.lora_rslora = init.rslora;
     if (!o_.lora_dropout_given) o_.lora_dropout = init.dropout;  // a training setting: the flag wins
   }
-  lora_ = lora_config_make(cfg_.arch, o_.lora_r, o_.lora_alpha, o_.lora_targets, o_.lora_rslora, o_.lora_dropout);
+  lora_ = lora_config_make(lora_family(cfg_), o_.lora_r, o_.lora_alpha, o_.lora_targets, o_.lora_rslora, o_.lora_dropout);
   if (!lora_.on()) return;
   o_.lora_targets = lora_targets_text(lora_);  // recorded as resolved (PEFT's default spelled out)
   if (lora_.dropout > 0 && o_.optimizer == TrainOptimizer::ZoSgd && !o_.evaluate_only)

@@ -12,12 +12,12 @@
 
 namespace stratum {
 
-LoraConfig adapter_config_read(const std::string& dir, ModelArch arch) {
+LoraConfig adapter_config_read(const std::string& dir, LoraFamily family) {
   const std::string path = dir + "/" + kAdapterConfigFile;
   STRATUM_CHECK(dir_exists(dir), "[lora] adapter directory '", dir, "' does not exist");
   STRATUM_CHECK(file_exists(path), "[lora] '", dir, "' has no ", kAdapterConfigFile,
                 ": expected a PEFT LoRA adapter directory");
-  return adapter_config_parse(file_read_all(path), path, arch);
+  return adapter_config_parse(file_read_all(path), path, family);
 }
 
 std::string adapter_base_model(const std::string& dir) {
@@ -31,7 +31,7 @@ std::string adapter_base_model(const std::string& dir) {
   return {};
 }
 
-LoraConfig adapter_config_parse(const std::string& text, const std::string& path, ModelArch arch) {
+LoraConfig adapter_config_parse(const std::string& text, const std::string& path, LoraFamily family) {
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(text);
@@ -69,9 +69,9 @@ LoraConfig adapter_config_parse(const std::string& text, const std::string& path
   // nothing, so they are dropped. When none matches, the strict check below names the first.
   std::vector<std::string> known;
   for (const std::string& t : lora.targets)
-    if (lora_target_known(arch, t)) known.push_back(t);
+    if (lora_target_known(family, t)) known.push_back(t);
   if (!known.empty()) lora.targets = std::move(known);
-  lora_config_validate(lora, arch);
+  lora_config_validate(lora, family);
   return lora;
 }
 

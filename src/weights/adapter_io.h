@@ -23,10 +23,10 @@ inline constexpr const char* kAdapterPrefix = "base_model.model.";
 
 // Reads DIR/adapter_config.json: one line naming the file and field for a missing or bad field,
 // another PEFT type, a bias other than "none", modules_to_save, DoRA, per-layer rank or alpha
-// patterns, or target modules that are not linear layers of `arch`.
-LoraConfig adapter_config_read(const std::string& dir, ModelArch arch);
+// patterns, or target modules that are not linear layers of the family's block.
+LoraConfig adapter_config_read(const std::string& dir, LoraFamily family);
 // The same for the file's text; `where` names it in errors (the fuzz target's entry).
-LoraConfig adapter_config_parse(const std::string& text, const std::string& where, ModelArch arch);
+LoraConfig adapter_config_parse(const std::string& text, const std::string& where, LoraFamily family);
 
 // DIR/adapter_config.json's base_model_name_or_path ("" when absent, not a string, or the file
 // unreadable): the base a Stratum LoRA run was trained over (an absolute path), or a Hub name.
