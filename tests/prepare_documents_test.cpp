@@ -6,6 +6,7 @@
 // written as no loss targets in a masked shard. Does not time anything.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,7 +31,7 @@ using testing::source_path;
 
 std::vector<std::pair<std::size_t, std::string>> records(const std::string& text, const std::string& field = "text") {
   std::vector<std::pair<std::size_t, std::string>> out;
-  jsonl_documents(text, field, "", "'x.jsonl'",
+  jsonl_documents(text, field, PromptTemplate(), "'x.jsonl'",
                   [&](std::size_t line, const std::string&, const std::string& doc) { out.emplace_back(line, doc); });
   return out;
 }
@@ -185,7 +186,7 @@ TEST(PrepareDocuments, PromptsAreWrittenAsNoLossTargets) {
       out << nlohmann::json{{"prompt", prompt}, {"completion", completion}}.dump() << "\n";
   }
   std::vector<std::tuple<std::size_t, std::string, std::string>> got;
-  jsonl_documents(file_read_all(tmp.file("sft.jsonl")), "completion", "prompt", "'sft.jsonl'",
+  jsonl_documents(file_read_all(tmp.file("sft.jsonl")), "completion", PromptTemplate::field("prompt"), "'sft.jsonl'",
                   [&](std::size_t line, const std::string& prompt, const std::string& text) {
                     got.emplace_back(line, prompt, text);
                   });
@@ -256,6 +257,75 @@ TEST(PrepareDocuments, PromptsAreWrittenAsNoLossTargets) {
     const auto r = run_stratum("prepare " + flags + " --tokenizer " + shared_data("") + " --out " + tmp.file("no.bin"));
     EXPECT_EQ(r.exit_code, 1) << flags;
     EXPECT_NE(r.errors.find(fragment), std::string::npos) << flags << ": " << r.errors;
+    EXPECT_FALSE(std::filesystem::exists(tmp.file("no.bin"))) << flags;
+  }
+}
+
+// Note [prompt template]: {name} fields, {{ }} braces and \n \t \\ escapes, each refusal naming
+// its character; through the CLI, Alpaca's instruction and input joined into the prompt.
+TEST(PrepareDocuments, PromptTemplatesJoinFieldsIntoThePrompt) {
+  const PromptTemplate t = PromptTemplate::parse("### Q:\\n{instruction}\\t{{x}}\\\\{input}");
+  ASSERT_EQ(t.pieces().size(), 4u);
+  EXPECT_FALSE(t.pieces()[0].field);
+  EXPECT_EQ(t.pieces()[0].text, "### Q:\n");
+  EXPECT_TRUE(t.pieces()[1].field);
+  EXPECT_EQ(t.pieces()[1].text, "instruction");
+  EXPECT_EQ(t.pieces()[2].text, "\t{x}\\");
+  EXPECT_EQ(t.pieces()[3].text, "input");
+  EXPECT_EQ(PromptTemplate::parse("no fields").pieces().size(), 1u);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"", "is empty"}, {"a {b", "a '{' without its '}' at character 3"}, {"a } b", "a '}' without its '{' at character 3"},
+      {"{}", "an empty or broken field name at character 1"}, {"{a{b}", "an empty or broken field name"},
+      {"x\\q", "an unknown escape at character 2"}, {"x\\", "an unknown escape"}};
+  for (const auto& [text, fragment] : bad) {
+    try {
+      PromptTemplate::parse(text);
+      ADD_FAILURE() << text << ": parsed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << text << ": " << e.what();
+    }
+  }
+
+  testing::TempDir tmp;
+  const std::vector<std::array<std::string, 3>> rows = {
+      {"Name a colour.", "", "Red."}, {"Translate to French.", "good night", "Bonne nuit."}};
+  {
+    std::ofstream out(tmp.file("alpaca.jsonl"), std::ios::binary);
+    for (const auto& [instruction, input, output] : rows)
+      out << nlohmann::json{{"instruction", instruction}, {"input", input}, {"output", output}}.dump() << "\n";
+    out << nlohmann::json{{"instruction", "x"}, {"output", "y"}}.dump() << "\n";
+  }
+  {
+    std::ofstream out(tmp.file("two.jsonl"), std::ios::binary);
+    for (const auto& [instruction, input, output] : rows)
+      out << nlohmann::json{{"instruction", instruction}, {"input", input}, {"output", output}}.dump() << "\n";
+  }
+  const std::string tmpl = "'### Instruction:\\n{instruction}\\n\\n### Input:\\n{input}\\n\\n### Response:\\n'";
+  const auto r = run_stratum("prepare --input " + tmp.file("two.jsonl") + " --prompt-template " + tmpl +
+                             " --jsonl-field output --tokenizer " + shared_data("") + " --out " + tmp.file("a.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const BpeTokenizer tok = BpeTokenizer::load(shared_data(""));
+  std::vector<std::int32_t> want;
+  for (const auto& [instruction, input, output] : rows) {
+    const std::string prompt = "### Instruction:\n" + instruction + "\n\n### Input:\n" + input + "\n\n### Response:\n";
+    document_encode(tok, output, 50256, want, &prompt);
+  }
+  EXPECT_EQ(token_file_read(tmp.file("a.bin")).tokens, want);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--input " + tmp.file("alpaca.jsonl") + " --prompt-template " + tmpl + " --jsonl-field output",
+       "line 3 has no field \"input\" (its fields: \"instruction\", \"output\"); name the prompt's fields in "
+       "--prompt-template"},
+      {"--input " + tmp.file("two.jsonl") + " --prompt-template '{instruction}' --jsonl-prompt input --jsonl-field output",
+       "give the prompt as one field (--jsonl-prompt) or as a template (--prompt-template), not both"},
+      {"--input " + tmp.file("two.jsonl") + " --prompt-template '{instruction}'",
+       "--prompt-template is for --jsonl-field NAME"},
+      {"--input " + tmp.file("two.jsonl") + " --prompt-template '{instruction' --jsonl-field output",
+       "--prompt-template: a '{' without its '}' at character 1"},
+  };
+  for (const auto& [flags, fragment] : refused) {
+    const auto bad_run = run_stratum("prepare " + flags + " --tokenizer " + shared_data("") + " --out " + tmp.file("no.bin"));
+    EXPECT_EQ(bad_run.exit_code, 1) << flags;
+    EXPECT_NE(bad_run.errors.find(fragment), std::string::npos) << flags << ": " << bad_run.errors;
     EXPECT_FALSE(std::filesystem::exists(tmp.file("no.bin"))) << flags;
   }
 }

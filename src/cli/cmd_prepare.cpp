@@ -29,6 +29,10 @@ int cmd_prepare(const std::vector<std::string>& argv) {
              {"jsonl-prompt", "NAME", "with --jsonl-field: each record's string field NAME (e.g. prompt) is "
                                       "its prompt, written before the text and not trained on (the loss is on "
                                       "the text, e.g. the completion, and the end token); writes a masked shard"},
+             {"prompt-template", "TEXT", "with --jsonl-field: each record's prompt is TEXT with every {name} "
+                                         "replaced by the record's field name (e.g. '### Instruction:\\n{instruction}"
+                                         "\\n\\n### Response:\\n'; {{ }} are braces, \\n \\t \\\\ escapes), "
+                                         "not trained on, as --jsonl-prompt's"},
              {"doc-end", "TOKEN", "with --jsonl-field: the token after each document (default the tokenizer's "
                                   "<|endoftext|>, <|end_of_text|> or </s>)"},
              {"threads", "N", "with --jsonl-field: threads encoding documents (default: all CPUs; the same ids "
@@ -61,15 +65,21 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   const std::string field = args.str("jsonl-field", "");
   STRATUM_CHECK(!args.has("jsonl-field") || !field.empty(), "[cli] --jsonl-field needs the text's field name, e.g. text");
   STRATUM_CHECK(!args.has("doc-end") || !field.empty(), "[cli] --doc-end is for --jsonl-field NAME (documents)");
+  // The prompt (Note [prompt mask]): one field, or a template of several (Note [prompt template]).
   const std::string prompt_field = args.str("jsonl-prompt", "");
   STRATUM_CHECK(!args.has("jsonl-prompt") || !prompt_field.empty(),
                 "[cli] --jsonl-prompt needs the prompt's field name, e.g. prompt");
-  STRATUM_CHECK(prompt_field.empty() || !field.empty(), "[cli] --jsonl-prompt is for --jsonl-field NAME (documents): "
+  STRATUM_CHECK(!(args.has("jsonl-prompt") && args.has("prompt-template")),
+                "[cli] give the prompt as one field (--jsonl-prompt) or as a template (--prompt-template), not both");
+  const PromptTemplate prompt = args.has("prompt-template") ? PromptTemplate::parse(args.str("prompt-template"))
+                                : prompt_field.empty()       ? PromptTemplate()
+                                                             : PromptTemplate::field(prompt_field);
+  STRATUM_CHECK(prompt.empty() || !field.empty(), "[cli] ", prompt.flag, " is for --jsonl-field NAME (documents): "
                 "give the field of the text trained on too, e.g. --jsonl-field completion");
   STRATUM_CHECK(prompt_field.empty() || prompt_field != field, "[cli] --jsonl-prompt and --jsonl-field both name \"",
                 field, "\"; the prompt and the trained text are two fields");
-  STRATUM_CHECK(prompt_field.empty() || given_format.empty(), "[cli] --format ", given_format,
-                " cannot hold the prompt mask of --jsonl-prompt; leave --format out (a masked shard is written)");
+  STRATUM_CHECK(prompt.empty() || given_format.empty(), "[cli] --format ", given_format,
+                " cannot hold the prompt mask of ", prompt.flag, "; leave --format out (a masked shard is written)");
   STRATUM_CHECK(!args.has("threads") || !field.empty(), "[cli] --threads is for --jsonl-field NAME (documents)");
   const int threads = static_cast<int>(args.integer("threads", default_thread_count(), 1, 1024));
   const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_dir);
@@ -82,7 +92,7 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   } else {  // Note [documents]
     const std::int32_t end = document_end_id(tokenizer, args.str("doc-end", ""));
     ThreadPool pool(threads);
-    documents = jsonl_encode(tokenizer, text, field, prompt_field, "'" + input + "'", end, pool, tokens);
+    documents = jsonl_encode(tokenizer, text, field, prompt, "'" + input + "'", end, pool, tokens);
     STRATUM_CHECK(documents > 0, "[prepare] '", input, "' holds no JSON Lines records; nothing to tokenize");
   }
   std::int32_t max_id = 0;
@@ -92,7 +102,7 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   STRATUM_CHECK(!(wide && given_format == "raw"), "[prepare] token ids reach ", max_id,
                 ", above the 65535 a raw uint16 file holds (the tokenizer's vocabulary has ", tokenizer.vocab_size(),
                 "): use --format llmc (uint32 ids), or leave --format out");
-  const std::string format = !prompt_field.empty()  ? "masked"
+  const std::string format = !prompt.empty()        ? "masked"
                              : !given_format.empty() ? given_format
                              : wide                  ? "llmc"
                                                      : "raw";

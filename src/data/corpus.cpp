@@ -2,6 +2,7 @@
 #include "data/corpus.h"
 
 #include <algorithm>
+#include <utility>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -80,11 +81,57 @@ const std::string& jsonl_string(const nlohmann::json& j, const std::string& fiel
 }
 }  // namespace
 
-void jsonl_documents(std::string_view text, const std::string& field, const std::string& prompt_field,
+PromptTemplate PromptTemplate::parse(std::string_view text) {
+  PromptTemplate t;
+  t.flag = "--prompt-template";
+  STRATUM_CHECK(!text.empty(), "[prepare] --prompt-template is empty; give the prompt's text with {field} names");
+  std::string literal;
+  auto bad = [&](std::size_t at, const std::string& what) {
+    STRATUM_FAIL("[prepare] --prompt-template: ", what, " at character ", at + 1,
+                 "; write {name} for a record's field, {{ and }} for braces, \\n \\t \\\\ for a newline, tab, backslash");
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\\') {
+      const char e = i + 1 < text.size() ? text[i + 1] : '\0';
+      if (e != 'n' && e != 't' && e != '\\') bad(i, "an unknown escape");
+      literal += e == 'n' ? '\n' : e == 't' ? '\t' : '\\';
+      ++i;
+    } else if ((c == '{' || c == '}') && i + 1 < text.size() && text[i + 1] == c) {
+      literal += c;
+      ++i;
+    } else if (c == '{') {
+      const std::size_t close = text.find('}', i + 1);
+      if (close == std::string_view::npos) bad(i, "a '{' without its '}'");
+      const std::string_view name = text.substr(i + 1, close - i - 1);
+      if (name.empty() || name.find('{') != std::string_view::npos) bad(i, "an empty or broken field name");
+      if (!literal.empty()) t.pieces_.push_back({false, std::exchange(literal, {})});
+      t.pieces_.push_back({true, std::string(name)});
+      i = close;
+    } else if (c == '}') {
+      bad(i, "a '}' without its '{'");
+    } else {
+      literal += c;
+    }
+  }
+  if (!literal.empty()) t.pieces_.push_back({false, literal});
+  return t;
+}
+
+PromptTemplate PromptTemplate::field(const std::string& name) {
+  PromptTemplate t;
+  t.flag = "--jsonl-prompt";
+  t.pieces_.push_back({true, name});
+  return t;
+}
+
+void jsonl_documents(std::string_view text, const std::string& field, const PromptTemplate& prompt,
                      const std::string& where,
                      const std::function<void(std::size_t line, const std::string& prompt,
                                               const std::string& document)>& each) {
-  static const std::string kNoPrompt;
+  std::string made;  // the record's prompt (Note [prompt template])
+  const std::string hint = "name the prompt's field" + std::string(prompt.flag == "--jsonl-prompt" ? " with --jsonl-prompt"
+                                                                                                : "s in --prompt-template");
   std::size_t line = 0;
   for (std::size_t at = 0; at < text.size();) {
     const std::size_t end = std::min(text.find('\n', at), text.size());
@@ -101,9 +148,10 @@ void jsonl_documents(std::string_view text, const std::string& field, const std:
     }
     STRATUM_CHECK(j.is_object(), "[prepare] ", where, " line ", line, " is a JSON ", j.type_name(),
                   ", not an object with a string field \"", field, "\"");
-    const std::string& prompt =
-        prompt_field.empty() ? kNoPrompt : jsonl_string(j, prompt_field, "name the prompt's field with --jsonl-prompt", where, line);
-    each(line, prompt, jsonl_string(j, field, "name the text's field with --jsonl-field", where, line));
+    made.clear();
+    for (const PromptTemplate::Piece& piece : prompt.pieces())
+      made += piece.field ? jsonl_string(j, piece.text, hint.c_str(), where, line) : piece.text;
+    each(line, made, jsonl_string(j, field, "name the text's field with --jsonl-field", where, line));
   }
 }
 
@@ -142,9 +190,9 @@ void document_encode(const BpeTokenizer& tokenizer, const std::string& document,
 }
 
 std::size_t jsonl_encode(const BpeTokenizer& tokenizer, std::string_view text, const std::string& field,
-                         const std::string& prompt_field, const std::string& where, std::int32_t end, ThreadPool& pool,
+                         const PromptTemplate& prompt, const std::string& where, std::int32_t end, ThreadPool& pool,
                          std::vector<std::int32_t>& out) {
-  const bool masked = !prompt_field.empty();
+  const bool masked = !prompt.empty();
   const std::size_t per = masked ? 2 : 1;  // texts per document: [prompt,] text
   std::vector<std::string> batch;
   std::size_t batch_bytes = 0, documents = 0;
@@ -168,11 +216,11 @@ std::size_t jsonl_encode(const BpeTokenizer& tokenizer, std::string_view text, c
     batch.clear();
     batch_bytes = 0;
   };
-  jsonl_documents(text, field, prompt_field, where,
-                  [&](std::size_t, const std::string& prompt, const std::string& document) {
-                    if (masked) batch.push_back(prompt);
+  jsonl_documents(text, field, prompt, where,
+                  [&](std::size_t, const std::string& made, const std::string& document) {
+                    if (masked) batch.push_back(made);
                     batch.push_back(document);
-                    batch_bytes += prompt.size() + document.size();
+                    batch_bytes += made.size() + document.size();
                     if (batch_bytes >= kJsonlBatchBytes || batch.size() >= kJsonlBatchDocuments * per) flush();
                   });
   flush();

@@ -42,12 +42,35 @@ std::string corpus_find_tokenizer(const std::string& explicit_dir, const std::st
 // completion are encoded each alone (as encode() gives each) and joined, so every token is wholly
 // one or the other; whatever separates them (a newline, a space) is written in the data, at the
 // end of the prompt or the start of the completion.
+// Note [prompt template]: instruction datasets in Alpaca's and Dolly's layout keep the prompt in
+// several fields ("instruction", "input"; "context") that a fixed text joins. `prepare
+// --prompt-template TEXT` writes each record's prompt as TEXT with every {name} replaced by the
+// record's string field `name`; {{ and }} are literal braces and \n, \t, \\ the newline, tab and
+// backslash (a shell passes them as typed). --jsonl-prompt NAME is the template "{NAME}".
+class PromptTemplate {
+ public:
+  struct Piece {
+    bool field = false;  // a record's field (text: its name), else literal text
+    std::string text;
+  };
+  PromptTemplate() = default;  // no prompt: the records are documents alone
+  // Throws Error "[prepare] --prompt-template ...: ..." for an empty text, an unmatched brace, an
+  // empty {} or an unknown escape.
+  static PromptTemplate parse(std::string_view text);
+  static PromptTemplate field(const std::string& name);  // "{name}"
+  bool empty() const { return pieces_.empty(); }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  std::string flag;  // the option that gave it, for messages ("--jsonl-prompt", "--prompt-template")
 
-// Calls each(line, prompt, document) for the string `field` (and `prompt_field`'s, when given;
-// else prompt is empty) of every non-blank line of the JSON Lines `text`, in order (line counts
-// from 1). A line that is not a JSON object whose fields are strings throws Error
-// "[prepare] <where> line N: ...", naming the line's fields when it lacks one.
-void jsonl_documents(std::string_view text, const std::string& field, const std::string& prompt_field,
+ private:
+  std::vector<Piece> pieces_;
+};
+
+// Calls each(line, prompt, document) for the string `field` (and the prompt `prompt` makes of the
+// record, when it is not empty; else prompt is empty) of every non-blank line of the JSON Lines
+// `text`, in order (line counts from 1). A line that is not a JSON object whose fields are strings
+// throws Error "[prepare] <where> line N: ...", naming the line's fields when it lacks one.
+void jsonl_documents(std::string_view text, const std::string& field, const PromptTemplate& prompt,
                      const std::string& where,
                      const std::function<void(std::size_t line, const std::string& prompt,
                                               const std::string& document)>& each);
@@ -63,7 +86,7 @@ std::int32_t document_end_id(const BpeTokenizer& tokenizer, const std::string& g
 void document_encode(const BpeTokenizer& tokenizer, const std::string& document, std::int32_t end,
                      std::vector<std::int32_t>& out, const std::string* prompt = nullptr);
 
-// Every document of the JSON Lines `text` (jsonl_documents; with `prompt_field`, a prompt each)
+// Every document of the JSON Lines `text` (jsonl_documents; with a `prompt`, a prompt each)
 // encoded with document_encode and appended to `out` in file order; returns how many. The records
 // are read in order on the caller
 // and encoded in batches (up to kJsonlBatchBytes of text or kJsonlBatchDocuments records), each
@@ -72,7 +95,7 @@ void document_encode(const BpeTokenizer& tokenizer, const std::string& document,
 inline constexpr std::size_t kJsonlBatchBytes = 8u << 20;
 inline constexpr std::size_t kJsonlBatchDocuments = 8192;
 std::size_t jsonl_encode(const BpeTokenizer& tokenizer, std::string_view text, const std::string& field,
-                         const std::string& prompt_field, const std::string& where, std::int32_t end, ThreadPool& pool,
+                         const PromptTemplate& prompt, const std::string& where, std::int32_t end, ThreadPool& pool,
                          std::vector<std::int32_t>& out);
 
 }  // namespace stratum
