@@ -421,7 +421,7 @@ std::vector<float> decode_logits(const std::string& dir, const std::string& adap
 
 TEST(LoraTrain, GenerateWithAdapterMatchesTheAdaptedForward) {
   const std::vector<std::int32_t> ids = {3, 17, 42, 5, 9, 1, 7};
-  for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama"}) {
+  for (const char* golden : {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama", "tests/golden/tiny_phi3"}) {
     const std::string dir = source_path(golden), adapter = dir + "/lora_init";
     const GptConfig cfg = model_read_config(dir);
     const ParamLayout layout = ParamLayout::of(cfg, adapter_config_read(adapter, lora_family(cfg)));
@@ -473,7 +473,8 @@ TEST(LoraTrain, GenerateWithAdapterMatchesTheAdaptedForward) {
 // units and its minimum budget are smaller; the CLI keeps it bf16 and streams it with the same bits.
 TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
   for (const char* golden :
-       {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama", "tests/golden/tiny_qwen2", "tests/golden/tiny_qwen3"}) {
+       {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama", "tests/golden/tiny_qwen2", "tests/golden/tiny_qwen3",
+        "tests/golden/tiny_phi3"}) {
     const std::string dir = source_path(golden);
     testing::TempDir tmp;
     const std::string base = tmp.file("bf16");
