@@ -69,7 +69,9 @@ TEST(Eval, IsTrainingsValidationLossOfTheSameWeights) {
     const std::string targets = eval_targets(ram);
     EXPECT_GT(std::stoi(targets), 0);
     EXPECT_LT(std::stoi(targets), 5 * 128) << "a masked shard counts its targets alone";
-    if (!lora.empty()) EXPECT_NE(ram.output.find(" + " + save), std::string::npos) << ram.output;
+    if (!lora.empty()) {
+      EXPECT_NE(ram.output.find(" + " + save), std::string::npos) << ram.output;
+    }
     const auto streamed = run_stratum(args + " --mem-budget 400K --offload-dir " + tmp.path());
     ASSERT_EQ(streamed.exit_code, 0) << streamed.errors;
     EXPECT_EQ(eval_loss(streamed), eval_loss(ram)) << streamed.output;

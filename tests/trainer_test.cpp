@@ -55,8 +55,9 @@ std::uint64_t check_golden_run(const std::string& args_file, const std::string& 
     EXPECT_NEAR(log[i]["lr"].get<double>(), lrs[i], 1e-9) << "step " << i + 1;
     for (const char* key : {"step_ms", "tokens_per_s"}) EXPECT_GT(log[i][key].get<double>(), 0.0) << key;
   }
-  if (ref.find("val_loss") != nullptr)  // the last evaluation (Note [masked loss])
+  if (ref.find("val_loss") != nullptr) {  // the last evaluation (Note [masked loss])
     EXPECT_NEAR(log.back()["val_loss"].get<double>(), golden_f32(ref, "val_loss")[0], 1e-4);
+  }
   // Final parameters after the AdamW steps, read back from the saved HF directory.
   const testing::SavedVsReference saved = testing::saved_vs_reference(checkpoint_model_dir(tmp.file("out")), ref);
   for (const auto& [name, max_err] : saved.max_error)
