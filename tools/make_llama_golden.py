@@ -510,6 +510,30 @@ QWEN3 = dict(QWEN2, model_type="qwen3", head_dim=32)
 QWEN3_SEED = 6789
 
 
+def first_batch_reference(out_dir, cfg, params, tokens_seed):
+    """tokens.bin (TRAIN's steps of random ids from tokens_seed) and train_args.json into out_dir,
+    and batch 0's reference (B=REF_BATCH, T=REF_SEQ): (tokens, the initial weights, {input_ids,
+    targets, logits, loss, generate_*}, the gradients by name, the loss, the greedy ids, their
+    margin)."""
+    B, T, S = TRAIN["batch"], TRAIN["seq"], TRAIN["steps"]
+    gen = torch.Generator().manual_seed(tokens_seed)
+    tokens = torch.randint(0, cfg.vocab_size, (B * T * S + 1,), generator=gen, dtype=torch.int64)
+    tokens.numpy().astype("<u2").tofile(os.path.join(out_dir, "tokens.bin"))
+    with open(os.path.join(out_dir, "train_args.json"), "w") as f:
+        json.dump(TRAIN, f, indent=2)
+        f.write("\n")
+    x, y = tg.get_batch(tokens, 0, REF_BATCH, REF_SEQ)
+    init = {n: t.detach().clone() for n, t in params.items()}
+    for t in params.values():
+        t.requires_grad_(True)
+    logits, loss = tl.forward(params, cfg, x, y)
+    loss.backward()
+    ids, step_logits, margin = greedy(init, cfg)
+    ref = {"input_ids": _i32(x), "targets": _i32(y), "logits": _f32(logits), "loss": _f32(loss.reshape(1)),
+           "generate_prompt": _i32(PROMPT), "generate_ids": _i32(ids), "generate_logits": _f32(step_logits)}
+    return tokens, init, ref, {n: t.grad for n, t in params.items()}, loss, ids, margin
+
+
 def qwen_without_its_variant(params):
     """The same weights without what the variant adds: Qwen2's biases zeroed, Qwen3's q and k
     norms dropped (torch_llama.attention then norms nothing): a plain Llama's forward."""
@@ -536,24 +560,9 @@ def make_qwen(root, kind):
     tl.write_hf_config(os.path.join(out_dir, "config.json"), cfg, "float32")
     tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), params, metadata={"format": "pt"})
 
-    B, T, S = TRAIN["batch"], TRAIN["seq"], TRAIN["steps"]
-    gen = torch.Generator().manual_seed(TOKENS_SEED + (1 if kind == "qwen2" else 2))
-    tokens = torch.randint(0, cfg.vocab_size, (B * T * S + 1,), generator=gen, dtype=torch.int64)
-    tokens.numpy().astype("<u2").tofile(os.path.join(out_dir, "tokens.bin"))
-    with open(os.path.join(out_dir, "train_args.json"), "w") as f:
-        json.dump(TRAIN, f, indent=2)
-        f.write("\n")
-    x, y = tg.get_batch(tokens, 0, REF_BATCH, REF_SEQ)
-    init = {n: t.detach().clone() for n, t in params.items()}
-    for t in params.values():
-        t.requires_grad_(True)
-    logits, loss = tl.forward(params, cfg, x, y)
-    loss.backward()
-    ids, step_logits, margin = greedy(init, cfg)
-    ref = {"input_ids": _i32(x), "targets": _i32(y), "logits": _f32(logits), "loss": _f32(loss.reshape(1)),
-           "generate_prompt": _i32(PROMPT), "generate_ids": _i32(ids), "generate_logits": _f32(step_logits)}
-    for n, t in params.items():
-        ref["grad." + n] = _f32(t.grad)
+    tokens, init, ref, grads, loss, ids, margin = first_batch_reference(
+        out_dir, cfg, params, TOKENS_SEED + (1 if kind == "qwen2" else 2))
+    ref.update({"grad." + n: _f32(g) for n, g in grads.items()})
     run = train_run(cfg, init, tokens, TRAIN)
     ref.update(run)
     tg.save_safetensors(os.path.join(out_dir, "reference.safetensors"), ref,
@@ -651,23 +660,8 @@ def make_phi3(root):
         f.write(json.dumps(hf, indent=2, sort_keys=True) + "\n")
     fused = phi3_fuse(params, cfg)
     tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), fused, metadata={"format": "pt"})
-    B, T, S = TRAIN["batch"], TRAIN["seq"], TRAIN["steps"]
-    gen = torch.Generator().manual_seed(TOKENS_SEED + 3)
-    tokens = torch.randint(0, cfg.vocab_size, (B * T * S + 1,), generator=gen, dtype=torch.int64)
-    tokens.numpy().astype("<u2").tofile(os.path.join(out_dir, "tokens.bin"))
-    with open(os.path.join(out_dir, "train_args.json"), "w") as f:
-        json.dump(TRAIN, f, indent=2)
-        f.write("\n")
-    x, y = tg.get_batch(tokens, 0, REF_BATCH, REF_SEQ)
-    init = {n: t.detach().clone() for n, t in params.items()}
-    for t in params.values():
-        t.requires_grad_(True)
-    logits, loss = tl.forward(params, cfg, x, y)
-    loss.backward()
-    ids, step_logits, margin = greedy(init, cfg)
-    ref = {"input_ids": _i32(x), "targets": _i32(y), "logits": _f32(logits), "loss": _f32(loss.reshape(1)),
-           "generate_prompt": _i32(PROMPT), "generate_ids": _i32(ids), "generate_logits": _f32(step_logits)}
-    ref.update({"grad." + n: _f32(t) for n, t in phi3_fuse({n: t.grad for n, t in params.items()}, cfg).items()})
+    tokens, init, ref, grads, loss, ids, margin = first_batch_reference(out_dir, cfg, params, TOKENS_SEED + 3)
+    ref.update({"grad." + n: _f32(g) for n, g in phi3_fuse(grads, cfg).items()})
     run = train_run(cfg, init, tokens, TRAIN)
     finals = phi3_fuse({n[len("final."):]: t for n, t in run.items() if n.startswith("final.")}, cfg)
     ref.update({n: t for n, t in run.items() if not n.startswith("final.")})
