@@ -102,15 +102,17 @@ TEST(GenerationConfig, ReadsWhatGenerateUsesWithTransformersDefaults) {
 // transformers' RepetitionPenaltyLogitsProcessor: each id of the sequence once, positive logits
 // divided, negative (and zero) multiplied, in fp32 with the penalty rounded to float.
 TEST(GenerationConfig, RepetitionPenaltyIsTransformers) {
-  std::vector<float> logits = {2.0f, 4.0f, -2.0f, -6.0f, 1.0f, 0.0f};
+  const std::vector<float> logits = {2.0f, 4.0f, -2.0f, -6.0f, 1.0f, 0.0f};
   const std::vector<std::int32_t> ids = {1, 3, 3, 1, 5};
-  repetition_penalize(logits.data(), 6, ids.data(), ids.size(), 2.0);
-  EXPECT_EQ(logits, (std::vector<float>{2.0f, 2.0f, -2.0f, -12.0f, 1.0f, 0.0f}));
-  std::vector<float> qwen = {3.0f, -3.0f};
+  std::vector<float> out(logits.size());
+  repetition_penalize(out.data(), logits.data(), 6, ids.data(), ids.size(), 2.0);
+  EXPECT_EQ(out, (std::vector<float>{2.0f, 2.0f, -2.0f, -12.0f, 1.0f, 0.0f}));
+  const std::vector<float> qwen = {3.0f, -3.0f};
   const std::vector<std::int32_t> both = {0, 1};
-  repetition_penalize(qwen.data(), 2, both.data(), both.size(), 1.05);
-  EXPECT_EQ(qwen[0], 3.0f / 1.05f);
-  EXPECT_EQ(qwen[1], -3.0f * 1.05f);
+  std::vector<float> qwen_out(2);
+  repetition_penalize(qwen_out.data(), qwen.data(), 2, both.data(), both.size(), 1.05);
+  EXPECT_EQ(qwen_out[0], 3.0f / 1.05f);
+  EXPECT_EQ(qwen_out[1], -3.0f * 1.05f);
 }
 
 TEST(GenerationConfig, GenerateSamplesAndStopsAsTheFileSaysUnlessAFlagSaysOtherwise) {

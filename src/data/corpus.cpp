@@ -46,7 +46,7 @@ std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std:
   }
   STRATUM_CHECK(tokens.size() >= 2, "[data] '", path, "' holds ", tokens.size(),
                 " token(s); training needs at least 2");
-  STRATUM_CHECK(token_target_count(tokens.data(), tokens.size()) > 0, "[data] '", path,
+  STRATUM_CHECK(std::any_of(tokens.begin(), tokens.end(), token_is_target), "[data] '", path,
                 "': its loss mask leaves no token to train on (every one is a prompt token); check how it was "
                 "prepared (--jsonl-prompt)");
   if (vocab_size > 0) {

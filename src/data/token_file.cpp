@@ -238,13 +238,16 @@ void token_file_write_raw_u16(const std::string& path, const std::vector<std::in
   file_write_atomic(path, [&](const ByteSink& sink) { tokens_sink<std::uint16_t>(sink, tokens); });
 }
 
-void token_file_write_llmc(const std::string& path, const std::vector<std::int32_t>& tokens) {
-  const bool u16 = tokens_check(path, tokens, false);
+namespace {
+// llm.c's 256-int32 header {magic, version, count} and the tokens as uint16 (u16) or as their 32
+// bits, written atomically; `kind` names the layout in the count's refusal.
+void shard_write(const std::string& path, const char* kind, std::int32_t magic, std::int32_t version, bool u16,
+                 const std::vector<std::int32_t>& tokens) {
   STRATUM_CHECK(tokens.size() <= static_cast<std::size_t>(INT32_MAX), where(path), ": ", tokens.size(),
-                " tokens do not fit an llm.c shard (at most ", INT32_MAX, ")");
+                " tokens do not fit ", kind, " (at most ", INT32_MAX, ")");
   std::int32_t header[kLlmcHeaderInts] = {};
-  header[0] = kLlmcMagic;
-  header[1] = u16 ? 1 : 2;
+  header[0] = magic;
+  header[1] = version;
   header[2] = static_cast<std::int32_t>(tokens.size());
   file_write_atomic(path, [&](const ByteSink& sink) {
     sink(header, kLlmcHeaderBytes);
@@ -252,21 +255,18 @@ void token_file_write_llmc(const std::string& path, const std::vector<std::int32
     else tokens_sink<std::uint32_t>(sink, tokens);
   });
 }
+}  // namespace
+
+void token_file_write_llmc(const std::string& path, const std::vector<std::int32_t>& tokens) {
+  const bool u16 = tokens_check(path, tokens, false);
+  shard_write(path, "an llm.c shard", kLlmcMagic, u16 ? 1 : 2, u16, tokens);
+}
 
 void token_file_write_masked(const std::string& path, const std::vector<std::int32_t>& tokens) {
   STRATUM_CHECK(!tokens.empty(), where(path), ": refusing to write a token file with zero tokens");
-  STRATUM_CHECK(tokens.size() <= static_cast<std::size_t>(INT32_MAX), where(path), ": ", tokens.size(),
-                " tokens do not fit a masked shard (at most ", INT32_MAX, ")");
-  STRATUM_CHECK(token_target_count(tokens.data(), tokens.size()) > 0, where(path),
+  STRATUM_CHECK(std::any_of(tokens.begin(), tokens.end(), token_is_target), where(path),
                 ": no token is a loss target; a masked shard needs at least one");
-  std::int32_t header[kLlmcHeaderInts] = {};
-  header[0] = kMaskedMagic;
-  header[1] = 1;
-  header[2] = static_cast<std::int32_t>(tokens.size());
-  file_write_atomic(path, [&](const ByteSink& sink) {
-    sink(header, kLlmcHeaderBytes);
-    tokens_sink<std::uint32_t>(sink, tokens);  // the 32 bits as held (Note [loss mask])
-  });
+  shard_write(path, "a masked shard", kMaskedMagic, 1, false, tokens);  // the 32 bits as held (Note [loss mask])
 }
 
 std::size_t token_target_count(const std::int32_t* tokens, std::size_t n) {

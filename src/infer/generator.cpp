@@ -38,16 +38,15 @@ std::size_t nucleus_keep(std::size_t n, double top_p, MassOf mass_of) {
 }
 }  // namespace
 
-void repetition_penalize(float* logits, int V, const std::int32_t* ids, std::size_t n, double penalty) {
+void repetition_penalize(float* out, const float* logits, int V, const std::int32_t* ids, std::size_t n,
+                         double penalty) {
   const float p = static_cast<float>(penalty);
-  std::vector<bool> done(static_cast<std::size_t>(V), false);
-  for (std::size_t i = 0; i < n; ++i) {
+  std::copy(logits, logits + V, out);
+  for (std::size_t i = 0; i < n; ++i) {  // from the unpenalized logit: an id seen again is written the same
     const std::int32_t id = ids[i];
     STRATUM_ASSERT(id >= 0 && id < V);
-    if (done[static_cast<std::size_t>(id)]) continue;
-    done[static_cast<std::size_t>(id)] = true;
-    float& x = logits[id];
-    x = x < 0.0f ? x * p : x / p;
+    const float x = logits[id];
+    out[id] = x < 0.0f ? x * p : x / p;
   }
 }
 
@@ -316,8 +315,8 @@ GenerateResult generate_run(const GenerateOptions& o,
                         "trained to non-finite values cannot generate");
         const float* scores = row;
         if (o.repetition_penalty != 1.0) {  // Note [repetition penalty]
-          penalized.assign(row, row + cfg.vocab_size);
-          repetition_penalize(penalized.data(), cfg.vocab_size, s.ids.data(), s.ids.size(), o.repetition_penalty);
+          penalized.resize(static_cast<std::size_t>(cfg.vocab_size));
+          repetition_penalize(penalized.data(), row, cfg.vocab_size, s.ids.data(), s.ids.size(), o.repetition_penalty);
           scores = penalized.data();
         }
         const std::int32_t next =

@@ -110,8 +110,11 @@ std::int32_t sample_next_token(const Ops& ops, const float* logits, int V, doubl
 // prompt, its BOS included, and the tokens generated) is divided by the penalty when it is
 // positive and multiplied by it otherwise, in fp32 (the penalty rounded to float, as torch's
 // division of a float32 tensor by a Python float), each id once however often it occurs.
-// logits (V), ids [0, n) below V; penalty > 0 (1: no change).
-void repetition_penalize(float* logits, int V, const std::int32_t* ids, std::size_t n, double penalty);
+// out (V) = logits with that penalty (each written from logits[id], as transformers' gather and
+// scatter: an id seen twice is penalized once); out must not alias logits. ids [0, n) below V;
+// penalty > 0 (1: no change).
+void repetition_penalize(float* out, const float* logits, int V, const std::int32_t* ids, std::size_t n,
+                         double penalty);
 
 // The seed of prompt `prompt`'s sampling stream (its index among the run's prompts) under --seed:
 // a hash of both, so a prompt samples the same tokens in any batch, and no (seed, prompt) pair
