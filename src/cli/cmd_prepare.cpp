@@ -1,6 +1,7 @@
 // `stratum prepare`: text, or the documents of a JSON Lines file (Note [documents] in
 // data/corpus.h), -> BPE token file (raw uint16 .bin or llm.c shard; a masked shard for prompts
-// that are not trained, Note [prompt mask]).
+// that are not trained, Note [prompt mask], and for conversations rendered with the model's chat
+// template, Note [chat mask] in data/chat_template.h).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/file_util.h"
 #include "core/thread_pool.h"
+#include "data/chat_template.h"
 #include "data/corpus.h"
 #include "data/bpe_tokenizer.h"
 #include "data/token_file.h"
@@ -33,10 +35,17 @@ int cmd_prepare(const std::vector<std::string>& argv) {
                                          "replaced by the record's field name (e.g. '### Instruction:\\n{instruction}"
                                          "\\n\\n### Response:\\n'; {{ }} are braces, \\n \\t \\\\ escapes), "
                                          "not trained on, as --jsonl-prompt's"},
+             {"jsonl-messages", "NAME", "--input is JSON Lines of conversations: each line's field NAME (e.g. "
+                                        "messages) is a list of {\"role\", \"content\"} messages, rendered with the "
+                                        "model's chat template (--tokenizer DIR's tokenizer_config.json or "
+                                        "chat_template.jinja) and trained on the assistant's answers alone; writes a "
+                                        "masked shard"},
+             {"chat-template", "FILE", "with --jsonl-messages: the Jinja chat template to render with instead of "
+                                       "--tokenizer DIR's (e.g. a training template with {% generation %} marks)"},
              {"doc-end", "TOKEN", "with --jsonl-field: the token after each document (default the tokenizer's "
                                   "<|endoftext|>, <|end_of_text|> or </s>)"},
-             {"threads", "N", "with --jsonl-field: threads encoding documents (default: all CPUs; the same ids "
-                              "for any count)"}});
+             {"threads", "N", "with --jsonl-field or --jsonl-messages: threads encoding documents (default: all "
+                              "CPUs; the same ids for any count)"}});
   if (args.help_requested()) {
     std::fputs(args.help_text("stratum prepare --input corpus.txt --tokenizer DIR --out train.bin").c_str(), stdout);
     return 0;
@@ -80,14 +89,34 @@ int cmd_prepare(const std::vector<std::string>& argv) {
                 field, "\"; the prompt and the trained text are two fields");
   STRATUM_CHECK(prompt.empty() || given_format.empty(), "[cli] --format ", given_format,
                 " cannot hold the prompt mask of ", prompt.flag, "; leave --format out (a masked shard is written)");
-  STRATUM_CHECK(!args.has("threads") || !field.empty(), "[cli] --threads is for --jsonl-field NAME (documents)");
+  // Conversations (Note [chat mask] in data/chat_template.h): a field of messages, not of text.
+  const std::string messages_field = args.str("jsonl-messages", "");
+  STRATUM_CHECK(!args.has("jsonl-messages") || !messages_field.empty(),
+                "[cli] --jsonl-messages needs the conversation's field name, e.g. messages");
+  STRATUM_CHECK(messages_field.empty() || (field.empty() && prompt.empty() && !args.has("doc-end")),
+                "[cli] --jsonl-messages renders each conversation with the chat template, which writes its own turns "
+                "and ends: leave out --jsonl-field, --jsonl-prompt, --prompt-template and --doc-end");
+  STRATUM_CHECK(messages_field.empty() || given_format.empty(), "[cli] --format ", given_format,
+                " cannot hold the answers' loss mask of --jsonl-messages; leave --format out (a masked shard is written)");
+  STRATUM_CHECK(!args.has("chat-template") || !messages_field.empty(),
+                "[cli] --chat-template is for --jsonl-messages NAME (conversations)");
+  STRATUM_CHECK(!args.has("threads") || !field.empty() || !messages_field.empty(),
+                "[cli] --threads is for --jsonl-field or --jsonl-messages");
   const int threads = static_cast<int>(args.integer("threads", default_thread_count(), 1, 1024));
   const BpeTokenizer tokenizer = BpeTokenizer::load(tokenizer_dir);
   const std::string text = file_read_all(input);
   STRATUM_CHECK(!text.empty(), "[prepare] '", input, "' is empty; nothing to tokenize");
   std::vector<std::int32_t> tokens;
   std::size_t documents = 0;
-  if (field.empty()) {
+  const bool masked = !prompt.empty() || !messages_field.empty();
+  if (!messages_field.empty()) {  // Note [chat mask]
+    const ChatTemplate chat = ChatTemplate::load(tokenizer_dir, args.str("chat-template", ""));
+    ThreadPool pool(threads);
+    documents = chat_jsonl_encode(tokenizer, chat, text, messages_field, "'" + input + "'", pool, tokens);
+    STRATUM_CHECK(documents > 0, "[prepare] '", input, "' holds no JSON Lines records; nothing to tokenize");
+    STRATUM_CHECK(std::any_of(tokens.begin(), tokens.end(), token_is_target), "[prepare] '", input,
+                  "' has no assistant message to train on (each conversation's answers are the loss targets)");
+  } else if (field.empty()) {
     tokens = tokenizer.encode(text);
   } else {  // Note [documents]
     const std::int32_t end = document_end_id(tokenizer, args.str("doc-end", ""));
@@ -102,18 +131,20 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   STRATUM_CHECK(!(wide && given_format == "raw"), "[prepare] token ids reach ", max_id,
                 ", above the 65535 a raw uint16 file holds (the tokenizer's vocabulary has ", tokenizer.vocab_size(),
                 "): use --format llmc (uint32 ids), or leave --format out");
-  const std::string format = !prompt.empty()        ? "masked"
+  const std::string format = masked                 ? "masked"
                              : !given_format.empty() ? given_format
                              : wide                  ? "llmc"
                                                      : "raw";
   if (format == "raw") token_file_write_raw_u16(out, tokens);
   else if (format == "llmc") token_file_write_llmc(out, tokens);
   else token_file_write_masked(out, tokens);
-  const std::string docs_text = documents > 0 ? " in " + std::to_string(documents) + " documents" : "";
+  const std::string docs_text =
+      documents > 0 ? " in " + std::to_string(documents) + (messages_field.empty() ? " documents" : " conversations") : "";
   const std::string kind = format == "raw" ? ""
                            : format == "masked"
                                ? " (a masked shard: " + std::to_string(token_target_count(tokens.data(), tokens.size())) +
-                                     " of the tokens are trained, the prompts' are not)"
+                                     " of the tokens are trained, " +
+                                     (messages_field.empty() ? "the prompts' are not)" : "the assistant's answers)")
                            : wide ? " (an llm.c shard of uint32 ids)"
                                   : " (an llm.c shard)";
   std::fprintf(stderr, "[stratum] %s: %zu bytes -> %zu tokens%s (%.2f bytes/token, max id %d) -> %s%s\n",

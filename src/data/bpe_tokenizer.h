@@ -144,6 +144,8 @@ class BpeTokenizer {
   // raw bytes, i.e. what decode_token returns: " the", not "Ġthe"), or -1. E.g.
   // token_id("<|begin_of_text|>"), token_id("<|eot_id|>").
   std::int32_t token_id(std::string_view content) const;
+  // The contents of the tokenizer.json's added tokens ("<|im_start|>", "</s>", ...), in id order.
+  std::vector<std::string> added_tokens() const;
   // Ids the tokenizer.json post_processor (TemplateProcessing, alone or in a Sequence) puts
   // before / after a single sequence, or -1 when it adds none or there is no tokenizer.json.
   // encode() never adds them. Llama 3: bos_id() == token_id("<|begin_of_text|>"), eos_id() == -1.

@@ -301,6 +301,15 @@ std::int32_t BpeTokenizer::vocab_size() const {
 
 std::int32_t BpeTokenizer::eot_id() const { return eot_id_; }
 
+std::vector<std::string> BpeTokenizer::added_tokens() const {
+  std::vector<std::pair<std::int32_t, std::string>> by_id;
+  for (const auto& [content, id] : added_ids_) by_id.emplace_back(id, content);
+  std::sort(by_id.begin(), by_id.end());
+  std::vector<std::string> out;
+  for (auto& [id, content] : by_id) out.push_back(std::move(content));
+  return out;
+}
+
 std::int32_t BpeTokenizer::token_id(std::string_view content) const {
   if (const auto it = added_ids_.find(content); it != added_ids_.end()) return it->second;
   if (const auto it = bytes_to_id_.find(content); it != bytes_to_id_.end()) return it->second;

@@ -163,7 +163,7 @@ GenerateResult generate_run(const GenerateOptions& o,
       std::vector<std::int32_t> ids = tokenizer->encode(text);
       // The BOS the tokenizer's post_processor puts first (Llama 2's <s>, Llama 3's
       // <|begin_of_text|>), as Hugging Face's tokenizer(text) does, unless the prompt has it.
-      if (const std::int32_t bos = tokenizer->bos_id(); bos >= 0 && (ids.empty() || ids.front() != bos))
+      if (const std::int32_t bos = tokenizer->bos_id(); o.add_bos && bos >= 0 && (ids.empty() || ids.front() != bos))
         ids.insert(ids.begin(), bos);
       if (ids.empty()) {  // start from BOS (Llama) or <|endoftext|> (GPT-2)
         const std::int32_t start = cfg.bos_token_id >= 0       ? cfg.bos_token_id

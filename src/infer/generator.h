@@ -24,6 +24,9 @@ struct GenerateOptions {
   std::string tokenizer_dir;  // default: the model directory's tokenizer files
   std::vector<std::string> prompts;                 // text prompts (one = streaming mode)
   std::vector<std::vector<std::int32_t>> prompt_ids;  // or token-id prompts (no tokenizer needed)
+  // Text prompts get the BOS the tokenizer adds (as tokenizer(text) does); false for a rendered
+  // chat template, which writes the BOS it wants (apply_chat_template's add_special_tokens=False).
+  bool add_bos = true;
   int batch = 1;              // sequences decoded together (throughput mode)
   int max_tokens = 64;        // per sequence
   double temperature = 1.0;   // 0 = greedy

@@ -454,6 +454,7 @@ namespace {
 // The tokenizer files a model directory gets (model_write_files), source name -> Hugging Face name.
 constexpr std::pair<const char*, const char*> kTokenizerFiles[] = {
     {"tokenizer.json", "tokenizer.json"}, {"tokenizer_config.json", "tokenizer_config.json"},
+    {"chat_template.jinja", "chat_template.jinja"},  // Note [chat template] in data/chat_template.h
     {"vocab.json", "vocab.json"},         {"merges.txt", "merges.txt"},
     {"encoder.json", "vocab.json"},       {"vocab.bpe", "merges.txt"}};
 
