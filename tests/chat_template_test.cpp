@@ -161,6 +161,17 @@ TEST(ChatTemplate, FoundInTheModelDirectoryWithItsSpecialTokens) {
   EXPECT_EQ(ChatTemplate::load(listed).render(ojson::array(), false), "J");
   file_write_atomic(tmp.file("mine.jinja"), "M{{ add_generation_prompt }}");
   EXPECT_EQ(ChatTemplate::load(listed, tmp.file("mine.jinja")).render(ojson::array(), true), "MTrue");
+  // apply_chat_template's keyword arguments (Note [chat variables]).
+  ChatTemplate think = ChatTemplate::load("", kChatDir + "/think.jinja");
+  EXPECT_EQ(think.render(ojson::array({kUser}), true), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  think.set_variables("{\"enable_thinking\": false}", "--chat-vars");
+  EXPECT_EQ(think.render(ojson::array({kUser}), true),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_NE(error_of([&] { think.set_variables("{enable", "--chat-vars"); }).find("--chat-vars is not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { think.set_variables("[1]", "--chat-vars"); }).find("takes a JSON object"), std::string::npos);
+  EXPECT_NE(error_of([&] { think.set_variables("{\"messages\": []}", "--chat-vars"); }).find("set by the renderer itself"),
+            std::string::npos);
   const std::string none = model_dir_with(tmp, "base", {{"bos_token", "<s>"}});
   EXPECT_NE(error_of([&] { ChatTemplate::load(none); }).find("has no chat template"), std::string::npos);
   EXPECT_NE(error_of([&] { ChatTemplate::load(none); }).find("--chat-template FILE"), std::string::npos);
@@ -236,6 +247,49 @@ TEST(ChatTemplate, ATemplateThatRewritesEarlierTurnsOrRefusesIsNamed) {
   EXPECT_NE(e.find("message 2 is not an object with a string \"role\""), std::string::npos) << e;
 }
 
+TEST(ChatTemplate, LastOrEachAnswerForTemplatesThatRewriteEarlierTurns) {
+  // think.jinja keeps the reasoning of the answers after the last user message only: refused for
+  // all answers (above), but the last answer alone splits, and so does each answer as its own example.
+  const ojson first = {{"role", "assistant"}, {"content", "<think>\nhm\n</think>\n\nFour."}};
+  const ojson second = {{"role", "assistant"}, {"content", "Five."}};
+  const ojson conversation = ojson::array({kUser, first, kUser, second});
+  const ChatTemplate chat = ChatTemplate::load("", kChatDir + "/think.jinja");
+  const auto last = chat.segments(conversation, nullptr, "x", {}, ChatTemplate::Answers::Last);
+  EXPECT_EQ(answers(last), "[<think>\n\n</think>\n\nFive.<|im_end|>\n]");
+  EXPECT_EQ(last[0].text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nFour.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                          "<|im_start|>assistant\n");  // the earlier answer as the model sees it then: no reasoning
+  // prepare --chat-answers each: two examples, each answer trained where it is the last.
+  testing::TempDir tmp;
+  const std::string dir = model_dir_with(tmp, "m", {{"chat_template", file_read_all(kChatDir + "/think.jinja")}});
+  std::filesystem::copy_file(source_path("tests/golden/tokenizer_json/qwen2_style/tokenizer.json"), dir + "/tokenizer.json");
+  file_write_atomic(tmp.file("c.jsonl"), ojson{{"messages", conversation}}.dump() + "\n");
+  const std::string cmd = "prepare --input " + tmp.file("c.jsonl") + " --jsonl-messages messages --tokenizer " + dir + " --out ";
+  const auto all = run_stratum(cmd + tmp.file("all.bin"));
+  EXPECT_NE(all.exit_code, 0);
+  EXPECT_NE(all.errors.find("--chat-answers each trains each answer as its own example"), std::string::npos) << all.errors;
+  const auto each = run_stratum(cmd + tmp.file("each.bin") + " --chat-answers each");
+  ASSERT_EQ(each.exit_code, 0) << each.errors;
+  const BpeTokenizer tok = BpeTokenizer::load(dir);
+  std::vector<std::int32_t> want;
+  for (const ojson& example : {ojson::array({kUser, first}), conversation})
+    for (const auto& seg : chat.segments(example, nullptr, "x", tok.added_tokens(), ChatTemplate::Answers::Last))
+      for (const std::int32_t id : tok.encode(seg.text)) want.push_back(seg.target ? id : token_no_loss(id));
+  EXPECT_EQ(token_file_read(tmp.file("each.bin")).tokens, want);
+  const auto only_last = run_stratum(cmd + tmp.file("last.bin") + " --chat-answers last");
+  ASSERT_EQ(only_last.exit_code, 0) << only_last.errors;
+  EXPECT_LT(token_file_read(tmp.file("last.bin")).tokens.size(), want.size());
+  // With enable_thinking false the generation prompt holds the empty reasoning block, so the
+  // trained answer is the text after it (Note [chat variables]).
+  ChatTemplate no_thinking = ChatTemplate::load("", kChatDir + "/think.jinja");
+  no_thinking.set_variables("{\"enable_thinking\": false}", "--chat-vars");
+  EXPECT_EQ(answers(no_thinking.segments(conversation, nullptr, "x", {}, ChatTemplate::Answers::Last)), "[Five.<|im_end|>\n]");
+  const auto vars = run_stratum(cmd + tmp.file("vars.bin") + " --chat-answers last --chat-vars '{\"enable_thinking\": false}'");
+  ASSERT_EQ(vars.exit_code, 0) << vars.errors;
+  const std::vector<std::int32_t> five = tok.encode("Five.<|im_end|>\n");
+  EXPECT_EQ(token_target_count(token_file_read(tmp.file("vars.bin")).tokens.data(), token_file_read(tmp.file("vars.bin")).tokens.size()),
+            five.size());
+}
+
 // A model directory for the CLI: the qwen2-style test tokenizer (<|im_start|>, <|im_end|> added
 // tokens) and chatml.jinja in its tokenizer_config.json.
 std::string chat_model_dir(testing::TempDir& tmp) {
@@ -299,7 +353,8 @@ TEST(ChatTemplate, PrepareRefusesBadConversationsAndFlagsInOneLine) {
       {base + tmp.file("noanswer.jsonl") + " --jsonl-messages messages", "has no assistant message to train on"},
       {base + tmp.file("bad.jsonl") + " --jsonl-messages messages --jsonl-field text", "leave out --jsonl-field"},
       {base + tmp.file("bad.jsonl") + " --jsonl-messages messages --format raw", "--format raw cannot hold"},
-      {base + tmp.file("bad.jsonl") + " --jsonl-field text --chat-template x.jinja", "--chat-template is for --jsonl-messages"},
+      {base + tmp.file("bad.jsonl") + " --jsonl-field text --chat-template x.jinja", "--chat-template, --chat-answers and --chat-vars are for --jsonl-messages"},
+      {base + tmp.file("bad.jsonl") + " --jsonl-messages messages --chat-answers some", "--chat-answers must be all, last or each"},
       {base + tmp.file("bad.jsonl") + " --jsonl-messages messages --chat-template " + tmp.file("none.jinja"),
        "--chat-template file"}};
   for (const auto& [args, want] : cases) {
@@ -340,7 +395,8 @@ TEST(ChatTemplate, GenerateChatAnswersTheRenderedConversation) {
   const auto base = run_stratum("info " + source_path("tests/golden/tiny_llama"));
   EXPECT_NE(base.output.find("chat template: none (a base model"), std::string::npos) << base.output;
   const auto refused = run_stratum("generate --model " + tmp.file("m") + " --prompt x --system y");
-  EXPECT_NE(refused.errors.find("--system and --chat-template are for --chat TEXT"), std::string::npos) << refused.errors;
+  EXPECT_NE(refused.errors.find("--system, --chat-template and --chat-vars are for --chat TEXT"), std::string::npos)
+      << refused.errors;
 }
 
 }  // namespace

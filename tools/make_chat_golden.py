@@ -91,6 +91,8 @@ def main():
         contexts = {"features": FEATURES} if name == "features.jinja" else {
             case: {"bos_token": "<s>", "eos_token": "</s>", "messages": m, "add_generation_prompt": g, "tools": t,
                    "documents": None} for case, (m, g, t) in CASES.items()}
+        if name == "think.jinja":  # a variable apply_chat_template passes on (Qwen3's enable_thinking)
+            contexts["nothink"] = dict(contexts["gen"], enable_thinking=False)
         for case, context in contexts.items():
             out.append({"template": name, "case": case, "context": context, **render(source, context)})
     with open(os.path.join(HERE, "renders.json"), "w", encoding="utf-8") as f:

@@ -56,6 +56,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
                               "chat_template.jinja) and answered; prints the answer alone"},
              {"system", "TEXT", "with --chat: a system message before it"},
              {"chat-template", "FILE", "with --chat: the Jinja chat template to use instead of the model's"},
+             {"chat-vars", "JSON", "with --chat: the template's other variables, a JSON object, e.g. "
+                                   "'{\"enable_thinking\": false}' (apply_chat_template's keyword arguments)"},
              {"prompts", "FILE", "many prompts, one per line: prints one JSON line per prompt"},
              {"prompt-ids-file", "FILE", "like --prompts, each line token ids like 1,2,3"},
              {"batch", "N", "sequences decoded together with --prompts/--prompt-ids-file (default 1)"},
@@ -108,14 +110,16 @@ int cmd_generate(const std::vector<std::string>& argv) {
   // A chat (Note [chat template] in data/chat_template.h): the conversation so far, rendered as
   // transformers' apply_chat_template(add_generation_prompt=True) renders it; no BOS added.
   const bool chat = args.has("chat");
-  STRATUM_CHECK(chat || (!args.has("system") && !args.has("chat-template")),
-                "[cli] --system and --chat-template are for --chat TEXT");
+  STRATUM_CHECK(chat || (!args.has("system") && !args.has("chat-template") && !args.has("chat-vars")),
+                "[cli] --system, --chat-template and --chat-vars are for --chat TEXT");
   if (chat) {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (args.has("system")) messages.push_back({{"role", "system"}, {"content", args.str("system")}});
     messages.push_back({{"role", "user"}, {"content", args.str("chat")}});
-    const ChatTemplate t = ChatTemplate::load(args.has("tokenizer") ? args.str("tokenizer") : o.model_dir,
-                                              args.str("chat-template", ""));
+    // The model's template; a model directory without one takes --tokenizer DIR's (where its tokenizer comes from).
+    const bool own = !args.has("tokenizer") || ChatTemplate::exists(o.model_dir);
+    ChatTemplate t = ChatTemplate::load(own ? o.model_dir : args.str("tokenizer"), args.str("chat-template", ""));
+    if (args.has("chat-vars")) t.set_variables(args.str("chat-vars"), "--chat-vars");
     o.prompts.push_back(t.render(messages, true));
     o.add_bos = false;
   }

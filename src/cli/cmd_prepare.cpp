@@ -40,6 +40,12 @@ int cmd_prepare(const std::vector<std::string>& argv) {
                                         "model's chat template (--tokenizer DIR's tokenizer_config.json or "
                                         "chat_template.jinja) and trained on the assistant's answers alone; writes a "
                                         "masked shard"},
+             {"chat-answers", "WHICH", "with --jsonl-messages: all (default: every assistant answer trained) | last "
+                                       "(each conversation's last answer alone) | each (every answer as its own "
+                                       "example: the conversation up to it, that answer trained; for templates that "
+                                       "rewrite earlier turns, as Qwen3's)"},
+             {"chat-vars", "JSON", "with --jsonl-messages: the template's other variables, a JSON object, e.g. "
+                                   "'{\"enable_thinking\": false}' (apply_chat_template's keyword arguments)"},
              {"chat-template", "FILE", "with --jsonl-messages: the Jinja chat template to render with instead of "
                                        "--tokenizer DIR's (e.g. a training template with {% generation %} marks)"},
              {"doc-end", "TOKEN", "with --jsonl-field: the token after each document (default the tokenizer's "
@@ -98,8 +104,12 @@ int cmd_prepare(const std::vector<std::string>& argv) {
                 "and ends: leave out --jsonl-field, --jsonl-prompt, --prompt-template and --doc-end");
   STRATUM_CHECK(messages_field.empty() || given_format.empty(), "[cli] --format ", given_format,
                 " cannot hold the answers' loss mask of --jsonl-messages; leave --format out (a masked shard is written)");
-  STRATUM_CHECK(!args.has("chat-template") || !messages_field.empty(),
-                "[cli] --chat-template is for --jsonl-messages NAME (conversations)");
+  STRATUM_CHECK((!args.has("chat-template") && !args.has("chat-answers") && !args.has("chat-vars")) ||
+                    !messages_field.empty(),
+                "[cli] --chat-template, --chat-answers and --chat-vars are for --jsonl-messages NAME (conversations)");
+  const std::string answers = args.str("chat-answers", "all");
+  STRATUM_CHECK(answers == "all" || answers == "last" || answers == "each",
+                "[cli] --chat-answers must be all, last or each, got '", answers, "'");
   STRATUM_CHECK(!args.has("threads") || !field.empty() || !messages_field.empty(),
                 "[cli] --threads is for --jsonl-field or --jsonl-messages");
   const int threads = static_cast<int>(args.integer("threads", default_thread_count(), 1, 1024));
@@ -110,9 +120,13 @@ int cmd_prepare(const std::vector<std::string>& argv) {
   std::size_t documents = 0;
   const bool masked = !prompt.empty() || !messages_field.empty();
   if (!messages_field.empty()) {  // Note [chat mask]
-    const ChatTemplate chat = ChatTemplate::load(tokenizer_dir, args.str("chat-template", ""));
+    ChatTemplate chat = ChatTemplate::load(tokenizer_dir, args.str("chat-template", ""));
+    if (args.has("chat-vars")) chat.set_variables(args.str("chat-vars"), "--chat-vars");
     ThreadPool pool(threads);
-    documents = chat_jsonl_encode(tokenizer, chat, text, messages_field, "'" + input + "'", pool, tokens);
+    documents = chat_jsonl_encode(tokenizer, chat, text, messages_field, "'" + input + "'", pool, tokens,
+                                  answers == "all"    ? ChatTemplate::Answers::All
+                                  : answers == "last" ? ChatTemplate::Answers::Last
+                                                      : ChatTemplate::Answers::Each);
     STRATUM_CHECK(documents > 0, "[prepare] '", input, "' holds no JSON Lines records; nothing to tokenize");
     STRATUM_CHECK(std::any_of(tokens.begin(), tokens.end(), token_is_target), "[prepare] '", input,
                   "' has no assistant message to train on (each conversation's answers are the loss targets)");

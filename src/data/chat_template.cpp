@@ -76,6 +76,22 @@ ChatTemplate ChatTemplate::load(const std::string& dir, const std::string& file)
   return chat;
 }
 
+void ChatTemplate::set_variables(const std::string& json, const std::string& flag) {
+  ojson variables;
+  try {
+    variables = ojson::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    STRATUM_FAIL("[chat] ", flag, " is not valid JSON (", e.what(), "); give an object, e.g. '{\"enable_thinking\": false}'");
+  }
+  STRATUM_CHECK(variables.is_object(), "[chat] ", flag, " takes a JSON object of the template's variables, e.g. "
+                "'{\"enable_thinking\": false}'");
+  for (const auto& [name, value] : variables.items()) {
+    STRATUM_CHECK(name != "messages" && name != "add_generation_prompt" && name != "tools" && name != "documents",
+                  "[chat] ", flag, ": \"", name, "\" is set by the renderer itself; give the template's other variables");
+    specials_[name] = value;
+  }
+}
+
 bool ChatTemplate::exists(const std::string& dir) {
   if (file_exists(dir + "/chat_template.jinja")) return true;
   if (!file_exists(dir + "/tokenizer_config.json")) return false;
@@ -98,14 +114,16 @@ std::string ChatTemplate::render(const ojson& messages, bool add_generation_prom
 
 std::vector<ChatTemplate::Segment> ChatTemplate::segments(const ojson& messages, const ojson& tools,
                                                           const std::string& where,
-                                                          const std::vector<std::string>& special) const {
+                                                          const std::vector<std::string>& special,
+                                                          Answers answers) const {
+  STRATUM_ASSERT(answers != Answers::Each);  // chat_jsonl_encode makes one Last example per answer
   STRATUM_CHECK(messages.is_array(), "[chat] ", where, ": the conversation is not a list of messages");
   for (std::size_t i = 0; i < messages.size(); ++i)
     STRATUM_CHECK(messages[i].is_object() && messages[i].contains("role") && messages[i]["role"].is_string(), "[chat] ",
                   where, ": message ", i + 1, " is not an object with a string \"role\" (e.g. {\"role\": \"user\", "
                   "\"content\": \"...\"})");
   try {
-    return segments_of(messages, tools, where, special);
+    return segments_of(messages, tools, where, special, answers);
   } catch (const Error& e) {  // the template's own error ("[template] ... line N: ..."), with the conversation's place
     const std::string what = e.what();
     if (what.rfind("[template]", 0) == 0) throw Error("[chat] " + where + ": " + what);
@@ -125,7 +143,11 @@ std::size_t special_start(const std::string& text, std::size_t at, const std::ve
 
 std::vector<ChatTemplate::Segment> ChatTemplate::segments_of(const ojson& messages, const ojson& tools,
                                                              const std::string& where,
-                                                             const std::vector<std::string>& special) const {
+                                                             const std::vector<std::string>& special,
+                                                             Answers which) const {
+  std::size_t last = messages.size();  // the last assistant message (Note [chat answers])
+  for (std::size_t i = 0; i < messages.size(); ++i)
+    if (messages[i]["role"] == "assistant") last = i;
   std::vector<std::pair<std::size_t, std::size_t>> answers;
   std::string text;
   if (template_.has_generation()) {
@@ -137,10 +159,11 @@ std::vector<ChatTemplate::Segment> ChatTemplate::segments_of(const ojson& messag
     JinjaTemplate::Rendered r = template_.render(context);
     text = std::move(r.text);
     answers = std::move(r.generation);
+    if (which == Answers::Last && answers.size() > 1) answers.erase(answers.begin(), answers.end() - 1);
   } else {
     text = render(messages, false, tools);
     for (std::size_t i = 0; i < messages.size(); ++i) {
-      if (messages[i]["role"] != "assistant") continue;
+      if (messages[i]["role"] != "assistant" || (which == Answers::Last && i != last)) continue;
       const ojson before(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i));
       const ojson through(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i + 1));
       const std::string prompt = render(before, true, tools);
@@ -154,8 +177,9 @@ std::vector<ChatTemplate::Segment> ChatTemplate::segments_of(const ojson& messag
       STRATUM_CHECK(text.compare(0, prompt.size(), prompt) == 0 && agree > prompt.size(), "[chat] ", where,
                     ": the chat template ", source_, " renders the conversation up to message ", i + 1,
                     " (the assistant's) differently once later messages follow, so that answer's text cannot be "
-                    "told apart (Note [chat mask]); give a template that marks answers with {% generation %} "
-                    "(--chat-template FILE), or one answer per conversation");
+                    "told apart (Note [chat mask]); --chat-answers each trains each answer as its own example (or "
+                    "last, the last alone), or give a template that marks answers with {% generation %} "
+                    "(--chat-template FILE)");
       answers.emplace_back(prompt.size(), agree);
     }
   }
@@ -175,7 +199,7 @@ std::vector<ChatTemplate::Segment> ChatTemplate::segments_of(const ojson& messag
 
 std::size_t chat_jsonl_encode(const BpeTokenizer& tokenizer, const ChatTemplate& chat, std::string_view text,
                               const std::string& field, const std::string& where, ThreadPool& pool,
-                              std::vector<std::int32_t>& out) {
+                              std::vector<std::int32_t>& out, ChatTemplate::Answers answers) {
   struct Record {
     std::size_t line;
     ojson messages, tools;
@@ -190,7 +214,18 @@ std::size_t chat_jsonl_encode(const BpeTokenizer& tokenizer, const ChatTemplate&
       for (std::size_t r = r0; r < r1; ++r) {
         std::vector<ChatTemplate::Segment> segs;
         try {
-          segs = chat.segments(batch[r].messages, batch[r].tools, where + " line " + std::to_string(batch[r].line), special);
+          const std::string at = where + " line " + std::to_string(batch[r].line);
+          const ojson& messages = batch[r].messages;
+          if (answers != ChatTemplate::Answers::Each) {
+            segs = chat.segments(messages, batch[r].tools, at, special, answers);
+          } else {  // each answer its own example: the conversation through it (Note [chat answers])
+            for (std::size_t i = 0; i < messages.size(); ++i) {
+              if (!messages[i].is_object() || !messages[i].contains("role") || messages[i]["role"] != "assistant") continue;
+              const ojson through(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i + 1));
+              for (auto& seg : chat.segments(through, batch[r].tools, at, special, ChatTemplate::Answers::Last))
+                segs.push_back(std::move(seg));
+            }
+          }
         } catch (const Error& e) {
           errors[r] = e.what();
           continue;

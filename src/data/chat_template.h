@@ -32,6 +32,12 @@ class ChatTemplate {
   // (its special tokens still from dir's tokenizer_config.json). Throws Error naming --chat-template
   // when dir has none, and "[template] ..." for a template this engine cannot parse.
   static ChatTemplate load(const std::string& dir, const std::string& file = "");
+  // Note [chat variables]: apply_chat_template passes its extra keyword arguments to the template
+  // (Qwen3's enable_thinking=False writes an empty reasoning block after the generation prompt);
+  // --chat-vars '{"enable_thinking": false}' gives them here, `json` a JSON object whose values
+  // every render sees. Throws Error naming `flag` for text that is not a JSON object or a name the
+  // renderer sets itself (messages, add_generation_prompt, tools, documents).
+  void set_variables(const std::string& json, const std::string& flag);
   // Whether `dir` has a template for load(dir) to find (it may still fail to parse or load).
   static bool exists(const std::string& dir);
 
@@ -55,18 +61,28 @@ class ChatTemplate {
   // such answer: refused with the turn named; TRL's answer is the same (a training template with
   // {% generation %} marks, given here with --chat-template FILE). Each segment is tokenized
   // alone (as the prompt of Note [prompt mask]), so every token is wholly answer or context.
+  // Note [chat answers]: which answers a conversation trains (prepare --chat-answers). All: every
+  // assistant message (the default). Last: the last one alone, the earlier ones context; it needs
+  // only the prompt before it to be a prefix of the conversation, so templates that rewrite
+  // earlier turns work. Each: every assistant message i as its own example, messages[:i+1] with
+  // its last answer trained: what a model with such a template sees when it writes answer i
+  // (Qwen3's earlier answers without their reasoning), at the cost of each earlier turn's tokens
+  // again per later answer.
+  enum class Answers { All, Last, Each };
   struct Segment {
     std::string text;
     bool target = false;  // an assistant's answer: trained; else context only
   };
   std::vector<Segment> segments(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                                const std::string& where, const std::vector<std::string>& special = {}) const;
+                                const std::string& where, const std::vector<std::string>& special = {},
+                                Answers answers = Answers::All) const;
 
   const std::string& source() const { return source_; }  // where the template came from, for messages
 
  private:
   std::vector<Segment> segments_of(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                                   const std::string& where, const std::vector<std::string>& special) const;
+                                   const std::string& where, const std::vector<std::string>& special,
+                                   Answers answers) const;
   JinjaTemplate template_;
   nlohmann::ordered_json specials_ = nlohmann::ordered_json::object();
   std::string source_;
@@ -78,9 +94,10 @@ class ChatTemplate {
 // the rest no loss targets (Note [loss mask] in token_file.h); nothing added between
 // conversations (the template writes each one's BOS and turn ends). Records are read on the
 // caller and rendered and encoded in batches over `pool` (the same ids for any thread count).
-// Returns the number of conversations.
+// `answers` says which answers are trained (Note [chat answers]; Each writes one example per
+// answer). Returns the number of conversations.
 std::size_t chat_jsonl_encode(const BpeTokenizer& tokenizer, const ChatTemplate& chat, std::string_view text,
                               const std::string& field, const std::string& where, ThreadPool& pool,
-                              std::vector<std::int32_t>& out);
+                              std::vector<std::int32_t>& out, ChatTemplate::Answers answers = ChatTemplate::Answers::All);
 
 }  // namespace stratum

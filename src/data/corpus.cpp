@@ -36,7 +36,7 @@ std::vector<std::int32_t> corpus_load_tokens(const std::string& path, const std:
     const std::string ext = std::filesystem::path(path).extension().string();
     STRATUM_CHECK(ext != ".jsonl" && ext != ".ndjson", "[data] '", path, "' is JSON Lines: tokenize its documents "
                   "first with 'stratum prepare --input ", path, " --jsonl-field text --tokenizer DIR --out train.bin' "
-                  "(naming the field that holds the text) and train on that");
+                  "(naming the field that holds the text; --jsonl-messages messages for conversations) and train on that");
     STRATUM_CHECK(!tokenizer_dir.empty(), "[data] '", path,
                   "' is text: give --tokenizer DIR (encoder.json + vocab.bpe), or tokenize it first with "
                   "'stratum prepare'");
