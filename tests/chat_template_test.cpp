@@ -370,7 +370,7 @@ TEST(ChatTemplate, GenerateChatAnswersTheRenderedConversation) {
   testing::TempDir tmp;
   const std::string dir = chat_model_dir(tmp);
   // A tiny Llama over the test tokenizer's 664 ids, saved with its tokenizer files (and template).
-  const auto trained = run_stratum("train --arch llama --layers 1 --heads 2 --kv-heads 1 --embd 32 --ctx 128 --vocab 664 "
+  const auto trained = run_stratum("train --arch llama --layers 1 --heads 2 --kv-heads 1 --embd 32 --ctx 128 --vocab 664 --untied "
                                    "--data " + source_path("tests/golden/tiny_qwen2/tokens.bin") + " --batch 1 --seq 8 "
                                    "--steps 1 --threads 1 --tokenizer " + dir + " --save " + tmp.file("m"));
   ASSERT_EQ(trained.exit_code, 0) << trained.errors;
@@ -394,8 +394,50 @@ TEST(ChatTemplate, GenerateChatAnswersTheRenderedConversation) {
             std::string::npos) << info.output;
   const auto base = run_stratum("info " + source_path("tests/golden/tiny_llama"));
   EXPECT_NE(base.output.find("chat template: none (a base model"), std::string::npos) << base.output;
+  // --interactive (Note [next turn]): each stdin line a user message, answered with the conversation
+  // so far; turn 2's answer equals a fresh run over the conversation re-rendered (the turn-1 answer
+  // as its text), though the decoder read only the tokens that turn added.
+  file_write_atomic(tmp.file("in.txt"), "Hi\n\nWhy, Romeo?\n");
+  const auto talk = run_stratum("generate --model " + tmp.file("m") + " --interactive --system 'Be brief.' --temperature 0 "
+                                "--max-tokens 5 --no-stop --output-ids --threads 1 < " + tmp.file("in.txt"));
+  ASSERT_EQ(talk.exit_code, 0) << talk.errors;
+  const std::size_t nl = talk.output.find('\n');
+  ASSERT_NE(nl, std::string::npos) << talk.output;
+  const std::string turn1 = talk.output.substr(0, nl), turn2 = talk.output.substr(nl + 1);
+  ASSERT_EQ(std::count(turn2.begin(), turn2.end(), '\n'), 1) << talk.output;
+  const BpeTokenizer tok = BpeTokenizer::load(dir);
+  std::vector<std::int32_t> answer1;
+  for (std::size_t at = 0; at < turn1.size();) {
+    const std::size_t comma = std::min(turn1.find(',', at), turn1.size());
+    answer1.push_back(std::stoi(turn1.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  ASSERT_EQ(answer1.size(), 5u);
+  ojson conversation = messages;
+  conversation.push_back({{"role", "assistant"}, {"content", tok.decode(answer1)}});
+  conversation.push_back({{"role", "user"}, {"content", "Why, Romeo?"}});
+  const std::vector<std::int32_t> p1 = tok.encode(prompt), p2 = tok.encode(ChatTemplate::load(dir).render(conversation, true));
+  std::string ids2;
+  for (const std::int32_t id : p2) ids2 += (ids2.empty() ? "" : ",") + std::to_string(id);
+  const auto fresh = run_stratum("generate --model " + tmp.file("m") + " --temperature 0 --max-tokens 5 --no-stop --output-ids "
+                                 "--threads 1 --prompt-ids " + ids2);
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.errors;
+  EXPECT_EQ(turn2, fresh.output);
+  // The KV cache held turn 1's prompt and the 4 answer tokens read back (the 5th ended the turn);
+  // turn 2 reads from where its ids part from those.
+  std::vector<std::int32_t> held = p1;
+  held.insert(held.end(), answer1.begin(), answer1.end() - 1);
+  std::size_t shared = 0;
+  while (shared < held.size() && shared < p2.size() && held[shared] == p2[shared]) ++shared;
+  EXPECT_GT(shared, p1.size() / 2);
+  EXPECT_NE(talk.errors.find("prompt: " + std::to_string(p1.size() + p2.size() - shared) + " tokens"), std::string::npos)
+      << talk.errors << " p1 " << p1.size() << " p2 " << p2.size() << " shared " << shared;
+  const auto silent = run_stratum("generate --model " + tmp.file("m") + " --interactive < /dev/null");
+  EXPECT_NE(silent.errors.find("stdin ended before a first message"), std::string::npos) << silent.errors;
+  const auto mixed = run_stratum("generate --model " + tmp.file("m") + " --interactive --prompt x < /dev/null");
+  EXPECT_NE(mixed.errors.find("--interactive reads the user's messages from stdin"), std::string::npos) << mixed.errors;
   const auto refused = run_stratum("generate --model " + tmp.file("m") + " --prompt x --system y");
-  EXPECT_NE(refused.errors.find("--system, --chat-template and --chat-vars are for --chat TEXT"), std::string::npos)
+  EXPECT_NE(refused.errors.find("--system, --chat-template and --chat-vars are for --chat TEXT or --interactive"), std::string::npos)
       << refused.errors;
 }
 

@@ -1,8 +1,12 @@
 // `stratum generate`: flags -> GenerateOptions -> generate_run. One prompt streams its text (or,
 // with --output-ids, prints the generated ids); --prompts FILE prints one JSON line per prompt.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
@@ -54,7 +58,12 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"prompt-ids", "1,2,3", "token ids to continue instead of text"},
              {"chat", "TEXT", "a user message: rendered with the model's chat template (its tokenizer_config.json or "
                               "chat_template.jinja) and answered; prints the answer alone"},
-             {"system", "TEXT", "with --chat: a system message before it"},
+             {"interactive", "", "a conversation: each line of stdin is a user message, answered in turn with the "
+                                 "model's chat template (--chat TEXT, if given, is the first); ends at the end of "
+                                 "stdin (Ctrl-D)"},
+             {"context", "N", "with --interactive: the tokens the conversation may reach (default: the model's "
+                              "context); the KV cache is this long"},
+             {"system", "TEXT", "with --chat or --interactive: a system message first"},
              {"chat-template", "FILE", "with --chat: the Jinja chat template to use instead of the model's"},
              {"chat-vars", "JSON", "with --chat: the template's other variables, a JSON object, e.g. "
                                    "'{\"enable_thinking\": false}' (apply_chat_template's keyword arguments)"},
@@ -109,19 +118,61 @@ int cmd_generate(const std::vector<std::string>& argv) {
   if (args.has("prompt")) o.prompts.push_back(args.str("prompt"));
   // A chat (Note [chat template] in data/chat_template.h): the conversation so far, rendered as
   // transformers' apply_chat_template(add_generation_prompt=True) renders it; no BOS added.
-  const bool chat = args.has("chat");
+  // --interactive (Note [next turn] in infer/generator.h): the conversation so far re-rendered each
+  // turn, the decoder reading its new tokens only.
+  const bool interactive = args.flag("interactive");
+  const bool chat = args.has("chat") || interactive;
   STRATUM_CHECK(chat || (!args.has("system") && !args.has("chat-template") && !args.has("chat-vars")),
-                "[cli] --system, --chat-template and --chat-vars are for --chat TEXT");
+                "[cli] --system, --chat-template and --chat-vars are for --chat TEXT or --interactive");
+  STRATUM_CHECK(!interactive || sources == args.has("chat"), "[cli] --interactive reads the user's messages from "
+                "stdin (--chat TEXT may give the first): drop --prompt, --prompt-ids, --prompts and --prompt-ids-file");
+  STRATUM_CHECK(interactive || !args.has("context"), "[cli] --context is for --interactive");
+  o.context = static_cast<int>(args.integer("context", 0, 1, 1 << 24));
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  std::optional<ChatTemplate> chat_template;
+  const bool output_ids = args.flag("output-ids");
+  std::string answer;                  // the turn's streamed text (--interactive)
+  std::vector<std::int32_t> turn_ids;  // and its ids
+  bool stdin_ended = false;            // the last turn ended when stdin did
+  // An --interactive turn's end: its ids on a line with --output-ids, else the newline after its streamed text.
+  const auto end_turn = [&] {
+    std::printf("%s\n", output_ids ? ids_text(turn_ids).c_str() : "");
+    turn_ids.clear();
+    STRATUM_CHECK(stdout_flush().empty(), "[generate] writing the answer failed; stopped");
+  };
+  // The next user message: stdin's next non-empty line ("> " on stderr when stdin is a terminal).
+  const auto read_message = [&](std::string& line) {
+    for (;;) {
+      if (::isatty(STDIN_FILENO) && !args.flag("quiet")) std::fputs("> ", stderr);
+      if (!std::getline(std::cin, line)) return false;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) return true;
+    }
+  };
   if (chat) {
-    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (args.has("system")) messages.push_back({{"role", "system"}, {"content", args.str("system")}});
-    messages.push_back({{"role", "user"}, {"content", args.str("chat")}});
+    std::string first = args.str("chat", "");
+    STRATUM_CHECK(args.has("chat") || read_message(first), "[cli] --interactive: stdin ended before a first message");
+    messages.push_back({{"role", "user"}, {"content", first}});
     // The model's template; a model directory without one takes --tokenizer DIR's (where its tokenizer comes from).
     const bool own = !args.has("tokenizer") || ChatTemplate::exists(o.model_dir);
-    ChatTemplate t = ChatTemplate::load(own ? o.model_dir : args.str("tokenizer"), args.str("chat-template", ""));
-    if (args.has("chat-vars")) t.set_variables(args.str("chat-vars"), "--chat-vars");
-    o.prompts.push_back(t.render(messages, true));
+    chat_template = ChatTemplate::load(own ? o.model_dir : args.str("tokenizer"), args.str("chat-template", ""));
+    if (args.has("chat-vars")) chat_template->set_variables(args.str("chat-vars"), "--chat-vars");
+    o.prompts.push_back(chat_template->render(messages, true));
     o.add_bos = false;
+  }
+  if (interactive) {
+    o.next_turn = [&](std::string& next) {
+      messages.push_back({{"role", "assistant"}, {"content", answer}});
+      answer.clear();
+      end_turn();
+      std::string line;
+      stdin_ended = !read_message(line);
+      if (stdin_ended) return false;
+      messages.push_back({{"role", "user"}, {"content", line}});
+      next = chat_template->render(messages, true);
+      return true;
+    };
   }
   if (args.has("prompt-ids")) o.prompt_ids.push_back(parse_ids(args.str("prompt-ids"), "--prompt-ids"));
   const bool many = args.has("prompts") || args.has("prompt-ids-file");
@@ -195,7 +246,6 @@ int cmd_generate(const std::vector<std::string>& argv) {
   o.precision = precision_parse(args.str("precision", "fp32"));
   STRATUM_CHECK(o.precision == Precision::Fp32 || o.keep_bf16, "[cli] give --precision bf16 or --fp32-weights, not both");
   o.trace_path = args.str("trace");
-  const bool output_ids = args.flag("output-ids");
 
   // The streamed text starts with the prompt, echoed with the first generated token: after
   // generate_run has checked the options, the prompt and the model (a refused run prints nothing).
@@ -206,14 +256,18 @@ int cmd_generate(const std::vector<std::string>& argv) {
     echoed = true;
   };
   o.stop_requested = stop_signals_install("\n[stratum] stopping after this token; interrupt again to quit at once\n");
-  const GenerateResult r = generate_run(o, [&](int, std::int32_t, const std::string& text) {
+  const GenerateResult r = generate_run(o, [&](int, std::int32_t id, const std::string& text) {
+    answer += text;
+    turn_ids.push_back(id);
     if (!stream_text) return;
     echo_prompt();
     std::fwrite(text.data(), 1, text.size(), stdout);  // a short write sets the stream's error flag
     const std::string failed = stdout_flush();
     STRATUM_CHECK(failed.empty(), "[generate] writing the text failed: ", failed, "; stopped generating");
   });
-  if (stream_text && !r.has_tokenizer) {  // ids in, and no tokenizer to make text of them: the ids out
+  if (interactive) {
+    if (!stdin_ended) end_turn();  // an interrupted answer's end
+  } else if (stream_text && !r.has_tokenizer) {  // ids in, and no tokenizer to make text of them: the ids out
     std::printf("%s\n", ids_text(r.sequences[0].tokens).c_str());
     if (!o.quiet)
       std::fprintf(stderr, "[stratum] '%s' has no tokenizer to print text with: printed the token ids (--tokenizer DIR "

@@ -119,6 +119,7 @@ struct Sequence {
   std::vector<std::int32_t> ids;  // prompt, then generated tokens
   int prompt_len = 0;
   int fed = 0;  // tokens in the KV cache
+  int turn_tokens = 0;  // generated since the prompt (Note [next turn]: since the turn's input)
   bool done = false;
   Rng rng{0};
 };
@@ -156,15 +157,19 @@ GenerateResult generate_run(const GenerateOptions& o,
     for (std::int32_t id : {tokenizer->eot_id(), tokenizer->eos_id(), tokenizer->token_id("<|end_of_text|>"),
                             tokenizer->token_id("<|eot_id|>")})
       if (id >= 0 && std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
-  std::vector<Sequence> seqs;
+  // A text prompt's ids: with the BOS the tokenizer's post_processor puts first (Llama 2's <s>,
+  // Llama 3's <|begin_of_text|>), as Hugging Face's tokenizer(text) does, unless the text has it
+  // or is a rendered chat template (add_bos false).
+  const auto encode_text = [&](const std::string& text) {
+    std::vector<std::int32_t> ids = tokenizer->encode(text);
+    if (const std::int32_t bos = tokenizer->bos_id(); o.add_bos && bos >= 0 && (ids.empty() || ids.front() != bos))
+      ids.insert(ids.begin(), bos);
+    return ids;
+  };
   std::vector<std::vector<std::int32_t>> prompts = o.prompt_ids;
   if (prompts.empty()) {
     for (const std::string& text : o.prompts.empty() ? std::vector<std::string>{""} : o.prompts) {
-      std::vector<std::int32_t> ids = tokenizer->encode(text);
-      // The BOS the tokenizer's post_processor puts first (Llama 2's <s>, Llama 3's
-      // <|begin_of_text|>), as Hugging Face's tokenizer(text) does, unless the prompt has it.
-      if (const std::int32_t bos = tokenizer->bos_id(); o.add_bos && bos >= 0 && (ids.empty() || ids.front() != bos))
-        ids.insert(ids.begin(), bos);
+      std::vector<std::int32_t> ids = encode_text(text);
       if (ids.empty()) {  // start from BOS (Llama) or <|endoftext|> (GPT-2)
         const std::int32_t start = cfg.bos_token_id >= 0       ? cfg.bos_token_id
                                    : tokenizer->bos_id() >= 0 ? tokenizer->bos_id()
@@ -188,7 +193,11 @@ GenerateResult generate_run(const GenerateOptions& o,
   }
   int longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, static_cast<int>(p.size()));
-  const int max_ctx = std::min(cfg.context(), longest + std::max(1, o.max_tokens));
+  STRATUM_CHECK(!o.next_turn || (prompts.size() == 1 && tokenizer != nullptr && o.prompt_ids.empty()),
+                "[generate] a chat continues one sequence of text: give one text prompt and a tokenizer");
+  STRATUM_CHECK(o.context >= 0, "[generate] --context must be >= 0 (0 = the model's), got ", o.context);
+  const int max_ctx = o.next_turn ? std::min(cfg.context(), o.context > 0 ? std::max(o.context, longest + 1) : cfg.context())
+                                  : std::min(cfg.context(), longest + std::max(1, o.max_tokens));
   const int batch = std::min<int>(o.batch, static_cast<int>(prompts.size()));
 
   const int threads = o.threads > 0 ? o.threads : default_thread_count();
@@ -284,6 +293,27 @@ GenerateResult generate_run(const GenerateOptions& o,
       std::vector<int> live;
       for (int i = 0; i < n; ++i)
         if (!group[i].done) live.push_back(i);
+      if (live.empty() && o.next_turn) {  // Note [next turn]
+        Sequence& s = group[0];
+        std::string text;
+        if (!o.next_turn(text)) break;
+        std::vector<std::int32_t> next = encode_text(text);
+        STRATUM_CHECK(!next.empty() && static_cast<int>(next.size()) < max_ctx, "[generate] the conversation is ",
+                      next.size(), " tokens, past the ", max_ctx, " the KV cache holds", max_ctx < cfg.context()
+                      ? " (--context N holds more)" : " (the model's context)", "; start a new conversation");
+        for (const std::int32_t id : next)
+          STRATUM_CHECK(id >= 0 && id < cfg.vocab_size, "[generate] token id ", id, " of the next turn is outside the "
+                        "model vocabulary (0..", cfg.vocab_size - 1, ")");
+        std::size_t same = 0;  // the KV cache holds s.fed tokens of s.ids: keep those next shares
+        while (same < next.size() && same < static_cast<std::size_t>(s.fed) && next[same] == s.ids[same]) ++same;
+        s.fed = static_cast<int>(std::min(same, next.size() - 1));  // the last input token is read to give logits
+        s.ids = std::move(next);
+        s.prompt_len = static_cast<int>(s.ids.size());
+        s.turn_tokens = 0;
+        s.done = o.max_tokens == 0;
+        result.sequences[first].stopped_at_eos = false;
+        continue;
+      }
       if (live.empty()) break;
       const int B = static_cast<int>(live.size());
       bool prompt_only = true;
@@ -333,7 +363,7 @@ GenerateResult generate_run(const GenerateOptions& o,
         out.text += text;
         on_token(static_cast<int>(first) + live[r], next, text);
         ++result.generated_tokens;
-        if (static_cast<int>(out.tokens.size()) >= o.max_tokens) {
+        if (++s.turn_tokens >= o.max_tokens) {
           s.done = true;
         } else if (static_cast<int>(s.ids.size()) >= max_ctx) {
           s.done = true;

@@ -27,6 +27,15 @@ struct GenerateOptions {
   // Text prompts get the BOS the tokenizer adds (as tokenizer(text) does); false for a rendered
   // chat template, which writes the BOS it wants (apply_chat_template's add_special_tokens=False).
   bool add_bos = true;
+  // Note [next turn]: with one text prompt, after its sequence stops (an end token, max_tokens) the
+  // generator calls next_turn(next): `next` gets the whole next input as text (an interactive
+  // chat's conversation re-rendered with the next user message), encoded as the prompt was, and
+  // true continues, false ends. The decoder keeps its KV cache for the longest prefix the new ids
+  // share with the sequence so far and reads the rest, so a turn reads its new tokens only (from
+  // where the template rewrote earlier text, if it did); max_tokens counts per turn. The KV cache
+  // then holds `context` tokens (0: the model's context) and an input that does not fit is refused.
+  std::function<bool(std::string& next)> next_turn;
+  int context = 0;
   int batch = 1;              // sequences decoded together (throughput mode)
   int max_tokens = 64;        // per sequence
   double temperature = 1.0;   // 0 = greedy
