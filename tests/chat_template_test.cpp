@@ -93,7 +93,7 @@ TEST(JinjaTemplate, PythonValueSemantics) {
   EXPECT_EQ(render("{% set n = namespace(x=0) %}{% for i in [1, 2] %}{% set n.x = i %}{% endfor %}{{ n.x }}"), "2");
   // |safe marks a string as markup: a plain string joined to it with + is HTML-escaped, as markupsafe does.
   EXPECT_EQ(render("{{ '<b>' | safe + '<i>' }} {{ '<b>' ~ '<i>' }}"), "<b>&lt;i&gt; <b><i>");
-  EXPECT_EQ(render("{{ strftime_now('%Y') | length }}"), "4");
+  EXPECT_EQ(render("{{ strftime_now('%Y') | length }} {{ 'h\u00e9llo'.find('l') }} {{ 'aXbXc'.count('X') }}"), "4 2 2");
 }
 
 TEST(JinjaTemplate, RefusesWhatItCannotRenderWithTheLine) {

@@ -462,7 +462,7 @@ bool call_method(const Value& obj, const std::string& name, Args& args, Value& r
                                      string_arg(args.get(1, "new"), line, "replace's new"),
                                      integer_arg(args.get(2, "count"), -1, line, "replace's count")));
     } else if (name == "find" || name == "count") {
-      const std::string& t = string_arg(args.get(0, "sub"), line, name.c_str());
+      const std::string t = string_arg(args.get(0, "sub"), line, name.c_str());
       if (name == "find") {
         const std::size_t hit = s.find(t);
         result = Value::integer(hit == std::string::npos ? -1 : static_cast<std::int64_t>(code_points(s.substr(0, hit))));
@@ -540,7 +540,7 @@ Value global_function(const std::string& name) {
   }
   if (name == "strftime_now") {
     return Value::function([](Args& a) {
-      const std::string& format = string_arg(a.get(0, "format"), a.line, "strftime_now's format");
+      const std::string format = string_arg(a.get(0, "format"), a.line, "strftime_now's format");
       const std::time_t now = std::time(nullptr);
       std::tm local{};
       localtime_r(&now, &local);
