@@ -64,8 +64,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"context", "N", "with --interactive: the tokens the conversation may reach (default: the model's "
                               "context); the KV cache is this long"},
              {"system", "TEXT", "with --chat or --interactive: a system message first"},
-             {"chat-template", "FILE", "with --chat: the Jinja chat template to use instead of the model's"},
-             {"chat-vars", "JSON", "with --chat: the template's other variables, a JSON object, e.g. "
+             {"chat-template", "FILE", "with --chat or --interactive: the Jinja chat template to use instead of the model's"},
+             {"chat-vars", "JSON", "with --chat or --interactive: the template's other variables, a JSON object, e.g. "
                                    "'{\"enable_thinking\": false}' (apply_chat_template's keyword arguments)"},
              {"prompts", "FILE", "many prompts, one per line: prints one JSON line per prompt"},
              {"prompt-ids-file", "FILE", "like --prompts, each line token ids like 1,2,3"},

@@ -8,6 +8,7 @@
 #include "core/printable.h"
 #include "core/thread_pool.h"
 #include "data/bpe_tokenizer.h"
+#include "data/corpus.h"
 #include "data/token_file.h"
 #include "stratum/error.h"
 
@@ -205,7 +206,8 @@ std::size_t chat_jsonl_encode(const BpeTokenizer& tokenizer, const ChatTemplate&
     ojson messages, tools;
   };
   std::vector<Record> batch;
-  std::size_t batch_bytes = 0, conversations = 0;
+  constexpr std::size_t kChatBatch = 4096;  // conversations rendered and encoded together over the pool
+  std::size_t conversations = 0;
   const std::vector<std::string> special = tokenizer.added_tokens();
   auto flush = [&] {
     std::vector<std::vector<std::int32_t>> ids(batch.size());
@@ -243,24 +245,8 @@ std::size_t chat_jsonl_encode(const BpeTokenizer& tokenizer, const ChatTemplate&
     for (const auto& conv : ids) out.insert(out.end(), conv.begin(), conv.end());
     conversations += batch.size();
     batch.clear();
-    batch_bytes = 0;
   };
-  std::size_t line = 0;
-  for (std::size_t at = 0; at < text.size();) {
-    const std::size_t end = std::min(text.find('\n', at), text.size());
-    const std::string_view record = text.substr(at, end - at);
-    at = end + 1;
-    ++line;
-    if (record.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank
-    ojson j;
-    try {
-      j = ojson::parse(record);
-    } catch (const nlohmann::json::exception& e) {
-      STRATUM_FAIL("[prepare] ", where, " line ", line, " is not valid JSON (", e.what(),
-                   "); JSON Lines holds one object per line");
-    }
-    STRATUM_CHECK(j.is_object(), "[prepare] ", where, " line ", line, " is a JSON ", j.type_name(),
-                  ", not an object with a list of messages \"", field, "\"");
+  jsonl_objects<ojson>(text, where, "an object with a list of messages \"" + field + "\"", [&](std::size_t line, ojson& j) {
     const auto it = j.find(field);
     STRATUM_CHECK(it != j.end() && it->is_array(), "[prepare] ", where, " line ", line,
                   it == j.end() ? " has no field \"" : " has a field \"", printable_text(field.substr(0, 48)), "\"",
@@ -268,9 +254,8 @@ std::size_t chat_jsonl_encode(const BpeTokenizer& tokenizer, const ChatTemplate&
                   "conversation's list of {\"role\", \"content\"} messages");
     const auto tools = j.find("tools");
     batch.push_back({line, std::move(*it), tools != j.end() ? *tools : ojson(nullptr)});
-    batch_bytes += record.size();
-    if (batch_bytes >= (8u << 20) || batch.size() >= 4096) flush();
-  }
+    if (batch.size() >= kChatBatch) flush();
+  });
   flush();
   return conversations;
 }

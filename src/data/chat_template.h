@@ -93,7 +93,7 @@ class ChatTemplate {
 // and encoded each into `out` as ChatTemplate::segments gives them: the answers' ids trained,
 // the rest no loss targets (Note [loss mask] in token_file.h); nothing added between
 // conversations (the template writes each one's BOS and turn ends). Records are read on the
-// caller and rendered and encoded in batches over `pool` (the same ids for any thread count).
+// caller and rendered and encoded in batches of 4096 over `pool` (the same ids for any thread count).
 // `answers` says which answers are trained (Note [chat answers]; Each writes one example per
 // answer). Returns the number of conversations.
 std::size_t chat_jsonl_encode(const BpeTokenizer& tokenizer, const ChatTemplate& chat, std::string_view text,

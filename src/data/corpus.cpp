@@ -125,13 +125,9 @@ PromptTemplate PromptTemplate::field(const std::string& name) {
   return t;
 }
 
-void jsonl_documents(std::string_view text, const std::string& field, const PromptTemplate& prompt,
-                     const std::string& where,
-                     const std::function<void(std::size_t line, const std::string& prompt,
-                                              const std::string& document)>& each) {
-  std::string made;  // the record's prompt (Note [prompt template])
-  const std::string hint = "name the prompt's field" + std::string(prompt.flag == "--jsonl-prompt" ? " with --jsonl-prompt"
-                                                                                                : "s in --prompt-template");
+template <class Json>
+void jsonl_objects(std::string_view text, const std::string& where, const std::string& expected,
+                   const std::function<void(std::size_t line, Json& record)>& each) {
   std::size_t line = 0;
   for (std::size_t at = 0; at < text.size();) {
     const std::size_t end = std::min(text.find('\n', at), text.size());
@@ -139,20 +135,36 @@ void jsonl_documents(std::string_view text, const std::string& field, const Prom
     at = end + 1;
     ++line;
     if (record.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank
-    nlohmann::json j;
+    Json j;
     try {
-      j = nlohmann::json::parse(record);
+      j = Json::parse(record);
     } catch (const nlohmann::json::exception& e) {
       STRATUM_FAIL("[prepare] ", where, " line ", line, " is not valid JSON (", e.what(),
                    "); JSON Lines holds one object per line");
     }
-    STRATUM_CHECK(j.is_object(), "[prepare] ", where, " line ", line, " is a JSON ", j.type_name(),
-                  ", not an object with a string field \"", field, "\"");
-    made.clear();
-    for (const PromptTemplate::Piece& piece : prompt.pieces())
-      made += piece.field ? jsonl_string(j, piece.text, hint.c_str(), where, line) : piece.text;
-    each(line, made, jsonl_string(j, field, "name the text's field with --jsonl-field", where, line));
+    STRATUM_CHECK(j.is_object(), "[prepare] ", where, " line ", line, " is a JSON ", j.type_name(), ", not ", expected);
+    each(line, j);
   }
+}
+template void jsonl_objects<nlohmann::json>(std::string_view, const std::string&, const std::string&,
+                                            const std::function<void(std::size_t, nlohmann::json&)>&);
+template void jsonl_objects<nlohmann::ordered_json>(std::string_view, const std::string&, const std::string&,
+                                                    const std::function<void(std::size_t, nlohmann::ordered_json&)>&);
+
+void jsonl_documents(std::string_view text, const std::string& field, const PromptTemplate& prompt,
+                     const std::string& where,
+                     const std::function<void(std::size_t line, const std::string& prompt,
+                                              const std::string& document)>& each) {
+  std::string made;  // the record's prompt (Note [prompt template])
+  const std::string hint = "name the prompt's field" + std::string(prompt.flag == "--jsonl-prompt" ? " with --jsonl-prompt"
+                                                                                                : "s in --prompt-template");
+  jsonl_objects<nlohmann::json>(text, where, "an object with a string field \"" + field + "\"",
+                                [&](std::size_t line, nlohmann::json& j) {
+                                  made.clear();
+                                  for (const PromptTemplate::Piece& piece : prompt.pieces())
+                                    made += piece.field ? jsonl_string(j, piece.text, hint.c_str(), where, line) : piece.text;
+                                  each(line, made, jsonl_string(j, field, "name the text's field with --jsonl-field", where, line));
+                                });
 }
 
 std::int32_t document_end_id(const BpeTokenizer& tokenizer, const std::string& given) {

@@ -66,6 +66,14 @@ class PromptTemplate {
   std::vector<Piece> pieces_;
 };
 
+// Calls each(line, record) for every non-blank line of the JSON Lines `text`, in order (line counts
+// from 1), each a JSON object (Json: nlohmann::json, or nlohmann::ordered_json where the record's
+// key order matters). A line that is not valid JSON, or not an object, throws Error "[prepare]
+// <where> line N: ..."; `expected` ends the latter ("an object with a string field \"text\"").
+template <class Json>
+void jsonl_objects(std::string_view text, const std::string& where, const std::string& expected,
+                   const std::function<void(std::size_t line, Json& record)>& each);
+
 // Calls each(line, prompt, document) for the string `field` (and the prompt `prompt` makes of the
 // record, when it is not empty; else prompt is empty) of every non-blank line of the JSON Lines
 // `text`, in order (line counts from 1). A line that is not a JSON object whose fields are strings
