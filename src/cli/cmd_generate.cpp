@@ -257,8 +257,10 @@ int cmd_generate(const std::vector<std::string>& argv) {
   };
   o.stop_requested = stop_signals_install("\n[stratum] stopping after this token; interrupt again to quit at once\n");
   const GenerateResult r = generate_run(o, [&](int, std::int32_t id, const std::string& text) {
-    answer += text;
-    turn_ids.push_back(id);
+    if (interactive) {  // the turn's answer, for the history and --output-ids
+      answer += text;
+      turn_ids.push_back(id);
+    }
     if (!stream_text) return;
     echo_prompt();
     std::fwrite(text.data(), 1, text.size(), stdout);  // a short write sets the stream's error flag
