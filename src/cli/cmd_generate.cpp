@@ -70,7 +70,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
              {"prompts", "FILE", "many prompts, one per line: prints one JSON line per prompt"},
              {"prompt-ids-file", "FILE", "like --prompts, each line token ids like 1,2,3"},
              {"batch", "N", "sequences decoded together with --prompts/--prompt-ids-file (default 1)"},
-             {"max-tokens", "N", "tokens to generate per prompt (default 64)"},
+             {"max-tokens", "N", "tokens to generate per prompt (default 64; 512 per answer with --chat or --interactive)"},
              {"temperature", "X", "sampling temperature; 0 = greedy (default: the model's generation_config.json, "
                                   "else 1.0)"},
              {"top-k", "K", "sample among the K most likely tokens; 0 = all (default: generation_config.json's, "
@@ -206,7 +206,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   }
   STRATUM_CHECK(many || !args.has("batch"), "[cli] --batch is for --prompts FILE or --prompt-ids-file FILE");
   o.batch = static_cast<int>(args.integer("batch", 1, 1, 4096));
-  o.max_tokens = static_cast<int>(args.integer("max-tokens", 64, 0, 1000000));
+  o.max_tokens = static_cast<int>(args.integer("max-tokens", chat ? 512 : 64, 0, 1000000));  // a chat's answer ends at its end token
   // Note [generation config] (model/hf_config.h): the model's own sampling settings where no flag gives one.
   const HfGenerationConfig gen = hf_generation_config_read(o.model_dir + "/generation_config.json");
   const double file_temperature = gen.present && !gen.do_sample ? 0.0 : gen.temperature;
