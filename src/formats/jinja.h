@@ -30,13 +30,13 @@ namespace stratum {
 //   slices with steps on lists and strings, by code point), calls with keyword arguments, filters,
 //   tests (is / is not), not, and, or, in, not in, comparisons, + - * / // % ** ~, unary -,
 //   the conditional `a if b else c`;
-// - filters: abs capitalize count d default first float indent int items join last length list
+// - filters: abs capitalize count d default dictsort first float indent int items join last length list
 //   lower map max min reject rejectattr replace reverse round safe select selectattr sort string
 //   sum title tojson trim unique upper; tests: boolean callable defined divisibleby eq equalto
 //   even false float ge gt in integer iterable le lower lt mapping ne none number odd sameas
 //   sequence string true undefined upper;
-// - methods: str's capitalize count endswith find format-free join lower lstrip replace rsplit
-//   rstrip split splitlines startswith strip title upper; dict's get items keys values;
+// - methods: str's capitalize count endswith find join lower lstrip replace rsplit rstrip split
+//   splitlines startswith strip title upper (no format); dict's get items keys values;
 // - globals: namespace, range, dict, raise_exception (its message becomes the error),
 //   strftime_now (the local time, as transformers').
 // Values follow Python: truthiness, == across int/float/bool, str() of None/True/floats/lists,
