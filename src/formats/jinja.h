@@ -30,9 +30,9 @@ namespace stratum {
 //   slices with steps on lists and strings, by code point), calls with keyword arguments, filters,
 //   tests (is / is not), not, and, or, in, not in, comparisons, + - * / // % ** ~, unary -,
 //   the conditional `a if b else c`;
-// - filters: abs capitalize count d default dictsort first float indent int items join last length list
-//   lower map max min reject rejectattr replace reverse round safe select selectattr sort string
-//   sum title tojson trim unique upper; tests: boolean callable defined divisibleby eq equalto
+// - filters: abs capitalize count d default dictsort first float indent int items join last
+//   length list lower map max min reject rejectattr replace reverse round safe select selectattr
+//   sort string sum title tojson trim unique upper; tests: boolean callable defined divisibleby eq equalto
 //   even false float ge gt in integer iterable le lower lt mapping ne none number odd sameas
 //   sequence string true undefined upper;
 // - methods: str's capitalize count endswith find join lower lstrip replace rsplit rstrip split
