@@ -93,6 +93,10 @@ TEST(JinjaTemplate, PythonValueSemantics) {
   EXPECT_EQ(render("{% set n = namespace(x=0) %}{% for i in [1, 2] %}{% set n.x = i %}{% endfor %}{{ n.x }}"), "2");
   // |safe marks a string as markup: a plain string joined to it with + is HTML-escaped, as markupsafe does.
   EXPECT_EQ(render("{{ '<b>' | safe + '<i>' }} {{ '<b>' ~ '<i>' }}"), "<b>&lt;i&gt; <b><i>");
+  // str.split/rsplit on whitespace with a maximum: the rest is one part, its own whitespace kept (Python's).
+  EXPECT_EQ(render("{{ '  a  b  c  '.split(None, 1) }} {{ '  a  b  c  '.rsplit(None, 1) }} {{ ' x y '.rsplit(None, 0) }} "
+                   "{{ '   '.split() }}"),
+            "['a', 'b  c  '] ['  a  b', 'c'] [' x y'] []");
   EXPECT_EQ(render("{{ strftime_now('%Y') | length }} {{ 'h\u00e9llo'.find('l') }} {{ 'aXbXc'.count('X') }}"), "4 2 2");
 }
 

@@ -68,33 +68,31 @@ std::string replace(const std::string& s, const std::string& old, const std::str
 // str.split / str.rsplit: by runs of whitespace when sep is none, else by sep exactly.
 List split(const std::string& s, const Value& sep, std::int64_t max, bool from_right, int line) {
   std::vector<std::string> parts;
-  if (sep.kind != Value::Kind::String) {
-    std::string t = strip(s, Value(), !from_right || max < 0, from_right || max < 0);
-    std::vector<std::string> words;
-    std::size_t i = 0;
-    while (i < t.size()) {
-      std::size_t j = t.find_first_of(kSpaces, i);
-      if (j == std::string::npos) j = t.size();
-      words.push_back(t.substr(i, j - i));
-      i = t.find_first_not_of(kSpaces, j);
-      if (i == std::string::npos) break;
-    }
-    if (max >= 0 && static_cast<std::int64_t>(words.size()) > max + 1) {
-      // Rejoin the words past max from the original text (its own whitespace kept).
-      if (!from_right) {
-        std::size_t pos = 0;
-        for (std::int64_t k = 0; k < max; ++k) pos = t.find_first_not_of(kSpaces, t.find_first_of(kSpaces, pos));
-        words.resize(static_cast<std::size_t>(max));
-        words.push_back(strip(t.substr(pos), Value(), true, false));
-      } else {
-        std::size_t pos = t.size();
-        for (std::int64_t k = 0; k < max; ++k) pos = t.find_last_not_of(kSpaces, t.find_last_of(kSpaces, pos - 1)) + 1;
-        std::vector<std::string> tail(words.end() - max, words.end());
-        words.assign(1, strip(t.substr(0, pos), Value(), false, true));
-        words.insert(words.end(), tail.begin(), tail.end());
+  if (sep.kind != Value::Kind::String) {  // runs of whitespace; past max splits the rest is one part, as it stands
+    const auto npos = std::string::npos;
+    if (!from_right) {
+      for (std::size_t i = s.find_first_not_of(kSpaces); i != npos;) {
+        if (max >= 0 && static_cast<std::int64_t>(parts.size()) == max) {
+          parts.push_back(s.substr(i));
+          break;
+        }
+        const std::size_t j = std::min(s.find_first_of(kSpaces, i), s.size());
+        parts.push_back(s.substr(i, j - i));
+        i = s.find_first_not_of(kSpaces, j);
       }
+    } else {
+      for (std::size_t e = s.find_last_not_of(kSpaces); e != npos;) {  // e: a part's last character
+        if (max >= 0 && static_cast<std::int64_t>(parts.size()) == max) {
+          parts.push_back(s.substr(0, e + 1));
+          break;
+        }
+        const std::size_t b = s.find_last_of(kSpaces, e);
+        const std::size_t from = b == npos ? 0 : b + 1;
+        parts.push_back(s.substr(from, e + 1 - from));
+        e = b == npos ? npos : s.find_last_not_of(kSpaces, b);
+      }
+      std::reverse(parts.begin(), parts.end());
     }
-    parts = std::move(words);
   } else {
     if (sep.s.empty()) fail(line, "split: an empty separator");
     if (!from_right) {
@@ -219,8 +217,7 @@ bool apply_test(const std::string& name, const Value& v, Args& args) {
   return false;
 }
 
-Value apply_filter(const std::string& name, const Value& v, Args& args,
-                   const std::function<bool(const std::string&, const Value&, Args&)>& test) {
+Value apply_filter(const std::string& name, const Value& v, Args& args) {
   const int line = args.line;
   auto as_list = [&](const Value& x) { return iterate(x, line); };
   if (name == "length" || name == "count") {
@@ -374,7 +371,12 @@ Value apply_filter(const std::string& name, const Value& v, Args& args,
     List out;
     for (const Value& x : as_list(v)) {
       const Value subject = attr ? attr_path(x, path, line) : x;
-      const bool pass = tname.defined() ? test(string_arg(tname, line, "the test's name"), subject, targs) : truthy(subject);
+      bool pass = truthy(subject);
+      if (tname.defined()) {  // a test named at render time: unknown ones are refused here, not at parse
+        const std::string& test = string_arg(tname, line, "the test's name");
+        if (!test_known(test)) fail(line, "the test '" + test + "' is not supported");
+        pass = apply_test(test, subject, targs);
+      }
       if (pass == keep_when) out.push_back(x);
     }
     return Value::of_list(std::move(out));
@@ -395,7 +397,7 @@ Value apply_filter(const std::string& name, const Value& v, Args& args,
     Args fargs;
     fargs.line = line;
     fargs.positional.assign(args.positional.begin() + 1, args.positional.end());
-    for (const Value& x : as_list(v)) out.push_back(apply_filter(fname, x, fargs, test));
+    for (const Value& x : as_list(v)) out.push_back(apply_filter(fname, x, fargs));
     return Value::of_list(std::move(out));
   }
   if (name == "sort" || name == "unique" || name == "min" || name == "max" || name == "sum") {

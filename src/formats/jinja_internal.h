@@ -86,9 +86,7 @@ std::size_t code_points(std::string_view s);
 Value from_json(const nlohmann::ordered_json& j);
 
 // Built-ins (jinja_builtins.cpp); each throws RenderError (via fail) at args.line.
-using TestFn = std::function<bool(const Value&, Args&)>;
-Value apply_filter(const std::string& name, const Value& input, Args& args,
-                   const std::function<bool(const std::string&, const Value&, Args&)>& test);
+Value apply_filter(const std::string& name, const Value& input, Args& args);
 bool apply_test(const std::string& name, const Value& input, Args& args);  // false for an unknown name: checked at parse
 bool filter_known(const std::string& name);
 bool test_known(const std::string& name);

@@ -265,10 +265,7 @@ class Renderer {
       const bool negated = e.name[0] == '!';
       return Value::boolean(apply_test(negated ? e.name.substr(1) : e.name, input, a) != negated);
     }
-    return apply_filter(e.name, input, a, [](const std::string& name, const Value& v, Args& args) {
-      if (!test_known(name)) fail(args.line, "the test '" + name + "' is not supported");
-      return apply_test(name, v, args);
-    });
+    return apply_filter(e.name, input, a);
   }
 
   static Value negate(const Value& v, int line) {
