@@ -17,6 +17,13 @@ namespace stratum {
 namespace {
 using ojson = nlohmann::ordered_json;
 
+// tokenizer_config.json's "chat_template" entry, or null when it has none (a base model's).
+const ojson* config_template(const ojson& config) {
+  if (!config.is_object()) return nullptr;
+  const auto it = config.find("chat_template");
+  return it == config.end() || it->is_null() ? nullptr : &*it;
+}
+
 ojson read_json(const std::string& path) {
   try {
     return ojson::parse(file_read_all(path));
@@ -56,8 +63,8 @@ ChatTemplate ChatTemplate::load(const std::string& dir, const std::string& file)
     source = file_read_all(dir + "/chat_template.jinja");
     chat.source_ = "'" + dir + "/chat_template.jinja'";
   } else {
-    const auto it = config.is_object() ? config.find("chat_template") : config.end();
-    STRATUM_CHECK(it != config.end() && !it->is_null(), "[chat] '", dir, "' has no chat template (no chat_template.jinja, "
+    const ojson* it = config_template(config);
+    STRATUM_CHECK(it != nullptr, "[chat] '", dir, "' has no chat template (no chat_template.jinja, "
                   "and its tokenizer_config.json has no \"chat_template\"; a base model has none): give one with "
                   "--chat-template FILE");
     if (it->is_string()) {
@@ -97,34 +104,43 @@ bool ChatTemplate::exists(const std::string& dir) {
   if (file_exists(dir + "/chat_template.jinja")) return true;
   if (!file_exists(dir + "/tokenizer_config.json")) return false;
   try {
-    const ojson config = ojson::parse(file_read_all(dir + "/tokenizer_config.json"));
-    return config.is_object() && config.contains("chat_template") && !config["chat_template"].is_null();
+    return config_template(ojson::parse(file_read_all(dir + "/tokenizer_config.json"))) != nullptr;
   } catch (const nlohmann::json::exception&) {
     return true;  // there is a file to read; load() says what is wrong with it
   }
 }
 
-std::string ChatTemplate::render(const ojson& messages, bool add_generation_prompt, const ojson& tools) const {
+JinjaTemplate::Rendered ChatTemplate::rendered(const ojson& messages, bool add_generation_prompt, const ojson& tools) const {
   ojson context = specials_;
   context["messages"] = messages;
   context["tools"] = tools;
   context["documents"] = nullptr;
   context["add_generation_prompt"] = add_generation_prompt;
-  return template_.render(context).text;
+  return template_.render(context);
+}
+
+std::string ChatTemplate::render(const ojson& messages, bool add_generation_prompt, const ojson& tools) const {
+  return rendered(messages, add_generation_prompt, tools).text;
 }
 
 std::vector<ChatTemplate::Segment> ChatTemplate::segments(const ojson& messages, const ojson& tools,
                                                           const std::string& where,
                                                           const std::vector<std::string>& special,
                                                           Answers answers) const {
-  STRATUM_ASSERT(answers != Answers::Each);  // chat_jsonl_encode makes one Last example per answer
   STRATUM_CHECK(messages.is_array(), "[chat] ", where, ": the conversation is not a list of messages");
   for (std::size_t i = 0; i < messages.size(); ++i)
     STRATUM_CHECK(messages[i].is_object() && messages[i].contains("role") && messages[i]["role"].is_string(), "[chat] ",
                   where, ": message ", i + 1, " is not an object with a string \"role\" (e.g. {\"role\": \"user\", "
                   "\"content\": \"...\"})");
   try {
-    return segments_of(messages, tools, where, special, answers);
+    if (answers != Answers::Each) return segments_of(messages, tools, where, special, answers);
+    std::vector<Segment> out;  // each answer its own example: the conversation through it, that answer trained
+    for (std::size_t i = 0; i < messages.size(); ++i) {
+      if (messages[i]["role"] != "assistant") continue;
+      const ojson through(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i + 1));
+      for (Segment& seg : segments_of(through, tools, where, special, Answers::Last)) out.push_back(std::move(seg));
+    }
+    return out;
   } catch (const Error& e) {  // the template's own error ("[template] ... line N: ..."), with the conversation's place
     const std::string what = e.what();
     if (what.rfind("[template]", 0) == 0) throw Error("[chat] " + where + ": " + what);
@@ -152,12 +168,7 @@ std::vector<ChatTemplate::Segment> ChatTemplate::segments_of(const ojson& messag
   std::vector<std::pair<std::size_t, std::size_t>> answers;
   std::string text;
   if (template_.has_generation()) {
-    ojson context = specials_;
-    context["messages"] = messages;
-    context["tools"] = tools;
-    context["documents"] = nullptr;
-    context["add_generation_prompt"] = false;
-    JinjaTemplate::Rendered r = template_.render(context);
+    JinjaTemplate::Rendered r = rendered(messages, false, tools);
     text = std::move(r.text);
     answers = std::move(r.generation);
     if (which == Answers::Last && answers.size() > 1) answers.erase(answers.begin(), answers.end() - 1);
@@ -216,18 +227,8 @@ std::size_t chat_jsonl_encode(const BpeTokenizer& tokenizer, const ChatTemplate&
       for (std::size_t r = r0; r < r1; ++r) {
         std::vector<ChatTemplate::Segment> segs;
         try {
-          const std::string at = where + " line " + std::to_string(batch[r].line);
-          const ojson& messages = batch[r].messages;
-          if (answers != ChatTemplate::Answers::Each) {
-            segs = chat.segments(messages, batch[r].tools, at, special, answers);
-          } else {  // each answer its own example: the conversation through it (Note [chat answers])
-            for (std::size_t i = 0; i < messages.size(); ++i) {
-              if (!messages[i].is_object() || !messages[i].contains("role") || messages[i]["role"] != "assistant") continue;
-              const ojson through(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(i + 1));
-              for (auto& seg : chat.segments(through, batch[r].tools, at, special, ChatTemplate::Answers::Last))
-                segs.push_back(std::move(seg));
-            }
-          }
+          segs = chat.segments(batch[r].messages, batch[r].tools, where + " line " + std::to_string(batch[r].line),
+                               special, answers);
         } catch (const Error& e) {
           errors[r] = e.what();
           continue;

@@ -73,6 +73,8 @@ class ChatTemplate {
     std::string text;
     bool target = false;  // an assistant's answer: trained; else context only
   };
+  // The conversation's text in order, split into answers and context; with Each, the examples
+  // one after another.
   std::vector<Segment> segments(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                 const std::string& where, const std::vector<std::string>& special = {},
                                 Answers answers = Answers::All) const;
@@ -80,6 +82,8 @@ class ChatTemplate {
   const std::string& source() const { return source_; }  // where the template came from, for messages
 
  private:
+  JinjaTemplate::Rendered rendered(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                   const nlohmann::ordered_json& tools) const;
   std::vector<Segment> segments_of(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                    const std::string& where, const std::vector<std::string>& special,
                                    Answers answers) const;
