@@ -94,6 +94,42 @@ TEST(BpeTokenizerSpTest, MetaspaceSplitAlwaysGoldenMatchesHuggingFace) {
   golden_check(load_json(json), "metaspace_split_always");
 }
 
+// Gemma's layout: the Replace normalizer alone (no Prepend) and a Split on " " that finds no space
+// once every one is "\u2581", decoded without a Strip. A text with a space in front is then Llama
+// 2's text with its prepended "\u2581": the same ids, decoded with that space.
+TEST(BpeTokenizerSpTest, GemmaLayoutIsLlama2sWithoutThePrependedSpace) {
+  Json json = llama2_json();
+  json["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}};
+  json["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "MergedWithPrevious"},
+                           {"invert", false}};
+  json["decoder"]["decoders"].erase(3);  // no Strip
+  const BpeTokenizer tok = load_json(json);
+  int checked = 0;
+  for (const Json& c : golden().at("llama2_style")) {
+    const std::string text = c.at("text").get<std::string>();
+    // Llama 2's Prepend puts a space before each piece between added tokens; an empty text gets none.
+    if (text.empty() || text.find("<s>") != std::string::npos || text.find("</s>") != std::string::npos ||
+        text.find("<unk>") != std::string::npos)
+      continue;
+    const std::vector<std::int32_t> ids = tok.encode(" " + text);
+    EXPECT_EQ(ids, c.at("ids").get<std::vector<std::int32_t>>()) << Json(text).dump();
+    if (c.contains("decoded"))  // Hugging Face's decoding of Llama 2's ids, which Strip drops the space of
+      EXPECT_EQ(tok.decode(ids), " " + c.at("decoded").get<std::string>()) << Json(text).dump();
+    ++checked;
+  }
+  EXPECT_GE(checked, 80);
+  EXPECT_NE(tok.encode("Hello"), llama2().encode("Hello")) << "no space is prepended";
+  // A Split on anything else is refused.
+  json["pre_tokenizer"]["pattern"]["String"] = "x";
+  try {
+    load_json(json);
+    ADD_FAILURE() << "a Split on \"x\" was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pre_tokenizer Split after a normalizer is not supported"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(BpeTokenizerSpTest, Llama2StyleFacts) {
   const BpeTokenizer& tok = llama2();
   EXPECT_EQ(tok.vocab_size(), 1000);

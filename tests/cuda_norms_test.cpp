@@ -328,13 +328,13 @@ TEST(CudaEmbedding, ForwardAndBackwardMatchCpu) {
         const std::size_t off = static_cast<std::size_t>(blk[0]) * s.C;
         if (bf16) {
           xb.cpu().embedding_forward_block_bf16(out.data(), tokens.data(), wte_bf16.data() + off, blk[0], blk[1], s.B,
-                                                s.T, s.C);
+                                                s.T, s.C, 1.0f);
           xb.gpu().embedding_forward_block_bf16(g_out.d(), d_tokens.d(), d_wte_bf16.d() + off, blk[0], blk[1], s.B,
-                                                s.T, s.C);
+                                                s.T, s.C, 1.0f);
         } else {
           xb.cpu().embedding_forward_block(out.data(), tokens.data(), wte.data() + off, blk[0], blk[1], s.B, s.T,
-                                           s.C);
-          xb.gpu().embedding_forward_block(g_out.d(), d_tokens.d(), d_wte.d() + off, blk[0], blk[1], s.B, s.T, s.C);
+                                           s.C, 1.0f);
+          xb.gpu().embedding_forward_block(g_out.d(), d_tokens.d(), d_wte.d() + off, blk[0], blk[1], s.B, s.T, s.C, 1.0f);
         }
         expect_close(down(g_out), out, 0.0, ftag + " after block v0=" + std::to_string(blk[0]));
       }
@@ -351,8 +351,8 @@ TEST(CudaEmbedding, ForwardAndBackwardMatchCpu) {
     for (const auto& blk : blocks) {
       std::vector<float> dwte = rng.normal_f32(static_cast<std::size_t>(blk[1]) * s.C);
       const auto g_dwte = up(dwte);
-      xb.cpu().embedding_backward_block(dwte.data(), dout.data(), tokens.data(), blk[0], blk[1], s.B, s.T, s.C);
-      xb.gpu().embedding_backward_block(g_dwte.d(), d_dout.d(), d_tokens.d(), blk[0], blk[1], s.B, s.T, s.C);
+      xb.cpu().embedding_backward_block(dwte.data(), dout.data(), tokens.data(), blk[0], blk[1], s.B, s.T, s.C, 1.0f);
+      xb.gpu().embedding_backward_block(g_dwte.d(), d_dout.d(), d_tokens.d(), blk[0], blk[1], s.B, s.T, s.C, 1.0f);
       expect_close(down(g_dwte), dwte, 0.0, tag + " dwte block v0=" + std::to_string(blk[0]));
     }
   }
@@ -371,7 +371,7 @@ TEST(CudaEmbedding, BackwardBlockIsBitReproducible) {
   std::vector<float> first;
   for (int run = 0; run < 2; ++run) {
     const auto dwte = up(dwte0);
-    xb.gpu().embedding_backward_block(dwte.d(), d_dout.d(), d_tokens.d(), v0, n, s.B, s.T, s.C);
+    xb.gpu().embedding_backward_block(dwte.d(), d_dout.d(), d_tokens.d(), v0, n, s.B, s.T, s.C, 1.0f);
     if (run == 0)
       first = down(dwte);
     else

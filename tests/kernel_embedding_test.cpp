@@ -181,5 +181,40 @@ TEST(KernelEmbedding, Bf16BlocksGiveTheBitsOfTheirWidening) {
   }
 }
 
+// Note [gemma]: a scale multiplies each token row as it is added (over zeros: the rounded product,
+// torch's `embed(ids) * normalizer`), fp32 and bf16, in any blocking; the backward adds
+// dout * scale, the product rounded before each add (torch's grad * normalizer, then its sum per
+// token in position order).
+TEST(KernelEmbedding, ScaledRowsAndGradientsAreTheRoundedProducts) {
+  const EmbShape s{2, 9, 13, 100};
+  test::TestRng rng(77);
+  const auto tokens = tokens_with_repeats(rng, s);
+  const auto wte = rng.normal_f32(static_cast<std::size_t>(s.V) * s.C), dout = rng.normal_f32(s.rows() * s.C);
+  const std::vector<std::uint16_t> h = test::bf16_truncate(wte);
+  std::vector<float> wide(wte.size());
+  bf16_widen(wide.data(), h.data(), h.size());
+  const float scale = static_cast<float>(std::sqrt(13.0));
+  ThreadPool pool(2);
+  for (int rows : {7, 100}) {
+    std::vector<float> out(s.rows() * s.C, 0.0f), out16(s.rows() * s.C, 0.0f), dwte(wte.size(), 0.0f);
+    for (int v0 = 0; v0 < s.V; v0 += rows) {
+      const int n = std::min(rows, s.V - v0);
+      const std::size_t at = static_cast<std::size_t>(v0) * s.C;
+      embedding_forward_block(pool, out.data(), tokens.data(), wte.data() + at, v0, n, s.B, s.T, s.C, scale);
+      embedding_forward_block_bf16(pool, out16.data(), tokens.data(), h.data() + at, v0, n, s.B, s.T, s.C, scale);
+      embedding_backward_block(pool, dwte.data() + at, dout.data(), tokens.data(), v0, n, s.B, s.T, s.C, scale);
+    }
+    std::vector<float> want_dwte(wte.size(), 0.0f);
+    for (std::size_t r = 0; r < s.rows(); ++r)
+      for (int c = 0; c < s.C; ++c) {
+        const std::size_t row = static_cast<std::size_t>(tokens[r]) * s.C + c;
+        ASSERT_EQ(out[r * s.C + c], wte[row] * scale) << rows << "-row blocks";
+        ASSERT_EQ(out16[r * s.C + c], wide[row] * scale) << rows << "-row blocks";
+        want_dwte[row] += dout[r * s.C + c] * scale;
+      }
+    EXPECT_EQ(dwte, want_dwte) << rows << "-row blocks";
+  }
+}
+
 }  // namespace
 }  // namespace stratum

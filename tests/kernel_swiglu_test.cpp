@@ -1,7 +1,7 @@
-// Tests for src/kernels/cpu/swiglu (silu(gate) * up): forward/backward against a float64
-// formula, a finite-difference check in double for dgate and dup, the overwrite contract and
-// the in-place form (dgate == dout), and thread-count independence (Note [deterministic
-// partition]).
+// Tests for src/kernels/cpu/swiglu (silu(gate) * up, and Gemma's GeGLU gelu_tanh(gate) * up):
+// forward/backward against a float64 formula, a finite-difference check in double for dgate and
+// dup, the overwrite contract and the in-place form (dgate == dout), and thread-count
+// independence (Note [deterministic partition]).
 #include "kernels/cpu/swiglu.h"
 
 #include <gtest/gtest.h>
@@ -107,6 +107,80 @@ TEST(KernelSwiglu, ThreadCountIndependent) {
         return test::concat({&out, &g.dgate, &g.dup});
       },
       "swiglu");
+}
+
+// GeGLU (Note [gemma] in model/model_config.h), the same contracts.
+SwigluGrads geglu_bwd(ThreadPool& pool, const std::vector<float>& dout, const std::vector<float>& gate,
+                      const std::vector<float>& up) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();  // must be overwritten
+  SwigluGrads g{std::vector<float>(gate.size(), nan), std::vector<float>(gate.size(), nan)};
+  geglu_backward(pool, g.dgate.data(), g.dup.data(), dout.data(), gate.data(), up.data(), gate.size());
+  return g;
+}
+std::vector<float> geglu_fwd(ThreadPool& pool, const std::vector<float>& gate, const std::vector<float>& up) {
+  std::vector<float> out(gate.size(), std::numeric_limits<float>::quiet_NaN());
+  geglu_forward(pool, out.data(), gate.data(), up.data(), gate.size());
+  return out;
+}
+// torch's gelu(x, approximate="tanh") and its derivative, in double.
+double gelu_tanh_ref(double x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+double gelu_tanh_grad_ref(double x) {
+  const double k = std::sqrt(2.0 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+// Bounds: out and dup 2e-6; dgate 2e-5, as GELU's own dx (kernel_gelu_test): simd::tanh_f32 is
+// exactly -1 below x ~ -4.5, where gelu'(x) ~ -1e-5 is then 0 (measured 9.8e-6 at element 1515).
+// SwiGLU's silu in GeGLU's place is off by > 1e-1, exact erf GELU by > 1e-4.
+TEST(KernelGeglu, MatchesFloat64Formula) {
+  test::TestRng rng(55);
+  std::vector<float> gate = rng.normal_f32(5000, 3.0);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-3f, -1e-3f, 8.0f, -8.0f, 30.0f, -30.0f}) gate.push_back(v);
+  const std::vector<float> up = rng.normal_f32(gate.size(), 2.0), dout = rng.normal_f32(gate.size());
+  std::vector<double> out_ref(gate.size()), dgate_ref(gate.size()), dup_ref(gate.size());
+  for (std::size_t i = 0; i < gate.size(); ++i) {
+    out_ref[i] = gelu_tanh_ref(gate[i]) * up[i];
+    dgate_ref[i] = static_cast<double>(dout[i]) * up[i] * gelu_tanh_grad_ref(gate[i]);
+    dup_ref[i] = static_cast<double>(dout[i]) * gelu_tanh_ref(gate[i]);
+  }
+  ThreadPool pool(2);
+  expect_close(geglu_fwd(pool, gate, up), out_ref, 2e-6, "out");
+  const SwigluGrads g = geglu_bwd(pool, dout, gate, up);
+  expect_close(g.dgate, dgate_ref, 2e-5, "dgate");
+  expect_close(g.dup, dup_ref, 2e-6, "dup");
+}
+
+TEST(KernelGeglu, GradientsMatchFiniteDifferences) {
+  test::TestRng rng(56);
+  std::vector<float> gate = rng.normal_f32(64, 2.0), up = rng.normal_f32(64);
+  const std::vector<float> w = rng.normal_f32(gate.size());
+  const std::vector<double> weights(w.begin(), w.end());
+  ThreadPool pool(2);
+  const SwigluGrads g = geglu_bwd(pool, w, gate, up);
+  auto objective = [&] { return test::weighted_sum(geglu_fwd(pool, gate, up), weights); };
+  test::expect_grad_matches_fd(gate, g.dgate, 1e-2, 2e-4, "dgate", objective);
+  test::expect_grad_matches_fd(up, g.dup, 1e-2, 2e-4, "dup", objective);
+}
+
+TEST(KernelGeglu, BackwardInPlaceAndThreadCountIndependent) {
+  test::TestRng rng(57);
+  const std::vector<float> gate = rng.normal_f32(20000, 3.0), up = rng.normal_f32(20000), dout = rng.normal_f32(20000);
+  ThreadPool pool(2);
+  const SwigluGrads ref = geglu_bwd(pool, dout, gate, up);
+  std::vector<float> buf = dout, dup(dout.size());
+  geglu_backward(pool, buf.data(), dup.data(), buf.data(), gate.data(), up.data(), buf.size());
+  EXPECT_EQ(buf, ref.dgate) << "dgate aliasing dout";
+  EXPECT_EQ(dup, ref.dup) << "dgate aliasing dout";
+  test::expect_thread_count_independent(
+      [&](ThreadPool& p) {
+        const auto out = geglu_fwd(p, gate, up);
+        const SwigluGrads g = geglu_bwd(p, dout, gate, up);
+        return test::concat({&out, &g.dgate, &g.dup});
+      },
+      "geglu");
 }
 
 }  // namespace

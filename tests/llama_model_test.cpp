@@ -138,7 +138,8 @@ void check_logits_loss_and_gradients(const std::string& dir) {
         ++checked;
       }
     }
-    EXPECT_EQ(checked, 2 * g.layout.vocab_block_count() + 1 + (g.cfg.qkv_bias() ? 12 : g.cfg.qk_norm() ? 11 : 9) * g.cfg.n_layer);
+    EXPECT_EQ(checked, (g.layout.head_tied() ? 1 : 2) * g.layout.vocab_block_count() + 1 +
+                           (g.cfg.qkv_bias() ? 12 : g.cfg.qk_norm() ? 11 : 9) * g.cfg.n_layer);
     if (!streamed) ram_grads_hash = h;
     else EXPECT_EQ(h, ram_grads_hash) << "streaming must not change a bit";
   }
@@ -158,6 +159,23 @@ TEST(LlamaModel, Qwen3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
 // gradient of a fused tensor is its parts' rows, each checked against PyTorch's fused gradient.
 TEST(LlamaModel, Phi3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
   check_logits_loss_and_gradients("tests/golden/tiny_phi3");
+}
+
+// Gemma (tests/golden/tiny_gemma, Note [gemma]): norms by 1 + w, GeGLU, the embedding scaled by
+// sqrt(64) and the tied head, whose gradient is the head's and the scaled embedding's together.
+TEST(LlamaModel, GemmaLogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
+  check_logits_loss_and_gradients("tests/golden/tiny_gemma");
+}
+
+TEST(LlamaModel, GemmaConfigIsATiedLlamaWithItsThreeChanges) {
+  const Golden g("tests/golden/tiny_gemma");
+  EXPECT_TRUE(g.cfg.gemma());
+  EXPECT_TRUE(g.layout.head_tied());
+  EXPECT_EQ(g.cfg.head_dim(), 32);
+  EXPECT_EQ(g.cfg.kv_heads(), 1);
+  EXPECT_EQ(g.cfg.norm_offset(), 1.0f);
+  EXPECT_EQ(g.cfg.embed_scale(), 8.0f);
+  EXPECT_STREQ(g.cfg.family(), "gemma");
 }
 
 TEST(LlamaModel, Qwen3ConfigIsALlamaWithQkNorms) {
@@ -374,8 +392,8 @@ TEST(LlamaModel, ShardAndShapeErrorsNameWhatIsWrong) {
               ::testing::HasSubstr("has no model.safetensors"));
   EXPECT_THAT(load_error([](const std::string& d) { file_edit(d + "/config.json", "\"llama3\"", "\"yarn\""); }),
               ::testing::AllOf(::testing::HasSubstr("\"yarn\""), ::testing::HasSubstr("not supported")));
-  EXPECT_THAT(load_error([](const std::string& d) { file_edit(d + "/config.json", "\"model_type\": \"llama\"", "\"model_type\": \"gemma\""); }),
-              ::testing::AllOf(::testing::HasSubstr("\"gemma\""), ::testing::HasSubstr("not supported")));
+  EXPECT_THAT(load_error([](const std::string& d) { file_edit(d + "/config.json", "\"model_type\": \"llama\"", "\"model_type\": \"falcon\""); }),
+              ::testing::AllOf(::testing::HasSubstr("\"falcon\""), ::testing::HasSubstr("not supported")));
   // Tied, as transformers does: the file's lm_head.weight is ignored and the embedding serves.
   EXPECT_EQ(load_error([](const std::string& d) {
               file_edit(d + "/config.json", "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");

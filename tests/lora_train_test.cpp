@@ -203,6 +203,10 @@ TEST(LoraTrain, Qwen2FollowsThePeftReferenceStreamedAndResumed) { check_run("tes
 TEST(LoraTrain, Qwen3LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_qwen3", false); }
 TEST(LoraTrain, Qwen3FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_qwen3", false); }
 TEST(LoraTrain, LlamaFollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_llama", false); }
+// Over a Gemma base (tests/golden/tiny_gemma, Note [gemma]): adapters under GeGLU, norms by 1 + w
+// and the scaled embedding, all frozen.
+TEST(LoraTrain, GemmaLossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_gemma", false); }
+TEST(LoraTrain, GemmaFollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_gemma", false); }
 // Over a Phi-3 base (tests/golden/tiny_phi3, Note [fused lora]): PEFT's default targets, among
 // them the fused qkv_proj (one lora_A over q, k and v) and gate_up_proj; with dropout, one mask
 // per fused module.
@@ -474,7 +478,7 @@ TEST(LoraTrain, GenerateWithAdapterMatchesTheAdaptedForward) {
 TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
   for (const char* golden :
        {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama", "tests/golden/tiny_qwen2", "tests/golden/tiny_qwen3",
-        "tests/golden/tiny_phi3"}) {
+        "tests/golden/tiny_phi3", "tests/golden/tiny_gemma"}) {
     const std::string dir = source_path(golden);
     testing::TempDir tmp;
     const std::string base = tmp.file("bf16");

@@ -179,6 +179,9 @@ TEST(Trainer, Qwen2LossCurveMatchesPyTorchInRamAndUnderABudget) {
 // its norms' gradients (through the backward's recompute of the raw q and k) and AdamW updates
 // follow PyTorch, in RAM and streamed, with one bits.
 TEST(Trainer, Qwen3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_qwen3"); }
+// The tiny Gemma (Note [gemma]; tests/golden/tiny_gemma): its norms' gradients through 1 + w,
+// GeGLU's and the scaled embedding's, the tied head's sum of both, and AdamW on the stored w.
+TEST(Trainer, GemmaLossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_gemma"); }
 // The tiny Phi-3 (Note [phi3 fused]; tests/golden/tiny_phi3): its fused tensors saved as PyTorch's.
 TEST(Trainer, Phi3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi3"); }
 

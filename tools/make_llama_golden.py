@@ -176,8 +176,8 @@ def self_check(cfg, params, shape=TINY):
     xx = torch.randn(3, 5, cfg.hidden_size, generator=gen, dtype=torch.float64) * 3 + 0.5
     w = 1 + 0.1 * torch.randn(cfg.hidden_size, generator=gen, dtype=torch.float64)
     ref = w * xx / torch.sqrt((xx * xx).sum(-1, keepdim=True) / cfg.hidden_size + cfg.rms_norm_eps)
-    assert torch.allclose(tl.rms_norm(xx, w, cfg.rms_norm_eps), ref, rtol=1e-12, atol=0), \
-        "bug: RMSNorm disagrees with its float64 formula"
+    assert torch.allclose(tl.rms_norm(xx, w - cfg.norm_offset, cfg.rms_norm_eps, cfg.norm_offset), ref, rtol=1e-12,
+                          atol=0), "bug: RMSNorm disagrees with its float64 formula"
 
     p64 = {n: t.double() for n, t in params.items()}
     T = 20
@@ -231,7 +231,7 @@ def self_check(cfg, params, shape=TINY):
     loss.backward()
     assert all(torch.isfinite(t.grad).all() for t in pg.values()), "bug: non-finite gradient"
     assert all(float(t.grad.abs().max()) > 0 for t in pg.values()), "bug: zero gradient"
-    for name in list(p64)[:3] + [n for n in p64 if "norm" in n][:2] + ["lm_head.weight", None]:
+    for name in list(p64)[:3] + [n for n in p64 if "norm" in n][:2] + [n for n in ["lm_head.weight"] if n in p64] + [None]:
         names = list(p64) if name is None else [name]
         d = {n: torch.randn(p64[n].shape, generator=gen, dtype=torch.float64) for n in names}
         eps = 1e-6
@@ -508,6 +508,16 @@ QWEN2_STDS = dict(INIT_STDS, bias=0.5)  # biases large enough to move the attent
 # (128) than the residual stream (64), as in Qwen3-0.6B (16 heads of 128 over 1024).
 QWEN3 = dict(QWEN2, model_type="qwen3", head_dim=32)
 QWEN3_SEED = 6789
+# A tiny Gemma (tests/golden/tiny_gemma/): model_type "gemma", so every RMSNorm multiplies by
+# (1 + w), the MLP is GeGLU and the embedding rows are scaled by sqrt(64) = 8 (Note [gemma]);
+# tied LM head, one key/value head (Gemma 2B's multi-query attention) and heads of 32 over a
+# residual stream of 64 (Gemma's 256 over 2048). The embedding's std is 0.1, so the scaled rows
+# (std 0.8) and the tied head's logits stay in the range of the other tiny models' (at 0.3 every
+# position predicted its own token with a loss of 17).
+GEMMA = dict(TINY, model_type="gemma", head_dim=32, num_key_value_heads=1, rope_theta=10000.0, rope_scaling=None,
+             rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=2, eos_token_id=1)
+GEMMA_SEED = 8901
+GEMMA_STDS = dict(INIT_STDS, **{"embed_tokens.weight": 0.1})
 
 
 def first_batch_reference(out_dir, cfg, params, tokens_seed):
@@ -541,27 +551,36 @@ def qwen_without_its_variant(params):
             if not n.endswith("_norm.weight") or "self_attn" not in n}
 
 
+def gemma_as_llama(params, cfg):
+    """The Gemma's weights as a Llama computes them: the same norms (1 + w stored), SwiGLU and no
+    embedding scale instead of Gemma's GeGLU and scaled rows."""
+    llama = tl.LlamaConfig(**dict(GEMMA, model_type="llama"))
+    return {n: (t + 1.0 if t.dim() == 1 else t) for n, t in params.items()}, llama
+
+
 def make_qwen(root, kind):
-    """tests/golden/tiny_<kind>/ for kind "qwen2" or "qwen3"."""
-    shape, seed, stds = {"qwen2": (QWEN2, QWEN2_SEED, QWEN2_STDS), "qwen3": (QWEN3, QWEN3_SEED, INIT_STDS)}[kind]
+    """tests/golden/tiny_<kind>/ for kind "qwen2", "qwen3" or "gemma"."""
+    shape, seed, stds = {"qwen2": (QWEN2, QWEN2_SEED, QWEN2_STDS), "qwen3": (QWEN3, QWEN3_SEED, INIT_STDS),
+                         "gemma": (GEMMA, GEMMA_SEED, GEMMA_STDS)}[kind]
     out_dir = os.path.join(root, "tiny_" + kind)
     os.makedirs(out_dir, exist_ok=True)
     cfg = tl.LlamaConfig(**shape)
     params = tl.init_params(cfg, torch.Generator().manual_seed(seed), stds)
     extra = [n for n in params if n.endswith(".bias") or ("self_attn" in n and n.endswith("_norm.weight"))]
-    assert len(extra) == (3 if kind == "qwen2" else 2) * cfg.num_hidden_layers, extra
+    assert len(extra) == {"qwen2": 3, "qwen3": 2, "gemma": 0}[kind] * cfg.num_hidden_layers, extra
     self_check(cfg, params, shape)
-    # The variant matters: without its biases (norms) the logits move well beyond the tests' tolerance.
+    # The variant matters: without its biases (norms; Gemma's GeGLU and embedding scale) the logits
+    # move well beyond the tests' tolerance.
     with torch.no_grad():
         idx = torch.arange(20, dtype=torch.int64).unsqueeze(0) % cfg.vocab_size
-        moved = (tl.forward(params, cfg, idx)[0] -
-                 tl.forward(qwen_without_its_variant(params), cfg, idx)[0]).abs().max().item()
+        plain, plain_cfg = gemma_as_llama(params, cfg) if kind == "gemma" else (qwen_without_its_variant(params), cfg)
+        moved = (tl.forward(params, cfg, idx)[0] - tl.forward(plain, plain_cfg, idx)[0]).abs().max().item()
     assert moved > 0.1, f"the {kind} variant moves the logits by only {moved}"
     tl.write_hf_config(os.path.join(out_dir, "config.json"), cfg, "float32")
     tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), params, metadata={"format": "pt"})
 
     tokens, init, ref, grads, loss, ids, margin = first_batch_reference(
-        out_dir, cfg, params, TOKENS_SEED + (1 if kind == "qwen2" else 2))
+        out_dir, cfg, params, TOKENS_SEED + {"qwen2": 1, "qwen3": 2, "gemma": 3}[kind])
     ref.update({"grad." + n: _f32(g) for n, g in grads.items()})
     run = train_run(cfg, init, tokens, TRAIN)
     ref.update(run)
@@ -701,12 +720,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "phi3"],
+    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "phi3", "gemma"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
                          "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}; "
                          "long_rope: only long_rope/; qwen2: only tiny_qwen2/; qwen3: only tiny_qwen3/; "
-                         "phi3: only tiny_phi3/")
+                         "phi3: only tiny_phi3/; gemma: only tiny_gemma/")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
@@ -720,7 +739,7 @@ def main():
         lo = make_lora(root)
         print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
         return
-    if args.only in ("qwen2", "qwen3"):
+    if args.only in ("qwen2", "qwen3", "gemma"):
         q = make_qwen(root, args.only)
         print(f"tiny_{args.only}: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
               f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); the variant moves the logits by "
@@ -739,6 +758,7 @@ def main():
     make_long_rope(root)
     make_qwen(root, "qwen2")
     make_qwen(root, "qwen3")
+    make_qwen(root, "gemma")
     make_phi3(root)
     lo = make_lora(root)
     print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")

@@ -18,7 +18,10 @@ What it does:
     split_torch_state_dict_into_shards plus the `model.safetensors.index.json` transformers writes.
 With model_type "qwen2" the q, k and v projections have biases (Qwen2ForCausalLM); with
 "qwen3" each query and key head is RMSNorm'd (q_norm, k_norm: one (head_dim) weight each) before
-the rotary embedding (Qwen3ForCausalLM's Qwen3Attention).
+the rotary embedding (Qwen3ForCausalLM's Qwen3Attention); with "gemma" (GemmaForCausalLM) every
+RMSNorm multiplies by (1 + w), the MLP is GeGLU (gelu_pytorch_tanh(gate) * up), the embedding rows
+are multiplied by sqrt(hidden_size) (as a tensor of the embedding's dtype) and the LM head is tied.
+A tied model (tie_word_embeddings) has no lm_head.weight: the head reads model.embed_tokens.weight.
 What it does not do: KV caching, sampling, o_proj/MLP biases, rope types other than
 "default" and "llama3", bf16 arithmetic (bf16 weights are upcast and computed in fp32).
 
@@ -60,16 +63,22 @@ class LlamaConfig:
         self.tie_word_embeddings = tie_word_embeddings
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
-        assert model_type in ("llama", "qwen2", "qwen3"), model_type
-        # qwen2: q_proj, k_proj and v_proj have biases (Qwen2Attention); qwen3: q_norm, k_norm
+        assert model_type in ("llama", "qwen2", "qwen3", "gemma"), model_type
+        # qwen2: q_proj, k_proj and v_proj have biases (Qwen2Attention); qwen3: q_norm, k_norm;
+        # gemma: norms by 1 + w, GeGLU, scaled embedding (GemmaModel)
         self.model_type = model_type
         assert num_attention_heads % num_key_value_heads == 0, \
             "num_attention_heads must be a multiple of num_key_value_heads"
-        assert not tie_word_embeddings, "this reference keeps lm_head.weight as its own parameter"
+
+    @property
+    def norm_offset(self):
+        """What every RMSNorm adds to its weight: Gemma's 1 (GemmaRMSNorm), else 0."""
+        return 1.0 if self.model_type == "gemma" else 0.0
 
     def to_hf_dict(self, torch_dtype="float32"):
         qwen = self.model_type in ("qwen2", "qwen3")
-        arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}.get(self.model_type, "LlamaForCausalLM")
+        arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                "gemma": "GemmaForCausalLM"}.get(self.model_type, "LlamaForCausalLM")
         d = {
             "architectures": [arch],
             "model_type": self.model_type,
@@ -94,6 +103,8 @@ class LlamaConfig:
             d.update(attention_bias=False)
         if qwen:  # Qwen2Config: no attention_bias (its q, k, v biases come with the type)
             d.update(use_sliding_window=False, sliding_window=None, max_window_layers=self.num_hidden_layers)
+        elif self.model_type == "gemma":  # GemmaConfig: the activation under both names
+            d.update(hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh", attention_bias=False)
         else:
             d.update(attention_bias=False, mlp_bias=False)
         return d
@@ -135,7 +146,8 @@ def param_shapes(cfg):
         shapes[h + "input_layernorm.weight"] = (C,)
         shapes[h + "post_attention_layernorm.weight"] = (C,)
     shapes["model.norm.weight"] = (C,)
-    shapes["lm_head.weight"] = (V, C)
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (V, C)
     return shapes
 
 
@@ -143,8 +155,9 @@ def init_params(cfg, generator, stds):
     """Random parameters drawn in param_shapes() order from `generator`.
 
     `stds` maps a name suffix (e.g. "q_proj.weight", "embed_tokens.weight") to the normal std of
-    that matrix. Norm weights (1-D) are 1 + 0.1*normal, so a wrong norm cannot go unnoticed;
-    biases (Qwen2's) are normal with std stds["bias"].
+    that matrix. Norm weights (1-D) are 1 + 0.1*normal (as the norm applies them: Gemma's stored
+    w is then 0.1*normal), so a wrong norm cannot go unnoticed; biases (Qwen2's) are normal with
+    std stds["bias"].
     """
     params = {}
     for name, shape in param_shapes(cfg).items():
@@ -152,7 +165,7 @@ def init_params(cfg, generator, stds):
         if name.endswith(".bias"):
             t = r * stds["bias"]
         elif len(shape) == 1:
-            t = 1.0 + 0.1 * r
+            t = 1.0 - cfg.norm_offset + 0.1 * r
         else:
             key = [k for k in stds if name.endswith(k)]
             assert len(key) == 1, f"bug: no unique std for {name}"
@@ -224,9 +237,12 @@ def apply_rope(x, cos, sin):
 # ----------------------------------------------------------------------------------------------
 # Model
 
-def rms_norm(x, w, eps):
-    """LlamaRMSNorm: w * (x * rsqrt(mean(x^2) + eps))."""
+def rms_norm(x, w, eps, offset=0.0):
+    """LlamaRMSNorm: w * (x * rsqrt(mean(x^2) + eps)); with offset 1 GemmaRMSNorm's
+    (x * rsqrt(mean(x^2) + eps)) * (1.0 + w)."""
     variance = x.pow(2).mean(-1, keepdim=True)
+    if offset:
+        return (x * torch.rsqrt(variance + eps)) * (offset + w)
     return w * (x * torch.rsqrt(variance + eps))
 
 
@@ -246,8 +262,8 @@ def attention(h, p, pre, cfg, cos, sin, adapter=None):
     q = lin("self_attn.q_proj", h).view(B, T, H, hd)
     k = lin("self_attn.k_proj", h).view(B, T, KV, hd)
     if pre + "self_attn.q_norm.weight" in p:  # Qwen3: per-head RMSNorm before the rope
-        q = rms_norm(q, p[pre + "self_attn.q_norm.weight"], cfg.rms_norm_eps)
-        k = rms_norm(k, p[pre + "self_attn.k_norm.weight"], cfg.rms_norm_eps)
+        q = rms_norm(q, p[pre + "self_attn.q_norm.weight"], cfg.rms_norm_eps, cfg.norm_offset)
+        k = rms_norm(k, p[pre + "self_attn.k_norm.weight"], cfg.rms_norm_eps, cfg.norm_offset)
     q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = lin("self_attn.v_proj", h).view(B, T, KV, hd).transpose(1, 2)
     q = apply_rope(q, cos, sin)
@@ -272,9 +288,12 @@ def _linear(p, pre, adapter):
     return lin
 
 
-def mlp(h, p, pre, adapter=None):
+def mlp(h, p, pre, adapter=None, gelu=False):
+    """down(silu(gate(h)) * up(h)); gelu: Gemma's down(gelu_tanh(gate(h)) * up(h))."""
     lin = _linear(p, pre, adapter)
-    return lin("mlp.down_proj", torch.nn.functional.silu(lin("mlp.gate_proj", h)) * lin("mlp.up_proj", h))
+    gate = lin("mlp.gate_proj", h)
+    act = torch.nn.functional.gelu(gate, approximate="tanh") if gelu else torch.nn.functional.silu(gate)
+    return lin("mlp.down_proj", act * lin("mlp.up_proj", h))
 
 
 def forward(params, cfg, idx, targets=None, inv_freq=None, adapter=None):
@@ -293,13 +312,18 @@ def forward(params, cfg, idx, targets=None, inv_freq=None, adapter=None):
     pos = torch.arange(T, dtype=torch.int64).unsqueeze(0).expand(B, T)
     cos, sin = rope_cos_sin(inv_freq, pos)
     x = p["model.embed_tokens.weight"][idx]                             # (B,T,C)
+    gemma = cfg.model_type == "gemma"
+    if gemma:  # GemmaModel's normalizer, a tensor of the hidden states' dtype
+        x = x * torch.tensor(cfg.hidden_size ** 0.5, dtype=x.dtype)
+    off = cfg.norm_offset
     for i in range(cfg.num_hidden_layers):
         pre = f"model.layers.{i}."
-        h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+        h = rms_norm(x, p[pre + "input_layernorm.weight"], eps, off)
         x = x + attention(h, p, pre, cfg, cos, sin, adapter)
-        x = x + mlp(rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps), p, pre, adapter)
-    x = rms_norm(x, p["model.norm.weight"], eps)
-    logits = torch.nn.functional.linear(x, p["lm_head.weight"])        # (B,T,V)
+        x = x + mlp(rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps, off), p, pre, adapter, gemma)
+    x = rms_norm(x, p["model.norm.weight"], eps, off)
+    head = p["lm_head.weight"] if "lm_head.weight" in p else p["model.embed_tokens.weight"]  # tied
+    logits = torch.nn.functional.linear(x, head)                        # (B,T,V)
     if targets is None:
         return logits, None
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),

@@ -153,21 +153,22 @@ std::string number_text(double v) {
 // depend on a field read before it: --kv-heads on --heads, --inner on --embd).
 const std::vector<ModelShapeFlag>& model_shape_flags() {
   static const std::vector<ModelShapeFlag> rows = {
-      {"arch", "gpt2|llama|qwen2|qwen3|mistral|phi3",
+      {"arch", "gpt2|llama|qwen2|qwen3|mistral|phi3|gemma",
        "new model: family (default gpt2; qwen2: llama with q, k and v biases; qwen3: llama with per-head q and k "
        "RMSNorms; mistral: llama saved as Mistral, no sliding window; phi3: llama saved as Phi-3, its q, k, v and "
-       "gate, up fused)",
+       "gate, up fused; gemma: llama with RMSNorms by 1 + w, a GeGLU MLP and a scaled embedding)",
        false,
        [](const Args& a, GptConfig& c) {
          const std::string arch = a.str("arch", "gpt2");
          STRATUM_CHECK(arch == "gpt2" || arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "mistral" ||
-                           arch == "phi3",
-                       "[cli] --arch must be gpt2, llama, qwen2, qwen3, mistral or phi3, got '", arch, "'");
+                           arch == "phi3" || arch == "gemma",
+                       "[cli] --arch must be gpt2, llama, qwen2, qwen3, mistral, phi3 or gemma, got '", arch, "'");
          c.arch = arch == "gpt2" ? ModelArch::Gpt2 : ModelArch::Llama;
          c.variant = arch == "qwen2"     ? LlamaVariant::Qwen2
                      : arch == "qwen3"   ? LlamaVariant::Qwen3
                      : arch == "mistral" ? LlamaVariant::Mistral
                      : arch == "phi3"    ? LlamaVariant::Phi3
+                     : arch == "gemma"   ? LlamaVariant::Gemma
                                          : LlamaVariant::Llama;
          if (c.llama()) c.layer_norm_eps = 1e-5f;
        },
@@ -213,7 +214,7 @@ const std::vector<ModelShapeFlag>& model_shape_flags() {
 
 std::vector<FlagSpec> model_flag_specs() {
   std::vector<FlagSpec> specs = {
-      {"model", "HF_DIR", "start from a Hugging Face GPT-2, Llama, Qwen2, Qwen3, Mistral or Phi-3 directory (config.json + "
+      {"model", "HF_DIR", "start from a Hugging Face GPT-2, Llama, Qwen2, Qwen3, Mistral, Phi-3 or Gemma directory (config.json + "
                           "*.safetensors)"}};
   for (const ModelShapeFlag& row : model_shape_flags()) specs.push_back({row.flag, row.value_name, row.help});
   return specs;

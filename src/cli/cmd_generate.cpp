@@ -51,7 +51,7 @@ std::string ids_text(const std::vector<std::int32_t>& ids) {
 
 int cmd_generate(const std::vector<std::string>& argv) {
   Args args("generate", argv,
-            {{"model", "DIR", "Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3, Mistral, Phi-3), or a checkpoint root (required)"},
+            {{"model", "DIR", "Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3, Mistral, Phi-3, Gemma), or a checkpoint root (required)"},
              {"adapter", "DIR", "a PEFT LoRA adapter directory (e.g. a stratum train --lora-r checkpoint) applied "
                                 "to --model unmerged"},
              {"prompt", "TEXT", "text to continue (default: start from BOS / <|endoftext|>)"},

@@ -23,8 +23,8 @@ constexpr std::string_view kSpace = "\xE2\x96\x81";  // "\u2581", SentencePiece'
 constexpr const char* kHint = ": use the tokenizer.json that came with the model, unmodified";
 constexpr const char* kLayouts =
     "supported with byte fallback: the normalizer Sequence [Prepend \"\xE2\x96\x81\", Replace \" \" -> "
-    "\"\xE2\x96\x81\"] with \"pre_tokenizer\": null (Llama 2), or \"normalizer\": null with a Metaspace "
-    "pre_tokenizer (transformers' legacy=False)";
+    "\"\xE2\x96\x81\"] with \"pre_tokenizer\": null (Llama 2), the Replace alone with a null or Split \" \" "
+    "pre_tokenizer (Gemma), or \"normalizer\": null with a Metaspace pre_tokenizer (transformers' legacy=False)";
 constexpr const char* kDecoders =
     "supported with byte fallback: a Sequence of Replace \"\xE2\x96\x81\" -> \" \", ByteFallback, Fuse "
     "and an optional Strip {\"content\": \" \", \"start\": 0 or 1, \"stop\": 0} (Llama 2's), or Metaspace";
@@ -87,9 +87,15 @@ void BpeTokenizer::SentencePiece::components_read(BpeTokenizer& tok, const JsonF
                   kSpace, "\"; ", kLayouts);
   }
 
-  // The pre-tokenizer: null after that normalizer, else Metaspace.
+  // The pre-tokenizer: null after that normalizer, or (Gemma's) a Split on " ", which finds no
+  // space in the normalized text (every one is "\u2581" by then) and so splits nothing; else
+  // Metaspace.
   const Json* pre = JsonFields::find(root, "pre_tokenizer");
-  if (pre == nullptr || pre->is_null()) {
+  const bool split_on_space = pre != nullptr && pre->is_object() && tok.sp_replace_ &&
+                              f.type(*pre, "pre_tokenizer") == "Split" && pre->contains("pattern") &&
+                              (*pre)["pattern"].is_object() && (*pre)["pattern"].contains("String") &&
+                              (*pre)["pattern"]["String"] == " ";
+  if (pre == nullptr || pre->is_null() || split_on_space) {
     STRATUM_CHECK(tok.sp_replace_, "[tokenizer] ", f.file(),
                   ": neither the normalizer nor the pre_tokenizer turns spaces into \"", kSpace, "\"; ", kLayouts);
   } else {

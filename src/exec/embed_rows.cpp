@@ -96,7 +96,7 @@ void Executor::rows_lookup(const Pass& pass, float* out) {
   if (pass.kind != PassKind::Train || !rows_use_) return;  // the optional groups read the blocks
   const int B = pass.B, T = pass.T;
   ops_->embedding_forward_block(out, ready_.local.data() + static_cast<std::size_t>(pass.micro) * B * T, ready_p_, 0,
-                                static_cast<int>(ready_.rows.size()), B, T, cfg_.n_embd);
+                                static_cast<int>(ready_.rows.size()), B, T, cfg_.n_embd, cfg_.embed_scale());
 }
 
 }  // namespace stratum

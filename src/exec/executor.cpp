@@ -397,7 +397,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       }
       ops_->embedding_forward_block(holds.data(act_segment(0), K::Activations) + half, p.inputs,
                                     p.vocab_copy != nullptr ? p.vocab_copy : holds.data(s, K::Params),
-                                    layout_.vocab_row0(item), layout_.vocab_rows(item), B, T, C);
+                                    layout_.vocab_row0(item), layout_.vocab_rows(item), B, T, C, cfg_.embed_scale());
       return;
     case GroupWork::LayerForward: {
       if (group_part(g) != BlockPart::Whole) {
@@ -474,7 +474,7 @@ void Executor::group_compute(int g, const GroupHolds& holds, Pass& p) {
       if (!layout_.head_tied())  // tied: adds to the head's gradient
         ops_->fill(dwte, 0.0f, static_cast<std::size_t>(layout_.vocab_rows(item)) * C);
       ops_->embedding_backward_block(dwte, p.dcur, p.inputs, layout_.vocab_row0(item), layout_.vocab_rows(item), B, T,
-                                     C);
+                                     C, cfg_.embed_scale());
       return;
     }
     case GroupWork::VocabRows:

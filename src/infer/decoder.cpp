@@ -182,11 +182,11 @@ void Decoder::embed(const std::int32_t* tokens, const std::int32_t* dev_tokens, 
     if (!needed[k]) continue;
     SegmentHold wte(store_, layout_.vocab_segment(k), SegmentKind::Params, Access::Read);
     if (bf16_)
-      ops_->embedding_forward_block_bf16(b_.x, dev_tokens, wte.view().bf16(),
-                                   layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn, C);
+      ops_->embedding_forward_block_bf16(b_.x, dev_tokens, wte.view().bf16(), layout_.vocab_row0(k),
+                                         layout_.vocab_rows(k), B, Tn, C, cfg_.embed_scale());
     else
       ops_->embedding_forward_block(b_.x, dev_tokens, wte.data(), layout_.vocab_row0(k), layout_.vocab_rows(k), B, Tn,
-                                    C);
+                                    C, cfg_.embed_scale());
   }
 }
 
@@ -218,7 +218,7 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* dev_past, 
 }
 
 LlamaBlockTensors Decoder::llama_tensors(const SegmentLayout& seg, const SegmentChunksHold& params) {
-  return llama_block_tensors(*ops_, seg, params.views(), b_.widened);  // bf16: norm weights widened
+  return llama_block_tensors(*ops_, seg, params.views(), b_.widened, &cfg_);  // bf16: norm weights widened; Gemma's 1 + w
 }
 
 Gpt2BlockTensors Decoder::gpt2_tensors(const SegmentLayout& seg, const SegmentChunksHold& params) {

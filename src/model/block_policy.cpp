@@ -20,14 +20,36 @@ void shape_check(const TensorView& w, int rows, int cols) {
 }
 }  // namespace
 
+WidenedVectors::WidenedVectors(const Ops& ops, float* scratch, float offset, std::size_t offset_floats)
+    : ops_(ops), next_(scratch) {
+  if (offset == 0.0f) return;
+  STRATUM_ASSERT(scratch != nullptr && offset_floats > 0);
+  ops_.fill(scratch, offset, offset_floats);
+  offsets_ = scratch;
+  offset_floats_ = offset_floats;
+  next_ += offset_floats;
+}
+
 float* WidenedVectors::operator()(const TensorView& v) {
   if (v.data() == nullptr) return nullptr;  // a tensor the caller does not hold (Note [block halves])
-  if (v.dtype() == DType::F32) return v.f32();
-  STRATUM_ASSERT(next_ != nullptr);
+  if (v.dtype() == DType::F32 && offsets_ == nullptr) return v.f32();
+  STRATUM_ASSERT(next_ != nullptr && (offsets_ == nullptr || v.elements() <= offset_floats_));
   float* const at = next_;
-  ops_.bf16_widen(at, v.bf16(), v.elements());
+  if (v.dtype() == DType::F32)
+    ops_.copy(at, v.f32(), v.elements());
+  else
+    ops_.bf16_widen(at, v.bf16(), v.elements());
+  if (offsets_ != nullptr) ops_.add(at, offsets_, at, v.elements());  // Note [gemma]: 1 + w
   next_ += v.elements();
   return at;
+}
+
+const float* norm_weight_offset(const Ops& ops, const float* w, std::size_t n, float offset, float* scratch) {
+  if (offset == 0.0f) return w;
+  STRATUM_ASSERT(scratch != nullptr);
+  ops.fill(scratch, offset, n);
+  ops.add(scratch + n, scratch, w, n);
+  return scratch + n;
 }
 
 const float* weight_f32(const Ops& ops, const TensorView& w, float* scratch) {

@@ -126,16 +126,24 @@ void for_each_sub_chunk(int r0, int n, int step, F&& f) {
 // stay fp32 in a training store. Gradients, moments and adapters are fp32 as always.
 
 // A block's norm weights and biases as fp32: in place, or (bf16) widened into consecutive slices
-// of the scratch it was made with (enough floats for every vector asked for).
+// of the scratch it was made with (enough floats for every vector asked for). With a norm offset
+// (Gemma's 1, Note [gemma] in model/model_config.h) every vector asked for is a norm weight w,
+// given as offset + w in the scratch (fp32 or bf16): the scratch's first `offset_floats` floats
+// (the longest vector) hold the offset, then the vectors follow.
 class WidenedVectors {
  public:
-  WidenedVectors(const Ops& ops, float* scratch) : ops_(ops), next_(scratch) {}
+  WidenedVectors(const Ops& ops, float* scratch, float offset = 0.0f, std::size_t offset_floats = 0);
   float* operator()(const TensorView& v);
 
  private:
   const Ops& ops_;
   float* next_;
+  const float* offsets_ = nullptr;  // offset_floats copies of the offset; null without one
+  std::size_t offset_floats_ = 0;
 };
+// Note [gemma]: offset + w (n floats) computed in scratch (2n floats: the offset n times, then the
+// sum), as transformers' (1.0 + weight.float()); w itself without an offset.
+const float* norm_weight_offset(const Ops& ops, const float* w, std::size_t n, float offset, float* scratch);
 
 // w's elements as fp32: w's own (fp32), or (bf16) widened into scratch (at least w's elements).
 const float* weight_f32(const Ops& ops, const TensorView& w, float* scratch);

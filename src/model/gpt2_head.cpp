@@ -21,7 +21,8 @@ CarveSlices Gpt2HeadScratch::slices(const GptConfig& cfg, int max_rows, int chun
   return {{f[0], R * C}, {f[1], R}, {f[2], R}, {f[3], chunk * n},
           {f[4], R},     {f[5], R}, {f[6], R}, {f[7], R}, {f[8], backward ? R * C : 0},
           {f[9], keep_logits ? R * static_cast<std::size_t>(cfg.vocab_size) : 0},
-          {f[10], halves(R * C)}, {f[11], halves(n * C)}, {f[12], backward ? halves(chunk * n) : 0}};
+          {f[10], halves(R * C)}, {f[11], halves(n * C)}, {f[12], backward ? halves(chunk * n) : 0},
+          {f[13], cfg.norm_offset() != 0.0f ? 2 * C : 0}};
 }
 
 Gpt2HeadScratch::Gpt2HeadScratch(const Ops& ops, const GptConfig& cfg, int max_rows, Precision precision,
@@ -31,11 +32,12 @@ Gpt2HeadScratch::Gpt2HeadScratch(const Ops& ops, const GptConfig& cfg, int max_r
     : chunk_rows_(ops.host_memory() ? head_chunk_rows(precision) : std::max(1, max_rows)) {
   float *l16 = nullptr, *w16f = nullptr, *d16f = nullptr;
   float** const fields[] = {&lnf, &mean, &rstd, &logits, &run_max, &run_sum, &target_logit, &lse, &dlnf, &kept,
-                            &l16, &w16f, &d16f};
+                            &l16, &w16f, &d16f, &norm_w};
   const bool rounded = precision == Precision::Bf16 && ops.host_memory();
   buffer_ = ops_buffer_carve(ops, slices(cfg, max_rows, chunk_rows_, keep_logits, backward, rounded, fields));
   if (!keep_logits) kept = nullptr;
   if (!backward) dlnf = nullptr;
+  if (cfg.norm_offset() == 0.0f) norm_w = nullptr;
   if (rounded && ops.bf16_rounded()) {
     lnf16 = reinterpret_cast<std::uint16_t*>(l16);
     w16 = reinterpret_cast<std::uint16_t*>(w16f);
@@ -45,15 +47,17 @@ Gpt2HeadScratch::Gpt2HeadScratch(const Ops& ops, const GptConfig& cfg, int max_r
 
 std::size_t Gpt2HeadScratch::bytes_for(const GptConfig& cfg, int max_rows, Precision precision, bool keep_logits) {
   float* sink = nullptr;
-  float** const fields[] = {&sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink};
+  float** const fields[] = {&sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink, &sink,
+                            &sink};
   return aligned_buffer_carve_bytes(
       slices(cfg, max_rows, head_chunk_rows(precision), keep_logits, true, precision == Precision::Bf16, fields));
 }
 
 void gpt2_head_begin(const Ops& ops, const GptConfig& cfg, const float* lnf_w, const float* lnf_b, const float* x,
                      int BT, Gpt2HeadScratch& s) {
-  if (cfg.llama())
-    ops.rmsnorm_forward(s.lnf, s.rstd, x, lnf_w, BT, cfg.n_embd, cfg.layer_norm_eps);
+  if (cfg.llama())  // Note [gemma]: Gemma's norm by 1 + w
+    ops.rmsnorm_forward(s.lnf, s.rstd, x, norm_weight_offset(ops, lnf_w, cfg.n_embd, cfg.norm_offset(), s.norm_w), BT,
+                        cfg.n_embd, cfg.layer_norm_eps);
   else
     ops.layernorm_forward(s.lnf, s.mean, s.rstd, x, lnf_w, lnf_b, BT, cfg.n_embd, cfg.layer_norm_eps);
   if (s.lnf16 != nullptr) ops.bf16_round(s.lnf16, s.lnf, BT, cfg.n_embd, cfg.n_embd);  // Note [rounded operands]
@@ -123,8 +127,9 @@ void gpt2_head_backward_finish(const Ops& ops, const GptConfig& cfg, const float
                                float* dlnf_w, float* dlnf_b, int BT, Gpt2HeadScratch& s) {
   const int C = cfg.n_embd;
   ops.fill(dx, 0.0f, static_cast<std::size_t>(BT) * C);
-  if (cfg.llama())
-    ops.rmsnorm_backward(dx, dlnf_w, s.dlnf, x, lnf_w, s.rstd, BT, C, false);
+  if (cfg.llama())  // Note [gemma]: d(1 + w) = d w
+    ops.rmsnorm_backward(dx, dlnf_w, s.dlnf, x, norm_weight_offset(ops, lnf_w, C, cfg.norm_offset(), s.norm_w), s.rstd,
+                         BT, C, false);
   else
     ops.layernorm_backward(dx, dlnf_w, dlnf_b, s.dlnf, x, lnf_w, s.mean, s.rstd, BT, C, false);
 }

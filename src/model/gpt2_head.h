@@ -63,9 +63,12 @@ class Gpt2HeadScratch {
   std::uint16_t* lnf16 = nullptr;
   std::uint16_t* w16 = nullptr;
   std::uint16_t* d16 = nullptr;
+  // Note [gemma] (model/model_config.h): (2C) the final norm's weight as 1 + w (the ones, then the
+  // sum); null where the norm takes w.
+  float* norm_w = nullptr;
 
  private:
-  // The slices in field order, written through `fields` (13 pointers); rounded: the bf16 ones.
+  // The slices in field order, written through `fields` (14 pointers); rounded: the bf16 ones.
   static CarveSlices slices(const GptConfig& config, int max_rows, int chunk_rows, bool keep_logits, bool backward,
                             bool rounded, float** const* fields);
   int chunk_rows_ = 0;

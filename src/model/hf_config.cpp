@@ -118,13 +118,27 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
   cfg.layer_norm_eps = static_cast<float>(number_field(path, root, "rms_norm_eps", 1e-6));
   cfg.rope_theta = number_field(path, root, "rope_theta", 10000.0);
   cfg.rope_scaling = rope_scaling_read(path, root);
-  cfg.tie_word_embeddings = false;  // LlamaConfig's default
+  cfg.tie_word_embeddings = variant == LlamaVariant::Gemma;  // LlamaConfig's default (GemmaConfig's: tied)
   if (root.contains("tie_word_embeddings") && !root.at("tie_word_embeddings").is_null()) {
     const auto& v = root.at("tie_word_embeddings");
     STRATUM_CHECK(v.is_boolean(), where(path), ": field 'tie_word_embeddings' must be true or false, got ", json_brief(v));
     cfg.tie_word_embeddings = v.get<bool>();
   }
-  if (root.contains("hidden_act")) {
+  if (variant == LlamaVariant::Gemma) {
+    // Note [gemma]: GeGLU with GELU's tanh form. Gemma's first configs say hidden_act "gelu", which
+    // transformers runs as gelu_pytorch_tanh (Gemma's reference activation); later ones add
+    // hidden_activation, which decides when present.
+    const bool activation = root.contains("hidden_activation") && !root.at("hidden_activation").is_null();
+    const char* key = activation ? "hidden_activation" : "hidden_act";
+    if (root.contains(key) && !root.at(key).is_null()) {
+      const auto& act = root.at(key);
+      const bool ok = act.is_string() && (act.get<std::string>() == "gelu_pytorch_tanh" ||
+                                          (!activation && act.get<std::string>() == "gelu"));
+      STRATUM_CHECK(ok, where(path), ": ", key, " ", json_brief(act),
+                    " is not supported; Gemma's MLP is GeGLU with GELU's tanh form (\"gelu_pytorch_tanh\")");
+    }
+    option_refuse(path, root, "attention_bias", true, "Gemma's projections have no biases in its released models");
+  } else if (root.contains("hidden_act")) {
     const auto& act = root.at("hidden_act");
     STRATUM_CHECK(act.is_string() && act.get<std::string>() == "silu", where(path), ": hidden_act ", json_brief(act),
                   " is not supported; Llama's MLP is SwiGLU (\"silu\")");
@@ -151,7 +165,7 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
       STRATUM_CHECK(cfg.sliding_window >= 1, where(path), ": sliding_window must be >= 1 or null, got ",
                     cfg.sliding_window);
     }
-  } else {
+  } else if (variant == LlamaVariant::Llama) {
     option_refuse(path, root, "attention_bias", true,
                   "Llama projections without biases, or Qwen2's q, k and v biases (model_type \"qwen2\")");
     option_refuse(path, root, "mlp_bias", true, "Llama projections without biases only");
@@ -175,10 +189,12 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
   const bool mistral = cfg.variant == LlamaVariant::Mistral;
   const bool qwen3 = cfg.variant == LlamaVariant::Qwen3;
   const bool phi3 = cfg.variant == LlamaVariant::Phi3;
+  const bool gemma = cfg.gemma();
   j["architectures"] = {qwen2     ? "Qwen2ForCausalLM"
                         : qwen3   ? "Qwen3ForCausalLM"
                         : mistral ? "MistralForCausalLM"
                         : phi3    ? "Phi3ForCausalLM"
+                        : gemma   ? "GemmaForCausalLM"
                                   : "LlamaForCausalLM"};
   j["model_type"] = cfg.family();
   j["hidden_size"] = cfg.n_embd;
@@ -203,8 +219,11 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
                          {"high_freq_factor", s.high_freq_factor},
                          {"original_max_position_embeddings", s.original_max_position_embeddings}};
   }
-  j["hidden_act"] = "silu";
-  if (qwen2 || qwen3) {  // Qwen2Config's fields (its q, k and v biases are implied by the model type)
+  j["hidden_act"] = gemma ? "gelu_pytorch_tanh" : "silu";
+  if (gemma) {  // GemmaConfig's (Note [gemma]): the activation under both names, no biases
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["attention_bias"] = false;
+  } else if (qwen2 || qwen3) {  // Qwen2Config's fields (its q, k and v biases are implied by the model type)
     if (qwen3) j["attention_bias"] = false;  // Qwen3Config's; its q_norm and k_norm come with the type
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
@@ -245,7 +264,7 @@ nlohmann::json json_object_read(const std::string& path) {
 GptConfig hf_config_read(const std::string& path) {
   STRATUM_CHECK(!dir_exists(path), where(path), " is a directory; pass the config.json inside it");
   STRATUM_CHECK(file_exists(path), where(path),
-                ": file not found; expected a Hugging Face config.json (GPT-2, Llama, Qwen2, Qwen3, Mistral or Phi-3)");
+                ": file not found; expected a Hugging Face config.json (GPT-2, Llama, Qwen2, Qwen3, Mistral, Phi-3 or Gemma)");
   const nlohmann::json root = json_object_read(path);
 
   if (root.contains("model_type")) {
@@ -253,15 +272,16 @@ GptConfig hf_config_read(const std::string& path) {
     STRATUM_CHECK(type.is_string(), where(path), ": model_type must be a string, got ", json_brief(type));
     const std::string name = type.get<std::string>();
     STRATUM_CHECK(name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3" || name == "mistral" ||
-                      name == "phi3",
+                      name == "phi3" || name == "gemma",
                   where(path), ": model_type ", json_brief(type),
                   " is not supported; Stratum runs GPT-2 (\"gpt2\"), Llama (\"llama\"), Qwen2 (\"qwen2\"), Qwen3 "
-                  "(\"qwen3\"), Mistral (\"mistral\") and Phi-3/Phi-4 (\"phi3\") models");
+                  "(\"qwen3\"), Mistral (\"mistral\"), Phi-3/Phi-4 (\"phi3\") and Gemma (\"gemma\") models");
     if (name == "llama") return read_llama(path, root, LlamaVariant::Llama);
     if (name == "qwen2") return read_llama(path, root, LlamaVariant::Qwen2);
     if (name == "qwen3") return read_llama(path, root, LlamaVariant::Qwen3);
     if (name == "mistral") return read_llama(path, root, LlamaVariant::Mistral);
     if (name == "phi3") return read_llama(path, root, LlamaVariant::Phi3);
+    if (name == "gemma") return read_llama(path, root, LlamaVariant::Gemma);
   }
   GptConfig cfg;
   cfg.n_layer = int_field(path, root, "n_layer");

@@ -7,9 +7,10 @@
 namespace stratum {
 
 LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layout, const TensorView* chunks,
-                                    float* widened) {
+                                    float* widened, const GptConfig* offset_norms) {
   auto view = [&](int i) { return layout.tensor_view(chunks, layout.tensors[i]); };
-  WidenedVectors vectors(ops, widened);
+  const float offset = offset_norms != nullptr ? offset_norms->norm_offset() : 0.0f;
+  WidenedVectors vectors(ops, widened, offset, offset != 0.0f ? llama_offset_floats(*offset_norms) : 0);
   // Braced initialisation evaluates left to right: the slices follow one another.
   LlamaBlockTensors t{vectors(view(kAttnNormW)), view(kQW),    view(kKW),  view(kVW), view(kOW),
                       vectors(view(kMlpNormW)),  view(kGateW), view(kUpW), view(kDownW)};
@@ -25,9 +26,14 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
   return t;
 }
 
+std::size_t llama_offset_floats(const GptConfig& cfg) {
+  return cfg.norm_offset() != 0.0f ? static_cast<std::size_t>(std::max(cfg.n_embd, cfg.head_dim())) : 0;
+}
+
 std::size_t llama_vector_floats(const GptConfig& cfg) {
   const std::size_t C = cfg.n_embd;
-  return 2 * C + (cfg.qkv_bias() ? static_cast<std::size_t>(cfg.q_dim()) + 2 * static_cast<std::size_t>(cfg.kv_dim()) : 0) +
+  return llama_offset_floats(cfg) + 2 * C +
+         (cfg.qkv_bias() ? static_cast<std::size_t>(cfg.q_dim()) + 2 * static_cast<std::size_t>(cfg.kv_dim()) : 0) +
          (cfg.qk_norm() ? 2 * static_cast<std::size_t>(cfg.head_dim()) : 0);
 }
 
@@ -101,7 +107,8 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
   const std::size_t Q = cfg.q_dim(), QKV = Q + 2 * static_cast<std::size_t>(cfg.kv_dim()), I = cfg.mlp_width();
   // Note [widened in panels]: the scratch holds a panel of the largest matrix.
   wide_floats = bf16_weights ? widen_scratch_floats(std::max(Q, I) * C) : 0;
-  const std::size_t vector_floats = bf16_weights ? llama_vector_floats(cfg) : 0;
+  // Note [gemma]: a Gemma block's norm weights are 1 + w in this scratch, fp32 too.
+  const std::size_t vector_floats = bf16_weights || cfg.norm_offset() != 0.0f ? llama_vector_floats(cfg) : 0;
   const std::size_t chunk = static_cast<std::size_t>(row_chunk_rows(BT, rows.chunk)), bwd = backward ? 1 : 0;
   const std::size_t mlp = std::min(chunk, static_cast<std::size_t>(rows.mlp));
   buffer_ = ops_buffer_carve(ops,
@@ -109,7 +116,8 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
        {&dgate, gate_holds_hmid ? 0 : mlp * I}, {&dup, bwd * mlp * I},
        {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())},
        {&wide, wide_floats}, {&wide_vectors, vector_floats}, {&ones, cfg.qkv_bias() ? chunk : 0}});
-  if (!bf16_weights) wide = wide_vectors = nullptr;
+  if (!bf16_weights) wide = nullptr;
+  if (vector_floats == 0) wide_vectors = nullptr;
   if (cfg.qkv_bias()) ops.fill(ones, 1.0f, chunk);
   else ones = nullptr;
   if (!backward) dxn = datty = dqkv = dup = nullptr;
@@ -117,6 +125,15 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
 }
 
 namespace {
+// The MLP's gated activation, hmid = act(gate) * up: SwiGLU, or Gemma's GeGLU (Note [gemma]).
+void gated_forward(const Ops& ops, const GptConfig& cfg, float* hmid, const float* gate, const float* up,
+                   std::size_t n) {
+  if (cfg.gelu_mlp())
+    ops.geglu_forward(hmid, gate, up, n);
+  else
+    ops.swiglu_forward(hmid, gate, up, n);
+}
+
 // Rows [r0, r0 + n) of xn1 and qkv (Note [row chunks]), adapters 0, 1 and 2 (q, k, v) added;
 // not normed (Note [qk norm]) nor rotated. with_v false: q and k only (the backward's recompute).
 void llama_qkv_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, const LlamaBlockTensors& p,
@@ -206,7 +223,7 @@ void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, 
     lora_forward(ops, lora_rows(*lora, 5, r0, C), 5, up, I, xn2, C, n, C, I);
   }
   if (out == nullptr && !hmid_needed) return;  // Note [hmid in the workspace]: a frozen MLP's backward
-  ops.swiglu_forward(hmid, gate, up, static_cast<std::size_t>(n) * I);
+  gated_forward(ops, cfg, hmid, gate, up, static_cast<std::size_t>(n) * I);
   if (out == nullptr) {
     if (lora != nullptr) lora_forward_u(ops, lora_rows(*lora, 6, r0, I), 6, hmid, I, n, I);
     return;
@@ -307,14 +324,17 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
         llama_mlp_rows(ops, linear, cfg, p, s, nullptr, nullptr, q0, m, lora, res2, hmid_needed);
       } else {
         ops.rmsnorm_forward(s.xn2, s.rstd2 + q0, res2, p.mlp_norm_w, m, C, eps);  // into tmp again
-        if (hmid_needed) ops.swiglu_forward(w.dgate, gate, up, rows_i);
+        if (hmid_needed) gated_forward(ops, cfg, w.dgate, gate, up, rows_i);
       }
       // d gate's rows: the workspace's, or gate's own (read by the swiglu backward before it writes)
       float* const dgate = w.gate_holds_hmid ? s.gate + mlp : w.dgate;
       sgemm_w(ops, false, false, m, I, C, 1.0f, dout_c, C, p.down_w, I, 0.0f, w.dup, I, w.wide, w.wide_floats);  // d hmid (m, I)
       weight_grad(C, I, m, dout_c, C, s.hmid, I, &LlamaBlockTensors::down_w, qacc);  // d down (C, I)
       adapt(6, q0, m, qacc, dout_c, C, s.hmid, I, w.dup, I, C);
-      ops.swiglu_backward(dgate, w.dup, w.dup, gate, up, rows_i);  // reads each d hmid and gate before writing
+      if (cfg.gelu_mlp())  // Note [gemma]; both read each d hmid and gate before writing
+        ops.geglu_backward(dgate, w.dup, w.dup, gate, up, rows_i);
+      else
+        ops.swiglu_backward(dgate, w.dup, w.dup, gate, up, rows_i);
       sgemm_w(ops, false, false, m, C, I, 1.0f, dgate, I, p.gate_w, C, 0.0f, w.dxn, C, w.wide, w.wide_floats);
       sgemm_w(ops, false, false, m, C, I, 1.0f, w.dup, I, p.up_w, C, 1.0f, w.dxn, C, w.wide, w.wide_floats);
       weight_grad(I, C, m, dgate, I, xn2, C, &LlamaBlockTensors::gate_w, qacc);

@@ -53,8 +53,10 @@ struct LlamaBlockTensors {
 // multiply-adds in a Qwen3-0.6B layer's backward, and no (B,T,H*hd + KV*hd) set of raw q and k kept
 // per layer. CUDA has no per-head norm kernel yet: Qwen3 is refused on --backend cuda.
 // Floats of the scratch a bf16 block's vectors (norm weights, Qwen2's biases, Qwen3's q and k
-// norms) are widened into.
+// norms) are widened into, or a Gemma block's norm weights given as 1 + w (Note [gemma] in
+// model/model_config.h; fp32 too), with the offsets before them (llama_offset_floats).
 std::size_t llama_vector_floats(const GptConfig& config);
+std::size_t llama_offset_floats(const GptConfig& config);
 // Note [biases by products]: a Qwen2 bias is added to the n rows of y (row stride ldy) as the
 // product of a column of n ones and the bias row (y = 1 y + ones (n,1) bias (1,N)), and its
 // gradient is the product of that column and dy (db (+)= ones^T dy): the seam's sgemm on any
@@ -71,8 +73,10 @@ void llama_bias_grad(const Ops& ops, float* db, const float* dy, int ldy, const 
 // params (Note [frozen bf16 base] in model/block_policy.h, Note [bf16 weights] in
 // infer/decoder.h), whose seven matrices stay bf16 views and whose two norm weights (and Qwen2's
 // biases) are widened into `widened` (llama_vector_floats; may be null for fp32 chunks).
+// offset_norms: the params' model, whose norm weights the kernels take as norm_offset() + w
+// (Gemma's, Note [gemma]; `widened` then holds them, fp32 too); null for gradients.
 LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layout, const TensorView* chunks,
-                                    float* widened);
+                                    float* widened, const GptConfig* offset_norms);
 
 // Note [hmid in the workspace]: three internals that are cheap to recompute are not kept with
 // a training block's internals but borrow workspace rows: silu(gate) * up, the widest (I = 2.75 C
@@ -170,7 +174,7 @@ class LlamaWorkspace {
   float* attn_scratch;  // ops.attention_scratch_floats(B, T, H, KV, hd)
   float* wide = nullptr;          // a panel of a matrix widened from bf16 (bf16_weights only; Note [widened in panels])
   std::size_t wide_floats = 0;    // wide's floats
-  float* wide_vectors = nullptr;  // (llama_vector_floats) the widened norm weights and biases (bf16_weights only)
+  float* wide_vectors = nullptr;  // (llama_vector_floats) the widened norm weights and biases (bf16_weights or Gemma)
   float* ones = nullptr;          // Qwen2: (chunk) ones (Note [biases by products])
 
  private:

@@ -16,6 +16,7 @@ const char* GptConfig::family() const {
     case LlamaVariant::Mistral: return "mistral";
     case LlamaVariant::Qwen3: return "qwen3";
     case LlamaVariant::Phi3: return "phi3";
+    case LlamaVariant::Gemma: return "gemma";
     case LlamaVariant::Llama: break;
   }
   return "llama";
@@ -27,6 +28,7 @@ const char* GptConfig::family_title() const {
     case LlamaVariant::Mistral: return "Mistral";
     case LlamaVariant::Qwen3: return "Qwen3";
     case LlamaVariant::Phi3: return "Phi-3";
+    case LlamaVariant::Gemma: return "Gemma";
     case LlamaVariant::Llama: break;
   }
   return "Llama";
@@ -55,7 +57,7 @@ void GptConfig::validate() const {
     STRATUM_CHECK(n_head_dim == 0 || n_head_dim * n_head == n_embd, "[model.config] GPT-2's head_dim is n_embd / n_head");
     STRATUM_CHECK(tie_word_embeddings, "[model.config] GPT-2's LM head is tied to wte");
     STRATUM_CHECK(variant == LlamaVariant::Llama,
-                  "[model.config] a Qwen2, Qwen3, Mistral or Phi-3 model is of the Llama family");
+                  "[model.config] a Qwen2, Qwen3, Mistral, Phi-3 or Gemma model is of the Llama family");
     return;
   }
   STRATUM_CHECK(sliding_window >= 0 &&
@@ -86,9 +88,14 @@ void GptConfig::validate() const {
   }
 }
 
+float GptConfig::embed_scale() const {
+  return gemma() ? static_cast<float>(std::sqrt(static_cast<double>(n_embd))) : 1.0f;  // GemmaModel's normalizer
+}
+
 void GptConfig::backend_check(Backend backend, const char* who) const {
-  STRATUM_CHECK(backend == Backend::Cpu || !qk_norm(), "[", who, "] ", family_title(),
-                " models (per-head q and k RMSNorm) have no ", backend_name(backend), " kernels yet: use --backend cpu");
+  STRATUM_CHECK(backend == Backend::Cpu || !(qk_norm() || gemma()), "[", who, "] ", family_title(), " models (",
+                gemma() ? "GeGLU MLP, RMSNorm by 1 + w, scaled embedding" : "per-head q and k RMSNorm", ") have no ",
+                backend_name(backend), " kernels yet: use --backend cpu");
 }
 
 std::string GptConfig::context_text() const {

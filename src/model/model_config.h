@@ -22,8 +22,20 @@ const char* model_arch_name(ModelArch arch);  // "gpt2", "llama" (the config.jso
 // "qwen2" (Qwen2ForCausalLM).
 // Qwen2: q, k and v biases. Mistral: Llama's math, within its sliding window (Note [mistral window]).
 // Qwen3: q_norm and k_norm (Note [qk norm] in model/llama_block.h). Phi-3: Llama's math with fused
-// projections (Note [phi3 fused]) and Mistral's window.
-enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3 };
+// projections (Note [phi3 fused]) and Mistral's window. Gemma: Note [gemma].
+enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3, Gemma };
+
+// Note [gemma]
+// Gemma (model_type "gemma": Gemma 2B and 7B, CodeGemma) is Llama's block and weight names with
+// three changes, all as transformers' GemmaModel computes them in fp32: every RMSNorm multiplies by
+// (1 + w) (GemmaRMSNorm; its weights start at 0), the MLP is GeGLU, gelu_tanh(gate) * up
+// (gelu_pytorch_tanh), and the token embedding's rows are multiplied by sqrt(hidden_size) rounded
+// to fp32 (the LM head, tied, reads them unscaled). Stratum keeps the stored w and hands every
+// norm kernel the vector 1 + w, added in fp32 through the ops seam (`norm_offset`), so the norm's
+// bits are the reference's and the weight gradient, d(1 + w)/dw = 1, is the norm's own. The
+// embedding scale is the embedding kernels' `scale` (Ops::embedding_forward_block): the rows times
+// the scale as they are added, and d wte += scale * d x. Heads are wider than hidden_size /
+// num_attention_heads (head_dim 256). CUDA has no GeGLU kernel yet: refused on --backend cuda.
 
 // Note [phi3 fused]
 // Phi-3 and Phi-4 (model_type "phi3": Phi-3-mini/medium, Phi-4) compute exactly Llama's block,
@@ -71,8 +83,13 @@ struct GptConfig {
   bool fused_projections() const { return llama() && variant == LlamaVariant::Phi3; }
   bool qkv_bias() const { return llama() && variant == LlamaVariant::Qwen2; }  // q_proj/k_proj/v_proj.bias
   bool qk_norm() const { return llama() && variant == LlamaVariant::Qwen3; }   // self_attn.q_norm/k_norm.weight
-  const char* family() const;        // "gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3": config.json's model_type
-  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3", "Phi-3": for messages
+  // Note [gemma]: RMSNorms multiply by 1 + w, GeGLU MLP, the embedding scaled by sqrt(hidden_size).
+  bool gemma() const { return llama() && variant == LlamaVariant::Gemma; }
+  float norm_offset() const { return gemma() ? 1.0f : 0.0f; }  // added to every RMSNorm weight
+  bool gelu_mlp() const { return gemma(); }                     // gelu_tanh(gate) * up, not silu(gate) * up
+  float embed_scale() const;                                   // sqrt(hidden_size) as fp32 (Gemma), else 1
+  const char* family() const;        // "gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "gemma": config.json's model_type
+  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3", "Phi-3", "Gemma": for messages
   // Note [mistral window]: the longest sequence the model runs exactly, n_ctx or a Mistral's
   // sliding window when that is shorter.
   int context() const { return sliding_window > 0 && sliding_window < n_ctx ? sliding_window : n_ctx; }
@@ -87,7 +104,7 @@ struct GptConfig {
   void validate() const;
   std::string describe() const;  // "L12 H12 C768 ctx1024 V50257"; Llama's (or Qwen2's) "llama L.. KV8 hd64 I8192 untied"
   // Throws Error ("[<who>] ...: use --backend cpu") when `backend` has no kernels for this model:
-  // Qwen3's per-head q and k norm on CUDA (Note [qk norm] in model/llama_block.h).
+  // Qwen3's per-head q and k norm on CUDA (Note [qk norm] in model/llama_block.h), Gemma's GeGLU (Note [gemma]).
   void backend_check(Backend backend, const char* who) const;
 };
 

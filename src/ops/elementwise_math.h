@@ -89,6 +89,14 @@ STRATUM_HOST_DEVICE inline void swiglu_grad_element(float dy, float x, float u, 
   dgate = (dy * u) * sig * (1.0f + x * (1.0f - sig));
 }
 
+// GeGLU (Gemma's MLP, kernels/cpu/swiglu.h): gelu_tanh(gate) * up, and its gradients as torch's
+// autograd takes them: d up = dy * gelu(gate), d gate = gelu'(gate) * (dy * up).
+STRATUM_HOST_DEVICE inline float geglu_element(float gate, float up) { return gelu_element(gate) * up; }
+STRATUM_HOST_DEVICE inline void geglu_grad_element(float dy, float x, float u, float& dgate, float& dup) {
+  dup = dy * gelu_element(x);
+  dgate = gelu_grad_element(x, dy * u);
+}
+
 // The rotate-half rotation of one (lo, hi) pair by cos c, sin s, or by its transpose (kernels/cpu/rope.h).
 STRATUM_HOST_DEVICE inline void rope_rotate(float& lo, float& hi, float c, float s, bool transpose) {
   const float a = lo, b = hi;

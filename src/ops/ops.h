@@ -214,6 +214,16 @@ class Ops {
   virtual void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) const = 0;
   virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                                std::size_t n) const = 0;
+  // GeGLU (Gemma's MLP, Note [gemma] in model/model_config.h): gelu_tanh(gate) * up, and its
+  // gradients, in swiglu's layout and aliasing. Backends without it are refused Gemma
+  // (GptConfig::backend_check) before any call.
+  virtual void geglu_forward(float* /*out*/, const float* /*gate*/, const float* /*up*/, std::size_t /*n*/) const {
+    throw BugError("[ops] bug: geglu_forward on a backend without GeGLU kernels");
+  }
+  virtual void geglu_backward(float* /*dgate*/, float* /*dup*/, const float* /*dout*/, const float* /*gate*/,
+                              const float* /*up*/, std::size_t /*n*/) const {
+    throw BugError("[ops] bug: geglu_backward on a backend without GeGLU kernels");
+  }
   virtual void add(float* out, const float* a, const float* b, std::size_t n) const = 0;
   // Dropout (Note [dropout mask] in core/dropout_mask.h): y (M,n) (row stride ldy) = x (M,n) (row
   // stride ldx) with key's mask and drop probability p applied, or added to y with accumulate.
@@ -248,14 +258,17 @@ class Ops {
   virtual void softmax_row(float* probs, const float* logits, int V, float temperature) const = 0;
 
   // Embeddings: position rows, token rows of one vocabulary block (fp32 or bf16), and backward.
+  // scale: the token rows times scale as they are added, and d wte += scale * d out (Gemma's
+  // sqrt(hidden_size), Note [gemma] in model/model_config.h); 1 everywhere else, the only value a
+  // backend without Gemma accepts.
   virtual void embedding_forward_positions(float* out, const float* wpe, int B, int T, int C) const = 0;
   virtual void embedding_forward_block(float* out, const std::int32_t* tokens, const float* wte_rows, int v0, int n,
-                                       int B, int T, int C) const = 0;
+                                       int B, int T, int C, float scale) const = 0;
   virtual void embedding_forward_block_bf16(float* out, const std::int32_t* tokens, const std::uint16_t* wte_rows,
-                                            int v0, int n, int B, int T, int C) const = 0;
+                                            int v0, int n, int B, int T, int C, float scale) const = 0;
   virtual void embedding_backward_positions(float* dwpe, const float* dout, int B, int T, int C) const = 0;
   virtual void embedding_backward_block(float* dwte_rows, const float* dout, const std::int32_t* tokens, int v0,
-                                        int n, int B, int T, int C) const = 0;
+                                        int n, int B, int T, int C, float scale) const = 0;
 
   // AdamW on n elements (fp32 master weights), gradient scaled by grad_scale first.
   virtual void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n,

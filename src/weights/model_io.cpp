@@ -42,7 +42,7 @@ GptConfig model_read_config(const std::string& dir) {
                                  : "does not exist");
   const std::string path = dir + "/config.json";
   STRATUM_CHECK(file_exists(path), "[model] '", dir,
-                "' has no config.json: expected a Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3, Mistral or Phi-3)");
+                "' has no config.json: expected a Hugging Face model directory (GPT-2, Llama, Qwen2, Qwen3, Mistral, Phi-3 or Gemma)");
   return hf_config_read(path);
 }
 
@@ -409,7 +409,10 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
                        ThreadPool* pool) {
   Rng rng(seed);
   std::vector<float> values;
-  if (cfg.llama()) {  // transformers' LlamaPreTrainedModel: every weight N(0, 0.02), norms 1, (Qwen2's) biases 0
+  // transformers' LlamaPreTrainedModel: every weight N(0, 0.02), norms 1 (Gemma's 0: it norms by 1 + w,
+  // Note [gemma]), (Qwen2's) biases 0
+  if (cfg.llama()) {
+    const float norm = 1.0f - cfg.norm_offset();
     for (int s = 0; s < layout.segment_count(); ++s) {
       if (!segment_selected(layout, s, SegmentSelect::Base)) continue;  // adapters: lora_init_random
       SegmentChunksHold params(store, s, SegmentKind::Params, Access::Overwrite);
@@ -418,7 +421,7 @@ void model_init_random(const GptConfig& cfg, const ParamLayout& layout, SegmentS
         float* p = values.data();
         if (t.shape.size() == 1) {
           const bool bias = t.name.ends_with(".bias");
-          std::fill(p, p + t.numel, bias ? 0.0f : 1.0f);
+          std::fill(p, p + t.numel, bias ? 0.0f : norm);
         } else {
           normal_fill(pool, rng, p, t.numel, 0.02);
         }

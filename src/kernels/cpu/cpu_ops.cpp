@@ -172,6 +172,13 @@ void CpuOps::gelu_backward(float* dinp, const float* inp, const float* dout, std
 void CpuOps::swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) const {
   stratum::swiglu_forward(pool_, out, gate, up, n);
 }
+void CpuOps::geglu_forward(float* out, const float* gate, const float* up, std::size_t n) const {
+  stratum::geglu_forward(pool_, out, gate, up, n);
+}
+void CpuOps::geglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                            std::size_t n) const {
+  stratum::geglu_backward(pool_, dgate, dup, dout, gate, up, n);
+}
 void CpuOps::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                              std::size_t n) const {
   stratum::swiglu_backward(pool_, dgate, dup, dout, gate, up, n);
@@ -197,19 +204,19 @@ void CpuOps::embedding_forward_positions(float* out, const float* wpe, int B, in
   stratum::embedding_forward_positions(pool_, out, wpe, B, T, C);
 }
 void CpuOps::embedding_forward_block(float* out, const std::int32_t* tokens, const float* wte_rows, int v0, int n,
-                                     int B, int T, int C) const {
-  stratum::embedding_forward_block(pool_, out, tokens, wte_rows, v0, n, B, T, C);
+                                     int B, int T, int C, float scale) const {
+  stratum::embedding_forward_block(pool_, out, tokens, wte_rows, v0, n, B, T, C, scale);
 }
 void CpuOps::embedding_forward_block_bf16(float* out, const std::int32_t* tokens, const std::uint16_t* wte_rows,
-                                          int v0, int n, int B, int T, int C) const {
-  stratum::embedding_forward_block_bf16(pool_, out, tokens, wte_rows, v0, n, B, T, C);
+                                          int v0, int n, int B, int T, int C, float scale) const {
+  stratum::embedding_forward_block_bf16(pool_, out, tokens, wte_rows, v0, n, B, T, C, scale);
 }
 void CpuOps::embedding_backward_positions(float* dwpe, const float* dout, int B, int T, int C) const {
   stratum::embedding_backward_positions(pool_, dwpe, dout, B, T, C);
 }
 void CpuOps::embedding_backward_block(float* dwte_rows, const float* dout, const std::int32_t* tokens, int v0, int n,
-                                      int B, int T, int C) const {
-  stratum::embedding_backward_block(pool_, dwte_rows, dout, tokens, v0, n, B, T, C);
+                                      int B, int T, int C, float scale) const {
+  stratum::embedding_backward_block(pool_, dwte_rows, dout, tokens, v0, n, B, T, C, scale);
 }
 void CpuOps::adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n, const AdamWHyper& hyper,
                           double weight_decay, float grad_scale) const {

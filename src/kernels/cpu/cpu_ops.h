@@ -71,6 +71,9 @@ class CpuOps final : public Ops {
   void gelu_forward(float* out, const float* inp, std::size_t n) const override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) const override;
   void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n) const override;
+  void geglu_forward(float* out, const float* gate, const float* up, std::size_t n) const override;
+  void geglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                      std::size_t n) const override;
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                        std::size_t n) const override;
   void add(float* out, const float* a, const float* b, std::size_t n) const override;
@@ -83,12 +86,12 @@ class CpuOps final : public Ops {
   void softmax_row(float* probs, const float* logits, int V, float temperature) const override;
   void embedding_forward_positions(float* out, const float* wpe, int B, int T, int C) const override;
   void embedding_forward_block(float* out, const std::int32_t* tokens, const float* wte_rows, int v0, int n, int B,
-                               int T, int C) const override;
+                               int T, int C, float scale) const override;
   void embedding_forward_block_bf16(float* out, const std::int32_t* tokens, const std::uint16_t* wte_rows, int v0,
-                                    int n, int B, int T, int C) const override;
+                                    int n, int B, int T, int C, float scale) const override;
   void embedding_backward_positions(float* dwpe, const float* dout, int B, int T, int C) const override;
   void embedding_backward_block(float* dwte_rows, const float* dout, const std::int32_t* tokens, int v0, int n, int B,
-                                int T, int C) const override;
+                                int T, int C, float scale) const override;
   void adamw_update(float* param, float* m, float* v, const float* grad, std::size_t n, const AdamWHyper& hyper,
                     double weight_decay, float grad_scale) const override;
   void zo_update(float* x, std::size_t n, std::uint64_t first, const ZoUpdate& u) const override;

@@ -1,4 +1,4 @@
-// SwiGLU forward/backward, elementwise over fixed contiguous ranges; see swiglu.h. Each output
+// SwiGLU and GeGLU forward/backward, elementwise over fixed contiguous ranges; see swiglu.h. Each output
 // element comes from one expression of its own inputs, so the thread count does not matter.
 #include "kernels/cpu/swiglu.h"
 
@@ -26,6 +26,22 @@ void swiglu_backward_range(float* dgate, float* dup, const float* dout, const fl
     dgate[i] = dg;
   }
 }
+
+STRATUM_SIMD_CLONES
+void geglu_forward_range(float* out, const float* gate, const float* up, std::size_t i0, std::size_t i1) {
+  for (std::size_t i = i0; i < i1; ++i) out[i] = geglu_element(gate[i], up[i]);
+}
+
+STRATUM_SIMD_CLONES
+void geglu_backward_range(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                          std::size_t i0, std::size_t i1) {
+  for (std::size_t i = i0; i < i1; ++i) {
+    float dg, du;
+    geglu_grad_element(dout[i], gate[i], up[i], dg, du);
+    dup[i] = du;
+    dgate[i] = dg;
+  }
+}
 }  // namespace
 
 void swiglu_forward(ThreadPool& pool, float* out, const float* gate, const float* up, std::size_t n) {
@@ -37,6 +53,18 @@ void swiglu_backward(ThreadPool& pool, float* dgate, float* dup, const float* do
   STRATUM_ASSERT(dgate != dup || n == 0);
   pool.parallel_for(n, [&](std::size_t i0, std::size_t i1) {
     swiglu_backward_range(dgate, dup, dout, gate, up, i0, i1);
+  }, 4096);
+}
+
+void geglu_forward(ThreadPool& pool, float* out, const float* gate, const float* up, std::size_t n) {
+  pool.parallel_for(n, [&](std::size_t i0, std::size_t i1) { geglu_forward_range(out, gate, up, i0, i1); }, 4096);
+}
+
+void geglu_backward(ThreadPool& pool, float* dgate, float* dup, const float* dout, const float* gate,
+                    const float* up, std::size_t n) {
+  STRATUM_ASSERT(dgate != dup || n == 0);
+  pool.parallel_for(n, [&](std::size_t i0, std::size_t i1) {
+    geglu_backward_range(dgate, dup, dout, gate, up, i0, i1);
   }, 4096);
 }
 

@@ -102,7 +102,8 @@ void CudaOps::embedding_forward_positions(float* out, const float* wpe, int B, i
 }
 
 void CudaOps::embedding_forward_block(float* out, const std::int32_t* tokens, const float* wte_rows, int v0, int n,
-                                      int B, int T, int C) const {
+                                      int B, int T, int C, float scale) const {
+  if (scale != 1.0f) throw BugError("[cuda] bug: a scaled embedding (Gemma) on CUDA, which backend_check refuses");
   const long long rows = static_cast<long long>(B) * T;
   if (rows <= 0 || C <= 0 || n <= 0) return;
   embedding_block_kernel<float>
@@ -111,7 +112,8 @@ void CudaOps::embedding_forward_block(float* out, const std::int32_t* tokens, co
 }
 
 void CudaOps::embedding_forward_block_bf16(float* out, const std::int32_t* tokens, const std::uint16_t* wte_rows,
-                                           int v0, int n, int B, int T, int C) const {
+                                           int v0, int n, int B, int T, int C, float scale) const {
+  if (scale != 1.0f) throw BugError("[cuda] bug: a scaled embedding (Gemma) on CUDA, which backend_check refuses");
   const long long rows = static_cast<long long>(B) * T;
   if (rows <= 0 || C <= 0 || n <= 0) return;
   embedding_block_kernel<std::uint16_t>
@@ -128,7 +130,8 @@ void CudaOps::embedding_backward_positions(float* dwpe, const float* dout, int B
 }
 
 void CudaOps::embedding_backward_block(float* dwte_rows, const float* dout, const std::int32_t* tokens, int v0, int n,
-                                       int B, int T, int C) const {
+                                       int B, int T, int C, float scale) const {
+  if (scale != 1.0f) throw BugError("[cuda] bug: a scaled embedding (Gemma) on CUDA, which backend_check refuses");
   const long long BT = static_cast<long long>(B) * T;
   if (BT <= 0 || C <= 0 || n <= 0) return;
   const dim3 grid(blocks_for(static_cast<std::size_t>(C), kWarpChannels), kSlices / kBlockWarps);
