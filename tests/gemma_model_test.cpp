@@ -3,11 +3,16 @@
 // "gelu_pytorch_tanh"), reads as a tied Llama with the Gemma variant and writes back the same;
 // what Stratum does not run (exact GELU, biases, CUDA) is refused with one line; a Gemma trains,
 // saves a GemmaForCausalLM without lm_head.weight and resumes to the bits of an unbroken run; a
-// new `--arch gemma` model starts with norm weights 0 (GemmaRMSNorm's 1 + w = 1). PyTorch's
-// numbers (logits, gradients, a training run, greedy ids, LoRA): tests/golden/tiny_gemma in
-// llama_model_test, trainer_test, generator_test and lora_train_test. Does not time anything.
+// new `--arch gemma` model starts with norm weights 0 (GemmaRMSNorm's 1 + w = 1). Gemma 3
+// (model_type "gemma3_text", Note [gemma3]): its layer types (listed, or by the older pattern),
+// local rope base and window read and write back; soft-capping, another query_pre_attn_scalar,
+// the multimodal checkpoints and sequences past the window are refused; it trains, saves and
+// resumes likewise, and `--arch gemma3` starts one. PyTorch's numbers (logits, gradients, a
+// training run, greedy ids, LoRA): tests/golden/tiny_gemma and tiny_gemma3 in llama_model_test,
+// trainer_test, generator_test and lora_train_test. Does not time anything.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -26,6 +31,7 @@ using testing::run_stratum;
 using testing::source_path;
 
 const std::string kGemma = source_path("tests/golden/tiny_gemma");
+const std::string kGemma3 = source_path("tests/golden/tiny_gemma3");
 
 // Gemma 2B's config.json as first released (no tie_word_embeddings: GemmaConfig ties).
 Json gemma_2b() {
@@ -110,20 +116,25 @@ TEST(Gemma, WhatItDoesNotRunIsRefusedWithOneLine) {
   EXPECT_NO_THROW(cfg.backend_check(Backend::Cpu, "train"));
 }
 
-TEST(Gemma, TrainsSavesAGemmaAndResumesToTheSameBits) {
+void check_trains_saves_and_resumes(const std::string& golden, const char* type, const char* architecture) {
+  SCOPED_TRACE(type);
   testing::TempDir tmp;
-  const std::string five = " --data " + kGemma + "/tokens.bin --batch 2 --seq 16 --steps 5 --quiet --threads 2";
-  auto r = run_stratum("train --model " + kGemma + five);
+  const std::string five = " --data " + golden + "/tokens.bin --batch 2 --seq 16 --steps 5 --quiet --threads 2";
+  auto r = run_stratum("train --model " + golden + five);
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   const std::string hash5 = testing::params_hash_of(r.errors);
-  r = run_stratum("train --model " + kGemma + five + " --save-every 3 --save " + tmp.file("ckpt"));
+  r = run_stratum("train --model " + golden + five + " --save-every 3 --save " + tmp.file("ckpt"));
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_EQ(testing::params_hash_of(r.errors), hash5);
   const std::string step3 = tmp.file("ckpt") + "/step-00000003";
   const Json saved = Json::parse(file_read_all(step3 + "/config.json"));
-  EXPECT_EQ(saved["model_type"], "gemma");
-  EXPECT_EQ(saved["architectures"][0], "GemmaForCausalLM");
+  const Json original = Json::parse(file_read_all(golden + "/config.json"));
+  EXPECT_EQ(saved["model_type"], type);
+  EXPECT_EQ(saved["architectures"][0], architecture);
   EXPECT_EQ(saved["tie_word_embeddings"], true);
+  for (const char* key : {"layer_types", "sliding_window", "rope_local_base_freq", "rope_scaling", "rope_theta",
+                          "query_pre_attn_scalar", "head_dim"})
+    EXPECT_EQ(saved.contains(key) ? saved[key] : Json(), original.contains(key) ? original[key] : Json()) << key;
   const SafetensorsFile model = SafetensorsFile::open(step3 + "/model.safetensors");
   bool head = false;
   for (const auto& t : model.tensors()) head = head || t.name == "lm_head.weight";
@@ -131,6 +142,85 @@ TEST(Gemma, TrainsSavesAGemmaAndResumesToTheSameBits) {
   r = run_stratum("train --resume " + step3 + " --save " + tmp.file("ckpt2") + " --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_EQ(testing::params_hash_of(r.errors), hash5);
+}
+
+TEST(Gemma, TrainsSavesAGemmaAndResumesToTheSameBits) {
+  check_trains_saves_and_resumes(kGemma, "gemma", "GemmaForCausalLM");
+  check_trains_saves_and_resumes(kGemma3, "gemma3_text", "Gemma3ForCausalLM");
+}
+
+// Gemma 3 1B's config.json as released (layer types by the older sliding_window_pattern).
+Json gemma3_1b() {
+  return Json::parse(R"({"architectures": ["Gemma3ForCausalLM"], "attention_bias": false,
+    "attn_logit_softcapping": null, "bos_token_id": 2, "eos_token_id": [1, 106], "final_logit_softcapping": null,
+    "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "intermediate_size": 6912,
+    "max_position_embeddings": 32768, "model_type": "gemma3_text", "num_attention_heads": 4,
+    "num_hidden_layers": 26, "num_key_value_heads": 1, "pad_token_id": 0, "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": null, "rope_theta": 1000000,
+    "sliding_window": 512, "sliding_window_pattern": 6, "torch_dtype": "bfloat16", "vocab_size": 262144})");
+}
+
+TEST(Gemma, Gemma3ConfigReadsItsLayerTypesAndWindowAndWritesThemBack) {
+  testing::TempDir tmp;
+  file_write_atomic(tmp.file("1b.json"), gemma3_1b().dump(2));
+  const GptConfig cfg = hf_config_read(tmp.file("1b.json"));
+  EXPECT_TRUE(cfg.gemma3());
+  EXPECT_TRUE(cfg.gemma() && cfg.qk_norm() && cfg.post_norms());
+  EXPECT_STREQ(cfg.family(), "gemma3_text");
+  EXPECT_EQ(cfg.sliding_window, 512);
+  EXPECT_EQ(cfg.context(), 512);  // Note [gemma3]: the window caps every sequence
+  EXPECT_EQ(cfg.rope_theta, 1e6);
+  EXPECT_EQ(cfg.rope_local_theta, 1e4);
+  EXPECT_EQ(cfg.eos_token_ids, (std::vector<std::int32_t>{1, 106}));
+  for (int l = 0; l < 26; ++l) EXPECT_EQ(cfg.layer_local_rope(l), (l + 1) % 6 != 0) << l;
+  EXPECT_EQ(cfg.describe(), "gemma3_text L26 H4 C1152 ctx32768 V262144 KV1 hd256 I6912 tied window512");
+
+  hf_config_write(tmp.file("out.json"), cfg);
+  const Json written = Json::parse(file_read_all(tmp.file("out.json")));
+  EXPECT_EQ(written["architectures"][0], "Gemma3ForCausalLM");
+  EXPECT_EQ(written["layer_types"].size(), 26u);
+  EXPECT_EQ(written["layer_types"][5], "full_attention");
+  EXPECT_EQ(written["layer_types"][6], "sliding_attention");
+  EXPECT_EQ(written["sliding_window"], 512);
+  EXPECT_EQ(written["query_pre_attn_scalar"], 256);
+  EXPECT_TRUE(written["final_logit_softcapping"].is_null());
+  const GptConfig again = hf_config_read(tmp.file("out.json"));  // through layer_types now
+  EXPECT_EQ(again.describe(), cfg.describe());
+  EXPECT_EQ(again.layer_sliding, cfg.layer_sliding);
+
+  auto refused = [&](const std::function<void(Json&)>& edit, const std::string& want) {
+    Json j = gemma3_1b();
+    edit(j);
+    const std::string error = read_error(tmp, j);
+    EXPECT_NE(error.find(want), std::string::npos) << error;
+  };
+  refused([](Json& j) { j["final_logit_softcapping"] = 30.0; },
+          "final_logit_softcapping 30.0 is not supported; Stratum runs Gemma 3 without logit soft-capping");
+  refused([](Json& j) { j["query_pre_attn_scalar"] = 168; },
+          "query_pre_attn_scalar 168 is not supported; Stratum scales attention by head_dim^-1/2");
+  refused([](Json& j) { j["layer_types"] = Json::array({"sliding_attention"}); },
+          "layer_types must list one type per layer (26)");
+  refused([](Json& j) { j["model_type"] = "gemma3"; }, "model_type \"gemma3\" (Gemma 3's multimodal checkpoints");
+  refused([](Json& j) { j["model_type"] = "gemma2"; }, "model_type \"gemma2\" is not supported");
+  refused([](Json& j) { j["use_bidirectional_attention"] = true; }, "use_bidirectional_attention = true");
+}
+
+TEST(Gemma, Gemma3RefusesSequencesPastItsWindowAndANewOneTrains) {
+  testing::TempDir tmp;
+  auto r = run_stratum("train --model " + kGemma3 + " --data " + kGemma3 + "/tokens.bin --batch 1 --seq 33 --steps 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.errors.find("--seq 33 is longer than the model context sliding_window=32; use --seq <= 32"),
+            std::string::npos)
+      << r.errors;
+  r = run_stratum("train --arch gemma3 --layers 2 --heads 2 --head-dim 16 --embd 32 --vocab 131 --ctx 32 --data " +
+                  kGemma3 + "/tokens.bin --batch 2 --seq 16 --steps 2 --quiet --threads 2 --save " + tmp.file("new"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const Json saved = Json::parse(file_read_all(tmp.file("new") + "/step-00000002/config.json"));
+  EXPECT_EQ(saved["model_type"], "gemma3_text");
+  EXPECT_EQ(saved["layer_types"], Json::array({"sliding_attention", "sliding_attention"}));
+  r = run_stratum("generate --model " + tmp.file("new") + " --prompt-ids 2,5,9 --max-tokens 4 --temperature 0 "
+                  "--output-ids --no-stop");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
 }
 
 TEST(Gemma, ANewGemmaStartsWithNormWeightsZero) {

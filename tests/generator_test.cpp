@@ -290,6 +290,7 @@ TEST(Generate, Qwen2GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_gre
 TEST(Generate, Qwen3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_qwen3"); }
 TEST(Generate, Phi3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_phi3"); }
 TEST(Generate, GemmaGreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_gemma"); }
+TEST(Generate, Gemma3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_gemma3"); }
 
 // Note [bf16 weights]: the bf16 golden Llama kept in bf16 gives the bits of its fp32 widening:
 // every logit of a batch of two (prompt steps, then decode steps), in RAM and streamed under the

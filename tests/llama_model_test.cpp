@@ -139,7 +139,7 @@ void check_logits_loss_and_gradients(const std::string& dir) {
       }
     }
     EXPECT_EQ(checked, (g.layout.head_tied() ? 1 : 2) * g.layout.vocab_block_count() + 1 +
-                           (g.cfg.qkv_bias() ? 12 : g.cfg.qk_norm() ? 11 : 9) * g.cfg.n_layer);
+                           (g.cfg.qkv_bias() ? 12 : g.cfg.post_norms() ? 13 : g.cfg.qk_norm() ? 11 : 9) * g.cfg.n_layer);
     if (!streamed) ram_grads_hash = h;
     else EXPECT_EQ(h, ram_grads_hash) << "streaming must not change a bit";
   }
@@ -165,6 +165,13 @@ TEST(LlamaModel, Phi3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
 // sqrt(64) and the tied head, whose gradient is the head's and the scaled embedding's together.
 TEST(LlamaModel, GemmaLogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
   check_logits_loss_and_gradients("tests/golden/tiny_gemma");
+}
+
+// Gemma 3 (tests/golden/tiny_gemma3, Note [gemma3]): Gemma's changes, q and k norms by 1 + w, the
+// norms after the attention and the MLP (Note [post norms]), a sliding layer's rope and a full
+// layer's linearly scaled one.
+TEST(LlamaModel, Gemma3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
+  check_logits_loss_and_gradients("tests/golden/tiny_gemma3");
 }
 
 TEST(LlamaModel, GemmaConfigIsATiedLlamaWithItsThreeChanges) {

@@ -207,6 +207,10 @@ TEST(LoraTrain, LlamaFollowsThePeftReferenceStreamedAndResumed) { check_run("tes
 // and the scaled embedding, all frozen.
 TEST(LoraTrain, GemmaLossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_gemma", false); }
 TEST(LoraTrain, GemmaFollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_gemma", false); }
+// Over a Gemma 3 base (tests/golden/tiny_gemma3): o_proj's and down_proj's adapters add before the
+// frozen norms after them (Note [post norms]), whose backward recomputes them.
+TEST(LoraTrain, Gemma3LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_gemma3", false); }
+TEST(LoraTrain, Gemma3FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_gemma3", false); }
 // Over a Phi-3 base (tests/golden/tiny_phi3, Note [fused lora]): PEFT's default targets, among
 // them the fused qkv_proj (one lora_A over q, k and v) and gate_up_proj; with dropout, one mask
 // per fused module.
@@ -478,7 +482,7 @@ TEST(LoraTrain, GenerateWithAdapterMatchesTheAdaptedForward) {
 TEST(LoraTrain, Bf16BaseKeptAsStoredGivesTheWidenedBits) {
   for (const char* golden :
        {"tests/golden/tiny_gpt2", "tests/golden/tiny_llama", "tests/golden/tiny_qwen2", "tests/golden/tiny_qwen3",
-        "tests/golden/tiny_phi3", "tests/golden/tiny_gemma"}) {
+        "tests/golden/tiny_phi3", "tests/golden/tiny_gemma", "tests/golden/tiny_gemma3"}) {
     const std::string dir = source_path(golden);
     testing::TempDir tmp;
     const std::string base = tmp.file("bf16");

@@ -141,7 +141,7 @@ def self_check(cfg, params, shape=TINY):
     base = tl.rope_inv_freq_default(cfg.rope_theta, hd)
     for rs, need in ((cfg.rope_scaling, {"smoothed", "divided"}),
                      (ROPE_SCALING_ALT, {"kept", "smoothed", "divided"})):
-        if rs is None:  # Qwen2's default rope
+        if rs is None or rs.get("rope_type") != "llama3":  # Qwen2's default rope, Gemma 3's linear
             continue
         ours = tl.rope_inv_freq_llama3(base, rs["factor"], rs["low_freq_factor"],
                                        rs["high_freq_factor"],
@@ -518,6 +518,15 @@ GEMMA = dict(TINY, model_type="gemma", head_dim=32, num_key_value_heads=1, rope_
              rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=2, eos_token_id=1)
 GEMMA_SEED = 8901
 GEMMA_STDS = dict(INIT_STDS, **{"embed_tokens.weight": 0.1})
+# A tiny Gemma 3 (tests/golden/tiny_gemma3/): model_type "gemma3_text", so on top of Gemma's
+# changes each query and key head is normed (by 1 + w), the attention's and the MLP's outputs are
+# normed before their residual adds, layer 0 is a sliding layer (rope base 10000, a window of 32
+# keys, which every sequence here fits in) and layer 1 a full one (rope_theta 1e6 with Gemma 3
+# 4B's linear scaling by 8).
+GEMMA3 = dict(GEMMA, model_type="gemma3_text", sliding_window=32, layer_types=["sliding_attention", "full_attention"],
+              rope_local_base_freq=10000.0, rope_theta=1000000.0, rope_scaling={"rope_type": "linear", "factor": 8.0},
+              query_pre_attn_scalar=32)
+GEMMA3_SEED = 9012
 
 
 def first_batch_reference(out_dir, cfg, params, tokens_seed):
@@ -558,29 +567,44 @@ def gemma_as_llama(params, cfg):
     return {n: (t + 1.0 if t.dim() == 1 else t) for n, t in params.items()}, llama
 
 
+def gemma3_as_gemma(params, cfg):
+    """The Gemma 3's weights as a Gemma computes them: no q/k norms, no norms after the attention
+    and the MLP, one rope."""
+    gemma = tl.LlamaConfig(**{k: v for k, v in GEMMA3.items() if k not in
+                              ("sliding_window", "layer_types", "rope_local_base_freq", "query_pre_attn_scalar")}
+                           | {"model_type": "gemma"})
+    out = {}
+    for n, t in params.items():
+        if "q_norm" in n or "k_norm" in n or "post_" in n:
+            continue
+        out[n.replace("pre_feedforward_layernorm", "post_attention_layernorm")] = t
+    return out, gemma
+
+
 def make_qwen(root, kind):
-    """tests/golden/tiny_<kind>/ for kind "qwen2", "qwen3" or "gemma"."""
+    """tests/golden/tiny_<kind>/ for kind "qwen2", "qwen3", "gemma" or "gemma3"."""
     shape, seed, stds = {"qwen2": (QWEN2, QWEN2_SEED, QWEN2_STDS), "qwen3": (QWEN3, QWEN3_SEED, INIT_STDS),
-                         "gemma": (GEMMA, GEMMA_SEED, GEMMA_STDS)}[kind]
+                         "gemma": (GEMMA, GEMMA_SEED, GEMMA_STDS), "gemma3": (GEMMA3, GEMMA3_SEED, GEMMA_STDS)}[kind]
     out_dir = os.path.join(root, "tiny_" + kind)
     os.makedirs(out_dir, exist_ok=True)
     cfg = tl.LlamaConfig(**shape)
     params = tl.init_params(cfg, torch.Generator().manual_seed(seed), stds)
     extra = [n for n in params if n.endswith(".bias") or ("self_attn" in n and n.endswith("_norm.weight"))]
-    assert len(extra) == {"qwen2": 3, "qwen3": 2, "gemma": 0}[kind] * cfg.num_hidden_layers, extra
+    assert len(extra) == {"qwen2": 3, "qwen3": 2, "gemma": 0, "gemma3": 2}[kind] * cfg.num_hidden_layers, extra
     self_check(cfg, params, shape)
     # The variant matters: without its biases (norms; Gemma's GeGLU and embedding scale) the logits
     # move well beyond the tests' tolerance.
     with torch.no_grad():
         idx = torch.arange(20, dtype=torch.int64).unsqueeze(0) % cfg.vocab_size
-        plain, plain_cfg = gemma_as_llama(params, cfg) if kind == "gemma" else (qwen_without_its_variant(params), cfg)
+        plain, plain_cfg = (gemma_as_llama(params, cfg) if kind == "gemma" else gemma3_as_gemma(params, cfg)
+                            if kind == "gemma3" else (qwen_without_its_variant(params), cfg))
         moved = (tl.forward(params, cfg, idx)[0] - tl.forward(plain, plain_cfg, idx)[0]).abs().max().item()
     assert moved > 0.1, f"the {kind} variant moves the logits by only {moved}"
     tl.write_hf_config(os.path.join(out_dir, "config.json"), cfg, "float32")
     tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), params, metadata={"format": "pt"})
 
     tokens, init, ref, grads, loss, ids, margin = first_batch_reference(
-        out_dir, cfg, params, TOKENS_SEED + {"qwen2": 1, "qwen3": 2, "gemma": 3}[kind])
+        out_dir, cfg, params, TOKENS_SEED + {"qwen2": 1, "qwen3": 2, "gemma": 3, "gemma3": 4}[kind])
     ref.update({"grad." + n: _f32(g) for n, g in grads.items()})
     run = train_run(cfg, init, tokens, TRAIN)
     ref.update(run)
@@ -720,12 +744,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "phi3", "gemma"],
+    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "phi3", "gemma",
+                                       "gemma3"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
                          "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}; "
                          "long_rope: only long_rope/; qwen2: only tiny_qwen2/; qwen3: only tiny_qwen3/; "
-                         "phi3: only tiny_phi3/; gemma: only tiny_gemma/")
+                         "phi3: only tiny_phi3/; gemma: only tiny_gemma/; gemma3: only tiny_gemma3/")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
@@ -739,7 +764,7 @@ def main():
         lo = make_lora(root)
         print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
         return
-    if args.only in ("qwen2", "qwen3", "gemma"):
+    if args.only in ("qwen2", "qwen3", "gemma", "gemma3"):
         q = make_qwen(root, args.only)
         print(f"tiny_{args.only}: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
               f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); the variant moves the logits by "
@@ -759,6 +784,7 @@ def main():
     make_qwen(root, "qwen2")
     make_qwen(root, "qwen3")
     make_qwen(root, "gemma")
+    make_qwen(root, "gemma3")
     make_phi3(root)
     lo = make_lora(root)
     print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")

@@ -22,6 +22,11 @@ the rotary embedding (Qwen3ForCausalLM's Qwen3Attention); with "gemma" (GemmaFor
 RMSNorm multiplies by (1 + w), the MLP is GeGLU (gelu_pytorch_tanh(gate) * up), the embedding rows
 are multiplied by sqrt(hidden_size) (as a tensor of the embedding's dtype) and the LM head is tied.
 A tied model (tie_word_embeddings) has no lm_head.weight: the head reads model.embed_tokens.weight.
+With "gemma3_text" (Gemma3ForCausalLM) a Gemma also norms each query and key head (q_norm, k_norm,
+by 1 + w) before the rope, norms the attention's and the MLP's outputs before their residual adds
+(post_attention_layernorm, post_feedforward_layernorm; the MLP's input norm is then
+pre_feedforward_layernorm), scales scores by query_pre_attn_scalar^-1/2, and its sliding layers
+(layer_types) use rope_local_base_freq unscaled and attend to the last sliding_window keys.
 What it does not do: KV caching, sampling, o_proj/MLP biases, rope types other than
 "default" and "llama3", bf16 arithmetic (bf16 weights are upcast and computed in fp32).
 
@@ -48,7 +53,8 @@ class LlamaConfig:
                  num_attention_heads=4, num_key_value_heads=2, head_dim=None,
                  max_position_embeddings=64, vocab_size=131, rms_norm_eps=1e-5,
                  rope_theta=500000.0, rope_scaling=None, tie_word_embeddings=False,
-                 bos_token_id=1, eos_token_id=2, model_type="llama"):
+                 bos_token_id=1, eos_token_id=2, model_type="llama", sliding_window=None,
+                 layer_types=None, rope_local_base_freq=10000.0, query_pre_attn_scalar=None):
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size
         self.num_hidden_layers = num_hidden_layers
@@ -63,7 +69,12 @@ class LlamaConfig:
         self.tie_word_embeddings = tie_word_embeddings
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
-        assert model_type in ("llama", "qwen2", "qwen3", "gemma"), model_type
+        assert model_type in ("llama", "qwen2", "qwen3", "gemma", "gemma3_text"), model_type
+        # gemma3_text: its sliding window, layer types, local rope base and score scale
+        self.sliding_window = sliding_window
+        self.layer_types = layer_types
+        self.rope_local_base_freq = rope_local_base_freq
+        self.query_pre_attn_scalar = query_pre_attn_scalar if query_pre_attn_scalar is not None else self.head_dim
         # qwen2: q_proj, k_proj and v_proj have biases (Qwen2Attention); qwen3: q_norm, k_norm;
         # gemma: norms by 1 + w, GeGLU, scaled embedding (GemmaModel)
         self.model_type = model_type
@@ -73,12 +84,20 @@ class LlamaConfig:
     @property
     def norm_offset(self):
         """What every RMSNorm adds to its weight: Gemma's 1 (GemmaRMSNorm), else 0."""
-        return 1.0 if self.model_type == "gemma" else 0.0
+        return 1.0 if self.model_type in ("gemma", "gemma3_text") else 0.0
+
+    @property
+    def gemma(self):
+        return self.model_type in ("gemma", "gemma3_text")
+
+    @property
+    def gemma3(self):
+        return self.model_type == "gemma3_text"
 
     def to_hf_dict(self, torch_dtype="float32"):
         qwen = self.model_type in ("qwen2", "qwen3")
-        arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                "gemma": "GemmaForCausalLM"}.get(self.model_type, "LlamaForCausalLM")
+        arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma": "GemmaForCausalLM",
+                "gemma3_text": "Gemma3ForCausalLM"}.get(self.model_type, "LlamaForCausalLM")
         d = {
             "architectures": [arch],
             "model_type": self.model_type,
@@ -103,8 +122,13 @@ class LlamaConfig:
             d.update(attention_bias=False)
         if qwen:  # Qwen2Config: no attention_bias (its q, k, v biases come with the type)
             d.update(use_sliding_window=False, sliding_window=None, max_window_layers=self.num_hidden_layers)
-        elif self.model_type == "gemma":  # GemmaConfig: the activation under both names
+        elif self.gemma:  # GemmaConfig: the activation under both names
             d.update(hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh", attention_bias=False)
+            if self.gemma3:  # Gemma3TextConfig's
+                d.update(sliding_window=self.sliding_window, layer_types=self.layer_types,
+                         rope_local_base_freq=self.rope_local_base_freq,
+                         query_pre_attn_scalar=self.query_pre_attn_scalar, final_logit_softcapping=None,
+                         attn_logit_softcapping=None)
         else:
             d.update(attention_bias=False, mlp_bias=False)
         return d
@@ -137,7 +161,7 @@ def param_shapes(cfg):
         if cfg.model_type == "qwen2":
             shapes[h + "self_attn.v_proj.bias"] = (kv_out,)
         shapes[h + "self_attn.o_proj.weight"] = (C, q_out)
-        if cfg.model_type == "qwen3":
+        if cfg.model_type in ("qwen3", "gemma3_text"):
             shapes[h + "self_attn.q_norm.weight"] = (cfg.head_dim,)
             shapes[h + "self_attn.k_norm.weight"] = (cfg.head_dim,)
         shapes[h + "mlp.gate_proj.weight"] = (I, C)
@@ -145,6 +169,9 @@ def param_shapes(cfg):
         shapes[h + "mlp.down_proj.weight"] = (C, I)
         shapes[h + "input_layernorm.weight"] = (C,)
         shapes[h + "post_attention_layernorm.weight"] = (C,)
+        if cfg.gemma3:  # the MLP's input norm, and its output's
+            shapes[h + "pre_feedforward_layernorm.weight"] = (C,)
+            shapes[h + "post_feedforward_layernorm.weight"] = (C,)
     shapes["model.norm.weight"] = (C,)
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (V, C)
@@ -203,6 +230,8 @@ def rope_inv_freq(cfg):
     kind = None if rs is None else rs.get("rope_type", rs.get("type"))
     if kind in (None, "default"):
         return inv
+    if kind == "linear":  # _compute_linear_scaling_rope_parameters
+        return inv / rs["factor"]
     if kind != "llama3":
         raise ValueError(f"rope_type {kind!r} not implemented in this reference")
     return rope_inv_freq_llama3(inv, rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"],
@@ -254,8 +283,9 @@ def repeat_kv(x, n_rep):
     return x[:, :, None, :, :].expand(B, KV, n_rep, T, hd).reshape(B, KV * n_rep, T, hd)
 
 
-def attention(h, p, pre, cfg, cos, sin, adapter=None):
-    """Self-attention of layer `pre` (HF LlamaAttention, eager) on normed input h (B,T,C)."""
+def attention(h, p, pre, cfg, cos, sin, adapter=None, window=None):
+    """Self-attention of layer `pre` (HF LlamaAttention, eager) on normed input h (B,T,C);
+    window: a query attends to that many keys at most (itself and the ones before it)."""
     B, T, _ = h.shape
     H, KV, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     lin = _linear(p, pre, adapter)
@@ -270,8 +300,10 @@ def attention(h, p, pre, cfg, cos, sin, adapter=None):
     k = apply_rope(k, cos, sin)
     k = repeat_kv(k, H // KV)
     v = repeat_kv(v, H // KV)
-    att = torch.matmul(q, k.transpose(2, 3)) * (hd ** -0.5)            # (B,H,T,T)
+    att = torch.matmul(q, k.transpose(2, 3)) * (cfg.query_pre_attn_scalar ** -0.5)  # (B,H,T,T)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
+    if window is not None:  # Gemma 3's sliding layers: keys j with i - j < window
+        causal = causal & torch.ones(T, T, dtype=torch.bool).triu(-(window - 1))
     att = torch.where(causal, att, torch.tensor(torch.finfo(att.dtype).min, dtype=att.dtype))
     att = torch.softmax(att, dim=-1)
     y = torch.matmul(att, v)                                            # (B,H,T,hd)
@@ -312,15 +344,26 @@ def forward(params, cfg, idx, targets=None, inv_freq=None, adapter=None):
     pos = torch.arange(T, dtype=torch.int64).unsqueeze(0).expand(B, T)
     cos, sin = rope_cos_sin(inv_freq, pos)
     x = p["model.embed_tokens.weight"][idx]                             # (B,T,C)
-    gemma = cfg.model_type == "gemma"
+    gemma = cfg.gemma
     if gemma:  # GemmaModel's normalizer, a tensor of the hidden states' dtype
         x = x * torch.tensor(cfg.hidden_size ** 0.5, dtype=x.dtype)
     off = cfg.norm_offset
+    if cfg.gemma3:  # the sliding layers' rope: rope_local_base_freq, no scaling
+        cos_l, sin_l = rope_cos_sin(rope_inv_freq_default(cfg.rope_local_base_freq, cfg.head_dim), pos)
     for i in range(cfg.num_hidden_layers):
         pre = f"model.layers.{i}."
+        sliding = cfg.gemma3 and cfg.layer_types[i] == "sliding_attention"
         h = rms_norm(x, p[pre + "input_layernorm.weight"], eps, off)
-        x = x + attention(h, p, pre, cfg, cos, sin, adapter)
-        x = x + mlp(rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps, off), p, pre, adapter, gemma)
+        a = attention(h, p, pre, cfg, cos_l if sliding else cos, sin_l if sliding else sin, adapter,
+                      cfg.sliding_window if sliding else None)
+        if cfg.gemma3:
+            a = rms_norm(a, p[pre + "post_attention_layernorm.weight"], eps, off)
+        x = x + a
+        norm2 = "pre_feedforward_layernorm.weight" if cfg.gemma3 else "post_attention_layernorm.weight"
+        m = mlp(rms_norm(x, p[pre + norm2], eps, off), p, pre, adapter, gemma)
+        if cfg.gemma3:
+            m = rms_norm(m, p[pre + "post_feedforward_layernorm.weight"], eps, off)
+        x = x + m
     x = rms_norm(x, p["model.norm.weight"], eps, off)
     head = p["lm_head.weight"] if "lm_head.weight" in p else p["model.embed_tokens.weight"]  # tied
     logits = torch.nn.functional.linear(x, head)                        # (B,T,V)

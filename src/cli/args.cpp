@@ -153,26 +153,30 @@ std::string number_text(double v) {
 // depend on a field read before it: --kv-heads on --heads, --inner on --embd).
 const std::vector<ModelShapeFlag>& model_shape_flags() {
   static const std::vector<ModelShapeFlag> rows = {
-      {"arch", "gpt2|llama|qwen2|qwen3|mistral|phi3|gemma",
+      {"arch", "gpt2|llama|qwen2|qwen3|mistral|phi3|gemma|gemma3",
        "new model: family (default gpt2; qwen2: llama with q, k and v biases; qwen3: llama with per-head q and k "
        "RMSNorms; mistral: llama saved as Mistral, no sliding window; phi3: llama saved as Phi-3, its q, k, v and "
-       "gate, up fused; gemma: llama with RMSNorms by 1 + w, a GeGLU MLP and a scaled embedding)",
+       "gate, up fused; gemma: llama with RMSNorms by 1 + w, a GeGLU MLP and a scaled embedding; gemma3: gemma "
+       "with q and k norms, norms after the attention and the MLP, each 6th layer full, the others sliding "
+       "(rope base 10000), no window)",
        false,
        [](const Args& a, GptConfig& c) {
          const std::string arch = a.str("arch", "gpt2");
          STRATUM_CHECK(arch == "gpt2" || arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "mistral" ||
-                           arch == "phi3" || arch == "gemma",
-                       "[cli] --arch must be gpt2, llama, qwen2, qwen3, mistral, phi3 or gemma, got '", arch, "'");
+                           arch == "phi3" || arch == "gemma" || arch == "gemma3",
+                       "[cli] --arch must be gpt2, llama, qwen2, qwen3, mistral, phi3, gemma or gemma3, got '", arch,
+                       "'");
          c.arch = arch == "gpt2" ? ModelArch::Gpt2 : ModelArch::Llama;
          c.variant = arch == "qwen2"     ? LlamaVariant::Qwen2
                      : arch == "qwen3"   ? LlamaVariant::Qwen3
                      : arch == "mistral" ? LlamaVariant::Mistral
                      : arch == "phi3"    ? LlamaVariant::Phi3
                      : arch == "gemma"   ? LlamaVariant::Gemma
+                     : arch == "gemma3"  ? LlamaVariant::Gemma3
                                          : LlamaVariant::Llama;
          if (c.llama()) c.layer_norm_eps = 1e-5f;
        },
-       [](const GptConfig& c) { return std::string(c.family()); }},
+       [](const GptConfig& c) { return std::string(c.gemma3() ? "gemma3" : c.family()); }},
       {"layers", "L", "new model: transformer blocks (default 4)", false,
        [](const Args& a, GptConfig& c) { c.n_layer = static_cast<int>(a.integer("layers", 4, 1, 1024)); },
        [](const GptConfig& c) { return number_text(c.n_layer); }},

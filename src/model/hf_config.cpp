@@ -1,6 +1,7 @@
 // Hugging Face config.json reader and writer (GPT-2 and Llama); see hf_config.h.
 #include "model/hf_config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -96,8 +97,44 @@ RopeScaling rope_scaling_read(const std::string& path, const nlohmann::json& roo
   return s;
 }
 
+// Note [gemma3]: Gemma 3's fields beyond Gemma's, into cfg (whose n_layer and head_dim are read).
+void gemma3_read(const std::string& path, const nlohmann::json& root, GptConfig& cfg) {
+  auto present = [&](const char* key) { return root.contains(key) && !root.at(key).is_null(); };
+  STRATUM_CHECK(!present("rope_parameters") || present("rope_theta"), where(path),
+                ": rope_parameters without rope_theta is not supported; Stratum reads Gemma 3's rope_theta, "
+                "rope_local_base_freq and rope_scaling (as the released config.json files have them)");
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
+    STRATUM_CHECK(!present(key), where(path), ": ", key, " ", json_brief(root.at(key)),
+                  " is not supported; Stratum runs Gemma 3 without logit soft-capping (null, as released)");
+  option_refuse(path, root, "use_bidirectional_attention", true, "Stratum's attention is causal");
+  const double scalar = number_field(path, root, "query_pre_attn_scalar", 256.0);
+  STRATUM_CHECK(scalar == cfg.head_dim(), where(path), ": query_pre_attn_scalar ", scalar,
+                " is not supported; Stratum scales attention by head_dim^-1/2 (query_pre_attn_scalar = head_dim = ",
+                cfg.head_dim(), ")");
+  cfg.sliding_window = present("sliding_window") ? int_field(path, root, "sliding_window") : 4096;
+  STRATUM_CHECK(cfg.sliding_window >= 1, where(path), ": sliding_window must be >= 1, got ", cfg.sliding_window);
+  cfg.rope_local_theta = number_field(path, root, "rope_local_base_freq", 10000.0);
+  cfg.layer_sliding.assign(static_cast<std::size_t>(std::max(cfg.n_layer, 0)), 0);
+  if (present("layer_types")) {
+    const auto& types = root.at("layer_types");
+    STRATUM_CHECK(types.is_array() && types.size() == cfg.layer_sliding.size(), where(path),
+                  ": layer_types must list one type per layer (", cfg.n_layer, "), got ", json_brief(types));
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      const bool sliding = types[i] == "sliding_attention";
+      STRATUM_CHECK(sliding || types[i] == "full_attention", where(path), ": layer_types[", i, "] ",
+                    json_brief(types[i]), " is neither \"sliding_attention\" nor \"full_attention\"");
+      cfg.layer_sliding[i] = sliding ? 1 : 0;
+    }
+  } else {
+    const int pattern = present("sliding_window_pattern") ? int_field(path, root, "sliding_window_pattern") : 6;
+    STRATUM_CHECK(pattern >= 1, where(path), ": sliding_window_pattern must be >= 1, got ", pattern);
+    for (int i = 0; i < cfg.n_layer; ++i) cfg.layer_sliding[static_cast<std::size_t>(i)] = (i + 1) % pattern != 0;
+  }
+}
+
 // A Llama-family config.json: "llama", "qwen2" (LlamaVariant::Qwen2: q, k and v biases), "qwen3"
-// (q_norm and k_norm), "mistral" or "phi3" (Note [phi3 fused]).
+// (q_norm and k_norm), "mistral", "phi3" (Note [phi3 fused]), "gemma" (Note [gemma]) or
+// "gemma3_text" (Note [gemma3]).
 GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaVariant variant) {
   GptConfig cfg;
   cfg.arch = ModelArch::Llama;
@@ -118,13 +155,14 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
   cfg.layer_norm_eps = static_cast<float>(number_field(path, root, "rms_norm_eps", 1e-6));
   cfg.rope_theta = number_field(path, root, "rope_theta", 10000.0);
   cfg.rope_scaling = rope_scaling_read(path, root);
-  cfg.tie_word_embeddings = variant == LlamaVariant::Gemma;  // LlamaConfig's default (GemmaConfig's: tied)
+  const bool gemma = variant == LlamaVariant::Gemma || variant == LlamaVariant::Gemma3;
+  cfg.tie_word_embeddings = gemma;  // LlamaConfig's default (GemmaConfig's and Gemma3TextConfig's: tied)
   if (root.contains("tie_word_embeddings") && !root.at("tie_word_embeddings").is_null()) {
     const auto& v = root.at("tie_word_embeddings");
     STRATUM_CHECK(v.is_boolean(), where(path), ": field 'tie_word_embeddings' must be true or false, got ", json_brief(v));
     cfg.tie_word_embeddings = v.get<bool>();
   }
-  if (variant == LlamaVariant::Gemma) {
+  if (gemma) {
     // Note [gemma]: GeGLU with GELU's tanh form. Gemma's first configs say hidden_act "gelu", which
     // transformers runs as gelu_pytorch_tanh (Gemma's reference activation); later ones add
     // hidden_activation, which decides when present.
@@ -138,6 +176,7 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
                     " is not supported; Gemma's MLP is GeGLU with GELU's tanh form (\"gelu_pytorch_tanh\")");
     }
     option_refuse(path, root, "attention_bias", true, "Gemma's projections have no biases in its released models");
+    if (variant == LlamaVariant::Gemma3) gemma3_read(path, root, cfg);
   } else if (root.contains("hidden_act")) {
     const auto& act = root.at("hidden_act");
     STRATUM_CHECK(act.is_string() && act.get<std::string>() == "silu", where(path), ": hidden_act ", json_brief(act),
@@ -190,12 +229,13 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
   const bool qwen3 = cfg.variant == LlamaVariant::Qwen3;
   const bool phi3 = cfg.variant == LlamaVariant::Phi3;
   const bool gemma = cfg.gemma();
-  j["architectures"] = {qwen2     ? "Qwen2ForCausalLM"
-                        : qwen3   ? "Qwen3ForCausalLM"
-                        : mistral ? "MistralForCausalLM"
-                        : phi3    ? "Phi3ForCausalLM"
-                        : gemma   ? "GemmaForCausalLM"
-                                  : "LlamaForCausalLM"};
+  j["architectures"] = {qwen2          ? "Qwen2ForCausalLM"
+                        : qwen3        ? "Qwen3ForCausalLM"
+                        : mistral      ? "MistralForCausalLM"
+                        : phi3         ? "Phi3ForCausalLM"
+                        : cfg.gemma3() ? "Gemma3ForCausalLM"
+                        : gemma        ? "GemmaForCausalLM"
+                                       : "LlamaForCausalLM"};
   j["model_type"] = cfg.family();
   j["hidden_size"] = cfg.n_embd;
   j["intermediate_size"] = cfg.mlp_width();
@@ -223,6 +263,16 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
   if (gemma) {  // GemmaConfig's (Note [gemma]): the activation under both names, no biases
     j["hidden_activation"] = "gelu_pytorch_tanh";
     j["attention_bias"] = false;
+    if (cfg.gemma3()) {  // Gemma3TextConfig's (Note [gemma3])
+      j["query_pre_attn_scalar"] = cfg.head_dim();
+      j["sliding_window"] = cfg.sliding_window > 0 ? cfg.sliding_window : cfg.n_ctx;
+      nlohmann::ordered_json types = nlohmann::ordered_json::array();
+      for (int l = 0; l < cfg.n_layer; ++l) types.push_back(cfg.layer_local_rope(l) ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+      j["rope_local_base_freq"] = cfg.rope_local_theta;
+      j["final_logit_softcapping"] = nullptr;
+      j["attn_logit_softcapping"] = nullptr;
+    }
   } else if (qwen2 || qwen3) {  // Qwen2Config's fields (its q, k and v biases are implied by the model type)
     if (qwen3) j["attention_bias"] = false;  // Qwen3Config's; its q_norm and k_norm come with the type
     j["use_sliding_window"] = false;
@@ -271,17 +321,22 @@ GptConfig hf_config_read(const std::string& path) {
     const auto& type = root.at("model_type");
     STRATUM_CHECK(type.is_string(), where(path), ": model_type must be a string, got ", json_brief(type));
     const std::string name = type.get<std::string>();
+    STRATUM_CHECK(name != "gemma3", where(path),
+                  ": model_type \"gemma3\" (Gemma 3's multimodal checkpoints, 4B and up) is not supported; Stratum "
+                  "runs Gemma 3's text-only models (model_type \"gemma3_text\": Gemma 3 270M and 1B)");
     STRATUM_CHECK(name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3" || name == "mistral" ||
-                      name == "phi3" || name == "gemma",
+                      name == "phi3" || name == "gemma" || name == "gemma3_text",
                   where(path), ": model_type ", json_brief(type),
                   " is not supported; Stratum runs GPT-2 (\"gpt2\"), Llama (\"llama\"), Qwen2 (\"qwen2\"), Qwen3 "
-                  "(\"qwen3\"), Mistral (\"mistral\"), Phi-3/Phi-4 (\"phi3\") and Gemma (\"gemma\") models");
+                  "(\"qwen3\"), Mistral (\"mistral\"), Phi-3/Phi-4 (\"phi3\"), Gemma (\"gemma\") and Gemma 3 "
+                  "(\"gemma3_text\") models");
     if (name == "llama") return read_llama(path, root, LlamaVariant::Llama);
     if (name == "qwen2") return read_llama(path, root, LlamaVariant::Qwen2);
     if (name == "qwen3") return read_llama(path, root, LlamaVariant::Qwen3);
     if (name == "mistral") return read_llama(path, root, LlamaVariant::Mistral);
     if (name == "phi3") return read_llama(path, root, LlamaVariant::Phi3);
     if (name == "gemma") return read_llama(path, root, LlamaVariant::Gemma);
+    if (name == "gemma3_text") return read_llama(path, root, LlamaVariant::Gemma3);
   }
   GptConfig cfg;
   cfg.n_layer = int_field(path, root, "n_layer");

@@ -15,9 +15,13 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
   LlamaBlockTensors t{vectors(view(kAttnNormW)), view(kQW),    view(kKW),  view(kVW), view(kOW),
                       vectors(view(kMlpNormW)),  view(kGateW), view(kUpW), view(kDownW)};
   if (layout.tensors.size() <= static_cast<std::size_t>(kLlamaBlockTensorCount)) return t;
-  if (layout.tensors[kQNormW].name.ends_with("self_attn.q_norm.weight")) {  // Qwen3 (Note [qk norm])
+  if (layout.tensors[kQNormW].name.ends_with("self_attn.q_norm.weight")) {  // Qwen3, Gemma 3 (Note [qk norm])
     t.q_norm_w = vectors(view(kQNormW));
     t.k_norm_w = vectors(view(kKNormW));
+    if (layout.tensors.size() > static_cast<std::size_t>(kPostFfNormW)) {  // Gemma 3 (Note [post norms])
+      t.post_attn_norm_w = vectors(view(kPostAttnNormW));
+      t.post_ff_norm_w = vectors(view(kPostFfNormW));
+    }
   } else {  // Qwen2
     t.q_b = vectors(view(kQB));
     t.k_b = vectors(view(kKB));
@@ -32,7 +36,7 @@ std::size_t llama_offset_floats(const GptConfig& cfg) {
 
 std::size_t llama_vector_floats(const GptConfig& cfg) {
   const std::size_t C = cfg.n_embd;
-  return llama_offset_floats(cfg) + 2 * C +
+  return llama_offset_floats(cfg) + (cfg.post_norms() ? 4 : 2) * C +
          (cfg.qkv_bias() ? static_cast<std::size_t>(cfg.q_dim()) + 2 * static_cast<std::size_t>(cfg.kv_dim()) : 0) +
          (cfg.qk_norm() ? 2 * static_cast<std::size_t>(cfg.head_dim()) : 0);
 }
@@ -91,9 +95,10 @@ CarveSlices LlamaActivations::slices(const GptConfig& cfg, int max_batch, int ma
   const std::size_t own = borrow ? 0 : 1;
   const std::size_t rows = chunked ? static_cast<std::size_t>(row_chunk_rows(BT, chunk_rows.chunk)) : BT;
   const std::size_t mlp = chunked ? std::min(rows, static_cast<std::size_t>(chunk_rows.mlp)) : BT;
-  const std::size_t qk_norm = cfg.qk_norm() ? BT : 0;
+  const std::size_t qk_norm = cfg.qk_norm() ? BT : 0, post = cfg.post_norms() ? BT : 0;
   return CarveSlices({{&xn1, own * BT * C}, {&rstd1, BT}, {&qkv, BT * QKV},
                       {&rstd_q, qk_norm * cfg.n_head}, {&rstd_k, qk_norm * cfg.kv_heads()},
+                      {&rstd_pa, post}, {&rstd_pf, post},
                       {&this->att_stats, stats}, {&atty, rows * Q},
                                   {&res2, rows * C}, {&xn2, own * BT * C}, {&rstd2, BT}, {&gate, mlp * I}, {&up, mlp * I},
                                   {&hmid, own * BT * I}, {&ones, cfg.qkv_bias() ? own * BT : 0}});
@@ -115,12 +120,15 @@ LlamaWorkspace::LlamaWorkspace(const Ops& ops, const GptConfig& cfg, int max_bat
       {{&tmp, chunk * C}, {&dxn, bwd * chunk * C}, {&datty, bwd * chunk * Q}, {&dqkv, bwd * BT * QKV},
        {&dgate, gate_holds_hmid ? 0 : mlp * I}, {&dup, bwd * mlp * I},
        {&attn_scratch, ops.attention_scratch_floats(max_batch, max_seq, cfg.n_head, cfg.kv_heads(), cfg.head_dim())},
-       {&wide, wide_floats}, {&wide_vectors, vector_floats}, {&ones, cfg.qkv_bias() ? chunk : 0}});
+       {&wide, wide_floats}, {&wide_vectors, vector_floats}, {&ones, cfg.qkv_bias() ? chunk : 0},
+       {&post, cfg.post_norms() ? bwd * chunk * C : 0}});
   if (!bf16_weights) wide = nullptr;
   if (vector_floats == 0) wide_vectors = nullptr;
   if (cfg.qkv_bias()) ops.fill(ones, 1.0f, chunk);
   else ones = nullptr;
   if (!backward) dxn = datty = dqkv = dup = nullptr;
+  if (!backward || !cfg.post_norms()) post = nullptr;
+  STRATUM_ASSERT(!gate_holds_hmid || !cfg.post_norms());  // Note [post norms]: the backward needs hmid
   if (gate_holds_hmid) dgate = nullptr;
 }
 
@@ -198,6 +206,8 @@ void llama_attention_rows(const Ops& ops, const Linear& linear, const Attention&
                      r0, n);
   linear.nt(ops, tmp, C, atty, Q, p.o_w, n, C, Q);
   if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 3, r0, Q), 3, tmp, C, atty, Q, n, Q, C);
+  if (cfg.post_norms())  // Note [post norms]: in place
+    ops.rmsnorm_forward(tmp, s.rstd_pa + r0, tmp, p.post_attn_norm_w, n, C, cfg.layer_norm_eps);
   ops.add(res2, x + at, tmp, static_cast<std::size_t>(n) * C);
 }
 
@@ -230,7 +240,24 @@ void llama_mlp_rows(const Ops& ops, const Linear& linear, const GptConfig& cfg, 
   }
   linear.nt(ops, tmp, C, hmid, I, p.down_w, n, C, I);
   if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 6, r0, I), 6, tmp, C, hmid, I, n, I, C);
+  if (cfg.post_norms())  // Note [post norms]: in place
+    ops.rmsnorm_forward(tmp, s.rstd_pf + r0, tmp, p.post_ff_norm_w, n, C, cfg.layer_norm_eps);
   ops.add(out + at, res2, tmp, static_cast<std::size_t>(n) * C);
+}
+
+// Note [post norms]: the gradient of a projection's output y = proj(in) (+ adapter k) given d z
+// for z = rmsnorm(y) (n rows): y and its rstd recomputed into w.post (the norm's output into
+// w.dxn, then dropped), then d y into w.dxn; dw (+)= the norm weight's gradient (null: frozen).
+const float* post_norm_backward(const Ops& ops, const Linear& linear, const TensorView& proj, const float* norm_w,
+                                float* dw, const float* in, int K, const float* dz, float* rstd, LlamaWorkspace& w,
+                                int r0, int n, int C, int k, const LoraBlock* lora, float eps, bool acc) {
+  STRATUM_ASSERT(w.post != nullptr && norm_w != nullptr);
+  linear.nt(ops, w.post, C, in, K, proj, n, C, K);
+  if (lora != nullptr) lora_forward(ops, lora_rows(*lora, k, r0, K), k, w.post, C, in, K, n, K, C);
+  ops.rmsnorm_forward(w.dxn, rstd, w.post, norm_w, n, C, eps);
+  ops.fill(w.dxn, 0.0f, static_cast<std::size_t>(n) * C);
+  ops.rmsnorm_backward(w.dxn, dw, dz, w.post, norm_w, rstd, n, C, acc);
+  return w.dxn;
 }
 }  // namespace
 
@@ -296,7 +323,8 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   STRATUM_ASSERT((s.hmid == w.dgate || (w.gate_holds_hmid && s.hmid == s.gate)) && s.xn1 == w.tmp && s.xn2 == w.tmp);
   // hmid feeds only down's weight gradient and its adapter; where neither is, its swiglu is
   // skipped, and the d gate rows may be gate's (Note [hmid in the workspace]).
-  const bool hmid_needed = g != nullptr || (lora != nullptr && lora->t[6].a != nullptr);
+  // Note [post norms]: Gemma 3's backward recomputes down(hmid).
+  const bool hmid_needed = g != nullptr || (lora != nullptr && lora->t[6].a != nullptr) || cfg.post_norms();
   STRATUM_ASSERT(!w.gate_holds_hmid || !hmid_needed);
   const float eps = cfg.layer_norm_eps;
   STRATUM_ASSERT(s.rows == w.rows);
@@ -328,9 +356,15 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
       }
       // d gate's rows: the workspace's, or gate's own (read by the swiglu backward before it writes)
       float* const dgate = w.gate_holds_hmid ? s.gate + mlp : w.dgate;
-      sgemm_w(ops, false, false, m, I, C, 1.0f, dout_c, C, p.down_w, I, 0.0f, w.dup, I, w.wide, w.wide_floats);  // d hmid (m, I)
-      weight_grad(C, I, m, dout_c, C, s.hmid, I, &LlamaBlockTensors::down_w, qacc);  // d down (C, I)
-      adapt(6, q0, m, qacc, dout_c, C, s.hmid, I, w.dup, I, C);
+      // The gradient of down's output: d out, or (Note [post norms]) through the norm after it.
+      const float* const dmlp =
+          cfg.post_norms() ? post_norm_backward(ops, linear, p.down_w, p.post_ff_norm_w,
+                                                norm_grad(&LlamaBlockTensors::post_ff_norm_w), s.hmid, I, dout_c,
+                                                s.rstd_pf + q0, w, q0, m, C, 6, lora, eps, qacc)
+                           : dout_c;
+      sgemm_w(ops, false, false, m, I, C, 1.0f, dmlp, C, p.down_w, I, 0.0f, w.dup, I, w.wide, w.wide_floats);  // d hmid (m, I)
+      weight_grad(C, I, m, dmlp, C, s.hmid, I, &LlamaBlockTensors::down_w, qacc);  // d down (C, I)
+      adapt(6, q0, m, qacc, dmlp, C, s.hmid, I, w.dup, I, C);
       if (cfg.gelu_mlp())  // Note [gemma]; both read each d hmid and gate before writing
         ops.geglu_backward(dgate, w.dup, w.dup, gate, up, rows_i);
       else
@@ -346,9 +380,15 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
       ops.rmsnorm_backward(dx + qat, norm_grad(&LlamaBlockTensors::mlp_norm_w), w.dxn, res2, p.mlp_norm_w,
                            s.rstd2 + q0, m, C, qacc);
     });
-    sgemm_w(ops, false, false, n, Q, C, 1.0f, dx + at, C, p.o_w, Q, 0.0f, w.datty, Q, w.wide, w.wide_floats);
-    weight_grad(C, Q, n, dx + at, C, atty, Q, &LlamaBlockTensors::o_w, acc);
-    adapt(3, r0, n, acc, dx + at, C, atty, Q, w.datty, Q, C);
+    // The gradient of o's output: d res2, or (Note [post norms]) through the norm after it.
+    const float* const datt =
+        cfg.post_norms() ? post_norm_backward(ops, linear, p.o_w, p.post_attn_norm_w,
+                                              norm_grad(&LlamaBlockTensors::post_attn_norm_w), atty, Q, dx + at,
+                                              s.rstd_pa + r0, w, r0, n, C, 3, lora, eps, acc)
+                         : dx + at;
+    sgemm_w(ops, false, false, n, Q, C, 1.0f, datt, C, p.o_w, Q, 0.0f, w.datty, Q, w.wide, w.wide_floats);
+    weight_grad(C, Q, n, datt, C, atty, Q, &LlamaBlockTensors::o_w, acc);
+    adapt(3, r0, n, acc, datt, C, atty, Q, w.datty, Q, C);
     ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, KV, hd, r0, n);
   });
 

@@ -39,7 +39,20 @@ struct LlamaBlockTensors {
   // null for the others.
   float* q_norm_w = nullptr;  // (hd)
   float* k_norm_w = nullptr;  // (hd)
+  // Gemma 3 (GptConfig::post_norms, Note [post norms]): the norms of the attention's and the
+  // MLP's outputs, fp32 (as 1 + w, Note [gemma]); null for the others.
+  float* post_attn_norm_w = nullptr;  // (C)
+  float* post_ff_norm_w = nullptr;    // (C)
 };
+// Note [post norms]: Gemma 3 (Note [gemma3] in model/model_config.h) RMSNorms the attention's
+// output, o(atty) with its adapter, before res2 = x + it, and the MLP's, down(hmid) with its
+// adapter, before out = res2 + it. The forward norms them in place in tmp, keeping each row's
+// rstd (rstd_pa, rstd_pf); the backward recomputes the output (one more o and down product a
+// chunk) into the workspace's `post` rows, and its rstd again (the same kernel on the same
+// operands: the same bits), and turns d res2 (d out) into the gradient of the normed output with
+// the norm's backward before the projection's. So nothing (B,T,C)-sized is kept for them, and the
+// backward needs hmid even where the MLP trains nothing: such a block keeps its dgate rows (no
+// gate_holds_hmid).
 // Note [qk norm]: Qwen3 (model_type "qwen3") RMSNorms each query and key head before the rotary
 // embedding: q = rope(q_norm(q_proj(xn1))) per head of hd, with one (hd) weight for every query
 // head and one for every key head (transformers' Qwen3Attention; LoRA's adapters add to q_proj
@@ -128,6 +141,8 @@ class LlamaActivations {
   float* qkv;    // (B,T,H*hd + 2*KV*hd) [q | k | v], q and k rotated (Qwen3: normed, then rotated)
   float* rstd_q = nullptr;  // Qwen3: (B,T,H) q_norm's (Note [qk norm])
   float* rstd_k = nullptr;  // Qwen3: (B,T,KV) k_norm's
+  float* rstd_pa = nullptr;  // Gemma 3: (B,T) the post-attention norm's (Note [post norms])
+  float* rstd_pf = nullptr;  // Gemma 3: (B,T) the post-feedforward norm's
   float* att_stats; // (B,H,T,2) softmax row statistics (kernels/cpu/attention.h)
   float* atty;   // (B,T,H*hd), or (row_chunk_rows, H*hd) when chunked
   float* res2;   // (B,T,C) x + attention output, or (row_chunk_rows, C) when chunked
@@ -176,6 +191,7 @@ class LlamaWorkspace {
   std::size_t wide_floats = 0;    // wide's floats
   float* wide_vectors = nullptr;  // (llama_vector_floats) the widened norm weights and biases (bf16_weights or Gemma)
   float* ones = nullptr;          // Qwen2: (chunk) ones (Note [biases by products])
+  float* post = nullptr;          // Gemma 3, backward: (chunk, C) a recomputed output (Note [post norms])
 
  private:
   OpsBuffer buffer_;

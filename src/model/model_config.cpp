@@ -17,6 +17,7 @@ const char* GptConfig::family() const {
     case LlamaVariant::Qwen3: return "qwen3";
     case LlamaVariant::Phi3: return "phi3";
     case LlamaVariant::Gemma: return "gemma";
+    case LlamaVariant::Gemma3: return "gemma3_text";
     case LlamaVariant::Llama: break;
   }
   return "llama";
@@ -29,6 +30,7 @@ const char* GptConfig::family_title() const {
     case LlamaVariant::Qwen3: return "Qwen3";
     case LlamaVariant::Phi3: return "Phi-3";
     case LlamaVariant::Gemma: return "Gemma";
+    case LlamaVariant::Gemma3: return "Gemma 3";
     case LlamaVariant::Llama: break;
   }
   return "Llama";
@@ -60,10 +62,15 @@ void GptConfig::validate() const {
                   "[model.config] a Qwen2, Qwen3, Mistral, Phi-3 or Gemma model is of the Llama family");
     return;
   }
-  STRATUM_CHECK(sliding_window >= 0 &&
-                    (sliding_window == 0 || variant == LlamaVariant::Mistral || variant == LlamaVariant::Phi3),
-                "[model.config] sliding_window must be >= 1 (or null) and belongs to Mistral or Phi-3, got ",
+  STRATUM_CHECK(sliding_window >= 0 && (sliding_window == 0 || variant == LlamaVariant::Mistral ||
+                                        variant == LlamaVariant::Phi3 || variant == LlamaVariant::Gemma3),
+                "[model.config] sliding_window must be >= 1 (or null) and belongs to Mistral, Phi-3 or Gemma 3, got ",
                 sliding_window);
+  STRATUM_CHECK(layer_sliding.empty() || (gemma3() && layer_sliding.size() == static_cast<std::size_t>(n_layer)),
+                "[model.config] layer_types must name one type per layer (Gemma 3's), got ", layer_sliding.size(),
+                " for ", n_layer, " layers");
+  STRATUM_CHECK(rope_local_theta > 0 && std::isfinite(rope_local_theta),
+                "[model.config] rope_local_base_freq must be a finite number > 0, got ", rope_local_theta);
   STRATUM_CHECK(n_head_dim > 0 || n_embd % n_head == 0, "[model.config] hidden_size (", n_embd,
                 ") must be divisible by num_attention_heads (", n_head, ") unless head_dim is given");
   const int hd = head_dim();
@@ -88,14 +95,22 @@ void GptConfig::validate() const {
   }
 }
 
+bool GptConfig::layer_local_rope(int l) const {
+  if (!gemma3() || l < 0 || l >= n_layer) return false;
+  if (layer_sliding.empty()) return (l + 1) % 6 != 0;  // Gemma3TextConfig's sliding_window_pattern 6
+  return layer_sliding[static_cast<std::size_t>(l)] != 0;
+}
+
 float GptConfig::embed_scale() const {
   return gemma() ? static_cast<float>(std::sqrt(static_cast<double>(n_embd))) : 1.0f;  // GemmaModel's normalizer
 }
 
 void GptConfig::backend_check(Backend backend, const char* who) const {
   STRATUM_CHECK(backend == Backend::Cpu || !(qk_norm() || gemma()), "[", who, "] ", family_title(), " models (",
-                gemma() ? "GeGLU MLP, RMSNorm by 1 + w, scaled embedding" : "per-head q and k RMSNorm", ") have no ",
-                backend_name(backend), " kernels yet: use --backend cpu");
+                gemma3()  ? "GeGLU MLP, RMSNorms by 1 + w, per-head q and k RMSNorm, scaled embedding"
+                : gemma() ? "GeGLU MLP, RMSNorm by 1 + w, scaled embedding"
+                          : "per-head q and k RMSNorm",
+                ") have no ", backend_name(backend), " kernels yet: use --backend cpu");
 }
 
 std::string GptConfig::context_text() const {

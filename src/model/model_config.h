@@ -22,8 +22,8 @@ const char* model_arch_name(ModelArch arch);  // "gpt2", "llama" (the config.jso
 // "qwen2" (Qwen2ForCausalLM).
 // Qwen2: q, k and v biases. Mistral: Llama's math, within its sliding window (Note [mistral window]).
 // Qwen3: q_norm and k_norm (Note [qk norm] in model/llama_block.h). Phi-3: Llama's math with fused
-// projections (Note [phi3 fused]) and Mistral's window. Gemma: Note [gemma].
-enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3, Gemma };
+// projections (Note [phi3 fused]) and Mistral's window. Gemma: Note [gemma]; Gemma 3: Note [gemma3].
+enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3, Gemma, Gemma3 };
 
 // Note [gemma]
 // Gemma (model_type "gemma": Gemma 2B and 7B, CodeGemma) is Llama's block and weight names with
@@ -36,6 +36,21 @@ enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3, Gemma };
 // embedding scale is the embedding kernels' `scale` (Ops::embedding_forward_block): the rows times
 // the scale as they are added, and d wte += scale * d x. Heads are wider than hidden_size /
 // num_attention_heads (head_dim 256). CUDA has no GeGLU kernel yet: refused on --backend cuda.
+
+// Note [gemma3]
+// Gemma 3's text models (model_type "gemma3_text", Gemma3ForCausalLM: Gemma 3 270M and 1B) are
+// Gemma (Note [gemma]) with Qwen3's per-head q and k norms (Note [qk norm], by 1 + w too) and two
+// more norms a block: post_attention_layernorm norms the attention's output before the residual
+// add, pre_feedforward_layernorm is the MLP's input norm (Llama's post_attention_layernorm slot),
+// post_feedforward_layernorm norms the MLP's output before its add (Note [post norms] in
+// model/llama_block.h). Layers are sliding (layer_types "sliding_attention", or every layer but
+// each sliding_window_pattern-th) or full: a sliding layer's rotary base is rope_local_base_freq
+// without scaling, a full layer's rope_theta with rope_scaling. A sliding layer attends to the
+// last sliding_window keys: Stratum caps every sequence at the window as Mistral's (Note
+// [mistral window]), within which both kinds are full causal attention (512 tokens for Gemma 3
+// 1B and 270M). Attention is scaled by query_pre_attn_scalar^-1/2, which must be head_dim's;
+// logit soft-capping (Gemma 2's) must be off, as in Gemma 3's configs. The multimodal Gemma 3
+// checkpoints (model_type "gemma3": 4B and up) and Gemma 2 are refused.
 
 // Note [phi3 fused]
 // Phi-3 and Phi-4 (model_type "phi3": Phi-3-mini/medium, Phi-4) compute exactly Llama's block,
@@ -73,7 +88,11 @@ struct GptConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = true;
   LlamaVariant variant = LlamaVariant::Llama;
-  int sliding_window = 0;  // Mistral's and Phi-3's sliding_window; 0 = none (null)
+  int sliding_window = 0;  // Mistral's, Phi-3's and Gemma 3's sliding_window; 0 = none (null)
+  // Gemma 3 (Note [gemma3]): per layer, whether it is a sliding layer (empty: Gemma 3's pattern,
+  // each 6th layer full), and the sliding layers' rotary base (rope_local_base_freq, unscaled).
+  std::vector<std::uint8_t> layer_sliding;
+  double rope_local_theta = 10000.0;
   // Token ids from config.json (-1 when absent); eos may list several (Llama 3 instruct).
   std::int32_t bos_token_id = -1;
   std::vector<std::int32_t> eos_token_ids;
@@ -82,14 +101,24 @@ struct GptConfig {
   // Note [phi3 fused]: q, k, v and gate, up stored as two fused Hugging Face tensors.
   bool fused_projections() const { return llama() && variant == LlamaVariant::Phi3; }
   bool qkv_bias() const { return llama() && variant == LlamaVariant::Qwen2; }  // q_proj/k_proj/v_proj.bias
-  bool qk_norm() const { return llama() && variant == LlamaVariant::Qwen3; }   // self_attn.q_norm/k_norm.weight
-  // Note [gemma]: RMSNorms multiply by 1 + w, GeGLU MLP, the embedding scaled by sqrt(hidden_size).
-  bool gemma() const { return llama() && variant == LlamaVariant::Gemma; }
+  bool qk_norm() const {  // self_attn.q_norm/k_norm.weight
+    return llama() && (variant == LlamaVariant::Qwen3 || variant == LlamaVariant::Gemma3);
+  }
+  // Note [gemma]: RMSNorms multiply by 1 + w, GeGLU MLP, the embedding scaled by sqrt(hidden_size);
+  // Gemma and Gemma 3 (Note [gemma3]).
+  bool gemma() const { return llama() && (variant == LlamaVariant::Gemma || variant == LlamaVariant::Gemma3); }
+  bool gemma3() const { return llama() && variant == LlamaVariant::Gemma3; }
+  // Note [gemma3]: the attention's and the MLP's outputs RMSNorm'd before their residual adds.
+  bool post_norms() const { return gemma3(); }
+  // Note [gemma3]: whether layer l is a Gemma 3 sliding layer, whose rotary table is
+  // rope_local_theta's, unscaled.
+  bool layer_local_rope(int l) const;
   float norm_offset() const { return gemma() ? 1.0f : 0.0f; }  // added to every RMSNorm weight
   bool gelu_mlp() const { return gemma(); }                     // gelu_tanh(gate) * up, not silu(gate) * up
   float embed_scale() const;                                   // sqrt(hidden_size) as fp32 (Gemma), else 1
-  const char* family() const;        // "gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "gemma": config.json's model_type
-  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3", "Phi-3", "Gemma": for messages
+  // "gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "gemma", "gemma3_text": config.json's model_type
+  const char* family() const;
+  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3", "Phi-3", "Gemma", "Gemma 3": for messages
   // Note [mistral window]: the longest sequence the model runs exactly, n_ctx or a Mistral's
   // sliding window when that is shorter.
   int context() const { return sliding_window > 0 && sliding_window < n_ctx ? sliding_window : n_ctx; }

@@ -132,6 +132,7 @@ ParamLayout ParamLayout::gpt2(const GptConfig& cfg) {
     block.add(p + "mlp.c_proj.weight", {4 * C, C});
     block.add(p + "mlp.c_proj.bias", {C});
     layout.segments_.push_back(block.finish());
+    layout.segments_.back().layer = i;
   }
   SegmentBuilder head("head", SegmentRole::Head);
   head.add("ln_f.weight", {C});
@@ -180,7 +181,9 @@ ParamLayout ParamLayout::llama(const GptConfig& cfg) {
       block.add(p + "self_attn.v_proj.weight", {KV, C});
     }
     block.add(p + "self_attn.o_proj.weight", {C, Q});
-    block.add(p + "post_attention_layernorm.weight", {C});
+    // Note [gemma3]: Gemma 3's MLP input norm is pre_feedforward_layernorm; its
+    // post_attention_layernorm norms the attention's output (kPostAttnNormW, below).
+    block.add(p + (cfg.post_norms() ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), {C});
     if (cfg.fused_projections()) {
       block.add(p + "mlp.gate_up_proj.weight", {I, C}, 0, {2 * I, C});
       block.add(p + "mlp.gate_up_proj.weight", {I, C}, I, {2 * I, C});
@@ -198,7 +201,12 @@ ParamLayout ParamLayout::llama(const GptConfig& cfg) {
       block.add(p + "self_attn.q_norm.weight", {cfg.head_dim()});
       block.add(p + "self_attn.k_norm.weight", {cfg.head_dim()});
     }
+    if (cfg.post_norms()) {  // kPostAttnNormW, kPostFfNormW (Note [gemma3])
+      block.add(p + "post_attention_layernorm.weight", {C});
+      block.add(p + "post_feedforward_layernorm.weight", {C});
+    }
     layout.segments_.push_back(block.finish());
+    layout.segments_.back().layer = i;
   }
   SegmentBuilder head("head", SegmentRole::Head);
   head.add("model.norm.weight", {C});

@@ -72,6 +72,7 @@ enum class SegmentRole { Embed, Layer, Head, Vocab, HeadVocab, Lora };
 struct SegmentLayout {
   std::string name;                 // "embed", "layer.3", "head", "wte.2", "lm_head.1"
   SegmentRole role = SegmentRole::Layer;
+  int layer = -1;                   // a block segment's layer (0-based); -1 for the others
   std::vector<TensorSlot> tensors;  // in a fixed order (see BlockTensor for blocks)
   std::size_t size_floats = 0;      // padded to a multiple of 1024 floats (4 KiB)
   std::vector<std::size_t> chunk_first;  // first float of each chunk; chunk_first[0] == 0
@@ -100,11 +101,13 @@ enum BlockTensor : int {
 };
 // Order of tensors inside a Llama block segment (weights in nn.Linear layout (out, in)); a
 // Qwen2 block's q, k and v biases follow (GptConfig::qkv_bias), or a Qwen3 block's q_norm and
-// k_norm weights (GptConfig::qk_norm), in the attention half.
+// k_norm weights (GptConfig::qk_norm), in the attention half; a Gemma 3 block's q_norm and k_norm,
+// then its post-attention norm (attention half) and post-feedforward norm (MLP half), Note
+// [gemma3] (its kMlpNormW is pre_feedforward_layernorm).
 enum LlamaBlockTensor : int {
   kAttnNormW, kQW, kKW, kVW, kOW, kMlpNormW, kGateW, kUpW, kDownW, kLlamaBlockTensorCount,
   kQB = kLlamaBlockTensorCount, kKB, kVB,
-  kQNormW = kLlamaBlockTensorCount, kKNormW
+  kQNormW = kLlamaBlockTensorCount, kKNormW, kPostAttnNormW, kPostFfNormW
 };
 // Note [block halves]: a block's forward is its attention half (the norm before it, q, k, v,
 // the attention and its output projection, res2 = x + o(atty)) and its MLP half (the norm
@@ -123,7 +126,8 @@ enum LlamaBlockTensor : int {
 enum class BlockPart { Whole, Attention, Mlp };
 // The half tensor `tensor` of a block segment of `arch` belongs to (BlockTensor, LlamaBlockTensor).
 inline BlockPart block_tensor_part(ModelArch arch, int tensor) {
-  if (arch == ModelArch::Llama && tensor >= kQB) return BlockPart::Attention;  // Qwen2's biases, Qwen3's q/k norms
+  if (arch == ModelArch::Llama && tensor == kPostFfNormW) return BlockPart::Mlp;  // Gemma 3's (Note [gemma3])
+  if (arch == ModelArch::Llama && tensor >= kQB) return BlockPart::Attention;  // Qwen2's biases, q/k norms, Gemma 3's post-attention norm
   return tensor < (arch == ModelArch::Llama ? static_cast<int>(kMlpNormW) : static_cast<int>(kLn2W))
              ? BlockPart::Attention
              : BlockPart::Mlp;

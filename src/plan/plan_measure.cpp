@@ -133,6 +133,7 @@ struct MeasureModel {
   static GptConfig mini_config(const GptConfig& config) {
     GptConfig mini = config;
     mini.n_layer = 1;
+    if (!mini.layer_sliding.empty()) mini.layer_sliding.resize(1);  // Gemma 3's layer types: layer 0's
     mini.vocab_size = std::min(config.vocab_size, kMinVocabBlocks * vocab_block_rows(config));  // same block size
     return mini;
   }
