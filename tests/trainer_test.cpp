@@ -183,7 +183,8 @@ TEST(Trainer, Qwen3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_
 // GeGLU's and the scaled embedding's, the tied head's sum of both, and AdamW on the stored w.
 TEST(Trainer, GemmaLossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_gemma"); }
 // The tiny Gemma 3 (Note [gemma3]; tests/golden/tiny_gemma3): its post-norms' gradients through
-// the backward's recomputed outputs (Note [post norms]), its q and k norms, both ropes.
+// the backward's recomputed outputs (Note [post norms]), its q and k norms, both ropes, and its
+// sliding layer's window of 8 keys over 16 positions (Note [sliding window]).
 TEST(Trainer, Gemma3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_gemma3"); }
 // The tiny Phi-3 (Note [phi3 fused]; tests/golden/tiny_phi3): its fused tensors saved as PyTorch's.
 TEST(Trainer, Phi3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi3"); }

@@ -520,13 +520,13 @@ GEMMA_SEED = 8901
 GEMMA_STDS = dict(INIT_STDS, **{"embed_tokens.weight": 0.1})
 # A tiny Gemma 3 (tests/golden/tiny_gemma3/): model_type "gemma3_text", so on top of Gemma's
 # changes each query and key head is normed (by 1 + w), the attention's and the MLP's outputs are
-# normed before their residual adds, layer 0 is a sliding layer (rope base 10000, a window of 32
-# keys, which every sequence here fits in) and layer 1 a full one (rope_theta 1e6 with Gemma 3
-# 4B's linear scaling by 8).
-GEMMA3 = dict(GEMMA, model_type="gemma3_text", sliding_window=32, layer_types=["sliding_attention", "full_attention"],
+# normed before their residual adds, layer 0 is a sliding layer (rope base 10000, a window of 8
+# keys, shorter than the reference batch's 24 and the training run's 16 positions) and layer 1 a
+# full one (rope_theta 1e6 with Gemma 3 4B's linear scaling by 8).
+GEMMA3 = dict(GEMMA, model_type="gemma3_text", sliding_window=8, layer_types=["sliding_attention", "full_attention"],
               rope_local_base_freq=10000.0, rope_theta=1000000.0, rope_scaling={"rope_type": "linear", "factor": 8.0},
               query_pre_attn_scalar=32)
-GEMMA3_SEED = 9012
+GEMMA3_SEED = 9013
 
 
 def first_batch_reference(out_dir, cfg, params, tokens_seed):

@@ -213,7 +213,7 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* dev_past, 
   const LoraBlock* lp = adapters ? &lora : nullptr;
   if (cfg_.llama())
     llama_block_forward(*ops_, linear, attention, cfg_, rope_local_ && cfg_.layer_local_rope(l) ? *rope_local_ : *rope_,
-                        llama_tensors(seg, params), b_.x, b_.x,
+                        cfg_.layer_window(l), llama_tensors(seg, params), b_.x, b_.x,
                         *llama_acts_, b_.tmp, b_.scratch, B, Tn, lp);
   else
     gpt2_block_forward(*ops_, linear, attention, cfg_, gpt2_tensors(seg, params), b_.x, b_.x,

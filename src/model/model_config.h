@@ -45,10 +45,11 @@ enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3, Gemma, Gemma3 };
 // post_feedforward_layernorm norms the MLP's output before its add (Note [post norms] in
 // model/llama_block.h). Layers are sliding (layer_types "sliding_attention", or every layer but
 // each sliding_window_pattern-th) or full: a sliding layer's rotary base is rope_local_base_freq
-// without scaling, a full layer's rope_theta with rope_scaling. A sliding layer attends to the
-// last sliding_window keys: Stratum caps every sequence at the window as Mistral's (Note
-// [mistral window]), within which both kinds are full causal attention (512 tokens for Gemma 3
-// 1B and 270M). Attention is scaled by query_pre_attn_scalar^-1/2, which must be head_dim's;
+// without scaling, a full layer's rope_theta with rope_scaling. A sliding layer's queries attend
+// to their last sliding_window keys (layer_window; Note [sliding window] in
+// kernels/cpu/attention.cpp), so sequences run to max_position_embeddings (32768 for Gemma 3 1B,
+// whose window is 512); CUDA has no windowed attention (Gemma 3 is refused there anyway).
+// Attention is scaled by query_pre_attn_scalar^-1/2, which must be head_dim's;
 // logit soft-capping (Gemma 2's) must be off, as in Gemma 3's configs. The multimodal Gemma 3
 // checkpoints (model_type "gemma3": 4B and up) and Gemma 2 are refused.
 
@@ -113,6 +114,9 @@ struct GptConfig {
   // Note [gemma3]: whether layer l is a Gemma 3 sliding layer, whose rotary table is
   // rope_local_theta's, unscaled.
   bool layer_local_rope(int l) const;
+  // The keys a query of layer l attends to at most (Note [sliding window] in
+  // kernels/cpu/attention.cpp): a Gemma 3 sliding layer's sliding_window; 0 (all) elsewhere.
+  int layer_window(int l) const { return layer_local_rope(l) ? sliding_window : 0; }
   float norm_offset() const { return gemma() ? 1.0f : 0.0f; }  // added to every RMSNorm weight
   bool gelu_mlp() const { return gemma(); }                     // gelu_tanh(gate) * up, not silu(gate) * up
   float embed_scale() const;                                   // sqrt(hidden_size) as fp32 (Gemma), else 1
@@ -121,7 +125,9 @@ struct GptConfig {
   const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3", "Phi-3", "Gemma", "Gemma 3": for messages
   // Note [mistral window]: the longest sequence the model runs exactly, n_ctx or a Mistral's
   // sliding window when that is shorter.
-  int context() const { return sliding_window > 0 && sliding_window < n_ctx ? sliding_window : n_ctx; }
+  int context() const {
+    return sliding_window > 0 && sliding_window < n_ctx && !gemma3() ? sliding_window : n_ctx;
+  }
   // "n_ctx=1024", or "sliding_window=4096" when the window is the limit: for messages.
   std::string context_text() const;
   int head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }

@@ -78,6 +78,14 @@ inline void mul_row(float* row, int n, float inv) {
   for (int t2 = 0; t2 < n; ++t2) row[t2] *= inv;
 }
 
+// Note [sliding window]: with a window W > 0 the query at position t attends to the keys lo(t) =
+// max(0, t - W + 1) .. t only (Gemma 3's sliding layers: transformers' i - j < W). The scores of
+// the keys before lo(t) are still computed with the block's (the tiles are shared by the rows),
+// but the softmax (and its replay) runs over [lo(t), t] and their probabilities are set to 0, so
+// every product with them adds a zero: the bits of attending to [lo(t), t] alone, whatever the
+// blocking, and a window of at least t + 1 keys gives exactly the unwindowed arithmetic.
+inline int window_first(int t, int window) { return window > 0 && t >= window ? t - window + 1 : 0; }
+
 // Scores of row[0..n) -> softmax probabilities in place (Note [softmax row replay]); stats
 // receives {max of the scaled scores, 1 / sum of the exps}. Shared by the forward and the cached
 // variant (Note [cached attention bits]).
@@ -335,18 +343,23 @@ STRATUM_INLINE void block_rank_update(float* dst, std::size_t d_stride, const fl
 // against keys and values 0..T0 + r (tiles: the packed keys; v row t2 at v + t2 * v_stride):
 // scores into rows (nb, ld), softmax with row r's statistics to stats + 2 r, the output rows to
 // y + r * y_stride. The full forward and the cached variant's prompt chunks both run it, so their
-// rows have the same arithmetic (Note [cached attention bits]).
+// rows have the same arithmetic (Note [cached attention bits]). window: Note [sliding window].
 STRATUM_INLINE void forward_block(float* y, std::size_t y_stride, float* stats, float* rows, const float* x,
                                   std::size_t x_stride, int T0, int nb, const float* tiles, const float* v,
-                                  std::size_t v_stride, int hd, int ld, float scale) {
+                                  std::size_t v_stride, int hd, int ld, float scale, int window) {
   block_scores(rows, x, x_stride, T0, nb, tiles, hd, ld);
-  for (int r = 0; r < nb; ++r) softmax_row(rows + static_cast<std::size_t>(r) * ld, T0 + r + 1, scale, stats + 2 * r);
+  for (int r = 0; r < nb; ++r) {  // Note [sliding window]: keys [lo, T0 + r]
+    float* row = rows + static_cast<std::size_t>(r) * ld;
+    const int lo = window_first(T0 + r, window);
+    std::fill_n(row, lo, 0.0f);
+    softmax_row(row + lo, T0 + r + 1 - lo, scale, stats + 2 * r);
+  }
   block_probs_times(y, y_stride, rows, T0, nb, v, v_stride, hd, ld);
 }
 
 STRATUM_SIMD_CLONES
 void attention_forward_pairs(float* out, float* stats, float* scratch, int slot, const float* qkv, std::size_t p0,
-                             std::size_t p1, RowRange rr, QkvLayout lay, ScratchLayout sl) {
+                             std::size_t p1, RowRange rr, QkvLayout lay, ScratchLayout sl, int window) {
   const int hd = lay.hd, group = lay.H / lay.KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd, T = rr.T;
@@ -363,14 +376,14 @@ void attention_forward_pairs(float* out, float* stats, float* scratch, int slot,
     for (int T0 = q0; T0 < q1; T0 += kBlockRows)
       forward_block(out + (sr.local0 + (T0 - q0)) * out_w + lay.q(h), out_w, stats + ((b * lay.H + h) * T + T0) * 2, rows,
                     base + T0 * W + lay.q(h), W, T0, std::min(kBlockRows, q1 - T0), kt, base + lay.v(kvh), W, hd, ld,
-                    scale);
+                    scale, window);
   }
 }
 
 STRATUM_SIMD_CLONES
 void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float* dout, const float* qkv,
                               const float* stats, std::size_t p0, std::size_t p1, RowRange rr, QkvLayout lay,
-                              ScratchLayout sl) {
+                              ScratchLayout sl, int window) {
   const int hd = lay.hd, group = lay.H / lay.KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd, T = rr.T;
@@ -406,22 +419,27 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
         const int nb = std::min(kBlockRows, q1 - T0);
         const float* q = base + T0 * W + lay.q(h);
         const float* dy = dout + (sr.local0 + (T0 - q0)) * out_w + lay.q(h);  // the block's rows of dout
-        // The forward's probabilities (Note [softmax row replay]).
+        // The forward's probabilities (Note [softmax row replay]), over its window (Note [sliding window]).
         block_scores(prow, q, W, T0, nb, kt, hd, ld);
         for (int r = 0; r < nb; ++r) {
           float* row = prow + static_cast<std::size_t>(r) * ld;
-          scale_row(row, T0 + r + 1, scale);
-          exp_row(row, T0 + r + 1, st[(T0 + r) * 2]);
-          mul_row(row, T0 + r + 1, st[(T0 + r) * 2 + 1]);
+          const int lo = window_first(T0 + r, window), n = T0 + r + 1 - lo;
+          std::fill_n(row, lo, 0.0f);
+          scale_row(row + lo, n, scale);
+          exp_row(row + lo, n, st[(T0 + r) * 2]);
+          mul_row(row + lo, n, st[(T0 + r) * 2 + 1]);
         }
         // datt[t2] = dy . v[t2];  dv[t2] += att[t][t2] * dy
         block_scores(drow, dy, out_w, T0, nb, vt, hd, ld);
         block_rank_update(dv, hd, prow, T0, nb, dy, out_w, hd, ld);
         // softmax backward: dpre[t2] = att[t2] * (datt[t2] - sum_j att[j] datt[j])
         for (int r = 0; r < nb; ++r) {
-          const float* pr = prow + static_cast<std::size_t>(r) * ld;
+          const int lo = window_first(T0 + r, window);
+          const float* pr = prow + static_cast<std::size_t>(r) * ld + lo;
           float* dr = drow + static_cast<std::size_t>(r) * ld;
-          const int n = T0 + r + 1;
+          std::fill_n(dr, lo, 0.0f);  // keys outside the window (Note [sliding window])
+          dr += lo;
+          const int n = T0 + r + 1 - lo;
           const float s = simd::dot_f32(pr, dr, n);
           for (int t2 = 0; t2 < n; ++t2) dr[t2] = pr[t2] * (dr[t2] - s) * scale;
         }
@@ -444,7 +462,7 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
 STRATUM_SIMD_CLONES
 void attention_cached_pairs(float* out, float* scratch, int slot, const float* q, const float* kcache,
                             const float* vcache, std::size_t p0, std::size_t p1, int Tn, const int* past, int max_T,
-                            int H, int KV, int hd, ScratchLayout sl) {
+                            int H, int KV, int hd, ScratchLayout sl, int window) {
   const int group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t row_w = static_cast<std::size_t>(H) * hd;
@@ -461,7 +479,9 @@ void attention_cached_pairs(float* out, float* scratch, int slot, const float* q
         const int n = past[b] + t + 1;
         const std::size_t r = (b * Tn + t) * row_w + static_cast<std::size_t>(h) * hd;
         row_times_rows(rows, q + r, kcache + cache, n, hd);
-        softmax_row(rows, n, scale, stats);
+        const int lo = window_first(n - 1, window);  // Note [sliding window]
+        std::fill_n(rows, lo, 0.0f);
+        softmax_row(rows + lo, n - lo, scale, stats);
         row_times_v(out + r, rows, n, vcache + cache, static_cast<std::size_t>(hd), hd);
       }
       continue;
@@ -470,7 +490,7 @@ void attention_cached_pairs(float* out, float* scratch, int slot, const float* q
     for (int t0 = 0; t0 < Tn; t0 += kBlockRows) {
       const std::size_t r = (b * Tn + t0) * row_w + static_cast<std::size_t>(h) * hd;
       forward_block(out + r, row_w, stats, rows, q + r, row_w, past[b] + t0, std::min(kBlockRows, Tn - t0), kt,
-                    vcache + cache, hd, hd, ld, scale);
+                    vcache + cache, hd, hd, ld, scale, window);
     }
   }
 }
@@ -483,24 +503,26 @@ std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd, int th
 }
 
 void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B, int T,
-                       int H, int KV, int hd, int r0, int n) {
+                       int H, int KV, int hd, int r0, int n, int window) {
   attention_check_shape("attention_forward", B, T, H, KV, hd);
+  STRATUM_CHECK(window >= 0, "[kernels.attention] attention_forward: window must be >= 0, got ", window);
   const RowRange rr = attention_row_range("attention_forward", B, T, r0, n);
   const QkvLayout lay{H, KV, hd};
   const ScratchLayout sl{std::size_t(T), std::size_t(hd)};
   for_each_slot(pool, static_cast<std::size_t>(rr.seqs) * H, [&](int slot, std::size_t p0, std::size_t p1) {
-    attention_forward_pairs(out, stats, scratch, slot, qkv, p0, p1, rr, lay, sl);
+    attention_forward_pairs(out, stats, scratch, slot, qkv, p0, p1, rr, lay, sl, window);
   });
 }
 
 void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* stats, int B, int T, int H, int KV, int hd, int r0, int n) {
+                        const float* stats, int B, int T, int H, int KV, int hd, int r0, int n, int window) {
   attention_check_shape("attention_backward", B, T, H, KV, hd);
+  STRATUM_CHECK(window >= 0, "[kernels.attention] attention_backward: window must be >= 0, got ", window);
   const RowRange rr = attention_row_range("attention_backward", B, T, r0, n);
   const QkvLayout lay{H, KV, hd};
   const ScratchLayout sl{std::size_t(T), std::size_t(hd)};
   for_each_slot(pool, static_cast<std::size_t>(rr.seqs) * KV, [&](int slot, std::size_t p0, std::size_t p1) {
-    attention_backward_pairs(dqkv, scratch, slot, dout, qkv, stats, p0, p1, rr, lay, sl);
+    attention_backward_pairs(dqkv, scratch, slot, dout, qkv, stats, p0, p1, rr, lay, sl, window);
   });
 }
 
@@ -511,14 +533,16 @@ std::size_t attention_cached_scratch_floats(int hd, int max_T, int threads) {
 }
 
 void attention_cached(ThreadPool& pool, float* out, float* scratch, const float* q, const float* kcache,
-                      const float* vcache, int B, int Tn, const int* past, int max_T, int H, int KV, int hd) {
+                      const float* vcache, int B, int Tn, const int* past, int max_T, int H, int KV, int hd,
+                      int window) {
   attention_check_shape("attention_cached", B, Tn, H, KV, hd);
+  STRATUM_CHECK(window >= 0, "[kernels.attention] attention_cached: window must be >= 0, got ", window);
   for (int b = 0; b < B; ++b)
     STRATUM_CHECK(past[b] >= 0 && past[b] <= max_T - Tn, "[kernels.attention] attention_cached: sequence ", b,
                   " has ", past[b], " cached positions + ", Tn, " new ones, beyond the cache's max_T ", max_T);
   const ScratchLayout sl{std::size_t(max_T), std::size_t(hd)};
   for_each_slot(pool, static_cast<std::size_t>(B) * H, [&](int slot, std::size_t p0, std::size_t p1) {
-    attention_cached_pairs(out, scratch, slot, q, kcache, vcache, p0, p1, Tn, past, max_T, H, KV, hd, sl);
+    attention_cached_pairs(out, scratch, slot, q, kcache, vcache, p0, p1, Tn, past, max_T, H, KV, hd, sl, window);
   });
 }
 
