@@ -113,8 +113,9 @@ TEST(BpeTokenizerSpTest, GemmaLayoutIsLlama2sWithoutThePrependedSpace) {
       continue;
     const std::vector<std::int32_t> ids = tok.encode(" " + text);
     EXPECT_EQ(ids, c.at("ids").get<std::vector<std::int32_t>>()) << Json(text).dump();
-    if (c.contains("decoded"))  // Hugging Face's decoding of Llama 2's ids, which Strip drops the space of
+    if (c.contains("decoded")) {  // Hugging Face's decoding of Llama 2's ids, which Strip drops the space of
       EXPECT_EQ(tok.decode(ids), " " + c.at("decoded").get<std::string>()) << Json(text).dump();
+    }
     ++checked;
   }
   EXPECT_GE(checked, 80);
