@@ -289,6 +289,7 @@ void check_qwen_greedy(const char* golden) {
 TEST(Generate, Qwen2GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_qwen2"); }
 TEST(Generate, Qwen3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_qwen3"); }
 TEST(Generate, Phi3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_phi3"); }
+TEST(Generate, Phi35GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_phi35"); }
 TEST(Generate, GemmaGreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_gemma"); }
 TEST(Generate, Gemma3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_gemma3"); }
 

@@ -160,6 +160,11 @@ TEST(LlamaModel, Qwen3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
 TEST(LlamaModel, Phi3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
   check_logits_loss_and_gradients("tests/golden/tiny_phi3");
 }
+// Phi-3.5's longrope (tests/golden/tiny_phi35, Note [longrope]): the short factors and the
+// attention factor scaling cos and sin.
+TEST(LlamaModel, Phi35LongRopeLogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
+  check_logits_loss_and_gradients("tests/golden/tiny_phi35");
+}
 
 // Gemma (tests/golden/tiny_gemma, Note [gemma]): norms by 1 + w, GeGLU, the embedding scaled by
 // sqrt(64) and the tied head, whose gradient is the head's and the scaled embedding's together.

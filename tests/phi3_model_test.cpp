@@ -2,12 +2,16 @@
 // reads as a Llama with the Phi-3 variant and writes back the same; a Phi-3 directory holding a
 // tiny Llama's weights fused (q, k, v in qkv_proj; gate, up in gate_up_proj) trains, streams,
 // resumes and generates with that Llama's bits (the same math), its checkpoints hold the fused
-// tensors with the trained Llama's values; what Stratum does not run (longrope, a partial rotary
-// factor, sequences past the sliding window) is refused with one line. PyTorch's numbers, LoRA on
+// tensors with the trained Llama's values; what Stratum does not run (a partial rotary factor,
+// sequences past the sliding window or past longrope's original context) is refused with one line.
+// Phi-3.5's longrope (Note [longrope]) reads, caps the context at its original one, computes the
+// attention factor as transformers does and writes both factor lists back; PyTorch's numbers:
+// tests/golden/tiny_phi35. PyTorch's numbers, LoRA on
 // the fused modules among them: tests/golden/tiny_phi3 in llama_model_test, trainer_test,
 // generator_test and lora_train_test. Does not time anything.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -135,10 +139,11 @@ TEST(Phi3, ConfigReadsAndWritesAPhi3) {
   // What Stratum does not run: each refused, naming it.
   const std::vector<std::pair<Json, std::string>> refused = {
       {Json{{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}},
-       "rope_scaling type \"longrope\" is not supported"},
+       "rope_scaling (longrope) needs short_factor and long_factor of head_dim / 2 = 8 numbers each, got 1 and 1"},
+      {Json{{"type", "longrope"}, {"short_factor", {1.0}}}, "rope_scaling (longrope) needs 'long_factor'"},
       {Json{{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
             {"original_max_position_embeddings", 16}},
-       "a Phi-3 model's rope_scaling must be null"},
+       "a Phi-3 model's rope_scaling must be null or longrope"},
   };
   Json config = Json::parse(file_read_all(dirs.phi3 + "/config.json"));
   std::filesystem::create_directories(tmp.file("bad"));
@@ -220,6 +225,52 @@ TEST(Phi3, UnfusedLoraTargetsAndSequencesPastTheWindowAreRefused) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.errors.find("--seq 13 is longer than the model context sliding_window=12"), std::string::npos)
       << r.errors;
+}
+
+TEST(Phi3, LongRopeReadsCapsTheContextAndWritesBack) {
+  const std::string dir = source_path("tests/golden/tiny_phi35");
+  const GptConfig cfg = hf_config_read(dir + "/config.json");
+  const RopeScaling& s = cfg.rope_scaling;
+  ASSERT_EQ(s.type, RopeScaling::Type::LongRope);
+  EXPECT_EQ(s.original_max_position_embeddings, 32);
+  EXPECT_EQ(s.short_factor.size(), 8u);
+  EXPECT_DOUBLE_EQ(s.attention_factor, std::sqrt(1.0 + std::log(4.0) / std::log(32.0)));
+  EXPECT_EQ(cfg.n_ctx, 128);
+  EXPECT_EQ(cfg.context(), 32);
+  EXPECT_EQ(cfg.context_text(), "original_max_position_embeddings=32 (longrope's short factors)");
+  testing::TempDir tmp;
+  hf_config_write(tmp.file("out.json"), cfg);
+  const Json written = Json::parse(file_read_all(tmp.file("out.json")));
+  const Json original = Json::parse(file_read_all(dir + "/config.json"));
+  EXPECT_EQ(written["rope_scaling"]["type"], "longrope");
+  EXPECT_EQ(written["rope_scaling"]["short_factor"], original["rope_scaling"]["short_factor"]);
+  EXPECT_EQ(written["rope_scaling"]["long_factor"], original["rope_scaling"]["long_factor"]);
+  EXPECT_FALSE(written["rope_scaling"].contains("attention_factor"));  // computed, as in the input
+  EXPECT_EQ(written["original_max_position_embeddings"], 32);
+  EXPECT_EQ(written["max_position_embeddings"], 128);
+  // A stated attention factor is taken as it is.
+  Json stated = original;
+  stated["rope_scaling"]["attention_factor"] = 1.25;
+  file_write_atomic(tmp.file("stated.json"), stated.dump());
+  EXPECT_EQ(hf_config_read(tmp.file("stated.json")).rope_scaling.attention_factor, 1.25);
+
+  auto r = run_stratum("train --model " + dir + " --data " + dir + "/tokens.bin --batch 1 --seq 33 --steps 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.errors.find("--seq 33 is longer than the model context original_max_position_embeddings=32 "
+                          "(longrope's short factors); use --seq <= 32"),
+            std::string::npos)
+      << r.errors;
+  // Not a Llama's: longrope is read for Phi-3 only.
+  Json llama = original;
+  llama["model_type"] = "llama";
+  file_write_atomic(tmp.file("llama.json"), llama.dump());
+  try {
+    hf_config_read(tmp.file("llama.json"));
+    ADD_FAILURE() << "a Llama with longrope was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_scaling \"longrope\" is supported for Phi-3 models"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

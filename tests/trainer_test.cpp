@@ -188,6 +188,8 @@ TEST(Trainer, GemmaLossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_
 TEST(Trainer, Gemma3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_gemma3"); }
 // The tiny Phi-3 (Note [phi3 fused]; tests/golden/tiny_phi3): its fused tensors saved as PyTorch's.
 TEST(Trainer, Phi3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi3"); }
+// The tiny Phi-3.5 (Note [longrope]; tests/golden/tiny_phi35): saved back with its long factors.
+TEST(Trainer, Phi35LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi35"); }
 
 // --row-chunk (Note [row chunks]): the tiny GPT-2's 128 rows a step in chunks of 48 and the tiny
 // Llama's 32 in chunks of 12 (the last chunk shorter; boundaries inside sequences) follow

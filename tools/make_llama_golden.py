@@ -630,6 +630,14 @@ def make_qwen(root, kind):
 # stacked, with and without dropout (one mask per fused module).
 PHI3 = dict(TINY, rope_scaling=None)
 PHI3_SEED = 7890
+# A tiny Phi-3.5 (tests/golden/tiny_phi35/): Phi-3 with longrope (Note [longrope]): 128 positions
+# over an original 32, so cos and sin are scaled by sqrt(1 + ln 4 / ln 32); short factors between 1
+# and 3 (the reference's 24 positions stay within the original context, where they apply), long
+# factors kept for the config only.
+PHI35 = dict(PHI3, max_position_embeddings=128, original_max_position_embeddings=32,
+             rope_scaling={"type": "longrope", "short_factor": [1.0, 1.05, 1.1, 1.2, 1.4, 1.7, 2.2, 3.0],
+                           "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 12.0, 16.0]})
+PHI35_SEED = 7891
 PHI3_MODULES = ["self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"]
 PHI3_LORA = dict(LORA, targets=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], modules=PHI3_MODULES,
                  seed=PHI3_SEED + 7)
@@ -688,33 +696,39 @@ def phi3_forward_loss(cfg):
     return fwd
 
 
-def make_phi3(root):
-    out_dir = os.path.join(root, "tiny_phi3")
+def make_phi3(root, kind="phi3"):
+    """tests/golden/tiny_phi3/, or (kind "phi35") tiny_phi35/: the same with Phi-3.5's longrope
+    (its short factors within the original context; no LoRA references)."""
+    shape, seed = (PHI3, PHI3_SEED) if kind == "phi3" else (PHI35, PHI35_SEED)
+    out_dir = os.path.join(root, "tiny_" + kind)
     os.makedirs(out_dir, exist_ok=True)
-    cfg = tl.LlamaConfig(**PHI3)
-    params = tl.init_params(cfg, torch.Generator().manual_seed(PHI3_SEED), INIT_STDS)
-    self_check(cfg, params, PHI3)
+    cfg = tl.LlamaConfig(**shape)
+    params = tl.init_params(cfg, torch.Generator().manual_seed(seed), INIT_STDS)
+    self_check(cfg, params, shape)
     hf = cfg.to_hf_dict("float32")
     hf.update(model_type="phi3", architectures=["Phi3ForCausalLM"], sliding_window=None,
-              original_max_position_embeddings=hf["max_position_embeddings"])
+              original_max_position_embeddings=cfg.original_max_position_embeddings or hf["max_position_embeddings"])
     for key in ("attention_bias", "mlp_bias"):
         hf.pop(key, None)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         f.write(json.dumps(hf, indent=2, sort_keys=True) + "\n")
     fused = phi3_fuse(params, cfg)
     tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), fused, metadata={"format": "pt"})
-    tokens, init, ref, grads, loss, ids, margin = first_batch_reference(out_dir, cfg, params, TOKENS_SEED + 3)
+    tokens, init, ref, grads, loss, ids, margin = first_batch_reference(
+        out_dir, cfg, params, TOKENS_SEED + (3 if kind == "phi3" else 5))
     ref.update({"grad." + n: _f32(g) for n, g in phi3_fuse(grads, cfg).items()})
     run = train_run(cfg, init, tokens, TRAIN)
     finals = phi3_fuse({n[len("final."):]: t for n, t in run.items() if n.startswith("final.")}, cfg)
     ref.update({n: t for n, t in run.items() if not n.startswith("final.")})
     ref.update({"final." + n: t for n, t in finals.items()})
     tg.save_safetensors(os.path.join(out_dir, "reference.safetensors"), ref,
-                        metadata={"generator": "tools/make_llama_golden.py --only phi3",
-                                  "torch_version": torch.__version__, "seed": str(PHI3_SEED),
+                        metadata={"generator": "tools/make_llama_golden.py --only " + kind,
+                                  "torch_version": torch.__version__, "seed": str(seed),
                                   "init_stds": json.dumps(INIT_STDS), "train_args": json.dumps(TRAIN),
                                   "note": "input_ids/targets = batch 0 of tokens.bin with B=2 T=24; the Llama "
                                           "forward over the split weights"})
+    if kind != "phi3":
+        return {"loss0": float(loss), "losses": run["train_losses"].tolist(), "ids": ids, "margin": margin}
     base = {n: t.detach().clone() for n, t in fused.items()}
     fwd = phi3_forward_loss(cfg)
     lora = torch_lora.write_reference(out_dir, base, fwd, LORA_TRAIN, PHI3_LORA, "tools/make_llama_golden.py --only phi3")
@@ -744,13 +758,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "phi3", "gemma",
-                                       "gemma3"],
+    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "phi3", "phi35",
+                                       "gemma", "gemma3"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
                          "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}; "
                          "long_rope: only long_rope/; qwen2: only tiny_qwen2/; qwen3: only tiny_qwen3/; "
-                         "phi3: only tiny_phi3/; gemma: only tiny_gemma/; gemma3: only tiny_gemma3/")
+                         "phi3: only tiny_phi3/; phi35: only tiny_phi35/; gemma: only tiny_gemma/; gemma3: only "
+                         "tiny_gemma3/")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
@@ -770,6 +785,11 @@ def main():
               f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); the variant moves the logits by "
               f"{q['moved']:.3f}; LoRA losses {[round(v, 4) for v in q['lora_losses']]}")
         return
+    if args.only == "phi35":
+        q = make_phi3(root, "phi35")
+        print(f"tiny_phi35: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
+              f"greedy -> {q['ids']} (min margin {q['margin']:.4f})")
+        return
     if args.only == "phi3":
         q = make_phi3(root)
         print(f"tiny_phi3: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
@@ -786,6 +806,7 @@ def main():
     make_qwen(root, "gemma")
     make_qwen(root, "gemma3")
     make_phi3(root)
+    make_phi3(root, "phi35")
     lo = make_lora(root)
     print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
     print(f"tiny_llama zo-sgd: projected gradients {[round(g, 4) for g in make_zo(root)]}")

@@ -54,7 +54,8 @@ class LlamaConfig:
                  max_position_embeddings=64, vocab_size=131, rms_norm_eps=1e-5,
                  rope_theta=500000.0, rope_scaling=None, tie_word_embeddings=False,
                  bos_token_id=1, eos_token_id=2, model_type="llama", sliding_window=None,
-                 layer_types=None, rope_local_base_freq=10000.0, query_pre_attn_scalar=None):
+                 layer_types=None, rope_local_base_freq=10000.0, query_pre_attn_scalar=None,
+                 original_max_position_embeddings=None):
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size
         self.num_hidden_layers = num_hidden_layers
@@ -71,6 +72,7 @@ class LlamaConfig:
         self.eos_token_id = eos_token_id
         assert model_type in ("llama", "qwen2", "qwen3", "gemma", "gemma3_text"), model_type
         # gemma3_text: its sliding window, layer types, local rope base and score scale
+        self.original_max_position_embeddings = original_max_position_embeddings  # Phi-3's longrope base
         self.sliding_window = sliding_window
         self.layer_types = layer_types
         self.rope_local_base_freq = rope_local_base_freq
@@ -232,10 +234,26 @@ def rope_inv_freq(cfg):
         return inv
     if kind == "linear":  # _compute_linear_scaling_rope_parameters
         return inv / rs["factor"]
+    if kind in ("longrope", "su"):  # _compute_longrope_parameters within the original context: short factors
+        shape = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim
+        return 1.0 / (torch.tensor(rs["short_factor"], dtype=torch.float32) * cfg.rope_theta ** shape)
     if kind != "llama3":
         raise ValueError(f"rope_type {kind!r} not implemented in this reference")
     return rope_inv_freq_llama3(inv, rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"],
                                 rs["original_max_position_embeddings"])
+
+
+def rope_attention_scaling(cfg):
+    """The factor cos and sin are multiplied by: longrope's (attention_factor, else from
+    max_position_embeddings / original_max_position_embeddings as Phi-3 computes it), else 1."""
+    rs = cfg.rope_scaling
+    if rs is None or rs.get("rope_type", rs.get("type")) not in ("longrope", "su"):
+        return 1.0
+    if rs.get("attention_factor") is not None:
+        return rs["attention_factor"]
+    original = cfg.original_max_position_embeddings or cfg.max_position_embeddings
+    factor = cfg.max_position_embeddings / original
+    return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
 
 
 def rope_cos_sin(inv_freq, position_ids):
@@ -343,6 +361,9 @@ def forward(params, cfg, idx, targets=None, inv_freq=None, adapter=None):
         inv_freq = rope_inv_freq(cfg)
     pos = torch.arange(T, dtype=torch.int64).unsqueeze(0).expand(B, T)
     cos, sin = rope_cos_sin(inv_freq, pos)
+    scaling = rope_attention_scaling(cfg)
+    if scaling != 1.0:  # longrope: emb.cos() * attention_scaling
+        cos, sin = cos * scaling, sin * scaling
     x = p["model.embed_tokens.weight"][idx]                             # (B,T,C)
     gemma = cfg.gemma
     if gemma:  # GemmaModel's normalizer, a tensor of the hidden states' dtype

@@ -79,9 +79,28 @@ RopeScaling rope_scaling_read(const std::string& path, const nlohmann::json& roo
                 ": rope_scaling needs a string 'rope_type', got ", json_brief(r));
   const std::string type = r.at(type_key).get<std::string>();
   if (type == "default") return s;
+  if (type == "longrope" || type == "su") {  // Note [longrope]: Phi-3's (original context read by read_llama)
+    s.type = RopeScaling::Type::LongRope;
+    auto factors = [&](const char* key) {
+      STRATUM_CHECK(r.contains(key) && r.at(key).is_array(), where(path), ": rope_scaling (longrope) needs '", key,
+                    "' (a list of numbers), got ", json_brief(r.contains(key) ? r.at(key) : nlohmann::json()));
+      std::vector<double> out;
+      for (const auto& v : r.at(key)) {
+        STRATUM_CHECK(v.is_number(), where(path), ": rope_scaling.", key, " must hold numbers, got ", json_brief(v));
+        out.push_back(v.get<double>());
+      }
+      return out;
+    };
+    s.short_factor = factors("short_factor");
+    s.long_factor = factors("long_factor");
+    if (r.contains("attention_factor") && !r.at("attention_factor").is_null()) {
+      s.attention_factor = number_field(path, r, "attention_factor", 1.0);
+      s.attention_factor_given = true;
+    }
+    return s;
+  }
   STRATUM_CHECK(type == "llama3" || type == "linear", where(path), ": rope_scaling type \"", type,
-                "\" is not supported; Stratum implements \"llama3\" and \"linear\" (and no scaling)",
-                type == "longrope" || type == "su" ? " (Phi-3's 128k and Phi-3.5's longrope is not)" : "");
+                "\" is not supported; Stratum implements \"llama3\", \"linear\", Phi-3's \"longrope\" (and no scaling)");
   STRATUM_CHECK(r.contains("factor"), where(path), ": rope_scaling (", type, ") needs 'factor'");
   s.factor = number_field(path, r, "factor", 1.0);
   if (type == "linear") {
@@ -155,6 +174,8 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
   cfg.layer_norm_eps = static_cast<float>(number_field(path, root, "rms_norm_eps", 1e-6));
   cfg.rope_theta = number_field(path, root, "rope_theta", 10000.0);
   cfg.rope_scaling = rope_scaling_read(path, root);
+  STRATUM_CHECK(cfg.rope_scaling.type != RopeScaling::Type::LongRope || variant == LlamaVariant::Phi3, where(path),
+                ": rope_scaling \"longrope\" is supported for Phi-3 models (model_type \"phi3\") only");
   const bool gemma = variant == LlamaVariant::Gemma || variant == LlamaVariant::Gemma3;
   cfg.tie_word_embeddings = gemma;  // LlamaConfig's default (GemmaConfig's and Gemma3TextConfig's: tied)
   if (root.contains("tie_word_embeddings") && !root.at("tie_word_embeddings").is_null()) {
@@ -190,9 +211,23 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
     if (variant == LlamaVariant::Qwen3)  // Qwen3Config's attention_bias (false in every release)
       option_refuse(path, root, "attention_bias", true, "Qwen3's projections have no biases in its released models");
   } else if (variant == LlamaVariant::Mistral || variant == LlamaVariant::Phi3) {
-    // Phi-3's released rope_scaling is null or longrope (refused above); Phi3Config validates no other.
-    STRATUM_CHECK(variant != LlamaVariant::Phi3 || cfg.rope_scaling.type == RopeScaling::Type::None, where(path),
-                  ": a Phi-3 model's rope_scaling must be null; got ", json_brief(root.at("rope_scaling")));
+    // Phi-3's released rope_scaling is null or longrope; Phi3Config validates no other.
+    STRATUM_CHECK(variant != LlamaVariant::Phi3 || cfg.rope_scaling.type == RopeScaling::Type::None ||
+                      cfg.rope_scaling.type == RopeScaling::Type::LongRope,
+                  where(path), ": a Phi-3 model's rope_scaling must be null or longrope; got ",
+                  json_brief(root.at("rope_scaling")));
+    if (cfg.rope_scaling.type == RopeScaling::Type::LongRope) {  // Note [longrope]
+      RopeScaling& s = cfg.rope_scaling;
+      s.original_max_position_embeddings = root.contains("original_max_position_embeddings")
+                                                ? int_field(path, root, "original_max_position_embeddings")
+                                                : cfg.n_ctx;
+      STRATUM_CHECK(s.original_max_position_embeddings >= 1, where(path),
+                    ": original_max_position_embeddings must be >= 1, got ", s.original_max_position_embeddings);
+      const double scale = static_cast<double>(cfg.n_ctx) / s.original_max_position_embeddings;
+      if (!s.attention_factor_given)  // transformers' default for Phi-3 (max / original positions)
+        s.attention_factor =
+            scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(s.original_max_position_embeddings));
+    }
     if (variant == LlamaVariant::Phi3 && root.contains("partial_rotary_factor") &&
         !root.at("partial_rotary_factor").is_null())  // Phi-4-mini's 0.75: rope on part of each head
       STRATUM_CHECK(number_field(path, root, "partial_rotary_factor", 1.0) == 1.0, where(path),
@@ -252,6 +287,9 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
     j["rope_scaling"] = nullptr;
   } else if (s.type == RopeScaling::Type::Linear) {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.factor}};
+  } else if (s.type == RopeScaling::Type::LongRope) {  // Note [longrope]: Phi3Config's spelling
+    j["rope_scaling"] = {{"type", "longrope"}, {"long_factor", s.long_factor}, {"short_factor", s.short_factor}};
+    if (s.attention_factor_given) j["rope_scaling"]["attention_factor"] = s.attention_factor;
   } else {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", s.factor},
@@ -279,7 +317,9 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = cfg.n_layer;
   } else if (mistral || phi3) {  // MistralConfig and Phi3Config have no bias fields
-    if (phi3) j["original_max_position_embeddings"] = cfg.n_ctx;  // Phi3Config's (its longrope's base)
+    if (phi3)  // Phi3Config's (its longrope's base, Note [longrope])
+      j["original_max_position_embeddings"] =
+          s.type == RopeScaling::Type::LongRope ? s.original_max_position_embeddings : cfg.n_ctx;
     if (cfg.sliding_window > 0) {
       j["sliding_window"] = cfg.sliding_window;
     } else {

@@ -85,6 +85,19 @@ void GptConfig::validate() const {
   if (s.type != RopeScaling::Type::None)
     STRATUM_CHECK(s.factor >= 1.0 && std::isfinite(s.factor), "[model.config] rope_scaling.factor must be >= 1, got ",
                   s.factor);
+  if (s.type == RopeScaling::Type::LongRope) {  // Note [longrope]
+    const std::size_t half = static_cast<std::size_t>(hd / 2);
+    STRATUM_CHECK(s.short_factor.size() == half && s.long_factor.size() == half,
+                  "[model.config] rope_scaling (longrope) needs short_factor and long_factor of head_dim / 2 = ", half,
+                  " numbers each, got ", s.short_factor.size(), " and ", s.long_factor.size());
+    for (const auto* list : {&s.short_factor, &s.long_factor})
+      for (double f : *list)
+        STRATUM_CHECK(f > 0 && std::isfinite(f), "[model.config] rope_scaling (longrope) factors must be finite and > 0, got ",
+                      f);
+    STRATUM_CHECK(s.original_max_position_embeddings >= 1 && s.attention_factor > 0 && std::isfinite(s.attention_factor),
+                  "[model.config] longrope needs original_max_position_embeddings >= 1 and attention_factor > 0, got ",
+                  s.original_max_position_embeddings, " and ", s.attention_factor);
+  }
   if (s.type == RopeScaling::Type::Llama3) {
     STRATUM_CHECK(s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor && std::isfinite(s.high_freq_factor),
                   "[model.config] rope_scaling needs 0 < low_freq_factor < high_freq_factor, got ", s.low_freq_factor,
@@ -114,7 +127,12 @@ void GptConfig::backend_check(Backend backend, const char* who) const {
 }
 
 std::string GptConfig::context_text() const {
-  return (context() < n_ctx ? "sliding_window=" : "n_ctx=") + std::to_string(context());
+  const int c = context();
+  if (c == n_ctx) return "n_ctx=" + std::to_string(c);
+  if (rope_scaling.type == RopeScaling::Type::LongRope && c == rope_scaling.original_max_position_embeddings &&
+      !(sliding_window > 0 && sliding_window == c))
+    return "original_max_position_embeddings=" + std::to_string(c) + " (longrope's short factors)";
+  return "sliding_window=" + std::to_string(c);
 }
 
 std::string GptConfig::describe() const {

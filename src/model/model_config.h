@@ -125,10 +125,16 @@ struct GptConfig {
   const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3", "Phi-3", "Gemma", "Gemma 3": for messages
   // Note [mistral window]: the longest sequence the model runs exactly, n_ctx or a Mistral's
   // sliding window when that is shorter.
+  // A LongRoPE model (Note [longrope] in ops/rope_table.h) runs its short factors only: up to
+  // original_max_position_embeddings.
   int context() const {
-    return sliding_window > 0 && sliding_window < n_ctx && !gemma3() ? sliding_window : n_ctx;
+    int c = sliding_window > 0 && sliding_window < n_ctx && !gemma3() ? sliding_window : n_ctx;
+    if (rope_scaling.type == RopeScaling::Type::LongRope && rope_scaling.original_max_position_embeddings < c)
+      c = rope_scaling.original_max_position_embeddings;
+    return c;
   }
-  // "n_ctx=1024", or "sliding_window=4096" when the window is the limit: for messages.
+  // "n_ctx=1024", "sliding_window=4096" or "original_max_position_embeddings=4096 (longrope)":
+  // what limits context(), for messages.
   std::string context_text() const;
   int head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }

@@ -66,6 +66,17 @@ std::vector<float> rope_inv_freq(int head_dim, double theta, const RopeScaling& 
       }
       break;
     }
+    case RopeScaling::Type::LongRope: {  // Note [longrope]: 1 / (short_factor * base^(2i/d)) in float32
+      STRATUM_CHECK(scaling.short_factor.size() == static_cast<std::size_t>(half),
+                    "[kernels.rope] longrope short_factor must have head_dim / 2 = ", half, " entries, got ",
+                    scaling.short_factor.size());
+      for (int i = 0; i < half; ++i) {
+        const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+        const float p = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(exponent)));
+        inv[i] = 1.0f / (static_cast<float>(scaling.short_factor[i]) * p);
+      }
+      break;
+    }
   }
   return inv;
 }
@@ -84,6 +95,11 @@ RopeTable::RopeTable(int head_dim, int max_pos, double theta, const RopeScaling&
       cos_[static_cast<std::size_t>(pos) * half_ + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
       sin_[static_cast<std::size_t>(pos) * half_ + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
     }
+  if (scaling.type == RopeScaling::Type::LongRope && scaling.attention_factor != 1.0) {
+    const float f = static_cast<float>(scaling.attention_factor);  // transformers: cos() * attention_scaling
+    for (float& c : cos_) c *= f;
+    for (float& s : sin_) s *= f;
+  }
 }
 
 void rope_check_shape(const RopeTable& table, int B, int T, int heads, int hd, std::size_t row_stride) {

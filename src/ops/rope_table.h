@@ -2,7 +2,7 @@
 // frequency scaling settings (none, linear, llama3), the float32 inverse frequencies and the
 // cos/sin tables. Backend-independent data: the CPU kernels read it, a device backend would copy
 // it to its memory. Does not rotate anything (that is the ops' rope_forward / rope_backward) and
-// does not support dynamic / YaRN / LongRoPE scaling.
+// does not support dynamic / YaRN scaling, nor LongRoPE's long factors (Note [longrope]).
 #pragma once
 
 #include <cstddef>
@@ -10,19 +10,34 @@
 
 namespace stratum {
 
-// The `rope_scaling` block of a Hugging Face config (rope_type "linear" or "llama3").
+// Note [longrope]
+// Phi-3.5 and Phi-3's 128k models scale their rotary frequencies by LongRoPE (rope_scaling type
+// "longrope", transformers' _compute_longrope_parameters): inv_freq[i] = 1 / (ext[i] * theta^(2i/d))
+// with ext the short_factor list while the sequence is at most original_max_position_embeddings
+// long and the long_factor list beyond it, and cos and sin multiplied by an attention factor
+// (the config's attention_factor, else sqrt(1 + ln(s) / ln(original)) for s = max_position_embeddings
+// / original, 1 when s <= 1). transformers switches to the long factors for a whole forward once
+// it is longer than the original context (and keeps the keys its cache rotated with the short
+// ones), so Stratum runs the short factors only, capping sequences at the original context
+// (GptConfig::context(): 4096 for Phi-3.5-mini); the long factors are kept to be written back.
+
+// The `rope_scaling` block of a Hugging Face config (rope_type "linear", "llama3" or "longrope").
 struct RopeScaling {
-  enum class Type { None, Linear, Llama3 };
+  enum class Type { None, Linear, Llama3, LongRope };
   Type type = Type::None;
   double factor = 1.0;                          // linear and llama3
   double low_freq_factor = 1.0;                 // llama3
   double high_freq_factor = 4.0;                // llama3
-  int original_max_position_embeddings = 8192;  // llama3
+  int original_max_position_embeddings = 8192;  // llama3, longrope (Phi-3's top-level field)
+  std::vector<double> short_factor, long_factor;  // longrope (Note [longrope]): head_dim / 2 each
+  double attention_factor = 1.0;                // longrope: cos and sin multiplied by it
+  bool attention_factor_given = false;          // longrope: the config states it (else computed)
 };
 
 // inv_freq (head_dim/2) fp32 = 1 / theta^(2i/head_dim), then scaled: Linear divides every
 // frequency by factor; Llama3 follows transformers' _compute_llama3_parameters (long
-// wavelengths divided by factor, short ones kept, a smooth blend in between). Computed in
+// wavelengths divided by factor, short ones kept, a smooth blend in between); LongRope divides
+// each by its short factor (Note [longrope]). Computed in
 // float32 step by step the way transformers does it (Note [rope float32] in rope.cpp).
 std::vector<float> rope_inv_freq(int head_dim, double theta, const RopeScaling& scaling);
 
