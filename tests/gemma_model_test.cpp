@@ -205,6 +205,8 @@ TEST(Gemma, Gemma3ConfigReadsItsLayerTypesAndWindowAndWritesThemBack) {
   refused([](Json& j) { j["model_type"] = "gemma3"; }, "model_type \"gemma3\" (Gemma 3's multimodal checkpoints");
   refused([](Json& j) { j["model_type"] = "gemma2"; }, "model_type \"gemma2\" is not supported");
   refused([](Json& j) { j["use_bidirectional_attention"] = true; }, "use_bidirectional_attention = true");
+  // A hostile layer count is refused before anything is sized by it.
+  refused([](Json& j) { j["num_hidden_layers"] = 2000000000; }, "num_hidden_layers must be in 1..1024, got 2000000000");
 }
 
 // Past the window (8 keys in tests/golden/tiny_gemma3) a sliding layer attends to fewer keys than

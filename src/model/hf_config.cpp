@@ -1,7 +1,6 @@
 // Hugging Face config.json reader and writer (GPT-2 and Llama); see hf_config.h.
 #include "model/hf_config.h"
 
-#include <algorithm>
 #include <charconv>
 #include <climits>
 #include <cmath>
@@ -133,7 +132,10 @@ void gemma3_read(const std::string& path, const nlohmann::json& root, GptConfig&
   cfg.sliding_window = present("sliding_window") ? int_field(path, root, "sliding_window") : 4096;
   STRATUM_CHECK(cfg.sliding_window >= 1, where(path), ": sliding_window must be >= 1, got ", cfg.sliding_window);
   cfg.rope_local_theta = number_field(path, root, "rope_local_base_freq", 10000.0);
-  cfg.layer_sliding.assign(static_cast<std::size_t>(std::max(cfg.n_layer, 0)), 0);
+  // validate() bounds it later; a list per layer is made now (and a hostile count must not size it).
+  STRATUM_CHECK(cfg.n_layer >= 1 && cfg.n_layer <= 1024, where(path), ": num_hidden_layers must be in 1..1024, got ",
+                cfg.n_layer);
+  cfg.layer_sliding.assign(static_cast<std::size_t>(cfg.n_layer), 0);
   if (present("layer_types")) {
     const auto& types = root.at("layer_types");
     STRATUM_CHECK(types.is_array() && types.size() == cfg.layer_sliding.size(), where(path),
