@@ -19,12 +19,17 @@ std::vector<float> rope_inv_freq(int head_dim, double theta, const RopeScaling& 
                 head_dim);
   STRATUM_CHECK(theta > 0.0, "[kernels.rope] rope_theta must be > 0, got ", theta);
   const int half = head_dim / 2;
+  const bool longrope = scaling.type == RopeScaling::Type::LongRope;
+  STRATUM_CHECK(!longrope || scaling.short_factor.size() == static_cast<std::size_t>(half),
+                "[kernels.rope] longrope short_factor must have head_dim / 2 = ", half, " entries, got ",
+                scaling.short_factor.size());
   std::vector<float> inv(half);
   const float base = static_cast<float>(theta);
   for (int i = 0; i < half; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     const float p = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(exponent)));
-    inv[i] = 1.0f / p;
+    // Note [longrope]: 1 / (short_factor * base^(2i/d)); 1 * p is p itself for the others.
+    inv[i] = 1.0f / ((longrope ? static_cast<float>(scaling.short_factor[i]) : 1.0f) * p);
   }
   switch (scaling.type) {
     case RopeScaling::Type::None:
@@ -66,17 +71,8 @@ std::vector<float> rope_inv_freq(int head_dim, double theta, const RopeScaling& 
       }
       break;
     }
-    case RopeScaling::Type::LongRope: {  // Note [longrope]: 1 / (short_factor * base^(2i/d)) in float32
-      STRATUM_CHECK(scaling.short_factor.size() == static_cast<std::size_t>(half),
-                    "[kernels.rope] longrope short_factor must have head_dim / 2 = ", half, " entries, got ",
-                    scaling.short_factor.size());
-      for (int i = 0; i < half; ++i) {
-        const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-        const float p = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(exponent)));
-        inv[i] = 1.0f / (static_cast<float>(scaling.short_factor[i]) * p);
-      }
+    case RopeScaling::Type::LongRope:  // the short factors, above
       break;
-    }
   }
   return inv;
 }
