@@ -35,7 +35,7 @@ std::size_t Decoder::kv_unit_floats(const GptConfig& cfg, int max_batch, int max
 
 std::size_t Decoder::fixed_bytes_for(const Ops& ops, const GptConfig& cfg, int max_batch, int max_ctx) {
   Buffers sink{};
-  const std::size_t rope = cfg.llama() ? (cfg.gemma3() ? 2 : 1) * RopeTable::bytes_for(cfg.head_dim(), max_ctx) : 0;
+  const std::size_t rope = cfg.llama() ? LlamaRopes::bytes_for(cfg, max_ctx) : 0;
   const int R = static_cast<int>(rows_for(max_batch));
   const std::size_t acts = cfg.llama() ? LlamaActivations::bytes_for(cfg, 1, R, /*attention_stats=*/false)
                                        : Gpt2Activations::bytes_for(cfg, 1, R, /*attention_stats=*/false);
@@ -108,9 +108,7 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
     dev_logits_ = OpsBuffer(*ops_, static_cast<std::size_t>(max_batch) * cfg.vocab_size * sizeof(float));
   }
   if (cfg.llama()) {
-    rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_ctx, cfg.rope_theta, cfg.rope_scaling);
-    if (cfg.gemma3())  // Note [gemma3]: the sliding layers' table
-      rope_local_ = std::make_unique<RopeTable>(cfg.head_dim(), max_ctx, cfg.rope_local_theta, RopeScaling{});
+    ropes_ = std::make_unique<LlamaRopes>(cfg, max_ctx);
     llama_acts_ = std::make_unique<LlamaActivations>(*ops_, cfg, 1, R, /*attention_stats=*/false);
   } else {
     gpt2_acts_ = std::make_unique<Gpt2Activations>(*ops_, cfg, 1, R, /*attention_stats=*/false);
@@ -212,8 +210,8 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* dev_past, 
   }
   const LoraBlock* lp = adapters ? &lora : nullptr;
   if (cfg_.llama())
-    llama_block_forward(*ops_, linear, attention, cfg_, rope_local_ && cfg_.layer_local_rope(l) ? *rope_local_ : *rope_,
-                        cfg_.layer_window(l), llama_tensors(seg, params), b_.x, b_.x,
+    llama_block_forward(*ops_, linear, attention, cfg_, ropes_->layer(l), cfg_.layer_window(l),
+                        llama_tensors(seg, params), b_.x, b_.x,
                         *llama_acts_, b_.tmp, b_.scratch, B, Tn, lp);
   else
     gpt2_block_forward(*ops_, linear, attention, cfg_, gpt2_tensors(seg, params), b_.x, b_.x,

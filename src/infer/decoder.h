@@ -126,8 +126,7 @@ class Decoder {
   // The block forward's internals at up to rows_for(max_batch) rows (no attention probabilities).
   std::unique_ptr<Gpt2Activations> gpt2_acts_;
   std::unique_ptr<LlamaActivations> llama_acts_;
-  std::unique_ptr<RopeTable> rope_;
-  std::unique_ptr<RopeTable> rope_local_;  // Gemma 3's sliding layers' (Note [gemma3]); null for the others
+  std::unique_ptr<LlamaRopes> ropes_;
   OpsBuffer lora_u_;  // (rows, r): an adapter's x A^T (generate --adapter), else empty
   // Off the host: the step's tokens, past and (slot-ordered) positions in the ops' memory, and
   // the logits before their download; empty on the CPU.

@@ -6,6 +6,10 @@
 // handles both families.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <vector>
+
 #include "core/aligned_buffer.h"
 #include "ops/ops.h"
 #include "ops/ops_buffer.h"
@@ -106,6 +110,24 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
 // gate), so the workspace has no dgate rows (LlamaWorkspace with gate_holds_hmid): one (mlp
 // rows, I) buffer less, and no swiglu forward in the backward.
 class LlamaWorkspace;
+
+// A Llama-family model's rotary tables for positions [0, max_pos): the full layers' (rope_theta
+// with rope_scaling) and, for Gemma 3, its sliding layers' (rope_local_base_freq, unscaled; Note
+// [gemma3] in model/model_config.h). The training blocks and the decoder hold one each.
+class LlamaRopes {
+ public:
+  LlamaRopes(const GptConfig& config, int max_pos);
+  const RopeTable& layer(int l) const {  // layer l's table
+    return local_ && static_cast<std::size_t>(l) < local_layers_.size() && local_layers_[l] != 0 ? *local_ : full_;
+  }
+  // Bytes the tables of such a model hold.
+  static std::size_t bytes_for(const GptConfig& config, int max_pos);
+
+ private:
+  RopeTable full_;
+  std::optional<RopeTable> local_;
+  std::vector<std::uint8_t> local_layers_;  // per layer: its table is local_'s
+};
 
 // Forward internals of one block at up to B*T rows, fp32, RAM: what the backward needs.
 class LlamaActivations {

@@ -39,19 +39,13 @@ TransformerBlock::TransformerBlock(const Ops& ops, const GptConfig& cfg, int max
                                                    mlp_frozen && recompute && !cfg.post_norms());
     llama_acts_.reserve(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) llama_acts_.emplace_back(ops, cfg, max_batch, max_seq, true, llama_work_.get(), recompute);
-    rope_ = std::make_unique<RopeTable>(cfg.head_dim(), max_seq, cfg.rope_theta, cfg.rope_scaling);
-    if (cfg.gemma3())  // Note [gemma3]: the sliding layers' table
-      rope_local_ = std::make_unique<RopeTable>(cfg.head_dim(), max_seq, cfg.rope_local_theta, RopeScaling{});
+    ropes_ = std::make_unique<LlamaRopes>(cfg, max_seq);
   } else {
     gpt2_work_ = std::make_unique<Gpt2Workspace>(ops, cfg, max_batch, max_seq, bf16_weights, backward, rows,
                                                  mlp_frozen && recompute);
     gpt2_acts_.reserve(static_cast<std::size_t>(copies));
     for (int i = 0; i < copies; ++i) gpt2_acts_.emplace_back(ops, cfg, max_batch, max_seq, true, gpt2_work_.get(), recompute);
   }
-}
-
-const RopeTable& TransformerBlock::rope_for(const SegmentLayout& seg) const {
-  return rope_local_ && cfg_.layer_local_rope(seg.layer) ? *rope_local_ : *rope_;
 }
 
 std::size_t TransformerBlock::size_bytes() const {
@@ -64,8 +58,7 @@ std::size_t TransformerBlock::internals_bytes() const {
   std::size_t total = 0;
   if (cfg_.llama()) {
     for (const LlamaActivations& a : llama_acts_) total += a.size_bytes();
-    return total + llama_work_->size_bytes() +
-           (rope_local_ ? 2 : 1) * RopeTable::bytes_for(rope_->head_dim(), rope_->max_pos());
+    return total + llama_work_->size_bytes() + LlamaRopes::bytes_for(cfg_, max_seq_);
   }
   for (const Gpt2Activations& a : gpt2_acts_) total += a.size_bytes();
   return total + gpt2_work_->size_bytes();
@@ -153,7 +146,7 @@ void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const T
   if (cfg_.llama()) {
     LlamaWorkspace& w = *llama_work_;
     std::optional<LlamaActivations> view;
-    llama_block_forward(ops, GemmLinear{w.wide, w.wide_floats}, CausalAttention{}, cfg_, rope_for(seg),
+    llama_block_forward(ops, GemmLinear{w.wide, w.wide_floats}, CausalAttention{}, cfg_, ropes_->layer(seg.layer),
                         cfg_.layer_window(seg.layer),
                         llama_block_tensors(ops, seg, params, w.wide_vectors, &cfg_), x, out, internals(at, view), w.tmp,
                         w.attn_scratch, B, T, lp, part);
@@ -173,7 +166,7 @@ void TransformerBlock::backward(const Ops& ops, const SegmentLayout& seg, const 
   if (cfg_.llama()) {
     std::optional<LlamaActivations> view;
     const LlamaBlockTensors g = grads != nullptr ? llama_block_tensors(ops, seg, grads, nullptr, nullptr) : LlamaBlockTensors{};
-    llama_block_backward(ops, cfg_, rope_for(seg), cfg_.layer_window(seg.layer), llama_block_tensors(ops, seg, params, llama_work_->wide_vectors, &cfg_),
+    llama_block_backward(ops, cfg_, ropes_->layer(seg.layer), cfg_.layer_window(seg.layer), llama_block_tensors(ops, seg, params, llama_work_->wide_vectors, &cfg_),
                          grads != nullptr ? &g : nullptr, x, dout, dx, internals(at, view), *llama_work_, B, T,
                          recompute, lp, part);
   } else {

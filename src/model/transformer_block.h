@@ -95,10 +95,7 @@ class TransformerBlock {
   std::unique_ptr<Gpt2Workspace> gpt2_work_;
   std::vector<LlamaActivations> llama_acts_;
   std::unique_ptr<LlamaWorkspace> llama_work_;
-  std::unique_ptr<RopeTable> rope_;
-  std::unique_ptr<RopeTable> rope_local_;  // Gemma 3's sliding layers' (Note [gemma3]); null for the others
-  // The rotary table of the block segment's layer.
-  const RopeTable& rope_for(const SegmentLayout& seg) const;
+  std::unique_ptr<LlamaRopes> ropes_;
   const ParamLayout* layout_ = nullptr;  // with adapters, else null
   std::vector<OpsBuffer> lora_u_;    // per set: (targets, B*T, r) x A^T of each adapter
   OpsBuffer lora_du_;                // (B*T, r) backward scratch
