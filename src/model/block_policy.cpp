@@ -35,21 +35,20 @@ float* WidenedVectors::operator()(const TensorView& v) {
   if (v.dtype() == DType::F32 && offsets_ == nullptr) return v.f32();
   STRATUM_ASSERT(next_ != nullptr && (offsets_ == nullptr || v.elements() <= offset_floats_));
   float* const at = next_;
+  const float* w = at;  // the vector's fp32 values: its own, or widened into at
   if (v.dtype() == DType::F32)
-    ops_.copy(at, v.f32(), v.elements());
+    w = v.f32();
   else
     ops_.bf16_widen(at, v.bf16(), v.elements());
-  if (offsets_ != nullptr) ops_.add(at, offsets_, at, v.elements());  // Note [gemma]: 1 + w
+  if (offsets_ != nullptr) ops_.add(at, offsets_, w, v.elements());  // Note [gemma]: 1 + w
   next_ += v.elements();
   return at;
 }
 
 const float* norm_weight_offset(const Ops& ops, const float* w, std::size_t n, float offset, float* scratch) {
   if (offset == 0.0f) return w;
-  STRATUM_ASSERT(scratch != nullptr);
-  ops.fill(scratch, offset, n);
-  ops.add(scratch + n, scratch, w, n);
-  return scratch + n;
+  // The view is only read (WidenedVectors writes the scratch).
+  return WidenedVectors(ops, scratch, offset, n)(TensorView::of(const_cast<float*>(w), n));
 }
 
 const float* weight_f32(const Ops& ops, const TensorView& w, float* scratch) {

@@ -142,7 +142,7 @@ class WidenedVectors {
   std::size_t offset_floats_ = 0;
 };
 // Note [gemma]: offset + w (n floats) computed in scratch (2n floats: the offset n times, then the
-// sum), as transformers' (1.0 + weight.float()); w itself without an offset.
+// sum), as transformers' (1.0 + weight.float()), by WidenedVectors; w itself without an offset.
 const float* norm_weight_offset(const Ops& ops, const float* w, std::size_t n, float offset, float* scratch);
 
 // w's elements as fp32: w's own (fp32), or (bf16) widened into scratch (at least w's elements).
