@@ -22,6 +22,9 @@ namespace {
 
 std::string where(const std::string& path) { return "[hf_config] '" + path + "'"; }
 
+// Whether `obj` has `key` with a value: an absent key and JSON null both mean "not given".
+bool given(const nlohmann::json& obj, const char* key) { return obj.contains(key) && !obj.at(key).is_null(); }
+
 int int_field(const std::string& path, const nlohmann::json& root, const char* key) {
   return static_cast<int>(JsonFields(root, "'" + path + "'", "hf_config").integer(key, INT_MIN, INT_MAX));
 }
@@ -29,7 +32,7 @@ int int_field(const std::string& path, const nlohmann::json& root, const char* k
 // Reads an optional boolean option and refuses the value Stratum does not implement.
 void option_refuse(const std::string& path, const nlohmann::json& root, const char* key,
                    bool unsupported, const char* why) {
-  if (!root.contains(key) || root.at(key).is_null()) return;
+  if (!given(root, key)) return;
   const auto& v = root.at(key);
   STRATUM_CHECK(v.is_boolean(), where(path), ": field '", key, "' must be true or false, got ", json_brief(v));
   STRATUM_CHECK(v.get<bool>() != unsupported, where(path), ": ", key, " = ", json_brief(v),
@@ -53,7 +56,7 @@ double number_field(const std::string& path, const nlohmann::json& root, const c
 // bos/eos ids: an integer, a list of integers (eos of Llama 3 instruct models) or null.
 std::vector<std::int32_t> token_ids_field(const std::string& path, const nlohmann::json& root, const char* key) {
   std::vector<std::int32_t> ids;
-  if (!root.contains(key) || root.at(key).is_null()) return ids;
+  if (!given(root, key)) return ids;
   const auto& v = root.at(key);
   auto one = [&](const nlohmann::json& id) {
     STRATUM_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() < (1 << 24),
@@ -70,7 +73,7 @@ std::vector<std::int32_t> token_ids_field(const std::string& path, const nlohman
 
 RopeScaling rope_scaling_read(const std::string& path, const nlohmann::json& root) {
   RopeScaling s;
-  if (!root.contains("rope_scaling") || root.at("rope_scaling").is_null()) return s;
+  if (!given(root, "rope_scaling")) return s;
   const auto& r = root.at("rope_scaling");
   STRATUM_CHECK(r.is_object(), where(path), ": rope_scaling must be an object or null, got ", json_brief(r));
   const char* type_key = r.contains("rope_type") ? "rope_type" : "type";
@@ -92,7 +95,7 @@ RopeScaling rope_scaling_read(const std::string& path, const nlohmann::json& roo
     };
     s.short_factor = factors("short_factor");
     s.long_factor = factors("long_factor");
-    if (r.contains("attention_factor") && !r.at("attention_factor").is_null()) {
+    if (given(r, "attention_factor")) {
       s.attention_factor = number_field(path, r, "attention_factor", 1.0);
       s.attention_factor_given = true;
     }
@@ -117,26 +120,25 @@ RopeScaling rope_scaling_read(const std::string& path, const nlohmann::json& roo
 
 // Note [gemma3]: Gemma 3's fields beyond Gemma's, into cfg (whose n_layer and head_dim are read).
 void gemma3_read(const std::string& path, const nlohmann::json& root, GptConfig& cfg) {
-  auto present = [&](const char* key) { return root.contains(key) && !root.at(key).is_null(); };
-  STRATUM_CHECK(!present("rope_parameters") || present("rope_theta"), where(path),
+  STRATUM_CHECK(!given(root, "rope_parameters") || given(root, "rope_theta"), where(path),
                 ": rope_parameters without rope_theta is not supported; Stratum reads Gemma 3's rope_theta, "
                 "rope_local_base_freq and rope_scaling (as the released config.json files have them)");
   for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
-    STRATUM_CHECK(!present(key), where(path), ": ", key, " ", json_brief(root.at(key)),
+    STRATUM_CHECK(!given(root, key), where(path), ": ", key, " ", json_brief(root.at(key)),
                   " is not supported; Stratum runs Gemma 3 without logit soft-capping (null, as released)");
   option_refuse(path, root, "use_bidirectional_attention", true, "Stratum's attention is causal");
   const double scalar = number_field(path, root, "query_pre_attn_scalar", 256.0);
   STRATUM_CHECK(scalar == cfg.head_dim(), where(path), ": query_pre_attn_scalar ", scalar,
                 " is not supported; Stratum scales attention by head_dim^-1/2 (query_pre_attn_scalar = head_dim = ",
                 cfg.head_dim(), ")");
-  cfg.sliding_window = present("sliding_window") ? int_field(path, root, "sliding_window") : 4096;
+  cfg.sliding_window = given(root, "sliding_window") ? int_field(path, root, "sliding_window") : 4096;
   STRATUM_CHECK(cfg.sliding_window >= 1, where(path), ": sliding_window must be >= 1, got ", cfg.sliding_window);
   cfg.rope_local_theta = number_field(path, root, "rope_local_base_freq", 10000.0);
   // validate() bounds it later; a list per layer is made now (and a hostile count must not size it).
   STRATUM_CHECK(cfg.n_layer >= 1 && cfg.n_layer <= 1024, where(path), ": num_hidden_layers must be in 1..1024, got ",
                 cfg.n_layer);
   cfg.layer_sliding.assign(static_cast<std::size_t>(cfg.n_layer), 0);
-  if (present("layer_types")) {
+  if (given(root, "layer_types")) {
     const auto& types = root.at("layer_types");
     STRATUM_CHECK(types.is_array() && types.size() == cfg.layer_sliding.size(), where(path),
                   ": layer_types must list one type per layer (", cfg.n_layer, "), got ", json_brief(types));
@@ -147,7 +149,7 @@ void gemma3_read(const std::string& path, const nlohmann::json& root, GptConfig&
       cfg.layer_sliding[i] = sliding ? 1 : 0;
     }
   } else {
-    const int pattern = present("sliding_window_pattern") ? int_field(path, root, "sliding_window_pattern") : 6;
+    const int pattern = given(root, "sliding_window_pattern") ? int_field(path, root, "sliding_window_pattern") : 6;
     STRATUM_CHECK(pattern >= 1, where(path), ": sliding_window_pattern must be >= 1, got ", pattern);
     for (int i = 0; i < cfg.n_layer; ++i) cfg.layer_sliding[static_cast<std::size_t>(i)] = (i + 1) % pattern != 0;
   }
@@ -168,11 +170,11 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
   cfg.n_inner = int_field(path, root, "intermediate_size");
   // n_inner 0 means "4 * n_embd" inside Stratum (GPT-2's n_inner null); a Llama config states its width.
   STRATUM_CHECK(cfg.n_inner >= 1, where(path), ": intermediate_size must be >= 1, got ", cfg.n_inner);
-  cfg.n_kv_head = root.contains("num_key_value_heads") && !root.at("num_key_value_heads").is_null()
+  cfg.n_kv_head = given(root, "num_key_value_heads")
                       ? int_field(path, root, "num_key_value_heads")
                       : cfg.n_head;
   STRATUM_CHECK(cfg.n_kv_head >= 1, where(path), ": num_key_value_heads must be >= 1, got ", cfg.n_kv_head);
-  if (root.contains("head_dim") && !root.at("head_dim").is_null()) cfg.n_head_dim = int_field(path, root, "head_dim");
+  if (given(root, "head_dim")) cfg.n_head_dim = int_field(path, root, "head_dim");
   cfg.layer_norm_eps = static_cast<float>(number_field(path, root, "rms_norm_eps", 1e-6));
   cfg.rope_theta = number_field(path, root, "rope_theta", 10000.0);
   cfg.rope_scaling = rope_scaling_read(path, root);
@@ -180,7 +182,7 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
                 ": rope_scaling \"longrope\" is supported for Phi-3 models (model_type \"phi3\") only");
   const bool gemma = variant == LlamaVariant::Gemma || variant == LlamaVariant::Gemma3;
   cfg.tie_word_embeddings = gemma;  // LlamaConfig's default (GemmaConfig's and Gemma3TextConfig's: tied)
-  if (root.contains("tie_word_embeddings") && !root.at("tie_word_embeddings").is_null()) {
+  if (given(root, "tie_word_embeddings")) {
     const auto& v = root.at("tie_word_embeddings");
     STRATUM_CHECK(v.is_boolean(), where(path), ": field 'tie_word_embeddings' must be true or false, got ", json_brief(v));
     cfg.tie_word_embeddings = v.get<bool>();
@@ -189,9 +191,9 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
     // Note [gemma]: GeGLU with GELU's tanh form. Gemma's first configs say hidden_act "gelu", which
     // transformers runs as gelu_pytorch_tanh (Gemma's reference activation); later ones add
     // hidden_activation, which decides when present.
-    const bool activation = root.contains("hidden_activation") && !root.at("hidden_activation").is_null();
+    const bool activation = given(root, "hidden_activation");
     const char* key = activation ? "hidden_activation" : "hidden_act";
-    if (root.contains(key) && !root.at(key).is_null()) {
+    if (given(root, key)) {
       const auto& act = root.at(key);
       const bool ok = act.is_string() && (act.get<std::string>() == "gelu_pytorch_tanh" ||
                                           (!activation && act.get<std::string>() == "gelu"));
@@ -230,13 +232,12 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
         s.attention_factor =
             scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(s.original_max_position_embeddings));
     }
-    if (variant == LlamaVariant::Phi3 && root.contains("partial_rotary_factor") &&
-        !root.at("partial_rotary_factor").is_null())  // Phi-4-mini's 0.75: rope on part of each head
+    if (variant == LlamaVariant::Phi3 && given(root, "partial_rotary_factor"))  // Phi-4-mini's 0.75: part of each head
       STRATUM_CHECK(number_field(path, root, "partial_rotary_factor", 1.0) == 1.0, where(path),
                     ": partial_rotary_factor ", json_brief(root.at("partial_rotary_factor")),
                     " is not supported; Stratum rotates every channel of a head (1.0)");
     // Note [mistral window]: a window of W keys is full causal attention up to W tokens.
-    if (root.contains("sliding_window") && !root.at("sliding_window").is_null()) {
+    if (given(root, "sliding_window")) {
       cfg.sliding_window = int_field(path, root, "sliding_window");
       STRATUM_CHECK(cfg.sliding_window >= 1, where(path), ": sliding_window must be >= 1 or null, got ",
                     cfg.sliding_window);
@@ -401,7 +402,7 @@ GptConfig hf_config_read(const std::string& path) {
                   where(path), ": activation_function ", json_brief(act),
                   " is not supported; expected \"gelu_new\" or \"gelu_pytorch_tanh\" (GELU, tanh form)");
   }
-  if (root.contains("n_inner") && !root.at("n_inner").is_null()) {
+  if (given(root, "n_inner")) {
     const int n_inner = int_field(path, root, "n_inner");
     const std::int64_t mlp_width = 4 * static_cast<std::int64_t>(cfg.n_embd);  // n_embd is not validated yet
     STRATUM_CHECK(n_inner == mlp_width, where(path), ": n_inner = ", n_inner,
@@ -431,20 +432,19 @@ HfGenerationConfig hf_generation_config_read(const std::string& path) {
   if (!file_exists(path)) return g;
   g.present = true;
   const nlohmann::json root = json_object_read(path);
-  if (root.contains("do_sample") && !root.at("do_sample").is_null()) {
+  if (given(root, "do_sample")) {
     const auto& v = root.at("do_sample");
     STRATUM_CHECK(v.is_boolean(), where(path), ": field 'do_sample' must be true or false, got ", json_brief(v));
     g.do_sample = v.get<bool>();
   }
-  auto null_or_absent = [&](const char* key) { return !root.contains(key) || root.at(key).is_null(); };
-  if (!null_or_absent("temperature")) g.temperature = number_field(path, root, "temperature", 1.0);
+  if (given(root, "temperature")) g.temperature = number_field(path, root, "temperature", 1.0);
   STRATUM_CHECK(std::isfinite(g.temperature) && g.temperature >= 0, where(path),
                 ": field 'temperature' must be a finite number >= 0, got ", g.temperature);
-  if (!null_or_absent("top_k")) g.top_k = int_field(path, root, "top_k");
+  if (given(root, "top_k")) g.top_k = int_field(path, root, "top_k");
   STRATUM_CHECK(g.top_k >= 0, where(path), ": field 'top_k' must be >= 0, got ", g.top_k);
-  if (!null_or_absent("top_p")) g.top_p = number_field(path, root, "top_p", 1.0);
+  if (given(root, "top_p")) g.top_p = number_field(path, root, "top_p", 1.0);
   STRATUM_CHECK(g.top_p > 0 && g.top_p <= 1, where(path), ": field 'top_p' must be in (0, 1], got ", g.top_p);
-  if (!null_or_absent("repetition_penalty")) g.repetition_penalty = number_field(path, root, "repetition_penalty", 1.0);
+  if (given(root, "repetition_penalty")) g.repetition_penalty = number_field(path, root, "repetition_penalty", 1.0);
   STRATUM_CHECK(std::isfinite(g.repetition_penalty) && g.repetition_penalty > 0, where(path),
                 ": field 'repetition_penalty' must be a finite number > 0, got ", g.repetition_penalty);
   g.eos_token_ids = token_ids_field(path, root, "eos_token_id");
