@@ -17,9 +17,14 @@ namespace {
 
 using test::expect_close;
 
-std::vector<float> swiglu_fwd(ThreadPool& pool, const std::vector<float>& gate, const std::vector<float>& up) {
+// The gated activations' kernels (SwiGLU's, GeGLU's) as the helpers below take them.
+using GluForward = void (*)(ThreadPool&, float*, const float*, const float*, std::size_t);
+using GluBackward = void (*)(ThreadPool&, float*, float*, const float*, const float*, const float*, std::size_t);
+
+std::vector<float> glu_fwd(ThreadPool& pool, const std::vector<float>& gate, const std::vector<float>& up,
+                           GluForward kernel) {
   std::vector<float> out(gate.size(), std::numeric_limits<float>::quiet_NaN());  // must be overwritten
-  swiglu_forward(pool, out.data(), gate.data(), up.data(), gate.size());
+  kernel(pool, out.data(), gate.data(), up.data(), gate.size());
   return out;
 }
 
@@ -27,11 +32,11 @@ struct SwigluGrads {
   std::vector<float> dgate, dup;
 };
 
-SwigluGrads swiglu_bwd(ThreadPool& pool, const std::vector<float>& dout, const std::vector<float>& gate,
-                       const std::vector<float>& up) {
+SwigluGrads glu_bwd(ThreadPool& pool, const std::vector<float>& dout, const std::vector<float>& gate,
+                    const std::vector<float>& up, GluBackward kernel) {
   const float nan = std::numeric_limits<float>::quiet_NaN();  // must be overwritten
   SwigluGrads g{std::vector<float>(gate.size(), nan), std::vector<float>(gate.size(), nan)};
-  swiglu_backward(pool, g.dgate.data(), g.dup.data(), dout.data(), gate.data(), up.data(), gate.size());
+  kernel(pool, g.dgate.data(), g.dup.data(), dout.data(), gate.data(), up.data(), gate.size());
   return g;
 }
 
@@ -58,8 +63,8 @@ TEST(KernelSwiglu, MatchesFloat64Formula) {
     dup_ref[i] = static_cast<double>(dout[i]) * silu_ref(gate[i]);
   }
   ThreadPool pool(2);
-  expect_close(swiglu_fwd(pool, gate, up), out_ref, 2e-6, "out");
-  const SwigluGrads g = swiglu_bwd(pool, dout, gate, up);
+  expect_close(glu_fwd(pool, gate, up, swiglu_forward), out_ref, 2e-6, "out");
+  const SwigluGrads g = glu_bwd(pool, dout, gate, up, swiglu_backward);
   expect_close(g.dgate, dgate_ref, 2e-6, "dgate");
   expect_close(g.dup, dup_ref, 2e-6, "dup");
 }
@@ -73,8 +78,8 @@ TEST(KernelSwiglu, GradientsMatchFiniteDifferences) {
   const std::vector<float> w = rng.normal_f32(gate.size());
   const std::vector<double> weights(w.begin(), w.end());
   ThreadPool pool(2);
-  const SwigluGrads g = swiglu_bwd(pool, w, gate, up);
-  auto objective = [&] { return test::weighted_sum(swiglu_fwd(pool, gate, up), weights); };
+  const SwigluGrads g = glu_bwd(pool, w, gate, up, swiglu_backward);
+  auto objective = [&] { return test::weighted_sum(glu_fwd(pool, gate, up, swiglu_forward), weights); };
   test::expect_grad_matches_fd(gate, g.dgate, 1e-2, 2e-4, "dgate", objective);
   test::expect_grad_matches_fd(up, g.dup, 1e-2, 2e-4, "dup", objective);
 }
@@ -84,7 +89,7 @@ TEST(KernelSwiglu, BackwardInPlace) {
   test::TestRng rng(53);
   const std::vector<float> gate = rng.normal_f32(5003, 2.0), up = rng.normal_f32(5003), dout = rng.normal_f32(5003);
   ThreadPool pool(2);
-  const SwigluGrads ref = swiglu_bwd(pool, dout, gate, up);
+  const SwigluGrads ref = glu_bwd(pool, dout, gate, up, swiglu_backward);
   std::vector<float> buf = dout, dup(dout.size());
   swiglu_backward(pool, buf.data(), dup.data(), buf.data(), gate.data(), up.data(), buf.size());
   EXPECT_EQ(buf, ref.dgate) << "dgate aliasing dout";
@@ -102,26 +107,14 @@ TEST(KernelSwiglu, ThreadCountIndependent) {
   const std::vector<float> gate = rng.normal_f32(20000, 3.0), up = rng.normal_f32(20000), dout = rng.normal_f32(20000);
   test::expect_thread_count_independent(
       [&](ThreadPool& pool) {
-        const auto out = swiglu_fwd(pool, gate, up);
-        const SwigluGrads g = swiglu_bwd(pool, dout, gate, up);
+        const auto out = glu_fwd(pool, gate, up, swiglu_forward);
+        const SwigluGrads g = glu_bwd(pool, dout, gate, up, swiglu_backward);
         return test::concat({&out, &g.dgate, &g.dup});
       },
       "swiglu");
 }
 
 // GeGLU (Note [gemma] in model/model_config.h), the same contracts.
-SwigluGrads geglu_bwd(ThreadPool& pool, const std::vector<float>& dout, const std::vector<float>& gate,
-                      const std::vector<float>& up) {
-  const float nan = std::numeric_limits<float>::quiet_NaN();  // must be overwritten
-  SwigluGrads g{std::vector<float>(gate.size(), nan), std::vector<float>(gate.size(), nan)};
-  geglu_backward(pool, g.dgate.data(), g.dup.data(), dout.data(), gate.data(), up.data(), gate.size());
-  return g;
-}
-std::vector<float> geglu_fwd(ThreadPool& pool, const std::vector<float>& gate, const std::vector<float>& up) {
-  std::vector<float> out(gate.size(), std::numeric_limits<float>::quiet_NaN());
-  geglu_forward(pool, out.data(), gate.data(), up.data(), gate.size());
-  return out;
-}
 // torch's gelu(x, approximate="tanh") and its derivative, in double.
 double gelu_tanh_ref(double x) {
   const double k = std::sqrt(2.0 / M_PI);
@@ -147,8 +140,8 @@ TEST(KernelGeglu, MatchesFloat64Formula) {
     dup_ref[i] = static_cast<double>(dout[i]) * gelu_tanh_ref(gate[i]);
   }
   ThreadPool pool(2);
-  expect_close(geglu_fwd(pool, gate, up), out_ref, 2e-6, "out");
-  const SwigluGrads g = geglu_bwd(pool, dout, gate, up);
+  expect_close(glu_fwd(pool, gate, up, geglu_forward), out_ref, 2e-6, "out");
+  const SwigluGrads g = glu_bwd(pool, dout, gate, up, geglu_backward);
   expect_close(g.dgate, dgate_ref, 2e-5, "dgate");
   expect_close(g.dup, dup_ref, 2e-6, "dup");
 }
@@ -159,8 +152,8 @@ TEST(KernelGeglu, GradientsMatchFiniteDifferences) {
   const std::vector<float> w = rng.normal_f32(gate.size());
   const std::vector<double> weights(w.begin(), w.end());
   ThreadPool pool(2);
-  const SwigluGrads g = geglu_bwd(pool, w, gate, up);
-  auto objective = [&] { return test::weighted_sum(geglu_fwd(pool, gate, up), weights); };
+  const SwigluGrads g = glu_bwd(pool, w, gate, up, geglu_backward);
+  auto objective = [&] { return test::weighted_sum(glu_fwd(pool, gate, up, geglu_forward), weights); };
   test::expect_grad_matches_fd(gate, g.dgate, 1e-2, 2e-4, "dgate", objective);
   test::expect_grad_matches_fd(up, g.dup, 1e-2, 2e-4, "dup", objective);
 }
@@ -169,15 +162,15 @@ TEST(KernelGeglu, BackwardInPlaceAndThreadCountIndependent) {
   test::TestRng rng(57);
   const std::vector<float> gate = rng.normal_f32(20000, 3.0), up = rng.normal_f32(20000), dout = rng.normal_f32(20000);
   ThreadPool pool(2);
-  const SwigluGrads ref = geglu_bwd(pool, dout, gate, up);
+  const SwigluGrads ref = glu_bwd(pool, dout, gate, up, geglu_backward);
   std::vector<float> buf = dout, dup(dout.size());
   geglu_backward(pool, buf.data(), dup.data(), buf.data(), gate.data(), up.data(), buf.size());
   EXPECT_EQ(buf, ref.dgate) << "dgate aliasing dout";
   EXPECT_EQ(dup, ref.dup) << "dgate aliasing dout";
   test::expect_thread_count_independent(
       [&](ThreadPool& p) {
-        const auto out = geglu_fwd(p, gate, up);
-        const SwigluGrads g = geglu_bwd(p, dout, gate, up);
+        const auto out = glu_fwd(p, gate, up, geglu_forward);
+        const SwigluGrads g = glu_bwd(p, dout, gate, up, geglu_backward);
         return test::concat({&out, &g.dgate, &g.dup});
       },
       "geglu");
