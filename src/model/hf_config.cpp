@@ -149,7 +149,8 @@ void gemma3_read(const std::string& path, const nlohmann::json& root, GptConfig&
       cfg.layer_sliding[i] = sliding ? 1 : 0;
     }
   } else {
-    const int pattern = given(root, "sliding_window_pattern") ? int_field(path, root, "sliding_window_pattern") : 6;
+    const int pattern = given(root, "sliding_window_pattern") ? int_field(path, root, "sliding_window_pattern")
+                                                               : kGemma3SlidingPattern;
     STRATUM_CHECK(pattern >= 1, where(path), ": sliding_window_pattern must be >= 1, got ", pattern);
     for (int i = 0; i < cfg.n_layer; ++i) cfg.layer_sliding[static_cast<std::size_t>(i)] = (i + 1) % pattern != 0;
   }

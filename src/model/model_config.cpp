@@ -2,6 +2,7 @@
 #include "model/model_config.h"
 
 #include <cmath>
+#include <string_view>
 
 #include "stratum/error.h"
 
@@ -110,7 +111,7 @@ void GptConfig::validate() const {
 
 bool GptConfig::layer_local_rope(int l) const {
   if (!gemma3() || l < 0 || l >= n_layer) return false;
-  if (layer_sliding.empty()) return (l + 1) % 6 != 0;  // Gemma3TextConfig's sliding_window_pattern 6
+  if (layer_sliding.empty()) return (l + 1) % kGemma3SlidingPattern != 0;
   return layer_sliding[static_cast<std::size_t>(l)] != 0;
 }
 
@@ -126,13 +127,19 @@ void GptConfig::backend_check(Backend backend, const char* who) const {
                 ") have no ", backend_name(backend), " kernels yet: use --backend cpu");
 }
 
+std::pair<int, const char*> GptConfig::context_limit() const {
+  std::pair<int, const char*> limit{n_ctx, "n_ctx"};
+  // Note [mistral window]; Gemma 3's window is its sliding layers' attention (Note [gemma3]).
+  if (sliding_window > 0 && sliding_window < limit.first && !gemma3()) limit = {sliding_window, "sliding_window"};
+  if (rope_scaling.type == RopeScaling::Type::LongRope && rope_scaling.original_max_position_embeddings < limit.first)
+    limit = {rope_scaling.original_max_position_embeddings, "original_max_position_embeddings"};  // Note [longrope]
+  return limit;
+}
+
 std::string GptConfig::context_text() const {
-  const int c = context();
-  if (c == n_ctx) return "n_ctx=" + std::to_string(c);
-  if (rope_scaling.type == RopeScaling::Type::LongRope && c == rope_scaling.original_max_position_embeddings &&
-      !(sliding_window > 0 && sliding_window == c))
-    return "original_max_position_embeddings=" + std::to_string(c) + " (longrope's short factors)";
-  return "sliding_window=" + std::to_string(c);
+  const auto [tokens, name] = context_limit();
+  const bool longrope = std::string_view(name) == "original_max_position_embeddings";
+  return std::string(name) + "=" + std::to_string(tokens) + (longrope ? " (longrope's short factors)" : "");
 }
 
 std::string GptConfig::describe() const {

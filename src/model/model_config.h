@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -72,6 +73,9 @@ enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3, Gemma, Gemma3 };
 // so context() caps every sequence (training --seq, a generated sequence's prompt and tokens, the
 // planner's) at the window instead of attending over fewer keys; sliding_window null (Mistral 7B
 // v0.2 and later) leaves max_position_embeddings. Saved as MistralForCausalLM with its window.
+// Gemma3TextConfig's default sliding_window_pattern: every 6th layer is a full one.
+inline constexpr int kGemma3SlidingPattern = 6;
+
 struct GptConfig {
   ModelArch arch = ModelArch::Gpt2;
   int n_layer = 0;     // transformer blocks (L)
@@ -91,7 +95,8 @@ struct GptConfig {
   LlamaVariant variant = LlamaVariant::Llama;
   int sliding_window = 0;  // Mistral's, Phi-3's and Gemma 3's sliding_window; 0 = none (null)
   // Gemma 3 (Note [gemma3]): per layer, whether it is a sliding layer (empty: Gemma 3's pattern,
-  // each 6th layer full), and the sliding layers' rotary base (rope_local_base_freq, unscaled).
+  // each kGemma3SlidingPattern-th layer full), and the sliding layers' rotary base
+  // (rope_local_base_freq, unscaled).
   std::vector<std::uint8_t> layer_sliding;
   double rope_local_theta = 10000.0;
   // Token ids from config.json (-1 when absent); eos may list several (Llama 3 instruct).
@@ -127,14 +132,12 @@ struct GptConfig {
   // sliding window when that is shorter.
   // A LongRoPE model (Note [longrope] in ops/rope_table.h) runs its short factors only: up to
   // original_max_position_embeddings.
-  int context() const {
-    int c = sliding_window > 0 && sliding_window < n_ctx && !gemma3() ? sliding_window : n_ctx;
-    if (rope_scaling.type == RopeScaling::Type::LongRope && rope_scaling.original_max_position_embeddings < c)
-      c = rope_scaling.original_max_position_embeddings;
-    return c;
-  }
-  // "n_ctx=1024", "sliding_window=4096" or "original_max_position_embeddings=4096 (longrope)":
-  // what limits context(), for messages.
+  int context() const { return context_limit().first; }
+  // What limits context() and its config.json name: n_ctx, a Mistral's or Phi-3's
+  // sliding_window, or longrope's original_max_position_embeddings.
+  std::pair<int, const char*> context_limit() const;
+  // "n_ctx=1024", "sliding_window=4096" or "original_max_position_embeddings=4096 (longrope's
+  // short factors)": context_limit(), for messages.
   std::string context_text() const;
   int head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
