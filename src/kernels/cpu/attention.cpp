@@ -86,10 +86,14 @@ inline void mul_row(float* row, int n, float inv) {
 // blocking, and a window of at least t + 1 keys gives exactly the unwindowed arithmetic.
 inline int window_first(int t, int window) { return window > 0 && t >= window ? t - window + 1 : 0; }
 
-// Scores of row[0..n) -> softmax probabilities in place (Note [softmax row replay]); stats
-// receives {max of the scaled scores, 1 / sum of the exps}. Shared by the forward and the cached
-// variant (Note [cached attention bits]).
-inline void softmax_row(float* row, int n, float scale, float* stats) {
+// Scores of row[lo..n) -> softmax probabilities in place (Note [softmax row replay]), row[0..lo)
+// -> 0 (the keys outside the window, Note [sliding window]); stats receives {max of the scaled
+// scores, 1 / sum of the exps}. Shared by the forward and the cached variant (Note [cached
+// attention bits]).
+inline void softmax_row(float* row, int lo, int n, float scale, float* stats) {
+  std::fill_n(row, lo, 0.0f);
+  row += lo;
+  n -= lo;
   scale_row(row, n, scale);
   const float mx = simd::max_f32(row, n);
   exp_row(row, n, mx);
@@ -348,12 +352,9 @@ STRATUM_INLINE void forward_block(float* y, std::size_t y_stride, float* stats, 
                                   std::size_t x_stride, int T0, int nb, const float* tiles, const float* v,
                                   std::size_t v_stride, int hd, int ld, float scale, int window) {
   block_scores(rows, x, x_stride, T0, nb, tiles, hd, ld);
-  for (int r = 0; r < nb; ++r) {  // Note [sliding window]: keys [lo, T0 + r]
-    float* row = rows + static_cast<std::size_t>(r) * ld;
-    const int lo = window_first(T0 + r, window);
-    std::fill_n(row, lo, 0.0f);
-    softmax_row(row + lo, T0 + r + 1 - lo, scale, stats + 2 * r);
-  }
+  for (int r = 0; r < nb; ++r)  // Note [sliding window]: keys [lo, T0 + r]
+    softmax_row(rows + static_cast<std::size_t>(r) * ld, window_first(T0 + r, window), T0 + r + 1, scale,
+                stats + 2 * r);
   block_probs_times(y, y_stride, rows, T0, nb, v, v_stride, hd, ld);
 }
 
@@ -479,9 +480,7 @@ void attention_cached_pairs(float* out, float* scratch, int slot, const float* q
         const int n = past[b] + t + 1;
         const std::size_t r = (b * Tn + t) * row_w + static_cast<std::size_t>(h) * hd;
         row_times_rows(rows, q + r, kcache + cache, n, hd);
-        const int lo = window_first(n - 1, window);  // Note [sliding window]
-        std::fill_n(rows, lo, 0.0f);
-        softmax_row(rows + lo, n - lo, scale, stats);
+        softmax_row(rows, window_first(n - 1, window), n, scale, stats);  // Note [sliding window]
         row_times_v(out + r, rows, n, vcache + cache, static_cast<std::size_t>(hd), hd);
       }
       continue;
