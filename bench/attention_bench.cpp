@@ -5,7 +5,9 @@
 // products (2 in the forward, 5 in the backward, causal halves: 7 * 2 * T(T+1)/2 * hd * H * B
 // FLOPs) take at the sgemm rate measured on this machine in the same run.
 //   attention_bench [--threads N] [--heads H] [--kv-heads KV] [--head-dim hd] [--batch B]
-//                   [--seq T,T,...] [--reps R] [--row-chunk R]
+//                   [--seq T,T,...] [--reps R] [--row-chunk R] [--window W]
+// --window: a sliding window of W keys (Note [sliding window]; default 0, none); the FLOPs then
+// count the (query, key) pairs inside the window instead of the causal half.
 // --row-chunk: the query rows per call, in increasing order, as the blocks call it (Note [attention
 // row ranges]; default the blocks' kRowChunk, 0: every row in one call).
 #include <algorithm>
@@ -35,7 +37,7 @@ double measure_sgemm_gflops() { return stratum::bench::sgemm_gflops({{1024, 1024
 
 int run(int argc, char** argv) {
   stratum::blas_prepare_process(argv);
-  int threads = 2, H = 12, KV = -1, hd = 64, B = 1, reps = 5, row_chunk = stratum::kRowChunk;
+  int threads = 2, H = 12, KV = -1, hd = 64, B = 1, reps = 5, row_chunk = stratum::kRowChunk, window = 0;
   std::vector<int> seqs = {256, 1024, 4096};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -51,6 +53,7 @@ int run(int argc, char** argv) {
     else if (a == "--seq") seqs = stratum::bench::parse_int_list(next());
     else if (a == "--reps") reps = std::atoi(next());
     else if (a == "--row-chunk") row_chunk = std::atoi(next());
+    else if (a == "--window") window = std::atoi(next());
     else STRATUM_FAIL("attention_bench: unknown argument ", a);
   }
   if (KV < 0) KV = H;
@@ -74,12 +77,12 @@ int run(int argc, char** argv) {
     auto forward = [&] {
       for (int r0 = 0; r0 < BTi; r0 += R)
         stratum::attention_forward(pool, out.data() + r0 * row, stats.data(), scratch.data(), qkv.data(), B, T, H, KV,
-                                   hd, r0, std::min(R, BTi - r0));
+                                   hd, r0, std::min(R, BTi - r0), window);
     };
     auto backward = [&] {
       for (int r0 = 0; r0 < BTi; r0 += R)
         stratum::attention_backward(pool, dqkv.data(), scratch.data(), dout.data() + r0 * row, qkv.data(), stats.data(),
-                                    B, T, H, KV, hd, r0, std::min(R, BTi - r0));
+                                    B, T, H, KV, hd, r0, std::min(R, BTi - r0), window);
     };
     std::vector<double> fwd, bwd;
     // Warm-up: the first size runs untimed for half a second (the first runs are up to 2x slower:
@@ -103,12 +106,14 @@ int run(int argc, char** argv) {
   for (const Row& row : rows) {
     const int T = row.T;
     const double f = row.f, b = row.b;
-    const double flops = 7.0 * 2.0 * (static_cast<double>(T) * (T + 1) / 2) * hd * H * B;
+    double pairs = 0;  // (query, key) pairs attended: the causal half, or those inside the window
+    for (int t = 0; t < T; ++t) pairs += window > 0 ? std::min(t + 1, window) : t + 1;
+    const double flops = 7.0 * 2.0 * pairs * hd * H * B;
     const double ideal = flops / (gflops * 1e9);
-    std::printf("{\"T\": %d, \"row_chunk\": %d, \"B\": %d, \"H\": %d, \"KV\": %d, \"hd\": %d, \"threads\": %d, \"forward_ms\": %.2f, "
+    std::printf("{\"T\": %d, \"window\": %d, \"row_chunk\": %d, \"B\": %d, \"H\": %d, \"KV\": %d, \"hd\": %d, \"threads\": %d, \"forward_ms\": %.2f, "
                 "\"backward_ms\": %.2f, \"kept_bytes\": %zu, \"scratch_bytes\": %zu, \"sgemm_gflops\": %.1f, "
                 "\"vs_sgemm_time\": %.2f}\n",
-                T, row_chunk, B, H, KV, hd, threads, f * 1e3, b * 1e3, row.kept, row.scratch, gflops, (f + b) / ideal);
+                T, window, row_chunk, B, H, KV, hd, threads, f * 1e3, b * 1e3, row.kept, row.scratch, gflops, (f + b) / ideal);
     std::fflush(stdout);
   }
   return 0;

@@ -79,19 +79,27 @@ inline void mul_row(float* row, int n, float inv) {
 }
 
 // Note [sliding window]: with a window W > 0 the query at position t attends to the keys lo(t) =
-// max(0, t - W + 1) .. t only (Gemma 3's sliding layers: transformers' i - j < W). The scores of
-// the keys before lo(t) are still computed with the block's (the tiles are shared by the rows),
-// but the softmax (and its replay) runs over [lo(t), t] and their probabilities are set to 0, so
-// every product with them adds a zero: the bits of attending to [lo(t), t] alone, whatever the
-// blocking, and a window of at least t + 1 keys gives exactly the unwindowed arithmetic.
+// max(0, t - W + 1) .. t only (Gemma 3's sliding layers: transformers' i - j < W). A block of rows
+// T0.. starts at the key tile holding lo(T0), its first row's first key (block_first_key): the
+// tiles before it are never read, so a sliding layer costs O(T * (W + 2 kKeyTile)) instead of
+// O(T^2). Inside the tiles it reads, the keys before a row's lo(t) still get scores (the tiles are
+// shared by the rows), but the softmax (and its replay) runs over [lo(t), t] and their
+// probabilities are set to 0, so every product with them adds a zero to a sum that started from
+// +0.0f and has only ever added zeros (still +0.0f, as if it started at the row's first key): the
+// bits of attending to [lo(t), t] alone, whatever the blocking (the test compares each row with
+// an unwindowed call on its window's keys alone), and a window of at least t + 1 keys gives
+// exactly the unwindowed arithmetic.
 inline int window_first(int t, int window) { return window > 0 && t >= window ? t - window + 1 : 0; }
+// The first key (a multiple of kKeyTile) a block of rows from T0 reads: Note [sliding window].
+constexpr int kKeyTile = 32;  // keys per packed tile (Note [attention row blocks])
+inline int block_first_key(int T0, int window) { return window_first(T0, window) / kKeyTile * kKeyTile; }
 
-// Scores of row[lo..n) -> softmax probabilities in place (Note [softmax row replay]), row[0..lo)
-// -> 0 (the keys outside the window, Note [sliding window]); stats receives {max of the scaled
-// scores, 1 / sum of the exps}. Shared by the forward and the cached variant (Note [cached
-// attention bits]).
-inline void softmax_row(float* row, int lo, int n, float scale, float* stats) {
-  std::fill_n(row, lo, 0.0f);
+// Scores of row[lo..n) -> softmax probabilities in place (Note [softmax row replay]), row[c0..lo)
+// -> 0 (the keys outside the window its block still reads from c0, Note [sliding window]); stats
+// receives {max of the scaled scores, 1 / sum of the exps}. Shared by the forward and the cached
+// variant (Note [cached attention bits]).
+inline void softmax_row(float* row, int c0, int lo, int n, float scale, float* stats) {
+  std::fill(row + c0, row + lo, 0.0f);
   row += lo;
   n -= lo;
   scale_row(row, n, scale);
@@ -112,9 +120,6 @@ inline void row_times_v(float* y, const float* row, int n, const float* v, std::
     for (int i = 0; i < hd; ++i) y[i] += a * vr[i];
   }
 }
-
-// Keys per packed tile (Note [attention row blocks]).
-constexpr int kKeyTile = 32;
 
 // The scratch: one slot per thread (Note [deterministic partition]: parallel_for's ranges are
 // contiguous and in order, one per thread), each [K tiles | V tiles | rows | dk dv]. The keys and
@@ -214,11 +219,11 @@ STRATUM_INLINE void score_tile(float* out, const float* x, std::size_t x_stride,
   }
 }
 
-// Scores of the block's nb query rows T0.. (row r: x + r * x_stride) against keys [0, T0 + r] at
-// least, into out (nb, ld); tiles: the packed keys.
+// Scores of the block's nb query rows T0.. (row r: x + r * x_stride) against keys [first, T0 + r]
+// at least, into out (nb, ld); tiles: the packed keys; first: a multiple of kKeyTile.
 STRATUM_INLINE void block_scores(float* out, const float* x, std::size_t x_stride, int T0, int nb,
-                                 const float* tiles, int hd, int ld) {
-  for (int c0 = 0; c0 < T0 + nb; c0 += kKeyTile) {
+                                 const float* tiles, int hd, int ld, int first) {
+  for (int c0 = first; c0 < T0 + nb; c0 += kKeyTile) {
     const float* tile = tiles + static_cast<std::size_t>(c0) * hd;
     int r = 0;
     for (; r + kRows <= nb; r += kRows)
@@ -277,20 +282,21 @@ STRATUM_INLINE void probs_tile(float* y, std::size_t y_stride, const float* p, i
     }
 }
 
-// y rows of the block's nb query rows T0.. = their p rows times v (probs_tile), keys tile by tile.
+// y rows of the block's nb query rows T0.. = their p rows times v (probs_tile), keys tile by tile
+// from first (a multiple of kKeyTile: the p of the keys before it are 0, Note [sliding window]).
 STRATUM_INLINE void block_probs_times(float* y, std::size_t y_stride, const float* p, int T0, int nb,
-                                      const float* v, std::size_t v_stride, int hd, int ld) {
-  for (int c0 = 0; c0 < T0 + nb; c0 += kKeyTile) {
+                                      const float* v, std::size_t v_stride, int hd, int ld, int first) {
+  for (int c0 = first; c0 < T0 + nb; c0 += kKeyTile) {
     const int c1 = std::min(c0 + kKeyTile, T0 + nb);
     int r = 0;
     for (; r + kRows <= nb; r += kRows)
       if (c0 < T0 + r + kRows)
         probs_tile<kRows>(y + r * y_stride, y_stride, p + static_cast<std::size_t>(r) * ld, T0 + r, c0, c1, v,
-                          v_stride, hd, ld, c0 == 0);
+                          v_stride, hd, ld, c0 == first);
     for (; r < nb; ++r)
       if (c0 <= T0 + r)
         probs_tile<1>(y + r * y_stride, y_stride, p + static_cast<std::size_t>(r) * ld, T0 + r, c0, c1, v, v_stride,
-                      hd, ld, c0 == 0);
+                      hd, ld, c0 == first);
   }
 }
 
@@ -317,13 +323,13 @@ STRATUM_INLINE void rank_update_pair(float* d0, float* d1, const float* c, int t
   for (int j = 0; j < NV; ++j) store16(d0 + i0 + 16 * j, a0[j]), store16(d1 + i0 + 16 * j, a1[j]);
 }
 
-// dst[t2][i] += c[r][t2] * x[r][i] for t2 in [0, T0 + nb), the block's rows r with t2 <= T0 + r in
-// increasing order (row r of c at c + r * ld, x[r] at x + r * x_stride, dst row t2 at dst + t2 *
-// d_stride).
+// dst[t2][i] += c[r][t2] * x[r][i] for t2 in [first, T0 + nb), the block's rows r with t2 <= T0 + r
+// in increasing order (row r of c at c + r * ld, x[r] at x + r * x_stride, dst row t2 at dst + t2 *
+// d_stride); the c of the keys before first are 0 (Note [sliding window]).
 STRATUM_INLINE void block_rank_update(float* dst, std::size_t d_stride, const float* c, int T0, int nb,
-                                      const float* x, std::size_t x_stride, int hd, int ld) {
+                                      const float* x, std::size_t x_stride, int hd, int ld, int first) {
   auto first_row = [&](int t2) { return t2 > T0 ? t2 - T0 : 0; };
-  int t2 = 0;
+  int t2 = first;
   for (; t2 + 2 <= T0 + nb; t2 += 2) {
     float* d0 = dst + t2 * d_stride;
     float* d1 = d0 + d_stride;
@@ -351,11 +357,12 @@ STRATUM_INLINE void block_rank_update(float* dst, std::size_t d_stride, const fl
 STRATUM_INLINE void forward_block(float* y, std::size_t y_stride, float* stats, float* rows, const float* x,
                                   std::size_t x_stride, int T0, int nb, const float* tiles, const float* v,
                                   std::size_t v_stride, int hd, int ld, float scale, int window) {
-  block_scores(rows, x, x_stride, T0, nb, tiles, hd, ld);
-  for (int r = 0; r < nb; ++r)  // Note [sliding window]: keys [lo, T0 + r]
-    softmax_row(rows + static_cast<std::size_t>(r) * ld, window_first(T0 + r, window), T0 + r + 1, scale,
+  const int first = block_first_key(T0, window);  // Note [sliding window]: keys [lo, T0 + r]
+  block_scores(rows, x, x_stride, T0, nb, tiles, hd, ld, first);
+  for (int r = 0; r < nb; ++r)
+    softmax_row(rows + static_cast<std::size_t>(r) * ld, first, window_first(T0 + r, window), T0 + r + 1, scale,
                 stats + 2 * r);
-  block_probs_times(y, y_stride, rows, T0, nb, v, v_stride, hd, ld);
+  block_probs_times(y, y_stride, rows, T0, nb, v, v_stride, hd, ld, first);
 }
 
 STRATUM_SIMD_CLONES
@@ -421,32 +428,33 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
         const float* q = base + T0 * W + lay.q(h);
         const float* dy = dout + (sr.local0 + (T0 - q0)) * out_w + lay.q(h);  // the block's rows of dout
         // The forward's probabilities (Note [softmax row replay]), over its window (Note [sliding window]).
-        block_scores(prow, q, W, T0, nb, kt, hd, ld);
+        const int first = block_first_key(T0, window);
+        block_scores(prow, q, W, T0, nb, kt, hd, ld, first);
         for (int r = 0; r < nb; ++r) {
           float* row = prow + static_cast<std::size_t>(r) * ld;
           const int lo = window_first(T0 + r, window), n = T0 + r + 1 - lo;
-          std::fill_n(row, lo, 0.0f);
+          std::fill(row + first, row + lo, 0.0f);
           scale_row(row + lo, n, scale);
           exp_row(row + lo, n, st[(T0 + r) * 2]);
           mul_row(row + lo, n, st[(T0 + r) * 2 + 1]);
         }
         // datt[t2] = dy . v[t2];  dv[t2] += att[t][t2] * dy
-        block_scores(drow, dy, out_w, T0, nb, vt, hd, ld);
-        block_rank_update(dv, hd, prow, T0, nb, dy, out_w, hd, ld);
+        block_scores(drow, dy, out_w, T0, nb, vt, hd, ld, first);
+        block_rank_update(dv, hd, prow, T0, nb, dy, out_w, hd, ld, first);
         // softmax backward: dpre[t2] = att[t2] * (datt[t2] - sum_j att[j] datt[j])
         for (int r = 0; r < nb; ++r) {
           const int lo = window_first(T0 + r, window);
           const float* pr = prow + static_cast<std::size_t>(r) * ld + lo;
           float* dr = drow + static_cast<std::size_t>(r) * ld;
-          std::fill_n(dr, lo, 0.0f);  // keys outside the window (Note [sliding window])
+          std::fill(dr + first, dr + lo, 0.0f);  // keys outside the window (Note [sliding window])
           dr += lo;
           const int n = T0 + r + 1 - lo;
           const float s = simd::dot_f32(pr, dr, n);
           for (int t2 = 0; t2 < n; ++t2) dr[t2] = pr[t2] * (dr[t2] - s) * scale;
         }
         // dq[t] = sum_t2 dpre[t2] k[t2];  dk[t2] += dpre[t2] * q[t]
-        block_probs_times(dbase + T0 * W + lay.q(h), W, drow, T0, nb, base + lay.k(kvh), W, hd, ld);
-        block_rank_update(dk, hd, drow, T0, nb, q, W, hd, ld);
+        block_probs_times(dbase + T0 * W + lay.q(h), W, drow, T0, nb, base + lay.k(kvh), W, hd, ld, first);
+        block_rank_update(dk, hd, drow, T0, nb, q, W, hd, ld, first);
       }
     }
     for (int t = 0; t < q1; ++t) {
@@ -476,12 +484,13 @@ void attention_cached_pairs(float* out, float* scratch, int slot, const float* q
     const std::size_t cache = (b * KV + kvh) * static_cast<std::size_t>(max_T) * hd;
     float stats[2 * kBlockRows];  // not kept
     if (Tn < kRows) {
-      for (int t = 0; t < Tn; ++t) {
-        const int n = past[b] + t + 1;
+      for (int t = 0; t < Tn; ++t) {  // Note [sliding window]: keys [lo, n) only
+        const int lo = window_first(past[b] + t, window), n = past[b] + t + 1 - lo;
         const std::size_t r = (b * Tn + t) * row_w + static_cast<std::size_t>(h) * hd;
-        row_times_rows(rows, q + r, kcache + cache, n, hd);
-        softmax_row(rows, window_first(n - 1, window), n, scale, stats);  // Note [sliding window]
-        row_times_v(out + r, rows, n, vcache + cache, static_cast<std::size_t>(hd), hd);
+        const std::size_t kv0 = cache + static_cast<std::size_t>(lo) * hd;
+        row_times_rows(rows, q + r, kcache + kv0, n, hd);
+        softmax_row(rows, 0, 0, n, scale, stats);
+        row_times_v(out + r, rows, n, vcache + kv0, static_cast<std::size_t>(hd), hd);
       }
       continue;
     }
