@@ -5,9 +5,10 @@
 // products (2 in the forward, 5 in the backward, causal halves: 7 * 2 * T(T+1)/2 * hd * H * B
 // FLOPs) take at the sgemm rate measured on this machine in the same run.
 //   attention_bench [--threads N] [--heads H] [--kv-heads KV] [--head-dim hd] [--batch B]
-//                   [--seq T,T,...] [--reps R] [--row-chunk R] [--window W]
+//                   [--seq T,T,...] [--reps R] [--row-chunk R] [--window W] [--softcap S]
 // --window: a sliding window of W keys (Note [sliding window]; default 0, none); the FLOPs then
-// count the (query, key) pairs inside the window instead of the causal half.
+// count the (query, key) pairs inside the window instead of the causal half. --softcap: Gemma 2's
+// soft-capping of the scores at S (Note [softcapping]; default 0, none).
 // --row-chunk: the query rows per call, in increasing order, as the blocks call it (Note [attention
 // row ranges]; default the blocks' kRowChunk, 0: every row in one call).
 #include <algorithm>
@@ -38,6 +39,7 @@ double measure_sgemm_gflops() { return stratum::bench::sgemm_gflops({{1024, 1024
 int run(int argc, char** argv) {
   stratum::blas_prepare_process(argv);
   int threads = 2, H = 12, KV = -1, hd = 64, B = 1, reps = 5, row_chunk = stratum::kRowChunk, window = 0;
+  float softcap = 0.0f;
   std::vector<int> seqs = {256, 1024, 4096};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -54,9 +56,11 @@ int run(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(next());
     else if (a == "--row-chunk") row_chunk = std::atoi(next());
     else if (a == "--window") window = std::atoi(next());
+    else if (a == "--softcap") softcap = static_cast<float>(std::atof(next()));
     else STRATUM_FAIL("attention_bench: unknown argument ", a);
   }
   if (KV < 0) KV = H;
+  const stratum::AttentionScores scores{window, softcap};
   stratum::blas_set_threads(threads);
   stratum::ThreadPool pool(threads);
   // The sgemm rate is measured after the kernel: OpenBLAS's threads spin for a while after a
@@ -77,12 +81,12 @@ int run(int argc, char** argv) {
     auto forward = [&] {
       for (int r0 = 0; r0 < BTi; r0 += R)
         stratum::attention_forward(pool, out.data() + r0 * row, stats.data(), scratch.data(), qkv.data(), B, T, H, KV,
-                                   hd, r0, std::min(R, BTi - r0), window);
+                                   hd, r0, std::min(R, BTi - r0), scores);
     };
     auto backward = [&] {
       for (int r0 = 0; r0 < BTi; r0 += R)
         stratum::attention_backward(pool, dqkv.data(), scratch.data(), dout.data() + r0 * row, qkv.data(), stats.data(),
-                                    B, T, H, KV, hd, r0, std::min(R, BTi - r0), window);
+                                    B, T, H, KV, hd, r0, std::min(R, BTi - r0), scores);
     };
     std::vector<double> fwd, bwd;
     // Warm-up: the first size runs untimed for half a second (the first runs are up to 2x slower:
@@ -110,10 +114,10 @@ int run(int argc, char** argv) {
     for (int t = 0; t < T; ++t) pairs += window > 0 ? std::min(t + 1, window) : t + 1;
     const double flops = 7.0 * 2.0 * pairs * hd * H * B;
     const double ideal = flops / (gflops * 1e9);
-    std::printf("{\"T\": %d, \"window\": %d, \"row_chunk\": %d, \"B\": %d, \"H\": %d, \"KV\": %d, \"hd\": %d, \"threads\": %d, \"forward_ms\": %.2f, "
+    std::printf("{\"T\": %d, \"window\": %d, \"softcap\": %g, \"row_chunk\": %d, \"B\": %d, \"H\": %d, \"KV\": %d, \"hd\": %d, \"threads\": %d, \"forward_ms\": %.2f, "
                 "\"backward_ms\": %.2f, \"kept_bytes\": %zu, \"scratch_bytes\": %zu, \"sgemm_gflops\": %.1f, "
                 "\"vs_sgemm_time\": %.2f}\n",
-                T, window, row_chunk, B, H, KV, hd, threads, f * 1e3, b * 1e3, row.kept, row.scratch, gflops, (f + b) / ideal);
+                T, window, softcap, row_chunk, B, H, KV, hd, threads, f * 1e3, b * 1e3, row.kept, row.scratch, gflops, (f + b) / ideal);
     std::fflush(stdout);
   }
   return 0;

@@ -68,10 +68,10 @@ AttRun cpu_run(const CrossBackend& xb, const Shape& s, const std::vector<float>&
   const std::size_t row = static_cast<std::size_t>(s.H) * s.hd;
   for (auto [r0, r1] : ranges)
     xb.cpu().attention_forward(r.out.data() + r0 * row, r.stats.data(), scratch.data(), qkv.data(), s.B, s.T, s.H,
-                               s.KV, s.hd, r0, r1 - r0, 0);
+                               s.KV, s.hd, r0, r1 - r0, {});
   for (auto [r0, r1] : ranges)
     xb.cpu().attention_backward(r.dqkv.data(), scratch.data(), dout.data() + r0 * row, qkv.data(), r.stats.data(), s.B,
-                                s.T, s.H, s.KV, s.hd, r0, r1 - r0, 0);
+                                s.T, s.H, s.KV, s.hd, r0, r1 - r0, {});
   return r;
 }
 
@@ -87,10 +87,10 @@ AttRun gpu_run(const CrossBackend& xb, const Shape& s, const std::vector<float>&
   const std::size_t row = static_cast<std::size_t>(s.H) * s.hd;
   for (auto [r0, r1] : ranges)
     xb.gpu().attention_forward(d_out.d() + r0 * row, d_stats.d(), d_scratch.d(), d_qkv.d(), s.B, s.T, s.H, s.KV, s.hd,
-                               r0, r1 - r0, 0);
+                               r0, r1 - r0, {});
   for (auto [r0, r1] : ranges)
     xb.gpu().attention_backward(d_dqkv.d(), d_scratch.d(), d_dout.d() + r0 * row, d_qkv.d(), d_stats.d(), s.B, s.T,
-                                s.H, s.KV, s.hd, r0, r1 - r0, 0);
+                                s.H, s.KV, s.hd, r0, r1 - r0, {});
   return {CrossBackend::down(d_out), CrossBackend::down(d_stats), CrossBackend::down(d_dqkv)};
 }
 
@@ -193,13 +193,13 @@ TEST(CudaAttention, CachedMatchesCpuAndForward) {
         std::vector<float> want(q.size(), kNaN);
         std::vector<float> scratch(xb.cpu().attention_cached_scratch_floats(hd, max_T), kNaN);
         xb.cpu().attention_cached(want.data(), scratch.data(), q.data(), kcache.data(), vcache.data(), B, Tn,
-                                  past.data(), max_T, H, KV, hd, 0);
+                                  past.data(), max_T, H, KV, hd, {});
         const auto d_q = CrossBackend::up(q), d_k = CrossBackend::up(kcache), d_v = CrossBackend::up(vcache);
         const auto d_past = CrossBackend::up(past);
         const auto d_out = CrossBackend::filled<float>(q.size(), kNaN);
         const auto d_scratch = CrossBackend::filled<float>(xb.gpu().attention_cached_scratch_floats(hd, max_T), kNaN);
         xb.gpu().attention_cached(d_out.d(), d_scratch.d(), d_q.d(), d_k.d(), d_v.d(), B, Tn, d_past.d(), max_T, H,
-                                  KV, hd, 0);
+                                  KV, hd, {});
         const std::vector<float> got = CrossBackend::down(d_out);
         expect_close(got, want, kTol, tag + " cached vs cpu");
         expect_close(got, want_fwd, kTol, tag + " cached vs gpu forward");
@@ -221,7 +221,7 @@ TEST(CudaAttention, CachedPastOutOfRangeGivesNaN) {
   const auto d_past = CrossBackend::up(std::vector<int>{3, max_T - Tn + 1});
   const auto d_out = CrossBackend::filled<float>(B * Tn * row, 0.0f);
   const auto d_scratch = CrossBackend::filled<float>(xb.gpu().attention_cached_scratch_floats(hd, max_T), kNaN);
-  xb.gpu().attention_cached(d_out.d(), d_scratch.d(), d_q.d(), d_k.d(), d_v.d(), B, Tn, d_past.d(), max_T, H, KV, hd, 0);
+  xb.gpu().attention_cached(d_out.d(), d_scratch.d(), d_q.d(), d_k.d(), d_v.d(), B, Tn, d_past.d(), max_T, H, KV, hd, {});
   const std::vector<float> out = CrossBackend::down(d_out);
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (i < Tn * row)
@@ -266,11 +266,11 @@ TEST(CudaAttention, RejectsHeadSizeAbove128) {
   STRATUM_REQUIRE_CUDA();
   CrossBackend xb;
   EXPECT_THROW(xb.gpu().attention_scratch_floats(1, 4, 2, 2, 129), Error);
-  EXPECT_THROW(xb.gpu().attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 2, 129, 0, 4, 0), Error);
-  EXPECT_THROW(xb.gpu().attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 2, 129, 0, 4, 0), Error);
-  EXPECT_THROW(xb.gpu().attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 2, 64, 2, 3, 0), Error);  // rows
+  EXPECT_THROW(xb.gpu().attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 2, 129, 0, 4, AttentionScores{}), Error);
+  EXPECT_THROW(xb.gpu().attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 2, 129, 0, 4, AttentionScores{}), Error);
+  EXPECT_THROW(xb.gpu().attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 2, 2, 64, 2, 3, AttentionScores{}), Error);  // rows
   EXPECT_THROW(xb.gpu().attention_cached_scratch_floats(129, 16), Error);
-  EXPECT_THROW(xb.gpu().attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 3, 2, 64, 0, 4, 0), Error);  // H % KV
+  EXPECT_THROW(xb.gpu().attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 4, 3, 2, 64, 0, 4, AttentionScores{}), Error);  // H % KV
 }
 
 }  // namespace

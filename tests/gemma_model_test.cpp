@@ -169,8 +169,8 @@ TEST(Gemma, Gemma3ConfigReadsItsLayerTypesAndWindowAndWritesThemBack) {
   EXPECT_STREQ(cfg.family(), "gemma3_text");
   EXPECT_EQ(cfg.sliding_window, 512);
   EXPECT_EQ(cfg.context(), 32768);  // Note [gemma3]: the sliding layers attend within their window
-  EXPECT_EQ(cfg.layer_window(0), 512);
-  EXPECT_EQ(cfg.layer_window(5), 0);  // a full layer
+  EXPECT_EQ(cfg.layer_scores(0).window, 512);
+  EXPECT_EQ(cfg.layer_scores(5).window, 0);  // a full layer
   EXPECT_EQ(cfg.rope_theta, 1e6);
   EXPECT_EQ(cfg.rope_local_theta, 1e4);
   EXPECT_EQ(cfg.eos_token_ids, (std::vector<std::int32_t>{1, 106}));

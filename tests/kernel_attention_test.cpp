@@ -59,8 +59,12 @@ struct AttRef {
   std::vector<double> out, att, dqkv;
 };
 
-// window > 0: row t attends to keys t - window + 1 .. t only (Note [sliding window]).
-AttRef att_reference(const std::vector<float>& qkv, const std::vector<float>& dout, Shape s, int window = 0) {
+// scores.window > 0: row t attends to keys t - window + 1 .. t only (Note [sliding window]);
+// scores.softcap > 0: each scaled score u is softcap * tanh(u / softcap) (Note [softcapping]).
+AttRef att_reference(const std::vector<float>& qkv, const std::vector<float>& dout, Shape s,
+                     AttentionScores scores = {}) {
+  const int window = scores.window;
+  const double cap = scores.softcap;
   const int hd = s.C / s.H, C3 = 3 * s.C;
   AttRef r{std::vector<double>(s.out(), 0.0), std::vector<double>(s.att(), 0.0), std::vector<double>(s.qkv(), 0.0)};
   auto at = [&](int b, int t, int part, int h, int i) { return (static_cast<std::size_t>(b) * s.T + t) * C3 + part * s.C + h * hd + i; };
@@ -69,12 +73,14 @@ AttRef att_reference(const std::vector<float>& qkv, const std::vector<float>& do
       for (int t = 0; t < s.T; ++t) {
         double* p = &r.att[((static_cast<std::size_t>(b) * s.H + h) * s.T + t) * s.T];
         double mx = -INFINITY, sum = 0.0;
+        std::vector<double> tanh_u(t + 1, 0.0);  // the capped scores' tanh(u / softcap)
         const int lo = window > 0 ? std::max(0, t - window + 1) : 0;
         for (int t2 = 0; t2 < lo; ++t2) p[t2] = 0.0;  // outside the window: probability 0
         for (int t2 = lo; t2 <= t; ++t2) {
           double dot = 0.0;
           for (int i = 0; i < hd; ++i) dot += static_cast<double>(qkv[at(b, t, 0, h, i)]) * qkv[at(b, t2, 1, h, i)];
           p[t2] = dot / std::sqrt(static_cast<double>(hd));
+          if (cap > 0) p[t2] = cap * (tanh_u[t2] = std::tanh(p[t2] / cap));
           mx = std::max(mx, p[t2]);
         }
         for (int t2 = lo; t2 <= t; ++t2) sum += (p[t2] = std::exp(p[t2] - mx));
@@ -91,7 +97,8 @@ AttRef att_reference(const std::vector<float>& qkv, const std::vector<float>& do
           dot_pd += p[t2] * datt[t2];
         }
         for (int t2 = 0; t2 <= t; ++t2) {
-          const double dpre = p[t2] * (datt[t2] - dot_pd) / std::sqrt(static_cast<double>(hd));
+          const double dcap = cap > 0 ? 1.0 - tanh_u[t2] * tanh_u[t2] : 1.0;
+          const double dpre = p[t2] * (datt[t2] - dot_pd) * dcap / std::sqrt(static_cast<double>(hd));
           for (int i = 0; i < hd; ++i) {
             r.dqkv[at(b, t, 0, h, i)] += dpre * qkv[at(b, t2, 1, h, i)];
             r.dqkv[at(b, t2, 1, h, i)] += dpre * qkv[at(b, t, 0, h, i)];
@@ -195,28 +202,29 @@ struct GqaShape {
   Shape expanded() const { return Shape{B, T, H * hd, H}; }
 };
 
-AttFwd gqa_forward(ThreadPool& pool, const std::vector<float>& qkv, GqaShape s, int window = 0) {
+AttFwd gqa_forward(ThreadPool& pool, const std::vector<float>& qkv, GqaShape s, AttentionScores scores = {}) {
   const float nan = std::numeric_limits<float>::quiet_NaN();  // every element must be written
   AttFwd r{std::vector<float>(s.out(), nan), std::vector<float>(s.stats(), nan)};
   std::vector<float> scratch(attention_scratch_floats(s.B, s.T, s.H, s.KV, s.hd, pool.num_threads()), nan);
   attention_forward(pool, r.out.data(), r.stats.data(), scratch.data(), qkv.data(), s.B, s.T, s.H, s.KV, s.hd, 0,
-                    s.B * s.T, window);
+                    s.B * s.T, scores);
   return r;
 }
 
 std::vector<float> gqa_backward(ThreadPool& pool, const std::vector<float>& dout, const std::vector<float>& qkv,
-                                const std::vector<float>& stats, GqaShape s, int window = 0) {
+                                const std::vector<float>& stats, GqaShape s, AttentionScores scores = {}) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> dqkv(s.qkv(), nan);  // overwritten
   std::vector<float> scratch(attention_scratch_floats(s.B, s.T, s.H, s.KV, s.hd, pool.num_threads()), nan);
   attention_backward(pool, dqkv.data(), scratch.data(), dout.data(), qkv.data(), stats.data(), s.B, s.T, s.H, s.KV,
-                     s.hd, 0, s.B * s.T, window);
+                     s.hd, 0, s.B * s.T, scores);
   return dqkv;
 }
 
 // The float64 reference for GQA: copy kv head h / (H/KV) next to each query head h (the GPT-2
 // layout with H heads), run att_reference, and sum the expanded dk/dv back onto their kv heads.
-AttRef gqa_reference(const std::vector<float>& qkv, const std::vector<float>& dout, GqaShape s, int window = 0) {
+AttRef gqa_reference(const std::vector<float>& qkv, const std::vector<float>& dout, GqaShape s,
+                     AttentionScores scores = {}) {
   const Shape e = s.expanded();
   const int group = s.H / s.KV, C = s.H * s.hd;
   std::vector<float> wide(e.qkv());
@@ -231,7 +239,7 @@ AttRef gqa_reference(const std::vector<float>& qkv, const std::vector<float>& do
         dst[2 * C + h * s.hd + i] = src[(s.H + s.KV + kvh) * s.hd + i];
       }
   }
-  AttRef wide_ref = att_reference(wide, dout, e, window);
+  AttRef wide_ref = att_reference(wide, dout, e, scores);
   AttRef r{std::move(wide_ref.out), std::move(wide_ref.att), std::vector<double>(s.qkv(), 0.0)};
   for (int bt = 0; bt < s.B * s.T; ++bt) {
     const double* src = &wide_ref.dqkv[static_cast<std::size_t>(bt) * 3 * C];
@@ -478,12 +486,12 @@ struct CachedCase {
   std::vector<std::vector<float>> out;  // per sequence (len[b], H*hd): attention_forward's output
   int max_T;
   std::vector<float> kcache, vcache;  // (B, KV, max_T, hd); NaN past each sequence's length
-  int window = 0;                     // Note [sliding window]
+  AttentionScores scores;             // Note [attention scores]
 };
 
 CachedCase make_cached_case(ThreadPool& pool, GqaShape s, std::vector<int> len, int max_T, std::uint64_t seed,
-                            int window = 0) {
-  CachedCase c{s, std::move(len), {}, {}, max_T, {}, {}, window};
+                            AttentionScores scores = {}) {
+  CachedCase c{s, std::move(len), {}, {}, max_T, {}, {}, scores};
   test::TestRng rng(seed);
   const std::size_t cache = static_cast<std::size_t>(s.B) * s.KV * max_T * s.hd;
   c.kcache.assign(cache, std::numeric_limits<float>::quiet_NaN());  // never read beyond a sequence
@@ -491,7 +499,7 @@ CachedCase make_cached_case(ThreadPool& pool, GqaShape s, std::vector<int> len, 
   for (int b = 0; b < s.B; ++b) {
     const GqaShape one{1, c.len[b], s.H, s.KV, s.hd};
     c.qkv.push_back(rng.normal_f32(one.qkv(), 1.5));
-    c.out.push_back(gqa_forward(pool, c.qkv[b], one, window).out);
+    c.out.push_back(gqa_forward(pool, c.qkv[b], one, c.scores).out);
     for (int t = 0; t < c.len[b]; ++t)
       for (int kvh = 0; kvh < s.KV; ++kvh)
         for (int i = 0; i < s.hd; ++i) {
@@ -516,7 +524,7 @@ std::vector<float> run_cached(ThreadPool& pool, const CachedCase& c, const std::
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> out(q.size(), nan), scratch(attention_cached_scratch_floats(s.hd, c.max_T, pool.num_threads()), nan);
   attention_cached(pool, out.data(), scratch.data(), q.data(), c.kcache.data(), c.vcache.data(), s.B, Tn, past.data(),
-                   c.max_T, s.H, s.KV, s.hd, c.window);
+                   c.max_T, s.H, s.KV, s.hd, c.scores);
   return out;
 }
 
@@ -602,16 +610,16 @@ TEST(KernelAttention, SlidingWindowMatchesFloat64ReferenceAndTheCache) {
       const GqaShape s{2, 45, 4, KV, 20};
       test::TestRng rng(90 + KV * 10 + window);
       const auto qkv = rng.normal_f32(s.qkv(), 1.5), dout = rng.normal_f32(s.out());
-      const AttFwd fwd = gqa_forward(pool, qkv, s, window);
-      const AttRef ref = gqa_reference(qkv, dout, s, window);
+      const AttFwd fwd = gqa_forward(pool, qkv, s, AttentionScores{window});
+      const AttRef ref = gqa_reference(qkv, dout, s, AttentionScores{window});
       expect_close(fwd.out, ref.out, 1e-5, "out" + tag);
-      expect_close(gqa_backward(pool, dout, qkv, fwd.stats, s, window), ref.dqkv, 1e-5, "dqkv" + tag);
+      expect_close(gqa_backward(pool, dout, qkv, fwd.stats, s, AttentionScores{window}), ref.dqkv, 1e-5, "dqkv" + tag);
       const AttRef full = gqa_reference(qkv, dout, s);
       double moved = 0;
       for (std::size_t i = 0; i < full.out.size(); ++i) moved = std::max(moved, std::abs(full.out[i] - ref.out[i]));
       EXPECT_GT(moved, 1e-1) << "the window changes the output";
 
-      const CachedCase c = make_cached_case(pool, GqaShape{2, 45, 4, KV, 20}, {45, 30}, 48, 95 + KV + window, window);
+      const CachedCase c = make_cached_case(pool, GqaShape{2, 45, 4, KV, 20}, {45, 30}, 48, 95 + KV + window, AttentionScores{window});
       const std::vector<int> prefill = {0, 0};
       expect_rows_equal_forward(c, run_cached(pool, c, prefill, 30), prefill, 30, "prefill" + tag);
       const std::vector<int> chunk = {20, 11};
@@ -622,9 +630,9 @@ TEST(KernelAttention, SlidingWindowMatchesFloat64ReferenceAndTheCache) {
   const GqaShape s{1, 40, 4, 2, 20};
   test::TestRng rng(99);
   const auto qkv = rng.normal_f32(s.qkv(), 1.5), dout = rng.normal_f32(s.out());
-  const AttFwd none = gqa_forward(pool, qkv, s), wide = gqa_forward(pool, qkv, s, 40);
+  const AttFwd none = gqa_forward(pool, qkv, s), wide = gqa_forward(pool, qkv, s, AttentionScores{40});
   EXPECT_EQ(std::memcmp(none.out.data(), wide.out.data(), none.out.size() * sizeof(float)), 0);
-  const auto d_none = gqa_backward(pool, dout, qkv, none.stats, s), d_wide = gqa_backward(pool, dout, qkv, wide.stats, s, 64);
+  const auto d_none = gqa_backward(pool, dout, qkv, none.stats, s), d_wide = gqa_backward(pool, dout, qkv, wide.stats, s, AttentionScores{64});
   EXPECT_EQ(std::memcmp(d_none.data(), d_wide.data(), d_none.size() * sizeof(float)), 0);
 }
 
@@ -641,9 +649,9 @@ TEST(KernelAttention, SlidingWindowRowsAreTheirWindowsAlone) {
     SCOPED_TRACE("window " + std::to_string(window));
     test::TestRng rng(300 + window);
     const auto qkv = rng.normal_f32(s.qkv(), 1.5), dout = rng.normal_f32(s.out());
-    const AttFwd fwd = gqa_forward(pool, qkv, s, window);
-    const auto dqkv = gqa_backward(pool, dout, qkv, fwd.stats, s, window);
-    const AttRef ref = gqa_reference(qkv, dout, s, window);
+    const AttFwd fwd = gqa_forward(pool, qkv, s, AttentionScores{window});
+    const auto dqkv = gqa_backward(pool, dout, qkv, fwd.stats, s, AttentionScores{window});
+    const AttRef ref = gqa_reference(qkv, dout, s, AttentionScores{window});
     expect_close(fwd.out, ref.out, 1e-5, "out");
     expect_close(dqkv, ref.dqkv, 1e-5, "dqkv");
     int rows_differing = 0;
@@ -663,6 +671,46 @@ TEST(KernelAttention, SlidingWindowRowsAreTheirWindowsAlone) {
     }
     EXPECT_EQ(rows_differing, 0) << "rows whose out, stats or dq differ from their window's alone";
   }
+}
+
+// Note [softcapping]: scores capped at 5 (Gemma 2's 50 over scores of its scale; here the scores
+// reach +-10, so the cap bends them), alone and with a window of 13, H = 4 on KV = 2 and 1, T = 45:
+// out and dqkv against the float64 reference capped the same way (1e-5; without the cap the
+// output moves by > 1e-2), and the KV cache's prefill and decode rows equal the forward's bit for
+// bit.
+TEST(KernelAttention, SoftcappedScoresMatchFloat64ReferenceAndTheCache) {
+  ThreadPool pool(2);
+  for (int KV : {2, 1})
+    for (int window : {0, 13}) {
+      const AttentionScores scores{window, 5.0f};
+      const std::string tag = " KV " + std::to_string(KV) + " window " + std::to_string(window);
+      SCOPED_TRACE(tag);
+      const GqaShape s{2, 45, 4, KV, 20};
+      test::TestRng rng(400 + KV * 10 + window);
+      const auto qkv = rng.normal_f32(s.qkv(), 1.5), dout = rng.normal_f32(s.out());
+      const AttFwd fwd = gqa_forward(pool, qkv, s, scores);
+      const AttRef ref = gqa_reference(qkv, dout, s, scores);
+      expect_close(fwd.out, ref.out, 1e-5, "out" + tag);
+      expect_close(gqa_backward(pool, dout, qkv, fwd.stats, s, scores), ref.dqkv, 1e-5, "dqkv" + tag);
+      const AttRef uncapped = gqa_reference(qkv, dout, s, AttentionScores{window});
+      double moved = 0;
+      for (std::size_t i = 0; i < ref.out.size(); ++i) moved = std::max(moved, std::abs(uncapped.out[i] - ref.out[i]));
+      EXPECT_GT(moved, 1e-2) << "the cap changes the output";
+
+      const CachedCase c = make_cached_case(pool, s, {45, 30}, 48, 405 + KV + window, scores);
+      const std::vector<int> prefill = {0, 0};
+      expect_rows_equal_forward(c, run_cached(pool, c, prefill, 30), prefill, 30, "prefill" + tag);
+      const std::vector<int> last = {44, 29};
+      expect_rows_equal_forward(c, run_cached(pool, c, last, 1), last, 1, "decode" + tag);
+    }
+  ThreadPool one(1);
+  std::vector<float> buf(64, 0.0f);
+  EXPECT_THROW(attention_forward(one, buf.data(), buf.data(), buf.data(), buf.data(), 1, 2, 1, 1, 2, 0, 2,
+                                 AttentionScores{0, -1.0f}),
+               Error);
+  EXPECT_THROW(attention_forward(one, buf.data(), buf.data(), buf.data(), buf.data(), 1, 2, 1, 1, 2, 0, 2,
+                                 AttentionScores{-1, 0.0f}),
+               Error);
 }
 
 }  // namespace

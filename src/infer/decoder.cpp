@@ -210,7 +210,7 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* dev_past, 
   }
   const LoraBlock* lp = adapters ? &lora : nullptr;
   if (cfg_.llama())
-    llama_block_forward(*ops_, linear, attention, cfg_, ropes_->layer(l), cfg_.layer_window(l),
+    llama_block_forward(*ops_, linear, attention, cfg_, ropes_->layer(l), cfg_.layer_scores(l),
                         llama_tensors(seg, params), b_.x, b_.x,
                         *llama_acts_, b_.tmp, b_.scratch, B, Tn, lp);
   else

@@ -117,12 +117,12 @@ void RowDotLinear::nt(const Ops& ops, float* y, int ldy, const float* x, int ldx
 }
 
 void CausalAttention::attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T,
-                             int H, int KV, int hd, int r0, int n, int window) const {
-  ops.attention_forward(atty, stats, scratch, qkv, B, T, H, KV, hd, r0, n, window);
+                             int H, int KV, int hd, int r0, int n, AttentionScores scores) const {
+  ops.attention_forward(atty, stats, scratch, qkv, B, T, H, KV, hd, r0, n, scores);
 }
 
 void CachedAttention::attend(const Ops& ops, float* atty, float*, float* scratch, const float* qkv, int B, int T,
-                             int H, int KV, int hd, int r0, int n, int window) const {
+                             int H, int KV, int hd, int r0, int n, AttentionScores scores) const {
   STRATUM_ASSERT(r0 == 0 && n == B * T);  // by_row_chunks() is false: the whole pass at once
   const std::size_t Q = static_cast<std::size_t>(H) * hd, KVd = static_cast<std::size_t>(KV) * hd;
   const std::size_t W = Q + 2 * KVd;
@@ -142,14 +142,14 @@ void CachedAttention::attend(const Ops& ops, float* atty, float*, float* scratch
   bool identity = true;
   for (int b = 0; b < B; ++b) identity = identity && slot_[b] == b;
   if (identity) {
-    ops.attention_cached(atty, scratch, q_, kcache_, vcache_, B, T, ops_past_, max_ctx_, H, KV, hd, window);
+    ops.attention_cached(atty, scratch, q_, kcache_, vcache_, B, T, ops_past_, max_ctx_, H, KV, hd, scores);
     return;
   }
   const std::size_t per_slot = KVd * max_ctx_;
   for (int b = 0; b < B; ++b) {
     const std::size_t r = static_cast<std::size_t>(b) * T;
     ops.attention_cached(atty + r * Q, scratch, q_ + r * Q, kcache_ + slot_[b] * per_slot,
-                         vcache_ + slot_[b] * per_slot, 1, T, ops_past_ + b, max_ctx_, H, KV, hd, window);
+                         vcache_ + slot_[b] * per_slot, 1, T, ops_past_ + b, max_ctx_, H, KV, hd, scores);
   }
 }
 

@@ -200,10 +200,10 @@ class Attention {
   virtual const int* positions() const = 0;
   // atty (n, H*hd) = causal attention of query rows [r0, r0 + n) of the (rotated) qkv (B*T, H*hd +
   // 2*KV*hd). stats: the (B,H,T,2) softmax row statistics the backward needs (CausalAttention
-  // only); scratch: the backend's attention scratch; window: each query's last keys (0: all;
-  // Ops::attention_forward).
+  // only); scratch: the backend's attention scratch; scores: a window, soft-capping (Note
+  // [attention scores] in ops/attention_rows.h).
   virtual void attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T, int H,
-                      int KV, int hd, int r0, int n, int window) const = 0;
+                      int KV, int hd, int r0, int n, AttentionScores scores) const = 0;
   // Whether attend takes the block's row chunks in turn (Note [attention row ranges] in
   // kernels/cpu/attention.h), or the whole pass in one call (r0 0, n B*T).
   virtual bool by_row_chunks() const = 0;
@@ -214,7 +214,7 @@ class CausalAttention final : public Attention {
  public:
   const int* positions() const override { return nullptr; }
   void attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,
-              int hd, int r0, int n, int window) const override;
+              int hd, int r0, int n, AttentionScores scores) const override;
   bool by_row_chunks() const override { return true; }
 };
 
@@ -232,7 +232,7 @@ class CachedAttention final : public Attention {
   const int* positions() const override { return ops_past_; }
   // Appends the pass's keys and values to the cache before any query reads it: the whole pass at once.
   void attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,
-              int hd, int r0, int n, int window) const override;
+              int hd, int r0, int n, AttentionScores scores) const override;
   bool by_row_chunks() const override { return false; }
 
  private:

@@ -97,7 +97,7 @@ void gpt2_attention_rows(const Ops& ops, const Linear& linear, const Attention& 
   const int C = cfg.n_embd, H = cfg.n_head;
   const std::size_t at = static_cast<std::size_t>(r0) * C, own = s.chunk_row(r0) * C;
   if (attention.by_row_chunks())
-    attention.attend(ops, s.atty + own, s.att_stats, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim(), r0, n, 0);
+    attention.attend(ops, s.atty + own, s.att_stats, attn_scratch, s.qkv, B, T, H, H, cfg.head_dim(), r0, n, {});
   linear.kn(ops, tmp, s.atty + own, p.attn_proj_w, p.attn_proj_b, n, C, C);
   if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 1, r0, C), 1, tmp, C, s.atty + own, C, n, C, C);
   ops.add(res2, x + at, tmp, static_cast<std::size_t>(n) * C);
@@ -142,7 +142,7 @@ void gpt2_block_forward(const Ops& ops, const Linear& linear, const Attention& a
     for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) { gpt2_qkv_rows(ops, linear, cfg, p, x, s, r0, n, lora); });
     if (!attention.by_row_chunks())
       attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.n_head, cfg.head_dim(), 0,
-                       BT, 0);
+                       BT, {});
   }
   for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) {
     float* const res2 = part == BlockPart::Whole ? s.res2 + s.chunk_row(r0) * C : out + static_cast<std::size_t>(r0) * C;
@@ -228,7 +228,7 @@ void gpt2_block_backward(const Ops& ops, const GptConfig& cfg, const Gpt2BlockTe
     ops.matmul_backward(w.datty, grad_w(&Gpt2BlockTensors::attn_proj_w), grad(&Gpt2BlockTensors::attn_proj_b),
                         dx + at, s.atty + own, weight_f32(ops, p.attn_proj_w, w.wide), n, C, C, acc);
     adapt(1, r0, n, acc, dx + at, C, s.atty + own, C, w.datty, C, C);
-    ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, H, cfg.head_dim(), r0, n, 0);
+    ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, H, cfg.head_dim(), r0, n, {});
   });
   // Attention: qkv = c_attn(ln1(x)); every row's dk and dv are complete now.
   for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) {

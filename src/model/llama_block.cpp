@@ -209,13 +209,13 @@ void llama_qkv(const Ops& ops, const Linear& linear, const Attention& attention,
 void llama_attention_rows(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
                           const LlamaBlockTensors& p, const float* x, LlamaActivations& s, float* tmp,
                           float* attn_scratch, int B, int T, int r0, int n, const LoraBlock* lora, float* res2,
-                          int window) {
+                          AttentionScores scores) {
   const int C = cfg.n_embd, Q = cfg.q_dim();
   const std::size_t at = static_cast<std::size_t>(r0) * C;
   float* const atty = s.atty + s.chunk_row(r0) * Q;
   if (attention.by_row_chunks())
     attention.attend(ops, atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.kv_heads(), cfg.head_dim(),
-                     r0, n, window);
+                     r0, n, scores);
   linear.nt(ops, tmp, C, atty, Q, p.o_w, n, C, Q);
   if (lora != nullptr) lora_forward(ops, lora_rows(*lora, 3, r0, Q), 3, tmp, C, atty, Q, n, Q, C);
   if (cfg.post_norms())  // Note [post norms]: in place
@@ -274,7 +274,7 @@ const float* post_norm_backward(const Ops& ops, const Linear& linear, const Tens
 }  // namespace
 
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
-                         const RopeTable& rope, int window, const LlamaBlockTensors& p, const float* x, float* out,
+                         const RopeTable& rope, AttentionScores scores, const LlamaBlockTensors& p, const float* x, float* out,
                          LlamaActivations& s, float* tmp, float* attn_scratch, int B, int T, const LoraBlock* lora,
                          BlockPart part) {
   const int BT = B * T, C = cfg.n_embd;
@@ -287,12 +287,12 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
     llama_qkv(ops, linear, attention, cfg, rope, p, x, s, B, T, lora);
     if (!attention.by_row_chunks())
       attention.attend(ops, s.atty, s.att_stats, attn_scratch, s.qkv, B, T, cfg.n_head, cfg.kv_heads(),
-                       cfg.head_dim(), 0, BT, window);
+                       cfg.head_dim(), 0, BT, scores);
   }
   for_each_row_chunk(BT, s.rows.chunk, [&](int r0, int n) {
     float* const res2 = part == BlockPart::Whole ? s.res2 + s.chunk_row(r0) * C : out + static_cast<std::size_t>(r0) * C;
     if (part != BlockPart::Mlp)
-      llama_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora, res2, window);
+      llama_attention_rows(ops, linear, attention, cfg, p, x, s, tmp, attn_scratch, B, T, r0, n, lora, res2, scores);
     if (part != BlockPart::Attention)  // in sub-chunks (Note [frozen MLP rows])
       for_each_sub_chunk(r0, n, s.rows.mlp, [&](int q0, int m) {
         llama_mlp_rows(ops, linear, cfg, p, s, tmp, out, q0, m, lora, res2 + static_cast<std::size_t>(q0 - r0) * C);
@@ -300,7 +300,7 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
   });
 }
 
-void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, int window,
+void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, AttentionScores scores,
                           const LlamaBlockTensors& p,
                           const LlamaBlockTensors* g, const float* x, const float* dout, float* dx,
                           LlamaActivations& s, LlamaWorkspace& w, int B, int T, bool recompute, const LoraBlock* lora,
@@ -315,7 +315,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
   if (recompute && part != BlockPart::Mlp) llama_qkv(ops, linear, CausalAttention{}, cfg, rope, p, x, s, B, T, lora);
   if (part == BlockPart::Attention) {
     llama_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, 0, BT, lora, s.res2,
-                         window);
+                         scores);
     return;
   }
   // A frozen base (g null, Note [lora segments]) gets no weight gradients; dx is the same.
@@ -349,7 +349,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     const bool acc = r0 > 0;  // later chunks add to the gradients
     if (recompute && part == BlockPart::Whole)
       llama_attention_rows(ops, linear, CausalAttention{}, cfg, p, x, s, w.tmp, w.attn_scratch, B, T, r0, n, lora,
-                           res2_chunk, window);
+                           res2_chunk, scores);
     // The MLP half in sub-chunks (Note [frozen MLP rows]: one, the chunk, where it trains).
     STRATUM_ASSERT(w.rows.mlp >= n || (g == nullptr && (lora == nullptr || (lora->t[4].a == nullptr &&
                                                          lora->t[5].a == nullptr && lora->t[6].a == nullptr))));
@@ -403,7 +403,7 @@ void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable&
     sgemm_w(ops, false, false, n, Q, C, 1.0f, datt, C, p.o_w, Q, 0.0f, w.datty, Q, w.wide, w.wide_floats);
     weight_grad(C, Q, n, datt, C, atty, Q, &LlamaBlockTensors::o_w, acc);
     adapt(3, r0, n, acc, datt, C, atty, Q, w.datty, Q, C);
-    ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, KV, hd, r0, n, window);
+    ops.attention_backward(w.dqkv, w.attn_scratch, w.datty, s.qkv, s.att_stats, B, T, H, KV, hd, r0, n, scores);
   });
 
   // Attention: qkv = rope(q(xn1)), rope(k(xn1)), v(xn1), xn1 = rmsnorm(x); every row's dk and dv

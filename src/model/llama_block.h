@@ -220,13 +220,13 @@ class LlamaWorkspace {
 };
 
 // out (B,T,C) = block(x (B,T,C)) at the attention's positions (Note [one forward] in
-// model/block_policy.h), rotated by `rope`, each query attending to its last `window` keys (0: all;
-// GptConfig::layer_window): linear layers by `linear`, attention by `attention`; fills a with the
+// model/block_policy.h), rotated by `rope`, its scores windowed or capped as `scores` says
+// (GptConfig::layer_scores; Note [attention scores] in ops/attention_rows.h): linear layers by `linear`, attention by `attention`; fills a with the
 // block's internals. out may be x (not for the attention half: part, Note [block halves] in
 // model/param_layout.h). tmp is (row_chunk_rows(B*T), C) scratch, attn_scratch the backend's attention
 // scratch. Runs in row chunks (Note [row chunks] in model/block_policy.h).
 void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& attention, const GptConfig& cfg,
-                         const RopeTable& rope, int window, const LlamaBlockTensors& p, const float* x, float* out,
+                         const RopeTable& rope, AttentionScores scores, const LlamaBlockTensors& p, const float* x, float* out,
                          LlamaActivations& a, float* tmp, float* attn_scratch, int B, int T,
                          const LoraBlock* lora = nullptr,
                          BlockPart part = BlockPart::Whole);
@@ -236,7 +236,7 @@ void llama_block_forward(const Ops& ops, const Linear& linear, const Attention& 
 // a frozen base (Note [lora segments]); lora (may be null): adapters, as gpt2_block_backward.
 // part (Note [attention recompute first] in model/param_layout.h): Attention runs only the
 // recompute of the attention half (one row chunk), Mlp the rest after it, Whole both.
-void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, int window,
+void llama_block_backward(const Ops& ops, const GptConfig& cfg, const RopeTable& rope, AttentionScores scores,
                           const LlamaBlockTensors& p,
                           const LlamaBlockTensors* g, const float* x, const float* dout, float* dx,
                           LlamaActivations& a, LlamaWorkspace& w, int B, int T, bool recompute,

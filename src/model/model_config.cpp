@@ -18,6 +18,7 @@ const char* GptConfig::family() const {
     case LlamaVariant::Qwen3: return "qwen3";
     case LlamaVariant::Phi3: return "phi3";
     case LlamaVariant::Gemma: return "gemma";
+    case LlamaVariant::Gemma2: return "gemma2";
     case LlamaVariant::Gemma3: return "gemma3_text";
     case LlamaVariant::Llama: break;
   }
@@ -31,6 +32,7 @@ const char* GptConfig::family_title() const {
     case LlamaVariant::Qwen3: return "Qwen3";
     case LlamaVariant::Phi3: return "Phi-3";
     case LlamaVariant::Gemma: return "Gemma";
+    case LlamaVariant::Gemma2: return "Gemma 2";
     case LlamaVariant::Gemma3: return "Gemma 3";
     case LlamaVariant::Llama: break;
   }
@@ -64,12 +66,17 @@ void GptConfig::validate() const {
     return;
   }
   STRATUM_CHECK(sliding_window >= 0 && (sliding_window == 0 || variant == LlamaVariant::Mistral ||
-                                        variant == LlamaVariant::Phi3 || variant == LlamaVariant::Gemma3),
-                "[model.config] sliding_window must be >= 1 (or null) and belongs to Mistral, Phi-3 or Gemma 3, got ",
+                                        variant == LlamaVariant::Phi3 || gemma2() || gemma3()),
+                "[model.config] sliding_window must be >= 1 (or null) and belongs to Mistral, Phi-3, Gemma 2 or Gemma 3, got ",
                 sliding_window);
-  STRATUM_CHECK(layer_sliding.empty() || (gemma3() && layer_sliding.size() == static_cast<std::size_t>(n_layer)),
-                "[model.config] layer_types must name one type per layer (Gemma 3's), got ", layer_sliding.size(),
+  STRATUM_CHECK(layer_sliding.empty() ||
+                    ((gemma2() || gemma3()) && layer_sliding.size() == static_cast<std::size_t>(n_layer)),
+                "[model.config] layer_types must name one type per layer (Gemma 2's or 3's), got ", layer_sliding.size(),
                 " for ", n_layer, " layers");
+  for (const auto& [cap, name] : {std::pair{attn_softcap, "attn_logit_softcapping"},
+                                  std::pair{final_softcap, "final_logit_softcapping"}})  // Note [gemma2]
+    STRATUM_CHECK(cap == 0.0f || (gemma2() && cap > 0.0f && cap < 1e30f), "[model.config] ", name,
+                  " must be null or a finite number > 0 and belongs to Gemma 2, got ", cap);
   STRATUM_CHECK(rope_local_theta > 0 && std::isfinite(rope_local_theta),
                 "[model.config] rope_local_base_freq must be a finite number > 0, got ", rope_local_theta);
   STRATUM_CHECK(n_head_dim > 0 || n_embd % n_head == 0, "[model.config] hidden_size (", n_embd,
@@ -109,9 +116,9 @@ void GptConfig::validate() const {
   }
 }
 
-bool GptConfig::layer_local_rope(int l) const {
-  if (!gemma3() || l < 0 || l >= n_layer) return false;
-  if (layer_sliding.empty()) return (l + 1) % kGemma3SlidingPattern != 0;
+bool GptConfig::layer_sliding_attention(int l) const {
+  if (!(gemma2() || gemma3()) || l < 0 || l >= n_layer) return false;
+  if (layer_sliding.empty()) return (l + 1) % (gemma2() ? kGemma2SlidingPattern : kGemma3SlidingPattern) != 0;
   return layer_sliding[static_cast<std::size_t>(l)] != 0;
 }
 
@@ -122,6 +129,7 @@ float GptConfig::embed_scale() const {
 void GptConfig::backend_check(Backend backend, const char* who) const {
   STRATUM_CHECK(backend == Backend::Cpu || !(qk_norm() || gemma()), "[", who, "] ", family_title(), " models (",
                 gemma3()  ? "GeGLU MLP, RMSNorms by 1 + w, per-head q and k RMSNorm, scaled embedding"
+                : gemma2() ? "GeGLU MLP, RMSNorms by 1 + w, soft-capping, sliding window, scaled embedding"
                 : gemma() ? "GeGLU MLP, RMSNorm by 1 + w, scaled embedding"
                           : "per-head q and k RMSNorm",
                 ") have no ", backend_name(backend), " kernels yet: use --backend cpu");
@@ -129,8 +137,9 @@ void GptConfig::backend_check(Backend backend, const char* who) const {
 
 std::pair<int, const char*> GptConfig::context_limit() const {
   std::pair<int, const char*> limit{n_ctx, "n_ctx"};
-  // Note [mistral window]; Gemma 3's window is its sliding layers' attention (Note [gemma3]).
-  if (sliding_window > 0 && sliding_window < limit.first && !gemma3()) limit = {sliding_window, "sliding_window"};
+  // Note [mistral window]; Gemma 2's and 3's window is their sliding layers' attention (Note [gemma3]).
+  if (sliding_window > 0 && sliding_window < limit.first && !(gemma2() || gemma3()))
+    limit = {sliding_window, "sliding_window"};
   if (rope_scaling.type == RopeScaling::Type::LongRope && rope_scaling.original_max_position_embeddings < limit.first)
     limit = {rope_scaling.original_max_position_embeddings, "original_max_position_embeddings"};  // Note [longrope]
   return limit;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "ops/attention_rows.h"
 #include "ops/rope_table.h"
 
 namespace stratum {
@@ -23,8 +24,9 @@ const char* model_arch_name(ModelArch arch);  // "gpt2", "llama" (the config.jso
 // "qwen2" (Qwen2ForCausalLM).
 // Qwen2: q, k and v biases. Mistral: Llama's math, within its sliding window (Note [mistral window]).
 // Qwen3: q_norm and k_norm (Note [qk norm] in model/llama_block.h). Phi-3: Llama's math with fused
-// projections (Note [phi3 fused]) and Mistral's window. Gemma: Note [gemma]; Gemma 3: Note [gemma3].
-enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3, Gemma, Gemma3 };
+// projections (Note [phi3 fused]) and Mistral's window. Gemma: Note [gemma]; Gemma 3: Note [gemma3];
+// Gemma 2: Note [gemma2].
+enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3, Gemma, Gemma3, Gemma2 };
 
 // Note [gemma]
 // Gemma (model_type "gemma": Gemma 2B and 7B, CodeGemma) is Llama's block and weight names with
@@ -52,7 +54,23 @@ enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3, Gemma, Gemma3 };
 // whose window is 512); CUDA has no windowed attention (Gemma 3 is refused there anyway).
 // Attention is scaled by query_pre_attn_scalar^-1/2, which must be head_dim's;
 // logit soft-capping (Gemma 2's) must be off, as in Gemma 3's configs. The multimodal Gemma 3
-// checkpoints (model_type "gemma3": 4B and up) and Gemma 2 are refused.
+// checkpoints (model_type "gemma3": 4B and up) are refused.
+
+// Note [gemma2]
+// Gemma 2 (model_type "gemma2", Gemma2ForCausalLM: Gemma 2 2B, 9B and their instruction-tuned
+// versions) is Gemma 3's block without the q and k norms and with one rotary table (rope_theta)
+// for every layer: Gemma's norms by 1 + w, GeGLU and scaled embedding, the four norms a block
+// (Note [post norms] in model/llama_block.h), sliding layers (layer_types, by default every other
+// layer from layer 0) attending to their last sliding_window keys (4096; sequences run to
+// max_position_embeddings, 8192), and soft-capping twice, as transformers' Gemma2 computes it:
+// every scaled attention score s becomes attn_logit_softcapping * tanh(s / attn_logit_softcapping)
+// (50) before the mask and the softmax (Note [softcapping] in kernels/cpu/attention.cpp), and every
+// logit l of the LM head final_logit_softcapping * tanh(l / final_logit_softcapping) (30) before
+// the cross-entropy and sampling (Note [final softcapping] in kernels/cpu/softmax_xent.h). As for
+// Gemma 3, query_pre_attn_scalar must be head_dim (Gemma 2 27B's 144 is refused). CUDA has none of
+// it yet: refused there.
+// Gemma 2's and Gemma 3's default layer patterns: each pattern-th layer is a full one.
+inline constexpr int kGemma2SlidingPattern = 2;
 
 // Note [phi3 fused]
 // Phi-3 and Phi-4 (model_type "phi3": Phi-3-mini/medium, Phi-4) compute exactly Llama's block,
@@ -93,12 +111,16 @@ struct GptConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = true;
   LlamaVariant variant = LlamaVariant::Llama;
-  int sliding_window = 0;  // Mistral's, Phi-3's and Gemma 3's sliding_window; 0 = none (null)
-  // Gemma 3 (Note [gemma3]): per layer, whether it is a sliding layer (empty: Gemma 3's pattern,
-  // each kGemma3SlidingPattern-th layer full), and the sliding layers' rotary base
-  // (rope_local_base_freq, unscaled).
+  int sliding_window = 0;  // Mistral's, Phi-3's, Gemma 2's and Gemma 3's sliding_window; 0 = none (null)
+  // Gemma 2 and 3 (Note [gemma2], Note [gemma3]): per layer, whether it is a sliding layer (empty:
+  // the family's pattern, each kGemma2SlidingPattern-th or kGemma3SlidingPattern-th layer full),
+  // and Gemma 3's sliding layers' rotary base (rope_local_base_freq, unscaled).
   std::vector<std::uint8_t> layer_sliding;
   double rope_local_theta = 10000.0;
+  // Gemma 2's soft-capping (Note [gemma2]): attn_logit_softcapping and final_logit_softcapping;
+  // 0 = none (null).
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
   // Token ids from config.json (-1 when absent); eos may list several (Llama 3 instruct).
   std::int32_t bos_token_id = -1;
   std::vector<std::int32_t> eos_token_ids;
@@ -111,23 +133,31 @@ struct GptConfig {
     return llama() && (variant == LlamaVariant::Qwen3 || variant == LlamaVariant::Gemma3);
   }
   // Note [gemma]: RMSNorms multiply by 1 + w, GeGLU MLP, the embedding scaled by sqrt(hidden_size);
-  // Gemma and Gemma 3 (Note [gemma3]).
-  bool gemma() const { return llama() && (variant == LlamaVariant::Gemma || variant == LlamaVariant::Gemma3); }
+  // Gemma, Gemma 2 (Note [gemma2]) and Gemma 3 (Note [gemma3]).
+  bool gemma() const {
+    return llama() && (variant == LlamaVariant::Gemma || variant == LlamaVariant::Gemma2 || variant == LlamaVariant::Gemma3);
+  }
+  bool gemma2() const { return llama() && variant == LlamaVariant::Gemma2; }
   bool gemma3() const { return llama() && variant == LlamaVariant::Gemma3; }
   // Note [gemma3]: the attention's and the MLP's outputs RMSNorm'd before their residual adds.
-  bool post_norms() const { return gemma3(); }
+  bool post_norms() const { return gemma2() || gemma3(); }
+  // Note [gemma2], Note [gemma3]: whether layer l is a sliding layer.
+  bool layer_sliding_attention(int l) const;
   // Note [gemma3]: whether layer l is a Gemma 3 sliding layer, whose rotary table is
   // rope_local_theta's, unscaled.
-  bool layer_local_rope(int l) const;
-  // The keys a query of layer l attends to at most (Note [sliding window] in
-  // kernels/cpu/attention.cpp): a Gemma 3 sliding layer's sliding_window; 0 (all) elsewhere.
-  int layer_window(int l) const { return layer_local_rope(l) ? sliding_window : 0; }
+  bool layer_local_rope(int l) const { return gemma3() && layer_sliding_attention(l); }
+  // What layer l's attention does to its scores (Note [attention scores] in ops/attention_rows.h):
+  // a sliding layer's window (sliding_window; else 0, all keys) and Gemma 2's soft-capping.
+  AttentionScores layer_scores(int l) const {
+    return {layer_sliding_attention(l) ? sliding_window : 0, attn_softcap};
+  }
   float norm_offset() const { return gemma() ? 1.0f : 0.0f; }  // added to every RMSNorm weight
   bool gelu_mlp() const { return gemma(); }                     // gelu_tanh(gate) * up, not silu(gate) * up
   float embed_scale() const;                                   // sqrt(hidden_size) as fp32 (Gemma), else 1
-  // "gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "gemma", "gemma3_text": config.json's model_type
+  // "gpt2", "llama", "qwen2", "mistral", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text": config.json's model_type
   const char* family() const;
-  const char* family_title() const;  // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3", "Phi-3", "Gemma", "Gemma 3": for messages
+  // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3", "Phi-3", "Gemma", "Gemma 2", "Gemma 3": for messages
+  const char* family_title() const;
   // Note [mistral window]: the longest sequence the model runs exactly, n_ctx or a Mistral's
   // sliding window when that is shorter.
   // A LongRoPE model (Note [longrope] in ops/rope_table.h) runs its short factors only: up to

@@ -147,7 +147,7 @@ void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const T
     LlamaWorkspace& w = *llama_work_;
     std::optional<LlamaActivations> view;
     llama_block_forward(ops, GemmLinear{w.wide, w.wide_floats}, CausalAttention{}, cfg_, ropes_->layer(seg.layer),
-                        cfg_.layer_window(seg.layer),
+                        cfg_.layer_scores(seg.layer),
                         llama_block_tensors(ops, seg, params, w.wide_vectors, &cfg_), x, out, internals(at, view), w.tmp,
                         w.attn_scratch, B, T, lp, part);
   } else {
@@ -166,7 +166,7 @@ void TransformerBlock::backward(const Ops& ops, const SegmentLayout& seg, const 
   if (cfg_.llama()) {
     std::optional<LlamaActivations> view;
     const LlamaBlockTensors g = grads != nullptr ? llama_block_tensors(ops, seg, grads, nullptr, nullptr) : LlamaBlockTensors{};
-    llama_block_backward(ops, cfg_, ropes_->layer(seg.layer), cfg_.layer_window(seg.layer), llama_block_tensors(ops, seg, params, llama_work_->wide_vectors, &cfg_),
+    llama_block_backward(ops, cfg_, ropes_->layer(seg.layer), cfg_.layer_scores(seg.layer), llama_block_tensors(ops, seg, params, llama_work_->wide_vectors, &cfg_),
                          grads != nullptr ? &g : nullptr, x, dout, dx, internals(at, view), *llama_work_, B, T,
                          recompute, lp, part);
   } else {

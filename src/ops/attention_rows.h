@@ -12,6 +12,26 @@
 
 namespace stratum {
 
+// Note [attention scores]: what a layer does to its attention scores besides scaling them by
+// head_dim^-1/2 and the causal mask, the same in the forward, its backward and the cached variant:
+// - window > 0: each query attends to its last `window` keys, itself among them (Gemma 2's and
+//   Gemma 3's sliding layers; Note [sliding window] in kernels/cpu/attention.cpp);
+// - softcap > 0: each scaled score s becomes softcap * tanh(s / softcap) before the softmax (Gemma
+//   2's attn_logit_softcapping; Note [softcapping] in kernels/cpu/attention.cpp).
+// {} is plain causal attention, every model's but Gemma 2's and Gemma 3's. A backend without one
+// of them (CUDA) takes {} only: GptConfig::backend_check refuses the models that need them.
+struct AttentionScores {
+  int window = 0;
+  float softcap = 0.0f;
+  bool plain() const { return window == 0 && softcap == 0.0f; }
+};
+// window >= 0 and a finite softcap >= 0: one line naming `what` otherwise.
+inline void attention_check_scores(const char* what, AttentionScores s) {
+  STRATUM_CHECK(s.window >= 0, "[kernels.attention] ", what, ": window must be >= 0, got ", s.window);
+  STRATUM_CHECK(s.softcap >= 0.0f && s.softcap < 3.0e38f, "[kernels.attention] ", what,
+                ": softcap must be finite and >= 0, got ", s.softcap);
+}
+
 // Sequence b's query positions [q0, q1) among the range's rows (empty when q0 >= q1), and where
 // row (b, q0) is among the range's own n rows.
 struct SeqRange {

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ops/attention_rows.h"
 #include "ops/rope_table.h"
 #include "stratum/error.h"
 
@@ -192,20 +193,19 @@ class Ops {
   // tokens of a step) or `width` (the widest layer), and every weight is at most narrow x width
   // (bf16 products keep rounded copies of the operands).
   virtual std::size_t gemm_scratch_bytes(int rows, int width, int narrow) const = 0;
-  // window > 0: each query attends to its last `window` keys (Gemma 3's sliding layers, Note
-  // [sliding window] in kernels/cpu/attention.cpp); 0: to every key before it. A backend without
-  // windows (CUDA) takes 0 only: backend_check refuses the models that need one.
+  // scores: a sliding window and soft-capping (Note [attention scores] in ops/attention_rows.h);
+  // {} for plain causal attention, which is all a backend without them (CUDA) takes.
   virtual void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int H,
-                                 int KV, int hd, int r0, int n, int window) const = 0;
+                                 int KV, int hd, int r0, int n, AttentionScores scores) const = 0;
   virtual void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                                   const float* stats, int B, int T, int H, int KV, int hd, int r0, int n,
-                                  int window) const = 0;
+                                  AttentionScores scores) const = 0;
   // Attention of Tn new queries per sequence against a KV cache (bit-identical to the full forward
   // on the CPU; to rounding on CUDA, Note [cuda attention rows]).
   virtual std::size_t attention_cached_scratch_floats(int hd, int max_T) const = 0;
   virtual void attention_cached(float* out, float* scratch, const float* q, const float* kcache,
                                 const float* vcache, int B, int Tn, const int* past, int max_T, int H, int KV,
-                                int hd, int window) const = 0;
+                                int hd, AttentionScores scores) const = 0;
   // Rotary embedding in place (rotate-half), and its transpose.
   virtual void rope_forward(float* x, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
                             const RopeTable& table) const = 0;

@@ -94,15 +94,31 @@ inline int window_first(int t, int window) { return window > 0 && t >= window ? 
 constexpr int kKeyTile = 32;  // keys per packed tile (Note [attention row blocks])
 inline int block_first_key(int T0, int window) { return window_first(T0, window) / kKeyTile * kKeyTile; }
 
+// Note [softcapping]: Gemma 2 caps every scaled score s at softcap * tanh(s / softcap) before the
+// softmax (transformers' Gemma2Attention: divide, tanh, multiply; tanh by simd::tanh_f32, as GELU
+// takes it). The forward's softmax and the backward's replay run cap_row after scale_row with the
+// same operations, so the replayed probabilities stay the forward's bits; the replay also keeps
+// each t = tanh(s / softcap) in a third block of rows (ScratchLayout::caps), and the softmax's
+// gradient g of a capped score goes back through the cap in autograd's order, ((g * softcap) *
+// (1 - t * t)) / softcap, before the scale. The cached variant caps as the forward does.
+inline void cap_row(float* row, int n, float cap, float* tanh_out) {
+  for (int t2 = 0; t2 < n; ++t2) {
+    const float t = simd::tanh_f32(row[t2] / cap);
+    if (tanh_out != nullptr) tanh_out[t2] = t;
+    row[t2] = t * cap;
+  }
+}
+
 // Scores of row[lo..n) -> softmax probabilities in place (Note [softmax row replay]), row[c0..lo)
 // -> 0 (the keys outside the window its block still reads from c0, Note [sliding window]); stats
-// receives {max of the scaled scores, 1 / sum of the exps}. Shared by the forward and the cached
-// variant (Note [cached attention bits]).
-inline void softmax_row(float* row, int c0, int lo, int n, float scale, float* stats) {
+// receives {max of the scaled (and capped: cap > 0, Note [softcapping]) scores, 1 / sum of the
+// exps}. Shared by the forward and the cached variant (Note [cached attention bits]).
+inline void softmax_row(float* row, int c0, int lo, int n, float scale, float cap, float* stats) {
   std::fill(row + c0, row + lo, 0.0f);
   row += lo;
   n -= lo;
   scale_row(row, n, scale);
+  if (cap > 0.0f) cap_row(row, n, cap, nullptr);
   const float mx = simd::max_f32(row, n);
   exp_row(row, n, mx);
   const float inv = 1.0f / simd::sum_f32(row, n);
@@ -129,8 +145,8 @@ inline void row_times_v(float* y, const float* row, int n, const float* v, std::
 struct ScratchLayout {
   std::size_t T, hd;
   std::size_t padded() const { return (T + kKeyTile - 1) / kKeyTile * kKeyTile; }
-  // Rows of ld >= T floats: min(kBlockRows, T) score rows for the forward, twice that
-  // (probabilities, gradients) for the backward. ld is T rounded up to 16, plus 16 where that is
+  // Rows of ld >= T floats: min(kBlockRows, T) score rows for the forward, three times that
+  // (probabilities, gradients, and the capped scores' tanh: Note [softcapping]) for the backward. ld is T rounded up to 16, plus 16 where that is
   // a multiple of 4 KiB: the rows of a block, read down a column, then fall into different cache
   // sets.
   std::size_t block_rows() const { return std::min<std::size_t>(kBlockRows, T); }
@@ -138,12 +154,12 @@ struct ScratchLayout {
     const std::size_t r = (T + 15) / 16 * 16;
     return static_cast<int>(r % 1024 == 0 ? r + 16 : r);
   }
-  std::size_t slot_floats() const { return 2 * hd * padded() + 2 * block_rows() * ld() + 2 * T * hd; }
+  std::size_t slot_floats() const { return 2 * hd * padded() + 3 * block_rows() * ld() + 2 * T * hd; }
   float* kt(float* s, int slot) const { return s + slot * slot_floats(); }
   float* vt(float* s, int slot) const { return kt(s, slot) + hd * padded(); }
   float* rows(float* s, int slot) const { return vt(s, slot) + hd * padded(); }
   // The backward's dk and dv sums of a (batch, kv head), (T, hd) each, contiguous.
-  float* dkv(float* s, int slot) const { return rows(s, slot) + 2 * block_rows() * ld(); }
+  float* dkv(float* s, int slot) const { return rows(s, slot) + 3 * block_rows() * ld(); }
 };
 
 // dst = the head's slice of rows [0, T) of src (row t2 at base + t2 * stride) in key tiles.
@@ -353,21 +369,22 @@ STRATUM_INLINE void block_rank_update(float* dst, std::size_t d_stride, const fl
 // against keys and values 0..T0 + r (tiles: the packed keys; v row t2 at v + t2 * v_stride):
 // scores into rows (nb, ld), softmax with row r's statistics to stats + 2 r, the output rows to
 // y + r * y_stride. The full forward and the cached variant's prompt chunks both run it, so their
-// rows have the same arithmetic (Note [cached attention bits]). window: Note [sliding window].
+// rows have the same arithmetic (Note [cached attention bits]). scores: Note [sliding window], Note
+// [softcapping].
 STRATUM_INLINE void forward_block(float* y, std::size_t y_stride, float* stats, float* rows, const float* x,
                                   std::size_t x_stride, int T0, int nb, const float* tiles, const float* v,
-                                  std::size_t v_stride, int hd, int ld, float scale, int window) {
-  const int first = block_first_key(T0, window);  // Note [sliding window]: keys [lo, T0 + r]
+                                  std::size_t v_stride, int hd, int ld, float scale, AttentionScores scores) {
+  const int first = block_first_key(T0, scores.window);  // Note [sliding window]: keys [lo, T0 + r]
   block_scores(rows, x, x_stride, T0, nb, tiles, hd, ld, first);
   for (int r = 0; r < nb; ++r)
-    softmax_row(rows + static_cast<std::size_t>(r) * ld, first, window_first(T0 + r, window), T0 + r + 1, scale,
-                stats + 2 * r);
+    softmax_row(rows + static_cast<std::size_t>(r) * ld, first, window_first(T0 + r, scores.window), T0 + r + 1, scale,
+                scores.softcap, stats + 2 * r);
   block_probs_times(y, y_stride, rows, T0, nb, v, v_stride, hd, ld, first);
 }
 
 STRATUM_SIMD_CLONES
 void attention_forward_pairs(float* out, float* stats, float* scratch, int slot, const float* qkv, std::size_t p0,
-                             std::size_t p1, RowRange rr, QkvLayout lay, ScratchLayout sl, int window) {
+                             std::size_t p1, RowRange rr, QkvLayout lay, ScratchLayout sl, AttentionScores scores) {
   const int hd = lay.hd, group = lay.H / lay.KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd, T = rr.T;
@@ -384,14 +401,14 @@ void attention_forward_pairs(float* out, float* stats, float* scratch, int slot,
     for (int T0 = q0; T0 < q1; T0 += kBlockRows)
       forward_block(out + (sr.local0 + (T0 - q0)) * out_w + lay.q(h), out_w, stats + ((b * lay.H + h) * T + T0) * 2, rows,
                     base + T0 * W + lay.q(h), W, T0, std::min(kBlockRows, q1 - T0), kt, base + lay.v(kvh), W, hd, ld,
-                    scale, window);
+                    scale, scores);
   }
 }
 
 STRATUM_SIMD_CLONES
 void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float* dout, const float* qkv,
                               const float* stats, std::size_t p0, std::size_t p1, RowRange rr, QkvLayout lay,
-                              ScratchLayout sl, int window) {
+                              ScratchLayout sl, AttentionScores scores) {
   const int hd = lay.hd, group = lay.H / lay.KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t W = lay.width(), out_w = static_cast<std::size_t>(lay.H) * hd, T = rr.T;
@@ -409,6 +426,8 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
     const int ld = sl.ld();
     float* prow = sl.rows(scratch, slot);             // (block rows, ld): the probabilities
     float* drow = prow + sl.block_rows() * ld;        // (block rows, ld): datt, then dpre
+    float* trow = drow + sl.block_rows() * ld;        // (block rows, ld): Note [softcapping]'s tanh
+    const float cap = scores.softcap;
     // dk and dv summed in contiguous rows (every block updates all its keys'), copied out at the
     // end. Keys before q0 continue the sums earlier row ranges left in dqkv (Note [attention row
     // ranges]); the range's own keys start from 0.
@@ -428,13 +447,14 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
         const float* q = base + T0 * W + lay.q(h);
         const float* dy = dout + (sr.local0 + (T0 - q0)) * out_w + lay.q(h);  // the block's rows of dout
         // The forward's probabilities (Note [softmax row replay]), over its window (Note [sliding window]).
-        const int first = block_first_key(T0, window);
+        const int first = block_first_key(T0, scores.window);
         block_scores(prow, q, W, T0, nb, kt, hd, ld, first);
         for (int r = 0; r < nb; ++r) {
           float* row = prow + static_cast<std::size_t>(r) * ld;
-          const int lo = window_first(T0 + r, window), n = T0 + r + 1 - lo;
+          const int lo = window_first(T0 + r, scores.window), n = T0 + r + 1 - lo;
           std::fill(row + first, row + lo, 0.0f);
           scale_row(row + lo, n, scale);
+          if (cap > 0.0f) cap_row(row + lo, n, cap, trow + static_cast<std::size_t>(r) * ld + lo);  // Note [softcapping]
           exp_row(row + lo, n, st[(T0 + r) * 2]);
           mul_row(row + lo, n, st[(T0 + r) * 2 + 1]);
         }
@@ -443,14 +463,18 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
         block_rank_update(dv, hd, prow, T0, nb, dy, out_w, hd, ld, first);
         // softmax backward: dpre[t2] = att[t2] * (datt[t2] - sum_j att[j] datt[j])
         for (int r = 0; r < nb; ++r) {
-          const int lo = window_first(T0 + r, window);
+          const int lo = window_first(T0 + r, scores.window);
           const float* pr = prow + static_cast<std::size_t>(r) * ld + lo;
+          const float* tr = trow + static_cast<std::size_t>(r) * ld + lo;
           float* dr = drow + static_cast<std::size_t>(r) * ld;
           std::fill(dr + first, dr + lo, 0.0f);  // keys outside the window (Note [sliding window])
           dr += lo;
           const int n = T0 + r + 1 - lo;
           const float s = simd::dot_f32(pr, dr, n);
-          for (int t2 = 0; t2 < n; ++t2) dr[t2] = pr[t2] * (dr[t2] - s) * scale;
+          if (cap > 0.0f)  // Note [softcapping]: back through the cap
+            for (int t2 = 0; t2 < n; ++t2) dr[t2] = pr[t2] * (dr[t2] - s) * cap * (1.0f - tr[t2] * tr[t2]) / cap * scale;
+          else
+            for (int t2 = 0; t2 < n; ++t2) dr[t2] = pr[t2] * (dr[t2] - s) * scale;
         }
         // dq[t] = sum_t2 dpre[t2] k[t2];  dk[t2] += dpre[t2] * q[t]
         block_probs_times(dbase + T0 * W + lay.q(h), W, drow, T0, nb, base + lay.k(kvh), W, hd, ld, first);
@@ -471,7 +495,7 @@ void attention_backward_pairs(float* dqkv, float* scratch, int slot, const float
 STRATUM_SIMD_CLONES
 void attention_cached_pairs(float* out, float* scratch, int slot, const float* q, const float* kcache,
                             const float* vcache, std::size_t p0, std::size_t p1, int Tn, const int* past, int max_T,
-                            int H, int KV, int hd, ScratchLayout sl, int window) {
+                            int H, int KV, int hd, ScratchLayout sl, AttentionScores scores) {
   const int group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const std::size_t row_w = static_cast<std::size_t>(H) * hd;
@@ -485,11 +509,11 @@ void attention_cached_pairs(float* out, float* scratch, int slot, const float* q
     float stats[2 * kBlockRows];  // not kept
     if (Tn < kRows) {
       for (int t = 0; t < Tn; ++t) {  // Note [sliding window]: keys [lo, n) only
-        const int lo = window_first(past[b] + t, window), n = past[b] + t + 1 - lo;
+        const int lo = window_first(past[b] + t, scores.window), n = past[b] + t + 1 - lo;
         const std::size_t r = (b * Tn + t) * row_w + static_cast<std::size_t>(h) * hd;
         const std::size_t kv0 = cache + static_cast<std::size_t>(lo) * hd;
         row_times_rows(rows, q + r, kcache + kv0, n, hd);
-        softmax_row(rows, 0, 0, n, scale, stats);
+        softmax_row(rows, 0, 0, n, scale, scores.softcap, stats);
         row_times_v(out + r, rows, n, vcache + kv0, static_cast<std::size_t>(hd), hd);
       }
       continue;
@@ -498,7 +522,7 @@ void attention_cached_pairs(float* out, float* scratch, int slot, const float* q
     for (int t0 = 0; t0 < Tn; t0 += kBlockRows) {
       const std::size_t r = (b * Tn + t0) * row_w + static_cast<std::size_t>(h) * hd;
       forward_block(out + r, row_w, stats, rows, q + r, row_w, past[b] + t0, std::min(kBlockRows, Tn - t0), kt,
-                    vcache + cache, hd, hd, ld, scale, window);
+                    vcache + cache, hd, hd, ld, scale, scores);
     }
   }
 }
@@ -511,26 +535,26 @@ std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd, int th
 }
 
 void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B, int T,
-                       int H, int KV, int hd, int r0, int n, int window) {
+                       int H, int KV, int hd, int r0, int n, AttentionScores scores) {
   attention_check_shape("attention_forward", B, T, H, KV, hd);
-  STRATUM_CHECK(window >= 0, "[kernels.attention] attention_forward: window must be >= 0, got ", window);
+  attention_check_scores("attention_forward", scores);
   const RowRange rr = attention_row_range("attention_forward", B, T, r0, n);
   const QkvLayout lay{H, KV, hd};
   const ScratchLayout sl{std::size_t(T), std::size_t(hd)};
   for_each_slot(pool, static_cast<std::size_t>(rr.seqs) * H, [&](int slot, std::size_t p0, std::size_t p1) {
-    attention_forward_pairs(out, stats, scratch, slot, qkv, p0, p1, rr, lay, sl, window);
+    attention_forward_pairs(out, stats, scratch, slot, qkv, p0, p1, rr, lay, sl, scores);
   });
 }
 
 void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* stats, int B, int T, int H, int KV, int hd, int r0, int n, int window) {
+                        const float* stats, int B, int T, int H, int KV, int hd, int r0, int n, AttentionScores scores) {
   attention_check_shape("attention_backward", B, T, H, KV, hd);
-  STRATUM_CHECK(window >= 0, "[kernels.attention] attention_backward: window must be >= 0, got ", window);
+  attention_check_scores("attention_backward", scores);
   const RowRange rr = attention_row_range("attention_backward", B, T, r0, n);
   const QkvLayout lay{H, KV, hd};
   const ScratchLayout sl{std::size_t(T), std::size_t(hd)};
   for_each_slot(pool, static_cast<std::size_t>(rr.seqs) * KV, [&](int slot, std::size_t p0, std::size_t p1) {
-    attention_backward_pairs(dqkv, scratch, slot, dout, qkv, stats, p0, p1, rr, lay, sl, window);
+    attention_backward_pairs(dqkv, scratch, slot, dout, qkv, stats, p0, p1, rr, lay, sl, scores);
   });
 }
 
@@ -542,15 +566,15 @@ std::size_t attention_cached_scratch_floats(int hd, int max_T, int threads) {
 
 void attention_cached(ThreadPool& pool, float* out, float* scratch, const float* q, const float* kcache,
                       const float* vcache, int B, int Tn, const int* past, int max_T, int H, int KV, int hd,
-                      int window) {
+                      AttentionScores scores) {
   attention_check_shape("attention_cached", B, Tn, H, KV, hd);
-  STRATUM_CHECK(window >= 0, "[kernels.attention] attention_cached: window must be >= 0, got ", window);
+  attention_check_scores("attention_cached", scores);
   for (int b = 0; b < B; ++b)
     STRATUM_CHECK(past[b] >= 0 && past[b] <= max_T - Tn, "[kernels.attention] attention_cached: sequence ", b,
                   " has ", past[b], " cached positions + ", Tn, " new ones, beyond the cache's max_T ", max_T);
   const ScratchLayout sl{std::size_t(max_T), std::size_t(hd)};
   for_each_slot(pool, static_cast<std::size_t>(B) * H, [&](int slot, std::size_t p0, std::size_t p1) {
-    attention_cached_pairs(out, scratch, slot, q, kcache, vcache, p0, p1, Tn, past, max_T, H, KV, hd, sl, window);
+    attention_cached_pairs(out, scratch, slot, q, kcache, vcache, p0, p1, Tn, past, max_T, H, KV, hd, sl, scores);
   });
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 
 #include "core/thread_pool.h"
+#include "ops/attention_rows.h"
 #include "stratum/error.h"
 
 namespace stratum {
@@ -36,10 +37,10 @@ std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd, int th
 // within each range, so ranges that split a sequence change the order of its sums (the same math,
 // other roundings); the partition is a function of B*T alone, so every budget and policy still
 // gets the same bits.
-// window > 0: each query attends to its last `window` keys (itself among them), Note [sliding
-// window] in attention.cpp; 0: to every key before it.
+// scores: a sliding window and soft-capping (Note [attention scores] in ops/attention_rows.h; Note
+// [sliding window] and Note [softcapping] in attention.cpp); {}: plain causal attention.
 void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B, int T,
-                       int H, int KV, int hd, int r0, int n, int window = 0);
+                       int H, int KV, int hd, int r0, int n, AttentionScores scores = {});
 
 // dqkv (B,T,(H+2*KV)*hd): the gradient w.r.t. qkv given dout (n, H*hd), the gradient of the
 // outputs of query rows [r0, r0 + n), when every earlier row was passed in increasing order
@@ -47,7 +48,7 @@ void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratc
 // sequence's rows up to the range's end. The dk/dv of a kv head sum its H/KV query heads'
 // contributions in increasing head order. stats: the forward's.
 void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* stats, int B, int T, int H, int KV, int hd, int r0, int n, int window = 0);
+                        const float* stats, int B, int T, int H, int KV, int hd, int r0, int n, AttentionScores scores = {});
 
 // Every row at once: rows [0, B*T).
 inline void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratch, const float* qkv, int B,
@@ -78,12 +79,12 @@ std::size_t attention_cached_scratch_floats(int hd, int max_T, int threads);
 // Causal attention of Tn new positions per sequence against a KV cache. q (B,Tn,H*hd) (RoPE
 // already applied); kcache, vcache (B,KV,max_T,hd) hold positions 0..past[b]+Tn-1 of sequence b
 // (the new positions' k/v already written); past (B). New position t of sequence b is at
-// absolute position past[b]+t and attends to cache positions 0..past[b]+t (its last `window` of
-// them when window > 0). out (B,Tn,H*hd).
+// absolute position past[b]+t and attends to cache positions 0..past[b]+t (its last scores.window
+// of them when that is > 0). out (B,Tn,H*hd).
 // Note [cached attention bits]: same arithmetic in the same order as attention_forward, so each
 // output row equals attention_forward's row for that position bit for bit.
 void attention_cached(ThreadPool& pool, float* out, float* scratch, const float* q, const float* kcache,
                       const float* vcache, int B, int Tn, const int* past, int max_T, int H, int KV, int hd,
-                      int window = 0);
+                      AttentionScores scores = {});
 
 }  // namespace stratum

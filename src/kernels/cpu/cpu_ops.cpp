@@ -141,19 +141,19 @@ std::size_t CpuOps::attention_scratch_floats(int B, int T, int H, int KV, int hd
   return stratum::attention_scratch_floats(B, T, H, KV, hd, pool_.num_threads());
 }
 void CpuOps::attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,
-                               int hd, int r0, int n, int window) const {
-  stratum::attention_forward(pool_, out, stats, scratch, qkv, B, T, H, KV, hd, r0, n, window);
+                               int hd, int r0, int n, AttentionScores scores) const {
+  stratum::attention_forward(pool_, out, stats, scratch, qkv, B, T, H, KV, hd, r0, n, scores);
 }
 void CpuOps::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* stats,
-                                int B, int T, int H, int KV, int hd, int r0, int n, int window) const {
-  stratum::attention_backward(pool_, dqkv, scratch, dout, qkv, stats, B, T, H, KV, hd, r0, n, window);
+                                int B, int T, int H, int KV, int hd, int r0, int n, AttentionScores scores) const {
+  stratum::attention_backward(pool_, dqkv, scratch, dout, qkv, stats, B, T, H, KV, hd, r0, n, scores);
 }
 std::size_t CpuOps::attention_cached_scratch_floats(int hd, int max_T) const {
   return stratum::attention_cached_scratch_floats(hd, max_T, pool_.num_threads());
 }
 void CpuOps::attention_cached(float* out, float* scratch, const float* q, const float* kcache, const float* vcache,
-                              int B, int Tn, const int* past, int max_T, int H, int KV, int hd, int window) const {
-  stratum::attention_cached(pool_, out, scratch, q, kcache, vcache, B, Tn, past, max_T, H, KV, hd, window);
+                              int B, int Tn, const int* past, int max_T, int H, int KV, int hd, AttentionScores scores) const {
+  stratum::attention_cached(pool_, out, scratch, q, kcache, vcache, B, Tn, past, max_T, H, KV, hd, scores);
 }
 void CpuOps::rope_forward(float* x, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
                           const RopeTable& table) const {

@@ -58,12 +58,12 @@ class CpuOps final : public Ops {
   std::size_t attention_scratch_floats(int B, int T, int H, int KV, int hd) const override;
   std::size_t gemm_scratch_bytes(int rows, int width, int narrow) const override;
   void attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,
-                         int hd, int r0, int n, int window) const override;
+                         int hd, int r0, int n, AttentionScores scores) const override;
   void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* stats, int B,
-                          int T, int H, int KV, int hd, int r0, int n, int window) const override;
+                          int T, int H, int KV, int hd, int r0, int n, AttentionScores scores) const override;
   std::size_t attention_cached_scratch_floats(int hd, int max_T) const override;
   void attention_cached(float* out, float* scratch, const float* q, const float* kcache, const float* vcache, int B,
-                        int Tn, const int* past, int max_T, int H, int KV, int hd, int window) const override;
+                        int Tn, const int* past, int max_T, int H, int KV, int hd, AttentionScores scores) const override;
   void rope_forward(float* x, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
                     const RopeTable& table) const override;
   void rope_backward(float* dx, int B, int T, int heads, int hd, std::size_t row_stride, const int* pos0,
