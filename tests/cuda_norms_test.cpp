@@ -226,13 +226,13 @@ void check_xent_chunks(const CrossBackend& xb, TestRng& rng, int N, const std::v
     const int n = chunk_sizes[k];
     const std::string ctag = tag + " chunk " + std::to_string(k) + " dlogits";
     std::vector<float> dlogits(static_cast<std::size_t>(N) * n);
-    xb.cpu().xent_chunk_backward(dlogits.data(), chunks[k].data(), lse.data(), targets.data(), N, n, v0, dloss);
+    xb.cpu().xent_chunk_backward(dlogits.data(), chunks[k].data(), lse.data(), targets.data(), N, n, v0, dloss, 0.0f);
     const auto g_d = nans(dlogits.size());
-    xb.gpu().xent_chunk_backward(g_d.d(), d_chunks[k].d(), d_lse.d(), d_targets.d(), N, n, v0, dloss);
+    xb.gpu().xent_chunk_backward(g_d.d(), d_chunks[k].d(), d_lse.d(), d_targets.d(), N, n, v0, dloss, 0.0f);
     const std::vector<float> got = down(g_d);
     expect_close(got, dlogits, kTol, ctag);
     // In place: dlogits aliases logits.
-    xb.gpu().xent_chunk_backward(d_chunks[k].d(), d_chunks[k].d(), d_lse.d(), d_targets.d(), N, n, v0, dloss);
+    xb.gpu().xent_chunk_backward(d_chunks[k].d(), d_chunks[k].d(), d_lse.d(), d_targets.d(), N, n, v0, dloss, 0.0f);
     expect_same_bits(down(d_chunks[k]), got, ctag + " in place");
     v0 += n;
   }

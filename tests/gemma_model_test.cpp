@@ -7,8 +7,11 @@
 // (model_type "gemma3_text", Note [gemma3]): its layer types (listed, or by the older pattern),
 // local rope base and window read and write back; soft-capping, another query_pre_attn_scalar,
 // the multimodal checkpoints and sequences past the window are refused; it trains, saves and
-// resumes likewise, and `--arch gemma3` starts one. PyTorch's numbers (logits, gradients, a
-// training run, greedy ids, LoRA): tests/golden/tiny_gemma and tiny_gemma3 in llama_model_test,
+// resumes likewise, and `--arch gemma3` starts one. Gemma 2 (model_type "gemma2", Note [gemma2]):
+// its soft-caps (given, defaulted, null), window and layer types read and write back; Gemma 2 27B's
+// query_pre_attn_scalar is refused; it trains, saves and resumes, generates past its window, and
+// `--arch gemma2` starts one with Gemma 2's caps. PyTorch's numbers (logits, gradients, a training
+// run, greedy ids, LoRA): tests/golden/tiny_gemma, tiny_gemma2 and tiny_gemma3 in llama_model_test,
 // trainer_test, generator_test and lora_train_test. Does not time anything.
 #include <gtest/gtest.h>
 
@@ -32,6 +35,7 @@ using testing::source_path;
 
 const std::string kGemma = source_path("tests/golden/tiny_gemma");
 const std::string kGemma3 = source_path("tests/golden/tiny_gemma3");
+const std::string kGemma2 = source_path("tests/golden/tiny_gemma2");
 
 // Gemma 2B's config.json as first released (no tie_word_embeddings: GemmaConfig ties).
 Json gemma_2b() {
@@ -133,7 +137,7 @@ void check_trains_saves_and_resumes(const std::string& golden, const char* type,
   EXPECT_EQ(saved["architectures"][0], architecture);
   EXPECT_EQ(saved["tie_word_embeddings"], true);
   for (const char* key : {"layer_types", "sliding_window", "rope_local_base_freq", "rope_scaling", "rope_theta",
-                          "query_pre_attn_scalar", "head_dim"})
+                          "query_pre_attn_scalar", "head_dim", "attn_logit_softcapping", "final_logit_softcapping"})
     EXPECT_EQ(saved.contains(key) ? saved[key] : Json(), original.contains(key) ? original[key] : Json()) << key;
   const SafetensorsFile model = SafetensorsFile::open(step3 + "/model.safetensors");
   bool head = false;
@@ -147,6 +151,7 @@ void check_trains_saves_and_resumes(const std::string& golden, const char* type,
 TEST(Gemma, TrainsSavesAGemmaAndResumesToTheSameBits) {
   check_trains_saves_and_resumes(kGemma, "gemma", "GemmaForCausalLM");
   check_trains_saves_and_resumes(kGemma3, "gemma3_text", "Gemma3ForCausalLM");
+  check_trains_saves_and_resumes(kGemma2, "gemma2", "Gemma2ForCausalLM");
 }
 
 // Gemma 3 1B's config.json as released (layer types by the older sliding_window_pattern).
@@ -203,10 +208,100 @@ TEST(Gemma, Gemma3ConfigReadsItsLayerTypesAndWindowAndWritesThemBack) {
   refused([](Json& j) { j["layer_types"] = Json::array({"sliding_attention"}); },
           "layer_types must list one type per layer (26)");
   refused([](Json& j) { j["model_type"] = "gemma3"; }, "model_type \"gemma3\" (Gemma 3's multimodal checkpoints");
-  refused([](Json& j) { j["model_type"] = "gemma2"; }, "model_type \"gemma2\" is not supported");
   refused([](Json& j) { j["use_bidirectional_attention"] = true; }, "use_bidirectional_attention = true");
   // A hostile layer count is refused before anything is sized by it.
   refused([](Json& j) { j["num_hidden_layers"] = 2000000000; }, "num_hidden_layers must be in 1..1024, got 2000000000");
+}
+
+// Gemma 2 2B's config.json as released (no layer_types: every other layer sliding from layer 0).
+Json gemma2_2b() {
+  return Json::parse(R"({"architectures": ["Gemma2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": 1,
+    "final_logit_softcapping": 30.0, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 2304, "initializer_range": 0.02,
+    "intermediate_size": 9216, "max_position_embeddings": 8192, "model_type": "gemma2", "num_attention_heads": 8,
+    "num_hidden_layers": 26, "num_key_value_heads": 4, "pad_token_id": 0, "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096, "torch_dtype": "float32",
+    "use_cache": true, "vocab_size": 256000})");
+}
+
+TEST(Gemma, Gemma2ConfigReadsItsSoftcapsWindowAndLayersAndWritesThemBack) {
+  testing::TempDir tmp;
+  file_write_atomic(tmp.file("2b.json"), gemma2_2b().dump(2));
+  const GptConfig cfg = hf_config_read(tmp.file("2b.json"));
+  EXPECT_TRUE(cfg.gemma2() && cfg.gemma() && cfg.post_norms());
+  EXPECT_FALSE(cfg.gemma3() || cfg.qk_norm());
+  EXPECT_STREQ(cfg.family(), "gemma2");
+  EXPECT_EQ(cfg.attn_softcap, 50.0f);
+  EXPECT_EQ(cfg.final_softcap, 30.0f);
+  EXPECT_EQ(cfg.context(), 8192);  // the sliding layers attend within their window of 4096
+  for (int l = 0; l < 26; ++l) {
+    EXPECT_EQ(cfg.layer_scores(l).window, l % 2 == 0 ? 4096 : 0) << l;
+    EXPECT_EQ(cfg.layer_scores(l).softcap, 50.0f) << l;
+    EXPECT_FALSE(cfg.layer_local_rope(l)) << "one rope for every layer";
+  }
+  EXPECT_EQ(cfg.describe(), "gemma2 L26 H8 C2304 ctx8192 V256000 KV4 hd256 I9216 tied window4096");
+  EXPECT_THROW(cfg.backend_check(Backend::Cuda, "train"), Error);
+
+  hf_config_write(tmp.file("out.json"), cfg);
+  const Json written = Json::parse(file_read_all(tmp.file("out.json")));
+  EXPECT_EQ(written["architectures"][0], "Gemma2ForCausalLM");
+  EXPECT_EQ(written["attn_logit_softcapping"], 50.0);
+  EXPECT_EQ(written["final_logit_softcapping"], 30.0);
+  EXPECT_EQ(written["layer_types"][0], "sliding_attention");
+  EXPECT_EQ(written["layer_types"][1], "full_attention");
+  EXPECT_FALSE(written.contains("rope_local_base_freq"));
+  const GptConfig again = hf_config_read(tmp.file("out.json"));
+  EXPECT_EQ(again.describe(), cfg.describe());
+  EXPECT_EQ(again.attn_softcap, 50.0f);
+
+  auto read_with = [&](const std::function<void(Json&)>& edit) {
+    Json j = gemma2_2b();
+    edit(j);
+    file_write_atomic(tmp.file("c.json"), j.dump(2));
+    return hf_config_read(tmp.file("c.json"));
+  };
+  const GptConfig defaults = read_with([](Json& j) { j.erase("attn_logit_softcapping"); j.erase("final_logit_softcapping"); });
+  EXPECT_EQ(defaults.attn_softcap, 50.0f) << "Gemma2Config's default";
+  EXPECT_EQ(defaults.final_softcap, 30.0f);
+  const GptConfig none = read_with([](Json& j) { j["attn_logit_softcapping"] = nullptr; });
+  EXPECT_EQ(none.attn_softcap, 0.0f) << "null: no cap";
+  EXPECT_EQ(none.layer_scores(0).softcap, 0.0f);
+  auto refused = [&](const std::function<void(Json&)>& edit, const std::string& want) {
+    Json j = gemma2_2b();
+    edit(j);
+    const std::string error = read_error(tmp, j);
+    EXPECT_NE(error.find(want), std::string::npos) << error;
+  };
+  refused([](Json& j) { j["query_pre_attn_scalar"] = 144; },
+          "query_pre_attn_scalar 144 is not supported; Stratum scales attention by head_dim^-1/2");
+  refused([](Json& j) { j["final_logit_softcapping"] = -1.0; }, "final_logit_softcapping must be a number > 0 or null");
+  refused([](Json& j) { j["attn_logit_softcapping"] = "fifty"; }, "attn_logit_softcapping");
+}
+
+// Gemma 2's sliding layer (8 keys in tests/golden/tiny_gemma2) past its window: a prompt of 16
+// tokens continues as the cache's one-row steps do, in RAM and streamed; `--arch gemma2` starts a
+// model with Gemma 2's caps, which trains and generates.
+TEST(Gemma, Gemma2GeneratesPastItsWindowAndANewOneTrains) {
+  testing::TempDir tmp;
+  const std::string gen = " --temperature 0 --no-stop --output-ids --max-tokens 6";
+  const std::string prompt = "1,5,9,17,33,7,3,90,12,44,8,61,2,77,30,19";
+  const auto r = run_stratum("generate --model " + kGemma2 + " --prompt-ids " + prompt + gen);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const auto streamed = run_stratum("generate --model " + kGemma2 + " --prompt-ids " + prompt + gen +
+                                    " --mem-budget 1600K --offload-dir " + tmp.path());
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.errors;
+  EXPECT_EQ(streamed.output, r.output);
+  auto t = run_stratum("train --arch gemma2 --layers 2 --heads 2 --head-dim 16 --embd 32 --vocab 131 --ctx 32 --data " +
+                       kGemma2 + "/tokens.bin --batch 2 --seq 16 --steps 2 --quiet --threads 2 --save " + tmp.file("new"));
+  ASSERT_EQ(t.exit_code, 0) << t.errors;
+  const Json saved = Json::parse(file_read_all(tmp.file("new") + "/step-00000002/config.json"));
+  EXPECT_EQ(saved["model_type"], "gemma2");
+  EXPECT_EQ(saved["attn_logit_softcapping"], 50.0);
+  EXPECT_EQ(saved["final_logit_softcapping"], 30.0);
+  t = run_stratum("generate --model " + tmp.file("new") + " --prompt-ids 2,5,9 --max-tokens 4 --temperature 0.8 "
+                  "--seed 3 --output-ids --no-stop");
+  ASSERT_EQ(t.exit_code, 0) << t.errors;
 }
 
 // Past the window (8 keys in tests/golden/tiny_gemma3) a sliding layer attends to fewer keys than

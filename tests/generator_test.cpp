@@ -292,6 +292,7 @@ TEST(Generate, Phi3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_gree
 TEST(Generate, Phi35GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_phi35"); }
 TEST(Generate, GemmaGreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_gemma"); }
 TEST(Generate, Gemma3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_gemma3"); }
+TEST(Generate, Gemma2GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_gemma2"); }
 
 // Note [bf16 weights]: the bf16 golden Llama kept in bf16 gives the bits of its fp32 widening:
 // every logit of a batch of two (prompt steps, then decode steps), in RAM and streamed under the

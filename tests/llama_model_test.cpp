@@ -139,7 +139,8 @@ void check_logits_loss_and_gradients(const std::string& dir) {
       }
     }
     EXPECT_EQ(checked, (g.layout.head_tied() ? 1 : 2) * g.layout.vocab_block_count() + 1 +
-                           (g.cfg.qkv_bias() ? 12 : g.cfg.post_norms() ? 13 : g.cfg.qk_norm() ? 11 : 9) * g.cfg.n_layer);
+                           (9 + (g.cfg.qkv_bias() ? 3 : 0) + (g.cfg.qk_norm() ? 2 : 0) + (g.cfg.post_norms() ? 2 : 0)) *
+                               g.cfg.n_layer);
     if (!streamed) ram_grads_hash = h;
     else EXPECT_EQ(h, ram_grads_hash) << "streaming must not change a bit";
   }
@@ -179,6 +180,13 @@ TEST(LlamaModel, Gemma3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
   check_logits_loss_and_gradients("tests/golden/tiny_gemma3");
 }
 
+// Gemma 2 (tests/golden/tiny_gemma2, Note [gemma2]): Gemma's changes, the post norms, a sliding
+// layer of 8 keys over 24 positions, and the scores and logits soft-capped (Note [softcapping],
+// Note [final softcapping]; caps of 4 and 5 that bend most of them).
+TEST(LlamaModel, Gemma2LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
+  check_logits_loss_and_gradients("tests/golden/tiny_gemma2");
+}
+
 TEST(LlamaModel, GemmaConfigIsATiedLlamaWithItsThreeChanges) {
   const Golden g("tests/golden/tiny_gemma");
   EXPECT_TRUE(g.cfg.gemma());
@@ -203,7 +211,7 @@ TEST(LlamaModel, Qwen3ConfigIsALlamaWithQkNorms) {
   EXPECT_EQ(g.layout.hf_name(layer.tensors[kKNormW]), "model.layers.1.self_attn.k_norm.weight");
   EXPECT_EQ(layer.tensors[kKNormW].numel, 32u);
   EXPECT_FALSE(layer.tensors[kQNormW].weight_decay) << "norm weights are not decayed";
-  EXPECT_EQ(block_tensor_part(ModelArch::Llama, kKNormW), BlockPart::Attention);
+  EXPECT_EQ(block_tensor_part(g.cfg, kKNormW), BlockPart::Attention);
 }
 
 TEST(LlamaModel, Qwen2ConfigIsALlamaWithQkvBiases) {
@@ -220,7 +228,7 @@ TEST(LlamaModel, Qwen2ConfigIsALlamaWithQkvBiases) {
   EXPECT_EQ(g.layout.hf_name(layer.tensors[kVB]), "model.layers.1.self_attn.v_proj.bias");
   EXPECT_EQ(layer.tensors[kKB].numel, static_cast<std::size_t>(g.cfg.kv_dim()));
   EXPECT_FALSE(layer.tensors[kQB].weight_decay) << "biases are not decayed (PyTorch's no-decay group)";
-  EXPECT_EQ(block_tensor_part(ModelArch::Llama, kVB), BlockPart::Attention);
+  EXPECT_EQ(block_tensor_part(g.cfg, kVB), BlockPart::Attention);
   // A Llama config that asks for attention biases is refused, naming Qwen2.
   testing::TempDir tmp;
   std::filesystem::copy_file(g.dir + "/config.json", tmp.file("config.json"));

@@ -211,6 +211,9 @@ TEST(LoraTrain, GemmaFollowsThePeftReferenceStreamedAndResumed) { check_run("tes
 // frozen norms after them (Note [post norms]), whose backward recomputes them.
 TEST(LoraTrain, Gemma3LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_gemma3", false); }
 TEST(LoraTrain, Gemma3FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_gemma3", false); }
+// Over a Gemma 2 base (tests/golden/tiny_gemma2): the adapters' gradients through both soft-caps.
+TEST(LoraTrain, Gemma2LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_gemma2", false); }
+TEST(LoraTrain, Gemma2FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_gemma2", false); }
 // Over a Phi-3 base (tests/golden/tiny_phi3, Note [fused lora]): PEFT's default targets, among
 // them the fused qkv_proj (one lora_A over q, k and v) and gate_up_proj; with dropout, one mask
 // per fused module.

@@ -324,7 +324,7 @@ TEST(RowChunks, TheBlockHalvesGiveTheWholeBlocksBits) {
         for (const TensorSlot& t : l.tensors) {
           const int i = static_cast<int>(&t - l.tensors.data());
           if (t.chunk != c) continue;
-          if (segment == s && block_tensor_part(cfg.arch, i) == part) return true;
+          if (segment == s && block_tensor_part(cfg, i) == part) return true;
           if (segment == a) {
             for (int k = 0; k < kLoraMaxTargets; ++k) {
               const int slot = layout.lora_slot(k);

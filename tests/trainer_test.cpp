@@ -186,6 +186,9 @@ TEST(Trainer, GemmaLossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_
 // the backward's recomputed outputs (Note [post norms]), its q and k norms, both ropes, and its
 // sliding layer's window of 8 keys over 16 positions (Note [sliding window]).
 TEST(Trainer, Gemma3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_gemma3"); }
+// The tiny Gemma 2 (Note [gemma2]; tests/golden/tiny_gemma2): its soft-capped scores and logits
+// (Note [softcapping], Note [final softcapping]), the post norms and the sliding layer.
+TEST(Trainer, Gemma2LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_gemma2"); }
 // The tiny Phi-3 (Note [phi3 fused]; tests/golden/tiny_phi3): its fused tensors saved as PyTorch's.
 TEST(Trainer, Phi3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi3"); }
 // The tiny Phi-3.5 (Note [longrope]; tests/golden/tiny_phi35): saved back with its long factors.

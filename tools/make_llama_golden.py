@@ -115,8 +115,9 @@ def _meta_llama3_apply_scaling(freqs, rs):
     return out, branches
 
 
-def _plain_mha(h, wq, wk, wv, wo, cos, sin, H, hd):
-    """Independent multi-head attention for one sequence h (T,C), per head, float64."""
+def _plain_mha(h, wq, wk, wv, wo, cos, sin, H, hd, cap=None):
+    """Independent multi-head attention for one sequence h (T,C), per head, float64; cap: Gemma 2's
+    soft-capping of the scores."""
     T = h.shape[0]
     outs = []
     for hh in range(H):
@@ -127,6 +128,8 @@ def _plain_mha(h, wq, wk, wv, wo, cos, sin, H, hd):
         q = q * cos + rot(q) * sin
         k = k * cos + rot(k) * sin
         s = (q @ k.T) / math.sqrt(hd)
+        if cap is not None:
+            s = cap * torch.tanh(s / cap)
         for i in range(T):
             s[i, i + 1:] = float("-inf")
         outs.append(torch.softmax(s, dim=1) @ v)
@@ -199,7 +202,7 @@ def self_check(cfg, params, shape=TINY):
     got = tl.attention(h, pm, "l.", cfg_mha, cos, sin)
     for b in range(2):
         want = _plain_mha(h[b], *(pm["l.self_attn." + k + "_proj.weight"] for k in "qkvo"),
-                          cos[b], sin[b], H, hd)
+                          cos[b], sin[b], H, hd, cfg.attn_logit_softcapping)
         assert torch.allclose(got[b], want, rtol=0, atol=1e-12), "bug: attention != plain MHA"
 
     # GQA (KV=2) == MHA whose k/v weights repeat each kv head for its group of query heads.
@@ -527,6 +530,15 @@ GEMMA3 = dict(GEMMA, model_type="gemma3_text", sliding_window=8, layer_types=["s
               rope_local_base_freq=10000.0, rope_theta=1000000.0, rope_scaling={"rope_type": "linear", "factor": 8.0},
               query_pre_attn_scalar=32)
 GEMMA3_SEED = 9013
+# A tiny Gemma 2 (tests/golden/tiny_gemma2/): model_type "gemma2", so on top of Gemma's changes the
+# attention's and the MLP's outputs are normed before their residual adds, layer 0 is a sliding
+# layer (a window of 8 keys) and layer 1 a full one, one rope (base 10000), and it soft-caps the
+# attention scores (Note [softcapping]) and the logits (Note [final softcapping]). The caps are
+# small (2 and 1.5, Gemma 2's are 50 and 30) so that they bend most scores and logits of this tiny
+# model: without them the logits move by more than 0.1.
+GEMMA2 = dict(GEMMA, model_type="gemma2", sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+              query_pre_attn_scalar=32, attn_logit_softcapping=4.0, final_logit_softcapping=5.0)
+GEMMA2_SEED = 9035
 
 
 def first_batch_reference(out_dir, cfg, params, tokens_seed):
@@ -581,30 +593,37 @@ def gemma3_as_gemma(params, cfg):
     return out, gemma
 
 
+def gemma2_uncapped(params, cfg):
+    """The Gemma 2's weights without its soft-capping."""
+    return params, tl.LlamaConfig(**dict(GEMMA2, attn_logit_softcapping=None, final_logit_softcapping=None))
+
+
 def make_qwen(root, kind):
-    """tests/golden/tiny_<kind>/ for kind "qwen2", "qwen3", "gemma" or "gemma3"."""
+    """tests/golden/tiny_<kind>/ for kind "qwen2", "qwen3", "gemma", "gemma2" or "gemma3"."""
     shape, seed, stds = {"qwen2": (QWEN2, QWEN2_SEED, QWEN2_STDS), "qwen3": (QWEN3, QWEN3_SEED, INIT_STDS),
-                         "gemma": (GEMMA, GEMMA_SEED, GEMMA_STDS), "gemma3": (GEMMA3, GEMMA3_SEED, GEMMA_STDS)}[kind]
+                         "gemma": (GEMMA, GEMMA_SEED, GEMMA_STDS), "gemma2": (GEMMA2, GEMMA2_SEED, GEMMA_STDS),
+                         "gemma3": (GEMMA3, GEMMA3_SEED, GEMMA_STDS)}[kind]
     out_dir = os.path.join(root, "tiny_" + kind)
     os.makedirs(out_dir, exist_ok=True)
     cfg = tl.LlamaConfig(**shape)
     params = tl.init_params(cfg, torch.Generator().manual_seed(seed), stds)
     extra = [n for n in params if n.endswith(".bias") or ("self_attn" in n and n.endswith("_norm.weight"))]
-    assert len(extra) == {"qwen2": 3, "qwen3": 2, "gemma": 0, "gemma3": 2}[kind] * cfg.num_hidden_layers, extra
+    assert len(extra) == {"qwen2": 3, "qwen3": 2, "gemma": 0, "gemma2": 0, "gemma3": 2}[kind] * cfg.num_hidden_layers, extra
     self_check(cfg, params, shape)
     # The variant matters: without its biases (norms; Gemma's GeGLU and embedding scale) the logits
     # move well beyond the tests' tolerance.
     with torch.no_grad():
         idx = torch.arange(20, dtype=torch.int64).unsqueeze(0) % cfg.vocab_size
         plain, plain_cfg = (gemma_as_llama(params, cfg) if kind == "gemma" else gemma3_as_gemma(params, cfg)
-                            if kind == "gemma3" else (qwen_without_its_variant(params), cfg))
+                            if kind == "gemma3" else gemma2_uncapped(params, cfg) if kind == "gemma2"
+                            else (qwen_without_its_variant(params), cfg))
         moved = (tl.forward(params, cfg, idx)[0] - tl.forward(plain, plain_cfg, idx)[0]).abs().max().item()
     assert moved > 0.1, f"the {kind} variant moves the logits by only {moved}"
     tl.write_hf_config(os.path.join(out_dir, "config.json"), cfg, "float32")
     tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), params, metadata={"format": "pt"})
 
     tokens, init, ref, grads, loss, ids, margin = first_batch_reference(
-        out_dir, cfg, params, TOKENS_SEED + {"qwen2": 1, "qwen3": 2, "gemma": 3, "gemma3": 4}[kind])
+        out_dir, cfg, params, TOKENS_SEED + {"qwen2": 1, "qwen3": 2, "gemma": 3, "gemma3": 4, "gemma2": 5}[kind])
     ref.update({"grad." + n: _f32(g) for n, g in grads.items()})
     run = train_run(cfg, init, tokens, TRAIN)
     ref.update(run)
@@ -759,13 +778,13 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
     ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "phi3", "phi35",
-                                       "gemma", "gemma3"],
+                                       "gemma", "gemma2", "gemma3"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
                          "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}; "
                          "long_rope: only long_rope/; qwen2: only tiny_qwen2/; qwen3: only tiny_qwen3/; "
-                         "phi3: only tiny_phi3/; phi35: only tiny_phi35/; gemma: only tiny_gemma/; gemma3: only "
-                         "tiny_gemma3/")
+                         "phi3: only tiny_phi3/; phi35: only tiny_phi35/; gemma: only tiny_gemma/; gemma2: only "
+                         "tiny_gemma2/; gemma3: only tiny_gemma3/")
     args = ap.parse_args()
     torch.set_num_threads(2)
     root = os.path.normpath(args.out)
@@ -779,7 +798,7 @@ def main():
         lo = make_lora(root)
         print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
         return
-    if args.only in ("qwen2", "qwen3", "gemma", "gemma3"):
+    if args.only in ("qwen2", "qwen3", "gemma", "gemma2", "gemma3"):
         q = make_qwen(root, args.only)
         print(f"tiny_{args.only}: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
               f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); the variant moves the logits by "
@@ -804,6 +823,7 @@ def main():
     make_qwen(root, "qwen2")
     make_qwen(root, "qwen3")
     make_qwen(root, "gemma")
+    make_qwen(root, "gemma2")
     make_qwen(root, "gemma3")
     make_phi3(root)
     make_phi3(root, "phi35")

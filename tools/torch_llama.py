@@ -27,6 +27,10 @@ by 1 + w) before the rope, norms the attention's and the MLP's outputs before th
 (post_attention_layernorm, post_feedforward_layernorm; the MLP's input norm is then
 pre_feedforward_layernorm), scales scores by query_pre_attn_scalar^-1/2, and its sliding layers
 (layer_types) use rope_local_base_freq unscaled and attend to the last sliding_window keys.
+With "gemma2" (Gemma2ForCausalLM) a Gemma has Gemma 3's post norms and sliding layers (one rope,
+no q/k norms) and soft-caps: each scaled score at attn_logit_softcapping * tanh(s / cap) before the
+mask, each logit at final_logit_softcapping * tanh(l / cap) (transformers' Gemma2: divide, tanh,
+multiply).
 What it does not do: KV caching, sampling, o_proj/MLP biases, rope types other than
 "default" and "llama3", bf16 arithmetic (bf16 weights are upcast and computed in fp32).
 
@@ -55,7 +59,8 @@ class LlamaConfig:
                  rope_theta=500000.0, rope_scaling=None, tie_word_embeddings=False,
                  bos_token_id=1, eos_token_id=2, model_type="llama", sliding_window=None,
                  layer_types=None, rope_local_base_freq=10000.0, query_pre_attn_scalar=None,
-                 original_max_position_embeddings=None):
+                 original_max_position_embeddings=None, attn_logit_softcapping=None,
+                 final_logit_softcapping=None):
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size
         self.num_hidden_layers = num_hidden_layers
@@ -70,7 +75,9 @@ class LlamaConfig:
         self.tie_word_embeddings = tie_word_embeddings
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
-        assert model_type in ("llama", "qwen2", "qwen3", "gemma", "gemma3_text"), model_type
+        assert model_type in ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"), model_type
+        self.attn_logit_softcapping = attn_logit_softcapping    # gemma2's soft-capping
+        self.final_logit_softcapping = final_logit_softcapping
         # gemma3_text: its sliding window, layer types, local rope base and score scale
         self.original_max_position_embeddings = original_max_position_embeddings  # Phi-3's longrope base
         self.sliding_window = sliding_window
@@ -86,11 +93,16 @@ class LlamaConfig:
     @property
     def norm_offset(self):
         """What every RMSNorm adds to its weight: Gemma's 1 (GemmaRMSNorm), else 0."""
-        return 1.0 if self.model_type in ("gemma", "gemma3_text") else 0.0
+        return 1.0 if self.gemma else 0.0
 
     @property
     def gemma(self):
-        return self.model_type in ("gemma", "gemma3_text")
+        return self.model_type in ("gemma", "gemma2", "gemma3_text")
+
+    @property
+    def post_norms(self):
+        """Gemma 2's and 3's norms of the attention's and the MLP's outputs."""
+        return self.model_type in ("gemma2", "gemma3_text")
 
     @property
     def gemma3(self):
@@ -99,7 +111,8 @@ class LlamaConfig:
     def to_hf_dict(self, torch_dtype="float32"):
         qwen = self.model_type in ("qwen2", "qwen3")
         arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma": "GemmaForCausalLM",
-                "gemma3_text": "Gemma3ForCausalLM"}.get(self.model_type, "LlamaForCausalLM")
+                "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}.get(self.model_type,
+                                                                                       "LlamaForCausalLM")
         d = {
             "architectures": [arch],
             "model_type": self.model_type,
@@ -131,6 +144,11 @@ class LlamaConfig:
                          rope_local_base_freq=self.rope_local_base_freq,
                          query_pre_attn_scalar=self.query_pre_attn_scalar, final_logit_softcapping=None,
                          attn_logit_softcapping=None)
+            if self.model_type == "gemma2":  # Gemma2Config's
+                d.update(sliding_window=self.sliding_window, layer_types=self.layer_types,
+                         query_pre_attn_scalar=self.query_pre_attn_scalar,
+                         final_logit_softcapping=self.final_logit_softcapping,
+                         attn_logit_softcapping=self.attn_logit_softcapping)
         else:
             d.update(attention_bias=False, mlp_bias=False)
         return d
@@ -171,7 +189,7 @@ def param_shapes(cfg):
         shapes[h + "mlp.down_proj.weight"] = (C, I)
         shapes[h + "input_layernorm.weight"] = (C,)
         shapes[h + "post_attention_layernorm.weight"] = (C,)
-        if cfg.gemma3:  # the MLP's input norm, and its output's
+        if cfg.post_norms:  # the MLP's input norm, and its output's
             shapes[h + "pre_feedforward_layernorm.weight"] = (C,)
             shapes[h + "post_feedforward_layernorm.weight"] = (C,)
     shapes["model.norm.weight"] = (C,)
@@ -303,7 +321,8 @@ def repeat_kv(x, n_rep):
 
 def attention(h, p, pre, cfg, cos, sin, adapter=None, window=None):
     """Self-attention of layer `pre` (HF LlamaAttention, eager) on normed input h (B,T,C);
-    window: a query attends to that many keys at most (itself and the ones before it)."""
+    window: a query attends to that many keys at most (itself and the ones before it); Gemma 2's
+    scores soft-capped by cfg.attn_logit_softcapping."""
     B, T, _ = h.shape
     H, KV, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     lin = _linear(p, pre, adapter)
@@ -319,8 +338,10 @@ def attention(h, p, pre, cfg, cos, sin, adapter=None, window=None):
     k = repeat_kv(k, H // KV)
     v = repeat_kv(v, H // KV)
     att = torch.matmul(q, k.transpose(2, 3)) * (cfg.query_pre_attn_scalar ** -0.5)  # (B,H,T,T)
+    if cfg.attn_logit_softcapping is not None:  # Gemma2Attention's
+        att = torch.tanh(att / cfg.attn_logit_softcapping) * cfg.attn_logit_softcapping
     causal = torch.ones(T, T, dtype=torch.bool).tril()
-    if window is not None:  # Gemma 3's sliding layers: keys j with i - j < window
+    if window is not None:  # Gemma 2's and 3's sliding layers: keys j with i - j < window
         causal = causal & torch.ones(T, T, dtype=torch.bool).triu(-(window - 1))
     att = torch.where(causal, att, torch.tensor(torch.finfo(att.dtype).min, dtype=att.dtype))
     att = torch.softmax(att, dim=-1)
@@ -373,21 +394,24 @@ def forward(params, cfg, idx, targets=None, inv_freq=None, adapter=None):
         cos_l, sin_l = rope_cos_sin(rope_inv_freq_default(cfg.rope_local_base_freq, cfg.head_dim), pos)
     for i in range(cfg.num_hidden_layers):
         pre = f"model.layers.{i}."
-        sliding = cfg.gemma3 and cfg.layer_types[i] == "sliding_attention"
+        sliding = cfg.post_norms and cfg.layer_types[i] == "sliding_attention"
+        local = sliding and cfg.gemma3  # Gemma 3's sliding layers' own rope
         h = rms_norm(x, p[pre + "input_layernorm.weight"], eps, off)
-        a = attention(h, p, pre, cfg, cos_l if sliding else cos, sin_l if sliding else sin, adapter,
+        a = attention(h, p, pre, cfg, cos_l if local else cos, sin_l if local else sin, adapter,
                       cfg.sliding_window if sliding else None)
-        if cfg.gemma3:
+        if cfg.post_norms:
             a = rms_norm(a, p[pre + "post_attention_layernorm.weight"], eps, off)
         x = x + a
-        norm2 = "pre_feedforward_layernorm.weight" if cfg.gemma3 else "post_attention_layernorm.weight"
+        norm2 = "pre_feedforward_layernorm.weight" if cfg.post_norms else "post_attention_layernorm.weight"
         m = mlp(rms_norm(x, p[pre + norm2], eps, off), p, pre, adapter, gemma)
-        if cfg.gemma3:
+        if cfg.post_norms:
             m = rms_norm(m, p[pre + "post_feedforward_layernorm.weight"], eps, off)
         x = x + m
     x = rms_norm(x, p["model.norm.weight"], eps, off)
     head = p["lm_head.weight"] if "lm_head.weight" in p else p["model.embed_tokens.weight"]  # tied
     logits = torch.nn.functional.linear(x, head)                        # (B,T,V)
+    if cfg.final_logit_softcapping is not None:  # Gemma2ForCausalLM's
+        logits = torch.tanh(logits / cfg.final_logit_softcapping) * cfg.final_logit_softcapping
     if targets is None:
         return logits, None
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),

@@ -153,28 +153,31 @@ std::string number_text(double v) {
 // depend on a field read before it: --kv-heads on --heads, --inner on --embd).
 const std::vector<ModelShapeFlag>& model_shape_flags() {
   static const std::vector<ModelShapeFlag> rows = {
-      {"arch", "gpt2|llama|qwen2|qwen3|mistral|phi3|gemma|gemma3",
+      {"arch", "gpt2|llama|qwen2|qwen3|mistral|phi3|gemma|gemma2|gemma3",
        "new model: family (default gpt2; qwen2: llama with q, k and v biases; qwen3: llama with per-head q and k "
        "RMSNorms; mistral: llama saved as Mistral, no sliding window; phi3: llama saved as Phi-3, its q, k, v and "
-       "gate, up fused; gemma: llama with RMSNorms by 1 + w, a GeGLU MLP and a scaled embedding; gemma3: gemma "
-       "with q and k norms, norms after the attention and the MLP, each 6th layer full, the others sliding "
-       "(rope base 10000), no window)",
+       "gate, up fused; gemma: llama with RMSNorms by 1 + w, a GeGLU MLP and a scaled embedding; gemma2: gemma "
+       "with norms after the attention and the MLP, attention scores soft-capped at 50 and logits at 30, no window; "
+       "gemma3: gemma with q and k norms, norms after the attention and the MLP, each 6th layer full, the others "
+       "sliding (rope base 10000), no window)",
        false,
        [](const Args& a, GptConfig& c) {
          const std::string arch = a.str("arch", "gpt2");
          STRATUM_CHECK(arch == "gpt2" || arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "mistral" ||
-                           arch == "phi3" || arch == "gemma" || arch == "gemma3",
-                       "[cli] --arch must be gpt2, llama, qwen2, qwen3, mistral, phi3, gemma or gemma3, got '", arch,
-                       "'");
+                           arch == "phi3" || arch == "gemma" || arch == "gemma2" || arch == "gemma3",
+                       "[cli] --arch must be gpt2, llama, qwen2, qwen3, mistral, phi3, gemma, gemma2 or gemma3, got '",
+                       arch, "'");
          c.arch = arch == "gpt2" ? ModelArch::Gpt2 : ModelArch::Llama;
          c.variant = arch == "qwen2"     ? LlamaVariant::Qwen2
                      : arch == "qwen3"   ? LlamaVariant::Qwen3
                      : arch == "mistral" ? LlamaVariant::Mistral
                      : arch == "phi3"    ? LlamaVariant::Phi3
                      : arch == "gemma"   ? LlamaVariant::Gemma
+                     : arch == "gemma2"  ? LlamaVariant::Gemma2
                      : arch == "gemma3"  ? LlamaVariant::Gemma3
                                          : LlamaVariant::Llama;
          if (c.llama()) c.layer_norm_eps = 1e-5f;
+         if (c.gemma2()) c.attn_softcap = 50.0f, c.final_softcap = 30.0f;  // Gemma2Config's (Note [gemma2])
        },
        [](const GptConfig& c) { return std::string(c.gemma3() ? "gemma3" : c.family()); }},
       {"layers", "L", "new model: transformer blocks (default 4)", false,

@@ -99,7 +99,7 @@ void Executor::part_chunks_add(std::vector<UnitUse>& uses, int seg, BlockPart pa
 
 BlockPart Executor::tensor_part(int segment, int tensor) const {
   const SegmentLayout& seg = layout_.segments()[segment];
-  if (seg.role == SegmentRole::Layer) return block_tensor_part(cfg_.arch, tensor);
+  if (seg.role == SegmentRole::Layer) return block_tensor_part(cfg_, tensor);
   if (seg.role != SegmentRole::Lora) return BlockPart::Whole;
   for (int k = 0; k < kLoraMaxTargets; ++k) {  // lora_A at lora_slot(k), lora_B after it
     const int slot = layout_.lora_slot(k);

@@ -79,6 +79,7 @@ void gpt2_head_lse_block(const Ops& ops, const GptConfig& cfg, const float* wte_
       ops.sgemm_rounded(false, true, rows, n, C, 1.0f, s.lnf16 + static_cast<std::size_t>(r0) * C, s.w16, 0.0f, logits, n);
     else
       ops.sgemm(false, true, rows, n, C, 1.0f, s.lnf + static_cast<std::size_t>(r0) * C, C, wte_rows, C, 0.0f, logits, n);
+    if (cfg.final_softcap > 0.0f) ops.logit_softcap(logits, rows, n, n, cfg.final_softcap);  // Note [final softcapping]
     ops.xent_chunk_forward(s.run_max + r0, s.run_sum + r0, s.target_logit + r0, logits, targets + r0, rows, n, v0);
   }
 }
@@ -105,7 +106,9 @@ void gpt2_head_backward_block(const Ops& ops, const GptConfig& cfg, const float*
                         s.logits, n);
     else
       ops.sgemm(false, true, rows, n, C, 1.0f, xr, C, wte_rows, C, 0.0f, s.logits, n);
-    ops.xent_chunk_backward(s.logits, logits, s.lse + r0, targets + r0, rows, n, v0, dloss);
+    // Note [final softcapping]: the kept logits are capped ones; a recomputed block is capped here
+    if (cfg.final_softcap > 0.0f && s.kept == nullptr) ops.logit_softcap(s.logits, rows, n, n, cfg.final_softcap);
+    ops.xent_chunk_backward(s.logits, logits, s.lse + r0, targets + r0, rows, n, v0, dloss, cfg.final_softcap);
     // dlnf (rows, C) (+)= dlogits @ wte_rows ; dwte_rows (n, C) (+)= dlogits^T @ lnf
     if (rounded) {  // the logit gradients rounded once for both products
       ops.bf16_round(s.d16, s.logits, rows, n, n);
@@ -138,6 +141,7 @@ void gpt2_head_logits_block(const Ops& ops, const Linear& linear, const GptConfi
                             int n, int rows, float* logits, int ld_logits, const Gpt2HeadScratch& s) {
   const int C = cfg.n_embd;
   linear.nt(ops, logits, ld_logits, s.lnf, C, wte_rows, rows, n, C);
+  if (cfg.final_softcap > 0.0f) ops.logit_softcap(logits, rows, n, ld_logits, cfg.final_softcap);  // Note [final softcapping]
 }
 
 }  // namespace stratum

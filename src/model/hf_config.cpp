@@ -118,14 +118,30 @@ RopeScaling rope_scaling_read(const std::string& path, const nlohmann::json& roo
   return s;
 }
 
-// Note [gemma3]: Gemma 3's fields beyond Gemma's, into cfg (whose n_layer and head_dim are read).
-void gemma3_read(const std::string& path, const nlohmann::json& root, GptConfig& cfg) {
+// Gemma 2's soft-capping (Note [gemma2]): Gemma2Config's default when absent, none when null.
+float softcap_field(const std::string& path, const nlohmann::json& root, const char* key, double fallback) {
+  if (root.contains(key) && root.at(key).is_null()) return 0.0f;
+  const double cap = number_field(path, root, key, fallback);
+  STRATUM_CHECK(cap > 0 && cap < 1e30, where(path), ": ", key, " must be a number > 0 or null, got ", cap);
+  return static_cast<float>(cap);
+}
+
+// Note [gemma2], Note [gemma3]: the fields Gemma 2 and Gemma 3 add to Gemma's, into cfg (whose
+// variant, n_layer and head_dim are read).
+void gemma_layers_read(const std::string& path, const nlohmann::json& root, GptConfig& cfg) {
+  const bool gemma3 = cfg.variant == LlamaVariant::Gemma3;
   STRATUM_CHECK(!given(root, "rope_parameters") || given(root, "rope_theta"), where(path),
-                ": rope_parameters without rope_theta is not supported; Stratum reads Gemma 3's rope_theta, "
-                "rope_local_base_freq and rope_scaling (as the released config.json files have them)");
-  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
-    STRATUM_CHECK(!given(root, key), where(path), ": ", key, " ", json_brief(root.at(key)),
-                  " is not supported; Stratum runs Gemma 3 without logit soft-capping (null, as released)");
+                ": rope_parameters without rope_theta is not supported; Stratum reads ", cfg.family_title(),
+                "'s rope_theta", gemma3 ? ", rope_local_base_freq and rope_scaling" : "",
+                " (as the released config.json files have them)");
+  if (gemma3) {
+    for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
+      STRATUM_CHECK(!given(root, key), where(path), ": ", key, " ", json_brief(root.at(key)),
+                    " is not supported; Stratum runs Gemma 3 without logit soft-capping (null, as released)");
+  } else {  // Gemma2Config's defaults: 50 and 30
+    cfg.attn_softcap = softcap_field(path, root, "attn_logit_softcapping", 50.0);
+    cfg.final_softcap = softcap_field(path, root, "final_logit_softcapping", 30.0);
+  }
   option_refuse(path, root, "use_bidirectional_attention", true, "Stratum's attention is causal");
   const double scalar = number_field(path, root, "query_pre_attn_scalar", 256.0);
   STRATUM_CHECK(scalar == cfg.head_dim(), where(path), ": query_pre_attn_scalar ", scalar,
@@ -133,7 +149,7 @@ void gemma3_read(const std::string& path, const nlohmann::json& root, GptConfig&
                 cfg.head_dim(), ")");
   cfg.sliding_window = given(root, "sliding_window") ? int_field(path, root, "sliding_window") : 4096;
   STRATUM_CHECK(cfg.sliding_window >= 1, where(path), ": sliding_window must be >= 1, got ", cfg.sliding_window);
-  cfg.rope_local_theta = number_field(path, root, "rope_local_base_freq", 10000.0);
+  if (gemma3) cfg.rope_local_theta = number_field(path, root, "rope_local_base_freq", 10000.0);
   // validate() bounds it later; a list per layer is made now (and a hostile count must not size it).
   STRATUM_CHECK(cfg.n_layer >= 1 && cfg.n_layer <= 1024, where(path), ": num_hidden_layers must be in 1..1024, got ",
                 cfg.n_layer);
@@ -150,15 +166,16 @@ void gemma3_read(const std::string& path, const nlohmann::json& root, GptConfig&
     }
   } else {
     const int pattern = given(root, "sliding_window_pattern") ? int_field(path, root, "sliding_window_pattern")
-                                                               : kGemma3SlidingPattern;
+                                                               : gemma3 ? kGemma3SlidingPattern
+                                                                        : kGemma2SlidingPattern;
     STRATUM_CHECK(pattern >= 1, where(path), ": sliding_window_pattern must be >= 1, got ", pattern);
     for (int i = 0; i < cfg.n_layer; ++i) cfg.layer_sliding[static_cast<std::size_t>(i)] = (i + 1) % pattern != 0;
   }
 }
 
 // A Llama-family config.json: "llama", "qwen2" (LlamaVariant::Qwen2: q, k and v biases), "qwen3"
-// (q_norm and k_norm), "mistral", "phi3" (Note [phi3 fused]), "gemma" (Note [gemma]) or
-// "gemma3_text" (Note [gemma3]).
+// (q_norm and k_norm), "mistral", "phi3" (Note [phi3 fused]), "gemma" (Note [gemma]), "gemma2"
+// (Note [gemma2]) or "gemma3_text" (Note [gemma3]).
 GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaVariant variant) {
   GptConfig cfg;
   cfg.arch = ModelArch::Llama;
@@ -181,8 +198,8 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
   cfg.rope_scaling = rope_scaling_read(path, root);
   STRATUM_CHECK(cfg.rope_scaling.type != RopeScaling::Type::LongRope || variant == LlamaVariant::Phi3, where(path),
                 ": rope_scaling \"longrope\" is supported for Phi-3 models (model_type \"phi3\") only");
-  const bool gemma = variant == LlamaVariant::Gemma || variant == LlamaVariant::Gemma3;
-  cfg.tie_word_embeddings = gemma;  // LlamaConfig's default (GemmaConfig's and Gemma3TextConfig's: tied)
+  const bool gemma = cfg.gemma();
+  cfg.tie_word_embeddings = gemma;  // LlamaConfig's default (the Gemma configs': tied)
   if (given(root, "tie_word_embeddings")) {
     const auto& v = root.at("tie_word_embeddings");
     STRATUM_CHECK(v.is_boolean(), where(path), ": field 'tie_word_embeddings' must be true or false, got ", json_brief(v));
@@ -202,7 +219,7 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
                     " is not supported; Gemma's MLP is GeGLU with GELU's tanh form (\"gelu_pytorch_tanh\")");
     }
     option_refuse(path, root, "attention_bias", true, "Gemma's projections have no biases in its released models");
-    if (variant == LlamaVariant::Gemma3) gemma3_read(path, root, cfg);
+    if (variant != LlamaVariant::Gemma) gemma_layers_read(path, root, cfg);
   } else if (root.contains("hidden_act")) {
     const auto& act = root.at("hidden_act");
     STRATUM_CHECK(act.is_string() && act.get<std::string>() == "silu", where(path), ": hidden_act ", json_brief(act),
@@ -273,6 +290,7 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
                         : mistral      ? "MistralForCausalLM"
                         : phi3         ? "Phi3ForCausalLM"
                         : cfg.gemma3() ? "Gemma3ForCausalLM"
+                        : cfg.gemma2() ? "Gemma2ForCausalLM"
                         : gemma        ? "GemmaForCausalLM"
                                        : "LlamaForCausalLM"};
   j["model_type"] = cfg.family();
@@ -305,15 +323,17 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
   if (gemma) {  // GemmaConfig's (Note [gemma]): the activation under both names, no biases
     j["hidden_activation"] = "gelu_pytorch_tanh";
     j["attention_bias"] = false;
-    if (cfg.gemma3()) {  // Gemma3TextConfig's (Note [gemma3])
+    if (cfg.gemma2() || cfg.gemma3()) {  // Gemma2Config's and Gemma3TextConfig's (Note [gemma2], Note [gemma3])
       j["query_pre_attn_scalar"] = cfg.head_dim();
       j["sliding_window"] = cfg.sliding_window > 0 ? cfg.sliding_window : cfg.n_ctx;
       nlohmann::ordered_json types = nlohmann::ordered_json::array();
-      for (int l = 0; l < cfg.n_layer; ++l) types.push_back(cfg.layer_local_rope(l) ? "sliding_attention" : "full_attention");
+      for (int l = 0; l < cfg.n_layer; ++l)
+        types.push_back(cfg.layer_sliding_attention(l) ? "sliding_attention" : "full_attention");
       j["layer_types"] = types;
-      j["rope_local_base_freq"] = cfg.rope_local_theta;
-      j["final_logit_softcapping"] = nullptr;
-      j["attn_logit_softcapping"] = nullptr;
+      if (cfg.gemma3()) j["rope_local_base_freq"] = cfg.rope_local_theta;
+      auto cap = [](float c) { return c > 0.0f ? nlohmann::ordered_json(float_for_json(c)) : nlohmann::ordered_json(); };
+      j["final_logit_softcapping"] = cap(cfg.final_softcap);
+      j["attn_logit_softcapping"] = cap(cfg.attn_softcap);
     }
   } else if (qwen2 || qwen3) {  // Qwen2Config's fields (its q, k and v biases are implied by the model type)
     if (qwen3) j["attention_bias"] = false;  // Qwen3Config's; its q_norm and k_norm come with the type
@@ -358,7 +378,8 @@ nlohmann::json json_object_read(const std::string& path) {
 GptConfig hf_config_read(const std::string& path) {
   STRATUM_CHECK(!dir_exists(path), where(path), " is a directory; pass the config.json inside it");
   STRATUM_CHECK(file_exists(path), where(path),
-                ": file not found; expected a Hugging Face config.json (GPT-2, Llama, Qwen2, Qwen3, Mistral, Phi-3 or Gemma)");
+                ": file not found; expected a Hugging Face config.json (GPT-2, Llama, Qwen2, Qwen3, Mistral, Phi-3, Gemma, "
+                "Gemma 2 or Gemma 3)");
   const nlohmann::json root = json_object_read(path);
 
   if (root.contains("model_type")) {
@@ -369,17 +390,18 @@ GptConfig hf_config_read(const std::string& path) {
                   ": model_type \"gemma3\" (Gemma 3's multimodal checkpoints, 4B and up) is not supported; Stratum "
                   "runs Gemma 3's text-only models (model_type \"gemma3_text\": Gemma 3 270M and 1B)");
     STRATUM_CHECK(name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3" || name == "mistral" ||
-                      name == "phi3" || name == "gemma" || name == "gemma3_text",
+                      name == "phi3" || name == "gemma" || name == "gemma2" || name == "gemma3_text",
                   where(path), ": model_type ", json_brief(type),
                   " is not supported; Stratum runs GPT-2 (\"gpt2\"), Llama (\"llama\"), Qwen2 (\"qwen2\"), Qwen3 "
-                  "(\"qwen3\"), Mistral (\"mistral\"), Phi-3/Phi-4 (\"phi3\"), Gemma (\"gemma\") and Gemma 3 "
-                  "(\"gemma3_text\") models");
+                  "(\"qwen3\"), Mistral (\"mistral\"), Phi-3/Phi-4 (\"phi3\"), Gemma (\"gemma\"), Gemma 2 "
+                  "(\"gemma2\") and Gemma 3 (\"gemma3_text\") models");
     if (name == "llama") return read_llama(path, root, LlamaVariant::Llama);
     if (name == "qwen2") return read_llama(path, root, LlamaVariant::Qwen2);
     if (name == "qwen3") return read_llama(path, root, LlamaVariant::Qwen3);
     if (name == "mistral") return read_llama(path, root, LlamaVariant::Mistral);
     if (name == "phi3") return read_llama(path, root, LlamaVariant::Phi3);
     if (name == "gemma") return read_llama(path, root, LlamaVariant::Gemma);
+    if (name == "gemma2") return read_llama(path, root, LlamaVariant::Gemma2);
     if (name == "gemma3_text") return read_llama(path, root, LlamaVariant::Gemma3);
   }
   GptConfig cfg;

@@ -1,12 +1,13 @@
 // Reads and writes Hugging Face config.json files of the "gpt2", "llama", "qwen2", "qwen3",
-// "mistral" and "phi3" model types (Qwen2: a Llama with q, k and v biases; Qwen3: a Llama with
-// per-head q and k RMSNorms, Note [qk norm]; Mistral: a Llama within its sliding window,
-// Note [mistral window]; Phi-3: a Llama with fused projections, Note [phi3 fused];
-// GptConfig::variant). Reading checks the fields Stratum needs and refuses
+// "mistral", "phi3", "gemma", "gemma2" and "gemma3_text" model types (Qwen2: a Llama with q, k and
+// v biases; Qwen3: a Llama with per-head q and k RMSNorms, Note [qk norm]; Mistral: a Llama within
+// its sliding window, Note [mistral window]; Phi-3: a Llama with fused projections, Note [phi3
+// fused]; the Gemmas: Note [gemma], Note [gemma2], Note [gemma3]; GptConfig::variant). Reading checks the fields Stratum needs and refuses
 // options it does not implement (other model types, rope scalings other than llama3/linear,
 // biases in Llama projections, Qwen2's and Qwen3's sliding window, activations other than GELU-tanh / SiLU);
 // writing produces a config that transformers' GPT2LMHeadModel / LlamaForCausalLM /
-// Qwen2ForCausalLM / Qwen3ForCausalLM / MistralForCausalLM / Phi3ForCausalLM.from_pretrained accepts. Does not handle tokenizer or
+// Qwen2ForCausalLM / Qwen3ForCausalLM / MistralForCausalLM / Phi3ForCausalLM / GemmaForCausalLM /
+// Gemma2ForCausalLM / Gemma3ForCausalLM.from_pretrained accepts. Does not handle tokenizer or
 // generation configs.
 #pragma once
 

@@ -14,18 +14,20 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
   // Braced initialisation evaluates left to right: the slices follow one another.
   LlamaBlockTensors t{vectors(view(kAttnNormW)), view(kQW),    view(kKW),  view(kVW), view(kOW),
                       vectors(view(kMlpNormW)),  view(kGateW), view(kUpW), view(kDownW)};
-  if (layout.tensors.size() <= static_cast<std::size_t>(kLlamaBlockTensorCount)) return t;
-  if (layout.tensors[kQNormW].name.ends_with("self_attn.q_norm.weight")) {  // Qwen3, Gemma 3 (Note [qk norm])
-    t.q_norm_w = vectors(view(kQNormW));
-    t.k_norm_w = vectors(view(kKNormW));
-    if (layout.tensors.size() > static_cast<std::size_t>(kPostFfNormW)) {  // Gemma 3 (Note [post norms])
-      t.post_attn_norm_w = vectors(view(kPostAttnNormW));
-      t.post_ff_norm_w = vectors(view(kPostFfNormW));
-    }
-  } else {  // Qwen2
+  const int n = static_cast<int>(layout.tensors.size());
+  if (n <= kLlamaBlockTensorCount) return t;
+  // The slots after the nine are told apart by name (the gradient sets come without a config).
+  if (layout.tensors[kQB].name.ends_with("self_attn.q_proj.bias")) {  // Qwen2
     t.q_b = vectors(view(kQB));
     t.k_b = vectors(view(kKB));
     t.v_b = vectors(view(kVB));
+  } else if (layout.tensors[kQNormW].name.ends_with("self_attn.q_norm.weight")) {  // Qwen3, Gemma 3 (Note [qk norm])
+    t.q_norm_w = vectors(view(kQNormW));
+    t.k_norm_w = vectors(view(kKNormW));
+  }
+  if (layout.tensors[n - 1].name.ends_with("post_feedforward_layernorm.weight")) {  // Gemma 2, 3 (Note [post norms])
+    t.post_attn_norm_w = vectors(view(n - 2));
+    t.post_ff_norm_w = vectors(view(n - 1));
   }
   return t;
 }

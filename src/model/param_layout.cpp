@@ -182,7 +182,7 @@ ParamLayout ParamLayout::llama(const GptConfig& cfg) {
     }
     block.add(p + "self_attn.o_proj.weight", {C, Q});
     // Note [gemma3]: Gemma 3's MLP input norm is pre_feedforward_layernorm; its
-    // post_attention_layernorm norms the attention's output (kPostAttnNormW, below).
+    // post_attention_layernorm norms the attention's output (llama_post_norm_slot, below).
     block.add(p + (cfg.post_norms() ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), {C});
     if (cfg.fused_projections()) {
       block.add(p + "mlp.gate_up_proj.weight", {I, C}, 0, {2 * I, C});
@@ -201,7 +201,7 @@ ParamLayout ParamLayout::llama(const GptConfig& cfg) {
       block.add(p + "self_attn.q_norm.weight", {cfg.head_dim()});
       block.add(p + "self_attn.k_norm.weight", {cfg.head_dim()});
     }
-    if (cfg.post_norms()) {  // kPostAttnNormW, kPostFfNormW (Note [gemma3])
+    if (cfg.post_norms()) {  // llama_post_norm_slot and the next (Note [gemma3])
       block.add(p + "post_attention_layernorm.weight", {C});
       block.add(p + "post_feedforward_layernorm.weight", {C});
     }

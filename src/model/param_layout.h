@@ -101,14 +101,20 @@ enum BlockTensor : int {
 };
 // Order of tensors inside a Llama block segment (weights in nn.Linear layout (out, in)); a
 // Qwen2 block's q, k and v biases follow (GptConfig::qkv_bias), or a Qwen3 block's q_norm and
-// k_norm weights (GptConfig::qk_norm), in the attention half; a Gemma 3 block's q_norm and k_norm,
-// then its post-attention norm (attention half) and post-feedforward norm (MLP half), Note
-// [gemma3] (its kMlpNormW is pre_feedforward_layernorm).
+// k_norm weights (GptConfig::qk_norm), in the attention half; Gemma 2's and 3's blocks end with
+// their post-attention norm (attention half) and post-feedforward norm (MLP half) at
+// llama_post_norm_slot (after Gemma 3's q_norm and k_norm), Note [gemma3] (their kMlpNormW is
+// pre_feedforward_layernorm).
 enum LlamaBlockTensor : int {
   kAttnNormW, kQW, kKW, kVW, kOW, kMlpNormW, kGateW, kUpW, kDownW, kLlamaBlockTensorCount,
   kQB = kLlamaBlockTensorCount, kKB, kVB,
-  kQNormW = kLlamaBlockTensorCount, kKNormW, kPostAttnNormW, kPostFfNormW
+  kQNormW = kLlamaBlockTensorCount, kKNormW
 };
+// The slot of a Gemma 2 or 3 block's post-attention norm (its post-feedforward norm is the next);
+// -1 for a block without them (GptConfig::post_norms).
+inline int llama_post_norm_slot(const GptConfig& cfg) {
+  return cfg.post_norms() ? kLlamaBlockTensorCount + (cfg.qk_norm() ? 2 : 0) : -1;
+}
 // Note [block halves]: a block's forward is its attention half (the norm before it, q, k, v,
 // the attention and its output projection, res2 = x + o(atty)) and its MLP half (the norm
 // before it and the MLP, out = res2 + mlp(res2)). A zeroth-order step runs them as two groups
@@ -124,13 +130,14 @@ enum LlamaBlockTensor : int {
 // same order as the whole backward, on the same set, so the same bits; the store reads the MLP
 // half while the attention recomputes, where it would otherwise wait for the whole layer.
 enum class BlockPart { Whole, Attention, Mlp };
-// The half tensor `tensor` of a block segment of `arch` belongs to (BlockTensor, LlamaBlockTensor).
-inline BlockPart block_tensor_part(ModelArch arch, int tensor) {
-  if (arch == ModelArch::Llama && tensor == kPostFfNormW) return BlockPart::Mlp;  // Gemma 3's (Note [gemma3])
-  if (arch == ModelArch::Llama && tensor >= kQB) return BlockPart::Attention;  // Qwen2's biases, q/k norms, Gemma 3's post-attention norm
-  return tensor < (arch == ModelArch::Llama ? static_cast<int>(kMlpNormW) : static_cast<int>(kLn2W))
-             ? BlockPart::Attention
-             : BlockPart::Mlp;
+// The half tensor `tensor` of a block segment of `cfg`'s model belongs to (BlockTensor,
+// LlamaBlockTensor).
+inline BlockPart block_tensor_part(const GptConfig& cfg, int tensor) {
+  if (cfg.llama() && cfg.post_norms() && tensor == llama_post_norm_slot(cfg) + 1)
+    return BlockPart::Mlp;  // Gemma 2's and 3's post-feedforward norm (Note [gemma3])
+  if (cfg.llama() && tensor >= kQB) return BlockPart::Attention;  // Qwen2's biases, q/k norms, the post-attention norm
+  return tensor < (cfg.llama() ? static_cast<int>(kMlpNormW) : static_cast<int>(kLn2W)) ? BlockPart::Attention
+                                                                                         : BlockPart::Mlp;
 }
 enum EmbedTensor : int { kWpe };             // GPT-2 only
 enum HeadTensor : int { kLnFW, kLnFB };      // Llama: model.norm.weight only

@@ -250,8 +250,16 @@ class Ops {
   // Cross-entropy over vocabulary chunks (Note [online log-sum-exp]).
   virtual void xent_chunk_forward(float* run_max, float* run_sum, float* target_logit, const float* logits,
                                   const std::int32_t* targets, int N, int n, int v0) const = 0;
+  // softcap > 0: logits are capped ones and dlogits the raw logits' gradient (Note [final
+  // softcapping] in kernels/cpu/softmax_xent.h); 0, the only value a backend without it (CUDA) takes.
   virtual void xent_chunk_backward(float* dlogits, const float* logits, const float* lse,
-                                   const std::int32_t* targets, int N, int n, int v0, float dloss) const = 0;
+                                   const std::int32_t* targets, int N, int n, int v0, float dloss,
+                                   float softcap) const = 0;
+  // x (rows, n), row stride ld, in place: cap * tanh(x / cap) (Note [final softcapping]; Gemma 2's
+  // LM head). A backend without it throws a BugError: backend_check refuses Gemma 2 there first.
+  virtual void logit_softcap(float* /*x*/, int /*rows*/, int /*n*/, int /*ld*/, float /*cap*/) const {
+    throw BugError("[ops] bug: logit_softcap on a backend without soft-capping kernels");
+  }
   // The end of the cross-entropy (Note [online log-sum-exp]): lse (N) = run_max + log(run_sum)
   // (float), and the mean of lse - target_logit over the rows whose target is >= 0, summed in
   // double in row order (0 when none is). A target below 0 is no loss target (Note [loss mask] in

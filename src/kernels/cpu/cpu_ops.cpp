@@ -194,8 +194,11 @@ void CpuOps::xent_chunk_forward(float* run_max, float* run_sum, float* target_lo
   stratum::xent_chunk_forward(pool_, run_max, run_sum, target_logit, logits, targets, N, n, v0);
 }
 void CpuOps::xent_chunk_backward(float* dlogits, const float* logits, const float* lse, const std::int32_t* targets,
-                                 int N, int n, int v0, float dloss) const {
-  stratum::xent_chunk_backward(pool_, dlogits, logits, lse, targets, N, n, v0, dloss);
+                                 int N, int n, int v0, float dloss, float softcap) const {
+  stratum::xent_chunk_backward(pool_, dlogits, logits, lse, targets, N, n, v0, dloss, softcap);
+}
+void CpuOps::logit_softcap(float* x, int rows, int n, int ld, float cap) const {
+  stratum::logit_softcap(pool_, x, rows, n, ld, cap);
 }
 void CpuOps::softmax_row(float* probs, const float* logits, int V, float temperature) const {
   stratum::softmax_row(probs, logits, V, temperature);

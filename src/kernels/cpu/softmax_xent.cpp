@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/simd.h"
+#include "stratum/error.h"
 
 namespace stratum {
 
@@ -56,7 +57,7 @@ void xent_chunk_forward_rows(float* run_max, float* run_sum, float* target_logit
 
 STRATUM_SIMD_CLONES
 void xent_chunk_backward_rows(float* dlogits, const float* logits, const float* lse, const std::int32_t* targets,
-                              std::size_t r0, std::size_t r1, int n, int v0, float dloss) {
+                              std::size_t r0, std::size_t r1, int n, int v0, float dloss, float cap) {
   for (std::size_t r = r0; r < r1; ++r) {
     const float* x = logits + r * n;
     float* d = dlogits + r * n;
@@ -65,9 +66,26 @@ void xent_chunk_backward_rows(float* dlogits, const float* logits, const float* 
       continue;
     }
     const float l = lse[r];
-    for (int i = 0; i < n; ++i) d[i] = simd::exp_f32(x[i] - l) * dloss;
     const int t = targets[r] - v0;
+    if (cap > 0.0f) {  // Note [final softcapping]: x holds capped logits (d may alias it)
+      for (int i = 0; i < n; ++i) {
+        const float c = x[i], th = c / cap;
+        float g = simd::exp_f32(c - l) * dloss;
+        if (i == t) g -= dloss;
+        d[i] = g * cap * (1.0f - th * th) / cap;
+      }
+      continue;
+    }
+    for (int i = 0; i < n; ++i) d[i] = simd::exp_f32(x[i] - l) * dloss;
     if (t >= 0 && t < n) d[t] -= dloss;
+  }
+}
+
+STRATUM_SIMD_CLONES
+void logit_softcap_rows(float* x, std::size_t r0, std::size_t r1, int n, std::size_t ld, float cap) {
+  for (std::size_t r = r0; r < r1; ++r) {
+    float* row = x + r * ld;
+    for (int i = 0; i < n; ++i) row[i] = simd::tanh_f32(row[i] / cap) * cap;
   }
 }
 }  // namespace
@@ -80,9 +98,18 @@ void xent_chunk_forward(ThreadPool& pool, float* run_max, float* run_sum, float*
 }
 
 void xent_chunk_backward(ThreadPool& pool, float* dlogits, const float* logits, const float* lse,
-                         const std::int32_t* targets, int N, int n, int v0, float dloss) {
+                         const std::int32_t* targets, int N, int n, int v0, float dloss, float softcap) {
+  STRATUM_CHECK(softcap >= 0.0f, "[kernels.xent] xent_chunk_backward: softcap must be >= 0, got ", softcap);
   pool.parallel_for(static_cast<std::size_t>(N), [&](std::size_t r0, std::size_t r1) {
-    xent_chunk_backward_rows(dlogits, logits, lse, targets, r0, r1, n, v0, dloss);
+    xent_chunk_backward_rows(dlogits, logits, lse, targets, r0, r1, n, v0, dloss, softcap);
+  });
+}
+
+void logit_softcap(ThreadPool& pool, float* x, int rows, int n, int ld, float cap) {
+  STRATUM_CHECK(cap > 0.0f && rows >= 0 && n >= 0 && ld >= n, "[kernels.xent] logit_softcap: bad arguments: cap ", cap,
+                " rows ", rows, " n ", n, " ld ", ld);
+  pool.parallel_for(static_cast<std::size_t>(rows), [&](std::size_t r0, std::size_t r1) {
+    logit_softcap_rows(x, r0, r1, n, static_cast<std::size_t>(ld), cap);
   });
 }
 

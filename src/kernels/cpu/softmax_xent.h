@@ -24,8 +24,19 @@ void xent_chunk_forward(ThreadPool& pool, float* run_max, float* run_sum, float*
                         const std::int32_t* targets, int N, int n, int v0);
 // dlogits (N, n) = (exp(logits - lse[r]) - onehot(targets[r] - v0)) * dloss; may alias logits.
 // A row whose target is below 0 (no loss target, Note [loss mask] in data/token_file.h) gets zeros.
+// softcap > 0: the logits are capped ones (logit_softcap) and dlogits is the raw logits' gradient
+// (Note [final softcapping]).
 void xent_chunk_backward(ThreadPool& pool, float* dlogits, const float* logits, const float* lse,
-                         const std::int32_t* targets, int N, int n, int v0, float dloss);
+                         const std::int32_t* targets, int N, int n, int v0, float dloss, float softcap = 0.0f);
+
+// Note [final softcapping]: Gemma 2 caps every logit l of its LM head at c = cap * tanh(l / cap)
+// (final_logit_softcapping, 30; transformers' Gemma2ForCausalLM: divide, tanh, multiply; tanh by
+// simd::tanh_f32). logit_softcap caps a block's logits in place right after the head's product
+// (both training passes, inference, decoding), so the cross-entropy and sampling see the capped
+// logits and the kept logits (Note [kept logits]) are capped ones; given the cap,
+// xent_chunk_backward turns the capped logit's gradient g back through the cap as autograd does,
+// ((g * cap) * (1 - t * t)) / cap, with t = c / cap recovered from the capped logit.
+void logit_softcap(ThreadPool& pool, float* x, int rows, int n, int ld, float cap);
 
 // lse (N) = run_max + log(run_sum) after the last block; returns the mean of lse - target_logit
 // over the rows whose target is >= 0, summed in double in row order (0 when there are none;

@@ -114,7 +114,7 @@ class CudaOps final : public Ops {
   void xent_chunk_forward(float* run_max, float* run_sum, float* target_logit, const float* logits,
                           const std::int32_t* targets, int N, int n, int v0) const override;
   void xent_chunk_backward(float* dlogits, const float* logits, const float* lse, const std::int32_t* targets, int N,
-                           int n, int v0, float dloss) const override;
+                           int n, int v0, float dloss, float softcap) const override;
   void softmax_row(float* probs, const float* logits, int V, float temperature) const override;
   void embedding_forward_positions(float* out, const float* wpe, int B, int T, int C) const override;
   void embedding_forward_block(float* out, const std::int32_t* tokens, const float* wte_rows, int v0, int n, int B,

@@ -88,7 +88,8 @@ void CudaOps::xent_chunk_forward(float* run_max, float* run_sum, float* target_l
 }
 
 void CudaOps::xent_chunk_backward(float* dlogits, const float* logits, const float* lse, const std::int32_t* targets,
-                                  int N, int n, int v0, float dloss) const {
+                                  int N, int n, int v0, float dloss, float softcap) const {
+  if (softcap != 0.0f) throw BugError("[cuda] bug: soft-capped logits on CUDA, which backend_check refuses");
   if (N <= 0 || n <= 0) return;
   xent_chunk_backward_kernel<<<N, kXentThreads, 0, context().stream>>>(dlogits, logits, lse, targets, n, v0, dloss);
   STRATUM_CUDA_LAUNCHED();
