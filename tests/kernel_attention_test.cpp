@@ -366,6 +366,55 @@ TEST(KernelAttention, RowRangesGiveTheWholePassBits) {
                Error);
 }
 
+// Note [attention backward items]: with fewer (sequence, KV head) pairs than threads the backward
+// splits into dq items and key-range dk/dv items, and the forward into 32-row blocks; one thread
+// runs the pairs. Over T = 150 (ragged blocks, two key ranges), one and two sequences, KV 1 and 2,
+// plain, windowed (20 keys) and soft-capped (5), each call whole and in row ranges that cut the
+// sequences: 2, 3 and 5 threads give one thread's bits in out, stats and dqkv.
+TEST(KernelAttention, SplitItemsGiveThePairsBits) {
+  struct Run {
+    std::vector<float> out, stats, dqkv;
+  };
+  auto run = [](int threads, const GqaShape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
+                AttentionScores scores, int range) {
+    ThreadPool pool(threads);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    Run r{std::vector<float>(s.out(), nan), std::vector<float>(s.stats(), nan), std::vector<float>(s.qkv(), nan)};
+    std::vector<float> scratch(attention_scratch_floats(s.B, s.T, s.H, s.KV, s.hd, threads), nan);
+    const int BT = s.B * s.T;
+    const std::size_t row = static_cast<std::size_t>(s.H) * s.hd;
+    for (int r0 = 0; r0 < BT; r0 += range)
+      attention_forward(pool, r.out.data() + r0 * row, r.stats.data(), scratch.data(), qkv.data(), s.B, s.T, s.H,
+                        s.KV, s.hd, r0, std::min(range, BT - r0), scores);
+    for (int r0 = 0; r0 < BT; r0 += range)
+      attention_backward(pool, r.dqkv.data(), scratch.data(), dout.data() + r0 * row, qkv.data(), r.stats.data(), s.B,
+                         s.T, s.H, s.KV, s.hd, r0, std::min(range, BT - r0), scores);
+    return r;
+  };
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (int B : {1, 2})
+    for (int KV : {1, 2})
+      for (const AttentionScores scores : {AttentionScores{}, AttentionScores{20, 0.0f}, AttentionScores{0, 5.0f}}) {
+        const GqaShape s{B, 150, 4, KV, 20};
+        test::TestRng rng(500 + B * 10 + KV + scores.window);
+        const auto qkv = rng.normal_f32(s.qkv(), 1.5), dout = rng.normal_f32(s.out());
+        for (const int range : {B * s.T, 97}) {
+          const std::string tag = "B " + std::to_string(B) + " KV " + std::to_string(KV) + " window " +
+                                  std::to_string(scores.window) + " cap " + std::to_string(scores.softcap) +
+                                  " range " + std::to_string(range);
+          const Run one = run(1, s, qkv, dout, scores, range);
+          for (const int threads : {2, 3, 5}) {
+            const Run many = run(threads, s, qkv, dout, scores, range);
+            EXPECT_TRUE(same(many.out, one.out)) << tag << " threads " << threads << ": out";
+            EXPECT_TRUE(same(many.stats, one.stats)) << tag << " threads " << threads << ": stats";
+            EXPECT_TRUE(same(many.dqkv, one.dqkv)) << tag << " threads " << threads << ": dqkv";
+          }
+        }
+      }
+}
+
 TEST(KernelAttention, RejectsBadHeadCounts) {
   ThreadPool pool(1);
   std::vector<float> buf(4096);
