@@ -5,16 +5,18 @@
 // saves a GemmaForCausalLM without lm_head.weight and resumes to the bits of an unbroken run; a
 // new `--arch gemma` model starts with norm weights 0 (GemmaRMSNorm's 1 + w = 1). Gemma 3
 // (model_type "gemma3_text", Note [gemma3]): its layer types (listed, or by the older pattern),
-// local rope base and window read and write back; soft-capping, another query_pre_attn_scalar,
-// the multimodal checkpoints and sequences past the window are refused; it trains, saves and
+// local rope base and window read and write back; soft-capping, another query_pre_attn_scalar
+// and sequences past max_position_embeddings are refused; it trains, saves and
 // resumes likewise, and `--arch gemma3` starts one. Gemma 2 (model_type "gemma2", Note [gemma2]):
 // its soft-caps (given, defaulted, null), window and layer types read and write back; Gemma 2 27B's
 // query_pre_attn_scalar is refused; it trains, saves and resumes, generates past its window, and
-// `--arch gemma2` starts one with Gemma 2's caps. PyTorch's numbers (logits, gradients, a training
+// `--arch gemma2` starts one with Gemma 2's caps. A multimodal Gemma 3 checkpoint (model_type
+// "gemma3", Note [gemma3 multimodal]) trains its text model to the text model's bits. PyTorch's numbers (logits, gradients, a training
 // run, greedy ids, LoRA): tests/golden/tiny_gemma, tiny_gemma2 and tiny_gemma3 in llama_model_test,
 // trainer_test, generator_test and lora_train_test. Does not time anything.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -25,6 +27,7 @@
 #include "integration_util.h"
 #include "model/hf_config.h"
 #include "stratum/error.h"
+#include "weights/model_io.h"
 
 namespace stratum {
 namespace {
@@ -207,7 +210,6 @@ TEST(Gemma, Gemma3ConfigReadsItsLayerTypesAndWindowAndWritesThemBack) {
           "query_pre_attn_scalar 168 is not supported; Stratum scales attention by head_dim^-1/2");
   refused([](Json& j) { j["layer_types"] = Json::array({"sliding_attention"}); },
           "layer_types must list one type per layer (26)");
-  refused([](Json& j) { j["model_type"] = "gemma3"; }, "model_type \"gemma3\" (Gemma 3's multimodal checkpoints");
   refused([](Json& j) { j["use_bidirectional_attention"] = true; }, "use_bidirectional_attention = true");
   // A hostile layer count is refused before anything is sized by it.
   refused([](Json& j) { j["num_hidden_layers"] = 2000000000; }, "num_hidden_layers must be in 1..1024, got 2000000000");
@@ -302,6 +304,77 @@ TEST(Gemma, Gemma2GeneratesPastItsWindowAndANewOneTrains) {
   t = run_stratum("generate --model " + tmp.file("new") + " --prompt-ids 2,5,9 --max-tokens 4 --temperature 0.8 "
                   "--seed 3 --output-ids --no-stop");
   ASSERT_EQ(t.exit_code, 0) << t.errors;
+}
+
+// Note [gemma3 multimodal]: tests/golden/tiny_gemma3 as Gemma 3 4B's checkpoint holds it (model_type
+// "gemma3", its text config in text_config, its tensors under "language_model.", a vision tower and
+// a projector beside them) trains to the bits of the text model itself and saves that text model
+// (gemma3_text, no prefix, no vision tensors), which resumes. Gemma 3 4B's released config, whose
+// text_config lists only what differs from Gemma3TextConfig's defaults, reads as the 4B text model.
+TEST(Gemma, Gemma3MultimodalCheckpointTrainsItsTextModel) {
+  testing::TempDir tmp;
+  const std::string mm = tmp.file("mm");
+  std::filesystem::create_directories(mm);
+  Json text = Json::parse(file_read_all(kGemma3 + "/config.json"));
+  for (const char* key : {"architectures", "torch_dtype", "bos_token_id", "eos_token_id"}) text.erase(key);
+  const Json outer = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
+                      {"text_config", text}, {"vision_config", {{"model_type", "siglip_vision_model"}}},
+                      {"bos_token_id", 2}, {"eos_token_id", Json::array({1, 106})}, {"mm_tokens_per_image", 256}};
+  file_write_atomic(mm + "/config.json", outer.dump(2));
+  const SafetensorsFile golden = SafetensorsFile::open(kGemma3 + "/model.safetensors");
+  std::vector<std::vector<float>> data;
+  std::vector<SafetensorsWriteEntry> entries;
+  data.reserve(golden.tensors().size() + 2);
+  for (const auto& t : golden.tensors()) {
+    data.emplace_back(static_cast<std::size_t>(t.numel()));
+    golden.read_f32(t, data.back().data());
+    entries.push_back({"language_model." + t.name, DType::F32, t.shape, data.back().data()});
+  }
+  data.emplace_back(12, 0.5f);
+  entries.push_back({"vision_tower.vision_model.embeddings.patch_embedding.weight", DType::F32, {3, 4}, data.back().data()});
+  data.emplace_back(8, 0.25f);
+  entries.push_back({"multi_modal_projector.mm_input_projection_weight", DType::F32, {2, 4}, data.back().data()});
+  safetensors_write(mm + "/model.safetensors", entries, {});
+
+  const GptConfig cfg = model_read_config(mm);
+  EXPECT_TRUE(cfg.gemma3());
+  EXPECT_EQ(cfg.weights_prefix, "language_model.");
+  EXPECT_EQ(cfg.describe(), model_read_config(kGemma3).describe());
+  EXPECT_EQ(cfg.eos_token_ids, (std::vector<std::int32_t>{1, 106})) << "the outer config's ids";
+  const std::string five = " --data " + kGemma3 + "/tokens.bin --batch 2 --seq 16 --steps 5 --quiet --threads 2";
+  auto r = run_stratum("train --model " + kGemma3 + five);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string hash = testing::params_hash_of(r.errors);
+  r = run_stratum("train --model " + mm + five + " --save-every 3 --save " + tmp.file("ckpt"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(testing::params_hash_of(r.errors), hash) << "the text model's bits";
+  const std::string step3 = tmp.file("ckpt") + "/step-00000003";
+  const Json saved = Json::parse(file_read_all(step3 + "/config.json"));
+  EXPECT_EQ(saved["model_type"], "gemma3_text");
+  EXPECT_EQ(saved["architectures"][0], "Gemma3ForCausalLM");
+  const SafetensorsFile model = SafetensorsFile::open(step3 + "/model.safetensors");
+  for (const auto& t : model.tensors()) EXPECT_TRUE(t.name.starts_with("model.")) << t.name;
+  r = run_stratum("train --resume " + step3 + " --save " + tmp.file("ckpt2") + " --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(testing::params_hash_of(r.errors), hash);
+
+  // Gemma 3 4B's config.json as released (the vision config cut short).
+  const Json four_b = Json::parse(R"({"architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
+    "eoi_token_index": 256000, "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02,
+    "mm_tokens_per_image": 256, "model_type": "gemma3", "text_config": {"hidden_size": 2560,
+    "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}, "torch_dtype": "bfloat16",
+    "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}})");
+  file_write_atomic(tmp.file("4b.json"), four_b.dump(2));
+  const GptConfig c4 = hf_config_read(tmp.file("4b.json"));
+  EXPECT_EQ(c4.describe(), "gemma3_text L34 H8 C2560 ctx131072 V262208 KV4 hd256 I10240 tied window1024");
+  EXPECT_EQ(c4.rope_theta, 1e6);
+  EXPECT_EQ(c4.rope_scaling.type, RopeScaling::Type::Linear);
+  EXPECT_EQ(c4.eos_token_ids, (std::vector<std::int32_t>{1, 106}));
+  EXPECT_TRUE(c4.layer_local_rope(0) && !c4.layer_local_rope(5));
+  Json no_text = four_b;
+  no_text.erase("text_config");
+  EXPECT_NE(read_error(tmp, no_text).find("needs its text_config object"), std::string::npos) << read_error(tmp, no_text);
 }
 
 // Past the window (8 keys in tests/golden/tiny_gemma3) a sliding layer attends to fewer keys than

@@ -173,6 +173,27 @@ void gemma_layers_read(const std::string& path, const nlohmann::json& root, GptC
   }
 }
 
+// Note [gemma3 multimodal]: the text model's config of a multimodal Gemma 3 config.json (model_type
+// "gemma3"): Gemma3TextConfig's defaults, the outer bos/eos ids, then text_config's fields.
+nlohmann::json gemma3_text_config(const std::string& path, const nlohmann::json& root) {
+  STRATUM_CHECK(root.contains("text_config") && root.at("text_config").is_object(), where(path),
+                ": a multimodal Gemma 3 config (model_type \"gemma3\") needs its text_config object");
+  const nlohmann::json& given_text = root.at("text_config");
+  STRATUM_CHECK(!given_text.contains("model_type") || given_text.at("model_type") == "gemma3_text", where(path),
+                ": text_config's model_type must be \"gemma3_text\", got ", json_brief(given_text.at("model_type")));
+  nlohmann::json text = {{"vocab_size", 262208}, {"hidden_size", 2304}, {"intermediate_size", 9216},
+                         {"num_hidden_layers", 26}, {"num_attention_heads", 8}, {"num_key_value_heads", 4},
+                         {"head_dim", 256}, {"hidden_activation", "gelu_pytorch_tanh"},
+                         {"max_position_embeddings", 131072}, {"rms_norm_eps", 1e-6}, {"bos_token_id", 2},
+                         {"eos_token_id", 1}, {"tie_word_embeddings", true}, {"rope_theta", 1000000.0},
+                         {"attention_bias", false}, {"query_pre_attn_scalar", 256}, {"sliding_window", 4096},
+                         {"rope_local_base_freq", 10000.0}, {"sliding_window_pattern", 6}};
+  for (const char* key : {"bos_token_id", "eos_token_id"})
+    if (given(root, key)) text[key] = root.at(key);
+  for (const auto& [key, value] : given_text.items()) text[key] = value;
+  return text;
+}
+
 // A Llama-family config.json: "llama", "qwen2" (LlamaVariant::Qwen2: q, k and v biases), "qwen3"
 // (q_norm and k_norm), "mistral", "phi3" (Note [phi3 fused]), "gemma" (Note [gemma]), "gemma2"
 // (Note [gemma2]) or "gemma3_text" (Note [gemma3]).
@@ -386,15 +407,18 @@ GptConfig hf_config_read(const std::string& path) {
     const auto& type = root.at("model_type");
     STRATUM_CHECK(type.is_string(), where(path), ": model_type must be a string, got ", json_brief(type));
     const std::string name = type.get<std::string>();
-    STRATUM_CHECK(name != "gemma3", where(path),
-                  ": model_type \"gemma3\" (Gemma 3's multimodal checkpoints, 4B and up) is not supported; Stratum "
-                  "runs Gemma 3's text-only models (model_type \"gemma3_text\": Gemma 3 270M and 1B)");
+    if (name == "gemma3") {  // Note [gemma3 multimodal]: the text model
+      GptConfig cfg = read_llama(path, gemma3_text_config(path, root), LlamaVariant::Gemma3);
+      cfg.weights_prefix = "language_model.";
+      return cfg;
+    }
     STRATUM_CHECK(name == "gpt2" || name == "llama" || name == "qwen2" || name == "qwen3" || name == "mistral" ||
-                      name == "phi3" || name == "gemma" || name == "gemma2" || name == "gemma3_text",
+                      name == "phi3" || name == "gemma" || name == "gemma2" || name == "gemma3_text" ||
+                      name == "gemma3",
                   where(path), ": model_type ", json_brief(type),
                   " is not supported; Stratum runs GPT-2 (\"gpt2\"), Llama (\"llama\"), Qwen2 (\"qwen2\"), Qwen3 "
                   "(\"qwen3\"), Mistral (\"mistral\"), Phi-3/Phi-4 (\"phi3\"), Gemma (\"gemma\"), Gemma 2 "
-                  "(\"gemma2\") and Gemma 3 (\"gemma3_text\") models");
+                  "(\"gemma2\") and Gemma 3 (\"gemma3_text\", and the text model of \"gemma3\") models");
     if (name == "llama") return read_llama(path, root, LlamaVariant::Llama);
     if (name == "qwen2") return read_llama(path, root, LlamaVariant::Qwen2);
     if (name == "qwen3") return read_llama(path, root, LlamaVariant::Qwen3);

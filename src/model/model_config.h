@@ -53,8 +53,18 @@ enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3, Gemma, Gemma3, Gem
 // kernels/cpu/attention.cpp), so sequences run to max_position_embeddings (32768 for Gemma 3 1B,
 // whose window is 512); CUDA has no windowed attention (Gemma 3 is refused there anyway).
 // Attention is scaled by query_pre_attn_scalar^-1/2, which must be head_dim's;
-// logit soft-capping (Gemma 2's) must be off, as in Gemma 3's configs. The multimodal Gemma 3
-// checkpoints (model_type "gemma3": 4B and up) are refused.
+// logit soft-capping (Gemma 2's) must be off, as in Gemma 3's configs.
+
+// Note [gemma3 multimodal]
+// Gemma 3 4B, 12B and 27B ship as multimodal checkpoints (model_type "gemma3",
+// Gemma3ForConditionalGeneration): a text model and a vision tower. Stratum reads the text model:
+// its config is text_config over Gemma3TextConfig's defaults (the released files list only the
+// fields that differ) with the outer bos/eos ids, its tensors are the text model's under
+// "language_model." (GptConfig::weights_prefix; ParamLayout::find takes a name with or without it),
+// and the vision tower's and the projector's tensors are passed over. What it saves is the text
+// model alone: a gemma3_text Gemma3ForCausalLM directory (names without the prefix), which
+// transformers loads as such; LoRA adapters are named for that text model. Gemma 3 27B's
+// query_pre_attn_scalar (168, not head_dim 128) stays refused.
 
 // Note [gemma2]
 // Gemma 2 (model_type "gemma2", Gemma2ForCausalLM: Gemma 2 2B, 9B and their instruction-tuned
@@ -121,6 +131,10 @@ struct GptConfig {
   // 0 = none (null).
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
+  // The prefix of the model's tensor names in the directory it was read from: "language_model."
+  // for a multimodal Gemma 3 checkpoint (Note [gemma3 multimodal]); empty otherwise, and in what
+  // Stratum saves.
+  std::string weights_prefix;
   // Token ids from config.json (-1 when absent); eos may list several (Llama 3 instruct).
   std::int32_t bos_token_id = -1;
   std::vector<std::int32_t> eos_token_ids;

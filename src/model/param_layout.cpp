@@ -72,7 +72,11 @@ int ParamLayout::vocab_rows(int block) const {
   return std::min(vocab_rows_, vocab_size_ - vocab_row0(block));
 }
 
-ParamLayout ParamLayout::of(const GptConfig& cfg) { return cfg.llama() ? llama(cfg) : gpt2(cfg); }
+ParamLayout ParamLayout::of(const GptConfig& cfg) {
+  ParamLayout layout = cfg.llama() ? llama(cfg) : gpt2(cfg);
+  layout.load_prefix_ = cfg.weights_prefix;  // Note [gemma3 multimodal]
+  return layout;
+}
 
 ParamLayout ParamLayout::of(const GptConfig& cfg, const LoraConfig& lora) {
   ParamLayout layout = of(cfg);
@@ -245,6 +249,8 @@ std::size_t ParamLayout::num_trainable_params() const {
 }
 
 std::vector<std::pair<int, int>> ParamLayout::find(std::string_view hf_name) const {
+  if (!load_prefix_.empty() && hf_name.substr(0, load_prefix_.size()) == load_prefix_)
+    hf_name.remove_prefix(load_prefix_.size());
   if (!hf_prefix_.empty() && hf_name.substr(0, hf_prefix_.size()) == hf_prefix_) hf_name.remove_prefix(hf_prefix_.size());
   std::vector<std::pair<int, int>> found;
   for (int s = 0; s < segment_count(); ++s)

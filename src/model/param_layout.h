@@ -193,8 +193,9 @@ class ParamLayout {
   // Whether the blocks' MLP halves have nothing to train: LoRA with no adapter on them (Note
   // [frozen MLP rows] in model/block_policy.h).
   bool mlp_frozen() const;
-  // Every slot holding (part of) a tensor by Hugging Face name (with or without the prefix
-  // "transformer."), as (segment, tensor) pairs in row order; empty if unknown.
+  // Every slot holding (part of) a tensor by Hugging Face name (with or without GPT-2's prefix
+  // "transformer.", and a multimodal Gemma 3's "language_model.", Note [gemma3 multimodal]), as
+  // (segment, tensor) pairs in row order; empty if unknown.
   std::vector<std::pair<int, int>> find(std::string_view hf_name) const;
 
  private:
@@ -210,6 +211,7 @@ class ParamLayout {
   ModelArch arch_ = ModelArch::Gpt2;
   const char* family_title_ = "GPT-2";
   std::string hf_prefix_;
+  std::string load_prefix_;  // GptConfig::weights_prefix: optional on the names find() takes
   LoraConfig lora_;
   int lora_first_ = -1;
   std::array<int, kLoraMaxTargets> lora_slot_{-1, -1, -1, -1, -1, -1, -1};

@@ -58,10 +58,11 @@ bool ignorable_tensor(const std::string& name) {
     const std::size_t n = std::strlen(suffix);
     return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
   };
-  // GPT-2's causal-mask buffers, Llama's saved rotary frequencies (older transformers), and a
-  // tied model's copy of the LM head (an untied one has it in the layout).
+  // GPT-2's causal-mask buffers, Llama's saved rotary frequencies (older transformers), a tied
+  // model's copy of the LM head (an untied one has it in the layout), and a multimodal Gemma 3's
+  // vision tower and projector (Note [gemma3 multimodal]: Stratum runs its text model).
   return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || ends_with(".rotary_emb.inv_freq") ||
-         name == "lm_head.weight";
+         name == "lm_head.weight" || name.starts_with("vision_tower.") || name.starts_with("multi_modal_projector.");
 }
 }  // namespace
 

@@ -27,8 +27,10 @@ std::vector<std::string> model_weight_files(const std::string& dir, std::map<std
 
 // Loads DIR's weights (model_weight_files) into the Params segments, converting F16/BF16/F64 to
 // F32 (or, into a store with units().param_bf16(), BF16 as stored and anything else rounded to
-// bf16, nearest-even). GPT-2 names may carry the "transformer." prefix or not; "h.{i}.attn.bias"/"attn.masked_bias"
-// buffers, Llama's "rotary_emb.inv_freq" and a tied model's "lm_head.weight" are ignored. Any
+// bf16, nearest-even). GPT-2 names may carry the "transformer." prefix or not (a multimodal Gemma
+// 3's its "language_model.", Note [gemma3 multimodal]); "h.{i}.attn.bias"/"attn.masked_bias"
+// buffers, Llama's "rotary_emb.inv_freq", a tied model's "lm_head.weight" and a multimodal Gemma
+// 3's vision tower and projector are ignored. Any
 // missing tensor, wrong shape, tensor outside its indexed shard or index entry absent from its
 // shard is an error naming it.
 void model_load_weights(const std::string& dir, const ParamLayout& layout, SegmentStore& store);
