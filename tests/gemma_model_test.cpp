@@ -123,17 +123,21 @@ TEST(Gemma, WhatItDoesNotRunIsRefusedWithOneLine) {
   EXPECT_NO_THROW(cfg.backend_check(Backend::Cpu, "train"));
 }
 
-void check_trains_saves_and_resumes(const std::string& golden, const char* type, const char* architecture) {
+// Trains `model` (default: the golden directory itself) with checkpoints to the bits of the golden
+// model's unbroken run, saves a `type` / `architecture` directory with the golden's config fields
+// and no lm_head.weight, and resumes to the same bits; returns the step-3 checkpoint's model.
+std::string check_trains_saves_and_resumes(const testing::TempDir& tmp, const std::string& golden, const char* type,
+                                           const char* architecture, const std::string& model = "") {
   SCOPED_TRACE(type);
-  testing::TempDir tmp;
   const std::string five = " --data " + golden + "/tokens.bin --batch 2 --seq 16 --steps 5 --quiet --threads 2";
   auto r = run_stratum("train --model " + golden + five);
-  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
   const std::string hash5 = testing::params_hash_of(r.errors);
-  r = run_stratum("train --model " + golden + five + " --save-every 3 --save " + tmp.file("ckpt"));
-  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string ckpt = tmp.file(std::string("ckpt-") + type);
+  r = run_stratum("train --model " + (model.empty() ? golden : model) + five + " --save-every 3 --save " + ckpt);
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_EQ(testing::params_hash_of(r.errors), hash5);
-  const std::string step3 = tmp.file("ckpt") + "/step-00000003";
+  const std::string step3 = ckpt + "/step-00000003";
   const Json saved = Json::parse(file_read_all(step3 + "/config.json"));
   const Json original = Json::parse(file_read_all(golden + "/config.json"));
   EXPECT_EQ(saved["model_type"], type);
@@ -146,15 +150,17 @@ void check_trains_saves_and_resumes(const std::string& golden, const char* type,
   bool head = false;
   for (const auto& t : model.tensors()) head = head || t.name == "lm_head.weight";
   EXPECT_FALSE(head) << "a tied Gemma saves no lm_head.weight";
-  r = run_stratum("train --resume " + step3 + " --save " + tmp.file("ckpt2") + " --quiet");
-  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  r = run_stratum("train --resume " + step3 + " --save " + ckpt + "-resumed --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_EQ(testing::params_hash_of(r.errors), hash5);
+  return step3;
 }
 
 TEST(Gemma, TrainsSavesAGemmaAndResumesToTheSameBits) {
-  check_trains_saves_and_resumes(kGemma, "gemma", "GemmaForCausalLM");
-  check_trains_saves_and_resumes(kGemma3, "gemma3_text", "Gemma3ForCausalLM");
-  check_trains_saves_and_resumes(kGemma2, "gemma2", "Gemma2ForCausalLM");
+  testing::TempDir tmp;
+  check_trains_saves_and_resumes(tmp, kGemma, "gemma", "GemmaForCausalLM");
+  check_trains_saves_and_resumes(tmp, kGemma3, "gemma3_text", "Gemma3ForCausalLM");
+  check_trains_saves_and_resumes(tmp, kGemma2, "gemma2", "Gemma2ForCausalLM");
 }
 
 // Gemma 3 1B's config.json as released (layer types by the older sliding_window_pattern).
@@ -341,22 +347,10 @@ TEST(Gemma, Gemma3MultimodalCheckpointTrainsItsTextModel) {
   EXPECT_EQ(cfg.weights_prefix, "language_model.");
   EXPECT_EQ(cfg.describe(), model_read_config(kGemma3).describe());
   EXPECT_EQ(cfg.eos_token_ids, (std::vector<std::int32_t>{1, 106})) << "the outer config's ids";
-  const std::string five = " --data " + kGemma3 + "/tokens.bin --batch 2 --seq 16 --steps 5 --quiet --threads 2";
-  auto r = run_stratum("train --model " + kGemma3 + five);
-  ASSERT_EQ(r.exit_code, 0) << r.errors;
-  const std::string hash = testing::params_hash_of(r.errors);
-  r = run_stratum("train --model " + mm + five + " --save-every 3 --save " + tmp.file("ckpt"));
-  ASSERT_EQ(r.exit_code, 0) << r.errors;
-  EXPECT_EQ(testing::params_hash_of(r.errors), hash) << "the text model's bits";
-  const std::string step3 = tmp.file("ckpt") + "/step-00000003";
-  const Json saved = Json::parse(file_read_all(step3 + "/config.json"));
-  EXPECT_EQ(saved["model_type"], "gemma3_text");
-  EXPECT_EQ(saved["architectures"][0], "Gemma3ForCausalLM");
+  // The text model's bits, saved as the text model (the golden's config fields, no prefix).
+  const std::string step3 = check_trains_saves_and_resumes(tmp, kGemma3, "gemma3_text", "Gemma3ForCausalLM", mm);
   const SafetensorsFile model = SafetensorsFile::open(step3 + "/model.safetensors");
   for (const auto& t : model.tensors()) EXPECT_TRUE(t.name.starts_with("model.")) << t.name;
-  r = run_stratum("train --resume " + step3 + " --save " + tmp.file("ckpt2") + " --quiet");
-  ASSERT_EQ(r.exit_code, 0) << r.errors;
-  EXPECT_EQ(testing::params_hash_of(r.errors), hash);
 
   // Gemma 3 4B's config.json as released (the vision config cut short).
   const Json four_b = Json::parse(R"({"architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,
