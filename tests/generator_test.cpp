@@ -290,6 +290,7 @@ TEST(Generate, Qwen2GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_gre
 TEST(Generate, Qwen3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_qwen3"); }
 TEST(Generate, Phi3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_phi3"); }
 TEST(Generate, Phi35GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_phi35"); }
+TEST(Generate, Phi4MiniGreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_phi4mini"); }
 TEST(Generate, GemmaGreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_gemma"); }
 TEST(Generate, Gemma3GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_gemma3"); }
 TEST(Generate, Gemma2GreedyMatchesPyTorchInRamStreamedAndInBf16) { check_qwen_greedy("tests/golden/tiny_gemma2"); }

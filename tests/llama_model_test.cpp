@@ -166,6 +166,11 @@ TEST(LlamaModel, Phi3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
 TEST(LlamaModel, Phi35LongRopeLogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
   check_logits_loss_and_gradients("tests/golden/tiny_phi35");
 }
+// Phi-4-mini's partial rotary (tests/golden/tiny_phi4mini, Note [partial rotary]): the rope turns
+// 12 of each head's 16 channels, with longrope's factors and a tied head.
+TEST(LlamaModel, Phi4MiniPartialRotaryLogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
+  check_logits_loss_and_gradients("tests/golden/tiny_phi4mini");
+}
 
 // Gemma (tests/golden/tiny_gemma, Note [gemma]): norms by 1 + w, GeGLU, the embedding scaled by
 // sqrt(64) and the tied head, whose gradient is the head's and the scaled embedding's together.

@@ -2,8 +2,9 @@
 // reads as a Llama with the Phi-3 variant and writes back the same; a Phi-3 directory holding a
 // tiny Llama's weights fused (q, k, v in qkv_proj; gate, up in gate_up_proj) trains, streams,
 // resumes and generates with that Llama's bits (the same math), its checkpoints hold the fused
-// tensors with the trained Llama's values; what Stratum does not run (a partial rotary factor,
-// sequences past the sliding window or past longrope's original context) is refused with one line.
+// tensors with the trained Llama's values; what Stratum does not run (sequences past the sliding
+// window or past longrope's original context) is refused with one line. Phi-4-mini's partial
+// rotary factor (Note [partial rotary]) reads and writes back: tests/golden/tiny_phi4mini.
 // Phi-3.5's longrope (Note [longrope]) reads, caps the context at its original one, computes the
 // attention factor as transformers does and writes both factor lists back; PyTorch's numbers:
 // tests/golden/tiny_phi35. PyTorch's numbers, LoRA on
@@ -139,7 +140,7 @@ TEST(Phi3, ConfigReadsAndWritesAPhi3) {
   // What Stratum does not run: each refused, naming it.
   const std::vector<std::pair<Json, std::string>> refused = {
       {Json{{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}},
-       "rope_scaling (longrope) needs short_factor and long_factor of head_dim / 2 = 8 numbers each, got 1 and 1"},
+       "rope_scaling (longrope) needs short_factor and long_factor of rotary_dim / 2 = 8 numbers each, got 1 and 1"},
       {Json{{"type", "longrope"}, {"short_factor", {1.0}}}, "rope_scaling (longrope) needs 'long_factor'"},
       {Json{{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
             {"original_max_position_embeddings", 16}},
@@ -153,9 +154,38 @@ TEST(Phi3, ConfigReadsAndWritesAPhi3) {
     file_write_atomic(tmp.file("bad/config.json"), c.dump());
     EXPECT_NE(config_error(tmp.file("bad")).find(fragment), std::string::npos) << config_error(tmp.file("bad"));
   }
-  config["partial_rotary_factor"] = 0.75;
-  file_write_atomic(tmp.file("bad/config.json"), config.dump());
-  EXPECT_NE(config_error(tmp.file("bad")).find("partial_rotary_factor 0.75 is not supported"), std::string::npos)
+  for (const double factor : {0.0, 1.5, 0.1}) {  // out of (0, 1]; 0.1 of head_dim 16 rotates 1 channel
+    config["partial_rotary_factor"] = factor;
+    file_write_atomic(tmp.file("bad/config.json"), config.dump());
+    EXPECT_NE(config_error(tmp.file("bad")).find("partial_rotary_factor"), std::string::npos)
+        << config_error(tmp.file("bad"));
+  }
+}
+
+// Note [partial rotary]: Phi-4-mini's partial_rotary_factor (tests/golden/tiny_phi4mini: 0.75 of
+// 16 channels, longrope's six factors, tied) reads, writes back, sizes the rotary tables by the
+// rotary channels and is refused on CUDA; PyTorch's numbers in llama_model_test, trainer_test and
+// generator_test.
+TEST(Phi3, PartialRotaryReadsAndWritesBack) {
+  const std::string dir = source_path("tests/golden/tiny_phi4mini");
+  const GptConfig cfg = hf_config_read(dir + "/config.json");
+  EXPECT_EQ(cfg.partial_rotary_factor, 0.75);
+  EXPECT_EQ(cfg.head_dim(), 16);
+  EXPECT_EQ(cfg.rotary_dim(), 12);
+  EXPECT_EQ(cfg.rope_scaling.short_factor.size(), 6u);
+  EXPECT_TRUE(cfg.tie_word_embeddings);
+  EXPECT_THROW(cfg.backend_check(Backend::Cuda, "train"), Error);
+  EXPECT_NO_THROW(cfg.backend_check(Backend::Cpu, "train"));
+  testing::TempDir tmp;
+  hf_config_write(tmp.file("out.json"), cfg);
+  const Json written = Json::parse(file_read_all(tmp.file("out.json")));
+  EXPECT_EQ(written["partial_rotary_factor"], 0.75);
+  EXPECT_EQ(hf_config_read(tmp.file("out.json")).rotary_dim(), 12);
+  Json wrong = Json::parse(file_read_all(dir + "/config.json"));
+  wrong["partial_rotary_factor"] = 1.0;  // six factors for eight frequencies
+  std::filesystem::create_directories(tmp.file("bad"));
+  file_write_atomic(tmp.file("bad/config.json"), wrong.dump());
+  EXPECT_NE(config_error(tmp.file("bad")).find("short_factor and long_factor of rotary_dim / 2 = 8"), std::string::npos)
       << config_error(tmp.file("bad"));
 }
 

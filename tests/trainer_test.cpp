@@ -193,6 +193,9 @@ TEST(Trainer, Gemma2LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and
 TEST(Trainer, Phi3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi3"); }
 // The tiny Phi-3.5 (Note [longrope]; tests/golden/tiny_phi35): saved back with its long factors.
 TEST(Trainer, Phi35LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi35"); }
+// The tiny Phi-4-mini (Note [partial rotary]; tests/golden/tiny_phi4mini): the rope's pass-through
+// channels' gradients, saved back with its partial_rotary_factor.
+TEST(Trainer, Phi4MiniLossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi4mini"); }
 
 // --row-chunk (Note [row chunks]): the tiny GPT-2's 128 rows a step in chunks of 48 and the tiny
 // Llama's 32 in chunks of 12 (the last chunk shorter; boundaries inside sequences) follow

@@ -123,10 +123,11 @@ def _plain_mha(h, wq, wk, wv, wo, cos, sin, H, hd, cap=None):
     for hh in range(H):
         sl = slice(hh * hd, (hh + 1) * hd)
         q, k, v = h @ wq[sl].T, h @ wk[sl].T, h @ wv[sl].T              # (T,hd)
-        half = hd // 2
-        rot = lambda x: torch.cat((-x[:, half:], x[:, :half]), dim=1)  # noqa: E731
-        q = q * cos + rot(q) * sin
-        k = k * cos + rot(k) * sin
+        rd = cos.shape[-1]  # the rotary channels; the rest pass through (partial rotary)
+        half = rd // 2
+        rot = lambda x: torch.cat((-x[:, half:rd], x[:, :half]), dim=1)  # noqa: E731
+        q = torch.cat((q[:, :rd] * cos + rot(q) * sin, q[:, rd:]), dim=1)
+        k = torch.cat((k[:, :rd] * cos + rot(k) * sin, k[:, rd:]), dim=1)
         s = (q @ k.T) / math.sqrt(hd)
         if cap is not None:
             s = cap * torch.tanh(s / cap)
@@ -168,8 +169,10 @@ def self_check(cfg, params, shape=TINY):
     q = torch.randn(1, 1, 1, hd, generator=gen, dtype=torch.float64).expand(1, 1, 40, hd)
     k = torch.randn(1, 1, 1, hd, generator=gen, dtype=torch.float64).expand(1, 1, 40, hd)
     qr, kr = tl.apply_rope(q, cos, sin), tl.apply_rope(k, cos, sin)
-    pair_norm = lambda t: t[..., : hd // 2] ** 2 + t[..., hd // 2:] ** 2  # noqa: E731
+    rd = 2 * inv.numel()  # the rotary channels (Phi-4-mini's partial rotary: fewer than hd)
+    pair_norm = lambda t: t[..., : rd // 2] ** 2 + t[..., rd // 2:rd] ** 2  # noqa: E731
     assert torch.allclose(pair_norm(qr), pair_norm(q), atol=1e-12), "bug: rope is not a rotation"
+    assert torch.equal(qr[..., rd:], q[..., rd:]), "bug: the channels past the rotary ones moved"
     s = (qr[0, 0] @ kr[0, 0].T)    # s[m, n] depends on m - n only
     for d in (0, 3, 17):
         diag = torch.diagonal(s, offset=-d)
@@ -657,6 +660,15 @@ PHI35 = dict(PHI3, max_position_embeddings=128, original_max_position_embeddings
              rope_scaling={"type": "longrope", "short_factor": [1.0, 1.05, 1.1, 1.2, 1.4, 1.7, 2.2, 3.0],
                            "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 12.0, 16.0]})
 PHI35_SEED = 7891
+# A tiny Phi-4-mini (tests/golden/tiny_phi4mini/): Phi-3.5's longrope, a partial_rotary_factor of
+# 0.75 (Note [partial rotary]: the rope turns the first 12 of each head's 16 channels, its six
+# factors rotary_dim / 2 long) and a tied LM head, as Phi-4-mini's config has them.
+PHI4MINI = dict(PHI35, partial_rotary_factor=0.75, tie_word_embeddings=True,
+                rope_scaling={"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.2, 3.0],
+                              "long_factor": [1.0, 2.0, 4.0, 7.0, 11.0, 16.0]})
+PHI4MINI_SEED = 7892
+# Tied, the embedding's std of 1 would make every position predict its own token (a loss of 40).
+PHI4MINI_STDS = dict(INIT_STDS, **{"embed_tokens.weight": 0.05})
 PHI3_MODULES = ["self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"]
 PHI3_LORA = dict(LORA, targets=["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], modules=PHI3_MODULES,
                  seed=PHI3_SEED + 7)
@@ -718,15 +730,17 @@ def phi3_forward_loss(cfg):
 def make_phi3(root, kind="phi3"):
     """tests/golden/tiny_phi3/, or (kind "phi35") tiny_phi35/: the same with Phi-3.5's longrope
     (its short factors within the original context; no LoRA references)."""
-    shape, seed = (PHI3, PHI3_SEED) if kind == "phi3" else (PHI35, PHI35_SEED)
+    shape, seed = {"phi3": (PHI3, PHI3_SEED), "phi35": (PHI35, PHI35_SEED), "phi4mini": (PHI4MINI, PHI4MINI_SEED)}[kind]
     out_dir = os.path.join(root, "tiny_" + kind)
     os.makedirs(out_dir, exist_ok=True)
     cfg = tl.LlamaConfig(**shape)
-    params = tl.init_params(cfg, torch.Generator().manual_seed(seed), INIT_STDS)
+    stds = PHI4MINI_STDS if kind == "phi4mini" else INIT_STDS
+    params = tl.init_params(cfg, torch.Generator().manual_seed(seed), stds)
     self_check(cfg, params, shape)
     hf = cfg.to_hf_dict("float32")
     hf.update(model_type="phi3", architectures=["Phi3ForCausalLM"], sliding_window=None,
-              original_max_position_embeddings=cfg.original_max_position_embeddings or hf["max_position_embeddings"])
+              original_max_position_embeddings=cfg.original_max_position_embeddings or hf["max_position_embeddings"],
+              partial_rotary_factor=cfg.partial_rotary_factor)
     for key in ("attention_bias", "mlp_bias"):
         hf.pop(key, None)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
@@ -734,7 +748,7 @@ def make_phi3(root, kind="phi3"):
     fused = phi3_fuse(params, cfg)
     tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), fused, metadata={"format": "pt"})
     tokens, init, ref, grads, loss, ids, margin = first_batch_reference(
-        out_dir, cfg, params, TOKENS_SEED + (3 if kind == "phi3" else 5))
+        out_dir, cfg, params, TOKENS_SEED + {"phi3": 3, "phi35": 5, "phi4mini": 6}[kind])
     ref.update({"grad." + n: _f32(g) for n, g in phi3_fuse(grads, cfg).items()})
     run = train_run(cfg, init, tokens, TRAIN)
     finals = phi3_fuse({n[len("final."):]: t for n, t in run.items() if n.startswith("final.")}, cfg)
@@ -743,7 +757,7 @@ def make_phi3(root, kind="phi3"):
     tg.save_safetensors(os.path.join(out_dir, "reference.safetensors"), ref,
                         metadata={"generator": "tools/make_llama_golden.py --only " + kind,
                                   "torch_version": torch.__version__, "seed": str(seed),
-                                  "init_stds": json.dumps(INIT_STDS), "train_args": json.dumps(TRAIN),
+                                  "init_stds": json.dumps(stds), "train_args": json.dumps(TRAIN),
                                   "note": "input_ids/targets = batch 0 of tokens.bin with B=2 T=24; the Llama "
                                           "forward over the split weights"})
     if kind != "phi3":
@@ -778,12 +792,13 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
     ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "phi3", "phi35",
-                                       "gemma", "gemma2", "gemma3"],
+                                       "phi4mini", "gemma", "gemma2", "gemma3"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
                          "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}; "
                          "long_rope: only long_rope/; qwen2: only tiny_qwen2/; qwen3: only tiny_qwen3/; "
-                         "phi3: only tiny_phi3/; phi35: only tiny_phi35/; gemma: only tiny_gemma/; gemma2: only "
+                         "phi3: only tiny_phi3/; phi35: only tiny_phi35/; phi4mini: only tiny_phi4mini/; "
+                         "gemma: only tiny_gemma/; gemma2: only "
                          "tiny_gemma2/; gemma3: only tiny_gemma3/")
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -804,9 +819,9 @@ def main():
               f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); the variant moves the logits by "
               f"{q['moved']:.3f}; LoRA losses {[round(v, 4) for v in q['lora_losses']]}")
         return
-    if args.only == "phi35":
-        q = make_phi3(root, "phi35")
-        print(f"tiny_phi35: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
+    if args.only in ("phi35", "phi4mini"):
+        q = make_phi3(root, args.only)
+        print(f"tiny_{args.only}: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
               f"greedy -> {q['ids']} (min margin {q['margin']:.4f})")
         return
     if args.only == "phi3":
@@ -827,6 +842,7 @@ def main():
     make_qwen(root, "gemma3")
     make_phi3(root)
     make_phi3(root, "phi35")
+    make_phi3(root, "phi4mini")
     lo = make_lora(root)
     print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
     print(f"tiny_llama zo-sgd: projected gradients {[round(g, 4) for g in make_zo(root)]}")

@@ -60,7 +60,7 @@ class LlamaConfig:
                  bos_token_id=1, eos_token_id=2, model_type="llama", sliding_window=None,
                  layer_types=None, rope_local_base_freq=10000.0, query_pre_attn_scalar=None,
                  original_max_position_embeddings=None, attn_logit_softcapping=None,
-                 final_logit_softcapping=None):
+                 final_logit_softcapping=None, partial_rotary_factor=1.0):
         self.hidden_size = hidden_size
         self.intermediate_size = intermediate_size
         self.num_hidden_layers = num_hidden_layers
@@ -76,6 +76,8 @@ class LlamaConfig:
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
         assert model_type in ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"), model_type
+        self.partial_rotary_factor = partial_rotary_factor  # Phi-4-mini's: the rope turns int(hd * f) channels
+        self.rotary_dim = int(self.head_dim * partial_rotary_factor)
         self.attn_logit_softcapping = attn_logit_softcapping    # gemma2's soft-capping
         self.final_logit_softcapping = final_logit_softcapping
         # gemma3_text: its sliding window, layer types, local rope base and score scale
@@ -245,7 +247,7 @@ def rope_inv_freq_llama3(inv_freq, factor, low_freq_factor, high_freq_factor, ol
 
 def rope_inv_freq(cfg):
     """(head_dim/2,) fp32 inv_freq for cfg.rope_scaling None / "default" / "llama3"."""
-    inv = rope_inv_freq_default(cfg.rope_theta, cfg.head_dim)
+    inv = rope_inv_freq_default(cfg.rope_theta, cfg.rotary_dim)
     rs = cfg.rope_scaling
     kind = None if rs is None else rs.get("rope_type", rs.get("type"))
     if kind in (None, "default"):
@@ -253,7 +255,7 @@ def rope_inv_freq(cfg):
     if kind == "linear":  # _compute_linear_scaling_rope_parameters
         return inv / rs["factor"]
     if kind in ("longrope", "su"):  # _compute_longrope_parameters within the original context: short factors
-        shape = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim
+        shape = torch.arange(0, cfg.rotary_dim, 2, dtype=torch.int64).float() / cfg.rotary_dim
         return 1.0 / (torch.tensor(rs["short_factor"], dtype=torch.float32) * cfg.rope_theta ** shape)
     if kind != "llama3":
         raise ValueError(f"rope_type {kind!r} not implemented in this reference")
@@ -293,7 +295,11 @@ def rotate_half(x):
 
 
 def apply_rope(x, cos, sin):
-    """x (B,H,T,hd); cos, sin (B,T,hd) -> x*cos + rotate_half(x)*sin."""
+    """x (B,H,T,hd); cos, sin (B,T,rd) -> x*cos + rotate_half(x)*sin over the first rd channels,
+    the rest passed through (Phi3's partial rotary: rd = cos.shape[-1] < hd)."""
+    rd = cos.shape[-1]
+    if rd < x.shape[-1]:
+        return torch.cat((apply_rope(x[..., :rd], cos, sin), x[..., rd:]), dim=-1)
     cos = cos.unsqueeze(1).to(x.dtype)
     sin = sin.unsqueeze(1).to(x.dtype)
     return (x * cos) + (rotate_half(x) * sin)

@@ -271,10 +271,8 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
         s.attention_factor =
             scale <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scale) / std::log(s.original_max_position_embeddings));
     }
-    if (variant == LlamaVariant::Phi3 && given(root, "partial_rotary_factor"))  // Phi-4-mini's 0.75: part of each head
-      STRATUM_CHECK(number_field(path, root, "partial_rotary_factor", 1.0) == 1.0, where(path),
-                    ": partial_rotary_factor ", json_brief(root.at("partial_rotary_factor")),
-                    " is not supported; Stratum rotates every channel of a head (1.0)");
+    if (variant == LlamaVariant::Phi3)  // Phi-4-mini's 0.75: part of each head (Note [partial rotary])
+      cfg.partial_rotary_factor = number_field(path, root, "partial_rotary_factor", 1.0);
     // Note [mistral window]: a window of W keys is full causal attention up to W tokens.
     if (given(root, "sliding_window")) {
       cfg.sliding_window = int_field(path, root, "sliding_window");
@@ -362,9 +360,11 @@ void write_llama(const std::string& path, const GptConfig& cfg, const char* torc
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = cfg.n_layer;
   } else if (mistral || phi3) {  // MistralConfig and Phi3Config have no bias fields
-    if (phi3)  // Phi3Config's (its longrope's base, Note [longrope])
+    if (phi3) {  // Phi3Config's (its longrope's base, Note [longrope]; Note [partial rotary])
       j["original_max_position_embeddings"] =
           s.type == RopeScaling::Type::LongRope ? s.original_max_position_embeddings : cfg.n_ctx;
+      j["partial_rotary_factor"] = cfg.partial_rotary_factor;
+    }
     if (cfg.sliding_window > 0) {
       j["sliding_window"] = cfg.sliding_window;
     } else {

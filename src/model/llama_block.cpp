@@ -33,14 +33,14 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
 }
 
 LlamaRopes::LlamaRopes(const GptConfig& cfg, int max_pos)
-    : full_(cfg.head_dim(), max_pos, cfg.rope_theta, cfg.rope_scaling) {
+    : full_(cfg.rotary_dim(), max_pos, cfg.rope_theta, cfg.rope_scaling) {  // Note [partial rotary]
   if (!cfg.gemma3()) return;
-  local_.emplace(cfg.head_dim(), max_pos, cfg.rope_local_theta, RopeScaling{});
+  local_.emplace(cfg.rotary_dim(), max_pos, cfg.rope_local_theta, RopeScaling{});
   for (int l = 0; l < cfg.n_layer; ++l) local_layers_.push_back(cfg.layer_local_rope(l) ? 1 : 0);
 }
 
 std::size_t LlamaRopes::bytes_for(const GptConfig& cfg, int max_pos) {
-  return (cfg.gemma3() ? 2 : 1) * RopeTable::bytes_for(cfg.head_dim(), max_pos);
+  return (cfg.gemma3() ? 2 : 1) * RopeTable::bytes_for(cfg.rotary_dim(), max_pos);
 }
 
 std::size_t llama_offset_floats(const GptConfig& cfg) {

@@ -89,14 +89,19 @@ void GptConfig::validate() const {
                 mlp_width());
   STRATUM_CHECK(rope_theta > 0 && std::isfinite(rope_theta), "[model.config] rope_theta must be a finite number > 0, got ",
                 rope_theta);
+  STRATUM_CHECK(partial_rotary_factor > 0 && partial_rotary_factor <= 1 &&
+                    (partial_rotary_factor == 1 || variant == LlamaVariant::Phi3),
+                "[model.config] partial_rotary_factor must be in (0, 1] (below 1: Phi-3's), got ", partial_rotary_factor);
+  STRATUM_CHECK(rotary_dim() >= 2 && rotary_dim() % 2 == 0, "[model.config] head_dim * partial_rotary_factor (",
+                hd, " * ", partial_rotary_factor, ") must give an even rotary size of at least 2, got ", rotary_dim());
   const RopeScaling& s = rope_scaling;
   if (s.type != RopeScaling::Type::None)
     STRATUM_CHECK(s.factor >= 1.0 && std::isfinite(s.factor), "[model.config] rope_scaling.factor must be >= 1, got ",
                   s.factor);
   if (s.type == RopeScaling::Type::LongRope) {  // Note [longrope]
-    const std::size_t half = static_cast<std::size_t>(hd / 2);
+    const std::size_t half = static_cast<std::size_t>(rotary_dim() / 2);  // Note [partial rotary]
     STRATUM_CHECK(s.short_factor.size() == half && s.long_factor.size() == half,
-                  "[model.config] rope_scaling (longrope) needs short_factor and long_factor of head_dim / 2 = ", half,
+                  "[model.config] rope_scaling (longrope) needs short_factor and long_factor of rotary_dim / 2 = ", half,
                   " numbers each, got ", s.short_factor.size(), " and ", s.long_factor.size());
     for (const auto* list : {&s.short_factor, &s.long_factor})
       for (double f : *list)
@@ -127,6 +132,9 @@ float GptConfig::embed_scale() const {
 }
 
 void GptConfig::backend_check(Backend backend, const char* who) const {
+  STRATUM_CHECK(backend == Backend::Cpu || rotary_dim() == head_dim(), "[", who, "] ", family_title(),
+                " models with a partial_rotary_factor below 1 have no ", backend_name(backend),
+                " rotary kernel for it yet: use --backend cpu");
   STRATUM_CHECK(backend == Backend::Cpu || !(qk_norm() || gemma()), "[", who, "] ", family_title(), " models (",
                 gemma3()  ? "GeGLU MLP, RMSNorms by 1 + w, per-head q and k RMSNorm, scaled embedding"
                 : gemma2() ? "GeGLU MLP, RMSNorms by 1 + w, soft-capping, sliding window, scaled embedding"

@@ -90,8 +90,9 @@ inline constexpr int kGemma2SlidingPattern = 2;
 // keeps the parts in Llama's slots: each slot holds its rows of the fused tensor (TensorSlot's
 // row0 and hf_shape, as a vocabulary block holds rows of the embedding), so loading, saving and
 // every kernel are Llama's. Its sliding_window caps the context as Mistral's does (Note [mistral
-// window]; Phi-3-mini's 2047). Refused: rope_scaling "longrope" (Phi-3-128k, Phi-3.5) and a
-// partial_rotary_factor below 1 (Phi-4-mini). LoRA adapters go on PEFT's fused modules (one
+// window]; Phi-3-mini's 2047). Its rope_scaling "longrope" (Phi-3-128k, Phi-3.5, Phi-4-mini) runs
+// its short factors (Note [longrope]); a partial_rotary_factor below 1 (Phi-4-mini's 0.75) turns
+// the first part of each head (Note [partial rotary]). LoRA adapters go on PEFT's fused modules (one
 // lora_A over q, k and v together): Note [fused lora] in model/lora.h.
 
 // Note [mistral window]
@@ -119,6 +120,8 @@ struct GptConfig {
   int n_inner = 0;     // MLP width (intermediate_size); 0 = 4 * n_embd
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // Phi-3's partial_rotary_factor (Phi-4-mini's 0.75; Note [partial rotary] in ops/rope_table.h).
+  double partial_rotary_factor = 1.0;
   bool tie_word_embeddings = true;
   LlamaVariant variant = LlamaVariant::Llama;
   int sliding_window = 0;  // Mistral's, Phi-3's, Gemma 2's and Gemma 3's sliding_window; 0 = none (null)
@@ -184,6 +187,9 @@ struct GptConfig {
   // short factors)": context_limit(), for messages.
   std::string context_text() const;
   int head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }
+  // The channels of a head the rotary embedding turns (Note [partial rotary]): int(head_dim *
+  // partial_rotary_factor), as transformers rounds it.
+  int rotary_dim() const { return static_cast<int>(head_dim() * partial_rotary_factor); }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int mlp_width() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
   int q_dim() const { return n_head * head_dim(); }      // query width (H * hd)

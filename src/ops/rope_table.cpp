@@ -99,7 +99,8 @@ RopeTable::RopeTable(int head_dim, int max_pos, double theta, const RopeScaling&
 }
 
 void rope_check_shape(const RopeTable& table, int B, int T, int heads, int hd, std::size_t row_stride) {
-  STRATUM_CHECK(hd == table.head_dim(), "[kernels.rope] head size ", hd, " does not match the table's head_dim ",
+  // Note [partial rotary]: the table may rotate the first part of each head only.
+  STRATUM_CHECK(table.head_dim() <= hd, "[kernels.rope] head size ", hd, " is smaller than the table's rotary size ",
                 table.head_dim());
   STRATUM_CHECK(B >= 0 && T >= 0 && heads >= 0, "[kernels.rope] B, T, heads must be >= 0, got ", B, ", ", T, ", ",
                 heads);

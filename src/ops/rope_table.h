@@ -65,9 +65,17 @@ class RopeTable {
   std::vector<float> sin_;  // (max_pos, head_dim/2) fp32
 };
 
+// Note [partial rotary]: Phi-4-mini rotates the first partial_rotary_factor of each head's
+// channels only (transformers' Phi3: rotate-half over q[..., :rotary_dim], the rest passed
+// through): its tables are built for rotary_dim = int(head_dim * partial_rotary_factor)
+// (GptConfig::rotary_dim; longrope's factors are rotary_dim / 2 long), and the rotation of a head
+// of hd channels pairs channel i with i + rotary_dim / 2 for i < rotary_dim / 2, leaving channels
+// rotary_dim.. as they are.
+
 // Throws Error (one line) unless rope_forward/rope_backward can rotate `heads` vectors of hd
-// floats in B*T rows row_stride apart with `table`: hd is the table's head_dim, the counts are
-// >= 0, the rows do not overlap. Both backends call it before touching memory.
+// floats in B*T rows row_stride apart with `table`: the table's head_dim (the rotary size, Note
+// [partial rotary]) is at most hd, the counts are >= 0, the rows do not overlap. Both backends
+// call it before touching memory.
 void rope_check_shape(const RopeTable& table, int B, int T, int heads, int hd, std::size_t row_stride);
 
 }  // namespace stratum

@@ -17,15 +17,15 @@ namespace {
 STRATUM_SIMD_CLONES
 void rope_rows(float* x, std::size_t r0, std::size_t r1, int T, int heads, int hd, std::size_t row_stride,
                const int* pos0, const RopeTable& table, bool transpose) {
-  const int half = hd / 2;
+  const int half = table.head_dim() / 2;  // Note [partial rotary]: channels past 2 * half stay
   for (std::size_t r = r0; r < r1; ++r) {
     const std::size_t b = r / T, t = r % T;
     const int pos = (pos0 != nullptr ? pos0[b] : 0) + static_cast<int>(t);
     const float* c = table.cos(pos);
     const float* s = table.sin(pos);
     for (int h = 0; h < heads; ++h) {
-      float* lo = x + r * row_stride + static_cast<std::size_t>(h) * hd;  // (hd/2) first half
-      float* hi = lo + half;                                                // (hd/2) second half
+      float* lo = x + r * row_stride + static_cast<std::size_t>(h) * hd;  // the rotary part's first half
+      float* hi = lo + half;                                                // and its second
       if (!transpose) {
         for (int i = 0; i < half; ++i) rope_rotate(lo[i], hi[i], c[i], s[i], false);
       } else {
