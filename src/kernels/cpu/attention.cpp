@@ -82,7 +82,7 @@ void attention_forward_items(float* out, float* stats, float* scratch, int slot,
     int T0a = q0, q1 = sr.q1;  // the item's blocks: [T0a, q1)
     if (J > 1) {
       const int j = interleaved(static_cast<int>(i % J), J);
-      if (j >= (sr.q1 - q0 + kBlockRows - 1) / kBlockRows) continue;
+      if (j >= part_blocks(sr)) continue;
       T0a = q0 + j * kBlockRows;
       q1 = std::min(T0a + kBlockRows, sr.q1);
     }
@@ -156,9 +156,10 @@ void attention_forward(ThreadPool& pool, float* out, float* stats, float* scratc
   const RowRange rr = attention_row_range("attention_forward", B, T, r0, n);
   const QkvLayout lay{H, KV, hd};
   const ScratchLayout sl{std::size_t(T), std::size_t(hd)};
-  int J = 1;  // the blocks of a (sequence, query head) pair are items too where pairs < threads
-  if (static_cast<std::size_t>(rr.seqs) * H < static_cast<std::size_t>(pool.num_threads()))
-    for (int s = 0; s < rr.seqs; ++s) J = std::max(J, (rr.seq(s).q1 - rr.seq(s).q0 + kBlockRows - 1) / kBlockRows);
+  // The blocks of a (sequence, query head) pair are items too where pairs < threads.
+  const int J = static_cast<std::size_t>(rr.seqs) * H < static_cast<std::size_t>(pool.num_threads())
+                    ? most_part_blocks(rr)
+                    : 1;
   for_each_slot(pool, static_cast<std::size_t>(rr.seqs) * H * J, [&](int slot, std::size_t i0, std::size_t i1) {
     attention_forward_items(out, stats, scratch, slot, qkv, i0, i1, J, rr, lay, sl, scores);
   });

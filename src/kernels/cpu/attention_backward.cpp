@@ -182,8 +182,8 @@ void attention_backward_dq(float* dqkv, float* scratch, int slot, float* row_sum
     const int h = static_cast<int>(i / J % lay.H), kvh = h / (lay.H / lay.KV);
     const SeqRange sr = rr.seq(s);
     const std::size_t b = rr.first + s;
-    const int blocks = (sr.q1 - sr.q0 + kBlockRows - 1) / kBlockRows, j = interleaved(static_cast<int>(i % J), J);
-    if (j >= blocks) continue;
+    const int j = interleaved(static_cast<int>(i % J), J);
+    if (j >= part_blocks(sr)) continue;
     const float* base = qkv + b * T * W;
     if (packed != b * lay.KV + kvh) {
       pack_head(sl.kt(scratch, slot), base + lay.k(kvh), W, sr.q1, lay.hd);
@@ -256,10 +256,10 @@ void attention_backward(ThreadPool& pool, float* dqkv, float* scratch, const flo
     return;
   }
   // Note [attention backward items]: dq (and each row's sum) first, then dk and dv by key ranges.
-  int J = 1, R = 1;
+  const int J = most_part_blocks(rr);
+  int R = 1;
   for (int s = 0; s < rr.seqs; ++s) {
     const SeqRange sr = rr.seq(s);
-    J = std::max(J, (sr.q1 - sr.q0 + kBlockRows - 1) / kBlockRows);
     R = std::max(R, (sr.q1 - first_key_range(sr, scores.window) + kKeyRange - 1) / kKeyRange);
   }
   float* row_sums = sl.row_sums(scratch, threads);

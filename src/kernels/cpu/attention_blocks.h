@@ -130,6 +130,15 @@ struct ScratchLayout {
 // parallel_for hands each thread a contiguous range of items.
 inline int interleaved(int j, int n) { return j % 2 == 0 ? j / 2 : n - 1 - j / 2; }
 
+// The 32-row blocks of a sequence's part of a row range, and the most any part of rr has (at
+// least 1): the block items' count per (sequence, head) where pairs are fewer than threads.
+inline int part_blocks(const SeqRange& sr) { return (sr.q1 - sr.q0 + kBlockRows - 1) / kBlockRows; }
+inline int most_part_blocks(const RowRange& rr) {
+  int most = 1;
+  for (int s = 0; s < rr.seqs; ++s) most = std::max(most, part_blocks(rr.seq(s)));
+  return most;
+}
+
 // dst = the head's slice of rows [0, T) of src (row t2 at base + t2 * stride) in key tiles.
 inline void pack_head(float* dst, const float* base, std::size_t stride, int T, int hd) {
   for (int c0 = 0; c0 < T; c0 += kKeyTile) {
