@@ -172,6 +172,12 @@ TEST(LlamaModel, Phi4MiniPartialRotaryLogitsLossAndGradientsMatchPyTorchInRamAnd
   check_logits_loss_and_gradients("tests/golden/tiny_phi4mini");
 }
 
+// Mistral (tests/golden/tiny_mistral, Note [mistral window]): a sliding window of 6 keys in every
+// layer over 24 positions, past which the CPU attention runs (Note [sliding window]).
+TEST(LlamaModel, MistralPastItsWindowLogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
+  check_logits_loss_and_gradients("tests/golden/tiny_mistral");
+}
+
 // Gemma (tests/golden/tiny_gemma, Note [gemma]): norms by 1 + w, GeGLU, the embedding scaled by
 // sqrt(64) and the tied head, whose gradient is the head's and the scaled embedding's together.
 TEST(LlamaModel, GemmaLogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {

@@ -203,6 +203,9 @@ TEST(LoraTrain, Qwen2FollowsThePeftReferenceStreamedAndResumed) { check_run("tes
 TEST(LoraTrain, Qwen3LossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_qwen3", false); }
 TEST(LoraTrain, Qwen3FollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_qwen3", false); }
 TEST(LoraTrain, LlamaFollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_llama", false); }
+// Over a Mistral base (tests/golden/tiny_mistral): the adapters' gradients through windowed layers.
+TEST(LoraTrain, MistralLossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_mistral", false); }
+TEST(LoraTrain, MistralFollowsThePeftReferenceStreamedAndResumed) { check_run("tests/golden/tiny_mistral", false); }
 // Over a Gemma base (tests/golden/tiny_gemma, Note [gemma]): adapters under GeGLU, norms by 1 + w
 // and the scaled embedding, all frozen.
 TEST(LoraTrain, GemmaLossAndAdapterGradientsMatchPyTorch) { check_gradients("tests/golden/tiny_gemma", false); }

@@ -1,9 +1,10 @@
 // Mistral (model_type "mistral", Note [mistral window]): its config.json reads as a Llama with
-// the Mistral variant and sliding window and writes back the same; a Mistral directory holding
-// the tiny Llama's weights trains and generates with the Llama's bits (the same architecture);
-// sequences longer than the sliding window are refused with one line, generation stops at the
-// window saying so, and a saved model stays a MistralForCausalLM with its window and resumes. Does not time
-// anything.
+// the Mistral variant and sliding window in every layer and writes back the same; a Mistral
+// directory holding the tiny Llama's weights trains and generates with the Llama's bits within its
+// window and runs past it on the CPU to max_position_embeddings (where the window changes the
+// numbers; PyTorch's: tests/golden/tiny_mistral in llama_model_test, trainer_test, generator_test
+// and lora_train_test); a saved model stays a MistralForCausalLM with its window and resumes; on
+// CUDA, which has no windowed attention, the context is the window. Does not time anything.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -48,8 +49,15 @@ TEST(Mistral, ConfigReadsAndWritesItsWindow) {
   EXPECT_STREQ(cfg.family(), "mistral");
   EXPECT_EQ(cfg.sliding_window, 16);
   EXPECT_EQ(cfg.n_ctx, 64);
-  EXPECT_EQ(cfg.context(), 16);
-  EXPECT_EQ(cfg.context_text(), "sliding_window=16");
+  EXPECT_EQ(cfg.context(), 64);  // the CPU's attention skips the keys before the window
+  EXPECT_EQ(cfg.context_text(Backend::Cpu), "n_ctx=64");
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    EXPECT_TRUE(cfg.layer_sliding_attention(l)) << l;
+    EXPECT_EQ(cfg.layer_scores(l).window, 16) << l;
+  }
+  EXPECT_EQ(cfg.context(Backend::Cuda), 16);  // where the window cuts no key
+  EXPECT_EQ(cfg.context_text(Backend::Cuda),
+            "sliding_window=16 (the cuda attention has no sliding window; --backend cpu runs n_ctx=64)");
   hf_config_write(tmp.file("out.json"), cfg);
   const Json written = Json::parse(file_read_all(tmp.file("out.json")));
   EXPECT_EQ(written["model_type"], "mistral");
@@ -65,10 +73,13 @@ TEST(Mistral, ConfigReadsAndWritesItsWindow) {
   const GptConfig open = hf_config_read(mistral_dir(tmp, "open", 0) + "/config.json");
   EXPECT_EQ(open.sliding_window, 0);
   EXPECT_EQ(open.context(), 64);
+  EXPECT_EQ(open.context(Backend::Cuda), 64);
+  EXPECT_FALSE(open.layer_sliding_attention(0));
+  EXPECT_EQ(open.layer_scores(0).window, 0);
   hf_config_write(tmp.file("open.json"), open);
   EXPECT_TRUE(Json::parse(file_read_all(tmp.file("open.json")))["sliding_window"].is_null());
   // A window beyond the context changes nothing.
-  EXPECT_EQ(hf_config_read(mistral_dir(tmp, "wide", 4096) + "/config.json").context(), 64);
+  EXPECT_EQ(hf_config_read(mistral_dir(tmp, "wide", 4096) + "/config.json").context(Backend::Cuda), 64);
 
   const std::string bad = mistral_dir(tmp, "bad", 0);
   file_write_atomic(bad + "/config.json",
@@ -82,7 +93,7 @@ TEST(Mistral, ConfigReadsAndWritesItsWindow) {
   }
 }
 
-TEST(Mistral, TrainsAndGeneratesWithTheLlamasBitsWithinItsWindow) {
+TEST(Mistral, TrainsAndGeneratesWithTheLlamasBitsWithinItsWindowAndRunsPastIt) {
   testing::TempDir tmp;
   const std::string mistral = mistral_dir(tmp, "m", 16);
   const std::string train = " --data " + kLlama + "/tokens.bin --batch 2 --seq 16 --steps 3 --quiet --threads 2";
@@ -96,34 +107,43 @@ TEST(Mistral, TrainsAndGeneratesWithTheLlamasBitsWithinItsWindow) {
   EXPECT_EQ(saved["model_type"], "mistral");
   EXPECT_EQ(saved["sliding_window"], 16);
 
-  // A checkpoint of it resumes to the bits of the run that did not stop.
-  const std::string five = " --data " + kLlama + "/tokens.bin --batch 2 --seq 16 --steps 5 --quiet --threads 2";
-  r = run_stratum("train --model " + mistral + five);
-  const std::string hash5 = testing::params_hash_of(r.errors);
-  r = run_stratum("train --model " + mistral + five + " --save-every 3 --save " + tmp.file("ckpt"));
+  // Past the window: it runs, and the window changes the numbers; a checkpoint of it resumes to
+  // the bits of the run that did not stop, streamed or not.
+  const std::string past = " --data " + kLlama + "/tokens.bin --batch 2 --seq 40 --steps 5 --quiet --threads 2";
+  r = run_stratum("train --model " + kLlama + past);
   ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string llama40 = testing::params_hash_of(r.errors);
+  r = run_stratum("train --model " + mistral + past);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string hash5 = testing::params_hash_of(r.errors);
+  EXPECT_NE(hash5, llama40) << "a window of 16 keys over 40 positions must change the model";
+  r = run_stratum("train --model " + mistral + past + " --save-every 3 --save " + tmp.file("ckpt") +
+                  " --mem-budget 1500K --offload-dir " + tmp.path());
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(testing::params_hash_of(r.errors), hash5) << "streaming must not change a bit";
   r = run_stratum("train --resume " + tmp.file("ckpt") + "/step-00000003 --save " + tmp.file("ckpt2") + " --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_EQ(testing::params_hash_of(r.errors), hash5);
 
-  // Longer than the window: refused, naming it.
-  r = run_stratum("train --model " + mistral + " --data " + kLlama + "/tokens.bin --batch 2 --seq 17 --steps 1");
+  // Past n_ctx: refused, naming it.
+  r = run_stratum("train --model " + mistral + " --data " + kLlama + "/tokens.bin --batch 2 --seq 65 --steps 1");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.errors.find("--seq 17 is longer than the model context sliding_window=16; use --seq <= 16"),
-            std::string::npos)
+  EXPECT_NE(r.errors.find("--seq 65 is longer than the model context n_ctx=64; use --seq <= 64"), std::string::npos)
       << r.errors;
 
-  // Generation: the same greedy ids as the Llama, and it stops at the window.
+  // Generation: the Llama's greedy ids while the sequence fits the window, then the window's own.
   const std::string gen = " --prompt-ids 5,9,2 --temperature 0 --no-stop --output-ids";
   const auto llama = run_stratum("generate --model " + kLlama + gen + " --max-tokens 13");
   const auto same = run_stratum("generate --model " + mistral + gen + " --max-tokens 13");
   ASSERT_EQ(same.exit_code, 0) << same.errors;
   EXPECT_EQ(same.output, llama.output);
+  const auto llama40g = run_stratum("generate --model " + kLlama + gen + " --max-tokens 40");
   const auto full = run_stratum("generate --model " + mistral + gen + " --max-tokens 40");
   ASSERT_EQ(full.exit_code, 0) << full.errors;
-  EXPECT_EQ(full.output, llama.output);  // 3 + 13 = 16 tokens: the window
-  EXPECT_NE(full.errors.find("prompt 1 stopped after 13 tokens: the context is full"), std::string::npos)
-      << full.errors;
+  ASSERT_GT(full.output.size(), llama.output.size());
+  EXPECT_EQ(full.output.substr(0, llama.output.size() - 1), llama.output.substr(0, llama.output.size() - 1));
+  EXPECT_NE(full.output, llama40g.output) << "40 tokens past a window of 16 must differ from full attention";
+  EXPECT_EQ(full.errors.find("the context is full"), std::string::npos) << full.errors;
 }
 
 }  // namespace

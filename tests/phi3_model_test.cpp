@@ -2,8 +2,9 @@
 // reads as a Llama with the Phi-3 variant and writes back the same; a Phi-3 directory holding a
 // tiny Llama's weights fused (q, k, v in qkv_proj; gate, up in gate_up_proj) trains, streams,
 // resumes and generates with that Llama's bits (the same math), its checkpoints hold the fused
-// tensors with the trained Llama's values; what Stratum does not run (sequences past the sliding
-// window or past longrope's original context) is refused with one line. Phi-4-mini's partial
+// tensors with the trained Llama's values; past its sliding window it runs with a Mistral's bits
+// (the same window in every layer, Note [mistral window]); what Stratum does not run (sequences
+// past longrope's original context) is refused with one line. Phi-4-mini's partial
 // rotary factor (Note [partial rotary]) reads and writes back: tests/golden/tiny_phi4mini.
 // Phi-3.5's longrope (Note [longrope]) reads, caps the context at its original one, computes the
 // attention factor as transformers does and writes both factor lists back; PyTorch's numbers:
@@ -128,7 +129,9 @@ TEST(Phi3, ConfigReadsAndWritesAPhi3) {
   EXPECT_TRUE(cfg.fused_projections());
   EXPECT_STREQ(cfg.family(), "phi3");
   EXPECT_EQ(cfg.sliding_window, 16);
-  EXPECT_EQ(cfg.context(), 16);
+  EXPECT_EQ(cfg.context(), 64);
+  EXPECT_EQ(cfg.context(Backend::Cuda), 16);
+  EXPECT_EQ(cfg.layer_scores(1).window, 16);
   hf_config_write(tmp.file("out.json"), cfg);
   const Json written = Json::parse(file_read_all(tmp.file("out.json")));
   EXPECT_EQ(written["model_type"], "phi3");
@@ -238,8 +241,9 @@ TEST(Phi3, TrainsStreamsAndGeneratesWithTheLlamasBits) {
 }
 
 // Note [fused lora]: PEFT's Phi-3 targets are its fused modules; Llama's per-projection names are
-// not Phi-3 layers and are refused naming the valid ones; a sequence past the window is refused.
-TEST(Phi3, UnfusedLoraTargetsAndSequencesPastTheWindowAreRefused) {
+// not Phi-3 layers and are refused naming the valid ones. Past its window (Note [mistral window])
+// a Phi-3 trains with the bits of a Mistral of the same weights and window, not the Llama's.
+TEST(Phi3, UnfusedLoraTargetsAreRefusedAndPastTheWindowItIsAMistral) {
   testing::TempDir tmp;
   const Pair dirs = phi3_pair(tmp, "p", 12);
   auto r = run_stratum("train --model " + dirs.phi3 + " --data " + kLlama +
@@ -251,10 +255,24 @@ TEST(Phi3, UnfusedLoraTargetsAndSequencesPastTheWindowAreRefused) {
             std::string::npos)
       << r.errors;
   EXPECT_EQ(r.errors.find('\n'), r.errors.size() - 1) << r.errors;
-  r = run_stratum("train --model " + dirs.phi3 + " --data " + kLlama + "/tokens.bin --batch 2 --seq 13 --steps 1");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.errors.find("--seq 13 is longer than the model context sliding_window=12"), std::string::npos)
-      << r.errors;
+  const std::string mistral = tmp.file("mistral");
+  std::filesystem::copy(dirs.llama, mistral);
+  Json config = Json::parse(file_read_all(mistral + "/config.json"));
+  config["model_type"] = "mistral";
+  config.erase("attention_bias");
+  config.erase("mlp_bias");
+  config["sliding_window"] = 12;
+  file_write_atomic(mistral + "/config.json", config.dump(2));
+  const std::string train = " --data " + kLlama + "/tokens.bin --batch 2 --seq 24 --steps 2 --quiet --threads 2";
+  r = run_stratum("train --model " + dirs.phi3 + train);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const std::string hash = testing::params_hash_of(r.errors);
+  r = run_stratum("train --model " + mistral + train);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(testing::params_hash_of(r.errors), hash);
+  r = run_stratum("train --model " + dirs.llama + train);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(testing::params_hash_of(r.errors), hash) << "a window of 12 over 24 positions must change the model";
 }
 
 TEST(Phi3, LongRopeReadsCapsTheContextAndWritesBack) {
@@ -267,7 +285,7 @@ TEST(Phi3, LongRopeReadsCapsTheContextAndWritesBack) {
   EXPECT_DOUBLE_EQ(s.attention_factor, std::sqrt(1.0 + std::log(4.0) / std::log(32.0)));
   EXPECT_EQ(cfg.n_ctx, 128);
   EXPECT_EQ(cfg.context(), 32);
-  EXPECT_EQ(cfg.context_text(), "original_max_position_embeddings=32 (longrope's short factors)");
+  EXPECT_EQ(cfg.context_text(Backend::Cpu), "original_max_position_embeddings=32 (longrope's short factors)");
   testing::TempDir tmp;
   hf_config_write(tmp.file("out.json"), cfg);
   const Json written = Json::parse(file_read_all(tmp.file("out.json")));

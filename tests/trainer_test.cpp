@@ -189,6 +189,9 @@ TEST(Trainer, Gemma3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and
 // The tiny Gemma 2 (Note [gemma2]; tests/golden/tiny_gemma2): its soft-capped scores and logits
 // (Note [softcapping], Note [final softcapping]), the post norms and the sliding layer.
 TEST(Trainer, Gemma2LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_gemma2"); }
+// The tiny Mistral (Note [mistral window]; tests/golden/tiny_mistral): 16 positions over a window
+// of 6 keys in both layers, saved back with its window.
+TEST(Trainer, MistralLossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_mistral"); }
 // The tiny Phi-3 (Note [phi3 fused]; tests/golden/tiny_phi3): its fused tensors saved as PyTorch's.
 TEST(Trainer, Phi3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi3"); }
 // The tiny Phi-3.5 (Note [longrope]; tests/golden/tiny_phi35): saved back with its long factors.

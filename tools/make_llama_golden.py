@@ -544,6 +544,18 @@ GEMMA2 = dict(GEMMA, model_type="gemma2", sliding_window=8, layer_types=["slidin
 GEMMA2_SEED = 9035
 
 
+# A tiny Mistral (tests/golden/tiny_mistral/): Llama's math with a sliding window of 6 keys in
+# every layer (Note [mistral window]), so the reference's 24 positions, the training's 16 and the
+# greedy run's 17 run past it; no rope scaling (MistralConfig has none).
+MISTRAL = dict(TINY, model_type="mistral", rope_scaling=None, sliding_window=6)
+MISTRAL_SEED = 4242
+
+
+def mistral_unwindowed(params, cfg):
+    """The Mistral's weights without its window."""
+    return params, tl.LlamaConfig(**dict(MISTRAL, sliding_window=None))
+
+
 def first_batch_reference(out_dir, cfg, params, tokens_seed):
     """tokens.bin (TRAIN's steps of random ids from tokens_seed) and train_args.json into out_dir,
     and batch 0's reference (B=REF_BATCH, T=REF_SEQ): (tokens, the initial weights, {input_ids,
@@ -602,8 +614,9 @@ def gemma2_uncapped(params, cfg):
 
 
 def make_qwen(root, kind):
-    """tests/golden/tiny_<kind>/ for kind "qwen2", "qwen3", "gemma", "gemma2" or "gemma3"."""
+    """tests/golden/tiny_<kind>/ for kind "qwen2", "qwen3", "mistral", "gemma", "gemma2" or "gemma3"."""
     shape, seed, stds = {"qwen2": (QWEN2, QWEN2_SEED, QWEN2_STDS), "qwen3": (QWEN3, QWEN3_SEED, INIT_STDS),
+                         "mistral": (MISTRAL, MISTRAL_SEED, INIT_STDS),
                          "gemma": (GEMMA, GEMMA_SEED, GEMMA_STDS), "gemma2": (GEMMA2, GEMMA2_SEED, GEMMA_STDS),
                          "gemma3": (GEMMA3, GEMMA3_SEED, GEMMA_STDS)}[kind]
     out_dir = os.path.join(root, "tiny_" + kind)
@@ -611,7 +624,7 @@ def make_qwen(root, kind):
     cfg = tl.LlamaConfig(**shape)
     params = tl.init_params(cfg, torch.Generator().manual_seed(seed), stds)
     extra = [n for n in params if n.endswith(".bias") or ("self_attn" in n and n.endswith("_norm.weight"))]
-    assert len(extra) == {"qwen2": 3, "qwen3": 2, "gemma": 0, "gemma2": 0, "gemma3": 2}[kind] * cfg.num_hidden_layers, extra
+    assert len(extra) == {"qwen2": 3, "qwen3": 2, "mistral": 0, "gemma": 0, "gemma2": 0, "gemma3": 2}[kind] * cfg.num_hidden_layers, extra
     self_check(cfg, params, shape)
     # The variant matters: without its biases (norms; Gemma's GeGLU and embedding scale) the logits
     # move well beyond the tests' tolerance.
@@ -619,6 +632,7 @@ def make_qwen(root, kind):
         idx = torch.arange(20, dtype=torch.int64).unsqueeze(0) % cfg.vocab_size
         plain, plain_cfg = (gemma_as_llama(params, cfg) if kind == "gemma" else gemma3_as_gemma(params, cfg)
                             if kind == "gemma3" else gemma2_uncapped(params, cfg) if kind == "gemma2"
+                            else mistral_unwindowed(params, cfg) if kind == "mistral"
                             else (qwen_without_its_variant(params), cfg))
         moved = (tl.forward(params, cfg, idx)[0] - tl.forward(plain, plain_cfg, idx)[0]).abs().max().item()
     assert moved > 0.1, f"the {kind} variant moves the logits by only {moved}"
@@ -626,7 +640,7 @@ def make_qwen(root, kind):
     tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), params, metadata={"format": "pt"})
 
     tokens, init, ref, grads, loss, ids, margin = first_batch_reference(
-        out_dir, cfg, params, TOKENS_SEED + {"qwen2": 1, "qwen3": 2, "gemma": 3, "gemma3": 4, "gemma2": 5}[kind])
+        out_dir, cfg, params, TOKENS_SEED + {"qwen2": 1, "qwen3": 2, "gemma": 3, "gemma3": 4, "gemma2": 5, "mistral": 6}[kind])
     ref.update({"grad." + n: _f32(g) for n, g in grads.items()})
     run = train_run(cfg, init, tokens, TRAIN)
     ref.update(run)
@@ -791,12 +805,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "phi3", "phi35",
+    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "mistral", "phi3", "phi35",
                                        "phi4mini", "gemma", "gemma2", "gemma3"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
                          "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}; "
-                         "long_rope: only long_rope/; qwen2: only tiny_qwen2/; qwen3: only tiny_qwen3/; "
+                         "long_rope: only long_rope/; qwen2: only tiny_qwen2/; qwen3: only tiny_qwen3/; mistral: only tiny_mistral/; "
                          "phi3: only tiny_phi3/; phi35: only tiny_phi35/; phi4mini: only tiny_phi4mini/; "
                          "gemma: only tiny_gemma/; gemma2: only "
                          "tiny_gemma2/; gemma3: only tiny_gemma3/")
@@ -813,7 +827,7 @@ def main():
         lo = make_lora(root)
         print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")
         return
-    if args.only in ("qwen2", "qwen3", "gemma", "gemma2", "gemma3"):
+    if args.only in ("qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3"):
         q = make_qwen(root, args.only)
         print(f"tiny_{args.only}: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
               f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); the variant moves the logits by "
@@ -837,6 +851,7 @@ def main():
     make_long_rope(root)
     make_qwen(root, "qwen2")
     make_qwen(root, "qwen3")
+    make_qwen(root, "mistral")
     make_qwen(root, "gemma")
     make_qwen(root, "gemma2")
     make_qwen(root, "gemma3")

@@ -31,6 +31,7 @@ With "gemma2" (Gemma2ForCausalLM) a Gemma has Gemma 3's post norms and sliding l
 no q/k norms) and soft-caps: each scaled score at attn_logit_softcapping * tanh(s / cap) before the
 mask, each logit at final_logit_softcapping * tanh(l / cap) (transformers' Gemma2: divide, tanh,
 multiply).
+With "mistral" (MistralForCausalLM) a Llama attends, in every layer, to the last sliding_window keys.
 What it does not do: KV caching, sampling, o_proj/MLP biases, rope types other than
 "default" and "llama3", bf16 arithmetic (bf16 weights are upcast and computed in fp32).
 
@@ -75,12 +76,13 @@ class LlamaConfig:
         self.tie_word_embeddings = tie_word_embeddings
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
-        assert model_type in ("llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"), model_type
+        assert model_type in ("llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3_text"), model_type
         self.partial_rotary_factor = partial_rotary_factor  # Phi-4-mini's: the rope turns int(hd * f) channels
         self.rotary_dim = int(self.head_dim * partial_rotary_factor)
         self.attn_logit_softcapping = attn_logit_softcapping    # gemma2's soft-capping
         self.final_logit_softcapping = final_logit_softcapping
-        # gemma3_text: its sliding window, layer types, local rope base and score scale
+        # mistral: a sliding window in every layer; gemma2, gemma3_text: their sliding layers'
+        # window, layer types, local rope base and score scale
         self.original_max_position_embeddings = original_max_position_embeddings  # Phi-3's longrope base
         self.sliding_window = sliding_window
         self.layer_types = layer_types
@@ -106,6 +108,13 @@ class LlamaConfig:
         """Gemma 2's and 3's norms of the attention's and the MLP's outputs."""
         return self.model_type in ("gemma2", "gemma3_text")
 
+    def layer_window(self, i):
+        """Layer i's sliding window (keys j with i - j < window), or None: every layer of a Mistral
+        with one (MistralAttention), Gemma 2's and 3's sliding layers."""
+        if self.post_norms:
+            return self.sliding_window if self.layer_types[i] == "sliding_attention" else None
+        return self.sliding_window if self.model_type == "mistral" else None
+
     @property
     def gemma3(self):
         return self.model_type == "gemma3_text"
@@ -113,7 +122,8 @@ class LlamaConfig:
     def to_hf_dict(self, torch_dtype="float32"):
         qwen = self.model_type in ("qwen2", "qwen3")
         arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma": "GemmaForCausalLM",
-                "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}.get(self.model_type,
+                "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+                "mistral": "MistralForCausalLM"}.get(self.model_type,
                                                                                        "LlamaForCausalLM")
         d = {
             "architectures": [arch],
@@ -151,6 +161,8 @@ class LlamaConfig:
                          query_pre_attn_scalar=self.query_pre_attn_scalar,
                          final_logit_softcapping=self.final_logit_softcapping,
                          attn_logit_softcapping=self.attn_logit_softcapping)
+        elif self.model_type == "mistral":  # MistralConfig: no bias fields, its window
+            d.update(sliding_window=self.sliding_window)
         else:
             d.update(attention_bias=False, mlp_bias=False)
         return d
@@ -347,7 +359,7 @@ def attention(h, p, pre, cfg, cos, sin, adapter=None, window=None):
     if cfg.attn_logit_softcapping is not None:  # Gemma2Attention's
         att = torch.tanh(att / cfg.attn_logit_softcapping) * cfg.attn_logit_softcapping
     causal = torch.ones(T, T, dtype=torch.bool).tril()
-    if window is not None:  # Gemma 2's and 3's sliding layers: keys j with i - j < window
+    if window is not None:  # Mistral's layers, Gemma 2's and 3's sliding ones: keys j with i - j < window
         causal = causal & torch.ones(T, T, dtype=torch.bool).triu(-(window - 1))
     att = torch.where(causal, att, torch.tensor(torch.finfo(att.dtype).min, dtype=att.dtype))
     att = torch.softmax(att, dim=-1)
@@ -400,11 +412,10 @@ def forward(params, cfg, idx, targets=None, inv_freq=None, adapter=None):
         cos_l, sin_l = rope_cos_sin(rope_inv_freq_default(cfg.rope_local_base_freq, cfg.head_dim), pos)
     for i in range(cfg.num_hidden_layers):
         pre = f"model.layers.{i}."
-        sliding = cfg.post_norms and cfg.layer_types[i] == "sliding_attention"
-        local = sliding and cfg.gemma3  # Gemma 3's sliding layers' own rope
+        window = cfg.layer_window(i)
+        local = window is not None and cfg.gemma3  # Gemma 3's sliding layers' own rope
         h = rms_norm(x, p[pre + "input_layernorm.weight"], eps, off)
-        a = attention(h, p, pre, cfg, cos_l if local else cos, sin_l if local else sin, adapter,
-                      cfg.sliding_window if sliding else None)
+        a = attention(h, p, pre, cfg, cos_l if local else cos, sin_l if local else sin, adapter, window)
         if cfg.post_norms:
             a = rms_norm(a, p[pre + "post_attention_layernorm.weight"], eps, off)
         x = x + a

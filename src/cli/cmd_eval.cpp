@@ -42,7 +42,7 @@ int cmd_eval(const std::vector<std::string>& argv) {
   }
   o.config = model_read_config(o.model_dir);
   if (!args.has("batch")) o.batch = 1;
-  if (!args.has("seq")) o.seq = std::min(o.config.context(), 1024);
+  if (!args.has("seq")) o.seq = std::min(o.config.context(o.backend), 1024);
   o.eval_batches = static_cast<int>(args.integer("batches", 1000000, 1, 1000000));
   o.evaluate_only = true;
   o.optimizer = TrainOptimizer::ZoSgd;  // the engine of forward passes: no gradients, no moments

@@ -62,7 +62,7 @@ int cmd_plan(const std::vector<std::string>& argv) {
   r.batch = static_cast<int>(args.integer("batch", 4, 1, 65536));
   r.seq = static_cast<int>(args.integer("seq", 64, 1, 1 << 20));
   STRATUM_CHECK(r.seq <= r.config.context(), "[plan] --seq ", r.seq, " is longer than the model context ",
-                r.config.context_text(), "; use --seq <= ", r.config.context());
+                r.config.context_text(Backend::Cpu), "; use --seq <= ", r.config.context());
   r.grad_accum = static_cast<int>(args.integer("grad-accum", 1, 1, 65536));
   r.ranks = static_cast<int>(args.integer("ranks", 1, 1, 65536));
   r.net_gbps = args.number("net-gbps", 0.0);

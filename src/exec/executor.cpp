@@ -95,8 +95,8 @@ Executor::Executor(ThreadPool& pool, const GptConfig& config, const UnitTable& u
       comm_(comm != nullptr && comm->size() > 1 ? comm : nullptr),
       shape_(comm != nullptr ? RankShape{comm->rank(), comm->size()} : plan_rank) {
   STRATUM_ASSERT(shape_.ranks >= 1 && shape_.rank >= 0 && shape_.rank < shape_.ranks);
-  STRATUM_CHECK(max_seq <= config.context(), "[cli] sequence length ", max_seq, " exceeds the model context ",
-                config.context_text(), " (use --seq <= ", config.context(), ")");
+  STRATUM_CHECK(max_seq <= config.context(backend), "[cli] sequence length ", max_seq, " exceeds the model context ",
+                config.context_text(backend), " (use --seq <= ", config.context(backend), ")");
   STRATUM_ASSERT(units.act_floats() >=
                  activation_unit_floats(config, max_batch, max_seq, mode == OptimizerMode::ZerothOrder));
   STRATUM_ASSERT(activations != ActivationPolicy::Auto);

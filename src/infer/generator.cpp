@@ -142,6 +142,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   STRATUM_CHECK(o.prompts.empty() || o.prompt_ids.empty(), "[generate] give text prompts or token ids, not both");
   const GptConfig cfg = model_read_config(o.model_dir);
   cfg.backend_check(o.backend, "generate");
+  const int context = cfg.context(o.backend);  // Note [mistral window]: a sliding window caps it on CUDA
   const std::string tokenizer_dir = corpus_find_tokenizer(o.tokenizer_dir, o.model_dir);
   std::unique_ptr<BpeTokenizer> tokenizer;
   if (!tokenizer_dir.empty()) tokenizer = std::make_unique<BpeTokenizer>(BpeTokenizer::load(tokenizer_dir));
@@ -183,9 +184,9 @@ GenerateResult generate_run(const GenerateOptions& o,
   }
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     STRATUM_CHECK(!prompts[i].empty(), "[generate] prompt ", i + 1, " has no tokens");
-    STRATUM_CHECK(static_cast<int>(prompts[i].size()) < cfg.context(), "[generate] prompt ", i + 1, " is ",
-                  prompts[i].size(), " tokens, longer than the model context of ", cfg.context(),
-                  cfg.context() < cfg.n_ctx ? " tokens (its sliding window)" : " tokens", " allows (at least one token must be generated); shorten it");
+    STRATUM_CHECK(static_cast<int>(prompts[i].size()) < context, "[generate] prompt ", i + 1, " is ",
+                  prompts[i].size(), " tokens, longer than the model context ", cfg.context_text(o.backend),
+                  " allows (at least one token must be generated); shorten it");
     for (std::int32_t id : prompts[i])
       STRATUM_CHECK(id >= 0 && id < cfg.vocab_size, "[generate] prompt token id ", id,
                     " is outside the model vocabulary (0..", cfg.vocab_size - 1, ")",
@@ -196,8 +197,8 @@ GenerateResult generate_run(const GenerateOptions& o,
   STRATUM_CHECK(!o.next_turn || (prompts.size() == 1 && tokenizer != nullptr && o.prompt_ids.empty()),
                 "[generate] a chat continues one sequence of text: give one text prompt and a tokenizer");
   STRATUM_CHECK(o.context >= 0, "[generate] --context must be >= 0 (0 = the model's), got ", o.context);
-  const int max_ctx = o.next_turn ? std::min(cfg.context(), o.context > 0 ? std::max(o.context, longest + 1) : cfg.context())
-                                  : std::min(cfg.context(), longest + std::max(1, o.max_tokens));
+  const int max_ctx = o.next_turn ? std::min(context, o.context > 0 ? std::max(o.context, longest + 1) : context)
+                                  : std::min(context, longest + std::max(1, o.max_tokens));
   const int batch = std::min<int>(o.batch, static_cast<int>(prompts.size()));
 
   const int threads = o.threads > 0 ? o.threads : default_thread_count();
@@ -299,7 +300,7 @@ GenerateResult generate_run(const GenerateOptions& o,
         if (!o.next_turn(text)) break;
         std::vector<std::int32_t> next = encode_text(text);
         STRATUM_CHECK(!next.empty() && static_cast<int>(next.size()) < max_ctx, "[generate] the conversation is ",
-                      next.size(), " tokens, past the ", max_ctx, " the KV cache holds", max_ctx < cfg.context()
+                      next.size(), " tokens, past the ", max_ctx, " the KV cache holds", max_ctx < context
                       ? " (--context N holds more)" : " (the model's context)", "; start a new conversation");
         for (const std::int32_t id : next)
           STRATUM_CHECK(id >= 0 && id < cfg.vocab_size, "[generate] token id ", id, " of the next turn is outside the "

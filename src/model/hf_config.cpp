@@ -273,7 +273,7 @@ GptConfig read_llama(const std::string& path, const nlohmann::json& root, LlamaV
     }
     if (variant == LlamaVariant::Phi3)  // Phi-4-mini's 0.75: part of each head (Note [partial rotary])
       cfg.partial_rotary_factor = number_field(path, root, "partial_rotary_factor", 1.0);
-    // Note [mistral window]: a window of W keys is full causal attention up to W tokens.
+    // Note [mistral window]: every layer attends to its last sliding_window keys.
     if (given(root, "sliding_window")) {
       cfg.sliding_window = int_field(path, root, "sliding_window");
       STRATUM_CHECK(cfg.sliding_window >= 1, where(path), ": sliding_window must be >= 1 or null, got ",

@@ -122,7 +122,10 @@ void GptConfig::validate() const {
 }
 
 bool GptConfig::layer_sliding_attention(int l) const {
-  if (!(gemma2() || gemma3()) || l < 0 || l >= n_layer) return false;
+  if (!llama() || l < 0 || l >= n_layer) return false;
+  // Note [mistral window]: every layer of a Mistral or Phi-3 with a window.
+  if (variant == LlamaVariant::Mistral || variant == LlamaVariant::Phi3) return sliding_window > 0;
+  if (!(gemma2() || gemma3())) return false;
   if (layer_sliding.empty()) return (l + 1) % (gemma2() ? kGemma2SlidingPattern : kGemma3SlidingPattern) != 0;
   return layer_sliding[static_cast<std::size_t>(l)] != 0;
 }
@@ -143,20 +146,26 @@ void GptConfig::backend_check(Backend backend, const char* who) const {
                 ") have no ", backend_name(backend), " kernels yet: use --backend cpu");
 }
 
-std::pair<int, const char*> GptConfig::context_limit() const {
+std::pair<int, const char*> GptConfig::context_limit(Backend backend) const {
   std::pair<int, const char*> limit{n_ctx, "n_ctx"};
-  // Note [mistral window]; Gemma 2's and 3's window is their sliding layers' attention (Note [gemma3]).
-  if (sliding_window > 0 && sliding_window < limit.first && !(gemma2() || gemma3()))
-    limit = {sliding_window, "sliding_window"};
   if (rope_scaling.type == RopeScaling::Type::LongRope && rope_scaling.original_max_position_embeddings < limit.first)
     limit = {rope_scaling.original_max_position_embeddings, "original_max_position_embeddings"};  // Note [longrope]
+  // Note [mistral window]: a backend without windowed attention runs up to the window, where it
+  // cuts no key (Gemma 2 and 3, whose full layers run past it, are refused there: backend_check).
+  if (backend != Backend::Cpu && sliding_window > 0 && sliding_window < limit.first && !(gemma2() || gemma3()))
+    limit = {sliding_window, "sliding_window"};
   return limit;
 }
 
-std::string GptConfig::context_text() const {
-  const auto [tokens, name] = context_limit();
-  const bool longrope = std::string_view(name) == "original_max_position_embeddings";
-  return std::string(name) + "=" + std::to_string(tokens) + (longrope ? " (longrope's short factors)" : "");
+std::string GptConfig::context_text(Backend backend) const {
+  const auto [tokens, name] = context_limit(backend);
+  const std::string_view limit(name);
+  std::string text = std::string(name) + "=" + std::to_string(tokens);
+  if (limit == "original_max_position_embeddings") text += " (longrope's short factors)";
+  if (limit == "sliding_window")
+    text += std::string(" (the ") + backend_name(backend) + " attention has no sliding window; --backend cpu runs " +
+            context_limit(Backend::Cpu).second + "=" + std::to_string(context()) + ")";
+  return text;
 }
 
 std::string GptConfig::describe() const {

@@ -22,7 +22,7 @@ const char* model_arch_name(ModelArch arch);  // "gpt2", "llama" (the config.jso
 // A Llama-family model's config.json model_type: Qwen2 is Llama's block with biases on the q, k
 // and v projections (transformers' Qwen2Attention; its o_proj has none), read and saved as
 // "qwen2" (Qwen2ForCausalLM).
-// Qwen2: q, k and v biases. Mistral: Llama's math, within its sliding window (Note [mistral window]).
+// Qwen2: q, k and v biases. Mistral: Llama's math with a sliding window in every layer (Note [mistral window]).
 // Qwen3: q_norm and k_norm (Note [qk norm] in model/llama_block.h). Phi-3: Llama's math with fused
 // projections (Note [phi3 fused]) and Mistral's window. Gemma: Note [gemma]; Gemma 3: Note [gemma3];
 // Gemma 2: Note [gemma2].
@@ -89,7 +89,7 @@ inline constexpr int kGemma2SlidingPattern = 2;
 // I gate rows, then the I up rows; transformers' Phi3MLP chunks it in two, gate first). Stratum
 // keeps the parts in Llama's slots: each slot holds its rows of the fused tensor (TensorSlot's
 // row0 and hf_shape, as a vocabulary block holds rows of the embedding), so loading, saving and
-// every kernel are Llama's. Its sliding_window caps the context as Mistral's does (Note [mistral
+// every kernel are Llama's. Its sliding_window is Mistral's, in every layer (Note [mistral
 // window]; Phi-3-mini's 2047). Its rope_scaling "longrope" (Phi-3-128k, Phi-3.5, Phi-4-mini) runs
 // its short factors (Note [longrope]); a partial_rotary_factor below 1 (Phi-4-mini's 0.75) turns
 // the first part of each head (Note [partial rotary]). LoRA adapters go on PEFT's fused modules (one
@@ -98,10 +98,14 @@ inline constexpr int kGemma2SlidingPattern = 2;
 // Note [mistral window]
 // Mistral (model_type "mistral") is Llama's architecture and weight names with a sliding window:
 // in Hugging Face a query at position i attends to the keys at positions j <= i with i - j <
-// sliding_window. Up to sliding_window tokens that is full causal attention, which Stratum runs,
-// so context() caps every sequence (training --seq, a generated sequence's prompt and tokens, the
-// planner's) at the window instead of attending over fewer keys; sliding_window null (Mistral 7B
-// v0.2 and later) leaves max_position_embeddings. Saved as MistralForCausalLM with its window.
+// sliding_window, in every layer; Phi-3's sliding_window is the same (Phi-3-mini-4k's 2047 of its
+// 4096 positions). Every layer of such a model is a sliding layer (layer_sliding_attention), its
+// window passed to the attention kernels (GptConfig::layer_scores, Note [attention scores]), which
+// on the CPU skip the keys before it (Note [sliding window] in kernels/cpu/attention.cpp): a
+// sequence may run to max_position_embeddings (Mistral 7B v0.1: 32768 over a window of 4096).
+// The CUDA attention has no window, so there context(Backend::Cuda) caps every sequence at the
+// window, within which the window cuts no key. sliding_window null (Mistral 7B v0.2 and later)
+// is full causal attention. Saved as MistralForCausalLM with its window.
 // Gemma3TextConfig's default sliding_window_pattern: every 6th layer is a full one.
 inline constexpr int kGemma3SlidingPattern = 6;
 
@@ -175,17 +179,20 @@ struct GptConfig {
   const char* family() const;
   // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3", "Phi-3", "Gemma", "Gemma 2", "Gemma 3": for messages
   const char* family_title() const;
-  // Note [mistral window]: the longest sequence the model runs exactly, n_ctx or a Mistral's
-  // sliding window when that is shorter.
-  // A LongRoPE model (Note [longrope] in ops/rope_table.h) runs its short factors only: up to
-  // original_max_position_embeddings.
-  int context() const { return context_limit().first; }
-  // What limits context() and its config.json name: n_ctx, a Mistral's or Phi-3's
-  // sliding_window, or longrope's original_max_position_embeddings.
-  std::pair<int, const char*> context_limit() const;
-  // "n_ctx=1024", "sliding_window=4096" or "original_max_position_embeddings=4096 (longrope's
-  // short factors)": context_limit(), for messages.
-  std::string context_text() const;
+  // The longest sequence the model runs exactly, on the CPU: n_ctx, or a LongRoPE model's
+  // original_max_position_embeddings (it runs its short factors only, Note [longrope] in
+  // ops/rope_table.h).
+  int context() const { return context_limit(Backend::Cpu).first; }
+  // What `backend` runs of it: a Mistral's or Phi-3's sliding window caps it on a backend without
+  // windowed attention (CUDA; Note [mistral window]).
+  int context(Backend backend) const { return context_limit(backend).first; }
+  // What limits context(backend) and its config.json name: n_ctx, longrope's
+  // original_max_position_embeddings, or (CUDA) sliding_window.
+  std::pair<int, const char*> context_limit(Backend backend) const;
+  // "n_ctx=1024", "original_max_position_embeddings=4096 (longrope's short factors)" or
+  // "sliding_window=4096 (the cuda attention has no window; --backend cpu runs n_ctx=32768)":
+  // context_limit(backend), for messages.
+  std::string context_text(Backend backend) const;
   int head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }
   // The channels of a head the rotary embedding turns (Note [partial rotary]): int(head_dim *
   // partial_rotary_factor), as transformers rounds it.

@@ -14,16 +14,21 @@ namespace stratum {
 
 // Note [attention scores]: what a layer does to its attention scores besides scaling them by
 // head_dim^-1/2 and the causal mask, the same in the forward, its backward and the cached variant:
-// - window > 0: each query attends to its last `window` keys, itself among them (Gemma 2's and
-//   Gemma 3's sliding layers; Note [sliding window] in kernels/cpu/attention.cpp);
+// - window > 0: each query attends to its last `window` keys, itself among them (every layer
+//   of a Mistral or Phi-3 with a window, Gemma 2's and Gemma 3's sliding layers; Note [sliding
+//   window] in kernels/cpu/attention.cpp);
 // - softcap > 0: each scaled score s becomes softcap * tanh(s / softcap) before the softmax (Gemma
 //   2's attn_logit_softcapping; Note [softcapping] in kernels/cpu/attention.cpp).
-// {} is plain causal attention, every model's but Gemma 2's and Gemma 3's. A backend without one
-// of them (CUDA) takes {} only: GptConfig::backend_check refuses the models that need them.
+// {} is plain causal attention, the models' without a window or caps. A backend without them
+// (CUDA) takes only scores that are plain within its sequences: GptConfig::backend_check refuses
+// Gemma 2 and 3, and context(backend) keeps a Mistral's or Phi-3's sequences within their window
+// (Note [mistral window] in model/model_config.h).
 struct AttentionScores {
   int window = 0;
   float softcap = 0.0f;
-  bool plain() const { return window == 0 && softcap == 0.0f; }
+  // Plain causal attention over sequences of at most `positions` positions: no cap, and no window
+  // or one that cuts no key (a query sees at most `positions` keys, itself among them).
+  bool plain_within(int positions) const { return softcap == 0.0f && (window == 0 || window >= positions); }
 };
 // window >= 0 and a finite softcap >= 0: one line naming `what` otherwise.
 inline void attention_check_scores(const char* what, AttentionScores s) {

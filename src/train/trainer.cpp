@@ -553,9 +553,9 @@ TrainResult TrainRun::run() {
          : o_.model_dir.empty() ? o_.config
                                 : model_read_config(o_.model_dir);
   cfg_.validate();
-  STRATUM_CHECK(o_.seq <= cfg_.context(), "[train] --seq ", o_.seq, " is longer than the model context ",
-                cfg_.context_text(), "; use --seq <= ", cfg_.context());
   cfg_.backend_check(o_.backend, "train");
+  STRATUM_CHECK(o_.seq <= cfg_.context(o_.backend), "[train] --seq ", o_.seq, " is longer than the model context ",
+                cfg_.context_text(o_.backend), "; use --seq <= ", cfg_.context(o_.backend));
   threads_ = o_.threads > 0 ? o_.threads : default_thread_count();
   if (!resume_.dir.empty() && o_.backend == Backend::Cpu && resume_.state.threads > 0 &&
       resume_.state.threads != threads_)

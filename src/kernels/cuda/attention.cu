@@ -110,7 +110,8 @@ void cached_launch(const CudaContext& ctx, float* out, const float* q, const flo
 
 void CudaOps::attention_forward(float* out, float* stats, float* scratch, const float* qkv, int B, int T, int H,
                                 int KV, int hd, int r0, int n, AttentionScores scores) const {
-  if (!scores.plain()) throw BugError("[cuda] bug: a sliding window or soft-capping on CUDA, which backend_check refuses");
+  if (!scores.plain_within(T))
+    throw BugError("[cuda] bug: a sliding window that cuts keys or soft-capping on CUDA, which context(backend) and backend_check refuse");
   forward_launch(*ctx_, out, stats, scratch, qkv, B, T, H, KV, hd, r0, n);
 }
 
@@ -124,7 +125,8 @@ std::size_t CudaOps::attention_cached_scratch_floats(int hd, int max_T) const {
 void CudaOps::attention_cached(float* out, float* /*scratch*/, const float* q, const float* kcache,
                                const float* vcache, int B, int Tn, const int* past, int max_T, int H, int KV,
                                int hd, AttentionScores scores) const {
-  if (!scores.plain()) throw BugError("[cuda] bug: a sliding window or soft-capping on CUDA, which backend_check refuses");
+  if (!scores.plain_within(max_T))
+    throw BugError("[cuda] bug: a sliding window that cuts keys or soft-capping on CUDA, which context(backend) and backend_check refuse");
   cached_launch(*ctx_, out, q, kcache, vcache, B, Tn, past, max_T, H, KV, hd);
 }
 

@@ -98,7 +98,8 @@ void CudaOps::attention_lanes_limit(int lanes) {
 
 void CudaOps::attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* stats,
                                  int B, int T, int H, int KV, int hd, int r0, int n, AttentionScores scores) const {
-  if (!scores.plain()) throw BugError("[cuda] bug: a sliding window or soft-capping on CUDA, which backend_check refuses");
+  if (!scores.plain_within(T))
+    throw BugError("[cuda] bug: a sliding window that cuts keys or soft-capping on CUDA, which context(backend) and backend_check refuse");
   backward_launch(*ctx_, dqkv, scratch, dout, qkv, stats, B, T, H, KV, hd, r0, n);
 }
 
