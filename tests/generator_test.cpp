@@ -141,7 +141,7 @@ std::vector<float> batch_logits(const std::string& dir, bool bf16, bool streamed
   const ParamLayout layout = ParamLayout::of(cfg);
   const int B = 2, ctx = 12;
   ThreadPool pool(2);
-  const UnitTable units(layout, Decoder::kv_unit_floats(cfg, B, ctx), UnitSet::Inference, bf16);
+  const UnitTable units(layout, Decoder::kv_unit_floats(cfg, B, ctx), bf16);
   std::unique_ptr<SegmentStore> store;
   if (streamed) {
     TieredStoreOptions so;
@@ -203,7 +203,7 @@ TEST(Generate, LlamaGreedyMatchesPyTorchInRamStreamedAndBatched) {
   testing::TempDir tmp;
   const GptConfig cfg = model_read_config(o.model_dir);
   const ParamLayout layout = ParamLayout::of(cfg);
-  const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, 17), UnitSet::Inference);
+  const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, 17));
   o.mem_budget_bytes = Decoder::fixed_bytes_for(host_ops(), cfg, 1, 17) + Decoder::min_store_bytes(units);
   o.offload_dir = tmp.path();
   o.prefetch = 1;
@@ -231,7 +231,7 @@ TEST(Generate, LlamaGreedyMatchesPyTorchInRamStreamedAndBatched) {
   // The batch under its smallest budget: weights and KV caches (Note [KV cache units]) stream,
   // the caches spilling to the offload dir between steps; the tokens stay the same.
   const int ctx = 9 + 12;
-  const UnitTable batch_units(layout, Decoder::kv_unit_floats(cfg, 3, ctx), UnitSet::Inference);
+  const UnitTable batch_units(layout, Decoder::kv_unit_floats(cfg, 3, ctx));
   o.mem_budget_bytes = Decoder::fixed_bytes_for(host_ops(), cfg, 3, ctx) + Decoder::min_store_bytes(batch_units);
   o.offload_dir = tmp.path();
   o.prefetch = 2;
@@ -264,7 +264,7 @@ void check_qwen_greedy(const char* golden) {
   testing::TempDir tmp;
   const GptConfig cfg = model_read_config(dir);
   const ParamLayout layout = ParamLayout::of(cfg);  // the unit table keeps a reference to it
-  const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, 17), UnitSet::Inference);
+  const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, 17));
   o.mem_budget_bytes = Decoder::fixed_bytes_for(host_ops(), cfg, 1, 17) + Decoder::min_store_bytes(units);
   o.offload_dir = tmp.path();
   o.prefetch = 1;
@@ -317,8 +317,8 @@ TEST(Generate, Bf16WeightsKeptAsStoredGiveTheWidenedBits) {
     EXPECT_EQ(std::memcmp(kept.data(), widened.data(), kept.size() * sizeof(float)), 0)
         << (streamed ? "streamed" : "in RAM") << ": bf16 weights must give the fp32 widening's logits";
   }
-  const UnitTable f32_units(layout, Decoder::kv_unit_floats(cfg, B, ctx), UnitSet::Inference, false);
-  const UnitTable bf16_units(layout, Decoder::kv_unit_floats(cfg, B, ctx), UnitSet::Inference, true);
+  const UnitTable f32_units(layout, Decoder::kv_unit_floats(cfg, B, ctx), false);
+  const UnitTable bf16_units(layout, Decoder::kv_unit_floats(cfg, B, ctx), true);
   EXPECT_LT(Decoder::min_store_bytes(bf16_units), Decoder::min_store_bytes(f32_units));
 
   GenerateOptions o = greedy_options();

@@ -413,7 +413,7 @@ std::vector<float> decode_logits(const std::string& dir, const std::string& adap
   const GptConfig cfg = model_read_config(dir);
   const ParamLayout layout = ParamLayout::of(cfg, adapter_config_read(adapter, lora_family(cfg)));
   const int ctx = static_cast<int>(ids.size());
-  const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, ctx), UnitSet::Inference, bf16);
+  const UnitTable units(layout, Decoder::kv_unit_floats(cfg, 1, ctx), bf16);
   std::unique_ptr<SegmentStore> store;
   if (!offload.empty()) {
     TieredStoreOptions so;

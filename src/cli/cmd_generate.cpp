@@ -309,6 +309,12 @@ int cmd_generate(const std::vector<std::string>& argv) {
                  !r.weights_bf16                   ? "fp32"
                  : o.precision == Precision::Bf16 ? "bf16 (--precision bf16)"
                                                   : "bf16 (kept as stored)");
+    std::fprintf(stderr, "[stratum] KV cache: %.1f MiB for %d positions a sequence", r.kv_cache_bytes / 1048576.0,
+                 r.max_ctx);
+    if (r.kv_cache_bytes < r.kv_cache_whole_bytes)  // Note [sliding KV cache]
+      std::fprintf(stderr, " (its sliding layers keep their window's rows: %.1f MiB if they kept every one)",
+                   r.kv_cache_whole_bytes / 1048576.0);
+    std::fprintf(stderr, "\n");
     if (o.gpu_mem_budget_bytes > 0)
       std::fprintf(stderr, "[stratum] %s tier: copied in %.1f MiB, out %.1f MiB, peak %.1f MiB of the %.1f MiB budget\n",
                    backend_name(o.backend), r.device_read_bytes / 1048576.0, r.device_write_bytes / 1048576.0,

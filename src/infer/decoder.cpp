@@ -29,8 +29,18 @@ CarveSlices Decoder::slices(const Ops& ops, Buffers& b, const GptConfig& cfg, in
           {&b.widened, cfg.llama() ? llama_vector_floats(cfg) : 13 * C}};
 }
 
-std::size_t Decoder::kv_unit_floats(const GptConfig& cfg, int max_batch, int max_ctx) {
-  return 2 * cache_floats_for(cfg, max_batch, max_ctx);
+int Decoder::cache_rows(const GptConfig& cfg, int l, int max_batch, int max_ctx, bool sliding) {
+  if (!sliding || !cfg.layer_sliding_attention(l) || cfg.sliding_window <= 0) return max_ctx;
+  // Note [sliding KV cache]: the window, a step's new rows, and the rounding of base.
+  const std::int64_t rows = std::int64_t{cfg.sliding_window} + static_cast<std::int64_t>(rows_for(max_batch)) + kCacheShiftAlign;
+  return static_cast<int>(std::min<std::int64_t>(max_ctx, rows));
+}
+
+std::vector<std::size_t> Decoder::kv_unit_floats(const GptConfig& cfg, int max_batch, int max_ctx, bool sliding) {
+  std::vector<std::size_t> floats;
+  for (int l = 0; l < cfg.n_layer; ++l)
+    floats.push_back(2 * cache_floats_for(cfg, max_batch, cache_rows(cfg, l, max_batch, max_ctx, sliding)));
+  return floats;
 }
 
 std::size_t Decoder::fixed_bytes_for(const Ops& ops, const GptConfig& cfg, int max_batch, int max_ctx) {
@@ -86,21 +96,33 @@ std::size_t Decoder::min_store_bytes(const UnitTable& units) {
 }
 
 Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, int max_batch, int max_ctx,
-                 std::shared_ptr<const Ops> ops)
+                 std::shared_ptr<const Ops> ops, bool sliding_cache)
     : ops_(ops != nullptr ? std::move(ops) : std::shared_ptr<const Ops>(ops_make(pool))),
       cfg_(cfg),
       store_(store),
       layout_(store.units().layout()),
       max_batch_(max_batch),
       max_ctx_(max_ctx),
-      cache_floats_(cache_floats_for(cfg, max_batch, max_ctx)),
+      sliding_cache_(sliding_cache),
       bf16_(store.units().param_bf16()),
       buffer_(ops_buffer_carve(*ops_, slices(*ops_, b_, cfg, max_batch, max_ctx))),
       head_scratch_(*ops_, cfg, max_batch),
       schedule_(0) {
   STRATUM_CHECK(max_ctx >= 1 && max_ctx <= cfg.context(), "[generate] context ", max_ctx,
                 " exceeds the model's maximum of ", cfg.context());
-  STRATUM_ASSERT(store.units().act_floats() >= kv_unit_floats(cfg, max_batch, max_ctx));  // Note [KV cache units]
+  const std::vector<std::size_t> kv_floats = kv_unit_floats(cfg, max_batch, max_ctx, sliding_cache);
+  for (int l = 0; l < cfg.n_layer; ++l)  // Note [KV cache units]
+    STRATUM_ASSERT(store.units().bytes(store.units().index(layout_.layer_segment(l), SegmentKind::Activations)) >=
+                   kv_floats[static_cast<std::size_t>(l)] * sizeof(float));
+  for (int l = 0; l < cfg.n_layer; ++l)  // Note [sliding KV cache]
+    if (cache_rows(cfg, l, max_batch, max_ctx, sliding_cache) < max_ctx) {
+      window_ = cfg.sliding_window;
+      sliding_rows_ = cache_rows(cfg, l, max_batch, max_ctx, sliding_cache);
+    }
+  base_.assign(static_cast<std::size_t>(max_batch), 0);
+  // Off the host only Mistral and Phi-3 slide, within their window there (context(backend)): no
+  // shifted cache, so the ops read past as it is.
+  STRATUM_ASSERT(window_ == 0 || ops_->host_memory());
   const int R = static_cast<int>(rows_for(max_batch));
   if (layout_.has_lora()) lora_u_ = OpsBuffer(*ops_, static_cast<std::size_t>(R) * layout_.lora().r * sizeof(float));
   if (!ops_->host_memory()) {  // tokens (R), past (max_batch)
@@ -131,9 +153,26 @@ void Decoder::step(const std::int32_t* tokens, int B, int Tn, const int* past, f
     slots[b] = slot != nullptr ? slot[b] : b;
     STRATUM_ASSERT(slots[b] >= 0 && slots[b] < max_batch_);
   }
+  // Note [sliding KV cache]: where each sequence's new rows go in a sliding layer's cache, and
+  // whether its rows move up first.
+  std::vector<int> cache_past(static_cast<std::size_t>(B));
+  shift_.assign(static_cast<std::size_t>(B), 0);
   for (int b = 0; b < B; ++b) {
     STRATUM_CHECK(past[b] >= 0 && past[b] + Tn <= max_ctx_, "[generate] sequence ", b, " would reach position ",
                   past[b] + Tn, ", beyond the context of ", max_ctx_, " tokens");
+    int& base = base_[static_cast<std::size_t>(slots[b])];
+    if (past[b] == 0) base = 0;  // a new sequence in the slot
+    if (window_ > 0) {
+      const int first_key = past[b] >= window_ ? past[b] - window_ + 1 : 0;
+      STRATUM_CHECK(first_key >= base, "[generate] sequence ", b, " continues at position ", past[b],
+                    " but its sliding layers' KV cache keeps positions from ", base,
+                    " only; continue from Decoder::resume_point (bug)");
+      if (past[b] + Tn - base > sliding_rows_) {
+        shift_[b] = first_key / kCacheShiftAlign * kCacheShiftAlign - base;
+        STRATUM_ASSERT(shift_[b] > 0 && past[b] + Tn - (base + shift_[b]) <= sliding_rows_);
+      }
+    }
+    cache_past[b] = past[b] - base - shift_[b];
     for (int t = 0; t < Tn; ++t) {
       const std::int32_t id = tokens[static_cast<std::size_t>(b) * Tn + t];
       STRATUM_CHECK(id >= 0 && id < cfg_.vocab_size, "[generate] token id ", id, " is outside the model vocabulary (0..",
@@ -155,8 +194,9 @@ void Decoder::step(const std::int32_t* tokens, int B, int Tn, const int* past, f
   }
   for (int l = 0; l < cfg_.n_layer; ++l) {
     TraceSpan span(trace_, TraceRecorder::kCompute, "forward", trace_ ? "layer." + std::to_string(l) : std::string());
-    layer(l, B, Tn, past, dev_past, slots.data());
+    layer(l, B, Tn, past, dev_past, slots.data(), cache_past.data());
   }
+  for (int b = 0; b < B; ++b) base_[static_cast<std::size_t>(slots[b])] += shift_[b];
   TraceSpan span(trace_, TraceRecorder::kCompute, "forward", "head");
   head(B, Tn, logits);
 }
@@ -190,12 +230,41 @@ void Decoder::embed(const std::int32_t* tokens, const std::int32_t* dev_tokens, 
   }
 }
 
-void Decoder::layer(int l, int B, int Tn, const int* past, const int* dev_past, const int* slot) {
+int Decoder::resume_point(int slot, int past) const {
+  STRATUM_ASSERT(slot >= 0 && slot < max_batch_ && past >= 0);
+  const int base = base_[static_cast<std::size_t>(slot)];
+  return base == 0 || past - window_ + 1 >= base ? past : 0;
+}
+
+void Decoder::cache_shift(float* cache, int B, const int* past, const int* slot) const {
+  const std::size_t hd = static_cast<std::size_t>(cfg_.head_dim()), KV = static_cast<std::size_t>(cfg_.kv_heads());
+  for (int b = 0; b < B; ++b) {
+    const int shift = shift_[b];
+    if (shift == 0) continue;
+    const int keep = past[b] - base_[static_cast<std::size_t>(slot[b])] - shift;  // positions new base .. past-1
+    for (std::size_t j = 0; j < KV; ++j) {
+      float* const rows = cache + (static_cast<std::size_t>(slot[b]) * KV + j) * sliding_rows_ * hd;
+      for (int r = 0; r < keep; r += shift)  // runs of `shift` rows: no copy overlaps its source
+        ops_->copy(rows + r * hd, rows + (r + shift) * hd, static_cast<std::size_t>(std::min(shift, keep - r)) * hd);
+    }
+  }
+}
+
+void Decoder::layer(int l, int B, int Tn, const int* past, const int* dev_past, const int* slot,
+                    const int* cache_past) {
   const int s = layout_.layer_segment(l);
   store_.schedule_at(group_layer_[l]);
   SegmentChunksHold params(store_, s, SegmentKind::Params, Access::Read);
   SegmentHold kv(store_, s, SegmentKind::Activations, Access::Update);  // Note [KV cache units]
-  const CachedAttention attention(kv.data(), kv.data() + cache_floats_, b_.q, max_ctx_, past, dev_past, slot);
+  const int rows = cache_rows(cfg_, l, max_batch_, max_ctx_, sliding_cache_);
+  const std::size_t cache_floats = cache_floats_for(cfg_, max_batch_, rows);
+  const bool sliding = rows < max_ctx_;  // Note [sliding KV cache]
+  if (sliding) {
+    cache_shift(kv.data(), B, past, slot);
+    cache_shift(kv.data() + cache_floats, B, past, slot);
+  }
+  const CachedAttention attention(kv.data(), kv.data() + cache_floats, b_.q, rows, past, dev_past, slot,
+                                  sliding ? cache_past : nullptr, sliding ? cache_past : nullptr);
   const RowDotLinear linear;
   const SegmentLayout& seg = layout_.segments()[s];
   // LoRA adapters (generate --adapter), unmerged: each adapted module's x A^T goes through one

@@ -21,6 +21,19 @@
 // like the weights: in RAM it is allocated on first use; under a budget the tiered store keeps
 // it, or writes it to the offload dir and reads it back, by the same farthest-next-use rule
 // (the FlexGen cache offload), and the bits do not depend on where it was.
+// Note [sliding KV cache]: a sliding layer (every layer of a Mistral or Phi-3 with a window,
+// Gemma 2's and 3's sliding layers; Note [attention scores]) reads only the last W keys of a
+// query (W = sliding_window), so its KV cache keeps sliding_rows = W + max(kMaxRows, max_batch) +
+// kCacheShiftAlign positions per sequence (when that is below max_ctx) instead of max_ctx: each
+// slot's rows hold the positions from base[slot], a multiple of kCacheShiftAlign, on. When a
+// step's new positions would pass the last row, base moves up to the first key its first new row
+// reads, rounded down to that multiple, and every sliding layer moves the rows it keeps to the
+// front before appending (once every ~kMaxRows tokens of decoding: W rows per KV head). The
+// attention kernels get positions relative to base (the rope the absolute ones): the same keys in
+// the same key tiles as the whole cache, so the same bits (a test compares every logit with
+// decoding against the whole cache). Gemma 3 4B (29 of 34 layers sliding, W 1024) at 32768
+// positions: 1.6 GiB of fp32 KV cache a sequence instead of 8.5. A sequence may restart at
+// position 0, or continue from a position whose window the rows still hold (resume_point).
 // Note [bf16 weights]: a checkpoint stored in bf16 (GPT-2 or Llama) is kept in bf16 (an
 // inference UnitTable with param_bf16; model_load_weights copies the bytes unconverted), so it
 // takes half the RAM, half the budget and half the offload reads of its fp32 widening. Weights
@@ -56,9 +69,14 @@ class Decoder {
  public:
   // Rows one step computes at most (B * Tn); a longer prompt is fed in chunks.
   static constexpr int kMaxRows = 256;
-  // Floats of one layer's KV cache unit (Note [KV cache units]): the act_floats of the store's
-  // UnitTable.
-  static std::size_t kv_unit_floats(const GptConfig& config, int max_batch, int max_ctx);
+  // Floats of each layer's KV cache unit (Note [KV cache units]): the store's UnitTable's
+  // layer_act_floats.
+  // sliding false: every layer's holds max_ctx positions (what tests compare the sliding cache with).
+  static std::vector<std::size_t> kv_unit_floats(const GptConfig& config, int max_batch, int max_ctx,
+                                                 bool sliding = true);
+  // Positions layer l's KV cache holds per sequence: max_ctx, or a sliding layer's fewer (Note
+  // [sliding KV cache]) unless sliding is false.
+  static int cache_rows(const GptConfig& config, int l, int max_batch, int max_ctx, bool sliding = true);
   // RAM the decoder holds besides the store: the per-step buffers.
   static std::size_t fixed_bytes_for(const Ops& ops, const GptConfig& config, int max_batch, int max_ctx);
   // Smallest store budget a step can run with: the most the decode schedule holds at once
@@ -68,8 +86,9 @@ class Decoder {
 
   // ops: the backend to decode on (null: the CPU's, on `pool`); off the host the store must hand out
   // that backend's memory (DeviceSegmentStore) and step() takes and returns host arrays as before.
+  // sliding_cache: as kv_unit_floats' sliding, which made the store's units.
   Decoder(ThreadPool& pool, const GptConfig& config, SegmentStore& store, int max_batch, int max_ctx,
-          std::shared_ptr<const Ops> ops = nullptr);
+          std::shared_ptr<const Ops> ops = nullptr, bool sliding_cache = true);
   ~Decoder();
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
@@ -84,13 +103,20 @@ class Decoder {
   // each row's last token. B <= max_batch, distinct slots < max_batch, Tn <= max_step_tokens(B),
   // past[b] + Tn <= max_ctx.
   void step(const std::int32_t* tokens, int B, int Tn, const int* past, float* logits, const int* slot = nullptr);
+  // The position a sequence in `slot` whose cache holds positions 0 .. past-1 can continue from
+  // (Note [sliding KV cache]): past where its sliding layers' rows still hold the window of
+  // position past, else 0 (feed it again from the start).
+  int resume_point(int slot, int past) const;
   // Records each layer's and the head's compute as spans into `trace` (borrowed; null = off).
   void trace_set(TraceRecorder* trace) { trace_ = trace; }
 
  private:
   // tokens/past: host arrays; dev_tokens/dev_past: the same where the ops read them.
   void embed(const std::int32_t* tokens, const std::int32_t* dev_tokens, int B, int Tn, const int* past);
-  void layer(int l, int B, int Tn, const int* past, const int* dev_past, const int* slot);
+  // cache_past: each sequence's first new row in a sliding layer's cache (Note [sliding KV cache]).
+  void layer(int l, int B, int Tn, const int* past, const int* dev_past, const int* slot, const int* cache_past);
+  // Note [sliding KV cache]: a sliding layer's kept rows of each sequence moved to the front.
+  void cache_shift(float* cache, int B, const int* past, const int* slot) const;
   // A Llama layer's tensors in a params unit's chunks; with bf16 params (Note [bf16 weights]) the
   // matrices stay bf16 and the two norm weights are widened into b_.widened.
   LlamaBlockTensors llama_tensors(const SegmentLayout& seg, const SegmentChunksHold& params);
@@ -118,7 +144,14 @@ class Decoder {
   SegmentStore& store_;
   const ParamLayout& layout_;
   int max_batch_, max_ctx_;
-  std::size_t cache_floats_;  // one layer's K (or V): (max_batch, KV, max_ctx, hd)
+  // Note [sliding KV cache]: the window W (0: no sliding layer), a sliding layer's cache rows
+  // (max_ctx where that is fewer), each slot's first cached position in them, and this step's
+  // moves of it (per sequence of the step).
+  bool sliding_cache_;
+  int window_ = 0;
+  int sliding_rows_ = 0;
+  std::vector<int> base_;
+  std::vector<int> shift_;
   bool bf16_;                 // the store's params are bf16 (Note [bf16 weights])
   Buffers b_{};           // before buffer_, whose initializer writes it
   OpsBuffer buffer_;

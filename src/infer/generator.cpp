@@ -210,7 +210,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   // Note [bf16 weights]: a bf16 model stays bf16 (half the RAM, budget and reads, the same bits);
   // with --precision bf16 any model is rounded to bf16 on load.
   const bool bf16 = o.precision == Precision::Bf16 || (o.keep_bf16 && model_weights_bf16(o.model_dir));
-  UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), UnitSet::Inference, bf16);
+  UnitTable units(layout, Decoder::kv_unit_floats(cfg, batch, max_ctx), bf16);
   std::unique_ptr<SegmentStore> store;
   const std::size_t fixed = Decoder::fixed_bytes_for(*ops, cfg, batch, max_ctx);
   if (o.mem_budget_bytes > 0) {
@@ -271,6 +271,10 @@ GenerateResult generate_run(const GenerateOptions& o,
   result.weights_bf16 = bf16;
   for (int u = 0; u < units.count(); ++u)
     if (units.kind(u) == SegmentKind::Params) result.weight_bytes += units.bytes(u);
+    else if (units.kind(u) == SegmentKind::Activations) result.kv_cache_bytes += units.bytes(u);
+  for (const std::size_t floats : Decoder::kv_unit_floats(cfg, batch, max_ctx, /*sliding=*/false))
+    result.kv_cache_whole_bytes += floats * sizeof(float);
+  result.max_ctx = max_ctx;
   result.sequences.resize(prompts.size());
   std::vector<float> logits(static_cast<std::size_t>(batch) * cfg.vocab_size);
   std::vector<float> penalized;  // a row with its repetition penalty (Note [repetition penalty])
@@ -308,6 +312,7 @@ GenerateResult generate_run(const GenerateOptions& o,
         std::size_t same = 0;  // the KV cache holds s.fed tokens of s.ids: keep those next shares
         while (same < next.size() && same < static_cast<std::size_t>(s.fed) && next[same] == s.ids[same]) ++same;
         s.fed = static_cast<int>(std::min(same, next.size() - 1));  // the last input token is read to give logits
+        s.fed = decoder.resume_point(0, s.fed);  // Note [sliding KV cache]: or from the start
         s.ids = std::move(next);
         s.prompt_len = static_cast<int>(s.ids.size());
         s.turn_tokens = 0;

@@ -102,6 +102,10 @@ struct GenerateResult {
   std::size_t device_min_bytes = 0;     // the smallest --gpu-mem-budget this run could use
   bool weights_bf16 = false;            // the weights were kept in bf16 (GenerateOptions::keep_bf16)
   std::size_t weight_bytes = 0;         // the weights as the store holds them
+  // The KV caches (Note [KV cache units]), and what they would be if sliding layers held every
+  // position (Note [sliding KV cache]); max_ctx: the positions a sequence may reach.
+  std::size_t kv_cache_bytes = 0, kv_cache_whole_bytes = 0;
+  int max_ctx = 0;
 };
 
 // on_token(sequence index, id, text) for every generated token, in order (text "" without a

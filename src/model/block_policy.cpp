@@ -133,7 +133,7 @@ void CachedAttention::attend(const Ops& ops, float* atty, float*, float* scratch
       const float* row = qkv + r * W;
       ops.copy(q_ + r * Q, row, Q);
       for (int j = 0; j < KV; ++j) {
-        const std::size_t at = ((static_cast<std::size_t>(slot_[b]) * KV + j) * max_ctx_ + past_[b] + t) * hd;
+        const std::size_t at = ((static_cast<std::size_t>(slot_[b]) * KV + j) * max_ctx_ + cache_past_[b] + t) * hd;
         ops.copy(kcache_ + at, row + Q + static_cast<std::size_t>(j) * hd, static_cast<std::size_t>(hd));
         ops.copy(vcache_ + at, row + Q + KVd + static_cast<std::size_t>(j) * hd, static_cast<std::size_t>(hd));
       }
@@ -142,14 +142,14 @@ void CachedAttention::attend(const Ops& ops, float* atty, float*, float* scratch
   bool identity = true;
   for (int b = 0; b < B; ++b) identity = identity && slot_[b] == b;
   if (identity) {
-    ops.attention_cached(atty, scratch, q_, kcache_, vcache_, B, T, ops_past_, max_ctx_, H, KV, hd, scores);
+    ops.attention_cached(atty, scratch, q_, kcache_, vcache_, B, T, ops_cache_past_, max_ctx_, H, KV, hd, scores);
     return;
   }
   const std::size_t per_slot = KVd * max_ctx_;
   for (int b = 0; b < B; ++b) {
     const std::size_t r = static_cast<std::size_t>(b) * T;
     ops.attention_cached(atty + r * Q, scratch, q_ + r * Q, kcache_ + slot_[b] * per_slot,
-                         vcache_ + slot_[b] * per_slot, 1, T, ops_past_ + b, max_ctx_, H, KV, hd, scores);
+                         vcache_ + slot_[b] * per_slot, 1, T, ops_cache_past_ + b, max_ctx_, H, KV, hd, scores);
   }
 }
 

@@ -224,11 +224,21 @@ class CausalAttention final : public Attention {
 // (slots, KV, max_ctx, hd); q is (B*T, H*hd) scratch for the contiguous queries.
 class CachedAttention final : public Attention {
  public:
-  // past, slot: host arrays (where the rows go); ops_past: past where the ops read it (the same
-  // pointer on the CPU, a device copy on a GPU; Note [ops memory]).
-  CachedAttention(float* kcache, float* vcache, float* q, int max_ctx, const int* past, const int* ops_past,
-                  const int* slot)
-      : kcache_(kcache), vcache_(vcache), q_(q), max_ctx_(max_ctx), past_(past), ops_past_(ops_past), slot_(slot) {}
+  // kcache, vcache: (slots, KV, cache_rows, hd). past: each sequence's position (the rope's);
+  // cache_past: the cache row it goes to, past less the position of the slot's first row (Note
+  // [sliding KV cache] in infer/decoder.h; null: past). past, cache_past, slot: host arrays;
+  // ops_cache_past: cache_past where the ops read it (the same pointer on the CPU, a device copy on
+  // a GPU; Note [ops memory]), and ops_past likewise.
+  CachedAttention(float* kcache, float* vcache, float* q, int cache_rows, const int* past, const int* ops_past,
+                  const int* slot, const int* cache_past = nullptr, const int* ops_cache_past = nullptr)
+      : kcache_(kcache),
+        vcache_(vcache),
+        q_(q),
+        max_ctx_(cache_rows),
+        ops_past_(ops_past),
+        cache_past_(cache_past != nullptr ? cache_past : past),
+        ops_cache_past_(ops_cache_past != nullptr ? ops_cache_past : ops_past),
+        slot_(slot) {}
   const int* positions() const override { return ops_past_; }
   // Appends the pass's keys and values to the cache before any query reads it: the whole pass at once.
   void attend(const Ops& ops, float* atty, float* stats, float* scratch, const float* qkv, int B, int T, int H, int KV,
@@ -239,9 +249,10 @@ class CachedAttention final : public Attention {
   float* kcache_;
   float* vcache_;
   float* q_;
-  int max_ctx_;
-  const int* past_;
+  int max_ctx_;  // cache rows per (slot, KV head)
   const int* ops_past_;
+  const int* cache_past_;
+  const int* ops_cache_past_;
   const int* slot_;
 };
 

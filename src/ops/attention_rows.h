@@ -30,6 +30,11 @@ struct AttentionScores {
   // or one that cuts no key (a query sees at most `positions` keys, itself among them).
   bool plain_within(int positions) const { return softcap == 0.0f && (window == 0 || window >= positions); }
 };
+// Note [sliding KV cache] (infer/decoder.h): a sliding layer's KV cache may start at a position
+// other than 0, always a multiple of this; positions relative to it give every backend's cached
+// attention the bits of the whole cache (their key tiles divide it: the CPU's are 32 keys).
+inline constexpr int kCacheShiftAlign = 256;
+
 // window >= 0 and a finite softcap >= 0: one line naming `what` otherwise.
 inline void attention_check_scores(const char* what, AttentionScores s) {
   STRATUM_CHECK(s.window >= 0, "[kernels.attention] ", what, ": window must be >= 0, got ", s.window);

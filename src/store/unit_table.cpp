@@ -18,6 +18,32 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet 
       set_(set) {
   STRATUM_ASSERT(set == UnitSet::Inference || !param_bf16 || layout.has_lora());
   STRATUM_ASSERT(set == UnitSet::Training || internals_floats == 0);
+  build({});
+}
+
+UnitTable::UnitTable(const ParamLayout& layout, const std::vector<std::size_t>& layer_act_floats, bool param_bf16)
+    : layout_(&layout),
+      act_floats_(0),
+      internals_floats_(0),
+      param_bf16_(param_bf16),
+      grad_sum_(false),
+      set_(UnitSet::Inference) {
+  STRATUM_ASSERT(std::count_if(layout.segments().begin(), layout.segments().end(), [](const SegmentLayout& seg) {
+                   return seg.role == SegmentRole::Layer;
+                 }) == static_cast<std::ptrdiff_t>(layer_act_floats.size()));
+  std::vector<std::size_t> aligned;
+  for (const std::size_t f : layer_act_floats) {
+    aligned.push_back(align_up(f, 1024));
+    act_floats_ = std::max(act_floats_, aligned.back());
+  }
+  build(aligned);
+}
+
+// The units, each (segment, kind) one file of its chunks back to back; layer l's activation unit
+// is layer_act_floats[l] floats where given, else act_floats_.
+void UnitTable::build(const std::vector<std::size_t>& layer_act_floats) {
+  const ParamLayout& layout = *layout_;
+  const UnitSet set = set_;
   const bool params_only = set != UnitSet::Training;
   const int segments = layout.segment_count();
   first_unit_.assign(static_cast<std::size_t>(segments) * kSegmentKindCount, -1);
@@ -38,7 +64,10 @@ UnitTable::UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet 
       } else {
         const SegmentRole role = layout.segments()[s].role;
         const bool holds_act = role == SegmentRole::Layer || (role == SegmentRole::Head && set != UnitSet::Inference);
-        if (holds_act && act_floats_ > 0) sizes.push_back(act_floats_);
+        const std::size_t floats = role == SegmentRole::Layer && !layer_act_floats.empty()
+                                       ? layer_act_floats[static_cast<std::size_t>(s - layout.layer_segment(0))]
+                                       : act_floats_;
+        if (holds_act && floats > 0) sizes.push_back(floats);
       }
       if (sizes.empty()) continue;
       const std::size_t slot = static_cast<std::size_t>(s) * kSegmentKindCount + k;

@@ -53,6 +53,10 @@ class UnitTable {
   // [gradient accumulation] in exec/executor.h).
   UnitTable(const ParamLayout& layout, std::size_t act_floats, UnitSet set = UnitSet::Training, bool param_bf16 = false,
             std::size_t internals_floats = 0, bool grad_sum = false);
+  // An Inference table whose layer l's activation unit (its KV cache) is layer_act_floats[l]
+  // floats (Note [sliding KV cache] in infer/decoder.h: a sliding layer's holds its window);
+  // act_floats() is the largest.
+  UnitTable(const ParamLayout& layout, const std::vector<std::size_t>& layer_act_floats, bool param_bf16 = false);
 
   const ParamLayout& layout() const { return *layout_; }
   int count() const { return static_cast<int>(units_.size()); }
@@ -88,7 +92,7 @@ class UnitTable {
   std::size_t used_bytes(const std::vector<bool>& unused) const;
   std::size_t segment_bytes(int segment, SegmentKind kind) const;  // every chunk of (segment, kind)
   std::size_t segment_held_bytes(int segment, SegmentKind kind) const;  // the same, as held
-  std::size_t act_floats() const { return act_floats_; }
+  std::size_t act_floats() const { return act_floats_; }  // the largest activation unit's floats
   std::size_t internals_floats() const { return internals_floats_; }
   bool param_bf16() const { return param_bf16_; }
   bool grad_sum() const { return grad_sum_; }
@@ -105,6 +109,8 @@ class UnitTable {
   // BF16 for the params of a param_bf16 table (inference: all but the LoRA adapters, which stay
   // fp32 beside a bf16 base, Note [lora segments]; training: the frozen layers); else F32.
   DType dtype_of(int segment, SegmentKind kind) const;
+
+  void build(const std::vector<std::size_t>& layer_act_floats);
 
   const ParamLayout* layout_;
   std::size_t act_floats_;

@@ -63,6 +63,7 @@ inline int window_first(int t, int window) { return window > 0 && t >= window ? 
 // The first key (a multiple of kKeyTile) a block of rows from T0 reads: Note [sliding window].
 constexpr int kKeyTile = 32;  // keys per packed tile (Note [attention row blocks])
 inline int block_first_key(int T0, int window) { return window_first(T0, window) / kKeyTile * kKeyTile; }
+static_assert(kCacheShiftAlign % kKeyTile == 0, "a shifted KV cache must keep the key tiles (Note [sliding KV cache])");
 
 // Note [softcapping]: Gemma 2 caps every scaled score s at softcap * tanh(s / softcap) before the
 // softmax (transformers' Gemma2Attention: divide, tanh, multiply; tanh by simd::tanh_f32, as GELU
