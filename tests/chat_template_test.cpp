@@ -370,14 +370,65 @@ TEST(ChatTemplate, PrepareRefusesBadConversationsAndFlagsInOneLine) {
   }
 }
 
+// One step of a tiny model (`shape`, 2 heads on one KV head, 32 channels) over the test
+// tokenizer's 664 ids, saved under `save` with the tokenizer files (and template) in `dir`.
+void train_chat_model(const std::string& dir, const std::string& shape, const std::string& save) {
+  const auto trained = run_stratum("train " + shape + " --heads 2 --kv-heads 1 --embd 32 --vocab 664 --untied --data " +
+                                   source_path("tests/golden/tiny_qwen2/tokens.bin") + " --batch 1 --seq 8 --steps 1 "
+                                   "--threads 1 --tokenizer " + dir + " --save " + save);
+  ASSERT_EQ(trained.exit_code, 0) << trained.errors;
+}
+
+// Two turns of `generate --model <tmp>/m --interactive` ("Hi", then "Why, Romeo?"; answers of
+// `answer` tokens) after the system message of `messages`, whose first turn renders to `prompt`;
+// expects turn 2's answer to equal a fresh run over the conversation re-rendered (the turn-1
+// answer as its text). Returns turn 1's answer and prompt ids, turn 2's and the run's stderr.
+struct Interactive {
+  std::vector<std::int32_t> answer1, p1, p2;
+  std::string errors;
+};
+Interactive interactive_two_turns(testing::TempDir& tmp, const std::string& dir, const ojson& messages,
+                                  const std::string& prompt, int answer) {
+  Interactive out;
+  file_write_atomic(tmp.file("in.txt"), "Hi\n\nWhy, Romeo?\n");
+  const std::string tokens = " --max-tokens " + std::to_string(answer);
+  const auto talk = run_stratum("generate --model " + tmp.file("m") + " --interactive --system 'Be brief.' --temperature 0 "
+                                "--no-stop --output-ids --threads 1" + tokens + " < " + tmp.file("in.txt"));
+  EXPECT_EQ(talk.exit_code, 0) << talk.errors;
+  out.errors = talk.errors;
+  const std::size_t nl = talk.output.find('\n');
+  if (nl == std::string::npos) {
+    ADD_FAILURE() << talk.output;
+    return out;
+  }
+  const std::string turn1 = talk.output.substr(0, nl), turn2 = talk.output.substr(nl + 1);
+  EXPECT_EQ(std::count(turn2.begin(), turn2.end(), '\n'), 1) << talk.output;
+  const BpeTokenizer tok = BpeTokenizer::load(dir);
+  for (std::size_t at = 0; at < turn1.size();) {
+    const std::size_t comma = std::min(turn1.find(',', at), turn1.size());
+    out.answer1.push_back(std::stoi(turn1.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  EXPECT_EQ(out.answer1.size(), static_cast<std::size_t>(answer));
+  ojson conversation = messages;
+  conversation.push_back({{"role", "assistant"}, {"content", tok.decode(out.answer1)}});
+  conversation.push_back({{"role", "user"}, {"content", "Why, Romeo?"}});
+  out.p1 = tok.encode(prompt);
+  out.p2 = tok.encode(ChatTemplate::load(dir).render(conversation, true));
+  std::string ids2;
+  for (const std::int32_t id : out.p2) ids2 += (ids2.empty() ? "" : ",") + std::to_string(id);
+  const auto fresh = run_stratum("generate --model " + tmp.file("m") + " --temperature 0 --no-stop --output-ids "
+                                 "--threads 1" + tokens + " --prompt-ids " + ids2);
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.errors;
+  EXPECT_EQ(turn2, fresh.output);
+  return out;
+}
+
 TEST(ChatTemplate, GenerateChatAnswersTheRenderedConversation) {
   testing::TempDir tmp;
   const std::string dir = chat_model_dir(tmp);
   // A tiny Llama over the test tokenizer's 664 ids, saved with its tokenizer files (and template).
-  const auto trained = run_stratum("train --arch llama --layers 1 --heads 2 --kv-heads 1 --embd 32 --ctx 128 --vocab 664 --untied "
-                                   "--data " + source_path("tests/golden/tiny_qwen2/tokens.bin") + " --batch 1 --seq 8 "
-                                   "--steps 1 --threads 1 --tokenizer " + dir + " --save " + tmp.file("m"));
-  ASSERT_EQ(trained.exit_code, 0) << trained.errors;
+  train_chat_model(dir, "--arch llama --layers 1 --ctx 128", tmp.file("m"));
   ASSERT_TRUE(std::filesystem::exists(tmp.file("m/step-00000001/tokenizer_config.json")));
   const ojson messages = ojson::array({{{"role", "system"}, {"content", "Be brief."}}, kUser});
   const std::string prompt = ChatTemplate::load(dir).render(messages, true);
@@ -401,41 +452,17 @@ TEST(ChatTemplate, GenerateChatAnswersTheRenderedConversation) {
   // --interactive (Note [next turn]): each stdin line a user message, answered with the conversation
   // so far; turn 2's answer equals a fresh run over the conversation re-rendered (the turn-1 answer
   // as its text), though the decoder read only the tokens that turn added.
-  file_write_atomic(tmp.file("in.txt"), "Hi\n\nWhy, Romeo?\n");
-  const auto talk = run_stratum("generate --model " + tmp.file("m") + " --interactive --system 'Be brief.' --temperature 0 "
-                                "--max-tokens 5 --no-stop --output-ids --threads 1 < " + tmp.file("in.txt"));
-  ASSERT_EQ(talk.exit_code, 0) << talk.errors;
-  const std::size_t nl = talk.output.find('\n');
-  ASSERT_NE(nl, std::string::npos) << talk.output;
-  const std::string turn1 = talk.output.substr(0, nl), turn2 = talk.output.substr(nl + 1);
-  ASSERT_EQ(std::count(turn2.begin(), turn2.end(), '\n'), 1) << talk.output;
-  const BpeTokenizer tok = BpeTokenizer::load(dir);
-  std::vector<std::int32_t> answer1;
-  for (std::size_t at = 0; at < turn1.size();) {
-    const std::size_t comma = std::min(turn1.find(',', at), turn1.size());
-    answer1.push_back(std::stoi(turn1.substr(at, comma - at)));
-    at = comma + 1;
-  }
-  ASSERT_EQ(answer1.size(), 5u);
-  ojson conversation = messages;
-  conversation.push_back({{"role", "assistant"}, {"content", tok.decode(answer1)}});
-  conversation.push_back({{"role", "user"}, {"content", "Why, Romeo?"}});
-  const std::vector<std::int32_t> p1 = tok.encode(prompt), p2 = tok.encode(ChatTemplate::load(dir).render(conversation, true));
-  std::string ids2;
-  for (const std::int32_t id : p2) ids2 += (ids2.empty() ? "" : ",") + std::to_string(id);
-  const auto fresh = run_stratum("generate --model " + tmp.file("m") + " --temperature 0 --max-tokens 5 --no-stop --output-ids "
-                                 "--threads 1 --prompt-ids " + ids2);
-  ASSERT_EQ(fresh.exit_code, 0) << fresh.errors;
-  EXPECT_EQ(turn2, fresh.output);
+  const Interactive talk = interactive_two_turns(tmp, dir, messages, prompt, 5);
   // The KV cache held turn 1's prompt and the 4 answer tokens read back (the 5th ended the turn);
   // turn 2 reads from where its ids part from those.
-  std::vector<std::int32_t> held = p1;
-  held.insert(held.end(), answer1.begin(), answer1.end() - 1);
+  std::vector<std::int32_t> held = talk.p1;
+  held.insert(held.end(), talk.answer1.begin(), talk.answer1.end() - 1);
   std::size_t shared = 0;
-  while (shared < held.size() && shared < p2.size() && held[shared] == p2[shared]) ++shared;
-  EXPECT_GT(shared, p1.size() / 2);
-  EXPECT_NE(talk.errors.find("prompt: " + std::to_string(p1.size() + p2.size() - shared) + " tokens"), std::string::npos)
-      << talk.errors << " p1 " << p1.size() << " p2 " << p2.size() << " shared " << shared;
+  while (shared < held.size() && shared < talk.p2.size() && held[shared] == talk.p2[shared]) ++shared;
+  EXPECT_GT(shared, talk.p1.size() / 2);
+  EXPECT_NE(talk.errors.find("prompt: " + std::to_string(talk.p1.size() + talk.p2.size() - shared) + " tokens"),
+            std::string::npos)
+      << talk.errors << " p1 " << talk.p1.size() << " p2 " << talk.p2.size() << " shared " << shared;
   const auto silent = run_stratum("generate --model " + tmp.file("m") + " --interactive < /dev/null");
   EXPECT_NE(silent.errors.find("stdin ended before a first message"), std::string::npos) << silent.errors;
   const auto mixed = run_stratum("generate --model " + tmp.file("m") + " --interactive --prompt x < /dev/null");
@@ -443,6 +470,23 @@ TEST(ChatTemplate, GenerateChatAnswersTheRenderedConversation) {
   const auto refused = run_stratum("generate --model " + tmp.file("m") + " --prompt x --system y");
   EXPECT_NE(refused.errors.find("--system, --chat-template and --chat-vars are for --chat TEXT or --interactive"), std::string::npos)
       << refused.errors;
+}
+
+// Note [sliding KV cache]: a chat with a Mistral whose window of 8 keys lets its KV cache keep 520
+// positions; turn 1's 600-token answer moves the rows up, and turn 2 continues where the rows
+// still hold its window (or reads the conversation again from the start) with a fresh run's answer.
+TEST(ChatTemplate, InteractiveChatPastASlidingCachesRowsAnswersAsAFreshRun) {
+  testing::TempDir tmp;
+  const std::string dir = chat_model_dir(tmp);
+  train_chat_model(dir, "--arch mistral --layers 2 --ctx 2048", tmp.file("ckpt"));
+  std::filesystem::rename(tmp.file("ckpt/step-00000001"), tmp.file("m"));  // a model directory, its config edited:
+  std::filesystem::remove(tmp.file("m/manifest.json"));
+  ojson c = ojson::parse(file_read_all(tmp.file("m/config.json")));
+  c["sliding_window"] = 8;
+  file_write_atomic(tmp.file("m/config.json"), c.dump(2));
+  const ojson messages = ojson::array({{{"role", "system"}, {"content", "Be brief."}}, kUser});
+  const Interactive talk = interactive_two_turns(tmp, dir, messages, ChatTemplate::load(dir).render(messages, true), 600);
+  EXPECT_NE(talk.errors.find("(its sliding layers keep their window's rows"), std::string::npos) << talk.errors;
 }
 
 }  // namespace

@@ -142,16 +142,8 @@ std::vector<float> batch_logits(const std::string& dir, bool bf16, bool streamed
   const int B = 2, ctx = 12;
   ThreadPool pool(2);
   const UnitTable units(layout, Decoder::kv_unit_floats(cfg, B, ctx), bf16);
-  std::unique_ptr<SegmentStore> store;
-  if (streamed) {
-    TieredStoreOptions so;
-    so.budget_bytes = Decoder::min_store_bytes(units);
-    so.offload_dir = offload;
-    so.prefetch_depth = 1;
-    store = std::make_unique<TieredSegmentStore>(units, so);
-  } else {
-    store = std::make_unique<RamSegmentStore>(units);
-  }
+  const std::unique_ptr<SegmentStore> store =
+      testing::store_in_ram_or_under(units, streamed ? 1 : -1, Decoder::min_store_bytes(units), offload);
   model_load_weights(dir, layout, *store);
   if (prepare) prepare(units, *store);
   Decoder decoder(pool, cfg, *store, B, ctx);

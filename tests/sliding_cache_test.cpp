@@ -17,7 +17,6 @@
 #include "infer/decoder.h"
 #include "infer/generator.h"
 #include "integration_util.h"
-#include "store/tiered_segment_store.h"
 #include "weights/model_io.h"
 
 namespace stratum {
@@ -51,16 +50,8 @@ Decode decode(const std::string& dir, bool sliding, const std::string& offload =
   const int B = 2, ctx = cfg.n_ctx;
   ThreadPool pool(2);
   const UnitTable units(layout, Decoder::kv_unit_floats(cfg, B, ctx, sliding));
-  std::unique_ptr<SegmentStore> store;
-  if (!offload.empty()) {
-    TieredStoreOptions so;
-    so.budget_bytes = Decoder::min_store_bytes(units);
-    so.offload_dir = offload;
-    so.prefetch_depth = 1;
-    store = std::make_unique<TieredSegmentStore>(units, so);
-  } else {
-    store = std::make_unique<RamSegmentStore>(units);
-  }
+  const std::unique_ptr<SegmentStore> store =
+      testing::store_in_ram_or_under(units, offload.empty() ? -1 : 1, Decoder::min_store_bytes(units), offload);
   model_load_weights(dir, layout, *store);
   Decoder decoder(pool, cfg, *store, B, ctx, nullptr, sliding);
   Decode out;
