@@ -314,43 +314,53 @@ TEST(Gemma, Gemma2GeneratesPastItsWindowAndANewOneTrains) {
 
 // Note [gemma3 multimodal]: tests/golden/tiny_gemma3 as Gemma 3 4B's checkpoint holds it (model_type
 // "gemma3", its text config in text_config, its tensors under "language_model.", a vision tower and
-// a projector beside them) trains to the bits of the text model itself and saves that text model
+// a projector beside them), and as transformers 4.52 and later save it ("model.language_model.",
+// "model.vision_tower."), trains to the bits of the text model itself and saves that text model
 // (gemma3_text, no prefix, no vision tensors), which resumes. Gemma 3 4B's released config, whose
 // text_config lists only what differs from Gemma3TextConfig's defaults, reads as the 4B text model.
 TEST(Gemma, Gemma3MultimodalCheckpointTrainsItsTextModel) {
   testing::TempDir tmp;
-  const std::string mm = tmp.file("mm");
-  std::filesystem::create_directories(mm);
-  Json text = Json::parse(file_read_all(kGemma3 + "/config.json"));
-  for (const char* key : {"architectures", "torch_dtype", "bos_token_id", "eos_token_id"}) text.erase(key);
-  const Json outer = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
-                      {"text_config", text}, {"vision_config", {{"model_type", "siglip_vision_model"}}},
-                      {"bos_token_id", 2}, {"eos_token_id", Json::array({1, 106})}, {"mm_tokens_per_image", 256}};
-  file_write_atomic(mm + "/config.json", outer.dump(2));
-  const SafetensorsFile golden = SafetensorsFile::open(kGemma3 + "/model.safetensors");
-  std::vector<std::vector<float>> data;
-  std::vector<SafetensorsWriteEntry> entries;
-  data.reserve(golden.tensors().size() + 2);
-  for (const auto& t : golden.tensors()) {
-    data.emplace_back(static_cast<std::size_t>(t.numel()));
-    golden.read_f32(t, data.back().data());
-    entries.push_back({"language_model." + t.name, DType::F32, t.shape, data.back().data()});
-  }
-  data.emplace_back(12, 0.5f);
-  entries.push_back({"vision_tower.vision_model.embeddings.patch_embedding.weight", DType::F32, {3, 4}, data.back().data()});
-  data.emplace_back(8, 0.25f);
-  entries.push_back({"multi_modal_projector.mm_input_projection_weight", DType::F32, {2, 4}, data.back().data()});
-  safetensors_write(mm + "/model.safetensors", entries, {});
+  for (const bool newer : {false, true}) {
+    SCOPED_TRACE(newer ? "model.language_model." : "language_model.");
+    const std::string mm = tmp.file(newer ? "mm_newer" : "mm");
+    std::filesystem::create_directories(mm);
+    Json text = Json::parse(file_read_all(kGemma3 + "/config.json"));
+    for (const char* key : {"architectures", "torch_dtype", "bos_token_id", "eos_token_id"}) text.erase(key);
+    const Json outer = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
+                        {"text_config", text}, {"vision_config", {{"model_type", "siglip_vision_model"}}},
+                        {"bos_token_id", 2}, {"eos_token_id", Json::array({1, 106})}, {"mm_tokens_per_image", 256}};
+    file_write_atomic(mm + "/config.json", outer.dump(2));
+    const SafetensorsFile golden = SafetensorsFile::open(kGemma3 + "/model.safetensors");
+    std::vector<std::vector<float>> data;
+    std::vector<SafetensorsWriteEntry> entries;
+    data.reserve(golden.tensors().size() + 2);
+    for (const auto& t : golden.tensors()) {
+      data.emplace_back(static_cast<std::size_t>(t.numel()));
+      golden.read_f32(t, data.back().data());
+      const std::string name = newer && t.name.starts_with("model.") ? "model.language_model." + t.name.substr(6)
+                                                                      : (newer ? "" : "language_model.") + t.name;
+      entries.push_back({name, DType::F32, t.shape, data.back().data()});
+    }
+    const std::string outer_model = newer ? "model." : "";  // where the vision tower sits
+    data.emplace_back(12, 0.5f);
+    entries.push_back({outer_model + "vision_tower.vision_model.embeddings.patch_embedding.weight", DType::F32, {3, 4},
+                       data.back().data()});
+    data.emplace_back(8, 0.25f);
+    entries.push_back({outer_model + "multi_modal_projector.mm_input_projection_weight", DType::F32, {2, 4},
+                       data.back().data()});
+    safetensors_write(mm + "/model.safetensors", entries, {});
 
-  const GptConfig cfg = model_read_config(mm);
-  EXPECT_TRUE(cfg.gemma3());
-  EXPECT_EQ(cfg.weights_prefix, "language_model.");
-  EXPECT_EQ(cfg.describe(), model_read_config(kGemma3).describe());
-  EXPECT_EQ(cfg.eos_token_ids, (std::vector<std::int32_t>{1, 106})) << "the outer config's ids";
-  // The text model's bits, saved as the text model (the golden's config fields, no prefix).
-  const std::string step3 = check_trains_saves_and_resumes(tmp, kGemma3, "gemma3_text", "Gemma3ForCausalLM", mm);
-  const SafetensorsFile model = SafetensorsFile::open(step3 + "/model.safetensors");
-  for (const auto& t : model.tensors()) EXPECT_TRUE(t.name.starts_with("model.")) << t.name;
+    const GptConfig cfg = model_read_config(mm);
+    EXPECT_TRUE(cfg.gemma3());
+    EXPECT_EQ(cfg.weights_prefix, "language_model.");
+    EXPECT_EQ(cfg.describe(), model_read_config(kGemma3).describe());
+    EXPECT_EQ(cfg.eos_token_ids, (std::vector<std::int32_t>{1, 106})) << "the outer config's ids";
+    // The text model's bits, saved as the text model (the golden's config fields, no prefix).
+    testing::TempDir run;
+    const std::string step3 = check_trains_saves_and_resumes(run, kGemma3, "gemma3_text", "Gemma3ForCausalLM", mm);
+    const SafetensorsFile model = SafetensorsFile::open(step3 + "/model.safetensors");
+    for (const auto& t : model.tensors()) EXPECT_TRUE(t.name.starts_with("model.")) << t.name;
+  }
 
   // Gemma 3 4B's config.json as released (the vision config cut short).
   const Json four_b = Json::parse(R"({"architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999,

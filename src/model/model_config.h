@@ -60,8 +60,10 @@ enum class LlamaVariant { Llama, Qwen2, Mistral, Qwen3, Phi3, Gemma, Gemma3, Gem
 // Gemma3ForConditionalGeneration): a text model and a vision tower. Stratum reads the text model:
 // its config is text_config over Gemma3TextConfig's defaults (the released files list only the
 // fields that differ) with the outer bos/eos ids, its tensors are the text model's under
-// "language_model." (GptConfig::weights_prefix; ParamLayout::find takes a name with or without it),
-// and the vision tower's and the projector's tensors are passed over. What it saves is the text
+// "language_model." (GptConfig::weights_prefix; ParamLayout::find takes a name with or without it)
+// as released, or with it after the first "model." as transformers 4.52 and later save the model
+// ("model.language_model.layers.0...", "model.vision_tower..."), and the vision tower's and the
+// projector's tensors are passed over. What it saves is the text
 // model alone: a gemma3_text Gemma3ForCausalLM directory (names without the prefix), which
 // transformers loads as such; LoRA adapters are named for that text model. Gemma 3 27B's
 // query_pre_attn_scalar (168, not head_dim 128) stays refused.

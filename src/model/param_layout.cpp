@@ -249,8 +249,15 @@ std::size_t ParamLayout::num_trainable_params() const {
 }
 
 std::vector<std::pair<int, int>> ParamLayout::find(std::string_view hf_name) const {
-  if (!load_prefix_.empty() && hf_name.substr(0, load_prefix_.size()) == load_prefix_)
-    hf_name.remove_prefix(load_prefix_.size());
+  std::string renamed;
+  if (!load_prefix_.empty()) {  // Note [gemma3 multimodal]: as released, or as newer transformers save it
+    if (hf_name.substr(0, load_prefix_.size()) == load_prefix_) {
+      hf_name.remove_prefix(load_prefix_.size());
+    } else if (hf_name.starts_with("model.") && hf_name.substr(6, load_prefix_.size()) == load_prefix_) {
+      renamed = "model." + std::string(hf_name.substr(6 + load_prefix_.size()));
+      hf_name = renamed;
+    }
+  }
   if (!hf_prefix_.empty() && hf_name.substr(0, hf_prefix_.size()) == hf_prefix_) hf_name.remove_prefix(hf_prefix_.size());
   std::vector<std::pair<int, int>> found;
   for (int s = 0; s < segment_count(); ++s)

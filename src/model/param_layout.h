@@ -211,7 +211,8 @@ class ParamLayout {
   ModelArch arch_ = ModelArch::Gpt2;
   const char* family_title_ = "GPT-2";
   std::string hf_prefix_;
-  std::string load_prefix_;  // GptConfig::weights_prefix: optional on the names find() takes
+  // GptConfig::weights_prefix: optional on the names find() takes, at their start or after "model."
+  std::string load_prefix_;
   LoraConfig lora_;
   int lora_first_ = -1;
   std::array<int, kLoraMaxTargets> lora_slot_{-1, -1, -1, -1, -1, -1, -1};

@@ -62,7 +62,8 @@ bool ignorable_tensor(const std::string& name) {
   // model's copy of the LM head (an untied one has it in the layout), and a multimodal Gemma 3's
   // vision tower and projector (Note [gemma3 multimodal]: Stratum runs its text model).
   return ends_with(".attn.bias") || ends_with(".attn.masked_bias") || ends_with(".rotary_emb.inv_freq") ||
-         name == "lm_head.weight" || name.starts_with("vision_tower.") || name.starts_with("multi_modal_projector.");
+         name == "lm_head.weight" || name.starts_with("vision_tower.") || name.starts_with("multi_modal_projector.") ||
+         name.starts_with("model.vision_tower.") || name.starts_with("model.multi_modal_projector.");
 }
 }  // namespace
 
