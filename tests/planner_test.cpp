@@ -357,6 +357,44 @@ TEST(Plan, AutoActivationsOffloadOnAFastDiskRecomputeOnASlowOne) {
   EXPECT_GT(slow.plan.step_ms, 0.0);
 }
 
+// Note [mixed layers]: a Gemma 3 of 6 layers (5 sliding over 16 keys, 1 full) at 256 positions: the
+// measurement times a full layer apart, its attention over every key slower than a sliding one's;
+// a model of one kind has no such time. The plan gives the full layer its time: 5 of layer 0's
+// and 1 of the other's, in RAM and streamed.
+TEST(Plan, MixedSlidingAndFullLayersEachTakeTheirKindsTime) {
+  GptConfig gemma3 = plan_config();
+  gemma3.arch = ModelArch::Llama;
+  gemma3.variant = LlamaVariant::Gemma3;
+  gemma3.n_layer = 6;
+  gemma3.n_kv_head = 1;
+  gemma3.n_head_dim = 64;
+  gemma3.n_ctx = 256;
+  gemma3.sliding_window = 16;
+  ASSERT_TRUE(plan_mixed_layers(gemma3));
+  PlanRequest request{gemma3, 1, 256, ActivationPolicy::Keep, 1.0, 0, -1};
+  ThreadPool pool(1);
+  const ComputeTiming measured = plan_measure_compute(pool, request);
+  EXPECT_GT(measured.other_layer_forward_ms, measured.layer_forward_ms) << "a full layer reads every key";
+  EXPECT_GT(measured.other_layer_backward_ms, 0.0);
+  PlanRequest llama = request;
+  llama.config.variant = LlamaVariant::Llama;
+  llama.config.sliding_window = 0;
+  EXPECT_FALSE(plan_mixed_layers(llama.config));
+  EXPECT_EQ(plan_measure_compute(pool, llama).other_layer_forward_ms, 0.0);
+
+  ComputeTiming t = fixed_timing();
+  const Plan one_kind = plan_make(request, t, 0, 0);
+  t.other_layer_forward_ms = 12;
+  t.other_layer_backward_ms = 24;
+  const Plan mixed = plan_make(request, t, 0, 0);
+  EXPECT_NEAR(mixed.compute_ms - one_kind.compute_ms, (12 + 24) - (2 + 4), 1e-9);
+  EXPECT_NEAR(mixed.ram_step_ms - one_kind.ram_step_ms, (12 + 24) - (2 + 4), 1e-9);
+  request.mem_budget_bytes = one_kind.min_budget_bytes;
+  const Plan streamed = plan_make(request, t, 1e6, 1e6);
+  EXPECT_TRUE(streamed.streaming);
+  EXPECT_NEAR(streamed.compute_ms - plan_make(request, fixed_timing(), 1e6, 1e6).compute_ms, (12 + 24) - (2 + 4), 1e-9);
+}
+
 TEST(Plan, EverythingFitsMeansNoTrafficAndTooSmallIsRefused) {
   PlanRequest request{plan_config(), 2, 32, ActivationPolicy::Recompute, 1.0, 0, -1};
   ThreadPool pool(1);

@@ -101,6 +101,10 @@ std::string plan_describe(const Plan& p, const PlanRequest& r) {
       p.timing.layer_forward_ms, p.timing.layer_backward_ms, p.timing.vocab_forward_ms + p.timing.vocab_backward_ms,
       p.timing.head_lse_ms + p.timing.head_backward_ms, p.timing.adamw_inline_ns_per_float,
       p.timing.adamw_worker_ns_per_float);
+  if (p.timing.other_layer_forward_ms > 0)  // Note [mixed layers]
+    add("measured: a %s layer (block forward and backward above: layer 0's kind) forward %.1f ms, backward %.1f ms\n",
+        r.config.layer_sliding_attention(0) ? "full" : "sliding", p.timing.other_layer_forward_ms,
+        p.timing.other_layer_backward_ms);
   add("busy per step: compute %.0f ms, optimizer %.0f ms (%s), reads %.0f ms, writes %.0f ms\n", p.compute_ms,
       p.optimizer_ms, p.mode == OptimizerMode::Inline        ? "inline"
       : p.mode == OptimizerMode::ZerothOrder ? "in the forward passes"

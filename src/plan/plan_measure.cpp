@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string_view>
+#include <tuple>
 
 #include "backend/backend.h"
 #include "core/rng.h"
@@ -121,8 +122,9 @@ struct MeasureModel {
   ParamLayout layout;
   UnitTable units;
 
-  explicit MeasureModel(const PlanRequest& r)
-      : mini(mini_config(r.config)), kept(kept_request(r)), layout(ParamLayout::of(mini, r.lora)),
+  // other: its layer of the other kind than the run's layer 0 (Note [mixed layers]).
+  explicit MeasureModel(const PlanRequest& r, bool other = false)
+      : mini(mini_config(r.config, other)), kept(kept_request(r)), layout(ParamLayout::of(mini, r.lora)),
         units(plan_units(layout, Executor::activation_unit_floats(mini, r.batch, r.seq, r.zeroth_order), kept)) {}
   std::unique_ptr<Executor> executor(ThreadPool& pool, const PlanRequest& r) const {
     return std::make_unique<Executor>(pool, mini, units, r.batch, r.seq, kept.activations,
@@ -130,10 +132,11 @@ struct MeasureModel {
                                       r.precision, Backend::Cpu, 1, nullptr, BlockRows{r.row_chunk, plan_mlp_rows(r)});
   }
 
-  static GptConfig mini_config(const GptConfig& config) {
+  static GptConfig mini_config(const GptConfig& config, bool other) {
     GptConfig mini = config;
     mini.n_layer = 1;
-    if (!mini.layer_sliding.empty()) mini.layer_sliding.resize(1);  // Gemma 3's layer types: layer 0's
+    if (config.gemma2() || config.gemma3())  // layer 0's kind, or the other (Note [mixed layers])
+      mini.layer_sliding = {static_cast<std::uint8_t>(config.layer_sliding_attention(0) != other)};
     mini.vocab_size = std::min(config.vocab_size, kMinVocabBlocks * vocab_block_rows(config));  // same block size
     return mini;
   }
@@ -152,13 +155,22 @@ std::size_t plan_measure_min_bytes(ThreadPool& pool, const PlanRequest& request)
   return exec->fixed_bytes() + exec->min_store_bytes();
 }
 
-ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const std::string& offload_dir) {
-  const MeasureModel model(r);
+bool plan_mixed_layers(const GptConfig& config) {
+  for (int l = 1; l < config.n_layer; ++l)
+    if (config.layer_sliding_attention(l) != config.layer_sliding_attention(0)) return true;
+  return false;
+}
+
+namespace {
+// The timed passes of the one-layer model of layer 0's kind, or of the other kind (Note [mixed
+// layers]). Forward and backward only: the moments are never allocated. Under a budget the
+// one-layer model streams through the budget like the run (Note [bounded measurement]); the
+// store and the executor are gone when it returns.
+std::vector<ComputeTiming> measure_passes(ThreadPool& pool, const PlanRequest& r, const std::string& offload_dir,
+                                          bool other) {
+  const MeasureModel model(r, other);
   const GptConfig& mini = model.mini;
   const ParamLayout& layout = model.layout;
-  // Forward and backward only: the moments are never allocated. Under a budget the one-layer
-  // model streams through the budget like the run (Note [bounded measurement]); the store and
-  // the executor are gone before AdamW's buffers are made.
   std::vector<ComputeTiming> steps;
   {
     const UnitTable& units = model.units;
@@ -190,21 +202,38 @@ ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const
     model_init_random(mini, layout, *store, 1);
     steps = time_passes(exec, mini, r);
   }
-  auto med = [&](double ComputeTiming::*field) {
-    std::vector<double> v;
-    for (const ComputeTiming& t : steps) v.push_back(t.*field);
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  ComputeTiming t;
-  const double blocks = layout.vocab_block_count();
-  t.layer_forward_ms = med(&ComputeTiming::layer_forward_ms);
-  t.layer_backward_ms = med(&ComputeTiming::layer_backward_ms);
-  // The backward alone; never below a forward (it multiplies twice as much), which only the noise
-  // of a tiny model's timings could suggest.
+  return steps;
+}
+
+// The median of a field over the timed passes.
+double median_of(const std::vector<ComputeTiming>& steps, double ComputeTiming::*field) {
+  std::vector<double> v;
+  for (const ComputeTiming& t : steps) v.push_back(t.*field);
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// A layer's forward and backward from the timed passes: the backward alone, never below a
+// forward (it multiplies twice as much), which only the noise of a tiny model's timings could
+// suggest.
+std::pair<double, double> layer_times(const std::vector<ComputeTiming>& steps, const PlanRequest& r) {
+  const double forward = median_of(steps, &ComputeTiming::layer_forward_ms);
+  double backward = median_of(steps, &ComputeTiming::layer_backward_ms);
   if (r.activations != ActivationPolicy::Keep && !r.zeroth_order)
-    t.layer_backward_ms = std::max(t.layer_forward_ms,
-                                   t.layer_backward_ms - t.layer_forward_ms * plan_recompute_share(r.config, r.seq));
+    backward = std::max(forward, backward - forward * plan_recompute_share(r.config, r.seq));
+  return {forward, backward};
+}
+}  // namespace
+
+ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const std::string& offload_dir) {
+  const std::vector<ComputeTiming> steps = measure_passes(pool, r, offload_dir, false);
+  auto med = [&](double ComputeTiming::*field) { return median_of(steps, field); };
+  ComputeTiming t;
+  const double blocks = MeasureModel(r).layout.vocab_block_count();
+  std::tie(t.layer_forward_ms, t.layer_backward_ms) = layer_times(steps, r);
+  if (plan_mixed_layers(r.config))  // Note [mixed layers]
+    std::tie(t.other_layer_forward_ms, t.other_layer_backward_ms) =
+        layer_times(measure_passes(pool, r, offload_dir, true), r);
   t.other_ms = med(&ComputeTiming::other_ms);
   t.vocab_forward_ms = med(&ComputeTiming::vocab_forward_ms) / blocks;
   t.vocab_backward_ms = med(&ComputeTiming::vocab_backward_ms) / blocks;
@@ -245,6 +274,8 @@ struct TimingField {
 constexpr TimingField kTimingFields[] = {
     {"layer_forward_ms", &ComputeTiming::layer_forward_ms},
     {"layer_backward_ms", &ComputeTiming::layer_backward_ms},
+    {"other_layer_forward_ms", &ComputeTiming::other_layer_forward_ms},
+    {"other_layer_backward_ms", &ComputeTiming::other_layer_backward_ms},
     {"vocab_forward_ms", &ComputeTiming::vocab_forward_ms},
     {"vocab_backward_ms", &ComputeTiming::vocab_backward_ms},
     {"head_lse_ms", &ComputeTiming::head_lse_ms},

@@ -107,6 +107,31 @@ double group_compute_ms(GroupWork work, const ComputeTiming& t) {
   return 0.0;
 }
 
+// Whether layer l takes ComputeTiming's other_layer_* times (Note [mixed layers]).
+bool other_kind_layer(const GptConfig& cfg, const ComputeTiming& t, int l) {
+  return t.other_layer_forward_ms > 0 && cfg.layer_sliding_attention(l) != cfg.layer_sliding_attention(0);
+}
+
+// Each group's compute on the training thread: group_compute_ms by its work, a layer's groups
+// by their layer's kind (Note [mixed layers]), times the group's share.
+std::vector<double> group_computes(const StepSchedule& schedule, const ParamLayout& layout, const GptConfig& cfg,
+                                   const ComputeTiming& t) {
+  ComputeTiming other = t;
+  other.layer_forward_ms = t.other_layer_forward_ms;
+  other.layer_backward_ms = t.other_layer_backward_ms;
+  std::vector<double> ms(static_cast<std::size_t>(schedule.group_count()), 0.0);
+  for (int g = 0; g < schedule.group_count(); ++g) {
+    const int seg = schedule.group_segment(g);
+    const SegmentRole role = layout.segments()[seg].role;
+    const int l = role == SegmentRole::Layer  ? seg - layout.layer_segment(0)
+                  : role == SegmentRole::Lora ? seg - layout.lora_segment(0)
+                                              : -1;
+    ms[g] = group_compute_ms(schedule.group_work(g), l >= 0 && other_kind_layer(cfg, t, l) ? other : t) *
+            schedule.group_share(g);
+  }
+  return ms;
+}
+
 // Compute time of an elementwise group over a segment's chunks: an update (AdamW at ns_per_float
 // a parameter) or a GradAccum group (Note [gradient accumulation]), which moves 12 bytes a float
 // (two read, one written) against AdamW's 28 (four read, three written) and is memory-bound like
@@ -141,7 +166,8 @@ int backward_begin(const StepSchedule& schedule) {
 
 // Note [plan model]: the pipeline over two steps' groups; the second step's duration.
 PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, const std::vector<std::uint64_t>& reads,
-                        const std::vector<std::uint64_t>& writes, const ComputeTiming& t, OptimizerMode mode,
+                        const std::vector<std::uint64_t>& writes, const ComputeTiming& t,
+                        const std::vector<double>& compute, OptimizerMode mode,
                         bool worker, int prefetch, double read_gbps, double write_gbps, std::size_t capacity,
                         const std::vector<std::size_t>& hold) {
   const int G = schedule.group_count();
@@ -186,7 +212,7 @@ PipelineResult pipeline(const StepSchedule& schedule, const UnitTable& units, co
     if (write_gbps > 0 && writes[g] > 0)
       disk_free = std::max(disk_free, previous) + static_cast<double>(writes[g]) / (write_gbps * 1e6);
     double start = std::max(previous, read_end);
-    double ms = schedule.group_optional(g) ? 0.0 : group_compute_ms(schedule.group_work(g), t) * schedule.group_share(g);
+    double ms = schedule.group_optional(g) ? 0.0 : compute[g];
     if (schedule.group_work(g) == GroupWork::GradAccum) ms = group_update_ms(schedule, units, g, t.adamw_inline_ns_per_float);
     if (schedule.group_work(g) == GroupWork::Optimizer) {
       if (mode == OptimizerMode::Inline || !worker) {  // Note [update thread]: at the group, on the pool
@@ -407,8 +433,10 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     return *slowest;
   }
   ComputeTiming t = measured;  // a recompute runs most of the block forward again in the backward
-  if (r.activations == ActivationPolicy::Recompute)
+  if (r.activations == ActivationPolicy::Recompute) {
     t.layer_backward_ms += t.layer_forward_ms * plan_recompute_share(r.config, r.seq);
+    t.other_layer_backward_ms += t.other_layer_forward_ms * plan_recompute_share(r.config, r.seq);
+  }
   const GptConfig& cfg = r.config;
   cfg.validate();
   const ParamLayout layout = ParamLayout::of(cfg, r.lora);
@@ -423,6 +451,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   p.rank = std::max(r.rank, 0);
   p.optimizer_worker = exec.optimizer_worker();
   const StepSchedule& schedule = exec.schedule();
+  const std::vector<double> compute = group_computes(schedule, layout, cfg, t);
   p.engine_bytes = exec.fixed_bytes();
   // The minimum is a streaming run's (its optimizer mode may differ from an in-RAM run's), at the
   // smallest MLP sub-chunk the run may take.
@@ -460,7 +489,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     p.prefetch = 0;
     std::fill(traffic.group_read.begin(), traffic.group_read.end(), 0);
     std::fill(traffic.group_written.begin(), traffic.group_written.end(), 0);
-    p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, p.mode, p.optimizer_worker, 0,
+    p.step_ms = pipeline(schedule, units, traffic.group_read, traffic.group_written, t, compute, p.mode, p.optimizer_worker, 0,
                          0.0, 0.0, 0, {})
                     .step_ms;
   } else {
@@ -468,7 +497,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
     std::vector<std::size_t> hold(static_cast<std::size_t>(G));  // Note [room for the window]
     for (int g = 0; g < G; ++g) hold[g] = group_hold_bytes(schedule, units, g);
     auto pipeline_at = [&](int depth, const Traffic& tk) {
-      return pipeline(schedule, units, tk.group_read, tk.group_written, t, p.mode, p.optimizer_worker, depth,
+      return pipeline(schedule, units, tk.group_read, tk.group_written, t, compute, p.mode, p.optimizer_worker, depth,
                       read_gbps, write_gbps, capacity, hold);
     };
     PipelineResult chosen;
@@ -533,7 +562,7 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   p.optimizer_ms = p.mode == OptimizerMode::ZerothOrder ? 0.0 : floats * adamw_ns / 1e6;  // zo: inside the forward
   double accum_ms = 0;  // the GradAccum groups (Note [gradient accumulation])
   for (int g = 0; g < G; ++g) {
-    p.compute_ms += group_compute_ms(schedule.group_work(g), t) * schedule.group_share(g);
+    p.compute_ms += compute[g];
     if (schedule.group_work(g) == GroupWork::GradAccum)
       accum_ms += group_update_ms(schedule, units, g, t.adamw_inline_ns_per_float);
   }
@@ -541,7 +570,11 @@ Plan plan_make(const PlanRequest& r, const ComputeTiming& measured, double read_
   p.read_ms = read_gbps > 0 ? p.read_bytes / (read_gbps * 1e6) : 0.0;
   p.write_ms = write_gbps > 0 ? p.write_bytes / (write_gbps * 1e6) : 0.0;
   const int nv = layout.vocab_block_count();
-  p.ram_step_ms = (r.grad_accum / r.ranks) * (t.other_ms + cfg.n_layer * (t.layer_forward_ms + t.layer_backward_ms) +
+  double layers_ms = 0;  // Note [mixed layers]
+  for (int l = 0; l < cfg.n_layer; ++l)
+    layers_ms += other_kind_layer(cfg, t, l) ? t.other_layer_forward_ms + t.other_layer_backward_ms
+                                              : t.layer_forward_ms + t.layer_backward_ms;
+  p.ram_step_ms = (r.grad_accum / r.ranks) * (t.other_ms + layers_ms +
                                   nv * (t.vocab_forward_ms + t.vocab_backward_ms + t.head_lse_ms + t.head_backward_ms)) +
                   accum_ms + floats * t.adamw_inline_ns_per_float / 1e6;
   if (p.mode == OptimizerMode::ZerothOrder) p.ram_step_ms = p.compute_ms;  // two forward passes

@@ -77,12 +77,20 @@ UnitSet plan_unit_set(const PlanRequest& request);
 // of act_floats: plan_unit_set's units, bf16 frozen layers with base_bf16.
 UnitTable plan_units(const ParamLayout& layout, std::size_t act_floats, const PlanRequest& request);
 
+// Note [mixed layers]: Gemma 2's and 3's sliding layers attend to their window, their full layers
+// to every key, so at a sequence past the window the two kinds take different times (Gemma 3 1B's
+// heads at T 4096, W 512: the attention 4.6x). The planner times a one-layer model of layer 0's
+// kind and, where the model has both, one of the other kind, and gives each layer's groups their
+// kind's time (plan_group_compute).
 // Measured compute of one step's pieces on this machine (Note [plan calibration]).
 struct ComputeTiming {
   // One transformer block; the backward without a recompute (for --activations recompute the
   // plan adds the share of a forward the recompute runs again, Note [row chunks]). With zo-sgd
   // each forward piece is both passes' (one group computes both, Note [zeroth-order step]).
   double layer_forward_ms = 0, layer_backward_ms = 0;
+  // Note [mixed layers]: the same for a layer of the other kind than layer 0's where a model has
+  // both sliding and full layers (Gemma 2, Gemma 3); 0 where every layer is layer 0's kind.
+  double other_layer_forward_ms = 0, other_layer_backward_ms = 0;
   double vocab_forward_ms = 0, vocab_backward_ms = 0;  // one vocabulary block: embedding
   double head_lse_ms = 0, head_backward_ms = 0;        // one vocabulary block: LM head passes
   double other_ms = 0;                                 // positions, final layernorm, their backward
@@ -100,6 +108,8 @@ struct ComputeTiming {
 // The share of a block forward's multiply-adds the backward's recompute runs again: all but the
 // MLP's down projection (Note [row chunks] in model/block_policy.h), attention's included.
 double plan_recompute_share(const GptConfig& config, int seq);
+// Whether a model has layers of both kinds, sliding and full (Note [mixed layers]).
+bool plan_mixed_layers(const GptConfig& config);
 ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& request, const std::string& offload_dir = "");
 // The budget the measurement's one-layer model streams through at the least (its engine buffers
 // and its store's minimum, on a pool of request.threads); plan_min_budget_bytes is never below it.
