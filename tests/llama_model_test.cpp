@@ -42,13 +42,15 @@ std::vector<std::int32_t> golden_i32(const SafetensorsFile& file, const std::str
   return out;
 }
 
-// Largest |a - b| over the logits of every prefix of every sequence (logits_last per prefix).
+// Largest |a - b| over the logits of every prefix of every sequence (logits_last per prefix). A
+// LongRoPE model past its original context turns every position by the long factors in a forward
+// of T positions, a shorter prefix by the short ones (Note [longrope]): there, whole sequences only.
 double max_logit_error(Executor& exec, const GptConfig& cfg, const std::vector<std::int32_t>& ids,
                        const std::vector<float>& want, int B, int T) {
   std::vector<float> logits(static_cast<std::size_t>(cfg.vocab_size));
   double worst = 0.0;
   for (int b = 0; b < B; ++b)
-    for (int t = 1; t <= T; ++t) {
+    for (int t = cfg.rope_long_factors(T) ? T : 1; t <= T; ++t) {
       exec.logits_last(ids.data() + static_cast<std::size_t>(b) * T, t, logits.data());
       const float* ref = want.data() + (static_cast<std::size_t>(b) * T + t - 1) * cfg.vocab_size;
       for (int v = 0; v < cfg.vocab_size; ++v) worst = std::max(worst, std::abs(static_cast<double>(logits[v]) - ref[v]));
@@ -165,6 +167,11 @@ TEST(LlamaModel, Phi3LogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
 // attention factor scaling cos and sin.
 TEST(LlamaModel, Phi35LongRopeLogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
   check_logits_loss_and_gradients("tests/golden/tiny_phi35");
+}
+// Phi-3.5's longrope past its original context (tests/golden/tiny_phi35_long: 24 positions over
+// an original 12): every position turns by the long factors, as transformers does.
+TEST(LlamaModel, Phi35LongFactorsLogitsLossAndGradientsMatchPyTorchInRamAndStreamed) {
+  check_logits_loss_and_gradients("tests/golden/tiny_phi35_long");
 }
 // Phi-4-mini's partial rotary (tests/golden/tiny_phi4mini, Note [partial rotary]): the rope turns
 // 12 of each head's 16 channels, with longrope's factors and a tied head.

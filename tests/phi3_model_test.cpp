@@ -6,9 +6,10 @@
 // (the same window in every layer, Note [mistral window]); what Stratum does not run (sequences
 // past longrope's original context) is refused with one line. Phi-4-mini's partial
 // rotary factor (Note [partial rotary]) reads and writes back: tests/golden/tiny_phi4mini.
-// Phi-3.5's longrope (Note [longrope]) reads, caps the context at its original one, computes the
-// attention factor as transformers does and writes both factor lists back; PyTorch's numbers:
-// tests/golden/tiny_phi35. PyTorch's numbers, LoRA on
+// Phi-3.5's longrope (Note [longrope]) reads, caps generation at its original context, computes
+// the attention factor as transformers does and writes both factor lists back; PyTorch's numbers:
+// tests/golden/tiny_phi35 (short factors) and tiny_phi35_long (long ones, past the original
+// context). PyTorch's numbers, LoRA on
 // the fused modules among them: tests/golden/tiny_phi3 in llama_model_test, trainer_test,
 // generator_test and lora_train_test. Does not time anything.
 #include <gtest/gtest.h>
@@ -275,7 +276,7 @@ TEST(Phi3, UnfusedLoraTargetsAreRefusedAndPastTheWindowItIsAMistral) {
   EXPECT_NE(testing::params_hash_of(r.errors), hash) << "a window of 12 over 24 positions must change the model";
 }
 
-TEST(Phi3, LongRopeReadsCapsTheContextAndWritesBack) {
+TEST(Phi3, LongRopeReadsCapsGenerationAndWritesBack) {
   const std::string dir = source_path("tests/golden/tiny_phi35");
   const GptConfig cfg = hf_config_read(dir + "/config.json");
   const RopeScaling& s = cfg.rope_scaling;
@@ -284,8 +285,12 @@ TEST(Phi3, LongRopeReadsCapsTheContextAndWritesBack) {
   EXPECT_EQ(s.short_factor.size(), 8u);
   EXPECT_DOUBLE_EQ(s.attention_factor, std::sqrt(1.0 + std::log(4.0) / std::log(32.0)));
   EXPECT_EQ(cfg.n_ctx, 128);
-  EXPECT_EQ(cfg.context(), 32);
-  EXPECT_EQ(cfg.context_text(Backend::Cpu), "original_max_position_embeddings=32 (longrope's short factors)");
+  EXPECT_EQ(cfg.context(), 128);  // past 32 positions, the long factors (tests/golden/tiny_phi35_long)
+  EXPECT_FALSE(cfg.rope_long_factors(32));
+  EXPECT_TRUE(cfg.rope_long_factors(33));
+  EXPECT_EQ(cfg.generation_context(Backend::Cpu), 32);
+  EXPECT_EQ(cfg.generation_context_text(Backend::Cpu),
+            "original_max_position_embeddings=32 (generation runs longrope's short factors)");
   testing::TempDir tmp;
   hf_config_write(tmp.file("out.json"), cfg);
   const Json written = Json::parse(file_read_all(tmp.file("out.json")));
@@ -302,10 +307,17 @@ TEST(Phi3, LongRopeReadsCapsTheContextAndWritesBack) {
   file_write_atomic(tmp.file("stated.json"), stated.dump());
   EXPECT_EQ(hf_config_read(tmp.file("stated.json")).rope_scaling.attention_factor, 1.25);
 
-  auto r = run_stratum("train --model " + dir + " --data " + dir + "/tokens.bin --batch 1 --seq 33 --steps 1");
+  // Past n_ctx training is refused; past the original context a prompt is, naming it.
+  auto r = run_stratum("train --model " + dir + " --data " + dir + "/tokens.bin --batch 1 --seq 129 --steps 1");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.errors.find("--seq 33 is longer than the model context original_max_position_embeddings=32 "
-                          "(longrope's short factors); use --seq <= 32"),
+  EXPECT_NE(r.errors.find("--seq 129 is longer than the model context n_ctx=128; use --seq <= 128"), std::string::npos)
+      << r.errors;
+  std::string prompt = "1";
+  for (int i = 1; i < 32; ++i) prompt += "," + std::to_string(i % 100);
+  r = run_stratum("generate --model " + dir + " --prompt-ids " + prompt + " --max-tokens 4 --output-ids");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.errors.find("prompt 1 is 32 tokens, longer than the model context original_max_position_embeddings=32 "
+                          "(generation runs longrope's short factors) allows"),
             std::string::npos)
       << r.errors;
   // Not a Llama's: longrope is read for Phi-3 only.

@@ -196,6 +196,11 @@ TEST(Trainer, MistralLossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_an
 TEST(Trainer, Phi3LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi3"); }
 // The tiny Phi-3.5 (Note [longrope]; tests/golden/tiny_phi35): saved back with its long factors.
 TEST(Trainer, Phi35LossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi35"); }
+// The tiny Phi-3.5 trained at 16 positions over an original context of 12 (Note [longrope];
+// tests/golden/tiny_phi35_long): the long factors' rope in every step.
+TEST(Trainer, Phi35LongFactorsLossCurveMatchesPyTorchInRamAndUnderABudget) {
+  check_ram_and_budget("tests/golden/tiny_phi35_long");
+}
 // The tiny Phi-4-mini (Note [partial rotary]; tests/golden/tiny_phi4mini): the rope's pass-through
 // channels' gradients, saved back with its partial_rotary_factor.
 TEST(Trainer, Phi4MiniLossCurveMatchesPyTorchInRamAndUnderABudget) { check_ram_and_budget("tests/golden/tiny_phi4mini"); }

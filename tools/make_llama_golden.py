@@ -674,6 +674,11 @@ PHI35 = dict(PHI3, max_position_embeddings=128, original_max_position_embeddings
              rope_scaling={"type": "longrope", "short_factor": [1.0, 1.05, 1.1, 1.2, 1.4, 1.7, 2.2, 3.0],
                            "long_factor": [1.0, 1.5, 2.5, 4.0, 6.0, 9.0, 12.0, 16.0]})
 PHI35_SEED = 7891
+# The same Phi-3.5 with an original context of 12 (tests/golden/tiny_phi35_long/): the reference's
+# 24 positions and the training's 16 are past it, where transformers turns every position by the
+# long factors (Note [longrope]).
+PHI35_LONG = dict(PHI35, original_max_position_embeddings=12)
+PHI35_LONG_SEED = 7893
 # A tiny Phi-4-mini (tests/golden/tiny_phi4mini/): Phi-3.5's longrope, a partial_rotary_factor of
 # 0.75 (Note [partial rotary]: the rope turns the first 12 of each head's 16 channels, its six
 # factors rotary_dim / 2 long) and a tied LM head, as Phi-4-mini's config has them.
@@ -743,8 +748,10 @@ def phi3_forward_loss(cfg):
 
 def make_phi3(root, kind="phi3"):
     """tests/golden/tiny_phi3/, or (kind "phi35") tiny_phi35/: the same with Phi-3.5's longrope
-    (its short factors within the original context; no LoRA references)."""
-    shape, seed = {"phi3": (PHI3, PHI3_SEED), "phi35": (PHI35, PHI35_SEED), "phi4mini": (PHI4MINI, PHI4MINI_SEED)}[kind]
+    (its short factors within the original context; no LoRA references), or (kind "phi35_long")
+    tiny_phi35_long/ (its long factors past it), or (kind "phi4mini") tiny_phi4mini/."""
+    shape, seed = {"phi3": (PHI3, PHI3_SEED), "phi35": (PHI35, PHI35_SEED), "phi35_long": (PHI35_LONG, PHI35_LONG_SEED),
+                   "phi4mini": (PHI4MINI, PHI4MINI_SEED)}[kind]
     out_dir = os.path.join(root, "tiny_" + kind)
     os.makedirs(out_dir, exist_ok=True)
     cfg = tl.LlamaConfig(**shape)
@@ -762,7 +769,7 @@ def make_phi3(root, kind="phi3"):
     fused = phi3_fuse(params, cfg)
     tl.save_safetensors_hf(os.path.join(out_dir, "model.safetensors"), fused, metadata={"format": "pt"})
     tokens, init, ref, grads, loss, ids, margin = first_batch_reference(
-        out_dir, cfg, params, TOKENS_SEED + {"phi3": 3, "phi35": 5, "phi4mini": 6}[kind])
+        out_dir, cfg, params, TOKENS_SEED + {"phi3": 3, "phi35": 5, "phi4mini": 6, "phi35_long": 7}[kind])
     ref.update({"grad." + n: _f32(g) for n, g in phi3_fuse(grads, cfg).items()})
     run = train_run(cfg, init, tokens, TRAIN)
     finals = phi3_fuse({n[len("final."):]: t for n, t in run.items() if n.startswith("final.")}, cfg)
@@ -805,13 +812,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"))
-    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "mistral", "phi3", "phi35",
+    ap.add_argument("--only", choices=["autocast", "zo", "lora", "long_rope", "qwen2", "qwen3", "mistral", "phi3", "phi35", "phi35_long",
                                        "phi4mini", "gemma", "gemma2", "gemma3"],
                     help="autocast: regenerate only tiny_llama/reference_bf16.safetensors; "
                          "zo: only tiny_llama/reference_zo.safetensors; "
                          "lora: only tiny_llama/{lora_init/,reference_lora*.safetensors,lora_args.json}; "
                          "long_rope: only long_rope/; qwen2: only tiny_qwen2/; qwen3: only tiny_qwen3/; mistral: only tiny_mistral/; "
-                         "phi3: only tiny_phi3/; phi35: only tiny_phi35/; phi4mini: only tiny_phi4mini/; "
+                         "phi3: only tiny_phi3/; phi35: only tiny_phi35/; phi35_long: only tiny_phi35_long/; phi4mini: only tiny_phi4mini/; "
                          "gemma: only tiny_gemma/; gemma2: only "
                          "tiny_gemma2/; gemma3: only tiny_gemma3/")
     args = ap.parse_args()
@@ -833,7 +840,7 @@ def main():
               f"greedy -> {q['ids']} (min margin {q['margin']:.4f}); the variant moves the logits by "
               f"{q['moved']:.3f}; LoRA losses {[round(v, 4) for v in q['lora_losses']]}")
         return
-    if args.only in ("phi35", "phi4mini"):
+    if args.only in ("phi35", "phi35_long", "phi4mini"):
         q = make_phi3(root, args.only)
         print(f"tiny_{args.only}: loss0 {q['loss0']:.6f}, train losses {[round(v, 4) for v in q['losses']]}, "
               f"greedy -> {q['ids']} (min margin {q['margin']:.4f})")
@@ -857,6 +864,7 @@ def main():
     make_qwen(root, "gemma3")
     make_phi3(root)
     make_phi3(root, "phi35")
+    make_phi3(root, "phi35_long")
     make_phi3(root, "phi4mini")
     lo = make_lora(root)
     print(f"tiny_llama LoRA: losses {[round(v, 4) for v in lo['losses']]}, move {lo['largest_move']:.2e}")

@@ -257,8 +257,10 @@ def rope_inv_freq_llama3(inv_freq, factor, low_freq_factor, high_freq_factor, ol
     return torch.where(is_medium_freq, smoothed_inv_freq, inv_freq_llama)
 
 
-def rope_inv_freq(cfg):
-    """(head_dim/2,) fp32 inv_freq for cfg.rope_scaling None / "default" / "llama3"."""
+def rope_inv_freq(cfg, seq_len=None):
+    """(head_dim/2,) fp32 inv_freq for cfg.rope_scaling None / "default" / "linear" / "llama3" /
+    "longrope" (its long factors for a forward of seq_len > original_max_position_embeddings
+    positions, as transformers' _longrope_frequency_update switches them, else its short ones)."""
     inv = rope_inv_freq_default(cfg.rope_theta, cfg.rotary_dim)
     rs = cfg.rope_scaling
     kind = None if rs is None else rs.get("rope_type", rs.get("type"))
@@ -266,9 +268,11 @@ def rope_inv_freq(cfg):
         return inv
     if kind == "linear":  # _compute_linear_scaling_rope_parameters
         return inv / rs["factor"]
-    if kind in ("longrope", "su"):  # _compute_longrope_parameters within the original context: short factors
+    if kind in ("longrope", "su"):  # _compute_longrope_parameters
+        original = cfg.original_max_position_embeddings or cfg.max_position_embeddings
+        factors = rs["long_factor"] if seq_len is not None and seq_len > original else rs["short_factor"]
         shape = torch.arange(0, cfg.rotary_dim, 2, dtype=torch.int64).float() / cfg.rotary_dim
-        return 1.0 / (torch.tensor(rs["short_factor"], dtype=torch.float32) * cfg.rope_theta ** shape)
+        return 1.0 / (torch.tensor(factors, dtype=torch.float32) * cfg.rope_theta ** shape)
     if kind != "llama3":
         raise ValueError(f"rope_type {kind!r} not implemented in this reference")
     return rope_inv_freq_llama3(inv, rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"],
@@ -397,7 +401,7 @@ def forward(params, cfg, idx, targets=None, inv_freq=None, adapter=None):
         f"sequence {T} exceeds max_position_embeddings {cfg.max_position_embeddings}"
     eps = cfg.rms_norm_eps
     if inv_freq is None:
-        inv_freq = rope_inv_freq(cfg)
+        inv_freq = rope_inv_freq(cfg, T)  # seq_len: the forward's max position + 1
     pos = torch.arange(T, dtype=torch.int64).unsqueeze(0).expand(B, T)
     cos, sin = rope_cos_sin(inv_freq, pos)
     scaling = rope_attention_scaling(cfg)

@@ -108,8 +108,8 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
       buffer_(ops_buffer_carve(*ops_, slices(*ops_, b_, cfg, max_batch, max_ctx))),
       head_scratch_(*ops_, cfg, max_batch),
       schedule_(0) {
-  STRATUM_CHECK(max_ctx >= 1 && max_ctx <= cfg.context(), "[generate] context ", max_ctx,
-                " exceeds the model's maximum of ", cfg.context());
+  STRATUM_CHECK(max_ctx >= 1 && max_ctx <= cfg.generation_context(Backend::Cpu), "[generate] context ", max_ctx,
+                " exceeds the model's maximum of ", cfg.generation_context_text(Backend::Cpu));
   const std::vector<std::size_t> kv_floats = kv_unit_floats(cfg, max_batch, max_ctx, sliding_cache);
   for (int l = 0; l < cfg.n_layer; ++l)  // Note [KV cache units]
     STRATUM_ASSERT(store.units().bytes(store.units().index(layout_.layer_segment(l), SegmentKind::Activations)) >=

@@ -142,7 +142,8 @@ GenerateResult generate_run(const GenerateOptions& o,
   STRATUM_CHECK(o.prompts.empty() || o.prompt_ids.empty(), "[generate] give text prompts or token ids, not both");
   const GptConfig cfg = model_read_config(o.model_dir);
   cfg.backend_check(o.backend, "generate");
-  const int context = cfg.context(o.backend);  // Note [mistral window]: a sliding window caps it on CUDA
+  // Note [mistral window]: a sliding window caps it on CUDA; Note [longrope]: the short factors' context.
+  const int context = cfg.generation_context(o.backend);
   const std::string tokenizer_dir = corpus_find_tokenizer(o.tokenizer_dir, o.model_dir);
   std::unique_ptr<BpeTokenizer> tokenizer;
   if (!tokenizer_dir.empty()) tokenizer = std::make_unique<BpeTokenizer>(BpeTokenizer::load(tokenizer_dir));
@@ -185,7 +186,7 @@ GenerateResult generate_run(const GenerateOptions& o,
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     STRATUM_CHECK(!prompts[i].empty(), "[generate] prompt ", i + 1, " has no tokens");
     STRATUM_CHECK(static_cast<int>(prompts[i].size()) < context, "[generate] prompt ", i + 1, " is ",
-                  prompts[i].size(), " tokens, longer than the model context ", cfg.context_text(o.backend),
+                  prompts[i].size(), " tokens, longer than the model context ", cfg.generation_context_text(o.backend),
                   " allows (at least one token must be generated); shorten it");
     for (std::int32_t id : prompts[i])
       STRATUM_CHECK(id >= 0 && id < cfg.vocab_size, "[generate] prompt token id ", id,

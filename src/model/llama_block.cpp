@@ -32,8 +32,8 @@ LlamaBlockTensors llama_block_tensors(const Ops& ops, const SegmentLayout& layou
   return t;
 }
 
-LlamaRopes::LlamaRopes(const GptConfig& cfg, int max_pos)
-    : full_(cfg.rotary_dim(), max_pos, cfg.rope_theta, cfg.rope_scaling) {  // Note [partial rotary]
+LlamaRopes::LlamaRopes(const GptConfig& cfg, int max_pos)  // Note [partial rotary], Note [longrope]
+    : full_(cfg.rotary_dim(), max_pos, cfg.rope_theta, cfg.rope_scaling, cfg.rope_long_factors(max_pos)) {
   if (!cfg.gemma3()) return;
   local_.emplace(cfg.rotary_dim(), max_pos, cfg.rope_local_theta, RopeScaling{});
   for (int l = 0; l < cfg.n_layer; ++l) local_layers_.push_back(cfg.layer_local_rope(l) ? 1 : 0);

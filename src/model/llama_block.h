@@ -116,6 +116,9 @@ class LlamaWorkspace;
 // [gemma3] in model/model_config.h). The training blocks and the decoder hold one each.
 class LlamaRopes {
  public:
+  // For sequences of up to max_pos positions; a LongRoPE model's turn by its long factors when
+  // max_pos is past its original context (Note [longrope]): training's and evaluation's
+  // sequences are all max_pos long.
   LlamaRopes(const GptConfig& config, int max_pos);
   const RopeTable& layer(int l) const {  // layer l's table
     return local_ && static_cast<std::size_t>(l) < local_layers_.size() && local_layers_[l] != 0 ? *local_ : full_;

@@ -148,8 +148,6 @@ void GptConfig::backend_check(Backend backend, const char* who) const {
 
 std::pair<int, const char*> GptConfig::context_limit(Backend backend) const {
   std::pair<int, const char*> limit{n_ctx, "n_ctx"};
-  if (rope_scaling.type == RopeScaling::Type::LongRope && rope_scaling.original_max_position_embeddings < limit.first)
-    limit = {rope_scaling.original_max_position_embeddings, "original_max_position_embeddings"};  // Note [longrope]
   // Note [mistral window]: a backend without windowed attention runs up to the window, where it
   // cuts no key (Gemma 2 and 3, whose full layers run past it, are refused there: backend_check).
   if (backend != Backend::Cpu && sliding_window > 0 && sliding_window < limit.first && !(gemma2() || gemma3()))
@@ -157,11 +155,23 @@ std::pair<int, const char*> GptConfig::context_limit(Backend backend) const {
   return limit;
 }
 
+std::pair<int, const char*> GptConfig::generation_context_limit(Backend backend) const {
+  std::pair<int, const char*> limit = context_limit(backend);
+  if (rope_scaling.type == RopeScaling::Type::LongRope && rope_scaling.original_max_position_embeddings < limit.first)
+    limit = {rope_scaling.original_max_position_embeddings, "original_max_position_embeddings"};  // Note [longrope]
+  return limit;
+}
+
+std::string GptConfig::generation_context_text(Backend backend) const {
+  const auto [tokens, name] = generation_context_limit(backend);
+  if (std::string_view(name) != "original_max_position_embeddings") return context_text(backend);
+  return std::string(name) + "=" + std::to_string(tokens) + " (generation runs longrope's short factors)";
+}
+
 std::string GptConfig::context_text(Backend backend) const {
   const auto [tokens, name] = context_limit(backend);
   const std::string_view limit(name);
   std::string text = std::string(name) + "=" + std::to_string(tokens);
-  if (limit == "original_max_position_embeddings") text += " (longrope's short factors)";
   if (limit == "sliding_window")
     text += std::string(" (the ") + backend_name(backend) + " attention has no sliding window; --backend cpu runs " +
             context_limit(Backend::Cpu).second + "=" + std::to_string(context()) + ")";

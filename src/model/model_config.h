@@ -181,20 +181,28 @@ struct GptConfig {
   const char* family() const;
   // "GPT-2", "Llama", "Qwen2", "Mistral", "Qwen3", "Phi-3", "Gemma", "Gemma 2", "Gemma 3": for messages
   const char* family_title() const;
-  // The longest sequence the model runs exactly, on the CPU: n_ctx, or a LongRoPE model's
-  // original_max_position_embeddings (it runs its short factors only, Note [longrope] in
-  // ops/rope_table.h).
+  // The longest sequence the model runs exactly, on the CPU: n_ctx.
   int context() const { return context_limit(Backend::Cpu).first; }
   // What `backend` runs of it: a Mistral's or Phi-3's sliding window caps it on a backend without
   // windowed attention (CUDA; Note [mistral window]).
   int context(Backend backend) const { return context_limit(backend).first; }
-  // What limits context(backend) and its config.json name: n_ctx, longrope's
-  // original_max_position_embeddings, or (CUDA) sliding_window.
+  // What limits context(backend) and its config.json name: n_ctx, or (CUDA) sliding_window.
   std::pair<int, const char*> context_limit(Backend backend) const;
-  // "n_ctx=1024", "original_max_position_embeddings=4096 (longrope's short factors)" or
-  // "sliding_window=4096 (the cuda attention has no window; --backend cpu runs n_ctx=32768)":
-  // context_limit(backend), for messages.
+  // "n_ctx=1024" or "sliding_window=4096 (the cuda attention has no window; --backend cpu runs
+  // n_ctx=32768)": context_limit(backend), for messages.
   std::string context_text(Backend backend) const;
+  // The longest sequence generation runs: context(backend), or a LongRoPE model's
+  // original_max_position_embeddings (its decoder runs the short factors only, Note [longrope]
+  // in ops/rope_table.h); its name, and for messages "original_max_position_embeddings=4096
+  // (generation runs longrope's short factors)".
+  std::pair<int, const char*> generation_context_limit(Backend backend) const;
+  int generation_context(Backend backend) const { return generation_context_limit(backend).first; }
+  std::string generation_context_text(Backend backend) const;
+  // Note [longrope]: whether sequences of `seq` positions turn by LongRoPE's long factors (past
+  // original_max_position_embeddings), as transformers does for a forward that long.
+  bool rope_long_factors(int seq) const {
+    return rope_scaling.type == RopeScaling::Type::LongRope && seq > rope_scaling.original_max_position_embeddings;
+  }
   int head_dim() const { return n_head_dim > 0 ? n_head_dim : n_embd / n_head; }
   // The channels of a head the rotary embedding turns (Note [partial rotary]): int(head_dim *
   // partial_rotary_factor), as transformers rounds it.

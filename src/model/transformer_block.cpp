@@ -141,6 +141,8 @@ LoraBlock TransformerBlock::lora_block(const LoraChunks& c, InternalsAt at, int 
 
 void TransformerBlock::forward(const Ops& ops, const SegmentLayout& seg, const TensorView* params, const float* x,
                                float* out, InternalsAt at, int B, int T, const LoraChunks* lora, BlockPart part) {
+  // Note [longrope]: the long factors' tables are for sequences of max_seq, as transformers picks them.
+  STRATUM_ASSERT(T == max_seq_ || !cfg_.rope_long_factors(max_seq_));
   const LoraBlock l = lora != nullptr ? lora_block(*lora, at, B * T) : LoraBlock{};
   const LoraBlock* lp = lora != nullptr ? &l : nullptr;
   if (cfg_.llama()) {

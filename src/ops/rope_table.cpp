@@ -14,22 +14,23 @@ namespace stratum {
 // in float (pow, cos and sin are evaluated in double and rounded to float, i.e. correctly
 // rounded almost always; torch's float pow/cos/sin are within 1 ulp), so the tables match
 // transformers' to ~1 ulp of float and do not drift with the position.
-std::vector<float> rope_inv_freq(int head_dim, double theta, const RopeScaling& scaling) {
+std::vector<float> rope_inv_freq(int head_dim, double theta, const RopeScaling& scaling, bool long_factors) {
   STRATUM_CHECK(head_dim > 0 && head_dim % 2 == 0, "[kernels.rope] head_dim must be a positive even number, got ",
                 head_dim);
   STRATUM_CHECK(theta > 0.0, "[kernels.rope] rope_theta must be > 0, got ", theta);
   const int half = head_dim / 2;
   const bool longrope = scaling.type == RopeScaling::Type::LongRope;
-  STRATUM_CHECK(!longrope || scaling.short_factor.size() == static_cast<std::size_t>(half),
-                "[kernels.rope] longrope short_factor must have head_dim / 2 = ", half, " entries, got ",
-                scaling.short_factor.size());
+  const std::vector<double>& factors = long_factors ? scaling.long_factor : scaling.short_factor;
+  STRATUM_CHECK(!longrope || factors.size() == static_cast<std::size_t>(half), "[kernels.rope] longrope ",
+                long_factors ? "long_factor" : "short_factor", " must have head_dim / 2 = ", half, " entries, got ",
+                factors.size());
   std::vector<float> inv(half);
   const float base = static_cast<float>(theta);
   for (int i = 0; i < half; ++i) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
     const float p = static_cast<float>(std::pow(static_cast<double>(base), static_cast<double>(exponent)));
-    // Note [longrope]: 1 / (short_factor * base^(2i/d)); 1 * p is p itself for the others.
-    inv[i] = 1.0f / ((longrope ? static_cast<float>(scaling.short_factor[i]) : 1.0f) * p);
+    // Note [longrope]: 1 / (factor * base^(2i/d)); 1 * p is p itself for the others.
+    inv[i] = 1.0f / ((longrope ? static_cast<float>(factors[i]) : 1.0f) * p);
   }
   switch (scaling.type) {
     case RopeScaling::Type::None:
@@ -71,18 +72,18 @@ std::vector<float> rope_inv_freq(int head_dim, double theta, const RopeScaling& 
       }
       break;
     }
-    case RopeScaling::Type::LongRope:  // the short factors, above
+    case RopeScaling::Type::LongRope:  // the short or long factors, above
       break;
   }
   return inv;
 }
 
-RopeTable::RopeTable(int head_dim, int max_pos, double theta, const RopeScaling& scaling)
+RopeTable::RopeTable(int head_dim, int max_pos, double theta, const RopeScaling& scaling, bool long_factors)
     : half_(head_dim / 2), max_pos_(max_pos) {
   STRATUM_CHECK(head_dim > 0 && head_dim % 2 == 0, "[kernels.rope] head_dim must be a positive even number, got ",
                 head_dim);
   STRATUM_CHECK(max_pos > 0 && max_pos <= (1 << 24), "[kernels.rope] max_pos must be in 1..2^24, got ", max_pos);
-  const std::vector<float> inv = rope_inv_freq(head_dim, theta, scaling);
+  const std::vector<float> inv = rope_inv_freq(head_dim, theta, scaling, long_factors);
   cos_.resize(table_floats(head_dim, max_pos));
   sin_.resize(cos_.size());
   for (int pos = 0; pos < max_pos; ++pos)

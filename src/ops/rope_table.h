@@ -2,7 +2,7 @@
 // frequency scaling settings (none, linear, llama3), the float32 inverse frequencies and the
 // cos/sin tables. Backend-independent data: the CPU kernels read it, a device backend would copy
 // it to its memory. Does not rotate anything (that is the ops' rope_forward / rope_backward) and
-// does not support dynamic / YaRN scaling, nor LongRoPE's long factors (Note [longrope]).
+// does not support dynamic / YaRN scaling.
 #pragma once
 
 #include <cstddef>
@@ -16,10 +16,17 @@ namespace stratum {
 // with ext the short_factor list while the sequence is at most original_max_position_embeddings
 // long and the long_factor list beyond it, and cos and sin multiplied by an attention factor
 // (the config's attention_factor, else sqrt(1 + ln(s) / ln(original)) for s = max_position_embeddings
-// / original, 1 when s <= 1). transformers switches to the long factors for a whole forward once
-// it is longer than the original context (and keeps the keys its cache rotated with the short
-// ones), so Stratum runs the short factors only, capping sequences at the original context
-// (GptConfig::context(): 4096 for Phi-3.5-mini); the long factors are kept to be written back.
+// / original, 1 when s <= 1). transformers picks the factors per forward by its longest position
+// (_longrope_frequency_update: seq_len = max(position_ids) + 1): a forward of more than
+// original_max_position_embeddings positions turns every position, the first ones too, by the
+// long factors. Training and evaluation run sequences of one length, so their tables are the long
+// factors' when --seq is longer than the original context (GptConfig::rope_long_factors; up to
+// max_position_embeddings, Phi-3.5-mini's 131072) and the short ones otherwise, as transformers
+// computes them. In generation transformers keeps the keys its cache rotated with the short
+// factors once later positions turn by the long ones (or turns a whole prompt longer than the
+// original context by the long ones); Stratum's decoder runs the short factors only and caps a
+// generated sequence at the original context (GptConfig::generation_context: 4096 for
+// Phi-3.5-mini).
 
 // The `rope_scaling` block of a Hugging Face config (rope_type "linear", "llama3" or "longrope").
 struct RopeScaling {
@@ -37,14 +44,15 @@ struct RopeScaling {
 // inv_freq (head_dim/2) fp32 = 1 / theta^(2i/head_dim), then scaled: Linear divides every
 // frequency by factor; Llama3 follows transformers' _compute_llama3_parameters (long
 // wavelengths divided by factor, short ones kept, a smooth blend in between); LongRope divides
-// each by its short factor (Note [longrope]). Computed in
+// each by its short factor, or with long_factors its long one (Note [longrope]). Computed in
 // float32 step by step the way transformers does it (Note [rope float32] in rope.cpp).
-std::vector<float> rope_inv_freq(int head_dim, double theta, const RopeScaling& scaling);
+std::vector<float> rope_inv_freq(int head_dim, double theta, const RopeScaling& scaling, bool long_factors = false);
 
 // cos/sin tables of the angles pos * inv_freq[i] for positions 0..max_pos-1.
 class RopeTable {
  public:
-  RopeTable(int head_dim, int max_pos, double theta, const RopeScaling& scaling);
+  // long_factors: LongRoPE's long factors (Note [longrope]); ignored by the other scalings.
+  RopeTable(int head_dim, int max_pos, double theta, const RopeScaling& scaling, bool long_factors = false);
   // Bytes a table for (head_dim, max_pos) holds: cos and sin, (max_pos, head_dim/2) floats each.
   static std::size_t bytes_for(int head_dim, int max_pos) {
     return 2 * sizeof(float) * table_floats(head_dim, max_pos);
