@@ -103,7 +103,6 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
       layout_(store.units().layout()),
       max_batch_(max_batch),
       max_ctx_(max_ctx),
-      sliding_cache_(sliding_cache),
       bf16_(store.units().param_bf16()),
       buffer_(ops_buffer_carve(*ops_, slices(*ops_, b_, cfg, max_batch, max_ctx))),
       head_scratch_(*ops_, cfg, max_batch),
@@ -114,11 +113,13 @@ Decoder::Decoder(ThreadPool& pool, const GptConfig& cfg, SegmentStore& store, in
   for (int l = 0; l < cfg.n_layer; ++l)  // Note [KV cache units]
     STRATUM_ASSERT(store.units().bytes(store.units().index(layout_.layer_segment(l), SegmentKind::Activations)) >=
                    kv_floats[static_cast<std::size_t>(l)] * sizeof(float));
-  for (int l = 0; l < cfg.n_layer; ++l)  // Note [sliding KV cache]
-    if (cache_rows(cfg, l, max_batch, max_ctx, sliding_cache) < max_ctx) {
+  for (int l = 0; l < cfg.n_layer; ++l) {  // Note [sliding KV cache]: every sliding layer's rows are the same
+    const int rows = cache_rows(cfg, l, max_batch, max_ctx, sliding_cache);
+    if (rows < max_ctx) {
       window_ = cfg.sliding_window;
-      sliding_rows_ = cache_rows(cfg, l, max_batch, max_ctx, sliding_cache);
+      sliding_rows_ = rows;
     }
+  }
   base_.assign(static_cast<std::size_t>(max_batch), 0);
   // Off the host only Mistral and Phi-3 slide, within their window there (context(backend)): no
   // shifted cache, so the ops read past as it is.
@@ -256,9 +257,9 @@ void Decoder::layer(int l, int B, int Tn, const int* past, const int* dev_past, 
   store_.schedule_at(group_layer_[l]);
   SegmentChunksHold params(store_, s, SegmentKind::Params, Access::Read);
   SegmentHold kv(store_, s, SegmentKind::Activations, Access::Update);  // Note [KV cache units]
-  const int rows = cache_rows(cfg_, l, max_batch_, max_ctx_, sliding_cache_);
+  const bool sliding = window_ > 0 && cfg_.layer_sliding_attention(l);  // Note [sliding KV cache]
+  const int rows = sliding ? sliding_rows_ : max_ctx_;
   const std::size_t cache_floats = cache_floats_for(cfg_, max_batch_, rows);
-  const bool sliding = rows < max_ctx_;  // Note [sliding KV cache]
   if (sliding) {
     cache_shift(kv.data(), B, past, slot);
     cache_shift(kv.data() + cache_floats, B, past, slot);

@@ -144,10 +144,9 @@ class Decoder {
   SegmentStore& store_;
   const ParamLayout& layout_;
   int max_batch_, max_ctx_;
-  // Note [sliding KV cache]: the window W (0: no sliding layer), a sliding layer's cache rows
-  // (max_ctx where that is fewer), each slot's first cached position in them, and this step's
-  // moves of it (per sequence of the step).
-  bool sliding_cache_;
+  // Note [sliding KV cache]: the window W (0: no layer's cache slides), a sliding layer's cache
+  // rows (fewer than max_ctx), each slot's first cached position in them, and this step's moves
+  // of it (per sequence of the step).
   int window_ = 0;
   int sliding_rows_ = 0;
   std::vector<int> base_;

@@ -163,11 +163,14 @@ bool plan_mixed_layers(const GptConfig& config) {
 
 namespace {
 // The timed passes of the one-layer model of layer 0's kind, or of the other kind (Note [mixed
-// layers]). Forward and backward only: the moments are never allocated. Under a budget the
-// one-layer model streams through the budget like the run (Note [bounded measurement]); the
-// store and the executor are gone when it returns.
-std::vector<ComputeTiming> measure_passes(ThreadPool& pool, const PlanRequest& r, const std::string& offload_dir,
-                                          bool other) {
+// layers]), and its vocabulary blocks. Forward and backward only: the moments are never
+// allocated. Under a budget the one-layer model streams through the budget like the run (Note
+// [bounded measurement]); the store and the executor are gone when it returns.
+struct MeasuredPasses {
+  std::vector<ComputeTiming> steps;
+  int vocab_blocks = 0;
+};
+MeasuredPasses measure_passes(ThreadPool& pool, const PlanRequest& r, const std::string& offload_dir, bool other) {
   const MeasureModel model(r, other);
   const GptConfig& mini = model.mini;
   const ParamLayout& layout = model.layout;
@@ -202,7 +205,7 @@ std::vector<ComputeTiming> measure_passes(ThreadPool& pool, const PlanRequest& r
     model_init_random(mini, layout, *store, 1);
     steps = time_passes(exec, mini, r);
   }
-  return steps;
+  return {std::move(steps), layout.vocab_block_count()};
 }
 
 // The median of a field over the timed passes.
@@ -226,14 +229,15 @@ std::pair<double, double> layer_times(const std::vector<ComputeTiming>& steps, c
 }  // namespace
 
 ComputeTiming plan_measure_compute(ThreadPool& pool, const PlanRequest& r, const std::string& offload_dir) {
-  const std::vector<ComputeTiming> steps = measure_passes(pool, r, offload_dir, false);
+  const MeasuredPasses passes = measure_passes(pool, r, offload_dir, false);
+  const std::vector<ComputeTiming>& steps = passes.steps;
   auto med = [&](double ComputeTiming::*field) { return median_of(steps, field); };
   ComputeTiming t;
-  const double blocks = MeasureModel(r).layout.vocab_block_count();
+  const double blocks = passes.vocab_blocks;
   std::tie(t.layer_forward_ms, t.layer_backward_ms) = layer_times(steps, r);
   if (plan_mixed_layers(r.config))  // Note [mixed layers]
     std::tie(t.other_layer_forward_ms, t.other_layer_backward_ms) =
-        layer_times(measure_passes(pool, r, offload_dir, true), r);
+        layer_times(measure_passes(pool, r, offload_dir, true).steps, r);
   t.other_ms = med(&ComputeTiming::other_ms);
   t.vocab_forward_ms = med(&ComputeTiming::vocab_forward_ms) / blocks;
   t.vocab_backward_ms = med(&ComputeTiming::vocab_backward_ms) / blocks;
